@@ -1,0 +1,17 @@
+// Command steward is the etcd lifecycle manager: one binary for the CLI, the
+// per-host agent and the embedded etcd server.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/etcd-steward/steward/internal/cmd"
+)
+
+func main() {
+	if err := cmd.NewRootCommand().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "Error:", err)
+		os.Exit(1)
+	}
+}

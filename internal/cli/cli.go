@@ -1,0 +1,76 @@
+// Package cli holds what every Steward command shares: the global flags, the
+// Steward directory, and output in table, JSON or YAML form.
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
+)
+
+// Globals are the flags every command accepts.
+type Globals struct {
+	// Dir is the Steward directory (--dir, else $STEWARD_DIR, else ./steward-data).
+	Dir string
+	// Output is the output format: table, json or yaml.
+	Output string
+}
+
+// AddFlags registers the global flags on the root command.
+func (g *Globals) AddFlags(cmd *cobra.Command) {
+	cmd.PersistentFlags().StringVar(&g.Dir, "dir", "", "Steward directory (default $STEWARD_DIR, else ./steward-data)")
+	cmd.PersistentFlags().StringVarP(&g.Output, "output", "o", "table", "output format: table, json or yaml")
+}
+
+// StewardDir returns the absolute Steward directory.
+func (g *Globals) StewardDir() (string, error) {
+	d := g.Dir
+	if d == "" {
+		d = os.Getenv("STEWARD_DIR")
+	}
+	if d == "" {
+		d = "steward-data"
+	}
+	abs, err := filepath.Abs(d)
+	if err != nil {
+		return "", fmt.Errorf("steward dir %q: %w", d, err)
+	}
+	return abs, nil
+}
+
+// CheckOutput validates the -o flag.
+func (g *Globals) CheckOutput() error {
+	switch g.Output {
+	case "table", "json", "yaml":
+		return nil
+	}
+	return fmt.Errorf("unknown output format %q: use -o table, -o json or -o yaml", g.Output)
+}
+
+// Print writes v as JSON or YAML, or calls table for the table form.
+func (g *Globals) Print(w io.Writer, v any, table func(tw *tabwriter.Writer)) error {
+	switch g.Output {
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	case "yaml":
+		b, err := yaml.Marshal(v)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
+	case "table", "":
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		table(tw)
+		return tw.Flush()
+	}
+	return g.CheckOutput()
+}

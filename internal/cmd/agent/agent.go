@@ -1,0 +1,41 @@
+// Package agent is the `steward agent` command: the per-host agent in the
+// foreground. `steward up` starts one in the background.
+package agent
+
+import (
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/etcd-steward/steward/internal/cli"
+	agentpkg "github.com/etcd-steward/steward/pkg/agent"
+)
+
+// NewCommand returns the agent command.
+func NewCommand(g *cli.Globals) *cobra.Command {
+	var name, socket string
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Run the per-host agent that supervises this host's etcd members",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			dir, err := g.StewardDir()
+			if err != nil {
+				return err
+			}
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				return err
+			}
+			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			return agentpkg.New(agentpkg.Options{Name: name, Dir: dir, Socket: socket, Log: log}).Run(ctx)
+		},
+	}
+	cmd.Flags().StringVar(&name, "name", "local", "agent name, as in the cluster spec's agents list")
+	cmd.Flags().StringVar(&socket, "socket", "", "Unix socket of the API (default DIR/run/agent.sock)")
+	return cmd
+}

@@ -1,0 +1,66 @@
+// Package alarm is the `steward alarm` command.
+package alarm
+
+import (
+	"fmt"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/etcd-steward/steward/internal/cli"
+	"github.com/etcd-steward/steward/pkg/cluster"
+)
+
+// NewCommand returns the alarm command.
+func NewCommand(g *cli.Globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "alarm", Short: "List and clear etcd alarms"}
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List raised alarms",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := g.CheckOutput(); err != nil {
+				return err
+			}
+			c, err := g.OpenCluster(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			alarms, err := c.Alarms(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return g.Print(cmd.OutOrStdout(), alarms, func(tw *tabwriter.Writer) { table(tw, alarms) })
+		},
+	}
+	var o cluster.DisarmOptions
+	disarm := &cobra.Command{
+		Use:   "disarm",
+		Short: "Clear alarms; for NOSPACE, compact and defragment first so the alarm does not return",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := g.CheckOutput(); err != nil {
+				return err
+			}
+			c, err := g.OpenCluster(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			alarms, err := c.Disarm(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			return g.Print(cmd.OutOrStdout(), alarms, func(tw *tabwriter.Writer) { table(tw, alarms) })
+		},
+	}
+	disarm.Flags().BoolVar(&o.Force, "force", false, "also disarm CORRUPT alarms")
+	cmd.AddCommand(list, disarm)
+	return cmd
+}
+
+func table(tw *tabwriter.Writer, alarms []cluster.Alarm) {
+	fmt.Fprintln(tw, "MEMBER\tID\tALARM")
+	for _, a := range alarms {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", a.MemberName, a.MemberID, a.Alarm)
+	}
+}

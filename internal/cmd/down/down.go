@@ -1,0 +1,31 @@
+// Package down is the `steward down` command.
+package down
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/etcd-steward/steward/internal/cli"
+	"github.com/etcd-steward/steward/pkg/cluster"
+)
+
+// NewCommand returns the down command.
+func NewCommand(g *cli.Globals) *cobra.Command {
+	var o cluster.DownOptions
+	cmd := &cobra.Command{
+		Use:   "down",
+		Short: "Stop every member and the agent; data is kept unless --purge",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			dir, err := g.StewardDir()
+			if err != nil {
+				return err
+			}
+			errw := cmd.ErrOrStderr()
+			return cluster.Down(cmd.Context(), dir, o, func(f string, a ...any) { fmt.Fprintf(errw, f+"\n", a...) })
+		},
+	}
+	cmd.Flags().BoolVar(&o.Purge, "purge", false, "delete the Steward directory (data, certificates, logs) after stopping")
+	return cmd
+}

@@ -1,0 +1,106 @@
+// Package member is the `steward member` command: add, remove, replace,
+// stop and start members.
+package member
+
+import (
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/etcd-steward/steward/internal/cli"
+	"github.com/etcd-steward/steward/pkg/cluster"
+)
+
+// NewCommand returns the member command.
+func NewCommand(g *cli.Globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "member", Short: "Change the cluster's membership"}
+	cmd.AddCommand(addCommand(g), removeCommand(g), replaceCommand(g), stopCommand(g), startCommand(g))
+	return cmd
+}
+
+func addCommand(g *cli.Globals) *cobra.Command {
+	var o cluster.AddOptions
+	cmd := &cobra.Command{
+		Use:   "add NAME",
+		Short: "Add a member as a learner, wait until it caught up, then promote it",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.OpenCluster(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			return c.AddMember(cmd.Context(), args[0], o)
+		},
+	}
+	cmd.Flags().StringVar(&o.Agent, "agent", "local", "agent that runs the new member")
+	cmd.Flags().StringVar(&o.ClientURL, "client-url", "", "client URL (default: a free port on 127.0.0.1)")
+	cmd.Flags().StringVar(&o.PeerURL, "peer-url", "", "peer URL (default: a free port on 127.0.0.1)")
+	cmd.Flags().DurationVar(&o.Timeout, "timeout", 10*time.Minute, "how long the learner may take to catch up")
+	return cmd
+}
+
+func removeCommand(g *cli.Globals) *cobra.Command {
+	var o cluster.RemoveOptions
+	cmd := &cobra.Command{
+		Use:   "remove NAME",
+		Short: "Remove a member (leadership moves away first); its data dir is moved aside",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.OpenCluster(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			return c.RemoveMember(cmd.Context(), args[0], o)
+		},
+	}
+	cmd.Flags().BoolVar(&o.Force, "force", false, "remove even when the remaining members would not have a healthy quorum")
+	return cmd
+}
+
+func replaceCommand(g *cli.Globals) *cobra.Command {
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "replace NAME",
+		Short: "Rebuild a member that lost its data: remove its old ID, move the data aside, re-add it as a learner, promote",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.OpenCluster(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			return c.ReplaceMember(cmd.Context(), args[0], timeout)
+		},
+	}
+	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long the new learner may take to catch up")
+	return cmd
+}
+
+func stopCommand(g *cli.Globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "stop NAME",
+		Short: "Stop a member's process (it stays in the cluster); the agent keeps it stopped",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.OpenCluster(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			return c.StopMember(cmd.Context(), args[0])
+		},
+	}
+}
+
+func startCommand(g *cli.Globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "start NAME",
+		Short: "Start a stopped member's process again",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.OpenCluster(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			return c.StartMember(cmd.Context(), args[0])
+		},
+	}
+}

@@ -1,0 +1,75 @@
+// Package status is the `steward status` command.
+package status
+
+import (
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/etcd-steward/steward/internal/cli"
+	"github.com/etcd-steward/steward/pkg/cluster"
+)
+
+// NewCommand returns the status command.
+func NewCommand(g *cli.Globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "Show the cluster, its members and its conditions",
+		Long: `Show the cluster (ID, versions, leader, quorum), every member (role, health,
+database size, revision, raft term and index, alarms, process state, last error) and
+the conditions Ready, AllMembersReady and BackupReady. -o json and -o yaml field
+names are stable; docs/cli.md lists them. The command succeeds whenever it could
+report; read the conditions to decide whether the cluster is well.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := g.CheckOutput(); err != nil {
+				return err
+			}
+			c, err := g.OpenCluster(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			st, err := c.Status(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return g.Print(cmd.OutOrStdout(), st, func(tw *tabwriter.Writer) { table(tw, st) })
+		},
+	}
+}
+
+func table(tw *tabwriter.Writer, st *cluster.Status) {
+	cs := st.Cluster
+	fmt.Fprintf(tw, "CLUSTER\tID\tVERSION\tSTORAGE\tLEADER\tQUORATE\tMEMBERS\n")
+	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%v\t%d voting, %d learners, %d healthy\n\n",
+		cs.Name, dash(cs.ID), dash(cs.Version), dash(cs.StorageVersion), dash(cs.Leader), cs.Quorate,
+		cs.VotingMembers, cs.Learners, cs.HealthyMembers)
+	fmt.Fprintf(tw, "NAME\tID\tROLE\tHEALTHY\tVERSION\tPROCESS\tDB SIZE\tIN USE\tREVISION\tTERM\tAPPLIED\tALARMS\tCLIENT URL\tLAST ERROR\n")
+	for _, m := range st.Members {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n",
+			m.Name, dash(m.ID), m.Role, m.Healthy, dash(m.Version), m.Process,
+			size(m.DBSize), size(m.DBSizeInUse), m.Revision, m.RaftTerm, m.RaftAppliedIndex,
+			dash(strings.Join(m.Alarms, ",")), strings.Join(m.ClientURLs, ","), dash(m.LastError))
+	}
+	fmt.Fprintf(tw, "\nCONDITION\tSTATUS\tREASON\tSINCE\tMESSAGE\n")
+	for _, c := range st.Conditions {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.Type, c.Status, c.Reason, c.LastTransitionTime.Format(time.RFC3339), c.Message)
+	}
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func size(n int64) string {
+	if n == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f MB", float64(n)/1e6)
+}

@@ -1,0 +1,53 @@
+// Package up is the `steward up` command.
+package up
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/etcd-steward/steward/internal/cli"
+	"github.com/etcd-steward/steward/pkg/cluster"
+)
+
+// NewCommand returns the up command.
+func NewCommand(g *cli.Globals) *cobra.Command {
+	var o cluster.UpOptions
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Start a local cluster (writing a default cluster.yaml when there is none) and wait until it is healthy",
+		Long: `Start the cluster of the Steward directory. Without a cluster.yaml, write a default
+one: N members on 127.0.0.1 with free ports, TLS on, the embedded etcd version unless
+--version says otherwise. With an existing directory, start what is there again,
+keeping the data. Returns when every member is healthy and prints the endpoints.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			dir, err := g.StewardDir()
+			if err != nil {
+				return err
+			}
+			errw := cmd.ErrOrStderr()
+			progress := func(f string, a ...any) { fmt.Fprintf(errw, f+"\n", a...) }
+			c, warnings, err := cluster.Up(cmd.Context(), dir, o, progress)
+			for _, w := range warnings {
+				fmt.Fprintln(errw, "warning:", w)
+			}
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "cluster %s is healthy: %d members, etcd %s\n", c.Spec.Name, len(c.Spec.Members), c.Spec.Version)
+			fmt.Fprintf(out, "endpoints: %s\n", strings.Join(c.Spec.ClientURLs(), ","))
+			fmt.Fprintf(out, "connect with: eval \"$(steward env --dir %s)\"\n", dir)
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&o.Members, "members", 0, "number of members of a new cluster (default 3)")
+	cmd.Flags().StringVar(&o.Version, "version", "", "etcd version of a new cluster (default: the embedded version)")
+	cmd.Flags().BoolVar(&o.TLSOff, "insecure-no-tls", false, "write a new spec with TLS off (anyone reaching the ports owns the data)")
+	cmd.Flags().StringVar(&o.BinaryStore, "binary-store", "", "binary store of a new cluster (default DIR/binaries)")
+	cmd.Flags().DurationVar(&o.Timeout, "timeout", 2*time.Minute, "how long to wait for a healthy cluster")
+	return cmd
+}

@@ -1,0 +1,343 @@
+// Package agent is the per-host agent: it owns the etcd members on its host,
+// starts them with the right flags, restarts them when they crash, stops
+// them gracefully, swaps their binary version, and serves a small JSON API
+// (see package agentapi) on a Unix socket in the Steward directory.
+//
+// The agent never runs etcd in its own process: each member is a child
+// process (the steward binary re-executed as `steward etcd`, or a binary
+// from the store), so a member crash or a version swap cannot take the agent
+// down. Members keep running if the agent dies; a new agent adopts them.
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/etcd-steward/steward/pkg/agentapi"
+	"github.com/etcd-steward/steward/pkg/binaries"
+)
+
+// Options configure an agent.
+type Options struct {
+	// Name is the agent's name in the cluster spec.
+	Name string
+	// Dir is the Steward directory.
+	Dir string
+	// Socket is the Unix socket path (default DIR/run/agent.sock).
+	Socket string
+	Log    *slog.Logger
+}
+
+// Agent supervises the members on one host.
+type Agent struct {
+	opts      Options
+	log       *slog.Logger
+	startedAt time.Time
+
+	mu      sync.Mutex
+	members map[string]*member
+
+	shutdownOnce sync.Once
+	shutdownCh   chan struct{}
+}
+
+// SocketPath is the default socket path for a Steward directory.
+func SocketPath(dir string) string { return filepath.Join(dir, "run", "agent.sock") }
+
+// New returns an agent. Run starts it.
+func New(o Options) *Agent {
+	if o.Name == "" {
+		o.Name = "local"
+	}
+	if o.Socket == "" {
+		o.Socket = SocketPath(o.Dir)
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	return &Agent{opts: o, log: o.Log.With("agent", o.Name), members: map[string]*member{}, shutdownCh: make(chan struct{})}
+}
+
+func (a *Agent) runDir() string               { return filepath.Join(a.opts.Dir, "run") }
+func (a *Agent) configPath(name string) string { return filepath.Join(a.opts.Dir, "agent", "members", name+".json") }
+func (a *Agent) logPath(name string) string    { return filepath.Join(a.opts.Dir, "logs", name+".log") }
+func (a *Agent) pidPath(name string) string    { return filepath.Join(a.runDir(), name+".pid") }
+
+// Run serves the API until ctx is done or a shutdown request arrives; then it
+// stops every member and returns.
+func (a *Agent) Run(ctx context.Context) error {
+	a.startedAt = time.Now()
+	for _, d := range []string{a.runDir(), filepath.Join(a.opts.Dir, "logs"), filepath.Join(a.opts.Dir, "agent", "members")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return fmt.Errorf("agent: %w", err)
+		}
+	}
+	if len(a.opts.Socket) > 100 {
+		return fmt.Errorf("agent socket path %s is %d bytes, above the Unix socket limit: use a shorter --dir", a.opts.Socket, len(a.opts.Socket))
+	}
+	unlock, err := lockFile(filepath.Join(a.runDir(), "agent.lock"))
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	_ = os.Remove(a.opts.Socket)
+	ln, err := net.Listen("unix", a.opts.Socket)
+	if err != nil {
+		return fmt.Errorf("agent: listen on %s: %w", a.opts.Socket, err)
+	}
+	if err := os.Chmod(a.opts.Socket, 0o600); err != nil {
+		ln.Close()
+		return fmt.Errorf("agent: %w", err)
+	}
+	if err := a.loadMembers(); err != nil {
+		ln.Close()
+		return err
+	}
+	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			a.log.Error("api server", "err", err)
+		}
+	}()
+	a.log.Info("agent running", "dir", a.opts.Dir, "socket", a.opts.Socket, "pid", os.Getpid())
+
+	select {
+	case <-ctx.Done():
+	case <-a.shutdownCh:
+	}
+	a.log.Info("agent shutting down: stopping members")
+	a.stopAll()
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	_ = os.Remove(a.opts.Socket)
+	a.log.Info("agent stopped")
+	return nil
+}
+
+func (a *Agent) stopAll() {
+	a.mu.Lock()
+	ms := make([]*member, 0, len(a.members))
+	for _, m := range a.members {
+		ms = append(ms, m)
+	}
+	a.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, m := range ms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), stopGrace+10*time.Second)
+			defer cancel()
+			if err := m.stop(ctx, false); err != nil {
+				a.log.Error("stop member", "member", m.cfg.Name, "err", err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// loadMembers reads the persisted member configs, adopts members that are
+// still running from an earlier agent, and starts the ones desired running.
+func (a *Agent) loadMembers() error {
+	dir := filepath.Join(a.opts.Dir, "agent", "members")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".json") || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return fmt.Errorf("agent: %w", err)
+		}
+		var p persisted
+		if err := json.Unmarshal(b, &p); err != nil {
+			return fmt.Errorf("agent: member config %s is corrupt: %w", e.Name(), err)
+		}
+		m := newMember(a, p.Config)
+		if pid := a.runningPID(p.Config); pid > 0 {
+			m.adopt = pid
+		}
+		a.members[p.Config.Name] = m
+		if p.Desired == "running" {
+			if err := m.start(); err != nil {
+				return err
+			}
+		} else if m.adopt > 0 {
+			// Not wanted running, but running: stop it.
+			m.desired = true
+			m.loopDone = make(chan struct{})
+			go m.loop()
+			if err := m.stop(context.Background(), true); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// runningPID returns the pid of a member process left by an earlier agent.
+func (a *Agent) runningPID(cfg agentapi.MemberConfig) int {
+	b, err := os.ReadFile(a.pidPath(cfg.Name))
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 || !alive(pid) || !runsDataDir(pid, cfg.DataDir) {
+		return 0
+	}
+	return pid
+}
+
+func (a *Agent) member(name string) (*member, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	m, ok := a.members[name]
+	return m, ok
+}
+
+// Info describes the agent.
+func (a *Agent) Info() agentapi.AgentInfo {
+	return agentapi.AgentInfo{
+		Name: a.opts.Name, PID: os.Getpid(), StewardDir: a.opts.Dir,
+		EmbeddedEtcdVersion: binaries.EmbeddedVersion(), StartedAt: a.startedAt,
+	}
+}
+
+// Members returns every member's status, sorted by name.
+func (a *Agent) Members() []agentapi.MemberStatus {
+	a.mu.Lock()
+	ms := make([]*member, 0, len(a.members))
+	for _, m := range a.members {
+		ms = append(ms, m)
+	}
+	a.mu.Unlock()
+	out := make([]agentapi.MemberStatus, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, m.status())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// PutMember stores a member's config. A running member keeps running with
+// its old config until it is restarted.
+func (a *Agent) PutMember(cfg agentapi.MemberConfig) (agentapi.MemberStatus, error) {
+	if err := ValidateConfig(cfg); err != nil {
+		return agentapi.MemberStatus{}, err
+	}
+	a.mu.Lock()
+	m, ok := a.members[cfg.Name]
+	if !ok {
+		for _, o := range a.members {
+			if o.cfg.DataDir == cfg.DataDir {
+				a.mu.Unlock()
+				return agentapi.MemberStatus{}, fmt.Errorf("member %s: data dir %s is already used by member %s", cfg.Name, cfg.DataDir, o.cfg.Name)
+			}
+		}
+		m = newMember(a, cfg)
+		a.members[cfg.Name] = m
+	}
+	a.mu.Unlock()
+	m.mu.Lock()
+	m.cfg = cfg
+	err := m.persistLocked()
+	m.mu.Unlock()
+	if err != nil {
+		return agentapi.MemberStatus{}, err
+	}
+	return m.status(), nil
+}
+
+// DeleteMember stops a member and forgets its config. Its data dir is kept.
+func (a *Agent) DeleteMember(ctx context.Context, name string) error {
+	m, ok := a.member(name)
+	if !ok {
+		return errNotFound(name)
+	}
+	if err := m.stop(ctx, true); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	delete(a.members, name)
+	a.mu.Unlock()
+	if err := os.Remove(a.configPath(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// SwapVersion stops a member, switches it to another etcd version and starts it.
+func (a *Agent) SwapVersion(ctx context.Context, name, version string) (agentapi.MemberStatus, error) {
+	m, ok := a.member(name)
+	if !ok {
+		return agentapi.MemberStatus{}, errNotFound(name)
+	}
+	m.mu.Lock()
+	store := m.cfg.BinaryStore
+	dataDir := m.cfg.DataDir
+	allow := m.cfg.AllowMinorDowngrade
+	m.mu.Unlock()
+	if _, err := binaries.Open(store).Resolve(version); err != nil {
+		return agentapi.MemberStatus{}, fmt.Errorf("swap member %s to etcd %s: %w", name, version, err)
+	}
+	if rec, ok, err := ReadRecord(dataDir); err != nil {
+		return agentapi.MemberStatus{}, err
+	} else if ok {
+		if err := CheckVersionStep(rec.Version, version, allow); err != nil {
+			return agentapi.MemberStatus{}, fmt.Errorf("swap member %s to etcd %s: %w", name, version, err)
+		}
+	}
+	if err := m.stop(ctx, false); err != nil {
+		return agentapi.MemberStatus{}, err
+	}
+	m.mu.Lock()
+	m.cfg.Version = version
+	m.mu.Unlock()
+	if err := m.start(); err != nil {
+		return agentapi.MemberStatus{}, err
+	}
+	return m.status(), nil
+}
+
+// Shutdown asks Run to stop every member and return.
+func (a *Agent) Shutdown() {
+	a.shutdownOnce.Do(func() { close(a.shutdownCh) })
+}
+
+type notFoundError struct{ name string }
+
+func (e notFoundError) Error() string {
+	return fmt.Sprintf("member %q is not run by this agent", e.name)
+}
+
+func errNotFound(name string) error { return notFoundError{name} }
+
+// lockFile takes an exclusive lock so two agents never share a directory.
+func lockFile(path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("agent lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("another agent is already running for %s (lock %s held)", filepath.Dir(filepath.Dir(path)), path)
+	}
+	return func() { f.Close() }, nil
+}

@@ -1,0 +1,93 @@
+package agent
+
+import (
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+
+	"github.com/etcd-steward/steward/pkg/agentapi"
+)
+
+// EtcdFlags returns the etcd command-line flags for a member config. It is
+// pure so the mapping from spec to flags can be tested without a process.
+func EtcdFlags(c agentapi.MemberConfig) []string {
+	f := []string{
+		"--name=" + c.Name,
+		"--data-dir=" + c.DataDir,
+		"--listen-client-urls=" + c.ClientURL,
+		"--advertise-client-urls=" + c.ClientURL,
+		"--listen-peer-urls=" + c.PeerURL,
+		"--initial-advertise-peer-urls=" + c.PeerURL,
+		"--initial-cluster=" + c.InitialCluster,
+		"--initial-cluster-state=" + c.InitialClusterState,
+		"--initial-cluster-token=" + c.InitialClusterToken,
+		"--logger=zap",
+		"--log-outputs=stderr",
+	}
+	if c.QuotaBackendBytes > 0 {
+		f = append(f, fmt.Sprintf("--quota-backend-bytes=%d", c.QuotaBackendBytes))
+	}
+	if c.AutoCompactionMode != "" && c.AutoCompactionRetention != "" {
+		f = append(f, "--auto-compaction-mode="+c.AutoCompactionMode,
+			"--auto-compaction-retention="+c.AutoCompactionRetention)
+	}
+	if c.SnapshotCount > 0 {
+		f = append(f, fmt.Sprintf("--snapshot-count=%d", c.SnapshotCount))
+	}
+	if c.HeartbeatIntervalMs > 0 {
+		f = append(f, fmt.Sprintf("--heartbeat-interval=%d", c.HeartbeatIntervalMs))
+	}
+	if c.ElectionTimeoutMs > 0 {
+		f = append(f, fmt.Sprintf("--election-timeout=%d", c.ElectionTimeoutMs))
+	}
+	if t := c.TLS; t != nil {
+		f = append(f,
+			"--cert-file="+t.ServerCert, "--key-file="+t.ServerKey,
+			"--trusted-ca-file="+t.CA, "--client-cert-auth=true",
+			"--peer-cert-file="+t.PeerCert, "--peer-key-file="+t.PeerKey,
+			"--peer-trusted-ca-file="+t.CA, "--peer-client-cert-auth=true",
+		)
+	}
+	keys := make([]string, 0, len(c.ExtraFlags))
+	for k := range c.ExtraFlags {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		f = append(f, "--"+strings.TrimLeft(k, "-")+"="+c.ExtraFlags[k])
+	}
+	return f
+}
+
+// ValidateConfig checks a member config before the agent stores it.
+func ValidateConfig(c agentapi.MemberConfig) error {
+	var problems []string
+	if c.Name == "" {
+		problems = append(problems, "name is empty")
+	}
+	if c.Version == "" {
+		problems = append(problems, "version is empty")
+	}
+	if c.DataDir == "" {
+		problems = append(problems, "dataDir is empty")
+	}
+	for _, u := range []struct{ n, v string }{{"clientURL", c.ClientURL}, {"peerURL", c.PeerURL}} {
+		pu, err := url.Parse(u.v)
+		if err != nil || pu.Host == "" {
+			problems = append(problems, fmt.Sprintf("%s %q is not a URL", u.n, u.v))
+		}
+	}
+	switch c.InitialClusterState {
+	case "new", "existing":
+	default:
+		problems = append(problems, fmt.Sprintf("initialClusterState %q: want new or existing", c.InitialClusterState))
+	}
+	if c.InitialCluster == "" {
+		problems = append(problems, "initialCluster is empty")
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("member config %s: %s", c.Name, strings.Join(problems, "; "))
+	}
+	return nil
+}

@@ -1,0 +1,438 @@
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/etcd-steward/steward/internal/atomicfile"
+	"github.com/etcd-steward/steward/pkg/agentapi"
+	"github.com/etcd-steward/steward/pkg/binaries"
+	"github.com/etcd-steward/steward/pkg/pki"
+)
+
+// Supervision policy.
+const (
+	// stopGrace is how long a member has to exit after SIGTERM before SIGKILL.
+	stopGrace = 15 * time.Second
+	// healthyRun is how long a member must run for its crash count to reset.
+	healthyRun = 30 * time.Second
+	// crashLoopAfter consecutive quick exits make the state CrashLoopBackOff.
+	crashLoopAfter = 3
+	maxBackoff     = 30 * time.Second
+)
+
+// member supervises one etcd member process.
+//
+// Invariant: at most one process runs per member; loopDone is non-nil
+// exactly while the supervision loop runs, and only the loop starts
+// processes.
+type member struct {
+	a *Agent
+
+	mu          sync.Mutex
+	cfg         agentapi.MemberConfig
+	desired     bool // true: keep running
+	state       string
+	proc        *process
+	adopt       int // pid of a process to adopt on the loop's first turn
+	restarts    int
+	consecutive int
+	startedAt   time.Time
+	lastExit    string
+	lastError   string
+	binary      string
+	loopDone    chan struct{}
+	wake        chan struct{}
+}
+
+func newMember(a *Agent, cfg agentapi.MemberConfig) *member {
+	return &member{a: a, cfg: cfg, state: agentapi.StateStopped, wake: make(chan struct{}, 1)}
+}
+
+// persisted is the agent's on-disk record of a member.
+type persisted struct {
+	Config  agentapi.MemberConfig `json:"config"`
+	Desired string                `json:"desired"`
+}
+
+func (m *member) persistLocked() error {
+	d := "stopped"
+	if m.desired {
+		d = "running"
+	}
+	b, err := json.MarshalIndent(persisted{Config: m.cfg, Desired: d}, "", "  ")
+	if err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(m.a.configPath(m.cfg.Name), b, 0o600)
+}
+
+func (m *member) status() agentapi.MemberStatus {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st := agentapi.MemberStatus{
+		Name: m.cfg.Name, Version: m.cfg.Version, Binary: m.binary, State: m.state,
+		Restarts: m.restarts, LastExit: m.lastExit, LastError: m.lastError,
+		LogFile: m.a.logPath(m.cfg.Name), DataDir: m.cfg.DataDir,
+		ClientURL: m.cfg.ClientURL, PeerURL: m.cfg.PeerURL, Desired: "stopped",
+	}
+	if m.desired {
+		st.Desired = "running"
+	}
+	if m.proc != nil {
+		st.PID = m.proc.pid
+		st.StartedAt = m.startedAt
+	}
+	if rec, ok, err := ReadRecord(m.cfg.DataDir); err == nil && ok {
+		st.DataDirVersion = rec.Version
+	}
+	return st
+}
+
+// start makes the member run and keeps it running.
+func (m *member) start() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.desired = true
+	m.consecutive = 0
+	if err := m.persistLocked(); err != nil {
+		return err
+	}
+	if m.loopDone == nil {
+		m.loopDone = make(chan struct{})
+		go m.loop()
+	} else {
+		m.poke()
+	}
+	return nil
+}
+
+// stop stops the member gracefully. persist=false keeps the desired state
+// on disk (the agent is shutting down, not the operator stopping a member).
+func (m *member) stop(ctx context.Context, persist bool) error {
+	m.mu.Lock()
+	m.desired = false
+	if persist {
+		if err := m.persistLocked(); err != nil {
+			m.mu.Unlock()
+			return err
+		}
+	}
+	p, done := m.proc, m.loopDone
+	if p != nil {
+		m.state = agentapi.StateStopping
+	}
+	m.poke()
+	m.mu.Unlock()
+	if p != nil {
+		go p.terminate(stopGrace)
+	}
+	if done == nil {
+		return nil
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("stop member %s: %w", m.cfg.Name, ctx.Err())
+	}
+}
+
+func (m *member) poke() {
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+// loop starts the member, waits for it to exit, and restarts it with
+// backoff while it is desired to run.
+func (m *member) loop() {
+	log := m.a.log.With("member", m.cfg.Name)
+	for {
+		m.mu.Lock()
+		if !m.desired {
+			m.state = agentapi.StateStopped
+			done := m.loopDone
+			m.loopDone = nil
+			m.mu.Unlock()
+			close(done)
+			return
+		}
+		cfg := m.cfg
+		adopt := m.adopt
+		m.adopt = 0
+		m.mu.Unlock()
+
+		var p *process
+		var err error
+		if adopt > 0 {
+			p = adoptProcess(adopt)
+			log.Info("adopted running member", "pid", adopt)
+		} else {
+			p, err = m.launch(cfg)
+		}
+		if err != nil {
+			log.Error("cannot start member", "err", err)
+			m.mu.Lock()
+			m.lastError = err.Error()
+			m.state = agentapi.StateFailed
+			m.consecutive++
+			delay := backoff(m.consecutive)
+			m.mu.Unlock()
+			m.sleep(delay)
+			continue
+		}
+
+		m.mu.Lock()
+		m.proc = p
+		m.startedAt = time.Now()
+		m.state = agentapi.StateStarting
+		stopNow := !m.desired
+		m.mu.Unlock()
+		if stopNow {
+			go p.terminate(stopGrace)
+		}
+		readyCtx, cancel := context.WithCancel(context.Background())
+		go m.awaitReady(readyCtx, cfg, p)
+		<-p.done
+		cancel()
+		_ = os.Remove(m.a.pidPath(cfg.Name))
+
+		m.mu.Lock()
+		m.proc = nil
+		if !m.desired {
+			log.Info("member stopped", "exit", p.exit)
+			m.mu.Unlock()
+			continue
+		}
+		if time.Since(m.startedAt) >= healthyRun {
+			m.consecutive = 0
+		}
+		m.consecutive++
+		m.restarts++
+		m.lastExit = p.exit
+		if tail := logTail(m.a.logPath(cfg.Name), 3); tail != "" {
+			m.lastExit += ": " + tail
+		}
+		m.state = agentapi.StateBackoff
+		if m.consecutive >= crashLoopAfter {
+			m.state = agentapi.StateCrashLoop
+		}
+		delay := backoff(m.consecutive)
+		log.Warn("member exited unexpectedly; restarting", "exit", p.exit, "restarts", m.restarts, "delay", delay, "state", m.state)
+		m.mu.Unlock()
+		m.sleep(delay)
+	}
+}
+
+func (m *member) sleep(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-m.wake:
+	}
+}
+
+func backoff(n int) time.Duration {
+	if n < 1 {
+		n = 1
+	}
+	d := time.Second << (n - 1)
+	if d > maxBackoff || d <= 0 {
+		d = maxBackoff
+	}
+	return d
+}
+
+// launch checks that the member can start and starts its process.
+func (m *member) launch(cfg agentapi.MemberConfig) (*process, error) {
+	ex, err := binaries.Open(cfg.BinaryStore).Resolve(cfg.Version)
+	if err != nil {
+		return nil, err
+	}
+	if rec, ok, err := ReadRecord(cfg.DataDir); err != nil {
+		return nil, err
+	} else if ok {
+		if err := CheckVersionStep(rec.Version, cfg.Version, cfg.AllowMinorDowngrade); err != nil {
+			return nil, fmt.Errorf("refusing to start etcd %s on %s: %w", cfg.Version, cfg.DataDir, err)
+		}
+	}
+	for _, u := range []struct{ what, raw string }{{"client URL", cfg.ClientURL}, {"peer URL", cfg.PeerURL}} {
+		if err := checkPortFree(u.raw); err != nil {
+			return nil, fmt.Errorf("%s %s: %w", u.what, u.raw, err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(cfg.DataDir), 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.Mkdir(cfg.DataDir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return nil, err
+	}
+	if err := os.Chmod(cfg.DataDir, 0o700); err != nil {
+		return nil, err
+	}
+	logf, err := os.OpenFile(m.a.logPath(cfg.Name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open member log: %w", err)
+	}
+	defer logf.Close()
+	fmt.Fprintf(logf, "--- steward agent: starting %s etcd %s at %s ---\n", cfg.Name, cfg.Version, time.Now().UTC().Format(time.RFC3339))
+	args := append(append([]string{}, ex.Args...), EtcdFlags(cfg)...)
+	cmd := exec.Command(ex.Path, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Dir = filepath.Dir(cfg.DataDir)
+	// Own process group: a signal to the agent's terminal does not reach members.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	p, err := startProcess(cmd)
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", ex.Path, err)
+	}
+	m.mu.Lock()
+	m.binary = strings.TrimSpace(ex.Path + " " + strings.Join(ex.Args, " "))
+	m.mu.Unlock()
+	if err := atomicfile.WriteFile(m.a.pidPath(cfg.Name), []byte(strconv.Itoa(p.pid)+"\n"), 0o600); err != nil {
+		m.a.log.Warn("write pid file", "member", cfg.Name, "err", err)
+	}
+	m.a.log.Info("started member", "member", cfg.Name, "version", cfg.Version, "pid", p.pid)
+	return p, nil
+}
+
+// awaitReady polls the member's /version endpoint until it answers with the
+// expected version, then marks it running and writes the version record.
+func (m *member) awaitReady(ctx context.Context, cfg agentapi.MemberConfig, p *process) {
+	hc, err := httpClientFor(cfg)
+	if err != nil {
+		m.setError(p, err.Error())
+		return
+	}
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		v, err := fetchVersion(ctx, hc, cfg.ClientURL)
+		if err != nil {
+			continue
+		}
+		if v != cfg.Version {
+			m.setError(p, fmt.Sprintf("binary reports etcd %s, want %s", v, cfg.Version))
+			return
+		}
+		m.mu.Lock()
+		if m.proc == p && m.state == agentapi.StateStarting {
+			m.state = agentapi.StateRunning
+			m.lastError = ""
+		}
+		m.mu.Unlock()
+		if err := WriteRecord(cfg.DataDir, cfg.Version, time.Now()); err != nil {
+			m.setError(p, err.Error())
+		}
+		return
+	}
+}
+
+func (m *member) setError(p *process, msg string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.proc == p {
+		m.lastError = msg
+	}
+}
+
+func httpClientFor(cfg agentapi.MemberConfig) (*http.Client, error) {
+	tr := &http.Transport{}
+	if cfg.TLS != nil {
+		tc, err := pki.ClientTLS(filepath.Dir(cfg.TLS.ClientCert))
+		if err != nil {
+			return nil, err
+		}
+		tr.TLSClientConfig = tc
+	} else {
+		tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	return &http.Client{Transport: tr, Timeout: 2 * time.Second}, nil
+}
+
+func fetchVersion(ctx context.Context, hc *http.Client, clientURL string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(clientURL, "/")+"/version", nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var v struct {
+		Server string `json:"etcdserver"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		return "", err
+	}
+	return v.Server, nil
+}
+
+// checkPortFree fails when another process listens on the URL's address.
+func checkPortFree(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return err
+	}
+	l, err := net.Listen("tcp", u.Host)
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("address %s is already in use by another process", u.Host)
+		}
+		return err
+	}
+	return l.Close()
+}
+
+// logTail returns the last n lines of a log file, shortened.
+func logTail(path string, n int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	const max = 4096
+	st, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	off := st.Size() - max
+	if off < 0 {
+		off = 0
+	}
+	buf := make([]byte, max)
+	k, _ := f.ReadAt(buf, off)
+	lines := strings.Split(strings.TrimSpace(string(buf[:k])), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	s := strings.Join(lines, " | ")
+	if len(s) > 600 {
+		s = s[len(s)-600:]
+	}
+	return s
+}
+

@@ -1,0 +1,106 @@
+package agent
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// process is a running member: either a child the agent started, or one an
+// earlier agent started and this one adopted after a restart.
+type process struct {
+	pid  int
+	done chan struct{} // closed when the process has exited
+	exit string        // how it exited; valid after done is closed
+}
+
+// startProcess starts a child and reaps it in the background.
+func startProcess(cmd *exec.Cmd) (*process, error) {
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &process{pid: cmd.Process.Pid, done: make(chan struct{})}
+	go func() {
+		err := cmd.Wait()
+		var ee *exec.ExitError
+		switch {
+		case err == nil:
+			p.exit = "exited with code 0"
+		case errors.As(err, &ee):
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				p.exit = "killed by signal " + ws.Signal().String()
+			} else {
+				p.exit = fmt.Sprintf("exited with code %d", ee.ExitCode())
+			}
+		default:
+			p.exit = err.Error()
+		}
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// adoptProcess watches a process the agent did not start. It is not our
+// child, so its exit status is unknown; liveness is polled.
+func adoptProcess(pid int) *process {
+	p := &process{pid: pid, done: make(chan struct{})}
+	go func() {
+		for alive(pid) {
+			time.Sleep(200 * time.Millisecond)
+		}
+		p.exit = "exited (adopted process; exit status unknown)"
+		close(p.done)
+	}()
+	return p
+}
+
+func (p *process) signal(sig syscall.Signal) {
+	_ = syscall.Kill(p.pid, sig)
+}
+
+// terminate sends SIGTERM, waits up to grace, then sends SIGKILL and waits.
+func (p *process) terminate(grace time.Duration) {
+	p.signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return
+	case <-time.After(grace):
+	}
+	p.signal(syscall.SIGKILL)
+	<-p.done
+}
+
+func alive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	// A zombie is dead for our purposes.
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	if i := bytes.LastIndexByte(b, ')'); i > 0 && i+2 < len(b) && b[i+2] == 'Z' {
+		return false
+	}
+	return true
+}
+
+// runsDataDir reports whether pid is an etcd process on dataDir.
+func runsDataDir(pid int, dataDir string) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return false
+	}
+	for _, a := range strings.Split(string(b), "\x00") {
+		if a == "--data-dir="+dataDir {
+			return true
+		}
+	}
+	return false
+}

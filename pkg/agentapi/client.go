@@ -1,0 +1,163 @@
+package agentapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// ErrUnreachable means the agent did not answer: it is not running, or its
+// socket is stale.
+var ErrUnreachable = errors.New("agent unreachable")
+
+// Client talks to one agent.
+type Client struct {
+	address string
+	base    string
+	hc      *http.Client
+}
+
+// NewClient returns a client for an agent address: unix:///path/agent.sock.
+func NewClient(address string) (*Client, error) {
+	sock, ok := strings.CutPrefix(address, "unix://")
+	if !ok {
+		return nil, fmt.Errorf("agent address %q: only unix:// addresses are supported in this version", address)
+	}
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		},
+	}
+	return &Client{address: address, base: "http://agent", hc: &http.Client{Transport: tr}}, nil
+}
+
+// Address returns the agent address.
+func (c *Client) Address() string { return c.address }
+
+// Info returns the agent's description.
+func (c *Client) Info(ctx context.Context) (AgentInfo, error) {
+	var out AgentInfo
+	return out, c.do(ctx, http.MethodGet, "/v1/agent", nil, &out)
+}
+
+// Members lists the members the agent runs.
+func (c *Client) Members(ctx context.Context) ([]MemberStatus, error) {
+	var out []MemberStatus
+	return out, c.do(ctx, http.MethodGet, "/v1/members", nil, &out)
+}
+
+// Member returns one member's status.
+func (c *Client) Member(ctx context.Context, name string) (MemberStatus, error) {
+	var out MemberStatus
+	return out, c.do(ctx, http.MethodGet, "/v1/members/"+name, nil, &out)
+}
+
+// PutMember stores a member's config without starting it.
+func (c *Client) PutMember(ctx context.Context, cfg MemberConfig) (MemberStatus, error) {
+	var out MemberStatus
+	return out, c.do(ctx, http.MethodPut, "/v1/members/"+cfg.Name, cfg, &out)
+}
+
+// DeleteMember stops a member and forgets it. Its data dir is kept.
+func (c *Client) DeleteMember(ctx context.Context, name string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/members/"+name, nil, nil)
+}
+
+// Start starts a member and keeps it running.
+func (c *Client) Start(ctx context.Context, name string) (MemberStatus, error) {
+	var out MemberStatus
+	return out, c.do(ctx, http.MethodPost, "/v1/members/"+name+"/start", nil, &out)
+}
+
+// Stop stops a member gracefully and keeps it stopped.
+func (c *Client) Stop(ctx context.Context, name string) (MemberStatus, error) {
+	var out MemberStatus
+	return out, c.do(ctx, http.MethodPost, "/v1/members/"+name+"/stop", nil, &out)
+}
+
+// Restart stops and starts a member.
+func (c *Client) Restart(ctx context.Context, name string) (MemberStatus, error) {
+	var out MemberStatus
+	return out, c.do(ctx, http.MethodPost, "/v1/members/"+name+"/restart", nil, &out)
+}
+
+// SwapVersion runs a member on another etcd version.
+func (c *Client) SwapVersion(ctx context.Context, name, version string) (MemberStatus, error) {
+	var out MemberStatus
+	return out, c.do(ctx, http.MethodPost, "/v1/members/"+name+"/version", VersionRequest{Version: version}, &out)
+}
+
+// Shutdown stops every member and the agent.
+func (c *Client) Shutdown(ctx context.Context) error {
+	return c.do(ctx, http.MethodPost, "/v1/shutdown", nil, nil)
+}
+
+// Ping reports whether the agent answers within d.
+func (c *Client) Ping(ctx context.Context, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	_, err := c.Info(ctx)
+	return err
+}
+
+func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("%w at %s: %v", ErrUnreachable, c.address, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("agent %s: read response: %w", c.address, err)
+	}
+	if resp.StatusCode >= 300 {
+		var e Error
+		if json.Unmarshal(b, &e) == nil && e.Error != "" {
+			return &APIError{Status: resp.StatusCode, Message: e.Error}
+		}
+		return &APIError{Status: resp.StatusCode, Message: strings.TrimSpace(string(b))}
+	}
+	if out != nil && len(b) > 0 {
+		if err := json.Unmarshal(b, out); err != nil {
+			return fmt.Errorf("agent %s: decode response: %w", c.address, err)
+		}
+	}
+	return nil
+}
+
+// APIError is an error the agent returned.
+type APIError struct {
+	Status  int
+	Message string
+}
+
+func (e *APIError) Error() string { return e.Message }
+
+// IsNotFound reports whether err is the agent saying a member is unknown.
+func IsNotFound(err error) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && ae.Status == http.StatusNotFound
+}

@@ -1,0 +1,116 @@
+// Package agentapi is the agent's JSON API: the request and response types
+// and a client. The API is plain HTTP with JSON bodies so it runs the same
+// over the local Unix socket and, later, over mTLS between hosts.
+//
+// Endpoints:
+//
+//	GET    /v1/agent                   AgentInfo
+//	GET    /v1/members                 []MemberStatus
+//	GET    /v1/members/{name}          MemberStatus
+//	PUT    /v1/members/{name}          MemberConfig -> MemberStatus (stores; does not start)
+//	DELETE /v1/members/{name}          stop the member and forget it (data kept)
+//	POST   /v1/members/{name}/start    start (and keep running)
+//	POST   /v1/members/{name}/stop     stop gracefully (and keep stopped)
+//	POST   /v1/members/{name}/restart  stop then start
+//	POST   /v1/members/{name}/version  VersionRequest: swap binary version, restart
+//	POST   /v1/shutdown                stop every member and exit
+//
+// Errors are JSON {"error": "..."} with a 4xx or 5xx status.
+package agentapi
+
+import "time"
+
+// MemberConfig is everything the agent needs to run one member.
+type MemberConfig struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	// BinaryStore is the directory of the versioned binary store.
+	BinaryStore string `json:"binaryStore"`
+	DataDir     string `json:"dataDir"`
+	ClientURL   string `json:"clientURL"`
+	PeerURL     string `json:"peerURL"`
+	// InitialCluster and InitialClusterState ("new" or "existing") are
+	// used by etcd only on the first start of an empty data dir.
+	InitialCluster      string `json:"initialCluster"`
+	InitialClusterState string `json:"initialClusterState"`
+	InitialClusterToken string `json:"initialClusterToken"`
+	// TLS is nil when TLS is off.
+	TLS                     *TLSFiles         `json:"tls,omitempty"`
+	QuotaBackendBytes       int64             `json:"quotaBackendBytes,omitempty"`
+	AutoCompactionMode      string            `json:"autoCompactionMode,omitempty"`
+	AutoCompactionRetention string            `json:"autoCompactionRetention,omitempty"`
+	SnapshotCount           uint64            `json:"snapshotCount,omitempty"`
+	HeartbeatIntervalMs     int               `json:"heartbeatIntervalMs,omitempty"`
+	ElectionTimeoutMs       int               `json:"electionTimeoutMs,omitempty"`
+	ExtraFlags              map[string]string `json:"extraFlags,omitempty"`
+	// AllowMinorDowngrade lets an older minor version start on a data dir
+	// last run by a newer one: only after etcd's own downgrade procedure.
+	AllowMinorDowngrade bool `json:"allowMinorDowngrade,omitempty"`
+}
+
+// TLSFiles are the certificate paths a member uses, on the agent's host.
+type TLSFiles struct {
+	CA         string `json:"ca"`
+	ServerCert string `json:"serverCert"`
+	ServerKey  string `json:"serverKey"`
+	PeerCert   string `json:"peerCert"`
+	PeerKey    string `json:"peerKey"`
+	ClientCert string `json:"clientCert"`
+	ClientKey  string `json:"clientKey"`
+}
+
+// Process states of a member as the agent sees it.
+const (
+	StateStopped   = "Stopped"
+	StateStarting  = "Starting"
+	StateRunning   = "Running"
+	StateBackoff   = "BackOff"          // exited; restarting after a delay
+	StateCrashLoop = "CrashLoopBackOff" // exited repeatedly soon after start
+	StateFailed    = "Failed"           // cannot be started until its config is fixed
+	StateStopping  = "Stopping"
+)
+
+// MemberStatus is the agent's view of one member process.
+type MemberStatus struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	// Binary is the command that runs the member.
+	Binary string `json:"binary"`
+	// Desired is "running" or "stopped".
+	Desired string `json:"desired"`
+	State   string `json:"state"`
+	PID     int    `json:"pid,omitempty"`
+	// Restarts counts restarts after unexpected exits since the agent started.
+	Restarts  int       `json:"restarts"`
+	StartedAt time.Time `json:"startedAt,omitzero"`
+	// LastExit describes the last unexpected exit.
+	LastExit string `json:"lastExit,omitempty"`
+	// LastError is the last error the agent met running the member.
+	LastError string `json:"lastError,omitempty"`
+	// DataDirVersion is the etcd version last run successfully on the data
+	// dir, from the version record next to it.
+	DataDirVersion string `json:"dataDirVersion,omitempty"`
+	LogFile        string `json:"logFile"`
+	DataDir        string `json:"dataDir"`
+	ClientURL      string `json:"clientURL"`
+	PeerURL        string `json:"peerURL"`
+}
+
+// AgentInfo describes an agent.
+type AgentInfo struct {
+	Name                string    `json:"name"`
+	PID                 int       `json:"pid"`
+	StewardDir          string    `json:"stewardDir"`
+	EmbeddedEtcdVersion string    `json:"embeddedEtcdVersion"`
+	StartedAt           time.Time `json:"startedAt"`
+}
+
+// VersionRequest asks the agent to run a member on another etcd version.
+type VersionRequest struct {
+	Version string `json:"version"`
+}
+
+// Error is the body of an error response.
+type Error struct {
+	Error string `json:"error"`
+}

@@ -1,0 +1,221 @@
+// Package cluster is Steward's library API for operating a cluster: bring it
+// up and down, report its status, and change its membership. Commands are
+// thin layers over it. Work on member processes goes through the agents
+// (package agentapi); work on the cluster goes through etcd's own API.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/etcd-steward/steward/pkg/agentapi"
+	"github.com/etcd-steward/steward/pkg/binaries"
+	"github.com/etcd-steward/steward/pkg/pki"
+	"github.com/etcd-steward/steward/pkg/spec"
+)
+
+// Cluster is an open Steward directory and its spec.
+type Cluster struct {
+	// Dir is the absolute Steward directory.
+	Dir string
+	// Spec is the cluster spec, loaded from Dir/cluster.yaml.
+	Spec *spec.Cluster
+	// Progress receives one line per step of long operations; nil discards.
+	Progress io.Writer
+}
+
+// ErrNoSpec means the Steward directory holds no cluster spec.
+var ErrNoSpec = errors.New("no cluster spec")
+
+// Open loads and validates the spec of a Steward directory.
+func Open(dir string) (*Cluster, error) {
+	p := filepath.Join(dir, spec.FileName)
+	if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s does not exist: run `steward up --dir %s` first", ErrNoSpec, p, dir)
+	}
+	s, err := spec.Load(p)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{Dir: dir, Spec: s}
+	if _, err := c.validate(s); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Cluster) validate(s *spec.Cluster) ([]string, error) {
+	store := binaries.Open(s.BinaryStoreDir(c.Dir))
+	w, err := s.Validate(spec.ValidateOptions{KnownVersion: func(v string) error {
+		_, err := store.Resolve(v)
+		return err
+	}})
+	if err != nil {
+		return w, fmt.Errorf("invalid cluster spec %s:\n%w", filepath.Join(c.Dir, spec.FileName), err)
+	}
+	return w, nil
+}
+
+// SpecPath is the path of the spec file.
+func (c *Cluster) SpecPath() string { return filepath.Join(c.Dir, spec.FileName) }
+
+// saveSpec validates and atomically writes a new spec, then adopts it.
+func (c *Cluster) saveSpec(s *spec.Cluster) error {
+	if _, err := c.validate(s); err != nil {
+		return err
+	}
+	if err := s.Save(c.SpecPath()); err != nil {
+		return err
+	}
+	c.Spec = s
+	return nil
+}
+
+func (c *Cluster) progress(format string, a ...any) {
+	if c.Progress != nil {
+		fmt.Fprintf(c.Progress, format+"\n", a...)
+	}
+}
+
+// CertDir is the absolute certificate directory.
+func (c *Cluster) CertDir() string { return c.Spec.CertDir(c.Dir) }
+
+// EnsureCerts generates or refreshes the certificates when TLS is on.
+func (c *Cluster) EnsureCerts() error {
+	if c.Spec.TLS.Disabled {
+		return nil
+	}
+	var hosts []string
+	for _, m := range c.Spec.Members {
+		for _, u := range []string{m.ClientURL, m.PeerURL} {
+			hp, err := spec.HostPort(u)
+			if err != nil {
+				return err
+			}
+			h, _, _ := splitHostPort(hp)
+			hosts = append(hosts, h)
+		}
+	}
+	return pki.Ensure(c.CertDir(), c.Spec.Name, hosts)
+}
+
+// Client returns an etcd client for the given endpoints (all members when
+// none are given).
+func (c *Cluster) Client(endpoints ...string) (*clientv3.Client, error) {
+	if len(endpoints) == 0 {
+		endpoints = c.Spec.ClientURLs()
+	}
+	cfg := clientv3.Config{
+		Endpoints:            endpoints,
+		DialTimeout:          3 * time.Second,
+		DialKeepAliveTime:    10 * time.Second,
+		DialKeepAliveTimeout: 3 * time.Second,
+		Logger:               zap.NewNop(),
+	}
+	if !c.Spec.TLS.Disabled {
+		tc, err := pki.ClientTLS(c.CertDir())
+		if err != nil {
+			return nil, err
+		}
+		cfg.TLS = tc
+	}
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("etcd client for %v: %w", endpoints, err)
+	}
+	return cli, nil
+}
+
+// Agent returns a client for the named agent.
+func (c *Cluster) Agent(name string) (*agentapi.Client, error) {
+	a, ok := c.Spec.Agent(name)
+	if !ok {
+		return nil, fmt.Errorf("agent %q is not in the cluster spec", name)
+	}
+	return agentapi.NewClient(a.Address)
+}
+
+// AgentFor returns the client of the agent that runs a member.
+func (c *Cluster) AgentFor(m spec.Member) (*agentapi.Client, error) {
+	return c.Agent(m.Agent)
+}
+
+// MemberConfig builds the agent's run config of a spec member.
+func (c *Cluster) MemberConfig(m spec.Member) agentapi.MemberConfig {
+	s := c.Spec
+	cfg := agentapi.MemberConfig{
+		Name:                    m.Name,
+		Version:                 s.Version,
+		BinaryStore:             s.BinaryStoreDir(c.Dir),
+		DataDir:                 spec.Path(c.Dir, m.DataDir),
+		ClientURL:               m.ClientURL,
+		PeerURL:                 m.PeerURL,
+		InitialClusterToken:     s.Token,
+		QuotaBackendBytes:       s.Etcd.QuotaBackendBytes,
+		AutoCompactionMode:      s.Etcd.AutoCompactionMode,
+		AutoCompactionRetention: s.Etcd.AutoCompactionRetention,
+		SnapshotCount:           s.Etcd.SnapshotCount,
+		HeartbeatIntervalMs:     s.Etcd.HeartbeatIntervalMs,
+		ElectionTimeoutMs:       s.Etcd.ElectionTimeoutMs,
+		ExtraFlags:              s.Etcd.ExtraFlags,
+	}
+	if m.Bootstrap != nil {
+		cfg.InitialClusterState = "existing"
+		cfg.InitialCluster = m.Bootstrap.InitialCluster
+	} else {
+		// Members of the initial cluster bootstrap it together. etcd reads
+		// these flags only when the data dir is empty.
+		cfg.InitialClusterState = "new"
+		var initial spec.Cluster
+		for _, o := range s.Members {
+			if o.Bootstrap == nil {
+				initial.Members = append(initial.Members, o)
+			}
+		}
+		cfg.InitialCluster = initial.InitialCluster()
+	}
+	if !s.TLS.Disabled {
+		f := pki.FilesIn(c.CertDir())
+		cfg.TLS = &agentapi.TLSFiles{
+			CA: f.CA, ServerCert: f.ServerCert, ServerKey: f.ServerKey,
+			PeerCert: f.PeerCert, PeerKey: f.PeerKey, ClientCert: f.ClientCert, ClientKey: f.ClientKey,
+		}
+	}
+	return cfg
+}
+
+// memberOrError finds a spec member or says which names exist.
+func (c *Cluster) memberOrError(name string) (spec.Member, error) {
+	if m, ok := c.Spec.Member(name); ok {
+		return *m, nil
+	}
+	return spec.Member{}, fmt.Errorf("no member named %q in %s (members: %v)", name, c.SpecPath(), c.Spec.MemberNames())
+}
+
+// poll calls f every interval until it returns true, an error, or ctx ends.
+func poll(ctx context.Context, interval time.Duration, f func(context.Context) (bool, error)) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		ok, err := f(ctx)
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}

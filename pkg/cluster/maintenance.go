@@ -1,0 +1,295 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// MoveLeader hands leadership to the named member and waits until it leads.
+func (c *Cluster) MoveLeader(ctx context.Context, to string) error {
+	if _, err := c.memberOrError(to); err != nil {
+		return err
+	}
+	st, err := c.Status(ctx)
+	if err != nil {
+		return err
+	}
+	target, _ := st.Member(to)
+	switch {
+	case !st.Cluster.Quorate || st.Cluster.Leader == "":
+		return fmt.Errorf("cannot move leadership: the cluster has no leader: %s", unhealthySummary(st))
+	case st.Cluster.Leader == to:
+		c.progress("%s is already the leader", to)
+		return nil
+	case target.Role == "learner":
+		return fmt.Errorf("cannot move leadership to %s: it is a learner; it must be promoted first", to)
+	case !target.Healthy:
+		return fmt.Errorf("cannot move leadership to %s: it is not healthy: %s", to, target.LastError)
+	}
+	leader, _ := st.Member(st.Cluster.Leader)
+	id, err := strconv.ParseUint(target.ID, 16, 64)
+	if err != nil {
+		return fmt.Errorf("member %s has no valid ID %q", to, target.ID)
+	}
+	// MoveLeader must be sent to the current leader.
+	cli, err := c.Client(leader.ClientURLs...)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	mctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	_, err = cli.MoveLeader(mctx, id)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("move leadership from %s to %s: %w", leader.Name, to, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	err = poll(wctx, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
+		p := c.probe(ctx, target.ClientURLs[0])
+		return p.err == nil && p.status.Leader == id, nil
+	})
+	if err != nil {
+		return fmt.Errorf("leadership did not move to %s: %w", to, err)
+	}
+	c.progress("leadership moved from %s to %s", leader.Name, to)
+	return nil
+}
+
+// DefragResult reports one member's defragmentation.
+type DefragResult struct {
+	Member     string        `json:"member"`
+	DBSizeFrom int64         `json:"dbSizeBefore"`
+	DBSizeTo   int64         `json:"dbSizeAfter"`
+	Duration   time.Duration `json:"durationNs"`
+}
+
+// DefragOptions configure Defrag.
+type DefragOptions struct {
+	// AllowAlarms defragments members that have alarms raised (used to
+	// clear NOSPACE); health is still required otherwise.
+	AllowAlarms bool
+	// Timeout bounds each member's defragmentation (default 10m).
+	Timeout time.Duration
+}
+
+// Defrag defragments every member one at a time, followers first and the
+// leader last, only while every member is healthy; it stops at the first
+// member that is not and says why.
+func (c *Cluster) Defrag(ctx context.Context, o DefragOptions) ([]DefragResult, error) {
+	if o.Timeout == 0 {
+		o.Timeout = 10 * time.Minute
+	}
+	st, err := c.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := requireDefragHealth(st, o.AllowAlarms); err != nil {
+		return nil, err
+	}
+	order := make([]MemberStatus, 0, len(st.Members))
+	for _, m := range st.Members {
+		if m.Name != st.Cluster.Leader {
+			order = append(order, m)
+		}
+	}
+	sort.SliceStable(order, func(i, j int) bool { return order[i].Name < order[j].Name })
+	if l, ok := st.Member(st.Cluster.Leader); ok {
+		order = append(order, l)
+	}
+	var results []DefragResult
+	for i, m := range order {
+		if i > 0 {
+			// Re-check before each member: never defragment while another
+			// member is unhealthy.
+			st, err := c.Status(ctx)
+			if err != nil {
+				return results, err
+			}
+			if err := requireDefragHealth(st, o.AllowAlarms); err != nil {
+				return results, fmt.Errorf("defragmentation stopped before %s: %w", m.Name, err)
+			}
+		}
+		c.progress("defragmenting %s (%s, db %s)", m.Name, m.Role, humanBytes(m.DBSize))
+		start := time.Now()
+		cli, err := c.Client(m.ClientURLs...)
+		if err != nil {
+			return results, err
+		}
+		dctx, cancel := context.WithTimeout(ctx, o.Timeout)
+		_, err = cli.Defragment(dctx, m.ClientURLs[0])
+		cancel()
+		cli.Close()
+		if err != nil {
+			return results, fmt.Errorf("defragment %s: %w", m.Name, err)
+		}
+		if err := c.waitMemberHealthy(ctx, m.Name, time.Minute); err != nil && !o.AllowAlarms {
+			return results, fmt.Errorf("defragmentation stopped: %w", err)
+		}
+		r := DefragResult{Member: m.Name, DBSizeFrom: m.DBSize, Duration: time.Since(start)}
+		if p := c.probe(ctx, m.ClientURLs[0]); p.err == nil {
+			r.DBSizeTo = p.status.DbSize
+		}
+		c.progress("  %s: %s -> %s in %s", m.Name, humanBytes(r.DBSizeFrom), humanBytes(r.DBSizeTo), r.Duration.Round(time.Millisecond))
+		results = append(results, r)
+	}
+	return results, nil
+}
+
+func requireDefragHealth(st *Status, allowAlarms bool) error {
+	if !st.Cluster.Quorate {
+		return fmt.Errorf("refusing to defragment: the cluster has no quorum: %s", unhealthySummary(st))
+	}
+	for _, m := range st.Members {
+		if m.Healthy {
+			continue
+		}
+		if allowAlarms && m.Role != "unknown" && len(m.Alarms) > 0 && m.LastError == "alarm raised: "+joinAlarms(m.Alarms) {
+			continue
+		}
+		return fmt.Errorf("refusing to defragment while member %s is unhealthy (%s): defragmenting another member could cost quorum", m.Name, m.LastError)
+	}
+	return nil
+}
+
+// Alarm is a raised etcd alarm.
+type Alarm struct {
+	MemberID   string `json:"memberID"`
+	MemberName string `json:"memberName"`
+	Alarm      string `json:"alarm"`
+}
+
+// Alarms lists the cluster's raised alarms.
+func (c *Cluster) Alarms(ctx context.Context) ([]Alarm, error) {
+	cli, err := c.Client()
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := cli.AlarmList(actx)
+	if err != nil {
+		return nil, fmt.Errorf("list alarms: %w", err)
+	}
+	names := map[uint64]string{}
+	if l, err := cli.MemberList(actx); err == nil {
+		for _, m := range l.Members {
+			names[m.ID] = m.Name
+		}
+	}
+	out := []Alarm{}
+	for _, a := range resp.Alarms {
+		out = append(out, Alarm{MemberID: fmt.Sprintf("%x", a.MemberID), MemberName: names[a.MemberID], Alarm: a.Alarm.String()})
+	}
+	return out, nil
+}
+
+// DisarmOptions configure Disarm.
+type DisarmOptions struct {
+	// Force disarms CORRUPT alarms too.
+	Force bool
+}
+
+// Disarm clears the cluster's alarms. For NOSPACE it first frees space:
+// compacts to the current revision, defragments every member, and checks
+// the database is back under the quota, because disarming a full database
+// only raises the alarm again. A CORRUPT alarm is refused unless Force: the
+// member's data diverged and must be replaced.
+func (c *Cluster) Disarm(ctx context.Context, o DisarmOptions) ([]Alarm, error) {
+	alarms, err := c.Alarms(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(alarms) == 0 {
+		c.progress("no alarms raised")
+		return alarms, nil
+	}
+	nospace := false
+	for _, a := range alarms {
+		switch a.Alarm {
+		case pb.AlarmType_CORRUPT.String():
+			if !o.Force {
+				return nil, fmt.Errorf("member %s (%s) has a CORRUPT alarm: its data diverged from the others; replace it with `steward member replace %s` (or --force to disarm anyway)", a.MemberName, a.MemberID, a.MemberName)
+			}
+		case pb.AlarmType_NOSPACE.String():
+			nospace = true
+		}
+	}
+	cli, err := c.Client()
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	if nospace {
+		gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		resp, err := cli.Get(gctx, "health", clientv3.WithCountOnly())
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("read current revision: %w", err)
+		}
+		rev := resp.Header.Revision
+		c.progress("NOSPACE: compacting to revision %d", rev)
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+		_, err = cli.Compact(cctx, rev, clientv3.WithCompactPhysical())
+		cancel()
+		if err != nil && err.Error() != "etcdserver: mvcc: required revision has been compacted" {
+			return nil, fmt.Errorf("compact to revision %d: %w", rev, err)
+		}
+		if _, err := c.Defrag(ctx, DefragOptions{AllowAlarms: true}); err != nil {
+			return nil, err
+		}
+		st, err := c.Status(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range st.Members {
+			if m.DBSize >= c.Spec.Etcd.QuotaBackendBytes {
+				return nil, fmt.Errorf("member %s database is still %s after compaction and defragmentation, at or above the quota %s: delete data or raise etcd.quotaBackendBytes, then disarm again",
+					m.Name, humanBytes(m.DBSize), humanBytes(c.Spec.Etcd.QuotaBackendBytes))
+			}
+		}
+	}
+	for _, a := range alarms {
+		id, _ := strconv.ParseUint(a.MemberID, 16, 64)
+		at := pb.AlarmType(pb.AlarmType_value[a.Alarm])
+		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := cli.AlarmDisarm(dctx, &clientv3.AlarmMember{MemberID: id, Alarm: at})
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("disarm %s on %s: %w", a.Alarm, a.MemberName, err)
+		}
+		c.progress("disarmed %s on %s", a.Alarm, a.MemberName)
+	}
+	return alarms, nil
+}
+
+func joinAlarms(a []string) string {
+	s := ""
+	for i, x := range a {
+		if i > 0 {
+			s += ", "
+		}
+		s += x
+	}
+	return s
+}
+
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

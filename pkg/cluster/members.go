@@ -1,0 +1,641 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/etcd-steward/steward/pkg/agent"
+	"github.com/etcd-steward/steward/pkg/spec"
+)
+
+// AddOptions configure AddMember.
+type AddOptions struct {
+	// Agent runs the new member (default: local).
+	Agent string
+	// ClientURL and PeerURL default to free ports on 127.0.0.1.
+	ClientURL, PeerURL string
+	// Timeout bounds the wait for the learner to catch up (default 10m).
+	Timeout time.Duration
+}
+
+// AddMember adds a member as a learner, starts it, waits until it has
+// caught up with the leader, and promotes it to a voting member. If any
+// step fails the member is removed again and the spec is left as it was.
+func (c *Cluster) AddMember(ctx context.Context, name string, o AddOptions) (err error) {
+	if _, ok := c.Spec.Member(name); ok {
+		return fmt.Errorf("member %q already exists in %s", name, c.SpecPath())
+	}
+	if o.Agent == "" {
+		o.Agent = spec.LocalAgent
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 10 * time.Minute
+	}
+	st, err := c.Status(ctx)
+	if err != nil {
+		return err
+	}
+	if err := requireAllHealthy(st, "add a member"); err != nil {
+		return err
+	}
+	free := spec.FreePort("127.0.0.1")
+	if o.ClientURL == "" {
+		p, err := free()
+		if err != nil {
+			return err
+		}
+		o.ClientURL = fmt.Sprintf("%s://127.0.0.1:%d", c.Spec.Scheme(), p)
+	}
+	if o.PeerURL == "" {
+		for {
+			p, err := free()
+			if err != nil {
+				return err
+			}
+			if u := fmt.Sprintf("%s://127.0.0.1:%d", c.Spec.Scheme(), p); u != o.ClientURL {
+				o.PeerURL = u
+				break
+			}
+		}
+	}
+	old := c.Spec.Clone()
+	next := c.Spec.Clone()
+	next.Members = append(next.Members, spec.Member{
+		Name: name, Agent: o.Agent, ClientURL: o.ClientURL, PeerURL: o.PeerURL,
+		DataDir: "members/" + name + "/data",
+	})
+	if _, err := c.validate(next); err != nil {
+		return err
+	}
+	nm, _ := next.Member(name)
+	dataDir := spec.Path(c.Dir, nm.DataDir)
+	if err := requireEmptyDir(dataDir); err != nil {
+		return fmt.Errorf("member %s: %w", name, err)
+	}
+	for _, u := range []string{o.ClientURL, o.PeerURL} {
+		hp, _ := spec.HostPort(u)
+		if err := checkListen(hp); err != nil {
+			return fmt.Errorf("member %s: %s: %w", name, u, err)
+		}
+	}
+	ac, err := c.Agent(o.Agent)
+	if err != nil {
+		return err
+	}
+	if err := ac.Ping(ctx, 2*time.Second); err != nil {
+		return fmt.Errorf("agent %s does not answer: %w", o.Agent, err)
+	}
+	c.Spec = next
+	if err := c.EnsureCerts(); err != nil {
+		c.Spec = old
+		return err
+	}
+	c.Spec = old
+
+	cli, err := c.Client()
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	c.progress("adding %s as a learner (peer %s)", name, o.PeerURL)
+	resp, err := addLearner(ctx, cli, o.PeerURL)
+	if err != nil {
+		return fmt.Errorf("add member %s as learner: %w", name, err)
+	}
+	id := resp.Member.ID
+	// From here on, undo on failure so nothing is left half-done.
+	defer func() {
+		if err == nil {
+			return
+		}
+		c.progress("add failed; removing learner %s again", name)
+		uctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var undo []string
+		if derr := ac.DeleteMember(uctx, name); derr != nil {
+			undo = append(undo, "stop member: "+derr.Error())
+		}
+		if _, rerr := cli.MemberRemove(uctx, id); rerr != nil && !errors.Is(rerr, rpctypes.ErrMemberNotFound) {
+			undo = append(undo, fmt.Sprintf("remove member %x: %v", id, rerr))
+		}
+		if aside, merr := moveAside(dataDir, "failed-add"); merr != nil {
+			undo = append(undo, "move data aside: "+merr.Error())
+		} else if aside != "" {
+			c.progress("moved partial data dir to %s", aside)
+		}
+		if serr := c.saveSpec(old); serr != nil {
+			undo = append(undo, "restore spec: "+serr.Error())
+		}
+		if len(undo) > 0 {
+			err = fmt.Errorf("%w; undo incomplete: %s", err, strings.Join(undo, "; "))
+		}
+	}()
+	next.Members[len(next.Members)-1].Bootstrap = &spec.Bootstrap{InitialCluster: initialClusterFrom(resp.Members, id, name)}
+	if err := c.saveSpec(next); err != nil {
+		return err
+	}
+	nm, _ = c.Spec.Member(name)
+	if _, err := ac.PutMember(ctx, c.MemberConfig(*nm)); err != nil {
+		return fmt.Errorf("configure member %s on agent %s: %w", name, o.Agent, err)
+	}
+	if _, err := ac.Start(ctx, name); err != nil {
+		return fmt.Errorf("start member %s: %w", name, err)
+	}
+	c.progress("started %s; waiting for it to catch up with the leader", name)
+	if err := c.promoteWhenReady(ctx, cli, name, id, o.Timeout); err != nil {
+		return err
+	}
+	return c.waitMemberHealthy(ctx, name, time.Minute)
+}
+
+// promoteWhenReady promotes a learner as soon as etcd accepts it (the
+// learner's log must be close to the leader's), reporting progress.
+func (c *Cluster) promoteWhenReady(ctx context.Context, cli *clientv3.Client, name string, id uint64, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	lastReport := time.Time{}
+	err := poll(ctx, 300*time.Millisecond, func(ctx context.Context) (bool, error) {
+		// A member that cannot start will not catch up: fail fast.
+		m, _ := c.Spec.Member(name)
+		if ac, err := c.AgentFor(*m); err == nil {
+			if as, err := ac.Member(ctx, name); err == nil && (as.State == "Failed" || as.State == "CrashLoopBackOff") {
+				return false, fmt.Errorf("member %s is %s: %s %s", name, as.State, as.LastError, as.LastExit)
+			}
+		}
+		pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := cli.MemberPromote(pctx, id)
+		pcancel()
+		if err == nil {
+			c.progress("promoted %s to a voting member", name)
+			return true, nil
+		}
+		if errors.Is(err, rpctypes.ErrMemberLearnerNotReady) || errors.Is(err, context.DeadlineExceeded) ||
+			strings.Contains(err.Error(), "not in sync") || strings.Contains(err.Error(), "not started") {
+			if time.Since(lastReport) > 5*time.Second {
+				lastReport = time.Now()
+				c.progress("  %s", c.catchUpProgress(ctx, name))
+			}
+			return false, nil
+		}
+		if errors.Is(err, rpctypes.ErrMemberNotLearner) {
+			return true, nil
+		}
+		return false, fmt.Errorf("promote %s: %w", name, err)
+	})
+	if err != nil && errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("learner %s did not catch up with the leader within %s: %s", name, timeout, c.catchUpProgress(context.Background(), name))
+	}
+	return err
+}
+
+func (c *Cluster) catchUpProgress(ctx context.Context, name string) string {
+	m, ok := c.Spec.Member(name)
+	if !ok {
+		return ""
+	}
+	cli, err := c.Client()
+	if err != nil {
+		return err.Error()
+	}
+	defer cli.Close()
+	sctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	ls, err := cli.Status(sctx, m.ClientURL)
+	if err != nil {
+		return fmt.Sprintf("learner %s not answering yet (%s)", name, shortErr(err))
+	}
+	for _, o := range c.Spec.Members {
+		if o.Name == name {
+			continue
+		}
+		if s, err := cli.Status(sctx, o.ClientURL); err == nil && s.Leader == s.Header.MemberId {
+			return fmt.Sprintf("learner %s applied index %d of leader's %d", name, ls.RaftAppliedIndex, s.RaftAppliedIndex)
+		}
+	}
+	return fmt.Sprintf("learner %s applied index %d", name, ls.RaftAppliedIndex)
+}
+
+func (c *Cluster) waitMemberHealthy(ctx context.Context, name string, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	m, ok := c.Spec.Member(name)
+	if !ok {
+		return fmt.Errorf("member %s not in spec", name)
+	}
+	var lastErr error
+	err := poll(ctx, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
+		p := c.probe(ctx, m.ClientURL)
+		if p.err == nil && p.readErr == nil {
+			return true, nil
+		}
+		lastErr = p.readErr
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("member %s not healthy within %s: %v", name, d, lastErr)
+	}
+	return nil
+}
+
+// initialClusterFrom builds --initial-cluster from etcd's member list after
+// MemberAdd; the new member has no name yet, so it gets newName.
+func initialClusterFrom(members []*pb.Member, newID uint64, newName string) string {
+	var parts []string
+	for _, m := range members {
+		n := m.Name
+		if m.ID == newID {
+			n = newName
+		}
+		if n == "" {
+			continue // another member added but never started: etcd ignores it
+		}
+		for _, u := range m.PeerURLs {
+			parts = append(parts, n+"="+u)
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// RemoveOptions configure RemoveMember.
+type RemoveOptions struct {
+	// Force removes the member even when the rest would not be quorate.
+	Force bool
+}
+
+// RemoveMember removes a member from the cluster, stops it, and moves its
+// data dir aside. It refuses to remove the last member, and (unless Force)
+// to leave the cluster without a healthy quorum. A leader hands its
+// leadership to a healthy follower first.
+func (c *Cluster) RemoveMember(ctx context.Context, name string, o RemoveOptions) error {
+	m, err := c.memberOrError(name)
+	if err != nil {
+		return err
+	}
+	if len(c.Spec.Members) == 1 {
+		return fmt.Errorf("refusing to remove %s: it is the last member of the cluster; use `steward down --purge` to delete the whole cluster", name)
+	}
+	st, err := c.Status(ctx)
+	if err != nil {
+		return err
+	}
+	target, _ := st.Member(name)
+	voters, healthyOthers := 0, 0
+	for _, ms := range st.Members {
+		if ms.Role == "learner" {
+			continue
+		}
+		voters++
+		if ms.Name != name && ms.Healthy {
+			healthyOthers++
+		}
+	}
+	remaining := voters
+	if target.Role != "learner" {
+		remaining--
+	}
+	if need := remaining/2 + 1; healthyOthers < need && !o.Force {
+		return fmt.Errorf("refusing to remove %s: the %d remaining voting members would need %d healthy for quorum but only %d are healthy (%s); fix them first or use --force",
+			name, remaining, need, healthyOthers, unhealthySummary(st))
+	}
+	cli, err := c.clientExcluding(name)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	if target.Role == "leader" {
+		to := pickTransferee(st, name)
+		if to == "" {
+			return fmt.Errorf("refusing to remove leader %s: no healthy follower to hand leadership to", name)
+		}
+		c.progress("%s is the leader; moving leadership to %s first", name, to)
+		if err := c.MoveLeader(ctx, to); err != nil {
+			return fmt.Errorf("remove %s: %w", name, err)
+		}
+	}
+	id, found, err := c.memberID(ctx, cli, m)
+	if err != nil {
+		return err
+	}
+	if found {
+		err = retryUnhealthy(ctx, func(ctx context.Context) error {
+			_, err := cli.MemberRemove(ctx, id)
+			return err
+		})
+		if err != nil && !errors.Is(err, rpctypes.ErrMemberNotFound) {
+			return fmt.Errorf("remove member %s (%x) from etcd: %w", name, id, err)
+		}
+		c.progress("removed %s (%x) from the cluster", name, id)
+	}
+	if ac, err := c.AgentFor(m); err == nil {
+		if err := ac.DeleteMember(ctx, name); err != nil && !isAgentNotFound(err) {
+			return fmt.Errorf("member %s was removed from etcd but its agent could not stop it: %w", name, err)
+		}
+	}
+	next := c.Spec.Clone()
+	next.Members = nil
+	for _, o := range c.Spec.Members {
+		if o.Name != name {
+			next.Members = append(next.Members, o)
+		}
+	}
+	if err := c.saveSpec(next); err != nil {
+		return err
+	}
+	aside, err := moveAside(spec.Path(c.Dir, m.DataDir), "removed")
+	if err != nil {
+		return fmt.Errorf("member %s removed, but its data dir could not be moved aside: %w", name, err)
+	}
+	if aside != "" {
+		c.progress("moved data dir of %s to %s", name, aside)
+	}
+	return nil
+}
+
+// ReplaceMember rebuilds a member whose data was lost: it removes the old
+// member ID, moves the old data dir aside, re-adds the member as a learner on
+// the same URLs, and promotes it once it has caught up. It can be re-run
+// after a failure and continues where it stopped.
+func (c *Cluster) ReplaceMember(ctx context.Context, name string, timeout time.Duration) error {
+	m, err := c.memberOrError(name)
+	if err != nil {
+		return err
+	}
+	if timeout == 0 {
+		timeout = 10 * time.Minute
+	}
+	st, err := c.Status(ctx)
+	if err != nil {
+		return err
+	}
+	voters, healthyOthers := 0, 0
+	for _, ms := range st.Members {
+		if ms.Role == "learner" {
+			continue
+		}
+		voters++
+		if ms.Name != name && ms.Healthy {
+			healthyOthers++
+		}
+	}
+	if voters < 2 {
+		return fmt.Errorf("refusing to replace %s: it is the only voting member; a single-member cluster that lost its data needs a restore from backup", name)
+	}
+	if need := voters/2 + 1; healthyOthers < need {
+		return fmt.Errorf("refusing to replace %s: the other members are not quorate (%d healthy, %d needed): %s",
+			name, healthyOthers, need, unhealthySummary(st))
+	}
+	ac, err := c.AgentFor(m)
+	if err != nil {
+		return err
+	}
+	cli, err := c.clientExcluding(name)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	if t, _ := st.Member(name); t.Role == "leader" {
+		if to := pickTransferee(st, name); to != "" {
+			c.progress("%s is the leader; moving leadership to %s first", name, to)
+			if err := c.MoveLeader(ctx, to); err != nil {
+				return err
+			}
+		}
+	}
+	c.progress("stopping %s", name)
+	if _, err := ac.Stop(ctx, name); err != nil && !isAgentNotFound(err) {
+		return fmt.Errorf("stop member %s: %w", name, err)
+	}
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	list, err := cli.MemberList(lctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("list members: %w", err)
+	}
+	var learnerID uint64
+	for _, em := range list.Members {
+		if !containsString(em.PeerURLs, m.PeerURL) {
+			continue
+		}
+		if em.IsLearner && em.Name == "" {
+			learnerID = em.ID // an earlier replace got this far
+			continue
+		}
+		err := retryUnhealthy(ctx, func(ctx context.Context) error {
+			_, err := cli.MemberRemove(ctx, em.ID)
+			return err
+		})
+		if err != nil && !errors.Is(err, rpctypes.ErrMemberNotFound) {
+			return fmt.Errorf("remove old member %s (%x): %w", name, em.ID, err)
+		}
+		c.progress("removed old member ID %x", em.ID)
+	}
+	dataDir := spec.Path(c.Dir, m.DataDir)
+	if aside, err := moveAside(dataDir, "replaced"); err != nil {
+		return fmt.Errorf("move data dir of %s aside: %w", name, err)
+	} else if aside != "" {
+		c.progress("moved old data dir to %s", aside)
+	}
+	var initial string
+	if learnerID == 0 {
+		resp, err := addLearner(ctx, cli, m.PeerURL)
+		if err != nil {
+			return fmt.Errorf("re-add %s as learner: %w (re-run `steward member replace %s` to continue)", name, err, name)
+		}
+		learnerID = resp.Member.ID
+		initial = initialClusterFrom(resp.Members, learnerID, name)
+		c.progress("re-added %s as learner %x", name, learnerID)
+	} else {
+		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		list, err := cli.MemberList(lctx)
+		cancel()
+		if err != nil {
+			return err
+		}
+		initial = initialClusterFrom(list.Members, learnerID, name)
+	}
+	next := c.Spec.Clone()
+	nm, _ := next.Member(name)
+	nm.Bootstrap = &spec.Bootstrap{InitialCluster: initial}
+	if err := c.saveSpec(next); err != nil {
+		return err
+	}
+	nm, _ = c.Spec.Member(name)
+	if _, err := ac.PutMember(ctx, c.MemberConfig(*nm)); err != nil {
+		return err
+	}
+	if _, err := ac.Start(ctx, name); err != nil {
+		return err
+	}
+	c.progress("started %s with an empty data dir; waiting for it to catch up", name)
+	if err := c.promoteWhenReady(ctx, cli, name, learnerID, timeout); err != nil {
+		return fmt.Errorf("%w (re-run `steward member replace %s` to continue)", err, name)
+	}
+	return c.waitMemberHealthy(ctx, name, time.Minute)
+}
+
+// StopMember stops a member's process (it stays a member of the cluster).
+func (c *Cluster) StopMember(ctx context.Context, name string) error {
+	m, err := c.memberOrError(name)
+	if err != nil {
+		return err
+	}
+	ac, err := c.AgentFor(m)
+	if err != nil {
+		return err
+	}
+	_, err = ac.Stop(ctx, name)
+	return err
+}
+
+// StartMember starts a member's process again.
+func (c *Cluster) StartMember(ctx context.Context, name string) error {
+	m, err := c.memberOrError(name)
+	if err != nil {
+		return err
+	}
+	ac, err := c.AgentFor(m)
+	if err != nil {
+		return err
+	}
+	if _, err := ac.PutMember(ctx, c.MemberConfig(m)); err != nil {
+		return err
+	}
+	_, err = ac.Start(ctx, name)
+	return err
+}
+
+// memberID finds a spec member's etcd ID by name, then by peer URL.
+func (c *Cluster) memberID(ctx context.Context, cli *clientv3.Client, m spec.Member) (uint64, bool, error) {
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	list, err := cli.MemberList(lctx)
+	cancel()
+	if err != nil {
+		return 0, false, fmt.Errorf("list members: %w", err)
+	}
+	for _, em := range list.Members {
+		if em.Name == m.Name || containsString(em.PeerURLs, m.PeerURL) {
+			return em.ID, true, nil
+		}
+	}
+	return 0, false, nil
+}
+
+// clientExcluding returns a client for every member but one.
+func (c *Cluster) clientExcluding(name string) (*clientv3.Client, error) {
+	var eps []string
+	for _, m := range c.Spec.Members {
+		if m.Name != name {
+			eps = append(eps, m.ClientURL)
+		}
+	}
+	if len(eps) == 0 {
+		return nil, fmt.Errorf("no member other than %s to talk to", name)
+	}
+	return c.Client(eps...)
+}
+
+func pickTransferee(st *Status, exclude string) string {
+	best, bestIdx := "", uint64(0)
+	for _, m := range st.Members {
+		if m.Name == exclude || !m.Healthy || m.Role != "follower" || !m.InSpec {
+			continue
+		}
+		if best == "" || m.RaftAppliedIndex > bestIdx {
+			best, bestIdx = m.Name, m.RaftAppliedIndex
+		}
+	}
+	return best
+}
+
+func requireAllHealthy(st *Status, what string) error {
+	if !st.Cluster.Quorate {
+		return fmt.Errorf("refusing to %s: the cluster has no quorum: %s", what, unhealthySummary(st))
+	}
+	if st.Cluster.HealthyMembers < len(st.Members) {
+		return fmt.Errorf("refusing to %s while a member is unhealthy: %s", what, unhealthySummary(st))
+	}
+	return nil
+}
+
+func requireEmptyDir(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if len(ents) > 0 {
+		return fmt.Errorf("data dir %s already holds data; move it away first", dir)
+	}
+	return nil
+}
+
+// moveAside renames a data dir (and its version record) to
+// DIR.<why>-<timestamp>. It never deletes. It returns "" when there was
+// nothing to move.
+func moveAside(dataDir, why string) (string, error) {
+	if _, err := os.Stat(dataDir); errors.Is(err, os.ErrNotExist) {
+		_ = os.Remove(agent.RecordPath(dataDir))
+		return "", nil
+	}
+	dst := fmt.Sprintf("%s.%s-%s", dataDir, why, time.Now().UTC().Format("20060102T150405.000Z"))
+	if err := os.Rename(dataDir, dst); err != nil {
+		return "", err
+	}
+	if err := os.Rename(agent.RecordPath(dataDir), agent.RecordPath(dst)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return dst, err
+	}
+	return dst, nil
+}
+
+func containsString(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func isAgentNotFound(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "is not run by this agent")
+}
+
+// addLearner adds a learner, retrying etcd's strict reconfiguration check.
+func addLearner(ctx context.Context, cli *clientv3.Client, peerURL string) (resp *clientv3.MemberAddResponse, err error) {
+	err = retryUnhealthy(ctx, func(ctx context.Context) error {
+		resp, err = cli.MemberAddAsLearner(ctx, []string{peerURL})
+		return err
+	})
+	return resp, err
+}
+
+// retryUnhealthy runs a membership change. etcd refuses membership changes
+// until the leader has been connected to its peers for a few seconds (its
+// strict reconfiguration check answers "unhealthy cluster"), for example
+// just after start or a leader change, so that answer is retried for 30s.
+func retryUnhealthy(ctx context.Context, f func(context.Context) error) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := f(actx)
+		cancel()
+		if err == nil || !errors.Is(err, rpctypes.ErrUnhealthy) || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}

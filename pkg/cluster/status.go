@@ -1,0 +1,498 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/etcd-steward/steward/internal/atomicfile"
+	"github.com/etcd-steward/steward/pkg/agentapi"
+	"github.com/etcd-steward/steward/pkg/pki"
+)
+
+// Status is the state of a cluster. Its JSON field names are stable: scripts
+// depend on them (docs/cli.md lists them).
+type Status struct {
+	Cluster    ClusterStatus  `json:"cluster"`
+	Members    []MemberStatus `json:"members"`
+	Conditions []Condition    `json:"conditions"`
+}
+
+// ClusterStatus describes the cluster as a whole.
+type ClusterStatus struct {
+	Name string `json:"name"`
+	// ID is etcd's cluster ID in hex; empty when no member answered.
+	ID string `json:"id"`
+	// Version is the cluster version etcd agreed on (e.g. "3.6.0").
+	Version string `json:"clusterVersion"`
+	// StorageVersion is the data format version (etcd 3.6 and later).
+	StorageVersion string `json:"storageVersion,omitempty"`
+	// Leader is the leader's member name; empty without a leader.
+	Leader   string `json:"leader"`
+	LeaderID string `json:"leaderID,omitempty"`
+	// Quorate is true when a majority of voting members serve reads.
+	Quorate bool `json:"quorate"`
+	// VotingMembers and Learners count etcd's member list.
+	VotingMembers  int `json:"votingMembers"`
+	Learners       int `json:"learners"`
+	HealthyMembers int `json:"healthyMembers"`
+	// SpecVersion is the etcd version the spec asks for.
+	SpecVersion string `json:"specVersion"`
+}
+
+// MemberStatus describes one member.
+type MemberStatus struct {
+	Name       string   `json:"name"`
+	ID         string   `json:"id"`
+	ClientURLs []string `json:"clientURLs"`
+	PeerURLs   []string `json:"peerURLs"`
+	// Version is the version the running binary reports.
+	Version string `json:"version"`
+	// Role is leader, follower, learner or unknown.
+	Role    string `json:"role"`
+	Healthy bool   `json:"healthy"`
+	// DBSize and DBSizeInUse are in bytes.
+	DBSize           int64    `json:"dbSize"`
+	DBSizeInUse      int64    `json:"dbSizeInUse"`
+	Revision         int64    `json:"revision"`
+	RaftTerm         uint64   `json:"raftTerm"`
+	RaftAppliedIndex uint64   `json:"raftAppliedIndex"`
+	Alarms           []string `json:"alarms"`
+	// LastError is the newest problem seen: the probe's error, the agent's
+	// last error or last unexpected exit.
+	LastError string `json:"lastError,omitempty"`
+	// Agent, Process, PID and Restarts come from the agent running it.
+	Agent    string `json:"agent"`
+	Process  string `json:"process"`
+	PID      int    `json:"pid,omitempty"`
+	Restarts int    `json:"restarts"`
+	// DataDirVersion is the version last run successfully on the data dir.
+	DataDirVersion string `json:"dataDirVersion,omitempty"`
+	// InSpec is false for a member etcd knows that the spec does not.
+	InSpec bool `json:"inSpec"`
+}
+
+// Condition follows Kubernetes' condition shape, with DEP-01's types.
+type Condition struct {
+	Type               string    `json:"type"`
+	Status             string    `json:"status"` // True, False or Unknown
+	Reason             string    `json:"reason"`
+	Message            string    `json:"message"`
+	LastTransitionTime time.Time `json:"lastTransitionTime"`
+}
+
+// Condition types.
+const (
+	CondReady           = "Ready"
+	CondAllMembersReady = "AllMembersReady"
+	CondBackupReady     = "BackupReady"
+)
+
+// Condition returns the condition of a type.
+func (s *Status) Condition(t string) (Condition, bool) {
+	for _, c := range s.Conditions {
+		if c.Type == t {
+			return c, true
+		}
+	}
+	return Condition{}, false
+}
+
+// Member returns the status of a named member.
+func (s *Status) Member(name string) (MemberStatus, bool) {
+	for _, m := range s.Members {
+		if m.Name == name {
+			return m, true
+		}
+	}
+	return MemberStatus{}, false
+}
+
+// probe is what one member's endpoint said.
+type probe struct {
+	status   *clientv3.StatusResponse
+	err      error // status RPC error
+	readErr  error // linearizable read error (nil: healthy)
+	alarms   []string
+	clusterV string
+}
+
+// probeTimeout bounds every per-member call of a status probe.
+const probeTimeout = 2 * time.Second
+
+func (c *Cluster) probe(ctx context.Context, endpoint string) probe {
+	var p probe
+	cli, err := c.Client(endpoint)
+	if err != nil {
+		p.err = err
+		return p
+	}
+	defer cli.Close()
+	sctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	p.status, p.err = cli.Status(sctx, endpoint)
+	if p.err != nil {
+		p.readErr = p.err
+		return p
+	}
+	if p.status.IsLearner {
+		// Learners serve no linearizable reads; a learner that answers
+		// status and knows a leader is healthy.
+		if p.status.Leader == 0 {
+			p.readErr = errors.New("learner has no leader")
+		}
+	} else {
+		rctx, rcancel := context.WithTimeout(ctx, probeTimeout)
+		_, p.readErr = cli.Get(rctx, "health", clientv3.WithCountOnly())
+		rcancel()
+	}
+	actx, acancel := context.WithTimeout(ctx, probeTimeout)
+	defer acancel()
+	if ar, err := cli.AlarmList(actx); err == nil {
+		for _, a := range ar.Alarms {
+			if a.MemberID == p.status.Header.MemberId {
+				p.alarms = append(p.alarms, a.Alarm.String())
+			}
+		}
+	}
+	p.clusterV = c.clusterVersion(ctx, endpoint)
+	return p
+}
+
+// clusterVersion reads etcdcluster from the member's /version endpoint.
+func (c *Cluster) clusterVersion(ctx context.Context, endpoint string) string {
+	tr := &http.Transport{}
+	if !c.Spec.TLS.Disabled {
+		tc, err := pki.ClientTLS(c.CertDir())
+		if err != nil {
+			return ""
+		}
+		tr.TLSClientConfig = tc
+	}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr, Timeout: probeTimeout}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(endpoint, "/")+"/version", nil)
+	if err != nil {
+		return ""
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	var v struct {
+		Cluster string `json:"etcdcluster"`
+	}
+	if json.NewDecoder(resp.Body).Decode(&v) != nil || v.Cluster == "not_decided" {
+		return ""
+	}
+	return v.Cluster
+}
+
+// Status reports the cluster's state, merging what etcd and the agents say.
+func (c *Cluster) Status(ctx context.Context) (*Status, error) {
+	specMembers := c.Spec.Members
+	st := &Status{Cluster: ClusterStatus{Name: c.Spec.Name, SpecVersion: c.Spec.Version}}
+
+	// Probe every spec member in parallel.
+	probes := make([]probe, len(specMembers))
+	var wg sync.WaitGroup
+	for i, m := range specMembers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			probes[i] = c.probe(ctx, m.ClientURL)
+		}()
+	}
+	// Ask the agents in parallel too.
+	agentState := map[string]agentapi.MemberStatus{}
+	agentErr := map[string]error{}
+	var amu sync.Mutex
+	for _, a := range c.Spec.Agents {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ac, err := c.Agent(a.Name)
+			var ms []agentapi.MemberStatus
+			if err == nil {
+				actx, cancel := context.WithTimeout(ctx, probeTimeout)
+				ms, err = ac.Members(actx)
+				cancel()
+			}
+			amu.Lock()
+			defer amu.Unlock()
+			agentErr[a.Name] = err
+			for _, m := range ms {
+				agentState[a.Name+"/"+m.Name] = m
+			}
+		}()
+	}
+	wg.Wait()
+
+	// etcd's member list, from any member that can give it.
+	var list *clientv3.MemberListResponse
+	if cli, err := c.Client(); err == nil {
+		lctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		list, _ = cli.MemberList(lctx)
+		cancel()
+		if list == nil {
+			lctx, cancel := context.WithTimeout(ctx, probeTimeout)
+			list, _ = cli.MemberList(lctx, clientv3.WithSerializable())
+			cancel()
+		}
+		cli.Close()
+	}
+
+	byName := map[string]*pb.Member{}
+	byID := map[uint64]*pb.Member{}
+	if list != nil {
+		for _, m := range list.Members {
+			byID[m.ID] = m
+			if m.Name != "" {
+				byName[m.Name] = m
+			}
+			if m.IsLearner {
+				st.Cluster.Learners++
+			} else {
+				st.Cluster.VotingMembers++
+			}
+		}
+	}
+
+	var leaderID uint64
+	seen := map[uint64]bool{}
+	for i, m := range specMembers {
+		p := probes[i]
+		ms := MemberStatus{
+			Name: m.Name, ClientURLs: []string{m.ClientURL}, PeerURLs: []string{m.PeerURL},
+			Role: "unknown", Alarms: []string{}, Agent: m.Agent, InSpec: true, Process: "Unknown",
+		}
+		if em, ok := byName[m.Name]; ok {
+			ms.ID = fmt.Sprintf("%x", em.ID)
+			ms.PeerURLs = em.PeerURLs
+			if len(em.ClientURLs) > 0 {
+				ms.ClientURLs = em.ClientURLs
+			}
+			seen[em.ID] = true
+		}
+		if p.err == nil {
+			s := p.status
+			ms.ID = fmt.Sprintf("%x", s.Header.MemberId)
+			seen[s.Header.MemberId] = true
+			ms.Version = s.Version
+			ms.DBSize = s.DbSize
+			ms.DBSizeInUse = s.DbSizeInUse
+			ms.Revision = s.Header.Revision
+			ms.RaftTerm = s.RaftTerm
+			ms.RaftAppliedIndex = s.RaftAppliedIndex
+			ms.Alarms = append(ms.Alarms, p.alarms...)
+			switch {
+			case s.IsLearner:
+				ms.Role = "learner"
+			case s.Leader != 0 && s.Leader == s.Header.MemberId:
+				ms.Role = "leader"
+			default:
+				ms.Role = "follower"
+			}
+			if s.Leader != 0 && p.readErr == nil && !s.IsLearner {
+				leaderID = s.Leader
+			}
+			if st.Cluster.ID == "" {
+				st.Cluster.ID = fmt.Sprintf("%x", s.Header.ClusterId)
+			}
+			if st.Cluster.Version == "" {
+				st.Cluster.Version = p.clusterV
+			}
+			if st.Cluster.StorageVersion == "" {
+				st.Cluster.StorageVersion = s.StorageVersion
+			}
+			if len(s.Errors) > 0 {
+				ms.LastError = strings.Join(s.Errors, "; ")
+			}
+		}
+		ms.Healthy = p.err == nil && p.readErr == nil && len(p.alarms) == 0
+		if p.readErr != nil {
+			ms.LastError = shortErr(p.readErr)
+		} else if len(p.alarms) > 0 {
+			ms.LastError = "alarm raised: " + strings.Join(p.alarms, ", ")
+		}
+		if as, ok := agentState[m.Agent+"/"+m.Name]; ok {
+			ms.Process = as.State
+			ms.PID = as.PID
+			ms.Restarts = as.Restarts
+			ms.DataDirVersion = as.DataDirVersion
+			if !ms.Healthy {
+				switch {
+				case as.State != agentapi.StateRunning && as.LastError != "":
+					ms.LastError = as.State + ": " + as.LastError
+				case as.State != agentapi.StateRunning && as.LastExit != "":
+					ms.LastError = as.State + ": last exit " + as.LastExit
+				case as.State == agentapi.StateStopped:
+					ms.LastError = "stopped by the operator"
+				}
+			}
+		} else if err := agentErr[m.Agent]; err != nil {
+			ms.Process = "Unknown"
+			if !ms.Healthy {
+				ms.LastError = fmt.Sprintf("agent %s: %v", m.Agent, shortErr(err))
+			}
+		} else {
+			ms.Process = "NotRunByAgent"
+		}
+		if ms.Healthy {
+			st.Cluster.HealthyMembers++
+		}
+		st.Members = append(st.Members, ms)
+	}
+	// Members etcd knows that the spec does not.
+	if list != nil {
+		for _, em := range list.Members {
+			if seen[em.ID] {
+				continue
+			}
+			role := "follower"
+			if em.IsLearner {
+				role = "learner"
+			}
+			name := em.Name
+			if name == "" {
+				name = fmt.Sprintf("(unstarted %x)", em.ID)
+			}
+			st.Members = append(st.Members, MemberStatus{
+				Name: name, ID: fmt.Sprintf("%x", em.ID), ClientURLs: em.ClientURLs, PeerURLs: em.PeerURLs,
+				Role: role, Alarms: []string{}, Process: "Unknown",
+				LastError: "member is in etcd's member list but not in the cluster spec",
+			})
+		}
+	}
+	if leaderID != 0 {
+		st.Cluster.LeaderID = fmt.Sprintf("%x", leaderID)
+		for i := range st.Members {
+			if st.Members[i].ID == st.Cluster.LeaderID {
+				st.Cluster.Leader = st.Members[i].Name
+			}
+		}
+	}
+	// A successful linearizable read through any member proves quorum.
+	for i := range specMembers {
+		if probes[i].err == nil && probes[i].readErr == nil && !probes[i].status.IsLearner {
+			st.Cluster.Quorate = true
+		}
+	}
+	if st.Cluster.VotingMembers == 0 {
+		st.Cluster.VotingMembers = len(specMembers)
+	}
+	sort.SliceStable(st.Members, func(i, j int) bool { return st.Members[i].Name < st.Members[j].Name })
+	st.Conditions = c.conditions(st, time.Now())
+	return st, nil
+}
+
+func (c *Cluster) conditions(st *Status, now time.Time) []Condition {
+	quorum := st.Cluster.VotingMembers/2 + 1
+	ready := Condition{Type: CondReady, Status: "True", Reason: "Quorate",
+		Message: fmt.Sprintf("%d of %d members healthy; quorum is %d", st.Cluster.HealthyMembers, len(st.Members), quorum)}
+	if !st.Cluster.Quorate {
+		ready.Status, ready.Reason = "False", "QuorumLost"
+		ready.Message = fmt.Sprintf("no linearizable read succeeded: %d of %d voting members needed; %s",
+			quorum, st.Cluster.VotingMembers, unhealthySummary(st))
+	}
+	all := Condition{Type: CondAllMembersReady, Status: "True", Reason: "AllMembersReady",
+		Message: fmt.Sprintf("all %d members healthy", len(st.Members))}
+	if st.Cluster.HealthyMembers < len(st.Members) {
+		all.Status, all.Reason = "False", "NotAllMembersReady"
+		all.Message = unhealthySummary(st)
+	}
+	backup := Condition{Type: CondBackupReady, Status: "Unknown", Reason: "NoBackups",
+		Message: "no backup has been taken for this cluster"}
+	conds := []Condition{ready, all, backup}
+	c.stampTransitions(conds, now)
+	return conds
+}
+
+func unhealthySummary(st *Status) string {
+	var parts []string
+	for _, m := range st.Members {
+		if !m.Healthy {
+			e := m.LastError
+			if e == "" {
+				e = "not healthy"
+			}
+			parts = append(parts, m.Name+": "+e)
+		}
+	}
+	if len(parts) == 0 {
+		return "no member is unhealthy"
+	}
+	return "not ready: " + strings.Join(parts, "; ")
+}
+
+// stampTransitions sets lastTransitionTime from the conditions last seen:
+// kept when the status did not change, now when it did. The record is in
+// DIR/status/conditions.json, written atomically.
+func (c *Cluster) stampTransitions(conds []Condition, now time.Time) {
+	path := filepath.Join(c.Dir, "status", "conditions.json")
+	var prev []Condition
+	if b, err := os.ReadFile(path); err == nil {
+		_ = json.Unmarshal(b, &prev)
+	}
+	changed := len(prev) != len(conds)
+	for i := range conds {
+		conds[i].LastTransitionTime = now.UTC().Truncate(time.Second)
+		for _, p := range prev {
+			if p.Type == conds[i].Type {
+				if p.Status == conds[i].Status {
+					conds[i].LastTransitionTime = p.LastTransitionTime
+				} else {
+					changed = true
+				}
+			}
+		}
+	}
+	if !changed {
+		return
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return
+	}
+	if b, err := json.MarshalIndent(conds, "", "  "); err == nil {
+		_ = atomicfile.WriteFile(path, b, 0o600)
+	}
+}
+
+func shortErr(err error) string {
+	s := err.Error()
+	if errors.Is(err, context.DeadlineExceeded) {
+		s = "no answer within " + probeTimeout.String()
+	}
+	if i := strings.Index(s, "desc = "); i >= 0 {
+		s = s[i+len("desc = "):]
+	}
+	return s
+}
+
+func splitHostPort(hp string) (string, string, error) { return net.SplitHostPort(hp) }
+
+// checkListen fails when another process already listens on hostPort.
+func checkListen(hostPort string) error {
+	l, err := net.Listen("tcp", hostPort)
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("address %s is already in use by another process", hostPort)
+		}
+		return err
+	}
+	return l.Close()
+}

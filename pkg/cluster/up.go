@@ -1,0 +1,355 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/etcd-steward/steward/pkg/agentapi"
+	"github.com/etcd-steward/steward/pkg/binaries"
+	"github.com/etcd-steward/steward/pkg/pki"
+	"github.com/etcd-steward/steward/pkg/spec"
+)
+
+// UpOptions configure Up.
+type UpOptions struct {
+	// Members and Version shape a new spec; 0 and "" mean 3 and the
+	// embedded version. They must not contradict an existing spec.
+	Members int
+	Version string
+	// TLSOff writes a new spec with TLS disabled.
+	TLSOff bool
+	// BinaryStore is written into a new spec (empty: DIR/binaries).
+	BinaryStore string
+	// StewardBinary is the executable that runs the agent (default: this one).
+	StewardBinary string
+	// Timeout bounds the wait for a healthy cluster.
+	Timeout time.Duration
+}
+
+// Up starts the cluster of a Steward directory, writing a default spec
+// first when there is none, and returns when every member is healthy.
+func Up(ctx context.Context, dir string, o UpOptions, progress func(string, ...any)) (*Cluster, []string, error) {
+	if progress == nil {
+		progress = func(string, ...any) {}
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 2 * time.Minute
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, fmt.Errorf("steward dir: %w", err)
+	}
+	specPath := filepath.Join(dir, spec.FileName)
+	var s *spec.Cluster
+	if _, err := os.Stat(specPath); err == nil {
+		s, err = spec.Load(specPath)
+		if err != nil {
+			return nil, nil, err
+		}
+		if o.Members != 0 && o.Members != len(s.Members) {
+			return nil, nil, fmt.Errorf("%s already describes %d members; --members applies only to a new cluster (use `steward member add` or `remove`)", specPath, len(s.Members))
+		}
+		if o.Version != "" && o.Version != s.Version {
+			return nil, nil, fmt.Errorf("%s already runs etcd %s; --version applies only to a new cluster", specPath, s.Version)
+		}
+	} else {
+		if o.Members == 0 {
+			o.Members = 3
+		}
+		v := o.Version
+		if v == "" {
+			v = binaries.EmbeddedVersion()
+		}
+		nv, err := binaries.NormalizeVersion(v)
+		if err != nil {
+			return nil, nil, err
+		}
+		s, err = spec.NewDefault(spec.DefaultOptions{
+			Members: o.Members, Version: nv, StewardDir: dir, TLSOff: o.TLSOff,
+			FreePort: spec.FreePort("127.0.0.1"),
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		s.BinaryStore = o.BinaryStore
+	}
+	s.ApplyDefaults()
+	c := &Cluster{Dir: dir, Spec: s}
+	warnings, err := c.validate(s)
+	if err != nil {
+		return nil, warnings, err
+	}
+	if _, err := os.Stat(specPath); errors.Is(err, os.ErrNotExist) {
+		if err := s.Save(specPath); err != nil {
+			return nil, warnings, err
+		}
+		progress("wrote %s (%d members, etcd %s)", specPath, len(s.Members), s.Version)
+	}
+	if err := c.EnsureCerts(); err != nil {
+		return nil, warnings, err
+	}
+
+	ac, err := c.ensureLocalAgent(ctx, o.StewardBinary, progress)
+	if err != nil {
+		return nil, warnings, err
+	}
+	running := map[string]bool{}
+	if ms, err := ac.Members(ctx); err == nil {
+		for _, m := range ms {
+			if m.State == agentapi.StateRunning || m.State == agentapi.StateStarting {
+				running[m.Name] = true
+			}
+		}
+	}
+	// Check every port before starting anything: a busy port changes nothing.
+	for _, m := range s.Members {
+		if m.Agent != spec.LocalAgent || running[m.Name] {
+			continue
+		}
+		for _, u := range []string{m.ClientURL, m.PeerURL} {
+			hp, _ := spec.HostPort(u)
+			if err := portFree(hp); err != nil {
+				return nil, warnings, fmt.Errorf("member %s cannot start: %s: %w; pick another port in %s", m.Name, u, err, specPath)
+			}
+		}
+	}
+	for _, m := range s.Members {
+		if m.Agent != spec.LocalAgent {
+			continue
+		}
+		if _, err := ac.PutMember(ctx, c.MemberConfig(m)); err != nil {
+			return nil, warnings, fmt.Errorf("configure member %s: %w", m.Name, err)
+		}
+		if _, err := ac.Start(ctx, m.Name); err != nil {
+			return nil, warnings, fmt.Errorf("start member %s: %w", m.Name, err)
+		}
+		progress("started member %s (%s)", m.Name, m.ClientURL)
+	}
+	wctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	if err := c.WaitHealthy(wctx, progress); err != nil {
+		return nil, warnings, err
+	}
+	return c, warnings, nil
+}
+
+// WaitHealthy polls until every spec member is healthy.
+func (c *Cluster) WaitHealthy(ctx context.Context, progress func(string, ...any)) error {
+	var last *Status
+	err := poll(ctx, 300*time.Millisecond, func(ctx context.Context) (bool, error) {
+		st, err := c.Status(ctx)
+		if err != nil {
+			return false, err
+		}
+		last = st
+		if st.Cluster.Quorate && st.Cluster.HealthyMembers == len(st.Members) {
+			return true, nil
+		}
+		// A member that cannot start will not fix itself: say so now.
+		for _, m := range st.Members {
+			if m.Process == agentapi.StateFailed || m.Process == agentapi.StateCrashLoop {
+				return false, fmt.Errorf("member %s is %s: %s", m.Name, m.Process, m.LastError)
+			}
+		}
+		return false, nil
+	})
+	if err != nil && last != nil && errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("cluster not healthy in time: %s", unhealthySummary(last))
+	}
+	return err
+}
+
+// ensureLocalAgent returns a client of the local agent, starting the agent
+// in the background when it does not answer.
+func (c *Cluster) ensureLocalAgent(ctx context.Context, exe string, progress func(string, ...any)) (*agentapi.Client, error) {
+	ac, err := c.Agent(spec.LocalAgent)
+	if err != nil {
+		return nil, err
+	}
+	if ac.Ping(ctx, time.Second) == nil {
+		return ac, nil
+	}
+	if exe == "" {
+		if exe, err = os.Executable(); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(c.Dir, "logs"), 0o700); err != nil {
+		return nil, err
+	}
+	logf, err := os.OpenFile(filepath.Join(c.Dir, "logs", "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	cmd := exec.Command(exe, "agent", "--dir", c.Dir, "--name", spec.LocalAgent)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Dir = c.Dir
+	// A session of its own: the agent outlives the `steward up` that started it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start agent: %w", err)
+	}
+	pid := cmd.Process.Pid
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	if err := os.MkdirAll(filepath.Join(c.Dir, "run"), 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(c.Dir, "run", "agent.pid"), []byte(strconv.Itoa(pid)+"\n"), 0o600); err != nil {
+		progress("warning: write agent pid file: %v", err)
+	}
+	progress("started agent (pid %d, log %s)", pid, filepath.Join(c.Dir, "logs", "agent.log"))
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-exited:
+			return nil, fmt.Errorf("agent exited at start (%v): %s", err, lastLines(filepath.Join(c.Dir, "logs", "agent.log"), 3))
+		default:
+		}
+		if ac.Ping(ctx, 500*time.Millisecond) == nil {
+			return ac, nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return nil, fmt.Errorf("agent did not answer on %s within 15s; see %s", ac.Address(), filepath.Join(c.Dir, "logs", "agent.log"))
+}
+
+// DownOptions configure Down.
+type DownOptions struct {
+	// Purge removes the Steward directory after everything stopped.
+	Purge bool
+}
+
+// Down stops every member and the local agent. Data is kept unless Purge.
+func Down(ctx context.Context, dir string, o DownOptions, progress func(string, ...any)) error {
+	if progress == nil {
+		progress = func(string, ...any) {}
+	}
+	c, err := Open(dir)
+	if err != nil && !(o.Purge && errors.Is(err, ErrNoSpec)) {
+		return err
+	}
+	if c != nil {
+		ac, err := c.Agent(spec.LocalAgent)
+		if err != nil {
+			return err
+		}
+		info, perr := ac.Info(ctx)
+		if perr == nil {
+			if err := ac.Shutdown(ctx); err != nil {
+				return fmt.Errorf("stop agent: %w", err)
+			}
+			progress("stopping members and agent (pid %d)", info.PID)
+			if err := waitExit(ctx, info.PID, 60*time.Second); err != nil {
+				return err
+			}
+			progress("agent stopped")
+		} else {
+			progress("agent not running")
+		}
+	}
+	// Members left by an agent that died (kill -9) are stopped too.
+	if err := stopOrphans(ctx, dir, progress); err != nil {
+		return err
+	}
+	if o.Purge {
+		if err := os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("purge %s: %w", dir, err)
+		}
+		progress("removed %s", dir)
+	}
+	return nil
+}
+
+// stopOrphans stops member processes recorded in pid files whose agent is gone.
+func stopOrphans(ctx context.Context, dir string, progress func(string, ...any)) error {
+	ents, _ := filepath.Glob(filepath.Join(dir, "run", "*.pid"))
+	for _, p := range ents {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid <= 0 || syscall.Kill(pid, 0) != nil {
+			_ = os.Remove(p)
+			continue
+		}
+		if !strings.Contains(procCmdline(pid), dir) {
+			_ = os.Remove(p)
+			continue
+		}
+		progress("stopping orphaned process %d (%s)", pid, filepath.Base(p))
+		_ = syscall.Kill(pid, syscall.SIGTERM)
+		if waitExit(ctx, pid, 15*time.Second) != nil {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			if err := waitExit(ctx, pid, 5*time.Second); err != nil {
+				return err
+			}
+		}
+		_ = os.Remove(p)
+	}
+	return nil
+}
+
+func procCmdline(pid int) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return strings.ReplaceAll(string(b), "\x00", " ")
+}
+
+func waitExit(ctx context.Context, pid int, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	err := poll(ctx, 100*time.Millisecond, func(context.Context) (bool, error) {
+		if syscall.Kill(pid, 0) != nil {
+			return true, nil
+		}
+		st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if i := strings.LastIndexByte(string(st), ')'); i > 0 && i+2 < len(st) && st[i+2] == 'Z' {
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("process %d did not exit within %s", pid, d)
+	}
+	return nil
+}
+
+// Env returns the shell exports that point etcdctl at the cluster.
+func (c *Cluster) Env() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "export ETCDCTL_API=3\n")
+	fmt.Fprintf(&b, "export ETCDCTL_ENDPOINTS=%s\n", strings.Join(c.Spec.ClientURLs(), ","))
+	if !c.Spec.TLS.Disabled {
+		f := pki.FilesIn(c.CertDir())
+		fmt.Fprintf(&b, "export ETCDCTL_CACERT=%s\n", f.CA)
+		fmt.Fprintf(&b, "export ETCDCTL_CERT=%s\n", f.ClientCert)
+		fmt.Fprintf(&b, "export ETCDCTL_KEY=%s\n", f.ClientKey)
+	}
+	return b.String()
+}
+
+func portFree(hostPort string) error {
+	return checkListen(hostPort)
+}
+
+func lastLines(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}
+

@@ -1,0 +1,354 @@
+// Package spec defines the cluster spec (cluster.yaml): what a cluster is
+// made of, where each member runs, and the etcd settings every member shares.
+// The spec is the operator's source of truth; Steward validates it before it
+// acts on it and rewrites it atomically when membership changes.
+package spec
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/etcd-steward/steward/internal/atomicfile"
+)
+
+// FileName is the name of the spec file inside the Steward directory.
+const FileName = "cluster.yaml"
+
+// LocalAgent is the name of the agent `steward up` runs on this host.
+const LocalAgent = "local"
+
+// Cluster is the cluster spec.
+type Cluster struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	// Name names the cluster; it is shown in status and used in certificates.
+	Name string `json:"name"`
+	// Token is the initial cluster token: it keeps two clusters that share
+	// peers' addresses from joining each other by mistake.
+	Token string `json:"token"`
+	// Version is the etcd version members run, e.g. "3.6.16".
+	Version string `json:"version"`
+	// BinaryStore is the directory of the versioned etcd binary store.
+	// Relative paths are relative to the Steward directory.
+	BinaryStore string   `json:"binaryStore,omitempty"`
+	TLS         TLS      `json:"tls"`
+	Etcd        Etcd     `json:"etcd"`
+	Agents      []Agent  `json:"agents"`
+	Members     []Member `json:"members"`
+}
+
+// TLS configures transport security. It is on unless Disabled is set.
+type TLS struct {
+	// Disabled turns TLS off for client and peer traffic. Anyone who can
+	// reach an etcd client port without TLS owns the Kubernetes cluster
+	// above it: only for throwaway test clusters.
+	Disabled bool `json:"disabled,omitempty"`
+	// CertDir holds ca.crt, server, peer and client certificates and keys.
+	// Relative paths are relative to the Steward directory.
+	CertDir string `json:"certDir,omitempty"`
+}
+
+// Etcd holds the settings every member runs with.
+type Etcd struct {
+	// QuotaBackendBytes is the database size at which etcd raises NOSPACE.
+	QuotaBackendBytes int64 `json:"quotaBackendBytes,omitempty"`
+	// AutoCompactionMode is "periodic" or "revision".
+	AutoCompactionMode string `json:"autoCompactionMode,omitempty"`
+	// AutoCompactionRetention is a duration ("1h") for periodic mode or a
+	// revision count for revision mode.
+	AutoCompactionRetention string `json:"autoCompactionRetention,omitempty"`
+	// SnapshotCount is the number of applied entries between raft snapshots.
+	SnapshotCount uint64 `json:"snapshotCount,omitempty"`
+	// HeartbeatIntervalMs and ElectionTimeoutMs tune raft timing.
+	HeartbeatIntervalMs int `json:"heartbeatIntervalMs,omitempty"`
+	ElectionTimeoutMs   int `json:"electionTimeoutMs,omitempty"`
+	// ExtraFlags are passed to every member as --key=value.
+	ExtraFlags map[string]string `json:"extraFlags,omitempty"`
+}
+
+// Agent is a Steward agent: one per host.
+type Agent struct {
+	Name string `json:"name"`
+	// Address is where the agent's API listens: unix:///path/agent.sock.
+	Address string `json:"address"`
+}
+
+// Member is one etcd member.
+type Member struct {
+	Name string `json:"name"`
+	// Agent names the agent that runs this member.
+	Agent     string `json:"agent"`
+	ClientURL string `json:"clientURL"`
+	PeerURL   string `json:"peerURL"`
+	// DataDir is the member's data directory; relative paths are relative
+	// to the Steward directory.
+	DataDir string `json:"dataDir"`
+	// Bootstrap is set for members that joined a running cluster: how the
+	// member must first start. Members of the initial cluster leave it empty.
+	Bootstrap *Bootstrap `json:"bootstrap,omitempty"`
+}
+
+// Bootstrap records how a member that joined a running cluster first starts.
+type Bootstrap struct {
+	// InitialCluster is the --initial-cluster value etcd's MemberAdd
+	// returned when the member was added.
+	InitialCluster string `json:"initialCluster"`
+}
+
+// Defaults for settings the spec leaves empty.
+const (
+	DefaultQuotaBackendBytes       = 2 << 30 // 2 GiB, etcd's default
+	DefaultAutoCompactionMode      = "periodic"
+	DefaultAutoCompactionRetention = "1h"
+	DefaultSnapshotCount           = 10000
+	DefaultHeartbeatIntervalMs     = 100
+	DefaultElectionTimeoutMs       = 1000
+)
+
+// Load reads and parses a spec file. It does not validate it.
+func Load(path string) (*Cluster, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read cluster spec: %w", err)
+	}
+	var c Cluster
+	if err := yaml.UnmarshalStrict(b, &c); err != nil {
+		return nil, fmt.Errorf("parse cluster spec %s: %w", path, err)
+	}
+	return &c, nil
+}
+
+// Save writes the spec atomically.
+func (c *Cluster) Save(path string) error {
+	b, err := yaml.Marshal(c)
+	if err != nil {
+		return fmt.Errorf("encode cluster spec: %w", err)
+	}
+	hdr := "# Steward cluster spec. Edit with care: see docs/cluster-spec.md.\n"
+	return atomicfile.WriteFile(path, append([]byte(hdr), b...), 0o600)
+}
+
+// Clone returns a deep copy.
+func (c *Cluster) Clone() *Cluster {
+	b, err := yaml.Marshal(c)
+	if err != nil {
+		panic(err)
+	}
+	var out Cluster
+	if err := yaml.Unmarshal(b, &out); err != nil {
+		panic(err)
+	}
+	return &out
+}
+
+// Member returns the member with the given name.
+func (c *Cluster) Member(name string) (*Member, bool) {
+	for i := range c.Members {
+		if c.Members[i].Name == name {
+			return &c.Members[i], true
+		}
+	}
+	return nil, false
+}
+
+// MemberNames lists member names in spec order.
+func (c *Cluster) MemberNames() []string {
+	var out []string
+	for _, m := range c.Members {
+		out = append(out, m.Name)
+	}
+	return out
+}
+
+// Agent returns the agent with the given name.
+func (c *Cluster) Agent(name string) (*Agent, bool) {
+	for i := range c.Agents {
+		if c.Agents[i].Name == name {
+			return &c.Agents[i], true
+		}
+	}
+	return nil, false
+}
+
+// ClientURLs lists every member's client URL.
+func (c *Cluster) ClientURLs() []string {
+	var out []string
+	for _, m := range c.Members {
+		out = append(out, m.ClientURL)
+	}
+	return out
+}
+
+// InitialCluster is the --initial-cluster value for the members of the spec.
+func (c *Cluster) InitialCluster() string {
+	var parts []string
+	for _, m := range c.Members {
+		parts = append(parts, m.Name+"="+m.PeerURL)
+	}
+	return strings.Join(parts, ",")
+}
+
+// Path resolves a spec path against the Steward directory.
+func Path(stewardDir, p string) string {
+	if p == "" || filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(stewardDir, p)
+}
+
+// CertDir returns the absolute certificate directory.
+func (c *Cluster) CertDir(stewardDir string) string {
+	if c.TLS.CertDir == "" {
+		return filepath.Join(stewardDir, "pki")
+	}
+	return Path(stewardDir, c.TLS.CertDir)
+}
+
+// BinaryStoreDir returns the absolute binary store directory.
+func (c *Cluster) BinaryStoreDir(stewardDir string) string {
+	if c.BinaryStore == "" {
+		return filepath.Join(stewardDir, "binaries")
+	}
+	return Path(stewardDir, c.BinaryStore)
+}
+
+// Scheme is "https" with TLS on and "http" with it off.
+func (c *Cluster) Scheme() string {
+	if c.TLS.Disabled {
+		return "http"
+	}
+	return "https"
+}
+
+// ApplyDefaults fills the etcd settings left empty.
+func (c *Cluster) ApplyDefaults() {
+	if c.APIVersion == "" {
+		c.APIVersion = "steward.etcd.io/v1alpha1"
+	}
+	if c.Kind == "" {
+		c.Kind = "Cluster"
+	}
+	e := &c.Etcd
+	if e.QuotaBackendBytes == 0 {
+		e.QuotaBackendBytes = DefaultQuotaBackendBytes
+	}
+	if e.AutoCompactionMode == "" {
+		e.AutoCompactionMode = DefaultAutoCompactionMode
+	}
+	if e.AutoCompactionRetention == "" {
+		e.AutoCompactionRetention = DefaultAutoCompactionRetention
+	}
+	if e.SnapshotCount == 0 {
+		e.SnapshotCount = DefaultSnapshotCount
+	}
+	if e.HeartbeatIntervalMs == 0 {
+		e.HeartbeatIntervalMs = DefaultHeartbeatIntervalMs
+	}
+	if e.ElectionTimeoutMs == 0 {
+		e.ElectionTimeoutMs = DefaultElectionTimeoutMs
+	}
+}
+
+// DefaultOptions shape the spec that `steward up` writes.
+type DefaultOptions struct {
+	Name       string
+	Members    int
+	Version    string
+	StewardDir string
+	TLSOff     bool
+	// Host is the address members listen on (default 127.0.0.1).
+	Host string
+	// FreePort returns a port nobody listens on.
+	FreePort func() (int, error)
+}
+
+// NewDefault builds a spec of N members on one host with free ports.
+func NewDefault(o DefaultOptions) (*Cluster, error) {
+	if o.Members < 1 {
+		return nil, fmt.Errorf("--members must be at least 1, got %d", o.Members)
+	}
+	if o.Name == "" {
+		o.Name = "steward"
+	}
+	if o.Host == "" {
+		o.Host = "127.0.0.1"
+	}
+	tok := make([]byte, 8)
+	if _, err := rand.Read(tok); err != nil {
+		return nil, err
+	}
+	c := &Cluster{
+		Name:    o.Name,
+		Token:   o.Name + "-" + hex.EncodeToString(tok),
+		Version: o.Version,
+		TLS:     TLS{Disabled: o.TLSOff},
+		Agents: []Agent{{
+			Name:    LocalAgent,
+			Address: "unix://" + filepath.Join(o.StewardDir, "run", "agent.sock"),
+		}},
+	}
+	c.ApplyDefaults()
+	scheme := c.Scheme()
+	used := map[int]bool{}
+	port := func() (int, error) {
+		for i := 0; i < 100; i++ {
+			p, err := o.FreePort()
+			if err != nil {
+				return 0, err
+			}
+			if !used[p] {
+				used[p] = true
+				return p, nil
+			}
+		}
+		return 0, fmt.Errorf("no free port found")
+	}
+	for i := 1; i <= o.Members; i++ {
+		cp, err := port()
+		if err != nil {
+			return nil, err
+		}
+		pp, err := port()
+		if err != nil {
+			return nil, err
+		}
+		name := fmt.Sprintf("etcd-%d", i)
+		c.Members = append(c.Members, Member{
+			Name:      name,
+			Agent:     LocalAgent,
+			ClientURL: fmt.Sprintf("%s://%s", scheme, net.JoinHostPort(o.Host, fmt.Sprint(cp))),
+			PeerURL:   fmt.Sprintf("%s://%s", scheme, net.JoinHostPort(o.Host, fmt.Sprint(pp))),
+			DataDir:   filepath.Join("members", name, "data"),
+		})
+	}
+	return c, nil
+}
+
+// FreePort asks the kernel for a free TCP port on host.
+func FreePort(host string) func() (int, error) {
+	return func() (int, error) {
+		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+		if err != nil {
+			return 0, fmt.Errorf("find a free port on %s: %w", host, err)
+		}
+		defer l.Close()
+		return l.Addr().(*net.TCPAddr).Port, nil
+	}
+}
+
+// HostPort returns the host:port of a URL.
+func HostPort(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", err
+	}
+	return u.Host, nil
+}
