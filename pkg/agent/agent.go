@@ -71,10 +71,12 @@ func New(o Options) *Agent {
 	return &Agent{opts: o, log: o.Log.With("agent", o.Name), members: map[string]*member{}, shutdownCh: make(chan struct{})}
 }
 
-func (a *Agent) runDir() string               { return filepath.Join(a.opts.Dir, "run") }
-func (a *Agent) configPath(name string) string { return filepath.Join(a.opts.Dir, "agent", "members", name+".json") }
-func (a *Agent) logPath(name string) string    { return filepath.Join(a.opts.Dir, "logs", name+".log") }
-func (a *Agent) pidPath(name string) string    { return filepath.Join(a.runDir(), name+".pid") }
+func (a *Agent) runDir() string { return filepath.Join(a.opts.Dir, "run") }
+func (a *Agent) configPath(name string) string {
+	return filepath.Join(a.opts.Dir, "agent", "members", name+".json")
+}
+func (a *Agent) logPath(name string) string { return filepath.Join(a.opts.Dir, "logs", name+".log") }
+func (a *Agent) pidPath(name string) string { return filepath.Join(a.runDir(), name+".pid") }
 
 // Run serves the API until ctx is done or a shutdown request arrives; then it
 // stops every member and returns.

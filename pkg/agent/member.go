@@ -435,4 +435,3 @@ func logTail(path string, n int) string {
 	}
 	return s
 }
-

@@ -352,4 +352,3 @@ func lastLines(path string, n int) string {
 	}
 	return strings.Join(lines, " | ")
 }
-

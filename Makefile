@@ -1,0 +1,49 @@
+# Steward: build, test, benchmark, demo.
+GO            ?= go
+BIN           := bin/steward
+STORE         ?= $(CURDIR)/.cache/store
+ETCD_VERSIONS ?= v3.5.35 v3.6.16 v3.7.3
+TEST_TIMEOUT  ?= 30m
+DEMO_DIR      ?= $(CURDIR)/steward-data
+
+.PHONY: all build etcd-binaries test test-unit test-e2e bench demo demo-down vet clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/steward
+
+## etcd-binaries: build etcd/etcdctl/etcdutl for $(ETCD_VERSIONS) from the Go
+## module proxy (cached in .cache/) and import them into $(STORE).
+etcd-binaries: build
+	STEWARD=$(CURDIR)/$(BIN) STORE=$(STORE) ./hack/build-etcd.sh $(ETCD_VERSIONS)
+
+vet:
+	$(GO) vet ./...
+
+## test: the whole suite: unit tests and end-to-end tests against real etcd
+## processes of every version in $(ETCD_VERSIONS).
+test: etcd-binaries vet
+	STEWARD_TEST_STORE=$(STORE) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+test-unit:
+	$(GO) test -count=1 -short ./pkg/... ./internal/...
+
+test-e2e: etcd-binaries
+	STEWARD_TEST_STORE=$(STORE) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./test/e2e/...
+
+## bench: the benchmarks recorded in docs/benchmarks.md.
+bench: etcd-binaries
+	STEWARD_TEST_STORE=$(STORE) $(GO) test -count=1 -timeout 60m -run '^$$' -bench . -benchtime 1x ./test/bench/...
+
+## demo: build Steward and start a local three-member cluster on the
+## embedded etcd version. `make demo-down` stops it.
+demo: build
+	./$(BIN) up --dir $(DEMO_DIR)
+	./$(BIN) status --dir $(DEMO_DIR)
+
+demo-down:
+	./$(BIN) down --dir $(DEMO_DIR)
+
+clean:
+	rm -rf bin

@@ -1,0 +1,296 @@
+// Package harness runs the real steward binary against real etcd processes
+// for end-to-end tests and benchmarks. It builds steward once per test
+// binary, gives each test a short Steward directory of its own, and tears
+// down every process it started when the test ends, even on failure.
+package harness
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/pki"
+	"github.com/etcd-steward/steward/pkg/spec"
+)
+
+// Versions are the etcd versions the suite runs against, one per minor.
+// STEWARD_TEST_VERSIONS overrides them (comma-separated).
+func Versions() []string {
+	if v := os.Getenv("STEWARD_TEST_VERSIONS"); v != "" {
+		return strings.Split(v, ",")
+	}
+	return []string{"3.5.35", "3.6.16", "3.7.3"}
+}
+
+// RepoRoot finds the repository root from the working directory.
+func RepoRoot(tb testing.TB) string {
+	d, err := os.Getwd()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d
+		}
+		p := filepath.Dir(d)
+		if p == d {
+			tb.Fatal("repository root (go.mod) not found")
+		}
+		d = p
+	}
+}
+
+// Store returns the binary store holding the test versions. A missing
+// version fails the test: a skipped end-to-end test must not pass.
+func Store(tb testing.TB) string {
+	s := os.Getenv("STEWARD_TEST_STORE")
+	if s == "" {
+		s = filepath.Join(RepoRoot(tb), ".cache", "store")
+	}
+	for _, v := range Versions() {
+		if _, err := os.Stat(filepath.Join(s, "etcd-v"+v, "etcd")); err != nil {
+			tb.Fatalf("etcd %s is missing from the test binary store %s: run `make etcd-binaries`", v, s)
+		}
+	}
+	return s
+}
+
+var (
+	buildOnce sync.Once
+	buildPath string
+	buildErr  error
+)
+
+// Binary builds the steward binary once per test process.
+func Binary(tb testing.TB) string {
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "steward-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		buildPath = filepath.Join(dir, "steward")
+		cmd := exec.Command("go", "build", "-o", buildPath, "./cmd/steward")
+		cmd.Dir = RepoRoot(tb)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("build steward: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		tb.Fatal(buildErr)
+	}
+	return buildPath
+}
+
+// Env is one test's Steward directory and binary.
+type Env struct {
+	TB    testing.TB
+	Dir   string
+	Bin   string
+	Store string
+}
+
+// New returns an Env with a fresh, short Steward directory (Unix socket
+// paths are limited to about 100 bytes). Cleanup stops everything it ran.
+func New(tb testing.TB) *Env {
+	tb.Helper()
+	dir, err := os.MkdirTemp("", "stw-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	e := &Env{TB: tb, Dir: dir, Bin: Binary(tb), Store: Store(tb)}
+	tb.Cleanup(e.cleanup)
+	return e
+}
+
+func (e *Env) cleanup() {
+	_, stderr, err := e.Run("down")
+	if err != nil && !strings.Contains(stderr, "does not exist") {
+		e.TB.Errorf("cleanup: steward down: %v: %s", err, stderr)
+	}
+	// Whatever down missed is a bug: kill it, and say so.
+	if left := ProcessesUsing(e.Dir); len(left) > 0 {
+		for _, pid := range left {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		e.TB.Errorf("cleanup: processes left running after steward down: %v", left)
+	}
+	if !e.TB.Failed() || os.Getenv("STEWARD_KEEP_FAILED") == "" {
+		_ = os.RemoveAll(e.Dir)
+	} else {
+		e.TB.Logf("keeping %s", e.Dir)
+	}
+}
+
+// ProcessesUsing lists live processes whose command line mentions dir.
+func ProcessesUsing(dir string) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, ent := range ents {
+		pid, err := strconv.Atoi(ent.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + ent.Name() + "/cmdline")
+		if err != nil || !bytes.Contains(b, []byte(dir)) {
+			continue
+		}
+		st, _ := os.ReadFile("/proc/" + ent.Name() + "/stat")
+		if i := bytes.LastIndexByte(st, ')'); i > 0 && i+2 < len(st) && st[i+2] == 'Z' {
+			continue // zombie: dead
+		}
+		out = append(out, pid)
+	}
+	return out
+}
+
+// Run runs steward with --dir set and returns stdout and stderr.
+func (e *Env) Run(args ...string) (string, string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, e.Bin, append(args, "--dir", e.Dir)...)
+	cmd.Env = append(os.Environ(), "STEWARD_DIR=")
+	var so, se bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &so, &se
+	err := cmd.Run()
+	return so.String(), se.String(), err
+}
+
+// MustRun runs steward and fails the test on a non-zero exit.
+func (e *Env) MustRun(args ...string) string {
+	e.TB.Helper()
+	so, se, err := e.Run(args...)
+	if err != nil {
+		e.TB.Fatalf("steward %s: %v\nstdout: %s\nstderr: %s", strings.Join(args, " "), err, so, se)
+	}
+	return so
+}
+
+// MustFail runs steward, requires a non-zero exit, and returns stderr.
+func (e *Env) MustFail(args ...string) string {
+	e.TB.Helper()
+	so, se, err := e.Run(args...)
+	if err == nil {
+		e.TB.Fatalf("steward %s succeeded, want an error\nstdout: %s\nstderr: %s", strings.Join(args, " "), so, se)
+	}
+	return se
+}
+
+// Up starts an n-member cluster of etcd version v from the test store.
+func (e *Env) Up(n int, v string) {
+	e.TB.Helper()
+	e.MustRun("up", "--members", strconv.Itoa(n), "--version", v, "--binary-store", e.Store)
+}
+
+// Status returns `steward status -o json`, parsed.
+func (e *Env) Status() *cluster.Status {
+	e.TB.Helper()
+	out := e.MustRun("status", "-o", "json")
+	var st cluster.Status
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		e.TB.Fatalf("parse status: %v\n%s", err, out)
+	}
+	return &st
+}
+
+// WaitStatus polls status until ok returns true or the timeout passes.
+func (e *Env) WaitStatus(timeout time.Duration, what string, ok func(*cluster.Status) bool) *cluster.Status {
+	e.TB.Helper()
+	deadline := time.Now().Add(timeout)
+	var st *cluster.Status
+	for {
+		st = e.Status()
+		if ok(st) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			b, _ := json.MarshalIndent(st, "", "  ")
+			e.TB.Fatalf("timed out after %s waiting for %s; last status:\n%s", timeout, what, b)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// Spec loads the cluster spec.
+func (e *Env) Spec() *spec.Cluster {
+	e.TB.Helper()
+	s, err := spec.Load(filepath.Join(e.Dir, spec.FileName))
+	if err != nil {
+		e.TB.Fatal(err)
+	}
+	return s
+}
+
+// Client returns an etcd client for the given members (all when none).
+func (e *Env) Client(members ...string) *clientv3.Client {
+	e.TB.Helper()
+	s := e.Spec()
+	var eps []string
+	for _, m := range s.Members {
+		if len(members) == 0 || contains(members, m.Name) {
+			eps = append(eps, m.ClientURL)
+		}
+	}
+	cfg := clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+	if !s.TLS.Disabled {
+		tc, err := pki.ClientTLS(s.CertDir(e.Dir))
+		if err != nil {
+			e.TB.Fatal(err)
+		}
+		cfg.TLS = tc
+	}
+	c, err := clientv3.New(cfg)
+	if err != nil {
+		e.TB.Fatal(err)
+	}
+	e.TB.Cleanup(func() { c.Close() })
+	return c
+}
+
+// MemberPID returns the pid the agent recorded for a member.
+func (e *Env) MemberPID(name string) int {
+	e.TB.Helper()
+	b, err := os.ReadFile(filepath.Join(e.Dir, "run", name+".pid"))
+	if err != nil {
+		e.TB.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		e.TB.Fatal(err)
+	}
+	return pid
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Healthy reports whether every member is healthy and the cluster quorate.
+func Healthy(st *cluster.Status) bool {
+	return st.Cluster.Quorate && st.Cluster.HealthyMembers == len(st.Members) && len(st.Members) > 0
+}
+
+// Cond returns a condition's status ("" when absent).
+func Cond(st *cluster.Status, t string) cluster.Condition {
+	c, _ := st.Condition(t)
+	return c
+}
