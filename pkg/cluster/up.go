@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/etcd-steward/steward/pkg/agent"
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/pki"
@@ -233,28 +234,33 @@ func Down(ctx context.Context, dir string, o DownOptions, progress func(string, 
 	if progress == nil {
 		progress = func(string, ...any) {}
 	}
-	c, err := Open(dir)
-	if err != nil && !(o.Purge && errors.Is(err, ErrNoSpec)) {
+	// Down works from whatever is there: an invalid or missing spec must
+	// not keep the operator from stopping the processes.
+	addr := "unix://" + agent.SocketPath(dir)
+	if s, err := spec.Load(filepath.Join(dir, spec.FileName)); err == nil {
+		if a, ok := s.Agent(spec.LocalAgent); ok {
+			addr = a.Address
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		progress("warning: %v; using the default agent socket", err)
+	} else if _, serr := os.Stat(dir); errors.Is(serr, os.ErrNotExist) {
+		return fmt.Errorf("%s does not exist: nothing to stop", dir)
+	}
+	ac, err := agentapi.NewClient(addr)
+	if err != nil {
 		return err
 	}
-	if c != nil {
-		ac, err := c.Agent(spec.LocalAgent)
-		if err != nil {
+	if info, perr := ac.Info(ctx); perr == nil {
+		if err := ac.Shutdown(ctx); err != nil {
+			return fmt.Errorf("stop agent: %w", err)
+		}
+		progress("stopping members and agent (pid %d)", info.PID)
+		if err := waitExit(ctx, info.PID, 60*time.Second); err != nil {
 			return err
 		}
-		info, perr := ac.Info(ctx)
-		if perr == nil {
-			if err := ac.Shutdown(ctx); err != nil {
-				return fmt.Errorf("stop agent: %w", err)
-			}
-			progress("stopping members and agent (pid %d)", info.PID)
-			if err := waitExit(ctx, info.PID, 60*time.Second); err != nil {
-				return err
-			}
-			progress("agent stopped")
-		} else {
-			progress("agent not running")
-		}
+		progress("agent stopped")
+	} else {
+		progress("agent not running")
 	}
 	// Members left by an agent that died (kill -9) are stopped too.
 	if err := stopOrphans(ctx, dir, progress); err != nil {

@@ -119,7 +119,7 @@ func New(tb testing.TB) *Env {
 
 func (e *Env) cleanup() {
 	_, stderr, err := e.Run("down")
-	if err != nil && !strings.Contains(stderr, "does not exist") {
+	if err != nil && !strings.Contains(stderr, "nothing to stop") {
 		e.TB.Errorf("cleanup: steward down: %v: %s", err, stderr)
 	}
 	// Whatever down missed is a bug: kill it, and say so.

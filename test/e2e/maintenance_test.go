@@ -1,0 +1,138 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/etcd-steward/steward/pkg/binaries"
+	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/test/harness"
+)
+
+// writeSpec writes a spec of n members before `steward up`, so a test can
+// set etcd options.
+func writeSpec(t *testing.T, e *harness.Env, n int, version string, edit func(*spec.Cluster)) *spec.Cluster {
+	t.Helper()
+	s, err := spec.NewDefault(spec.DefaultOptions{Members: n, Version: version, StewardDir: e.Dir, FreePort: spec.FreePort("127.0.0.1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.BinaryStore = e.Store
+	if edit != nil {
+		edit(s)
+	}
+	if err := s.Save(filepath.Join(e.Dir, spec.FileName)); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestMaintenance moves the leader, defragments a cluster (followers first,
+// leader last; refused while a member is down), and clears a NOSPACE alarm.
+func TestMaintenance(t *testing.T) {
+	t.Parallel()
+	e := harness.New(t)
+	writeSpec(t, e, 3, binaries.EmbeddedVersion(), func(s *spec.Cluster) {
+		s.Etcd.QuotaBackendBytes = 8 << 20
+	})
+	e.MustRun("up")
+	st := e.Status()
+
+	// Leader move.
+	var follower string
+	for _, m := range st.Members {
+		if m.Role == "follower" {
+			follower = m.Name
+		}
+	}
+	e.MustRun("leader", "move", "--to", follower)
+	if got := e.Status().Cluster.Leader; got != follower {
+		t.Fatalf("leader after move: %s, want %s", got, follower)
+	}
+	if out := e.MustFail("leader", "move", "--to", "nobody"); !strings.Contains(out, `no member named "nobody"`) {
+		t.Errorf("move to unknown member: %s", out)
+	}
+
+	// Fill, delete and compact so defragmentation has something to free.
+	ctx := context.Background()
+	cli := e.Client()
+	big := strings.Repeat("x", 64<<10)
+	var rev int64
+	for i := 0; i < 60; i++ {
+		r, err := cli.Put(ctx, "defrag/key", big)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev = r.Header.Revision
+	}
+	if _, err := cli.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	out := e.MustRun("defrag", "-o", "json")
+	var res []cluster.DefragResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("defrag output: %v\n%s", err, out)
+	}
+	if len(res) != 3 || res[2].Member != follower {
+		t.Fatalf("defrag order %+v: want 3 members with the leader %s last", res, follower)
+	}
+	for _, r := range res {
+		if r.DBSizeTo >= r.DBSizeFrom {
+			t.Errorf("defrag of %s did not shrink the database: %d -> %d", r.Member, r.DBSizeFrom, r.DBSizeTo)
+		}
+	}
+
+	// Defragmentation refuses while a member is down, and says which.
+	down := e.Spec().Members[0].Name
+	e.MustRun("member", "stop", down)
+	e.WaitStatus(30*time.Second, "member stopped", func(st *cluster.Status) bool { m, _ := st.Member(down); return !m.Healthy })
+	if out := e.MustFail("defrag"); !strings.Contains(out, "refusing to defragment while member "+down+" is unhealthy") {
+		t.Errorf("defrag with a member down: %s", out)
+	}
+	e.MustRun("member", "start", down)
+	e.WaitStatus(60*time.Second, "healthy again", harness.Healthy)
+
+	// NOSPACE: fill past the quota, then disarm (compact, defrag, disarm).
+	var nospace bool
+	for i := 0; i < 400 && !nospace; i++ {
+		_, err := cli.Put(ctx, "fill/key", big)
+		if errors.Is(err, rpctypes.ErrNoSpace) {
+			nospace = true
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !nospace {
+		t.Fatal("no NOSPACE alarm after writing 25 MB into an 8 MiB quota")
+	}
+	var alarms []cluster.Alarm
+	if err := json.Unmarshal([]byte(e.MustRun("alarm", "list", "-o", "json")), &alarms); err != nil {
+		t.Fatal(err)
+	}
+	if len(alarms) == 0 || alarms[0].Alarm != "NOSPACE" {
+		t.Fatalf("alarm list: %+v, want NOSPACE", alarms)
+	}
+	if c := harness.Cond(e.Status(), cluster.CondAllMembersReady); c.Status != "False" || !strings.Contains(c.Message, "NOSPACE") {
+		t.Errorf("AllMembersReady with NOSPACE raised: %+v", c)
+	}
+	e.MustRun("alarm", "disarm")
+	if err := json.Unmarshal([]byte(e.MustRun("alarm", "list", "-o", "json")), &alarms); err != nil {
+		t.Fatal(err)
+	}
+	if len(alarms) != 0 {
+		t.Fatalf("alarms after disarm: %+v", alarms)
+	}
+	if _, err := cli.Put(ctx, "after/nospace", "ok"); err != nil {
+		t.Fatalf("write after disarm: %v", err)
+	}
+	e.WaitStatus(30*time.Second, "healthy after disarm", harness.Healthy)
+}
