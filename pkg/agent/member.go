@@ -292,7 +292,7 @@ func (m *member) launch(cfg agentapi.MemberConfig) (*process, error) {
 		return nil, fmt.Errorf("open member log: %w", err)
 	}
 	defer logf.Close()
-	fmt.Fprintf(logf, "--- steward agent: starting %s etcd %s at %s ---\n", cfg.Name, cfg.Version, time.Now().UTC().Format(time.RFC3339))
+	fmt.Fprintf(logf, runMarker+"%s etcd %s at %s ---\n", cfg.Name, cfg.Version, time.Now().UTC().Format(time.RFC3339))
 	args := append(append([]string{}, ex.Args...), EtcdFlags(cfg)...)
 	cmd := exec.Command(ex.Path, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -407,14 +407,16 @@ func checkPortFree(raw string) error {
 	return l.Close()
 }
 
-// logTail returns the last n lines of a log file, shortened.
+// logTail explains a member's last exit from its log: the fatal or error
+// line of the newest run when there is one (zap's JSON reduced to its
+// message and error), else the run's last n lines.
 func logTail(path string, n int) string {
 	f, err := os.Open(path)
 	if err != nil {
 		return ""
 	}
 	defer f.Close()
-	const max = 4096
+	const max = 64 << 10
 	st, err := f.Stat()
 	if err != nil {
 		return ""
@@ -425,13 +427,58 @@ func logTail(path string, n int) string {
 	}
 	buf := make([]byte, max)
 	k, _ := f.ReadAt(buf, off)
-	lines := strings.Split(strings.TrimSpace(string(buf[:k])), "\n")
+	text := string(buf[:k])
+	if i := strings.LastIndex(text, runMarker); i >= 0 {
+		text = text[i:]
+		if j := strings.IndexByte(text, '\n'); j >= 0 {
+			text = text[j+1:]
+		}
+	}
+	lines := strings.Split(strings.TrimSpace(text), "\n")
+	pick := ""
+	for _, l := range lines {
+		low := strings.ToLower(l)
+		switch {
+		case strings.Contains(l, `"level":"fatal"`) || strings.Contains(l, `"level":"panic"`) ||
+			strings.HasPrefix(l, "panic:") || strings.Contains(low, "flag provided but not defined") ||
+			strings.Contains(low, "invalid value"):
+			pick = l
+		case pick == "" && strings.Contains(l, `"level":"error"`):
+			pick = l
+		default:
+			continue
+		}
+		if !strings.Contains(l, `"level":"error"`) {
+			break
+		}
+	}
+	if pick != "" {
+		return shorten(zapSummary(pick))
+	}
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}
-	s := strings.Join(lines, " | ")
+	return shorten(strings.Join(lines, " | "))
+}
+
+// runMarker starts every run's section of a member log.
+const runMarker = "--- steward agent: starting "
+
+func zapSummary(line string) string {
+	var z map[string]any
+	if json.Unmarshal([]byte(line), &z) != nil {
+		return strings.TrimSpace(line)
+	}
+	out := fmt.Sprint(z["msg"])
+	if e, ok := z["error"]; ok {
+		out += ": " + fmt.Sprint(e)
+	}
+	return out
+}
+
+func shorten(s string) string {
 	if len(s) > 600 {
-		s = s[len(s)-600:]
+		return s[:600] + "..."
 	}
 	return s
 }

@@ -339,7 +339,7 @@ func (c *Cluster) Status(ctx context.Context) (*Status, error) {
 				case as.State != agentapi.StateRunning && as.LastError != "":
 					ms.LastError = as.State + ": " + as.LastError
 				case as.State != agentapi.StateRunning && as.LastExit != "":
-					ms.LastError = as.State + ": last exit " + as.LastExit
+					ms.LastError = as.State + ": last exit: " + as.LastExit
 				case as.State == agentapi.StateStopped:
 					ms.LastError = "stopped by the operator"
 				}

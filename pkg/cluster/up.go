@@ -156,7 +156,8 @@ func (c *Cluster) WaitHealthy(ctx context.Context, progress func(string, ...any)
 		// A member that cannot start will not fix itself: say so now.
 		for _, m := range st.Members {
 			if m.Process == agentapi.StateFailed || m.Process == agentapi.StateCrashLoop {
-				return false, fmt.Errorf("member %s is %s: %s", m.Name, m.Process, m.LastError)
+				return false, fmt.Errorf("member %s cannot run: %s (log: %s)", m.Name, m.LastError,
+					filepath.Join(c.Dir, "logs", m.Name+".log"))
 			}
 		}
 		return false, nil

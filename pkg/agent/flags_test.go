@@ -1,0 +1,119 @@
+package agent
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/etcd-steward/steward/pkg/agentapi"
+)
+
+func baseConfig() agentapi.MemberConfig {
+	return agentapi.MemberConfig{
+		Name: "etcd-1", Version: "3.6.16", DataDir: "/d/etcd-1",
+		ClientURL: "https://127.0.0.1:2379", PeerURL: "https://127.0.0.1:2380",
+		InitialCluster: "etcd-1=https://127.0.0.1:2380", InitialClusterState: "new", InitialClusterToken: "tok",
+		QuotaBackendBytes: 1 << 30, AutoCompactionMode: "periodic", AutoCompactionRetention: "1h",
+		SnapshotCount: 5000, HeartbeatIntervalMs: 100, ElectionTimeoutMs: 1000,
+		TLS: &agentapi.TLSFiles{CA: "/p/ca.crt", ServerCert: "/p/server.crt", ServerKey: "/p/server.key",
+			PeerCert: "/p/peer.crt", PeerKey: "/p/peer.key", ClientCert: "/p/client.crt", ClientKey: "/p/client.key"},
+		ExtraFlags: map[string]string{"max-txn-ops": "256", "--log-level": "warn"},
+	}
+}
+
+func TestEtcdFlags(t *testing.T) {
+	f := EtcdFlags(baseConfig())
+	for _, want := range []string{
+		"--name=etcd-1", "--data-dir=/d/etcd-1",
+		"--listen-client-urls=https://127.0.0.1:2379", "--advertise-client-urls=https://127.0.0.1:2379",
+		"--listen-peer-urls=https://127.0.0.1:2380", "--initial-advertise-peer-urls=https://127.0.0.1:2380",
+		"--initial-cluster=etcd-1=https://127.0.0.1:2380", "--initial-cluster-state=new", "--initial-cluster-token=tok",
+		"--quota-backend-bytes=1073741824", "--auto-compaction-mode=periodic", "--auto-compaction-retention=1h",
+		"--snapshot-count=5000", "--heartbeat-interval=100", "--election-timeout=1000",
+		"--client-cert-auth=true", "--peer-client-cert-auth=true", "--trusted-ca-file=/p/ca.crt",
+		"--cert-file=/p/server.crt", "--key-file=/p/server.key", "--peer-cert-file=/p/peer.crt",
+		"--max-txn-ops=256", "--log-level=warn",
+	} {
+		if !slices.Contains(f, want) {
+			t.Errorf("missing %s in %v", want, f)
+		}
+	}
+	// Extra flags come last, sorted, so the command line is stable.
+	if i, j := slices.Index(f, "--log-level=warn"), slices.Index(f, "--max-txn-ops=256"); i > j || i < len(f)-2 {
+		t.Errorf("extra flags not last and sorted: %v", f)
+	}
+	plain := baseConfig()
+	plain.TLS = nil
+	for _, a := range EtcdFlags(plain) {
+		if strings.Contains(a, "cert") {
+			t.Errorf("TLS off but flag %s present", a)
+		}
+	}
+}
+
+func TestValidateConfig(t *testing.T) {
+	if err := ValidateConfig(baseConfig()); err != nil {
+		t.Fatal(err)
+	}
+	c := baseConfig()
+	c.InitialClusterState = "maybe"
+	c.ClientURL = ""
+	err := ValidateConfig(c)
+	if err == nil || !strings.Contains(err.Error(), "initialClusterState") || !strings.Contains(err.Error(), "clientURL") {
+		t.Fatalf("want both problems named, got %v", err)
+	}
+}
+
+func TestCheckVersionStep(t *testing.T) {
+	tests := []struct {
+		last, next string
+		downgrade  bool
+		wantErr    string
+	}{
+		{"3.5.35", "3.5.35", false, ""},
+		{"3.5.20", "3.5.35", false, ""},
+		{"3.5.35", "3.6.16", false, ""},
+		{"3.6.16", "3.7.3", false, ""},
+		{"3.5.35", "3.7.3", false, "skips a minor version: upgrade through 3.6 first"},
+		{"3.6.16", "3.5.35", false, "older minor version"},
+		{"3.6.16", "3.5.35", true, ""},
+		{"3.6.16", "4.0.0", false, "different major"},
+		{"garbage", "3.6.16", false, "version record holds"},
+	}
+	for _, tt := range tests {
+		err := CheckVersionStep(tt.last, tt.next, tt.downgrade)
+		if tt.wantErr == "" && err != nil {
+			t.Errorf("%s -> %s: unexpected %v", tt.last, tt.next, err)
+		}
+		if tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+			t.Errorf("%s -> %s: got %v, want %q", tt.last, tt.next, err, tt.wantErr)
+		}
+	}
+}
+
+func TestVersionRecord(t *testing.T) {
+	dir := t.TempDir() + "/data"
+	if _, ok, err := ReadRecord(dir); ok || err != nil {
+		t.Fatalf("no record yet: ok=%v err=%v", ok, err)
+	}
+	if err := WriteRecord(dir, "3.6.16", time.Unix(100, 0)); err != nil {
+		t.Fatal(err)
+	}
+	rec, ok, err := ReadRecord(dir)
+	if err != nil || !ok || rec.Version != "3.6.16" || !rec.UpdatedAt.Equal(time.Unix(100, 0)) {
+		t.Fatalf("record: %+v ok=%v err=%v", rec, ok, err)
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 30 * time.Second, 30 * time.Second}
+	for i, w := range want {
+		if got := backoff(i + 1); got != w {
+			t.Errorf("backoff(%d) = %s, want %s", i+1, got, w)
+		}
+	}
+	if backoff(100) != maxBackoff {
+		t.Error("backoff must be capped")
+	}
+}

@@ -1,0 +1,75 @@
+package pki
+
+import (
+	"crypto/x509"
+	"encoding/pem"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func readCert(t *testing.T, p string) *x509.Certificate {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blk, _ := pem.Decode(b)
+	c, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestEnsure(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "pki")
+	if err := Ensure(dir, "test", []string{"127.0.0.1"}); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("cert dir mode: %v %v", fi.Mode(), err)
+	}
+	for _, k := range []string{CAKey, ServerKey, PeerKey, ClientKey} {
+		fi, err := os.Stat(filepath.Join(dir, k))
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: mode %v err %v, want 0600", k, fi.Mode(), err)
+		}
+	}
+	ca := readCert(t, filepath.Join(dir, CACert))
+	server := readCert(t, filepath.Join(dir, ServerCert))
+	if err := server.CheckSignatureFrom(ca); err != nil {
+		t.Fatalf("server cert not signed by CA: %v", err)
+	}
+	if err := server.VerifyHostname("127.0.0.1"); err != nil {
+		t.Error(err)
+	}
+	if _, err := ClientTLS(dir); err != nil {
+		t.Fatal(err)
+	}
+
+	// Same hosts: nothing reissued.
+	if err := Ensure(dir, "test", []string{"127.0.0.1"}); err != nil {
+		t.Fatal(err)
+	}
+	if again := readCert(t, filepath.Join(dir, ServerCert)); again.SerialNumber.Cmp(server.SerialNumber) != 0 {
+		t.Error("server certificate reissued although it covered every host")
+	}
+	// A new host: server and peer reissued by the same CA.
+	if err := Ensure(dir, "test", []string{"127.0.0.1", "10.1.2.3", "etcd-a.example"}); err != nil {
+		t.Fatal(err)
+	}
+	re := readCert(t, filepath.Join(dir, PeerCert))
+	for _, h := range []string{"10.1.2.3", "etcd-a.example", "localhost"} {
+		if err := re.VerifyHostname(h); err != nil {
+			t.Errorf("reissued peer cert: %v", err)
+		}
+	}
+	if err := re.CheckSignatureFrom(ca); err != nil {
+		t.Errorf("reissued cert not signed by the same CA: %v", err)
+	}
+	if readCert(t, filepath.Join(dir, CACert)).SerialNumber.Cmp(ca.SerialNumber) != 0 {
+		t.Error("CA was replaced")
+	}
+}
