@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,6 +56,7 @@ type member struct {
 	lastExit    string
 	lastError   string
 	binary      string
+	runningCfg  *agentapi.MemberConfig // config of the running process; nil for an adopted one
 	loopDone    chan struct{}
 	wake        chan struct{}
 }
@@ -96,6 +98,7 @@ func (m *member) status() agentapi.MemberStatus {
 	if m.proc != nil {
 		st.PID = m.proc.pid
 		st.StartedAt = m.startedAt
+		st.ConfigPending = m.runningCfg != nil && !reflect.DeepEqual(*m.runningCfg, m.cfg)
 	}
 	if rec, ok, err := ReadRecord(m.cfg.DataDir); err == nil && ok {
 		st.DataDirVersion = rec.Version
@@ -200,6 +203,10 @@ func (m *member) loop() {
 
 		m.mu.Lock()
 		m.proc = p
+		m.runningCfg = nil
+		if adopt == 0 {
+			m.runningCfg = &cfg
+		}
 		m.startedAt = time.Now()
 		m.state = agentapi.StateStarting
 		stopNow := !m.desired

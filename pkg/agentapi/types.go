@@ -90,7 +90,10 @@ type MemberStatus struct {
 	// DataDirVersion is the etcd version last run successfully on the data
 	// dir, from the version record next to it.
 	DataDirVersion string `json:"dataDirVersion,omitempty"`
-	LogFile        string `json:"logFile"`
+	// ConfigPending is true when the running process was started with an
+	// older config than the stored one; a restart applies the new one.
+	ConfigPending bool   `json:"configPending,omitempty"`
+	LogFile       string `json:"logFile"`
 	DataDir        string `json:"dataDir"`
 	ClientURL      string `json:"clientURL"`
 	PeerURL        string `json:"peerURL"`

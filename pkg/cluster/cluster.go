@@ -45,6 +45,7 @@ func Open(dir string) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.ApplyDefaults()
 	c := &Cluster{Dir: dir, Spec: s}
 	if _, err := c.validate(s); err != nil {
 		return nil, err
@@ -69,8 +70,12 @@ func (c *Cluster) SpecPath() string { return filepath.Join(c.Dir, spec.FileName)
 
 // saveSpec validates and atomically writes a new spec, then adopts it.
 func (c *Cluster) saveSpec(s *spec.Cluster) error {
-	if _, err := c.validate(s); err != nil {
+	warnings, err := c.validate(s)
+	if err != nil {
 		return err
+	}
+	for _, w := range warnings {
+		c.progress("warning: %s", w)
 	}
 	if err := s.Save(c.SpecPath()); err != nil {
 		return err

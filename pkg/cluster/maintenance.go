@@ -2,12 +2,14 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -91,7 +93,7 @@ func (c *Cluster) Defrag(ctx context.Context, o DefragOptions) ([]DefragResult, 
 		return nil, err
 	}
 	if err := requireDefragHealth(st, o.AllowAlarms); err != nil {
-		return nil, err
+		return []DefragResult{}, err
 	}
 	order := make([]MemberStatus, 0, len(st.Members))
 	for _, m := range st.Members {
@@ -103,7 +105,7 @@ func (c *Cluster) Defrag(ctx context.Context, o DefragOptions) ([]DefragResult, 
 	if l, ok := st.Member(st.Cluster.Leader); ok {
 		order = append(order, l)
 	}
-	var results []DefragResult
+	results := []DefragResult{}
 	for i, m := range order {
 		if i > 0 {
 			// Re-check before each member: never defragment while another
@@ -239,7 +241,7 @@ func (c *Cluster) Disarm(ctx context.Context, o DisarmOptions) ([]Alarm, error) 
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 		_, err = cli.Compact(cctx, rev, clientv3.WithCompactPhysical())
 		cancel()
-		if err != nil && err.Error() != "etcdserver: mvcc: required revision has been compacted" {
+		if err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
 			return nil, fmt.Errorf("compact to revision %d: %w", rev, err)
 		}
 		if _, err := c.Defrag(ctx, DefragOptions{AllowAlarms: true}); err != nil {

@@ -482,10 +482,23 @@ func (c *Cluster) ReplaceMember(ctx context.Context, name string, timeout time.D
 }
 
 // StopMember stops a member's process (it stays a member of the cluster).
-func (c *Cluster) StopMember(ctx context.Context, name string) error {
+// Unless force, it refuses when the cluster would lose its healthy quorum.
+func (c *Cluster) StopMember(ctx context.Context, name string, force bool) error {
 	m, err := c.memberOrError(name)
 	if err != nil {
 		return err
+	}
+	if !force {
+		st, err := c.Status(ctx)
+		if err != nil {
+			return err
+		}
+		t, _ := st.Member(name)
+		quorum := st.Cluster.VotingMembers/2 + 1
+		if h := healthyVoters(st); t.Healthy && t.Role != "learner" && h-1 < quorum {
+			return fmt.Errorf("refusing to stop %s: %d of %d voting members would stay healthy and quorum needs %d; the cluster would stop serving (use --force to stop it anyway)",
+				name, h-1, st.Cluster.VotingMembers, quorum)
+		}
 	}
 	ac, err := c.AgentFor(m)
 	if err != nil {

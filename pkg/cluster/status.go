@@ -403,7 +403,7 @@ func (c *Cluster) Status(ctx context.Context) (*Status, error) {
 func (c *Cluster) conditions(st *Status, now time.Time) []Condition {
 	quorum := st.Cluster.VotingMembers/2 + 1
 	ready := Condition{Type: CondReady, Status: "True", Reason: "Quorate",
-		Message: fmt.Sprintf("%d of %d members healthy; quorum is %d", st.Cluster.HealthyMembers, len(st.Members), quorum)}
+		Message: fmt.Sprintf("%d of %d voting members healthy; quorum is %d", healthyVoters(st), st.Cluster.VotingMembers, quorum)}
 	if !st.Cluster.Quorate {
 		ready.Status, ready.Reason = "False", "QuorumLost"
 		ready.Message = fmt.Sprintf("no linearizable read succeeded: %d of %d voting members needed; %s",
@@ -420,6 +420,16 @@ func (c *Cluster) conditions(st *Status, now time.Time) []Condition {
 	conds := []Condition{ready, all, backup}
 	c.stampTransitions(conds, now)
 	return conds
+}
+
+func healthyVoters(st *Status) int {
+	n := 0
+	for _, m := range st.Members {
+		if m.Healthy && m.Role != "learner" && m.InSpec {
+			n++
+		}
+	}
+	return n
 }
 
 func unhealthySummary(st *Status) string {

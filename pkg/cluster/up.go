@@ -57,8 +57,16 @@ func Up(ctx context.Context, dir string, o UpOptions, progress func(string, ...a
 		if o.Members != 0 && o.Members != len(s.Members) {
 			return nil, nil, fmt.Errorf("%s already describes %d members; --members applies only to a new cluster (use `steward member add` or `remove`)", specPath, len(s.Members))
 		}
-		if o.Version != "" && o.Version != s.Version {
-			return nil, nil, fmt.Errorf("%s already runs etcd %s; --version applies only to a new cluster", specPath, s.Version)
+		if o.Version != "" {
+			if nv, err := binaries.NormalizeVersion(o.Version); err != nil || nv != s.Version {
+				return nil, nil, fmt.Errorf("%s already runs etcd %s; --version applies only to a new cluster", specPath, s.Version)
+			}
+		}
+		if o.TLSOff != s.TLS.Disabled && o.TLSOff {
+			return nil, nil, fmt.Errorf("%s has TLS on; --insecure-no-tls applies only to a new cluster", specPath)
+		}
+		if o.BinaryStore != "" && s.BinaryStoreDir(dir) != spec.Path(dir, o.BinaryStore) {
+			return nil, nil, fmt.Errorf("%s uses the binary store %s; --binary-store applies only to a new cluster (edit binaryStore in the spec)", specPath, s.BinaryStoreDir(dir))
 		}
 	} else {
 		if o.Members == 0 {
@@ -97,7 +105,7 @@ func Up(ctx context.Context, dir string, o UpOptions, progress func(string, ...a
 		return nil, warnings, err
 	}
 
-	ac, err := c.ensureLocalAgent(ctx, o.StewardBinary, progress)
+	ac, startedAgent, err := c.ensureLocalAgent(ctx, o.StewardBinary, progress)
 	if err != nil {
 		return nil, warnings, err
 	}
@@ -125,8 +133,20 @@ func Up(ctx context.Context, dir string, o UpOptions, progress func(string, ...a
 		if m.Agent != spec.LocalAgent {
 			continue
 		}
-		if _, err := ac.PutMember(ctx, c.MemberConfig(m)); err != nil {
+		ms, err := ac.PutMember(ctx, c.MemberConfig(m))
+		if err != nil {
 			return nil, warnings, fmt.Errorf("configure member %s: %w", m.Name, err)
+		}
+		if ms.ConfigPending {
+			if startedAgent {
+				// The new agent started the member from its saved config a
+				// moment ago; restart it on the spec's.
+				if _, err := ac.Restart(ctx, m.Name); err != nil {
+					return nil, warnings, fmt.Errorf("restart member %s with the spec's config: %w", m.Name, err)
+				}
+			} else {
+				progress("note: member %s runs with an older config; `steward member stop %s` then `start` applies the spec", m.Name, m.Name)
+			}
 		}
 		if _, err := ac.Start(ctx, m.Name); err != nil {
 			return nil, warnings, fmt.Errorf("start member %s: %w", m.Name, err)
@@ -170,14 +190,20 @@ func (c *Cluster) WaitHealthy(ctx context.Context, progress func(string, ...any)
 
 // ensureLocalAgent returns a client of the local agent, starting the agent
 // in the background when it does not answer.
-func (c *Cluster) ensureLocalAgent(ctx context.Context, exe string, progress func(string, ...any)) (*agentapi.Client, error) {
+func (c *Cluster) ensureLocalAgent(ctx context.Context, exe string, progress func(string, ...any)) (_ *agentapi.Client, started bool, err error) {
 	ac, err := c.Agent(spec.LocalAgent)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if ac.Ping(ctx, time.Second) == nil {
-		return ac, nil
+		return ac, false, nil
 	}
+	ac, err = c.startAgent(ctx, ac, exe, progress)
+	return ac, err == nil, err
+}
+
+func (c *Cluster) startAgent(ctx context.Context, ac *agentapi.Client, exe string, progress func(string, ...any)) (*agentapi.Client, error) {
+	var err error
 	if exe == "" {
 		if exe, err = os.Executable(); err != nil {
 			return nil, err

@@ -61,7 +61,7 @@ func TestValidate(t *testing.T) {
 		{name: "unknown version", edit: func(c *Cluster) { c.Version = "3.9.9" }, wantErr: "version 3.9.9: not in store"},
 		{name: "bad name", edit: func(c *Cluster) { c.Members[0].Name = "Etcd_1" }, wantErr: `member name "Etcd_1"`},
 		{name: "shared data dir", edit: func(c *Cluster) { c.Members[1].DataDir = c.Members[0].DataDir }, wantErr: "is also used by etcd-1"},
-		{name: "reserved flag", edit: func(c *Cluster) { c.Etcd.ExtraFlags = map[string]string{"--data-dir": "/x"} }, wantErr: "managed by Steward"},
+		{name: "reserved flag", edit: func(c *Cluster) { c.Etcd.ExtraFlags = map[string]string{"--data-dir": "/x"} }, wantErr: "set by Steward from the spec"},
 		{name: "election timeout", edit: func(c *Cluster) { c.Etcd.ElectionTimeoutMs = 200 }, wantErr: "at least 5 times"},
 		{name: "no members", edit: func(c *Cluster) { c.Members = nil }, wantErr: "no members"},
 		{name: "even count warns", edit: func(c *Cluster) { c.Members = c.Members[:2] }, warn: "even member count"},

@@ -58,7 +58,7 @@ func (c *Cluster) Validate(o ValidateOptions) (warnings []string, err error) {
 	}
 	for k := range c.Etcd.ExtraFlags {
 		if reserved[strings.TrimLeft(k, "-")] {
-			bad("etcd.extraFlags %q is managed by Steward; set it through the spec instead", k)
+			bad("etcd.extraFlags %q is set by Steward from the spec; set it through the spec's fields instead", k)
 		}
 	}
 
@@ -71,8 +71,8 @@ func (c *Cluster) Validate(o ValidateOptions) (warnings []string, err error) {
 			bad("agent %q is listed twice", a.Name)
 		}
 		agents[a.Name] = true
-		if !strings.HasPrefix(a.Address, "unix://") && !strings.HasPrefix(a.Address, "https://") {
-			bad("agent %s address %q: want unix:///path/to/agent.sock or https://host:port", a.Name, a.Address)
+		if !strings.HasPrefix(a.Address, "unix://") {
+			bad("agent %s address %q: want unix:///path/to/agent.sock (agents on other hosts are not supported yet)", a.Name, a.Address)
 		}
 	}
 
@@ -145,4 +145,8 @@ var reserved = map[string]bool{
 	"initial-cluster-state": true, "initial-cluster-token": true, "cert-file": true, "key-file": true,
 	"trusted-ca-file": true, "client-cert-auth": true, "peer-cert-file": true, "peer-key-file": true,
 	"peer-trusted-ca-file": true, "peer-client-cert-auth": true,
+	// Set from the spec's etcd section: change them there.
+	"quota-backend-bytes": true, "auto-compaction-mode": true, "auto-compaction-retention": true,
+	"snapshot-count": true, "heartbeat-interval": true, "election-timeout": true,
+	"logger": true, "log-outputs": true,
 }

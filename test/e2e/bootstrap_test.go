@@ -55,7 +55,20 @@ func TestBootstrapOneMember(t *testing.T) {
 			if left := harness.ProcessesUsing(e.Dir); len(left) > 0 {
 				t.Fatalf("processes left after down: %v", left)
 			}
+			// A spec edit made while the cluster is down applies on up.
+			s := e.Spec()
+			s.Etcd.SnapshotCount = 4321
+			if err := s.Save(filepath.Join(e.Dir, "cluster.yaml")); err != nil {
+				t.Fatal(err)
+			}
 			e.MustRun("up")
+			cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", e.MemberPID(s.Members[0].Name)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(cmdline), "--snapshot-count=4321") {
+				t.Errorf("spec edit not applied on up: %q", cmdline)
+			}
 			resp, err := e.Client().Get(ctx, "survives")
 			if err != nil {
 				t.Fatal(err)
@@ -208,7 +221,10 @@ func checkConditions(t *testing.T, e *harness.Env) {
 		t.Errorf("stopped member: %+v", m)
 	}
 
-	e.MustRun("member", "stop", names[1])
+	if out := e.MustFail("member", "stop", names[1]); !strings.Contains(out, "refusing to stop "+names[1]) {
+		t.Errorf("stop that loses quorum: %s", out)
+	}
+	e.MustRun("member", "stop", names[1], "--force")
 	st = e.WaitStatus(30*time.Second, "majority down", func(st *cluster.Status) bool {
 		return harness.Cond(st, cluster.CondReady).Status == "False"
 	})

@@ -32,15 +32,16 @@ can cost quorum.`,
 				return err
 			}
 			res, err := c.Defrag(cmd.Context(), o)
-			if err != nil {
-				return err
-			}
-			return g.Print(cmd.OutOrStdout(), res, func(tw *tabwriter.Writer) {
+			// Print what was done even when a later member stopped the run.
+			if perr := g.Print(cmd.OutOrStdout(), res, func(tw *tabwriter.Writer) {
 				fmt.Fprintln(tw, "MEMBER\tDB BEFORE\tDB AFTER\tDURATION")
 				for _, r := range res {
 					fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", r.Member, r.DBSizeFrom, r.DBSizeTo, r.Duration.Round(time.Millisecond))
 				}
-			})
+			}); perr != nil && err == nil {
+				return perr
+			}
+			return err
 		},
 	}
 	cmd.Flags().DurationVar(&o.Timeout, "timeout", 10*time.Minute, "time limit for each member")

@@ -76,7 +76,8 @@ func replaceCommand(g *cli.Globals) *cobra.Command {
 }
 
 func stopCommand(g *cli.Globals) *cobra.Command {
-	return &cobra.Command{
+	var force bool
+	cmd := &cobra.Command{
 		Use:   "stop NAME",
 		Short: "Stop a member's process (it stays in the cluster); the agent keeps it stopped",
 		Args:  cobra.ExactArgs(1),
@@ -85,9 +86,11 @@ func stopCommand(g *cli.Globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return c.StopMember(cmd.Context(), args[0])
+			return c.StopMember(cmd.Context(), args[0], force)
 		},
 	}
+	cmd.Flags().BoolVar(&force, "force", false, "stop even when the cluster would lose quorum")
+	return cmd
 }
 
 func startCommand(g *cli.Globals) *cobra.Command {

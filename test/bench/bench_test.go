@@ -1,0 +1,362 @@
+// Package bench holds the benchmarks recorded in docs/benchmarks.md. Each
+// compares Steward with a baseline measured in the same run. Run them with
+// `make bench` (go test -bench . -benchtime 1x): every figure is a
+// reported metric; ns/op is not meaningful here.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/etcd-steward/steward/pkg/agent"
+	"github.com/etcd-steward/steward/pkg/agentapi"
+	"github.com/etcd-steward/steward/pkg/binaries"
+	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/pki"
+	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/test/harness"
+)
+
+// BenchmarkUp: time from `steward up` to a healthy three-member cluster
+// (TLS on, embedded etcd), against the baseline of starting the same three
+// etcd processes by hand with the same flags and polling until a
+// linearizable read succeeds on each.
+func BenchmarkUp(b *testing.B) {
+	v := binaries.EmbeddedVersion()
+	for i := 0; i < b.N; i++ {
+		e := harness.New(b)
+		start := time.Now()
+		e.Up(3, v)
+		up := time.Since(start)
+		e.MustRun("down", "--purge")
+
+		base := bareEtcdUp(b, harness.Store(b), v)
+		b.ReportMetric(up.Seconds(), "steward-up-s")
+		b.ReportMetric(base.Seconds(), "bare-etcd-up-s")
+	}
+}
+
+// bareEtcdUp starts three etcd processes directly (no agent, no checks) and
+// returns the time until all three serve linearizable reads.
+func bareEtcdUp(b *testing.B, store, v string) time.Duration {
+	dir, err := os.MkdirTemp("", "bare-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	s, err := spec.NewDefault(spec.DefaultOptions{Members: 3, Version: v, StewardDir: dir, FreePort: spec.FreePort("127.0.0.1")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.BinaryStore = store
+	c := &cluster.Cluster{Dir: dir, Spec: s}
+	if err := c.EnsureCerts(); err != nil {
+		b.Fatal(err)
+	}
+	ex, err := binaries.Open(store).Resolve(v)
+	if err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	var procs []*exec.Cmd
+	defer func() {
+		for _, p := range procs {
+			_ = p.Process.Kill()
+			_ = p.Wait()
+		}
+	}()
+	for _, m := range s.Members {
+		args := append(append([]string{}, ex.Args...), agent.EtcdFlags(c.MemberConfig(m))...)
+		cmd := exec.Command(ex.Path, args...)
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		procs = append(procs, cmd)
+	}
+	tc, err := pki.ClientTLS(c.CertDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, m := range s.Members {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{m.ClientURL}, TLS: tc, Logger: zap.NewNop(), DialTimeout: time.Second})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_, err := cli.Get(ctx, "health")
+			cancel()
+			if err == nil {
+				break
+			}
+			if time.Since(start) > time.Minute {
+				b.Fatalf("bare etcd not healthy: %v", err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		cli.Close()
+	}
+	return time.Since(start)
+}
+
+// fill writes about mb megabytes in 10 KB values, 10 per transaction.
+func fill(b *testing.B, cli *clientv3.Client, mb int) {
+	val := strings.Repeat("v", 10<<10)
+	n := mb * 100 / 10 // transactions of 10 puts of 10 KB
+	var wg sync.WaitGroup
+	work := make(chan int)
+	var mu sync.Mutex
+	var firstErr error
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for t := range work {
+				ops := make([]clientv3.Op, 10)
+				for j := range ops {
+					ops[j] = clientv3.OpPut(fmt.Sprintf("data/%06d", t*10+j), val)
+				}
+				if _, err := cli.Txn(context.Background()).Then(ops...).Commit(); err != nil {
+					mu.Lock()
+					firstErr = err
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for t := 0; t < n; t++ {
+		work <- t
+	}
+	close(work)
+	wg.Wait()
+	if firstErr != nil {
+		b.Fatal(firstErr)
+	}
+}
+
+// latencies records the latency of sequential 1 KB writes until stopped.
+type latencies struct {
+	mu   sync.Mutex
+	d    []time.Duration
+	errs int
+	stop chan struct{}
+	done chan struct{}
+}
+
+func measureWrites(cli *clientv3.Client) *latencies {
+	l := &latencies{stop: make(chan struct{}), done: make(chan struct{})}
+	val := strings.Repeat("w", 1024)
+	go func() {
+		defer close(l.done)
+		for i := 0; ; i++ {
+			select {
+			case <-l.stop:
+				return
+			default:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			t := time.Now()
+			_, err := cli.Put(ctx, fmt.Sprintf("lat/%d", i%1000), val)
+			d := time.Since(t)
+			cancel()
+			l.mu.Lock()
+			if err != nil {
+				l.errs++
+			} else {
+				l.d = append(l.d, d)
+			}
+			l.mu.Unlock()
+		}
+	}()
+	return l
+}
+
+func (l *latencies) finish() (p50, p99, max time.Duration, n, errs int) {
+	close(l.stop)
+	<-l.done
+	sort.Slice(l.d, func(i, j int) bool { return l.d[i] < l.d[j] })
+	if len(l.d) == 0 {
+		return 0, 0, 0, 0, l.errs
+	}
+	q := func(p float64) time.Duration { return l.d[int(float64(len(l.d)-1)*p)] }
+	return q(0.5), q(0.99), l.d[len(l.d)-1], len(l.d), l.errs
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// BenchmarkLearnerAndDefrag: on a three-member cluster holding 100 MB,
+//   - the time of `steward member add` (learner, catch-up, promote),
+//     against adding a voting member directly (etcd MemberAdd + start) in
+//     the same run;
+//   - client write latency p50/p99 while idle, during Steward's rolling
+//     defragmentation, and during a naive defragmentation of every member
+//     at once (what `etcdctl defrag --cluster` does).
+func BenchmarkLearnerAndDefrag(b *testing.B) {
+	v := binaries.EmbeddedVersion()
+	for i := 0; i < b.N; i++ {
+		e := harness.New(b)
+		e.Up(3, v)
+		cli := e.Client()
+		fillStart := time.Now()
+		fill(b, cli, 100)
+		b.Logf("wrote 100 MB in %s", time.Since(fillStart).Round(time.Millisecond))
+
+		start := time.Now()
+		e.MustRun("member", "add", "learner")
+		add := time.Since(start)
+
+		base := directVotingAdd(b, e, "voter")
+
+		// Five members now; remove the two added ones to defragment three.
+		e.MustRun("member", "remove", "voter")
+		e.MustRun("member", "remove", "learner")
+		c, err := cluster.Open(e.Dir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		// Overwrite the data once so defragmentation has pages to free.
+		fill(b, cli, 100)
+		resp, err := cli.Get(context.Background(), "health")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := cli.Compact(context.Background(), resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+			b.Fatal(err)
+		}
+
+		// Idle baseline.
+		l := measureWrites(cli)
+		time.Sleep(5 * time.Second) // a fixed measurement window, not synchronisation
+		ip50, ip99, imax, in, ierr := l.finish()
+
+		l = measureWrites(cli)
+		dstart := time.Now()
+		if _, err := c.Defrag(context.Background(), cluster.DefragOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		rollingDur := time.Since(dstart)
+		rp50, rp99, rmax, rn, rerr := l.finish()
+
+		// Refill and compact again so the naive run frees as much.
+		fill(b, cli, 100)
+		resp, _ = cli.Get(context.Background(), "health")
+		if _, err := cli.Compact(context.Background(), resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+			b.Fatal(err)
+		}
+		l = measureWrites(cli)
+		nstart := time.Now()
+		var wg sync.WaitGroup
+		for _, m := range e.Spec().Members {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+				defer cancel()
+				if _, err := cli.Defragment(ctx, m.ClientURL); err != nil {
+					b.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		naiveDur := time.Since(nstart)
+		np50, np99, nmax, nn, nerr := l.finish()
+
+		b.ReportMetric(add.Seconds(), "learner-add-s")
+		b.ReportMetric(base.Seconds(), "direct-voting-add-s")
+		b.ReportMetric(ms(ip50), "idle-p50-ms")
+		b.ReportMetric(ms(ip99), "idle-p99-ms")
+		b.ReportMetric(ms(rp50), "rolling-defrag-p50-ms")
+		b.ReportMetric(ms(rp99), "rolling-defrag-p99-ms")
+		b.ReportMetric(ms(rmax), "rolling-defrag-max-ms")
+		b.ReportMetric(float64(rerr), "rolling-defrag-errors")
+		b.ReportMetric(rollingDur.Seconds(), "rolling-defrag-s")
+		b.ReportMetric(ms(np50), "naive-defrag-p50-ms")
+		b.ReportMetric(ms(np99), "naive-defrag-p99-ms")
+		b.ReportMetric(ms(nmax), "naive-defrag-max-ms")
+		b.ReportMetric(float64(nerr), "naive-defrag-errors")
+		b.ReportMetric(naiveDur.Seconds(), "naive-defrag-s")
+		b.Logf("idle: %d writes p50 %.2fms p99 %.2fms max %.2fms errors %d", in, ms(ip50), ms(ip99), ms(imax), ierr)
+		b.Logf("rolling defrag (%s): %d writes p50 %.2fms p99 %.2fms max %.2fms errors %d", rollingDur.Round(time.Millisecond), rn, ms(rp50), ms(rp99), ms(rmax), rerr)
+		b.Logf("naive defrag (%s): %d writes p50 %.2fms p99 %.2fms max %.2fms errors %d", naiveDur.Round(time.Millisecond), nn, ms(np50), ms(np99), ms(nmax), nerr)
+	}
+}
+
+// directVotingAdd adds a voting member without the learner step: etcd's
+// MemberAdd, then the agent starts it; returns the time until it serves a
+// linearizable read.
+func directVotingAdd(b *testing.B, e *harness.Env, name string) time.Duration {
+	c, err := cluster.Open(e.Dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	free := spec.FreePort("127.0.0.1")
+	cp, _ := free()
+	pp, _ := free()
+	m := spec.Member{Name: name, Agent: spec.LocalAgent,
+		ClientURL: fmt.Sprintf("https://127.0.0.1:%d", cp), PeerURL: fmt.Sprintf("https://127.0.0.1:%d", pp),
+		DataDir: filepath.Join("members", name, "data")}
+	cli := e.Client()
+	start := time.Now()
+	var resp *clientv3.MemberAddResponse
+	for {
+		resp, err = cli.MemberAdd(context.Background(), []string{m.PeerURL})
+		if err == nil || time.Since(start) > 30*time.Second {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	var parts []string
+	for _, em := range resp.Members {
+		n := em.Name
+		if em.ID == resp.Member.ID {
+			n = name
+		}
+		for _, u := range em.PeerURLs {
+			parts = append(parts, n+"="+u)
+		}
+	}
+	m.Bootstrap = &spec.Bootstrap{InitialCluster: strings.Join(parts, ",")}
+	next := c.Spec.Clone()
+	next.Members = append(next.Members, m)
+	if err := next.Save(c.SpecPath()); err != nil {
+		b.Fatal(err)
+	}
+	c.Spec = next
+	a, err := agentapi.NewClient(c.Spec.Agents[0].Address)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := a.PutMember(context.Background(), c.MemberConfig(m)); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := a.Start(context.Background(), name); err != nil {
+		b.Fatal(err)
+	}
+	one := e.Client(name)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := one.Get(ctx, "health")
+		cancel()
+		if err == nil {
+			return time.Since(start)
+		}
+		if time.Since(start) > 5*time.Minute {
+			b.Fatalf("direct voting add not healthy: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
