@@ -94,9 +94,9 @@ type MemberStatus struct {
 	// older config than the stored one; a restart applies the new one.
 	ConfigPending bool   `json:"configPending,omitempty"`
 	LogFile       string `json:"logFile"`
-	DataDir        string `json:"dataDir"`
-	ClientURL      string `json:"clientURL"`
-	PeerURL        string `json:"peerURL"`
+	DataDir       string `json:"dataDir"`
+	ClientURL     string `json:"clientURL"`
+	PeerURL       string `json:"peerURL"`
 }
 
 // AgentInfo describes an agent.
