@@ -287,16 +287,7 @@ func (c *Cluster) RemoveMember(ctx context.Context, name string, o RemoveOptions
 		return err
 	}
 	target, _ := st.Member(name)
-	voters, healthyOthers := 0, 0
-	for _, ms := range st.Members {
-		if ms.Role == "learner" {
-			continue
-		}
-		voters++
-		if ms.Name != name && ms.Healthy {
-			healthyOthers++
-		}
-	}
+	voters, healthyOthers := voterCounts(st, name)
 	remaining := voters
 	if target.Role != "learner" {
 		remaining--
@@ -375,16 +366,7 @@ func (c *Cluster) ReplaceMember(ctx context.Context, name string, timeout time.D
 	if err != nil {
 		return err
 	}
-	voters, healthyOthers := 0, 0
-	for _, ms := range st.Members {
-		if ms.Role == "learner" {
-			continue
-		}
-		voters++
-		if ms.Name != name && ms.Healthy {
-			healthyOthers++
-		}
-	}
+	voters, healthyOthers := voterCounts(st, name)
 	if voters < 2 {
 		return fmt.Errorf("refusing to replace %s: it is the only voting member; a single-member cluster that lost its data needs a restore from backup", name)
 	}
@@ -553,6 +535,21 @@ func (c *Cluster) clientExcluding(name string) (*clientv3.Client, error) {
 		return nil, fmt.Errorf("no member other than %s to talk to", name)
 	}
 	return c.Client(eps...)
+}
+
+// voterCounts counts voting members (a member that does not answer counts
+// as voting) and the healthy ones among them other than exclude.
+func voterCounts(st *Status, exclude string) (voters, healthyOthers int) {
+	for _, ms := range st.Members {
+		if ms.Role == "learner" {
+			continue
+		}
+		voters++
+		if ms.Name != exclude && ms.Healthy {
+			healthyOthers++
+		}
+	}
+	return voters, healthyOthers
 }
 
 func pickTransferee(st *Status, exclude string) string {
