@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/etcd-steward/steward/internal/cli"
+	"github.com/etcd-steward/steward/pkg/spec"
 	"github.com/etcd-steward/steward/pkg/binaries"
 )
 
@@ -33,14 +34,15 @@ SHA-256 sums. The etcd server linked into steward (the embedded version) is
 always available as well.`,
 	}
 	cmd.PersistentFlags().StringVar(&storeDir, "store", "",
-		"binary store directory (default $"+StoreEnv+", else <steward dir>/binaries)")
+		"binary store directory (default $"+StoreEnv+", else the cluster spec's binaryStore, else <steward dir>/binaries)")
 	open := func() (*binaries.Store, error) { return openStore(g, storeDir) }
 	cmd.AddCommand(newListCommand(g, open), newImportCommand(g, open), newVerifyCommand(g, open))
 	return cmd
 }
 
 // openStore returns the store named by --store, else $STEWARD_BIN_STORE,
-// else <steward dir>/binaries.
+// else the binaryStore of the Steward directory's cluster spec, else
+// <steward dir>/binaries.
 func openStore(g *cli.Globals, flag string) (*binaries.Store, error) {
 	dir := flag
 	if dir == "" {
@@ -52,6 +54,10 @@ func openStore(g *cli.Globals, flag string) (*binaries.Store, error) {
 			return nil, err
 		}
 		dir = filepath.Join(sd, "binaries")
+		// The cluster's own store, when the directory holds a spec.
+		if s, err := spec.Load(filepath.Join(sd, spec.FileName)); err == nil {
+			dir = s.BinaryStoreDir(sd)
+		}
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
