@@ -8,6 +8,7 @@ import (
 	"github.com/etcd-steward/steward/internal/cli"
 	"github.com/etcd-steward/steward/internal/cmd/agent"
 	"github.com/etcd-steward/steward/internal/cmd/alarm"
+	"github.com/etcd-steward/steward/internal/cmd/backup"
 	"github.com/etcd-steward/steward/internal/cmd/binaries"
 	"github.com/etcd-steward/steward/internal/cmd/defrag"
 	"github.com/etcd-steward/steward/internal/cmd/down"
@@ -15,6 +16,7 @@ import (
 	"github.com/etcd-steward/steward/internal/cmd/etcd"
 	"github.com/etcd-steward/steward/internal/cmd/leader"
 	"github.com/etcd-steward/steward/internal/cmd/member"
+	"github.com/etcd-steward/steward/internal/cmd/restore"
 	"github.com/etcd-steward/steward/internal/cmd/status"
 	"github.com/etcd-steward/steward/internal/cmd/up"
 )
@@ -38,6 +40,8 @@ func NewRootCommand() *cobra.Command {
 		leader.NewCommand(g),
 		defrag.NewCommand(g),
 		alarm.NewCommand(g),
+		backup.NewCommand(g),
+		restore.NewCommand(g),
 		agent.NewCommand(g),
 		binaries.NewCommand(g),
 		etcd.NewCommand(),

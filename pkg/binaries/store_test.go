@@ -277,3 +277,13 @@ func TestBinaryJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestEmbeddedVersionPinned guards go.mod: the linked etcd server must stay
+// on the 3.6 line that current Kubernetes ships. A stray `go get` or
+// `go mod tidy` that resolves a missing etcd package to the newest release
+// would silently move it.
+func TestEmbeddedVersionPinned(t *testing.T) {
+	if v := EmbeddedVersion(); !strings.HasPrefix(v, "3.6.") {
+		t.Fatalf("embedded etcd is %s; Steward links the 3.6 line (pin go.etcd.io/etcd/* in go.mod)", v)
+	}
+}

@@ -415,8 +415,7 @@ func (c *Cluster) conditions(st *Status, now time.Time) []Condition {
 		all.Status, all.Reason = "False", "NotAllMembersReady"
 		all.Message = unhealthySummary(st)
 	}
-	backup := Condition{Type: CondBackupReady, Status: "Unknown", Reason: "NoBackups",
-		Message: "no backup has been taken for this cluster"}
+	backup := c.backupCondition(now)
 	conds := []Condition{ready, all, backup}
 	c.stampTransitions(conds, now)
 	return conds

@@ -359,7 +359,6 @@ func waitExit(ctx context.Context, pid int, d time.Duration) error {
 // Env returns the shell exports that point etcdctl at the cluster.
 func (c *Cluster) Env() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "export ETCDCTL_API=3\n")
 	fmt.Fprintf(&b, "export ETCDCTL_ENDPOINTS=%s\n", strings.Join(c.Spec.ClientURLs(), ","))
 	if !c.Spec.TLS.Disabled {
 		f := pki.FilesIn(c.CertDir())

@@ -41,6 +41,7 @@ type Cluster struct {
 	BinaryStore string   `json:"binaryStore,omitempty"`
 	TLS         TLS      `json:"tls"`
 	Etcd        Etcd     `json:"etcd"`
+	Backup      Backup   `json:"backup,omitempty"`
 	Agents      []Agent  `json:"agents"`
 	Members     []Member `json:"members"`
 }
@@ -72,6 +73,24 @@ type Etcd struct {
 	ElectionTimeoutMs   int `json:"electionTimeoutMs,omitempty"`
 	// ExtraFlags are passed to every member as --key=value.
 	ExtraFlags map[string]string `json:"extraFlags,omitempty"`
+}
+
+// Backup configures where backups go.
+type Backup struct {
+	// Store is the directory backups are written to; relative paths are
+	// relative to the Steward directory (default "backups").
+	Store string `json:"store,omitempty"`
+	// EncryptionKeyFile, when set, encrypts every backup with AES-256-GCM
+	// under the key in that file (32 bytes raw, hex or base64; mode 0600).
+	EncryptionKeyFile string `json:"encryptionKeyFile,omitempty"`
+}
+
+// BackupStoreDir returns the absolute backup directory.
+func (c *Cluster) BackupStoreDir(stewardDir string) string {
+	if c.Backup.Store == "" {
+		return filepath.Join(stewardDir, "backups")
+	}
+	return Path(stewardDir, c.Backup.Store)
 }
 
 // Agent is a Steward agent: one per host.

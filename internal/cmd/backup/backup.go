@@ -1,0 +1,133 @@
+// Package backup is the `steward backup` command: take, list and verify
+// backups.
+package backup
+
+import (
+	"errors"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/etcd-steward/steward/internal/cli"
+	"github.com/etcd-steward/steward/pkg/backup"
+	"github.com/etcd-steward/steward/pkg/cluster"
+)
+
+// NewCommand returns the backup command.
+func NewCommand(g *cli.Globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "backup", Short: "Take, list and verify backups"}
+	cmd.AddCommand(nowCommand(g), listCommand(g), verifyCommand(g))
+	return cmd
+}
+
+func nowCommand(g *cli.Globals) *cobra.Command {
+	var o cluster.BackupOptions
+	cmd := &cobra.Command{
+		Use:   "now",
+		Short: "Take a verified full snapshot now (from the leader unless --member)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := g.CheckOutput(); err != nil {
+				return err
+			}
+			c, err := g.OpenCluster(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			m, err := c.BackupNow(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			return g.Print(cmd.OutOrStdout(), m, func(tw *tabwriter.Writer) { table(tw, []backup.Manifest{m}) })
+		},
+	}
+	cmd.Flags().StringVar(&o.Member, "member", "", "member to stream the snapshot from (default: the leader)")
+	cmd.Flags().StringVar(&o.KeyFile, "key-file", "", "encrypt with the key in this file (default: the spec's backup.encryptionKeyFile)")
+	return cmd
+}
+
+func listCommand(g *cli.Globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List complete backups, oldest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := g.CheckOutput(); err != nil {
+				return err
+			}
+			c, err := g.OpenCluster(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			ms, err := c.Backups(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if ms == nil {
+				ms = []backup.Manifest{}
+			}
+			return g.Print(cmd.OutOrStdout(), ms, func(tw *tabwriter.Writer) { table(tw, ms) })
+		},
+	}
+}
+
+func verifyCommand(g *cli.Globals) *cobra.Command {
+	var all bool
+	var keyFile string
+	cmd := &cobra.Command{
+		Use:   "verify [ID|--all]",
+		Short: "Check backups: checksums, key, decompression, database consistency, revision",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := g.CheckOutput(); err != nil {
+				return err
+			}
+			if len(args) == 0 && !all {
+				return errors.New("name a backup ID, or --all")
+			}
+			c, err := g.OpenCluster(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			id := ""
+			if len(args) == 1 {
+				id = args[0]
+			}
+			res, err := c.VerifyBackups(cmd.Context(), id, keyFile)
+			if err != nil {
+				return err
+			}
+			if err := g.Print(cmd.OutOrStdout(), res, func(tw *tabwriter.Writer) {
+				fmt.Fprintln(tw, "ID\tOK\tERROR")
+				for _, r := range res {
+					fmt.Fprintf(tw, "%s\t%v\t%s\n", r.ID, r.OK, r.Error)
+				}
+			}); err != nil {
+				return err
+			}
+			for _, r := range res {
+				if !r.OK {
+					return fmt.Errorf("backup %s failed verification", r.ID)
+				}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&all, "all", false, "verify every backup")
+	cmd.Flags().StringVar(&keyFile, "key-file", "", "decryption key (default: the spec's backup.encryptionKeyFile)")
+	return cmd
+}
+
+func table(tw *tabwriter.Writer, ms []backup.Manifest) {
+	fmt.Fprintln(tw, "ID\tKIND\tSTART REV\tEND REV\tSIZE\tCREATED\tETCD\tCLUSTER ID\tENCRYPTED")
+	for _, m := range ms {
+		enc := "-"
+		if m.Encryption != "" {
+			enc = m.Encryption + " (key " + m.KeyID + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", m.ID, m.Kind, m.StartRevision, m.EndRevision, m.Size,
+			m.CreatedAt.Format(time.RFC3339), m.EtcdVersion, m.ClusterID, enc)
+	}
+}

@@ -1,0 +1,326 @@
+package backup
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+	bolt "go.etcd.io/bbolt"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/etcdutl/v3/snapshot"
+	"go.uber.org/zap"
+)
+
+// FullOptions configure TakeFull.
+type FullOptions struct {
+	// Member is the name of the member streamed from (cli must be
+	// connected to it alone).
+	Member string
+	// ClusterID and EtcdVersion are recorded in the manifest.
+	ClusterID, EtcdVersion string
+	// Key, when set, encrypts the backup.
+	Key *Key
+	// TempDir holds the snapshot while it is checked (default os.TempDir()).
+	TempDir string
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// TakeFull streams a snapshot from one member, checks the SHA-256 etcd
+// appends to it, reads the revision it actually contains from the snapshot
+// itself, compresses (zstd) and optionally encrypts it, and stores it with
+// its manifest. Nothing is stored unless every check passed; the manifest is
+// stored last.
+func TakeFull(ctx context.Context, cli *clientv3.Client, s Store, o FullOptions) (Manifest, error) {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	tmp, err := os.MkdirTemp(o.TempDir, "steward-snapshot-")
+	if err != nil {
+		return Manifest{}, err
+	}
+	defer os.RemoveAll(tmp)
+	raw := filepath.Join(tmp, "snapshot.db")
+	rawSize, err := streamSnapshot(ctx, cli, raw)
+	if err != nil {
+		return Manifest{}, fmt.Errorf("snapshot from %s: %w", o.Member, err)
+	}
+	st, err := Inspect(raw)
+	if err != nil {
+		return Manifest{}, fmt.Errorf("snapshot from %s: %w", o.Member, err)
+	}
+	m := Manifest{
+		ID: NewID(KindFull, o.Now(), st.Revision), Kind: KindFull, ClusterID: o.ClusterID,
+		Member: o.Member, StartRevision: st.CompactRevision, EndRevision: st.Revision,
+		EtcdVersion: o.EtcdVersion, RawSize: rawSize, SnapshotHash: st.Hash, TotalKeys: st.TotalKey,
+		Compression: "zstd", CreatedAt: o.Now().UTC(),
+	}
+	if m.StartRevision < 1 {
+		m.StartRevision = 1
+	}
+	m.Object = KindFull + "/" + m.ID + ".db.zst"
+	if o.Key != nil {
+		m.Encryption, m.KeyID = "aes-256-gcm", o.Key.ID()
+		m.Object += ".enc"
+	}
+	packed := filepath.Join(tmp, "snapshot.pack")
+	if m.Size, m.SHA256, err = pack(raw, packed, o.Key); err != nil {
+		return Manifest{}, err
+	}
+	f, err := os.Open(packed)
+	if err != nil {
+		return Manifest{}, err
+	}
+	defer f.Close()
+	if err := s.Put(ctx, m.Object, f); err != nil {
+		return Manifest{}, fmt.Errorf("upload %s to %s: %w", m.Object, s, err)
+	}
+	b, _ := json.MarshalIndent(m, "", "  ")
+	if err := s.Put(ctx, manifestName(m.Kind, m.ID), bytes.NewReader(b)); err != nil {
+		_ = s.Delete(ctx, m.Object)
+		return Manifest{}, fmt.Errorf("upload manifest of %s: %w", m.ID, err)
+	}
+	return m, nil
+}
+
+// streamSnapshot writes the member's snapshot to path and checks the
+// SHA-256 that etcd appends to the stream (its last 32 bytes). cli must be
+// connected to exactly the member to back up.
+func streamSnapshot(ctx context.Context, cli *clientv3.Client, path string) (int64, error) {
+	rc, err := cli.Snapshot(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer rc.Close()
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	n, err := io.Copy(f, rc)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return n, fmt.Errorf("receive snapshot: %w", err)
+	}
+	if err := checkAppendedHash(path, n); err != nil {
+		return n, err
+	}
+	return n, nil
+}
+
+// checkAppendedHash checks the SHA-256 etcd appends to a snapshot stream.
+func checkAppendedHash(path string, n int64) error {
+	if n < sha256.Size || (n-sha256.Size)%512 != 0 {
+		return fmt.Errorf("snapshot of %d bytes carries no etcd checksum: the stream was cut short", n)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.CopyN(h, f, n-sha256.Size); err != nil {
+		return err
+	}
+	want := make([]byte, sha256.Size)
+	if _, err := io.ReadFull(f, want); err != nil {
+		return err
+	}
+	if !bytes.Equal(h.Sum(nil), want) {
+		return errors.New("snapshot checksum mismatch: the data etcd sent does not match the SHA-256 it appended")
+	}
+	return nil
+}
+
+// SnapshotInfo is what a snapshot file itself says about its content.
+type SnapshotInfo struct {
+	Revision        int64
+	CompactRevision int64
+	Hash            uint32
+	TotalKey        int
+	Version         string
+}
+
+// Inspect opens a snapshot database read-only, checks its structure (bbolt's
+// consistency check) and reads its revision, compacted revision and hash.
+func Inspect(path string) (SnapshotInfo, error) {
+	db, err := bolt.Open(path, 0o400, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		return SnapshotInfo{}, fmt.Errorf("snapshot database does not open: %w", err)
+	}
+	var info SnapshotInfo
+	// snapshot.Status below runs bbolt's consistency check.
+	err = db.View(func(tx *bolt.Tx) error {
+		if b := tx.Bucket([]byte("meta")); b != nil {
+			if v := b.Get([]byte("finishedCompactRev")); len(v) >= 8 {
+				info.CompactRevision = int64(beUint64(v))
+			}
+		}
+		return nil
+	})
+	db.Close()
+	if err != nil {
+		return SnapshotInfo{}, err
+	}
+	st, err := snapshot.NewV3(zap.NewNop()).Status(path)
+	if err != nil {
+		return SnapshotInfo{}, fmt.Errorf("snapshot database fails its consistency check: %w", err)
+	}
+	info.Revision, info.Hash, info.TotalKey, info.Version = st.Revision, st.Hash, st.TotalKey, st.Version
+	return info, nil
+}
+
+func beUint64(b []byte) uint64 {
+	var v uint64
+	for _, c := range b[:8] {
+		v = v<<8 | uint64(c)
+	}
+	return v
+}
+
+// pack compresses (and encrypts) src into dst, returning dst's size and
+// SHA-256.
+func pack(src, dst string, key *Key) (int64, string, error) {
+	in, err := os.Open(src)
+	if err != nil {
+		return 0, "", err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return 0, "", err
+	}
+	defer out.Close()
+	h := sha256.New()
+	cw := &countWriter{w: io.MultiWriter(out, h)}
+	var sink io.Writer = cw
+	var enc io.WriteCloser
+	if key != nil {
+		if enc, err = NewEncryptWriter(cw, key); err != nil {
+			return 0, "", err
+		}
+		sink = enc
+	}
+	zw, err := zstd.NewWriter(sink, zstd.WithEncoderLevel(zstd.SpeedDefault))
+	if err != nil {
+		return 0, "", err
+	}
+	if _, err := io.Copy(zw, in); err != nil {
+		return 0, "", fmt.Errorf("compress snapshot: %w", err)
+	}
+	if err := zw.Close(); err != nil {
+		return 0, "", err
+	}
+	if enc != nil {
+		if err := enc.Close(); err != nil {
+			return 0, "", err
+		}
+	}
+	if err := out.Sync(); err != nil {
+		return 0, "", err
+	}
+	return cw.n, hex.EncodeToString(h.Sum(nil)), nil
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// Fetch downloads a full backup into dst (a snapshot database with etcd's
+// checksum appended, as etcdutl restore expects) and checks everything: the
+// stored object's size and SHA-256, the key, decryption and decompression,
+// etcd's checksum, the database's consistency, and that its revision and
+// hash are the manifest's.
+func Fetch(ctx context.Context, s Store, m Manifest, key *Key, dst string) error {
+	if m.Kind != KindFull {
+		return fmt.Errorf("backup %s is a %s backup; restore needs a full one", m.ID, m.Kind)
+	}
+	if m.Encryption != "" {
+		if key == nil {
+			return fmt.Errorf("backup %s is encrypted (key id %s): give its key with --key-file", m.ID, m.KeyID)
+		}
+		if key.ID() != m.KeyID {
+			return fmt.Errorf("backup %s was encrypted with key id %s, but the key given has id %s: wrong key", m.ID, m.KeyID, key.ID())
+		}
+	}
+	rc, err := s.Get(ctx, m.Object)
+	if err != nil {
+		return fmt.Errorf("backup %s: %w", m.ID, err)
+	}
+	defer rc.Close()
+	h := sha256.New()
+	counted := &countReader{r: io.TeeReader(rc, h)}
+	var r io.Reader = counted
+	if m.Encryption != "" {
+		if r, err = NewDecryptReader(r, key); err != nil {
+			return fmt.Errorf("backup %s: %w", m.ID, err)
+		}
+	}
+	zr, err := zstd.NewReader(r)
+	if err != nil {
+		return fmt.Errorf("backup %s: %w", m.ID, err)
+	}
+	defer zr.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	n, err := io.Copy(out, zr)
+	if err == nil {
+		// Drain what the decoder did not need so the hash covers the object.
+		_, err = io.Copy(io.Discard, counted)
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("backup %s is corrupt: %w", m.ID, err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != m.SHA256 || counted.n != m.Size {
+		return fmt.Errorf("backup %s is corrupt: stored object has %d bytes with SHA-256 %s, manifest says %d bytes with %s",
+			m.ID, counted.n, got, m.Size, m.SHA256)
+	}
+	if err := checkAppendedHash(dst, n); err != nil {
+		return fmt.Errorf("backup %s: %w", m.ID, err)
+	}
+	info, err := Inspect(dst)
+	if err != nil {
+		return fmt.Errorf("backup %s: %w", m.ID, err)
+	}
+	if info.Revision != m.EndRevision || info.Hash != m.SnapshotHash {
+		return fmt.Errorf("backup %s: snapshot holds revision %d with hash %d, manifest says revision %d with hash %d",
+			m.ID, info.Revision, info.Hash, m.EndRevision, m.SnapshotHash)
+	}
+	return nil
+}
+
+type countReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}

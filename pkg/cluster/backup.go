@@ -1,0 +1,328 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"go.etcd.io/etcd/etcdutl/v3/snapshot"
+	"go.uber.org/zap"
+
+	"github.com/etcd-steward/steward/pkg/agentapi"
+	"github.com/etcd-steward/steward/pkg/backup"
+	"github.com/etcd-steward/steward/pkg/spec"
+)
+
+// BackupStore opens the cluster's backup store.
+func (c *Cluster) BackupStore() (backup.Store, error) {
+	return backup.NewLocalStore(c.Spec.BackupStoreDir(c.Dir))
+}
+
+// backupKey loads the key of a --key-file flag, else the spec's, else none.
+func (c *Cluster) backupKey(keyFile string) (*backup.Key, error) {
+	if keyFile == "" {
+		keyFile = spec.Path(c.Dir, c.Spec.Backup.EncryptionKeyFile)
+	}
+	if keyFile == "" {
+		return nil, nil
+	}
+	return backup.LoadKey(keyFile)
+}
+
+// BackupOptions configure BackupNow.
+type BackupOptions struct {
+	// Member to stream from (default: the leader).
+	Member string
+	// KeyFile overrides the spec's encryption key file.
+	KeyFile string
+}
+
+// BackupNow takes a verified full snapshot from a healthy member (the leader
+// by default) and stores it with its manifest.
+func (c *Cluster) BackupNow(ctx context.Context, o BackupOptions) (backup.Manifest, error) {
+	st, err := c.Status(ctx)
+	if err != nil {
+		return backup.Manifest{}, err
+	}
+	name := o.Member
+	if name == "" {
+		if st.Cluster.Leader == "" {
+			return backup.Manifest{}, fmt.Errorf("refusing to back up: the cluster has no leader (%s); name a healthy member with --member", unhealthySummary(st))
+		}
+		name = st.Cluster.Leader
+	}
+	if _, err := c.memberOrError(name); err != nil {
+		return backup.Manifest{}, err
+	}
+	m, _ := st.Member(name)
+	if !m.Healthy {
+		return backup.Manifest{}, fmt.Errorf("refusing to back up from %s: it is not healthy (%s)", name, m.LastError)
+	}
+	key, err := c.backupKey(o.KeyFile)
+	if err != nil {
+		return backup.Manifest{}, err
+	}
+	store, err := c.BackupStore()
+	if err != nil {
+		return backup.Manifest{}, err
+	}
+	cli, err := c.Client(m.ClientURLs...)
+	if err != nil {
+		return backup.Manifest{}, err
+	}
+	defer cli.Close()
+	tmp := filepath.Join(c.Dir, "tmp")
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return backup.Manifest{}, err
+	}
+	c.progress("streaming a snapshot from %s (db %s)", name, humanBytes(m.DBSize))
+	man, err := backup.TakeFull(ctx, cli, store, backup.FullOptions{
+		Member: name, ClusterID: st.Cluster.ID, EtcdVersion: m.Version, Key: key, TempDir: tmp,
+	})
+	if err != nil {
+		return backup.Manifest{}, err
+	}
+	c.progress("stored %s: revision %d, %d keys, %s (from %s) in %s", man.ID, man.EndRevision, man.TotalKeys,
+		humanBytes(man.Size), humanBytes(man.RawSize), store)
+	return man, nil
+}
+
+// Backups lists the cluster's complete backups, oldest first.
+func (c *Cluster) Backups(ctx context.Context) ([]backup.Manifest, error) {
+	store, err := c.BackupStore()
+	if err != nil {
+		return nil, err
+	}
+	return backup.List(ctx, store)
+}
+
+// VerifyResult reports one backup's verification.
+type VerifyResult struct {
+	ID    string `json:"id"`
+	OK    bool   `json:"ok"`
+	Error string `json:"error,omitempty"`
+}
+
+// VerifyBackups fetches each named backup (all when id is "") and checks
+// its checksums, key, database consistency, revision and hash.
+func (c *Cluster) VerifyBackups(ctx context.Context, id, keyFile string) ([]VerifyResult, error) {
+	store, err := c.BackupStore()
+	if err != nil {
+		return nil, err
+	}
+	var ms []backup.Manifest
+	if id == "" {
+		if ms, err = backup.List(ctx, store); err != nil {
+			return nil, err
+		}
+		if len(ms) == 0 {
+			return nil, fmt.Errorf("no backups in %s", store)
+		}
+	} else {
+		m, err := backup.Find(ctx, store, id)
+		if err != nil {
+			return nil, err
+		}
+		ms = []backup.Manifest{m}
+	}
+	key, err := c.backupKey(keyFile)
+	if err != nil {
+		return nil, err
+	}
+	tmp, err := os.MkdirTemp(filepath.Join(c.Dir), "tmp-verify-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	var out []VerifyResult
+	for i, m := range ms {
+		r := VerifyResult{ID: m.ID, OK: true}
+		if err := backup.Fetch(ctx, store, m, key, filepath.Join(tmp, fmt.Sprintf("%d.db", i))); err != nil {
+			r.OK, r.Error = false, err.Error()
+		}
+		c.progress("%s: %s", m.ID, map[bool]string{true: "ok", false: "FAILED: " + r.Error}[r.OK])
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// RestoreOptions configure Restore.
+type RestoreOptions struct {
+	// Backup is a backup ID or "latest".
+	Backup string
+	// KeyFile overrides the spec's encryption key file.
+	KeyFile string
+	// Force moves existing data dirs aside instead of refusing.
+	Force bool
+	// BumpRevision is added to the restored revision so that no client
+	// ever sees a revision go backwards; the old range is marked compacted.
+	BumpRevision uint64
+}
+
+// DefaultBumpRevision is large enough for any write rate between a backup
+// and the disaster (a billion writes), and far from int64's limit.
+const DefaultBumpRevision = 1_000_000_000
+
+// Restore builds a data dir for every member of the spec from a full
+// backup, with the revision bumped and the old range marked compacted so
+// watchers get a compaction error and re-list instead of missing changes.
+// The cluster must be stopped. Existing data dirs are refused unless Force,
+// and then moved aside, never deleted. Every member is restored into a new
+// directory first; only when all succeeded are they moved into place.
+func (c *Cluster) Restore(ctx context.Context, o RestoreOptions) (backup.Manifest, error) {
+	if err := c.requireStopped(ctx); err != nil {
+		return backup.Manifest{}, err
+	}
+	store, err := c.BackupStore()
+	if err != nil {
+		return backup.Manifest{}, err
+	}
+	m, err := backup.Find(ctx, store, o.Backup)
+	if err != nil {
+		return backup.Manifest{}, err
+	}
+	var occupied []string
+	for _, mem := range c.Spec.Members {
+		dd := spec.Path(c.Dir, mem.DataDir)
+		if requireEmptyDir(dd) != nil {
+			occupied = append(occupied, dd)
+		}
+	}
+	if len(occupied) > 0 && !o.Force {
+		return m, fmt.Errorf("refusing to restore: data dirs hold data: %v; use --force to move them aside (they are kept, not deleted)", occupied)
+	}
+	key, err := c.backupKey(o.KeyFile)
+	if err != nil {
+		return m, err
+	}
+	tmp, err := os.MkdirTemp(c.Dir, "tmp-restore-")
+	if err != nil {
+		return m, err
+	}
+	defer os.RemoveAll(tmp)
+	snap := filepath.Join(tmp, "snapshot.db")
+	c.progress("fetching and verifying %s (revision %d)", m.ID, m.EndRevision)
+	if err := backup.Fetch(ctx, store, m, key, snap); err != nil {
+		return m, err
+	}
+	if o.BumpRevision == 0 {
+		o.BumpRevision = DefaultBumpRevision
+	}
+	stamp := time.Now().UTC().Format("20060102T150405.000Z")
+	staged := map[string]string{}
+	cleanup := func() {
+		for _, d := range staged {
+			_ = os.RemoveAll(d) // our own staging output, never user data
+		}
+	}
+	initial := c.Spec.InitialCluster()
+	for _, mem := range c.Spec.Members {
+		dd := spec.Path(c.Dir, mem.DataDir)
+		if err := os.MkdirAll(filepath.Dir(dd), 0o700); err != nil {
+			cleanup()
+			return m, err
+		}
+		out := dd + ".restoring-" + stamp
+		staged[mem.Name] = out
+		err := snapshot.NewV3(zap.NewNop()).Restore(snapshot.RestoreConfig{
+			SnapshotPath: snap, Name: mem.Name, OutputDataDir: out,
+			PeerURLs: []string{mem.PeerURL}, InitialCluster: initial, InitialClusterToken: c.Spec.Token,
+			RevisionBump: o.BumpRevision, MarkCompacted: true,
+		})
+		if err != nil {
+			cleanup()
+			return m, fmt.Errorf("restore member %s: %w", mem.Name, err)
+		}
+		if err := os.Chmod(out, 0o700); err != nil {
+			cleanup()
+			return m, err
+		}
+		c.progress("restored %s into a new data dir", mem.Name)
+	}
+	for _, mem := range c.Spec.Members {
+		dd := spec.Path(c.Dir, mem.DataDir)
+		aside, err := moveAside(dd, "pre-restore")
+		if err != nil {
+			return m, fmt.Errorf("move data dir of %s aside: %w (restored data waits in %s)", mem.Name, err, staged[mem.Name])
+		}
+		if aside != "" {
+			c.progress("moved old data dir of %s to %s", mem.Name, aside)
+		}
+		if err := os.Rename(staged[mem.Name], dd); err != nil {
+			return m, fmt.Errorf("put restored data dir of %s in place: %w (it waits in %s)", mem.Name, err, staged[mem.Name])
+		}
+		delete(staged, mem.Name)
+	}
+	// Every member is now an initial member of the restored cluster.
+	next := c.Spec.Clone()
+	for i := range next.Members {
+		next.Members[i].Bootstrap = nil
+	}
+	if err := c.saveSpec(next); err != nil {
+		return m, err
+	}
+	c.progress("restored %d members from %s at revision %d (revisions bumped by %d, older ones marked compacted); start the cluster with `steward up`",
+		len(c.Spec.Members), m.ID, m.EndRevision, o.BumpRevision)
+	return m, nil
+}
+
+// requireStopped fails when any member still runs.
+func (c *Cluster) requireStopped(ctx context.Context) error {
+	for _, a := range c.Spec.Agents {
+		ac, err := c.Agent(a.Name)
+		if err != nil {
+			return err
+		}
+		ms, err := ac.Members(ctx)
+		if errors.Is(err, agentapi.ErrUnreachable) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		for _, m := range ms {
+			if m.PID != 0 || m.State == agentapi.StateRunning || m.State == agentapi.StateStarting {
+				return fmt.Errorf("refusing to restore while member %s is running: stop the cluster first (`steward down`)", m.Name)
+			}
+		}
+	}
+	for _, m := range c.Spec.Members {
+		hp, _ := spec.HostPort(m.ClientURL)
+		if err := checkListen(hp); err != nil {
+			return fmt.Errorf("refusing to restore: %s (member %s) is still served by a process: stop the cluster first (`steward down`)", hp, m.Name)
+		}
+	}
+	return nil
+}
+
+// backupCondition reports the newest full backup. Without backups it is
+// Unknown; scheduled backups (and their age limits) come with continuous
+// backups.
+func (c *Cluster) backupCondition(now time.Time) Condition {
+	cond := Condition{Type: CondBackupReady, Status: "Unknown", Reason: "NoBackups",
+		Message: "no backup has been taken for this cluster"}
+	if c.Spec == nil {
+		return cond
+	}
+	dir := c.Spec.BackupStoreDir(c.Dir)
+	if _, err := os.Stat(dir); err != nil {
+		return cond
+	}
+	ms, err := backup.List(context.Background(), &backup.LocalStore{Dir: dir})
+	if err != nil {
+		cond.Reason, cond.Message = "BackupStoreUnreadable", err.Error()
+		return cond
+	}
+	for i := len(ms) - 1; i >= 0; i-- {
+		if ms[i].Kind == backup.KindFull {
+			cond.Status, cond.Reason = "True", "FullBackupSucceeded"
+			cond.Message = fmt.Sprintf("newest full backup %s at revision %d, %s old",
+				ms[i].ID, ms[i].EndRevision, now.Sub(ms[i].CreatedAt).Round(time.Second))
+			return cond
+		}
+	}
+	return cond
+}
