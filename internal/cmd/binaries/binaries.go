@@ -15,8 +15,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/etcd-steward/steward/internal/cli"
-	"github.com/etcd-steward/steward/pkg/spec"
 	"github.com/etcd-steward/steward/pkg/binaries"
+	"github.com/etcd-steward/steward/pkg/spec"
 )
 
 // StoreEnv is the environment variable naming the default binary store.
