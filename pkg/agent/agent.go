@@ -39,6 +39,9 @@ type Options struct {
 	// Socket is the Unix socket path (default DIR/run/agent.sock).
 	Socket string
 	Log    *slog.Logger
+	// BeforeStop runs when the agent is shutting down, before it stops its
+	// members (the backup loop stores what it received while etcd is up).
+	BeforeStop func()
 }
 
 // Agent supervises the members on one host.
@@ -119,6 +122,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 	case <-a.shutdownCh:
+	}
+	if a.opts.BeforeStop != nil {
+		a.opts.BeforeStop()
 	}
 	a.log.Info("agent shutting down: stopping members")
 	a.stopAll()

@@ -81,13 +81,8 @@ func TakeFull(ctx context.Context, cli *clientv3.Client, s Store, o FullOptions)
 		return Manifest{}, err
 	}
 	defer f.Close()
-	if err := s.Put(ctx, m.Object, f); err != nil {
-		return Manifest{}, fmt.Errorf("upload %s to %s: %w", m.Object, s, err)
-	}
-	b, _ := json.MarshalIndent(m, "", "  ")
-	if err := s.Put(ctx, manifestName(m.Kind, m.ID), bytes.NewReader(b)); err != nil {
-		_ = s.Delete(ctx, m.Object)
-		return Manifest{}, fmt.Errorf("upload manifest of %s: %w", m.ID, err)
+	if err := putWithManifest(ctx, s, m, f); err != nil {
+		return Manifest{}, err
 	}
 	return m, nil
 }
@@ -156,6 +151,7 @@ type SnapshotInfo struct {
 
 // Inspect opens a snapshot database read-only, checks its structure (bbolt's
 // consistency check) and reads its revision, compacted revision and hash.
+// The revision is the one etcd would resume at.
 func Inspect(path string) (SnapshotInfo, error) {
 	db, err := bolt.Open(path, 0o400, &bolt.Options{ReadOnly: true, Timeout: time.Second})
 	if err != nil {
@@ -179,7 +175,12 @@ func Inspect(path string) (SnapshotInfo, error) {
 	if err != nil {
 		return SnapshotInfo{}, fmt.Errorf("snapshot database fails its consistency check: %w", err)
 	}
-	info.Revision, info.Hash, info.TotalKey, info.Version = st.Revision, st.Hash, st.TotalKey, st.Version
+	info.Hash, info.TotalKey, info.Version = st.Hash, st.TotalKey, st.Version
+	// The store's revision is the newest revision in the key bucket, but
+	// never below the compacted revision (compaction may remove a trailing
+	// tombstone) nor below 1 (an empty store is at revision 1), as etcd
+	// itself computes it when it opens the database.
+	info.Revision = max(st.Revision, info.CompactRevision, 1)
 	return info, nil
 }
 
@@ -204,10 +205,20 @@ func pack(src, dst string, key *Key) (int64, string, error) {
 		return 0, "", err
 	}
 	defer out.Close()
+	n, sum, err := packStream(out, in, key)
+	if err != nil {
+		return 0, "", err
+	}
+	return n, sum, out.Sync()
+}
+
+// packStream compresses (zstd) and optionally encrypts src into dst.
+func packStream(dst io.Writer, src io.Reader, key *Key) (int64, string, error) {
 	h := sha256.New()
-	cw := &countWriter{w: io.MultiWriter(out, h)}
+	cw := &countWriter{w: io.MultiWriter(dst, h)}
 	var sink io.Writer = cw
 	var enc io.WriteCloser
+	var err error
 	if key != nil {
 		if enc, err = NewEncryptWriter(cw, key); err != nil {
 			return 0, "", err
@@ -218,8 +229,8 @@ func pack(src, dst string, key *Key) (int64, string, error) {
 	if err != nil {
 		return 0, "", err
 	}
-	if _, err := io.Copy(zw, in); err != nil {
-		return 0, "", fmt.Errorf("compress snapshot: %w", err)
+	if _, err := io.Copy(zw, src); err != nil {
+		return 0, "", fmt.Errorf("compress: %w", err)
 	}
 	if err := zw.Close(); err != nil {
 		return 0, "", err
@@ -229,10 +240,64 @@ func pack(src, dst string, key *Key) (int64, string, error) {
 			return 0, "", err
 		}
 	}
-	if err := out.Sync(); err != nil {
-		return 0, "", err
-	}
 	return cw.n, hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// openObject opens a stored object, checks the key, and returns a reader of
+// its plaintext. Call finish after reading to the end: it checks the
+// object's size and SHA-256 against the manifest.
+func openObject(ctx context.Context, s Store, m Manifest, key *Key) (r io.Reader, finish func() error, closeFn func(), err error) {
+	if m.Encryption != "" {
+		if key == nil {
+			return nil, nil, nil, fmt.Errorf("backup %s is encrypted (key id %s): give its key with --key-file", m.ID, m.KeyID)
+		}
+		if key.ID() != m.KeyID {
+			return nil, nil, nil, fmt.Errorf("backup %s was encrypted with key id %s, but the key given has id %s: wrong key", m.ID, m.KeyID, key.ID())
+		}
+	}
+	rc, err := s.Get(ctx, m.Object)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("backup %s: %w", m.ID, err)
+	}
+	h := sha256.New()
+	counted := &countReader{r: io.TeeReader(rc, h)}
+	var pr io.Reader = counted
+	if m.Encryption != "" {
+		if pr, err = NewDecryptReader(pr, key); err != nil {
+			rc.Close()
+			return nil, nil, nil, fmt.Errorf("backup %s: %w", m.ID, err)
+		}
+	}
+	zr, err := zstd.NewReader(pr)
+	if err != nil {
+		rc.Close()
+		return nil, nil, nil, fmt.Errorf("backup %s: %w", m.ID, err)
+	}
+	finish = func() error {
+		// Drain what the decoder did not need so the hash covers the object.
+		if _, err := io.Copy(io.Discard, counted); err != nil {
+			return fmt.Errorf("backup %s is corrupt: %w", m.ID, err)
+		}
+		if got := hex.EncodeToString(h.Sum(nil)); got != m.SHA256 || counted.n != m.Size {
+			return fmt.Errorf("backup %s is corrupt: stored object has %d bytes with SHA-256 %s, manifest says %d bytes with %s",
+				m.ID, counted.n, got, m.Size, m.SHA256)
+		}
+		return nil
+	}
+	return zr, finish, func() { zr.Close(); rc.Close() }, nil
+}
+
+// putWithManifest stores an object, then its manifest (the commit point).
+func putWithManifest(ctx context.Context, s Store, m Manifest, obj io.Reader) error {
+	if err := s.Put(ctx, m.Object, obj); err != nil {
+		return fmt.Errorf("upload %s to %s: %w", m.Object, s, err)
+	}
+	b, _ := json.MarshalIndent(m, "", "  ")
+	if err := s.Put(ctx, manifestName(m.Kind, m.ID), bytes.NewReader(b)); err != nil {
+		_ = s.Delete(ctx, m.Object)
+		return fmt.Errorf("upload manifest of %s: %w", m.ID, err)
+	}
+	return nil
 }
 
 type countWriter struct {
@@ -255,50 +320,24 @@ func Fetch(ctx context.Context, s Store, m Manifest, key *Key, dst string) error
 	if m.Kind != KindFull {
 		return fmt.Errorf("backup %s is a %s backup; restore needs a full one", m.ID, m.Kind)
 	}
-	if m.Encryption != "" {
-		if key == nil {
-			return fmt.Errorf("backup %s is encrypted (key id %s): give its key with --key-file", m.ID, m.KeyID)
-		}
-		if key.ID() != m.KeyID {
-			return fmt.Errorf("backup %s was encrypted with key id %s, but the key given has id %s: wrong key", m.ID, m.KeyID, key.ID())
-		}
-	}
-	rc, err := s.Get(ctx, m.Object)
+	r, finish, closeFn, err := openObject(ctx, s, m, key)
 	if err != nil {
-		return fmt.Errorf("backup %s: %w", m.ID, err)
+		return err
 	}
-	defer rc.Close()
-	h := sha256.New()
-	counted := &countReader{r: io.TeeReader(rc, h)}
-	var r io.Reader = counted
-	if m.Encryption != "" {
-		if r, err = NewDecryptReader(r, key); err != nil {
-			return fmt.Errorf("backup %s: %w", m.ID, err)
-		}
-	}
-	zr, err := zstd.NewReader(r)
-	if err != nil {
-		return fmt.Errorf("backup %s: %w", m.ID, err)
-	}
-	defer zr.Close()
+	defer closeFn()
 	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
 	}
-	n, err := io.Copy(out, zr)
-	if err == nil {
-		// Drain what the decoder did not need so the hash covers the object.
-		_, err = io.Copy(io.Discard, counted)
-	}
+	n, err := io.Copy(out, r)
 	if cerr := out.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return fmt.Errorf("backup %s is corrupt: %w", m.ID, err)
 	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != m.SHA256 || counted.n != m.Size {
-		return fmt.Errorf("backup %s is corrupt: stored object has %d bytes with SHA-256 %s, manifest says %d bytes with %s",
-			m.ID, counted.n, got, m.Size, m.SHA256)
+	if err := finish(); err != nil {
+		return err
 	}
 	if err := checkAppendedHash(dst, n); err != nil {
 		return fmt.Errorf("backup %s: %w", m.ID, err)

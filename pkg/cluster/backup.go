@@ -160,6 +160,11 @@ type RestoreOptions struct {
 	// BumpRevision is added to the restored revision so that no client
 	// ever sees a revision go backwards; the old range is marked compacted.
 	BumpRevision uint64
+	// ToRevision restores the keyspace as it was at this revision (0: the
+	// newest backed-up revision).
+	ToRevision int64
+	// ToTime restores the keyspace as it was at this time (zero: newest).
+	ToTime time.Time
 }
 
 // DefaultBumpRevision is large enough for any write rate between a backup
@@ -180,7 +185,7 @@ func (c *Cluster) Restore(ctx context.Context, o RestoreOptions) (backup.Manifes
 	if err != nil {
 		return backup.Manifest{}, err
 	}
-	m, err := backup.Find(ctx, store, o.Backup)
+	m, chain, err := pickChain(ctx, store, o)
 	if err != nil {
 		return backup.Manifest{}, err
 	}
@@ -208,6 +213,21 @@ func (c *Cluster) Restore(ctx context.Context, o RestoreOptions) (backup.Manifes
 	if err := backup.Fetch(ctx, store, m, key, snap); err != nil {
 		return m, err
 	}
+	restoredRev := m.EndRevision
+	if len(chain.Deltas) > 0 {
+		if err := backup.StripChecksum(snap); err != nil {
+			return m, err
+		}
+		c.progress("replaying %d delta segments (revisions %d to %d)", len(chain.Deltas), m.EndRevision+1, chain.End)
+		restoredRev, err = backup.Apply(ctx, store, key, snap, m.EndRevision, chain.Deltas,
+			backup.ApplyOptions{ToRevision: o.ToRevision, ToTime: o.ToTime})
+		if err != nil {
+			return m, err
+		}
+	}
+	if o.ToRevision > 0 && restoredRev != o.ToRevision {
+		return m, fmt.Errorf("revision %d is outside the backed-up range: the chain from %s reaches revision %d", o.ToRevision, m.ID, restoredRev)
+	}
 	if o.BumpRevision == 0 {
 		o.BumpRevision = DefaultBumpRevision
 	}
@@ -230,7 +250,7 @@ func (c *Cluster) Restore(ctx context.Context, o RestoreOptions) (backup.Manifes
 		err := snapshot.NewV3(zap.NewNop()).Restore(snapshot.RestoreConfig{
 			SnapshotPath: snap, Name: mem.Name, OutputDataDir: out,
 			PeerURLs: []string{mem.PeerURL}, InitialCluster: initial, InitialClusterToken: c.Spec.Token,
-			RevisionBump: o.BumpRevision, MarkCompacted: true,
+			RevisionBump: o.BumpRevision, MarkCompacted: true, SkipHashCheck: len(chain.Deltas) > 0,
 		})
 		if err != nil {
 			cleanup()
@@ -264,8 +284,8 @@ func (c *Cluster) Restore(ctx context.Context, o RestoreOptions) (backup.Manifes
 	if err := c.saveSpec(next); err != nil {
 		return m, err
 	}
-	c.progress("restored %d members from %s at revision %d (revisions bumped by %d, older ones marked compacted); start the cluster with `steward up`",
-		len(c.Spec.Members), m.ID, m.EndRevision, o.BumpRevision)
+	c.progress("restored %d members from %s and %d deltas at revision %d (revisions bumped by %d, older ones marked compacted); start the cluster with `steward up`",
+		len(c.Spec.Members), m.ID, len(chain.Deltas), restoredRev, o.BumpRevision)
 	return m, nil
 }
 
@@ -298,13 +318,33 @@ func (c *Cluster) requireStopped(ctx context.Context) error {
 	return nil
 }
 
-// backupCondition reports the newest full backup. Without backups it is
-// Unknown; scheduled backups (and their age limits) come with continuous
-// backups.
+// backupCondition reports the backups: with continuous backups on, from
+// the loop's status (fresh, and no error since the last upload); otherwise
+// from the newest full backup. Without any backup it is Unknown.
 func (c *Cluster) backupCondition(now time.Time) Condition {
 	cond := Condition{Type: CondBackupReady, Status: "Unknown", Reason: "NoBackups",
 		Message: "no backup has been taken for this cluster"}
 	if c.Spec == nil {
+		return cond
+	}
+	if c.Spec.Backup.Continuous {
+		bs, ok := readBackupStatus(c.Dir)
+		switch {
+		case !ok:
+			cond.Reason, cond.Message = "BackupNotStarted", "continuous backups are on but the backup loop has not reported yet"
+		case now.Sub(bs.UpdatedAt) > 30*time.Second:
+			cond.Status, cond.Reason = "False", "BackupNotRunning"
+			cond.Message = fmt.Sprintf("the backup loop last reported %s ago (agent %s)", now.Sub(bs.UpdatedAt).Round(time.Second), bs.Agent)
+		case bs.LastError != "" && bs.LastErrorAt.After(bs.LastUpload):
+			cond.Status, cond.Reason = "False", "IncrementalBackupFailed"
+			cond.Message = bs.LastError
+		case !bs.LastUpload.IsZero():
+			cond.Status, cond.Reason = "True", "IncrementalBackupSucceeded"
+			cond.Message = fmt.Sprintf("continuous backups by agent %s: revisions up to %d stored, last upload %s ago, last full snapshot %s ago",
+				bs.Agent, bs.NextRevision-1, now.Sub(bs.LastUpload).Round(time.Second), now.Sub(bs.LastFull).Round(time.Second))
+		default:
+			cond.Reason, cond.Message = "BackupNotStarted", "the backup loop runs but has stored nothing yet"
+		}
 		return cond
 	}
 	dir := c.Spec.BackupStoreDir(c.Dir)
@@ -325,4 +365,55 @@ func (c *Cluster) backupCondition(now time.Time) Condition {
 		}
 	}
 	return cond
+}
+
+// pickChain chooses the full backup and the deltas to restore: the named
+// backup (or the newest full one) with every delta after it; or, with
+// --to-revision or --to-time, the newest full backup at or before the target.
+// A gap in the chain that later deltas would have filled is refused rather
+// than silently dropping them.
+func pickChain(ctx context.Context, store backup.Store, o RestoreOptions) (backup.Manifest, backup.Chain, error) {
+	all, err := backup.List(ctx, store)
+	if err != nil {
+		return backup.Manifest{}, backup.Chain{}, err
+	}
+	var full backup.Manifest
+	switch {
+	case o.Backup != "" && o.Backup != "latest":
+		if full, err = backup.Find(ctx, store, o.Backup); err != nil {
+			return full, backup.Chain{}, err
+		}
+		if full.Kind != backup.KindFull {
+			return full, backup.Chain{}, fmt.Errorf("backup %s is a delta; name a full backup (deltas are applied after it)", full.ID)
+		}
+	case o.ToRevision > 0 || !o.ToTime.IsZero():
+		found := false
+		for _, m := range all {
+			if m.Kind != backup.KindFull {
+				continue
+			}
+			if (o.ToRevision > 0 && m.EndRevision <= o.ToRevision) || (!o.ToTime.IsZero() && !m.CreatedAt.After(o.ToTime)) {
+				full, found = m, true
+			}
+		}
+		if !found {
+			return full, backup.Chain{}, fmt.Errorf("no full backup at or before the target in %s: the oldest restorable point is the first full backup", store)
+		}
+	default:
+		if full, err = backup.Find(ctx, store, "latest"); err != nil {
+			return full, backup.Chain{}, err
+		}
+	}
+	if o.ToRevision > 0 && o.ToRevision < full.EndRevision {
+		return full, backup.Chain{}, fmt.Errorf("revision %d is outside the range of %s (revisions %d to ...)", o.ToRevision, full.ID, full.EndRevision)
+	}
+	chain := backup.BuildChain(all, full)
+	if o.ToRevision > chain.End {
+		return full, chain, fmt.Errorf("revision %d is outside the backed-up range: backups from %s reach revision %d", o.ToRevision, full.ID, chain.End)
+	}
+	if len(chain.GapAfter) > 0 && (o.ToRevision == 0 || o.ToRevision > chain.End) && o.ToTime.IsZero() {
+		return full, chain, fmt.Errorf("the delta chain after %s has a gap: revisions %d to %d are missing, and %d delta segments after the gap would be lost; restore up to the gap explicitly with --to-revision %d",
+			full.ID, chain.End+1, chain.GapAfter[0].StartRevision-1, len(chain.GapAfter), chain.End)
+	}
+	return full, chain, nil
 }

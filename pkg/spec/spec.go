@@ -83,6 +83,19 @@ type Backup struct {
 	// EncryptionKeyFile, when set, encrypts every backup with AES-256-GCM
 	// under the key in that file (32 bytes raw, hex or base64; mode 0600).
 	EncryptionKeyFile string `json:"encryptionKeyFile,omitempty"`
+	// Continuous turns on continuous backups: the agent whose member leads
+	// records every change as delta segments and takes full snapshots on
+	// FullSchedule. `steward up` writes it true.
+	Continuous bool `json:"continuous,omitempty"`
+	// FullSchedule is a cron expression (5 fields) for full snapshots
+	// (default "0 * * * *": hourly).
+	FullSchedule string `json:"fullSchedule,omitempty"`
+	// MaxDeltasPerFull takes a full snapshot when the delta chain since the
+	// last one reaches this many segments (default 1000).
+	MaxDeltasPerFull int `json:"maxDeltasPerFull,omitempty"`
+	// DeltaMaxAgeMs closes a delta segment this long after its first event
+	// (default 250): the recovery point objective.
+	DeltaMaxAgeMs int `json:"deltaMaxAgeMs,omitempty"`
 }
 
 // BackupStoreDir returns the absolute backup directory.
@@ -274,6 +287,16 @@ func (c *Cluster) ApplyDefaults() {
 	if e.ElectionTimeoutMs == 0 {
 		e.ElectionTimeoutMs = DefaultElectionTimeoutMs
 	}
+	b := &c.Backup
+	if b.FullSchedule == "" {
+		b.FullSchedule = "0 * * * *"
+	}
+	if b.MaxDeltasPerFull == 0 {
+		b.MaxDeltasPerFull = 1000
+	}
+	if b.DeltaMaxAgeMs == 0 {
+		b.DeltaMaxAgeMs = 250
+	}
 }
 
 // DefaultOptions shape the spec that `steward up` writes.
@@ -309,6 +332,7 @@ func NewDefault(o DefaultOptions) (*Cluster, error) {
 		Token:   o.Name + "-" + hex.EncodeToString(tok),
 		Version: o.Version,
 		TLS:     TLS{Disabled: o.TLSOff},
+		Backup:  Backup{Continuous: true},
 		Agents: []Agent{{
 			Name:    LocalAgent,
 			Address: "unix://" + filepath.Join(o.StewardDir, "run", "agent.sock"),

@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+
+	"github.com/robfig/cron/v3"
 )
 
 // ValidateOptions carry what validation needs from outside the spec.
@@ -60,6 +62,15 @@ func (c *Cluster) Validate(o ValidateOptions) (warnings []string, err error) {
 		if reserved[strings.TrimLeft(k, "-")] {
 			bad("etcd.extraFlags %q is set by Steward from the spec; set it through the spec's fields instead", k)
 		}
+	}
+
+	if c.Backup.FullSchedule != "" {
+		if _, err := cron.ParseStandard(c.Backup.FullSchedule); err != nil {
+			bad("backup.fullSchedule %q: %v", c.Backup.FullSchedule, err)
+		}
+	}
+	if c.Backup.MaxDeltasPerFull < 0 || c.Backup.DeltaMaxAgeMs < 0 {
+		bad("backup.maxDeltasPerFull and backup.deltaMaxAgeMs must not be negative")
 	}
 
 	agents := map[string]bool{}

@@ -3,15 +3,18 @@
 package agent
 
 import (
+	"context"
 	"log/slog"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
 	"github.com/etcd-steward/steward/internal/cli"
 	agentpkg "github.com/etcd-steward/steward/pkg/agent"
+	"github.com/etcd-steward/steward/pkg/cluster"
 )
 
 // NewCommand returns the agent command.
@@ -32,7 +35,20 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			return agentpkg.New(agentpkg.Options{Name: name, Dir: dir, Socket: socket, Log: log}).Run(ctx)
+			// The continuous backup loop runs beside the supervisor; it acts
+			// only while this agent runs the etcd leader.
+			bctx, bcancel := context.WithCancel(ctx)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				cluster.RunContinuousBackups(bctx, dir, name, log.With("component", "backup"))
+			}()
+			stopBackups := sync.OnceFunc(func() { bcancel(); <-done })
+			defer stopBackups()
+			return agentpkg.New(agentpkg.Options{
+				Name: name, Dir: dir, Socket: socket, Log: log,
+				BeforeStop: stopBackups,
+			}).Run(ctx)
 		},
 	}
 	cmd.Flags().StringVar(&name, "name", "local", "agent name, as in the cluster spec's agents list")

@@ -2,6 +2,9 @@
 package restore
 
 import (
+	"fmt"
+	"time"
+
 	"github.com/spf13/cobra"
 
 	"github.com/etcd-steward/steward/internal/cli"
@@ -33,6 +36,28 @@ restored cluster with ` + "`steward up`" + `.`,
 	cmd.Flags().StringVar(&o.Backup, "backup", "latest", "backup ID, or latest")
 	cmd.Flags().StringVar(&o.KeyFile, "key-file", "", "decryption key (default: the spec's backup.encryptionKeyFile)")
 	cmd.Flags().BoolVar(&o.Force, "force", false, "move existing data dirs aside instead of refusing")
+	cmd.Flags().Int64Var(&o.ToRevision, "to-revision", 0, "restore the keyspace as it was at this revision (default: the newest backed up)")
+	cmd.Flags().Var(timeFlag{&o.ToTime}, "to-time", "restore the keyspace as it was at this time (RFC 3339, e.g. 2026-11-21T13:00:00Z)")
 	cmd.Flags().Uint64Var(&o.BumpRevision, "bump-revision", cluster.DefaultBumpRevision, "added to the restored revision; must exceed the writes made after the backup")
 	return cmd
 }
+
+type timeFlag struct{ t *time.Time }
+
+func (f timeFlag) String() string {
+	if f.t == nil || f.t.IsZero() {
+		return ""
+	}
+	return f.t.Format(time.RFC3339)
+}
+
+func (f timeFlag) Set(s string) error {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return fmt.Errorf("want RFC 3339 time like 2026-11-21T13:00:00Z: %w", err)
+	}
+	*f.t = t
+	return nil
+}
+
+func (timeFlag) Type() string { return "time" }

@@ -1,0 +1,225 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/robfig/cron/v3"
+
+	"github.com/etcd-steward/steward/internal/atomicfile"
+	"github.com/etcd-steward/steward/pkg/backup"
+)
+
+// BackupStatus is what the continuous backup loop last reported; it is kept
+// in DIR/status/backup.json and read by status for BackupReady.
+type BackupStatus struct {
+	Agent        string    `json:"agent"`
+	Role         string    `json:"role"` // leader or standby
+	NextRevision int64     `json:"nextRevision"`
+	LastUpload   time.Time `json:"lastUpload,omitzero"`
+	LastFull     time.Time `json:"lastFull,omitzero"`
+	LastError    string    `json:"lastError,omitempty"`
+	LastErrorAt  time.Time `json:"lastErrorAt,omitzero"`
+	UpdatedAt    time.Time `json:"updatedAt"`
+}
+
+func backupStatusPath(dir string) string { return filepath.Join(dir, "status", "backup.json") }
+
+func readBackupStatus(dir string) (BackupStatus, bool) {
+	var s BackupStatus
+	b, err := os.ReadFile(backupStatusPath(dir))
+	if err != nil || json.Unmarshal(b, &s) != nil {
+		return s, false
+	}
+	return s, true
+}
+
+func writeBackupStatus(dir string, s BackupStatus) {
+	s.UpdatedAt = time.Now().UTC()
+	if err := os.MkdirAll(filepath.Dir(backupStatusPath(dir)), 0o700); err != nil {
+		return
+	}
+	b, _ := json.MarshalIndent(s, "", "  ")
+	_ = atomicfile.WriteFile(backupStatusPath(dir), b, 0o600)
+}
+
+// RunContinuousBackups runs the continuous backup loop of one agent until
+// ctx ends. Exactly one agent acts at a time: the one that runs the etcd
+// leader. It continues the chain from the newest revision in the store
+// (last revision + 1), so a handover leaves no gap, and trims overlaps at
+// restore. It takes a full snapshot when none exists for the cluster, on the
+// schedule, when the delta chain grows past its limit, and when the watch
+// reports the needed revision compacted.
+func RunContinuousBackups(ctx context.Context, dir, agentName string, log *slog.Logger) {
+	st := BackupStatus{Agent: agentName}
+	failures := 0
+	for ctx.Err() == nil {
+		err := backupRound(ctx, dir, agentName, &st, log)
+		switch {
+		case ctx.Err() != nil:
+			writeBackupStatus(dir, st)
+			return
+		case errors.Is(err, errNotBackupLeader), errors.Is(err, errBackupsOff):
+			failures = 0
+			sleepCtx(ctx, 2*time.Second)
+		case err != nil:
+			failures++
+			st.LastError, st.LastErrorAt = err.Error(), time.Now().UTC()
+			writeBackupStatus(dir, st)
+			log.Warn("continuous backup", "err", err)
+			sleepCtx(ctx, min(time.Duration(failures)*time.Second, 15*time.Second))
+		default:
+			failures = 0
+		}
+	}
+}
+
+var (
+	errNotBackupLeader = errors.New("not the backup leader")
+	errBackupsOff      = errors.New("continuous backups are off")
+)
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// backupRound is one stretch of leadership: it returns when leadership
+// moves, a full snapshot is due, or something fails.
+func backupRound(ctx context.Context, dir, agentName string, st *BackupStatus, log *slog.Logger) error {
+	c, err := Open(dir)
+	if err != nil {
+		return err
+	}
+	if !c.Spec.Backup.Continuous {
+		return errBackupsOff
+	}
+	status, err := c.Status(ctx)
+	if err != nil {
+		return err
+	}
+	leader, ok := status.Member(status.Cluster.Leader)
+	if !ok || !status.Cluster.Quorate {
+		return fmt.Errorf("no leader: %s", unhealthySummary(status))
+	}
+	if leader.Agent != agentName {
+		if st.Role != "standby" {
+			st.Role = "standby"
+			writeBackupStatus(dir, *st)
+		}
+		return errNotBackupLeader
+	}
+	st.Role = "leader"
+	store, err := c.BackupStore()
+	if err != nil {
+		return err
+	}
+	key, err := c.backupKey("")
+	if err != nil {
+		return err
+	}
+	all, err := backup.List(ctx, store)
+	if err != nil {
+		return err
+	}
+	sched, err := cron.ParseStandard(c.Spec.Backup.FullSchedule)
+	if err != nil {
+		return err
+	}
+	var lastFull *backup.Manifest
+	next := int64(0)
+	deltasSinceFull := 0
+	for i := range all {
+		m := all[i]
+		if m.ClusterID != status.Cluster.ID {
+			continue
+		}
+		if m.Kind == backup.KindFull && (lastFull == nil || m.EndRevision >= lastFull.EndRevision) {
+			lastFull = &all[i]
+		}
+		if m.EndRevision+1 > next {
+			next = m.EndRevision + 1
+		}
+	}
+	if lastFull != nil {
+		ch := backup.BuildChain(all, *lastFull)
+		deltasSinceFull = len(ch.Deltas)
+		if ch.End+1 < next {
+			// A gap after this full (a failed recorder): start a new chain.
+			lastFull = nil
+		}
+	}
+	fullDue := lastFull == nil || deltasSinceFull >= c.Spec.Backup.MaxDeltasPerFull ||
+		!sched.Next(lastFull.CreatedAt).After(time.Now())
+	if fullDue {
+		m, err := c.BackupNow(ctx, BackupOptions{Member: leader.Name})
+		if err != nil {
+			return fmt.Errorf("full snapshot: %w", err)
+		}
+		log.Info("full snapshot", "id", m.ID, "revision", m.EndRevision)
+		st.LastFull, st.LastUpload, st.NextRevision = m.CreatedAt, m.CreatedAt, m.EndRevision+1
+		writeBackupStatus(dir, *st)
+		lastFull, next, deltasSinceFull = &m, m.EndRevision+1, 0
+	}
+
+	// Watch until leadership moves, the next full is due, or the chain is long.
+	rctx, cancel := context.WithDeadline(ctx, sched.Next(lastFull.CreatedAt))
+	defer cancel()
+	go func() {
+		for rctx.Err() == nil {
+			sleepCtx(rctx, 2*time.Second)
+			if rctx.Err() != nil {
+				return
+			}
+			s, err := c.Status(rctx)
+			if err == nil && s.Cluster.Leader != "" && s.Cluster.Leader != leader.Name {
+				if m, ok := s.Member(s.Cluster.Leader); ok && m.Agent != agentName {
+					cancel() // another agent's member leads: hand over
+					return
+				}
+			}
+			writeBackupStatus(dir, *st)
+		}
+	}()
+	cli, err := c.Client()
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	rec := backup.NewRecorder(backup.RecorderOptions{
+		Store: store, Key: key, ClusterID: status.Cluster.ID, EtcdVersion: leader.Version, Member: leader.Name,
+		MaxAge: time.Duration(c.Spec.Backup.DeltaMaxAgeMs) * time.Millisecond,
+		OnUpload: func(m backup.Manifest) {
+			st.LastUpload, st.NextRevision, st.LastError = m.CreatedAt, m.EndRevision+1, ""
+			writeBackupStatus(dir, *st)
+			if deltasSinceFull++; deltasSinceFull >= c.Spec.Backup.MaxDeltasPerFull {
+				cancel()
+			}
+		},
+	}, next)
+	st.NextRevision = next
+	writeBackupStatus(dir, *st)
+	err = rec.Run(rctx, cli)
+	if errors.Is(err, backup.ErrCompacted) {
+		// The next round finds no usable chain end and takes a full snapshot.
+		log.Warn("watch compacted; taking a full snapshot", "err", err)
+		if _, ferr := c.BackupNow(ctx, BackupOptions{Member: leader.Name}); ferr != nil {
+			return fmt.Errorf("full snapshot after compaction: %w", ferr)
+		}
+		return nil
+	}
+	if rctx.Err() != nil && ctx.Err() == nil {
+		return nil // handover, schedule or chain limit: next round
+	}
+	return err
+}
