@@ -140,11 +140,33 @@ func (c *Cluster) VerifyBackups(ctx context.Context, id, keyFile string) ([]Veri
 	var out []VerifyResult
 	for i, m := range ms {
 		r := VerifyResult{ID: m.ID, OK: true}
-		if err := backup.Fetch(ctx, store, m, key, filepath.Join(tmp, fmt.Sprintf("%d.db", i))); err != nil {
+		var err error
+		if m.Kind == backup.KindFull {
+			err = backup.Fetch(ctx, store, m, key, filepath.Join(tmp, fmt.Sprintf("%d.db", i)))
+			_ = os.Remove(filepath.Join(tmp, fmt.Sprintf("%d.db", i)))
+		} else {
+			err = backup.VerifyDelta(ctx, store, m, key)
+		}
+		if err != nil {
 			r.OK, r.Error = false, err.Error()
 		}
 		c.progress("%s: %s", m.ID, map[bool]string{true: "ok", false: "FAILED: " + r.Error}[r.OK])
 		out = append(out, r)
+	}
+	if id == "" {
+		// The chains: every delta must continue a full backup without a gap.
+		for _, m := range ms {
+			if m.Kind != backup.KindFull {
+				continue
+			}
+			ch := backup.BuildChain(ms, m)
+			if len(ch.GapAfter) > 0 {
+				r := VerifyResult{ID: "chain:" + m.ID, Error: fmt.Sprintf("the delta chain after %s stops at revision %d, but %d delta segments start at revision %d: revisions %d to %d are missing",
+					m.ID, ch.End, len(ch.GapAfter), ch.GapAfter[0].StartRevision, ch.End+1, ch.GapAfter[0].StartRevision-1)}
+				c.progress("%s: FAILED: %s", r.ID, r.Error)
+				out = append(out, r)
+			}
+		}
 	}
 	return out, nil
 }
@@ -335,15 +357,17 @@ func (c *Cluster) backupCondition(now time.Time) Condition {
 		case now.Sub(bs.UpdatedAt) > 30*time.Second:
 			cond.Status, cond.Reason = "False", "BackupNotRunning"
 			cond.Message = fmt.Sprintf("the backup loop last reported %s ago (agent %s)", now.Sub(bs.UpdatedAt).Round(time.Second), bs.Agent)
-		case bs.LastError != "" && bs.LastErrorAt.After(bs.LastUpload):
+		case bs.LastError != "":
 			cond.Status, cond.Reason = "False", "IncrementalBackupFailed"
 			cond.Message = bs.LastError
-		case !bs.LastUpload.IsZero():
+		case bs.Recording:
 			cond.Status, cond.Reason = "True", "IncrementalBackupSucceeded"
-			cond.Message = fmt.Sprintf("continuous backups by agent %s: revisions up to %d stored, last upload %s ago, last full snapshot %s ago",
-				bs.Agent, bs.NextRevision-1, now.Sub(bs.LastUpload).Round(time.Second), now.Sub(bs.LastFull).Round(time.Second))
+			cond.Message = fmt.Sprintf("agent %s records every change: revisions up to %d stored", bs.Agent, bs.NextRevision-1)
+			if !bs.LastUpload.IsZero() {
+				cond.Message += fmt.Sprintf(", last upload %s ago", now.Sub(bs.LastUpload).Round(time.Second))
+			}
 		default:
-			cond.Reason, cond.Message = "BackupNotStarted", "the backup loop runs but has stored nothing yet"
+			cond.Reason, cond.Message = "BackupNotStarted", "the backup loop runs but is not recording yet"
 		}
 		return cond
 	}

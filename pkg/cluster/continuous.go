@@ -19,8 +19,10 @@ import (
 // BackupStatus is what the continuous backup loop last reported; it is kept
 // in DIR/status/backup.json and read by status for BackupReady.
 type BackupStatus struct {
-	Agent        string    `json:"agent"`
-	Role         string    `json:"role"` // leader or standby
+	Agent string `json:"agent"`
+	Role  string `json:"role"` // leader or standby
+	// Recording is true while the leader watches and stores every change.
+	Recording    bool      `json:"recording"`
 	NextRevision int64     `json:"nextRevision"`
 	LastUpload   time.Time `json:"lastUpload,omitzero"`
 	LastFull     time.Time `json:"lastFull,omitzero"`
@@ -67,6 +69,7 @@ func RunContinuousBackups(ctx context.Context, dir, agentName string, log *slog.
 			return
 		case errors.Is(err, errNotBackupLeader), errors.Is(err, errBackupsOff):
 			failures = 0
+			st.Recording = false
 			sleepCtx(ctx, 2*time.Second)
 		case err != nil:
 			failures++
@@ -207,9 +210,10 @@ func backupRound(ctx context.Context, dir, agentName string, st *BackupStatus, l
 			}
 		},
 	}, next)
-	st.NextRevision = next
+	st.NextRevision, st.Recording, st.LastError = next, true, ""
 	writeBackupStatus(dir, *st)
 	err = rec.Run(rctx, cli)
+	st.Recording = false
 	if errors.Is(err, backup.ErrCompacted) {
 		// The next round finds no usable chain end and takes a full snapshot.
 		log.Warn("watch compacted; taking a full snapshot", "err", err)

@@ -158,6 +158,22 @@ func Up(ctx context.Context, dir string, o UpOptions, progress func(string, ...a
 	if err := c.WaitHealthy(wctx, progress); err != nil {
 		return nil, warnings, err
 	}
+	if s.Backup.Continuous {
+		// The agent's backup loop starts with the agent, before the
+		// members answer; give it a moment to report that it records.
+		bctx, bcancel := context.WithTimeout(ctx, 20*time.Second)
+		defer bcancel()
+		var cond Condition
+		_ = poll(bctx, 300*time.Millisecond, func(context.Context) (bool, error) {
+			cond = c.backupCondition(time.Now())
+			return cond.Status == "True", nil
+		})
+		if cond.Status == "True" {
+			progress("continuous backups on: %s", cond.Message)
+		} else {
+			progress("warning: continuous backups not running yet: %s: %s", cond.Reason, cond.Message)
+		}
+	}
 	return c, warnings, nil
 }
 

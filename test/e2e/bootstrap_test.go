@@ -126,7 +126,7 @@ func checkBootstrapped(t *testing.T, st *cluster.Status, v string) {
 	if minor(v) != "3.5" && st.Cluster.StorageVersion == "" {
 		t.Errorf("etcd %s reports a storage version; status has none", v)
 	}
-	for typ, want := range map[string]string{cluster.CondReady: "True", cluster.CondAllMembersReady: "True", cluster.CondBackupReady: "Unknown"} {
+	for typ, want := range map[string]string{cluster.CondReady: "True", cluster.CondAllMembersReady: "True", cluster.CondBackupReady: "True"} {
 		c := harness.Cond(st, typ)
 		if c.Status != want || c.Reason == "" || c.LastTransitionTime.IsZero() {
 			t.Errorf("condition %s: %+v, want status %s with reason and time", typ, c, want)
