@@ -16,8 +16,17 @@ import (
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
-// BackupStore opens the cluster's backup store.
+// BackupStore opens the cluster's backup store: the S3 bucket when the spec
+// names one, else the local directory.
 func (c *Cluster) BackupStore() (backup.Store, error) {
+	if s3 := c.Spec.Backup.S3; s3 != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		return backup.NewS3Store(ctx, backup.S3Config{
+			Endpoint: s3.Endpoint, Bucket: s3.Bucket, Prefix: s3.Prefix, Region: s3.Region,
+			CredentialsFile: spec.Path(c.Dir, s3.CredentialsFile), CAFile: spec.Path(c.Dir, s3.CAFile),
+		})
+	}
 	return backup.NewLocalStore(c.Spec.BackupStoreDir(c.Dir))
 }
 
@@ -371,11 +380,17 @@ func (c *Cluster) backupCondition(now time.Time) Condition {
 		}
 		return cond
 	}
-	dir := c.Spec.BackupStoreDir(c.Dir)
-	if _, err := os.Stat(dir); err != nil {
+	if c.Spec.Backup.S3 == nil {
+		if _, err := os.Stat(c.Spec.BackupStoreDir(c.Dir)); err != nil {
+			return cond
+		}
+	}
+	store, err := c.BackupStore()
+	if err != nil {
+		cond.Reason, cond.Message = "BackupStoreUnreadable", err.Error()
 		return cond
 	}
-	ms, err := backup.List(context.Background(), &backup.LocalStore{Dir: dir})
+	ms, err := backup.List(context.Background(), store)
 	if err != nil {
 		cond.Reason, cond.Message = "BackupStoreUnreadable", err.Error()
 		return cond

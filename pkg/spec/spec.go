@@ -78,8 +78,11 @@ type Etcd struct {
 // Backup configures where backups go.
 type Backup struct {
 	// Store is the directory backups are written to; relative paths are
-	// relative to the Steward directory (default "backups").
+	// relative to the Steward directory (default "backups"). Ignored when
+	// S3 is set.
 	Store string `json:"store,omitempty"`
+	// S3 keeps backups in an S3-compatible bucket instead.
+	S3 *S3 `json:"s3,omitempty"`
 	// EncryptionKeyFile, when set, encrypts every backup with AES-256-GCM
 	// under the key in that file (32 bytes raw, hex or base64; mode 0600).
 	EncryptionKeyFile string `json:"encryptionKeyFile,omitempty"`
@@ -96,6 +99,21 @@ type Backup struct {
 	// DeltaMaxAgeMs closes a delta segment this long after its first event
 	// (default 250): the recovery point objective.
 	DeltaMaxAgeMs int `json:"deltaMaxAgeMs,omitempty"`
+}
+
+// S3 names an S3-compatible bucket for backups.
+type S3 struct {
+	// Endpoint is the server URL: https://host[:port] (http:// only for tests).
+	Endpoint string `json:"endpoint"`
+	Bucket   string `json:"bucket"`
+	// Prefix is prepended to every object name (one prefix per cluster).
+	Prefix string `json:"prefix,omitempty"`
+	Region string `json:"region,omitempty"`
+	// CredentialsFile holds AWS_ACCESS_KEY_ID=... and AWS_SECRET_ACCESS_KEY=...
+	// lines (mode 0600); empty means the environment variables.
+	CredentialsFile string `json:"credentialsFile,omitempty"`
+	// CAFile is a PEM bundle to trust for a server with a private CA.
+	CAFile string `json:"caFile,omitempty"`
 }
 
 // BackupStoreDir returns the absolute backup directory.

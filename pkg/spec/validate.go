@@ -69,6 +69,14 @@ func (c *Cluster) Validate(o ValidateOptions) (warnings []string, err error) {
 			bad("backup.fullSchedule %q: %v", c.Backup.FullSchedule, err)
 		}
 	}
+	if s3 := c.Backup.S3; s3 != nil {
+		if u, err := url.Parse(s3.Endpoint); err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
+			bad("backup.s3.endpoint %q: want https://host[:port]", s3.Endpoint)
+		}
+		if s3.Bucket == "" {
+			bad("backup.s3.bucket is empty")
+		}
+	}
 	if c.Backup.MaxDeltasPerFull < 0 || c.Backup.DeltaMaxAgeMs < 0 {
 		bad("backup.maxDeltasPerFull and backup.deltaMaxAgeMs must not be negative")
 	}
