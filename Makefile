@@ -6,7 +6,7 @@ ETCD_VERSIONS ?= v3.5.35 v3.6.16 v3.7.3
 TEST_TIMEOUT  ?= 30m
 DEMO_DIR      ?= $(CURDIR)/steward-data
 
-.PHONY: all build etcd-binaries test test-unit test-e2e bench demo demo-down vet clean
+.PHONY: all build etcd-binaries s3-server test test-unit test-e2e bench demo demo-down vet clean
 
 all: build
 
@@ -18,22 +18,26 @@ build:
 etcd-binaries: build
 	STEWARD=$(CURDIR)/$(BIN) STORE=$(STORE) ./hack/build-etcd.sh $(ETCD_VERSIONS)
 
+## s3-server: build the versitygw S3 gateway the S3 tests run (.cache/bin).
+s3-server:
+	./hack/build-versitygw.sh
+
 vet:
 	$(GO) vet ./...
 
 ## test: the whole suite: unit tests and end-to-end tests against real etcd
 ## processes of every version in $(ETCD_VERSIONS).
-test: etcd-binaries vet
+test: etcd-binaries s3-server vet
 	STEWARD_TEST_STORE=$(STORE) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 test-unit:
 	$(GO) test -count=1 -short ./pkg/... ./internal/...
 
-test-e2e: etcd-binaries
+test-e2e: etcd-binaries s3-server
 	STEWARD_TEST_STORE=$(STORE) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./test/e2e/...
 
 ## bench: the benchmarks recorded in docs/benchmarks.md.
-bench: etcd-binaries
+bench: etcd-binaries s3-server
 	STEWARD_TEST_STORE=$(STORE) $(GO) test -count=1 -timeout 60m -run '^$$' -bench . -benchtime 1x ./test/bench/...
 
 ## demo: build Steward and start a local three-member cluster on the

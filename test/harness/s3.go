@@ -1,0 +1,92 @@
+package harness
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// S3 is a real S3-compatible server (versitygw, posix backend) on loopback.
+type S3 struct {
+	Endpoint        string
+	Bucket          string
+	CredentialsFile string
+	Dir             string
+}
+
+// VersityGW returns the versitygw binary built by hack/build-versitygw.sh;
+// its absence fails the test.
+func VersityGW(tb testing.TB) string {
+	p := os.Getenv("STEWARD_TEST_VERSITYGW")
+	if p == "" {
+		p = filepath.Join(RepoRoot(tb), ".cache", "bin", "versitygw")
+	}
+	if _, err := os.Stat(p); err != nil {
+		tb.Fatalf("S3 server %s is missing: run `make s3-server` (hack/build-versitygw.sh)", p)
+	}
+	return p
+}
+
+// StartS3 starts an S3 server with one bucket and a credentials file; it
+// stops when the test ends.
+func StartS3(tb testing.TB) *S3 {
+	tb.Helper()
+	bin := VersityGW(tb)
+	dir, err := os.MkdirTemp("", "s3-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	root := filepath.Join(dir, "root")
+	bucket := "etcd-backups"
+	if err := os.MkdirAll(filepath.Join(root, bucket), 0o700); err != nil {
+		tb.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	const ak, sk = "steward-test", "steward-test-secret-key"
+	var out bytes.Buffer
+	cmd := exec.Command(bin, "--port", addr, "--access", ak, "--secret", sk, "posix", root)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	tb.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+		_ = os.RemoveAll(dir)
+	})
+	creds := filepath.Join(dir, "s3.env")
+	if err := os.WriteFile(creds, []byte(fmt.Sprintf("AWS_ACCESS_KEY_ID=%s\nAWS_SECRET_ACCESS_KEY=%s\n", ak, sk)), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	endpoint := "http://" + addr
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		select {
+		case <-exited:
+			tb.Fatalf("versitygw exited at start: %s", out.String())
+		default:
+		}
+		if resp, err := http.Get(endpoint); err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("versitygw did not listen on %s: %s", addr, out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return &S3{Endpoint: endpoint, Bucket: bucket, CredentialsFile: creds, Dir: root}
+}
