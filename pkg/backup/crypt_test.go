@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -155,3 +156,18 @@ func TestLocalStore(t *testing.T) {
 type errReader struct{}
 
 func (errReader) Read([]byte) (int, error) { return 0, errors.New("disk on fire") }
+
+func TestHoldBackHash(t *testing.T) {
+	data := make([]byte, 100000)
+	rand.Read(data)
+	want := sha256.Sum256(data[:len(data)-32])
+	for _, chunk := range []int{1, 7, 31, 32, 33, 4096, 100000} {
+		h := &holdBackHash{h: sha256.New()}
+		for i := 0; i < len(data); i += chunk {
+			h.Write(data[i:min(i+chunk, len(data))])
+		}
+		if !bytes.Equal(h.h.Sum(nil), want[:]) || !bytes.Equal(h.tail, data[len(data)-32:]) {
+			t.Errorf("chunk %d: wrong hash or tail", chunk)
+		}
+	}
+}

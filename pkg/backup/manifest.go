@@ -34,9 +34,11 @@ type Manifest struct {
 	RawSize int64 `json:"rawSize"`
 	// SHA256 is of the stored object (after compression and encryption).
 	SHA256 string `json:"sha256"`
-	// SnapshotHash is etcd's hash of the keyspace (etcdutl snapshot status).
-	SnapshotHash uint32 `json:"snapshotHash"`
-	TotalKeys    int    `json:"totalKeys"`
+	// SnapshotHash is etcd's hash of the keyspace (etcdutl snapshot status)
+	// when it was computed (0: not computed; the SHA-256 protects the bytes).
+	SnapshotHash uint32 `json:"snapshotHash,omitempty"`
+	// TotalKeys is the number of events of a delta segment.
+	TotalKeys int `json:"totalKeys,omitempty"`
 	Compression  string `json:"compression"`
 	// Encryption is "aes-256-gcm" or ""; KeyID names the key.
 	Encryption string    `json:"encryption,omitempty"`

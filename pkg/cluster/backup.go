@@ -94,7 +94,7 @@ func (c *Cluster) BackupNow(ctx context.Context, o BackupOptions) (backup.Manife
 	if err != nil {
 		return backup.Manifest{}, err
 	}
-	c.progress("stored %s: revision %d, %d keys, %s (from %s) in %s", man.ID, man.EndRevision, man.TotalKeys,
+	c.progress("stored %s: revision %d, %s (from %s) in %s", man.ID, man.EndRevision,
 		humanBytes(man.Size), humanBytes(man.RawSize), store)
 	return man, nil
 }
