@@ -38,8 +38,8 @@ type Manifest struct {
 	// when it was computed (0: not computed; the SHA-256 protects the bytes).
 	SnapshotHash uint32 `json:"snapshotHash,omitempty"`
 	// TotalKeys is the number of events of a delta segment.
-	TotalKeys int `json:"totalKeys,omitempty"`
-	Compression  string `json:"compression"`
+	TotalKeys   int    `json:"totalKeys,omitempty"`
+	Compression string `json:"compression"`
 	// Encryption is "aes-256-gcm" or ""; KeyID names the key.
 	Encryption string    `json:"encryption,omitempty"`
 	KeyID      string    `json:"keyID,omitempty"`

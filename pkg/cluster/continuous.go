@@ -170,6 +170,11 @@ func backupRound(ctx context.Context, dir, agentName string, st *BackupStatus, l
 			return fmt.Errorf("full snapshot: %w", err)
 		}
 		log.Info("full snapshot", "id", m.ID, "revision", m.EndRevision)
+		if res, err := c.CollectBackups(ctx, false); err != nil {
+			log.Warn("backup garbage collection", "err", err)
+		} else if len(res.Deleted) > 0 {
+			log.Info("backup garbage collection", "deleted", len(res.Deleted), "kept", len(res.Kept))
+		}
 		st.LastFull, st.LastUpload, st.NextRevision = m.CreatedAt, m.CreatedAt, m.EndRevision+1
 		writeBackupStatus(dir, *st)
 		lastFull, next, deltasSinceFull = &m, m.EndRevision+1, 0

@@ -99,6 +99,16 @@ type Backup struct {
 	// DeltaMaxAgeMs closes a delta segment this long after its first event
 	// (default 250): the recovery point objective.
 	DeltaMaxAgeMs int `json:"deltaMaxAgeMs,omitempty"`
+	// Retention says which full backups (with their deltas) to keep.
+	Retention Retention `json:"retention,omitempty"`
+}
+
+// Retention keeps the last KeepLast full backups, plus the newest of each of
+// the last KeepHourly hours and KeepDaily days (defaults 3, 24, 7).
+type Retention struct {
+	KeepLast   int `json:"keepLast,omitempty"`
+	KeepHourly int `json:"keepHourly,omitempty"`
+	KeepDaily  int `json:"keepDaily,omitempty"`
 }
 
 // S3 names an S3-compatible bucket for backups.
@@ -314,6 +324,15 @@ func (c *Cluster) ApplyDefaults() {
 	}
 	if b.DeltaMaxAgeMs == 0 {
 		b.DeltaMaxAgeMs = 250
+	}
+	if b.Retention.KeepLast == 0 {
+		b.Retention.KeepLast = 3
+	}
+	if b.Retention.KeepHourly == 0 {
+		b.Retention.KeepHourly = 24
+	}
+	if b.Retention.KeepDaily == 0 {
+		b.Retention.KeepDaily = 7
 	}
 }
 

@@ -393,3 +393,69 @@ func TestS3Backup(t *testing.T) {
 		t.Fatalf("restored from S3: %d keys digest %s, want %d keys digest %s", gotN, got, n, want)
 	}
 }
+
+// TestBackupGC: retention deletes older full backups with the deltas only
+// they use, keeps the newest chain whole, and what is left still verifies
+// and restores.
+func TestBackupGC(t *testing.T) {
+	t.Parallel()
+	e := harness.New(t)
+	writeSpec(t, e, 1, harness.Versions()[1], func(s *spec.Cluster) {
+		s.Backup.Continuous = true
+		s.Backup.Retention = spec.Retention{KeepLast: 1, KeepHourly: 1, KeepDaily: 1}
+	})
+	e.MustRun("up")
+	cli := e.Client()
+	var rev int64
+	for i := 0; i < 3; i++ {
+		rev = putKeys(t, cli, fmt.Sprintf("gc%d/", i), 200)
+		for backedUpTo(t, e) < rev {
+			time.Sleep(50 * time.Millisecond)
+		}
+		backupNow(t, e)
+	}
+	rev = putKeys(t, cli, "gc-after/", 100)
+	for backedUpTo(t, e) < rev {
+		time.Sleep(50 * time.Millisecond)
+	}
+	var before []backup.Manifest
+	if err := json.Unmarshal([]byte(e.MustRun("backup", "list", "-o", "json")), &before); err != nil {
+		t.Fatal(err)
+	}
+	var plan cluster.GCResult
+	if err := json.Unmarshal([]byte(e.MustRun("backup", "gc", "--dry-run", "-o", "json")), &plan); err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Deleted) == 0 || len(plan.Kept) == 0 {
+		t.Fatalf("gc plan deletes %d, keeps %d", len(plan.Deleted), len(plan.Kept))
+	}
+	var after []backup.Manifest
+	if err := json.Unmarshal([]byte(e.MustRun("backup", "list", "-o", "json")), &after); err != nil {
+		t.Fatal(err)
+	}
+	if len(after) != len(before) {
+		t.Fatalf("--dry-run deleted backups: %d -> %d", len(before), len(after))
+	}
+	e.MustRun("backup", "gc")
+	if err := json.Unmarshal([]byte(e.MustRun("backup", "list", "-o", "json")), &after); err != nil {
+		t.Fatal(err)
+	}
+	fulls := 0
+	for _, m := range after {
+		if m.Kind == backup.KindFull {
+			fulls++
+		}
+	}
+	if fulls != 1 || len(after) != len(plan.Kept) {
+		t.Fatalf("after gc: %d backups (%d full), plan kept %d", len(after), fulls, len(plan.Kept))
+	}
+	e.MustRun("backup", "verify", "--all")
+	want, wantRev, _ := digest(t, cli, rev)
+	cli.Close()
+	e.MustRun("down")
+	e.MustRun("restore", "--force", "--to-revision", fmt.Sprint(wantRev))
+	e.MustRun("up")
+	if got, _, _ := digest(t, e.Client(), 0); got != want {
+		t.Fatal("restore after gc differs from the source")
+	}
+}

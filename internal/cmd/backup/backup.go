@@ -18,7 +18,7 @@ import (
 // NewCommand returns the backup command.
 func NewCommand(g *cli.Globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "backup", Short: "Take, list and verify backups"}
-	cmd.AddCommand(nowCommand(g), listCommand(g), verifyCommand(g))
+	cmd.AddCommand(nowCommand(g), listCommand(g), verifyCommand(g), gcCommand(g))
 	return cmd
 }
 
@@ -130,4 +130,41 @@ func table(tw *tabwriter.Writer, ms []backup.Manifest) {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", m.ID, m.Kind, m.StartRevision, m.EndRevision, m.Size,
 			m.CreatedAt.Format(time.RFC3339), m.EtcdVersion, m.ClusterID, enc)
 	}
+}
+
+func gcCommand(g *cli.Globals) *cobra.Command {
+	var dry bool
+	cmd := &cobra.Command{
+		Use:   "gc",
+		Short: "Delete backups the spec's retention no longer keeps (the agent also runs it after each full snapshot)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := g.CheckOutput(); err != nil {
+				return err
+			}
+			c, err := g.OpenCluster(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			res, err := c.CollectBackups(cmd.Context(), dry)
+			if err != nil {
+				return err
+			}
+			return g.Print(cmd.OutOrStdout(), res, func(tw *tabwriter.Writer) {
+				fmt.Fprintln(tw, "BACKUP\tACTION")
+				verb := "delete"
+				if !dry {
+					verb = "deleted"
+				}
+				for _, id := range res.Deleted {
+					fmt.Fprintf(tw, "%s\t%s\n", id, verb)
+				}
+				for _, id := range res.Kept {
+					fmt.Fprintf(tw, "%s\tkeep\n", id)
+				}
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&dry, "dry-run", false, "only say what would be deleted")
+	return cmd
 }
