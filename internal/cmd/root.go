@@ -16,6 +16,7 @@ import (
 	"github.com/etcd-steward/steward/internal/cmd/etcd"
 	"github.com/etcd-steward/steward/internal/cmd/leader"
 	"github.com/etcd-steward/steward/internal/cmd/member"
+	"github.com/etcd-steward/steward/internal/cmd/recovery"
 	"github.com/etcd-steward/steward/internal/cmd/restore"
 	"github.com/etcd-steward/steward/internal/cmd/status"
 	"github.com/etcd-steward/steward/internal/cmd/up"
@@ -42,6 +43,7 @@ func NewRootCommand() *cobra.Command {
 		alarm.NewCommand(g),
 		backup.NewCommand(g),
 		restore.NewCommand(g),
+		recovery.NewCommand(g),
 		agent.NewCommand(g),
 		binaries.NewCommand(g),
 		etcd.NewCommand(),

@@ -22,6 +22,7 @@ import (
 	"github.com/etcd-steward/steward/internal/atomicfile"
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/binaries"
+	"github.com/etcd-steward/steward/pkg/datadir"
 	"github.com/etcd-steward/steward/pkg/pki"
 )
 
@@ -44,21 +45,22 @@ const (
 type member struct {
 	a *Agent
 
-	mu          sync.Mutex
-	cfg         agentapi.MemberConfig
-	desired     bool // true: keep running
-	state       string
-	proc        *process
-	adopt       int // pid of a process to adopt on the loop's first turn
-	restarts    int
-	consecutive int
-	startedAt   time.Time
-	lastExit    string
-	lastError   string
-	binary      string
-	runningCfg  *agentapi.MemberConfig // config of the running process; nil for an adopted one
-	loopDone    chan struct{}
-	wake        chan struct{}
+	mu           sync.Mutex
+	cfg          agentapi.MemberConfig
+	desired      bool // true: keep running
+	state        string
+	proc         *process
+	adopt        int // pid of a process to adopt on the loop's first turn
+	restarts     int
+	consecutive  int
+	startedAt    time.Time
+	lastExit     string
+	lastError    string
+	binary       string
+	runningCfg   *agentapi.MemberConfig // config of the running process; nil for an adopted one
+	dataDirCheck string
+	loopDone     chan struct{}
+	wake         chan struct{}
 }
 
 func newMember(a *Agent, cfg agentapi.MemberConfig) *member {
@@ -91,6 +93,7 @@ func (m *member) status() agentapi.MemberStatus {
 		Restarts: m.restarts, LastExit: m.lastExit, LastError: m.lastError,
 		LogFile: m.a.logPath(m.cfg.Name), DataDir: m.cfg.DataDir,
 		ClientURL: m.cfg.ClientURL, PeerURL: m.cfg.PeerURL, Desired: "stopped",
+		DataDirCheck: m.dataDirCheck,
 	}
 	if m.desired {
 		st.Desired = "running"
@@ -279,6 +282,17 @@ func (m *member) launch(cfg agentapi.MemberConfig) (*process, error) {
 		if err := CheckVersionStep(rec.Version, cfg.Version, cfg.AllowMinorDowngrade); err != nil {
 			return nil, fmt.Errorf("refusing to start etcd %s on %s: %w", cfg.Version, cfg.DataDir, err)
 		}
+	}
+	// Look at the data dir before etcd does: a dir with a member but no WAL
+	// or no database would make etcd bootstrap a fresh member under the old
+	// identity, which is how clusters get split.
+	f := datadir.Check(cfg.DataDir)
+	m.mu.Lock()
+	m.dataDirCheck = f.String()
+	m.mu.Unlock()
+	m.a.log.Info("checked data dir", "member", cfg.Name, "finding", f.String())
+	if f.State == datadir.Invalid {
+		return nil, fmt.Errorf("refusing to start: %s; rebuild it with `steward member replace %s` (or `steward recover` when a majority is lost)", f, cfg.Name)
 	}
 	for _, u := range []struct{ what, raw string }{{"client URL", cfg.ClientURL}, {"peer URL", cfg.PeerURL}} {
 		if err := checkPortFree(u.raw); err != nil {

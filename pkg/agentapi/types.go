@@ -90,6 +90,8 @@ type MemberStatus struct {
 	// DataDirVersion is the etcd version last run successfully on the data
 	// dir, from the version record next to it.
 	DataDirVersion string `json:"dataDirVersion,omitempty"`
+	// DataDirCheck is what the check before the last start found.
+	DataDirCheck string `json:"dataDirCheck,omitempty"`
 	// ConfigPending is true when the running process was started with an
 	// older config than the stored one; a restart applies the new one.
 	ConfigPending bool   `json:"configPending,omitempty"`
