@@ -294,6 +294,13 @@ func (m *member) launch(cfg agentapi.MemberConfig) (*process, error) {
 	if f.State == datadir.Invalid {
 		return nil, fmt.Errorf("refusing to start: %s; rebuild it with `steward member replace %s` (or `steward recover` when a majority is lost)", f, cfg.Name)
 	}
+	if rec, ok, _ := ReadRecord(cfg.DataDir); ok && f.State == datadir.Empty {
+		// An empty data dir next to a version record is data that was lost,
+		// not a new member: started, etcd would bootstrap a blank member
+		// under the old identity.
+		return nil, fmt.Errorf("refusing to start: data dir %s is empty but etcd %s ran on it until %s: its data was lost; rebuild it with `steward member replace %s` (or `steward recover` when a majority is lost)",
+			cfg.DataDir, rec.Version, rec.UpdatedAt.Format(time.RFC3339), cfg.Name)
+	}
 	for _, u := range []struct{ what, raw string }{{"client URL", cfg.ClientURL}, {"peer URL", cfg.PeerURL}} {
 		if err := checkPortFree(u.raw); err != nil {
 			return nil, fmt.Errorf("%s %s: %w", u.what, u.raw, err)

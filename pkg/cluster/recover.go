@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/etcd-steward/steward/pkg/backup"
@@ -138,4 +139,41 @@ func (c *Cluster) waitQuorum(ctx context.Context, d time.Duration) error {
 		st, err := c.Status(ctx)
 		return err == nil && st.Cluster.Quorate, nil
 	})
+}
+
+// RunAutoRecovery watches the cluster from an agent and, when the spec says
+// recovery: auto, runs Recover once quorum has been lost for the grace
+// period. Only the first agent of the spec acts, so two agents never recover
+// at once. It returns when ctx ends.
+func RunAutoRecovery(ctx context.Context, dir, agentName string, log *slog.Logger) {
+	var lostSince time.Time
+	for ctx.Err() == nil {
+		sleepCtx(ctx, 5*time.Second)
+		c, err := Open(dir)
+		if err != nil || c.Spec.Recovery.Mode != "auto" || len(c.Spec.Agents) == 0 || c.Spec.Agents[0].Name != agentName {
+			lostSince = time.Time{}
+			continue
+		}
+		st, err := c.Status(ctx)
+		if err != nil || st.Cluster.Quorate {
+			lostSince = time.Time{}
+			continue
+		}
+		if lostSince.IsZero() {
+			lostSince = time.Now()
+			log.Warn("quorum lost; automatic recovery after the grace period", "grace", c.Spec.Recovery.GracePeriodSeconds)
+			continue
+		}
+		if time.Since(lostSince) < time.Duration(c.Spec.Recovery.GracePeriodSeconds)*time.Second {
+			continue
+		}
+		log.Warn("quorum lost for the whole grace period: recovering")
+		rep, err := c.Recover(ctx)
+		if err != nil {
+			log.Error("automatic recovery failed", "err", err)
+		} else {
+			log.Info("automatic recovery done", "action", rep.Action, "message", rep.Message)
+		}
+		lostSince = time.Time{}
+	}
 }

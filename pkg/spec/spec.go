@@ -42,6 +42,7 @@ type Cluster struct {
 	TLS         TLS      `json:"tls"`
 	Etcd        Etcd     `json:"etcd"`
 	Backup      Backup   `json:"backup,omitempty"`
+	Recovery    Recovery `json:"recovery,omitempty"`
 	Agents      []Agent  `json:"agents"`
 	Members     []Member `json:"members"`
 }
@@ -101,6 +102,16 @@ type Backup struct {
 	DeltaMaxAgeMs int `json:"deltaMaxAgeMs,omitempty"`
 	// Retention says which full backups (with their deltas) to keep.
 	Retention Retention `json:"retention,omitempty"`
+}
+
+// Recovery configures what the agent does when the cluster loses quorum.
+type Recovery struct {
+	// Mode is "manual" (default: report, the operator runs `steward
+	// recover`) or "auto" (the agent runs the recovery itself once quorum
+	// has been lost for GracePeriodSeconds).
+	Mode string `json:"mode,omitempty"`
+	// GracePeriodSeconds waits out restarts and short partitions (default 120).
+	GracePeriodSeconds int `json:"gracePeriodSeconds,omitempty"`
 }
 
 // Retention keeps the last KeepLast full backups, plus the newest of each of
@@ -324,6 +335,12 @@ func (c *Cluster) ApplyDefaults() {
 	}
 	if b.DeltaMaxAgeMs == 0 {
 		b.DeltaMaxAgeMs = 250
+	}
+	if c.Recovery.Mode == "" {
+		c.Recovery.Mode = "manual"
+	}
+	if c.Recovery.GracePeriodSeconds == 0 {
+		c.Recovery.GracePeriodSeconds = 120
 	}
 	if b.Retention.KeepLast == 0 {
 		b.Retention.KeepLast = 3

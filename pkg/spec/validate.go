@@ -81,6 +81,12 @@ func (c *Cluster) Validate(o ValidateOptions) (warnings []string, err error) {
 		bad("backup.maxDeltasPerFull and backup.deltaMaxAgeMs must not be negative")
 	}
 
+	switch c.Recovery.Mode {
+	case "", "manual", "auto":
+	default:
+		bad("recovery.mode %q: use manual or auto", c.Recovery.Mode)
+	}
+
 	agents := map[string]bool{}
 	for _, a := range c.Agents {
 		if !nameRE.MatchString(a.Name) {

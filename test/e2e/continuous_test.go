@@ -532,3 +532,50 @@ func TestRecover(t *testing.T) {
 		return harness.Cond(st, cluster.CondBackupReady).Status == "True"
 	})
 }
+
+// TestAutoRecovery: with recovery: auto, the agent itself restores a
+// cluster whose majority lost its data, once the grace period has passed.
+func TestAutoRecovery(t *testing.T) {
+	t.Parallel()
+	e := harness.New(t)
+	writeSpec(t, e, 3, harness.Versions()[1], func(s *spec.Cluster) {
+		s.Backup.Continuous = true
+		s.Recovery = spec.Recovery{Mode: "auto", GracePeriodSeconds: 5}
+	})
+	e.MustRun("up")
+	cli := e.Client()
+	rev := putKeys(t, cli, "auto/", 500)
+	for backedUpTo(t, e) < rev {
+		time.Sleep(50 * time.Millisecond)
+	}
+	want, _, _ := digest(t, cli, rev)
+	cli.Close()
+	b, err := os.ReadFile(filepath.Join(e.Dir, "run", "agent.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentPID, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	pids := []int{agentPID}
+	for _, m := range e.Spec().Members {
+		pids = append(pids, e.MemberPID(m.Name))
+	}
+	for _, p := range pids {
+		_ = syscall.Kill(p, syscall.SIGKILL)
+	}
+	for _, m := range e.Spec().Members[:2] {
+		if err := os.RemoveAll(filepath.Join(e.Dir, m.DataDir)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The restarted agent finds the majority without data, waits out the
+	// grace period and restores on its own.
+	_, _, _ = e.Run("up", "--timeout", "10s")
+	e.WaitStatus(3*time.Minute, "automatic recovery", harness.Healthy)
+	if got, _, _ := digest(t, e.Client(), 0); got != want {
+		t.Fatal("automatically recovered keyspace differs from the source")
+	}
+	log, _ := os.ReadFile(filepath.Join(e.Dir, "logs", "agent.log"))
+	if !strings.Contains(string(log), "automatic recovery done") {
+		t.Error("agent log does not report the automatic recovery")
+	}
+}

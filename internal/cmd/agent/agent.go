@@ -41,7 +41,14 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
+				var wg sync.WaitGroup
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					cluster.RunAutoRecovery(bctx, dir, name, log.With("component", "recovery"))
+				}()
 				cluster.RunContinuousBackups(bctx, dir, name, log.With("component", "backup"))
+				wg.Wait()
 			}()
 			stopBackups := sync.OnceFunc(func() { bcancel(); <-done })
 			defer stopBackups()
