@@ -1,0 +1,75 @@
+package datadir
+
+import (
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+func makeDB(t *testing.T, path string, rev, compacted uint64) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	err = db.Update(func(tx *bolt.Tx) error {
+		kb, _ := tx.CreateBucket([]byte("key"))
+		mb, _ := tx.CreateBucket([]byte("meta"))
+		k := make([]byte, 17)
+		binary.BigEndian.PutUint64(k, rev)
+		k[8] = '_'
+		if err := kb.Put(k, []byte("v")); err != nil {
+			return err
+		}
+		c := make([]byte, 17)
+		binary.BigEndian.PutUint64(c, compacted)
+		return mb.Put([]byte("finishedCompactRev"), c)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCheck(t *testing.T) {
+	root := t.TempDir()
+	dir := func(name string, wal, db bool, rev, compacted uint64) string {
+		d := filepath.Join(root, name)
+		os.MkdirAll(filepath.Join(d, "member", "wal"), 0o700)
+		os.MkdirAll(filepath.Join(d, "member", "snap"), 0o700)
+		if wal {
+			os.WriteFile(filepath.Join(d, "member", "wal", "0000000000000000-0000000000000000.wal"), []byte("x"), 0o600)
+		}
+		if db {
+			makeDB(t, filepath.Join(d, "member", "snap", "db"), rev, compacted)
+		}
+		return d
+	}
+	tests := []struct {
+		dir     string
+		state   string
+		rev     int64
+		problem string
+	}{
+		{filepath.Join(root, "missing"), Empty, 0, ""},
+		{dir("nowal", false, true, 5, 0), Invalid, 0, "no WAL files"},
+		{dir("nodb", true, false, 0, 0), Invalid, 0, "no database"},
+		{dir("valid", true, true, 42, 7), Valid, 42, ""},
+		{dir("compacted", true, true, 10, 30), Valid, 30, ""},
+	}
+	for _, tt := range tests {
+		f := Check(tt.dir)
+		if f.State != tt.state || f.Revision != tt.rev || !strings.Contains(f.Problem, tt.problem) {
+			t.Errorf("%s: %+v, want %s rev %d problem %q", filepath.Base(tt.dir), f, tt.state, tt.rev, tt.problem)
+		}
+	}
+	garbage := dir("garbage", true, false, 0, 0)
+	os.WriteFile(filepath.Join(garbage, "member", "snap", "db"), []byte("not a bolt database at all"), 0o600)
+	if f := Check(garbage); f.State != Invalid || !strings.Contains(f.Problem, "does not open") {
+		t.Errorf("garbage db: %+v", f)
+	}
+}
