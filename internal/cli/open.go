@@ -26,3 +26,12 @@ func (g *Globals) OpenCluster(w io.Writer) (*cluster.Cluster, error) {
 func Progress(w io.Writer) func(string, ...any) {
 	return func(f string, a ...any) { fmt.Fprintf(w, f+"\n", a...) }
 }
+
+// Cluster checks the -o flag and opens the cluster of the Steward
+// directory, with progress lines going to the command's stderr.
+func (g *Globals) Cluster(cmd interface{ ErrOrStderr() io.Writer }) (*cluster.Cluster, error) {
+	if err := g.CheckOutput(); err != nil {
+		return nil, err
+	}
+	return g.OpenCluster(cmd.ErrOrStderr())
+}

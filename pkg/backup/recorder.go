@@ -197,24 +197,11 @@ func (r *Recorder) flush(ctx context.Context) error {
 	if err := s.w.Flush(); err != nil {
 		return err
 	}
-	now := r.o.Now()
-	m := Manifest{
-		ID: fmt.Sprintf("%s-delta-r%d-%d", now.UTC().Format("20060102T150405.000Z"), s.start, s.end), Kind: KindDelta,
-		ClusterID: r.o.ClusterID, Member: r.o.Member, StartRevision: s.start, EndRevision: s.end,
-		EtcdVersion: r.o.EtcdVersion, RawSize: int64(s.buf.Len()), TotalKeys: s.w.Events,
-		Compression: "zstd", CreatedAt: now.UTC(),
-	}
-	m.Object = KindDelta + "/" + m.ID + ".delta.zst"
-	if r.o.Key != nil {
-		m.Encryption, m.KeyID = "aes-256-gcm", r.o.Key.ID()
-		m.Object += ".enc"
-	}
-	var packed bytes.Buffer
-	var err error
-	if m.Size, m.SHA256, err = packStream(&packed, &s.buf, r.o.Key); err != nil {
-		return err
-	}
-	if err := putWithManifest(ctx, r.o.Store, m, &packed); err != nil {
+	m, err := PutDelta(ctx, r.o.Store, r.o.Key, DeltaInfo{
+		ClusterID: r.o.ClusterID, Member: r.o.Member, EtcdVersion: r.o.EtcdVersion,
+		Start: s.start, End: s.end, Events: s.w.Events, Now: r.o.Now(),
+	}, s.buf.Bytes())
+	if err != nil {
 		return err
 	}
 	r.Next = s.end + 1
@@ -230,4 +217,38 @@ func maxInt64(a, b int64) int64 {
 		return a
 	}
 	return b
+}
+
+// DeltaInfo describes a delta segment for PutDelta.
+type DeltaInfo struct {
+	ClusterID, Member, EtcdVersion string
+	// Start and End are the first and last revision of its events.
+	Start, End int64
+	Events     int
+	Now        time.Time
+}
+
+// PutDelta packs an encoded segment (zstd, and encryption with key) and
+// stores it with its manifest.
+func PutDelta(ctx context.Context, s Store, key *Key, d DeltaInfo, body []byte) (Manifest, error) {
+	m := Manifest{
+		ID: fmt.Sprintf("%s-delta-r%d-%d", d.Now.UTC().Format("20060102T150405.000Z"), d.Start, d.End), Kind: KindDelta,
+		ClusterID: d.ClusterID, Member: d.Member, StartRevision: d.Start, EndRevision: d.End,
+		EtcdVersion: d.EtcdVersion, RawSize: int64(len(body)), TotalKeys: d.Events,
+		Compression: "zstd", CreatedAt: d.Now.UTC(),
+	}
+	m.Object = KindDelta + "/" + m.ID + ".delta.zst"
+	if key != nil {
+		m.Encryption, m.KeyID = "aes-256-gcm", key.ID()
+		m.Object += ".enc"
+	}
+	var packed bytes.Buffer
+	var err error
+	if m.Size, m.SHA256, err = packStream(&packed, bytes.NewReader(body), key); err != nil {
+		return m, err
+	}
+	if err := putWithManifest(ctx, s, m, &packed); err != nil {
+		return m, err
+	}
+	return m, nil
 }

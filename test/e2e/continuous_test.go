@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -183,18 +182,7 @@ func TestContinuousBackup(t *testing.T) {
 
 	// The loss: the agent and every member die at once, and their data is gone.
 	lossAt := time.Now()
-	b, err := os.ReadFile(filepath.Join(e.Dir, "run", "agent.pid"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	agentPID, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-	pids := []int{agentPID}
-	for _, m := range e.Spec().Members {
-		pids = append(pids, e.MemberPID(m.Name))
-	}
-	for _, p := range pids {
-		_ = syscall.Kill(p, syscall.SIGKILL)
-	}
+	e.KillAll()
 	close(stop)
 	<-done
 	cli.Close()
@@ -496,18 +484,7 @@ func TestRecover(t *testing.T) {
 	}
 	want, wantRev, _ := digest(t, cli, rev)
 	cli.Close()
-	b, err := os.ReadFile(filepath.Join(e.Dir, "run", "agent.pid"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	agentPID, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-	pids := []int{agentPID}
-	for _, n := range names {
-		pids = append(pids, e.MemberPID(n))
-	}
-	for _, p := range pids {
-		_ = syscall.Kill(p, syscall.SIGKILL)
-	}
+	e.KillAll()
 	for _, n := range names[:2] {
 		m, _ := e.Spec().Member(n)
 		if err := os.RemoveAll(filepath.Join(e.Dir, m.DataDir, "member", "wal")); err != nil {
@@ -550,18 +527,7 @@ func TestAutoRecovery(t *testing.T) {
 	}
 	want, _, _ := digest(t, cli, rev)
 	cli.Close()
-	b, err := os.ReadFile(filepath.Join(e.Dir, "run", "agent.pid"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	agentPID, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-	pids := []int{agentPID}
-	for _, m := range e.Spec().Members {
-		pids = append(pids, e.MemberPID(m.Name))
-	}
-	for _, p := range pids {
-		_ = syscall.Kill(p, syscall.SIGKILL)
-	}
+	e.KillAll()
 	for _, m := range e.Spec().Members[:2] {
 		if err := os.RemoveAll(filepath.Join(e.Dir, m.DataDir)); err != nil {
 			t.Fatal(err)

@@ -294,3 +294,24 @@ func Cond(st *cluster.Status, t string) cluster.Condition {
 	c, _ := st.Condition(t)
 	return c
 }
+
+// KillAll kills the agent and every member with SIGKILL at once: a host
+// losing power, as far as Steward's processes can tell.
+func (e *Env) KillAll() {
+	e.TB.Helper()
+	b, err := os.ReadFile(filepath.Join(e.Dir, "run", "agent.pid"))
+	if err != nil {
+		e.TB.Fatal(err)
+	}
+	agentPID, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		e.TB.Fatal(err)
+	}
+	pids := []int{agentPID}
+	for _, m := range e.Spec().Members {
+		pids = append(pids, e.MemberPID(m.Name))
+	}
+	for _, p := range pids {
+		_ = syscall.Kill(p, syscall.SIGKILL)
+	}
+}

@@ -19,10 +19,7 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 		Short: "List raised alarms",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := g.CheckOutput(); err != nil {
-				return err
-			}
-			c, err := g.OpenCluster(cmd.ErrOrStderr())
+			c, err := g.Cluster(cmd)
 			if err != nil {
 				return err
 			}
@@ -39,10 +36,7 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 		Short: "Clear alarms; for NOSPACE, compact and defragment first so the alarm does not return",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := g.CheckOutput(); err != nil {
-				return err
-			}
-			c, err := g.OpenCluster(cmd.ErrOrStderr())
+			c, err := g.Cluster(cmd)
 			if err != nil {
 				return err
 			}

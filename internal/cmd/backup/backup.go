@@ -29,10 +29,7 @@ func nowCommand(g *cli.Globals) *cobra.Command {
 		Short: "Take a verified full snapshot now (from the leader unless --member)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := g.CheckOutput(); err != nil {
-				return err
-			}
-			c, err := g.OpenCluster(cmd.ErrOrStderr())
+			c, err := g.Cluster(cmd)
 			if err != nil {
 				return err
 			}
@@ -54,10 +51,7 @@ func listCommand(g *cli.Globals) *cobra.Command {
 		Short: "List complete backups, oldest first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := g.CheckOutput(); err != nil {
-				return err
-			}
-			c, err := g.OpenCluster(cmd.ErrOrStderr())
+			c, err := g.Cluster(cmd)
 			if err != nil {
 				return err
 			}
@@ -81,13 +75,10 @@ func verifyCommand(g *cli.Globals) *cobra.Command {
 		Short: "Check backups: checksums, key, decompression, database consistency, revision",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := g.CheckOutput(); err != nil {
-				return err
-			}
 			if len(args) == 0 && !all {
 				return errors.New("name a backup ID, or --all")
 			}
-			c, err := g.OpenCluster(cmd.ErrOrStderr())
+			c, err := g.Cluster(cmd)
 			if err != nil {
 				return err
 			}
@@ -139,10 +130,7 @@ func gcCommand(g *cli.Globals) *cobra.Command {
 		Short: "Delete backups the spec's retention no longer keeps (the agent also runs it after each full snapshot)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := g.CheckOutput(); err != nil {
-				return err
-			}
-			c, err := g.OpenCluster(cmd.ErrOrStderr())
+			c, err := g.Cluster(cmd)
 			if err != nil {
 				return err
 			}

@@ -24,10 +24,7 @@ and says why: defragmenting blocks a member, and blocking one while another is d
 can cost quorum.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := g.CheckOutput(); err != nil {
-				return err
-			}
-			c, err := g.OpenCluster(cmd.ErrOrStderr())
+			c, err := g.Cluster(cmd)
 			if err != nil {
 				return err
 			}

@@ -16,7 +16,7 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 		Short: "Hand leadership to a healthy voting member and wait until it leads",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.OpenCluster(cmd.ErrOrStderr())
+			c, err := g.Cluster(cmd)
 			if err != nil {
 				return err
 			}

@@ -23,10 +23,7 @@ deltas (old data dirs moved aside), started, and a fresh full snapshot taken.
 A quorate cluster is left alone.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := g.CheckOutput(); err != nil {
-				return err
-			}
-			c, err := g.OpenCluster(cmd.ErrOrStderr())
+			c, err := g.Cluster(cmd)
 			if err != nil {
 				return err
 			}

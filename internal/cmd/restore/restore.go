@@ -25,7 +25,7 @@ refused unless --force, which moves them aside (never deletes them). Start the
 restored cluster with ` + "`steward up`" + `.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.OpenCluster(cmd.ErrOrStderr())
+			c, err := g.Cluster(cmd)
 			if err != nil {
 				return err
 			}

@@ -25,10 +25,7 @@ names are stable; docs/cli.md lists them. The command succeeds whenever it could
 report; read the conditions to decide whether the cluster is well.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := g.CheckOutput(); err != nil {
-				return err
-			}
-			c, err := g.OpenCluster(cmd.ErrOrStderr())
+			c, err := g.Cluster(cmd)
 			if err != nil {
 				return err
 			}

@@ -1,0 +1,135 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/etcd-steward/steward/pkg/backup"
+	"github.com/etcd-steward/steward/pkg/binaries"
+	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/test/harness"
+)
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// BenchmarkRestore: restore of a database of STEWARD_BENCH_RESTORE_MB
+// (default 1024) plus STEWARD_BENCH_RESTORE_EVENTS delta events (default
+// 1,000,000, one put per revision). Steward's restore (deltas written
+// straight into the snapshot database, then etcd's restore) against the
+// method etcd-backup-restore uses, in the same run: restore the full
+// snapshot, start etcd, and replay each revision as one transaction through
+// the client. Also reports Steward's peak memory (max RSS of the restore
+// process).
+func BenchmarkRestore(b *testing.B) {
+	mb := envInt("STEWARD_BENCH_RESTORE_MB", 1024)
+	events := envInt("STEWARD_BENCH_RESTORE_EVENTS", 1_000_000)
+	v := binaries.EmbeddedVersion()
+	for i := 0; i < b.N; i++ {
+		e := harness.New(b)
+		s, err := spec.NewDefault(spec.DefaultOptions{Members: 1, Version: v, StewardDir: e.Dir, FreePort: spec.FreePort("127.0.0.1")})
+		if err != nil {
+			b.Fatal(err)
+		}
+		s.BinaryStore = e.Store
+		s.Backup.Continuous = false
+		s.Etcd.QuotaBackendBytes = 8 << 30
+		if err := s.Save(filepath.Join(e.Dir, spec.FileName)); err != nil {
+			b.Fatal(err)
+		}
+		e.MustRun("up")
+		cli := e.Client()
+		fillRandom(b, cli, mb)
+		var full backup.Manifest
+		if err := json.Unmarshal([]byte(e.MustRun("backup", "now", "-o", "json")), &full); err != nil {
+			b.Fatal(err)
+		}
+		cli.Close()
+		e.MustRun("down")
+
+		// Synthetic deltas after the full snapshot: one put per revision.
+		store, err := backup.NewLocalStore(filepath.Join(e.Dir, "backups"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		value := bytes.Repeat([]byte("d"), 100)
+		rev := full.EndRevision
+		for done := 0; done < events; {
+			var buf bytes.Buffer
+			w := backup.NewDeltaWriter(&buf)
+			start := rev + 1
+			n := min(10000, events-done)
+			for j := 0; j < n; j++ {
+				rev++
+				k := fmt.Sprintf("delta/%07d", (done+j)%200000)
+				kv := mvccpb.KeyValue{Key: []byte(k), Value: value, CreateRevision: rev, ModRevision: rev, Version: 1}
+				if err := w.Event('P', 0, &kv); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := w.Flush(); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := backup.PutDelta(context.Background(), store, nil, backup.DeltaInfo{
+				ClusterID: full.ClusterID, Start: start, End: rev, Events: n, Now: time.Now(),
+			}, buf.Bytes()); err != nil {
+				b.Fatal(err)
+			}
+			done += n
+		}
+		last := rev
+
+		// Steward's restore.
+		start := time.Now()
+		cmd := exec.Command(e.Bin, "restore", "--force", "--dir", e.Dir)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("restore: %v\n%s", err, out)
+		}
+		stewardDur := time.Since(start)
+		maxRSS := cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss // KiB
+		e.MustRun("up")
+		r, err := e.Client().Get(context.Background(), "delta/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil || r.Header.Revision <= last {
+			b.Fatalf("restored cluster at revision %v (want above %d): %v", r, last, err)
+		}
+		e.MustRun("down")
+
+		// Baseline: full snapshot restore, start etcd, one transaction per revision.
+		start = time.Now()
+		e.MustRun("restore", "--force", "--to-revision", fmt.Sprint(full.EndRevision), "--bump-revision", "1")
+		e.MustRun("up")
+		bcli := e.Client()
+		for r := int64(0); r < int64(events); r++ {
+			k := fmt.Sprintf("delta/%07d", r%200000)
+			if _, err := bcli.Txn(context.Background()).Then(clientv3.OpPut(k, string(value))).Commit(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		baseDur := time.Since(start)
+
+		b.ReportMetric(float64(mb), "db-MB")
+		b.ReportMetric(float64(events), "delta-events")
+		b.ReportMetric(stewardDur.Seconds(), "steward-restore-s")
+		b.ReportMetric(baseDur.Seconds(), "replay-baseline-s")
+		b.ReportMetric(baseDur.Seconds()/stewardDur.Seconds(), "speedup")
+		b.ReportMetric(float64(maxRSS)/1024, "steward-peak-MB")
+		b.Logf("%d MB + %d events: steward restore %s (peak RSS %d MB), replay baseline %s: %.1fx",
+			mb, events, stewardDur.Round(time.Millisecond), maxRSS/1024, baseDur.Round(time.Millisecond), baseDur.Seconds()/stewardDur.Seconds())
+	}
+}
