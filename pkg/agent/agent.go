@@ -60,13 +60,31 @@ type Agent struct {
 // SocketPath is the default socket path for a Steward directory.
 func SocketPath(dir string) string { return filepath.Join(dir, "run", "agent.sock") }
 
+// SocketPathFor is the default socket of a named agent: agent.sock for the
+// local agent, agent-NAME.sock for others sharing the directory.
+func SocketPathFor(dir, name string) string {
+	if name == "" || name == "local" {
+		return SocketPath(dir)
+	}
+	return filepath.Join(dir, "run", "agent-"+name+".sock")
+}
+
+// membersDir holds this agent's member configs: each agent sharing a
+// Steward directory (several agents on one host in tests) owns its own.
+func (a *Agent) membersDir() string {
+	if a.opts.Name == "local" {
+		return filepath.Join(a.opts.Dir, "agent", "members")
+	}
+	return filepath.Join(a.opts.Dir, "agent", a.opts.Name, "members")
+}
+
 // New returns an agent. Run starts it.
 func New(o Options) *Agent {
 	if o.Name == "" {
 		o.Name = "local"
 	}
 	if o.Socket == "" {
-		o.Socket = SocketPath(o.Dir)
+		o.Socket = SocketPathFor(o.Dir, o.Name)
 	}
 	if o.Log == nil {
 		o.Log = slog.Default()
@@ -76,7 +94,7 @@ func New(o Options) *Agent {
 
 func (a *Agent) runDir() string { return filepath.Join(a.opts.Dir, "run") }
 func (a *Agent) configPath(name string) string {
-	return filepath.Join(a.opts.Dir, "agent", "members", name+".json")
+	return filepath.Join(a.membersDir(), name+".json")
 }
 func (a *Agent) logPath(name string) string { return filepath.Join(a.opts.Dir, "logs", name+".log") }
 func (a *Agent) pidPath(name string) string { return filepath.Join(a.runDir(), name+".pid") }
@@ -85,7 +103,7 @@ func (a *Agent) pidPath(name string) string { return filepath.Join(a.runDir(), n
 // stops every member and returns.
 func (a *Agent) Run(ctx context.Context) error {
 	a.startedAt = time.Now()
-	for _, d := range []string{a.runDir(), filepath.Join(a.opts.Dir, "logs"), filepath.Join(a.opts.Dir, "agent", "members")} {
+	for _, d := range []string{a.runDir(), filepath.Join(a.opts.Dir, "logs"), a.membersDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return fmt.Errorf("agent: %w", err)
 		}
@@ -93,7 +111,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	if len(a.opts.Socket) > 100 {
 		return fmt.Errorf("agent socket path %s is %d bytes, above the Unix socket limit: use a shorter --dir", a.opts.Socket, len(a.opts.Socket))
 	}
-	unlock, err := lockFile(filepath.Join(a.runDir(), "agent.lock"))
+	lock := "agent.lock"
+	if a.opts.Name != "local" {
+		lock = "agent-" + a.opts.Name + ".lock"
+	}
+	unlock, err := lockFile(filepath.Join(a.runDir(), lock))
 	if err != nil {
 		return err
 	}
@@ -161,7 +183,7 @@ func (a *Agent) stopAll() {
 // loadMembers reads the persisted member configs, adopts members that are
 // still running from an earlier agent, and starts the ones desired running.
 func (a *Agent) loadMembers() error {
-	dir := filepath.Join(a.opts.Dir, "agent", "members")
+	dir := a.membersDir()
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)

@@ -31,24 +31,41 @@ type BackupStatus struct {
 	UpdatedAt    time.Time `json:"updatedAt"`
 }
 
-func backupStatusPath(dir string) string { return filepath.Join(dir, "status", "backup.json") }
+// backupStatusPath is per agent: agents sharing a directory each report.
+func backupStatusPath(dir, agent string) string {
+	return filepath.Join(dir, "status", "backup-"+agent+".json")
+}
 
+// readBackupStatus returns the report of the agent that leads backups (the
+// freshest leader report; else the freshest report).
 func readBackupStatus(dir string) (BackupStatus, bool) {
-	var s BackupStatus
-	b, err := os.ReadFile(backupStatusPath(dir))
-	if err != nil || json.Unmarshal(b, &s) != nil {
-		return s, false
+	files, _ := filepath.Glob(filepath.Join(dir, "status", "backup-*.json"))
+	var best BackupStatus
+	found := false
+	for _, f := range files {
+		var s BackupStatus
+		b, err := os.ReadFile(f)
+		if err != nil || json.Unmarshal(b, &s) != nil {
+			continue
+		}
+		better := !found ||
+			(s.Role == "leader") != (best.Role == "leader") && s.Role == "leader" ||
+			(s.Role == "leader") == (best.Role == "leader") && s.UpdatedAt.After(best.UpdatedAt)
+		if better {
+			best, found = s, true
+		}
 	}
-	return s, true
+	return best, found
 }
 
 func writeBackupStatus(dir string, s BackupStatus) {
 	s.UpdatedAt = time.Now().UTC()
-	if err := os.MkdirAll(filepath.Dir(backupStatusPath(dir)), 0o700); err != nil {
+	p := backupStatusPath(dir, s.Agent)
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 		return
 	}
 	b, _ := json.MarshalIndent(s, "", "  ")
-	_ = atomicfile.WriteFile(backupStatusPath(dir), b, 0o600)
+	_ = atomicfile.WriteFile(p, b, 0o600)
 }
 
 // RunContinuousBackups runs the continuous backup loop of one agent until

@@ -130,15 +130,27 @@ func Up(ctx context.Context, dir string, o UpOptions, progress func(string, ...a
 		}
 	}
 	for _, m := range s.Members {
+		ac := ac
+		started := startedAgent
 		if m.Agent != spec.LocalAgent {
-			continue
+			// Agents on other hosts are started there; up hands them
+			// their members when they answer.
+			other, err := c.Agent(m.Agent)
+			if err != nil {
+				return nil, warnings, err
+			}
+			if err := other.Ping(ctx, 2*time.Second); err != nil {
+				return nil, warnings, fmt.Errorf("member %s: agent %s does not answer at %s: start it on its host (`steward agent --name %s`)",
+					m.Name, m.Agent, other.Address(), m.Agent)
+			}
+			ac, started = other, false
 		}
 		ms, err := ac.PutMember(ctx, c.MemberConfig(m))
 		if err != nil {
 			return nil, warnings, fmt.Errorf("configure member %s: %w", m.Name, err)
 		}
 		if ms.ConfigPending {
-			if startedAgent {
+			if started {
 				// The new agent started the member from its saved config a
 				// moment ago; restart it on the spec's.
 				if _, err := ac.Restart(ctx, m.Name); err != nil {

@@ -59,6 +59,6 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&name, "name", "local", "agent name, as in the cluster spec's agents list")
-	cmd.Flags().StringVar(&socket, "socket", "", "Unix socket of the API (default DIR/run/agent.sock)")
+	cmd.Flags().StringVar(&socket, "socket", "", "Unix socket of the API (default DIR/run/agent.sock; DIR/run/agent-NAME.sock for other names)")
 	return cmd
 }
