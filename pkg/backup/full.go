@@ -19,6 +19,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.uber.org/zap"
+
+	"github.com/etcd-steward/steward/pkg/datadir"
 )
 
 // FullOptions configure TakeFull.
@@ -197,23 +199,26 @@ func checkAppendedHash(path string, n int64) error {
 }
 
 // InspectRevision reads only what a backup needs from a snapshot database:
-// the revision etcd would resume at and the compacted revision.
+// the revision etcd would resume at.
 func InspectRevision(path string) (SnapshotInfo, error) {
+	rev, err := datadir.Revision(path)
+	if err != nil {
+		return SnapshotInfo{}, fmt.Errorf("snapshot database: %w", err)
+	}
+	info := SnapshotInfo{Revision: rev}
+	if err := readCompacted(path, &info); err != nil {
+		return SnapshotInfo{}, err
+	}
+	return info, nil
+}
+
+func readCompacted(path string, info *SnapshotInfo) error {
 	db, err := bolt.Open(path, 0o400, &bolt.Options{ReadOnly: true, Timeout: time.Second})
 	if err != nil {
-		return SnapshotInfo{}, fmt.Errorf("snapshot database does not open: %w", err)
+		return fmt.Errorf("snapshot database does not open: %w", err)
 	}
 	defer db.Close()
-	var info SnapshotInfo
-	var last int64
-	err = db.View(func(tx *bolt.Tx) error {
-		kb := tx.Bucket([]byte("key"))
-		if kb == nil {
-			return errors.New("snapshot database has no key bucket: not an etcd v3 snapshot")
-		}
-		if k, _ := kb.Cursor().Last(); len(k) >= 8 {
-			last = int64(beUint64(k))
-		}
+	return db.View(func(tx *bolt.Tx) error {
 		if b := tx.Bucket([]byte("meta")); b != nil {
 			if v := b.Get([]byte("finishedCompactRev")); len(v) >= 8 {
 				info.CompactRevision = int64(beUint64(v))
@@ -221,11 +226,6 @@ func InspectRevision(path string) (SnapshotInfo, error) {
 		}
 		return nil
 	})
-	if err != nil {
-		return SnapshotInfo{}, err
-	}
-	info.Revision = max(last, info.CompactRevision, 1)
-	return info, nil
 }
 
 // SnapshotInfo is what a snapshot file itself says about its content.
@@ -241,24 +241,11 @@ type SnapshotInfo struct {
 // consistency check) and reads its revision, compacted revision and hash.
 // The revision is the one etcd would resume at.
 func Inspect(path string) (SnapshotInfo, error) {
-	db, err := bolt.Open(path, 0o400, &bolt.Options{ReadOnly: true, Timeout: time.Second})
-	if err != nil {
-		return SnapshotInfo{}, fmt.Errorf("snapshot database does not open: %w", err)
-	}
 	var info SnapshotInfo
-	// snapshot.Status below runs bbolt's consistency check.
-	err = db.View(func(tx *bolt.Tx) error {
-		if b := tx.Bucket([]byte("meta")); b != nil {
-			if v := b.Get([]byte("finishedCompactRev")); len(v) >= 8 {
-				info.CompactRevision = int64(beUint64(v))
-			}
-		}
-		return nil
-	})
-	db.Close()
-	if err != nil {
+	if err := readCompacted(path, &info); err != nil {
 		return SnapshotInfo{}, err
 	}
+	// snapshot.Status runs bbolt's consistency check.
 	st, err := snapshot.NewV3(zap.NewNop()).Status(path)
 	if err != nil {
 		return SnapshotInfo{}, fmt.Errorf("snapshot database fails its consistency check: %w", err)

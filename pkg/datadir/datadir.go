@@ -62,7 +62,7 @@ func Check(dataDir string) Finding {
 	if fi.Size() == 0 {
 		return invalid(f, "database member/snap/db is empty")
 	}
-	rev, err := revision(db)
+	rev, err := Revision(db)
 	if err != nil {
 		return invalid(f, err.Error())
 	}
@@ -75,9 +75,10 @@ func invalid(f Finding, p string) Finding {
 	return f
 }
 
-// revision opens the database read-only and returns the revision etcd would
-// resume at: the newest in the key bucket, never below the compacted one.
-func revision(path string) (int64, error) {
+// Revision opens an etcd database read-only and returns the revision etcd
+// would resume at: the newest in the key bucket, never below the compacted
+// one, never below 1.
+func Revision(path string) (int64, error) {
 	db, err := bolt.Open(path, 0o400, &bolt.Options{ReadOnly: true, Timeout: 2 * time.Second})
 	if err != nil {
 		if strings.Contains(err.Error(), "timeout") {

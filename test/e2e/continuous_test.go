@@ -681,12 +681,27 @@ func TestBackupLeaderHandover(t *testing.T) {
 		if e.Status().Cluster.Leader != to {
 			e.MustRun("leader", "move", "--to", to)
 		}
-		// Let the new backup leader take over and record for a while.
-		want := map[string]string{names[0]: "local", names[1]: "local", names[2]: "second"}[to]
-		e.WaitStatus(30*time.Second, "backup leader "+want, func(st *cluster.Status) bool {
-			c := harness.Cond(st, cluster.CondBackupReady)
-			return c.Status == "True" && strings.Contains(c.Message, "agent "+want)
-		})
+		// The new backup leader takes over: a segment recorded from the new
+		// leader's member reaches the store.
+		moved := time.Now()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			var ms []backup.Manifest
+			if err := json.Unmarshal([]byte(e.MustRun("backup", "list", "-o", "json")), &ms); err != nil {
+				t.Fatal(err)
+			}
+			took := false
+			for _, m := range ms {
+				took = took || m.Kind == backup.KindDelta && m.Member == to && m.CreatedAt.After(moved)
+			}
+			if took {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no delta recorded from %s within 60 s of the leader move", to)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
 	}
 	close(stop)
 	rev := <-done
