@@ -27,7 +27,10 @@ if [ "$#" -eq 0 ]; then
 fi
 
 have_version() { # have_version BINARY VERSION
-	[ -x "$1" ] && "$1" --version 2>/dev/null | grep -q "^etcd Version: ${2#v}\$"
+	# Capture first: with pipefail, `etcd --version | grep -q` fails when grep
+	# exits early and etcd gets SIGPIPE.
+	local out
+	[ -x "$1" ] && out="$("$1" --version 2>/dev/null)" && grep -q "^etcd Version: ${2#v}\$" <<<"$out"
 }
 
 build_one() {

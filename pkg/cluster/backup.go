@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/robfig/cron/v3"
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.uber.org/zap"
 
@@ -369,6 +370,9 @@ func (c *Cluster) backupCondition(now time.Time) Condition {
 		case bs.LastError != "":
 			cond.Status, cond.Reason = "False", "IncrementalBackupFailed"
 			cond.Message = bs.LastError
+		case fullOverdue(c.Spec.Backup.FullSchedule, bs.LastFull, now):
+			cond.Status, cond.Reason = "False", "FullBackupOverdue"
+			cond.Message = fmt.Sprintf("the last full snapshot is %s old: two scheduled ones (%q) were missed", now.Sub(bs.LastFull).Round(time.Second), c.Spec.Backup.FullSchedule)
 		case bs.Recording:
 			cond.Status, cond.Reason = "True", "IncrementalBackupSucceeded"
 			cond.Message = fmt.Sprintf("agent %s records every change: revisions up to %d stored", bs.Agent, bs.NextRevision-1)
@@ -494,4 +498,16 @@ func (c *Cluster) CollectBackups(ctx context.Context, dryRun bool) (GCResult, er
 	}
 	c.progress("deleted %d backups, kept %d", len(del), len(keep))
 	return res, nil
+}
+
+// fullOverdue reports whether two scheduled full snapshots were missed.
+func fullOverdue(schedule string, last, now time.Time) bool {
+	if last.IsZero() {
+		return false
+	}
+	sched, err := cron.ParseStandard(schedule)
+	if err != nil {
+		return false
+	}
+	return now.After(sched.Next(sched.Next(last)))
 }

@@ -112,3 +112,22 @@ func TestHumanBytes(t *testing.T) {
 		}
 	}
 }
+
+func TestFullOverdue(t *testing.T) {
+	last := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+	for _, tt := range []struct {
+		now  time.Time
+		want bool
+	}{
+		{last.Add(30 * time.Minute), false},
+		{last.Add(90 * time.Minute), false}, // one hourly run missed: not yet
+		{last.Add(2*time.Hour + time.Minute), true},
+	} {
+		if got := fullOverdue("0 * * * *", last, tt.now); got != tt.want {
+			t.Errorf("overdue at %s = %v, want %v", tt.now, got, tt.want)
+		}
+	}
+	if fullOverdue("0 * * * *", time.Time{}, last) {
+		t.Error("no full snapshot taken by the loop yet must not be overdue")
+	}
+}

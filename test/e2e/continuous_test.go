@@ -737,3 +737,84 @@ func TestBackupLeaderHandover(t *testing.T) {
 		t.Fatalf("restore after handovers: %d keys, want %d; digests differ", gotN, n)
 	}
 }
+
+// TestBackupCompactionAndTime: when the revision the backup leader must
+// continue from is compacted away (its agent was down meanwhile), it takes a
+// new full snapshot instead of leaving a silent gap; and restore --to-time
+// returns the keyspace as it was at a moment between two writes.
+func TestBackupCompactionAndTime(t *testing.T) {
+	t.Parallel()
+	e := harness.New(t)
+	e.Up(1, harness.Versions()[1])
+	cli := e.Client()
+	ctx := context.Background()
+	rev := putKeys(t, cli, "before/", 50)
+	for backedUpTo(t, e) < rev {
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(1100 * time.Millisecond) // a gap in wall time to restore into, not synchronisation
+	between := time.Now()
+	time.Sleep(1100 * time.Millisecond)
+	rev = putKeys(t, cli, "after/", 50)
+	for backedUpTo(t, e) < rev {
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	// Backups stop (the agent dies and comes back with them off); writes
+	// go on and are compacted away.
+	e.KillAll()
+	sp := e.Spec()
+	sp.Backup.Continuous = false
+	if err := sp.Save(filepath.Join(e.Dir, spec.FileName)); err != nil {
+		t.Fatal(err)
+	}
+	e.MustRun("down")
+	e.MustRun("up")
+	cli = e.Client()
+	if _, err := cli.Put(ctx, "while-off/1", "x"); err != nil {
+		t.Fatal(err)
+	}
+	r, err := cli.Put(ctx, "while-off/2", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Compacting at the second write removes the first: the revision the
+	// chain must continue from is gone.
+	compacted := r.Header.Revision
+	if _, err := cli.Compact(ctx, compacted, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	// Backups on again: the loop cannot continue its chain and takes a full
+	// snapshot.
+	sp.Backup.Continuous = true
+	if err := sp.Save(filepath.Join(e.Dir, spec.FileName)); err != nil {
+		t.Fatal(err)
+	}
+	rev = putKeys(t, cli, "later/", 20)
+	for backedUpTo(t, e) < rev {
+		time.Sleep(50 * time.Millisecond)
+	}
+	var ms []backup.Manifest
+	if err := json.Unmarshal([]byte(e.MustRun("backup", "list", "-o", "json")), &ms); err != nil {
+		t.Fatal(err)
+	}
+	fullAfter := false
+	for _, m := range ms {
+		fullAfter = fullAfter || m.Kind == backup.KindFull && m.EndRevision >= compacted
+	}
+	if !fullAfter {
+		t.Fatalf("no full snapshot at or after the compacted revision %d", compacted)
+	}
+	e.MustRun("backup", "verify", "--all")
+
+	cli.Close()
+	e.MustRun("down")
+	e.MustRun("restore", "--force", "--to-time", between.UTC().Format(time.RFC3339Nano))
+	e.MustRun("up")
+	cli = e.Client()
+	b, _ := cli.Get(ctx, "before/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	a, _ := cli.Get(ctx, "after/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if b.Count != 50 || a.Count != 0 {
+		t.Fatalf("restore --to-time: %d before/ keys (want 50), %d after/ keys (want 0)", b.Count, a.Count)
+	}
+}
