@@ -197,6 +197,9 @@ type RestoreOptions struct {
 	ToRevision int64
 	// ToTime restores the keyspace as it was at this time (zero: newest).
 	ToTime time.Time
+	// AllowOtherCluster restores a backup taken from another etcd cluster
+	// than the one last seen for this spec.
+	AllowOtherCluster bool
 }
 
 // DefaultBumpRevision is large enough for any write rate between a backup
@@ -220,6 +223,10 @@ func (c *Cluster) Restore(ctx context.Context, o RestoreOptions) (backup.Manifes
 	m, chain, err := pickChain(ctx, store, o)
 	if err != nil {
 		return backup.Manifest{}, err
+	}
+	if known := c.knownClusterID(); known != "" && m.ClusterID != known && !o.AllowOtherCluster {
+		return m, fmt.Errorf("refusing to restore: backup %s is from etcd cluster %s, but this spec's cluster is %s; use --allow-other-cluster to build this cluster from it anyway",
+			m.ID, m.ClusterID, known)
 	}
 	var occupied []string
 	for _, mem := range c.Spec.Members {

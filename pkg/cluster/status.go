@@ -397,6 +397,9 @@ func (c *Cluster) Status(ctx context.Context) (*Status, error) {
 	}
 	sort.SliceStable(st.Members, func(i, j int) bool { return st.Members[i].Name < st.Members[j].Name })
 	st.Conditions = c.conditions(st, time.Now())
+	if st.Cluster.ID != "" {
+		c.rememberClusterID(st.Cluster.ID)
+	}
 	return st, nil
 }
 
@@ -504,4 +507,27 @@ func checkListen(hostPort string) error {
 		return err
 	}
 	return l.Close()
+}
+
+// clusterIDPath records the etcd cluster ID last seen for this spec, so a
+// restore can refuse a backup of another cluster.
+func (c *Cluster) clusterIDPath() string { return filepath.Join(c.Dir, "status", "cluster-id") }
+
+func (c *Cluster) rememberClusterID(id string) {
+	if b, err := os.ReadFile(c.clusterIDPath()); err == nil && strings.TrimSpace(string(b)) == id {
+		return
+	}
+	if err := os.MkdirAll(filepath.Dir(c.clusterIDPath()), 0o700); err != nil {
+		return
+	}
+	_ = atomicfile.WriteFile(c.clusterIDPath(), []byte(id+"\n"), 0o600)
+}
+
+// knownClusterID returns the cluster ID last seen, or "".
+func (c *Cluster) knownClusterID() string {
+	b, err := os.ReadFile(c.clusterIDPath())
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }

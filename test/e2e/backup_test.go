@@ -189,6 +189,22 @@ func TestBackupBadInput(t *testing.T) {
 	if err := os.WriteFile(obj, good, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// A backup of another cluster is refused unless asked for.
+	manPath := filepath.Join(e.Dir, "backups", "full", m.ID+".json")
+	manBytes, err := os.ReadFile(manPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign := strings.Replace(string(manBytes), m.ClusterID, "abcdef0123456789", 1)
+	if err := os.WriteFile(manPath, []byte(foreign), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out := e.MustFail("restore", "--force", "--backup", m.ID); !strings.Contains(out, "is from etcd cluster abcdef0123456789") {
+		t.Errorf("restore of another cluster's backup: %s", out)
+	}
+	if err := os.WriteFile(manPath, manBytes, 0o600); err != nil {
+		t.Fatal(err)
+	}
 
 	// The same backup, restored into a cluster of the older minor.
 	o := harness.New(t)
