@@ -42,6 +42,9 @@ type Options struct {
 	// BeforeStop runs when the agent is shutting down, before it stops its
 	// members (the backup loop stores what it received while etcd is up).
 	BeforeStop func()
+	// NewestBackup returns the newest backed-up revision (0: unknown); the
+	// data dir check before each start compares the data dir with it.
+	NewestBackup func() int64
 }
 
 // Agent supervises the members on one host.

@@ -287,10 +287,19 @@ func (m *member) launch(cfg agentapi.MemberConfig) (*process, error) {
 	// or no database would make etcd bootstrap a fresh member under the old
 	// identity, which is how clusters get split.
 	f := datadir.Check(cfg.DataDir)
+	finding := f.String()
+	if f.State == datadir.Valid && m.a.opts.NewestBackup != nil {
+		if newest := m.a.opts.NewestBackup(); newest > f.Revision {
+			// Not a refusal: the member replays its WAL and catches up from
+			// its peers; but if the whole cluster is this far behind, writes
+			// after revision f.Revision exist only in the backups.
+			finding += fmt.Sprintf("; behind the newest backup (revision %d): it catches up from its WAL and peers, or else restore", newest)
+		}
+	}
 	m.mu.Lock()
-	m.dataDirCheck = f.String()
+	m.dataDirCheck = finding
 	m.mu.Unlock()
-	m.a.log.Info("checked data dir", "member", cfg.Name, "finding", f.String())
+	m.a.log.Info("checked data dir", "member", cfg.Name, "finding", finding)
 	if f.State == datadir.Invalid {
 		return nil, fmt.Errorf("refusing to start: %s; rebuild it with `steward member replace %s` (or `steward recover` when a majority is lost)", f, cfg.Name)
 	}

@@ -76,9 +76,6 @@ func (r *Recorder) Run(ctx context.Context, cli *clientv3.Client) (err error) {
 	// A segment left by a failed upload is dropped: the watch below starts
 	// again at r.Next, the first revision not stored, and receives it anew.
 	r.segment = nil
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	wch := cli.Watch(wctx, "", clientv3.WithFromKey(), clientv3.WithRev(r.Next), clientv3.WithProgressNotify())
 	tick := time.NewTicker(r.o.MaxAge / 4)
 	defer tick.Stop()
 	defer func() {
@@ -89,6 +86,41 @@ func (r *Recorder) Run(ctx context.Context, cli *clientv3.Client) (err error) {
 			err = ferr
 		}
 	}()
+	// The watch is re-established in place after a transient failure (a
+	// leader election, a member restart), from the first revision not yet
+	// received, so recording never pauses for a whole backup round.
+	var (
+		wch      clientv3.WatchChan
+		cancel   context.CancelFunc = func() {}
+		failures int
+		lastErr  error
+	)
+	defer func() { cancel() }()
+	open := func() {
+		cancel()
+		var wctx context.Context
+		wctx, cancel = context.WithCancel(clientv3.WithRequireLeader(ctx))
+		from := r.Next
+		if r.segment != nil {
+			from = r.segment.end + 1
+		}
+		wch = cli.Watch(wctx, "", clientv3.WithFromKey(), clientv3.WithRev(from), clientv3.WithProgressNotify())
+	}
+	retry := func(e error) error {
+		failures++
+		lastErr = e
+		if failures > 30 {
+			return fmt.Errorf("watch keeps failing: %w", lastErr)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+		open()
+		return nil
+	}
+	open()
 	for {
 		select {
 		case <-ctx.Done():
@@ -104,17 +136,24 @@ func (r *Recorder) Run(ctx context.Context, cli *clientv3.Client) (err error) {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
-				return errors.New("watch closed")
+				if err := retry(errors.New("watch closed")); err != nil {
+					return err
+				}
+				continue
 			}
 			if resp.CompactRevision != 0 || errors.Is(resp.Err(), rpctypes.ErrCompacted) {
 				return fmt.Errorf("%w (continue at %d, compacted up to %d)", ErrCompacted, r.Next, resp.CompactRevision)
 			}
 			if err := resp.Err(); err != nil {
-				return fmt.Errorf("watch: %w", err)
+				if rerr := retry(fmt.Errorf("watch: %w", err)); rerr != nil {
+					return rerr
+				}
+				continue
 			}
 			if len(resp.Events) == 0 {
 				continue
 			}
+			failures = 0
 			if err := r.add(ctx, cli, resp.Events); err != nil {
 				return err
 			}

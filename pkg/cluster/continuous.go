@@ -93,7 +93,9 @@ func RunContinuousBackups(ctx context.Context, dir, agentName string, log *slog.
 			st.LastError, st.LastErrorAt = err.Error(), time.Now().UTC()
 			writeBackupStatus(dir, st)
 			log.Warn("continuous backup", "err", err)
-			sleepCtx(ctx, min(time.Duration(failures)*time.Second, 15*time.Second))
+			// Retry soon: every second without a recorder widens the
+			// recovery point (the next round resumes where the store ends).
+			sleepCtx(ctx, min(time.Duration(failures)*300*time.Millisecond, 5*time.Second))
 		default:
 			failures = 0
 		}
@@ -248,4 +250,19 @@ func backupRound(ctx context.Context, dir, agentName string, st *BackupStatus, l
 		return nil // handover, schedule or chain limit: next round
 	}
 	return err
+}
+
+// NewestBackedUpRevision is the newest revision the backup loops of this
+// Steward directory report as stored (0 when none). The agent compares data
+// dirs with it before it starts a member.
+func NewestBackedUpRevision(dir string) int64 {
+	files, _ := filepath.Glob(filepath.Join(dir, "status", "backup-*.json"))
+	var newest int64
+	for _, f := range files {
+		var s BackupStatus
+		if b, err := os.ReadFile(f); err == nil && json.Unmarshal(b, &s) == nil {
+			newest = max(newest, s.NextRevision-1)
+		}
+	}
+	return newest
 }

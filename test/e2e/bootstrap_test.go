@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/test/harness"
 )
@@ -221,6 +222,14 @@ func checkConditions(t *testing.T, e *harness.Env) {
 		t.Errorf("stopped member: %+v", m)
 	}
 
+	// A write while names[0] is down: its data dir falls behind the backups.
+	wr, err := e.Client(names[1], names[2]).Put(context.Background(), "while/"+names[0]+"/down", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for backedUpTo(t, e) < wr.Header.Revision {
+		time.Sleep(50 * time.Millisecond)
+	}
 	if out := e.MustFail("member", "stop", names[1]); !strings.Contains(out, "refusing to stop "+names[1]) {
 		t.Errorf("stop that loses quorum: %s", out)
 	}
@@ -238,6 +247,18 @@ func checkConditions(t *testing.T, e *harness.Env) {
 	e.MustRun("member", "start", names[0])
 	e.MustRun("member", "start", names[1])
 	e.WaitStatus(60*time.Second, "all members back", harness.Healthy)
+	// The agent's check before the restart saw the data dir behind the backups.
+	a, err := agentapi.NewClient(e.Spec().Agents[0].Address)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := a.Member(context.Background(), names[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(ms.DataDirCheck, "valid") || !strings.Contains(ms.DataDirCheck, "behind the newest backup") {
+		t.Errorf("data dir check of %s after it missed writes: %q", names[0], ms.DataDirCheck)
+	}
 }
 
 func checkReplace(t *testing.T, e *harness.Env) {

@@ -54,7 +54,8 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 			defer stopBackups()
 			return agentpkg.New(agentpkg.Options{
 				Name: name, Dir: dir, Socket: socket, Log: log,
-				BeforeStop: stopBackups,
+				BeforeStop:   stopBackups,
+				NewestBackup: func() int64 { return cluster.NewestBackedUpRevision(dir) },
 			}).Run(ctx)
 		},
 	}
