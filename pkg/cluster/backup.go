@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/robfig/cron/v3"
@@ -348,10 +350,11 @@ func (c *Cluster) requireStopped(ctx context.Context) error {
 			}
 		}
 	}
+	// A member left running by a dead agent: any process on its data dir.
 	for _, m := range c.Spec.Members {
-		hp, _ := spec.HostPort(m.ClientURL)
-		if err := checkListen(hp); err != nil {
-			return fmt.Errorf("refusing to restore: %s (member %s) is still served by a process: stop the cluster first (`steward down`)", hp, m.Name)
+		dd := spec.Path(c.Dir, m.DataDir)
+		if pid := processOnDataDir(dd); pid != 0 {
+			return fmt.Errorf("refusing to restore: process %d still runs member %s on %s: stop the cluster first (`steward down`)", pid, m.Name, dd)
 		}
 	}
 	return nil
@@ -517,4 +520,36 @@ func fullOverdue(schedule string, last, now time.Time) bool {
 		return false
 	}
 	return now.After(sched.Next(sched.Next(last)))
+}
+
+// processOnDataDir returns the pid of a live process started with
+// --data-dir=dataDir, or 0.
+func processOnDataDir(dataDir string) int {
+	ents, _ := os.ReadDir("/proc")
+	want := "--data-dir=" + dataDir
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		for _, a := range strings.Split(string(b), "\x00") {
+			if a == want && !zombie(pid) {
+				return pid
+			}
+		}
+	}
+	return 0
+}
+
+func zombie(pid int) bool {
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	i := strings.LastIndexByte(string(st), ')')
+	return i > 0 && i+2 < len(st) && st[i+2] == 'Z'
 }
