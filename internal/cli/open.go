@@ -7,22 +7,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/cluster"
 )
 
-// OpenCluster opens the cluster of the Steward directory, with progress
-// lines going to w.
-func (g *Globals) OpenCluster(w io.Writer) (*cluster.Cluster, error) {
-	dir, err := g.StewardDir()
-	if err != nil {
-		return nil, err
-	}
-	c, err := cluster.Open(dir)
-	if err != nil {
-		return nil, err
-	}
-	c.Progress = w
-	return c, nil
-}
-
-// Progress returns a printf-style progress function writing to w.
+// Progress returns a printf-style progress function writing lines to w.
 func Progress(w io.Writer) func(string, ...any) {
 	return func(f string, a ...any) { fmt.Fprintf(w, f+"\n", a...) }
 }
@@ -33,5 +18,14 @@ func (g *Globals) Cluster(cmd interface{ ErrOrStderr() io.Writer }) (*cluster.Cl
 	if err := g.CheckOutput(); err != nil {
 		return nil, err
 	}
-	return g.OpenCluster(cmd.ErrOrStderr())
+	dir, err := g.StewardDir()
+	if err != nil {
+		return nil, err
+	}
+	c, err := cluster.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	c.Progress = cmd.ErrOrStderr()
+	return c, nil
 }

@@ -16,10 +16,13 @@ import (
 	"github.com/etcd-steward/steward/internal/cmd/etcd"
 	"github.com/etcd-steward/steward/internal/cmd/leader"
 	"github.com/etcd-steward/steward/internal/cmd/member"
+	"github.com/etcd-steward/steward/internal/cmd/plan"
 	"github.com/etcd-steward/steward/internal/cmd/recovery"
 	"github.com/etcd-steward/steward/internal/cmd/restore"
+	"github.com/etcd-steward/steward/internal/cmd/rollback"
 	"github.com/etcd-steward/steward/internal/cmd/status"
 	"github.com/etcd-steward/steward/internal/cmd/up"
+	"github.com/etcd-steward/steward/internal/cmd/upgrade"
 )
 
 // NewRootCommand returns the steward root command with every subcommand.
@@ -44,6 +47,9 @@ func NewRootCommand() *cobra.Command {
 		backup.NewCommand(g),
 		restore.NewCommand(g),
 		recovery.NewCommand(g),
+		upgrade.NewCommand(g),
+		rollback.NewCommand(g),
+		plan.NewCommand(g),
 		agent.NewCommand(g),
 		binaries.NewCommand(g),
 		etcd.NewCommand(),

@@ -26,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/proc"
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/binaries"
 )
@@ -232,7 +233,7 @@ func (a *Agent) runningPID(cfg agentapi.MemberConfig) int {
 		return 0
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || pid <= 0 || !alive(pid) || !runsDataDir(pid, cfg.DataDir) {
+	if err != nil || !proc.HasArg(pid, "--data-dir="+cfg.DataDir) {
 		return 0
 	}
 	return pid
@@ -317,7 +318,8 @@ func (a *Agent) DeleteMember(ctx context.Context, name string) error {
 }
 
 // SwapVersion stops a member, switches it to another etcd version and starts it.
-func (a *Agent) SwapVersion(ctx context.Context, name, version string) (agentapi.MemberStatus, error) {
+func (a *Agent) SwapVersion(ctx context.Context, name string, req agentapi.VersionRequest) (agentapi.MemberStatus, error) {
+	version := req.Version
 	m, ok := a.member(name)
 	if !ok {
 		return agentapi.MemberStatus{}, errNotFound(name)
@@ -325,7 +327,7 @@ func (a *Agent) SwapVersion(ctx context.Context, name, version string) (agentapi
 	m.mu.Lock()
 	store := m.cfg.BinaryStore
 	dataDir := m.cfg.DataDir
-	allow := m.cfg.AllowMinorDowngrade
+	allow := m.cfg.AllowMinorDowngrade || req.AllowMinorDowngrade
 	m.mu.Unlock()
 	if _, err := binaries.Open(store).Resolve(version); err != nil {
 		return agentapi.MemberStatus{}, fmt.Errorf("swap member %s to etcd %s: %w", name, version, err)
@@ -342,6 +344,7 @@ func (a *Agent) SwapVersion(ctx context.Context, name, version string) (agentapi
 	}
 	m.mu.Lock()
 	m.cfg.Version = version
+	m.downgradeOnce = req.AllowMinorDowngrade
 	m.mu.Unlock()
 	if err := m.start(); err != nil {
 		return agentapi.MemberStatus{}, err

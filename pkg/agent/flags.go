@@ -2,16 +2,24 @@ package agent
 
 import (
 	"fmt"
+	"maps"
 	"net/url"
 	"slices"
 	"strings"
 
 	"github.com/etcd-steward/steward/pkg/agentapi"
+	"github.com/etcd-steward/steward/pkg/catalogue"
 )
 
-// EtcdFlags returns the etcd command-line flags for a member config. It is
-// pure so the mapping from spec to flags can be tested without a process.
-func EtcdFlags(c agentapi.MemberConfig) []string {
+// EtcdFlags returns the etcd command-line flags for a member config. Extra
+// flags are spelled for the member's version as the catalogue says (a flag
+// etcd renamed gets the name that version knows). It is pure so the mapping
+// from spec to flags can be tested without a process.
+func EtcdFlags(c agentapi.MemberConfig, cat *catalogue.Catalogue) ([]string, error) {
+	extra, err := cat.Flags(c.Version, c.ExtraFlags)
+	if err != nil {
+		return nil, fmt.Errorf("member %s: %w", c.Name, err)
+	}
 	f := []string{
 		"--name=" + c.Name,
 		"--data-dir=" + c.DataDir,
@@ -49,15 +57,10 @@ func EtcdFlags(c agentapi.MemberConfig) []string {
 			"--peer-trusted-ca-file="+t.CA, "--peer-client-cert-auth=true",
 		)
 	}
-	keys := make([]string, 0, len(c.ExtraFlags))
-	for k := range c.ExtraFlags {
-		keys = append(keys, k)
+	for _, k := range slices.Sorted(maps.Keys(extra)) {
+		f = append(f, "--"+strings.TrimLeft(k, "-")+"="+extra[k])
 	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		f = append(f, "--"+strings.TrimLeft(k, "-")+"="+c.ExtraFlags[k])
-	}
-	return f
+	return f, nil
 }
 
 // ValidateConfig checks a member config before the agent stores it.

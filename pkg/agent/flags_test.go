@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/pkg/agentapi"
+	"github.com/etcd-steward/steward/pkg/catalogue"
 )
 
 func baseConfig() agentapi.MemberConfig {
@@ -23,7 +24,11 @@ func baseConfig() agentapi.MemberConfig {
 }
 
 func TestEtcdFlags(t *testing.T) {
-	f := EtcdFlags(baseConfig())
+	cat := catalogue.Default()
+	f, err := EtcdFlags(baseConfig(), cat)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, want := range []string{
 		"--name=etcd-1", "--data-dir=/d/etcd-1",
 		"--listen-client-urls=https://127.0.0.1:2379", "--advertise-client-urls=https://127.0.0.1:2379",
@@ -45,10 +50,38 @@ func TestEtcdFlags(t *testing.T) {
 	}
 	plain := baseConfig()
 	plain.TLS = nil
-	for _, a := range EtcdFlags(plain) {
+	pf, err := EtcdFlags(plain, cat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range pf {
 		if strings.Contains(a, "cert") {
 			t.Errorf("TLS off but flag %s present", a)
 		}
+	}
+}
+
+// TestEtcdFlagsPerVersion: the same extra flag is spelled for the version
+// each member runs, and a flag the version removed stops the launch.
+func TestEtcdFlagsPerVersion(t *testing.T) {
+	cat := catalogue.Default()
+	c := baseConfig()
+	c.ExtraFlags = map[string]string{"--experimental-snapshot-catchup-entries": "5000"}
+	for v, want := range map[string]string{
+		"3.5.35": "--experimental-snapshot-catchup-entries=5000",
+		"3.6.16": "--snapshot-catchup-entries=5000",
+		"3.7.3":  "--snapshot-catchup-entries=5000",
+	} {
+		c.Version = v
+		f, err := EtcdFlags(c, cat)
+		if err != nil || !slices.Contains(f, want) {
+			t.Errorf("%s: %v (err %v), want %s", v, f, err, want)
+		}
+	}
+	c.Version = "3.7.3"
+	c.ExtraFlags = map[string]string{"enable-v2": "true"}
+	if _, err := EtcdFlags(c, cat); err == nil || !strings.Contains(err.Error(), "removed in 3.7") {
+		t.Errorf("enable-v2 on 3.7: %v", err)
 	}
 }
 

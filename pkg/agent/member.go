@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -20,8 +19,10 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/internal/atomicfile"
+	"github.com/etcd-steward/steward/internal/portcheck"
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/binaries"
+	"github.com/etcd-steward/steward/pkg/catalogue"
 	"github.com/etcd-steward/steward/pkg/datadir"
 	"github.com/etcd-steward/steward/pkg/pki"
 )
@@ -59,6 +60,10 @@ type member struct {
 	binary       string
 	runningCfg   *agentapi.MemberConfig // config of the running process; nil for an adopted one
 	dataDirCheck string
+	// downgradeOnce lets the next launch run an older minor than the data
+	// dir's version record (a swap during etcd's online downgrade). It is
+	// not persisted: after an agent restart the swap must be asked again.
+	downgradeOnce bool
 	loopDone     chan struct{}
 	wake         chan struct{}
 }
@@ -101,8 +106,11 @@ func (m *member) status() agentapi.MemberStatus {
 	if m.proc != nil {
 		st.PID = m.proc.pid
 		st.StartedAt = m.startedAt
-		st.ConfigPending = m.runningCfg != nil && !reflect.DeepEqual(*m.runningCfg, m.cfg)
 	}
+	// runningCfg is set from the moment the loop takes a config to launch
+	// until that process exits, so a config changed while the process was
+	// still starting is reported as pending too.
+	st.ConfigPending = m.runningCfg != nil && !reflect.DeepEqual(*m.runningCfg, m.cfg)
 	if rec, ok, err := ReadRecord(m.cfg.DataDir); err == nil && ok {
 		st.DataDirVersion = rec.Version
 	}
@@ -182,6 +190,12 @@ func (m *member) loop() {
 		cfg := m.cfg
 		adopt := m.adopt
 		m.adopt = 0
+		// The config is fixed from here, before the process exists:
+		// ConfigPending must be true for a config changed during launch.
+		m.runningCfg = nil
+		if adopt == 0 {
+			m.runningCfg = &cfg
+		}
 		m.mu.Unlock()
 
 		var p *process
@@ -195,6 +209,7 @@ func (m *member) loop() {
 		if err != nil {
 			log.Error("cannot start member", "err", err)
 			m.mu.Lock()
+			m.runningCfg = nil
 			m.lastError = err.Error()
 			m.state = agentapi.StateFailed
 			m.consecutive++
@@ -206,10 +221,6 @@ func (m *member) loop() {
 
 		m.mu.Lock()
 		m.proc = p
-		m.runningCfg = nil
-		if adopt == 0 {
-			m.runningCfg = &cfg
-		}
 		m.startedAt = time.Now()
 		m.state = agentapi.StateStarting
 		stopNow := !m.desired
@@ -225,6 +236,7 @@ func (m *member) loop() {
 
 		m.mu.Lock()
 		m.proc = nil
+		m.runningCfg = nil
 		if !m.desired {
 			log.Info("member stopped", "exit", p.exit)
 			m.mu.Unlock()
@@ -279,7 +291,11 @@ func (m *member) launch(cfg agentapi.MemberConfig) (*process, error) {
 	if rec, ok, err := ReadRecord(cfg.DataDir); err != nil {
 		return nil, err
 	} else if ok {
-		if err := CheckVersionStep(rec.Version, cfg.Version, cfg.AllowMinorDowngrade); err != nil {
+		m.mu.Lock()
+		allow := cfg.AllowMinorDowngrade || m.downgradeOnce
+		m.downgradeOnce = false
+		m.mu.Unlock()
+		if err := CheckVersionStep(rec.Version, cfg.Version, allow); err != nil {
 			return nil, fmt.Errorf("refusing to start etcd %s on %s: %w", cfg.Version, cfg.DataDir, err)
 		}
 	}
@@ -330,7 +346,15 @@ func (m *member) launch(cfg agentapi.MemberConfig) (*process, error) {
 	}
 	defer logf.Close()
 	fmt.Fprintf(logf, runMarker+"%s etcd %s at %s ---\n", cfg.Name, cfg.Version, time.Now().UTC().Format(time.RFC3339))
-	args := append(append([]string{}, ex.Args...), EtcdFlags(cfg)...)
+	cat, err := catalogue.Load(filepath.Join(m.a.opts.Dir, catalogue.FileName))
+	if err != nil {
+		return nil, err
+	}
+	flags, err := EtcdFlags(cfg, cat)
+	if err != nil {
+		return nil, err
+	}
+	args := append(append([]string{}, ex.Args...), flags...)
 	cmd := exec.Command(ex.Path, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Dir = filepath.Dir(cfg.DataDir)
@@ -434,14 +458,7 @@ func checkPortFree(raw string) error {
 	if err != nil {
 		return err
 	}
-	l, err := net.Listen("tcp", u.Host)
-	if err != nil {
-		if errors.Is(err, syscall.EADDRINUSE) {
-			return fmt.Errorf("address %s is already in use by another process", u.Host)
-		}
-		return err
-	}
-	return l.Close()
+	return portcheck.Free(u.Host)
 }
 
 // logTail explains a member's last exit from its log: the fatal or error

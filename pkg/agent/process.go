@@ -1,15 +1,13 @@
 package agent
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/etcd-steward/steward/internal/proc"
 )
 
 // process is a running member: either a child the agent started, or one an
@@ -51,7 +49,7 @@ func startProcess(cmd *exec.Cmd) (*process, error) {
 func adoptProcess(pid int) *process {
 	p := &process{pid: pid, done: make(chan struct{})}
 	go func() {
-		for alive(pid) {
+		for proc.Alive(pid) {
 			time.Sleep(200 * time.Millisecond)
 		}
 		p.exit = "exited (adopted process; exit status unknown)"
@@ -74,33 +72,4 @@ func (p *process) terminate(grace time.Duration) {
 	}
 	p.signal(syscall.SIGKILL)
 	<-p.done
-}
-
-func alive(pid int) bool {
-	if syscall.Kill(pid, 0) != nil {
-		return false
-	}
-	// A zombie is dead for our purposes.
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	if i := bytes.LastIndexByte(b, ')'); i > 0 && i+2 < len(b) && b[i+2] == 'Z' {
-		return false
-	}
-	return true
-}
-
-// runsDataDir reports whether pid is an etcd process on dataDir.
-func runsDataDir(pid int, dataDir string) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
-	if err != nil {
-		return false
-	}
-	for _, a := range strings.Split(string(b), "\x00") {
-		if a == "--data-dir="+dataDir {
-			return true
-		}
-	}
-	return false
 }

@@ -75,7 +75,7 @@ func (a *Agent) Handler() http.Handler {
 				reply(w, nil, badRequest{fmt.Errorf("decode version request: %w", err)})
 				return
 			}
-			st, err := a.SwapVersion(ctx, name, req.Version)
+			st, err := a.SwapVersion(ctx, name, req)
 			if err != nil {
 				err = badRequest{err}
 			}

@@ -90,9 +90,9 @@ func (c *Client) Restart(ctx context.Context, name string) (MemberStatus, error)
 }
 
 // SwapVersion runs a member on another etcd version.
-func (c *Client) SwapVersion(ctx context.Context, name, version string) (MemberStatus, error) {
+func (c *Client) SwapVersion(ctx context.Context, name string, req VersionRequest) (MemberStatus, error) {
 	var out MemberStatus
-	return out, c.do(ctx, http.MethodPost, "/v1/members/"+name+"/version", VersionRequest{Version: version}, &out)
+	return out, c.do(ctx, http.MethodPost, "/v1/members/"+name+"/version", req, &out)
 }
 
 // Shutdown stops every member and the agent.

@@ -113,6 +113,10 @@ type AgentInfo struct {
 // VersionRequest asks the agent to run a member on another etcd version.
 type VersionRequest struct {
 	Version string `json:"version"`
+	// AllowMinorDowngrade lets this one start run an older minor version
+	// than the data dir's version record: only after etcd's downgrade was
+	// enabled (the data's storage version is already the older one).
+	AllowMinorDowngrade bool `json:"allowMinorDowngrade,omitempty"`
 }
 
 // Error is the body of an error response.

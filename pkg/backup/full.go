@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/zstd"
-	bolt "go.etcd.io/bbolt"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.uber.org/zap"
@@ -199,33 +198,13 @@ func checkAppendedHash(path string, n int64) error {
 }
 
 // InspectRevision reads only what a backup needs from a snapshot database:
-// the revision etcd would resume at.
+// the revision etcd would resume at and the compacted revision.
 func InspectRevision(path string) (SnapshotInfo, error) {
-	rev, err := datadir.Revision(path)
+	rev, compacted, err := datadir.Revisions(path)
 	if err != nil {
 		return SnapshotInfo{}, fmt.Errorf("snapshot database: %w", err)
 	}
-	info := SnapshotInfo{Revision: rev}
-	if err := readCompacted(path, &info); err != nil {
-		return SnapshotInfo{}, err
-	}
-	return info, nil
-}
-
-func readCompacted(path string, info *SnapshotInfo) error {
-	db, err := bolt.Open(path, 0o400, &bolt.Options{ReadOnly: true, Timeout: time.Second})
-	if err != nil {
-		return fmt.Errorf("snapshot database does not open: %w", err)
-	}
-	defer db.Close()
-	return db.View(func(tx *bolt.Tx) error {
-		if b := tx.Bucket([]byte("meta")); b != nil {
-			if v := b.Get([]byte("finishedCompactRev")); len(v) >= 8 {
-				info.CompactRevision = int64(beUint64(v))
-			}
-		}
-		return nil
-	})
+	return SnapshotInfo{Revision: rev, CompactRevision: compacted}, nil
 }
 
 // SnapshotInfo is what a snapshot file itself says about its content.
@@ -241,8 +220,8 @@ type SnapshotInfo struct {
 // consistency check) and reads its revision, compacted revision and hash.
 // The revision is the one etcd would resume at.
 func Inspect(path string) (SnapshotInfo, error) {
-	var info SnapshotInfo
-	if err := readCompacted(path, &info); err != nil {
+	info, err := InspectRevision(path)
+	if err != nil {
 		return SnapshotInfo{}, err
 	}
 	// snapshot.Status runs bbolt's consistency check.
@@ -251,20 +230,7 @@ func Inspect(path string) (SnapshotInfo, error) {
 		return SnapshotInfo{}, fmt.Errorf("snapshot database fails its consistency check: %w", err)
 	}
 	info.Hash, info.TotalKey, info.Version = st.Hash, st.TotalKey, st.Version
-	// The store's revision is the newest revision in the key bucket, but
-	// never below the compacted revision (compaction may remove a trailing
-	// tombstone) nor below 1 (an empty store is at revision 1), as etcd
-	// itself computes it when it opens the database.
-	info.Revision = max(st.Revision, info.CompactRevision, 1)
 	return info, nil
-}
-
-func beUint64(b []byte) uint64 {
-	var v uint64
-	for _, c := range b[:8] {
-		v = v<<8 | uint64(c)
-	}
-	return v
 }
 
 // packStream compresses (zstd) and optionally encrypts src into dst.

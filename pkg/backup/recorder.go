@@ -186,7 +186,7 @@ func (r *Recorder) add(ctx context.Context, cli *clientv3.Client, evs []*clientv
 		if rev == s.end {
 			sub = s.lastSub + 1
 		} else if s.end != 0 && rev != s.end+1 || s.end == 0 && rev != s.start {
-			return fmt.Errorf("watch skipped from revision %d to %d: refusing to record a gap", maxInt64(s.end, s.start-1), rev)
+			return fmt.Errorf("watch skipped from revision %d to %d: refusing to record a gap", max(s.end, s.start-1), rev)
 		}
 		typ := byte('P')
 		kv := *ev.Kv
@@ -249,13 +249,6 @@ func (r *Recorder) flush(ctx context.Context) error {
 		r.o.OnUpload(m)
 	}
 	return nil
-}
-
-func maxInt64(a, b int64) int64 {
-	if a > b {
-		return a
-	}
-	return b
 }
 
 // DeltaInfo describes a delta segment for PutDelta.

@@ -6,14 +6,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
+	"slices"
 	"time"
 
 	"github.com/robfig/cron/v3"
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.uber.org/zap"
 
+	"github.com/etcd-steward/steward/internal/proc"
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/spec"
@@ -525,31 +525,9 @@ func fullOverdue(schedule string, last, now time.Time) bool {
 // processOnDataDir returns the pid of a live process started with
 // --data-dir=dataDir, or 0.
 func processOnDataDir(dataDir string) int {
-	ents, _ := os.ReadDir("/proc")
-	want := "--data-dir=" + dataDir
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil {
-			continue
-		}
-		for _, a := range strings.Split(string(b), "\x00") {
-			if a == want && !zombie(pid) {
-				return pid
-			}
-		}
+	pids := proc.Find(func(args []string) bool { return slices.Contains(args, "--data-dir="+dataDir) })
+	if len(pids) == 0 {
+		return 0
 	}
-	return 0
-}
-
-func zombie(pid int) bool {
-	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	i := strings.LastIndexByte(string(st), ')')
-	return i > 0 && i+2 < len(st) && st[i+2] == 'Z'
+	return pids[0]
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -105,7 +106,7 @@ func (c *Cluster) EnsureCerts() error {
 			if err != nil {
 				return err
 			}
-			h, _, _ := splitHostPort(hp)
+			h, _, _ := net.SplitHostPort(hp)
 			hosts = append(hosts, h)
 		}
 	}
@@ -158,7 +159,7 @@ func (c *Cluster) MemberConfig(m spec.Member) agentapi.MemberConfig {
 	s := c.Spec
 	cfg := agentapi.MemberConfig{
 		Name:                    m.Name,
-		Version:                 s.Version,
+		Version:                 s.VersionOf(m),
 		BinaryStore:             s.BinaryStoreDir(c.Dir),
 		DataDir:                 spec.Path(c.Dir, m.DataDir),
 		ClientURL:               m.ClientURL,

@@ -152,7 +152,7 @@ func requireDefragHealth(st *Status, allowAlarms bool) error {
 		if m.Healthy {
 			continue
 		}
-		if allowAlarms && m.Role != "unknown" && len(m.Alarms) > 0 && m.LastError == "alarm raised: "+joinAlarms(m.Alarms) {
+		if allowAlarms && m.onlyAlarms {
 			continue
 		}
 		return fmt.Errorf("refusing to defragment while member %s is unhealthy (%s): defragmenting another member could cost quorum", m.Name, m.LastError)
@@ -270,17 +270,6 @@ func (c *Cluster) Disarm(ctx context.Context, o DisarmOptions) ([]Alarm, error) 
 		c.progress("disarmed %s on %s", a.Alarm, a.MemberName)
 	}
 	return alarms, nil
-}
-
-func joinAlarms(a []string) string {
-	s := ""
-	for i, x := range a {
-		if i > 0 {
-			s += ", "
-		}
-		s += x
-	}
-	return s
 }
 
 func humanBytes(n int64) string {

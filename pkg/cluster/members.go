@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/etcd-steward/steward/internal/portcheck"
 	"github.com/etcd-steward/steward/pkg/agent"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
@@ -82,7 +84,7 @@ func (c *Cluster) AddMember(ctx context.Context, name string, o AddOptions) (err
 	}
 	for _, u := range []string{o.ClientURL, o.PeerURL} {
 		hp, _ := spec.HostPort(u)
-		if err := checkListen(hp); err != nil {
+		if err := portcheck.Free(hp); err != nil {
 			return fmt.Errorf("member %s: %s: %w", name, u, err)
 		}
 	}
@@ -403,7 +405,7 @@ func (c *Cluster) ReplaceMember(ctx context.Context, name string, timeout time.D
 	}
 	var learnerID uint64
 	for _, em := range list.Members {
-		if !containsString(em.PeerURLs, m.PeerURL) {
+		if !slices.Contains(em.PeerURLs, m.PeerURL) {
 			continue
 		}
 		if em.IsLearner && em.Name == "" {
@@ -516,7 +518,7 @@ func (c *Cluster) memberID(ctx context.Context, cli *clientv3.Client, m spec.Mem
 		return 0, false, fmt.Errorf("list members: %w", err)
 	}
 	for _, em := range list.Members {
-		if em.Name == m.Name || containsString(em.PeerURLs, m.PeerURL) {
+		if em.Name == m.Name || slices.Contains(em.PeerURLs, m.PeerURL) {
 			return em.ID, true, nil
 		}
 	}
@@ -605,15 +607,6 @@ func moveAside(dataDir, why string) (string, error) {
 		return dst, err
 	}
 	return dst, nil
-}
-
-func containsString(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 func isAgentNotFound(err error) bool {

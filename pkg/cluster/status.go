@@ -5,14 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -83,6 +81,10 @@ type MemberStatus struct {
 	DataDirVersion string `json:"dataDirVersion,omitempty"`
 	// InSpec is false for a member etcd knows that the spec does not.
 	InSpec bool `json:"inSpec"`
+
+	// onlyAlarms: the member answers and serves reads; only a raised
+	// alarm makes it unhealthy (defragmentation may go on to clear NOSPACE).
+	onlyAlarms bool
 }
 
 // Condition follows Kubernetes' condition shape, with DEP-01's types.
@@ -324,6 +326,7 @@ func (c *Cluster) Status(ctx context.Context) (*Status, error) {
 			}
 		}
 		ms.Healthy = p.err == nil && p.readErr == nil && len(p.alarms) == 0
+		ms.onlyAlarms = p.err == nil && p.readErr == nil && len(p.alarms) > 0
 		if p.readErr != nil {
 			ms.LastError = shortErr(p.readErr)
 		} else if len(p.alarms) > 0 {
@@ -419,7 +422,7 @@ func (c *Cluster) conditions(st *Status, now time.Time) []Condition {
 		all.Message = unhealthySummary(st)
 	}
 	backup := c.backupCondition(now)
-	conds := []Condition{ready, all, backup}
+	conds := []Condition{ready, all, backup, c.upgradeCondition()}
 	c.stampTransitions(conds, now)
 	return conds
 }
@@ -493,20 +496,6 @@ func shortErr(err error) string {
 		s = s[i+len("desc = "):]
 	}
 	return s
-}
-
-func splitHostPort(hp string) (string, string, error) { return net.SplitHostPort(hp) }
-
-// checkListen fails when another process already listens on hostPort.
-func checkListen(hostPort string) error {
-	l, err := net.Listen("tcp", hostPort)
-	if err != nil {
-		if errors.Is(err, syscall.EADDRINUSE) {
-			return fmt.Errorf("address %s is already in use by another process", hostPort)
-		}
-		return err
-	}
-	return l.Close()
 }
 
 // clusterIDPath records the etcd cluster ID last seen for this spec, so a

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/portcheck"
+	"github.com/etcd-steward/steward/internal/proc"
 	"github.com/etcd-steward/steward/pkg/agent"
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/binaries"
@@ -124,7 +126,7 @@ func Up(ctx context.Context, dir string, o UpOptions, progress func(string, ...a
 		}
 		for _, u := range []string{m.ClientURL, m.PeerURL} {
 			hp, _ := spec.HostPort(u)
-			if err := portFree(hp); err != nil {
+			if err := portcheck.Free(hp); err != nil {
 				return nil, warnings, fmt.Errorf("member %s cannot start: %s: %w; pick another port in %s", m.Name, u, err, specPath)
 			}
 		}
@@ -339,11 +341,11 @@ func stopOrphans(ctx context.Context, dir string, progress func(string, ...any))
 			continue
 		}
 		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err != nil || pid <= 0 || syscall.Kill(pid, 0) != nil {
+		if err != nil || !proc.Alive(pid) {
 			_ = os.Remove(p)
 			continue
 		}
-		if !strings.Contains(procCmdline(pid), dir) {
+		if !strings.Contains(strings.Join(proc.Cmdline(pid), " "), dir) {
 			_ = os.Remove(p)
 			continue
 		}
@@ -360,23 +362,11 @@ func stopOrphans(ctx context.Context, dir string, progress func(string, ...any))
 	return nil
 }
 
-func procCmdline(pid int) string {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	return strings.ReplaceAll(string(b), "\x00", " ")
-}
-
 func waitExit(ctx context.Context, pid int, d time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	err := poll(ctx, 100*time.Millisecond, func(context.Context) (bool, error) {
-		if syscall.Kill(pid, 0) != nil {
-			return true, nil
-		}
-		st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if i := strings.LastIndexByte(string(st), ')'); i > 0 && i+2 < len(st) && st[i+2] == 'Z' {
-			return true, nil
-		}
-		return false, nil
+		return !proc.Alive(pid), nil
 	})
 	if err != nil {
 		return fmt.Errorf("process %d did not exit within %s", pid, d)
@@ -395,10 +385,6 @@ func (c *Cluster) Env() string {
 		fmt.Fprintf(&b, "export ETCDCTL_KEY=%s\n", f.ClientKey)
 	}
 	return b.String()
-}
-
-func portFree(hostPort string) error {
-	return checkListen(hostPort)
 }
 
 func lastLines(path string, n int) string {

@@ -79,22 +79,29 @@ func invalid(f Finding, p string) Finding {
 // would resume at: the newest in the key bucket, never below the compacted
 // one, never below 1.
 func Revision(path string) (int64, error) {
+	rev, _, err := Revisions(path)
+	return rev, err
+}
+
+// Revisions returns, from one read-only open of an etcd database, the
+// revision etcd would resume at (as Revision) and the compacted revision.
+func Revisions(path string) (rev, compacted int64, err error) {
 	db, err := bolt.Open(path, 0o400, &bolt.Options{ReadOnly: true, Timeout: 2 * time.Second})
 	if err != nil {
 		if strings.Contains(err.Error(), "timeout") {
-			return 0, errors.New("database is locked: is the member still running?")
+			return 0, 0, errors.New("database is locked: is the member still running?")
 		}
-		return 0, fmt.Errorf("database does not open: %v", err)
+		return 0, 0, fmt.Errorf("database does not open: %v", err)
 	}
 	defer db.Close()
-	var rev, compacted int64
+	var last int64
 	err = db.View(func(tx *bolt.Tx) error {
 		kb := tx.Bucket([]byte("key"))
 		if kb == nil {
 			return errors.New("database has no key bucket")
 		}
 		if k, _ := kb.Cursor().Last(); len(k) >= 8 {
-			rev = int64(be(k))
+			last = int64(be(k))
 		}
 		if mb := tx.Bucket([]byte("meta")); mb != nil {
 			if v := mb.Get([]byte("finishedCompactRev")); len(v) >= 8 {
@@ -104,9 +111,9 @@ func Revision(path string) (int64, error) {
 		return nil
 	})
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return max(rev, compacted, 1), nil
+	return max(last, compacted, 1), compacted, nil
 }
 
 func be(b []byte) uint64 {

@@ -8,10 +8,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	mathrand "math/rand/v2"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"sigs.k8s.io/yaml"
@@ -165,6 +167,18 @@ type Member struct {
 	// Bootstrap is set for members that joined a running cluster: how the
 	// member must first start. Members of the initial cluster leave it empty.
 	Bootstrap *Bootstrap `json:"bootstrap,omitempty"`
+	// Version, when set, overrides the cluster's version for this member.
+	// Upgrade and rollback plans set it while members run mixed versions
+	// and clear it when the step to the next version completes.
+	Version string `json:"version,omitempty"`
+}
+
+// VersionOf returns the etcd version a member runs according to the spec.
+func (c *Cluster) VersionOf(m Member) string {
+	if m.Version != "" {
+		return m.Version
+	}
+	return c.Version
 }
 
 // Bootstrap records how a member that joined a running cluster first starts.
@@ -429,16 +443,61 @@ func NewDefault(o DefaultOptions) (*Cluster, error) {
 	return c, nil
 }
 
-// FreePort asks the kernel for a free TCP port on host.
+// FreePort returns a function that picks free TCP ports on host, each
+// different from the ones it picked before.
+//
+// Ports are drawn below the kernel's ephemeral range
+// (net.ipv4.ip_local_port_range): a port from that range can be taken at
+// any moment as the local port of some outgoing connection, so a member
+// stopped for a while might not get its port back. Only when the range
+// below is too small does it fall back to a kernel-chosen port.
 func FreePort(host string) func() (int, error) {
+	lo, hi := portRange()
+	picked := map[int]bool{}
 	return func() (int, error) {
+		for range 200 {
+			if hi-lo < 1000 {
+				break
+			}
+			p := lo + mathrand.IntN(hi-lo)
+			if picked[p] {
+				continue
+			}
+			l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(p)))
+			if err != nil {
+				continue
+			}
+			l.Close()
+			picked[p] = true
+			return p, nil
+		}
 		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 		if err != nil {
 			return 0, fmt.Errorf("find a free port on %s: %w", host, err)
 		}
 		defer l.Close()
-		return l.Addr().(*net.TCPAddr).Port, nil
+		p := l.Addr().(*net.TCPAddr).Port
+		picked[p] = true
+		return p, nil
 	}
+}
+
+// portRange is the range FreePort draws from: from 20000 (above the
+// well-known and most registered service ports) to the start of the
+// ephemeral range.
+func portRange() (lo, hi int) {
+	lo, hi = 20000, 32768
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return lo, hi
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 2 {
+		if n, err := strconv.Atoi(f[0]); err == nil {
+			hi = n
+		}
+	}
+	return lo, hi
 }
 
 // HostPort returns the host:port of a URL.

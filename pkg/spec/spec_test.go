@@ -121,3 +121,22 @@ func TestLoadRejectsUnknownFields(t *testing.T) {
 		t.Fatalf("a typo in a field name must be an error, got %v", err)
 	}
 }
+
+func TestFreePortAvoidsEphemeralRange(t *testing.T) {
+	lo, hi := portRange()
+	free := FreePort("127.0.0.1")
+	seen := map[int]bool{}
+	for range 20 {
+		p, err := free()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[p] {
+			t.Fatalf("port %d handed out twice", p)
+		}
+		seen[p] = true
+		if hi-lo >= 1000 && (p < lo || p >= hi) {
+			t.Fatalf("port %d outside [%d,%d): it may collide with outgoing connections", p, lo, hi)
+		}
+	}
+}

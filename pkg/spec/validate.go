@@ -114,6 +114,15 @@ func (c *Cluster) Validate(o ValidateOptions) (warnings []string, err error) {
 		if names[m.Name] {
 			bad("member %q is listed twice: member names must be unique", m.Name)
 		}
+		if m.Version != "" {
+			if !versionRE.MatchString(m.Version) {
+				bad("member %s: version %q: want an etcd release like 3.6.16", m.Name, m.Version)
+			} else if o.KnownVersion != nil {
+				if verr := o.KnownVersion(m.Version); verr != nil {
+					bad("member %s: version %s: %v", m.Name, m.Version, verr)
+				}
+			}
+		}
 		names[m.Name] = true
 		if !agents[m.Agent] {
 			bad("member %s: agent %q is not in the agents list", m.Name, m.Agent)

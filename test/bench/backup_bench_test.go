@@ -31,15 +31,9 @@ func BenchmarkFullSnapshot(b *testing.B) {
 	v := binaries.EmbeddedVersion()
 	for i := 0; i < b.N; i++ {
 		e := harness.New(b)
-		s, err := spec.NewDefault(spec.DefaultOptions{Members: 3, Version: v, StewardDir: e.Dir, FreePort: spec.FreePort("127.0.0.1")})
-		if err != nil {
-			b.Fatal(err)
-		}
-		s.BinaryStore = e.Store
-		s.Backup.Continuous = false // measure one snapshot, nothing beside it
-		if err := s.Save(filepath.Join(e.Dir, spec.FileName)); err != nil {
-			b.Fatal(err)
-		}
+		e.WriteSpec(3, v, func(s *spec.Cluster) {
+			s.Backup.Continuous = false // measure one snapshot, nothing beside it
+		})
 		e.MustRun("up")
 		cli := e.Client()
 		fillRandom(b, cli, 200)

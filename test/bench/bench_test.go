@@ -22,6 +22,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/agent"
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/binaries"
+	"github.com/etcd-steward/steward/pkg/catalogue"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/spec"
@@ -77,7 +78,11 @@ func bareEtcdUp(b *testing.B, store, v string) time.Duration {
 		}
 	}()
 	for _, m := range s.Members {
-		args := append(append([]string{}, ex.Args...), agent.EtcdFlags(c.MemberConfig(m))...)
+		flags, err := agent.EtcdFlags(c.MemberConfig(m), catalogue.Default())
+		if err != nil {
+			b.Fatal(err)
+		}
+		args := append(append([]string{}, ex.Args...), flags...)
 		cmd := exec.Command(ex.Path, args...)
 		if err := cmd.Start(); err != nil {
 			b.Fatal(err)

@@ -45,16 +45,10 @@ func BenchmarkRestore(b *testing.B) {
 	v := binaries.EmbeddedVersion()
 	for i := 0; i < b.N; i++ {
 		e := harness.New(b)
-		s, err := spec.NewDefault(spec.DefaultOptions{Members: 1, Version: v, StewardDir: e.Dir, FreePort: spec.FreePort("127.0.0.1")})
-		if err != nil {
-			b.Fatal(err)
-		}
-		s.BinaryStore = e.Store
-		s.Backup.Continuous = false
-		s.Etcd.QuotaBackendBytes = 8 << 30
-		if err := s.Save(filepath.Join(e.Dir, spec.FileName)); err != nil {
-			b.Fatal(err)
-		}
+		e.WriteSpec(1, v, func(s *spec.Cluster) {
+			s.Backup.Continuous = false
+			s.Etcd.QuotaBackendBytes = 8 << 30
+		})
 		e.MustRun("up")
 		cli := e.Client()
 		fillRandom(b, cli, mb)

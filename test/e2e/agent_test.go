@@ -19,7 +19,7 @@ import (
 func TestCrashLoop(t *testing.T) {
 	t.Parallel()
 	e := harness.New(t)
-	writeSpec(t, e, 1, binaries.EmbeddedVersion(), func(s *spec.Cluster) {
+	e.WriteSpec(1, binaries.EmbeddedVersion(), func(s *spec.Cluster) {
 		s.Etcd.ExtraFlags = map[string]string{"no-such-etcd-flag": "1"}
 	})
 	start := time.Now()
@@ -59,7 +59,7 @@ func TestSwapVersion(t *testing.T) {
 	}
 	ctx := context.Background()
 	oldPID := e.MemberPID(names[0])
-	if _, err := a.SwapVersion(ctx, names[0], v36); err != nil {
+	if _, err := a.SwapVersion(ctx, names[0], agentapi.VersionRequest{Version: v36}); err != nil {
 		t.Fatal(err)
 	}
 	st := e.WaitStatus(60*time.Second, names[0]+" on "+v36, func(st *cluster.Status) bool {
@@ -73,15 +73,15 @@ func TestSwapVersion(t *testing.T) {
 		t.Errorf("cluster version %s moved with one member upgraded", st.Cluster.Version)
 	}
 
-	_, err = a.SwapVersion(ctx, names[1], v37)
+	_, err = a.SwapVersion(ctx, names[1], agentapi.VersionRequest{Version: v37})
 	if err == nil || !strings.Contains(err.Error(), "skips a minor version") {
 		t.Fatalf("swap %s -> %s: %v, want a skipped-minor refusal", v35, v37, err)
 	}
-	_, err = a.SwapVersion(ctx, names[0], v35)
+	_, err = a.SwapVersion(ctx, names[0], agentapi.VersionRequest{Version: v35})
 	if err == nil || !strings.Contains(err.Error(), "older minor version") {
 		t.Fatalf("swap %s -> %s: %v, want a downgrade refusal", v36, v35, err)
 	}
-	_, err = a.SwapVersion(ctx, names[1], "3.9.0")
+	_, err = a.SwapVersion(ctx, names[1], agentapi.VersionRequest{Version: "3.9.0"})
 	if err == nil || !strings.Contains(err.Error(), "not in the binary store") {
 		t.Fatalf("swap to a missing version: %v", err)
 	}

@@ -208,7 +208,7 @@ func TestBackupBadInput(t *testing.T) {
 
 	// The same backup, restored into a cluster of the older minor.
 	o := harness.New(t)
-	writeSpec(t, o, 1, older, func(s *spec.Cluster) {
+	o.WriteSpec(1, older, func(s *spec.Cluster) {
 		s.Backup.Store = filepath.Join(e.Dir, "backups")
 	})
 	o.MustRun("restore")

@@ -25,7 +25,7 @@ func TestBadInput(t *testing.T) {
 	t.Run("invalid spec", func(t *testing.T) {
 		t.Parallel()
 		e := harness.New(t)
-		writeSpec(t, e, 3, v, func(s *spec.Cluster) {
+		e.WriteSpec(3, v, func(s *spec.Cluster) {
 			s.Members[1].Name = s.Members[0].Name
 			s.Members[2].PeerURL = "https://127.0.0.1:notaport"
 			s.Members[2].ClientURL = s.Members[0].ClientURL
@@ -66,7 +66,7 @@ func TestBadInput(t *testing.T) {
 		}
 		defer l.Close()
 		port := l.Addr().(*net.TCPAddr).Port
-		writeSpec(t, e, 1, v, func(s *spec.Cluster) {
+		e.WriteSpec(1, v, func(s *spec.Cluster) {
 			s.Members[0].PeerURL = "https://127.0.0.1:" + strconv.Itoa(port)
 		})
 		out := e.MustFail("up")
@@ -154,17 +154,10 @@ func TestBadInput(t *testing.T) {
 		if err := syscall.Kill(agentPID, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		harness.Eventually(t, 10*time.Second, 100*time.Millisecond, "the agent to stop answering after kill -9", func() bool {
 			_, _, err := e.Run("member", "stop", names[0])
-			if err != nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("agent still answers after kill -9")
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return err != nil
+		})
 		out := e.MustFail("member", "stop", names[0])
 		if !strings.Contains(out, "agent unreachable") {
 			t.Errorf("stop with dead agent: %s", out)

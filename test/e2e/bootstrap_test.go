@@ -227,9 +227,7 @@ func checkConditions(t *testing.T, e *harness.Env) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for backedUpTo(t, e) < wr.Header.Revision {
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitBackedUp(t, e, wr.Header.Revision)
 	if out := e.MustFail("member", "stop", names[1]); !strings.Contains(out, "refusing to stop "+names[1]) {
 		t.Errorf("stop that loses quorum: %s", out)
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"math/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -58,7 +57,6 @@ func workload(t *testing.T, cli *clientv3.Client, n int) int64 {
 		}
 		leases = append(leases, l.ID)
 	}
-	rnd := rand.New(rand.NewSource(1))
 	var rev int64
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -99,21 +97,63 @@ func workload(t *testing.T, cli *clientv3.Client, n int) int64 {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	_ = rnd
 	return rev
 }
 
-func backedUpTo(t *testing.T, e *harness.Env) int64 {
+// writeUntilStopped commits ops(i) as one transaction for i = 0, 1, ...
+// until the returned stop is called; stop returns the revision of the last
+// acknowledged commit.
+func writeUntilStopped(cli *clientv3.Client, ops func(i int) []clientv3.Op) (stop func() int64) {
+	quit := make(chan struct{})
+	done := make(chan int64)
+	go func() {
+		var last int64
+		for i := 0; ; i++ {
+			select {
+			case <-quit:
+				done <- last
+				return
+			default:
+			}
+			c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			r, err := cli.Txn(c).Then(ops(i)...).Commit()
+			cancel()
+			if err == nil {
+				last = r.Header.Revision
+			}
+		}
+	}()
+	return func() int64 { close(quit); return <-done }
+}
+
+// listBackups returns `steward backup list -o json`, parsed.
+func listBackups(t *testing.T, e *harness.Env) []backup.Manifest {
 	t.Helper()
 	var ms []backup.Manifest
 	if err := json.Unmarshal([]byte(e.MustRun("backup", "list", "-o", "json")), &ms); err != nil {
 		t.Fatal(err)
 	}
+	return ms
+}
+
+// backedUpTo is the newest revision any backup holds.
+func backedUpTo(t *testing.T, e *harness.Env) int64 {
+	t.Helper()
 	var end int64
-	for _, m := range ms {
+	for _, m := range listBackups(t, e) {
 		end = max(end, m.EndRevision)
 	}
 	return end
+}
+
+// waitBackedUp polls until the backups hold revision rev (60 s at most).
+func waitBackedUp(t *testing.T, e *harness.Env, rev int64) {
+	t.Helper()
+	var got int64
+	harness.Eventually(t, 60*time.Second, 50*time.Millisecond, fmt.Sprintf("backups to reach revision %d", rev), func() bool {
+		got = backedUpTo(t, e)
+		return got >= rev
+	})
 }
 
 // TestContinuousBackup writes 50,000 keys with leases, deletes and
@@ -130,13 +170,7 @@ func TestContinuousBackup(t *testing.T) {
 	rev := workload(t, cli, 50000)
 
 	// Every revision reaches the store.
-	deadline := time.Now().Add(60 * time.Second)
-	for backedUpTo(t, e) < rev {
-		if time.Now().After(deadline) {
-			t.Fatalf("backups reached revision %d of %d after 60s", backedUpTo(t, e), rev)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	waitBackedUp(t, e, rev)
 	want, wantRev, n := digest(t, cli, rev)
 	if st := e.Status(); harness.Cond(st, cluster.CondBackupReady).Status != "True" {
 		t.Errorf("BackupReady while backups run: %+v", harness.Cond(st, cluster.CondBackupReady))
@@ -235,17 +269,10 @@ func TestContinuousBackup(t *testing.T) {
 	if r, _ := cli.Get(ctx, "ttl/short"); r.Count != 1 {
 		t.Fatalf("ttl/short missing right after the restore")
 	}
-	deadline = time.Now().Add(30 * time.Second)
-	for {
+	harness.Eventually(t, 30*time.Second, 200*time.Millisecond, "a key under a 6 s lease to expire after the restore", func() bool {
 		r, err := cli.Get(ctx, "ttl/short")
-		if err == nil && r.Count == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("a key under a 6 s lease did not expire within 30 s of the restore")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return err == nil && r.Count == 0
+	})
 }
 
 func firstOr(d []time.Duration) time.Duration {
@@ -271,13 +298,8 @@ func TestDeltaBadInput(t *testing.T) {
 			t.Fatalf("only %d delta segments after 100 rounds of writes", len(deltas))
 		}
 		rev := putKeys(t, cli, fmt.Sprintf("round%03d/", round), 20)
-		for backedUpTo(t, e) < rev {
-			time.Sleep(50 * time.Millisecond)
-		}
-		var ms []backup.Manifest
-		if err := json.Unmarshal([]byte(e.MustRun("backup", "list", "-o", "json")), &ms); err != nil {
-			t.Fatal(err)
-		}
+		waitBackedUp(t, e, rev)
+		ms := listBackups(t, e)
 		deltas = deltas[:0]
 		for _, m := range ms {
 			if m.Kind == backup.KindDelta {
@@ -349,20 +371,14 @@ func TestS3Backup(t *testing.T) {
 	t.Parallel()
 	srv := harness.StartS3(t)
 	e := harness.New(t)
-	writeSpec(t, e, 3, harness.Versions()[1], func(s *spec.Cluster) {
+	e.WriteSpec(3, harness.Versions()[1], func(s *spec.Cluster) {
 		s.Backup.Continuous = true
 		s.Backup.S3 = &spec.S3{Endpoint: srv.Endpoint, Bucket: srv.Bucket, Prefix: "steward-e2e", CredentialsFile: srv.CredentialsFile}
 	})
 	e.MustRun("up")
 	cli := e.Client()
 	rev := workload(t, cli, 4000)
-	deadline := time.Now().Add(60 * time.Second)
-	for backedUpTo(t, e) < rev {
-		if time.Now().After(deadline) {
-			t.Fatalf("S3 backups reached revision %d of %d", backedUpTo(t, e), rev)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	waitBackedUp(t, e, rev)
 	want, wantRev, n := digest(t, cli, rev)
 	objs, _ := filepath.Glob(filepath.Join(srv.Dir, srv.Bucket, "steward-e2e", "delta", "*.json"))
 	if len(objs) == 0 {
@@ -390,7 +406,7 @@ func TestS3Backup(t *testing.T) {
 func TestBackupGC(t *testing.T) {
 	t.Parallel()
 	e := harness.New(t)
-	writeSpec(t, e, 1, harness.Versions()[1], func(s *spec.Cluster) {
+	e.WriteSpec(1, harness.Versions()[1], func(s *spec.Cluster) {
 		s.Backup.Continuous = true
 		s.Backup.Retention = spec.Retention{KeepLast: 1, KeepHourly: 1, KeepDaily: 1}
 	})
@@ -399,19 +415,12 @@ func TestBackupGC(t *testing.T) {
 	var rev int64
 	for i := 0; i < 3; i++ {
 		rev = putKeys(t, cli, fmt.Sprintf("gc%d/", i), 200)
-		for backedUpTo(t, e) < rev {
-			time.Sleep(50 * time.Millisecond)
-		}
+		waitBackedUp(t, e, rev)
 		backupNow(t, e)
 	}
 	rev = putKeys(t, cli, "gc-after/", 100)
-	for backedUpTo(t, e) < rev {
-		time.Sleep(50 * time.Millisecond)
-	}
-	var before []backup.Manifest
-	if err := json.Unmarshal([]byte(e.MustRun("backup", "list", "-o", "json")), &before); err != nil {
-		t.Fatal(err)
-	}
+	waitBackedUp(t, e, rev)
+	before := listBackups(t, e)
 	var plan cluster.GCResult
 	if err := json.Unmarshal([]byte(e.MustRun("backup", "gc", "--dry-run", "-o", "json")), &plan); err != nil {
 		t.Fatal(err)
@@ -419,17 +428,12 @@ func TestBackupGC(t *testing.T) {
 	if len(plan.Deleted) == 0 || len(plan.Kept) == 0 {
 		t.Fatalf("gc plan deletes %d, keeps %d", len(plan.Deleted), len(plan.Kept))
 	}
-	var after []backup.Manifest
-	if err := json.Unmarshal([]byte(e.MustRun("backup", "list", "-o", "json")), &after); err != nil {
-		t.Fatal(err)
-	}
+	after := listBackups(t, e)
 	if len(after) != len(before) {
 		t.Fatalf("--dry-run deleted backups: %d -> %d", len(before), len(after))
 	}
 	e.MustRun("backup", "gc")
-	if err := json.Unmarshal([]byte(e.MustRun("backup", "list", "-o", "json")), &after); err != nil {
-		t.Fatal(err)
-	}
+	after = listBackups(t, e)
 	fulls := 0
 	for _, m := range after {
 		if m.Kind == backup.KindFull {
@@ -481,9 +485,7 @@ func TestRecover(t *testing.T) {
 
 	// Case 2: every member dies and two lose their data.
 	rev = putKeys(t, cli, "recover2/", 300)
-	for backedUpTo(t, e) < rev {
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitBackedUp(t, e, rev)
 	want, wantRev, _ := digest(t, cli, rev)
 	cli.Close()
 	e.KillAll()
@@ -517,16 +519,14 @@ func TestRecover(t *testing.T) {
 func TestAutoRecovery(t *testing.T) {
 	t.Parallel()
 	e := harness.New(t)
-	writeSpec(t, e, 3, harness.Versions()[1], func(s *spec.Cluster) {
+	e.WriteSpec(3, harness.Versions()[1], func(s *spec.Cluster) {
 		s.Backup.Continuous = true
 		s.Recovery = spec.Recovery{Mode: "auto", GracePeriodSeconds: 5}
 	})
 	e.MustRun("up")
 	cli := e.Client()
 	rev := putKeys(t, cli, "auto/", 500)
-	for backedUpTo(t, e) < rev {
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitBackedUp(t, e, rev)
 	want, _, _ := digest(t, cli, rev)
 	cli.Close()
 	e.KillAll()
@@ -542,10 +542,12 @@ func TestAutoRecovery(t *testing.T) {
 	if got, _, _ := digest(t, e.Client(), 0); got != want {
 		t.Fatal("automatically recovered keyspace differs from the source")
 	}
-	log, _ := os.ReadFile(filepath.Join(e.Dir, "logs", "agent.log"))
-	if !strings.Contains(string(log), "automatic recovery done") {
-		t.Error("agent log does not report the automatic recovery")
-	}
+	// The agent reports the recovery once the fresh full snapshot that
+	// follows it is stored, which may be after the members are healthy.
+	harness.Eventually(t, 60*time.Second, time.Second, "the agent log to report the automatic recovery", func() bool {
+		log, _ := os.ReadFile(filepath.Join(e.Dir, "logs", "agent.log"))
+		return strings.Contains(string(log), "automatic recovery done")
+	})
 }
 
 // TestBackupAcrossLeaderChanges: leadership moves several times while a
@@ -556,26 +558,9 @@ func TestBackupAcrossLeaderChanges(t *testing.T) {
 	e := harness.New(t)
 	e.Up(3, harness.Versions()[1])
 	cli := e.Client()
-	ctx := context.Background()
-	stop := make(chan struct{})
-	done := make(chan int64)
-	go func() {
-		var last int64
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				done <- last
-				return
-			default:
-			}
-			c, cancel := context.WithTimeout(ctx, 5*time.Second)
-			r, err := cli.Put(c, fmt.Sprintf("moves/%06d", i), "v")
-			cancel()
-			if err == nil {
-				last = r.Header.Revision
-			}
-		}
-	}()
+	stop := writeUntilStopped(cli, func(i int) []clientv3.Op {
+		return []clientv3.Op{clientv3.OpPut(fmt.Sprintf("moves/%06d", i), "v")}
+	})
 	names := e.Spec().MemberNames()
 	for i := 0; i < 4; i++ {
 		st := e.Status()
@@ -586,11 +571,8 @@ func TestBackupAcrossLeaderChanges(t *testing.T) {
 			}
 		}
 	}
-	close(stop)
-	rev := <-done
-	for backedUpTo(t, e) < rev {
-		time.Sleep(50 * time.Millisecond)
-	}
+	rev := stop()
+	waitBackedUp(t, e, rev)
 	want, wantRev, n := digest(t, cli, rev)
 	e.MustRun("backup", "verify", "--all")
 	cli.Close()
@@ -610,7 +592,7 @@ func TestBackupAcrossLeaderChanges(t *testing.T) {
 func TestBackupLeaderHandover(t *testing.T) {
 	t.Parallel()
 	e := harness.New(t)
-	writeSpec(t, e, 3, harness.Versions()[1], func(s *spec.Cluster) {
+	e.WriteSpec(3, harness.Versions()[1], func(s *spec.Cluster) {
 		s.Backup.Continuous = true
 		s.Agents = append(s.Agents, spec.Agent{Name: "second", Address: "unix://" + filepath.Join(e.Dir, "run", "agent-second.sock")})
 		s.Members[2].Agent = "second"
@@ -645,36 +627,19 @@ func TestBackupLeaderHandover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for a2.Ping(context.Background(), time.Second) != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("second agent does not answer")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	harness.Eventually(t, 15*time.Second, 100*time.Millisecond, "the second agent to answer", func() bool {
+		return a2.Ping(context.Background(), time.Second) == nil
+	})
 	e.MustRun("up")
 
 	cli := e.Client()
 	ctx := context.Background()
-	stop := make(chan struct{})
-	done := make(chan int64)
-	go func() {
-		var last int64
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				done <- last
-				return
-			default:
-			}
-			c, cancel := context.WithTimeout(ctx, 5*time.Second)
-			r, err := cli.Txn(c).Then(clientv3.OpPut(fmt.Sprintf("handover/%06d/a", i), "v"), clientv3.OpPut(fmt.Sprintf("handover/%06d/b", i), "w")).Commit()
-			cancel()
-			if err == nil {
-				last = r.Header.Revision
-			}
+	stop := writeUntilStopped(cli, func(i int) []clientv3.Op {
+		return []clientv3.Op{
+			clientv3.OpPut(fmt.Sprintf("handover/%06d/a", i), "v"),
+			clientv3.OpPut(fmt.Sprintf("handover/%06d/b", i), "w"),
 		}
-	}()
+	})
 	names := e.Spec().MemberNames()
 	// Leader to the second agent's member, back to the local agent, and again.
 	for _, to := range []string{names[2], names[0], names[2], names[1]} {
@@ -684,34 +649,18 @@ func TestBackupLeaderHandover(t *testing.T) {
 		// The new backup leader takes over: a segment recorded from the new
 		// leader's member reaches the store.
 		moved := time.Now()
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			var ms []backup.Manifest
-			if err := json.Unmarshal([]byte(e.MustRun("backup", "list", "-o", "json")), &ms); err != nil {
-				t.Fatal(err)
+		harness.Eventually(t, 60*time.Second, 100*time.Millisecond, "a delta recorded from "+to+" after the leader move", func() bool {
+			for _, m := range listBackups(t, e) {
+				if m.Kind == backup.KindDelta && m.Member == to && m.CreatedAt.After(moved) {
+					return true
+				}
 			}
-			took := false
-			for _, m := range ms {
-				took = took || m.Kind == backup.KindDelta && m.Member == to && m.CreatedAt.After(moved)
-			}
-			if took {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no delta recorded from %s within 60 s of the leader move", to)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return false
+		})
 	}
-	close(stop)
-	rev := <-done
-	for backedUpTo(t, e) < rev {
-		time.Sleep(50 * time.Millisecond)
-	}
-	var ms []backup.Manifest
-	if err := json.Unmarshal([]byte(e.MustRun("backup", "list", "-o", "json")), &ms); err != nil {
-		t.Fatal(err)
-	}
+	rev := stop()
+	waitBackedUp(t, e, rev)
+	ms := listBackups(t, e)
 	by := map[string]int{}
 	for _, m := range ms {
 		if m.Kind == backup.KindDelta {
@@ -749,16 +698,12 @@ func TestBackupCompactionAndTime(t *testing.T) {
 	cli := e.Client()
 	ctx := context.Background()
 	rev := putKeys(t, cli, "before/", 50)
-	for backedUpTo(t, e) < rev {
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitBackedUp(t, e, rev)
 	time.Sleep(1100 * time.Millisecond) // a gap in wall time to restore into, not synchronisation
 	between := time.Now()
 	time.Sleep(1100 * time.Millisecond)
 	rev = putKeys(t, cli, "after/", 50)
-	for backedUpTo(t, e) < rev {
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitBackedUp(t, e, rev)
 
 	// Backups stop (the agent dies and comes back with them off); writes
 	// go on and are compacted away.
@@ -791,13 +736,8 @@ func TestBackupCompactionAndTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	rev = putKeys(t, cli, "later/", 20)
-	for backedUpTo(t, e) < rev {
-		time.Sleep(50 * time.Millisecond)
-	}
-	var ms []backup.Manifest
-	if err := json.Unmarshal([]byte(e.MustRun("backup", "list", "-o", "json")), &ms); err != nil {
-		t.Fatal(err)
-	}
+	waitBackedUp(t, e, rev)
+	ms := listBackups(t, e)
 	fullAfter := false
 	for _, m := range ms {
 		fullAfter = fullAfter || m.Kind == backup.KindFull && m.EndRevision >= compacted

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,30 +17,12 @@ import (
 	"github.com/etcd-steward/steward/test/harness"
 )
 
-// writeSpec writes a spec of n members before `steward up`, so a test can
-// set etcd options.
-func writeSpec(t *testing.T, e *harness.Env, n int, version string, edit func(*spec.Cluster)) *spec.Cluster {
-	t.Helper()
-	s, err := spec.NewDefault(spec.DefaultOptions{Members: n, Version: version, StewardDir: e.Dir, FreePort: spec.FreePort("127.0.0.1")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.BinaryStore = e.Store
-	if edit != nil {
-		edit(s)
-	}
-	if err := s.Save(filepath.Join(e.Dir, spec.FileName)); err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
 // TestMaintenance moves the leader, defragments a cluster (followers first,
 // leader last; refused while a member is down), and clears a NOSPACE alarm.
 func TestMaintenance(t *testing.T) {
 	t.Parallel()
 	e := harness.New(t)
-	writeSpec(t, e, 3, binaries.EmbeddedVersion(), func(s *spec.Cluster) {
+	e.WriteSpec(3, binaries.EmbeddedVersion(), func(s *spec.Cluster) {
 		s.Etcd.QuotaBackendBytes = 8 << 20
 	})
 	e.MustRun("up")

@@ -82,13 +82,9 @@ func TestScaling(t *testing.T) {
 					e.MustRun(a...)
 				}
 				// The writer must make progress after each phase.
-				deadline := time.Now().Add(30 * time.Second)
-				for w.n.Load() < before+20 {
-					if time.Now().After(deadline) {
-						t.Fatalf("%s: writes stalled (%d acknowledged in total, %d errors)", name, w.n.Load(), w.errors.Load())
-					}
-					time.Sleep(50 * time.Millisecond)
-				}
+				harness.Eventually(t, 30*time.Second, 50*time.Millisecond, name+": writes to go on", func() bool {
+					return w.n.Load() >= before+20
+				})
 			}
 			wantSize := func(n int) {
 				st := e.WaitStatus(60*time.Second, fmt.Sprintf("%d healthy members", n), func(st *cluster.Status) bool {

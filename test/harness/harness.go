@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +23,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/etcd-steward/steward/internal/proc"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/spec"
@@ -138,24 +140,7 @@ func (e *Env) cleanup() {
 
 // ProcessesUsing lists live processes whose command line mentions dir.
 func ProcessesUsing(dir string) []int {
-	ents, _ := os.ReadDir("/proc")
-	var out []int
-	for _, ent := range ents {
-		pid, err := strconv.Atoi(ent.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + ent.Name() + "/cmdline")
-		if err != nil || !bytes.Contains(b, []byte(dir)) {
-			continue
-		}
-		st, _ := os.ReadFile("/proc/" + ent.Name() + "/stat")
-		if i := bytes.LastIndexByte(st, ')'); i > 0 && i+2 < len(st) && st[i+2] == 'Z' {
-			continue // zombie: dead
-		}
-		out = append(out, pid)
-	}
-	return out
+	return proc.Find(func(args []string) bool { return strings.Contains(strings.Join(args, " "), dir) })
 }
 
 // Run runs steward with --dir set and returns stdout and stderr.
@@ -196,6 +181,24 @@ func (e *Env) Up(n int, v string) {
 	e.MustRun("up", "--members", strconv.Itoa(n), "--version", v, "--binary-store", e.Store)
 }
 
+// WriteSpec writes a spec of n members of etcd version (the test store's
+// binaries) before `steward up`, so a test can set options first.
+func (e *Env) WriteSpec(n int, version string, edit func(*spec.Cluster)) *spec.Cluster {
+	e.TB.Helper()
+	s, err := spec.NewDefault(spec.DefaultOptions{Members: n, Version: version, StewardDir: e.Dir, FreePort: spec.FreePort("127.0.0.1")})
+	if err != nil {
+		e.TB.Fatal(err)
+	}
+	s.BinaryStore = e.Store
+	if edit != nil {
+		edit(s)
+	}
+	if err := s.Save(filepath.Join(e.Dir, spec.FileName)); err != nil {
+		e.TB.Fatal(err)
+	}
+	return s
+}
+
 // Status returns `steward status -o json`, parsed.
 func (e *Env) Status() *cluster.Status {
 	e.TB.Helper()
@@ -210,18 +213,34 @@ func (e *Env) Status() *cluster.Status {
 // WaitStatus polls status until ok returns true or the timeout passes.
 func (e *Env) WaitStatus(timeout time.Duration, what string, ok func(*cluster.Status) bool) *cluster.Status {
 	e.TB.Helper()
-	deadline := time.Now().Add(timeout)
 	var st *cluster.Status
+	if !poll(timeout, 250*time.Millisecond, func() bool { st = e.Status(); return ok(st) }) {
+		b, _ := json.MarshalIndent(st, "", "  ")
+		e.TB.Fatalf("timed out after %s waiting for %s; last status:\n%s", timeout, what, b)
+	}
+	return st
+}
+
+// Eventually polls cond every interval until it returns true, and fails the
+// test with "timed out after TIMEOUT waiting for WHAT" when it does not
+// within timeout. It is the suite's only way to wait for a condition.
+func Eventually(tb testing.TB, timeout, interval time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	if !poll(timeout, interval, cond) {
+		tb.Fatalf("timed out after %s waiting for %s", timeout, what)
+	}
+}
+
+func poll(timeout, interval time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
 	for {
-		st = e.Status()
-		if ok(st) {
-			return st
+		if cond() {
+			return true
 		}
 		if time.Now().After(deadline) {
-			b, _ := json.MarshalIndent(st, "", "  ")
-			e.TB.Fatalf("timed out after %s waiting for %s; last status:\n%s", timeout, what, b)
+			return false
 		}
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(interval)
 	}
 }
 
@@ -241,7 +260,7 @@ func (e *Env) Client(members ...string) *clientv3.Client {
 	s := e.Spec()
 	var eps []string
 	for _, m := range s.Members {
-		if len(members) == 0 || contains(members, m.Name) {
+		if len(members) == 0 || slices.Contains(members, m.Name) {
 			eps = append(eps, m.ClientURL)
 		}
 	}
@@ -273,15 +292,6 @@ func (e *Env) MemberPID(name string) int {
 		e.TB.Fatal(err)
 	}
 	return pid
-}
-
-func contains(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // Healthy reports whether every member is healthy and the cluster quorate.

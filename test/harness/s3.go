@@ -8,8 +8,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
+
+	"github.com/etcd-steward/steward/pkg/spec"
 )
 
 // S3 is a real S3-compatible server (versitygw, posix backend) on loopback.
@@ -47,12 +50,11 @@ func StartS3(tb testing.TB) *S3 {
 	if err := os.MkdirAll(filepath.Join(root, bucket), 0o700); err != nil {
 		tb.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := spec.FreePort("127.0.0.1")()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	const ak, sk = "steward-test", "steward-test-secret-key"
 	var out bytes.Buffer
 	cmd := exec.Command(bin, "--port", addr, "--access", ak, "--secret", sk, "posix", root)
@@ -72,21 +74,17 @@ func StartS3(tb testing.TB) *S3 {
 		tb.Fatal(err)
 	}
 	endpoint := "http://" + addr
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	Eventually(tb, 20*time.Second, 50*time.Millisecond, "versitygw to answer on "+addr, func() bool {
 		select {
 		case <-exited:
 			tb.Fatalf("versitygw exited at start: %s", out.String())
 		default:
 		}
-		if resp, err := http.Get(endpoint); err == nil {
+		resp, err := http.Get(endpoint)
+		if err == nil {
 			resp.Body.Close()
-			break
 		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("versitygw did not listen on %s: %s", addr, out.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil
+	})
 	return &S3{Endpoint: endpoint, Bucket: bucket, CredentialsFile: creds, Dir: root}
 }

@@ -2,8 +2,6 @@
 package down
 
 import (
-	"fmt"
-
 	"github.com/spf13/cobra"
 
 	"github.com/etcd-steward/steward/internal/cli"
@@ -22,8 +20,7 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			errw := cmd.ErrOrStderr()
-			return cluster.Down(cmd.Context(), dir, o, func(f string, a ...any) { fmt.Fprintf(errw, f+"\n", a...) })
+			return cluster.Down(cmd.Context(), dir, o, cli.Progress(cmd.ErrOrStderr()))
 		},
 	}
 	cmd.Flags().BoolVar(&o.Purge, "purge", false, "delete the Steward directory (data, certificates, logs) after stopping")

@@ -29,7 +29,7 @@ keeping the data. Returns when every member is healthy and prints the endpoints.
 				return err
 			}
 			errw := cmd.ErrOrStderr()
-			progress := func(f string, a ...any) { fmt.Fprintf(errw, f+"\n", a...) }
+			progress := cli.Progress(errw)
 			c, warnings, err := cluster.Up(cmd.Context(), dir, o, progress)
 			for _, w := range warnings {
 				fmt.Fprintln(errw, "warning:", w)

@@ -1,0 +1,29 @@
+// Package rollback is the `steward rollback` command.
+package rollback
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/etcd-steward/steward/internal/cli"
+	"github.com/etcd-steward/steward/pkg/upgrade"
+)
+
+// NewCommand returns the rollback command.
+func NewCommand(g *cli.Globals) *cobra.Command {
+	var o upgrade.Options
+	cmd := &cobra.Command{
+		Use:   "rollback",
+		Short: "Return the cluster to the etcd version it had before the last upgrade plan, as a plan of its own",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.Cluster(cmd)
+			if err != nil {
+				return err
+			}
+			_, err = upgrade.Rollback(cmd.Context(), c, o)
+			return err
+		},
+	}
+	cmd.Flags().BoolVar(&o.Force, "force", false, "skip the pre-flight checks marked overridable in docs/upgrades.md")
+	return cmd
+}

@@ -1,0 +1,54 @@
+// Package upgrade is the `steward upgrade` command: plan and apply an etcd
+// version change one minor line at a time.
+package upgrade
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/etcd-steward/steward/internal/cli"
+	plancmd "github.com/etcd-steward/steward/internal/cmd/plan"
+	"github.com/etcd-steward/steward/pkg/upgrade"
+)
+
+// NewCommand returns the upgrade command.
+func NewCommand(g *cli.Globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "upgrade", Short: "Plan and apply an etcd upgrade, one minor version at a time"}
+	var o upgrade.Options
+	planCmd := &cobra.Command{
+		Use:   "plan --to VERSION",
+		Short: "Compute the steps from the live cluster to VERSION (nothing is changed)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.Cluster(cmd)
+			if err != nil {
+				return err
+			}
+			p, err := upgrade.NewPlan(cmd.Context(), c, o)
+			if err != nil {
+				return err
+			}
+			return plancmd.Print(g, cmd.OutOrStdout(), p)
+		},
+	}
+	apply := &cobra.Command{
+		Use:   "apply --to VERSION",
+		Short: "Compute, save and run the plan to VERSION; `steward plan resume` continues it after a failure or crash",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.Cluster(cmd)
+			if err != nil {
+				return err
+			}
+			_, err = upgrade.Apply(cmd.Context(), c, o)
+			return err
+		},
+	}
+	for _, sub := range []*cobra.Command{planCmd, apply} {
+		sub.Flags().StringVar(&o.To, "to", "", "target etcd version, e.g. 3.7.3 (required)")
+		sub.Flags().StringVar(&o.Strategy, "strategy", "", "rolling, offline or restore (default: rolling for several members, offline for one)")
+		_ = sub.MarkFlagRequired("to")
+	}
+	apply.Flags().BoolVar(&o.Force, "force", false, "skip the pre-flight checks marked overridable in docs/upgrades.md")
+	cmd.AddCommand(planCmd, apply)
+	return cmd
+}

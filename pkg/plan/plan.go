@@ -1,0 +1,116 @@
+// Package plan holds upgrade and rollback plans: an ordered list of steps,
+// each with its state, kept in a bbolt database in the Steward directory
+// (never in etcd, which may be down halfway through a step), and the
+// engine that runs them.
+//
+// Invariants, enforced in Run:
+//   - a step is marked running, and that is synced to disk, before it acts;
+//   - a step is marked done only after it returned without error;
+//   - steps run in index order, and a step runs only when every step
+//     before it is done;
+//   - at most one process runs a plan at a time (an exclusive lock file).
+//
+// Because a step may die halfway, every Executor step must be idempotent:
+// re-running it converges to the same result.
+package plan
+
+import (
+	"fmt"
+	"time"
+)
+
+// State is the state of a plan or a step.
+type State string
+
+// States.
+const (
+	Pending    State = "pending"
+	Running    State = "running"
+	Done       State = "done"
+	Failed     State = "failed"
+	RolledBack State = "rolled back"
+	Aborted    State = "aborted"
+)
+
+// Kind says what a plan is for.
+type Kind string
+
+// Plan kinds.
+const (
+	KindUpgrade  Kind = "upgrade"
+	KindRollback Kind = "rollback"
+)
+
+// Plan is a persisted sequence of steps.
+type Plan struct {
+	ID   string `json:"id"`
+	Kind Kind   `json:"kind"`
+	// From and To are the cluster's etcd version before and after.
+	From     string `json:"from"`
+	To       string `json:"to"`
+	Strategy string `json:"strategy"`
+	State    State  `json:"state"`
+	// Error is the reason the plan failed.
+	Error string `json:"error,omitempty"`
+	// AbortRequested asks the running engine to stop after its step.
+	AbortRequested bool `json:"abortRequested,omitempty"`
+	// Force skips the pre-flight checks documented as overridable.
+	Force bool `json:"force,omitempty"`
+	// Of is, for a rollback, the ID of the plan it rolls back.
+	Of        string    `json:"of,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
+	Steps     []Step    `json:"steps"`
+	// Values carries facts steps record for later steps (e.g. the ID of
+	// the verified pre-upgrade backup).
+	Values map[string]string `json:"values,omitempty"`
+}
+
+// Step is one action of a plan.
+type Step struct {
+	Index int    `json:"index"`
+	Kind  string `json:"kind"`
+	// Member is the member the step acts on, when it acts on one.
+	Member string `json:"member,omitempty"`
+	// Version is the etcd version the step moves to or waits for.
+	Version string `json:"version,omitempty"`
+	// Description says in words what the step does.
+	Description string     `json:"description"`
+	State       State      `json:"state"`
+	Attempts    int        `json:"attempts"`
+	StartedAt   *time.Time `json:"startedAt,omitempty"`
+	EndedAt     *time.Time `json:"endedAt,omitempty"`
+	Error       string     `json:"error,omitempty"`
+}
+
+// Active reports whether the plan still has work that must finish or be
+// resumed before another plan may start.
+func (p *Plan) Active() bool {
+	return p.State == Pending || p.State == Running || p.State == Failed
+}
+
+// Current returns the first step that is not done (nil when none is left).
+func (p *Plan) Current() *Step {
+	for i := range p.Steps {
+		if p.Steps[i].State != Done {
+			return &p.Steps[i]
+		}
+	}
+	return nil
+}
+
+// Value returns a recorded value.
+func (p *Plan) Value(k string) string { return p.Values[k] }
+
+// SetValue records a value for later steps.
+func (p *Plan) SetValue(k, v string) {
+	if p.Values == nil {
+		p.Values = map[string]string{}
+	}
+	p.Values[k] = v
+}
+
+// NewID returns a plan ID from its kind and creation time.
+func NewID(k Kind, t time.Time) string {
+	return fmt.Sprintf("%s-%s", k, t.UTC().Format("20060102T150405Z"))
+}

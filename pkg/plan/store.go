@@ -1,0 +1,204 @@
+package plan
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// DBName is the plan database's file name in the Steward directory.
+const DBName = "plans.db"
+
+var (
+	bucketPlans = []byte("plans")
+	bucketMeta  = []byte("meta")
+	keyLatest   = []byte("latest")
+)
+
+// ErrNoPlan is returned when the Steward directory holds no plan.
+var ErrNoPlan = errors.New("no upgrade or rollback plan in this Steward directory")
+
+// Store keeps plans in a bbolt database. The database is opened for each
+// operation and closed after it, so `steward plan show` can read while
+// another process runs a plan. bbolt syncs every committed transaction to
+// disk before Update returns.
+type Store struct {
+	dir string
+}
+
+// OpenStore returns the plan store of a Steward directory.
+func OpenStore(dir string) *Store { return &Store{dir: dir} }
+
+// Path is the database file.
+func (s *Store) Path() string { return filepath.Join(s.dir, DBName) }
+
+func (s *Store) db(readOnly bool) (*bolt.DB, error) {
+	if readOnly {
+		if _, err := os.Stat(s.Path()); errors.Is(err, os.ErrNotExist) {
+			return nil, ErrNoPlan
+		}
+	}
+	db, err := bolt.Open(s.Path(), 0o600, &bolt.Options{Timeout: 30 * time.Second, ReadOnly: readOnly})
+	if err != nil {
+		return nil, fmt.Errorf("open plan database %s: %w", s.Path(), err)
+	}
+	return db, nil
+}
+
+// Save writes a plan and makes it the latest; it returns after the write
+// is on disk. An abort request is sticky: once another process recorded
+// one, saving a copy without it keeps it.
+func (s *Store) Save(p *Plan) error {
+	p.UpdatedAt = time.Now().UTC()
+	db, err := s.db(false)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	err = db.Update(func(tx *bolt.Tx) error {
+		pb, err := tx.CreateBucketIfNotExists(bucketPlans)
+		if err != nil {
+			return err
+		}
+		mb, err := tx.CreateBucketIfNotExists(bucketMeta)
+		if err != nil {
+			return err
+		}
+		if old, err := get(tx, p.ID); err == nil && old.AbortRequested {
+			p.AbortRequested = true
+		}
+		b, err := json.Marshal(p)
+		if err != nil {
+			return err
+		}
+		if err := pb.Put([]byte(p.ID), b); err != nil {
+			return err
+		}
+		return mb.Put(keyLatest, []byte(p.ID))
+	})
+	if err != nil {
+		return fmt.Errorf("save plan %s: %w", p.ID, err)
+	}
+	return nil
+}
+
+// Get loads a plan by ID.
+func (s *Store) Get(id string) (*Plan, error) {
+	var p *Plan
+	err := s.view(func(tx *bolt.Tx) error {
+		var err error
+		p, err = get(tx, id)
+		return err
+	})
+	return p, err
+}
+
+// Latest loads the most recently saved plan.
+func (s *Store) Latest() (*Plan, error) {
+	var p *Plan
+	err := s.view(func(tx *bolt.Tx) error {
+		mb := tx.Bucket(bucketMeta)
+		if mb == nil || mb.Get(keyLatest) == nil {
+			return ErrNoPlan
+		}
+		var err error
+		p, err = get(tx, string(mb.Get(keyLatest)))
+		return err
+	})
+	return p, err
+}
+
+// List returns every plan, oldest first.
+func (s *Store) List() ([]*Plan, error) {
+	var out []*Plan
+	err := s.view(func(tx *bolt.Tx) error {
+		pb := tx.Bucket(bucketPlans)
+		if pb == nil {
+			return nil
+		}
+		return pb.ForEach(func(k, v []byte) error {
+			var p Plan
+			if err := json.Unmarshal(v, &p); err != nil {
+				return fmt.Errorf("plan %s: %w", k, err)
+			}
+			out = append(out, &p)
+			return nil
+		})
+	})
+	if errors.Is(err, ErrNoPlan) {
+		err = nil
+	}
+	return out, err
+}
+
+func (s *Store) view(f func(*bolt.Tx) error) error {
+	db, err := s.db(true)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	return db.View(f)
+}
+
+func get(tx *bolt.Tx, id string) (*Plan, error) {
+	pb := tx.Bucket(bucketPlans)
+	if pb == nil {
+		return nil, ErrNoPlan
+	}
+	b := pb.Get([]byte(id))
+	if b == nil {
+		return nil, fmt.Errorf("no plan %q", id)
+	}
+	var p Plan
+	if err := json.Unmarshal(b, &p); err != nil {
+		return nil, fmt.Errorf("plan %s: %w", id, err)
+	}
+	return &p, nil
+}
+
+// Lock is held by the one process that runs a plan.
+type Lock struct{ f *os.File }
+
+// ErrLocked is returned by TryLock when another process runs a plan.
+var ErrLocked = errors.New("another steward process is running a plan in this Steward directory")
+
+// TryLock takes the plan runner's lock without waiting.
+func (s *Store) TryLock() (*Lock, error) {
+	if err := os.MkdirAll(filepath.Join(s.dir, "run"), 0o700); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(s.dir, "run", "plan.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("plan lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, ErrLocked
+		}
+		return nil, fmt.Errorf("plan lock: %w", err)
+	}
+	return &Lock{f: f}, nil
+}
+
+// Locked reports whether a process holds the runner's lock now.
+func (s *Store) Locked() bool {
+	l, err := s.TryLock()
+	if err != nil {
+		return errors.Is(err, ErrLocked)
+	}
+	l.Release()
+	return false
+}
+
+// Release gives the lock up.
+func (l *Lock) Release() {
+	_ = syscall.Flock(int(l.f.Fd()), syscall.LOCK_UN)
+	_ = l.f.Close()
+}

@@ -1,0 +1,392 @@
+package upgrade
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/coreos/go-semver/semver"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/plan"
+)
+
+// Executor runs plan steps against a cluster. Every step converges: run
+// again after it completed or died halfway, it finds the work done (or
+// partly done) and finishes it.
+type Executor struct {
+	C *cluster.Cluster
+	// Progress receives a line per notable action (may be nil).
+	Progress io.Writer
+	// HealthTimeout bounds each wait for health, catch-up and versions
+	// (default 2 minutes).
+	HealthTimeout time.Duration
+}
+
+func (e *Executor) say(format string, a ...any) {
+	if e.Progress != nil {
+		fmt.Fprintf(e.Progress, "  "+format+"\n", a...)
+	}
+}
+
+func (e *Executor) timeout() time.Duration {
+	if e.HealthTimeout > 0 {
+		return e.HealthTimeout
+	}
+	return 2 * time.Minute
+}
+
+// Execute implements plan.Executor.
+func (e *Executor) Execute(ctx context.Context, p *plan.Plan, s *plan.Step) error {
+	// The spec may have changed (a step records versions in it).
+	c, err := cluster.Open(e.C.Dir)
+	if err != nil {
+		return err
+	}
+	c.Progress = e.C.Progress
+	e.C = c
+	switch s.Kind {
+	case StepPreflight:
+		return e.preflight(ctx, p, s)
+	case StepBackup:
+		return e.backup(ctx, p, s)
+	case StepDowngradeStart:
+		return e.downgradeEnable(ctx, s)
+	case StepStorageVersion:
+		return e.waitStorageVersion(ctx, s)
+	case StepMember:
+		return e.member(ctx, s)
+	case StepClusterVersion:
+		return e.clusterVersion(ctx, s)
+	}
+	return fmt.Errorf("unknown step kind %q", s.Kind)
+}
+
+func (e *Executor) preflight(ctx context.Context, p *plan.Plan, s *plan.Step) error {
+	st, err := e.C.Status(ctx)
+	if err != nil {
+		return err
+	}
+	from, err := uniformVersion(e.C, st)
+	if err != nil {
+		return err
+	}
+	if from == s.Version {
+		e.say("every member already runs %s", s.Version)
+		return nil
+	}
+	checks, err := Preflight(ctx, e.C, from, s.Version)
+	if err != nil {
+		return err
+	}
+	warnings, err := Refusal(checks, p.Force)
+	for _, w := range warnings {
+		e.say("warning: %s", w)
+	}
+	return err
+}
+
+// backup takes a full snapshot and verifies it; a backup recorded by an
+// earlier attempt of this step is kept when it still verifies.
+func (e *Executor) backup(ctx context.Context, p *plan.Plan, s *plan.Step) error {
+	key := fmt.Sprintf("backup.%d", s.Index)
+	if id := p.Value(key); id != "" {
+		if res, err := e.C.VerifyBackups(ctx, id, ""); err == nil && len(res) == 1 && res[0].OK {
+			e.say("backup %s verified", id)
+			return nil
+		}
+	}
+	m, err := e.C.BackupNow(ctx, cluster.BackupOptions{})
+	if err != nil {
+		return err
+	}
+	res, err := e.C.VerifyBackups(ctx, m.ID, "")
+	if err != nil {
+		return fmt.Errorf("verify backup %s: %w", m.ID, err)
+	}
+	if len(res) != 1 || !res[0].OK {
+		return fmt.Errorf("backup %s does not verify: %+v", m.ID, res)
+	}
+	p.SetValue(key, m.ID)
+	if p.Value("backup") == "" {
+		p.SetValue("backup", m.ID)
+	}
+	e.say("backup %s at revision %d verified", m.ID, m.EndRevision)
+	return nil
+}
+
+// member swaps one member to s.Version: moves leadership away first, then
+// has the agent restart it on the new binary, and waits until the member is
+// healthy and has applied what the leader had when it came back.
+func (e *Executor) member(ctx context.Context, s *plan.Step) error {
+	st, err := e.C.Status(ctx)
+	if err != nil {
+		return err
+	}
+	ms, ok := st.Member(s.Member)
+	if !ok {
+		return fmt.Errorf("member %s is not in the cluster", s.Member)
+	}
+	if ms.Version == s.Version && ms.Healthy {
+		e.say("%s already runs %s", s.Member, s.Version)
+		return e.recordMemberVersion(ctx, s)
+	}
+	if st.Cluster.Leader == s.Member && len(st.Members) > 1 {
+		to := transferee(st, s.Member, s.Version)
+		if to == "" {
+			return fmt.Errorf("%s leads and no other healthy voting member can take over", s.Member)
+		}
+		if err := e.C.MoveLeader(ctx, to); err != nil {
+			return err
+		}
+		e.say("moved leadership from %s to %s", s.Member, to)
+	}
+	// An older minor may start only when the cluster already works at
+	// that minor: etcd's downgrade is enabled, or the cluster version
+	// never advanced past it (an upgrade stopped halfway).
+	allow := false
+	if cv, err := semver.NewVersion(st.Cluster.Version); err == nil {
+		tv := semver.New(s.Version)
+		allow = cv.Major == tv.Major && cv.Minor <= tv.Minor
+	}
+	if err := e.snapshotFirst(ctx, ms, s.Version); err != nil {
+		return err
+	}
+	if err := e.C.SwapMemberVersion(ctx, s.Member, s.Version, allow); err != nil {
+		return err
+	}
+	e.say("%s restarted on %s", s.Member, s.Version)
+	return e.waitCaughtUp(ctx, s.Member, s.Version)
+}
+
+// snapshotFirst makes the member take a raft snapshot on the version its
+// data dir last ran when the catalogue says the target line cannot replay
+// WAL entries older lines wrote.
+func (e *Executor) snapshotFirst(ctx context.Context, ms cluster.MemberStatus, target string) error {
+	last := ms.DataDirVersion
+	if last == "" {
+		return nil
+	}
+	lv, err := semver.NewVersion(last)
+	if err != nil {
+		return nil
+	}
+	tv := semver.New(target)
+	if lv.Major != tv.Major || lv.Minor >= tv.Minor {
+		return nil
+	}
+	cat, err := Catalogue(e.C.Dir)
+	if err != nil {
+		return err
+	}
+	if entry, ok := cat.Minor(minorOf(target)); !ok || !entry.SnapshotBeforeUpgrade {
+		return nil
+	}
+	return e.C.SnapshotMember(ctx, ms.Name, last, e.timeout())
+}
+
+func (e *Executor) recordMemberVersion(ctx context.Context, s *plan.Step) error {
+	m, ok := e.C.Spec.Member(s.Member)
+	if !ok || e.C.Spec.VersionOf(*m) == s.Version {
+		return nil
+	}
+	return e.C.SwapMemberVersion(ctx, s.Member, s.Version, false)
+}
+
+// transferee prefers a healthy voter already on the target version.
+func transferee(st *cluster.Status, exclude, version string) string {
+	pick := ""
+	for _, m := range st.Members {
+		if m.Name == exclude || !m.Healthy || m.Role == "learner" {
+			continue
+		}
+		if m.Version == version {
+			return m.Name
+		}
+		if pick == "" {
+			pick = m.Name
+		}
+	}
+	return pick
+}
+
+func (e *Executor) waitCaughtUp(ctx context.Context, name, version string) error {
+	ctx, cancel := context.WithTimeout(ctx, e.timeout())
+	defer cancel()
+	var target uint64
+	var last string
+	for {
+		st, err := e.C.Status(ctx)
+		if err == nil {
+			ms, _ := st.Member(name)
+			leader, _ := st.Member(st.Cluster.Leader)
+			switch {
+			case ms.Version != version:
+				last = fmt.Sprintf("%s reports version %q", name, ms.Version)
+			case !ms.Healthy:
+				last = fmt.Sprintf("%s not healthy: %s", name, ms.LastError)
+			case st.Cluster.HealthyMembers < len(st.Members):
+				last = "not every member is healthy: " + unhealthyNames(st)
+			case target == 0:
+				// The leader's applied index once the member answers:
+				// the member has caught up when it applied as much.
+				target = leader.RaftAppliedIndex
+				last = fmt.Sprintf("%s catching up to index %d", name, target)
+				continue
+			case ms.RaftAppliedIndex >= target:
+				e.say("%s healthy on %s, applied index %d", name, version, ms.RaftAppliedIndex)
+				return nil
+			default:
+				last = fmt.Sprintf("%s applied %d of %d", name, ms.RaftAppliedIndex, target)
+			}
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("health gate: %s not healthy and caught up on %s within %s: %s", name, version, e.timeout(), last)
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}
+
+func unhealthyNames(st *cluster.Status) string {
+	var out []string
+	for _, m := range st.Members {
+		if !m.Healthy {
+			out = append(out, fmt.Sprintf("%s (%s)", m.Name, m.LastError))
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// clusterVersion waits until every member runs s.Version, the cluster
+// version is its minor and no downgrade is in progress, then records
+// s.Version as the spec's version.
+func (e *Executor) clusterVersion(ctx context.Context, s *plan.Step) error {
+	want := minorOf(s.Version) + ".0"
+	err := e.waitFor(ctx, "cluster version "+want, func(st *cluster.Status) string {
+		for _, m := range st.Members {
+			if m.Version != s.Version {
+				return fmt.Sprintf("%s runs %q", m.Name, m.Version)
+			}
+		}
+		if st.Cluster.Version != want {
+			return fmt.Sprintf("cluster version is %q", st.Cluster.Version)
+		}
+		if on, err := e.downgradeEnabled(ctx); err != nil {
+			return err.Error()
+		} else if on {
+			return "etcd's downgrade is still enabled"
+		}
+		return ""
+	})
+	if err != nil {
+		return err
+	}
+	if err := e.C.SetVersion(s.Version); err != nil {
+		return err
+	}
+	e.say("cluster on %s (cluster version %s)", s.Version, want)
+	return nil
+}
+
+// downgradeEnable validates and enables etcd's downgrade to the target's
+// minor, unless the cluster version already is that minor.
+func (e *Executor) downgradeEnable(ctx context.Context, s *plan.Step) error {
+	st, err := e.C.Status(ctx)
+	if err != nil {
+		return err
+	}
+	target := minorOf(s.Version)
+	if st.Cluster.Version == target+".0" {
+		e.say("cluster version already %s", st.Cluster.Version)
+		return nil
+	}
+	cli, err := e.C.Client()
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := cli.Downgrade(dctx, clientv3.DowngradeValidate, target); err != nil {
+		return fmt.Errorf("etcd refused to validate the downgrade to %s: %w", target, err)
+	}
+	if _, err := cli.Downgrade(dctx, clientv3.DowngradeEnable, target); err != nil {
+		return fmt.Errorf("enable etcd's downgrade to %s: %w", target, err)
+	}
+	e.say("etcd's downgrade to %s enabled", target)
+	return nil
+}
+
+// waitStorageVersion waits until every member that reports a storage
+// version reports the target's minor.
+func (e *Executor) waitStorageVersion(ctx context.Context, s *plan.Step) error {
+	want := minorOf(s.Version) + ".0"
+	cli, err := e.C.Client()
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	return e.waitFor(ctx, "storage version "+want, func(*cluster.Status) string {
+		for _, m := range e.C.Spec.Members {
+			sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			r, err := cli.Status(sctx, m.ClientURL)
+			cancel()
+			if err != nil {
+				return fmt.Sprintf("%s: %v", m.Name, err)
+			}
+			if r.StorageVersion != "" && r.StorageVersion != want {
+				return fmt.Sprintf("%s storage version %s", m.Name, r.StorageVersion)
+			}
+		}
+		return ""
+	})
+}
+
+// downgradeEnabled reports whether any member says etcd's downgrade is on.
+func (e *Executor) downgradeEnabled(ctx context.Context) (bool, error) {
+	cli, err := e.C.Client()
+	if err != nil {
+		return false, err
+	}
+	defer cli.Close()
+	for _, m := range e.C.Spec.Members {
+		sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		r, err := cli.Status(sctx, m.ClientURL)
+		cancel()
+		if err != nil {
+			return false, fmt.Errorf("%s: %w", m.Name, err)
+		}
+		if r.DowngradeInfo != nil && r.DowngradeInfo.Enabled {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// waitFor polls status until problem returns "" or the timeout passes.
+func (e *Executor) waitFor(ctx context.Context, what string, problem func(*cluster.Status) string) error {
+	ctx, cancel := context.WithTimeout(ctx, e.timeout())
+	defer cancel()
+	last := ""
+	for {
+		st, err := e.C.Status(ctx)
+		if err == nil {
+			if last = problem(st); last == "" {
+				return nil
+			}
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waited %s for %s: %s", e.timeout(), what, last)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}

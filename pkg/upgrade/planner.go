@@ -1,0 +1,263 @@
+// Package upgrade plans and runs etcd version changes of a Steward cluster:
+// upgrades one minor line at a time and rollbacks to the version a cluster
+// had before its last plan. Plans are computed from the live cluster and the
+// version catalogue, persisted with package plan, and executed step by step
+// by Executor, whose every step is idempotent.
+package upgrade
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/coreos/go-semver/semver"
+
+	"github.com/etcd-steward/steward/pkg/binaries"
+	"github.com/etcd-steward/steward/pkg/catalogue"
+	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/plan"
+)
+
+// Strategies.
+const (
+	// StrategyRolling swaps members one at a time, in place: followers
+	// first, the leader last after leadership moved away. No loss of
+	// availability with three or more members.
+	StrategyRolling = "rolling"
+	// StrategyOffline is for a single member: stop, step through each
+	// intermediate minor on ports no client uses, start the target.
+	StrategyOffline = "offline"
+	// StrategyRestore starts the target version on fresh data dirs
+	// restored from a backup, keeping the old ones for rollback.
+	StrategyRestore = "restore"
+)
+
+// Step kinds.
+const (
+	StepPreflight      = "preflight"
+	StepBackup         = "backup"
+	StepMember         = "member"
+	StepDowngradeStart = "downgrade-enable"
+	StepStorageVersion = "storage-version"
+	StepClusterVersion = "cluster-version"
+)
+
+// Options shape a plan.
+type Options struct {
+	// To is the target etcd version.
+	To string
+	// Strategy is rolling, offline or restore; empty chooses.
+	Strategy string
+	// Force skips the pre-flight checks documented as overridable.
+	Force bool
+}
+
+// Catalogue loads the version catalogue of a Steward directory.
+func Catalogue(dir string) (*catalogue.Catalogue, error) {
+	return catalogue.Load(filepath.Join(dir, catalogue.FileName))
+}
+
+// NewPlan computes an upgrade (or downgrade) plan from the live cluster to
+// o.To. It does not save it.
+func NewPlan(ctx context.Context, c *cluster.Cluster, o Options) (*plan.Plan, error) {
+	to, err := binaries.NormalizeVersion(o.To)
+	if err != nil {
+		return nil, err
+	}
+	st, err := c.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	from, err := uniformVersion(c, st)
+	if err != nil {
+		return nil, err
+	}
+	return build(c, st, plan.KindUpgrade, from, to, o, false)
+}
+
+// uniformVersion returns the one version every member runs, or an error
+// naming who runs what.
+func uniformVersion(c *cluster.Cluster, st *cluster.Status) (string, error) {
+	versions := map[string][]string{}
+	for _, m := range c.Spec.Members {
+		v := c.Spec.VersionOf(m)
+		if ms, ok := st.Member(m.Name); ok && ms.Version != "" {
+			v = ms.Version
+		}
+		versions[v] = append(versions[v], m.Name)
+	}
+	if len(versions) == 1 {
+		for v := range versions {
+			return v, nil
+		}
+	}
+	var parts []string
+	for _, v := range slices.Sorted(maps.Keys(versions)) {
+		parts = append(parts, fmt.Sprintf("%s on %s", v, strings.Join(versions[v], ",")))
+	}
+	return "", fmt.Errorf("members run different etcd versions (%s): resume or roll back the last plan first (`steward plan show`)", strings.Join(parts, "; "))
+}
+
+// build turns the catalogue's path into steps. revert first brings members
+// that run ahead of from back to it (a rollback of a plan that stopped
+// halfway).
+func build(c *cluster.Cluster, st *cluster.Status, kind plan.Kind, from, to string, o Options, revert bool) (*plan.Plan, error) {
+	cat, err := Catalogue(c.Dir)
+	if err != nil {
+		return nil, err
+	}
+	hops, err := cat.Path(from, to)
+	if err != nil {
+		return nil, err
+	}
+	if len(hops) == 0 {
+		return nil, fmt.Errorf("the cluster already runs etcd %s", to)
+	}
+	strategy := o.Strategy
+	if strategy == "" {
+		strategy = StrategyRolling
+		if len(c.Spec.Members) == 1 {
+			strategy = StrategyOffline
+		}
+	}
+	switch strategy {
+	case StrategyRolling:
+	case StrategyOffline, StrategyRestore:
+		return nil, fmt.Errorf("strategy %s is not implemented yet; use --strategy rolling", strategy)
+	default:
+		return nil, fmt.Errorf("unknown strategy %q: use rolling, offline or restore", strategy)
+	}
+	now := time.Now().UTC()
+	p := &plan.Plan{ID: plan.NewID(kind, now), Kind: kind, From: from, To: to, Strategy: strategy,
+		State: plan.Pending, CreatedAt: now, Force: o.Force}
+	add := func(s plan.Step) {
+		s.Index, s.State = len(p.Steps), plan.Pending
+		p.Steps = append(p.Steps, s)
+	}
+	order := memberOrder(c, st)
+	if revert {
+		for _, name := range order {
+			add(plan.Step{Kind: StepMember, Member: name, Version: from,
+				Description: fmt.Sprintf("bring %s back to %s (the cluster version never left %s)", name, from, minorOf(from))})
+		}
+		add(plan.Step{Kind: StepClusterVersion, Version: from, Description: fmt.Sprintf("wait until every member runs %s; record it in the spec", from)})
+	}
+	for _, h := range hops {
+		if h.Kind == catalogue.Downgrade && !h.Online {
+			return nil, fmt.Errorf("etcd %s has no online downgrade to %s; going back needs a restore (strategy restore), which is not implemented yet", minorOf(h.From), minorOf(h.To))
+		}
+		add(plan.Step{Kind: StepPreflight, Version: h.To, Description: fmt.Sprintf("pre-flight checks for %s %s to %s", h.Kind, h.From, h.To)})
+		add(plan.Step{Kind: StepBackup, Version: h.From, Description: fmt.Sprintf("verified full backup before %s to %s", h.Kind, h.To)})
+		if h.Kind == catalogue.Downgrade {
+			add(plan.Step{Kind: StepDowngradeStart, Version: h.To, Description: fmt.Sprintf("validate and enable etcd's downgrade to %s", minorOf(h.To))})
+			add(plan.Step{Kind: StepStorageVersion, Version: h.To, Description: fmt.Sprintf("wait until every member's storage version is %s", minorOf(h.To))})
+		}
+		for _, name := range order {
+			add(plan.Step{Kind: StepMember, Member: name, Version: h.To,
+				Description: fmt.Sprintf("swap %s from %s to %s (%s), wait until healthy and caught up", name, h.From, h.To, h.Kind)})
+		}
+		add(plan.Step{Kind: StepClusterVersion, Version: h.To, Description: fmt.Sprintf("wait for cluster version %s; record %s in the spec", minorOf(h.To)+".0", h.To)})
+	}
+	return p, nil
+}
+
+// memberOrder is followers first (spec order), the current leader last.
+// The executor moves leadership away from whichever member it swaps, so a
+// leader change after planning costs a move, not availability.
+func memberOrder(c *cluster.Cluster, st *cluster.Status) []string {
+	var out []string
+	for _, m := range c.Spec.Members {
+		if m.Name != st.Cluster.Leader {
+			out = append(out, m.Name)
+		}
+	}
+	if _, ok := c.Spec.Member(st.Cluster.Leader); ok {
+		out = append(out, st.Cluster.Leader)
+	}
+	return out
+}
+
+// NewRollback plans the way back to the version the cluster had before the
+// last upgrade plan.
+func NewRollback(ctx context.Context, c *cluster.Cluster, o Options) (*plan.Plan, *plan.Plan, error) {
+	store := c.Plans()
+	last, err := lastUpgrade(store)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := c.Status(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	from, mixed, err := rollbackStart(c, st)
+	if err != nil {
+		return nil, nil, err
+	}
+	o.To = last.From
+	p, err := build(c, st, plan.KindRollback, from, last.From, o, mixed)
+	if err != nil {
+		return nil, nil, fmt.Errorf("roll back %s: %w", last.ID, err)
+	}
+	p.Of = last.ID
+	return p, last, nil
+}
+
+func lastUpgrade(store *plan.Store) (*plan.Plan, error) {
+	ps, err := store.List()
+	if err != nil {
+		return nil, err
+	}
+	var last *plan.Plan
+	for _, p := range ps {
+		if p.Kind == plan.KindUpgrade && p.State != plan.RolledBack && (last == nil || p.CreatedAt.After(last.CreatedAt)) {
+			last = p
+		}
+	}
+	if last == nil {
+		return nil, errors.New("no upgrade plan to roll back: `steward plan show` lists the plans")
+	}
+	return last, nil
+}
+
+// rollbackStart is the version a rollback starts from. With mixed
+// versions (an upgrade stopped halfway), members ahead of the cluster
+// version have written nothing the older binary cannot read (the cluster
+// version did not advance), so the rollback treats the cluster as being on
+// the older version: swapping those members back is the first hop.
+func rollbackStart(c *cluster.Cluster, st *cluster.Status) (string, bool, error) {
+	v, err := uniformVersion(c, st)
+	if err == nil {
+		return v, false, nil
+	}
+	// Mixed: start from the newest version run on the cluster version's
+	// minor line.
+	cv, cerr := semver.NewVersion(st.Cluster.Version)
+	if cerr != nil {
+		return "", false, err
+	}
+	var best *semver.Version
+	for _, m := range st.Members {
+		mv, e := semver.NewVersion(m.Version)
+		if e == nil && mv.Major == cv.Major && mv.Minor == cv.Minor && (best == nil || best.LessThan(*mv)) {
+			best = mv
+		}
+	}
+	if best == nil {
+		return "", false, err
+	}
+	return best.String(), true, nil
+}
+
+func minorOf(v string) string {
+	sv, err := semver.NewVersion(v)
+	if err != nil {
+		return v
+	}
+	return catalogue.MinorOf(sv)
+}
+

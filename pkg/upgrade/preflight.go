@@ -1,0 +1,210 @@
+package upgrade
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/coreos/go-semver/semver"
+
+	"github.com/etcd-steward/steward/pkg/binaries"
+	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/spec"
+)
+
+// Check is the outcome of one pre-flight check.
+type Check struct {
+	Name string `json:"name"`
+	OK   bool   `json:"ok"`
+	// Overridable checks may be skipped with --force.
+	Overridable bool   `json:"overridable"`
+	Message     string `json:"message"`
+}
+
+// Pre-flight check names (docs/upgrades.md lists them).
+const (
+	CheckHealthy   = "members-healthy"
+	CheckVoters    = "no-learners"
+	CheckAlarms    = "no-alarms"
+	CheckLeader    = "stable-leader"
+	CheckDBSize    = "db-size"
+	CheckDisk      = "disk-space"
+	CheckBinaries  = "binaries"
+	CheckFlags     = "flags"
+	CheckV2Store   = "v2store"
+	dbQuotaPercent = 80
+)
+
+// Preflight runs the checks before moving every member from one version to
+// another. It never changes anything.
+func Preflight(ctx context.Context, c *cluster.Cluster, from, to string) ([]Check, error) {
+	st, err := c.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []Check
+	add := func(name string, overridable bool, problem string, okMsg string) {
+		ch := Check{Name: name, OK: problem == "", Overridable: overridable, Message: okMsg}
+		if problem != "" {
+			ch.Message = problem
+		}
+		out = append(out, ch)
+	}
+
+	// Health, voters, alarms.
+	var unhealthy, learners, alarms []string
+	var maxDB int64
+	for _, m := range st.Members {
+		if !m.Healthy {
+			unhealthy = append(unhealthy, fmt.Sprintf("%s (%s)", m.Name, m.LastError))
+		}
+		if m.Role == "learner" {
+			learners = append(learners, m.Name)
+		}
+		for _, a := range m.Alarms {
+			alarms = append(alarms, m.Name+": "+a)
+		}
+		maxDB = max(maxDB, m.DBSize)
+	}
+	add(CheckHealthy, false, when(len(unhealthy) > 0 || !st.Cluster.Quorate,
+		"not every member is healthy: "+strings.Join(unhealthy, "; ")+"; fix them first (`steward status`)"),
+		fmt.Sprintf("all %d members healthy", len(st.Members)))
+	add(CheckVoters, false, when(len(learners) > 0,
+		"learners wait for promotion: "+strings.Join(learners, ", ")+"; finish `steward member add` (or remove them) first"),
+		"every member votes")
+	add(CheckAlarms, false, when(len(alarms) > 0,
+		"alarms are raised: "+strings.Join(alarms, "; ")+"; clear them with `steward alarm disarm`"),
+		"no alarms")
+
+	// A stable leader: the same leader and term across a short interval.
+	leader := st.Cluster.Leader
+	time.Sleep(time.Second) // an interval to compare two observations, not synchronisation
+	st2, err := c.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	lm, _ := st.Member(leader)
+	lm2, _ := st2.Member(st2.Cluster.Leader)
+	add(CheckLeader, true, when(leader == "" || st2.Cluster.Leader != leader || lm.RaftTerm != lm2.RaftTerm,
+		fmt.Sprintf("leadership is not stable (leader %q term %d, then %q term %d)", leader, lm.RaftTerm, st2.Cluster.Leader, lm2.RaftTerm)),
+		fmt.Sprintf("leader %s, term %d", leader, lm.RaftTerm))
+
+	quota := c.Spec.Etcd.QuotaBackendBytes
+	if quota <= 0 {
+		quota = spec.DefaultQuotaBackendBytes
+	}
+	add(CheckDBSize, true, when(maxDB*100 > quota*dbQuotaPercent,
+		fmt.Sprintf("database is %d MB, over %d%% of the %d MB quota: compact and defragment first", maxDB>>20, dbQuotaPercent, quota>>20)),
+		fmt.Sprintf("database %d MB of %d MB quota", maxDB>>20, quota>>20))
+
+	// Room for a backup and a copy of the data.
+	need := 2 * uint64(maxDB)
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(c.Dir, &fs); err == nil {
+		free := fs.Bavail * uint64(fs.Bsize)
+		add(CheckDisk, true, when(free < need,
+			fmt.Sprintf("%d MB free in %s, %d MB needed for a backup and a data copy", free>>20, c.Dir, need>>20)),
+			fmt.Sprintf("%d MB free, %d MB needed", free>>20, need>>20))
+	}
+
+	// Binaries present and verified.
+	store := binaries.Open(c.Spec.BinaryStoreDir(c.Dir))
+	binProblem := ""
+	if _, err := store.Resolve(to); err != nil {
+		binProblem = err.Error()
+	} else if to != binaries.EmbeddedVersion() || storeHas(store, to) {
+		if _, err := store.Verify(ctx, to); err != nil {
+			binProblem = err.Error()
+		}
+	}
+	add(CheckBinaries, false, binProblem, "etcd "+to+" present and verified")
+
+	// Extra flags spelled for the target.
+	cat, err := Catalogue(c.Dir)
+	if err != nil {
+		return nil, err
+	}
+	flagProblem := ""
+	if _, err := cat.Flags(to, c.Spec.Etcd.ExtraFlags); err != nil {
+		flagProblem = err.Error()
+	}
+	add(CheckFlags, false, flagProblem, "extra flags valid for "+to)
+
+	// Before 3.6: etcd's own check that the v2 store holds only membership.
+	fv, tv := semver.New(from), semver.New(to)
+	if fv.Minor < 6 && tv.Minor >= 6 {
+		add(CheckV2Store, false, v2storeProblem(ctx, c, store, from), "v2 store holds membership data only")
+	}
+	return out, nil
+}
+
+// Refusal turns failed checks into an error; with force, overridable
+// failures are returned as warnings instead.
+func Refusal(checks []Check, force bool) (warnings []string, err error) {
+	var problems []string
+	for _, ch := range checks {
+		switch {
+		case ch.OK:
+		case ch.Overridable && force:
+			warnings = append(warnings, fmt.Sprintf("%s: %s (overridden by --force)", ch.Name, ch.Message))
+		case ch.Overridable:
+			problems = append(problems, fmt.Sprintf("%s: %s (--force overrides)", ch.Name, ch.Message))
+		default:
+			problems = append(problems, fmt.Sprintf("%s: %s", ch.Name, ch.Message))
+		}
+	}
+	if len(problems) > 0 {
+		return warnings, fmt.Errorf("pre-flight checks failed; nothing was changed:\n  %s", strings.Join(problems, "\n  "))
+	}
+	return warnings, nil
+}
+
+func when(cond bool, msg string) string {
+	if cond {
+		return msg
+	}
+	return ""
+}
+
+func storeHas(s *binaries.Store, v string) bool {
+	_, err := os.Stat(filepath.Join(s.Dir, binaries.DirPrefix+v, "etcd"))
+	return err == nil
+}
+
+// v2storeProblem runs `etcdutl check v2store` (etcd's own check before
+// 3.6) on a copy of one member's data dir: the tool refuses a data dir in
+// use. The copy leaves the member untouched.
+func v2storeProblem(ctx context.Context, c *cluster.Cluster, store *binaries.Store, from string) string {
+	if v, ok := c.Spec.Etcd.ExtraFlags["enable-v2"]; ok && v != "false" {
+		return "extraFlags set --enable-v2: migrate v2 data and remove the flag before 3.6 (etcd's upgrade guide)"
+	}
+	util := filepath.Join(store.Dir, binaries.DirPrefix+from, "etcdutl")
+	if _, err := os.Stat(util); err != nil {
+		return fmt.Sprintf("etcdutl %s is not in the binary store, so etcd's v2 store check cannot run: import etcd %s with its etcdutl", from, from)
+	}
+	m := c.Spec.Members[0]
+	src := spec.Path(c.Dir, m.DataDir)
+	tmp, err := os.MkdirTemp(c.Dir, "tmp-v2check-")
+	if err != nil {
+		return err.Error()
+	}
+	defer os.RemoveAll(tmp)
+	if out, err := exec.CommandContext(ctx, "cp", "-a", src, filepath.Join(tmp, "data")).CombinedOutput(); err != nil {
+		return fmt.Sprintf("copy %s for the v2 store check: %v: %s", src, err, out)
+	}
+	out, err := exec.CommandContext(ctx, util, "check", "v2store", "--data-dir", filepath.Join(tmp, "data")).CombinedOutput()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return fmt.Sprintf("etcdutl check v2store on a copy of %s: %s", m.Name, strings.TrimSpace(string(out)))
+		}
+		return err.Error()
+	}
+	return ""
+}

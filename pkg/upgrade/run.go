@@ -1,0 +1,137 @@
+package upgrade
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/plan"
+)
+
+// Apply plans an upgrade to o.To, saves the plan and runs it.
+func Apply(ctx context.Context, c *cluster.Cluster, o Options) (*plan.Plan, error) {
+	if err := requireNoActivePlan(c.Plans()); err != nil {
+		return nil, err
+	}
+	p, err := NewPlan(ctx, c, o)
+	if err != nil {
+		return nil, err
+	}
+	return p, start(ctx, c, p)
+}
+
+// Rollback plans the way back to the version before the last upgrade plan,
+// saves it and runs it. An upgrade plan that stopped halfway (failed or
+// interrupted) is superseded: it is marked aborted first.
+func Rollback(ctx context.Context, c *cluster.Cluster, o Options) (*plan.Plan, error) {
+	store := c.Plans()
+	if store.Locked() {
+		return nil, plan.ErrLocked
+	}
+	latest, err := store.Latest()
+	if err != nil {
+		return nil, err
+	}
+	if latest.Kind == plan.KindRollback && latest.Active() {
+		return nil, fmt.Errorf("rollback %s is %s: `steward plan resume` finishes it", latest.ID, latest.State)
+	}
+	p, up, err := NewRollback(ctx, c, o)
+	if err != nil {
+		return nil, err
+	}
+	if up.Active() {
+		up.State, up.Error = plan.Aborted, "superseded by rollback "+p.ID
+		if err := store.Save(up); err != nil {
+			return nil, err
+		}
+	}
+	return p, start(ctx, c, p)
+}
+
+// Resume runs the latest plan from its first step that is not done.
+func Resume(ctx context.Context, c *cluster.Cluster) (*plan.Plan, error) {
+	p, err := c.Plans().Latest()
+	if err != nil {
+		return nil, err
+	}
+	if !p.Active() {
+		return p, fmt.Errorf("plan %s is %s: nothing to resume", p.ID, p.State)
+	}
+	return p, run(ctx, c, p.ID)
+}
+
+// Abort stops the latest plan: at once when no process runs it, else after
+// the step in progress.
+func Abort(c *cluster.Cluster) (*plan.Plan, error) {
+	p, err := c.Plans().Latest()
+	if err != nil {
+		return nil, err
+	}
+	return plan.RequestAbort(c.Plans(), p.ID)
+}
+
+func start(ctx context.Context, c *cluster.Cluster, p *plan.Plan) error {
+	if err := c.Plans().Save(p); err != nil {
+		return err
+	}
+	return run(ctx, c, p.ID)
+}
+
+func run(ctx context.Context, c *cluster.Cluster, id string) error {
+	ex := &Executor{C: c, Progress: c.Progress}
+	err := plan.Run(ctx, c.Plans(), id, ex, func(format string, a ...any) {
+		if c.Progress != nil {
+			fmt.Fprintf(c.Progress, format+"\n", a...)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return markRolledBack(c.Plans(), id)
+}
+
+// markRolledBack marks the upgrade plan a finished rollback undid.
+func markRolledBack(store *plan.Store, id string) error {
+	p, err := store.Get(id)
+	if err != nil || p.Kind != plan.KindRollback || p.State != plan.Done || p.Of == "" {
+		return err
+	}
+	up, err := store.Get(p.Of)
+	if err != nil {
+		return err
+	}
+	up.State = plan.RolledBack
+	for i := range up.Steps {
+		if up.Steps[i].State == plan.Done {
+			up.Steps[i].State = plan.RolledBack
+		}
+	}
+	if err := store.Save(up); err != nil {
+		return err
+	}
+	// Save made the upgrade plan the latest; the rollback is the latest.
+	return store.Save(p)
+}
+
+func requireNoActivePlan(store *plan.Store) error {
+	if store.Locked() {
+		return plan.ErrLocked
+	}
+	p, err := store.Latest()
+	if errors.Is(err, plan.ErrNoPlan) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if p.Active() {
+		cur := p.Current()
+		where := ""
+		if cur != nil {
+			where = fmt.Sprintf(" at step %d (%s)", cur.Index, cur.Description)
+		}
+		return fmt.Errorf("%s plan %s is %s%s: `steward plan resume` finishes it, `steward plan abort` stops it, `steward rollback` undoes it", p.Kind, p.ID, p.State, where)
+	}
+	return nil
+}
