@@ -64,8 +64,8 @@ type member struct {
 	// dir's version record (a swap during etcd's online downgrade). It is
 	// not persisted: after an agent restart the swap must be asked again.
 	downgradeOnce bool
-	loopDone     chan struct{}
-	wake         chan struct{}
+	loopDone      chan struct{}
+	wake          chan struct{}
 }
 
 func newMember(a *Agent, cfg agentapi.MemberConfig) *member {

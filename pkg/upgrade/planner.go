@@ -260,4 +260,3 @@ func minorOf(v string) string {
 	}
 	return catalogue.MinorOf(sv)
 }
-
