@@ -56,6 +56,9 @@ type Plan struct {
 	AbortRequested bool `json:"abortRequested,omitempty"`
 	// Force skips the pre-flight checks documented as overridable.
 	Force bool `json:"force,omitempty"`
+	// HealthTimeoutSeconds bounds each health, catch-up and version wait
+	// of a step (0: the executor's default).
+	HealthTimeoutSeconds int `json:"healthTimeoutSeconds,omitempty"`
 	// Of is, for a rollback, the ID of the plan it rolls back.
 	Of        string    `json:"of,omitempty"`
 	CreatedAt time.Time `json:"createdAt"`

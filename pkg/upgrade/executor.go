@@ -48,6 +48,9 @@ func (e *Executor) Execute(ctx context.Context, p *plan.Plan, s *plan.Step) erro
 	}
 	c.Progress = e.C.Progress
 	e.C = c
+	if p.HealthTimeoutSeconds > 0 {
+		e.HealthTimeout = time.Duration(p.HealthTimeoutSeconds) * time.Second
+	}
 	switch s.Kind {
 	case StepPreflight:
 		return e.preflight(ctx, p, s)

@@ -55,6 +55,8 @@ type Options struct {
 	Strategy string
 	// Force skips the pre-flight checks documented as overridable.
 	Force bool
+	// HealthTimeout bounds each wait of a step (default 2 minutes).
+	HealthTimeout time.Duration
 }
 
 // Catalogue loads the version catalogue of a Steward directory.
@@ -134,7 +136,7 @@ func build(c *cluster.Cluster, st *cluster.Status, kind plan.Kind, from, to stri
 	}
 	now := time.Now().UTC()
 	p := &plan.Plan{ID: plan.NewID(kind, now), Kind: kind, From: from, To: to, Strategy: strategy,
-		State: plan.Pending, CreatedAt: now, Force: o.Force}
+		State: plan.Pending, CreatedAt: now, Force: o.Force, HealthTimeoutSeconds: int(o.HealthTimeout / time.Second)}
 	add := func(s plan.Step) {
 		s.Index, s.State = len(p.Steps), plan.Pending
 		p.Steps = append(p.Steps, s)

@@ -18,7 +18,33 @@ func Apply(ctx context.Context, c *cluster.Cluster, o Options) (*plan.Plan, erro
 	if err != nil {
 		return nil, err
 	}
+	if err := preflightFirstHop(ctx, c, p); err != nil {
+		return nil, err
+	}
 	return p, start(ctx, c, p)
+}
+
+// preflightFirstHop runs the first hop's checks before the plan is saved,
+// so a refused plan leaves no trace. The plan's preflight steps run them
+// again when they execute.
+func preflightFirstHop(ctx context.Context, c *cluster.Cluster, p *plan.Plan) error {
+	for _, s := range p.Steps {
+		if s.Kind != StepPreflight {
+			continue
+		}
+		checks, err := Preflight(ctx, c, p.From, s.Version)
+		if err != nil {
+			return err
+		}
+		warnings, err := Refusal(checks, p.Force)
+		if c.Progress != nil {
+			for _, w := range warnings {
+				fmt.Fprintf(c.Progress, "warning: %s\n", w)
+			}
+		}
+		return err
+	}
+	return nil
 }
 
 // Rollback plans the way back to the version before the last upgrade plan,
@@ -38,6 +64,9 @@ func Rollback(ctx context.Context, c *cluster.Cluster, o Options) (*plan.Plan, e
 	}
 	p, up, err := NewRollback(ctx, c, o)
 	if err != nil {
+		return nil, err
+	}
+	if err := preflightFirstHop(ctx, c, p); err != nil {
 		return nil, err
 	}
 	if up.Active() {

@@ -2,6 +2,8 @@
 package rollback
 
 import (
+	"time"
+
 	"github.com/spf13/cobra"
 
 	"github.com/etcd-steward/steward/internal/cli"
@@ -25,5 +27,6 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&o.Force, "force", false, "skip the pre-flight checks marked overridable in docs/upgrades.md")
+	cmd.Flags().DurationVar(&o.HealthTimeout, "health-timeout", 2*time.Minute, "how long each step waits for health, catch-up and versions before the plan fails")
 	return cmd
 }

@@ -3,6 +3,8 @@
 package upgrade
 
 import (
+	"time"
+
 	"github.com/spf13/cobra"
 
 	"github.com/etcd-steward/steward/internal/cli"
@@ -49,6 +51,7 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 		_ = sub.MarkFlagRequired("to")
 	}
 	apply.Flags().BoolVar(&o.Force, "force", false, "skip the pre-flight checks marked overridable in docs/upgrades.md")
+	apply.Flags().DurationVar(&o.HealthTimeout, "health-timeout", 2*time.Minute, "how long each step waits for health, catch-up and versions before the plan fails")
 	cmd.AddCommand(planCmd, apply)
 	return cmd
 }

@@ -1,0 +1,409 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/test/harness"
+)
+
+// ackWriter writes unique keys as fast as one client can (well over 100
+// writes per second on loopback) with clientv3's ordinary retries, and
+// remembers every key etcd acknowledged.
+type ackWriter struct {
+	mu     sync.Mutex
+	acked  []string
+	errors atomic.Int64
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+func startAckWriter(cli *clientv3.Client, prefix string) *ackWriter {
+	w := &ackWriter{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for i := 0; ; i++ {
+			select {
+			case <-w.stop:
+				return
+			default:
+			}
+			k := fmt.Sprintf("%s/%07d", prefix, i)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, err := cli.Put(ctx, k, "v")
+			cancel()
+			if err != nil {
+				w.errors.Add(1)
+				continue
+			}
+			w.mu.Lock()
+			w.acked = append(w.acked, k)
+			w.mu.Unlock()
+		}
+	}()
+	return w
+}
+
+// Stop ends the writer and returns the acknowledged keys.
+func (w *ackWriter) Stop() []string {
+	close(w.stop)
+	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.acked
+}
+
+func (w *ackWriter) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.acked)
+}
+
+// requireKeys fails unless every acknowledged key is readable.
+func requireKeys(t *testing.T, cli *clientv3.Client, prefix string, acked []string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := cli.Get(ctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := make(map[string]bool, len(r.Kvs))
+	for _, kv := range r.Kvs {
+		have[string(kv.Key)] = true
+	}
+	var lost []string
+	for _, k := range acked {
+		if !have[k] {
+			lost = append(lost, k)
+		}
+	}
+	if len(lost) > 0 {
+		t.Fatalf("%d of %d acknowledged writes lost, e.g. %v", len(lost), len(acked), lost[:min(5, len(lost))])
+	}
+}
+
+func latestPlan(t *testing.T, e *harness.Env) plan.Plan {
+	t.Helper()
+	var p plan.Plan
+	if err := json.Unmarshal([]byte(e.MustRun("plan", "show", "-o", "json")), &p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func memberVersions(st *cluster.Status) map[string]string {
+	out := map[string]string{}
+	for _, m := range st.Members {
+		out[m.Name] = m.Version
+	}
+	return out
+}
+
+// TestRollingUpgradeAndRollback: three members go 3.5 -> 3.6 -> 3.7 in one
+// plan and back to 3.5 with `steward rollback`, while a client writes
+// unique keys throughout: no acknowledged write is lost, every member ends
+// on the version it started with, and both plans are recorded.
+func TestRollingUpgradeAndRollback(t *testing.T) {
+	t.Parallel()
+	vs := harness.Versions()
+	e := harness.New(t)
+	e.Up(3, vs[0])
+	cli := e.Client()
+	defer cli.Close()
+	w := startAckWriter(cli, "upgrade")
+
+	e.MustRun("upgrade", "apply", "--to", vs[2])
+	st := e.WaitStatus(time.Minute, "every member on "+vs[2], harness.Healthy)
+	for name, v := range memberVersions(st) {
+		if v != vs[2] {
+			t.Fatalf("after the upgrade %s runs %s, want %s", name, v, vs[2])
+		}
+	}
+	if st.Cluster.Version != minor(vs[2])+".0" || e.Spec().Version != vs[2] {
+		t.Fatalf("cluster version %s, spec version %s; want %s.0 and %s", st.Cluster.Version, e.Spec().Version, minor(vs[2]), vs[2])
+	}
+	up := latestPlan(t, e)
+	if up.State != plan.Done || up.Kind != plan.KindUpgrade || up.From != vs[0] || up.To != vs[2] {
+		t.Fatalf("upgrade plan: %s %s %s->%s", up.State, up.Kind, up.From, up.To)
+	}
+	if c := harness.Cond(st, cluster.CondUpgradeInProgress); c.Status != "False" {
+		t.Errorf("UpgradeInProgress after the plan: %+v", c)
+	}
+	mid := w.count()
+
+	e.MustRun("rollback")
+	st = e.WaitStatus(time.Minute, "every member back on "+vs[0], harness.Healthy)
+	for name, v := range memberVersions(st) {
+		if v != vs[0] {
+			t.Fatalf("after the rollback %s runs %s, want %s", name, v, vs[0])
+		}
+	}
+	if e.Spec().Version != vs[0] {
+		t.Fatalf("spec version %s after rollback", e.Spec().Version)
+	}
+	acked := w.Stop()
+	if len(acked) <= mid || mid == 0 {
+		t.Fatalf("the writer made no progress (%d acknowledged before the rollback, %d in all)", mid, len(acked))
+	}
+	requireKeys(t, cli, "upgrade", acked)
+	rb := latestPlan(t, e)
+	if rb.Kind != plan.KindRollback || rb.State != plan.Done || rb.Of != up.ID {
+		t.Fatalf("rollback plan: %s %s of %s", rb.Kind, rb.State, rb.Of)
+	}
+	t.Logf("%d writes acknowledged through upgrade and rollback, %d client errors", len(acked), w.errors.Load())
+}
+
+// TestUpgradeResumeAfterKill kills the steward process running the plan
+// with SIGKILL once at every step index in turn; each time `steward plan
+// resume` takes over, and the cluster reaches the target with every
+// acknowledged write.
+func TestUpgradeResumeAfterKill(t *testing.T) {
+	t.Parallel()
+	vs := harness.Versions()
+	e := harness.New(t)
+	e.Up(3, vs[1])
+	cli := e.Client()
+	defer cli.Close()
+	w := startAckWriter(cli, "resume")
+
+	args := []string{"upgrade", "apply", "--to", vs[2]}
+	for k := 0; ; k++ {
+		cmd := exec.Command(e.Bin, append(args, "--dir", e.Dir)...)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill() })
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		// Kill it once step k is running (recorded on disk).
+		killed := false
+		harness.Eventually(t, 3*time.Minute, 20*time.Millisecond, fmt.Sprintf("step %d to run", k), func() bool {
+			select {
+			case err := <-exited:
+				exited <- err
+				return true
+			default:
+			}
+			so, _, err := e.Run("plan", "show", "-o", "json")
+			if err != nil {
+				return false
+			}
+			var p plan.Plan
+			if json.Unmarshal([]byte(so), &p) != nil || k >= len(p.Steps) {
+				return false
+			}
+			if p.Steps[k].State == plan.Running {
+				_ = cmd.Process.Signal(syscall.SIGKILL)
+				killed = true
+				return true
+			}
+			return false
+		})
+		err := <-exited
+		if !killed {
+			if err != nil {
+				t.Fatalf("steward %s ended with %v before step %d ran", strings.Join(args, " "), err, k)
+			}
+			break
+		}
+		p := latestPlan(t, e)
+		if k == len(p.Steps)-1 && p.State == plan.Done {
+			break
+		}
+		args = []string{"plan", "resume"}
+		if k >= len(p.Steps) {
+			t.Fatalf("killed at step %d of a %d-step plan", k, len(p.Steps))
+		}
+	}
+	p := latestPlan(t, e)
+	if p.State != plan.Done {
+		// The last kill may have hit the final step: resume once more.
+		e.MustRun("plan", "resume")
+		p = latestPlan(t, e)
+	}
+	if p.State != plan.Done {
+		t.Fatalf("plan %s after the kills and resumes", p.State)
+	}
+	for _, s := range p.Steps {
+		if s.Attempts < 2 {
+			t.Errorf("step %d ran %d time(s); every step should have been killed once and resumed", s.Index, s.Attempts)
+		}
+	}
+	st := e.WaitStatus(time.Minute, "a healthy cluster on "+vs[2], harness.Healthy)
+	for name, v := range memberVersions(st) {
+		if v != vs[2] {
+			t.Fatalf("%s runs %s, want %s", name, v, vs[2])
+		}
+	}
+	requireKeys(t, cli, "resume", w.Stop())
+}
+
+// TestHealthGateFailsThenResumes: a member that goes down during the plan
+// makes the next step's health gate fail: the plan stops in the failed
+// state with the reason, status says so, and resume finishes once the
+// member is back. A member killed with SIGKILL while the plan swaps it is
+// restarted by its agent and the step still converges.
+func TestHealthGateFailsThenResumes(t *testing.T) {
+	t.Parallel()
+	vs := harness.Versions()
+	e := harness.New(t)
+	e.Up(3, vs[0])
+	// The plan swaps the two followers, then the leader: the leader is
+	// stopped once the first follower is done, so the second follower's
+	// health gate fails.
+	victim := e.Status().Cluster.Leader
+	cmd := exec.Command(e.Bin, "upgrade", "apply", "--to", vs[1], "--health-timeout", "15s", "--dir", e.Dir)
+	var out strings.Builder
+	cmd.Stderr = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	harness.Eventually(t, 3*time.Minute, 50*time.Millisecond, "the first member step to finish", func() bool {
+		so, _, err := e.Run("plan", "show", "-o", "json")
+		var p plan.Plan
+		if err != nil || json.Unmarshal([]byte(so), &p) != nil {
+			return false
+		}
+		for _, s := range p.Steps {
+			if s.Kind == "member" {
+				return s.State == plan.Done && s.Member != victim
+			}
+		}
+		return false
+	})
+	// --force: the follower being swapped may be down at this moment.
+	e.MustRun("member", "stop", "--force", victim)
+	if err := <-exited; err == nil {
+		t.Fatalf("upgrade apply succeeded with %s stopped", victim)
+	}
+	if !strings.Contains(out.String(), "plan resume") {
+		t.Errorf("apply's error does not say how to go on: %s", out.String())
+	}
+	p := latestPlan(t, e)
+	cur := p.Current()
+	if p.State != plan.Failed || cur == nil || cur.State != plan.Failed || !strings.Contains(cur.Error, victim) {
+		t.Fatalf("plan %s, current step %+v; want failed naming %s", p.State, cur, victim)
+	}
+	if c := harness.Cond(e.Status(), cluster.CondUpgradeInProgress); c.Status != "True" || c.Reason != "Failed" {
+		t.Errorf("UpgradeInProgress while failed: %+v", c)
+	}
+	// A new plan is refused while this one waits.
+	if msg := e.MustFail("upgrade", "apply", "--to", vs[1]); !strings.Contains(msg, "plan resume") {
+		t.Errorf("second plan: %s", msg)
+	}
+	e.MustRun("member", "start", victim)
+	e.WaitStatus(time.Minute, victim+" healthy again", harness.Healthy)
+	pidBefore := map[string]int{}
+	for _, m := range e.Status().Members {
+		pidBefore[m.Name] = m.PID
+	}
+	// Kill the member being swapped, mid-step, as soon as its new process
+	// runs: the agent restarts it and the step still converges.
+	resume := exec.Command(e.Bin, "plan", "resume", "--dir", e.Dir)
+	var rout strings.Builder
+	resume.Stderr = &rout
+	if err := resume.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = resume.Process.Kill() })
+	rexited := make(chan error, 1)
+	go func() { rexited <- resume.Wait() }()
+	killedMember := ""
+	harness.Eventually(t, 3*time.Minute, 50*time.Millisecond, "a member step to run after the resume", func() bool {
+		so, _, err := e.Run("plan", "show", "-o", "json")
+		var p plan.Plan
+		if err != nil || json.Unmarshal([]byte(so), &p) != nil {
+			return false
+		}
+		if c := p.Current(); c != nil && c.Kind == "member" && c.State == plan.Running {
+			st := e.Status()
+			if m, ok := st.Member(c.Member); ok && m.PID > 0 && m.PID != pidBefore[c.Member] {
+				_ = syscall.Kill(m.PID, syscall.SIGKILL)
+				killedMember = c.Member
+				return true
+			}
+		}
+		return false
+	})
+	if err := <-rexited; err != nil {
+		t.Fatalf("resume after fixing the cause (and killing %s mid-step): %v\n%s", killedMember, err, rout.String())
+	}
+	if p := latestPlan(t, e); p.State != plan.Done {
+		t.Fatalf("plan %s after resume", p.State)
+	}
+	st := e.WaitStatus(time.Minute, "all members on "+vs[1], harness.Healthy)
+	for name, v := range memberVersions(st) {
+		if v != vs[1] {
+			t.Fatalf("%s runs %s, want %s", name, v, vs[1])
+		}
+	}
+}
+
+// TestUpgradePreflightRefusals: each refusal names its reason and changes
+// nothing.
+func TestUpgradePreflightRefusals(t *testing.T) {
+	t.Parallel()
+	vs := harness.Versions()
+	e := harness.New(t)
+	e.Up(3, vs[1])
+	names := e.Spec().MemberNames()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"upgrade", "apply", "--to", "3.8.0"}, "etcd 3.8 is not in the version catalogue"},
+		{[]string{"upgrade", "apply", "--to", "4.0.0"}, "only etcd 3.x is supported"},
+		{[]string{"upgrade", "apply", "--to", vs[1]}, "already runs etcd " + vs[1]},
+		{[]string{"upgrade", "apply", "--to", "3.7.1"}, "binaries: etcd 3.7.1 is not in the binary store"},
+		{[]string{"upgrade", "apply", "--to", vs[2], "--strategy", "sideways"}, "unknown strategy"},
+		{[]string{"plan", "resume"}, "no upgrade or rollback plan"},
+		{[]string{"rollback"}, "no upgrade or rollback plan"},
+	} {
+		if msg := e.MustFail(tc.args...); !strings.Contains(msg, tc.want) {
+			t.Errorf("steward %s: %q, want it to say %q", strings.Join(tc.args, " "), msg, tc.want)
+		}
+	}
+	// An unhealthy member: refused by the pre-flight checks, nothing changed.
+	e.MustRun("member", "stop", names[2])
+	msg := e.MustFail("upgrade", "apply", "--to", vs[2])
+	if !strings.Contains(msg, "members-healthy") || !strings.Contains(msg, names[2]) || !strings.Contains(msg, "nothing was changed") {
+		t.Errorf("unhealthy member: %s", msg)
+	}
+	e.MustRun("member", "start", names[2])
+	st := e.WaitStatus(time.Minute, "healthy again", harness.Healthy)
+	for name, v := range memberVersions(st) {
+		if v != vs[1] {
+			t.Fatalf("a refused plan changed %s to %s", name, v)
+		}
+	}
+	if e.Spec().Version != vs[1] {
+		t.Fatalf("a refused plan changed the spec version to %s", e.Spec().Version)
+	}
+	// A flag the target removed.
+	s := e.Spec()
+	s.Etcd.ExtraFlags = map[string]string{"enable-v2": "false"}
+	if err := s.Save(filepath.Join(e.Dir, spec.FileName)); err != nil {
+		t.Fatal(err)
+	}
+	if msg := e.MustFail("upgrade", "apply", "--to", vs[2]); !strings.Contains(msg, "does not accept --enable-v2") {
+		t.Errorf("removed flag: %s", msg)
+	}
+}
