@@ -169,6 +169,23 @@ func lessVersion(a, b string) bool {
 // versionDir returns the directory of a normalised version.
 func (s *Store) versionDir(v string) string { return filepath.Join(s.Dir, DirPrefix+v) }
 
+// Tool returns the path of a stored tool (etcd, etcdctl or etcdutl) of a
+// version; the error wraps ErrNotFound when the store lacks it.
+func (s *Store) Tool(version, name string) (string, error) {
+	v, err := NormalizeVersion(version)
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(s.versionDir(v), name)
+	if _, err := os.Stat(p); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("%s %s is not in the binary store %s: %w", name, v, s.Dir, ErrNotFound)
+		}
+		return "", err
+	}
+	return p, nil
+}
+
 // Resolve returns how to run etcd of version: the store's binary when
 // present, else the steward executable when version is the embedded one.
 // Otherwise the error wraps ErrNotFound.

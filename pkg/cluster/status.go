@@ -437,6 +437,9 @@ func healthyVoters(st *Status) int {
 	return n
 }
 
+// Unhealthy names each unhealthy member with its last error.
+func (s *Status) Unhealthy() string { return unhealthySummary(s) }
+
 func unhealthySummary(st *Status) string {
 	var parts []string
 	for _, m := range st.Members {

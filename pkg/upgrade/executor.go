@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/coreos/go-semver/semver"
@@ -217,53 +216,32 @@ func transferee(st *cluster.Status, exclude, version string) string {
 }
 
 func (e *Executor) waitCaughtUp(ctx context.Context, name, version string) error {
-	ctx, cancel := context.WithTimeout(ctx, e.timeout())
-	defer cancel()
 	var target uint64
-	var last string
-	for {
-		st, err := e.C.Status(ctx)
-		if err == nil {
-			ms, _ := st.Member(name)
-			leader, _ := st.Member(st.Cluster.Leader)
-			switch {
-			case ms.Version != version:
-				last = fmt.Sprintf("%s reports version %q", name, ms.Version)
-			case !ms.Healthy:
-				last = fmt.Sprintf("%s not healthy: %s", name, ms.LastError)
-			case st.Cluster.HealthyMembers < len(st.Members):
-				last = "not every member is healthy: " + unhealthyNames(st)
-			case target == 0:
-				// The leader's applied index once the member answers:
-				// the member has caught up when it applied as much.
-				target = leader.RaftAppliedIndex
-				last = fmt.Sprintf("%s catching up to index %d", name, target)
-				continue
-			case ms.RaftAppliedIndex >= target:
-				e.say("%s healthy on %s, applied index %d", name, version, ms.RaftAppliedIndex)
-				return nil
-			default:
-				last = fmt.Sprintf("%s applied %d of %d", name, ms.RaftAppliedIndex, target)
-			}
-		} else {
-			last = err.Error()
+	err := e.waitFor(ctx, name+" healthy and caught up on "+version, func(st *cluster.Status) string {
+		ms, _ := st.Member(name)
+		leader, _ := st.Member(st.Cluster.Leader)
+		switch {
+		case ms.Version != version:
+			return fmt.Sprintf("%s reports version %q", name, ms.Version)
+		case !ms.Healthy:
+			return fmt.Sprintf("%s not healthy: %s", name, ms.LastError)
+		case st.Cluster.HealthyMembers < len(st.Members):
+			return "not every member is healthy: " + st.Unhealthy()
+		case target == 0:
+			// The leader's applied index once the member answers: the
+			// member has caught up when it applied as much.
+			target = leader.RaftAppliedIndex
+			return fmt.Sprintf("%s catching up to index %d", name, target)
+		case ms.RaftAppliedIndex < target:
+			return fmt.Sprintf("%s applied %d of %d", name, ms.RaftAppliedIndex, target)
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("health gate: %s not healthy and caught up on %s within %s: %s", name, version, e.timeout(), last)
-		case <-time.After(300 * time.Millisecond):
-		}
+		e.say("%s healthy on %s, applied index %d", name, version, ms.RaftAppliedIndex)
+		return ""
+	})
+	if err != nil {
+		return fmt.Errorf("health gate: %w", err)
 	}
-}
-
-func unhealthyNames(st *cluster.Status) string {
-	var out []string
-	for _, m := range st.Members {
-		if !m.Healthy {
-			out = append(out, fmt.Sprintf("%s (%s)", m.Name, m.LastError))
-		}
-	}
-	return strings.Join(out, ", ")
+	return nil
 }
 
 // clusterVersion waits until every member runs s.Version, the cluster
@@ -271,7 +249,12 @@ func unhealthyNames(st *cluster.Status) string {
 // s.Version as the spec's version.
 func (e *Executor) clusterVersion(ctx context.Context, s *plan.Step) error {
 	want := minorOf(s.Version) + ".0"
-	err := e.waitFor(ctx, "cluster version "+want, func(st *cluster.Status) string {
+	cli, err := e.C.Client()
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	err = e.waitFor(ctx, "cluster version "+want, func(st *cluster.Status) string {
 		for _, m := range st.Members {
 			if m.Version != s.Version {
 				return fmt.Sprintf("%s runs %q", m.Name, m.Version)
@@ -280,12 +263,12 @@ func (e *Executor) clusterVersion(ctx context.Context, s *plan.Step) error {
 		if st.Cluster.Version != want {
 			return fmt.Sprintf("cluster version is %q", st.Cluster.Version)
 		}
-		if on, err := e.downgradeEnabled(ctx); err != nil {
-			return err.Error()
-		} else if on {
-			return "etcd's downgrade is still enabled"
-		}
-		return ""
+		return e.eachMember(ctx, cli, func(name string, r *clientv3.StatusResponse) string {
+			if r.DowngradeInfo != nil && r.DowngradeInfo.Enabled {
+				return name + ": etcd's downgrade is still enabled"
+			}
+			return ""
+		})
 	})
 	if err != nil {
 		return err
@@ -336,40 +319,30 @@ func (e *Executor) waitStorageVersion(ctx context.Context, s *plan.Step) error {
 	}
 	defer cli.Close()
 	return e.waitFor(ctx, "storage version "+want, func(*cluster.Status) string {
-		for _, m := range e.C.Spec.Members {
-			sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-			r, err := cli.Status(sctx, m.ClientURL)
-			cancel()
-			if err != nil {
-				return fmt.Sprintf("%s: %v", m.Name, err)
-			}
+		return e.eachMember(ctx, cli, func(name string, r *clientv3.StatusResponse) string {
 			if r.StorageVersion != "" && r.StorageVersion != want {
-				return fmt.Sprintf("%s storage version %s", m.Name, r.StorageVersion)
+				return fmt.Sprintf("%s storage version %s", name, r.StorageVersion)
 			}
-		}
-		return ""
+			return ""
+		})
 	})
 }
 
-// downgradeEnabled reports whether any member says etcd's downgrade is on.
-func (e *Executor) downgradeEnabled(ctx context.Context) (bool, error) {
-	cli, err := e.C.Client()
-	if err != nil {
-		return false, err
-	}
-	defer cli.Close()
+// eachMember asks every member for etcd's status and returns the first
+// problem check finds (or the first member that does not answer).
+func (e *Executor) eachMember(ctx context.Context, cli *clientv3.Client, check func(name string, r *clientv3.StatusResponse) string) string {
 	for _, m := range e.C.Spec.Members {
 		sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		r, err := cli.Status(sctx, m.ClientURL)
 		cancel()
 		if err != nil {
-			return false, fmt.Errorf("%s: %w", m.Name, err)
+			return fmt.Sprintf("%s: %v", m.Name, err)
 		}
-		if r.DowngradeInfo != nil && r.DowngradeInfo.Enabled {
-			return true, nil
+		if p := check(m.Name, r); p != "" {
+			return p
 		}
 	}
-	return false, nil
+	return ""
 }
 
 // waitFor polls status until problem returns "" or the timeout passes.

@@ -58,12 +58,11 @@ func Preflight(ctx context.Context, c *cluster.Cluster, from, to string) ([]Chec
 	}
 
 	// Health, voters, alarms.
-	var unhealthy, learners, alarms []string
+	var learners, alarms []string
 	var maxDB int64
+	allHealthy := st.Cluster.Quorate
 	for _, m := range st.Members {
-		if !m.Healthy {
-			unhealthy = append(unhealthy, fmt.Sprintf("%s (%s)", m.Name, m.LastError))
-		}
+		allHealthy = allHealthy && m.Healthy
 		if m.Role == "learner" {
 			learners = append(learners, m.Name)
 		}
@@ -72,8 +71,8 @@ func Preflight(ctx context.Context, c *cluster.Cluster, from, to string) ([]Chec
 		}
 		maxDB = max(maxDB, m.DBSize)
 	}
-	add(CheckHealthy, false, when(len(unhealthy) > 0 || !st.Cluster.Quorate,
-		"not every member is healthy: "+strings.Join(unhealthy, "; ")+"; fix them first (`steward status`)"),
+	add(CheckHealthy, false, when(!allHealthy,
+		"not every member is healthy: "+st.Unhealthy()+"; fix them first (`steward status`)"),
 		fmt.Sprintf("all %d members healthy", len(st.Members)))
 	add(CheckVoters, false, when(len(learners) > 0,
 		"learners wait for promotion: "+strings.Join(learners, ", ")+"; finish `steward member add` (or remove them) first"),
@@ -118,10 +117,9 @@ func Preflight(ctx context.Context, c *cluster.Cluster, from, to string) ([]Chec
 	binProblem := ""
 	if _, err := store.Resolve(to); err != nil {
 		binProblem = err.Error()
-	} else if to != binaries.EmbeddedVersion() || storeHas(store, to) {
-		if _, err := store.Verify(ctx, to); err != nil {
-			binProblem = err.Error()
-		}
+	} else if _, err := store.Verify(ctx, to); err != nil && !(errors.Is(err, binaries.ErrNotFound) && to == binaries.EmbeddedVersion()) {
+		// The embedded version needs no stored copy; a stored one must verify.
+		binProblem = err.Error()
 	}
 	add(CheckBinaries, false, binProblem, "etcd "+to+" present and verified")
 
@@ -172,11 +170,6 @@ func when(cond bool, msg string) string {
 	return ""
 }
 
-func storeHas(s *binaries.Store, v string) bool {
-	_, err := os.Stat(filepath.Join(s.Dir, binaries.DirPrefix+v, "etcd"))
-	return err == nil
-}
-
 // v2storeProblem runs `etcdutl check v2store` (etcd's own check before
 // 3.6) on a copy of one member's data dir: the tool refuses a data dir in
 // use. The copy leaves the member untouched.
@@ -184,9 +177,9 @@ func v2storeProblem(ctx context.Context, c *cluster.Cluster, store *binaries.Sto
 	if v, ok := c.Spec.Etcd.ExtraFlags["enable-v2"]; ok && v != "false" {
 		return "extraFlags set --enable-v2: migrate v2 data and remove the flag before 3.6 (etcd's upgrade guide)"
 	}
-	util := filepath.Join(store.Dir, binaries.DirPrefix+from, "etcdutl")
-	if _, err := os.Stat(util); err != nil {
-		return fmt.Sprintf("etcdutl %s is not in the binary store, so etcd's v2 store check cannot run: import etcd %s with its etcdutl", from, from)
+	util, err := store.Tool(from, "etcdutl")
+	if err != nil {
+		return fmt.Sprintf("%v, so etcd's v2 store check cannot run: import etcd %s with its etcdutl", err, from)
 	}
 	m := c.Spec.Members[0]
 	src := spec.Path(c.Dir, m.DataDir)

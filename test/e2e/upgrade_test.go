@@ -106,12 +106,21 @@ func latestPlan(t *testing.T, e *harness.Env) plan.Plan {
 	return p
 }
 
-func memberVersions(st *cluster.Status) map[string]string {
-	out := map[string]string{}
+// readPlan is latestPlan for polling: false while no plan can be read yet.
+func readPlan(e *harness.Env) (plan.Plan, bool) {
+	var p plan.Plan
+	so, _, err := e.Run("plan", "show", "-o", "json")
+	return p, err == nil && json.Unmarshal([]byte(so), &p) == nil
+}
+
+// requireVersion fails unless every member runs version.
+func requireVersion(t *testing.T, st *cluster.Status, version, when string) {
+	t.Helper()
 	for _, m := range st.Members {
-		out[m.Name] = m.Version
+		if m.Version != version {
+			t.Fatalf("%s %s runs %s, want %s", when, m.Name, m.Version, version)
+		}
 	}
-	return out
 }
 
 // TestRollingUpgradeAndRollback: three members go 3.5 -> 3.6 -> 3.7 in one
@@ -129,11 +138,7 @@ func TestRollingUpgradeAndRollback(t *testing.T) {
 
 	e.MustRun("upgrade", "apply", "--to", vs[2])
 	st := e.WaitStatus(time.Minute, "every member on "+vs[2], harness.Healthy)
-	for name, v := range memberVersions(st) {
-		if v != vs[2] {
-			t.Fatalf("after the upgrade %s runs %s, want %s", name, v, vs[2])
-		}
-	}
+	requireVersion(t, st, vs[2], "after the upgrade")
 	if st.Cluster.Version != minor(vs[2])+".0" || e.Spec().Version != vs[2] {
 		t.Fatalf("cluster version %s, spec version %s; want %s.0 and %s", st.Cluster.Version, e.Spec().Version, minor(vs[2]), vs[2])
 	}
@@ -148,11 +153,7 @@ func TestRollingUpgradeAndRollback(t *testing.T) {
 
 	e.MustRun("rollback")
 	st = e.WaitStatus(time.Minute, "every member back on "+vs[0], harness.Healthy)
-	for name, v := range memberVersions(st) {
-		if v != vs[0] {
-			t.Fatalf("after the rollback %s runs %s, want %s", name, v, vs[0])
-		}
-	}
+	requireVersion(t, st, vs[0], "after the rollback")
 	if e.Spec().Version != vs[0] {
 		t.Fatalf("spec version %s after rollback", e.Spec().Version)
 	}
@@ -199,12 +200,8 @@ func TestUpgradeResumeAfterKill(t *testing.T) {
 				return true
 			default:
 			}
-			so, _, err := e.Run("plan", "show", "-o", "json")
-			if err != nil {
-				return false
-			}
-			var p plan.Plan
-			if json.Unmarshal([]byte(so), &p) != nil || k >= len(p.Steps) {
+			p, ok := readPlan(e)
+			if !ok || k >= len(p.Steps) {
 				return false
 			}
 			if p.Steps[k].State == plan.Running {
@@ -245,11 +242,7 @@ func TestUpgradeResumeAfterKill(t *testing.T) {
 		}
 	}
 	st := e.WaitStatus(time.Minute, "a healthy cluster on "+vs[2], harness.Healthy)
-	for name, v := range memberVersions(st) {
-		if v != vs[2] {
-			t.Fatalf("%s runs %s, want %s", name, v, vs[2])
-		}
-	}
+	requireVersion(t, st, vs[2], "after the kills and resumes")
 	requireKeys(t, cli, "resume", w.Stop())
 }
 
@@ -277,9 +270,8 @@ func TestHealthGateFailsThenResumes(t *testing.T) {
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	harness.Eventually(t, 3*time.Minute, 50*time.Millisecond, "the first member step to finish", func() bool {
-		so, _, err := e.Run("plan", "show", "-o", "json")
-		var p plan.Plan
-		if err != nil || json.Unmarshal([]byte(so), &p) != nil {
+		p, ok := readPlan(e)
+		if !ok {
 			return false
 		}
 		for _, s := range p.Steps {
@@ -328,9 +320,8 @@ func TestHealthGateFailsThenResumes(t *testing.T) {
 	go func() { rexited <- resume.Wait() }()
 	killedMember := ""
 	harness.Eventually(t, 3*time.Minute, 50*time.Millisecond, "a member step to run after the resume", func() bool {
-		so, _, err := e.Run("plan", "show", "-o", "json")
-		var p plan.Plan
-		if err != nil || json.Unmarshal([]byte(so), &p) != nil {
+		p, ok := readPlan(e)
+		if !ok {
 			return false
 		}
 		if c := p.Current(); c != nil && c.Kind == "member" && c.State == plan.Running {
@@ -350,11 +341,7 @@ func TestHealthGateFailsThenResumes(t *testing.T) {
 		t.Fatalf("plan %s after resume", p.State)
 	}
 	st := e.WaitStatus(time.Minute, "all members on "+vs[1], harness.Healthy)
-	for name, v := range memberVersions(st) {
-		if v != vs[1] {
-			t.Fatalf("%s runs %s, want %s", name, v, vs[1])
-		}
-	}
+	requireVersion(t, st, vs[1], "after the resume")
 }
 
 // TestUpgradePreflightRefusals: each refusal names its reason and changes
@@ -389,11 +376,7 @@ func TestUpgradePreflightRefusals(t *testing.T) {
 	}
 	e.MustRun("member", "start", names[2])
 	st := e.WaitStatus(time.Minute, "healthy again", harness.Healthy)
-	for name, v := range memberVersions(st) {
-		if v != vs[1] {
-			t.Fatalf("a refused plan changed %s to %s", name, v)
-		}
-	}
+	requireVersion(t, st, vs[1], "after refused plans")
 	if e.Spec().Version != vs[1] {
 		t.Fatalf("a refused plan changed the spec version to %s", e.Spec().Version)
 	}
