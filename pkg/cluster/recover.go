@@ -143,7 +143,7 @@ func (c *Cluster) waitQuorum(ctx context.Context, d time.Duration) error {
 
 // RunAutoRecovery watches the cluster from an agent and, when the spec says
 // recovery: auto, runs Recover once quorum has been lost for the grace
-// period. Only the first agent of the spec acts, so two agents never recover
+// period, unless an upgrade or rollback plan is active. Only the first agent of the spec acts, so two agents never recover
 // at once. It returns when ctx ends.
 func RunAutoRecovery(ctx context.Context, dir, agentName string, log *slog.Logger) {
 	var lostSince time.Time
@@ -151,6 +151,12 @@ func RunAutoRecovery(ctx context.Context, dir, agentName string, log *slog.Logge
 		sleepCtx(ctx, 5*time.Second)
 		c, err := Open(dir)
 		if err != nil || c.Spec.Recovery.Mode != "auto" || len(c.Spec.Agents) == 0 || c.Spec.Agents[0].Name != agentName {
+			lostSince = time.Time{}
+			continue
+		}
+		// An upgrade plan stops members on purpose (offline and restore
+		// strategies): recovering from a backup then would lose writes.
+		if p, err := c.Plans().Latest(); err == nil && p.Active() {
 			lostSince = time.Time{}
 			continue
 		}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/etcd-steward/steward/pkg/agentapi"
@@ -25,22 +23,11 @@ func (c *Cluster) SwapMemberVersion(ctx context.Context, name, version string, a
 	if err != nil {
 		return err
 	}
-	if c.Spec.VersionOf(m) != version {
-		s := c.Spec.Clone()
-		for i := range s.Members {
-			if s.Members[i].Name == name {
-				s.Members[i].Version = version
-				if version == s.Version {
-					s.Members[i].Version = ""
-				}
-			}
-		}
-		if err := c.saveSpec(s); err != nil {
-			return fmt.Errorf("record version %s for member %s: %w", version, name, err)
-		}
-		if nm, ok := c.Spec.Member(name); ok {
-			m = *nm
-		}
+	if err := c.recordMemberVersion(name, version); err != nil {
+		return err
+	}
+	if nm, ok := c.Spec.Member(name); ok {
+		m = *nm
 	}
 	ac, err := c.AgentFor(m)
 	if err != nil {
@@ -53,6 +40,28 @@ func (c *Cluster) SwapMemberVersion(ctx context.Context, name, version string, a
 	}
 	if _, err := ac.SwapVersion(ctx, name, agentapi.VersionRequest{Version: version, AllowMinorDowngrade: allowDowngrade}); err != nil {
 		return fmt.Errorf("swap member %s to etcd %s: %w", name, version, err)
+	}
+	return nil
+}
+
+// recordMemberVersion records in the spec that a member's data runs
+// version (a per-member override while a plan is halfway).
+func (c *Cluster) recordMemberVersion(name, version string) error {
+	m, err := c.memberOrError(name)
+	if err != nil || c.Spec.VersionOf(m) == version {
+		return err
+	}
+	s := c.Spec.Clone()
+	for i := range s.Members {
+		if s.Members[i].Name == name {
+			s.Members[i].Version = version
+			if version == s.Version {
+				s.Members[i].Version = ""
+			}
+		}
+	}
+	if err := c.saveSpec(s); err != nil {
+		return fmt.Errorf("record version %s for member %s: %w", version, name, err)
 	}
 	return nil
 }
@@ -141,20 +150,8 @@ func (c *Cluster) SnapshotMember(ctx context.Context, name, version string, time
 	if _, err := ac.SwapVersion(ctx, name, agentapi.VersionRequest{Version: version, AllowMinorDowngrade: true}); err != nil {
 		return fmt.Errorf("restart member %s on %s for a snapshot: %w", name, version, err)
 	}
-	snapDir := filepath.Join(cfg.DataDir, "member", "snap")
-	wctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	err = poll(wctx, 200*time.Millisecond, func(context.Context) (bool, error) {
-		snaps, _ := filepath.Glob(filepath.Join(snapDir, "*.snap"))
-		for _, s := range snaps {
-			if fi, err := os.Stat(s); err == nil && fi.ModTime().After(started) {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		return fmt.Errorf("member %s wrote no raft snapshot in %s within %s", name, snapDir, timeout)
+	if err := waitSnapshot(ctx, cfg.DataDir, started, timeout); err != nil {
+		return fmt.Errorf("member %s: %w", name, err)
 	}
 	c.progress("member %s took a raft snapshot on %s", name, version)
 	return nil

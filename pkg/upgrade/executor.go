@@ -60,7 +60,9 @@ func (e *Executor) Execute(ctx context.Context, p *plan.Plan, s *plan.Step) erro
 	case StepStorageVersion:
 		return e.waitStorageVersion(ctx, s)
 	case StepMember:
-		return e.member(ctx, s)
+		return e.member(ctx, p, s)
+	case StepOffline:
+		return e.offline(ctx, p, s)
 	case StepClusterVersion:
 		return e.clusterVersion(ctx, s)
 	}
@@ -123,7 +125,7 @@ func (e *Executor) backup(ctx context.Context, p *plan.Plan, s *plan.Step) error
 // member swaps one member to s.Version: moves leadership away first, then
 // has the agent restart it on the new binary, and waits until the member is
 // healthy and has applied what the leader had when it came back.
-func (e *Executor) member(ctx context.Context, s *plan.Step) error {
+func (e *Executor) member(ctx context.Context, p *plan.Plan, s *plan.Step) error {
 	st, err := e.C.Status(ctx)
 	if err != nil {
 		return err
@@ -154,7 +156,7 @@ func (e *Executor) member(ctx context.Context, s *plan.Step) error {
 		tv := semver.New(s.Version)
 		allow = cv.Major == tv.Major && cv.Minor <= tv.Minor
 	}
-	if err := e.snapshotFirst(ctx, ms, s.Version); err != nil {
+	if err := e.snapshotFirst(ctx, p, ms, s.Version); err != nil {
 		return err
 	}
 	if err := e.C.SwapMemberVersion(ctx, s.Member, s.Version, allow); err != nil {
@@ -166,28 +168,60 @@ func (e *Executor) member(ctx context.Context, s *plan.Step) error {
 
 // snapshotFirst makes the member take a raft snapshot on the version its
 // data dir last ran when the catalogue says the target line cannot replay
-// WAL entries older lines wrote.
-func (e *Executor) snapshotFirst(ctx context.Context, ms cluster.MemberStatus, target string) error {
+// WAL entries older lines wrote. An offline step that already took one on
+// that version (plan value snapshot.MEMBER) is enough.
+func (e *Executor) snapshotFirst(ctx context.Context, p *plan.Plan, ms cluster.MemberStatus, target string) error {
 	last := ms.DataDirVersion
-	if last == "" {
+	if last == "" || p.Value("snapshot."+ms.Name) == last {
 		return nil
 	}
+	need, err := e.needsSnapshot(last, target)
+	if err != nil || !need {
+		return err
+	}
+	return e.C.SnapshotMember(ctx, ms.Name, last, e.timeout())
+}
+
+// needsSnapshot reports whether data last run by version last needs a
+// raft snapshot before target may replay its WAL: target is a newer minor
+// whose catalogue entry says snapshotBeforeUpgrade.
+func (e *Executor) needsSnapshot(last, target string) (bool, error) {
 	lv, err := semver.NewVersion(last)
 	if err != nil {
-		return nil
+		return false, nil
 	}
 	tv := semver.New(target)
 	if lv.Major != tv.Major || lv.Minor >= tv.Minor {
-		return nil
+		return false, nil
 	}
 	cat, err := Catalogue(e.C.Dir)
 	if err != nil {
+		return false, err
+	}
+	entry, ok := cat.Minor(minorOf(target))
+	return ok && entry.SnapshotBeforeUpgrade, nil
+}
+
+// offline runs one intermediate version of the offline strategy on private
+// ports. When the plan's next version needs it, the member also writes a
+// raft snapshot there, recorded as plan value snapshot.MEMBER.
+func (e *Executor) offline(ctx context.Context, p *plan.Plan, s *plan.Step) error {
+	next := p.To
+	if s.Index+1 < len(p.Steps) && p.Steps[s.Index+1].Member == s.Member {
+		next = p.Steps[s.Index+1].Version
+	}
+	snap, err := e.needsSnapshot(s.Version, next)
+	if err != nil {
 		return err
 	}
-	if entry, ok := cat.Minor(minorOf(target)); !ok || !entry.SnapshotBeforeUpgrade {
-		return nil
+	if err := e.C.RunMemberIsolated(ctx, s.Member, s.Version, cluster.IsolatedOptions{Snapshot: snap, Timeout: e.timeout()}); err != nil {
+		return err
 	}
-	return e.C.SnapshotMember(ctx, ms.Name, last, e.timeout())
+	if snap {
+		p.SetValue("snapshot."+s.Member, s.Version)
+	}
+	e.say("%s ran %s on private ports and stopped", s.Member, s.Version)
+	return nil
 }
 
 func (e *Executor) recordMemberVersion(ctx context.Context, s *plan.Step) error {

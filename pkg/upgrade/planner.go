@@ -45,6 +45,9 @@ const (
 	StepDowngradeStart = "downgrade-enable"
 	StepStorageVersion = "storage-version"
 	StepClusterVersion = "cluster-version"
+	// StepOffline runs one member on an intermediate version on private
+	// ports until a write succeeds, then stops it (offline strategy).
+	StepOffline = "offline"
 )
 
 // Options shape a plan.
@@ -122,17 +125,10 @@ func build(c *cluster.Cluster, st *cluster.Status, kind plan.Kind, from, to stri
 	}
 	strategy := o.Strategy
 	if strategy == "" {
-		strategy = StrategyRolling
-		if len(c.Spec.Members) == 1 {
-			strategy = StrategyOffline
-		}
+		strategy = chooseStrategy(len(c.Spec.Members), hops)
 	}
-	switch strategy {
-	case StrategyRolling:
-	case StrategyOffline, StrategyRestore:
-		return nil, fmt.Errorf("strategy %s is not implemented yet; use --strategy rolling", strategy)
-	default:
-		return nil, fmt.Errorf("unknown strategy %q: use rolling, offline or restore", strategy)
+	if err := checkStrategy(strategy, len(c.Spec.Members), hops); err != nil {
+		return nil, err
 	}
 	now := time.Now().UTC()
 	p := &plan.Plan{ID: plan.NewID(kind, now), Kind: kind, From: from, To: to, Strategy: strategy,
@@ -149,10 +145,11 @@ func build(c *cluster.Cluster, st *cluster.Status, kind plan.Kind, from, to stri
 		}
 		add(plan.Step{Kind: StepClusterVersion, Version: from, Description: fmt.Sprintf("wait until every member runs %s; record it in the spec", from)})
 	}
+	if strategy == StrategyOffline {
+		addOffline(add, hops, order[0], from, to)
+		return p, nil
+	}
 	for _, h := range hops {
-		if h.Kind == catalogue.Downgrade && !h.Online {
-			return nil, fmt.Errorf("etcd %s has no online downgrade to %s; going back needs a restore (strategy restore), which is not implemented yet", minorOf(h.From), minorOf(h.To))
-		}
 		add(plan.Step{Kind: StepPreflight, Version: h.To, Description: fmt.Sprintf("pre-flight checks for %s %s to %s", h.Kind, h.From, h.To)})
 		add(plan.Step{Kind: StepBackup, Version: h.From, Description: fmt.Sprintf("verified full backup before %s to %s", h.Kind, h.To)})
 		if h.Kind == catalogue.Downgrade {
@@ -166,6 +163,70 @@ func build(c *cluster.Cluster, st *cluster.Status, kind plan.Kind, from, to stri
 		add(plan.Step{Kind: StepClusterVersion, Version: h.To, Description: fmt.Sprintf("wait for cluster version %s; record %s in the spec", minorOf(h.To)+".0", h.To)})
 	}
 	return p, nil
+}
+
+// addOffline adds the steps of the offline strategy: one pre-flight and
+// one backup for the whole path, each intermediate version run on private
+// ports, then the target started on the member's own ports.
+func addOffline(add func(plan.Step), hops []catalogue.Hop, member, from, to string) {
+	var via []string
+	for _, h := range hops[:len(hops)-1] {
+		via = append(via, h.To)
+	}
+	what := fmt.Sprintf("%s to %s", from, to)
+	if len(via) > 0 {
+		what += " through " + strings.Join(via, ", ")
+	}
+	add(plan.Step{Kind: StepPreflight, Version: to, Description: "pre-flight checks for the offline upgrade " + what})
+	add(plan.Step{Kind: StepBackup, Version: from, Description: "verified full backup before the offline upgrade " + what})
+	for _, v := range via {
+		add(plan.Step{Kind: StepOffline, Member: member, Version: v,
+			Description: fmt.Sprintf("run %s on %s on private ports until a write succeeds, then stop it", member, v)})
+	}
+	add(plan.Step{Kind: StepMember, Member: member, Version: to,
+		Description: fmt.Sprintf("start %s on %s on its own ports, wait until healthy", member, to)})
+	add(plan.Step{Kind: StepClusterVersion, Version: to, Description: fmt.Sprintf("wait for cluster version %s; record %s in the spec", minorOf(to)+".0", to)})
+}
+
+// chooseStrategy picks the strategy when none is asked for: etcd's online
+// downgrade to go back where every hop has one, a restore where one has
+// not; offline for a single member; rolling otherwise.
+func chooseStrategy(members int, hops []catalogue.Hop) string {
+	for _, h := range hops {
+		if h.Kind == catalogue.Downgrade && !h.Online {
+			return StrategyRestore
+		}
+	}
+	if hops[0].Kind == catalogue.Downgrade || members > 1 {
+		return StrategyRolling
+	}
+	return StrategyOffline
+}
+
+// checkStrategy refuses a strategy that cannot take this path.
+func checkStrategy(strategy string, members int, hops []catalogue.Hop) error {
+	switch strategy {
+	case StrategyRolling:
+		for _, h := range hops {
+			if h.Kind == catalogue.Downgrade && !h.Online {
+				return fmt.Errorf("etcd %s has no online downgrade to %s: roll back with --strategy restore", minorOf(h.From), minorOf(h.To))
+			}
+		}
+	case StrategyOffline:
+		if members != 1 {
+			return fmt.Errorf("strategy offline is for a single member and this cluster has %d: use rolling (in place, no downtime) or restore", members)
+		}
+		for _, h := range hops {
+			if h.Kind == catalogue.Downgrade {
+				return fmt.Errorf("strategy offline only upgrades: going back from %s to %s uses etcd's online downgrade (rolling) or a restore", h.From, h.To)
+			}
+		}
+	case StrategyRestore:
+		return fmt.Errorf("strategy %s is not implemented yet; use --strategy rolling", strategy)
+	default:
+		return fmt.Errorf("unknown strategy %q: use rolling, offline or restore", strategy)
+	}
+	return nil
 }
 
 // memberOrder is followers first (spec order), the current leader last.

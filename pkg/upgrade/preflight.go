@@ -112,27 +112,33 @@ func Preflight(ctx context.Context, c *cluster.Cluster, from, to string) ([]Chec
 			fmt.Sprintf("%d MB free, %d MB needed", free>>20, need>>20))
 	}
 
-	// Binaries present and verified.
-	store := binaries.Open(c.Spec.BinaryStoreDir(c.Dir))
-	binProblem := ""
-	if _, err := store.Resolve(to); err != nil {
-		binProblem = err.Error()
-	} else if _, err := store.Verify(ctx, to); err != nil && !(errors.Is(err, binaries.ErrNotFound) && to == binaries.EmbeddedVersion()) {
-		// The embedded version needs no stored copy; a stored one must verify.
-		binProblem = err.Error()
-	}
-	add(CheckBinaries, false, binProblem, "etcd "+to+" present and verified")
-
-	// Extra flags spelled for the target.
+	// Binaries present and verified, and extra flags spelled for every
+	// version on the way (an offline or restore plan runs each of them).
 	cat, err := Catalogue(c.Dir)
 	if err != nil {
 		return nil, err
 	}
-	flagProblem := ""
-	if _, err := cat.Flags(to, c.Spec.Etcd.ExtraFlags); err != nil {
-		flagProblem = err.Error()
+	hops, err := cat.Path(from, to)
+	if err != nil {
+		return nil, err
 	}
-	add(CheckFlags, false, flagProblem, "extra flags valid for "+to)
+	store := binaries.Open(c.Spec.BinaryStoreDir(c.Dir))
+	var binProblems, flagProblems, versions []string
+	for _, h := range hops {
+		versions = append(versions, h.To)
+		if _, err := store.Resolve(h.To); err != nil {
+			binProblems = append(binProblems, err.Error())
+		} else if _, err := store.Verify(ctx, h.To); err != nil && !(errors.Is(err, binaries.ErrNotFound) && h.To == binaries.EmbeddedVersion()) {
+			// The embedded version needs no stored copy; a stored one must verify.
+			binProblems = append(binProblems, err.Error())
+		}
+		if _, err := cat.Flags(h.To, c.Spec.Etcd.ExtraFlags); err != nil {
+			flagProblems = append(flagProblems, err.Error())
+		}
+	}
+	list := strings.Join(versions, ", ")
+	add(CheckBinaries, false, strings.Join(binProblems, "; "), "etcd "+list+" present and verified")
+	add(CheckFlags, false, strings.Join(flagProblems, "; "), "extra flags valid for "+list)
 
 	// Before 3.6: etcd's own check that the v2 store holds only membership.
 	fv, tv := semver.New(from), semver.New(to)
