@@ -2,12 +2,14 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -20,9 +22,9 @@ import (
 // compare can never hold, so the key is never written.
 const probeKey = "\x00steward/isolated-probe"
 
-// IsolatedOptions configure RunMemberIsolated.
+// IsolatedOptions configure RunIsolated.
 type IsolatedOptions struct {
-	// Snapshot makes the member write a raft snapshot (--snapshot-count=1)
+	// Snapshot makes each member write a raft snapshot (--snapshot-count=1)
 	// and waits for the file, so that the next version replays no WAL
 	// entry this or an older version wrote.
 	Snapshot bool
@@ -30,70 +32,90 @@ type IsolatedOptions struct {
 	Timeout time.Duration
 }
 
-// RunMemberIsolated is one step of the offline migration of Kubernetes'
-// etcd migration script: it starts a member on version with its client and
-// peer listeners on fresh ports no client knows, waits until a write goes
-// through raft, then stops it. The member is left stopped, with its real
-// config on version recorded in the spec and given to its agent, so that a
-// crash or an abort after this call leaves a member that `steward up`
-// starts on the version its data was migrated to.
+// RunIsolated is one step of the offline migration of Kubernetes' etcd
+// migration script: it starts members on version with their client
+// listeners on fresh ports no client knows (peer ports stay: only members
+// use them), waits until a write goes through raft, then stops them. The
+// members are left stopped, with their real config on version recorded in
+// the spec and given to their agents, so that a crash or an abort after
+// this call leaves members that `steward up` starts on the version their
+// data was migrated to. A quorum of the cluster must be among names.
 //
 // The probe write is a transaction whose compare never holds: it is
 // proposed, committed and applied like any write, and changes nothing.
-func (c *Cluster) RunMemberIsolated(ctx context.Context, name, version string, o IsolatedOptions) error {
-	m, err := c.memberOrError(name)
-	if err != nil {
-		return err
+func (c *Cluster) RunIsolated(ctx context.Context, names []string, version string, o IsolatedOptions) error {
+	type run struct {
+		m   spec.Member
+		ac  *agentapi.Client
+		cfg agentapi.MemberConfig
 	}
-	ac, err := c.AgentFor(m)
-	if err != nil {
-		return err
-	}
-	cfg := c.MemberConfig(m)
-	cfg.Version = version
-	if cfg.ClientURL, err = isolatedURL(m.ClientURL); err != nil {
-		return err
-	}
-	if cfg.PeerURL, err = isolatedURL(m.PeerURL); err != nil {
-		return err
-	}
-	if o.Snapshot {
-		cfg.SnapshotCount = 1
+	var runs []run
+	var endpoints []string
+	for _, name := range names {
+		m, err := c.memberOrError(name)
+		if err != nil {
+			return err
+		}
+		ac, err := c.AgentFor(m)
+		if err != nil {
+			return err
+		}
+		cfg := c.MemberConfig(m)
+		cfg.Version = version
+		if cfg.ClientURL, err = isolatedURL(m.ClientURL); err != nil {
+			return err
+		}
+		if o.Snapshot {
+			cfg.SnapshotCount = 1
+		}
+		runs = append(runs, run{m, ac, cfg})
+		endpoints = append(endpoints, cfg.ClientURL)
 	}
 	started := time.Now()
-	if _, err := ac.PutMember(ctx, cfg); err != nil {
-		return fmt.Errorf("configure member %s on private ports: %w", name, err)
-	}
-	if _, err := ac.SwapVersion(ctx, name, agentapi.VersionRequest{Version: version}); err != nil {
-		return fmt.Errorf("start member %s on etcd %s on private ports: %w", name, version, err)
-	}
-	c.progress("member %s runs etcd %s on private ports (client %s)", name, version, cfg.ClientURL)
-	werr := c.probeWrite(ctx, cfg.ClientURL, o.Timeout)
-	if werr == nil && o.Snapshot {
-		werr = waitSnapshot(ctx, cfg.DataDir, started, o.Timeout)
-	}
-	if werr != nil {
-		werr = fmt.Errorf("member %s on etcd %s (private client URL %s): %w; its log: `steward status` names it", name, version, cfg.ClientURL, werr)
-	}
-	// Stop it and hand the agent the real config back, even after a
-	// failure: the member must never stay on ports its clients do not know.
-	if _, err := ac.Stop(ctx, name); err != nil {
-		return fmt.Errorf("stop member %s after its isolated run: %w", name, err)
-	}
-	if werr != nil {
-		if _, err := ac.PutMember(ctx, c.MemberConfig(m)); err != nil {
-			return fmt.Errorf("%w; and restoring its config failed: %v", werr, err)
+	var werr error
+	for _, r := range runs {
+		if _, err := r.ac.PutMember(ctx, r.cfg); err != nil {
+			werr = fmt.Errorf("configure member %s on a private client port: %w", r.m.Name, err)
+			break
 		}
+		if _, err := r.ac.SwapVersion(ctx, r.m.Name, agentapi.VersionRequest{Version: version}); err != nil {
+			werr = fmt.Errorf("start member %s on etcd %s on a private client port: %w", r.m.Name, version, err)
+			break
+		}
+		c.progress("member %s runs etcd %s on a private client port (%s)", r.m.Name, version, r.cfg.ClientURL)
+	}
+	if werr == nil {
+		if err := c.probeWrite(ctx, endpoints, o.Timeout); err != nil {
+			werr = fmt.Errorf("etcd %s on private client ports %v: %w; the members' logs are in %s", version, endpoints, err, filepath.Join(c.Dir, "logs"))
+		}
+	}
+	for _, r := range runs {
+		if werr == nil && o.Snapshot {
+			if err := waitSnapshot(ctx, r.cfg.DataDir, started, o.Timeout); err != nil {
+				werr = fmt.Errorf("member %s on etcd %s: %w", r.m.Name, version, err)
+			}
+		}
+	}
+	// Stop them and hand the agents the real config back, even after a
+	// failure: a member must never stay on a port its clients do not know.
+	for _, r := range runs {
+		if _, err := r.ac.Stop(ctx, r.m.Name); err != nil {
+			return errors.Join(werr, fmt.Errorf("stop member %s after its isolated run: %w", r.m.Name, err))
+		}
+		if werr == nil {
+			if err := c.recordMemberVersion(r.m.Name, version); err != nil {
+				return err
+			}
+		}
+		nm, _ := c.Spec.Member(r.m.Name)
+		if _, err := r.ac.PutMember(ctx, c.MemberConfig(*nm)); err != nil {
+			return errors.Join(werr, fmt.Errorf("restore the config of member %s: %w", r.m.Name, err))
+		}
+	}
+	if werr != nil {
 		return werr
 	}
-	if err := c.recordMemberVersion(name, version); err != nil {
-		return err
-	}
-	nm, _ := c.Spec.Member(name)
-	if _, err := ac.PutMember(ctx, c.MemberConfig(*nm)); err != nil {
-		return fmt.Errorf("restore the config of member %s: %w", name, err)
-	}
-	c.progress("member %s migrated its data on etcd %s and stopped", name, version)
+	c.progress("%s migrated their data on etcd %s and stopped", strings.Join(names, ", "), version)
 	return nil
 }
 
@@ -112,9 +134,9 @@ func isolatedURL(raw string) (string, error) {
 	return u.String(), nil
 }
 
-// probeWrite waits until a write through raft succeeds at endpoint.
-func (c *Cluster) probeWrite(ctx context.Context, endpoint string, timeout time.Duration) error {
-	cli, err := c.Client(endpoint)
+// probeWrite waits until a write through raft succeeds at endpoints.
+func (c *Cluster) probeWrite(ctx context.Context, endpoints []string, timeout time.Duration) error {
+	cli, err := c.Client(endpoints...)
 	if err != nil {
 		return err
 	}

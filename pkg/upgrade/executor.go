@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/coreos/go-semver/semver"
@@ -63,6 +64,10 @@ func (e *Executor) Execute(ctx context.Context, p *plan.Plan, s *plan.Step) erro
 		return e.member(ctx, p, s)
 	case StepOffline:
 		return e.offline(ctx, p, s)
+	case StepReplace:
+		return e.replace(ctx, p, s)
+	case StepStart:
+		return e.start(ctx, s)
 	case StepClusterVersion:
 		return e.clusterVersion(ctx, s)
 	}
@@ -202,9 +207,10 @@ func (e *Executor) needsSnapshot(last, target string) (bool, error) {
 	return ok && entry.SnapshotBeforeUpgrade, nil
 }
 
-// offline runs one intermediate version of the offline strategy on private
-// ports. When the plan's next version needs it, the member also writes a
-// raft snapshot there, recorded as plan value snapshot.MEMBER.
+// offline runs one intermediate version of the offline and restore
+// strategies on private client ports: step.Member, or every member when
+// it is "". When the plan's next version needs it, the members also write
+// a raft snapshot there, recorded as plan values snapshot.MEMBER.
 func (e *Executor) offline(ctx context.Context, p *plan.Plan, s *plan.Step) error {
 	next := p.To
 	if s.Index+1 < len(p.Steps) && p.Steps[s.Index+1].Member == s.Member {
@@ -214,13 +220,67 @@ func (e *Executor) offline(ctx context.Context, p *plan.Plan, s *plan.Step) erro
 	if err != nil {
 		return err
 	}
-	if err := e.C.RunMemberIsolated(ctx, s.Member, s.Version, cluster.IsolatedOptions{Snapshot: snap, Timeout: e.timeout()}); err != nil {
+	names := []string{s.Member}
+	if s.Member == "" {
+		names = e.C.Spec.MemberNames()
+	}
+	if err := e.C.RunIsolated(ctx, names, s.Version, cluster.IsolatedOptions{Snapshot: snap, Timeout: e.timeout()}); err != nil {
 		return err
 	}
-	if snap {
-		p.SetValue("snapshot."+s.Member, s.Version)
+	for _, name := range names {
+		if snap {
+			p.SetValue("snapshot."+name, s.Version)
+		}
 	}
-	e.say("%s ran %s on private ports and stopped", s.Member, s.Version)
+	e.say("%s ran %s on private client ports and stopped", strings.Join(names, ", "), s.Version)
+	return nil
+}
+
+// replace stops every member and gives each a fresh data dir restored from
+// the stopped database; the old dirs are recorded as plan values
+// old-datadir.MEMBER.
+func (e *Executor) replace(ctx context.Context, p *plan.Plan, s *plan.Step) error {
+	rep, err := e.C.ReplaceDataDirs(ctx, cluster.ReplaceOptions{Version: p.From, Target: s.Version, Timeout: e.timeout()})
+	if err != nil {
+		return err
+	}
+	for name, old := range rep.Old {
+		p.SetValue("old-datadir."+name, old)
+	}
+	if rep.Source != "" {
+		e.say("new data dirs restored from the database of %s at revision %d", rep.Source, rep.Revision)
+	}
+	return nil
+}
+
+// start starts every member on s.Version and waits until all are healthy
+// on it: the end of the restore strategy, where members start together as
+// the cluster their new data dirs make.
+func (e *Executor) start(ctx context.Context, s *plan.Step) error {
+	st, err := e.C.Status(ctx)
+	if err != nil {
+		return err
+	}
+	for _, name := range e.C.Spec.MemberNames() {
+		if ms, ok := st.Member(name); ok && ms.Healthy && ms.Version == s.Version {
+			continue // started by an earlier attempt
+		}
+		if err := e.C.SwapMemberVersion(ctx, name, s.Version, false); err != nil {
+			return err
+		}
+	}
+	err = e.waitFor(ctx, "every member healthy on "+s.Version, func(st *cluster.Status) string {
+		for _, m := range st.Members {
+			if m.Version != s.Version || !m.Healthy {
+				return fmt.Sprintf("%s: version %q, healthy %v %s", m.Name, m.Version, m.Healthy, m.LastError)
+			}
+		}
+		return ""
+	})
+	if err != nil {
+		return fmt.Errorf("health gate: %w", err)
+	}
+	e.say("every member healthy on %s", s.Version)
 	return nil
 }
 

@@ -48,6 +48,12 @@ const (
 	// StepOffline runs one member on an intermediate version on private
 	// ports until a write succeeds, then stops it (offline strategy).
 	StepOffline = "offline"
+	// StepReplace stops every member and restores fresh data dirs from
+	// the stopped database (restore strategy); the old dirs are kept.
+	StepReplace = "replace"
+	// StepStart starts every member on the target version and waits until
+	// all are healthy (restore strategy).
+	StepStart = "start"
 )
 
 // Options shape a plan.
@@ -145,8 +151,12 @@ func build(c *cluster.Cluster, st *cluster.Status, kind plan.Kind, from, to stri
 		}
 		add(plan.Step{Kind: StepClusterVersion, Version: from, Description: fmt.Sprintf("wait until every member runs %s; record it in the spec", from)})
 	}
-	if strategy == StrategyOffline {
+	switch strategy {
+	case StrategyOffline:
 		addOffline(add, hops, order[0], from, to)
+		return p, nil
+	case StrategyRestore:
+		addRestore(add, hops, from, to)
 		return p, nil
 	}
 	for _, h := range hops {
@@ -165,21 +175,49 @@ func build(c *cluster.Cluster, st *cluster.Status, kind plan.Kind, from, to stri
 	return p, nil
 }
 
+// via lists the intermediate versions of a path.
+func via(hops []catalogue.Hop) []string {
+	var out []string
+	for _, h := range hops[:len(hops)-1] {
+		out = append(out, h.To)
+	}
+	return out
+}
+
+// pathWords describes a path: "A to B", with " through X, Y" when there
+// are intermediate versions.
+func pathWords(hops []catalogue.Hop, from, to string) string {
+	what := fmt.Sprintf("%s to %s", from, to)
+	if v := via(hops); len(v) > 0 {
+		what += " through " + strings.Join(v, ", ")
+	}
+	return what
+}
+
+// addRestore adds the steps of the replace-via-restore strategy: a
+// backup, then, while every member is stopped, fresh data dirs restored
+// from the stopped database, each intermediate version run on them on
+// private client ports, and the target started on the members' own ports.
+func addRestore(add func(plan.Step), hops []catalogue.Hop, from, to string) {
+	what := pathWords(hops, from, to)
+	add(plan.Step{Kind: StepPreflight, Version: to, Description: "pre-flight checks for the upgrade by restore " + what})
+	add(plan.Step{Kind: StepBackup, Version: from, Description: "verified full backup before the upgrade by restore " + what})
+	add(plan.Step{Kind: StepReplace, Version: to, Description: "stop every member; restore fresh data dirs from the stopped database (the old ones are kept for rollback)"})
+	for _, v := range via(hops) {
+		add(plan.Step{Kind: StepOffline, Version: v, Description: fmt.Sprintf("run every member on %s on private client ports until a write succeeds, then stop them", v)})
+	}
+	add(plan.Step{Kind: StepStart, Version: to, Description: fmt.Sprintf("start every member on %s on its own ports, wait until all are healthy", to)})
+	add(plan.Step{Kind: StepClusterVersion, Version: to, Description: fmt.Sprintf("wait for cluster version %s; record %s in the spec", minorOf(to)+".0", to)})
+}
+
 // addOffline adds the steps of the offline strategy: one pre-flight and
 // one backup for the whole path, each intermediate version run on private
 // ports, then the target started on the member's own ports.
 func addOffline(add func(plan.Step), hops []catalogue.Hop, member, from, to string) {
-	var via []string
-	for _, h := range hops[:len(hops)-1] {
-		via = append(via, h.To)
-	}
-	what := fmt.Sprintf("%s to %s", from, to)
-	if len(via) > 0 {
-		what += " through " + strings.Join(via, ", ")
-	}
+	what := pathWords(hops, from, to)
 	add(plan.Step{Kind: StepPreflight, Version: to, Description: "pre-flight checks for the offline upgrade " + what})
 	add(plan.Step{Kind: StepBackup, Version: from, Description: "verified full backup before the offline upgrade " + what})
-	for _, v := range via {
+	for _, v := range via(hops) {
 		add(plan.Step{Kind: StepOffline, Member: member, Version: v,
 			Description: fmt.Sprintf("run %s on %s on private ports until a write succeeds, then stop it", member, v)})
 	}
@@ -222,7 +260,15 @@ func checkStrategy(strategy string, members int, hops []catalogue.Hop) error {
 			}
 		}
 	case StrategyRestore:
-		return fmt.Errorf("strategy %s is not implemented yet; use --strategy rolling", strategy)
+		for _, h := range hops {
+			if h.Kind == catalogue.Downgrade {
+				msg := fmt.Sprintf("going back from %s to %s by restore is not implemented yet", h.From, h.To)
+				if h.Online {
+					msg += fmt.Sprintf(": etcd %s has an online downgrade (--strategy rolling)", minorOf(h.From))
+				}
+				return errors.New(msg)
+			}
+		}
 	default:
 		return fmt.Errorf("unknown strategy %q: use rolling, offline or restore", strategy)
 	}

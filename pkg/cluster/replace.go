@@ -1,0 +1,184 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"time"
+
+	"go.etcd.io/etcd/etcdutl/v3/snapshot"
+	"go.uber.org/zap"
+
+	"github.com/etcd-steward/steward/pkg/agent"
+	"github.com/etcd-steward/steward/pkg/datadir"
+	"github.com/etcd-steward/steward/pkg/spec"
+)
+
+// ReplaceOptions configure ReplaceDataDirs.
+type ReplaceOptions struct {
+	// Version is the etcd version the members run now (their data's
+	// version): the new data dirs' version records say it, so the agent
+	// enforces the one-minor rule from there.
+	Version string
+	// Target names the new data dirs: DATADIR-vTARGET.
+	Target string
+	// Timeout bounds the isolated run that completes a database whose
+	// member stopped between commit and apply.
+	Timeout time.Duration
+}
+
+// ReplaceReport says where the data went.
+type ReplaceReport struct {
+	// Source is the member whose database the new data dirs hold.
+	Source string `json:"source"`
+	// Revision is the revision of that database.
+	Revision int64 `json:"revision"`
+	// Old and New map each member to its old and new data dir.
+	Old map[string]string `json:"old"`
+	New map[string]string `json:"new"`
+}
+
+var versionSuffix = regexp.MustCompile(`-v\d+\.\d+\.\d+$`)
+
+// newDataDir is the data dir a replace to target gives a member: its
+// current one with the version suffix of an earlier replace swapped.
+func newDataDir(current, target string) string {
+	return versionSuffix.ReplaceAllString(current, "") + "-v" + target
+}
+
+// ReplaceDataDirs is the heart of the replace-via-restore method: it stops
+// every member, restores a fresh data dir for each from the database of
+// the stopped member that applied the most, and makes the spec name the
+// new dirs. The old data dirs are not touched: they stay where they are,
+// whole, for a rollback. The new ones are not started.
+//
+// Invariant: no acknowledged write is lost. etcd acknowledges a write
+// after applying it to the database, and the members are stopped before
+// their databases are read; a member stopped between commit and apply is
+// first run on private client ports (its WAL is replayed, nothing new can
+// arrive) and stopped again.
+//
+// Idempotent: when the spec already names the new dirs, it does nothing; a
+// half-built new dir (never named by the spec, so never started) is
+// rebuilt.
+func (c *Cluster) ReplaceDataDirs(ctx context.Context, o ReplaceOptions) (ReplaceReport, error) {
+	rep := ReplaceReport{Old: map[string]string{}, New: map[string]string{}}
+	done := true
+	for _, m := range c.Spec.Members {
+		nd := newDataDir(m.DataDir, o.Target)
+		if m.DataDir != nd {
+			done = false
+		}
+		rep.Old[m.Name], rep.New[m.Name] = spec.Path(c.Dir, m.DataDir), spec.Path(c.Dir, nd)
+	}
+	if done {
+		c.progress("every member already has its new data dir")
+		return rep, nil
+	}
+	names := c.Spec.MemberNames()
+	for _, m := range c.Spec.Members {
+		ac, err := c.AgentFor(m)
+		if err != nil {
+			return rep, err
+		}
+		if _, err := ac.Stop(ctx, m.Name); err != nil {
+			return rep, fmt.Errorf("stop member %s: %w", m.Name, err)
+		}
+	}
+	c.progress("stopped %d members", len(names))
+	source, applied, err := c.mostApplied()
+	if err != nil {
+		return rep, err
+	}
+	if source == "" {
+		c.progress("a member stopped between commit and apply: running the cluster on private client ports to apply its WAL")
+		if err := c.RunIsolated(ctx, names, o.Version, IsolatedOptions{Timeout: o.Timeout}); err != nil {
+			return rep, err
+		}
+		if source, applied, err = c.mostApplied(); err != nil {
+			return rep, err
+		}
+		if source == "" {
+			return rep, fmt.Errorf("no member's database holds every committed entry even after replaying the WAL; nothing was replaced")
+		}
+	}
+	src, _ := c.Spec.Member(source)
+	srcDB := filepath.Join(spec.Path(c.Dir, src.DataDir), "member", "snap", "db")
+	if rep.Revision, err = datadir.Revision(srcDB); err != nil {
+		return rep, fmt.Errorf("database of %s: %w", source, err)
+	}
+	rep.Source = source
+	c.progress("restoring every member from the database of %s (applied index %d, revision %d)", source, applied, rep.Revision)
+	initial := c.Spec.InitialCluster()
+	for _, m := range c.Spec.Members {
+		nd := rep.New[m.Name]
+		// Ours alone: the spec never named it, so etcd never ran on it.
+		if err := os.RemoveAll(nd); err != nil {
+			return rep, err
+		}
+		staging := nd + ".restoring"
+		if err := os.RemoveAll(staging); err != nil {
+			return rep, err
+		}
+		err := snapshot.NewV3(zap.NewNop()).Restore(snapshot.RestoreConfig{
+			SnapshotPath: srcDB, Name: m.Name, OutputDataDir: staging,
+			PeerURLs: []string{m.PeerURL}, InitialCluster: initial, InitialClusterToken: c.Spec.Token,
+			SkipHashCheck: true, // a member's database has no appended hash
+		})
+		if err != nil {
+			_ = os.RemoveAll(staging)
+			return rep, fmt.Errorf("restore member %s into %s: %w", m.Name, staging, err)
+		}
+		if err := os.Chmod(staging, 0o700); err != nil {
+			return rep, err
+		}
+		if err := os.Rename(staging, nd); err != nil {
+			return rep, err
+		}
+		if err := agent.WriteRecord(nd, o.Version, time.Now()); err != nil {
+			return rep, err
+		}
+	}
+	next := c.Spec.Clone()
+	for i := range next.Members {
+		next.Members[i].DataDir = newDataDir(next.Members[i].DataDir, o.Target)
+		next.Members[i].Bootstrap = nil
+	}
+	if err := c.saveSpec(next); err != nil {
+		return rep, err
+	}
+	for _, m := range c.Spec.Members {
+		ac, err := c.AgentFor(m)
+		if err != nil {
+			return rep, err
+		}
+		if _, err := ac.PutMember(ctx, c.MemberConfig(m)); err != nil {
+			return rep, fmt.Errorf("give member %s its new data dir: %w", m.Name, err)
+		}
+	}
+	c.progress("every member has a new data dir; the old ones are kept: %v", rep.Old)
+	return rep, nil
+}
+
+// mostApplied returns the stopped member whose database applied the most,
+// provided it applied every entry any member's WAL committed (a write is
+// acknowledged only after it was committed); "" when none did.
+func (c *Cluster) mostApplied() (string, uint64, error) {
+	best, bestApplied, maxCommitted := "", uint64(0), uint64(0)
+	for _, m := range c.Spec.Members {
+		applied, committed, err := datadir.Applied(spec.Path(c.Dir, m.DataDir))
+		if err != nil {
+			return "", 0, fmt.Errorf("member %s: %w", m.Name, err)
+		}
+		maxCommitted = max(maxCommitted, committed)
+		if best == "" || applied > bestApplied {
+			best, bestApplied = m.Name, applied
+		}
+	}
+	if bestApplied < maxCommitted {
+		return "", 0, nil
+	}
+	return best, bestApplied, nil
+}
