@@ -138,6 +138,14 @@ func (m *member) start() error {
 // stop stops the member gracefully. persist=false keeps the desired state
 // on disk (the agent is shutting down, not the operator stopping a member).
 func (m *member) stop(ctx context.Context, persist bool) error {
+	return m.halt(ctx, persist, stopGrace)
+}
+
+// halt stops the member: SIGTERM, then SIGKILL after grace; at once with
+// SIGKILL when grace is 0. etcd is crash-safe (a write is in its fsynced
+// WAL before it is acknowledged), but its graceful stop waits up to its
+// request timeout (7 s by default) for clients' open streams to end.
+func (m *member) halt(ctx context.Context, persist bool, grace time.Duration) error {
 	m.mu.Lock()
 	m.desired = false
 	if persist {
@@ -153,7 +161,7 @@ func (m *member) stop(ctx context.Context, persist bool) error {
 	m.poke()
 	m.mu.Unlock()
 	if p != nil {
-		go p.terminate(stopGrace)
+		go p.terminate(grace)
 	}
 	if done == nil {
 		return nil

@@ -64,6 +64,11 @@ func (p *process) signal(sig syscall.Signal) {
 
 // terminate sends SIGTERM, waits up to grace, then sends SIGKILL and waits.
 func (p *process) terminate(grace time.Duration) {
+	if grace <= 0 {
+		p.signal(syscall.SIGKILL)
+		<-p.done
+		return
+	}
 	p.signal(syscall.SIGTERM)
 	select {
 	case <-p.done:

@@ -65,6 +65,8 @@ func (a *Agent) Handler() http.Handler {
 			err = m.start()
 		case "stop":
 			err = m.stop(ctx, true)
+		case "kill":
+			err = m.halt(ctx, true, 0)
 		case "restart":
 			if err = m.stop(ctx, false); err == nil {
 				err = m.start()

@@ -83,6 +83,14 @@ func (c *Client) Stop(ctx context.Context, name string) (MemberStatus, error) {
 	return out, c.do(ctx, http.MethodPost, "/v1/members/"+name+"/stop", nil, &out)
 }
 
+// Kill stops a member at once with SIGKILL and keeps it stopped: no
+// graceful close, so it does not wait for clients' streams. Its next start
+// replays its WAL.
+func (c *Client) Kill(ctx context.Context, name string) (MemberStatus, error) {
+	var out MemberStatus
+	return out, c.do(ctx, http.MethodPost, "/v1/members/"+name+"/kill", nil, &out)
+}
+
 // Restart stops and starts a member.
 func (c *Client) Restart(ctx context.Context, name string) (MemberStatus, error) {
 	var out MemberStatus

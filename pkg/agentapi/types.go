@@ -11,6 +11,7 @@
 //	DELETE /v1/members/{name}          stop the member and forget it (data kept)
 //	POST   /v1/members/{name}/start    start (and keep running)
 //	POST   /v1/members/{name}/stop     stop gracefully (and keep stopped)
+//	POST   /v1/members/{name}/kill     stop at once with SIGKILL (and keep stopped)
 //	POST   /v1/members/{name}/restart  stop then start
 //	POST   /v1/members/{name}/version  VersionRequest: swap binary version, restart
 //	POST   /v1/shutdown                stop every member and exit

@@ -115,7 +115,7 @@ func (c *Cluster) RunIsolated(ctx context.Context, names []string, version strin
 	if werr != nil {
 		return werr
 	}
-	c.progress("%s migrated their data on etcd %s and stopped", strings.Join(names, ", "), version)
+	c.progress("%s ran etcd %s on private client ports until a write went through, and stopped", strings.Join(names, ", "), version)
 	return nil
 }
 

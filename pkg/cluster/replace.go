@@ -55,10 +55,12 @@ func newDataDir(current, target string) string {
 // whole, for a rollback. The new ones are not started.
 //
 // Invariant: no acknowledged write is lost. etcd acknowledges a write
-// after applying it to the database, and the members are stopped before
-// their databases are read; a member stopped between commit and apply is
-// first run on private client ports (its WAL is replayed, nothing new can
-// arrive) and stopped again.
+// only once it is in the WAL of a quorum. The members are killed (no
+// client can write after that), run together on private client ports
+// until a write goes through raft (every committed entry is then applied),
+// stopped gracefully (nothing is connected, so at once), and only then
+// are their databases read; the source must have applied every entry any
+// WAL committed.
 //
 // Idempotent: when the spec already names the new dirs, it does nothing; a
 // half-built new dir (never named by the spec, so never started) is
@@ -83,26 +85,23 @@ func (c *Cluster) ReplaceDataDirs(ctx context.Context, o ReplaceOptions) (Replac
 		if err != nil {
 			return rep, err
 		}
-		if _, err := ac.Stop(ctx, m.Name); err != nil {
+		// SIGKILL, not a graceful stop: etcd's graceful stop waits up to
+		// its request timeout (7 s) for clients' watch streams, and the
+		// isolated run below applies whatever the WAL holds.
+		if _, err := ac.Kill(ctx, m.Name); err != nil {
 			return rep, fmt.Errorf("stop member %s: %w", m.Name, err)
 		}
 	}
-	c.progress("stopped %d members", len(names))
+	c.progress("stopped %d members; applying their WAL on private client ports", len(names))
+	if err := c.RunIsolated(ctx, names, o.Version, IsolatedOptions{Timeout: o.Timeout}); err != nil {
+		return rep, err
+	}
 	source, applied, err := c.mostApplied()
 	if err != nil {
 		return rep, err
 	}
 	if source == "" {
-		c.progress("a member stopped between commit and apply: running the cluster on private client ports to apply its WAL")
-		if err := c.RunIsolated(ctx, names, o.Version, IsolatedOptions{Timeout: o.Timeout}); err != nil {
-			return rep, err
-		}
-		if source, applied, err = c.mostApplied(); err != nil {
-			return rep, err
-		}
-		if source == "" {
-			return rep, fmt.Errorf("no member's database holds every committed entry even after replaying the WAL; nothing was replaced")
-		}
+		return rep, fmt.Errorf("no member's database holds every committed entry after replaying the WAL; nothing was replaced, the old data dirs are as they were")
 	}
 	src, _ := c.Spec.Member(source)
 	srcDB := filepath.Join(spec.Path(c.Dir, src.DataDir), "member", "snap", "db")

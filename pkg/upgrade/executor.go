@@ -10,6 +10,7 @@ import (
 	"github.com/coreos/go-semver/semver"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/plan"
 )
@@ -257,19 +258,19 @@ func (e *Executor) replace(ctx context.Context, p *plan.Plan, s *plan.Step) erro
 // on it: the end of the restore strategy, where members start together as
 // the cluster their new data dirs make.
 func (e *Executor) start(ctx context.Context, s *plan.Step) error {
-	st, err := e.C.Status(ctx)
-	if err != nil {
-		return err
-	}
-	for _, name := range e.C.Spec.MemberNames() {
-		if ms, ok := st.Member(name); ok && ms.Healthy && ms.Version == s.Version {
-			continue // started by an earlier attempt
+	for _, m := range e.C.Spec.Members {
+		// Asked of the agent, not of etcd: members that are all stopped
+		// would make every etcd call wait for its dial timeout.
+		if ac, err := e.C.AgentFor(m); err == nil {
+			if ms, err := ac.Member(ctx, m.Name); err == nil && ms.State == agentapi.StateRunning && ms.Version == s.Version {
+				continue // started by an earlier attempt
+			}
 		}
-		if err := e.C.SwapMemberVersion(ctx, name, s.Version, false); err != nil {
+		if err := e.C.SwapMemberVersion(ctx, m.Name, s.Version, false); err != nil {
 			return err
 		}
 	}
-	err = e.waitFor(ctx, "every member healthy on "+s.Version, func(st *cluster.Status) string {
+	err := e.waitFor(ctx, "every member healthy on "+s.Version, func(st *cluster.Status) string {
 		for _, m := range st.Members {
 			if m.Version != s.Version || !m.Healthy {
 				return fmt.Sprintf("%s: version %q, healthy %v %s", m.Name, m.Version, m.Healthy, m.LastError)

@@ -1,9 +1,22 @@
 package bench
 
 import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/etcd-steward/steward/pkg/agent"
+	"github.com/etcd-steward/steward/pkg/binaries"
+	"github.com/etcd-steward/steward/pkg/catalogue"
+	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/test/harness"
 )
 
@@ -50,4 +63,174 @@ func BenchmarkRollingUpgrade(b *testing.B) {
 		b.Logf("naive restarts (2 rounds, leader not moved) in %s: %d writes, %d errors, p50 %.1f ms, p99 %.1f ms, longest stall %.0f ms",
 			ntook.Round(time.Second), nn, nerrs, ms(np50), ms(np99), ms(nstall))
 	}
+}
+
+// BenchmarkReplaceUpgrade: downtime of a single-member upgrade by restore
+// (3.6 -> 3.7) of a database of STEWARD_BENCH_REPLACE_MB (default 1024):
+// the longest gap between two successful writes of a client writing
+// throughout `steward upgrade apply --strategy restore`. Baseline in the
+// same run, on a second member with the same data: the method done by hand
+// with etcd's tools once clients are stopped: snapshot save, stop,
+// `etcdutl snapshot restore` of the target version into a new data dir,
+// start the target on it, until a read succeeds.
+func BenchmarkReplaceUpgrade(b *testing.B) {
+	vs := harness.Versions()
+	mb := envInt("STEWARD_BENCH_REPLACE_MB", 1024)
+	from, to := vs[1], vs[2]
+	for range b.N {
+		e := harness.New(b)
+		e.Up(1, from)
+		cli := e.Client()
+		fill(b, cli, mb)
+		st := e.Status()
+		dbMB := st.Members[0].DBSize >> 20
+		g := measureGaps(cli)
+		start := time.Now()
+		e.MustRun("upgrade", "apply", "--to", to, "--strategy", "restore")
+		took := time.Since(start)
+		harness.Eventually(b, time.Minute, 10*time.Millisecond, "a write after the upgrade", func() bool { return g.successesSince(start.Add(took)) > 0 })
+		gap, n, errs := g.finish()
+		cli.Close()
+		e.MustRun("down")
+
+		manual := manualRestoreUpgrade(b, mb, from, to)
+
+		b.ReportMetric(float64(dbMB), "db-MB")
+		b.ReportMetric(gap.Seconds(), "steward-downtime-s")
+		b.ReportMetric(manual.Seconds(), "manual-downtime-s")
+		b.Logf("steward upgrade by restore %s -> %s of a %d MB database: plan took %s, downtime (longest gap between writes) %.2f s, %d writes, %d errors",
+			from, to, dbMB, took.Round(time.Second), gap.Seconds(), n, errs)
+		b.Logf("by hand (snapshot save, stop, etcdutl restore, start): downtime %.2f s", manual.Seconds())
+	}
+}
+
+// manualRestoreUpgrade times the by-hand method on a fresh member filled
+// with mb megabytes: from the moment clients stop until the target version
+// serves a read.
+func manualRestoreUpgrade(b *testing.B, mb int, from, to string) time.Duration {
+	e := harness.New(b)
+	e.Up(1, from)
+	cli := e.Client()
+	fill(b, cli, mb)
+	m := e.Spec().Members[0]
+	work := b.TempDir()
+	snap := filepath.Join(work, "snapshot.db")
+	store := binaries.Open(e.Store)
+	etcdutl, err := store.Tool(to, "etcdutl")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ex, err := store.Resolve(to)
+	if err != nil {
+		b.Fatal(err)
+	}
+
+	start := time.Now()
+	phase := func(name string) {
+		b.Logf("  by hand: %s done at %.2f s", name, time.Since(start).Seconds())
+	}
+	f, err := os.OpenFile(snap, os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rc, err := cli.Snapshot(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := io.Copy(f, rc); err != nil {
+		b.Fatal(err)
+	}
+	rc.Close()
+	if err := f.Close(); err != nil {
+		b.Fatal(err)
+	}
+	cli.Close()
+	phase("snapshot save")
+	e.MustRun("member", "stop", "--force", m.Name)
+	phase("graceful stop")
+	newDir := filepath.Join(work, "data")
+	if out, err := exec.Command(etcdutl, "snapshot", "restore", snap, "--data-dir", newDir, "--name", m.Name,
+		"--initial-cluster", m.Name+"="+m.PeerURL, "--initial-advertise-peer-urls", m.PeerURL,
+		"--initial-cluster-token", e.Spec().Token).CombinedOutput(); err != nil {
+		b.Fatalf("etcdutl snapshot restore: %v\n%s", err, out)
+	}
+	phase("etcdutl snapshot restore")
+	c, err := cluster.Open(e.Dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := c.MemberConfig(m)
+	cfg.DataDir, cfg.Version = newDir, to
+	flags, err := agent.EtcdFlags(cfg, catalogue.Default())
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(ex.Path, append(append([]string{}, ex.Args...), flags...)...)
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	ncli := e.Client()
+	defer ncli.Close()
+	harness.Eventually(b, 5*time.Minute, 10*time.Millisecond, "etcd "+to+" serving the restored data", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := ncli.Get(ctx, "health")
+		return err == nil
+	})
+	return time.Since(start)
+}
+
+// gaps records when each sequential write succeeded.
+type gaps struct {
+	mu   sync.Mutex
+	ok   []time.Time
+	errs int
+	stop chan struct{}
+	done chan struct{}
+}
+
+func measureGaps(cli *clientv3.Client) *gaps {
+	g := &gaps{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(g.done)
+		for i := 0; ; i++ {
+			select {
+			case <-g.stop:
+				return
+			default:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_, err := cli.Put(ctx, fmt.Sprintf("gap/%d", i%1000), "w")
+			cancel()
+			g.mu.Lock()
+			if err != nil {
+				g.errs++
+			} else {
+				g.ok = append(g.ok, time.Now())
+			}
+			g.mu.Unlock()
+		}
+	}()
+	return g
+}
+
+func (g *gaps) successesSince(t time.Time) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := 0
+	for i := len(g.ok) - 1; i >= 0 && g.ok[i].After(t); i-- {
+		n++
+	}
+	return n
+}
+
+// finish stops the writer and returns the longest gap between successes.
+func (g *gaps) finish() (longest time.Duration, n, errs int) {
+	close(g.stop)
+	<-g.done
+	for i := 1; i < len(g.ok); i++ {
+		longest = max(longest, g.ok[i].Sub(g.ok[i-1]))
+	}
+	return longest, len(g.ok), g.errs
 }
