@@ -5,8 +5,9 @@ STORE         ?= $(CURDIR)/.cache/store
 ETCD_VERSIONS ?= v3.5.35 v3.6.16 v3.7.3
 TEST_TIMEOUT  ?= 30m
 DEMO_DIR      ?= $(CURDIR)/steward-data
+KUBE_VERSION  ?= v1.36.3
 
-.PHONY: all build etcd-binaries s3-server test test-unit test-e2e bench demo demo-down vet clean
+.PHONY: all build etcd-binaries s3-server kube-apiserver test test-unit test-e2e bench demo demo-down vet clean
 
 all: build
 
@@ -22,22 +23,28 @@ etcd-binaries: build
 s3-server:
 	./hack/build-versitygw.sh
 
+## kube-apiserver: build kube-apiserver $(KUBE_VERSION) from the Go module
+## proxy into .cache/bin (skipped when that version is there); the tests run
+## it above Steward clusters.
+kube-apiserver:
+	KUBE_VERSION=$(KUBE_VERSION) ./hack/build-kube-apiserver.sh
+
 vet:
 	$(GO) vet ./...
 
 ## test: the whole suite: unit tests and end-to-end tests against real etcd
 ## processes of every version in $(ETCD_VERSIONS).
-test: etcd-binaries s3-server vet
+test: etcd-binaries s3-server kube-apiserver vet
 	STEWARD_TEST_STORE=$(STORE) $(GO) test -count=1 -parallel 1 -timeout $(TEST_TIMEOUT) ./...
 
 test-unit:
 	$(GO) test -count=1 -short ./pkg/... ./internal/...
 
-test-e2e: etcd-binaries s3-server
+test-e2e: etcd-binaries s3-server kube-apiserver
 	STEWARD_TEST_STORE=$(STORE) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./test/e2e/...
 
 ## bench: the benchmarks recorded in docs/benchmarks.md.
-bench: etcd-binaries s3-server
+bench: etcd-binaries s3-server kube-apiserver
 	STEWARD_TEST_STORE=$(STORE) $(GO) test -count=1 -timeout 60m -run '^$$' -bench . -benchtime 1x ./test/bench/...
 
 ## demo: build Steward and start a local three-member cluster on the
