@@ -12,16 +12,23 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/etcd-steward/steward/pkg/agent"
+	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/datadir"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
 // ReplaceOptions configure ReplaceDataDirs.
 type ReplaceOptions struct {
-	// Version is the etcd version the members run now (their data's
-	// version): the new data dirs' version records say it, so the agent
-	// enforces the one-minor rule from there.
+	// Version is the etcd version the members run now: the WAL is applied
+	// on it, and the new data dirs' version records say it (unless
+	// BaseBackup), so the agent enforces the one-minor rule from there.
 	Version string
+	// BaseBackup, when set, is a full backup taken on an older version:
+	// the new data dirs hold its database with the keyspace of the stopped
+	// database grafted in (backup.Graft), and their version records say
+	// BaseVersion. This is a rollback without etcd's online downgrade.
+	BaseBackup  string
+	BaseVersion string
 	// Target names the new data dirs: DATADIR-vTARGET.
 	Target string
 	// Timeout bounds the isolated run that completes a database whose
@@ -109,6 +116,19 @@ func (c *Cluster) ReplaceDataDirs(ctx context.Context, o ReplaceOptions) (Replac
 		return rep, fmt.Errorf("database of %s: %w", source, err)
 	}
 	rep.Source = source
+	snapPath, record := srcDB, o.Version
+	if o.BaseBackup != "" {
+		tmp, err := os.MkdirTemp(c.Dir, "tmp-replace-")
+		if err != nil {
+			return rep, err
+		}
+		defer os.RemoveAll(tmp)
+		if snapPath, err = c.graftOntoBackup(ctx, o.BaseBackup, srcDB, tmp); err != nil {
+			return rep, err
+		}
+		record = o.BaseVersion
+		c.progress("grafted the keyspace of %s (revision %d) onto backup %s", source, rep.Revision, o.BaseBackup)
+	}
 	c.progress("restoring every member from the database of %s (applied index %d, revision %d)", source, applied, rep.Revision)
 	initial := c.Spec.InitialCluster()
 	for _, m := range c.Spec.Members {
@@ -122,9 +142,9 @@ func (c *Cluster) ReplaceDataDirs(ctx context.Context, o ReplaceOptions) (Replac
 			return rep, err
 		}
 		err := snapshot.NewV3(zap.NewNop()).Restore(snapshot.RestoreConfig{
-			SnapshotPath: srcDB, Name: m.Name, OutputDataDir: staging,
+			SnapshotPath: snapPath, Name: m.Name, OutputDataDir: staging,
 			PeerURLs: []string{m.PeerURL}, InitialCluster: initial, InitialClusterToken: c.Spec.Token,
-			SkipHashCheck: true, // a member's database has no appended hash
+			SkipHashCheck: true, // a member's database (or a grafted one) has no valid appended hash
 		})
 		if err != nil {
 			_ = os.RemoveAll(staging)
@@ -136,7 +156,7 @@ func (c *Cluster) ReplaceDataDirs(ctx context.Context, o ReplaceOptions) (Replac
 		if err := os.Rename(staging, nd); err != nil {
 			return rep, err
 		}
-		if err := agent.WriteRecord(nd, o.Version, time.Now()); err != nil {
+		if err := agent.WriteRecord(nd, record, time.Now()); err != nil {
 			return rep, err
 		}
 	}
@@ -180,4 +200,32 @@ func (c *Cluster) mostApplied() (string, uint64, error) {
 		return "", 0, nil
 	}
 	return best, bestApplied, nil
+}
+
+// graftOntoBackup fetches and verifies full backup id into dir, and grafts
+// the keyspace of database src onto it. It returns the grafted file.
+func (c *Cluster) graftOntoBackup(ctx context.Context, id, src, dir string) (string, error) {
+	store, err := c.BackupStore()
+	if err != nil {
+		return "", err
+	}
+	m, err := backup.Find(ctx, store, id)
+	if err != nil {
+		return "", fmt.Errorf("backup %s, taken before the upgrade, is needed to go back without etcd's online downgrade: %w", id, err)
+	}
+	key, err := c.backupKey("")
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "base.db")
+	if err := backup.Fetch(ctx, store, m, key, out); err != nil {
+		return "", fmt.Errorf("fetch backup %s: %w", id, err)
+	}
+	if err := backup.StripChecksum(out); err != nil {
+		return "", err
+	}
+	if err := backup.Graft(out, src); err != nil {
+		return "", err
+	}
+	return out, nil
 }

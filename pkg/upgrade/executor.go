@@ -238,10 +238,16 @@ func (e *Executor) offline(ctx context.Context, p *plan.Plan, s *plan.Step) erro
 }
 
 // replace stops every member and gives each a fresh data dir restored from
-// the stopped database; the old dirs are recorded as plan values
+// the stopped database, or, in a rollback by restore, from the backup the
+// upgrade took first (plan value base-backup) with the stopped database's
+// keyspace grafted in. The old dirs are recorded as plan values
 // old-datadir.MEMBER.
 func (e *Executor) replace(ctx context.Context, p *plan.Plan, s *plan.Step) error {
-	rep, err := e.C.ReplaceDataDirs(ctx, cluster.ReplaceOptions{Version: p.From, Target: s.Version, Timeout: e.timeout()})
+	o := cluster.ReplaceOptions{Version: p.From, Target: s.Version, Timeout: e.timeout()}
+	if base := p.Value("base-backup"); base != "" {
+		o.BaseBackup, o.BaseVersion = base, s.Version
+	}
+	rep, err := e.C.ReplaceDataDirs(ctx, o)
 	if err != nil {
 		return err
 	}

@@ -66,6 +66,10 @@ type Options struct {
 	Force bool
 	// HealthTimeout bounds each wait of a step (default 2 minutes).
 	HealthTimeout time.Duration
+
+	// baseBackup is the backup the undone upgrade took before it began:
+	// a rollback by restore starts from it.
+	baseBackup string
 }
 
 // Catalogue loads the version catalogue of a Steward directory.
@@ -133,7 +137,7 @@ func build(c *cluster.Cluster, st *cluster.Status, kind plan.Kind, from, to stri
 	if strategy == "" {
 		strategy = chooseStrategy(len(c.Spec.Members), hops)
 	}
-	if err := checkStrategy(strategy, len(c.Spec.Members), hops); err != nil {
+	if err := checkStrategy(strategy, len(c.Spec.Members), hops, o.baseBackup); err != nil {
 		return nil, err
 	}
 	now := time.Now().UTC()
@@ -144,7 +148,7 @@ func build(c *cluster.Cluster, st *cluster.Status, kind plan.Kind, from, to stri
 		p.Steps = append(p.Steps, s)
 	}
 	order := memberOrder(c, st)
-	if revert {
+	if revert && strategy != StrategyRestore {
 		for _, name := range order {
 			add(plan.Step{Kind: StepMember, Member: name, Version: from,
 				Description: fmt.Sprintf("bring %s back to %s (the cluster version never left %s)", name, from, minorOf(from))})
@@ -156,7 +160,12 @@ func build(c *cluster.Cluster, st *cluster.Status, kind plan.Kind, from, to stri
 		addOffline(add, hops, order[0], from, to)
 		return p, nil
 	case StrategyRestore:
-		addRestore(add, hops, from, to)
+		if hops[0].Kind == catalogue.Downgrade {
+			p.SetValue("base-backup", o.baseBackup)
+			addRestoreBack(add, from, to, o.baseBackup)
+		} else {
+			addRestore(add, hops, from, to)
+		}
 		return p, nil
 	}
 	for _, h := range hops {
@@ -210,6 +219,18 @@ func addRestore(add func(plan.Step), hops []catalogue.Hop, from, to string) {
 	add(plan.Step{Kind: StepClusterVersion, Version: to, Description: fmt.Sprintf("wait for cluster version %s; record %s in the spec", minorOf(to)+".0", to)})
 }
 
+// addRestoreBack adds the steps of a rollback by restore: a backup of the
+// cluster as it is, then, while every member is stopped, fresh data dirs
+// holding the backup taken before the upgrade with the current keyspace
+// grafted in, started on the old version.
+func addRestoreBack(add func(plan.Step), from, to, base string) {
+	add(plan.Step{Kind: StepPreflight, Version: to, Description: fmt.Sprintf("pre-flight checks for the rollback by restore %s to %s", from, to)})
+	add(plan.Step{Kind: StepBackup, Version: from, Description: fmt.Sprintf("verified full backup of the cluster on %s before going back", from)})
+	add(plan.Step{Kind: StepReplace, Version: to, Description: fmt.Sprintf("stop every member; fresh data dirs from backup %s (taken on %s) with every write made since grafted in (the old ones are kept)", base, to)})
+	add(plan.Step{Kind: StepStart, Version: to, Description: fmt.Sprintf("start every member on %s on its own ports, wait until all are healthy", to)})
+	add(plan.Step{Kind: StepClusterVersion, Version: to, Description: fmt.Sprintf("wait for cluster version %s; record %s in the spec", minorOf(to)+".0", to)})
+}
+
 // addOffline adds the steps of the offline strategy: one pre-flight and
 // one backup for the whole path, each intermediate version run on private
 // ports, then the target started on the member's own ports.
@@ -242,7 +263,7 @@ func chooseStrategy(members int, hops []catalogue.Hop) string {
 }
 
 // checkStrategy refuses a strategy that cannot take this path.
-func checkStrategy(strategy string, members int, hops []catalogue.Hop) error {
+func checkStrategy(strategy string, members int, hops []catalogue.Hop, base string) error {
 	switch strategy {
 	case StrategyRolling:
 		for _, h := range hops {
@@ -260,14 +281,8 @@ func checkStrategy(strategy string, members int, hops []catalogue.Hop) error {
 			}
 		}
 	case StrategyRestore:
-		for _, h := range hops {
-			if h.Kind == catalogue.Downgrade {
-				msg := fmt.Sprintf("going back from %s to %s by restore is not implemented yet", h.From, h.To)
-				if h.Online {
-					msg += fmt.Sprintf(": etcd %s has an online downgrade (--strategy rolling)", minorOf(h.From))
-				}
-				return errors.New(msg)
-			}
+		if hops[0].Kind == catalogue.Downgrade && base == "" {
+			return fmt.Errorf("going back from %s to %s by restore needs the backup the upgrade took before it began, and none is recorded", hops[0].From, hops[len(hops)-1].To)
 		}
 	default:
 		return fmt.Errorf("unknown strategy %q: use rolling, offline or restore", strategy)
@@ -308,6 +323,7 @@ func NewRollback(ctx context.Context, c *cluster.Cluster, o Options) (*plan.Plan
 		return nil, nil, err
 	}
 	o.To = last.From
+	o.baseBackup = last.Value("backup")
 	p, err := build(c, st, plan.KindRollback, from, last.From, o, mixed)
 	if err != nil {
 		return nil, nil, fmt.Errorf("roll back %s: %w", last.ID, err)

@@ -26,6 +26,7 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 			return err
 		},
 	}
+	cmd.Flags().StringVar(&o.Strategy, "strategy", "", "rolling (etcd's online downgrade) or restore (the backup taken before the upgrade with every later write grafted in); default: rolling where etcd has an online downgrade")
 	cmd.Flags().BoolVar(&o.Force, "force", false, "skip the pre-flight checks marked overridable in docs/upgrades.md")
 	cmd.Flags().DurationVar(&o.HealthTimeout, "health-timeout", 2*time.Minute, "how long each step waits for health, catch-up and versions before the plan fails")
 	return cmd
