@@ -14,6 +14,7 @@ import (
 	"github.com/etcd-steward/steward/internal/cmd/down"
 	"github.com/etcd-steward/steward/internal/cmd/env"
 	"github.com/etcd-steward/steward/internal/cmd/etcd"
+	"github.com/etcd-steward/steward/internal/cmd/inspect"
 	"github.com/etcd-steward/steward/internal/cmd/leader"
 	"github.com/etcd-steward/steward/internal/cmd/member"
 	"github.com/etcd-steward/steward/internal/cmd/plan"
@@ -50,6 +51,7 @@ func NewRootCommand() *cobra.Command {
 		upgrade.NewCommand(g),
 		rollback.NewCommand(g),
 		plan.NewCommand(g),
+		inspect.NewCommand(g),
 		agent.NewCommand(g),
 		binaries.NewCommand(g),
 		etcd.NewCommand(),

@@ -1,0 +1,103 @@
+package kstorage
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/etcd-steward/steward/pkg/backup"
+)
+
+// BackupSnapshot is a full backup fetched into a private temporary
+// directory, with the delta segments that continue it replayed, ready for
+// ScanSnapshot. Remove deletes it.
+type BackupSnapshot struct {
+	// Path is the snapshot database (mode 0600, in a 0700 directory).
+	Path string
+	// Full is the full backup's manifest.
+	Full backup.Manifest
+	// Deltas is the number of delta segments replayed; Revision the
+	// revision reached (Full.EndRevision when none).
+	Deltas   int
+	Revision int64
+	// Notes say what the snapshot does not hold.
+	Notes []string
+	dir   string
+}
+
+// Remove deletes the fetched snapshot and its directory.
+func (b *BackupSnapshot) Remove() error {
+	if b == nil || b.dir == "" {
+		return nil
+	}
+	return os.RemoveAll(b.dir)
+}
+
+// FetchBackup fetches the full backup id ("latest" or "" for the newest)
+// from store into a new directory under tmpParent, verifying it as
+// `steward backup verify` does (size, SHA-256, key, etcd's checksum,
+// consistency, revision), then replays the delta segments that continue it
+// without a gap, as `steward restore` does: the result is the keyspace at
+// the newest backed-up revision of that chain. Nothing but the temporary
+// directory is written; on error it is removed.
+func FetchBackup(ctx context.Context, store backup.Store, key *backup.Key, id, tmpParent string) (*BackupSnapshot, error) {
+	all, err := backup.List(ctx, store)
+	if err != nil {
+		return nil, err
+	}
+	var full backup.Manifest
+	found := false
+	for i := len(all) - 1; i >= 0; i-- {
+		m := all[i]
+		if ((id == "" || id == "latest") && m.Kind == backup.KindFull) || m.ID == id {
+			full, found = m, true
+			break
+		}
+	}
+	switch {
+	case !found && (id == "" || id == "latest"):
+		return nil, fmt.Errorf("no full backup in %s: take one with `steward backup now`", store)
+	case !found:
+		return nil, fmt.Errorf("no backup %q in %s: list the backups with `steward backup list` (or name `latest`)", id, store)
+	case full.Kind != backup.KindFull:
+		return nil, fmt.Errorf("backup %s is a %s segment: name a full backup (the deltas after it are replayed); list them with `steward backup list`", full.ID, full.Kind)
+	}
+	if err := os.MkdirAll(tmpParent, 0o700); err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp(tmpParent, "tmp-inventory-")
+	if err != nil {
+		return nil, err
+	}
+	b := &BackupSnapshot{Path: filepath.Join(dir, "snapshot.db"), Full: full, Revision: full.EndRevision, dir: dir}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = b.Remove()
+		}
+	}()
+	if err := backup.Fetch(ctx, store, full, key, b.Path); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	chain := backup.BuildChain(all, full)
+	if len(chain.Deltas) > 0 {
+		if err := backup.StripChecksum(b.Path); err != nil {
+			return nil, fmt.Errorf("backup %s: %w", full.ID, err)
+		}
+		rev, err := backup.Apply(ctx, store, key, b.Path, full.EndRevision, chain.Deltas, backup.ApplyOptions{})
+		if err != nil {
+			return nil, err
+		}
+		b.Deltas, b.Revision = len(chain.Deltas), rev
+	}
+	if len(chain.GapAfter) > 0 {
+		b.Notes = append(b.Notes, fmt.Sprintf("the delta chain after %s stops at revision %d: %d delta segments after a gap (from revision %d) are not included",
+			full.ID, chain.End, len(chain.GapAfter), chain.GapAfter[0].StartRevision))
+	}
+	ok = true
+	return b, nil
+}

@@ -1,0 +1,449 @@
+package kstorage
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	bolt "go.etcd.io/bbolt"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// event is one revision of etcd's key bucket.
+type event struct {
+	rev, sub int64
+	key      string
+	value    []byte
+	del      bool
+}
+
+// writeEtcdDB writes a bbolt database in etcd's backend layout: bucket
+// "key" maps revisions (8 bytes main, '_', 8 bytes sub, 't' for a
+// deletion) to mvccpb.KeyValue records; bucket "meta" holds the finished
+// compaction revision.
+func writeEtcdDB(t *testing.T, path string, compacted int64, evs []event) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	err = db.Update(func(tx *bolt.Tx) error {
+		kb, err := tx.CreateBucket([]byte("key"))
+		if err != nil {
+			return err
+		}
+		mb, err := tx.CreateBucket([]byte("meta"))
+		if err != nil {
+			return err
+		}
+		if compacted > 0 {
+			v := make([]byte, 17)
+			binary.BigEndian.PutUint64(v, uint64(compacted))
+			v[8] = '_'
+			if err := mb.Put([]byte("finishedCompactRev"), v); err != nil {
+				return err
+			}
+		}
+		for _, e := range evs {
+			k := make([]byte, 17, 18)
+			binary.BigEndian.PutUint64(k, uint64(e.rev))
+			k[8] = '_'
+			binary.BigEndian.PutUint64(k[9:], uint64(e.sub))
+			kv := mvccpb.KeyValue{Key: []byte(e.key), ModRevision: e.rev, CreateRevision: e.rev, Version: 1, Value: e.value}
+			if e.del {
+				k = append(k, 't')
+				kv = mvccpb.KeyValue{Key: []byte(e.key)}
+			}
+			b, err := kv.Marshal()
+			if err != nil {
+				return err
+			}
+			if err := kb.Put(k, b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+var (
+	cmV1      = protoEnvelope("v1", "ConfigMap", []byte("data"))
+	cmV1Big   = protoEnvelope("v1", "ConfigMap", bytes.Repeat([]byte("d"), 1000))
+	secretEnc = []byte("k8s:enc:aescbc:v1:key1:ciphertext")
+	widget    = []byte(`{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w"}}`)
+)
+
+// history: a updated after the compaction, b deleted after it, c deleted
+// and re-created, w2 created and deleted, keys outside the prefix and a
+// non-object key.
+func history() []event {
+	return []event{
+		{rev: 2, key: "/registry/configmaps/ns/a", value: cmV1},
+		{rev: 3, key: "/registry/configmaps/ns/b", value: cmV1},
+		{rev: 4, key: "/registry/secrets/ns/s", value: secretEnc},
+		{rev: 5, key: "/registry/configmaps/ns/c", value: cmV1},
+		{rev: 6, key: "/registry/configmaps/ns/a", value: cmV1Big},
+		{rev: 7, key: "/registry/configmaps/ns/b", del: true},
+		{rev: 8, key: "/registry/example.com/widgets/ns/w", value: widget},
+		{rev: 9, sub: 0, key: "/registry/health", value: []byte(`{"health":"true"}`)},
+		{rev: 9, sub: 1, key: "compact_rev_key", value: []byte("9")},
+		{rev: 10, key: "/registry/example.com/widgets/ns/w2", value: widget},
+		{rev: 11, key: "/registry/example.com/widgets/ns/w2", del: true},
+		{rev: 12, key: "/registry/configmaps/ns/c", del: true},
+		{rev: 13, key: "/registry/configmaps/ns/c", value: cmV1},
+		{rev: 14, key: "/other/configmaps/ns/x", value: cmV1},
+	}
+}
+
+func wantHistoryReport(t *testing.T, rep Report) {
+	t.Helper()
+	want := map[string]ResourceReport{
+		"configmaps": {Resource: "configmaps", Path: "configmaps", Objects: 2, Bytes: int64(len(cmV1Big) + len(cmV1)), PlainObjects: 2,
+			Versions: []VersionReport{{APIVersion: "v1", Kind: "ConfigMap", Format: FormatProtobuf, Objects: 2, Bytes: int64(len(cmV1Big) + len(cmV1))}}, Encryption: []EncryptionReport{}},
+		"secrets": {Resource: "secrets", Path: "secrets", Objects: 1, Bytes: int64(len(secretEnc)), EncryptedObjects: 1, Versions: []VersionReport{},
+			Encryption: []EncryptionReport{{Provider: "aescbc", PrefixVersion: "v1", KeyName: "key1", Objects: 1, Bytes: int64(len(secretEnc))}}},
+		"widgets.example.com": {Resource: "widgets.example.com", Path: "example.com/widgets", Objects: 1, Bytes: int64(len(widget)), PlainObjects: 1,
+			Versions: []VersionReport{{APIVersion: "example.com/v1", Kind: "Widget", Format: FormatJSON, Objects: 1, Bytes: int64(len(widget))}}, Encryption: []EncryptionReport{}},
+	}
+	if len(rep.Resources) != len(want) {
+		t.Fatalf("resources: %+v", rep.Resources)
+	}
+	for _, r := range rep.Resources {
+		w := want[r.Resource]
+		if !equalJSON(t, r, w) {
+			t.Errorf("resource %s:\n got %+v\nwant %+v", r.Resource, r, w)
+		}
+	}
+	if rep.OtherKeys != (Count{Objects: 1, Bytes: int64(len(`{"health":"true"}`))}) {
+		t.Errorf("other keys: %+v", rep.OtherKeys)
+	}
+	wantTotals := Totals{Resources: 3, Objects: 4, Bytes: int64(len(cmV1Big) + len(cmV1) + len(secretEnc) + len(widget)), PlainObjects: 3, EncryptedObjects: 1}
+	if rep.Totals != wantTotals {
+		t.Errorf("totals %+v, want %+v", rep.Totals, wantTotals)
+	}
+}
+
+func TestScanSnapshot(t *testing.T) {
+	for _, compacted := range []int64{0, 5, 14} {
+		dir := t.TempDir()
+		p := filepath.Join(dir, "db")
+		evs := history()
+		if compacted == 14 {
+			// A compaction at 14 keeps only each live key's newest revision.
+			evs = []event{
+				{rev: 4, key: "/registry/secrets/ns/s", value: secretEnc},
+				{rev: 6, key: "/registry/configmaps/ns/a", value: cmV1Big},
+				{rev: 8, key: "/registry/example.com/widgets/ns/w", value: widget},
+				{rev: 9, sub: 0, key: "/registry/health", value: []byte(`{"health":"true"}`)},
+				{rev: 9, sub: 1, key: "compact_rev_key", value: []byte("9")},
+				{rev: 13, key: "/registry/configmaps/ns/c", value: cmV1},
+				{rev: 14, key: "/other/configmaps/ns/x", value: cmV1},
+			}
+		}
+		writeEtcdDB(t, p, compacted, evs)
+		inv := NewInventory("/registry/")
+		info, err := ScanSnapshot(context.Background(), p, inv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Revision != 14 || info.CompactRevision != compacted {
+			t.Errorf("compacted %d: info %+v", compacted, info)
+		}
+		wantHistoryReport(t, inv.Report(Source{Type: "snapshot", Revision: info.Revision}))
+	}
+}
+
+// TestScanSnapshotWithChecksum: the file etcdctl snapshot save writes has
+// a SHA-256 appended to the database.
+func TestScanSnapshotWithChecksum(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "snap.db")
+	writeEtcdDB(t, p, 5, history())
+	f, err := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(bytes.Repeat([]byte{0xab}, 32)); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	inv := NewInventory("/registry")
+	if _, err := ScanSnapshot(context.Background(), p, inv); err != nil {
+		t.Fatal(err)
+	}
+	wantHistoryReport(t, inv.Report(Source{}))
+}
+
+func TestScanSnapshotBadInput(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	noKey := filepath.Join(dir, "nokey.db")
+	db, err := bolt.Open(noKey, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucket([]byte("plans")); return err }); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	notRevs := filepath.Join(dir, "notrevs.db")
+	db, err = bolt.Open(notRevs, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucket([]byte("key"))
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte("hello"), []byte("world"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	for _, tc := range []struct {
+		name, path, want string
+		notSnapshot      bool
+	}{
+		{"text file", write("notes.txt", []byte("these are not the bytes you are looking for\n")), "not a bbolt database", true},
+		{"random bytes", write("random.bin", bytes.Repeat([]byte{1, 2, 3, 4, 5, 6, 7}, 2000)), "not a bbolt database", true},
+		{"empty file", write("empty.db", nil), "the file is empty", true},
+		{"bbolt without key bucket", noKey, `no "key" bucket`, true},
+		{"bbolt key bucket without revisions", notRevs, "is not a revision", true},
+		{"directory", dir, "is a directory", true},
+		{"missing file", filepath.Join(dir, "missing.db"), "missing.db does not exist", false},
+	} {
+		_, err := ScanSnapshot(context.Background(), tc.path, NewInventory("/registry"))
+		if err == nil || !strings.Contains(err.Error(), tc.want) || errors.Is(err, ErrNotSnapshot) != tc.notSnapshot ||
+			tc.notSnapshot && !strings.Contains(err.Error(), tc.path+" is not an etcd snapshot") && !strings.Contains(err.Error(), "is a directory, not an etcd snapshot") {
+			t.Errorf("%s: %v; want an error with %q (not a snapshot: %v)", tc.name, err, tc.want, tc.notSnapshot)
+		}
+	}
+}
+
+// fakeKV is an MVCC key-value store that answers range requests like etcd,
+// recording how many keys each request made etcd's index walk (etcd 3.6
+// counts every key from start to end, whatever the limit).
+type fakeKV struct {
+	clientv3.KV
+	rev       int64
+	compacted int64
+	history   map[string][]event
+	sorted    []string // keys, sorted; nil after a new key
+	gets      []clientv3.Op
+	walks     []int
+	afterGet  func(*fakeKV)
+}
+
+func newFakeKV() *fakeKV { return &fakeKV{history: map[string][]event{}} }
+
+func (f *fakeKV) put(key string, value []byte) {
+	if _, ok := f.history[key]; !ok {
+		f.sorted = nil
+	}
+	f.rev++
+	f.history[key] = append(f.history[key], event{rev: f.rev, key: key, value: value})
+}
+
+func (f *fakeKV) del(key string) {
+	if _, ok := f.history[key]; !ok {
+		f.sorted = nil
+	}
+	f.rev++
+	f.history[key] = append(f.history[key], event{rev: f.rev, key: key, del: true})
+}
+
+func (f *fakeKV) Get(_ context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	op := clientv3.OpGet(key, opts...)
+	f.gets = append(f.gets, op)
+	defer func() {
+		if f.afterGet != nil {
+			f.afterGet(f)
+		}
+	}()
+	rev := op.Rev()
+	if rev == 0 {
+		rev = f.rev
+	}
+	if rev < f.compacted {
+		return nil, rpctypes.ErrCompacted
+	}
+	if f.sorted == nil {
+		for k := range f.history {
+			f.sorted = append(f.sorted, k)
+		}
+		sort.Strings(f.sorted)
+	}
+	lo, hi := sort.SearchStrings(f.sorted, key), sort.SearchStrings(f.sorted, string(op.RangeBytes()))
+	var keys []string
+	for _, k := range f.sorted[lo:hi] {
+		evs := f.history[k]
+		var last *event
+		for i := range evs {
+			if evs[i].rev <= rev {
+				last = &evs[i]
+			}
+		}
+		if last != nil && !last.del {
+			keys = append(keys, k)
+		}
+	}
+	f.walks = append(f.walks, len(keys))
+	resp := &clientv3.GetResponse{Header: &etcdserverpb.ResponseHeader{Revision: f.rev}}
+	for _, k := range keys {
+		if op.Limit() > 0 && int64(len(resp.Kvs)) == op.Limit() {
+			resp.More = true
+			break
+		}
+		var v []byte
+		for _, e := range f.history[k] {
+			if e.rev <= rev {
+				v = e.value
+			}
+		}
+		resp.Kvs = append(resp.Kvs, &mvccpb.KeyValue{Key: []byte(k), Value: v})
+	}
+	resp.Count = int64(len(keys))
+	return resp, nil
+}
+
+// TestScanLive: pages are read at the first page's revision, so writes
+// during the scan do not show, and every key is read once.
+func TestScanLive(t *testing.T) {
+	f := newFakeKV()
+	for _, e := range history() {
+		if e.del {
+			f.del(e.key)
+		} else {
+			f.put(e.key, e.value)
+		}
+	}
+	for i := 0; i < 25; i++ {
+		f.put("/registry/pods/ns/p"+string(rune('a'+i)), protoEnvelope("v1", "Pod", nil))
+	}
+	startRev := f.rev
+	f.afterGet = func(f *fakeKV) {
+		f.put("/registry/pods/ns/zz-late", protoEnvelope("v1", "Pod", nil))
+		f.del("/registry/configmaps/ns/a")
+	}
+	inv := NewInventory("/registry")
+	info, err := ScanLive(context.Background(), f, inv, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Revision != startRev || info.Keys != 30 || info.Requests != int64(len(f.gets)) {
+		t.Errorf("info %+v, want revision %d and 30 keys in %d requests", info, startRev, len(f.gets))
+	}
+	for i, op := range f.gets {
+		if op.IsSerializable() || op.Limit() != 4 || i > 0 && op.Rev() != startRev {
+			t.Errorf("page %d: serializable %v, limit %d, revision %d", i, op.IsSerializable(), op.Limit(), op.Rev())
+		}
+	}
+	rep := inv.Report(Source{})
+	var pods int64
+	for _, r := range rep.Resources {
+		if r.Resource == "pods" {
+			pods = r.Objects
+		}
+	}
+	if pods != 25 || rep.Totals.Objects != 29 {
+		t.Errorf("pods %d, total %d: want 25 and 29", pods, rep.Totals.Objects)
+	}
+
+	// A compaction past the scan's revision stops it with a clear error.
+	f.afterGet = func(f *fakeKV) { f.put("/registry/pods/ns/later", nil); f.compacted = f.rev }
+	_, err = ScanLive(context.Background(), f, NewInventory("/registry"), 4)
+	if err == nil || !strings.Contains(err.Error(), "compacted") || !strings.Contains(err.Error(), "run the inventory again") {
+		t.Errorf("compaction during the scan: %v", err)
+	}
+}
+
+func equalJSON(t *testing.T, a, b any) bool {
+	t.Helper()
+	ja, err := json.Marshal(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jb, err := json.Marshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bytes.Equal(ja, jb)
+}
+
+// TestScanLiveBoundedWalks: after the first request, each request makes
+// etcd walk a few pages of keys, not the whole remaining range, whatever
+// the keys' distribution; every key is read once.
+func TestScanLiveBoundedWalks(t *testing.T) {
+	rnd := rand.New(rand.NewSource(1))
+	f := newFakeKV()
+	v := protoEnvelope("v1", "ConfigMap", nil)
+	n := 0
+	put := func(k string) {
+		if _, ok := f.history[k]; !ok {
+			n++
+		}
+		f.put(k, v)
+	}
+	for i := 0; i < 20000; i++ { // dense, sequential names
+		put(fmt.Sprintf("/registry/configmaps/ns-%02d/cm-%07d", i%50, i))
+	}
+	for i := 0; i < 5000; i++ { // random names of random lengths
+		b := make([]byte, 1+rnd.Intn(40))
+		for j := range b {
+			b[j] = "abcdefghijklmnopqrstuvwxyz0123456789-."[rnd.Intn(38)]
+		}
+		put("/registry/events/ns-" + fmt.Sprint(rnd.Intn(5)) + "/" + string(b))
+	}
+	for i := 0; i < 300; i++ { // many small resources
+		put(fmt.Sprintf("/registry/group%03d.example.com/things/t%d", i, i))
+	}
+	for _, r := range []string{"pods", "replicasets", "rolebindings", "secrets", "serviceaccounts", "services/specs"} {
+		for i := 0; i < 2000; i++ { // random hex names in 40 namespaces
+			put(fmt.Sprintf("/registry/%s/team-%d/%s-%x", r, rnd.Intn(40), []string{"web", "api", "db"}[rnd.Intn(3)], rnd.Int63()))
+		}
+	}
+	put("/registry/zzz/last")
+	const page = 100
+	inv := NewInventory("/registry")
+	info, err := ScanLive(context.Background(), f, inv, page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Keys != int64(n) || inv.Report(Source{}).Totals.Objects != int64(n) {
+		t.Fatalf("read %d keys, counted %d objects; want %d", info.Keys, inv.Report(Source{}).Totals.Objects, n)
+	}
+	total, worst := 0, 0
+	for _, w := range f.walks[1:] {
+		total += w
+		worst = max(worst, w)
+	}
+	t.Logf("%d keys: %d requests, %d keys walked after the first request (worst %d)", n, info.Requests, total, worst)
+	if total > 8*n {
+		t.Errorf("etcd walked %d keys for %d: the scan is not linear", total, n)
+	}
+	if info.Requests > int64(5*n/page) {
+		t.Errorf("%d requests for %d keys at %d per page", info.Requests, n, page)
+	}
+}
