@@ -136,15 +136,33 @@ func isolatedURL(raw string) (string, error) {
 
 // probeWrite waits until a write through raft succeeds at endpoints.
 func (c *Cluster) probeWrite(ctx context.Context, endpoints []string, timeout time.Duration) error {
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	// A client made before anything listens backs off for seconds between
+	// its connection attempts: wait until a port accepts first.
+	err := poll(wctx, 20*time.Millisecond, func(context.Context) (bool, error) {
+		for _, ep := range endpoints {
+			u, err := url.Parse(ep)
+			if err != nil {
+				return false, err
+			}
+			if conn, err := net.DialTimeout("tcp", u.Host, time.Second); err == nil {
+				conn.Close()
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("nothing listens on %v within %s", endpoints, timeout)
+	}
 	cli, err := c.Client(endpoints...)
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
-	wctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	var last error
-	err = poll(wctx, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
+	err = poll(wctx, 50*time.Millisecond, func(ctx context.Context) (bool, error) {
 		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
 		_, last = cli.Txn(pctx).

@@ -63,11 +63,12 @@ func newDataDir(current, target string) string {
 //
 // Invariant: no acknowledged write is lost. etcd acknowledges a write
 // only once it is in the WAL of a quorum. The members are killed (no
-// client can write after that), run together on private client ports
-// until a write goes through raft (every committed entry is then applied),
-// stopped gracefully (nothing is connected, so at once), and only then
-// are their databases read; the source must have applied every entry any
-// WAL committed.
+// client can write after that); the source must have applied every entry
+// any member's WAL committed. When none has (etcd commits its database in
+// batches, so the last ~100 ms may be in the WAL only), the members first
+// run together on private client ports until a write goes through raft
+// (every committed entry is then applied) and stop gracefully (nothing is
+// connected, so at once).
 //
 // Idempotent: when the spec already names the new dirs, it does nothing; a
 // half-built new dir (never named by the spec, so never started) is
@@ -99,16 +100,23 @@ func (c *Cluster) ReplaceDataDirs(ctx context.Context, o ReplaceOptions) (Replac
 			return rep, fmt.Errorf("stop member %s: %w", m.Name, err)
 		}
 	}
-	c.progress("stopped %d members; applying their WAL on private client ports", len(names))
-	if err := c.RunIsolated(ctx, names, o.Version, IsolatedOptions{Timeout: o.Timeout}); err != nil {
-		return rep, err
-	}
 	source, applied, err := c.mostApplied()
 	if err != nil {
 		return rep, err
 	}
 	if source == "" {
-		return rep, fmt.Errorf("no member's database holds every committed entry after replaying the WAL; nothing was replaced, the old data dirs are as they were")
+		c.progress("stopped %d members; applying the committed entries only their WAL holds, on private client ports", len(names))
+		if err := c.RunIsolated(ctx, names, o.Version, IsolatedOptions{Timeout: o.Timeout}); err != nil {
+			return rep, err
+		}
+		if source, applied, err = c.mostApplied(); err != nil {
+			return rep, err
+		}
+		if source == "" {
+			return rep, fmt.Errorf("no member's database holds every committed entry after replaying the WAL; nothing was replaced, the old data dirs are as they were")
+		}
+	} else {
+		c.progress("stopped %d members; the database of %s holds every committed entry", len(names), source)
 	}
 	src, _ := c.Spec.Member(source)
 	srcDB := filepath.Join(spec.Path(c.Dir, src.DataDir), "member", "snap", "db")

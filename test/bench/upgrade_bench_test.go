@@ -1,12 +1,14 @@
 package bench
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -86,8 +88,11 @@ func BenchmarkReplaceUpgrade(b *testing.B) {
 		dbMB := st.Members[0].DBSize >> 20
 		g := measureGaps(cli)
 		start := time.Now()
-		e.MustRun("upgrade", "apply", "--to", to, "--strategy", "restore")
+		lines := timedRun(b, e, "upgrade", "apply", "--to", to, "--strategy", "restore")
 		took := time.Since(start)
+		// Server side: from the members' stop to every member healthy on
+		// the target (clients add their reconnection back-off to this).
+		down := lineAt(b, lines, "every member healthy on").Sub(lineAt(b, lines, "members; "))
 		harness.Eventually(b, time.Minute, 10*time.Millisecond, "a write after the upgrade", func() bool { return g.successesSince(start.Add(took)) > 0 })
 		gap, n, errs := g.finish()
 		cli.Close()
@@ -97,6 +102,7 @@ func BenchmarkReplaceUpgrade(b *testing.B) {
 
 		b.ReportMetric(float64(dbMB), "db-MB")
 		b.ReportMetric(gap.Seconds(), "steward-downtime-s")
+		b.ReportMetric(down.Seconds(), "steward-server-down-s")
 		b.ReportMetric(manual.Seconds(), "manual-downtime-s")
 		b.Logf("steward upgrade by restore %s -> %s of a %d MB database: plan took %s, downtime (longest gap between writes) %.2f s, %d writes, %d errors",
 			from, to, dbMB, took.Round(time.Second), gap.Seconds(), n, errs)
@@ -233,4 +239,48 @@ func (g *gaps) finish() (longest time.Duration, n, errs int) {
 		longest = max(longest, g.ok[i].Sub(g.ok[i-1]))
 	}
 	return longest, len(g.ok), g.errs
+}
+
+// timedLine is a line of progress and when it came.
+type timedLine struct {
+	at   time.Time
+	text string
+}
+
+// lineAt returns when the first line containing s came.
+func lineAt(b *testing.B, lines []timedLine, s string) time.Time {
+	for _, l := range lines {
+		if strings.Contains(l.text, s) {
+			return l.at
+		}
+	}
+	b.Fatalf("no progress line says %q", s)
+	return time.Time{}
+}
+
+// timedRun runs steward and logs each line of its progress (stderr) with
+// the time since the command started, to see where a plan spends its time.
+func timedRun(b *testing.B, e *harness.Env, args ...string) []timedLine {
+	cmd := exec.Command(e.Bin, append(args, "--dir", e.Dir)...)
+	cmd.Env = append(os.Environ(), "STEWARD_DIR=")
+	out, err := cmd.StderrPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	var lines []timedLine
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		lines = append(lines, timedLine{time.Now(), sc.Text()})
+	}
+	if err := cmd.Wait(); err != nil {
+		b.Fatalf("steward %v: %v", args, err)
+	}
+	for _, l := range lines {
+		fmt.Fprintf(os.Stderr, "  %6.2f s  %s\n", l.at.Sub(start).Seconds(), l.text)
+	}
+	return lines
 }
