@@ -62,13 +62,17 @@ func newDataDir(current, target string) string {
 // whole, for a rollback. The new ones are not started.
 //
 // Invariant: no acknowledged write is lost. etcd acknowledges a write
-// only once it is in the WAL of a quorum. The members are killed (no
-// client can write after that); the source must have applied every entry
-// any member's WAL committed. When none has (etcd commits its database in
-// batches, so the last ~100 ms may be in the WAL only), the members first
-// run together on private client ports until a write goes through raft
-// (every committed entry is then applied) and stop gracefully (nothing is
-// connected, so at once).
+// once it is in the WAL of a quorum and applied on the leader, but the
+// leader may apply (and acknowledge) an entry before the hard state that
+// records its commit reaches the WAL, and it commits its database in
+// batches: after a kill, neither a database nor a WAL's commit index
+// proves that a write is absent. So the members are killed (no client can
+// write after that), then always run together on private client ports
+// until a write goes through raft: the new leader's log holds every entry
+// a quorum persisted, the write commits and applies them all. They stop
+// gracefully (nothing is connected, so at once), which commits each
+// database, and the member that applied the most is the source; as a last
+// check it must have applied every entry any member's WAL committed.
 //
 // Idempotent: when the spec already names the new dirs, it does nothing; a
 // half-built new dir (never named by the spec, so never started) is
@@ -100,23 +104,16 @@ func (c *Cluster) ReplaceDataDirs(ctx context.Context, o ReplaceOptions) (Replac
 			return rep, fmt.Errorf("stop member %s: %w", m.Name, err)
 		}
 	}
+	c.progress("stopped %d members; applying their WALs on private client ports", len(names))
+	if err := c.RunIsolated(ctx, names, o.Version, IsolatedOptions{Timeout: o.Timeout}); err != nil {
+		return rep, err
+	}
 	source, applied, err := c.mostApplied()
 	if err != nil {
 		return rep, err
 	}
 	if source == "" {
-		c.progress("stopped %d members; applying the committed entries only their WAL holds, on private client ports", len(names))
-		if err := c.RunIsolated(ctx, names, o.Version, IsolatedOptions{Timeout: o.Timeout}); err != nil {
-			return rep, err
-		}
-		if source, applied, err = c.mostApplied(); err != nil {
-			return rep, err
-		}
-		if source == "" {
-			return rep, fmt.Errorf("no member's database holds every committed entry after replaying the WAL; nothing was replaced, the old data dirs are as they were")
-		}
-	} else {
-		c.progress("stopped %d members; the database of %s holds every committed entry", len(names), source)
+		return rep, fmt.Errorf("no member's database holds every committed entry after replaying the WAL; nothing was replaced, the old data dirs are as they were")
 	}
 	src, _ := c.Spec.Member(source)
 	srcDB := filepath.Join(spec.Path(c.Dir, src.DataDir), "member", "snap", "db")
