@@ -189,7 +189,17 @@ func TestUpgradeResumeAfterKill(t *testing.T) {
 	defer cli.Close()
 	w := startAckWriter(cli, "resume")
 
-	args := []string{"upgrade", "apply", "--to", vs[2]}
+	killAtEveryStep(t, e, "upgrade", "apply", "--to", vs[2])
+	st := e.WaitStatus(time.Minute, "a healthy cluster on "+vs[2], harness.Healthy)
+	requireVersion(t, st, vs[2], "after the kills and resumes")
+	requireKeys(t, cli, "resume", w.Stop())
+}
+
+// killAtEveryStep runs `steward ARGS`, kills it with SIGKILL once step k
+// is recorded as running, resumes with `steward plan resume`, and so on for
+// every k: each step is killed once and resumed, and the plan ends done.
+func killAtEveryStep(t *testing.T, e *harness.Env, args ...string) {
+	t.Helper()
 	for k := 0; ; k++ {
 		cmd := exec.Command(e.Bin, append(args, "--dir", e.Dir)...)
 		if err := cmd.Start(); err != nil {
@@ -248,8 +258,45 @@ func TestUpgradeResumeAfterKill(t *testing.T) {
 			t.Errorf("step %d ran %d time(s); every step should have been killed once and resumed", s.Index, s.Attempts)
 		}
 	}
+}
+
+// TestRestoreUpgradeResumeAfterKill: the restore strategy on three members
+// (3.6 -> 3.7), with the steward process killed with SIGKILL at every step
+// in turn (the replace step too, with members killed or running on
+// private ports) and the plan resumed each time: the cluster reaches the
+// target with every acknowledged write.
+func TestRestoreUpgradeResumeAfterKill(t *testing.T) {
+	t.Parallel()
+	vs := harness.Versions()
+	e := harness.New(t)
+	e.Up(3, vs[1])
+	cli := e.Client()
+	defer cli.Close()
+	w := startAckWriter(cli, "resume")
+	killAtEveryStep(t, e, "upgrade", "apply", "--to", vs[2], "--strategy", "restore")
 	st := e.WaitStatus(time.Minute, "a healthy cluster on "+vs[2], harness.Healthy)
 	requireVersion(t, st, vs[2], "after the kills and resumes")
+	requireKeys(t, cli, "resume", w.Stop())
+}
+
+// TestOfflineUpgradeResumeAfterKill: the offline strategy on one member
+// (3.5 -> 3.7 through 3.6 on a private client port), killed at every step
+// in turn and resumed: the member reaches the target with every
+// acknowledged write, and never stays on its private port.
+func TestOfflineUpgradeResumeAfterKill(t *testing.T) {
+	t.Parallel()
+	vs := harness.Versions()
+	e := harness.New(t)
+	e.Up(1, vs[0])
+	cli := e.Client()
+	defer cli.Close()
+	w := startAckWriter(cli, "resume")
+	killAtEveryStep(t, e, "upgrade", "apply", "--to", vs[2])
+	st := e.WaitStatus(time.Minute, "the member healthy on "+vs[2], harness.Healthy)
+	requireVersion(t, st, vs[2], "after the kills and resumes")
+	if p := latestPlan(t, e); p.Strategy != "offline" {
+		t.Fatalf("strategy %s, want offline", p.Strategy)
+	}
 	requireKeys(t, cli, "resume", w.Stop())
 }
 
