@@ -7,6 +7,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -196,6 +197,26 @@ func (l *latencies) finish() (p50, p99, max time.Duration, n, errs int) {
 	}
 	q := func(p float64) time.Duration { return l.d[int(float64(len(l.d)-1)*p)] }
 	return q(0.5), q(0.99), l.d[len(l.d)-1], len(l.d), l.errs
+}
+
+// saveSnapshot streams a snapshot over the client API into path (0600),
+// like `etcdctl snapshot save`.
+func saveSnapshot(b *testing.B, cli *clientv3.Client, path string) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rc, err := cli.Snapshot(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rc.Close()
+	if _, err := io.Copy(f, rc); err != nil {
+		b.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		b.Fatal(err)
+	}
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

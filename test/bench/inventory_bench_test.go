@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -125,21 +124,7 @@ func BenchmarkInventorySnapshot(b *testing.B) {
 	}
 
 	snap := filepath.Join(b.TempDir(), "snapshot.db")
-	rc, err := cli.Snapshot(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	f, err := os.Create(snap)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := io.Copy(f, rc); err != nil {
-		b.Fatal(err)
-	}
-	rc.Close()
-	if err := f.Close(); err != nil {
-		b.Fatal(err)
-	}
+	saveSnapshot(b, cli, snap)
 	cli.Close()
 	e.MustRun("down")
 	fi, err := os.Stat(snap)

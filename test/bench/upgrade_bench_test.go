@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -135,21 +134,7 @@ func manualRestoreUpgrade(b *testing.B, mb int, from, to string) time.Duration {
 	phase := func(name string) {
 		b.Logf("  by hand: %s done at %.2f s", name, time.Since(start).Seconds())
 	}
-	f, err := os.OpenFile(snap, os.O_CREATE|os.O_WRONLY, 0o600)
-	if err != nil {
-		b.Fatal(err)
-	}
-	rc, err := cli.Snapshot(context.Background())
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := io.Copy(f, rc); err != nil {
-		b.Fatal(err)
-	}
-	rc.Close()
-	if err := f.Close(); err != nil {
-		b.Fatal(err)
-	}
+	saveSnapshot(b, cli, snap)
 	cli.Close()
 	phase("snapshot save")
 	e.MustRun("member", "stop", "--force", m.Name)
