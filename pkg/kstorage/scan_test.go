@@ -6,19 +6,13 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"math/rand"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
-	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // event is one revision of etcd's key bucket.
@@ -242,143 +236,6 @@ func TestScanSnapshotBadInput(t *testing.T) {
 	}
 }
 
-// fakeKV is an MVCC key-value store that answers range requests like etcd,
-// recording how many keys each request made etcd's index walk (etcd 3.6
-// counts every key from start to end, whatever the limit).
-type fakeKV struct {
-	clientv3.KV
-	rev       int64
-	compacted int64
-	history   map[string][]event
-	sorted    []string // keys, sorted; nil after a new key
-	gets      []clientv3.Op
-	walks     []int
-	afterGet  func(*fakeKV)
-}
-
-func newFakeKV() *fakeKV { return &fakeKV{history: map[string][]event{}} }
-
-func (f *fakeKV) put(key string, value []byte) {
-	if _, ok := f.history[key]; !ok {
-		f.sorted = nil
-	}
-	f.rev++
-	f.history[key] = append(f.history[key], event{rev: f.rev, key: key, value: value})
-}
-
-func (f *fakeKV) del(key string) {
-	if _, ok := f.history[key]; !ok {
-		f.sorted = nil
-	}
-	f.rev++
-	f.history[key] = append(f.history[key], event{rev: f.rev, key: key, del: true})
-}
-
-func (f *fakeKV) Get(_ context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
-	op := clientv3.OpGet(key, opts...)
-	f.gets = append(f.gets, op)
-	defer func() {
-		if f.afterGet != nil {
-			f.afterGet(f)
-		}
-	}()
-	rev := op.Rev()
-	if rev == 0 {
-		rev = f.rev
-	}
-	if rev < f.compacted {
-		return nil, rpctypes.ErrCompacted
-	}
-	if f.sorted == nil {
-		for k := range f.history {
-			f.sorted = append(f.sorted, k)
-		}
-		sort.Strings(f.sorted)
-	}
-	lo, hi := sort.SearchStrings(f.sorted, key), sort.SearchStrings(f.sorted, string(op.RangeBytes()))
-	var keys []string
-	for _, k := range f.sorted[lo:hi] {
-		evs := f.history[k]
-		var last *event
-		for i := range evs {
-			if evs[i].rev <= rev {
-				last = &evs[i]
-			}
-		}
-		if last != nil && !last.del {
-			keys = append(keys, k)
-		}
-	}
-	f.walks = append(f.walks, len(keys))
-	resp := &clientv3.GetResponse{Header: &etcdserverpb.ResponseHeader{Revision: f.rev}}
-	for _, k := range keys {
-		if op.Limit() > 0 && int64(len(resp.Kvs)) == op.Limit() {
-			resp.More = true
-			break
-		}
-		var v []byte
-		for _, e := range f.history[k] {
-			if e.rev <= rev {
-				v = e.value
-			}
-		}
-		resp.Kvs = append(resp.Kvs, &mvccpb.KeyValue{Key: []byte(k), Value: v})
-	}
-	resp.Count = int64(len(keys))
-	return resp, nil
-}
-
-// TestScanLive: pages are read at the first page's revision, so writes
-// during the scan do not show, and every key is read once.
-func TestScanLive(t *testing.T) {
-	f := newFakeKV()
-	for _, e := range history() {
-		if e.del {
-			f.del(e.key)
-		} else {
-			f.put(e.key, e.value)
-		}
-	}
-	for i := 0; i < 25; i++ {
-		f.put("/registry/pods/ns/p"+string(rune('a'+i)), protoEnvelope("v1", "Pod", nil))
-	}
-	startRev := f.rev
-	f.afterGet = func(f *fakeKV) {
-		f.put("/registry/pods/ns/zz-late", protoEnvelope("v1", "Pod", nil))
-		f.del("/registry/configmaps/ns/a")
-	}
-	inv := NewInventory("/registry")
-	info, err := ScanLive(context.Background(), f, inv, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.Revision != startRev || info.Keys != 30 || info.Requests != int64(len(f.gets)) {
-		t.Errorf("info %+v, want revision %d and 30 keys in %d requests", info, startRev, len(f.gets))
-	}
-	for i, op := range f.gets {
-		if op.IsSerializable() || op.Limit() != 4 || i > 0 && op.Rev() != startRev {
-			t.Errorf("page %d: serializable %v, limit %d, revision %d", i, op.IsSerializable(), op.Limit(), op.Rev())
-		}
-	}
-	rep := inv.Report(Source{})
-	var pods int64
-	for _, r := range rep.Resources {
-		if r.Resource == "pods" {
-			pods = r.Objects
-		}
-	}
-	if pods != 25 || rep.Totals.Objects != 29 {
-		t.Errorf("pods %d, total %d: want 25 and 29", pods, rep.Totals.Objects)
-	}
-
-	// A compaction past the scan's revision stops it with a clear error.
-	f.afterGet = func(f *fakeKV) { f.put("/registry/pods/ns/later", nil); f.compacted = f.rev }
-	_, err = ScanLive(context.Background(), f, NewInventory("/registry"), 4)
-	if err == nil || !strings.Contains(err.Error(), "compacted") || !strings.Contains(err.Error(), "run the inventory again") {
-		t.Errorf("compaction during the scan: %v", err)
-	}
-}
-
 func equalJSON(t *testing.T, a, b any) bool {
 	t.Helper()
 	ja, err := json.Marshal(a)
@@ -390,60 +247,4 @@ func equalJSON(t *testing.T, a, b any) bool {
 		t.Fatal(err)
 	}
 	return bytes.Equal(ja, jb)
-}
-
-// TestScanLiveBoundedWalks: after the first request, each request makes
-// etcd walk a few pages of keys, not the whole remaining range, whatever
-// the keys' distribution; every key is read once.
-func TestScanLiveBoundedWalks(t *testing.T) {
-	rnd := rand.New(rand.NewSource(1))
-	f := newFakeKV()
-	v := protoEnvelope("v1", "ConfigMap", nil)
-	n := 0
-	put := func(k string) {
-		if _, ok := f.history[k]; !ok {
-			n++
-		}
-		f.put(k, v)
-	}
-	for i := 0; i < 20000; i++ { // dense, sequential names
-		put(fmt.Sprintf("/registry/configmaps/ns-%02d/cm-%07d", i%50, i))
-	}
-	for i := 0; i < 5000; i++ { // random names of random lengths
-		b := make([]byte, 1+rnd.Intn(40))
-		for j := range b {
-			b[j] = "abcdefghijklmnopqrstuvwxyz0123456789-."[rnd.Intn(38)]
-		}
-		put("/registry/events/ns-" + fmt.Sprint(rnd.Intn(5)) + "/" + string(b))
-	}
-	for i := 0; i < 300; i++ { // many small resources
-		put(fmt.Sprintf("/registry/group%03d.example.com/things/t%d", i, i))
-	}
-	for _, r := range []string{"pods", "replicasets", "rolebindings", "secrets", "serviceaccounts", "services/specs"} {
-		for i := 0; i < 2000; i++ { // random hex names in 40 namespaces
-			put(fmt.Sprintf("/registry/%s/team-%d/%s-%x", r, rnd.Intn(40), []string{"web", "api", "db"}[rnd.Intn(3)], rnd.Int63()))
-		}
-	}
-	put("/registry/zzz/last")
-	const page = 100
-	inv := NewInventory("/registry")
-	info, err := ScanLive(context.Background(), f, inv, page)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.Keys != int64(n) || inv.Report(Source{}).Totals.Objects != int64(n) {
-		t.Fatalf("read %d keys, counted %d objects; want %d", info.Keys, inv.Report(Source{}).Totals.Objects, n)
-	}
-	total, worst := 0, 0
-	for _, w := range f.walks[1:] {
-		total += w
-		worst = max(worst, w)
-	}
-	t.Logf("%d keys: %d requests, %d keys walked after the first request (worst %d)", n, info.Requests, total, worst)
-	if total > 8*n {
-		t.Errorf("etcd walked %d keys for %d: the scan is not linear", total, n)
-	}
-	if info.Requests > int64(5*n/page) {
-		t.Errorf("%d requests for %d keys at %d per page", info.Requests, n, page)
-	}
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	mathrand "math/rand"
 	"os"
 	"path/filepath"
 	"strings"
@@ -351,4 +352,247 @@ func fileSum(t *testing.T, p string) string {
 		t.Fatal(err)
 	}
 	return fmt.Sprintf("%x", sha256.Sum256(b))
+}
+
+// scanRequest is one range request the live scan sent.
+type scanRequest struct {
+	key, end     string
+	limit, rev   int64
+	serializable bool
+}
+
+// recordingKV passes every call to a real etcd. It records each Get's key,
+// range end, limit and revision, and runs afterGet (when set) after each
+// Get returns, with the number of Gets so far: a test writes or compacts
+// there, between two pages of a scan.
+type recordingKV struct {
+	clientv3.KV
+	reqs     []scanRequest
+	afterGet func(n int)
+}
+
+func (r *recordingKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	op := clientv3.OpGet(key, opts...)
+	r.reqs = append(r.reqs, scanRequest{key: key, end: string(op.RangeBytes()), limit: op.Limit(), rev: op.Rev(), serializable: op.IsSerializable()})
+	resp, err := r.KV.Get(ctx, key, opts...)
+	if r.afterGet != nil {
+		r.afterGet(len(r.reqs))
+	}
+	return resp, err
+}
+
+// TestInventoryLiveScan checks the live scan's paging (kstorage.ScanLive,
+// behind `steward inspect storage-versions`) against a real etcd 3.6,
+// which counts every key from a range request's start to its end whatever
+// the limit: on several thousand keys of resources of every shape (dense
+// sequential names, random names of random lengths, dozens of
+// one-object resources, random names across namespaces), read 100 keys a
+// page, it must read every key once and make etcd walk only a few times
+// as many keys as there are; writes between pages must not show (every
+// page is read at the first page's revision); a compaction past that
+// revision mid-scan must stop it with an error that says to run it again.
+func TestInventoryLiveScan(t *testing.T) {
+	t.Parallel()
+	e := harness.New(t)
+	e.Up(1, version36(t))
+	cli := e.Client()
+	ctx := context.Background()
+	m := &invModel{t: t, cli: cli, live: map[string][]byte{}}
+
+	rnd := mathrand.New(mathrand.NewSource(1))
+	var ops []clientv3.Op
+	seen := map[string]bool{}
+	put := func(k string, v []byte) {
+		if !seen[k] { // a transaction must not name a key twice
+			seen[k] = true
+			ops = append(ops, m.put(k, v))
+		}
+	}
+	cm := invProto("v1", "ConfigMap", 20)
+	for i := 0; i < 4000; i++ { // dense, sequential names
+		put(fmt.Sprintf("/registry/configmaps/ns-%02d/cm-%07d", i%10, i), cm)
+	}
+	for i := 0; i < 1000; i++ { // random names of random lengths
+		b := make([]byte, 1+rnd.Intn(40))
+		for j := range b {
+			b[j] = "abcdefghijklmnopqrstuvwxyz0123456789-."[rnd.Intn(38)]
+		}
+		put(fmt.Sprintf("/registry/events/ns-%d/%s", rnd.Intn(5), b), invProto("v1", "Event", 20))
+	}
+	for i := 0; i < 60; i++ { // many one-object resources
+		put(fmt.Sprintf("/registry/group%03d.example.com/things/t%d", i, i),
+			[]byte(fmt.Sprintf(`{"apiVersion":"group%03d.example.com/v1","kind":"Thing","metadata":{"name":"t%d"}}`, i, i)))
+	}
+	for _, r := range []string{"pods", "replicasets", "rolebindings", "secrets", "serviceaccounts", "services/specs"} {
+		for i := 0; i < 400; i++ { // random hex names in 8 namespaces
+			put(fmt.Sprintf("/registry/%s/team-%d/%s-%x", r, rnd.Intn(8), []string{"web", "api", "db"}[rnd.Intn(3)], rnd.Int63()),
+				invProto("v1", "Object", 20))
+		}
+	}
+	put("/registry/zzz/last", invProto("v1", "Last", 10))
+	put("/registry/health", []byte(`{"health":"true"}`))
+	put("compact_rev_key", []byte("1")) // outside the prefix
+	m.txn(ops...)
+	want := m.expected()
+	n := want.Totals.Objects + want.OtherKeys.Objects // keys under the prefix
+	if n < 7000 || len(want.Resources) < 60 {
+		t.Fatalf("keyspace: %d keys in %d resources", n, len(want.Resources))
+	}
+	const page = 100
+
+	// checkRequests: linearizable, page-sized requests, the first at the
+	// current revision, the others at the first's, each window inside the
+	// prefix and starting where the last left off or later.
+	checkRequests := func(t *testing.T, reqs []scanRequest, info kstorage.LiveInfo) {
+		t.Helper()
+		if int64(len(reqs)) != info.Requests {
+			t.Errorf("%d requests sent, info says %d", len(reqs), info.Requests)
+		}
+		prev := ""
+		for i, r := range reqs {
+			wantRev := info.Revision
+			if i == 0 {
+				wantRev = 0
+			}
+			if r.serializable || r.limit != page || r.rev != wantRev || r.key >= r.end || r.key <= prev ||
+				!strings.HasPrefix(r.key, "/registry/") || r.end > "/registry0" {
+				t.Errorf("request %d: %+v; want a linearizable read of [key, end) under /registry/ after %q, limit %d, revision %d", i, r, prev, page, wantRev)
+			}
+			prev = r.key
+		}
+	}
+
+	t.Run("bounded walks", func(t *testing.T) {
+		kv := &recordingKV{KV: cli}
+		inv := kstorage.NewInventory(kstorage.DefaultPrefix)
+		info, err := kstorage.ScanLive(ctx, kv, inv, page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Revision != m.rev || info.Keys != n {
+			t.Errorf("info %+v, want %d keys at revision %d", info, n, m.rev)
+		}
+		sameInventory(t, "paged scan", inv.Report(kstorage.Source{}), want)
+		checkRequests(t, kv.reqs, info)
+
+		// What etcd walked for each request: the keys in [key, end) at
+		// the request's revision, as etcd itself counts them.
+		var walked, first, worst, empty int64
+		for i, r := range kv.reqs {
+			resp, err := cli.Get(ctx, r.key, clientv3.WithRange(r.end), clientv3.WithRev(info.Revision), clientv3.WithCountOnly())
+			if err != nil {
+				t.Fatal(err)
+			}
+			walked += resp.Count
+			if resp.Count == 0 {
+				empty++
+			}
+			if i == 0 {
+				first = resp.Count
+			} else {
+				worst = max(worst, resp.Count)
+			}
+		}
+		t.Logf("%d keys in %d resources, %d per page: %d requests (%d of empty windows); etcd walked %d keys (%.2f per key; the first request %d, the worst other %d)",
+			n, len(want.Resources), page, info.Requests, empty, walked, float64(walked)/float64(n), first, worst)
+		if first != n {
+			t.Errorf("the first request's range holds %d keys, want all %d", first, n)
+		}
+		if walked > 8*n {
+			t.Errorf("etcd walked %d keys for %d: the scan is not linear", walked, n)
+		}
+		// A window estimated too narrow (decimal names carry, a namespace
+		// or resource ends) comes back empty and is widened: a request
+		// that walks nothing, but a round trip. Most requests are such.
+		if info.Requests > 8*n/page {
+			t.Errorf("%d requests for %d keys at %d per page", info.Requests, n, page)
+		}
+
+		// The command (1,000 keys a page) reads the same.
+		sameInventory(t, "steward inspect storage-versions", inspectJSON(t, e), want)
+	})
+
+	t.Run("fixed revision", func(t *testing.T) {
+		start, want := m.rev, m.expected()
+		kv := &recordingKV{KV: cli}
+		pod := invProto("v1", "Pod", 10)
+		kv.afterGet = func(i int) {
+			// Between pages: a key ahead of the scan in a new namespace of
+			// pods, one behind it, deletions ahead of and behind it, and the
+			// last key rewritten in another version.
+			m.txn(
+				m.put(fmt.Sprintf("/registry/pods/late/p-%04d", i), pod),
+				m.put(fmt.Sprintf("/registry/configmaps/aaa/early-%04d", i), cm),
+				m.put(fmt.Sprintf("/registry/new.example.com/things/t%d", i), []byte(`{"apiVersion":"new.example.com/v1","kind":"Thing"}`)),
+				clientv3.OpDelete(fmt.Sprintf("/registry/configmaps/ns-09/cm-%07d", 9+10*(i%400))),
+				clientv3.OpDelete(fmt.Sprintf("/registry/configmaps/ns-00/cm-%07d", 10*(i%400))),
+				m.put("/registry/zzz/last", invProto("v2", "Last", 10+i)),
+			)
+		}
+		inv := kstorage.NewInventory(kstorage.DefaultPrefix)
+		info, err := kstorage.ScanLive(ctx, kv, inv, page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Requests < 20 || m.rev < start+info.Requests {
+			t.Fatalf("%d requests, revision %d to %d: the test did not write between pages", info.Requests, start, m.rev)
+		}
+		if info.Revision != start || info.Keys != want.Totals.Objects+want.OtherKeys.Objects {
+			t.Errorf("info %+v, want the %d keys at revision %d", info, want.Totals.Objects+want.OtherKeys.Objects, start)
+		}
+		sameInventory(t, "scan while writing", inv.Report(kstorage.Source{}), want)
+		checkRequests(t, kv.reqs, info)
+
+		// Scanned again, the writes show.
+		after := m.expected()
+		if after.Totals.Objects <= want.Totals.Objects {
+			t.Fatalf("objects %d before the writes, %d after", want.Totals.Objects, after.Totals.Objects)
+		}
+		inv = kstorage.NewInventory(kstorage.DefaultPrefix)
+		info, err = kstorage.ScanLive(ctx, &recordingKV{KV: cli}, inv, page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Revision != m.rev {
+			t.Errorf("second scan at revision %d, want %d", info.Revision, m.rev)
+		}
+		sameInventory(t, "scan after the writes", inv.Report(kstorage.Source{}), after)
+	})
+
+	t.Run("compaction mid-scan", func(t *testing.T) {
+		start := m.rev
+		kv := &recordingKV{KV: cli}
+		kv.afterGet = func(i int) {
+			if i != 3 {
+				return
+			}
+			// Kubernetes compacts every five minutes: here, past the scan's
+			// revision after its third page.
+			m.txn(m.put("/registry/pods/late/after-compaction", invProto("v1", "Pod", 10)))
+			if _, err := cli.Compact(ctx, m.rev); err != nil {
+				t.Fatal(err)
+			}
+		}
+		info, err := kstorage.ScanLive(ctx, kv, kstorage.NewInventory(kstorage.DefaultPrefix), page)
+		wantErr := fmt.Sprintf("etcd compacted revision %d while it was being read (%d keys read): run the inventory again", start, info.Keys)
+		if err == nil || err.Error() != wantErr {
+			t.Fatalf("scan across a compaction: %v; want %q", err, wantErr)
+		}
+		if info.Revision != start || info.Requests != 4 || info.Keys < 1 || info.Keys > 3*page {
+			t.Errorf("info %+v: want the scan stopped at its fourth request, at revision %d", info, start)
+		}
+		checkRequests(t, kv.reqs, info)
+
+		// Run again, as the error says: the scan reads the compacted
+		// cluster at its new revision.
+		inv := kstorage.NewInventory(kstorage.DefaultPrefix)
+		info, err = kstorage.ScanLive(ctx, &recordingKV{KV: cli}, inv, page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Revision != m.rev {
+			t.Errorf("scan after the compaction at revision %d, want %d", info.Revision, m.rev)
+		}
+		sameInventory(t, "scan after the compaction", inv.Report(kstorage.Source{}), m.expected())
+	})
 }

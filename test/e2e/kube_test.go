@@ -11,12 +11,14 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/etcd-steward/steward/pkg/kstorage"
 	"github.com/etcd-steward/steward/test/harness"
 )
 
@@ -250,6 +252,44 @@ func TestKubeAPIServerOnSteward(t *testing.T) {
 	}
 	if len(resp.Kvs) == 1 && strconv.FormatInt(resp.Kvs[0].ModRevision, 10) != cm.ResourceVersion {
 		t.Errorf("config map resourceVersion %s, etcd mod revision %d", cm.ResourceVersion, resp.Kvs[0].ModRevision)
+	}
+
+	// The storage-version inventory of the live cluster finds them, and
+	// what kube-apiserver wrote itself: built-in kinds in their storage
+	// version as protobuf, the custom resource and its CRD as JSON, all
+	// plain; each resource counting exactly the keys etcd holds for it at
+	// the inventory's revision.
+	rep := inspectJSON(t, e)
+	if rep.Source.Type != "cluster" || rep.Prefix != "/registry" || rep.Totals.EncryptedObjects != 0 || rep.Totals.PlainObjects != rep.Totals.Objects {
+		t.Errorf("inventory: source %+v, prefix %s, totals %+v; want the cluster under /registry, nothing encrypted", rep.Source, rep.Prefix, rep.Totals)
+	}
+	for _, w := range []struct {
+		resource, path, apiVersion, kind string
+		format                           kstorage.Format
+		atLeast                          int64
+	}{
+		{"configmaps", "configmaps", "v1", "ConfigMap", kstorage.FormatProtobuf, 1},
+		{"secrets", "secrets", "v1", "Secret", kstorage.FormatProtobuf, 1},
+		{"deployments", "deployments", "apps/v1", "Deployment", kstorage.FormatProtobuf, 1},
+		{"namespaces", "namespaces", "v1", "Namespace", kstorage.FormatProtobuf, 3}, // default, kube-system, ns
+		{"widgets.steward.test", "steward.test/widgets", "steward.test/v1", "Widget", kstorage.FormatJSON, 1},
+		// kube-apiserver stores CRDs in v1beta1, more compact than v1
+		// (kubernetes/kubernetes#82292), though it serves only v1.
+		{"customresourcedefinitions.apiextensions.k8s.io", "apiextensions.k8s.io/customresourcedefinitions", "apiextensions.k8s.io/v1beta1", "CustomResourceDefinition", kstorage.FormatJSON, 1},
+	} {
+		r := resourceOf(rep, w.resource)
+		if r.Path != w.path || r.Objects < w.atLeast || r.PlainObjects != r.Objects || r.EncryptedObjects != 0 || len(r.Encryption) != 0 ||
+			len(r.Versions) != 1 || r.Versions[0].APIVersion != w.apiVersion || r.Versions[0].Kind != w.kind || r.Versions[0].Format != w.format || r.Versions[0].Objects != r.Objects {
+			t.Errorf("inventory of %s: %+v; want at least %d plain objects at %s, all %s %s as %s", w.resource, r, w.atLeast, w.path, w.apiVersion, w.kind, w.format)
+			continue
+		}
+		resp, err := cli.Get(ctx, "/registry/"+w.path+"/", clientv3.WithPrefix(), clientv3.WithRev(rep.Source.Revision), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Count != r.Objects {
+			t.Errorf("inventory of %s: %d objects; etcd holds %d keys under /registry/%s/ at revision %d", w.resource, r.Objects, resp.Count, w.path, rep.Source.Revision)
+		}
 	}
 
 	// A restarted server serves the same objects to the same client.
