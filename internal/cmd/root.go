@@ -17,6 +17,7 @@ import (
 	"github.com/etcd-steward/steward/internal/cmd/inspect"
 	"github.com/etcd-steward/steward/internal/cmd/leader"
 	"github.com/etcd-steward/steward/internal/cmd/member"
+	"github.com/etcd-steward/steward/internal/cmd/migrate"
 	"github.com/etcd-steward/steward/internal/cmd/plan"
 	"github.com/etcd-steward/steward/internal/cmd/recovery"
 	"github.com/etcd-steward/steward/internal/cmd/restore"
@@ -52,6 +53,7 @@ func NewRootCommand() *cobra.Command {
 		rollback.NewCommand(g),
 		plan.NewCommand(g),
 		inspect.NewCommand(g),
+		migrate.NewCommand(g),
 		agent.NewCommand(g),
 		binaries.NewCommand(g),
 		etcd.NewCommand(),

@@ -58,7 +58,8 @@ type KubeAPIServer struct {
 	LogFile    string // the server's stdout and stderr, appended across restarts
 
 	e      *Env
-	caData []byte // the serving certificate's CA (self-signed by kube-apiserver)
+	users  []kubeUser // added with AddUser
+	caData []byte     // the serving certificate's CA (self-signed by kube-apiserver)
 	cmd    *exec.Cmd
 	exited chan struct{}
 }
@@ -138,6 +139,43 @@ func (e *Env) NewKubeAPIServer() *KubeAPIServer {
 	k.Token = hex.EncodeToString(tok)
 	k.writeFile("tokens.csv", []byte(k.Token+`,steward-admin,steward-admin,"system:masters"`+"\n"))
 	return k
+}
+
+type kubeUser struct{ name, token, kubeconfig string }
+
+// AddUser adds a user with a bearer token of its own to the static token
+// file, in the given groups (besides system:authenticated, to which RBAC
+// grants next to nothing), and returns the path of a kubeconfig for it
+// (written now if the server has started once, else at Start). The server
+// reads the token file when it starts: add users before Start, or restart.
+func (k *KubeAPIServer) AddUser(name string, groups ...string) (kubeconfig string) {
+	tb := k.e.TB
+	tb.Helper()
+	tok := make([]byte, 24)
+	if _, err := rand.Read(tok); err != nil {
+		tb.Fatal(err)
+	}
+	u := kubeUser{name: name, token: hex.EncodeToString(tok), kubeconfig: filepath.Join(k.Dir, "kubeconfig-"+name)}
+	line := u.token + "," + name + "," + name
+	if len(groups) > 0 {
+		line += `,"` + strings.Join(groups, ",") + `"`
+	}
+	f, err := os.OpenFile(filepath.Join(k.Dir, "tokens.csv"), os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	_, err = fmt.Fprintln(f, line)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	k.users = append(k.users, u)
+	if k.caData != nil {
+		k.writeKubeconfigFor(u.kubeconfig, name, u.token)
+	}
+	return u.kubeconfig
 }
 
 func (k *KubeAPIServer) writeFile(name string, b []byte) {
@@ -302,6 +340,14 @@ func (k *KubeAPIServer) loadCA() {
 
 func (k *KubeAPIServer) writeKubeconfig() {
 	k.e.TB.Helper()
+	k.writeKubeconfigFor(k.Kubeconfig, "steward-admin", k.Token)
+	for _, u := range k.users {
+		k.writeKubeconfigFor(u.kubeconfig, u.name, u.token)
+	}
+}
+
+func (k *KubeAPIServer) writeKubeconfigFor(path, user, token string) {
+	k.e.TB.Helper()
 	cfg := fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters:
@@ -310,17 +356,19 @@ clusters:
     server: %s
     certificate-authority-data: %s
 users:
-- name: steward-admin
+- name: %[3]s
   user:
-    token: %s
+    token: %[4]s
 contexts:
 - name: steward
   context:
     cluster: steward
-    user: steward-admin
+    user: %[3]s
 current-context: steward
-`, k.URL, base64.StdEncoding.EncodeToString(k.caData), k.Token)
-	k.writeFile("kubeconfig", []byte(cfg))
+`, k.URL, base64.StdEncoding.EncodeToString(k.caData), user, token)
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		k.e.TB.Fatal(err)
+	}
 }
 
 // RESTConfig returns a client-go config for the admin token, trusting the
