@@ -597,7 +597,7 @@ func lcCheckObjects(t *testing.T, cs kubernetes.Interface, dyn dynamic.Interface
 func lcCheckInformerCM(t *testing.T, cs kubernetes.Interface, r *lcRecorder, phase string) {
 	t.Helper()
 	var diff string
-	if !lcPoll(time.Minute, 200*time.Millisecond, func() bool {
+	if !harness.Poll(time.Minute, 200*time.Millisecond, func() bool {
 		l, err := cs.CoreV1().ConfigMaps(metav1.NamespaceAll).List(context.Background(), metav1.ListOptions{})
 		if err != nil {
 			diff = err.Error()
@@ -618,7 +618,7 @@ func lcCheckInformerCM(t *testing.T, cs kubernetes.Interface, r *lcRecorder, pha
 func lcCheckInformerGadgets(t *testing.T, dyn dynamic.Interface, r *lcRecorder, phase string) {
 	t.Helper()
 	var diff string
-	if !lcPoll(time.Minute, 200*time.Millisecond, func() bool {
+	if !harness.Poll(time.Minute, 200*time.Millisecond, func() bool {
 		l, err := dyn.Resource(lcGadgetGVR).Namespace(metav1.NamespaceAll).List(context.Background(), metav1.ListOptions{})
 		if err != nil {
 			diff = err.Error()
@@ -668,19 +668,6 @@ func lcStoreDiff(s cache.Store, want map[string]string) string {
 }
 
 func lcFirst(s []string, n int) []string { return s[:min(n, len(s))] }
-
-func lcPoll(timeout, interval time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(interval)
-	}
-}
 
 func lcRV(tb testing.TB, rv string) int64 {
 	n, err := strconv.ParseInt(rv, 10, 64)

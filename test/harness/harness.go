@@ -214,7 +214,7 @@ func (e *Env) Status() *cluster.Status {
 func (e *Env) WaitStatus(timeout time.Duration, what string, ok func(*cluster.Status) bool) *cluster.Status {
 	e.TB.Helper()
 	var st *cluster.Status
-	if !poll(timeout, 250*time.Millisecond, func() bool { st = e.Status(); return ok(st) }) {
+	if !Poll(timeout, 250*time.Millisecond, func() bool { st = e.Status(); return ok(st) }) {
 		b, _ := json.MarshalIndent(st, "", "  ")
 		e.TB.Fatalf("timed out after %s waiting for %s; last status:\n%s", timeout, what, b)
 	}
@@ -226,12 +226,14 @@ func (e *Env) WaitStatus(timeout time.Duration, what string, ok func(*cluster.St
 // within timeout. It is the suite's only way to wait for a condition.
 func Eventually(tb testing.TB, timeout, interval time.Duration, what string, cond func() bool) {
 	tb.Helper()
-	if !poll(timeout, interval, cond) {
+	if !Poll(timeout, interval, cond) {
 		tb.Fatalf("timed out after %s waiting for %s", timeout, what)
 	}
 }
 
-func poll(timeout, interval time.Duration, cond func() bool) bool {
+// Poll checks cond every interval until it holds (true) or timeout passes
+// (false): for waits whose timeout is not a failure by itself.
+func Poll(timeout, interval time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(timeout)
 	for {
 		if cond() {

@@ -282,7 +282,7 @@ func (k *KubeAPIServer) Start() {
 	defer probe.CloseIdleConnections()
 	start := time.Now()
 	var last string
-	if !poll(2*time.Minute, 200*time.Millisecond, func() bool {
+	if !Poll(2*time.Minute, 200*time.Millisecond, func() bool {
 		select {
 		case <-exited:
 			tb.Fatalf("kube-apiserver exited at start (%s)\n%s", cmd.ProcessState, k.logTail(60))
