@@ -11,7 +11,6 @@ import (
 	"runtime"
 	"runtime/metrics"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -161,26 +160,8 @@ func BenchmarkInventorySnapshot(b *testing.B) {
 	cmd := exec.Command(e.Bin, "inspect", "storage-versions", "--snapshot", snap, "-o", "json", "--dir", e.Dir)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	anonPeak := int64(0)
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
-sample:
-	for {
-		select {
-		case err := <-waited:
-			if err != nil {
-				b.Fatalf("steward inspect: %v\n%s", err, errOut.String())
-			}
-			break sample
-		case <-time.After(5 * time.Millisecond):
-			anonPeak = max(anonPeak, rssAnonKiB(cmd.Process.Pid))
-		}
-	}
+	anonPeak, maxRSS := runSampled(b, cmd, 5*time.Millisecond, "steward inspect", &errOut)
 	cliDur := time.Since(start)
-	maxRSS := cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss // KiB
 	var rep kstorage.Report
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil || rep.Totals.Objects != want {
 		b.Fatalf("steward inspect counted %d objects, want %d: %v", rep.Totals.Objects, want, err)

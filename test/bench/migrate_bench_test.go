@@ -218,25 +218,9 @@ func stewardMigrate(b *testing.B, e *harness.Env, kubeconfig string, workers int
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
 	var run migrateRun
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
-	for done := false; !done; {
-		select {
-		case err := <-waited:
-			if err != nil {
-				b.Fatalf("steward migrate: %v\n%s", err, errOut.String())
-			}
-			done = true
-		case <-time.After(10 * time.Millisecond):
-			run.anonPeak = max(run.anonPeak, rssAnonKiB(cmd.Process.Pid))
-		}
-	}
+	run.anonPeak, run.maxRSS = runSampled(b, cmd, 10*time.Millisecond, "steward migrate", &errOut)
 	run.dur = time.Since(start)
-	run.maxRSS = cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss
 	run.cpu = cpuTime(cmd.ProcessState)
 	var rep kmigrate.Report
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {

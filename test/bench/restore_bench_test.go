@@ -96,28 +96,10 @@ func BenchmarkRestore(b *testing.B) {
 		cmd := exec.Command(e.Bin, "restore", "--force", "--dir", e.Dir)
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
-		}
 		// Peak anonymous memory (heap and stacks), sampled: file pages of
 		// the database's mmap are page cache and grow with the database.
-		anonPeak := int64(0)
-		waited := make(chan error, 1)
-		go func() { waited <- cmd.Wait() }()
-	sample:
-		for {
-			select {
-			case err := <-waited:
-				if err != nil {
-					b.Fatalf("restore: %v\n%s", err, out.String())
-				}
-				break sample
-			case <-time.After(5 * time.Millisecond):
-				anonPeak = max(anonPeak, rssAnonKiB(cmd.Process.Pid))
-			}
-		}
+		anonPeak, maxRSS := runSampled(b, cmd, 5*time.Millisecond, "restore", &out)
 		stewardDur := time.Since(start)
-		maxRSS := cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss // KiB
 		e.MustRun("up")
 		r, err := e.Client().Get(context.Background(), "delta/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil || r.Header.Revision <= last {
@@ -156,6 +138,29 @@ func BenchmarkRestore(b *testing.B) {
 		b.ReportMetric(float64(anonPeak)/1024, "steward-peak-anon-MB")
 		b.Logf("%d MB + %d events: steward restore %s (peak RSS %d MB, anonymous %d MB), replay baseline %s: %.1fx",
 			mb, events, stewardDur.Round(time.Millisecond), maxRSS/1024, anonPeak/1024, baseDur.Round(time.Millisecond), baseDur.Seconds()/stewardDur.Seconds())
+	}
+}
+
+// runSampled starts cmd (its output already directed to out), samples the
+// process's anonymous resident memory every interval until it exits, and
+// fails the benchmark with out when it exits non-zero. It returns the peak
+// anonymous memory and the maximum resident set, both in KiB.
+func runSampled(b *testing.B, cmd *exec.Cmd, interval time.Duration, what string, out *bytes.Buffer) (anonPeak, maxRSS int64) {
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	for {
+		select {
+		case err := <-waited:
+			if err != nil {
+				b.Fatalf("%s: %v\n%s", what, err, out.String())
+			}
+			return anonPeak, cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss
+		case <-time.After(interval):
+			anonPeak = max(anonPeak, rssAnonKiB(cmd.Process.Pid))
+		}
 	}
 }
 
