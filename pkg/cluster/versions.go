@@ -19,15 +19,12 @@ const CondUpgradeInProgress = "UpgradeInProgress"
 // older minor than its data dir last ran (only during etcd's downgrade).
 // Both halves are idempotent.
 func (c *Cluster) SwapMemberVersion(ctx context.Context, name, version string, allowDowngrade bool) error {
-	m, err := c.memberOrError(name)
-	if err != nil {
-		return err
-	}
 	if err := c.recordMemberVersion(name, version); err != nil {
 		return err
 	}
-	if nm, ok := c.Spec.Member(name); ok {
-		m = *nm
+	m, err := c.memberOrError(name) // as recorded
+	if err != nil {
+		return err
 	}
 	ac, err := c.AgentFor(m)
 	if err != nil {

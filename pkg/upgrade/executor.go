@@ -228,8 +228,8 @@ func (e *Executor) offline(ctx context.Context, p *plan.Plan, s *plan.Step) erro
 	if err := e.C.RunIsolated(ctx, names, s.Version, cluster.IsolatedOptions{Snapshot: snap, Timeout: e.timeout()}); err != nil {
 		return err
 	}
-	for _, name := range names {
-		if snap {
+	if snap {
+		for _, name := range names {
 			p.SetValue("snapshot."+name, s.Version)
 		}
 	}
