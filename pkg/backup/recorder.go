@@ -26,7 +26,11 @@ type RecorderOptions struct {
 	MaxAge    time.Duration
 	// OnUpload is called after each segment is stored (for status).
 	OnUpload func(Manifest)
-	Now      func() time.Time
+	// Fence, when set, is called before each segment is stored; an error
+	// stops the recorder without storing (another recorder may own the
+	// chain now).
+	Fence func() error
+	Now   func() time.Time
 }
 
 // ErrCompacted means the revision to continue from is compacted away: a
@@ -232,6 +236,11 @@ func (r *Recorder) flush(ctx context.Context) error {
 	if s == nil || s.w.Events == 0 {
 		r.segment = nil
 		return nil
+	}
+	if r.o.Fence != nil {
+		if err := r.o.Fence(); err != nil {
+			return err
+		}
 	}
 	if err := s.w.Flush(); err != nil {
 		return err

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/robfig/cron/v3"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/etcd-steward/steward/internal/atomicfile"
 	"github.com/etcd-steward/steward/pkg/backup"
@@ -70,9 +72,11 @@ func writeBackupStatus(dir string, s BackupStatus) {
 
 // RunContinuousBackups runs the continuous backup loop of one agent until
 // ctx ends. Exactly one agent acts at a time: the one that runs the etcd
-// leader. It continues the chain from the newest revision in the store
-// (last revision + 1), so a handover leaves no gap, and trims overlaps at
-// restore. It takes a full snapshot when none exists for the cluster, on the
+// leader and holds the backup election in etcd (so a new leader starts only
+// after the previous one stored its last segment). It continues the chain from the newest revision in the store
+// (last revision + 1), so a handover leaves no gap and no overlap (restore
+// still trims an overlap, should a fenced-off leader's last upload land
+// late). It takes a full snapshot when none exists for the cluster, on the
 // schedule, when the delta chain grows past its limit, and when the watch
 // reports the needed revision compacted.
 func RunContinuousBackups(ctx context.Context, dir, agentName string, log *slog.Logger) {
@@ -141,6 +145,22 @@ func backupRound(ctx context.Context, dir, agentName string, st *BackupStatus, l
 		}
 		return errNotBackupLeader
 	}
+	cli, err := c.Client()
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	// Exclusion: the previous backup leader's recorder must have stopped
+	// (and stored its last segment) before this one reads where the chain
+	// ends, or the two would record the same revisions.
+	lease, err := campaignBackupLeader(ctx, cli, agentName)
+	if err != nil {
+		return err
+	}
+	defer lease.release()
+	if handOver(ctx, c, cli, leader, agentName) {
+		return nil // leadership moved while waiting: the next round decides
+	}
 	st.Role = "leader"
 	store, err := c.BackupStore()
 	if err != nil {
@@ -203,27 +223,28 @@ func backupRound(ctx context.Context, dir, agentName string, st *BackupStatus, l
 	rctx, cancel := context.WithDeadline(ctx, sched.Next(lastFull.CreatedAt))
 	defer cancel()
 	go func() {
+		lastReport := time.Now()
 		for rctx.Err() == nil {
-			sleepCtx(rctx, 2*time.Second)
-			if rctx.Err() != nil {
+			select {
+			case <-rctx.Done():
+				return
+			case <-lease.sess.Done():
+				cancel() // the election lease is lost: stop at once
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+			if handOver(rctx, c, cli, leader, agentName) {
+				cancel() // another agent's member leads: hand over
 				return
 			}
-			s, err := c.Status(rctx)
-			if err == nil && s.Cluster.Leader != "" && s.Cluster.Leader != leader.Name {
-				if m, ok := s.Member(s.Cluster.Leader); ok && m.Agent != agentName {
-					cancel() // another agent's member leads: hand over
-					return
-				}
+			if time.Since(lastReport) >= 2*time.Second {
+				writeBackupStatus(dir, *st)
+				lastReport = time.Now()
 			}
-			writeBackupStatus(dir, *st)
 		}
 	}()
-	cli, err := c.Client()
-	if err != nil {
-		return err
-	}
-	defer cli.Close()
 	rec := backup.NewRecorder(backup.RecorderOptions{
+		Fence: lease.fence,
 		Store: store, Key: key, ClusterID: status.Cluster.ID, EtcdVersion: leader.Version, Member: leader.Name,
 		MaxAge: time.Duration(c.Spec.Backup.DeltaMaxAgeMs) * time.Millisecond,
 		OnUpload: func(m backup.Manifest) {
@@ -250,6 +271,82 @@ func backupRound(ctx context.Context, dir, agentName string, st *BackupStatus, l
 		return nil // handover, schedule or chain limit: next round
 	}
 	return err
+}
+
+// backupElection is the etcd election that makes one agent at a time the
+// backup leader. Its keys (one per campaigning agent, each on a lease of
+// backupLeaseTTL seconds) are the only keys Steward writes into the
+// cluster's keyspace.
+const (
+	backupElection = "/steward/backup-leader"
+	backupLeaseTTL = 10
+)
+
+// backupLease is held by the backup leader for one round.
+type backupLease struct {
+	sess *concurrency.Session
+	el   *concurrency.Election
+}
+
+// campaignBackupLeader waits until this agent holds the backup election.
+// The previous holder releases it when its round ends (after storing its
+// last segment), or its lease expires backupLeaseTTL seconds after its agent
+// stopped renewing it.
+func campaignBackupLeader(ctx context.Context, cli *clientv3.Client, agentName string) (*backupLease, error) {
+	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(backupLeaseTTL))
+	if err != nil {
+		return nil, fmt.Errorf("backup election: %w", err)
+	}
+	el := concurrency.NewElection(sess, backupElection)
+	cctx, cancel := context.WithTimeout(ctx, 3*backupLeaseTTL*time.Second)
+	defer cancel()
+	if err := el.Campaign(cctx, agentName); err != nil {
+		_ = sess.Close()
+		return nil, fmt.Errorf("backup election: another agent still holds it: %w", err)
+	}
+	return &backupLease{sess: sess, el: el}, nil
+}
+
+// errLeaseLost fences a recorder whose election lease expired: another
+// agent may already record, so nothing more is stored.
+var errLeaseLost = errors.New("backup election lease lost: not storing any more segments")
+
+// fence is checked before each segment is stored.
+func (l *backupLease) fence() error {
+	select {
+	case <-l.sess.Done():
+		return errLeaseLost
+	default:
+		return nil
+	}
+}
+
+// release resigns and revokes the lease, so the next leader starts at once.
+func (l *backupLease) release() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = l.el.Resign(ctx)
+	_ = l.sess.Close()
+}
+
+// handOver reports whether another agent's member now leads etcd. It asks
+// the member this round records from first (cheap), and the whole cluster
+// only when that member says it no longer leads.
+func handOver(ctx context.Context, c *Cluster, cli *clientv3.Client, leader MemberStatus, agentName string) bool {
+	if len(leader.ClientURLs) > 0 {
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		r, err := cli.Status(sctx, leader.ClientURLs[0])
+		cancel()
+		if err == nil && r.Leader == r.Header.MemberId {
+			return false
+		}
+	}
+	s, err := c.Status(ctx)
+	if err != nil || s.Cluster.Leader == "" || s.Cluster.Leader == leader.Name {
+		return false
+	}
+	m, ok := s.Member(s.Cluster.Leader)
+	return ok && m.Agent != agentName
 }
 
 // NewestBackedUpRevision is the newest revision the backup loops of this
