@@ -43,6 +43,9 @@ func EtcdFlags(c agentapi.MemberConfig, cat *catalogue.Catalogue) ([]string, err
 	if c.SnapshotCount > 0 {
 		f = append(f, fmt.Sprintf("--snapshot-count=%d", c.SnapshotCount))
 	}
+	if c.ForceNewCluster {
+		f = append(f, "--force-new-cluster")
+	}
 	if c.HeartbeatIntervalMs > 0 {
 		f = append(f, fmt.Sprintf("--heartbeat-interval=%d", c.HeartbeatIntervalMs))
 	}

@@ -48,6 +48,14 @@ func TestEtcdFlags(t *testing.T) {
 	if i, j := slices.Index(f, "--log-level=warn"), slices.Index(f, "--max-txn-ops=256"); i > j || i < len(f)-2 {
 		t.Errorf("extra flags not last and sorted: %v", f)
 	}
+	if slices.Contains(f, "--force-new-cluster") {
+		t.Errorf("--force-new-cluster without ForceNewCluster: %v", f)
+	}
+	force := baseConfig()
+	force.ForceNewCluster = true
+	if ff, err := EtcdFlags(force, cat); err != nil || !slices.Contains(ff, "--force-new-cluster") {
+		t.Errorf("ForceNewCluster: %v %v", ff, err)
+	}
 	plain := baseConfig()
 	plain.TLS = nil
 	pf, err := EtcdFlags(plain, cat)

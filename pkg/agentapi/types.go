@@ -47,6 +47,11 @@ type MemberConfig struct {
 	// AllowMinorDowngrade lets an older minor version start on a data dir
 	// last run by a newer one: only after etcd's own downgrade procedure.
 	AllowMinorDowngrade bool `json:"allowMinorDowngrade,omitempty"`
+	// ForceNewCluster starts etcd with --force-new-cluster: it drops every
+	// other member from the membership its data dir records, keeping its
+	// member and cluster IDs. Recovery uses it once, on a private client
+	// port, to make one restored member a cluster of its own.
+	ForceNewCluster bool `json:"forceNewCluster,omitempty"`
 }
 
 // TLSFiles are the certificate paths a member uses, on the agent's host.

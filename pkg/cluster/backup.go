@@ -202,6 +202,11 @@ type RestoreOptions struct {
 	// AllowOtherCluster restores a backup taken from another etcd cluster
 	// than the one last seen for this spec.
 	AllowOtherCluster bool
+	// Members restricts the restore to these members' data dirs (empty:
+	// every member). The others' data dirs are left as they are. Each
+	// restored member still records the whole spec as its initial cluster,
+	// so member and cluster IDs are those of a full restore.
+	Members []string
 }
 
 // DefaultBumpRevision is large enough for any write rate between a backup
@@ -215,6 +220,17 @@ const DefaultBumpRevision = 1_000_000_000
 // and then moved aside, never deleted. Every member is restored into a new
 // directory first; only when all succeeded are they moved into place.
 func (c *Cluster) Restore(ctx context.Context, o RestoreOptions) (backup.Manifest, error) {
+	targets := c.Spec.Members
+	if len(o.Members) > 0 {
+		targets = nil
+		for _, name := range o.Members {
+			m, err := c.memberOrError(name)
+			if err != nil {
+				return backup.Manifest{}, err
+			}
+			targets = append(targets, m)
+		}
+	}
 	if err := c.requireStopped(ctx); err != nil {
 		return backup.Manifest{}, err
 	}
@@ -231,7 +247,7 @@ func (c *Cluster) Restore(ctx context.Context, o RestoreOptions) (backup.Manifes
 			m.ID, m.ClusterID, known)
 	}
 	var occupied []string
-	for _, mem := range c.Spec.Members {
+	for _, mem := range targets {
 		dd := spec.Path(c.Dir, mem.DataDir)
 		if requireEmptyDir(dd) != nil {
 			occupied = append(occupied, dd)
@@ -280,7 +296,7 @@ func (c *Cluster) Restore(ctx context.Context, o RestoreOptions) (backup.Manifes
 		}
 	}
 	initial := c.Spec.InitialCluster()
-	for _, mem := range c.Spec.Members {
+	for _, mem := range targets {
 		dd := spec.Path(c.Dir, mem.DataDir)
 		if err := os.MkdirAll(filepath.Dir(dd), 0o700); err != nil {
 			cleanup()
@@ -303,7 +319,7 @@ func (c *Cluster) Restore(ctx context.Context, o RestoreOptions) (backup.Manifes
 		}
 		c.progress("restored %s into a new data dir", mem.Name)
 	}
-	for _, mem := range c.Spec.Members {
+	for _, mem := range targets {
 		dd := spec.Path(c.Dir, mem.DataDir)
 		aside, err := moveAside(dd, "pre-restore")
 		if err != nil {
@@ -317,16 +333,22 @@ func (c *Cluster) Restore(ctx context.Context, o RestoreOptions) (backup.Manifes
 		}
 		delete(staged, mem.Name)
 	}
-	// Every member is now an initial member of the restored cluster.
+	// Every restored member is now an initial member of the restored cluster.
 	next := c.Spec.Clone()
 	for i := range next.Members {
-		next.Members[i].Bootstrap = nil
+		if slices.ContainsFunc(targets, func(t spec.Member) bool { return t.Name == next.Members[i].Name }) {
+			next.Members[i].Bootstrap = nil
+		}
 	}
 	if err := c.saveSpec(next); err != nil {
 		return m, err
 	}
-	c.progress("restored %d members from %s and %d deltas at revision %d (revisions bumped by %d, older ones marked compacted); start the cluster with `steward up`",
-		len(c.Spec.Members), m.ID, len(chain.Deltas), restoredRev, o.BumpRevision)
+	then := "start the cluster with `steward up`"
+	if len(targets) < len(c.Spec.Members) {
+		then = "the other members' data dirs were left as they are"
+	}
+	c.progress("restored %d members from %s and %d deltas at revision %d (revisions bumped by %d, older ones marked compacted); %s",
+		len(targets), m.ID, len(chain.Deltas), restoredRev, o.BumpRevision, then)
 	return m, nil
 }
 

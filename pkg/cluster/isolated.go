@@ -30,6 +30,10 @@ type IsolatedOptions struct {
 	Snapshot bool
 	// Timeout bounds the wait for the write (and the snapshot).
 	Timeout time.Duration
+	// ForceNewCluster starts the members with --force-new-cluster (see
+	// agentapi.MemberConfig); the write then proves that the single member
+	// commits on its own. Only the isolated run has the flag.
+	ForceNewCluster bool
 }
 
 // RunIsolated is one step of the offline migration of Kubernetes' etcd
@@ -39,7 +43,8 @@ type IsolatedOptions struct {
 // members are left stopped, with their real config on version recorded in
 // the spec and given to their agents, so that a crash or an abort after
 // this call leaves members that `steward up` starts on the version their
-// data was migrated to. A quorum of the cluster must be among names.
+// data was migrated to. A quorum of the cluster must be among names (with
+// ForceNewCluster, one member is a quorum of its own).
 //
 // The probe write is a transaction whose compare never holds: it is
 // proposed, committed and applied like any write, and changes nothing.
@@ -68,6 +73,7 @@ func (c *Cluster) RunIsolated(ctx context.Context, names []string, version strin
 		if o.Snapshot {
 			cfg.SnapshotCount = 1
 		}
+		cfg.ForceNewCluster = o.ForceNewCluster
 		runs = append(runs, run{m, ac, cfg})
 		endpoints = append(endpoints, cfg.ClientURL)
 	}

@@ -91,7 +91,7 @@ func TestPickTransferee(t *testing.T) {
 		MemberStatus{Name: "a", Role: "leader", Healthy: true, InSpec: true, RaftAppliedIndex: 100},
 		MemberStatus{Name: "b", Role: "follower", Healthy: true, InSpec: true, RaftAppliedIndex: 90},
 		MemberStatus{Name: "c", Role: "follower", Healthy: true, InSpec: true, RaftAppliedIndex: 99},
-		MemberStatus{Name: "d", Role: "follower", Healthy: false, InSpec: true, RaftAppliedIndex: 100},
+		MemberStatus{Name: "d", ID: "d4", Role: "follower", Healthy: false, InSpec: true, RaftAppliedIndex: 100},
 		MemberStatus{Name: "e", Role: "learner", Healthy: true, InSpec: true, RaftAppliedIndex: 100},
 	)
 	if got := pickTransferee(st, "a"); got != "c" {
@@ -102,6 +102,16 @@ func TestPickTransferee(t *testing.T) {
 	}
 	if v, h := voterCounts(st, "a"); v != 4 || h != 2 {
 		t.Errorf("voterCounts = %d, %d; want 4 voters, 2 healthy others", v, h)
+	}
+	// After a recovery restored one member, the others are in the spec but
+	// not in etcd's member list (no ID): they are not voters.
+	rec := statusOf(
+		MemberStatus{Name: "a", ID: "a1", Role: "leader", Healthy: true, InSpec: true},
+		MemberStatus{Name: "b", Role: "unknown", InSpec: true},
+		MemberStatus{Name: "c", Role: "unknown", InSpec: true},
+	)
+	if v, h := voterCounts(rec, "b"); v != 1 || h != 1 {
+		t.Errorf("voterCounts after a one-member restore = %d, %d; want 1 voter, 1 healthy other", v, h)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/etcd-steward/steward/internal/portcheck"
 	"github.com/etcd-steward/steward/pkg/agent"
+	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -369,7 +370,7 @@ func (c *Cluster) ReplaceMember(ctx context.Context, name string, timeout time.D
 		return err
 	}
 	voters, healthyOthers := voterCounts(st, name)
-	if voters < 2 {
+	if t, _ := st.Member(name); len(c.Spec.Members) == 1 || voters < 2 && t.Role != "learner" && (t.ID != "" || t.Healthy) {
 		return fmt.Errorf("refusing to replace %s: it is the only voting member; a single-member cluster that lost its data needs a restore from backup", name)
 	}
 	if need := voters/2 + 1; healthyOthers < need {
@@ -397,6 +398,16 @@ func (c *Cluster) ReplaceMember(ctx context.Context, name string, timeout time.D
 	if _, err := ac.Stop(ctx, name); err != nil && !isAgentNotFound(err) {
 		return fmt.Errorf("stop member %s: %w", name, err)
 	}
+	return c.rejoin(ctx, cli, ac, m, timeout)
+}
+
+// rejoin makes stopped spec member m a new member of the cluster cli talks
+// to: it removes m's old etcd entry (by peer URL), moves its data dir aside,
+// adds it as a learner, starts it empty, and promotes it once it has caught
+// up. Every step can be re-run: an unstarted learner left by an earlier
+// attempt is reused.
+func (c *Cluster) rejoin(ctx context.Context, cli *clientv3.Client, ac *agentapi.Client, m spec.Member, timeout time.Duration) error {
+	name := m.Name
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	list, err := cli.MemberList(lctx)
 	cancel()
@@ -540,10 +551,12 @@ func (c *Cluster) clientExcluding(name string) (*clientv3.Client, error) {
 }
 
 // voterCounts counts voting members (a member that does not answer counts
-// as voting) and the healthy ones among them other than exclude.
+// as voting) and the healthy ones among them other than exclude. A spec
+// member etcd has no ID for (absent from its member list, as after a
+// recovery from backup that restored one member) is not a voter.
 func voterCounts(st *Status, exclude string) (voters, healthyOthers int) {
 	for _, ms := range st.Members {
-		if ms.Role == "learner" {
+		if ms.Role == "learner" || ms.ID == "" && !ms.Healthy {
 			continue
 		}
 		voters++

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -17,10 +18,16 @@ type RecoverReport struct {
 	Action   string            `json:"action"`
 	DataDirs []datadir.Finding `json:"dataDirs"`
 	// NewestBackupRevision is the newest revision in the backup store.
-	NewestBackupRevision int64    `json:"newestBackupRevision"`
-	RestoredFrom         string   `json:"restoredFrom,omitempty"`
-	Replaced             []string `json:"replaced,omitempty"`
-	Message              string   `json:"message"`
+	NewestBackupRevision int64  `json:"newestBackupRevision"`
+	RestoredFrom         string `json:"restoredFrom,omitempty"`
+	// Seed is the member a restore went into; Added, the members then added
+	// to it as learners; FreshBackup, the full snapshot taken in between.
+	Seed        string   `json:"seed,omitempty"`
+	Added       []string `json:"added,omitempty"`
+	FreshBackup string   `json:"freshBackup,omitempty"`
+	// Replaced are the members without valid data re-added after a restart.
+	Replaced []string `json:"replaced,omitempty"`
+	Message  string   `json:"message"`
 }
 
 // Recover brings back a cluster that lost quorum, following DEP-01:
@@ -28,8 +35,8 @@ type RecoverReport struct {
 //   - when a majority of members still have valid data (a WAL and a
 //     database that opens), restart them and lose nothing, then replace the
 //     members whose data is gone;
-//   - otherwise restore the newest backup with its deltas into every member,
-//     start them, and take a fresh full snapshot.
+//   - otherwise restore the newest backup with its deltas into one member,
+//     take a fresh full snapshot, and add the others (recoverFromBackup).
 //
 // A quorate cluster is left alone.
 func (c *Cluster) Recover(ctx context.Context) (RecoverReport, error) {
@@ -109,27 +116,78 @@ func (c *Cluster) Recover(ctx context.Context) (RecoverReport, error) {
 		return rep, fmt.Errorf("only %d of %d members have valid data (quorum %d) and there is no backup to restore: the cluster cannot be recovered by Steward",
 			valid, len(c.Spec.Members), quorum)
 	}
-	c.progress("only %d of %d members have valid data (quorum %d): restoring from backup", valid, len(c.Spec.Members), quorum)
-	m, err := c.Restore(ctx, RestoreOptions{Force: true})
+	c.progress("only %d of %d members have valid data (quorum %d): restoring from backup into one member, then adding the others", valid, len(c.Spec.Members), quorum)
+	return rep, c.recoverFromBackup(ctx, &rep)
+}
+
+// recoverFromBackup is DEP-01's recovery of a cluster whose majority lost
+// its data, in the order the design gives:
+//
+//  1. restore the newest backup, with its deltas applied, into one member
+//     (the seed: the first member of the spec). It records the whole spec
+//     as its initial cluster, so its member ID and the cluster ID are kept
+//     and the old chain of backups stays this cluster's;
+//  2. run the seed alone, on a private client port, with
+//     --force-new-cluster until a write commits: etcd drops the other
+//     members from the membership, and the seed is a cluster of one;
+//  3. start it for clients and take a fresh full snapshot;
+//  4. add every other member as a learner (its data dir moved aside, never
+//     deleted) that receives the restored data from the seed, and promote
+//     it once it has caught up.
+//
+// If a member cannot be added, the cluster stays up with the members that
+// were, and the error says how to add the rest (`steward member replace`).
+func (c *Cluster) recoverFromBackup(ctx context.Context, rep *RecoverReport) error {
+	seed := c.Spec.Members[0]
+	rep.Seed = seed.Name
+	m, err := c.Restore(ctx, RestoreOptions{Force: true, Members: []string{seed.Name}})
 	if err != nil {
-		return rep, fmt.Errorf("restore: %w", err)
+		return fmt.Errorf("restore: %w", err)
 	}
 	rep.RestoredFrom = m.ID
-	for _, mem := range c.Spec.Members {
-		if err := c.StartMember(ctx, mem.Name); err != nil {
-			return rep, err
+	c.progress("%s: running it alone with --force-new-cluster on a private client port until a write commits", seed.Name)
+	if err := c.RunIsolated(ctx, []string{seed.Name}, c.Spec.VersionOf(seed), IsolatedOptions{ForceNewCluster: true, Timeout: 2 * time.Minute}); err != nil {
+		return fmt.Errorf("make %s a cluster of one: %w (re-run `steward recover`: the restore is repeated)", seed.Name, err)
+	}
+	if err := c.StartMember(ctx, seed.Name); err != nil {
+		return err
+	}
+	if err := c.waitMemberHealthy(ctx, seed.Name, 2*time.Minute); err != nil {
+		return fmt.Errorf("restored %s does not become healthy: %w", seed.Name, err)
+	}
+	full, err := c.BackupNow(ctx, BackupOptions{Member: seed.Name})
+	if err != nil {
+		return fmt.Errorf("%s is restored and serves, but the fresh full snapshot failed: %w (the other members were not added yet: `steward member replace NAME` adds each)", seed.Name, err)
+	}
+	c.progress("fresh full snapshot %s of the restored member (revision %d)", full.ID, full.EndRevision)
+	rep.FreshBackup = full.ID
+	cli, err := c.Client(seed.ClientURL)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	var failed []string
+	var errs []error
+	for _, mem := range c.Spec.Members[1:] {
+		c.progress("adding %s as a learner; it receives the restored data from %s", mem.Name, seed.Name)
+		ac, err := c.AgentFor(mem)
+		if err == nil {
+			err = c.rejoin(ctx, cli, ac, mem, 10*time.Minute)
 		}
+		if err != nil {
+			failed = append(failed, mem.Name)
+			errs = append(errs, fmt.Errorf("add %s: %w", mem.Name, err))
+			continue
+		}
+		rep.Added = append(rep.Added, mem.Name)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	if err := c.WaitHealthy(wctx, nil); err != nil {
-		return rep, err
+	if len(failed) > 0 {
+		return fmt.Errorf("the cluster is back (restored %s from %s, added %v), but %d members could not be added: %w; once their hosts are fixed, run `steward member replace NAME` for each of %v",
+			seed.Name, m.ID, rep.Added, len(failed), errors.Join(errs...), failed)
 	}
-	if _, err := c.BackupNow(ctx, BackupOptions{}); err != nil {
-		return rep, fmt.Errorf("restored, but the fresh full snapshot failed: %w", err)
-	}
-	rep.Message = fmt.Sprintf("restored every member from %s and its deltas, took a fresh full snapshot; old data dirs were moved aside", m.ID)
-	return rep, nil
+	rep.Message = fmt.Sprintf("restored %s from %s and its deltas, took the fresh full snapshot %s, then added %d members as learners and promoted them; old data dirs were moved aside",
+		seed.Name, m.ID, full.ID, len(rep.Added))
+	return c.WaitHealthy(ctx, nil)
 }
 
 func (c *Cluster) waitQuorum(ctx context.Context, d time.Duration) error {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -165,9 +166,10 @@ func waitBackedUp(t *testing.T, e *harness.Env, rev int64) {
 
 // TestContinuousBackup writes 50,000 keys with leases, deletes and
 // multi-key transactions while continuous backups run, then loses every
-// member's data and restores: the keyspace digest at the recovered revision
-// equals the source's; no write acknowledged more than the recovery-point
-// window before the loss is missing; keys with TTLs still expire.
+// member's data and recovers (`steward recover`): no write acknowledged more
+// than the recovery-point window before the loss is missing and keys with
+// TTLs still expire; a restore to a revision gives a keyspace whose digest
+// equals the source's at that revision.
 func TestContinuousBackup(t *testing.T) {
 	t.Parallel()
 	e := harness.New(t)
@@ -229,16 +231,13 @@ func TestContinuousBackup(t *testing.T) {
 	close(stop)
 	<-done
 	cli.Close()
-	e.MustRun("down")
 	for _, m := range e.Spec().Members {
 		if err := os.RemoveAll(filepath.Join(e.Dir, m.DataDir)); err != nil {
 			t.Fatal(err)
 		}
 	}
-
-	// The chain the loss left: its full backup. After the point-in-time
-	// restore below, the agent backs up the restored cluster, whose new
-	// full backup then is "latest"; the last restore names this chain.
+	// The chain the loss left: its full backup, for the point-in-time
+	// restore at the end (by then the recovered cluster has newer ones).
 	var chainFull string
 	for _, m := range listBackups(t, e) {
 		if m.Kind == backup.KindFull {
@@ -246,18 +245,13 @@ func TestContinuousBackup(t *testing.T) {
 		}
 	}
 
-	// Restore to the revision of the digest: exactly the source's keyspace.
-	e.MustRun("restore", "--to-revision", fmt.Sprint(wantRev), "--force")
-	e.MustRun("up")
-	got, _, gotN := digest(t, e.Client(), 0)
-	if got != want || gotN != n {
-		t.Fatalf("restored keyspace at revision %d differs from the source: %d keys digest %s, want %d keys digest %s", wantRev, gotN, got, n, want)
+	// The agent comes back, refuses to start members on empty data dirs
+	// while backups exist, and `steward recover` restores the newest state.
+	_, _, _ = e.Run("up", "--timeout", "10s")
+	if out := e.MustRun("recover", "-o", "json"); !strings.Contains(out, `"action": "restore"`) {
+		t.Fatalf("recover after losing every data dir: %s", out)
 	}
-
-	// Restore everything: no write acknowledged more than 1 s before the loss is missing.
-	e.MustRun("down")
-	e.MustRun("restore", "--backup", chainFull, "--force")
-	e.MustRun("up")
+	e.WaitStatus(60*time.Second, "healthy after the recovery", harness.Healthy)
 	cli = e.Client()
 	resp, err := cli.Get(ctx, "rpo/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
@@ -282,14 +276,33 @@ func TestContinuousBackup(t *testing.T) {
 	if len(acks) == 0 || len(missing) > 0 {
 		t.Fatalf("%d acknowledged writes older than the 1 s recovery point are missing: %v", len(missing), missing[:min(5, len(missing))])
 	}
-	// The short lease expires again after the restore.
-	if r, _ := cli.Get(ctx, "ttl/short"); r.Count != 1 {
-		t.Fatalf("ttl/short missing right after the restore")
+	// The short lease expires again after the recovery. Recovery may take
+	// longer than its 6 s, so its presence is read at the restored revision:
+	// the one the restore marked compacted, which a watch from revision 1
+	// reports.
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	wresp := <-cli.Watch(wctx, "ttl/short", clientv3.WithRev(1))
+	wcancel()
+	if wresp.CompactRevision == 0 {
+		t.Fatalf("no compaction mark after the recovery: %v", wresp.Err())
+	}
+	if r, err := cli.Get(ctx, "ttl/short", clientv3.WithRev(wresp.CompactRevision)); err != nil || r.Count != 1 || r.Kvs[0].Lease != int64(short.ID) {
+		t.Fatalf("ttl/short with its lease missing at the restored revision %d: %v %v", wresp.CompactRevision, r, err)
 	}
 	harness.Eventually(t, 30*time.Second, 200*time.Millisecond, "a key under a 6 s lease to expire after the restore", func() bool {
 		r, err := cli.Get(ctx, "ttl/short")
 		return err == nil && r.Count == 0
 	})
+	cli.Close()
+
+	// Restore to the revision of the digest: exactly the source's keyspace.
+	e.MustRun("down")
+	e.MustRun("restore", "--backup", chainFull, "--to-revision", fmt.Sprint(wantRev), "--force")
+	e.MustRun("up")
+	got, _, gotN := digest(t, e.Client(), 0)
+	if got != want || gotN != n {
+		t.Fatalf("restored keyspace at revision %d differs from the source: %d keys digest %s, want %d keys digest %s", wantRev, gotN, got, n, want)
+	}
 }
 
 func firstOr(d []time.Duration) time.Duration {
@@ -505,6 +518,7 @@ func TestRecover(t *testing.T) {
 	waitBackedUp(t, e, rev)
 	want, wantRev, _ := digest(t, cli, rev)
 	cli.Close()
+	before := e.Status()
 	e.KillAll()
 	for _, n := range names[:2] {
 		m, _ := e.Spec().Member(n)
@@ -520,12 +534,44 @@ func TestRecover(t *testing.T) {
 	if !strings.Contains(out, `"action": "restore"`) || !strings.Contains(out, "no WAL files") {
 		t.Fatalf("recover with lost data: %s", out)
 	}
+	// DEP-01's order: the backup went into one member, a fresh full
+	// snapshot was taken, and the others joined it as learners.
+	var rep cluster.RecoverReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Seed != names[0] || !slices.Equal(rep.Added, names[1:]) || rep.FreshBackup == "" {
+		t.Fatalf("recover report: seed %q, added %v, fresh backup %q; want seed %s, then %v added", rep.Seed, rep.Added, rep.FreshBackup, names[0], names[1:])
+	}
+	fresh := false
+	for _, m := range listBackups(t, e) {
+		fresh = fresh || m.ID == rep.FreshBackup && m.Kind == backup.KindFull && m.Member == names[0]
+	}
+	if !fresh {
+		t.Errorf("the fresh full snapshot %s of %s is not in the store", rep.FreshBackup, names[0])
+	}
 	st := e.WaitStatus(60*time.Second, "healthy after restore", harness.Healthy)
 	got, gotRev, _ := digest(t, e.Client(), 0)
 	if got != want || gotRev <= wantRev {
 		t.Fatalf("recovered keyspace differs (or revision %d not above %d)", gotRev, wantRev)
 	}
-	_ = st
+	// The cluster ID and the seed's member ID are kept (the old backups stay
+	// this cluster's); the added members are new members; nobody is left a
+	// learner; every replaced data dir was moved aside, not deleted.
+	if st.Cluster.ID != before.Cluster.ID || st.Cluster.VotingMembers != 3 || st.Cluster.Learners != 0 {
+		t.Errorf("after recovery: cluster %s (was %s), %d voters, %d learners", st.Cluster.ID, before.Cluster.ID, st.Cluster.VotingMembers, st.Cluster.Learners)
+	}
+	for _, n := range names {
+		was, _ := before.Member(n)
+		now, _ := st.Member(n)
+		if (n == names[0]) != (was.ID == now.ID) {
+			t.Errorf("member %s: ID %s, was %s", n, now.ID, was.ID)
+		}
+		m, _ := e.Spec().Member(n)
+		if aside, _ := filepath.Glob(filepath.Join(e.Dir, m.DataDir) + ".*-2*"); len(aside) == 0 {
+			t.Errorf("member %s: its old data dir was not moved aside", n)
+		}
+	}
 	e.WaitStatus(30*time.Second, "backups after recovery", func(st *cluster.Status) bool {
 		return harness.Cond(st, cluster.CondBackupReady).Status == "True"
 	})
