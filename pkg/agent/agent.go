@@ -23,9 +23,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/filelock"
 	"github.com/etcd-steward/steward/internal/proc"
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/binaries"
@@ -367,13 +367,12 @@ func errNotFound(name string) error { return notFoundError{name} }
 
 // lockFile takes an exclusive lock so two agents never share a directory.
 func lockFile(path string) (func(), error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	l, err := filelock.TryLock(path)
+	if errors.Is(err, filelock.ErrHeld) {
+		return nil, fmt.Errorf("another agent is already running for %s (lock %s held)", filepath.Dir(filepath.Dir(path)), path)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("agent lock: %w", err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("another agent is already running for %s (lock %s held)", filepath.Dir(filepath.Dir(path)), path)
-	}
-	return func() { f.Close() }, nil
+	return l.Release, nil
 }

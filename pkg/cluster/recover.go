@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/filelock"
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/datadir"
 	"github.com/etcd-steward/steward/pkg/spec"
@@ -48,6 +50,20 @@ func (c *Cluster) Recover(ctx context.Context) (RecoverReport, error) {
 	if st.Cluster.Quorate {
 		rep.Message = "the cluster is quorate: nothing to recover (replace single members with `steward member replace`)"
 		return rep, nil
+	}
+	// One recovery at a time (a manual one and the agent's automatic one
+	// could otherwise race), and none under an upgrade plan, which stops
+	// members on purpose.
+	lock, err := filelock.TryLock(c.recoverLockPath())
+	if errors.Is(err, filelock.ErrHeld) {
+		return rep, fmt.Errorf("another steward process is recovering this cluster (%s is held); wait for it to finish", c.recoverLockPath())
+	}
+	if err != nil {
+		return rep, err
+	}
+	defer lock.Release()
+	if p, err := c.Plans().Latest(); err == nil && p.Active() {
+		return rep, fmt.Errorf("refusing to recover: plan %s is %s and stops members on purpose; resume it (`steward plan resume`) or abort it (`steward plan abort`) first", p.ID, p.State)
 	}
 	c.progress("quorum lost (%s); stopping every member to inspect its data", unhealthySummary(st))
 	for _, m := range c.Spec.Members {
@@ -189,6 +205,8 @@ func (c *Cluster) recoverFromBackup(ctx context.Context, rep *RecoverReport) err
 		seed.Name, m.ID, full.ID, len(rep.Added))
 	return c.WaitHealthy(ctx, nil)
 }
+
+func (c *Cluster) recoverLockPath() string { return filepath.Join(c.Dir, "run", "recover.lock") }
 
 func (c *Cluster) waitQuorum(ctx context.Context, d time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, d)

@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/etcd-steward/steward/internal/filelock"
 )
 
 // DBName is the plan database's file name in the Steward directory.
@@ -163,28 +164,21 @@ func get(tx *bolt.Tx, id string) (*Plan, error) {
 }
 
 // Lock is held by the one process that runs a plan.
-type Lock struct{ f *os.File }
+type Lock struct{ l *filelock.Lock }
 
 // ErrLocked is returned by TryLock when another process runs a plan.
 var ErrLocked = errors.New("another steward process is running a plan in this Steward directory")
 
 // TryLock takes the plan runner's lock without waiting.
 func (s *Store) TryLock() (*Lock, error) {
-	if err := os.MkdirAll(filepath.Join(s.dir, "run"), 0o700); err != nil {
-		return nil, err
+	l, err := filelock.TryLock(filepath.Join(s.dir, "run", "plan.lock"))
+	if errors.Is(err, filelock.ErrHeld) {
+		return nil, ErrLocked
 	}
-	f, err := os.OpenFile(filepath.Join(s.dir, "run", "plan.lock"), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("plan lock: %w", err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, ErrLocked
-		}
-		return nil, fmt.Errorf("plan lock: %w", err)
-	}
-	return &Lock{f: f}, nil
+	return &Lock{l: l}, nil
 }
 
 // Locked reports whether a process holds the runner's lock now.
@@ -198,7 +192,4 @@ func (s *Store) Locked() bool {
 }
 
 // Release gives the lock up.
-func (l *Lock) Release() {
-	_ = syscall.Flock(int(l.f.Fd()), syscall.LOCK_UN)
-	_ = l.f.Close()
-}
+func (l *Lock) Release() { l.l.Release() }

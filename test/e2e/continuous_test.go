@@ -20,6 +20,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/etcd-steward/steward/internal/filelock"
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/cluster"
@@ -529,6 +530,21 @@ func TestRecover(t *testing.T) {
 	// The agent refuses to start a member whose WAL is gone, and says so.
 	if out := e.MustFail("up", "--timeout", "60s"); !strings.Contains(out, "no WAL files") {
 		t.Errorf("up with lost data: %s", out)
+	}
+	// Another recovery in progress (its lock held): refused, nothing moved.
+	held, err := filelock.TryLock(filepath.Join(e.Dir, "run", "recover.lock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := e.MustFail("recover"); !strings.Contains(out, "another steward process is recovering") {
+		t.Errorf("recover while another one runs: %s", out)
+	}
+	held.Release()
+	for _, n := range names {
+		m, _ := e.Spec().Member(n)
+		if aside, _ := filepath.Glob(filepath.Join(e.Dir, m.DataDir) + ".*-2*"); len(aside) > 0 {
+			t.Fatalf("a refused recover moved data dirs: %v", aside)
+		}
 	}
 	out = e.MustRun("recover", "-o", "json")
 	if !strings.Contains(out, `"action": "restore"`) || !strings.Contains(out, "no WAL files") {
