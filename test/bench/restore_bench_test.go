@@ -38,7 +38,7 @@ func envInt(name string, def int) int {
 // snapshot, start etcd, and replay each revision as one transaction through
 // the client. Also reports Steward's peak memory (max RSS of the restore
 // process). STEWARD_BENCH_RESTORE_BASELINE=0 skips the baseline (which
-// replays about 400 transactions per second here: 40 minutes for a million).
+// replays about 600 transactions per second here: 28 minutes for a million).
 func BenchmarkRestore(b *testing.B) {
 	mb := envInt("STEWARD_BENCH_RESTORE_MB", 1024)
 	events := envInt("STEWARD_BENCH_RESTORE_EVENTS", 1_000_000)
