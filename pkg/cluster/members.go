@@ -494,6 +494,14 @@ func (c *Cluster) StopMember(ctx context.Context, name string, force bool) error
 			return fmt.Errorf("refusing to stop %s: %d of %d voting members would stay healthy and quorum needs %d; the cluster would stop serving (use --force to stop it anyway)",
 				name, h-1, st.Cluster.VotingMembers, quorum)
 		}
+		// Stopping the leader leaves proposals waiting for an election
+		// (and drops those forwarded to it); hand leadership over first.
+		if to := pickTransferee(st, name); t.Role == "leader" && to != "" {
+			c.progress("%s is the leader; moving leadership to %s first", name, to)
+			if err := c.MoveLeader(ctx, to); err != nil {
+				c.progress("could not move leadership (%v); stopping %s anyway", err, name)
+			}
+		}
 	}
 	ac, err := c.AgentFor(m)
 	if err != nil {

@@ -204,7 +204,17 @@ func checkConditions(t *testing.T, e *harness.Env) {
 	names := e.Spec().MemberNames()
 	before := harness.Cond(e.Status(), cluster.CondAllMembersReady).LastTransitionTime
 
-	e.MustRun("member", "stop", names[0])
+	// Stopping the leader hands leadership over first: another member
+	// leads the moment the command returns, with no election to wait for.
+	if e.Status().Cluster.Leader != names[0] {
+		e.MustRun("leader", "move", "--to", names[0])
+	}
+	if so, se, err := e.Run("member", "stop", names[0]); err != nil || !strings.Contains(so+se, "moving leadership to") {
+		t.Errorf("stop of the leader did not move leadership first: %v\n%s%s", err, so, se)
+	}
+	if l := e.Status().Cluster.Leader; l == "" || l == names[0] {
+		t.Errorf("right after stopping the leader %s, the leader is %q", names[0], l)
+	}
 	st := e.WaitStatus(30*time.Second, "minority down", func(st *cluster.Status) bool {
 		return harness.Cond(st, cluster.CondAllMembersReady).Status == "False"
 	})
