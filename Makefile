@@ -45,7 +45,7 @@ test-e2e: etcd-binaries s3-server kube-apiserver
 
 ## bench: the benchmarks recorded in docs/benchmarks.md.
 bench: etcd-binaries s3-server kube-apiserver
-	STEWARD_TEST_STORE=$(STORE) $(GO) test -count=1 -timeout 60m -run '^$$' -bench . -benchtime 1x ./test/bench/...
+	STEWARD_TEST_STORE=$(STORE) $(GO) test -count=1 -timeout 150m -run '^$$' -bench . -benchtime 1x ./test/bench/...
 
 ## demo: build Steward and start a local three-member cluster on the
 ## embedded etcd version. `make demo-down` stops it.
