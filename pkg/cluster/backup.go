@@ -270,11 +270,13 @@ func (c *Cluster) Restore(ctx context.Context, o RestoreOptions) (backup.Manifes
 	if err := backup.Fetch(ctx, store, m, key, snap); err != nil {
 		return m, err
 	}
+	// Fetch checked etcd's appended SHA-256; it goes now, since the
+	// database is written to below (deltas, revision bump).
+	if err := backup.StripChecksum(snap); err != nil {
+		return m, err
+	}
 	restoredRev := m.EndRevision
 	if len(chain.Deltas) > 0 {
-		if err := backup.StripChecksum(snap); err != nil {
-			return m, err
-		}
 		c.progress("replaying %d delta segments (revisions %d to %d)", len(chain.Deltas), m.EndRevision+1, chain.End)
 		restoredRev, err = backup.Apply(ctx, store, key, snap, m.EndRevision, chain.Deltas,
 			backup.ApplyOptions{ToRevision: o.ToRevision, ToTime: o.ToTime})
@@ -287,6 +289,12 @@ func (c *Cluster) Restore(ctx context.Context, o RestoreOptions) (backup.Manifes
 	}
 	if o.BumpRevision == 0 {
 		o.BumpRevision = DefaultBumpRevision
+	}
+	// Bumped once in the shared snapshot, not by etcd's restore per member
+	// (which reads the whole database to find the newest revision).
+	bumped, err := backup.BumpRevision(snap, int64(o.BumpRevision))
+	if err != nil {
+		return m, err
 	}
 	stamp := time.Now().UTC().Format("20060102T150405.000Z")
 	staged := map[string]string{}
@@ -304,10 +312,11 @@ func (c *Cluster) Restore(ctx context.Context, o RestoreOptions) (backup.Manifes
 		}
 		out := dd + ".restoring-" + stamp
 		staged[mem.Name] = out
+		c.progress("writing a new data dir for %s (revision %d)", mem.Name, restoredRev)
 		err := snapshot.NewV3(zap.NewNop()).Restore(snapshot.RestoreConfig{
 			SnapshotPath: snap, Name: mem.Name, OutputDataDir: out,
 			PeerURLs: []string{mem.PeerURL}, InitialCluster: initial, InitialClusterToken: c.Spec.Token,
-			RevisionBump: o.BumpRevision, MarkCompacted: true, SkipHashCheck: len(chain.Deltas) > 0,
+			SkipHashCheck: true, // checked by Fetch, then stripped
 		})
 		if err != nil {
 			cleanup()
@@ -347,8 +356,8 @@ func (c *Cluster) Restore(ctx context.Context, o RestoreOptions) (backup.Manifes
 	if len(targets) < len(c.Spec.Members) {
 		then = "the other members' data dirs were left as they are"
 	}
-	c.progress("restored %d members from %s and %d deltas at revision %d (revisions bumped by %d, older ones marked compacted); %s",
-		len(targets), m.ID, len(chain.Deltas), restoredRev, o.BumpRevision, then)
+	c.progress("restored %d members from %s and %d deltas at revision %d (etcd resumes above revision %d; older ones are marked compacted); %s",
+		len(targets), m.ID, len(chain.Deltas), restoredRev, bumped, then)
 	return m, nil
 }
 

@@ -105,7 +105,7 @@ func BenchmarkRestore(b *testing.B) {
 		// the restore reads and writes is charged to the group, so this
 		// shows whether it completes within that memory, not just whether
 		// its own allocations are small.
-		cg := boundedRestore(b, e, 512<<20)
+		cg := boundedRestore(b, e, int64(envInt("STEWARD_BENCH_RESTORE_CGROUP_MB", 512))<<20)
 		e.MustRun("up")
 		r, err := e.Client().Get(context.Background(), "delta/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil || r.Header.Revision <= last {
@@ -197,10 +197,15 @@ func boundedRestore(b *testing.B, e *harness.Env, limit int64) cgroupRun {
 	cmd := exec.Command("/bin/sh", "-c", `echo $$ > "$1/cgroup.procs" && shift && exec "$@"`,
 		"sh", dir, e.Bin, "restore", "--force", "--dir", e.Dir)
 	start := time.Now()
-	if out, err := cmd.CombinedOutput(); err != nil {
-		b.Fatalf("restore in a %d MB memory cgroup: %v\n%s", limit>>20, err, out)
+	// Each progress line is stamped with its time since the start, to see
+	// which stage the limit slows.
+	out := &stampWriter{start: start}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Run(); err != nil {
+		b.Fatalf("restore in a %d MB memory cgroup: %v\n%s", limit>>20, err, out.buf.String())
 	}
 	run.dur, run.ran = time.Since(start), true
+	b.Logf("restore in a %d MB memory cgroup:\n%s", limit>>20, out.buf.String())
 	read := func(name string) int64 {
 		v, _ := os.ReadFile(filepath.Join(dir, name))
 		n, _ := strconv.ParseInt(strings.TrimSpace(string(v)), 10, 64)
@@ -208,6 +213,24 @@ func boundedRestore(b *testing.B, e *harness.Env, limit int64) cgroupRun {
 	}
 	run.maxUsage, run.failcnt = read("memory.max_usage_in_bytes"), read("memory.failcnt")
 	return run
+}
+
+// stampWriter prefixes each line written to it with the time since start.
+type stampWriter struct {
+	start time.Time
+	buf   bytes.Buffer
+	mid   bool // inside a line
+}
+
+func (w *stampWriter) Write(p []byte) (int, error) {
+	for _, c := range p {
+		if !w.mid {
+			fmt.Fprintf(&w.buf, "%8.1fs  ", time.Since(w.start).Seconds())
+		}
+		w.buf.WriteByte(c)
+		w.mid = c != '\n'
+	}
+	return len(p), nil
 }
 
 // runSampled starts cmd (its output already directed to out), samples the
