@@ -73,12 +73,12 @@ func writeBackupStatus(dir string, s BackupStatus) {
 // RunContinuousBackups runs the continuous backup loop of one agent until
 // ctx ends. Exactly one agent acts at a time: the one that runs the etcd
 // leader and holds the backup election in etcd (so a new leader starts only
-// after the previous one stored its last segment). It continues the chain from the newest revision in the store
-// (last revision + 1), so a handover leaves no gap and no overlap (restore
-// still trims an overlap, should a fenced-off leader's last upload land
-// late). It takes a full snapshot when none exists for the cluster, on the
-// schedule, when the delta chain grows past its limit, and when the watch
-// reports the needed revision compacted.
+// after the previous one stored its last segment). It continues the chain
+// from the newest revision in the store (last revision + 1), so a handover
+// leaves no gap and no overlap (restore still trims an overlap, should a
+// fenced-off leader's last upload land late). It takes a full snapshot when
+// none exists for the cluster, on the schedule, when the delta chain grows
+// past its limit, and when the watch reports the needed revision compacted.
 func RunContinuousBackups(ctx context.Context, dir, agentName string, log *slog.Logger) {
 	st := BackupStatus{Agent: agentName}
 	failures := 0
