@@ -406,15 +406,19 @@ func (m *member) awaitReady(ctx context.Context, cfg agentapi.MemberConfig, p *p
 			m.setError(p, fmt.Sprintf("binary reports etcd %s, want %s", v, cfg.Version))
 			return
 		}
+		// The record is written before the state says Running, so whoever
+		// sees Running (RunIsolated stops the member right after) knows the
+		// data dir's record names this version.
+		if err := WriteRecord(cfg.DataDir, cfg.Version, time.Now()); err != nil {
+			m.setError(p, err.Error())
+			return
+		}
 		m.mu.Lock()
 		if m.proc == p && m.state == agentapi.StateStarting {
 			m.state = agentapi.StateRunning
 			m.lastError = ""
 		}
 		m.mu.Unlock()
-		if err := WriteRecord(cfg.DataDir, cfg.Version, time.Now()); err != nil {
-			m.setError(p, err.Error())
-		}
 		return
 	}
 }

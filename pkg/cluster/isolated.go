@@ -95,6 +95,16 @@ func (c *Cluster) RunIsolated(ctx context.Context, names []string, version strin
 			werr = fmt.Errorf("etcd %s on private client ports %v: %w; the members' logs are in %s", version, endpoints, err, filepath.Join(c.Dir, "logs"))
 		}
 	}
+	// The write can go through before the agent has seen the member answer
+	// on its new version; only then does it record that version for the
+	// data dir, and the next step's version check reads that record.
+	for _, r := range runs {
+		if werr == nil {
+			if err := waitAgentRunning(ctx, r.ac, r.m.Name, o.Timeout); err != nil {
+				werr = fmt.Errorf("member %s on etcd %s: %w", r.m.Name, version, err)
+			}
+		}
+	}
 	for _, r := range runs {
 		if werr == nil && o.Snapshot {
 			if err := waitSnapshot(ctx, r.cfg.DataDir, started, o.Timeout); err != nil {
@@ -122,6 +132,31 @@ func (c *Cluster) RunIsolated(ctx context.Context, names []string, version strin
 		return werr
 	}
 	c.progress("%s ran etcd %s on private client ports until a write went through, and stopped", strings.Join(names, ", "), version)
+	return nil
+}
+
+// waitAgentRunning waits until the agent reports member name Running, which
+// it does after writing the data dir's version record.
+func waitAgentRunning(ctx context.Context, ac *agentapi.Client, name string, timeout time.Duration) error {
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	state := "unknown"
+	err := poll(wctx, 50*time.Millisecond, func(ctx context.Context) (bool, error) {
+		ms, err := ac.Members(ctx)
+		if err != nil {
+			return false, nil
+		}
+		for _, m := range ms {
+			if m.Name == name {
+				state = m.State
+				return m.State == agentapi.StateRunning, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("its agent did not report it running within %s (state %s)", timeout, state)
+	}
 	return nil
 }
 
