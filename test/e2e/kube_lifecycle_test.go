@@ -423,49 +423,8 @@ func lcCreateObjects(t *testing.T, cs kubernetes.Interface, dyn dynamic.Interfac
 	t.Helper()
 	ctx := context.Background()
 	var objs []lcObject
-	crd := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "apiextensions.k8s.io/v1",
-		"kind":       "CustomResourceDefinition",
-		"metadata":   map[string]any{"name": lcGadgetGVR.Resource + "." + lcGadgetGVR.Group},
-		"spec": map[string]any{
-			"group": lcGadgetGVR.Group,
-			"scope": "Namespaced",
-			"names": map[string]any{"plural": "gadgets", "singular": "gadget", "kind": "Gadget", "listKind": "GadgetList"},
-			"versions": []any{map[string]any{
-				"name": "v1", "served": true, "storage": true,
-				"schema": map[string]any{"openAPIV3Schema": map[string]any{
-					"type": "object",
-					"properties": map[string]any{"spec": map[string]any{
-						"type": "object",
-						"properties": map[string]any{
-							"size":  map[string]any{"type": "integer"},
-							"color": map[string]any{"type": "string"},
-							"tags":  map[string]any{"type": "array", "items": map[string]any{"type": "string"}},
-						},
-					}},
-				}},
-			}},
-		},
-	}}
-	crdName := crd.GetName()
-	if _, err := dyn.Resource(crdGVRLifecycle).Create(ctx, crd, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	var got *unstructured.Unstructured
-	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the CRD to be Established", func() bool {
-		var err error
-		got, err = dyn.Resource(crdGVRLifecycle).Get(ctx, crdName, metav1.GetOptions{})
-		if err != nil {
-			return false
-		}
-		conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
-		for _, c := range conds {
-			if m, ok := c.(map[string]any); ok && m["type"] == "Established" && m["status"] == "True" {
-				return true
-			}
-		}
-		return false
-	})
+	got := createEstablishedCRD(t, ctx, dyn, testCRD(lcGadgetGVR.Group, lcGadgetGVR.Resource, "Gadget", "v1", "v1"))
+	crdName := got.GetName()
 	objs = append(objs, lcObject{kind: "CustomResourceDefinition", name: crdName, uid: string(got.GetUID()), rv: got.GetResourceVersion(), content: lcUnstructuredContent(t, got), rvMayChange: true})
 
 	for ni, ns := range []string{"lc-alpha", "lc-beta", "lc-gamma"} {
@@ -530,8 +489,6 @@ func lcCreateObjects(t *testing.T, cs kubernetes.Interface, dyn dynamic.Interfac
 	return objs
 }
 
-var crdGVRLifecycle = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-
 // lcCheckObjects reads every object back through the API and compares it
 // with its snapshot, resourceVersion included: nothing in the lifecycle
 // rewrites an object (a restore keeps every key's mod revision; only the
@@ -566,7 +523,7 @@ func lcCheckObjects(t *testing.T, cs kubernetes.Interface, dyn dynamic.Interface
 			}
 		case "CustomResourceDefinition":
 			var u *unstructured.Unstructured
-			if u, err = dyn.Resource(crdGVRLifecycle).Get(ctx, o.name, metav1.GetOptions{}); err == nil {
+			if u, err = dyn.Resource(crdGVR).Get(ctx, o.name, metav1.GetOptions{}); err == nil {
 				content, rv = lcUnstructuredContent(t, u), u.GetResourceVersion()
 			}
 		case "Gadget":

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/etcd-steward/steward/pkg/kstorage"
 	"github.com/etcd-steward/steward/test/harness"
@@ -39,6 +40,65 @@ var (
 	crdGVR    = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 	widgetGVR = schema.GroupVersionResource{Group: "steward.test", Version: "v1", Resource: "widgets"}
 )
+
+// testCRD is a namespaced CRD for group's plural of kind, serving versions
+// (storage names the stored one), each with spec.size (integer),
+// spec.color (string) and spec.tags (strings).
+func testCRD(group, plural, kind, storage string, versions ...string) *unstructured.Unstructured {
+	var vs []any
+	for _, v := range versions {
+		vs = append(vs, map[string]any{
+			"name": v, "served": true, "storage": v == storage,
+			"schema": map[string]any{"openAPIV3Schema": map[string]any{
+				"type": "object",
+				"properties": map[string]any{"spec": map[string]any{
+					"type": "object",
+					"properties": map[string]any{
+						"size":  map[string]any{"type": "integer"},
+						"color": map[string]any{"type": "string"},
+						"tags":  map[string]any{"type": "array", "items": map[string]any{"type": "string"}},
+					},
+				}},
+			}},
+		})
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiextensions.k8s.io/v1",
+		"kind":       "CustomResourceDefinition",
+		"metadata":   map[string]any{"name": plural + "." + group},
+		"spec": map[string]any{
+			"group":    group,
+			"scope":    "Namespaced",
+			"names":    map[string]any{"plural": plural, "singular": strings.ToLower(kind), "kind": kind, "listKind": kind + "List"},
+			"versions": vs,
+		},
+	}}
+}
+
+// createEstablishedCRD creates crd and waits until it is Established; it
+// returns the CRD as read then.
+func createEstablishedCRD(t *testing.T, ctx context.Context, dyn dynamic.Interface, crd *unstructured.Unstructured) *unstructured.Unstructured {
+	t.Helper()
+	if _, err := dyn.Resource(crdGVR).Create(ctx, crd, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var got *unstructured.Unstructured
+	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the CRD to be Established", func() bool {
+		var err error
+		if got, err = dyn.Resource(crdGVR).Get(ctx, crd.GetName(), metav1.GetOptions{}); err != nil {
+			t.Logf("get CRD: %v", err)
+			return false
+		}
+		conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
+		for _, c := range conds {
+			if m, ok := c.(map[string]any); ok && m["type"] == "Established" && m["status"] == "True" {
+				return true
+			}
+		}
+		return false
+	})
+	return got
+}
 
 // TestKubeAPIServerOnSteward: a real kube-apiserver runs on a three-member
 // Steward cluster over TLS with Steward's client certificate; objects of
@@ -104,47 +164,7 @@ func TestKubeAPIServerOnSteward(t *testing.T) {
 	}
 
 	// A CRD, established, and one custom resource (dynamic client).
-	crd := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "apiextensions.k8s.io/v1",
-		"kind":       "CustomResourceDefinition",
-		"metadata":   map[string]any{"name": "widgets.steward.test"},
-		"spec": map[string]any{
-			"group": "steward.test",
-			"scope": "Namespaced",
-			"names": map[string]any{"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
-			"versions": []any{map[string]any{
-				"name": "v1", "served": true, "storage": true,
-				"schema": map[string]any{"openAPIV3Schema": map[string]any{
-					"type": "object",
-					"properties": map[string]any{"spec": map[string]any{
-						"type": "object",
-						"properties": map[string]any{
-							"size":  map[string]any{"type": "integer"},
-							"color": map[string]any{"type": "string"},
-							"tags":  map[string]any{"type": "array", "items": map[string]any{"type": "string"}},
-						},
-					}},
-				}},
-			}},
-		},
-	}}
-	if _, err := dyn.Resource(crdGVR).Create(ctx, crd, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the CRD to be Established", func() bool {
-		got, err := dyn.Resource(crdGVR).Get(ctx, "widgets.steward.test", metav1.GetOptions{})
-		if err != nil {
-			t.Logf("get CRD: %v", err)
-			return false
-		}
-		conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
-		for _, c := range conds {
-			if m, ok := c.(map[string]any); ok && m["type"] == "Established" && m["status"] == "True" {
-				return true
-			}
-		}
-		return false
-	})
+	createEstablishedCRD(t, ctx, dyn, testCRD(widgetGVR.Group, widgetGVR.Resource, "Widget", "v1", "v1"))
 	widget := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "steward.test/v1",
 		"kind":       "Widget",

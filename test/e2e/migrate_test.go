@@ -42,7 +42,6 @@ const (
 )
 
 var (
-	migCRDGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 	migGadget = func(v string) schema.GroupVersionResource {
 		return schema.GroupVersionResource{Group: migGroup, Version: v, Resource: "gadgets"}
 	}
@@ -72,30 +71,10 @@ func migResource(rep kmigrate.Report, name string) kmigrate.ResourceReport {
 	return kmigrate.ResourceReport{}
 }
 
-// gadgetCRD is a namespaced CRD whose versions are v1 (and v2); storage
+// gadgetCRD is the gadgets CRD, whose versions are v1 (and v2); storage
 // names the stored one.
 func gadgetCRD(storage string, versions ...string) *unstructured.Unstructured {
-	var vs []any
-	for _, v := range versions {
-		vs = append(vs, map[string]any{
-			"name": v, "served": true, "storage": v == storage,
-			"schema": map[string]any{"openAPIV3Schema": map[string]any{
-				"type":       "object",
-				"properties": map[string]any{"spec": map[string]any{"type": "object", "properties": map[string]any{"size": map[string]any{"type": "integer"}}}},
-			}},
-		})
-	}
-	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "apiextensions.k8s.io/v1",
-		"kind":       "CustomResourceDefinition",
-		"metadata":   map[string]any{"name": migGadgets},
-		"spec": map[string]any{
-			"group":    migGroup,
-			"scope":    "Namespaced",
-			"names":    map[string]any{"plural": "gadgets", "singular": "gadget", "kind": "Gadget", "listKind": "GadgetList"},
-			"versions": vs,
-		},
-	}}
+	return testCRD(migGroup, "gadgets", "Gadget", storage, versions...)
 }
 
 // storageHash returns discovery's storageVersionHash of a resource
@@ -470,12 +449,12 @@ current-context: c
 
 		// The CRD's storage version moves to v2: its hash changes.
 		oldHash := storageHash(t, cs, migGroup+"/v1", "gadgets")
-		crd, err := dyn.Resource(migCRDGVR).Get(ctx, migGadgets, metav1.GetOptions{})
+		crd, err := dyn.Resource(crdGVR).Get(ctx, migGadgets, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		crd.Object["spec"] = gadgetCRD("v2", "v1", "v2").Object["spec"]
-		if _, err := dyn.Resource(migCRDGVR).Update(ctx, crd, metav1.UpdateOptions{}); err != nil {
+		if _, err := dyn.Resource(crdGVR).Update(ctx, crd, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		harness.Eventually(t, 30*time.Second, 200*time.Millisecond, "the gadgets' storageVersionHash to change", func() bool {
@@ -602,7 +581,7 @@ current-context: c
 
 func createGadgets(t *testing.T, dyn dynamic.Interface, ctx context.Context) {
 	t.Helper()
-	if _, err := dyn.Resource(migCRDGVR).Create(ctx, gadgetCRD("v1", "v1"), metav1.CreateOptions{}); err != nil {
+	if _, err := dyn.Resource(crdGVR).Create(ctx, gadgetCRD("v1", "v1"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the gadgets to be served", func() bool {
