@@ -162,9 +162,7 @@ func Apply(ctx context.Context, s Store, key *Key, dbPath string, from int64, de
 					closeFn()
 					return 0, fmt.Errorf("delta %s: event %d.%d does not follow revision %d.%d: the delta chain has a gap", d.ID, rev, rec.Sub, last, lastSub)
 				}
-				binary.BigEndian.PutUint64(revKey, uint64(rev))
-				revKey[8] = '_'
-				binary.BigEndian.PutUint64(revKey[9:], uint64(rec.Sub))
+				putRevKey(revKey, rev, rec.Sub)
 				k := revKey
 				if rec.Type == 'D' {
 					k = append(revKey[:17:17], 't')

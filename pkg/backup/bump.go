@@ -62,10 +62,17 @@ func BumpRevision(path string, amount int64) (int64, error) {
 	return bumped, nil
 }
 
-// revBytes is etcd's 17-byte revision key: main, '_', sub (0).
+// revBytes is etcd's 17-byte revision key of main (sub-revision 0).
 func revBytes(main int64) []byte {
 	b := make([]byte, 17)
-	binary.BigEndian.PutUint64(b, uint64(main))
-	b[8] = '_'
+	putRevKey(b, main, 0)
 	return b
+}
+
+// putRevKey writes etcd's revision key into dst[:17]: main big-endian, '_',
+// sub big-endian. Apply reuses one buffer for every event.
+func putRevKey(dst []byte, main, sub int64) {
+	binary.BigEndian.PutUint64(dst, uint64(main))
+	dst[8] = '_'
+	binary.BigEndian.PutUint64(dst[9:], uint64(sub))
 }
