@@ -386,3 +386,16 @@ func directVotingAdd(b *testing.B, e *harness.Env, name string) time.Duration {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// bigOneMember starts a one-member cluster of the embedded etcd version with
+// continuous backups off (nothing else runs) and an 8 GiB quota, for the
+// benchmarks that fill a large database.
+func bigOneMember(b *testing.B) *harness.Env {
+	e := harness.New(b)
+	e.WriteSpec(1, binaries.EmbeddedVersion(), func(s *spec.Cluster) {
+		s.Backup.Continuous = false
+		s.Etcd.QuotaBackendBytes = 8 << 30
+	})
+	e.MustRun("up")
+	return e
+}

@@ -17,10 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/encoding/protowire"
 
-	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/kstorage"
-	"github.com/etcd-steward/steward/pkg/spec"
-	"github.com/etcd-steward/steward/test/harness"
 )
 
 // configMapValue is a config-map-like value as kube-apiserver stores it:
@@ -54,12 +51,7 @@ func configMapValue(size int) []byte {
 // anonymous memory), and the live scan of the same cluster for comparison.
 func BenchmarkInventorySnapshot(b *testing.B) {
 	n := envInt("STEWARD_BENCH_INVENTORY_OBJECTS", 100_000)
-	e := harness.New(b)
-	e.WriteSpec(1, binaries.EmbeddedVersion(), func(s *spec.Cluster) {
-		s.Backup.Continuous = false
-		s.Etcd.QuotaBackendBytes = 8 << 30
-	})
-	e.MustRun("up")
+	e := bigOneMember(b)
 	cli := e.Client()
 	ctx := context.Background()
 	key := func(i int) string { return fmt.Sprintf("/registry/configmaps/ns-%03d/cm-%07d", i%100, i) }

@@ -22,10 +22,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/kmigrate"
 	"github.com/etcd-steward/steward/pkg/kstorage"
-	"github.com/etcd-steward/steward/pkg/spec"
 	"github.com/etcd-steward/steward/test/harness"
 )
 
@@ -55,12 +53,7 @@ func BenchmarkMigrateConfigMaps(b *testing.B) {
 		b.Fatalf("kubectl (the baseline) is not installed: %v; STEWARD_BENCH_MIGRATE_BASELINE=0 skips it", err)
 	}
 	for i := 0; i < b.N; i++ {
-		e := harness.New(b)
-		e.WriteSpec(1, binaries.EmbeddedVersion(), func(s *spec.Cluster) {
-			s.Backup.Continuous = false
-			s.Etcd.QuotaBackendBytes = 8 << 30
-		})
-		e.MustRun("up")
+		e := bigOneMember(b)
 		k := e.StartKubeAPIServer()
 		cfg := k.RESTConfig()
 		cfg.QPS, cfg.Burst = 5000, 10000

@@ -18,8 +18,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcd-steward/steward/pkg/backup"
-	"github.com/etcd-steward/steward/pkg/binaries"
-	"github.com/etcd-steward/steward/pkg/spec"
 	"github.com/etcd-steward/steward/test/harness"
 )
 
@@ -42,14 +40,8 @@ func envInt(name string, def int) int {
 func BenchmarkRestore(b *testing.B) {
 	mb := envInt("STEWARD_BENCH_RESTORE_MB", 1024)
 	events := envInt("STEWARD_BENCH_RESTORE_EVENTS", 1_000_000)
-	v := binaries.EmbeddedVersion()
 	for i := 0; i < b.N; i++ {
-		e := harness.New(b)
-		e.WriteSpec(1, v, func(s *spec.Cluster) {
-			s.Backup.Continuous = false
-			s.Etcd.QuotaBackendBytes = 8 << 30
-		})
-		e.MustRun("up")
+		e := bigOneMember(b)
 		cli := e.Client()
 		fillRandom(b, cli, mb)
 		var full backup.Manifest
