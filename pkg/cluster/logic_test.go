@@ -74,6 +74,17 @@ func TestConditions(t *testing.T) {
 		t.Errorf("message must name the member and why: %s", conds[1].Message)
 	}
 
+	// A healthy learner is not ready until promoted.
+	learning := statusOf(
+		MemberStatus{Name: "a", Role: "leader", Healthy: true, InSpec: true},
+		MemberStatus{Name: "b", Role: "follower", Healthy: true, InSpec: true},
+		MemberStatus{Name: "c", Role: "learner", Healthy: true, InSpec: true},
+	)
+	conds = c.conditions(learning, t1)
+	if conds[0].Status != "True" || conds[1].Status != "False" || conds[1].Reason != "LearnerNotPromoted" || !strings.Contains(conds[1].Message, "c") {
+		t.Errorf("with a healthy learner: Ready %+v, AllMembersReady %+v", conds[0], conds[1])
+	}
+
 	// Quorum lost.
 	lost := statusOf(
 		MemberStatus{Name: "a", Role: "unknown", InSpec: true},

@@ -420,6 +420,12 @@ func (c *Cluster) conditions(st *Status, now time.Time) []Condition {
 	if st.Cluster.HealthyMembers < len(st.Members) {
 		all.Status, all.Reason = "False", "NotAllMembersReady"
 		all.Message = unhealthySummary(st)
+	} else if l := learnerNames(st); len(l) > 0 {
+		// A healthy learner is still catching up: it neither votes nor
+		// serves linearizable reads, so clients given its endpoint get
+		// "rpc not supported for learner". Not ready until promoted.
+		all.Status, all.Reason = "False", "LearnerNotPromoted"
+		all.Message = fmt.Sprintf("not yet promoted to voting member (still catching up): %s", strings.Join(l, ", "))
 	}
 	backup := c.backupCondition(now)
 	conds := []Condition{ready, all, backup, c.upgradeCondition()}
@@ -435,6 +441,16 @@ func healthyVoters(st *Status) int {
 		}
 	}
 	return n
+}
+
+func learnerNames(st *Status) []string {
+	var names []string
+	for _, m := range st.Members {
+		if m.Role == "learner" {
+			names = append(names, m.Name)
+		}
+	}
+	return names
 }
 
 // Unhealthy names each unhealthy member with its last error.

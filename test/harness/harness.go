@@ -296,9 +296,13 @@ func (e *Env) MemberPID(name string) int {
 	return pid
 }
 
-// Healthy reports whether every member is healthy and the cluster quorate.
+// Healthy reports whether the cluster has settled: quorate, every member
+// healthy, and none of them a learner. A learner counts as a healthy member
+// while it catches up, yet refuses linearizable reads ("rpc not supported
+// for learner"), so a test that reads through every endpoint right after a
+// member was added (a recovery, a replace) must wait for its promotion too.
 func Healthy(st *cluster.Status) bool {
-	return st.Cluster.Quorate && st.Cluster.HealthyMembers == len(st.Members) && len(st.Members) > 0
+	return st.Cluster.Quorate && st.Cluster.HealthyMembers == len(st.Members) && len(st.Members) > 0 && st.Cluster.Learners == 0
 }
 
 // Cond returns a condition's status ("" when absent).
