@@ -6,17 +6,20 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/etcd-steward/steward/internal/filelock"
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/datadir"
 	"github.com/etcd-steward/steward/pkg/spec"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 )
 
 // RecoverReport says what Recover found and did.
 type RecoverReport struct {
-	// Action is "none", "restart" or "restore".
+	// Action is "none", "restart", "restore" or "resume" (an interrupted
+	// restore continued from its seed).
 	Action   string            `json:"action"`
 	DataDirs []datadir.Finding `json:"dataDirs"`
 	// NewestBackupRevision is the newest revision in the backup store.
@@ -40,14 +43,20 @@ type RecoverReport struct {
 //   - otherwise restore the newest backup with its deltas into one member,
 //     take a fresh full snapshot, and add the others (recoverFromBackup).
 //
-// A quorate cluster is left alone.
+// A recovery from backup interrupted after its seed became a cluster of one
+// (see recoveryJournal) is resumed, never restored again. Apart from that, a
+// quorate cluster is left alone.
 func (c *Cluster) Recover(ctx context.Context) (RecoverReport, error) {
 	rep := RecoverReport{Action: "none", DataDirs: []datadir.Finding{}}
+	j, err := c.readRecoveryJournal()
+	if err != nil {
+		return rep, err
+	}
 	st, err := c.Status(ctx)
 	if err != nil {
 		return rep, err
 	}
-	if st.Cluster.Quorate {
+	if st.Cluster.Quorate && j == nil {
 		rep.Message = "the cluster is quorate: nothing to recover (replace single members with `steward member replace`)"
 		return rep, nil
 	}
@@ -64,6 +73,32 @@ func (c *Cluster) Recover(ctx context.Context) (RecoverReport, error) {
 	defer lock.Release()
 	if p, err := c.Plans().Latest(); err == nil && p.Active() {
 		return rep, fmt.Errorf("refusing to recover: plan %s is %s and stops members on purpose; resume it (`steward plan resume`) or abort it (`steward plan abort`) first", p.ID, p.State)
+	}
+	if j != nil {
+		seed, ok := c.Spec.Member(j.Seed)
+		if ok {
+			// A serving seed is resumed as it is; a stopped one only if its
+			// data dir holds the cluster still (a running etcd's database
+			// cannot be opened to check).
+			if sm, _ := st.Member(seed.Name); sm.Healthy {
+				return rep, c.resumeRecovery(ctx, &rep, j)
+			}
+			if err := c.StopMember(ctx, seed.Name, true); err != nil && !isAgentNotFound(err) {
+				return rep, fmt.Errorf("stop %s: %w", seed.Name, err)
+			}
+			f := datadir.Check(spec.Path(c.Dir, seed.DataDir))
+			if f.State == datadir.Valid {
+				rep.DataDirs = append(rep.DataDirs, f)
+				return rep, c.resumeRecovery(ctx, &rep, j)
+			}
+			c.progress("the unfinished recovery of %s seeded %s, but its data dir is not usable now (%s)", j.SeededAt.Format(time.RFC3339), j.Seed, f)
+		} else {
+			c.progress("the unfinished recovery of %s seeded %s, which is no longer in the spec", j.SeededAt.Format(time.RFC3339), j.Seed)
+		}
+		if st.Cluster.Quorate {
+			rep.Message = "the cluster is quorate: nothing to recover; the journal of an unfinished recovery was dropped"
+			return rep, c.removeRecoveryJournal()
+		}
 	}
 	c.progress("quorum lost (%s); stopping every member to inspect its data", unhealthySummary(st))
 	for _, m := range c.Spec.Members {
@@ -151,8 +186,8 @@ func (c *Cluster) Recover(ctx context.Context) (RecoverReport, error) {
 //     deleted) that receives the restored data from the seed, and promote
 //     it once it has caught up.
 //
-// If a member cannot be added, the cluster stays up with the members that
-// were, and the error says how to add the rest (`steward member replace`).
+// Steps 3 and 4 run under the recovery journal written after step 2, so an
+// interrupted recovery resumes there (resumeRecovery).
 func (c *Cluster) recoverFromBackup(ctx context.Context, rep *RecoverReport) error {
 	seed := c.Spec.Members[0]
 	rep.Seed = seed.Name
@@ -165,28 +200,76 @@ func (c *Cluster) recoverFromBackup(ctx context.Context, rep *RecoverReport) err
 	if err := c.RunIsolated(ctx, []string{seed.Name}, c.Spec.VersionOf(seed), IsolatedOptions{ForceNewCluster: true, Timeout: 2 * time.Minute}); err != nil {
 		return fmt.Errorf("make %s a cluster of one: %w (re-run `steward recover`: the restore is repeated)", seed.Name, err)
 	}
+	j := &recoveryJournal{Seed: seed.Name, RestoredFrom: m.ID, SeededAt: time.Now().UTC()}
+	if err := c.writeRecoveryJournal(j); err != nil {
+		return fmt.Errorf("%s is a cluster of one, but the recovery journal was not written: %w (re-run `steward recover`)", seed.Name, err)
+	}
+	return c.finishRecovery(ctx, rep, j)
+}
+
+// resumeRecovery continues a recovery from backup whose seed already holds
+// the cluster: restoring again would lose the writes the seed took since.
+func (c *Cluster) resumeRecovery(ctx context.Context, rep *RecoverReport, j *recoveryJournal) error {
+	rep.Action = "resume"
+	rep.Seed, rep.RestoredFrom, rep.FreshBackup = j.Seed, j.RestoredFrom, j.FreshBackup
+	c.progress("resuming the recovery of %s: %s was restored from %s and holds the cluster on its own; it is not restored again (that would lose the writes it took since)",
+		j.SeededAt.Format(time.RFC3339), j.Seed, j.RestoredFrom)
+	return c.finishRecovery(ctx, rep, j)
+}
+
+// finishRecovery runs steps 3 and 4 of recoverFromBackup: it starts the
+// seed, takes the fresh full snapshot unless the journal has one, and adds
+// each other member that is not a voting member of the seed's cluster yet.
+// It removes the journal once all were added.
+func (c *Cluster) finishRecovery(ctx context.Context, rep *RecoverReport, j *recoveryJournal) error {
+	seed, ok := c.Spec.Member(j.Seed)
+	if !ok {
+		return fmt.Errorf("seed %s is not in the spec", j.Seed)
+	}
 	if err := c.StartMember(ctx, seed.Name); err != nil {
 		return err
 	}
 	if err := c.waitMemberHealthy(ctx, seed.Name, 2*time.Minute); err != nil {
 		return fmt.Errorf("restored %s does not become healthy: %w", seed.Name, err)
 	}
-	full, err := c.BackupNow(ctx, BackupOptions{Member: seed.Name})
-	if err != nil {
-		return fmt.Errorf("%s is restored and serves, but the fresh full snapshot failed: %w (the other members were not added yet: `steward member replace NAME` adds each)", seed.Name, err)
+	if j.FreshBackup == "" {
+		full, err := c.BackupNow(ctx, BackupOptions{Member: seed.Name})
+		if err != nil {
+			return fmt.Errorf("%s is restored and serves, but the fresh full snapshot failed: %w (the other members were not added yet: re-run `steward recover`)", seed.Name, err)
+		}
+		c.progress("fresh full snapshot %s of the restored member (revision %d)", full.ID, full.EndRevision)
+		j.FreshBackup = full.ID
+		if err := c.writeRecoveryJournal(j); err != nil {
+			return err
+		}
 	}
-	c.progress("fresh full snapshot %s of the restored member (revision %d)", full.ID, full.EndRevision)
-	rep.FreshBackup = full.ID
+	rep.FreshBackup = j.FreshBackup
 	cli, err := c.Client(seed.ClientURL)
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	list, err := cli.MemberList(lctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("list the members of %s: %w", seed.Name, err)
+	}
 	var failed []string
 	var errs []error
-	for _, mem := range c.Spec.Members[1:] {
+	for _, mem := range c.Spec.Members {
+		if mem.Name == seed.Name || isVoter(list.Members, mem.PeerURL) {
+			continue
+		}
 		c.progress("adding %s as a learner; it receives the restored data from %s", mem.Name, seed.Name)
 		ac, err := c.AgentFor(mem)
+		if err == nil {
+			// Stopped by Recover; but after a crash its agent may have
+			// started it again, with data of the old cluster.
+			if _, err = ac.Stop(ctx, mem.Name); isAgentNotFound(err) {
+				err = nil
+			}
+		}
 		if err == nil {
 			err = c.rejoin(ctx, cli, ac, mem, 10*time.Minute)
 		}
@@ -198,12 +281,28 @@ func (c *Cluster) recoverFromBackup(ctx context.Context, rep *RecoverReport) err
 		rep.Added = append(rep.Added, mem.Name)
 	}
 	if len(failed) > 0 {
-		return fmt.Errorf("the cluster is back (restored %s from %s, added %v), but %d members could not be added: %w; once their hosts are fixed, run `steward member replace NAME` for each of %v",
-			seed.Name, m.ID, rep.Added, len(failed), errors.Join(errs...), failed)
+		return fmt.Errorf("the cluster is back (%s restored from %s; added %v), but %d members could not be added: %w; once their hosts are fixed, re-run `steward recover` (or `steward member replace NAME` for each of %v)",
+			seed.Name, j.RestoredFrom, rep.Added, len(failed), errors.Join(errs...), failed)
+	}
+	if err := c.removeRecoveryJournal(); err != nil {
+		return err
 	}
 	rep.Message = fmt.Sprintf("restored %s from %s and its deltas, took the fresh full snapshot %s, then added %d members as learners and promoted them; old data dirs were moved aside",
-		seed.Name, m.ID, full.ID, len(rep.Added))
+		seed.Name, j.RestoredFrom, j.FreshBackup, len(rep.Added))
+	if rep.Action == "resume" {
+		rep.Message = "resumed: " + rep.Message
+	}
 	return c.WaitHealthy(ctx, nil)
+}
+
+// isVoter reports whether a voting member of the list has peerURL.
+func isVoter(list []*etcdserverpb.Member, peerURL string) bool {
+	for _, m := range list {
+		if !m.IsLearner && slices.Contains(m.PeerURLs, peerURL) {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *Cluster) recoverLockPath() string { return filepath.Join(c.Dir, "run", "recover.lock") }
@@ -219,10 +318,12 @@ func (c *Cluster) waitQuorum(ctx context.Context, d time.Duration) error {
 
 // RunAutoRecovery watches the cluster from an agent and, when the spec says
 // recovery: auto, runs Recover once quorum has been lost for the grace
-// period, unless an upgrade or rollback plan is active. Only the first agent of the spec acts, so two agents never recover
-// at once. It returns when ctx ends.
+// period, unless an upgrade or rollback plan is active, and resumes a
+// recovery that was interrupted (recoveryJournal). Only the first agent of
+// the spec acts, so two agents never recover at once. It returns when ctx
+// ends.
 func RunAutoRecovery(ctx context.Context, dir, agentName string, log *slog.Logger) {
-	var lostSince time.Time
+	var lostSince, lastResume time.Time
 	for ctx.Err() == nil {
 		sleepCtx(ctx, 5*time.Second)
 		c, err := Open(dir)
@@ -233,6 +334,23 @@ func RunAutoRecovery(ctx context.Context, dir, agentName string, log *slog.Logge
 		// An upgrade plan stops members on purpose (offline and restore
 		// strategies): recovering from a backup then would lose writes.
 		if p, err := c.Plans().Latest(); err == nil && p.Active() {
+			lostSince = time.Time{}
+			continue
+		}
+		// A recovery that stopped after its seed took over (a crash, an
+		// unreachable host) is finished without waiting for quorum loss:
+		// the seed alone is quorate, and the members it lacks would
+		// otherwise never be added. At most once a minute.
+		if j, err := c.readRecoveryJournal(); err == nil && j != nil {
+			if time.Since(lastResume) >= time.Minute {
+				lastResume = time.Now()
+				log.Warn("an unfinished recovery is recorded: resuming it", "seed", j.Seed, "restoredFrom", j.RestoredFrom)
+				if rep, err := c.Recover(ctx); err != nil {
+					log.Error("resuming the recovery failed", "err", err)
+				} else {
+					log.Info("automatic recovery done", "action", rep.Action, "message", rep.Message)
+				}
+			}
 			lostSince = time.Time{}
 			continue
 		}

@@ -631,6 +631,115 @@ func TestAutoRecovery(t *testing.T) {
 	})
 }
 
+// TestRecoverResumesAfterKill: `steward recover` is killed while it adds
+// members, after its seed became a cluster of one; the seed then takes a
+// write, and the host loses power. The next `steward recover` finds the
+// cluster quorate (the seed alone) but the recovery unfinished: it resumes
+// from the seed instead of restoring the backup again, so the write made
+// after the seed took over is kept, and it adds the missing members. It
+// runs the newest etcd: with TestRecover and TestAutoRecovery,
+// --force-new-cluster on a restored member is tested on every version.
+func TestRecoverResumesAfterKill(t *testing.T) {
+	t.Parallel()
+	e := harness.New(t)
+	e.WriteSpec(3, harness.Versions()[2], func(s *spec.Cluster) { s.Backup.Continuous = true })
+	e.MustRun("up")
+	cli := e.Client()
+	rev := putKeys(t, cli, "resume/", 300)
+	waitBackedUp(t, e, rev)
+	cli.Close()
+	names := e.Spec().MemberNames()
+	seedDir := filepath.Join(e.Dir, e.Spec().Members[0].DataDir)
+	e.KillAll()
+	for _, m := range e.Spec().Members[:2] {
+		if err := os.RemoveAll(filepath.Join(e.Dir, m.DataDir)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, _, _ = e.Run("up", "--timeout", "10s") // the agent again; quorum is lost
+
+	cmd := exec.Command(e.Bin, "recover", "--dir", e.Dir)
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	adding := make(chan string, 1)
+	go func() {
+		var seen strings.Builder
+		buf := make([]byte, 4096)
+		for {
+			n, err := pr.Read(buf)
+			seen.Write(buf[:n])
+			if strings.Contains(seen.String(), "as a learner") {
+				adding <- seen.String()
+				return
+			}
+			if err != nil {
+				adding <- ""
+				return
+			}
+		}
+	}()
+	select {
+	case out := <-adding:
+		if out == "" {
+			t.Fatal("steward recover ended before adding a member")
+		}
+	case <-time.After(5 * time.Minute):
+		t.Fatal("steward recover did not reach the adding of members")
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	journal, err := os.ReadFile(filepath.Join(e.Dir, "status", "recovery.json"))
+	if err != nil {
+		t.Fatalf("no recovery journal after the seed took over: %v", err)
+	}
+
+	// The seed serves alone and takes a write; then the host loses power.
+	seedCli := e.Client(names[0])
+	if _, err := seedCli.Put(context.Background(), "after/seed", "kept"); err != nil {
+		t.Fatal(err)
+	}
+	want, wantRev, _ := digest(t, seedCli, 0)
+	seedCli.Close()
+	e.KillAll()
+	_, _, _ = e.Run("up", "--timeout", "10s")
+	e.WaitStatus(time.Minute, "the seed quorate on its own again", func(st *cluster.Status) bool { return st.Cluster.Quorate })
+
+	out := e.MustRun("recover", "-o", "json")
+	var rep cluster.RecoverReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Action != "resume" || rep.Seed != names[0] || !strings.Contains(string(journal), rep.RestoredFrom) || len(rep.Added) == 0 {
+		t.Fatalf("second recover: action %q, seed %q, restored from %q, added %v; want a resume of the journal %s", rep.Action, rep.Seed, rep.RestoredFrom, rep.Added, journal)
+	}
+	if aside, _ := filepath.Glob(seedDir + ".*-2*"); len(aside) > 0 {
+		t.Fatalf("the seed was restored again (its data dir moved aside: %v)", aside)
+	}
+	if _, err := os.Stat(filepath.Join(e.Dir, "status", "recovery.json")); !os.IsNotExist(err) {
+		t.Errorf("the recovery journal is still there after the recovery finished: %v", err)
+	}
+	st := e.WaitStatus(time.Minute, "all members promoted", harness.Healthy)
+	if st.Cluster.VotingMembers != 3 {
+		t.Errorf("%d voting members after the resume, want 3", st.Cluster.VotingMembers)
+	}
+	if got, gotRev, _ := digest(t, e.Client(), 0); got != want || gotRev < wantRev {
+		t.Fatalf("after the resume the keyspace differs from the seed's before the power loss (revision %d, was %d)", gotRev, wantRev)
+	}
+	if again := e.MustRun("recover", "-o", "json"); !strings.Contains(again, `"action": "none"`) {
+		t.Errorf("a third recover: %s", again)
+	}
+}
+
 // TestBackupAcrossLeaderChanges: leadership moves several times while a
 // client writes; the delta chain stays contiguous (no gap, overlaps trimmed)
 // and a restore reproduces the keyspace exactly.

@@ -311,8 +311,9 @@ func Cond(st *cluster.Status, t string) cluster.Condition {
 	return c
 }
 
-// KillAll kills the agent and every member with SIGKILL at once: a host
-// losing power, as far as Steward's processes can tell.
+// KillAll kills the agent and every running member (those with a pid
+// file) with SIGKILL at once: a host losing power, as far as Steward's
+// processes can tell.
 func (e *Env) KillAll() {
 	e.TB.Helper()
 	b, err := os.ReadFile(filepath.Join(e.Dir, "run", "agent.pid"))
@@ -325,7 +326,9 @@ func (e *Env) KillAll() {
 	}
 	pids := []int{agentPID}
 	for _, m := range e.Spec().Members {
-		pids = append(pids, e.MemberPID(m.Name))
+		if _, err := os.Stat(filepath.Join(e.Dir, "run", m.Name+".pid")); err == nil {
+			pids = append(pids, e.MemberPID(m.Name))
+		}
 	}
 	for _, p := range pids {
 		_ = syscall.Kill(p, syscall.SIGKILL)

@@ -1,0 +1,68 @@
+package cluster
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/etcd-steward/steward/internal/atomicfile"
+)
+
+// recoveryJournal records a recovery from backup that has passed its point
+// of no return: the seed ran with --force-new-cluster and holds the cluster
+// on its own. From then on the seed may take writes that no backup has, so
+// a second restore from backup would lose them. A re-run of Recover (by the
+// operator or the agent) that finds the journal resumes instead: it starts
+// the seed, takes the fresh full snapshot if it is missing, and adds the
+// members that are not voting members yet.
+//
+// Invariant: the journal exists from the moment the seed became a cluster
+// of one until every other member was added and promoted.
+type recoveryJournal struct {
+	Seed         string    `json:"seed"`
+	RestoredFrom string    `json:"restoredFrom"`
+	FreshBackup  string    `json:"freshBackup,omitempty"`
+	SeededAt     time.Time `json:"seededAt"`
+}
+
+func (c *Cluster) recoveryJournalPath() string {
+	return filepath.Join(c.Dir, "status", "recovery.json")
+}
+
+// readRecoveryJournal returns nil, nil when no recovery is unfinished.
+func (c *Cluster) readRecoveryJournal() (*recoveryJournal, error) {
+	b, err := os.ReadFile(c.recoveryJournalPath())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read recovery journal: %w", err)
+	}
+	var j recoveryJournal
+	if err := json.Unmarshal(b, &j); err != nil || j.Seed == "" {
+		return nil, fmt.Errorf("recovery journal %s is unreadable (%v): it records an unfinished recovery; check the cluster with `steward status`, then remove the file and re-run `steward recover`", c.recoveryJournalPath(), err)
+	}
+	return &j, nil
+}
+
+func (c *Cluster) writeRecoveryJournal(j *recoveryJournal) error {
+	if err := os.MkdirAll(filepath.Dir(c.recoveryJournalPath()), 0o700); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(j, "", "  ")
+	if err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(c.recoveryJournalPath(), append(b, '\n'), 0o600)
+}
+
+func (c *Cluster) removeRecoveryJournal() error {
+	if err := os.Remove(c.recoveryJournalPath()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove recovery journal: %w", err)
+	}
+	return atomicfile.SyncDir(filepath.Dir(c.recoveryJournalPath()))
+}
