@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/robfig/cron/v3"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
@@ -153,7 +154,7 @@ func backupRound(ctx context.Context, dir, agentName string, st *BackupStatus, l
 	// Exclusion: the previous backup leader's recorder must have stopped
 	// (and stored its last segment) before this one reads where the chain
 	// ends, or the two would record the same revisions.
-	lease, err := campaignBackupLeader(ctx, cli, agentName)
+	lease, err := campaignBackupLeader(ctx, cli, agentName, log)
 	if err != nil {
 		return err
 	}
@@ -292,10 +293,14 @@ type backupLease struct {
 // The previous holder releases it when its round ends (after storing its
 // last segment), or its lease expires backupLeaseTTL seconds after its agent
 // stopped renewing it.
-func campaignBackupLeader(ctx context.Context, cli *clientv3.Client, agentName string) (*backupLease, error) {
+func campaignBackupLeader(ctx context.Context, cli *clientv3.Client, agentName string, log *slog.Logger) (*backupLease, error) {
 	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(backupLeaseTTL))
 	if err != nil {
 		return nil, fmt.Errorf("backup election: %w", err)
+	}
+	if err := dropStaleCampaigns(ctx, cli, agentName, sess.Lease(), log); err != nil {
+		_ = sess.Close()
+		return nil, err
 	}
 	el := concurrency.NewElection(sess, backupElection)
 	cctx, cancel := context.WithTimeout(ctx, 3*backupLeaseTTL*time.Second)
@@ -305,6 +310,35 @@ func campaignBackupLeader(ctx context.Context, cli *clientv3.Client, agentName s
 		return nil, fmt.Errorf("backup election: another agent still holds it: %w", err)
 	}
 	return &backupLease{sess: sess, el: el}, nil
+}
+
+// dropStaleCampaigns revokes the election leases that an earlier process of
+// this same agent left behind: after a crash or kill of the agent, or in a
+// keyspace restored from a backup (the old campaign key is restored with its
+// lease, which etcd renews for a whole TTL). Waiting for them to expire
+// would hold continuous backups back by up to backupLeaseTTL seconds.
+//
+// Invariant that makes this safe: a key whose value is this agent's name
+// was written by a process that held this agent's lock (DIR/run/agent.lock),
+// which this process holds now; so that process is gone and records nothing
+// more. Keys of other agents are left to expire or be resigned.
+func dropStaleCampaigns(ctx context.Context, cli *clientv3.Client, agentName string, mine clientv3.LeaseID, log *slog.Logger) error {
+	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := cli.Get(gctx, backupElection+"/", clientv3.WithPrefix())
+	if err != nil {
+		return fmt.Errorf("backup election: list campaigns: %w", err)
+	}
+	for _, kv := range resp.Kvs {
+		if string(kv.Value) != agentName || kv.Lease == 0 || clientv3.LeaseID(kv.Lease) == mine {
+			continue
+		}
+		if _, err := cli.Revoke(gctx, clientv3.LeaseID(kv.Lease)); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return fmt.Errorf("backup election: revoke the stale campaign %s of an earlier process of agent %s: %w", kv.Key, agentName, err)
+		}
+		log.Info("revoked the stale backup election key of an earlier process of this agent", "key", string(kv.Key), "lease", fmt.Sprintf("%x", kv.Lease))
+	}
+	return nil
 }
 
 // errLeaseLost fences a recorder whose election lease expired: another

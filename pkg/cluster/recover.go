@@ -18,15 +18,17 @@ import (
 
 // RecoverReport says what Recover found and did.
 type RecoverReport struct {
-	// Action is "none", "restart", "restore" or "resume" (an interrupted
-	// restore continued from its seed).
+	// Action is "none", "restart", "reseed" (rebuilt from a surviving
+	// member's own data), "restore" (from backup) or "resume" (an
+	// interrupted reseed or restore continued from its seed).
 	Action   string            `json:"action"`
 	DataDirs []datadir.Finding `json:"dataDirs"`
 	// NewestBackupRevision is the newest revision in the backup store.
 	NewestBackupRevision int64  `json:"newestBackupRevision"`
 	RestoredFrom         string `json:"restoredFrom,omitempty"`
-	// Seed is the member a restore went into; Added, the members then added
-	// to it as learners; FreshBackup, the full snapshot taken in between.
+	// Seed is the member the cluster was rebuilt from (restored into, or a
+	// survivor); Added, the members then added to it as learners;
+	// FreshBackup, the full snapshot taken in between.
 	Seed        string   `json:"seed,omitempty"`
 	Added       []string `json:"added,omitempty"`
 	FreshBackup string   `json:"freshBackup,omitempty"`
@@ -40,8 +42,12 @@ type RecoverReport struct {
 //   - when a majority of members still have valid data (a WAL and a
 //     database that opens), restart them and lose nothing, then replace the
 //     members whose data is gone;
-//   - otherwise restore the newest backup with its deltas into one member,
-//     take a fresh full snapshot, and add the others (recoverFromBackup).
+//   - otherwise rebuild the cluster from one member, the seed, take a fresh
+//     full snapshot, and add the others (recoverFromSeed). The seed is a
+//     surviving member whose data is not behind the newest backup, when
+//     there is one (it loses nothing the backup has, and keeps what the
+//     backup missed); else the newest backup with its deltas is restored
+//     into the spec's first member.
 //
 // A recovery from backup interrupted after its seed became a cluster of one
 // (see recoveryJournal) is resumed, never restored again. Apart from that, a
@@ -162,45 +168,70 @@ func (c *Cluster) Recover(ctx context.Context) (RecoverReport, error) {
 		return rep, c.WaitHealthy(ctx, nil)
 	}
 
+	// A surviving member whose database is at or past the newest backup
+	// holds every write the backup holds (a member applies only committed
+	// entries, in the one order raft gives), and maybe later ones: it seeds
+	// the cluster instead of the backup, which would lose those.
+	best := -1
+	for i, f := range rep.DataDirs {
+		if f.State == datadir.Valid && f.Revision >= rep.NewestBackupRevision && (best < 0 || f.Revision > rep.DataDirs[best].Revision) {
+			best = i
+		}
+	}
+	if best >= 0 {
+		rep.Action = "reseed"
+		survivor := c.Spec.Members[best]
+		c.progress("only %d of %d members have valid data (quorum %d); %s is at revision %d, not behind the newest backup (%d): rebuilding the cluster from its data, then adding the others",
+			valid, len(c.Spec.Members), quorum, survivor.Name, rep.DataDirs[best].Revision, rep.NewestBackupRevision)
+		return rep, c.recoverFromSeed(ctx, &rep, survivor, false)
+	}
 	rep.Action = "restore"
 	if rep.NewestBackupRevision == 0 {
 		return rep, fmt.Errorf("only %d of %d members have valid data (quorum %d) and there is no backup to restore: the cluster cannot be recovered by Steward",
 			valid, len(c.Spec.Members), quorum)
 	}
-	c.progress("only %d of %d members have valid data (quorum %d): restoring from backup into one member, then adding the others", valid, len(c.Spec.Members), quorum)
-	return rep, c.recoverFromBackup(ctx, &rep)
+	c.progress("only %d of %d members have valid data (quorum %d), none of them as new as the newest backup: restoring from backup into one member, then adding the others", valid, len(c.Spec.Members), quorum)
+	return rep, c.recoverFromSeed(ctx, &rep, c.Spec.Members[0], true)
 }
 
-// recoverFromBackup is DEP-01's recovery of a cluster whose majority lost
+// recoverFromSeed is DEP-01's recovery of a cluster whose majority lost
 // its data, in the order the design gives:
 //
-//  1. restore the newest backup, with its deltas applied, into one member
-//     (the seed: the first member of the spec). It records the whole spec
-//     as its initial cluster, so its member ID and the cluster ID are kept
-//     and the old chain of backups stays this cluster's;
+//  1. with restore, restore the newest backup, with its deltas applied,
+//     into one member (the seed: the first member of the spec). It records
+//     the whole spec as its initial cluster, so its member ID and the
+//     cluster ID are kept and the old chain of backups stays this
+//     cluster's. Without restore, the seed is a surviving member whose own
+//     data is not behind the backup, and keeps it;
 //  2. run the seed alone, on a private client port, with
 //     --force-new-cluster until a write commits: etcd drops the other
-//     members from the membership, and the seed is a cluster of one;
+//     members from the membership (and any entry its WAL holds that was
+//     never committed), and the seed is a cluster of one;
 //  3. start it for clients and take a fresh full snapshot;
 //  4. add every other member as a learner (its data dir moved aside, never
-//     deleted) that receives the restored data from the seed, and promote
-//     it once it has caught up.
+//     deleted) that receives the data from the seed, and promote it once it
+//     has caught up.
 //
 // Steps 3 and 4 run under the recovery journal written after step 2, so an
 // interrupted recovery resumes there (resumeRecovery).
-func (c *Cluster) recoverFromBackup(ctx context.Context, rep *RecoverReport) error {
-	seed := c.Spec.Members[0]
+func (c *Cluster) recoverFromSeed(ctx context.Context, rep *RecoverReport, seed spec.Member, restore bool) error {
 	rep.Seed = seed.Name
-	m, err := c.Restore(ctx, RestoreOptions{Force: true, Members: []string{seed.Name}})
-	if err != nil {
-		return fmt.Errorf("restore: %w", err)
+	if restore {
+		m, err := c.Restore(ctx, RestoreOptions{Force: true, Members: []string{seed.Name}})
+		if err != nil {
+			return fmt.Errorf("restore: %w", err)
+		}
+		rep.RestoredFrom = m.ID
 	}
-	rep.RestoredFrom = m.ID
+	again := "the restore is repeated"
+	if !restore {
+		again = "its data is kept"
+	}
 	c.progress("%s: running it alone with --force-new-cluster on a private client port until a write commits", seed.Name)
 	if err := c.RunIsolated(ctx, []string{seed.Name}, c.Spec.VersionOf(seed), IsolatedOptions{ForceNewCluster: true, Timeout: 2 * time.Minute}); err != nil {
-		return fmt.Errorf("make %s a cluster of one: %w (re-run `steward recover`: the restore is repeated)", seed.Name, err)
+		return fmt.Errorf("make %s a cluster of one: %w (re-run `steward recover`: %s)", seed.Name, err, again)
 	}
-	j := &recoveryJournal{Seed: seed.Name, RestoredFrom: m.ID, SeededAt: time.Now().UTC()}
+	j := &recoveryJournal{Seed: seed.Name, RestoredFrom: rep.RestoredFrom, SeededAt: time.Now().UTC()}
 	if err := c.writeRecoveryJournal(j); err != nil {
 		return fmt.Errorf("%s is a cluster of one, but the recovery journal was not written: %w (re-run `steward recover`)", seed.Name, err)
 	}
@@ -212,8 +243,8 @@ func (c *Cluster) recoverFromBackup(ctx context.Context, rep *RecoverReport) err
 func (c *Cluster) resumeRecovery(ctx context.Context, rep *RecoverReport, j *recoveryJournal) error {
 	rep.Action = "resume"
 	rep.Seed, rep.RestoredFrom, rep.FreshBackup = j.Seed, j.RestoredFrom, j.FreshBackup
-	c.progress("resuming the recovery of %s: %s was restored from %s and holds the cluster on its own; it is not restored again (that would lose the writes it took since)",
-		j.SeededAt.Format(time.RFC3339), j.Seed, j.RestoredFrom)
+	c.progress("resuming the recovery of %s: %s (%s) holds the cluster on its own; it is not restored again (that would lose the writes it took since)",
+		j.SeededAt.Format(time.RFC3339), j.Seed, j.origin())
 	return c.finishRecovery(ctx, rep, j)
 }
 
@@ -281,14 +312,14 @@ func (c *Cluster) finishRecovery(ctx context.Context, rep *RecoverReport, j *rec
 		rep.Added = append(rep.Added, mem.Name)
 	}
 	if len(failed) > 0 {
-		return fmt.Errorf("the cluster is back (%s restored from %s; added %v), but %d members could not be added: %w; once their hosts are fixed, re-run `steward recover` (or `steward member replace NAME` for each of %v)",
-			seed.Name, j.RestoredFrom, rep.Added, len(failed), errors.Join(errs...), failed)
+		return fmt.Errorf("the cluster is back (%s, %s; added %v), but %d members could not be added: %w; once their hosts are fixed, re-run `steward recover` (or `steward member replace NAME` for each of %v)",
+			seed.Name, j.origin(), rep.Added, len(failed), errors.Join(errs...), failed)
 	}
 	if err := c.removeRecoveryJournal(); err != nil {
 		return err
 	}
-	rep.Message = fmt.Sprintf("restored %s from %s and its deltas, took the fresh full snapshot %s, then added %d members as learners and promoted them; old data dirs were moved aside",
-		seed.Name, j.RestoredFrom, j.FreshBackup, len(rep.Added))
+	rep.Message = fmt.Sprintf("%s (%s) made a cluster of one, took the fresh full snapshot %s, then added %d members as learners and promoted them; old data dirs were moved aside",
+		seed.Name, j.origin(), j.FreshBackup, len(rep.Added))
 	if rep.Action == "resume" {
 		rep.Message = "resumed: " + rep.Message
 	}

@@ -24,9 +24,17 @@ import (
 // of one until every other member was added and promoted.
 type recoveryJournal struct {
 	Seed         string    `json:"seed"`
-	RestoredFrom string    `json:"restoredFrom"`
+	RestoredFrom string    `json:"restoredFrom,omitempty"` // "" for a survivor's own data
 	FreshBackup  string    `json:"freshBackup,omitempty"`
 	SeededAt     time.Time `json:"seededAt"`
+}
+
+// origin says where the seed's data came from, for messages.
+func (j *recoveryJournal) origin() string {
+	if j.RestoredFrom == "" {
+		return "its own data, the newest of the survivors"
+	}
+	return "restored from " + j.RestoredFrom + " and its deltas"
 }
 
 func (c *Cluster) recoveryJournalPath() string {

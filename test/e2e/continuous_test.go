@@ -24,6 +24,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/spec"
 	"github.com/etcd-steward/steward/test/harness"
 )
@@ -514,7 +515,13 @@ func TestRecover(t *testing.T) {
 		t.Fatalf("after restart recovery: %v %v", r, err)
 	}
 
-	// Case 2: every member dies and two lose their data.
+	// Case 2: every member dies and two lose their data. The third was
+	// stopped before the last writes: its data is behind the newest backup,
+	// so DEP-01's restore from backup is the way back (TestRecoverFromSurvivor
+	// has a survivor that is not behind).
+	cli.Close()
+	e.MustRun("member", "stop", names[2])
+	cli = e.Client(names[0], names[1])
 	rev = putKeys(t, cli, "recover2/", 300)
 	waitBackedUp(t, e, rev)
 	want, wantRev, _ := digest(t, cli, rev)
@@ -540,6 +547,17 @@ func TestRecover(t *testing.T) {
 		t.Errorf("recover while another one runs: %s", out)
 	}
 	held.Release()
+	// An upgrade plan that failed halfway (it stopped members on purpose):
+	// refused until the plan is aborted, nothing moved.
+	failed := &plan.Plan{ID: plan.NewID(plan.KindUpgrade, time.Now()), Kind: plan.KindUpgrade, State: plan.Failed,
+		From: before.Members[0].Version, To: "3.7.3", Strategy: "offline", CreatedAt: time.Now()}
+	if err := plan.OpenStore(e.Dir).Save(failed); err != nil {
+		t.Fatal(err)
+	}
+	if out := e.MustFail("recover"); !strings.Contains(out, "plan "+failed.ID+" is failed") {
+		t.Errorf("recover under a failed plan: %s", out)
+	}
+	e.MustRun("plan", "abort")
 	for _, n := range names {
 		m, _ := e.Spec().Member(n)
 		if aside, _ := filepath.Glob(filepath.Join(e.Dir, m.DataDir) + ".*-2*"); len(aside) > 0 {
@@ -629,6 +647,59 @@ func TestAutoRecovery(t *testing.T) {
 		log, _ := os.ReadFile(filepath.Join(e.Dir, "logs", "agent.log"))
 		return strings.Contains(string(log), "automatic recovery done")
 	})
+	// The restored keyspace holds the old agent process's campaign key, on
+	// a lease etcd renewed: the agent revokes it instead of waiting for it.
+	log, _ := os.ReadFile(filepath.Join(e.Dir, "logs", "agent.log"))
+	if !strings.Contains(string(log), "revoked the stale backup election key") {
+		t.Error("the agent did not revoke its earlier process's backup election key")
+	}
+}
+
+// TestRecoverFromSurvivor: the majority lost its data, and the one member
+// that kept it holds writes made after the newest backup. Restoring the
+// backup (DEP-01's way) would lose them; the recovery rebuilds the cluster
+// from the survivor's own data instead, and adds the others to it.
+func TestRecoverFromSurvivor(t *testing.T) {
+	t.Parallel()
+	e := harness.New(t)
+	e.WriteSpec(3, harness.Versions()[0], func(s *spec.Cluster) { s.Backup.Continuous = false })
+	e.MustRun("up")
+	names := e.Spec().MemberNames()
+	cli := e.Client()
+	putKeys(t, cli, "early/", 100)
+	e.MustRun("backup", "now")
+	rev := putKeys(t, cli, "late/", 100)
+	want, _, _ := digest(t, cli, rev)
+	cli.Close()
+	before := e.Status()
+	// The survivor stops cleanly (its database holds every write it
+	// applied); the other two die with the host and lose their data.
+	e.MustRun("member", "stop", names[2], "--force")
+	e.KillAll()
+	for _, m := range e.Spec().Members[:2] {
+		if err := os.RemoveAll(filepath.Join(e.Dir, m.DataDir)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, _, _ = e.Run("up", "--timeout", "10s")
+	out := e.MustRun("recover", "-o", "json")
+	var rep cluster.RecoverReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Action != "reseed" || rep.Seed != names[2] || rep.RestoredFrom != "" || !slices.Equal(rep.Added, names[:2]) || rep.FreshBackup == "" {
+		t.Fatalf("recover with a survivor ahead of the backup: %s", out)
+	}
+	st := e.WaitStatus(time.Minute, "healthy after the reseed", harness.Healthy)
+	if got, _, n := digest(t, e.Client(), rev); got != want {
+		t.Fatalf("keyspace after the reseed differs from the source (%d keys): writes after the backup lost?", n)
+	}
+	if st.Cluster.ID != before.Cluster.ID || st.Cluster.VotingMembers != 3 {
+		t.Errorf("after the reseed: cluster %s (was %s), %d voters", st.Cluster.ID, before.Cluster.ID, st.Cluster.VotingMembers)
+	}
+	if was, _ := before.Member(names[2]); was.ID != st.Members[2].ID {
+		t.Errorf("the survivor's member ID changed: %s, was %s", st.Members[2].ID, was.ID)
+	}
 }
 
 // TestRecoverResumesAfterKill: `steward recover` is killed while it adds
@@ -644,11 +715,14 @@ func TestRecoverResumesAfterKill(t *testing.T) {
 	e := harness.New(t)
 	e.WriteSpec(3, harness.Versions()[2], func(s *spec.Cluster) { s.Backup.Continuous = true })
 	e.MustRun("up")
-	cli := e.Client()
+	names := e.Spec().MemberNames()
+	// The third member stops before the writes: the one member that keeps
+	// its data is behind the backup, so the recovery restores from it.
+	e.MustRun("member", "stop", names[2])
+	cli := e.Client(names[0], names[1])
 	rev := putKeys(t, cli, "resume/", 300)
 	waitBackedUp(t, e, rev)
 	cli.Close()
-	names := e.Spec().MemberNames()
 	seedDir := filepath.Join(e.Dir, e.Spec().Members[0].DataDir)
 	e.KillAll()
 	for _, m := range e.Spec().Members[:2] {
