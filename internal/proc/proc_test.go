@@ -10,8 +10,16 @@ import (
 )
 
 func TestAliveCmdlineFind(t *testing.T) {
-	cmd := exec.Command("sh", "-c", "sleep 30; :", "steward-proc-test-marker")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // sh and its sleep, killed together
+	// sh waits in its builtin read, on a pipe this test keeps open: no
+	// child process (a forked child would show sh's command line, marker
+	// included, until it exec'd, and Find would see two).
+	cmd := exec.Command("sh", "-c", "read x", "steward-proc-test-marker")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
