@@ -20,6 +20,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/datadir"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/pkg/upgrade"
 	"github.com/etcd-steward/steward/test/harness"
 )
 
@@ -195,16 +196,29 @@ func TestUpgradeResumeAfterKill(t *testing.T) {
 	requireKeys(t, cli, "resume", w.Stop())
 }
 
-// killAtEveryStep runs `steward ARGS`, kills it with SIGKILL once step k
-// is recorded as running, resumes with `steward plan resume`, and so on for
-// every k: each step is killed once and resumed, and the plan ends done.
-// Only the last step may finish before the kill lands (a cluster-version
-// step on one member takes milliseconds); every step killed must have run
-// again.
+// killAtEveryStep runs `steward ARGS`, kills it with SIGKILL once it has
+// started step k (recorded as running, with one more attempt than before),
+// resumes with `steward plan resume`, and so on: each step is killed once
+// and resumed, and the plan ends done. A step this process started past k
+// (k finished between two polls) is killed instead, and k moves there. The
+// plan database is polled in-process every 2 ms, yet a step that takes
+// milliseconds (a pre-flight check, the backup of a small database, the
+// cluster-version record) can still finish between two polls on a loaded
+// machine: such a miss is logged. The steps that stop, swap or restore
+// members must each be killed; every step killed must have run again.
 func killAtEveryStep(t *testing.T, e *harness.Env, args ...string) {
 	t.Helper()
+	store := plan.OpenStore(e.Dir)
 	killedAt := map[int]bool{}
 	for k := 0; ; k++ {
+		// Attempts before this process: a step left running by the
+		// previous (killed) process is not this one's.
+		before := map[int]int{}
+		if p, err := store.Latest(); err == nil {
+			for _, s := range p.Steps {
+				before[s.Index] = s.Attempts
+			}
+		}
 		cmd := exec.Command(e.Bin, append(args, "--dir", e.Dir)...)
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -212,23 +226,24 @@ func killAtEveryStep(t *testing.T, e *harness.Env, args ...string) {
 		t.Cleanup(func() { _ = cmd.Process.Kill() })
 		exited := make(chan error, 1)
 		go func() { exited <- cmd.Wait() }()
-		// Kill it once step k is running (recorded on disk).
 		killed := false
-		harness.Eventually(t, 3*time.Minute, 20*time.Millisecond, fmt.Sprintf("step %d to run", k), func() bool {
+		harness.Eventually(t, 3*time.Minute, 2*time.Millisecond, fmt.Sprintf("step %d to run", k), func() bool {
 			select {
 			case err := <-exited:
 				exited <- err
 				return true
 			default:
 			}
-			p, ok := readPlan(e)
-			if !ok || k >= len(p.Steps) {
+			p, err := store.Latest()
+			if err != nil {
 				return false
 			}
-			if p.Steps[k].State == plan.Running {
-				_ = cmd.Process.Signal(syscall.SIGKILL)
-				killed, killedAt[k] = true, true
-				return true
+			for j := k; j < len(p.Steps); j++ {
+				if s := p.Steps[j]; s.State == plan.Running && s.Attempts > before[j] {
+					_ = cmd.Process.Signal(syscall.SIGKILL)
+					k, killed, killedAt[j] = j, true, true
+					return true
+				}
 			}
 			return false
 		})
@@ -261,11 +276,14 @@ func killAtEveryStep(t *testing.T, e *harness.Env, args ...string) {
 		t.Fatalf("plan %s after the kills and resumes", p.State)
 	}
 	for _, s := range p.Steps {
-		if !killedAt[s.Index] && s.Index < len(p.Steps)-1 {
-			t.Errorf("step %d finished before it could be killed; only the last step may", s.Index)
-		}
-		if killedAt[s.Index] && s.Attempts < 2 {
+		switch {
+		case killedAt[s.Index] && s.Attempts < 2:
 			t.Errorf("step %d ran %d time(s) though it was killed; it should have been resumed", s.Index, s.Attempts)
+		case killedAt[s.Index] || s.Index == len(p.Steps)-1:
+		case s.Kind == upgrade.StepMember || s.Kind == upgrade.StepOffline || s.Kind == upgrade.StepReplace || s.Kind == upgrade.StepStart:
+			t.Errorf("step %d (%s) finished before it could be killed; a step that stops or swaps members must be killed once", s.Index, s.Kind)
+		default:
+			t.Logf("step %d (%s) finished between two polls; not killed", s.Index, s.Kind)
 		}
 	}
 }
