@@ -12,10 +12,11 @@ import (
 	"github.com/etcd-steward/steward/internal/atomicfile"
 )
 
-// recoveryJournal records a recovery from backup that has passed its point
-// of no return: the seed ran with --force-new-cluster and holds the cluster
-// on its own. From then on the seed may take writes that no backup has, so
-// a second restore from backup would lose them. A re-run of Recover (by the
+// recoveryJournal records a recovery (from backup, or from a survivor's own
+// data) that has passed its point of no return: the seed ran with
+// --force-new-cluster and holds the cluster on its own. From then on the
+// seed may take writes that no backup has, so a restore from backup would
+// lose them. A re-run of Recover (by the
 // operator or the agent) that finds the journal resumes instead: it starts
 // the seed, takes the fresh full snapshot if it is missing, and adds the
 // members that are not voting members yet.
