@@ -166,6 +166,28 @@ func waitBackedUp(t *testing.T, e *harness.Env, rev int64) {
 	})
 }
 
+// removeDataDirs deletes the data dirs of members: their data is lost.
+func removeDataDirs(t *testing.T, e *harness.Env, members []spec.Member) {
+	t.Helper()
+	for _, m := range members {
+		if err := os.RemoveAll(filepath.Join(e.Dir, m.DataDir)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// recoverJSON runs `steward recover -o json` and returns its report and
+// output.
+func recoverJSON(t *testing.T, e *harness.Env) (cluster.RecoverReport, string) {
+	t.Helper()
+	out := e.MustRun("recover", "-o", "json")
+	var rep cluster.RecoverReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("recover report: %v\n%s", err, out)
+	}
+	return rep, out
+}
+
 // TestContinuousBackup writes 50,000 keys with leases, deletes and
 // multi-key transactions while continuous backups run, then loses every
 // member's data and recovers (`steward recover`): no write acknowledged more
@@ -233,11 +255,7 @@ func TestContinuousBackup(t *testing.T) {
 	close(stop)
 	<-done
 	cli.Close()
-	for _, m := range e.Spec().Members {
-		if err := os.RemoveAll(filepath.Join(e.Dir, m.DataDir)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	removeDataDirs(t, e, e.Spec().Members)
 	// The chain the loss left: its full backup, for the point-in-time
 	// restore at the end (by then the recovered cluster has newer ones).
 	var chainFull string
@@ -418,11 +436,7 @@ func TestS3Backup(t *testing.T) {
 	}
 	cli.Close()
 	e.MustRun("down")
-	for _, m := range e.Spec().Members {
-		if err := os.RemoveAll(filepath.Join(e.Dir, m.DataDir)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	removeDataDirs(t, e, e.Spec().Members)
 	e.MustRun("backup", "verify", "--all")
 	e.MustRun("restore", "--to-revision", fmt.Sprint(wantRev))
 	e.MustRun("up")
@@ -564,16 +578,12 @@ func TestRecover(t *testing.T) {
 			t.Fatalf("a refused recover moved data dirs: %v", aside)
 		}
 	}
-	out = e.MustRun("recover", "-o", "json")
+	rep, out := recoverJSON(t, e)
 	if !strings.Contains(out, `"action": "restore"`) || !strings.Contains(out, "no WAL files") {
 		t.Fatalf("recover with lost data: %s", out)
 	}
 	// DEP-01's order: the backup went into one member, a fresh full
 	// snapshot was taken, and the others joined it as learners.
-	var rep cluster.RecoverReport
-	if err := json.Unmarshal([]byte(out), &rep); err != nil {
-		t.Fatal(err)
-	}
 	if rep.Seed != names[0] || !slices.Equal(rep.Added, names[1:]) || rep.FreshBackup == "" {
 		t.Fatalf("recover report: seed %q, added %v, fresh backup %q; want seed %s, then %v added", rep.Seed, rep.Added, rep.FreshBackup, names[0], names[1:])
 	}
@@ -629,11 +639,7 @@ func TestAutoRecovery(t *testing.T) {
 	want, _, _ := digest(t, cli, rev)
 	cli.Close()
 	e.KillAll()
-	for _, m := range e.Spec().Members[:2] {
-		if err := os.RemoveAll(filepath.Join(e.Dir, m.DataDir)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	removeDataDirs(t, e, e.Spec().Members[:2])
 	// The restarted agent finds the majority without data, waits out the
 	// grace period and restores on its own.
 	_, _, _ = e.Run("up", "--timeout", "10s")
@@ -676,17 +682,9 @@ func TestRecoverFromSurvivor(t *testing.T) {
 	// applied); the other two die with the host and lose their data.
 	e.MustRun("member", "stop", names[2], "--force")
 	e.KillAll()
-	for _, m := range e.Spec().Members[:2] {
-		if err := os.RemoveAll(filepath.Join(e.Dir, m.DataDir)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	removeDataDirs(t, e, e.Spec().Members[:2])
 	_, _, _ = e.Run("up", "--timeout", "10s")
-	out := e.MustRun("recover", "-o", "json")
-	var rep cluster.RecoverReport
-	if err := json.Unmarshal([]byte(out), &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep, out := recoverJSON(t, e)
 	if rep.Action != "reseed" || rep.Seed != names[2] || rep.RestoredFrom != "" || !slices.Equal(rep.Added, names[:2]) || rep.FreshBackup == "" {
 		t.Fatalf("recover with a survivor ahead of the backup: %s", out)
 	}
@@ -725,11 +723,7 @@ func TestRecoverResumesAfterKill(t *testing.T) {
 	cli.Close()
 	seedDir := filepath.Join(e.Dir, e.Spec().Members[0].DataDir)
 	e.KillAll()
-	for _, m := range e.Spec().Members[:2] {
-		if err := os.RemoveAll(filepath.Join(e.Dir, m.DataDir)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	removeDataDirs(t, e, e.Spec().Members[:2])
 	_, _, _ = e.Run("up", "--timeout", "10s") // the agent again; quorum is lost
 
 	cmd := exec.Command(e.Bin, "recover", "--dir", e.Dir)
@@ -788,11 +782,7 @@ func TestRecoverResumesAfterKill(t *testing.T) {
 	_, _, _ = e.Run("up", "--timeout", "10s")
 	e.WaitStatus(time.Minute, "the seed quorate on its own again", func(st *cluster.Status) bool { return st.Cluster.Quorate })
 
-	out := e.MustRun("recover", "-o", "json")
-	var rep cluster.RecoverReport
-	if err := json.Unmarshal([]byte(out), &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep, _ := recoverJSON(t, e)
 	if rep.Action != "resume" || rep.Seed != names[0] || !strings.Contains(string(journal), rep.RestoredFrom) || len(rep.Added) == 0 {
 		t.Fatalf("second recover: action %q, seed %q, restored from %q, added %v; want a resume of the journal %s", rep.Action, rep.Seed, rep.RestoredFrom, rep.Added, journal)
 	}
