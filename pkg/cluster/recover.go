@@ -49,8 +49,8 @@ type RecoverReport struct {
 //     backup missed); else the newest backup with its deltas is restored
 //     into the spec's first member.
 //
-// A recovery from backup interrupted after its seed became a cluster of one
-// (see recoveryJournal) is resumed, never restored again. Apart from that, a
+// A recovery interrupted after its seed became a cluster of one (see
+// recoveryJournal) is resumed, never restored again. Apart from that, a
 // quorate cluster is left alone.
 func (c *Cluster) Recover(ctx context.Context) (RecoverReport, error) {
 	rep := RecoverReport{Action: "none", DataDirs: []datadir.Finding{}}
@@ -238,8 +238,8 @@ func (c *Cluster) recoverFromSeed(ctx context.Context, rep *RecoverReport, seed 
 	return c.finishRecovery(ctx, rep, j)
 }
 
-// resumeRecovery continues a recovery from backup whose seed already holds
-// the cluster: restoring again would lose the writes the seed took since.
+// resumeRecovery continues a recovery whose seed already holds the cluster:
+// restoring again would lose the writes the seed took since.
 func (c *Cluster) resumeRecovery(ctx context.Context, rep *RecoverReport, j *recoveryJournal) error {
 	rep.Action = "resume"
 	rep.Seed, rep.RestoredFrom, rep.FreshBackup = j.Seed, j.RestoredFrom, j.FreshBackup
@@ -248,7 +248,7 @@ func (c *Cluster) resumeRecovery(ctx context.Context, rep *RecoverReport, j *rec
 	return c.finishRecovery(ctx, rep, j)
 }
 
-// finishRecovery runs steps 3 and 4 of recoverFromBackup: it starts the
+// finishRecovery runs steps 3 and 4 of recoverFromSeed: it starts the
 // seed, takes the fresh full snapshot unless the journal has one, and adds
 // each other member that is not a voting member of the seed's cluster yet.
 // It removes the journal once all were added.
@@ -261,14 +261,14 @@ func (c *Cluster) finishRecovery(ctx context.Context, rep *RecoverReport, j *rec
 		return err
 	}
 	if err := c.waitMemberHealthy(ctx, seed.Name, 2*time.Minute); err != nil {
-		return fmt.Errorf("restored %s does not become healthy: %w", seed.Name, err)
+		return fmt.Errorf("seed %s does not become healthy: %w", seed.Name, err)
 	}
 	if j.FreshBackup == "" {
 		full, err := c.BackupNow(ctx, BackupOptions{Member: seed.Name})
 		if err != nil {
-			return fmt.Errorf("%s is restored and serves, but the fresh full snapshot failed: %w (the other members were not added yet: re-run `steward recover`)", seed.Name, err)
+			return fmt.Errorf("seed %s serves, but the fresh full snapshot failed: %w (the other members were not added yet: re-run `steward recover`)", seed.Name, err)
 		}
-		c.progress("fresh full snapshot %s of the restored member (revision %d)", full.ID, full.EndRevision)
+		c.progress("fresh full snapshot %s of the seed (revision %d)", full.ID, full.EndRevision)
 		j.FreshBackup = full.ID
 		if err := c.writeRecoveryJournal(j); err != nil {
 			return err
