@@ -29,6 +29,7 @@ import (
 	"github.com/etcd-steward/steward/internal/proc"
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/binaries"
+	"github.com/etcd-steward/steward/pkg/datadir"
 )
 
 // Options configure an agent.
@@ -332,7 +333,7 @@ func (a *Agent) SwapVersion(ctx context.Context, name string, req agentapi.Versi
 	if _, err := binaries.Open(store).Resolve(version); err != nil {
 		return agentapi.MemberStatus{}, fmt.Errorf("swap member %s to etcd %s: %w", name, version, err)
 	}
-	if rec, ok, err := ReadRecord(dataDir); err != nil {
+	if rec, ok, err := datadir.ReadRecord(dataDir); err != nil {
 		return agentapi.MemberStatus{}, err
 	} else if ok {
 		if err := CheckVersionStep(rec.Version, version, allow); err != nil {

@@ -133,20 +133,6 @@ func TestCheckVersionStep(t *testing.T) {
 	}
 }
 
-func TestVersionRecord(t *testing.T) {
-	dir := t.TempDir() + "/data"
-	if _, ok, err := ReadRecord(dir); ok || err != nil {
-		t.Fatalf("no record yet: ok=%v err=%v", ok, err)
-	}
-	if err := WriteRecord(dir, "3.6.16", time.Unix(100, 0)); err != nil {
-		t.Fatal(err)
-	}
-	rec, ok, err := ReadRecord(dir)
-	if err != nil || !ok || rec.Version != "3.6.16" || !rec.UpdatedAt.Equal(time.Unix(100, 0)) {
-		t.Fatalf("record: %+v ok=%v err=%v", rec, ok, err)
-	}
-}
-
 func TestBackoff(t *testing.T) {
 	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 30 * time.Second, 30 * time.Second}
 	for i, w := range want {

@@ -111,7 +111,7 @@ func (m *member) status() agentapi.MemberStatus {
 	// until that process exits, so a config changed while the process was
 	// still starting is reported as pending too.
 	st.ConfigPending = m.runningCfg != nil && !reflect.DeepEqual(*m.runningCfg, m.cfg)
-	if rec, ok, err := ReadRecord(m.cfg.DataDir); err == nil && ok {
+	if rec, ok, err := datadir.ReadRecord(m.cfg.DataDir); err == nil && ok {
 		st.DataDirVersion = rec.Version
 	}
 	return st
@@ -296,7 +296,7 @@ func (m *member) launch(cfg agentapi.MemberConfig) (*process, error) {
 	if err != nil {
 		return nil, err
 	}
-	if rec, ok, err := ReadRecord(cfg.DataDir); err != nil {
+	if rec, ok, err := datadir.ReadRecord(cfg.DataDir); err != nil {
 		return nil, err
 	} else if ok {
 		m.mu.Lock()
@@ -327,7 +327,7 @@ func (m *member) launch(cfg agentapi.MemberConfig) (*process, error) {
 	if f.State == datadir.Invalid {
 		return nil, fmt.Errorf("refusing to start: %s; rebuild it with `steward member replace %s` (or `steward recover` when a majority is lost)", f, cfg.Name)
 	}
-	if rec, ok, _ := ReadRecord(cfg.DataDir); ok && f.State == datadir.Empty {
+	if rec, ok, _ := datadir.ReadRecord(cfg.DataDir); ok && f.State == datadir.Empty {
 		// An empty data dir next to a version record is data that was lost,
 		// not a new member: started, etcd would bootstrap a blank member
 		// under the old identity.
@@ -409,7 +409,7 @@ func (m *member) awaitReady(ctx context.Context, cfg agentapi.MemberConfig, p *p
 		// The record is written before the state says Running, so whoever
 		// sees Running (RunIsolated stops the member right after) knows the
 		// data dir's record names this version.
-		if err := WriteRecord(cfg.DataDir, cfg.Version, time.Now()); err != nil {
+		if err := datadir.WriteRecord(cfg.DataDir, cfg.Version, time.Now()); err != nil {
 			m.setError(p, err.Error())
 			return
 		}

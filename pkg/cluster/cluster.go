@@ -1,14 +1,15 @@
-// Package cluster is Steward's library API for operating a cluster: bring it
-// up and down, report its status, and change its membership. Commands are
-// thin layers over it. Work on member processes goes through the agents
-// (package agentapi); work on the cluster goes through etcd's own API.
+// Package cluster is the handle every operation on a Steward cluster starts
+// from: the opened spec, clients to etcd and to the agents, the read-only
+// status and its conditions, the waits on them, and isolated runs of
+// members on private client ports. Operations live in packages of their
+// own (membership, maintenance, restore, backupd, recovery, upgrade,
+// bootstrap); work on member processes goes through the agents (package
+// agentapi), work on the cluster through etcd's own API.
 package cluster
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/pki"
+	"github.com/etcd-steward/steward/pkg/progress"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -30,7 +32,7 @@ type Cluster struct {
 	// Spec is the cluster spec, loaded from Dir/cluster.yaml.
 	Spec *spec.Cluster
 	// Progress receives one line per step of long operations; nil discards.
-	Progress io.Writer
+	Progress progress.Func
 }
 
 // ErrNoSpec means the Steward directory holds no cluster spec.
@@ -48,13 +50,15 @@ func Open(dir string) (*Cluster, error) {
 	}
 	s.ApplyDefaults()
 	c := &Cluster{Dir: dir, Spec: s}
-	if _, err := c.validate(s); err != nil {
+	if _, err := c.ValidateSpec(s); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
-func (c *Cluster) validate(s *spec.Cluster) ([]string, error) {
+// ValidateSpec validates a spec for this Steward directory (binary versions
+// resolved in its store) and returns its warnings.
+func (c *Cluster) ValidateSpec(s *spec.Cluster) ([]string, error) {
 	store := binaries.Open(s.BinaryStoreDir(c.Dir))
 	w, err := s.Validate(spec.ValidateOptions{KnownVersion: func(v string) error {
 		_, err := store.Resolve(v)
@@ -69,26 +73,20 @@ func (c *Cluster) validate(s *spec.Cluster) ([]string, error) {
 // SpecPath is the path of the spec file.
 func (c *Cluster) SpecPath() string { return filepath.Join(c.Dir, spec.FileName) }
 
-// saveSpec validates and atomically writes a new spec, then adopts it.
-func (c *Cluster) saveSpec(s *spec.Cluster) error {
-	warnings, err := c.validate(s)
+// SaveSpec validates and atomically writes a new spec, then adopts it.
+func (c *Cluster) SaveSpec(s *spec.Cluster) error {
+	warnings, err := c.ValidateSpec(s)
 	if err != nil {
 		return err
 	}
 	for _, w := range warnings {
-		c.progress("warning: %s", w)
+		c.Progress.Say("warning: %s", w)
 	}
 	if err := s.Save(c.SpecPath()); err != nil {
 		return err
 	}
 	c.Spec = s
 	return nil
-}
-
-func (c *Cluster) progress(format string, a ...any) {
-	if c.Progress != nil {
-		fmt.Fprintf(c.Progress, format+"\n", a...)
-	}
 }
 
 // CertDir is the absolute certificate directory.
@@ -198,30 +196,11 @@ func (c *Cluster) MemberConfig(m spec.Member) agentapi.MemberConfig {
 	return cfg
 }
 
-// memberOrError finds a spec member or says which names exist.
-func (c *Cluster) memberOrError(name string) (spec.Member, error) {
+// Member returns the spec member of that name, or an error naming the ones
+// that exist.
+func (c *Cluster) Member(name string) (spec.Member, error) {
 	if m, ok := c.Spec.Member(name); ok {
 		return *m, nil
 	}
 	return spec.Member{}, fmt.Errorf("no member named %q in %s (members: %v)", name, c.SpecPath(), c.Spec.MemberNames())
-}
-
-// poll calls f every interval until it returns true, an error, or ctx ends.
-func poll(ctx context.Context, interval time.Duration, f func(context.Context) (bool, error)) error {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		ok, err := f(ctx)
-		if err != nil {
-			return err
-		}
-		if ok {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
 }

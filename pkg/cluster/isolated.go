@@ -57,7 +57,7 @@ func (c *Cluster) RunIsolated(ctx context.Context, names []string, version strin
 	var runs []run
 	var endpoints []string
 	for _, name := range names {
-		m, err := c.memberOrError(name)
+		m, err := c.Member(name)
 		if err != nil {
 			return err
 		}
@@ -88,7 +88,7 @@ func (c *Cluster) RunIsolated(ctx context.Context, names []string, version strin
 			werr = fmt.Errorf("start member %s on etcd %s on a private client port: %w", r.m.Name, version, err)
 			break
 		}
-		c.progress("member %s runs etcd %s on a private client port (%s)", r.m.Name, version, r.cfg.ClientURL)
+		c.Progress.Say("member %s runs etcd %s on a private client port (%s)", r.m.Name, version, r.cfg.ClientURL)
 	}
 	if werr == nil {
 		if err := c.probeWrite(ctx, endpoints, o.Timeout); err != nil {
@@ -107,7 +107,7 @@ func (c *Cluster) RunIsolated(ctx context.Context, names []string, version strin
 	}
 	for _, r := range runs {
 		if werr == nil && o.Snapshot {
-			if err := waitSnapshot(ctx, r.cfg.DataDir, started, o.Timeout); err != nil {
+			if err := WaitSnapshot(ctx, r.cfg.DataDir, started, o.Timeout); err != nil {
 				werr = fmt.Errorf("member %s on etcd %s: %w", r.m.Name, version, err)
 			}
 		}
@@ -119,7 +119,7 @@ func (c *Cluster) RunIsolated(ctx context.Context, names []string, version strin
 			return errors.Join(werr, fmt.Errorf("stop member %s after its isolated run: %w", r.m.Name, err))
 		}
 		if werr == nil {
-			if err := c.recordMemberVersion(r.m.Name, version); err != nil {
+			if err := c.RecordMemberVersion(r.m.Name, version); err != nil {
 				return err
 			}
 		}
@@ -131,7 +131,7 @@ func (c *Cluster) RunIsolated(ctx context.Context, names []string, version strin
 	if werr != nil {
 		return werr
 	}
-	c.progress("%s ran etcd %s on private client ports until a write went through, and stopped", strings.Join(names, ", "), version)
+	c.Progress.Say("%s ran etcd %s on private client ports until a write went through, and stopped", strings.Join(names, ", "), version)
 	return nil
 }
 
@@ -141,7 +141,7 @@ func waitAgentRunning(ctx context.Context, ac *agentapi.Client, name string, tim
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	state := "unknown"
-	err := poll(wctx, 50*time.Millisecond, func(ctx context.Context) (bool, error) {
+	err := Poll(wctx, 50*time.Millisecond, func(ctx context.Context) (bool, error) {
 		ms, err := ac.Members(ctx)
 		if err != nil {
 			return false, nil
@@ -181,7 +181,7 @@ func (c *Cluster) probeWrite(ctx context.Context, endpoints []string, timeout ti
 	defer cancel()
 	// A client made before anything listens backs off for seconds between
 	// its connection attempts: wait until a port accepts first.
-	err := poll(wctx, 20*time.Millisecond, func(context.Context) (bool, error) {
+	err := Poll(wctx, 20*time.Millisecond, func(context.Context) (bool, error) {
 		for _, ep := range endpoints {
 			u, err := url.Parse(ep)
 			if err != nil {
@@ -203,7 +203,7 @@ func (c *Cluster) probeWrite(ctx context.Context, endpoints []string, timeout ti
 	}
 	defer cli.Close()
 	var last error
-	err = poll(wctx, 50*time.Millisecond, func(ctx context.Context) (bool, error) {
+	err = Poll(wctx, 50*time.Millisecond, func(ctx context.Context) (bool, error) {
 		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
 		_, last = cli.Txn(pctx).
@@ -218,13 +218,13 @@ func (c *Cluster) probeWrite(ctx context.Context, endpoints []string, timeout ti
 	return nil
 }
 
-// waitSnapshot waits until a raft snapshot file newer than since exists in
+// WaitSnapshot waits until a raft snapshot file newer than since exists in
 // the data dir.
-func waitSnapshot(ctx context.Context, dataDir string, since time.Time, timeout time.Duration) error {
+func WaitSnapshot(ctx context.Context, dataDir string, since time.Time, timeout time.Duration) error {
 	snapDir := filepath.Join(dataDir, "member", "snap")
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	err := poll(wctx, 200*time.Millisecond, func(context.Context) (bool, error) {
+	err := Poll(wctx, 200*time.Millisecond, func(context.Context) (bool, error) {
 		snaps, _ := filepath.Glob(filepath.Join(snapDir, "*.snap"))
 		for _, s := range snaps {
 			if fi, err := os.Stat(s); err == nil && fi.ModTime().After(since) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -82,9 +83,9 @@ type MemberStatus struct {
 	// InSpec is false for a member etcd knows that the spec does not.
 	InSpec bool `json:"inSpec"`
 
-	// onlyAlarms: the member answers and serves reads; only a raised
+	// OnlyAlarms: the member answers and serves reads; only a raised
 	// alarm makes it unhealthy (defragmentation may go on to clear NOSPACE).
-	onlyAlarms bool
+	OnlyAlarms bool `json:"-"`
 }
 
 // Condition follows Kubernetes' condition shape, with DEP-01's types.
@@ -172,6 +173,13 @@ func (c *Cluster) probe(ctx context.Context, endpoint string) probe {
 	}
 	p.clusterV = c.clusterVersion(ctx, endpoint)
 	return p
+}
+
+// EndpointStatus asks one member for its status (etcd's Status RPC), within
+// the probe timeout.
+func (c *Cluster) EndpointStatus(ctx context.Context, endpoint string) (*clientv3.StatusResponse, error) {
+	p := c.probe(ctx, endpoint)
+	return p.status, p.err
 }
 
 // clusterVersion reads etcdcluster from the member's /version endpoint.
@@ -326,7 +334,7 @@ func (c *Cluster) Status(ctx context.Context) (*Status, error) {
 			}
 		}
 		ms.Healthy = p.err == nil && p.readErr == nil && len(p.alarms) == 0
-		ms.onlyAlarms = p.err == nil && p.readErr == nil && len(p.alarms) > 0
+		ms.OnlyAlarms = p.err == nil && p.readErr == nil && len(p.alarms) > 0
 		if p.readErr != nil {
 			ms.LastError = shortErr(p.readErr)
 		} else if len(p.alarms) > 0 {
@@ -399,58 +407,8 @@ func (c *Cluster) Status(ctx context.Context) (*Status, error) {
 		st.Cluster.VotingMembers = len(specMembers)
 	}
 	sort.SliceStable(st.Members, func(i, j int) bool { return st.Members[i].Name < st.Members[j].Name })
-	st.Conditions = c.conditions(st, time.Now())
-	if st.Cluster.ID != "" {
-		c.rememberClusterID(st.Cluster.ID)
-	}
+	st.Conditions = c.conditions(ctx, st, time.Now())
 	return st, nil
-}
-
-func (c *Cluster) conditions(st *Status, now time.Time) []Condition {
-	quorum := st.Cluster.VotingMembers/2 + 1
-	ready := Condition{Type: CondReady, Status: "True", Reason: "Quorate",
-		Message: fmt.Sprintf("%d of %d voting members healthy; quorum is %d", healthyVoters(st), st.Cluster.VotingMembers, quorum)}
-	if !st.Cluster.Quorate {
-		ready.Status, ready.Reason = "False", "QuorumLost"
-		ready.Message = fmt.Sprintf("no linearizable read succeeded: %d of %d voting members needed; %s",
-			quorum, st.Cluster.VotingMembers, unhealthySummary(st))
-	}
-	all := Condition{Type: CondAllMembersReady, Status: "True", Reason: "AllMembersReady",
-		Message: fmt.Sprintf("all %d members healthy", len(st.Members))}
-	if st.Cluster.HealthyMembers < len(st.Members) {
-		all.Status, all.Reason = "False", "NotAllMembersReady"
-		all.Message = unhealthySummary(st)
-	} else if l := learnerNames(st); len(l) > 0 {
-		// A healthy learner is still catching up: it neither votes nor
-		// serves linearizable reads, so clients given its endpoint get
-		// "rpc not supported for learner". Not ready until promoted.
-		all.Status, all.Reason = "False", "LearnerNotPromoted"
-		all.Message = fmt.Sprintf("not yet promoted to voting member (still catching up): %s", strings.Join(l, ", "))
-	}
-	backup := c.backupCondition(now)
-	conds := []Condition{ready, all, backup, c.upgradeCondition()}
-	c.stampTransitions(conds, now)
-	return conds
-}
-
-func healthyVoters(st *Status) int {
-	n := 0
-	for _, m := range st.Members {
-		if m.Healthy && m.Role != "learner" && m.InSpec {
-			n++
-		}
-	}
-	return n
-}
-
-func learnerNames(st *Status) []string {
-	var names []string
-	for _, m := range st.Members {
-		if m.Role == "learner" {
-			names = append(names, m.Name)
-		}
-	}
-	return names
 }
 
 // Unhealthy names each unhealthy member with its last error.
@@ -473,39 +431,6 @@ func unhealthySummary(st *Status) string {
 	return "not ready: " + strings.Join(parts, "; ")
 }
 
-// stampTransitions sets lastTransitionTime from the conditions last seen:
-// kept when the status did not change, now when it did. The record is in
-// DIR/status/conditions.json, written atomically.
-func (c *Cluster) stampTransitions(conds []Condition, now time.Time) {
-	path := filepath.Join(c.Dir, "status", "conditions.json")
-	var prev []Condition
-	if b, err := os.ReadFile(path); err == nil {
-		_ = json.Unmarshal(b, &prev)
-	}
-	changed := len(prev) != len(conds)
-	for i := range conds {
-		conds[i].LastTransitionTime = now.UTC().Truncate(time.Second)
-		for _, p := range prev {
-			if p.Type == conds[i].Type {
-				if p.Status == conds[i].Status {
-					conds[i].LastTransitionTime = p.LastTransitionTime
-				} else {
-					changed = true
-				}
-			}
-		}
-	}
-	if !changed {
-		return
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return
-	}
-	if b, err := json.MarshalIndent(conds, "", "  "); err == nil {
-		_ = atomicfile.WriteFile(path, b, 0o600)
-	}
-}
-
 func shortErr(err error) string {
 	s := err.Error()
 	if errors.Is(err, context.DeadlineExceeded) {
@@ -517,25 +442,36 @@ func shortErr(err error) string {
 	return s
 }
 
+func (c *Cluster) statusDir() string { return filepath.Join(c.Dir, "status") }
+
 // clusterIDPath records the etcd cluster ID last seen for this spec, so a
 // restore can refuse a backup of another cluster.
-func (c *Cluster) clusterIDPath() string { return filepath.Join(c.Dir, "status", "cluster-id") }
+func (c *Cluster) clusterIDPath() string { return filepath.Join(c.statusDir(), "cluster-id") }
 
-func (c *Cluster) rememberClusterID(id string) {
-	if b, err := os.ReadFile(c.clusterIDPath()); err == nil && strings.TrimSpace(string(b)) == id {
-		return
+// RecordClusterID records the etcd cluster ID of this spec's cluster (when
+// it differs from the one recorded). Commands that see the live cluster
+// call it: up once the cluster is healthy, status, a full backup.
+func (c *Cluster) RecordClusterID(id string) error {
+	if known, err := c.KnownClusterID(); err == nil && known == id {
+		return nil
 	}
-	if err := os.MkdirAll(filepath.Dir(c.clusterIDPath()), 0o700); err != nil {
-		return
+	if err := os.MkdirAll(c.statusDir(), 0o700); err != nil {
+		return fmt.Errorf("record the cluster ID: %w", err)
 	}
-	_ = atomicfile.WriteFile(c.clusterIDPath(), []byte(id+"\n"), 0o600)
+	if err := atomicfile.WriteFile(c.clusterIDPath(), []byte(id+"\n"), 0o600); err != nil {
+		return fmt.Errorf("record the cluster ID: %w", err)
+	}
+	return nil
 }
 
-// knownClusterID returns the cluster ID last seen, or "".
-func (c *Cluster) knownClusterID() string {
+// KnownClusterID returns the cluster ID last recorded, or "" when none was.
+func (c *Cluster) KnownClusterID() (string, error) {
 	b, err := os.ReadFile(c.clusterIDPath())
-	if err != nil {
-		return ""
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
 	}
-	return strings.TrimSpace(string(b))
+	if err != nil {
+		return "", fmt.Errorf("read the recorded cluster ID: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
 }

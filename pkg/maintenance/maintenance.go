@@ -13,57 +13,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// MoveLeader hands leadership to the named member and waits until it leads.
-func (c *Cluster) MoveLeader(ctx context.Context, to string) error {
-	if _, err := c.memberOrError(to); err != nil {
-		return err
-	}
-	st, err := c.Status(ctx)
-	if err != nil {
-		return err
-	}
-	target, _ := st.Member(to)
-	switch {
-	case !st.Cluster.Quorate || st.Cluster.Leader == "":
-		return fmt.Errorf("cannot move leadership: the cluster has no leader: %s", unhealthySummary(st))
-	case st.Cluster.Leader == to:
-		c.progress("%s is already the leader", to)
-		return nil
-	case target.Role == "learner":
-		return fmt.Errorf("cannot move leadership to %s: it is a learner; it must be promoted first", to)
-	case !target.Healthy:
-		return fmt.Errorf("cannot move leadership to %s: it is not healthy: %s", to, target.LastError)
-	}
-	leader, _ := st.Member(st.Cluster.Leader)
-	id, err := strconv.ParseUint(target.ID, 16, 64)
-	if err != nil {
-		return fmt.Errorf("member %s has no valid ID %q", to, target.ID)
-	}
-	// MoveLeader must be sent to the current leader.
-	cli, err := c.Client(leader.ClientURLs...)
-	if err != nil {
-		return err
-	}
-	defer cli.Close()
-	mctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	_, err = cli.MoveLeader(mctx, id)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("move leadership from %s to %s: %w", leader.Name, to, err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	err = poll(wctx, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
-		p := c.probe(ctx, target.ClientURLs[0])
-		return p.err == nil && p.status.Leader == id, nil
-	})
-	if err != nil {
-		return fmt.Errorf("leadership did not move to %s: %w", to, err)
-	}
-	c.progress("leadership moved from %s to %s", leader.Name, to)
-	return nil
-}
-
 // DefragResult reports one member's defragmentation.
 type DefragResult struct {
 	Member     string        `json:"member"`
@@ -118,7 +67,7 @@ func (c *Cluster) Defrag(ctx context.Context, o DefragOptions) ([]DefragResult, 
 				return results, fmt.Errorf("defragmentation stopped before %s: %w", m.Name, err)
 			}
 		}
-		c.progress("defragmenting %s (%s, db %s)", m.Name, m.Role, humanBytes(m.DBSize))
+		c.Progress.Say("defragmenting %s (%s, db %s)", m.Name, m.Role, progress.Bytes(m.DBSize))
 		start := time.Now()
 		cli, err := c.Client(m.ClientURLs...)
 		if err != nil {
@@ -138,7 +87,7 @@ func (c *Cluster) Defrag(ctx context.Context, o DefragOptions) ([]DefragResult, 
 		if p := c.probe(ctx, m.ClientURLs[0]); p.err == nil {
 			r.DBSizeTo = p.status.DbSize
 		}
-		c.progress("  %s: %s -> %s in %s", m.Name, humanBytes(r.DBSizeFrom), humanBytes(r.DBSizeTo), r.Duration.Round(time.Millisecond))
+		c.Progress.Say("  %s: %s -> %s in %s", m.Name, progress.Bytes(r.DBSizeFrom), progress.Bytes(r.DBSizeTo), r.Duration.Round(time.Millisecond))
 		results = append(results, r)
 	}
 	return results, nil
@@ -210,7 +159,7 @@ func (c *Cluster) Disarm(ctx context.Context, o DisarmOptions) ([]Alarm, error) 
 		return nil, err
 	}
 	if len(alarms) == 0 {
-		c.progress("no alarms raised")
+		c.Progress.Say("no alarms raised")
 		return alarms, nil
 	}
 	nospace := false
@@ -237,7 +186,7 @@ func (c *Cluster) Disarm(ctx context.Context, o DisarmOptions) ([]Alarm, error) 
 			return nil, fmt.Errorf("read current revision: %w", err)
 		}
 		rev := resp.Header.Revision
-		c.progress("NOSPACE: compacting to revision %d", rev)
+		c.Progress.Say("NOSPACE: compacting to revision %d", rev)
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 		_, err = cli.Compact(cctx, rev, clientv3.WithCompactPhysical())
 		cancel()
@@ -254,7 +203,7 @@ func (c *Cluster) Disarm(ctx context.Context, o DisarmOptions) ([]Alarm, error) 
 		for _, m := range st.Members {
 			if m.DBSize >= c.Spec.Etcd.QuotaBackendBytes {
 				return nil, fmt.Errorf("member %s database is still %s after compaction and defragmentation, at or above the quota %s: delete data or raise etcd.quotaBackendBytes, then disarm again",
-					m.Name, humanBytes(m.DBSize), humanBytes(c.Spec.Etcd.QuotaBackendBytes))
+					m.Name, progress.Bytes(m.DBSize), progress.Bytes(c.Spec.Etcd.QuotaBackendBytes))
 			}
 		}
 	}
@@ -267,20 +216,8 @@ func (c *Cluster) Disarm(ctx context.Context, o DisarmOptions) ([]Alarm, error) 
 		if err != nil {
 			return nil, fmt.Errorf("disarm %s on %s: %w", a.Alarm, a.MemberName, err)
 		}
-		c.progress("disarmed %s on %s", a.Alarm, a.MemberName)
+		c.Progress.Say("disarmed %s on %s", a.Alarm, a.MemberName)
 	}
 	return alarms, nil
 }
 
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}

@@ -88,7 +88,7 @@ func (c *Cluster) ReplaceDataDirs(ctx context.Context, o ReplaceOptions) (Replac
 		rep.Old[m.Name], rep.New[m.Name] = spec.Path(c.Dir, m.DataDir), spec.Path(c.Dir, nd)
 	}
 	if done {
-		c.progress("every member already has its new data dir")
+		c.Progress.Say("every member already has its new data dir")
 		return rep, nil
 	}
 	names := c.Spec.MemberNames()
@@ -104,7 +104,7 @@ func (c *Cluster) ReplaceDataDirs(ctx context.Context, o ReplaceOptions) (Replac
 			return rep, fmt.Errorf("stop member %s: %w", m.Name, err)
 		}
 	}
-	c.progress("stopped %d members; applying their WALs on private client ports", len(names))
+	c.Progress.Say("stopped %d members; applying their WALs on private client ports", len(names))
 	if err := c.RunIsolated(ctx, names, o.Version, IsolatedOptions{Timeout: o.Timeout}); err != nil {
 		return rep, err
 	}
@@ -132,9 +132,9 @@ func (c *Cluster) ReplaceDataDirs(ctx context.Context, o ReplaceOptions) (Replac
 			return rep, err
 		}
 		record = o.BaseVersion
-		c.progress("grafted the keyspace of %s (revision %d) onto backup %s", source, rep.Revision, o.BaseBackup)
+		c.Progress.Say("grafted the keyspace of %s (revision %d) onto backup %s", source, rep.Revision, o.BaseBackup)
 	}
-	c.progress("restoring every member from the database of %s (applied index %d, revision %d)", source, applied, rep.Revision)
+	c.Progress.Say("restoring every member from the database of %s (applied index %d, revision %d)", source, applied, rep.Revision)
 	initial := c.Spec.InitialCluster()
 	for _, m := range c.Spec.Members {
 		nd := rep.New[m.Name]
@@ -170,7 +170,7 @@ func (c *Cluster) ReplaceDataDirs(ctx context.Context, o ReplaceOptions) (Replac
 		next.Members[i].DataDir = newDataDir(next.Members[i].DataDir, o.Target)
 		next.Members[i].Bootstrap = nil
 	}
-	if err := c.saveSpec(next); err != nil {
+	if err := c.SaveSpec(next); err != nil {
 		return rep, err
 	}
 	for _, m := range c.Spec.Members {
@@ -182,7 +182,7 @@ func (c *Cluster) ReplaceDataDirs(ctx context.Context, o ReplaceOptions) (Replac
 			return rep, fmt.Errorf("give member %s its new data dir: %w", m.Name, err)
 		}
 	}
-	c.progress("every member has a new data dir; the old ones are kept: %v", rep.Old)
+	c.Progress.Say("every member has a new data dir; the old ones are kept: %v", rep.Old)
 	return rep, nil
 }
 

@@ -19,170 +19,6 @@ import (
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
-// BackupStore opens the cluster's backup store: the S3 bucket when the spec
-// names one, else the local directory.
-func (c *Cluster) BackupStore() (backup.Store, error) {
-	if s3 := c.Spec.Backup.S3; s3 != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		return backup.NewS3Store(ctx, backup.S3Config{
-			Endpoint: s3.Endpoint, Bucket: s3.Bucket, Prefix: s3.Prefix, Region: s3.Region,
-			CredentialsFile: spec.Path(c.Dir, s3.CredentialsFile), CAFile: spec.Path(c.Dir, s3.CAFile),
-		})
-	}
-	return backup.NewLocalStore(c.Spec.BackupStoreDir(c.Dir))
-}
-
-// backupKey loads the key of a --key-file flag, else the spec's, else none.
-func (c *Cluster) backupKey(keyFile string) (*backup.Key, error) {
-	if keyFile == "" {
-		keyFile = spec.Path(c.Dir, c.Spec.Backup.EncryptionKeyFile)
-	}
-	if keyFile == "" {
-		return nil, nil
-	}
-	return backup.LoadKey(keyFile)
-}
-
-// BackupOptions configure BackupNow.
-type BackupOptions struct {
-	// Member to stream from (default: the leader).
-	Member string
-	// KeyFile overrides the spec's encryption key file.
-	KeyFile string
-}
-
-// BackupNow takes a verified full snapshot from a healthy member (the leader
-// by default) and stores it with its manifest.
-func (c *Cluster) BackupNow(ctx context.Context, o BackupOptions) (backup.Manifest, error) {
-	st, err := c.Status(ctx)
-	if err != nil {
-		return backup.Manifest{}, err
-	}
-	name := o.Member
-	if name == "" {
-		if st.Cluster.Leader == "" {
-			return backup.Manifest{}, fmt.Errorf("refusing to back up: the cluster has no leader (%s); name a healthy member with --member", unhealthySummary(st))
-		}
-		name = st.Cluster.Leader
-	}
-	if _, err := c.memberOrError(name); err != nil {
-		return backup.Manifest{}, err
-	}
-	m, _ := st.Member(name)
-	if !m.Healthy {
-		return backup.Manifest{}, fmt.Errorf("refusing to back up from %s: it is not healthy (%s)", name, m.LastError)
-	}
-	key, err := c.backupKey(o.KeyFile)
-	if err != nil {
-		return backup.Manifest{}, err
-	}
-	store, err := c.BackupStore()
-	if err != nil {
-		return backup.Manifest{}, err
-	}
-	cli, err := c.Client(m.ClientURLs...)
-	if err != nil {
-		return backup.Manifest{}, err
-	}
-	defer cli.Close()
-	tmp := filepath.Join(c.Dir, "tmp")
-	if err := os.MkdirAll(tmp, 0o700); err != nil {
-		return backup.Manifest{}, err
-	}
-	c.progress("streaming a snapshot from %s (db %s)", name, humanBytes(m.DBSize))
-	man, err := backup.TakeFull(ctx, cli, store, backup.FullOptions{
-		Member: name, ClusterID: st.Cluster.ID, EtcdVersion: m.Version, Key: key, TempDir: tmp,
-	})
-	if err != nil {
-		return backup.Manifest{}, err
-	}
-	c.progress("stored %s: revision %d, %s (from %s) in %s", man.ID, man.EndRevision,
-		humanBytes(man.Size), humanBytes(man.RawSize), store)
-	return man, nil
-}
-
-// Backups lists the cluster's complete backups, oldest first.
-func (c *Cluster) Backups(ctx context.Context) ([]backup.Manifest, error) {
-	store, err := c.BackupStore()
-	if err != nil {
-		return nil, err
-	}
-	return backup.List(ctx, store)
-}
-
-// VerifyResult reports one backup's verification.
-type VerifyResult struct {
-	ID    string `json:"id"`
-	OK    bool   `json:"ok"`
-	Error string `json:"error,omitempty"`
-}
-
-// VerifyBackups fetches each named backup (all when id is "") and checks
-// its checksums, key, database consistency, revision and hash.
-func (c *Cluster) VerifyBackups(ctx context.Context, id, keyFile string) ([]VerifyResult, error) {
-	store, err := c.BackupStore()
-	if err != nil {
-		return nil, err
-	}
-	var ms []backup.Manifest
-	if id == "" {
-		if ms, err = backup.List(ctx, store); err != nil {
-			return nil, err
-		}
-		if len(ms) == 0 {
-			return nil, fmt.Errorf("no backups in %s", store)
-		}
-	} else {
-		m, err := backup.Find(ctx, store, id)
-		if err != nil {
-			return nil, err
-		}
-		ms = []backup.Manifest{m}
-	}
-	key, err := c.backupKey(keyFile)
-	if err != nil {
-		return nil, err
-	}
-	tmp, err := os.MkdirTemp(filepath.Join(c.Dir), "tmp-verify-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(tmp)
-	var out []VerifyResult
-	for i, m := range ms {
-		r := VerifyResult{ID: m.ID, OK: true}
-		var err error
-		if m.Kind == backup.KindFull {
-			err = backup.Fetch(ctx, store, m, key, filepath.Join(tmp, fmt.Sprintf("%d.db", i)))
-			_ = os.Remove(filepath.Join(tmp, fmt.Sprintf("%d.db", i)))
-		} else {
-			err = backup.VerifyDelta(ctx, store, m, key)
-		}
-		if err != nil {
-			r.OK, r.Error = false, err.Error()
-		}
-		c.progress("%s: %s", m.ID, map[bool]string{true: "ok", false: "FAILED: " + r.Error}[r.OK])
-		out = append(out, r)
-	}
-	if id == "" {
-		// The chains: every delta must continue a full backup without a gap.
-		for _, m := range ms {
-			if m.Kind != backup.KindFull {
-				continue
-			}
-			ch := backup.BuildChain(ms, m)
-			if len(ch.GapAfter) > 0 {
-				r := VerifyResult{ID: "chain:" + m.ID, Error: fmt.Sprintf("the delta chain after %s stops at revision %d, but %d delta segments start at revision %d: revisions %d to %d are missing",
-					m.ID, ch.End, len(ch.GapAfter), ch.GapAfter[0].StartRevision, ch.End+1, ch.GapAfter[0].StartRevision-1)}
-				c.progress("%s: FAILED: %s", r.ID, r.Error)
-				out = append(out, r)
-			}
-		}
-	}
-	return out, nil
-}
-
 // RestoreOptions configure Restore.
 type RestoreOptions struct {
 	// Backup is a backup ID or "latest".
@@ -224,7 +60,7 @@ func (c *Cluster) Restore(ctx context.Context, o RestoreOptions) (backup.Manifes
 	if len(o.Members) > 0 {
 		targets = nil
 		for _, name := range o.Members {
-			m, err := c.memberOrError(name)
+			m, err := c.Member(name)
 			if err != nil {
 				return backup.Manifest{}, err
 			}
@@ -249,7 +85,7 @@ func (c *Cluster) Restore(ctx context.Context, o RestoreOptions) (backup.Manifes
 	var occupied []string
 	for _, mem := range targets {
 		dd := spec.Path(c.Dir, mem.DataDir)
-		if requireEmptyDir(dd) != nil {
+		if datadir.RequireEmpty(dd) != nil {
 			occupied = append(occupied, dd)
 		}
 	}
@@ -266,7 +102,7 @@ func (c *Cluster) Restore(ctx context.Context, o RestoreOptions) (backup.Manifes
 	}
 	defer os.RemoveAll(tmp)
 	snap := filepath.Join(tmp, "snapshot.db")
-	c.progress("fetching and verifying %s (revision %d)", m.ID, m.EndRevision)
+	c.Progress.Say("fetching and verifying %s (revision %d)", m.ID, m.EndRevision)
 	if err := backup.Fetch(ctx, store, m, key, snap); err != nil {
 		return m, err
 	}
@@ -277,7 +113,7 @@ func (c *Cluster) Restore(ctx context.Context, o RestoreOptions) (backup.Manifes
 	}
 	restoredRev := m.EndRevision
 	if len(chain.Deltas) > 0 {
-		c.progress("replaying %d delta segments (revisions %d to %d)", len(chain.Deltas), m.EndRevision+1, chain.End)
+		c.Progress.Say("replaying %d delta segments (revisions %d to %d)", len(chain.Deltas), m.EndRevision+1, chain.End)
 		restoredRev, err = backup.Apply(ctx, store, key, snap, m.EndRevision, chain.Deltas,
 			backup.ApplyOptions{ToRevision: o.ToRevision, ToTime: o.ToTime})
 		if err != nil {
@@ -312,7 +148,7 @@ func (c *Cluster) Restore(ctx context.Context, o RestoreOptions) (backup.Manifes
 		}
 		out := dd + ".restoring-" + stamp
 		staged[mem.Name] = out
-		c.progress("writing a new data dir for %s (revision %d)", mem.Name, restoredRev)
+		c.Progress.Say("writing a new data dir for %s (revision %d)", mem.Name, restoredRev)
 		err := snapshot.NewV3(zap.NewNop()).Restore(snapshot.RestoreConfig{
 			SnapshotPath: snap, Name: mem.Name, OutputDataDir: out,
 			PeerURLs: []string{mem.PeerURL}, InitialCluster: initial, InitialClusterToken: c.Spec.Token,
@@ -326,16 +162,16 @@ func (c *Cluster) Restore(ctx context.Context, o RestoreOptions) (backup.Manifes
 			cleanup()
 			return m, err
 		}
-		c.progress("restored %s into a new data dir", mem.Name)
+		c.Progress.Say("restored %s into a new data dir", mem.Name)
 	}
 	for _, mem := range targets {
 		dd := spec.Path(c.Dir, mem.DataDir)
-		aside, err := moveAside(dd, "pre-restore")
+		aside, err := datadir.MoveAside(dd, "pre-restore")
 		if err != nil {
 			return m, fmt.Errorf("move data dir of %s aside: %w (restored data waits in %s)", mem.Name, err, staged[mem.Name])
 		}
 		if aside != "" {
-			c.progress("moved old data dir of %s to %s", mem.Name, aside)
+			c.Progress.Say("moved old data dir of %s to %s", mem.Name, aside)
 		}
 		if err := os.Rename(staged[mem.Name], dd); err != nil {
 			return m, fmt.Errorf("put restored data dir of %s in place: %w (it waits in %s)", mem.Name, err, staged[mem.Name])
@@ -349,14 +185,14 @@ func (c *Cluster) Restore(ctx context.Context, o RestoreOptions) (backup.Manifes
 			next.Members[i].Bootstrap = nil
 		}
 	}
-	if err := c.saveSpec(next); err != nil {
+	if err := c.SaveSpec(next); err != nil {
 		return m, err
 	}
 	then := "start the cluster with `steward up`"
 	if len(targets) < len(c.Spec.Members) {
 		then = "the other members' data dirs were left as they are"
 	}
-	c.progress("restored %d members from %s and %d deltas at revision %d (etcd resumes above revision %d; older ones are marked compacted); %s",
+	c.Progress.Say("restored %d members from %s and %d deltas at revision %d (etcd resumes above revision %d; older ones are marked compacted); %s",
 		len(targets), m.ID, len(chain.Deltas), restoredRev, bumped, then)
 	return m, nil
 }
@@ -389,66 +225,6 @@ func (c *Cluster) requireStopped(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// backupCondition reports the backups: with continuous backups on, from
-// the loop's status (fresh, and no error since the last upload); otherwise
-// from the newest full backup. Without any backup it is Unknown.
-func (c *Cluster) backupCondition(now time.Time) Condition {
-	cond := Condition{Type: CondBackupReady, Status: "Unknown", Reason: "NoBackups",
-		Message: "no backup has been taken for this cluster"}
-	if c.Spec == nil {
-		return cond
-	}
-	if c.Spec.Backup.Continuous {
-		bs, ok := readBackupStatus(c.Dir)
-		switch {
-		case !ok:
-			cond.Reason, cond.Message = "BackupNotStarted", "continuous backups are on but the backup loop has not reported yet"
-		case now.Sub(bs.UpdatedAt) > 30*time.Second:
-			cond.Status, cond.Reason = "False", "BackupNotRunning"
-			cond.Message = fmt.Sprintf("the backup loop last reported %s ago (agent %s)", now.Sub(bs.UpdatedAt).Round(time.Second), bs.Agent)
-		case bs.LastError != "":
-			cond.Status, cond.Reason = "False", "IncrementalBackupFailed"
-			cond.Message = bs.LastError
-		case fullOverdue(c.Spec.Backup.FullSchedule, bs.LastFull, now):
-			cond.Status, cond.Reason = "False", "FullBackupOverdue"
-			cond.Message = fmt.Sprintf("the last full snapshot is %s old: two scheduled ones (%q) were missed", now.Sub(bs.LastFull).Round(time.Second), c.Spec.Backup.FullSchedule)
-		case bs.Recording:
-			cond.Status, cond.Reason = "True", "IncrementalBackupSucceeded"
-			cond.Message = fmt.Sprintf("agent %s records every change: revisions up to %d stored", bs.Agent, bs.NextRevision-1)
-			if !bs.LastUpload.IsZero() {
-				cond.Message += fmt.Sprintf(", last upload %s ago", now.Sub(bs.LastUpload).Round(time.Second))
-			}
-		default:
-			cond.Reason, cond.Message = "BackupNotStarted", "the backup loop runs but is not recording yet"
-		}
-		return cond
-	}
-	if c.Spec.Backup.S3 == nil {
-		if _, err := os.Stat(c.Spec.BackupStoreDir(c.Dir)); err != nil {
-			return cond
-		}
-	}
-	store, err := c.BackupStore()
-	if err != nil {
-		cond.Reason, cond.Message = "BackupStoreUnreadable", err.Error()
-		return cond
-	}
-	ms, err := backup.List(context.Background(), store)
-	if err != nil {
-		cond.Reason, cond.Message = "BackupStoreUnreadable", err.Error()
-		return cond
-	}
-	for i := len(ms) - 1; i >= 0; i-- {
-		if ms[i].Kind == backup.KindFull {
-			cond.Status, cond.Reason = "True", "FullBackupSucceeded"
-			cond.Message = fmt.Sprintf("newest full backup %s at revision %d, %s old",
-				ms[i].ID, ms[i].EndRevision, now.Sub(ms[i].CreatedAt).Round(time.Second))
-			return cond
-		}
-	}
-	return cond
 }
 
 // pickChain chooses the full backup and the deltas to restore: the named
@@ -500,57 +276,6 @@ func pickChain(ctx context.Context, store backup.Store, o RestoreOptions) (backu
 			full.ID, chain.End+1, chain.GapAfter[0].StartRevision-1, len(chain.GapAfter), chain.End)
 	}
 	return full, chain, nil
-}
-
-// GCResult reports a garbage collection.
-type GCResult struct {
-	Kept    []string `json:"kept"`
-	Deleted []string `json:"deleted"`
-	DryRun  bool     `json:"dryRun"`
-}
-
-// CollectBackups applies the spec's retention to the backup store: it keeps
-// the newest full backup with its whole chain, the last N full backups and
-// the hourly and daily ones, each with the deltas that continue it, and
-// deletes the rest. It never leaves a delta without its full backup.
-func (c *Cluster) CollectBackups(ctx context.Context, dryRun bool) (GCResult, error) {
-	store, err := c.BackupStore()
-	if err != nil {
-		return GCResult{}, err
-	}
-	all, err := backup.List(ctx, store)
-	if err != nil {
-		return GCResult{}, err
-	}
-	r := c.Spec.Backup.Retention
-	keep, del := backup.PlanRetention(all, backup.Retention{KeepLast: r.KeepLast, KeepHourly: r.KeepHourly, KeepDaily: r.KeepDaily}, time.Now())
-	res := GCResult{Kept: []string{}, Deleted: []string{}, DryRun: dryRun}
-	for _, m := range keep {
-		res.Kept = append(res.Kept, m.ID)
-	}
-	for _, m := range del {
-		res.Deleted = append(res.Deleted, m.ID)
-	}
-	if dryRun || len(del) == 0 {
-		return res, nil
-	}
-	if err := backup.Collect(ctx, store, del); err != nil {
-		return res, err
-	}
-	c.progress("deleted %d backups, kept %d", len(del), len(keep))
-	return res, nil
-}
-
-// fullOverdue reports whether two scheduled full snapshots were missed.
-func fullOverdue(schedule string, last, now time.Time) bool {
-	if last.IsZero() {
-		return false
-	}
-	sched, err := cron.ParseStandard(schedule)
-	if err != nil {
-		return false
-	}
-	return now.After(sched.Next(sched.Next(last)))
 }
 
 // processOnDataDir returns the pid of a live process started with

@@ -75,12 +75,12 @@ func (c *Cluster) AddMember(ctx context.Context, name string, o AddOptions) (err
 		Name: name, Agent: o.Agent, ClientURL: o.ClientURL, PeerURL: o.PeerURL,
 		DataDir: "members/" + name + "/data",
 	})
-	if _, err := c.validate(next); err != nil {
+	if _, err := c.ValidateSpec(next); err != nil {
 		return err
 	}
 	nm, _ := next.Member(name)
 	dataDir := spec.Path(c.Dir, nm.DataDir)
-	if err := requireEmptyDir(dataDir); err != nil {
+	if err := datadir.RequireEmpty(dataDir); err != nil {
 		return fmt.Errorf("member %s: %w", name, err)
 	}
 	for _, u := range []string{o.ClientURL, o.PeerURL} {
@@ -108,7 +108,7 @@ func (c *Cluster) AddMember(ctx context.Context, name string, o AddOptions) (err
 		return err
 	}
 	defer cli.Close()
-	c.progress("adding %s as a learner (peer %s)", name, o.PeerURL)
+	c.Progress.Say("adding %s as a learner (peer %s)", name, o.PeerURL)
 	resp, err := addLearner(ctx, cli, o.PeerURL)
 	if err != nil {
 		return fmt.Errorf("add member %s as learner: %w", name, err)
@@ -119,7 +119,7 @@ func (c *Cluster) AddMember(ctx context.Context, name string, o AddOptions) (err
 		if err == nil {
 			return
 		}
-		c.progress("add failed; removing learner %s again", name)
+		c.Progress.Say("add failed; removing learner %s again", name)
 		uctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		var undo []string
@@ -129,12 +129,12 @@ func (c *Cluster) AddMember(ctx context.Context, name string, o AddOptions) (err
 		if _, rerr := cli.MemberRemove(uctx, id); rerr != nil && !errors.Is(rerr, rpctypes.ErrMemberNotFound) {
 			undo = append(undo, fmt.Sprintf("remove member %x: %v", id, rerr))
 		}
-		if aside, merr := moveAside(dataDir, "failed-add"); merr != nil {
+		if aside, merr := datadir.MoveAside(dataDir, "failed-add"); merr != nil {
 			undo = append(undo, "move data aside: "+merr.Error())
 		} else if aside != "" {
-			c.progress("moved partial data dir to %s", aside)
+			c.Progress.Say("moved partial data dir to %s", aside)
 		}
-		if serr := c.saveSpec(old); serr != nil {
+		if serr := c.SaveSpec(old); serr != nil {
 			undo = append(undo, "restore spec: "+serr.Error())
 		}
 		if len(undo) > 0 {
@@ -142,7 +142,7 @@ func (c *Cluster) AddMember(ctx context.Context, name string, o AddOptions) (err
 		}
 	}()
 	next.Members[len(next.Members)-1].Bootstrap = &spec.Bootstrap{InitialCluster: initialClusterFrom(resp.Members, id, name)}
-	if err := c.saveSpec(next); err != nil {
+	if err := c.SaveSpec(next); err != nil {
 		return err
 	}
 	nm, _ = c.Spec.Member(name)
@@ -152,7 +152,7 @@ func (c *Cluster) AddMember(ctx context.Context, name string, o AddOptions) (err
 	if _, err := ac.Start(ctx, name); err != nil {
 		return fmt.Errorf("start member %s: %w", name, err)
 	}
-	c.progress("started %s; waiting for it to catch up with the leader", name)
+	c.Progress.Say("started %s; waiting for it to catch up with the leader", name)
 	if err := c.promoteWhenReady(ctx, cli, name, id, o.Timeout); err != nil {
 		return err
 	}
@@ -165,7 +165,7 @@ func (c *Cluster) promoteWhenReady(ctx context.Context, cli *clientv3.Client, na
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	lastReport := time.Time{}
-	err := poll(ctx, 300*time.Millisecond, func(ctx context.Context) (bool, error) {
+	err := Poll(ctx, 300*time.Millisecond, func(ctx context.Context) (bool, error) {
 		// A member that cannot start will not catch up: fail fast.
 		m, _ := c.Spec.Member(name)
 		if ac, err := c.AgentFor(*m); err == nil {
@@ -177,14 +177,14 @@ func (c *Cluster) promoteWhenReady(ctx context.Context, cli *clientv3.Client, na
 		_, err := cli.MemberPromote(pctx, id)
 		pcancel()
 		if err == nil {
-			c.progress("promoted %s to a voting member", name)
+			c.Progress.Say("promoted %s to a voting member", name)
 			return true, nil
 		}
 		if errors.Is(err, rpctypes.ErrMemberLearnerNotReady) || errors.Is(err, context.DeadlineExceeded) ||
 			strings.Contains(err.Error(), "not in sync") || strings.Contains(err.Error(), "not started") {
 			if time.Since(lastReport) > 5*time.Second {
 				lastReport = time.Now()
-				c.progress("  %s", c.catchUpProgress(ctx, name))
+				c.Progress.Say("  %s", c.catchUpProgress(ctx, name))
 			}
 			return false, nil
 		}
@@ -226,28 +226,6 @@ func (c *Cluster) catchUpProgress(ctx context.Context, name string) string {
 	return fmt.Sprintf("learner %s applied index %d", name, ls.RaftAppliedIndex)
 }
 
-func (c *Cluster) waitMemberHealthy(ctx context.Context, name string, d time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	m, ok := c.Spec.Member(name)
-	if !ok {
-		return fmt.Errorf("member %s not in spec", name)
-	}
-	var lastErr error
-	err := poll(ctx, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
-		p := c.probe(ctx, m.ClientURL)
-		if p.err == nil && p.readErr == nil {
-			return true, nil
-		}
-		lastErr = p.readErr
-		return false, nil
-	})
-	if err != nil {
-		return fmt.Errorf("member %s not healthy within %s: %v", name, d, lastErr)
-	}
-	return nil
-}
-
 // initialClusterFrom builds --initial-cluster from etcd's member list after
 // MemberAdd; the new member has no name yet, so it gets newName.
 func initialClusterFrom(members []*pb.Member, newID uint64, newName string) string {
@@ -278,7 +256,7 @@ type RemoveOptions struct {
 // to leave the cluster without a healthy quorum. A leader hands its
 // leadership to a healthy follower first.
 func (c *Cluster) RemoveMember(ctx context.Context, name string, o RemoveOptions) error {
-	m, err := c.memberOrError(name)
+	m, err := c.Member(name)
 	if err != nil {
 		return err
 	}
@@ -309,7 +287,7 @@ func (c *Cluster) RemoveMember(ctx context.Context, name string, o RemoveOptions
 		if to == "" {
 			return fmt.Errorf("refusing to remove leader %s: no healthy follower to hand leadership to", name)
 		}
-		c.progress("%s is the leader; moving leadership to %s first", name, to)
+		c.Progress.Say("%s is the leader; moving leadership to %s first", name, to)
 		if err := c.MoveLeader(ctx, to); err != nil {
 			return fmt.Errorf("remove %s: %w", name, err)
 		}
@@ -326,10 +304,10 @@ func (c *Cluster) RemoveMember(ctx context.Context, name string, o RemoveOptions
 		if err != nil && !errors.Is(err, rpctypes.ErrMemberNotFound) {
 			return fmt.Errorf("remove member %s (%x) from etcd: %w", name, id, err)
 		}
-		c.progress("removed %s (%x) from the cluster", name, id)
+		c.Progress.Say("removed %s (%x) from the cluster", name, id)
 	}
 	if ac, err := c.AgentFor(m); err == nil {
-		if err := ac.DeleteMember(ctx, name); err != nil && !isAgentNotFound(err) {
+		if err := ac.DeleteMember(ctx, name); err != nil && !agentapi.IsNotFound(err) {
 			return fmt.Errorf("member %s was removed from etcd but its agent could not stop it: %w", name, err)
 		}
 	}
@@ -340,15 +318,15 @@ func (c *Cluster) RemoveMember(ctx context.Context, name string, o RemoveOptions
 			next.Members = append(next.Members, o)
 		}
 	}
-	if err := c.saveSpec(next); err != nil {
+	if err := c.SaveSpec(next); err != nil {
 		return err
 	}
-	aside, err := moveAside(spec.Path(c.Dir, m.DataDir), "removed")
+	aside, err := datadir.MoveAside(spec.Path(c.Dir, m.DataDir), "removed")
 	if err != nil {
 		return fmt.Errorf("member %s removed, but its data dir could not be moved aside: %w", name, err)
 	}
 	if aside != "" {
-		c.progress("moved data dir of %s to %s", name, aside)
+		c.Progress.Say("moved data dir of %s to %s", name, aside)
 	}
 	return nil
 }
@@ -358,7 +336,7 @@ func (c *Cluster) RemoveMember(ctx context.Context, name string, o RemoveOptions
 // the same URLs, and promotes it once it has caught up. It can be re-run
 // after a failure and continues where it stopped.
 func (c *Cluster) ReplaceMember(ctx context.Context, name string, timeout time.Duration) error {
-	m, err := c.memberOrError(name)
+	m, err := c.Member(name)
 	if err != nil {
 		return err
 	}
@@ -388,14 +366,14 @@ func (c *Cluster) ReplaceMember(ctx context.Context, name string, timeout time.D
 	defer cli.Close()
 	if t, _ := st.Member(name); t.Role == "leader" {
 		if to := pickTransferee(st, name); to != "" {
-			c.progress("%s is the leader; moving leadership to %s first", name, to)
+			c.Progress.Say("%s is the leader; moving leadership to %s first", name, to)
 			if err := c.MoveLeader(ctx, to); err != nil {
 				return err
 			}
 		}
 	}
-	c.progress("stopping %s", name)
-	if _, err := ac.Stop(ctx, name); err != nil && !isAgentNotFound(err) {
+	c.Progress.Say("stopping %s", name)
+	if _, err := ac.Stop(ctx, name); err != nil && !agentapi.IsNotFound(err) {
 		return fmt.Errorf("stop member %s: %w", name, err)
 	}
 	return c.rejoin(ctx, cli, ac, m, timeout)
@@ -430,13 +408,13 @@ func (c *Cluster) rejoin(ctx context.Context, cli *clientv3.Client, ac *agentapi
 		if err != nil && !errors.Is(err, rpctypes.ErrMemberNotFound) {
 			return fmt.Errorf("remove old member %s (%x): %w", name, em.ID, err)
 		}
-		c.progress("removed old member ID %x", em.ID)
+		c.Progress.Say("removed old member ID %x", em.ID)
 	}
 	dataDir := spec.Path(c.Dir, m.DataDir)
-	if aside, err := moveAside(dataDir, "replaced"); err != nil {
+	if aside, err := datadir.MoveAside(dataDir, "replaced"); err != nil {
 		return fmt.Errorf("move data dir of %s aside: %w", name, err)
 	} else if aside != "" {
-		c.progress("moved old data dir to %s", aside)
+		c.Progress.Say("moved old data dir to %s", aside)
 	}
 	var initial string
 	if learnerID == 0 {
@@ -446,7 +424,7 @@ func (c *Cluster) rejoin(ctx context.Context, cli *clientv3.Client, ac *agentapi
 		}
 		learnerID = resp.Member.ID
 		initial = initialClusterFrom(resp.Members, learnerID, name)
-		c.progress("re-added %s as learner %x", name, learnerID)
+		c.Progress.Say("re-added %s as learner %x", name, learnerID)
 	} else {
 		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		list, err := cli.MemberList(lctx)
@@ -459,7 +437,7 @@ func (c *Cluster) rejoin(ctx context.Context, cli *clientv3.Client, ac *agentapi
 	next := c.Spec.Clone()
 	nm, _ := next.Member(name)
 	nm.Bootstrap = &spec.Bootstrap{InitialCluster: initial}
-	if err := c.saveSpec(next); err != nil {
+	if err := c.SaveSpec(next); err != nil {
 		return err
 	}
 	nm, _ = c.Spec.Member(name)
@@ -469,7 +447,7 @@ func (c *Cluster) rejoin(ctx context.Context, cli *clientv3.Client, ac *agentapi
 	if _, err := ac.Start(ctx, name); err != nil {
 		return err
 	}
-	c.progress("started %s with an empty data dir; waiting for it to catch up", name)
+	c.Progress.Say("started %s with an empty data dir; waiting for it to catch up", name)
 	if err := c.promoteWhenReady(ctx, cli, name, learnerID, timeout); err != nil {
 		return fmt.Errorf("%w (re-run `steward member replace %s` to continue)", err, name)
 	}
@@ -479,7 +457,7 @@ func (c *Cluster) rejoin(ctx context.Context, cli *clientv3.Client, ac *agentapi
 // StopMember stops a member's process (it stays a member of the cluster).
 // Unless force, it refuses when the cluster would lose its healthy quorum.
 func (c *Cluster) StopMember(ctx context.Context, name string, force bool) error {
-	m, err := c.memberOrError(name)
+	m, err := c.Member(name)
 	if err != nil {
 		return err
 	}
@@ -497,9 +475,9 @@ func (c *Cluster) StopMember(ctx context.Context, name string, force bool) error
 		// Stopping the leader leaves proposals waiting for an election
 		// (and drops those forwarded to it); hand leadership over first.
 		if to := pickTransferee(st, name); t.Role == "leader" && to != "" {
-			c.progress("%s is the leader; moving leadership to %s first", name, to)
+			c.Progress.Say("%s is the leader; moving leadership to %s first", name, to)
 			if err := c.MoveLeader(ctx, to); err != nil {
-				c.progress("could not move leadership (%v); stopping %s anyway", err, name)
+				c.Progress.Say("could not move leadership (%v); stopping %s anyway", err, name)
 			}
 		}
 	}
@@ -513,7 +491,7 @@ func (c *Cluster) StopMember(ctx context.Context, name string, force bool) error
 
 // StartMember starts a member's process again.
 func (c *Cluster) StartMember(ctx context.Context, name string) error {
-	m, err := c.memberOrError(name)
+	m, err := c.Member(name)
 	if err != nil {
 		return err
 	}
@@ -575,19 +553,6 @@ func voterCounts(st *Status, exclude string) (voters, healthyOthers int) {
 	return voters, healthyOthers
 }
 
-func pickTransferee(st *Status, exclude string) string {
-	best, bestIdx := "", uint64(0)
-	for _, m := range st.Members {
-		if m.Name == exclude || !m.Healthy || m.Role != "follower" || !m.InSpec {
-			continue
-		}
-		if best == "" || m.RaftAppliedIndex > bestIdx {
-			best, bestIdx = m.Name, m.RaftAppliedIndex
-		}
-	}
-	return best
-}
-
 func requireAllHealthy(st *Status, what string) error {
 	if !st.Cluster.Quorate {
 		return fmt.Errorf("refusing to %s: the cluster has no quorum: %s", what, unhealthySummary(st))
@@ -596,42 +561,6 @@ func requireAllHealthy(st *Status, what string) error {
 		return fmt.Errorf("refusing to %s while a member is unhealthy: %s", what, unhealthySummary(st))
 	}
 	return nil
-}
-
-func requireEmptyDir(dir string) error {
-	ents, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if len(ents) > 0 {
-		return fmt.Errorf("data dir %s already holds data; move it away first", dir)
-	}
-	return nil
-}
-
-// moveAside renames a data dir (and its version record) to
-// DIR.<why>-<timestamp>. It never deletes. It returns "" when there was
-// nothing to move.
-func moveAside(dataDir, why string) (string, error) {
-	if _, err := os.Stat(dataDir); errors.Is(err, os.ErrNotExist) {
-		_ = os.Remove(agent.RecordPath(dataDir))
-		return "", nil
-	}
-	dst := fmt.Sprintf("%s.%s-%s", dataDir, why, time.Now().UTC().Format("20060102T150405.000Z"))
-	if err := os.Rename(dataDir, dst); err != nil {
-		return "", err
-	}
-	if err := os.Rename(agent.RecordPath(dataDir), agent.RecordPath(dst)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return dst, err
-	}
-	return dst, nil
-}
-
-func isAgentNotFound(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "is not run by this agent")
 }
 
 // addLearner adds a learner, retrying etcd's strict reconfiguration check.

@@ -93,7 +93,7 @@ func Up(ctx context.Context, dir string, o UpOptions, progress func(string, ...a
 	}
 	s.ApplyDefaults()
 	c := &Cluster{Dir: dir, Spec: s}
-	warnings, err := c.validate(s)
+	warnings, err := c.ValidateSpec(s)
 	if err != nil {
 		return nil, warnings, err
 	}
@@ -178,7 +178,7 @@ func Up(ctx context.Context, dir string, o UpOptions, progress func(string, ...a
 		bctx, bcancel := context.WithTimeout(ctx, 20*time.Second)
 		defer bcancel()
 		var cond Condition
-		_ = poll(bctx, 300*time.Millisecond, func(context.Context) (bool, error) {
+		_ = Poll(bctx, 300*time.Millisecond, func(context.Context) (bool, error) {
 			cond = c.backupCondition(time.Now())
 			return cond.Status == "True", nil
 		})
@@ -189,33 +189,6 @@ func Up(ctx context.Context, dir string, o UpOptions, progress func(string, ...a
 		}
 	}
 	return c, warnings, nil
-}
-
-// WaitHealthy polls until every spec member is healthy.
-func (c *Cluster) WaitHealthy(ctx context.Context, progress func(string, ...any)) error {
-	var last *Status
-	err := poll(ctx, 300*time.Millisecond, func(ctx context.Context) (bool, error) {
-		st, err := c.Status(ctx)
-		if err != nil {
-			return false, err
-		}
-		last = st
-		if st.Cluster.Quorate && st.Cluster.HealthyMembers == len(st.Members) {
-			return true, nil
-		}
-		// A member that cannot start will not fix itself: say so now.
-		for _, m := range st.Members {
-			if m.Process == agentapi.StateFailed || m.Process == agentapi.StateCrashLoop {
-				return false, fmt.Errorf("member %s cannot run: %s (log: %s)", m.Name, m.LastError,
-					filepath.Join(c.Dir, "logs", m.Name+".log"))
-			}
-		}
-		return false, nil
-	})
-	if err != nil && last != nil && errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("cluster not healthy in time: %s", unhealthySummary(last))
-	}
-	return err
 }
 
 // ensureLocalAgent returns a client of the local agent, starting the agent
@@ -365,26 +338,13 @@ func stopOrphans(ctx context.Context, dir string, progress func(string, ...any))
 func waitExit(ctx context.Context, pid int, d time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	err := poll(ctx, 100*time.Millisecond, func(context.Context) (bool, error) {
+	err := Poll(ctx, 100*time.Millisecond, func(context.Context) (bool, error) {
 		return !proc.Alive(pid), nil
 	})
 	if err != nil {
 		return fmt.Errorf("process %d did not exit within %s", pid, d)
 	}
 	return nil
-}
-
-// Env returns the shell exports that point etcdctl at the cluster.
-func (c *Cluster) Env() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "export ETCDCTL_ENDPOINTS=%s\n", strings.Join(c.Spec.ClientURLs(), ","))
-	if !c.Spec.TLS.Disabled {
-		f := pki.FilesIn(c.CertDir())
-		fmt.Fprintf(&b, "export ETCDCTL_CACERT=%s\n", f.CA)
-		fmt.Fprintf(&b, "export ETCDCTL_CERT=%s\n", f.ClientCert)
-		fmt.Fprintf(&b, "export ETCDCTL_KEY=%s\n", f.ClientKey)
-	}
-	return b.String()
 }
 
 func lastLines(path string, n int) string {

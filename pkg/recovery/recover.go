@@ -89,7 +89,7 @@ func (c *Cluster) Recover(ctx context.Context) (RecoverReport, error) {
 			if sm, _ := st.Member(seed.Name); sm.Healthy {
 				return rep, c.resumeRecovery(ctx, &rep, j)
 			}
-			if err := c.StopMember(ctx, seed.Name, true); err != nil && !isAgentNotFound(err) {
+			if err := c.StopMember(ctx, seed.Name, true); err != nil && !agentapi.IsNotFound(err) {
 				return rep, fmt.Errorf("stop %s: %w", seed.Name, err)
 			}
 			f := datadir.Check(spec.Path(c.Dir, seed.DataDir))
@@ -97,18 +97,18 @@ func (c *Cluster) Recover(ctx context.Context) (RecoverReport, error) {
 				rep.DataDirs = append(rep.DataDirs, f)
 				return rep, c.resumeRecovery(ctx, &rep, j)
 			}
-			c.progress("the unfinished recovery of %s seeded %s, but its data dir is not usable now (%s)", j.SeededAt.Format(time.RFC3339), j.Seed, f)
+			c.Progress.Say("the unfinished recovery of %s seeded %s, but its data dir is not usable now (%s)", j.SeededAt.Format(time.RFC3339), j.Seed, f)
 		} else {
-			c.progress("the unfinished recovery of %s seeded %s, which is no longer in the spec", j.SeededAt.Format(time.RFC3339), j.Seed)
+			c.Progress.Say("the unfinished recovery of %s seeded %s, which is no longer in the spec", j.SeededAt.Format(time.RFC3339), j.Seed)
 		}
 		if st.Cluster.Quorate {
 			rep.Message = "the cluster is quorate: nothing to recover; the journal of an unfinished recovery was dropped"
 			return rep, c.removeRecoveryJournal()
 		}
 	}
-	c.progress("quorum lost (%s); stopping every member to inspect its data", unhealthySummary(st))
+	c.Progress.Say("quorum lost (%s); stopping every member to inspect its data", unhealthySummary(st))
 	for _, m := range c.Spec.Members {
-		if err := c.StopMember(ctx, m.Name, true); err != nil && !isAgentNotFound(err) {
+		if err := c.StopMember(ctx, m.Name, true); err != nil && !agentapi.IsNotFound(err) {
 			return rep, fmt.Errorf("stop %s: %w", m.Name, err)
 		}
 	}
@@ -135,7 +135,7 @@ func (c *Cluster) Recover(ctx context.Context) (RecoverReport, error) {
 			// raft brings a majority to the newest committed entry.
 			note = fmt.Sprintf(" (database at revision %d, behind the newest backup %d; its WAL replays on start)", f.Revision, rep.NewestBackupRevision)
 		}
-		c.progress("  %s: %s%s", m.Name, f, note)
+		c.Progress.Say("  %s: %s%s", m.Name, f, note)
 		rep.DataDirs = append(rep.DataDirs, f)
 		if f.State == datadir.Valid {
 			valid++
@@ -146,7 +146,7 @@ func (c *Cluster) Recover(ctx context.Context) (RecoverReport, error) {
 	quorum := len(c.Spec.Members)/2 + 1
 	if valid >= quorum {
 		rep.Action = "restart"
-		c.progress("%d of %d members have valid data (quorum %d): restarting them, nothing is lost", valid, len(c.Spec.Members), quorum)
+		c.Progress.Say("%d of %d members have valid data (quorum %d): restarting them, nothing is lost", valid, len(c.Spec.Members), quorum)
 		for i, m := range c.Spec.Members {
 			if rep.DataDirs[i].State == datadir.Valid {
 				if err := c.StartMember(ctx, m.Name); err != nil {
@@ -158,7 +158,7 @@ func (c *Cluster) Recover(ctx context.Context) (RecoverReport, error) {
 			return rep, err
 		}
 		for _, name := range lost {
-			c.progress("replacing %s, whose data is not usable", name)
+			c.Progress.Say("replacing %s, whose data is not usable", name)
 			if err := c.ReplaceMember(ctx, name, 0); err != nil {
 				return rep, fmt.Errorf("quorum is back, but replacing %s failed: %w", name, err)
 			}
@@ -181,7 +181,7 @@ func (c *Cluster) Recover(ctx context.Context) (RecoverReport, error) {
 	if best >= 0 {
 		rep.Action = "reseed"
 		survivor := c.Spec.Members[best]
-		c.progress("only %d of %d members have valid data (quorum %d); %s is at revision %d, not behind the newest backup (%d): rebuilding the cluster from its data, then adding the others",
+		c.Progress.Say("only %d of %d members have valid data (quorum %d); %s is at revision %d, not behind the newest backup (%d): rebuilding the cluster from its data, then adding the others",
 			valid, len(c.Spec.Members), quorum, survivor.Name, rep.DataDirs[best].Revision, rep.NewestBackupRevision)
 		return rep, c.recoverFromSeed(ctx, &rep, survivor, false)
 	}
@@ -190,7 +190,7 @@ func (c *Cluster) Recover(ctx context.Context) (RecoverReport, error) {
 		return rep, fmt.Errorf("only %d of %d members have valid data (quorum %d) and there is no backup to restore: the cluster cannot be recovered by Steward",
 			valid, len(c.Spec.Members), quorum)
 	}
-	c.progress("only %d of %d members have valid data (quorum %d), none of them as new as the newest backup: restoring from backup into one member, then adding the others", valid, len(c.Spec.Members), quorum)
+	c.Progress.Say("only %d of %d members have valid data (quorum %d), none of them as new as the newest backup: restoring from backup into one member, then adding the others", valid, len(c.Spec.Members), quorum)
 	return rep, c.recoverFromSeed(ctx, &rep, c.Spec.Members[0], true)
 }
 
@@ -227,7 +227,7 @@ func (c *Cluster) recoverFromSeed(ctx context.Context, rep *RecoverReport, seed 
 	if !restore {
 		again = "its data is kept"
 	}
-	c.progress("%s: running it alone with --force-new-cluster on a private client port until a write commits", seed.Name)
+	c.Progress.Say("%s: running it alone with --force-new-cluster on a private client port until a write commits", seed.Name)
 	if err := c.RunIsolated(ctx, []string{seed.Name}, c.Spec.VersionOf(seed), IsolatedOptions{ForceNewCluster: true, Timeout: 2 * time.Minute}); err != nil {
 		return fmt.Errorf("make %s a cluster of one: %w (re-run `steward recover`: %s)", seed.Name, err, again)
 	}
@@ -243,7 +243,7 @@ func (c *Cluster) recoverFromSeed(ctx context.Context, rep *RecoverReport, seed 
 func (c *Cluster) resumeRecovery(ctx context.Context, rep *RecoverReport, j *recoveryJournal) error {
 	rep.Action = "resume"
 	rep.Seed, rep.RestoredFrom, rep.FreshBackup = j.Seed, j.RestoredFrom, j.FreshBackup
-	c.progress("resuming the recovery of %s: %s (%s) holds the cluster on its own; it is not restored again (that would lose the writes it took since)",
+	c.Progress.Say("resuming the recovery of %s: %s (%s) holds the cluster on its own; it is not restored again (that would lose the writes it took since)",
 		j.SeededAt.Format(time.RFC3339), j.Seed, j.origin())
 	return c.finishRecovery(ctx, rep, j)
 }
@@ -268,7 +268,7 @@ func (c *Cluster) finishRecovery(ctx context.Context, rep *RecoverReport, j *rec
 		if err != nil {
 			return fmt.Errorf("seed %s serves, but the fresh full snapshot failed: %w (the other members were not added yet: re-run `steward recover`)", seed.Name, err)
 		}
-		c.progress("fresh full snapshot %s of the seed (revision %d)", full.ID, full.EndRevision)
+		c.Progress.Say("fresh full snapshot %s of the seed (revision %d)", full.ID, full.EndRevision)
 		j.FreshBackup = full.ID
 		if err := c.writeRecoveryJournal(j); err != nil {
 			return err
@@ -292,12 +292,12 @@ func (c *Cluster) finishRecovery(ctx context.Context, rep *RecoverReport, j *rec
 		if mem.Name == seed.Name || isVoter(list.Members, mem.PeerURL) {
 			continue
 		}
-		c.progress("adding %s as a learner; it receives the restored data from %s", mem.Name, seed.Name)
+		c.Progress.Say("adding %s as a learner; it receives the restored data from %s", mem.Name, seed.Name)
 		ac, err := c.AgentFor(mem)
 		if err == nil {
 			// Stopped by Recover; but after a crash its agent may have
 			// started it again, with data of the old cluster.
-			if _, err = ac.Stop(ctx, mem.Name); isAgentNotFound(err) {
+			if _, err = ac.Stop(ctx, mem.Name); agentapi.IsNotFound(err) {
 				err = nil
 			}
 		}
@@ -337,15 +337,6 @@ func isVoter(list []*etcdserverpb.Member, peerURL string) bool {
 }
 
 func (c *Cluster) recoverLockPath() string { return filepath.Join(c.Dir, "run", "recover.lock") }
-
-func (c *Cluster) waitQuorum(ctx context.Context, d time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	return poll(ctx, 300*time.Millisecond, func(ctx context.Context) (bool, error) {
-		st, err := c.Status(ctx)
-		return err == nil && st.Cluster.Quorate, nil
-	})
-}
 
 // RunAutoRecovery watches the cluster from an agent and, when the spec says
 // recovery: auto, runs Recover once quorum has been lost for the grace

@@ -1,0 +1,242 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/etcd-steward/steward/internal/atomicfile"
+	"github.com/etcd-steward/steward/pkg/backup"
+	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/robfig/cron/v3"
+)
+
+// BackupCondition reports the backups: with continuous backups on, from
+// the loop's status (fresh, and no error since the last upload); otherwise
+// from the newest full backup. Without any backup it is Unknown.
+func (c *Cluster) BackupCondition(ctx context.Context, now time.Time) Condition {
+	cond := Condition{Type: CondBackupReady, Status: "Unknown", Reason: "NoBackups",
+		Message: "no backup has been taken for this cluster"}
+	if c.Spec == nil {
+		return cond
+	}
+	if c.Spec.Backup.Continuous {
+		bs, ok := backup.ReadLoopStatus(c.statusDir())
+		switch {
+		case !ok:
+			cond.Reason, cond.Message = "BackupNotStarted", "continuous backups are on but the backup loop has not reported yet"
+		case now.Sub(bs.UpdatedAt) > 30*time.Second:
+			cond.Status, cond.Reason = "False", "BackupNotRunning"
+			cond.Message = fmt.Sprintf("the backup loop last reported %s ago (agent %s)", now.Sub(bs.UpdatedAt).Round(time.Second), bs.Agent)
+		case bs.LastError != "":
+			cond.Status, cond.Reason = "False", "IncrementalBackupFailed"
+			cond.Message = bs.LastError
+		case fullOverdue(c.Spec.Backup.FullSchedule, bs.LastFull, now):
+			cond.Status, cond.Reason = "False", "FullBackupOverdue"
+			cond.Message = fmt.Sprintf("the last full snapshot is %s old: two scheduled ones (%q) were missed", now.Sub(bs.LastFull).Round(time.Second), c.Spec.Backup.FullSchedule)
+		case bs.Recording:
+			cond.Status, cond.Reason = "True", "IncrementalBackupSucceeded"
+			cond.Message = fmt.Sprintf("agent %s records every change: revisions up to %d stored", bs.Agent, bs.NextRevision-1)
+			if !bs.LastUpload.IsZero() {
+				cond.Message += fmt.Sprintf(", last upload %s ago", now.Sub(bs.LastUpload).Round(time.Second))
+			}
+		default:
+			cond.Reason, cond.Message = "BackupNotStarted", "the backup loop runs but is not recording yet"
+		}
+		return cond
+	}
+	if c.Spec.Backup.S3 == nil {
+		if _, err := os.Stat(c.Spec.BackupStoreDir(c.Dir)); err != nil {
+			return cond
+		}
+	}
+	store, err := c.BackupStore(ctx)
+	if err != nil {
+		cond.Reason, cond.Message = "BackupStoreUnreadable", err.Error()
+		return cond
+	}
+	ms, err := backup.List(ctx, store)
+	if err != nil {
+		cond.Reason, cond.Message = "BackupStoreUnreadable", err.Error()
+		return cond
+	}
+	for i := len(ms) - 1; i >= 0; i-- {
+		if ms[i].Kind == backup.KindFull {
+			cond.Status, cond.Reason = "True", "FullBackupSucceeded"
+			cond.Message = fmt.Sprintf("newest full backup %s at revision %d, %s old",
+				ms[i].ID, ms[i].EndRevision, now.Sub(ms[i].CreatedAt).Round(time.Second))
+			return cond
+		}
+	}
+	return cond
+}
+
+// fullOverdue reports whether two scheduled full snapshots were missed.
+func fullOverdue(schedule string, last, now time.Time) bool {
+	if last.IsZero() {
+		return false
+	}
+	sched, err := cron.ParseStandard(schedule)
+	if err != nil {
+		return false
+	}
+	return now.After(sched.Next(sched.Next(last)))
+}
+
+// conditions computes the status conditions. They carry no
+// lastTransitionTime: RecordStatus stamps it from the last recorded ones.
+func (c *Cluster) conditions(ctx context.Context, st *Status, now time.Time) []Condition {
+	quorum := st.Cluster.VotingMembers/2 + 1
+	ready := Condition{Type: CondReady, Status: "True", Reason: "Quorate",
+		Message: fmt.Sprintf("%d of %d voting members healthy; quorum is %d", st.HealthyVoters(), st.Cluster.VotingMembers, quorum)}
+	if !st.Cluster.Quorate {
+		ready.Status, ready.Reason = "False", "QuorumLost"
+		ready.Message = fmt.Sprintf("no linearizable read succeeded: %d of %d voting members needed; %s",
+			quorum, st.Cluster.VotingMembers, st.Unhealthy())
+	}
+	all := Condition{Type: CondAllMembersReady, Status: "True", Reason: "AllMembersReady",
+		Message: fmt.Sprintf("all %d members healthy", len(st.Members))}
+	if st.Cluster.HealthyMembers < len(st.Members) {
+		all.Status, all.Reason = "False", "NotAllMembersReady"
+		all.Message = st.Unhealthy()
+	} else if l := learnerNames(st); len(l) > 0 {
+		// A healthy learner is still catching up: it neither votes nor
+		// serves linearizable reads, so clients given its endpoint get
+		// "rpc not supported for learner". Not ready until promoted.
+		all.Status, all.Reason = "False", "LearnerNotPromoted"
+		all.Message = fmt.Sprintf("not yet promoted to voting member (still catching up): %s", strings.Join(l, ", "))
+	}
+	return []Condition{ready, all, c.BackupCondition(ctx, now), c.upgradeCondition()}
+}
+
+// HealthyVoters counts the healthy voting members of the spec.
+func (s *Status) HealthyVoters() int {
+	n := 0
+	for _, m := range s.Members {
+		if m.Healthy && m.Role != "learner" && m.InSpec {
+			n++
+		}
+	}
+	return n
+}
+
+func learnerNames(st *Status) []string {
+	var names []string
+	for _, m := range st.Members {
+		if m.Role == "learner" {
+			names = append(names, m.Name)
+		}
+	}
+	return names
+}
+
+func (c *Cluster) conditionsPath() string { return filepath.Join(c.statusDir(), "conditions.json") }
+
+// RecordStatus is the one place a status observation is written down, and
+// only the commands that report status to an operator call it. It stamps
+// each condition's lastTransitionTime from the conditions recorded last
+// time in DIR/status/conditions.json (kept when the condition's status did
+// not change, now when it did), records the new ones there when any
+// changed, and records the etcd cluster ID seen (RecordClusterID). Both
+// files are written atomically.
+func (c *Cluster) RecordStatus(st *Status, now time.Time) error {
+	path := c.conditionsPath()
+	var prev []Condition
+	b, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return fmt.Errorf("read the recorded conditions: %w", err)
+	default:
+		if err := json.Unmarshal(b, &prev); err != nil {
+			// The record only keeps transition times: start it afresh.
+			prev = nil
+		}
+	}
+	changed := len(prev) != len(st.Conditions)
+	for i := range st.Conditions {
+		cond := &st.Conditions[i]
+		cond.LastTransitionTime = now.UTC().Truncate(time.Second)
+		for _, p := range prev {
+			if p.Type == cond.Type {
+				if p.Status == cond.Status {
+					cond.LastTransitionTime = p.LastTransitionTime
+				} else {
+					changed = true
+				}
+			}
+		}
+	}
+	if changed {
+		if err := os.MkdirAll(c.statusDir(), 0o700); err != nil {
+			return fmt.Errorf("record conditions: %w", err)
+		}
+		b, err := json.MarshalIndent(st.Conditions, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := atomicfile.WriteFile(path, b, 0o600); err != nil {
+			return fmt.Errorf("record conditions: %w", err)
+		}
+	}
+	if st.Cluster.ID != "" {
+		return c.RecordClusterID(st.Cluster.ID)
+	}
+	return nil
+}
+
+// CondUpgradeInProgress is true while an upgrade or rollback plan has work
+// left: running, failed (waiting for resume or abort) or interrupted.
+const CondUpgradeInProgress = "UpgradeInProgress"
+
+// upgradeCondition reports the latest plan's state.
+func (c *Cluster) upgradeCondition() Condition {
+	cond := Condition{Type: CondUpgradeInProgress, Status: "False", Reason: "NoPlan", Message: "no upgrade or rollback plan"}
+	st := c.Plans()
+	p, err := st.Latest()
+	switch {
+	case errors.Is(err, plan.ErrNoPlan):
+		return cond
+	case err != nil:
+		cond.Status, cond.Reason, cond.Message = "Unknown", "PlanUnreadable", err.Error()
+		return cond
+	}
+	what := fmt.Sprintf("%s plan %s (etcd %s to %s)", p.Kind, p.ID, p.From, p.To)
+	step := p.Current()
+	switch {
+	case p.State == plan.Failed:
+		cond.Status, cond.Reason = "True", "Failed"
+		cond.Message = fmt.Sprintf("%s failed: %s; fix the cause, then `steward plan resume` or `steward plan abort`", what, p.Error)
+	case p.Active() && !st.Locked():
+		cond.Status, cond.Reason = "True", "Interrupted"
+		cond.Message = fmt.Sprintf("%s was interrupted; no process runs it: `steward plan resume`", what)
+	case p.Active():
+		cond.Status, cond.Reason = "True", "Running"
+		cond.Message = what
+		if step != nil {
+			cond.Message += fmt.Sprintf(": step %d/%d, %s", step.Index, len(p.Steps)-1, step.Description)
+		}
+	default:
+		cond.Reason = "Plan" + stateWord(p.State)
+		cond.Message = fmt.Sprintf("last plan: %s, %s", what, p.State)
+	}
+	return cond
+}
+
+func stateWord(s plan.State) string {
+	switch s {
+	case plan.Done:
+		return "Done"
+	case plan.Aborted:
+		return "Aborted"
+	case plan.RolledBack:
+		return "RolledBack"
+	}
+	return "Unknown"
+}

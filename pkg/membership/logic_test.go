@@ -1,0 +1,67 @@
+package membership
+
+import (
+	"testing"
+
+	"github.com/etcd-steward/steward/pkg/cluster"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+)
+
+func TestInitialClusterFrom(t *testing.T) {
+	members := []*pb.Member{
+		{ID: 1, Name: "a", PeerURLs: []string{"https://127.0.0.1:1"}},
+		{ID: 2, Name: "", PeerURLs: []string{"https://127.0.0.1:2"}},                         // the one just added
+		{ID: 3, Name: "", PeerURLs: []string{"https://127.0.0.1:3"}, IsLearner: true},        // added earlier, never started
+		{ID: 4, Name: "b", PeerURLs: []string{"https://127.0.0.1:4", "https://127.0.0.1:5"}}, // two peer URLs
+	}
+	got := initialClusterFrom(members, 2, "new")
+	want := "a=https://127.0.0.1:1,new=https://127.0.0.1:2,b=https://127.0.0.1:4,b=https://127.0.0.1:5"
+	if got != want {
+		t.Fatalf("got %s\nwant %s", got, want)
+	}
+}
+
+func statusOf(ms ...cluster.MemberStatus) *cluster.Status {
+	st := &cluster.Status{Members: ms}
+	for _, m := range ms {
+		if m.Role == "learner" {
+			st.Cluster.Learners++
+		} else {
+			st.Cluster.VotingMembers++
+		}
+		if m.Healthy {
+			st.Cluster.HealthyMembers++
+			st.Cluster.Quorate = true
+		}
+	}
+	return st
+}
+
+func TestPickTransferee(t *testing.T) {
+	st := statusOf(
+		cluster.MemberStatus{Name: "a", Role: "leader", Healthy: true, InSpec: true, RaftAppliedIndex: 100},
+		cluster.MemberStatus{Name: "b", Role: "follower", Healthy: true, InSpec: true, RaftAppliedIndex: 90},
+		cluster.MemberStatus{Name: "c", Role: "follower", Healthy: true, InSpec: true, RaftAppliedIndex: 99},
+		cluster.MemberStatus{Name: "d", ID: "d4", Role: "follower", Healthy: false, InSpec: true, RaftAppliedIndex: 100},
+		cluster.MemberStatus{Name: "e", Role: "learner", Healthy: true, InSpec: true, RaftAppliedIndex: 100},
+	)
+	if got := pickTransferee(st, "a"); got != "c" {
+		t.Errorf("transferee %q, want the most up-to-date healthy follower c", got)
+	}
+	if got := pickTransferee(statusOf(cluster.MemberStatus{Name: "a", Role: "leader", Healthy: true}), "a"); got != "" {
+		t.Errorf("transferee %q with no follower", got)
+	}
+	if v, h := voterCounts(st, "a"); v != 4 || h != 2 {
+		t.Errorf("voterCounts = %d, %d; want 4 voters, 2 healthy others", v, h)
+	}
+	// After a recovery restored one member, the others are in the spec but
+	// not in etcd's member list (no ID): they are not voters.
+	rec := statusOf(
+		cluster.MemberStatus{Name: "a", ID: "a1", Role: "leader", Healthy: true, InSpec: true},
+		cluster.MemberStatus{Name: "b", Role: "unknown", InSpec: true},
+		cluster.MemberStatus{Name: "c", Role: "unknown", InSpec: true},
+	)
+	if v, h := voterCounts(rec, "b"); v != 1 || h != 1 {
+		t.Errorf("voterCounts after a one-member restore = %d, %d; want 1 voter, 1 healthy other", v, h)
+	}
+}

@@ -1,0 +1,83 @@
+package restore
+
+// Backups lists the cluster's complete backups, oldest first.
+func (c *Cluster) Backups(ctx context.Context) ([]backup.Manifest, error) {
+	store, err := c.BackupStore()
+	if err != nil {
+		return nil, err
+	}
+	return backup.List(ctx, store)
+}
+
+// VerifyResult reports one backup's verification.
+type VerifyResult struct {
+	ID    string `json:"id"`
+	OK    bool   `json:"ok"`
+	Error string `json:"error,omitempty"`
+}
+
+// VerifyBackups fetches each named backup (all when id is "") and checks
+// its checksums, key, database consistency, revision and hash.
+func (c *Cluster) VerifyBackups(ctx context.Context, id, keyFile string) ([]VerifyResult, error) {
+	store, err := c.BackupStore()
+	if err != nil {
+		return nil, err
+	}
+	var ms []backup.Manifest
+	if id == "" {
+		if ms, err = backup.List(ctx, store); err != nil {
+			return nil, err
+		}
+		if len(ms) == 0 {
+			return nil, fmt.Errorf("no backups in %s", store)
+		}
+	} else {
+		m, err := backup.Find(ctx, store, id)
+		if err != nil {
+			return nil, err
+		}
+		ms = []backup.Manifest{m}
+	}
+	key, err := c.backupKey(keyFile)
+	if err != nil {
+		return nil, err
+	}
+	tmp, err := os.MkdirTemp(filepath.Join(c.Dir), "tmp-verify-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	var out []VerifyResult
+	for i, m := range ms {
+		r := VerifyResult{ID: m.ID, OK: true}
+		var err error
+		if m.Kind == backup.KindFull {
+			err = backup.Fetch(ctx, store, m, key, filepath.Join(tmp, fmt.Sprintf("%d.db", i)))
+			_ = os.Remove(filepath.Join(tmp, fmt.Sprintf("%d.db", i)))
+		} else {
+			err = backup.VerifyDelta(ctx, store, m, key)
+		}
+		if err != nil {
+			r.OK, r.Error = false, err.Error()
+		}
+		c.Progress.Say("%s: %s", m.ID, map[bool]string{true: "ok", false: "FAILED: " + r.Error}[r.OK])
+		out = append(out, r)
+	}
+	if id == "" {
+		// The chains: every delta must continue a full backup without a gap.
+		for _, m := range ms {
+			if m.Kind != backup.KindFull {
+				continue
+			}
+			ch := backup.BuildChain(ms, m)
+			if len(ch.GapAfter) > 0 {
+				r := VerifyResult{ID: "chain:" + m.ID, Error: fmt.Sprintf("the delta chain after %s stops at revision %d, but %d delta segments start at revision %d: revisions %d to %d are missing",
+					m.ID, ch.End, len(ch.GapAfter), ch.GapAfter[0].StartRevision, ch.End+1, ch.GapAfter[0].StartRevision-1)}
+				c.Progress.Say("%s: FAILED: %s", r.ID, r.Error)
+				out = append(out, r)
+			}
+		}
+	}
+	return out, nil
+}
+
