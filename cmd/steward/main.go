@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/etcd-steward/steward/internal/cmd"
+	"github.com/etcd-steward/steward/cmd/steward/internal/command"
 )
 
 func main() {
-	if err := cmd.NewRootCommand().Execute(); err != nil {
+	if err := command.NewRootCommand().Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "Error:", err)
 		os.Exit(1)
 	}

@@ -1,13 +1,17 @@
-package cluster
+// Package backupd takes the cluster's backups: a verified full snapshot on
+// demand (Now), and the continuous loop each agent runs (Run): the backup
+// leader's election in etcd, the recorder that streams every change into
+// delta segments, the full snapshots on schedule, and the status it
+// reports for the BackupReady condition.
+package backupd
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/robfig/cron/v3"
@@ -15,63 +19,43 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
-	"github.com/etcd-steward/steward/internal/atomicfile"
 	"github.com/etcd-steward/steward/pkg/backup"
+	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/restore"
 )
 
-// BackupStatus is what the continuous backup loop last reported; it is kept
-// in DIR/status/backup.json and read by status for BackupReady.
-type BackupStatus struct {
-	Agent string `json:"agent"`
-	Role  string `json:"role"` // leader or standby
-	// Recording is true while the leader watches and stores every change.
-	Recording    bool      `json:"recording"`
-	NextRevision int64     `json:"nextRevision"`
-	LastUpload   time.Time `json:"lastUpload,omitzero"`
-	LastFull     time.Time `json:"lastFull,omitzero"`
-	LastError    string    `json:"lastError,omitempty"`
-	LastErrorAt  time.Time `json:"lastErrorAt,omitzero"`
-	UpdatedAt    time.Time `json:"updatedAt"`
+// report is the loop's state, as written to its status file for
+// BackupReady. The loop goroutine, the monitor goroutine of a round and
+// the recorder's upload callback all update it, so every access goes
+// through its methods.
+type report struct {
+	statusDir string
+	log       *slog.Logger
+
+	mu sync.Mutex
+	st backup.LoopStatus // guarded by mu
 }
 
-// backupStatusPath is per agent: agents sharing a directory each report.
-func backupStatusPath(dir, agent string) string {
-	return filepath.Join(dir, "status", "backup-"+agent+".json")
-}
-
-// readBackupStatus returns the report of the agent that leads backups (the
-// freshest leader report; else the freshest report).
-func readBackupStatus(dir string) (BackupStatus, bool) {
-	files, _ := filepath.Glob(filepath.Join(dir, "status", "backup-*.json"))
-	var best BackupStatus
-	found := false
-	for _, f := range files {
-		var s BackupStatus
-		b, err := os.ReadFile(f)
-		if err != nil || json.Unmarshal(b, &s) != nil {
-			continue
-		}
-		better := !found ||
-			(s.Role == "leader") != (best.Role == "leader") && s.Role == "leader" ||
-			(s.Role == "leader") == (best.Role == "leader") && s.UpdatedAt.After(best.UpdatedAt)
-		if better {
-			best, found = s, true
-		}
+// update changes the state under the lock and, when write, writes it.
+func (r *report) update(write bool, f func(st *backup.LoopStatus)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f(&r.st)
+	if write {
+		r.writeLocked()
 	}
-	return best, found
 }
 
-func writeBackupStatus(dir string, s BackupStatus) {
-	s.UpdatedAt = time.Now().UTC()
-	p := backupStatusPath(dir, s.Agent)
-	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-		return
+// write writes the current state.
+func (r *report) write() { r.update(true, func(*backup.LoopStatus) {}) }
+
+func (r *report) writeLocked() {
+	if err := backup.WriteLoopStatus(r.statusDir, r.st); err != nil {
+		r.log.Warn("write the backup loop status", "err", err)
 	}
-	b, _ := json.MarshalIndent(s, "", "  ")
-	_ = atomicfile.WriteFile(p, b, 0o600)
 }
 
-// RunContinuousBackups runs the continuous backup loop of one agent until
+// Run runs the continuous backup loop of one agent until
 // ctx ends. Exactly one agent acts at a time: the one that runs the etcd
 // leader and holds the backup election in etcd (so a new leader starts only
 // after the previous one stored its last segment). It continues the chain
@@ -80,23 +64,22 @@ func writeBackupStatus(dir string, s BackupStatus) {
 // fenced-off leader's last upload land late). It takes a full snapshot when
 // none exists for the cluster, on the schedule, when the delta chain grows
 // past its limit, and when the watch reports the needed revision compacted.
-func RunContinuousBackups(ctx context.Context, dir, agentName string, log *slog.Logger) {
-	st := BackupStatus{Agent: agentName}
+func Run(ctx context.Context, dir, agentName string, log *slog.Logger) {
+	r := &report{statusDir: filepath.Join(dir, "status"), log: log, st: backup.LoopStatus{Agent: agentName}}
 	failures := 0
 	for ctx.Err() == nil {
-		err := backupRound(ctx, dir, agentName, &st, log)
+		err := round(ctx, dir, agentName, r, log)
 		switch {
 		case ctx.Err() != nil:
-			writeBackupStatus(dir, st)
+			r.write()
 			return
 		case errors.Is(err, errNotBackupLeader), errors.Is(err, errBackupsOff):
 			failures = 0
-			st.Recording = false
+			r.update(false, func(st *backup.LoopStatus) { st.Recording = false })
 			sleepCtx(ctx, 2*time.Second)
 		case err != nil:
 			failures++
-			st.LastError, st.LastErrorAt = err.Error(), time.Now().UTC()
-			writeBackupStatus(dir, st)
+			r.update(true, func(st *backup.LoopStatus) { st.LastError, st.LastErrorAt = err.Error(), time.Now().UTC() })
 			log.Warn("continuous backup", "err", err)
 			// Retry soon: every second without a recorder widens the
 			// recovery point (the next round resumes where the store ends).
@@ -121,10 +104,11 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	}
 }
 
-// backupRound is one stretch of leadership: it returns when leadership
-// moves, a full snapshot is due, or something fails.
-func backupRound(ctx context.Context, dir, agentName string, st *BackupStatus, log *slog.Logger) error {
-	c, err := Open(dir)
+// round is one stretch of leadership: it returns when leadership moves, a
+// full snapshot is due, or something fails. Every goroutine it starts has
+// ended when it returns.
+func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logger) error {
+	c, err := cluster.Open(dir)
 	if err != nil {
 		return err
 	}
@@ -137,13 +121,15 @@ func backupRound(ctx context.Context, dir, agentName string, st *BackupStatus, l
 	}
 	leader, ok := status.Member(status.Cluster.Leader)
 	if !ok || !status.Cluster.Quorate {
-		return fmt.Errorf("no leader: %s", unhealthySummary(status))
+		return fmt.Errorf("no leader: %s", status.Unhealthy())
 	}
 	if leader.Agent != agentName {
-		if st.Role != "standby" {
-			st.Role = "standby"
-			writeBackupStatus(dir, *st)
-		}
+		r.update(false, func(st *backup.LoopStatus) {
+			if st.Role != "standby" {
+				st.Role = "standby"
+				r.writeLocked()
+			}
+		})
 		return errNotBackupLeader
 	}
 	cli, err := c.Client()
@@ -162,12 +148,12 @@ func backupRound(ctx context.Context, dir, agentName string, st *BackupStatus, l
 	if handOver(ctx, c, cli, leader, agentName) {
 		return nil // leadership moved while waiting: the next round decides
 	}
-	st.Role = "leader"
-	store, err := c.BackupStore()
+	r.update(false, func(st *backup.LoopStatus) { st.Role = "leader" })
+	store, err := c.BackupStore(ctx)
 	if err != nil {
 		return err
 	}
-	key, err := c.backupKey("")
+	key, err := c.BackupKey("")
 	if err != nil {
 		return err
 	}
@@ -205,25 +191,29 @@ func backupRound(ctx context.Context, dir, agentName string, st *BackupStatus, l
 	fullDue := lastFull == nil || deltasSinceFull >= c.Spec.Backup.MaxDeltasPerFull ||
 		!sched.Next(lastFull.CreatedAt).After(time.Now())
 	if fullDue {
-		m, err := c.BackupNow(ctx, BackupOptions{Member: leader.Name})
+		m, err := Now(ctx, c, Options{Member: leader.Name})
 		if err != nil {
 			return fmt.Errorf("full snapshot: %w", err)
 		}
 		log.Info("full snapshot", "id", m.ID, "revision", m.EndRevision)
-		if res, err := c.CollectBackups(ctx, false); err != nil {
+		if res, err := restore.Collect(ctx, c, false); err != nil {
 			log.Warn("backup garbage collection", "err", err)
 		} else if len(res.Deleted) > 0 {
 			log.Info("backup garbage collection", "deleted", len(res.Deleted), "kept", len(res.Kept))
 		}
-		st.LastFull, st.LastUpload, st.NextRevision = m.CreatedAt, m.CreatedAt, m.EndRevision+1
-		writeBackupStatus(dir, *st)
+		r.update(true, func(st *backup.LoopStatus) {
+			st.LastFull, st.LastUpload, st.NextRevision = m.CreatedAt, m.CreatedAt, m.EndRevision+1
+		})
 		lastFull, next, deltasSinceFull = &m, m.EndRevision+1, 0
 	}
 
 	// Watch until leadership moves, the next full is due, or the chain is long.
 	rctx, cancel := context.WithDeadline(ctx, sched.Next(lastFull.CreatedAt))
 	defer cancel()
+	monitorDone := make(chan struct{})
+	defer func() { cancel(); <-monitorDone }() // runs before cli.Close and lease.release
 	go func() {
+		defer close(monitorDone)
 		lastReport := time.Now()
 		for rctx.Err() == nil {
 			select {
@@ -239,7 +229,7 @@ func backupRound(ctx context.Context, dir, agentName string, st *BackupStatus, l
 				return
 			}
 			if time.Since(lastReport) >= 2*time.Second {
-				writeBackupStatus(dir, *st)
+				r.write()
 				lastReport = time.Now()
 			}
 		}
@@ -249,21 +239,24 @@ func backupRound(ctx context.Context, dir, agentName string, st *BackupStatus, l
 		Store: store, Key: key, ClusterID: status.Cluster.ID, EtcdVersion: leader.Version, Member: leader.Name,
 		MaxAge: time.Duration(c.Spec.Backup.DeltaMaxAgeMs) * time.Millisecond,
 		OnUpload: func(m backup.Manifest) {
-			st.LastUpload, st.NextRevision, st.LastError = m.CreatedAt, m.EndRevision+1, ""
-			writeBackupStatus(dir, *st)
-			if deltasSinceFull++; deltasSinceFull >= c.Spec.Backup.MaxDeltasPerFull {
+			chainFull := false
+			r.update(true, func(st *backup.LoopStatus) {
+				st.LastUpload, st.NextRevision, st.LastError = m.CreatedAt, m.EndRevision+1, ""
+				deltasSinceFull++ // guarded by r.mu like the status
+				chainFull = deltasSinceFull >= c.Spec.Backup.MaxDeltasPerFull
+			})
+			if chainFull {
 				cancel()
 			}
 		},
 	}, next)
-	st.NextRevision, st.Recording, st.LastError = next, true, ""
-	writeBackupStatus(dir, *st)
+	r.update(true, func(st *backup.LoopStatus) { st.NextRevision, st.Recording, st.LastError = next, true, "" })
 	err = rec.Run(rctx, cli)
-	st.Recording = false
+	r.update(false, func(st *backup.LoopStatus) { st.Recording = false })
 	if errors.Is(err, backup.ErrCompacted) {
 		// The next round finds no usable chain end and takes a full snapshot.
 		log.Warn("watch compacted; taking a full snapshot", "err", err)
-		if _, ferr := c.BackupNow(ctx, BackupOptions{Member: leader.Name}); ferr != nil {
+		if _, ferr := Now(ctx, c, Options{Member: leader.Name}); ferr != nil {
 			return fmt.Errorf("full snapshot after compaction: %w", ferr)
 		}
 		return nil
@@ -366,7 +359,7 @@ func (l *backupLease) release() {
 // handOver reports whether another agent's member now leads etcd. It asks
 // the member this round records from first (cheap), and the whole cluster
 // only when that member says it no longer leads.
-func handOver(ctx context.Context, c *Cluster, cli *clientv3.Client, leader MemberStatus, agentName string) bool {
+func handOver(ctx context.Context, c *cluster.Cluster, cli *clientv3.Client, leader cluster.MemberStatus, agentName string) bool {
 	if len(leader.ClientURLs) > 0 {
 		sctx, cancel := context.WithTimeout(ctx, time.Second)
 		r, err := cli.Status(sctx, leader.ClientURLs[0])
@@ -381,19 +374,4 @@ func handOver(ctx context.Context, c *Cluster, cli *clientv3.Client, leader Memb
 	}
 	m, ok := s.Member(s.Cluster.Leader)
 	return ok && m.Agent != agentName
-}
-
-// NewestBackedUpRevision is the newest revision the backup loops of this
-// Steward directory report as stored (0 when none). The agent compares data
-// dirs with it before it starts a member.
-func NewestBackedUpRevision(dir string) int64 {
-	files, _ := filepath.Glob(filepath.Join(dir, "status", "backup-*.json"))
-	var newest int64
-	for _, f := range files {
-		var s BackupStatus
-		if b, err := os.ReadFile(f); err == nil && json.Unmarshal(b, &s) == nil {
-			newest = max(newest, s.NextRevision-1)
-		}
-	}
-	return newest
 }

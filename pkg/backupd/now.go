@@ -1,16 +1,32 @@
 package backupd
 
-// BackupOptions configure BackupNow.
-type BackupOptions struct {
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/etcd-steward/steward/pkg/backup"
+	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/progress"
+)
+
+// ErrNoLeader refuses a backup from "the leader" while there is none
+// (Options.Member names another source).
+var ErrNoLeader = errors.New("no leader to back up from")
+
+// Options configure Now.
+type Options struct {
 	// Member to stream from (default: the leader).
 	Member string
 	// KeyFile overrides the spec's encryption key file.
 	KeyFile string
 }
 
-// BackupNow takes a verified full snapshot from a healthy member (the leader
+// Now takes a verified full snapshot from a healthy member (the leader
 // by default) and stores it with its manifest.
-func (c *Cluster) BackupNow(ctx context.Context, o BackupOptions) (backup.Manifest, error) {
+func Now(ctx context.Context, c *cluster.Cluster, o Options) (backup.Manifest, error) {
 	st, err := c.Status(ctx)
 	if err != nil {
 		return backup.Manifest{}, err
@@ -18,7 +34,7 @@ func (c *Cluster) BackupNow(ctx context.Context, o BackupOptions) (backup.Manife
 	name := o.Member
 	if name == "" {
 		if st.Cluster.Leader == "" {
-			return backup.Manifest{}, fmt.Errorf("refusing to back up: the cluster has no leader (%s); name a healthy member with --member", unhealthySummary(st))
+			return backup.Manifest{}, cluster.Refuse(ErrNoLeader, "refusing to back up: the cluster has no leader (%s)", st.Unhealthy())
 		}
 		name = st.Cluster.Leader
 	}
@@ -29,11 +45,11 @@ func (c *Cluster) BackupNow(ctx context.Context, o BackupOptions) (backup.Manife
 	if !m.Healthy {
 		return backup.Manifest{}, fmt.Errorf("refusing to back up from %s: it is not healthy (%s)", name, m.LastError)
 	}
-	key, err := c.backupKey(o.KeyFile)
+	key, err := c.BackupKey(o.KeyFile)
 	if err != nil {
 		return backup.Manifest{}, err
 	}
-	store, err := c.BackupStore()
+	store, err := c.BackupStore(ctx)
 	if err != nil {
 		return backup.Manifest{}, err
 	}
@@ -55,6 +71,9 @@ func (c *Cluster) BackupNow(ctx context.Context, o BackupOptions) (backup.Manife
 	}
 	c.Progress.Say("stored %s: revision %d, %s (from %s) in %s", man.ID, man.EndRevision,
 		progress.Bytes(man.Size), progress.Bytes(man.RawSize), store)
+	// The backup is of this cluster: a restore refuses backups of others.
+	if err := c.RecordClusterID(st.Cluster.ID); err != nil {
+		return man, err
+	}
 	return man, nil
 }
-

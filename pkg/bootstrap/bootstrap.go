@@ -1,4 +1,9 @@
-package cluster
+// Package bootstrap brings a Steward cluster up from its spec and takes it
+// down: it writes a default spec when there is none, the certificates, starts
+// the local agent, hands every agent its members and waits until they are
+// healthy; down stops the members and the local agent (and orphans a dead
+// agent left behind), keeping the data unless told to purge it.
+package bootstrap
 
 import (
 	"context"
@@ -17,7 +22,8 @@ import (
 	"github.com/etcd-steward/steward/pkg/agent"
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/binaries"
-	"github.com/etcd-steward/steward/pkg/pki"
+	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/progress"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -39,10 +45,7 @@ type UpOptions struct {
 
 // Up starts the cluster of a Steward directory, writing a default spec
 // first when there is none, and returns when every member is healthy.
-func Up(ctx context.Context, dir string, o UpOptions, progress func(string, ...any)) (*Cluster, []string, error) {
-	if progress == nil {
-		progress = func(string, ...any) {}
-	}
+func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*cluster.Cluster, []string, error) {
 	if o.Timeout == 0 {
 		o.Timeout = 2 * time.Minute
 	}
@@ -92,7 +95,7 @@ func Up(ctx context.Context, dir string, o UpOptions, progress func(string, ...a
 		s.BinaryStore = o.BinaryStore
 	}
 	s.ApplyDefaults()
-	c := &Cluster{Dir: dir, Spec: s}
+	c := &cluster.Cluster{Dir: dir, Spec: s}
 	warnings, err := c.ValidateSpec(s)
 	if err != nil {
 		return nil, warnings, err
@@ -101,13 +104,13 @@ func Up(ctx context.Context, dir string, o UpOptions, progress func(string, ...a
 		if err := s.Save(specPath); err != nil {
 			return nil, warnings, err
 		}
-		progress("wrote %s (%d members, etcd %s)", specPath, len(s.Members), s.Version)
+		say.Say("wrote %s (%d members, etcd %s)", specPath, len(s.Members), s.Version)
 	}
 	if err := c.EnsureCerts(); err != nil {
 		return nil, warnings, err
 	}
 
-	ac, startedAgent, err := c.ensureLocalAgent(ctx, o.StewardBinary, progress)
+	ac, startedAgent, err := ensureLocalAgent(ctx, c, o.StewardBinary, say)
 	if err != nil {
 		return nil, warnings, err
 	}
@@ -159,33 +162,39 @@ func Up(ctx context.Context, dir string, o UpOptions, progress func(string, ...a
 					return nil, warnings, fmt.Errorf("restart member %s with the spec's config: %w", m.Name, err)
 				}
 			} else {
-				progress("note: member %s runs with an older config; `steward member stop %s` then `start` applies the spec", m.Name, m.Name)
+				say.Say("note: member %s runs with an older config; `steward member stop %s` then `start` applies the spec", m.Name, m.Name)
 			}
 		}
 		if _, err := ac.Start(ctx, m.Name); err != nil {
 			return nil, warnings, fmt.Errorf("start member %s: %w", m.Name, err)
 		}
-		progress("started member %s (%s)", m.Name, m.ClientURL)
+		say.Say("started member %s (%s)", m.Name, m.ClientURL)
 	}
 	wctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	if err := c.WaitHealthy(wctx, progress); err != nil {
+	if err := c.WaitHealthy(wctx); err != nil {
 		return nil, warnings, err
+	}
+	// The cluster this spec runs: restore refuses backups of another.
+	if st, err := c.Status(ctx); err == nil && st.Cluster.ID != "" {
+		if err := c.RecordClusterID(st.Cluster.ID); err != nil {
+			return nil, warnings, err
+		}
 	}
 	if s.Backup.Continuous {
 		// The agent's backup loop starts with the agent, before the
 		// members answer; give it a moment to report that it records.
 		bctx, bcancel := context.WithTimeout(ctx, 20*time.Second)
 		defer bcancel()
-		var cond Condition
-		_ = Poll(bctx, 300*time.Millisecond, func(context.Context) (bool, error) {
-			cond = c.backupCondition(time.Now())
+		var cond cluster.Condition
+		_ = cluster.Poll(bctx, 300*time.Millisecond, func(context.Context) (bool, error) {
+			cond = c.BackupCondition(ctx, time.Now())
 			return cond.Status == "True", nil
 		})
 		if cond.Status == "True" {
-			progress("continuous backups on: %s", cond.Message)
+			say.Say("continuous backups on: %s", cond.Message)
 		} else {
-			progress("warning: continuous backups not running yet: %s: %s", cond.Reason, cond.Message)
+			say.Say("warning: continuous backups not running yet: %s: %s", cond.Reason, cond.Message)
 		}
 	}
 	return c, warnings, nil
@@ -193,7 +202,7 @@ func Up(ctx context.Context, dir string, o UpOptions, progress func(string, ...a
 
 // ensureLocalAgent returns a client of the local agent, starting the agent
 // in the background when it does not answer.
-func (c *Cluster) ensureLocalAgent(ctx context.Context, exe string, progress func(string, ...any)) (_ *agentapi.Client, started bool, err error) {
+func ensureLocalAgent(ctx context.Context, c *cluster.Cluster, exe string, say progress.Func) (_ *agentapi.Client, started bool, err error) {
 	ac, err := c.Agent(spec.LocalAgent)
 	if err != nil {
 		return nil, false, err
@@ -201,11 +210,11 @@ func (c *Cluster) ensureLocalAgent(ctx context.Context, exe string, progress fun
 	if ac.Ping(ctx, time.Second) == nil {
 		return ac, false, nil
 	}
-	ac, err = c.startAgent(ctx, ac, exe, progress)
+	ac, err = startAgent(ctx, c, ac, exe, say)
 	return ac, err == nil, err
 }
 
-func (c *Cluster) startAgent(ctx context.Context, ac *agentapi.Client, exe string, progress func(string, ...any)) (*agentapi.Client, error) {
+func startAgent(ctx context.Context, c *cluster.Cluster, ac *agentapi.Client, exe string, say progress.Func) (*agentapi.Client, error) {
 	var err error
 	if exe == "" {
 		if exe, err = os.Executable(); err != nil {
@@ -235,9 +244,9 @@ func (c *Cluster) startAgent(ctx context.Context, ac *agentapi.Client, exe strin
 		return nil, err
 	}
 	if err := os.WriteFile(filepath.Join(c.Dir, "run", "agent.pid"), []byte(strconv.Itoa(pid)+"\n"), 0o600); err != nil {
-		progress("warning: write agent pid file: %v", err)
+		say.Say("warning: write agent pid file: %v", err)
 	}
-	progress("started agent (pid %d, log %s)", pid, filepath.Join(c.Dir, "logs", "agent.log"))
+	say.Say("started agent (pid %d, log %s)", pid, filepath.Join(c.Dir, "logs", "agent.log"))
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
@@ -260,10 +269,7 @@ type DownOptions struct {
 }
 
 // Down stops every member and the local agent. Data is kept unless Purge.
-func Down(ctx context.Context, dir string, o DownOptions, progress func(string, ...any)) error {
-	if progress == nil {
-		progress = func(string, ...any) {}
-	}
+func Down(ctx context.Context, dir string, o DownOptions, say progress.Func) error {
 	// Down works from whatever is there: an invalid or missing spec must
 	// not keep the operator from stopping the processes.
 	addr := "unix://" + agent.SocketPath(dir)
@@ -272,7 +278,7 @@ func Down(ctx context.Context, dir string, o DownOptions, progress func(string, 
 			addr = a.Address
 		}
 	} else if !errors.Is(err, os.ErrNotExist) {
-		progress("warning: %v; using the default agent socket", err)
+		say.Say("warning: %v; using the default agent socket", err)
 	} else if _, serr := os.Stat(dir); errors.Is(serr, os.ErrNotExist) {
 		return fmt.Errorf("%s does not exist: nothing to stop", dir)
 	}
@@ -284,29 +290,29 @@ func Down(ctx context.Context, dir string, o DownOptions, progress func(string, 
 		if err := ac.Shutdown(ctx); err != nil {
 			return fmt.Errorf("stop agent: %w", err)
 		}
-		progress("stopping members and agent (pid %d)", info.PID)
+		say.Say("stopping members and agent (pid %d)", info.PID)
 		if err := waitExit(ctx, info.PID, 60*time.Second); err != nil {
 			return err
 		}
-		progress("agent stopped")
+		say.Say("agent stopped")
 	} else {
-		progress("agent not running")
+		say.Say("agent not running")
 	}
 	// Members left by an agent that died (kill -9) are stopped too.
-	if err := stopOrphans(ctx, dir, progress); err != nil {
+	if err := stopOrphans(ctx, dir, say); err != nil {
 		return err
 	}
 	if o.Purge {
 		if err := os.RemoveAll(dir); err != nil {
 			return fmt.Errorf("purge %s: %w", dir, err)
 		}
-		progress("removed %s", dir)
+		say.Say("removed %s", dir)
 	}
 	return nil
 }
 
 // stopOrphans stops member processes recorded in pid files whose agent is gone.
-func stopOrphans(ctx context.Context, dir string, progress func(string, ...any)) error {
+func stopOrphans(ctx context.Context, dir string, say progress.Func) error {
 	ents, _ := filepath.Glob(filepath.Join(dir, "run", "*.pid"))
 	for _, p := range ents {
 		b, err := os.ReadFile(p)
@@ -322,7 +328,7 @@ func stopOrphans(ctx context.Context, dir string, progress func(string, ...any))
 			_ = os.Remove(p)
 			continue
 		}
-		progress("stopping orphaned process %d (%s)", pid, filepath.Base(p))
+		say.Say("stopping orphaned process %d (%s)", pid, filepath.Base(p))
 		_ = syscall.Kill(pid, syscall.SIGTERM)
 		if waitExit(ctx, pid, 15*time.Second) != nil {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
@@ -338,7 +344,7 @@ func stopOrphans(ctx context.Context, dir string, progress func(string, ...any))
 func waitExit(ctx context.Context, pid int, d time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	err := Poll(ctx, 100*time.Millisecond, func(context.Context) (bool, error) {
+	err := cluster.Poll(ctx, 100*time.Millisecond, func(context.Context) (bool, error) {
 		return !proc.Alive(pid), nil
 	})
 	if err != nil {

@@ -336,7 +336,7 @@ func (c *Cluster) Status(ctx context.Context) (*Status, error) {
 		ms.Healthy = p.err == nil && p.readErr == nil && len(p.alarms) == 0
 		ms.OnlyAlarms = p.err == nil && p.readErr == nil && len(p.alarms) > 0
 		if p.readErr != nil {
-			ms.LastError = shortErr(p.readErr)
+			ms.LastError = ShortErr(p.readErr)
 		} else if len(p.alarms) > 0 {
 			ms.LastError = "alarm raised: " + strings.Join(p.alarms, ", ")
 		}
@@ -358,7 +358,7 @@ func (c *Cluster) Status(ctx context.Context) (*Status, error) {
 		} else if err := agentErr[m.Agent]; err != nil {
 			ms.Process = "Unknown"
 			if !ms.Healthy {
-				ms.LastError = fmt.Sprintf("agent %s: %v", m.Agent, shortErr(err))
+				ms.LastError = fmt.Sprintf("agent %s: %v", m.Agent, ShortErr(err))
 			}
 		} else {
 			ms.Process = "NotRunByAgent"
@@ -431,7 +431,9 @@ func unhealthySummary(st *Status) string {
 	return "not ready: " + strings.Join(parts, "; ")
 }
 
-func shortErr(err error) string {
+// ShortErr is err as an operator reads it: gRPC wrapping cut off, a
+// deadline named as the probe timeout.
+func ShortErr(err error) string {
 	s := err.Error()
 	if errors.Is(err, context.DeadlineExceeded) {
 		s = "no answer within " + probeTimeout.String()

@@ -1,4 +1,8 @@
-package cluster
+// Package maintenance keeps a running cluster in shape without changing its
+// membership: rolling defragmentation (followers first, the leader last,
+// only while every member is healthy) and alarms (list, and disarm, which
+// first frees the space a NOSPACE alarm is about).
+package maintenance
 
 import (
 	"context"
@@ -8,6 +12,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/progress"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -33,7 +39,7 @@ type DefragOptions struct {
 // Defrag defragments every member one at a time, followers first and the
 // leader last, only while every member is healthy; it stops at the first
 // member that is not and says why.
-func (c *Cluster) Defrag(ctx context.Context, o DefragOptions) ([]DefragResult, error) {
+func Defrag(ctx context.Context, c *cluster.Cluster, o DefragOptions) ([]DefragResult, error) {
 	if o.Timeout == 0 {
 		o.Timeout = 10 * time.Minute
 	}
@@ -44,7 +50,7 @@ func (c *Cluster) Defrag(ctx context.Context, o DefragOptions) ([]DefragResult, 
 	if err := requireDefragHealth(st, o.AllowAlarms); err != nil {
 		return []DefragResult{}, err
 	}
-	order := make([]MemberStatus, 0, len(st.Members))
+	order := make([]cluster.MemberStatus, 0, len(st.Members))
 	for _, m := range st.Members {
 		if m.Name != st.Cluster.Leader {
 			order = append(order, m)
@@ -80,12 +86,12 @@ func (c *Cluster) Defrag(ctx context.Context, o DefragOptions) ([]DefragResult, 
 		if err != nil {
 			return results, fmt.Errorf("defragment %s: %w", m.Name, err)
 		}
-		if err := c.waitMemberHealthy(ctx, m.Name, time.Minute); err != nil && !o.AllowAlarms {
+		if err := c.WaitMemberHealthy(ctx, m.Name, time.Minute); err != nil && !o.AllowAlarms {
 			return results, fmt.Errorf("defragmentation stopped: %w", err)
 		}
 		r := DefragResult{Member: m.Name, DBSizeFrom: m.DBSize, Duration: time.Since(start)}
-		if p := c.probe(ctx, m.ClientURLs[0]); p.err == nil {
-			r.DBSizeTo = p.status.DbSize
+		if s, err := c.EndpointStatus(ctx, m.ClientURLs[0]); err == nil {
+			r.DBSizeTo = s.DbSize
 		}
 		c.Progress.Say("  %s: %s -> %s in %s", m.Name, progress.Bytes(r.DBSizeFrom), progress.Bytes(r.DBSizeTo), r.Duration.Round(time.Millisecond))
 		results = append(results, r)
@@ -93,15 +99,15 @@ func (c *Cluster) Defrag(ctx context.Context, o DefragOptions) ([]DefragResult, 
 	return results, nil
 }
 
-func requireDefragHealth(st *Status, allowAlarms bool) error {
+func requireDefragHealth(st *cluster.Status, allowAlarms bool) error {
 	if !st.Cluster.Quorate {
-		return fmt.Errorf("refusing to defragment: the cluster has no quorum: %s", unhealthySummary(st))
+		return fmt.Errorf("refusing to defragment: the cluster has no quorum: %s", st.Unhealthy())
 	}
 	for _, m := range st.Members {
 		if m.Healthy {
 			continue
 		}
-		if allowAlarms && m.onlyAlarms {
+		if allowAlarms && m.OnlyAlarms {
 			continue
 		}
 		return fmt.Errorf("refusing to defragment while member %s is unhealthy (%s): defragmenting another member could cost quorum", m.Name, m.LastError)
@@ -117,7 +123,7 @@ type Alarm struct {
 }
 
 // Alarms lists the cluster's raised alarms.
-func (c *Cluster) Alarms(ctx context.Context) ([]Alarm, error) {
+func Alarms(ctx context.Context, c *cluster.Cluster) ([]Alarm, error) {
 	cli, err := c.Client()
 	if err != nil {
 		return nil, err
@@ -142,6 +148,10 @@ func (c *Cluster) Alarms(ctx context.Context) ([]Alarm, error) {
 	return out, nil
 }
 
+// ErrCorrupt refuses to disarm a CORRUPT alarm (DisarmOptions.Force
+// overrides it).
+var ErrCorrupt = errors.New("CORRUPT alarm raised")
+
 // DisarmOptions configure Disarm.
 type DisarmOptions struct {
 	// Force disarms CORRUPT alarms too.
@@ -153,8 +163,8 @@ type DisarmOptions struct {
 // the database is back under the quota, because disarming a full database
 // only raises the alarm again. A CORRUPT alarm is refused unless Force: the
 // member's data diverged and must be replaced.
-func (c *Cluster) Disarm(ctx context.Context, o DisarmOptions) ([]Alarm, error) {
-	alarms, err := c.Alarms(ctx)
+func Disarm(ctx context.Context, c *cluster.Cluster, o DisarmOptions) ([]Alarm, error) {
+	alarms, err := Alarms(ctx, c)
 	if err != nil {
 		return nil, err
 	}
@@ -167,7 +177,7 @@ func (c *Cluster) Disarm(ctx context.Context, o DisarmOptions) ([]Alarm, error) 
 		switch a.Alarm {
 		case pb.AlarmType_CORRUPT.String():
 			if !o.Force {
-				return nil, fmt.Errorf("member %s (%s) has a CORRUPT alarm: its data diverged from the others; replace it with `steward member replace %s` (or --force to disarm anyway)", a.MemberName, a.MemberID, a.MemberName)
+				return nil, cluster.Refuse(ErrCorrupt, "member %s (%s) has a CORRUPT alarm: its data diverged from the others; replace it with `steward member replace %s`", a.MemberName, a.MemberID, a.MemberName)
 			}
 		case pb.AlarmType_NOSPACE.String():
 			nospace = true
@@ -193,7 +203,7 @@ func (c *Cluster) Disarm(ctx context.Context, o DisarmOptions) ([]Alarm, error) 
 		if err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
 			return nil, fmt.Errorf("compact to revision %d: %w", rev, err)
 		}
-		if _, err := c.Defrag(ctx, DefragOptions{AllowAlarms: true}); err != nil {
+		if _, err := Defrag(ctx, c, DefragOptions{AllowAlarms: true}); err != nil {
 			return nil, err
 		}
 		st, err := c.Status(ctx)
@@ -220,4 +230,3 @@ func (c *Cluster) Disarm(ctx context.Context, o DisarmOptions) ([]Alarm, error) 
 	}
 	return alarms, nil
 }
-

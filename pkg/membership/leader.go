@@ -1,7 +1,16 @@
 package membership
 
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/etcd-steward/steward/pkg/cluster"
+)
+
 // MoveLeader hands leadership to the named member and waits until it leads.
-func (c *Cluster) MoveLeader(ctx context.Context, to string) error {
+func MoveLeader(ctx context.Context, c *cluster.Cluster, to string) error {
 	if _, err := c.Member(to); err != nil {
 		return err
 	}
@@ -12,7 +21,7 @@ func (c *Cluster) MoveLeader(ctx context.Context, to string) error {
 	target, _ := st.Member(to)
 	switch {
 	case !st.Cluster.Quorate || st.Cluster.Leader == "":
-		return fmt.Errorf("cannot move leadership: the cluster has no leader: %s", unhealthySummary(st))
+		return fmt.Errorf("cannot move leadership: the cluster has no leader: %s", st.Unhealthy())
 	case st.Cluster.Leader == to:
 		c.Progress.Say("%s is already the leader", to)
 		return nil
@@ -40,9 +49,9 @@ func (c *Cluster) MoveLeader(ctx context.Context, to string) error {
 	}
 	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	err = Poll(wctx, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
-		p := c.probe(ctx, target.ClientURLs[0])
-		return p.err == nil && p.status.Leader == id, nil
+	err = cluster.Poll(wctx, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
+		s, err := c.EndpointStatus(ctx, target.ClientURLs[0])
+		return err == nil && s.Leader == id, nil
 	})
 	if err != nil {
 		return fmt.Errorf("leadership did not move to %s: %w", to, err)
@@ -51,7 +60,7 @@ func (c *Cluster) MoveLeader(ctx context.Context, to string) error {
 	return nil
 }
 
-func pickTransferee(st *Status, exclude string) string {
+func pickTransferee(st *cluster.Status, exclude string) string {
 	best, bestIdx := "", uint64(0)
 	for _, m := range st.Members {
 		if m.Name == exclude || !m.Healthy || m.Role != "follower" || !m.InSpec {
@@ -63,4 +72,3 @@ func pickTransferee(st *Status, exclude string) string {
 	}
 	return best
 }
-

@@ -1,10 +1,9 @@
-package cluster
+package membership
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -14,12 +13,17 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcd-steward/steward/internal/portcheck"
-	"github.com/etcd-steward/steward/pkg/agent"
 	"github.com/etcd-steward/steward/pkg/agentapi"
+	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/datadir"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
-// AddOptions configure AddMember.
+// ErrQuorumAtRisk refuses a remove or stop that would leave the cluster
+// without a healthy quorum (their Force options override it).
+var ErrQuorumAtRisk = errors.New("the cluster would lose its healthy quorum")
+
+// AddOptions configure Add.
 type AddOptions struct {
 	// Agent runs the new member (default: local).
 	Agent string
@@ -29,10 +33,10 @@ type AddOptions struct {
 	Timeout time.Duration
 }
 
-// AddMember adds a member as a learner, starts it, waits until it has
+// Add adds a member as a learner, starts it, waits until it has
 // caught up with the leader, and promotes it to a voting member. If any
 // step fails the member is removed again and the spec is left as it was.
-func (c *Cluster) AddMember(ctx context.Context, name string, o AddOptions) (err error) {
+func Add(ctx context.Context, c *cluster.Cluster, name string, o AddOptions) (err error) {
 	if _, ok := c.Spec.Member(name); ok {
 		return fmt.Errorf("member %q already exists in %s", name, c.SpecPath())
 	}
@@ -153,19 +157,19 @@ func (c *Cluster) AddMember(ctx context.Context, name string, o AddOptions) (err
 		return fmt.Errorf("start member %s: %w", name, err)
 	}
 	c.Progress.Say("started %s; waiting for it to catch up with the leader", name)
-	if err := c.promoteWhenReady(ctx, cli, name, id, o.Timeout); err != nil {
+	if err := promoteWhenReady(ctx, c, cli, name, id, o.Timeout); err != nil {
 		return err
 	}
-	return c.waitMemberHealthy(ctx, name, time.Minute)
+	return c.WaitMemberHealthy(ctx, name, time.Minute)
 }
 
 // promoteWhenReady promotes a learner as soon as etcd accepts it (the
 // learner's log must be close to the leader's), reporting progress.
-func (c *Cluster) promoteWhenReady(ctx context.Context, cli *clientv3.Client, name string, id uint64, timeout time.Duration) error {
+func promoteWhenReady(ctx context.Context, c *cluster.Cluster, cli *clientv3.Client, name string, id uint64, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	lastReport := time.Time{}
-	err := Poll(ctx, 300*time.Millisecond, func(ctx context.Context) (bool, error) {
+	err := cluster.Poll(ctx, 300*time.Millisecond, func(ctx context.Context) (bool, error) {
 		// A member that cannot start will not catch up: fail fast.
 		m, _ := c.Spec.Member(name)
 		if ac, err := c.AgentFor(*m); err == nil {
@@ -184,7 +188,7 @@ func (c *Cluster) promoteWhenReady(ctx context.Context, cli *clientv3.Client, na
 			strings.Contains(err.Error(), "not in sync") || strings.Contains(err.Error(), "not started") {
 			if time.Since(lastReport) > 5*time.Second {
 				lastReport = time.Now()
-				c.Progress.Say("  %s", c.catchUpProgress(ctx, name))
+				c.Progress.Say("  %s", catchUpProgress(ctx, c, name))
 			}
 			return false, nil
 		}
@@ -194,12 +198,12 @@ func (c *Cluster) promoteWhenReady(ctx context.Context, cli *clientv3.Client, na
 		return false, fmt.Errorf("promote %s: %w", name, err)
 	})
 	if err != nil && errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("learner %s did not catch up with the leader within %s: %s", name, timeout, c.catchUpProgress(context.Background(), name))
+		return fmt.Errorf("learner %s did not catch up with the leader within %s: %s", name, timeout, catchUpProgress(context.Background(), c, name))
 	}
 	return err
 }
 
-func (c *Cluster) catchUpProgress(ctx context.Context, name string) string {
+func catchUpProgress(ctx context.Context, c *cluster.Cluster, name string) string {
 	m, ok := c.Spec.Member(name)
 	if !ok {
 		return ""
@@ -209,12 +213,12 @@ func (c *Cluster) catchUpProgress(ctx context.Context, name string) string {
 		return err.Error()
 	}
 	defer cli.Close()
-	sctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
-	ls, err := cli.Status(sctx, m.ClientURL)
+	ls, err := c.EndpointStatus(ctx, m.ClientURL)
 	if err != nil {
-		return fmt.Sprintf("learner %s not answering yet (%s)", name, shortErr(err))
+		return fmt.Sprintf("learner %s not answering yet (%s)", name, cluster.ShortErr(err))
 	}
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
 	for _, o := range c.Spec.Members {
 		if o.Name == name {
 			continue
@@ -245,17 +249,17 @@ func initialClusterFrom(members []*pb.Member, newID uint64, newName string) stri
 	return strings.Join(parts, ",")
 }
 
-// RemoveOptions configure RemoveMember.
+// RemoveOptions configure Remove.
 type RemoveOptions struct {
 	// Force removes the member even when the rest would not be quorate.
 	Force bool
 }
 
-// RemoveMember removes a member from the cluster, stops it, and moves its
+// Remove removes a member from the cluster, stops it, and moves its
 // data dir aside. It refuses to remove the last member, and (unless Force)
 // to leave the cluster without a healthy quorum. A leader hands its
 // leadership to a healthy follower first.
-func (c *Cluster) RemoveMember(ctx context.Context, name string, o RemoveOptions) error {
+func Remove(ctx context.Context, c *cluster.Cluster, name string, o RemoveOptions) error {
 	m, err := c.Member(name)
 	if err != nil {
 		return err
@@ -274,10 +278,10 @@ func (c *Cluster) RemoveMember(ctx context.Context, name string, o RemoveOptions
 		remaining--
 	}
 	if need := remaining/2 + 1; healthyOthers < need && !o.Force {
-		return fmt.Errorf("refusing to remove %s: the %d remaining voting members would need %d healthy for quorum but only %d are healthy (%s); fix them first or use --force",
-			name, remaining, need, healthyOthers, unhealthySummary(st))
+		return cluster.Refuse(ErrQuorumAtRisk, "refusing to remove %s: the %d remaining voting members would need %d healthy for quorum but only %d are healthy (%s); fix them first",
+			name, remaining, need, healthyOthers, st.Unhealthy())
 	}
-	cli, err := c.clientExcluding(name)
+	cli, err := clientExcluding(c, name)
 	if err != nil {
 		return err
 	}
@@ -288,11 +292,11 @@ func (c *Cluster) RemoveMember(ctx context.Context, name string, o RemoveOptions
 			return fmt.Errorf("refusing to remove leader %s: no healthy follower to hand leadership to", name)
 		}
 		c.Progress.Say("%s is the leader; moving leadership to %s first", name, to)
-		if err := c.MoveLeader(ctx, to); err != nil {
+		if err := MoveLeader(ctx, c, to); err != nil {
 			return fmt.Errorf("remove %s: %w", name, err)
 		}
 	}
-	id, found, err := c.memberID(ctx, cli, m)
+	id, found, err := memberID(ctx, c, cli, m)
 	if err != nil {
 		return err
 	}
@@ -331,11 +335,11 @@ func (c *Cluster) RemoveMember(ctx context.Context, name string, o RemoveOptions
 	return nil
 }
 
-// ReplaceMember rebuilds a member whose data was lost: it removes the old
+// Replace rebuilds a member whose data was lost: it removes the old
 // member ID, moves the old data dir aside, re-adds the member as a learner on
 // the same URLs, and promotes it once it has caught up. It can be re-run
 // after a failure and continues where it stopped.
-func (c *Cluster) ReplaceMember(ctx context.Context, name string, timeout time.Duration) error {
+func Replace(ctx context.Context, c *cluster.Cluster, name string, timeout time.Duration) error {
 	m, err := c.Member(name)
 	if err != nil {
 		return err
@@ -353,13 +357,13 @@ func (c *Cluster) ReplaceMember(ctx context.Context, name string, timeout time.D
 	}
 	if need := voters/2 + 1; healthyOthers < need {
 		return fmt.Errorf("refusing to replace %s: the other members are not quorate (%d healthy, %d needed): %s",
-			name, healthyOthers, need, unhealthySummary(st))
+			name, healthyOthers, need, st.Unhealthy())
 	}
 	ac, err := c.AgentFor(m)
 	if err != nil {
 		return err
 	}
-	cli, err := c.clientExcluding(name)
+	cli, err := clientExcluding(c, name)
 	if err != nil {
 		return err
 	}
@@ -367,7 +371,7 @@ func (c *Cluster) ReplaceMember(ctx context.Context, name string, timeout time.D
 	if t, _ := st.Member(name); t.Role == "leader" {
 		if to := pickTransferee(st, name); to != "" {
 			c.Progress.Say("%s is the leader; moving leadership to %s first", name, to)
-			if err := c.MoveLeader(ctx, to); err != nil {
+			if err := MoveLeader(ctx, c, to); err != nil {
 				return err
 			}
 		}
@@ -376,15 +380,15 @@ func (c *Cluster) ReplaceMember(ctx context.Context, name string, timeout time.D
 	if _, err := ac.Stop(ctx, name); err != nil && !agentapi.IsNotFound(err) {
 		return fmt.Errorf("stop member %s: %w", name, err)
 	}
-	return c.rejoin(ctx, cli, ac, m, timeout)
+	return Rejoin(ctx, c, cli, ac, m, timeout)
 }
 
-// rejoin makes stopped spec member m a new member of the cluster cli talks
+// Rejoin makes stopped spec member m a new member of the cluster cli talks
 // to: it removes m's old etcd entry (by peer URL), moves its data dir aside,
 // adds it as a learner, starts it empty, and promotes it once it has caught
 // up. Every step can be re-run: an unstarted learner left by an earlier
 // attempt is reused.
-func (c *Cluster) rejoin(ctx context.Context, cli *clientv3.Client, ac *agentapi.Client, m spec.Member, timeout time.Duration) error {
+func Rejoin(ctx context.Context, c *cluster.Cluster, cli *clientv3.Client, ac *agentapi.Client, m spec.Member, timeout time.Duration) error {
 	name := m.Name
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	list, err := cli.MemberList(lctx)
@@ -448,15 +452,15 @@ func (c *Cluster) rejoin(ctx context.Context, cli *clientv3.Client, ac *agentapi
 		return err
 	}
 	c.Progress.Say("started %s with an empty data dir; waiting for it to catch up", name)
-	if err := c.promoteWhenReady(ctx, cli, name, learnerID, timeout); err != nil {
+	if err := promoteWhenReady(ctx, c, cli, name, learnerID, timeout); err != nil {
 		return fmt.Errorf("%w (re-run `steward member replace %s` to continue)", err, name)
 	}
-	return c.waitMemberHealthy(ctx, name, time.Minute)
+	return c.WaitMemberHealthy(ctx, name, time.Minute)
 }
 
-// StopMember stops a member's process (it stays a member of the cluster).
+// Stop stops a member's process (it stays a member of the cluster).
 // Unless force, it refuses when the cluster would lose its healthy quorum.
-func (c *Cluster) StopMember(ctx context.Context, name string, force bool) error {
+func Stop(ctx context.Context, c *cluster.Cluster, name string, force bool) error {
 	m, err := c.Member(name)
 	if err != nil {
 		return err
@@ -468,15 +472,15 @@ func (c *Cluster) StopMember(ctx context.Context, name string, force bool) error
 		}
 		t, _ := st.Member(name)
 		quorum := st.Cluster.VotingMembers/2 + 1
-		if h := healthyVoters(st); t.Healthy && t.Role != "learner" && h-1 < quorum {
-			return fmt.Errorf("refusing to stop %s: %d of %d voting members would stay healthy and quorum needs %d; the cluster would stop serving (use --force to stop it anyway)",
+		if h := st.HealthyVoters(); t.Healthy && t.Role != "learner" && h-1 < quorum {
+			return cluster.Refuse(ErrQuorumAtRisk, "refusing to stop %s: %d of %d voting members would stay healthy and quorum needs %d; the cluster would stop serving",
 				name, h-1, st.Cluster.VotingMembers, quorum)
 		}
 		// Stopping the leader leaves proposals waiting for an election
 		// (and drops those forwarded to it); hand leadership over first.
 		if to := pickTransferee(st, name); t.Role == "leader" && to != "" {
 			c.Progress.Say("%s is the leader; moving leadership to %s first", name, to)
-			if err := c.MoveLeader(ctx, to); err != nil {
+			if err := MoveLeader(ctx, c, to); err != nil {
 				c.Progress.Say("could not move leadership (%v); stopping %s anyway", err, name)
 			}
 		}
@@ -489,8 +493,8 @@ func (c *Cluster) StopMember(ctx context.Context, name string, force bool) error
 	return err
 }
 
-// StartMember starts a member's process again.
-func (c *Cluster) StartMember(ctx context.Context, name string) error {
+// Start starts a member's process again.
+func Start(ctx context.Context, c *cluster.Cluster, name string) error {
 	m, err := c.Member(name)
 	if err != nil {
 		return err
@@ -507,7 +511,7 @@ func (c *Cluster) StartMember(ctx context.Context, name string) error {
 }
 
 // memberID finds a spec member's etcd ID by name, then by peer URL.
-func (c *Cluster) memberID(ctx context.Context, cli *clientv3.Client, m spec.Member) (uint64, bool, error) {
+func memberID(ctx context.Context, c *cluster.Cluster, cli *clientv3.Client, m spec.Member) (uint64, bool, error) {
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	list, err := cli.MemberList(lctx)
 	cancel()
@@ -523,7 +527,7 @@ func (c *Cluster) memberID(ctx context.Context, cli *clientv3.Client, m spec.Mem
 }
 
 // clientExcluding returns a client for every member but one.
-func (c *Cluster) clientExcluding(name string) (*clientv3.Client, error) {
+func clientExcluding(c *cluster.Cluster, name string) (*clientv3.Client, error) {
 	var eps []string
 	for _, m := range c.Spec.Members {
 		if m.Name != name {
@@ -540,7 +544,7 @@ func (c *Cluster) clientExcluding(name string) (*clientv3.Client, error) {
 // as voting) and the healthy ones among them other than exclude. A spec
 // member etcd has no ID for (absent from its member list, as after a
 // recovery from backup that restored one member) is not a voter.
-func voterCounts(st *Status, exclude string) (voters, healthyOthers int) {
+func voterCounts(st *cluster.Status, exclude string) (voters, healthyOthers int) {
 	for _, ms := range st.Members {
 		if ms.Role == "learner" || ms.ID == "" && !ms.Healthy {
 			continue
@@ -553,12 +557,12 @@ func voterCounts(st *Status, exclude string) (voters, healthyOthers int) {
 	return voters, healthyOthers
 }
 
-func requireAllHealthy(st *Status, what string) error {
+func requireAllHealthy(st *cluster.Status, what string) error {
 	if !st.Cluster.Quorate {
-		return fmt.Errorf("refusing to %s: the cluster has no quorum: %s", what, unhealthySummary(st))
+		return fmt.Errorf("refusing to %s: the cluster has no quorum: %s", what, st.Unhealthy())
 	}
 	if st.Cluster.HealthyMembers < len(st.Members) {
-		return fmt.Errorf("refusing to %s while a member is unhealthy: %s", what, unhealthySummary(st))
+		return fmt.Errorf("refusing to %s while a member is unhealthy: %s", what, st.Unhealthy())
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package cluster
+package recovery
 
 import (
 	"encoding/json"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/internal/atomicfile"
+	"github.com/etcd-steward/steward/pkg/cluster"
 )
 
 // recoveryJournal records a recovery (from backup, or from a survivor's own
@@ -38,13 +39,13 @@ func (j *recoveryJournal) origin() string {
 	return "restored from " + j.RestoredFrom + " and its deltas"
 }
 
-func (c *Cluster) recoveryJournalPath() string {
+func recoveryJournalPath(c *cluster.Cluster) string {
 	return filepath.Join(c.Dir, "status", "recovery.json")
 }
 
 // readRecoveryJournal returns nil, nil when no recovery is unfinished.
-func (c *Cluster) readRecoveryJournal() (*recoveryJournal, error) {
-	b, err := os.ReadFile(c.recoveryJournalPath())
+func readRecoveryJournal(c *cluster.Cluster) (*recoveryJournal, error) {
+	b, err := os.ReadFile(recoveryJournalPath(c))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -53,25 +54,25 @@ func (c *Cluster) readRecoveryJournal() (*recoveryJournal, error) {
 	}
 	var j recoveryJournal
 	if err := json.Unmarshal(b, &j); err != nil || j.Seed == "" {
-		return nil, fmt.Errorf("recovery journal %s is unreadable (%v): it records an unfinished recovery; check the cluster with `steward status`, then remove the file and re-run `steward recover`", c.recoveryJournalPath(), err)
+		return nil, fmt.Errorf("recovery journal %s is unreadable (%v): it records an unfinished recovery; check the cluster with `steward status`, then remove the file and re-run `steward recover`", recoveryJournalPath(c), err)
 	}
 	return &j, nil
 }
 
-func (c *Cluster) writeRecoveryJournal(j *recoveryJournal) error {
-	if err := os.MkdirAll(filepath.Dir(c.recoveryJournalPath()), 0o700); err != nil {
+func writeRecoveryJournal(c *cluster.Cluster, j *recoveryJournal) error {
+	if err := os.MkdirAll(filepath.Dir(recoveryJournalPath(c)), 0o700); err != nil {
 		return err
 	}
 	b, err := json.MarshalIndent(j, "", "  ")
 	if err != nil {
 		return err
 	}
-	return atomicfile.WriteFile(c.recoveryJournalPath(), append(b, '\n'), 0o600)
+	return atomicfile.WriteFile(recoveryJournalPath(c), append(b, '\n'), 0o600)
 }
 
-func (c *Cluster) removeRecoveryJournal() error {
-	if err := os.Remove(c.recoveryJournalPath()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+func removeRecoveryJournal(c *cluster.Cluster) error {
+	if err := os.Remove(recoveryJournalPath(c)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove recovery journal: %w", err)
 	}
-	return atomicfile.SyncDir(filepath.Dir(c.recoveryJournalPath()))
+	return atomicfile.SyncDir(filepath.Dir(recoveryJournalPath(c)))
 }

@@ -1,23 +1,33 @@
-package cluster
+// Package recovery brings back a cluster that lost quorum (DEP-01):
+// restart a majority that kept its data, or rebuild from one seed (a
+// survivor not behind the newest backup, else the backup restored) run
+// with --force-new-cluster, then add the others as learners. The journal
+// (DIR/status/recovery.json) makes an interrupted recovery resume from its
+// seed; RunAuto is the agent's automatic recovery.
+package recovery
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"path/filepath"
 	"slices"
 	"time"
 
 	"github.com/etcd-steward/steward/internal/filelock"
+	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/backup"
+	"github.com/etcd-steward/steward/pkg/backupd"
+	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/datadir"
+	"github.com/etcd-steward/steward/pkg/membership"
+	"github.com/etcd-steward/steward/pkg/restore"
 	"github.com/etcd-steward/steward/pkg/spec"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 )
 
-// RecoverReport says what Recover found and did.
-type RecoverReport struct {
+// Report says what Recover found and did.
+type Report struct {
 	// Action is "none", "restart", "reseed" (rebuilt from a surviving
 	// member's own data), "restore" (from backup) or "resume" (an
 	// interrupted reseed or restore continued from its seed).
@@ -37,7 +47,7 @@ type RecoverReport struct {
 	Message  string   `json:"message"`
 }
 
-// Recover brings back a cluster that lost quorum, following DEP-01:
+// Run brings back a cluster that lost quorum, following DEP-01:
 //
 //   - when a majority of members still have valid data (a WAL and a
 //     database that opens), restart them and lose nothing, then replace the
@@ -52,9 +62,9 @@ type RecoverReport struct {
 // A recovery interrupted after its seed became a cluster of one (see
 // recoveryJournal) is resumed, never restored again. Apart from that, a
 // quorate cluster is left alone.
-func (c *Cluster) Recover(ctx context.Context) (RecoverReport, error) {
-	rep := RecoverReport{Action: "none", DataDirs: []datadir.Finding{}}
-	j, err := c.readRecoveryJournal()
+func Run(ctx context.Context, c *cluster.Cluster) (Report, error) {
+	rep := Report{Action: "none", DataDirs: []datadir.Finding{}}
+	j, err := readRecoveryJournal(c)
 	if err != nil {
 		return rep, err
 	}
@@ -69,9 +79,9 @@ func (c *Cluster) Recover(ctx context.Context) (RecoverReport, error) {
 	// One recovery at a time (a manual one and the agent's automatic one
 	// could otherwise race), and none under an upgrade plan, which stops
 	// members on purpose.
-	lock, err := filelock.TryLock(c.recoverLockPath())
+	lock, err := filelock.TryLock(recoverLockPath(c))
 	if errors.Is(err, filelock.ErrHeld) {
-		return rep, fmt.Errorf("another steward process is recovering this cluster (%s is held); wait for it to finish", c.recoverLockPath())
+		return rep, fmt.Errorf("another steward process is recovering this cluster (%s is held); wait for it to finish", recoverLockPath(c))
 	}
 	if err != nil {
 		return rep, err
@@ -87,15 +97,15 @@ func (c *Cluster) Recover(ctx context.Context) (RecoverReport, error) {
 			// data dir holds the cluster still (a running etcd's database
 			// cannot be opened to check).
 			if sm, _ := st.Member(seed.Name); sm.Healthy {
-				return rep, c.resumeRecovery(ctx, &rep, j)
+				return rep, resumeRecovery(ctx, c, &rep, j)
 			}
-			if err := c.StopMember(ctx, seed.Name, true); err != nil && !agentapi.IsNotFound(err) {
+			if err := membership.Stop(ctx, c, seed.Name, true); err != nil && !agentapi.IsNotFound(err) {
 				return rep, fmt.Errorf("stop %s: %w", seed.Name, err)
 			}
 			f := datadir.Check(spec.Path(c.Dir, seed.DataDir))
 			if f.State == datadir.Valid {
 				rep.DataDirs = append(rep.DataDirs, f)
-				return rep, c.resumeRecovery(ctx, &rep, j)
+				return rep, resumeRecovery(ctx, c, &rep, j)
 			}
 			c.Progress.Say("the unfinished recovery of %s seeded %s, but its data dir is not usable now (%s)", j.SeededAt.Format(time.RFC3339), j.Seed, f)
 		} else {
@@ -103,16 +113,16 @@ func (c *Cluster) Recover(ctx context.Context) (RecoverReport, error) {
 		}
 		if st.Cluster.Quorate {
 			rep.Message = "the cluster is quorate: nothing to recover; the journal of an unfinished recovery was dropped"
-			return rep, c.removeRecoveryJournal()
+			return rep, removeRecoveryJournal(c)
 		}
 	}
-	c.Progress.Say("quorum lost (%s); stopping every member to inspect its data", unhealthySummary(st))
+	c.Progress.Say("quorum lost (%s); stopping every member to inspect its data", st.Unhealthy())
 	for _, m := range c.Spec.Members {
-		if err := c.StopMember(ctx, m.Name, true); err != nil && !agentapi.IsNotFound(err) {
+		if err := membership.Stop(ctx, c, m.Name, true); err != nil && !agentapi.IsNotFound(err) {
 			return rep, fmt.Errorf("stop %s: %w", m.Name, err)
 		}
 	}
-	store, err := c.BackupStore()
+	store, err := c.BackupStore(ctx)
 	if err != nil {
 		return rep, err
 	}
@@ -149,23 +159,23 @@ func (c *Cluster) Recover(ctx context.Context) (RecoverReport, error) {
 		c.Progress.Say("%d of %d members have valid data (quorum %d): restarting them, nothing is lost", valid, len(c.Spec.Members), quorum)
 		for i, m := range c.Spec.Members {
 			if rep.DataDirs[i].State == datadir.Valid {
-				if err := c.StartMember(ctx, m.Name); err != nil {
+				if err := membership.Start(ctx, c, m.Name); err != nil {
 					return rep, err
 				}
 			}
 		}
-		if err := c.waitQuorum(ctx, 2*time.Minute); err != nil {
+		if err := c.WaitQuorum(ctx, 2*time.Minute); err != nil {
 			return rep, err
 		}
 		for _, name := range lost {
 			c.Progress.Say("replacing %s, whose data is not usable", name)
-			if err := c.ReplaceMember(ctx, name, 0); err != nil {
+			if err := membership.Replace(ctx, c, name, 0); err != nil {
 				return rep, fmt.Errorf("quorum is back, but replacing %s failed: %w", name, err)
 			}
 			rep.Replaced = append(rep.Replaced, name)
 		}
 		rep.Message = fmt.Sprintf("restarted %d members with valid data; replaced %d", valid, len(rep.Replaced))
-		return rep, c.WaitHealthy(ctx, nil)
+		return rep, c.WaitHealthy(ctx)
 	}
 
 	// A surviving member whose database is at or past the newest backup
@@ -183,7 +193,7 @@ func (c *Cluster) Recover(ctx context.Context) (RecoverReport, error) {
 		survivor := c.Spec.Members[best]
 		c.Progress.Say("only %d of %d members have valid data (quorum %d); %s is at revision %d, not behind the newest backup (%d): rebuilding the cluster from its data, then adding the others",
 			valid, len(c.Spec.Members), quorum, survivor.Name, rep.DataDirs[best].Revision, rep.NewestBackupRevision)
-		return rep, c.recoverFromSeed(ctx, &rep, survivor, false)
+		return rep, recoverFromSeed(ctx, c, &rep, survivor, false)
 	}
 	rep.Action = "restore"
 	if rep.NewestBackupRevision == 0 {
@@ -191,17 +201,17 @@ func (c *Cluster) Recover(ctx context.Context) (RecoverReport, error) {
 			valid, len(c.Spec.Members), quorum)
 	}
 	c.Progress.Say("only %d of %d members have valid data (quorum %d), none of them as new as the newest backup: restoring from backup into one member, then adding the others", valid, len(c.Spec.Members), quorum)
-	return rep, c.recoverFromSeed(ctx, &rep, c.Spec.Members[0], true)
+	return rep, recoverFromSeed(ctx, c, &rep, c.Spec.Members[0], true)
 }
 
 // recoverFromSeed is DEP-01's recovery of a cluster whose majority lost
 // its data, in the order the design gives:
 //
-//  1. with restore, restore the newest backup, with its deltas applied,
+//  1. with fromBackup, restore the newest backup, with its deltas applied,
 //     into one member (the seed: the first member of the spec). It records
 //     the whole spec as its initial cluster, so its member ID and the
 //     cluster ID are kept and the old chain of backups stays this
-//     cluster's. Without restore, the seed is a surviving member whose own
+//     cluster. Without fromBackup, the seed is a surviving member whose own
 //     data is not behind the backup, and keeps it;
 //  2. run the seed alone, on a private client port, with
 //     --force-new-cluster until a write commits: etcd drops the other
@@ -214,63 +224,63 @@ func (c *Cluster) Recover(ctx context.Context) (RecoverReport, error) {
 //
 // Steps 3 and 4 run under the recovery journal written after step 2, so an
 // interrupted recovery resumes there (resumeRecovery).
-func (c *Cluster) recoverFromSeed(ctx context.Context, rep *RecoverReport, seed spec.Member, restore bool) error {
+func recoverFromSeed(ctx context.Context, c *cluster.Cluster, rep *Report, seed spec.Member, fromBackup bool) error {
 	rep.Seed = seed.Name
-	if restore {
-		m, err := c.Restore(ctx, RestoreOptions{Force: true, Members: []string{seed.Name}})
+	if fromBackup {
+		m, err := restore.Run(ctx, c, restore.Options{Force: true, Members: []string{seed.Name}})
 		if err != nil {
 			return fmt.Errorf("restore: %w", err)
 		}
 		rep.RestoredFrom = m.ID
 	}
 	again := "the restore is repeated"
-	if !restore {
+	if !fromBackup {
 		again = "its data is kept"
 	}
 	c.Progress.Say("%s: running it alone with --force-new-cluster on a private client port until a write commits", seed.Name)
-	if err := c.RunIsolated(ctx, []string{seed.Name}, c.Spec.VersionOf(seed), IsolatedOptions{ForceNewCluster: true, Timeout: 2 * time.Minute}); err != nil {
+	if err := c.RunIsolated(ctx, []string{seed.Name}, c.Spec.VersionOf(seed), cluster.IsolatedOptions{ForceNewCluster: true, Timeout: 2 * time.Minute}); err != nil {
 		return fmt.Errorf("make %s a cluster of one: %w (re-run `steward recover`: %s)", seed.Name, err, again)
 	}
 	j := &recoveryJournal{Seed: seed.Name, RestoredFrom: rep.RestoredFrom, SeededAt: time.Now().UTC()}
-	if err := c.writeRecoveryJournal(j); err != nil {
+	if err := writeRecoveryJournal(c, j); err != nil {
 		return fmt.Errorf("%s is a cluster of one, but the recovery journal was not written: %w (re-run `steward recover`)", seed.Name, err)
 	}
-	return c.finishRecovery(ctx, rep, j)
+	return finishRecovery(ctx, c, rep, j)
 }
 
 // resumeRecovery continues a recovery whose seed already holds the cluster:
 // restoring again would lose the writes the seed took since.
-func (c *Cluster) resumeRecovery(ctx context.Context, rep *RecoverReport, j *recoveryJournal) error {
+func resumeRecovery(ctx context.Context, c *cluster.Cluster, rep *Report, j *recoveryJournal) error {
 	rep.Action = "resume"
 	rep.Seed, rep.RestoredFrom, rep.FreshBackup = j.Seed, j.RestoredFrom, j.FreshBackup
 	c.Progress.Say("resuming the recovery of %s: %s (%s) holds the cluster on its own; it is not restored again (that would lose the writes it took since)",
 		j.SeededAt.Format(time.RFC3339), j.Seed, j.origin())
-	return c.finishRecovery(ctx, rep, j)
+	return finishRecovery(ctx, c, rep, j)
 }
 
 // finishRecovery runs steps 3 and 4 of recoverFromSeed: it starts the
 // seed, takes the fresh full snapshot unless the journal has one, and adds
 // each other member that is not a voting member of the seed's cluster yet.
 // It removes the journal once all were added.
-func (c *Cluster) finishRecovery(ctx context.Context, rep *RecoverReport, j *recoveryJournal) error {
+func finishRecovery(ctx context.Context, c *cluster.Cluster, rep *Report, j *recoveryJournal) error {
 	seed, ok := c.Spec.Member(j.Seed)
 	if !ok {
 		return fmt.Errorf("seed %s is not in the spec", j.Seed)
 	}
-	if err := c.StartMember(ctx, seed.Name); err != nil {
+	if err := membership.Start(ctx, c, seed.Name); err != nil {
 		return err
 	}
-	if err := c.waitMemberHealthy(ctx, seed.Name, 2*time.Minute); err != nil {
+	if err := c.WaitMemberHealthy(ctx, seed.Name, 2*time.Minute); err != nil {
 		return fmt.Errorf("seed %s does not become healthy: %w", seed.Name, err)
 	}
 	if j.FreshBackup == "" {
-		full, err := c.BackupNow(ctx, BackupOptions{Member: seed.Name})
+		full, err := backupd.Now(ctx, c, backupd.Options{Member: seed.Name})
 		if err != nil {
 			return fmt.Errorf("seed %s serves, but the fresh full snapshot failed: %w (the other members were not added yet: re-run `steward recover`)", seed.Name, err)
 		}
 		c.Progress.Say("fresh full snapshot %s of the seed (revision %d)", full.ID, full.EndRevision)
 		j.FreshBackup = full.ID
-		if err := c.writeRecoveryJournal(j); err != nil {
+		if err := writeRecoveryJournal(c, j); err != nil {
 			return err
 		}
 	}
@@ -302,7 +312,7 @@ func (c *Cluster) finishRecovery(ctx context.Context, rep *RecoverReport, j *rec
 			}
 		}
 		if err == nil {
-			err = c.rejoin(ctx, cli, ac, mem, 10*time.Minute)
+			err = membership.Rejoin(ctx, c, cli, ac, mem, 10*time.Minute)
 		}
 		if err != nil {
 			failed = append(failed, mem.Name)
@@ -315,7 +325,7 @@ func (c *Cluster) finishRecovery(ctx context.Context, rep *RecoverReport, j *rec
 		return fmt.Errorf("the cluster is back (%s, %s; added %v), but %d members could not be added: %w; once their hosts are fixed, re-run `steward recover` (or `steward member replace NAME` for each of %v)",
 			seed.Name, j.origin(), rep.Added, len(failed), errors.Join(errs...), failed)
 	}
-	if err := c.removeRecoveryJournal(); err != nil {
+	if err := removeRecoveryJournal(c); err != nil {
 		return err
 	}
 	rep.Message = fmt.Sprintf("%s (%s) made a cluster of one, took the fresh full snapshot %s, then added %d members as learners and promoted them; old data dirs were moved aside",
@@ -323,7 +333,7 @@ func (c *Cluster) finishRecovery(ctx context.Context, rep *RecoverReport, j *rec
 	if rep.Action == "resume" {
 		rep.Message = "resumed: " + rep.Message
 	}
-	return c.WaitHealthy(ctx, nil)
+	return c.WaitHealthy(ctx)
 }
 
 // isVoter reports whether a voting member of the list has peerURL.
@@ -336,66 +346,4 @@ func isVoter(list []*etcdserverpb.Member, peerURL string) bool {
 	return false
 }
 
-func (c *Cluster) recoverLockPath() string { return filepath.Join(c.Dir, "run", "recover.lock") }
-
-// RunAutoRecovery watches the cluster from an agent and, when the spec says
-// recovery: auto, runs Recover once quorum has been lost for the grace
-// period, unless an upgrade or rollback plan is active, and resumes a
-// recovery that was interrupted (recoveryJournal). Only the first agent of
-// the spec acts, so two agents never recover at once. It returns when ctx
-// ends.
-func RunAutoRecovery(ctx context.Context, dir, agentName string, log *slog.Logger) {
-	var lostSince, lastResume time.Time
-	for ctx.Err() == nil {
-		sleepCtx(ctx, 5*time.Second)
-		c, err := Open(dir)
-		if err != nil || c.Spec.Recovery.Mode != "auto" || len(c.Spec.Agents) == 0 || c.Spec.Agents[0].Name != agentName {
-			lostSince = time.Time{}
-			continue
-		}
-		// An upgrade plan stops members on purpose (offline and restore
-		// strategies): recovering from a backup then would lose writes.
-		if p, err := c.Plans().Latest(); err == nil && p.Active() {
-			lostSince = time.Time{}
-			continue
-		}
-		// A recovery that stopped after its seed took over (a crash, an
-		// unreachable host) is finished without waiting for quorum loss:
-		// the seed alone is quorate, and the members it lacks would
-		// otherwise never be added. At most once a minute.
-		if j, err := c.readRecoveryJournal(); err == nil && j != nil {
-			if time.Since(lastResume) >= time.Minute {
-				lastResume = time.Now()
-				log.Warn("an unfinished recovery is recorded: resuming it", "seed", j.Seed, "restoredFrom", j.RestoredFrom)
-				if rep, err := c.Recover(ctx); err != nil {
-					log.Error("resuming the recovery failed", "err", err)
-				} else {
-					log.Info("automatic recovery done", "action", rep.Action, "message", rep.Message)
-				}
-			}
-			lostSince = time.Time{}
-			continue
-		}
-		st, err := c.Status(ctx)
-		if err != nil || st.Cluster.Quorate {
-			lostSince = time.Time{}
-			continue
-		}
-		if lostSince.IsZero() {
-			lostSince = time.Now()
-			log.Warn("quorum lost; automatic recovery after the grace period", "grace", c.Spec.Recovery.GracePeriodSeconds)
-			continue
-		}
-		if time.Since(lostSince) < time.Duration(c.Spec.Recovery.GracePeriodSeconds)*time.Second {
-			continue
-		}
-		log.Warn("quorum lost for the whole grace period: recovering")
-		rep, err := c.Recover(ctx)
-		if err != nil {
-			log.Error("automatic recovery failed", "err", err)
-		} else {
-			log.Info("automatic recovery done", "action", rep.Action, "message", rep.Message)
-		}
-		lostSince = time.Time{}
-	}
-}
+func recoverLockPath(c *cluster.Cluster) string { return filepath.Join(c.Dir, "run", "recover.lock") }

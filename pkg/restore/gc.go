@@ -1,5 +1,13 @@
 package restore
 
+import (
+	"context"
+	"time"
+
+	"github.com/etcd-steward/steward/pkg/backup"
+	"github.com/etcd-steward/steward/pkg/cluster"
+)
+
 // GCResult reports a garbage collection.
 type GCResult struct {
 	Kept    []string `json:"kept"`
@@ -7,12 +15,12 @@ type GCResult struct {
 	DryRun  bool     `json:"dryRun"`
 }
 
-// CollectBackups applies the spec's retention to the backup store: it keeps
+// Collect applies the spec's retention to the backup store: it keeps
 // the newest full backup with its whole chain, the last N full backups and
 // the hourly and daily ones, each with the deltas that continue it, and
 // deletes the rest. It never leaves a delta without its full backup.
-func (c *Cluster) CollectBackups(ctx context.Context, dryRun bool) (GCResult, error) {
-	store, err := c.BackupStore()
+func Collect(ctx context.Context, c *cluster.Cluster, dryRun bool) (GCResult, error) {
+	store, err := c.BackupStore(ctx)
 	if err != nil {
 		return GCResult{}, err
 	}
@@ -38,4 +46,3 @@ func (c *Cluster) CollectBackups(ctx context.Context, dryRun bool) (GCResult, er
 	c.Progress.Say("deleted %d backups, kept %d", len(del), len(keep))
 	return res, nil
 }
-

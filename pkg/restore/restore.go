@@ -1,4 +1,4 @@
-package cluster
+package restore
 
 import (
 	"context"
@@ -9,18 +9,16 @@ import (
 	"slices"
 	"time"
 
-	"github.com/robfig/cron/v3"
-	"go.etcd.io/etcd/etcdutl/v3/snapshot"
-	"go.uber.org/zap"
-
 	"github.com/etcd-steward/steward/internal/proc"
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/backup"
+	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/datadir"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
-// RestoreOptions configure Restore.
-type RestoreOptions struct {
+// Options configure Run.
+type Options struct {
 	// Backup is a backup ID or "latest".
 	Backup string
 	// KeyFile overrides the spec's encryption key file.
@@ -49,13 +47,38 @@ type RestoreOptions struct {
 // and the disaster (a billion writes), and far from int64's limit.
 const DefaultBumpRevision = 1_000_000_000
 
-// Restore builds a data dir for every member of the spec from a full
-// backup, with the revision bumped and the old range marked compacted so
-// watchers get a compaction error and re-list instead of missing changes.
-// The cluster must be stopped. Existing data dirs are refused unless Force,
-// and then moved aside, never deleted. Every member is restored into a new
-// directory first; only when all succeeded are they moved into place.
-func (c *Cluster) Restore(ctx context.Context, o RestoreOptions) (backup.Manifest, error) {
+// Refusals a command can turn into advice about its flags (errors.Is).
+var (
+	// ErrOtherCluster: the backup is of another etcd cluster than the one
+	// last seen for this spec (Options.AllowOtherCluster overrides).
+	ErrOtherCluster = errors.New("backup of another cluster")
+	// ErrDataDirsHoldData: a target data dir is not empty (Options.Force
+	// moves them aside).
+	ErrDataDirsHoldData = errors.New("data dirs hold data")
+	// ErrChainGap: deltas after a gap in the chain would be lost
+	// (Options.ToRevision up to the gap restores what precedes it).
+	ErrChainGap = errors.New("gap in the delta chain")
+)
+
+// GapError refuses a restore past a gap in the delta chain; End is the
+// last revision before the gap, the newest one a restore can reach.
+type GapError struct {
+	cluster.Refusal
+	End int64
+}
+
+// Run builds a data dir for every member of the spec (or o.Members) from a
+// full backup and the deltas after it, with the revision bumped and the
+// old range marked compacted so watchers get a compaction error and
+// re-list instead of missing changes. The cluster must be stopped.
+//
+// It goes in three phases, and nothing a user owns changes before the
+// last: prepare (pick the chain, fetch and verify it, replay the deltas and
+// bump the revision, in one snapshot in a temporary dir), stage (a new data
+// dir per member, beside its real one), commit (move each old data dir
+// aside, never deleting it, put the new one in place, and make the restored
+// members initial members in the spec).
+func Run(ctx context.Context, c *cluster.Cluster, o Options) (backup.Manifest, error) {
 	targets := c.Spec.Members
 	if len(o.Members) > 0 {
 		targets = nil
@@ -67,19 +90,63 @@ func (c *Cluster) Restore(ctx context.Context, o RestoreOptions) (backup.Manifes
 			targets = append(targets, m)
 		}
 	}
-	if err := c.requireStopped(ctx); err != nil {
+	if err := requireStopped(ctx, c); err != nil {
 		return backup.Manifest{}, err
 	}
-	store, err := c.BackupStore()
+	tmp, err := os.MkdirTemp(c.Dir, "tmp-restore-")
 	if err != nil {
 		return backup.Manifest{}, err
+	}
+	defer os.RemoveAll(tmp)
+	p, err := prepare(ctx, c, o, targets, tmp)
+	if err != nil {
+		return p.full, err
+	}
+	staged, err := stage(c, p, targets)
+	if err != nil {
+		return p.full, err
+	}
+	if err := commit(c, targets, staged); err != nil {
+		return p.full, err
+	}
+	then := "start the cluster with `steward up`"
+	if len(targets) < len(c.Spec.Members) {
+		then = "the other members' data dirs were left as they are"
+	}
+	c.Progress.Say("restored %d members from %s and %d deltas at revision %d (etcd resumes above revision %d; older ones are marked compacted); %s",
+		len(targets), p.full.ID, p.deltas, p.revision, p.bumped, then)
+	return p.full, nil
+}
+
+// prepared is the snapshot prepare built: the full backup with its deltas
+// replayed and its revision bumped.
+type prepared struct {
+	full     backup.Manifest
+	deltas   int
+	snapshot string // database file, etcd's appended hash stripped
+	revision int64  // the restored keyspace's revision
+	bumped   int64  // the revision etcd resumes above
+}
+
+// prepare checks everything that can refuse the restore, then builds the
+// snapshot every member's data dir is staged from, inside dir.
+func prepare(ctx context.Context, c *cluster.Cluster, o Options, targets []spec.Member, dir string) (prepared, error) {
+	var p prepared
+	store, err := c.BackupStore(ctx)
+	if err != nil {
+		return p, err
 	}
 	m, chain, err := pickChain(ctx, store, o)
+	p.full = m
 	if err != nil {
-		return backup.Manifest{}, err
+		return p, err
 	}
-	if known := c.knownClusterID(); known != "" && m.ClusterID != known && !o.AllowOtherCluster {
-		return m, fmt.Errorf("refusing to restore: backup %s is from etcd cluster %s, but this spec's cluster is %s; use --allow-other-cluster to build this cluster from it anyway",
+	known, err := c.KnownClusterID()
+	if err != nil {
+		return p, err
+	}
+	if known != "" && m.ClusterID != known && !o.AllowOtherCluster {
+		return p, cluster.Refuse(ErrOtherCluster, "refusing to restore: backup %s is from etcd cluster %s, but this spec's cluster is %s",
 			m.ID, m.ClusterID, known)
 	}
 	var occupied []string
@@ -90,115 +157,103 @@ func (c *Cluster) Restore(ctx context.Context, o RestoreOptions) (backup.Manifes
 		}
 	}
 	if len(occupied) > 0 && !o.Force {
-		return m, fmt.Errorf("refusing to restore: data dirs hold data: %v; use --force to move them aside (they are kept, not deleted)", occupied)
+		return p, cluster.Refuse(ErrDataDirsHoldData, "refusing to restore: data dirs hold data: %v", occupied)
 	}
-	key, err := c.backupKey(o.KeyFile)
+	key, err := c.BackupKey(o.KeyFile)
 	if err != nil {
-		return m, err
+		return p, err
 	}
-	tmp, err := os.MkdirTemp(c.Dir, "tmp-restore-")
-	if err != nil {
-		return m, err
-	}
-	defer os.RemoveAll(tmp)
-	snap := filepath.Join(tmp, "snapshot.db")
+	p.snapshot = filepath.Join(dir, "snapshot.db")
 	c.Progress.Say("fetching and verifying %s (revision %d)", m.ID, m.EndRevision)
-	if err := backup.Fetch(ctx, store, m, key, snap); err != nil {
-		return m, err
+	if err := backup.Fetch(ctx, store, m, key, p.snapshot); err != nil {
+		return p, err
 	}
 	// Fetch checked etcd's appended SHA-256; it goes now, since the
 	// database is written to below (deltas, revision bump).
-	if err := backup.StripChecksum(snap); err != nil {
-		return m, err
+	if err := backup.StripChecksum(p.snapshot); err != nil {
+		return p, err
 	}
-	restoredRev := m.EndRevision
+	p.revision, p.deltas = m.EndRevision, len(chain.Deltas)
 	if len(chain.Deltas) > 0 {
 		c.Progress.Say("replaying %d delta segments (revisions %d to %d)", len(chain.Deltas), m.EndRevision+1, chain.End)
-		restoredRev, err = backup.Apply(ctx, store, key, snap, m.EndRevision, chain.Deltas,
+		p.revision, err = backup.Apply(ctx, store, key, p.snapshot, m.EndRevision, chain.Deltas,
 			backup.ApplyOptions{ToRevision: o.ToRevision, ToTime: o.ToTime})
 		if err != nil {
-			return m, err
+			return p, err
 		}
 	}
-	if o.ToRevision > 0 && restoredRev != o.ToRevision {
-		return m, fmt.Errorf("revision %d is outside the backed-up range: the chain from %s reaches revision %d", o.ToRevision, m.ID, restoredRev)
+	if o.ToRevision > 0 && p.revision != o.ToRevision {
+		return p, fmt.Errorf("revision %d is outside the backed-up range: the chain from %s reaches revision %d", o.ToRevision, m.ID, p.revision)
 	}
 	if o.BumpRevision == 0 {
 		o.BumpRevision = DefaultBumpRevision
 	}
 	// Bumped once in the shared snapshot, not by etcd's restore per member
 	// (which reads the whole database to find the newest revision).
-	bumped, err := backup.BumpRevision(snap, int64(o.BumpRevision))
-	if err != nil {
-		return m, err
+	if p.bumped, err = backup.BumpRevision(p.snapshot, int64(o.BumpRevision)); err != nil {
+		return p, err
 	}
+	return p, nil
+}
+
+// stage writes each target's new data dir beside its real one
+// (DATADIR.restoring-STAMP) and returns them by member name. On failure
+// it removes what it staged (its own output, never user data).
+func stage(c *cluster.Cluster, p prepared, targets []spec.Member) (map[string]string, error) {
 	stamp := time.Now().UTC().Format("20060102T150405.000Z")
 	staged := map[string]string{}
-	cleanup := func() {
-		for _, d := range staged {
-			_ = os.RemoveAll(d) // our own staging output, never user data
-		}
-	}
 	initial := c.Spec.InitialCluster()
 	for _, mem := range targets {
 		dd := spec.Path(c.Dir, mem.DataDir)
-		if err := os.MkdirAll(filepath.Dir(dd), 0o700); err != nil {
-			cleanup()
-			return m, err
-		}
+		err := os.MkdirAll(filepath.Dir(dd), 0o700)
 		out := dd + ".restoring-" + stamp
-		staged[mem.Name] = out
-		c.Progress.Say("writing a new data dir for %s (revision %d)", mem.Name, restoredRev)
-		err := snapshot.NewV3(zap.NewNop()).Restore(snapshot.RestoreConfig{
-			SnapshotPath: snap, Name: mem.Name, OutputDataDir: out,
-			PeerURLs: []string{mem.PeerURL}, InitialCluster: initial, InitialClusterToken: c.Spec.Token,
-			SkipHashCheck: true, // checked by Fetch, then stripped
-		})
+		c.Progress.Say("writing a new data dir for %s (revision %d)", mem.Name, p.revision)
+		if err == nil {
+			err = datadir.FromSnapshot(datadir.FromSnapshotOptions{
+				Snapshot: p.snapshot, Name: mem.Name, PeerURL: mem.PeerURL,
+				InitialCluster: initial, Token: c.Spec.Token,
+			}, out)
+		}
 		if err != nil {
-			cleanup()
-			return m, fmt.Errorf("restore member %s: %w", mem.Name, err)
+			for _, d := range staged {
+				_ = os.RemoveAll(d)
+			}
+			return nil, fmt.Errorf("restore member %s: %w", mem.Name, err)
 		}
-		if err := os.Chmod(out, 0o700); err != nil {
-			cleanup()
-			return m, err
-		}
+		staged[mem.Name] = out
 		c.Progress.Say("restored %s into a new data dir", mem.Name)
 	}
+	return staged, nil
+}
+
+// commit moves each target's old data dir aside and its staged one into
+// place, then records the restored members as initial members of the
+// restored cluster in the spec. A failure names where the data waits.
+func commit(c *cluster.Cluster, targets []spec.Member, staged map[string]string) error {
 	for _, mem := range targets {
 		dd := spec.Path(c.Dir, mem.DataDir)
 		aside, err := datadir.MoveAside(dd, "pre-restore")
 		if err != nil {
-			return m, fmt.Errorf("move data dir of %s aside: %w (restored data waits in %s)", mem.Name, err, staged[mem.Name])
+			return fmt.Errorf("move data dir of %s aside: %w (restored data waits in %s)", mem.Name, err, staged[mem.Name])
 		}
 		if aside != "" {
 			c.Progress.Say("moved old data dir of %s to %s", mem.Name, aside)
 		}
 		if err := os.Rename(staged[mem.Name], dd); err != nil {
-			return m, fmt.Errorf("put restored data dir of %s in place: %w (it waits in %s)", mem.Name, err, staged[mem.Name])
+			return fmt.Errorf("put restored data dir of %s in place: %w (it waits in %s)", mem.Name, err, staged[mem.Name])
 		}
-		delete(staged, mem.Name)
 	}
-	// Every restored member is now an initial member of the restored cluster.
 	next := c.Spec.Clone()
 	for i := range next.Members {
 		if slices.ContainsFunc(targets, func(t spec.Member) bool { return t.Name == next.Members[i].Name }) {
 			next.Members[i].Bootstrap = nil
 		}
 	}
-	if err := c.SaveSpec(next); err != nil {
-		return m, err
-	}
-	then := "start the cluster with `steward up`"
-	if len(targets) < len(c.Spec.Members) {
-		then = "the other members' data dirs were left as they are"
-	}
-	c.Progress.Say("restored %d members from %s and %d deltas at revision %d (etcd resumes above revision %d; older ones are marked compacted); %s",
-		len(targets), m.ID, len(chain.Deltas), restoredRev, bumped, then)
-	return m, nil
+	return c.SaveSpec(next)
 }
 
 // requireStopped fails when any member still runs.
-func (c *Cluster) requireStopped(ctx context.Context) error {
+func requireStopped(ctx context.Context, c *cluster.Cluster) error {
 	for _, a := range c.Spec.Agents {
 		ac, err := c.Agent(a.Name)
 		if err != nil {
@@ -232,7 +287,7 @@ func (c *Cluster) requireStopped(ctx context.Context) error {
 // --to-revision or --to-time, the newest full backup at or before the target.
 // A gap in the chain that later deltas would have filled is refused rather
 // than silently dropping them.
-func pickChain(ctx context.Context, store backup.Store, o RestoreOptions) (backup.Manifest, backup.Chain, error) {
+func pickChain(ctx context.Context, store backup.Store, o Options) (backup.Manifest, backup.Chain, error) {
 	all, err := backup.List(ctx, store)
 	if err != nil {
 		return backup.Manifest{}, backup.Chain{}, err
@@ -272,8 +327,8 @@ func pickChain(ctx context.Context, store backup.Store, o RestoreOptions) (backu
 		return full, chain, fmt.Errorf("revision %d is outside the backed-up range: backups from %s reach revision %d", o.ToRevision, full.ID, chain.End)
 	}
 	if len(chain.GapAfter) > 0 && (o.ToRevision == 0 || o.ToRevision > chain.End) && o.ToTime.IsZero() {
-		return full, chain, fmt.Errorf("the delta chain after %s has a gap: revisions %d to %d are missing, and %d delta segments after the gap would be lost; restore up to the gap explicitly with --to-revision %d",
-			full.ID, chain.End+1, chain.GapAfter[0].StartRevision-1, len(chain.GapAfter), chain.End)
+		return full, chain, &GapError{Refusal: cluster.Refusal{Kind: ErrChainGap, Msg: fmt.Sprintf("the delta chain after %s has a gap: revisions %d to %d are missing, and %d delta segments after the gap would be lost",
+			full.ID, chain.End+1, chain.GapAfter[0].StartRevision-1, len(chain.GapAfter))}, End: chain.End}
 	}
 	return full, chain, nil
 }

@@ -1,8 +1,18 @@
 package restore
 
-// Backups lists the cluster's complete backups, oldest first.
-func (c *Cluster) Backups(ctx context.Context) ([]backup.Manifest, error) {
-	store, err := c.BackupStore()
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/etcd-steward/steward/pkg/backup"
+	"github.com/etcd-steward/steward/pkg/cluster"
+)
+
+// List lists the cluster's complete backups, oldest first.
+func List(ctx context.Context, c *cluster.Cluster) ([]backup.Manifest, error) {
+	store, err := c.BackupStore(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -16,10 +26,10 @@ type VerifyResult struct {
 	Error string `json:"error,omitempty"`
 }
 
-// VerifyBackups fetches each named backup (all when id is "") and checks
+// Verify fetches each named backup (all when id is "") and checks
 // its checksums, key, database consistency, revision and hash.
-func (c *Cluster) VerifyBackups(ctx context.Context, id, keyFile string) ([]VerifyResult, error) {
-	store, err := c.BackupStore()
+func Verify(ctx context.Context, c *cluster.Cluster, id, keyFile string) ([]VerifyResult, error) {
+	store, err := c.BackupStore(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -38,7 +48,7 @@ func (c *Cluster) VerifyBackups(ctx context.Context, id, keyFile string) ([]Veri
 		}
 		ms = []backup.Manifest{m}
 	}
-	key, err := c.backupKey(keyFile)
+	key, err := c.BackupKey(keyFile)
 	if err != nil {
 		return nil, err
 	}
@@ -80,4 +90,3 @@ func (c *Cluster) VerifyBackups(ctx context.Context, id, keyFile string) ([]Veri
 	}
 	return out, nil
 }
-

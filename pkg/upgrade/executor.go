@@ -3,7 +3,6 @@ package upgrade
 import (
 	"context"
 	"fmt"
-	"io"
 	"strings"
 	"time"
 
@@ -11,8 +10,12 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcd-steward/steward/pkg/agentapi"
+	"github.com/etcd-steward/steward/pkg/backupd"
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/membership"
 	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/progress"
+	"github.com/etcd-steward/steward/pkg/restore"
 )
 
 // Executor runs plan steps against a cluster. Every step converges: run
@@ -21,16 +24,10 @@ import (
 type Executor struct {
 	C *cluster.Cluster
 	// Progress receives a line per notable action (may be nil).
-	Progress io.Writer
+	Progress progress.Func
 	// HealthTimeout bounds each wait for health, catch-up and versions
 	// (default 2 minutes).
 	HealthTimeout time.Duration
-}
-
-func (e *Executor) say(format string, a ...any) {
-	if e.Progress != nil {
-		fmt.Fprintf(e.Progress, "  "+format+"\n", a...)
-	}
 }
 
 func (e *Executor) timeout() time.Duration {
@@ -85,7 +82,7 @@ func (e *Executor) preflight(ctx context.Context, p *plan.Plan, s *plan.Step) er
 		return err
 	}
 	if from == s.Version {
-		e.say("every member already runs %s", s.Version)
+		e.Progress.Say("  every member already runs %s", s.Version)
 		return nil
 	}
 	checks, err := Preflight(ctx, e.C, from, s.Version)
@@ -94,7 +91,7 @@ func (e *Executor) preflight(ctx context.Context, p *plan.Plan, s *plan.Step) er
 	}
 	warnings, err := Refusal(checks, p.Force)
 	for _, w := range warnings {
-		e.say("warning: %s", w)
+		e.Progress.Say("  warning: %s", w)
 	}
 	return err
 }
@@ -104,16 +101,16 @@ func (e *Executor) preflight(ctx context.Context, p *plan.Plan, s *plan.Step) er
 func (e *Executor) backup(ctx context.Context, p *plan.Plan, s *plan.Step) error {
 	key := fmt.Sprintf("backup.%d", s.Index)
 	if id := p.Value(key); id != "" {
-		if res, err := e.C.VerifyBackups(ctx, id, ""); err == nil && len(res) == 1 && res[0].OK {
-			e.say("backup %s verified", id)
+		if res, err := restore.Verify(ctx, e.C, id, ""); err == nil && len(res) == 1 && res[0].OK {
+			e.Progress.Say("  backup %s verified", id)
 			return nil
 		}
 	}
-	m, err := e.C.BackupNow(ctx, cluster.BackupOptions{})
+	m, err := backupd.Now(ctx, e.C, backupd.Options{})
 	if err != nil {
 		return err
 	}
-	res, err := e.C.VerifyBackups(ctx, m.ID, "")
+	res, err := restore.Verify(ctx, e.C, m.ID, "")
 	if err != nil {
 		return fmt.Errorf("verify backup %s: %w", m.ID, err)
 	}
@@ -124,7 +121,7 @@ func (e *Executor) backup(ctx context.Context, p *plan.Plan, s *plan.Step) error
 	if p.Value("backup") == "" {
 		p.SetValue("backup", m.ID)
 	}
-	e.say("backup %s at revision %d verified", m.ID, m.EndRevision)
+	e.Progress.Say("  backup %s at revision %d verified", m.ID, m.EndRevision)
 	return nil
 }
 
@@ -141,7 +138,7 @@ func (e *Executor) member(ctx context.Context, p *plan.Plan, s *plan.Step) error
 		return fmt.Errorf("member %s is not in the cluster", s.Member)
 	}
 	if ms.Version == s.Version && ms.Healthy {
-		e.say("%s already runs %s", s.Member, s.Version)
+		e.Progress.Say("  %s already runs %s", s.Member, s.Version)
 		return e.recordMemberVersion(ctx, s)
 	}
 	if st.Cluster.Leader == s.Member && len(st.Members) > 1 {
@@ -149,10 +146,10 @@ func (e *Executor) member(ctx context.Context, p *plan.Plan, s *plan.Step) error
 		if to == "" {
 			return fmt.Errorf("%s leads and no other healthy voting member can take over", s.Member)
 		}
-		if err := e.C.MoveLeader(ctx, to); err != nil {
+		if err := membership.MoveLeader(ctx, e.C, to); err != nil {
 			return err
 		}
-		e.say("moved leadership from %s to %s", s.Member, to)
+		e.Progress.Say("  moved leadership from %s to %s", s.Member, to)
 	}
 	// An older minor may start only when the cluster already works at
 	// that minor: etcd's downgrade is enabled, or the cluster version
@@ -165,10 +162,10 @@ func (e *Executor) member(ctx context.Context, p *plan.Plan, s *plan.Step) error
 	if err := e.snapshotFirst(ctx, p, ms, s.Version); err != nil {
 		return err
 	}
-	if err := e.C.SwapMemberVersion(ctx, s.Member, s.Version, allow); err != nil {
+	if err := SwapMemberVersion(ctx, e.C, s.Member, s.Version, allow); err != nil {
 		return err
 	}
-	e.say("%s restarted on %s", s.Member, s.Version)
+	e.Progress.Say("  %s restarted on %s", s.Member, s.Version)
 	return e.waitCaughtUp(ctx, s.Member, s.Version)
 }
 
@@ -185,7 +182,7 @@ func (e *Executor) snapshotFirst(ctx context.Context, p *plan.Plan, ms cluster.M
 	if err != nil || !need {
 		return err
 	}
-	return e.C.SnapshotMember(ctx, ms.Name, last, e.timeout())
+	return SnapshotMember(ctx, e.C, ms.Name, last, e.timeout())
 }
 
 // needsSnapshot reports whether data last run by version last needs a
@@ -233,7 +230,7 @@ func (e *Executor) offline(ctx context.Context, p *plan.Plan, s *plan.Step) erro
 			p.SetValue("snapshot."+name, s.Version)
 		}
 	}
-	e.say("%s ran %s on private client ports and stopped", strings.Join(names, ", "), s.Version)
+	e.Progress.Say("  %s ran %s on private client ports and stopped", strings.Join(names, ", "), s.Version)
 	return nil
 }
 
@@ -243,11 +240,11 @@ func (e *Executor) offline(ctx context.Context, p *plan.Plan, s *plan.Step) erro
 // keyspace grafted in. The old dirs are recorded as plan values
 // old-datadir.MEMBER.
 func (e *Executor) replace(ctx context.Context, p *plan.Plan, s *plan.Step) error {
-	o := cluster.ReplaceOptions{Version: p.From, Target: s.Version, Timeout: e.timeout()}
+	o := ReplaceOptions{Version: p.From, Target: s.Version, Timeout: e.timeout()}
 	if base := p.Value("base-backup"); base != "" {
 		o.BaseBackup, o.BaseVersion = base, s.Version
 	}
-	rep, err := e.C.ReplaceDataDirs(ctx, o)
+	rep, err := ReplaceDataDirs(ctx, e.C, o)
 	if err != nil {
 		return err
 	}
@@ -255,7 +252,7 @@ func (e *Executor) replace(ctx context.Context, p *plan.Plan, s *plan.Step) erro
 		p.SetValue("old-datadir."+name, old)
 	}
 	if rep.Source != "" {
-		e.say("new data dirs restored from the database of %s at revision %d", rep.Source, rep.Revision)
+		e.Progress.Say("  new data dirs restored from the database of %s at revision %d", rep.Source, rep.Revision)
 	}
 	return nil
 }
@@ -272,7 +269,7 @@ func (e *Executor) start(ctx context.Context, s *plan.Step) error {
 				continue // started by an earlier attempt
 			}
 		}
-		if err := e.C.SwapMemberVersion(ctx, m.Name, s.Version, false); err != nil {
+		if err := SwapMemberVersion(ctx, e.C, m.Name, s.Version, false); err != nil {
 			return err
 		}
 	}
@@ -287,7 +284,7 @@ func (e *Executor) start(ctx context.Context, s *plan.Step) error {
 	if err != nil {
 		return fmt.Errorf("health gate: %w", err)
 	}
-	e.say("every member healthy on %s", s.Version)
+	e.Progress.Say("  every member healthy on %s", s.Version)
 	return nil
 }
 
@@ -296,7 +293,7 @@ func (e *Executor) recordMemberVersion(ctx context.Context, s *plan.Step) error 
 	if !ok || e.C.Spec.VersionOf(*m) == s.Version {
 		return nil
 	}
-	return e.C.SwapMemberVersion(ctx, s.Member, s.Version, false)
+	return SwapMemberVersion(ctx, e.C, s.Member, s.Version, false)
 }
 
 // transferee prefers a healthy voter already on the target version.
@@ -336,7 +333,7 @@ func (e *Executor) waitCaughtUp(ctx context.Context, name, version string) error
 		case ms.RaftAppliedIndex < target:
 			return fmt.Sprintf("%s applied %d of %d", name, ms.RaftAppliedIndex, target)
 		}
-		e.say("%s healthy on %s, applied index %d", name, version, ms.RaftAppliedIndex)
+		e.Progress.Say("  %s healthy on %s, applied index %d", name, version, ms.RaftAppliedIndex)
 		return ""
 	})
 	if err != nil {
@@ -377,7 +374,7 @@ func (e *Executor) clusterVersion(ctx context.Context, s *plan.Step) error {
 	if err := e.C.SetVersion(s.Version); err != nil {
 		return err
 	}
-	e.say("cluster on %s (cluster version %s)", s.Version, want)
+	e.Progress.Say("  cluster on %s (cluster version %s)", s.Version, want)
 	return nil
 }
 
@@ -390,7 +387,7 @@ func (e *Executor) downgradeEnable(ctx context.Context, s *plan.Step) error {
 	}
 	target := minorOf(s.Version)
 	if st.Cluster.Version == target+".0" {
-		e.say("cluster version already %s", st.Cluster.Version)
+		e.Progress.Say("  cluster version already %s", st.Cluster.Version)
 		return nil
 	}
 	cli, err := e.C.Client()
@@ -406,7 +403,7 @@ func (e *Executor) downgradeEnable(ctx context.Context, s *plan.Step) error {
 	if _, err := cli.Downgrade(dctx, clientv3.DowngradeEnable, target); err != nil {
 		return fmt.Errorf("enable etcd's downgrade to %s: %w", target, err)
 	}
-	e.say("etcd's downgrade to %s enabled", target)
+	e.Progress.Say("  etcd's downgrade to %s enabled", target)
 	return nil
 }
 

@@ -1,11 +1,20 @@
 package upgrade
 
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/etcd-steward/steward/pkg/agentapi"
+	"github.com/etcd-steward/steward/pkg/cluster"
+)
+
 // SwapMemberVersion records in the spec that a member runs version, then
 // has its agent restart it on that version. allowDowngrade lets it start an
 // older minor than its data dir last ran (only during etcd's downgrade).
 // Both halves are idempotent.
-func (c *Cluster) SwapMemberVersion(ctx context.Context, name, version string, allowDowngrade bool) error {
-	if err := c.recordMemberVersion(name, version); err != nil {
+func SwapMemberVersion(ctx context.Context, c *cluster.Cluster, name, version string, allowDowngrade bool) error {
+	if err := c.RecordMemberVersion(name, version); err != nil {
 		return err
 	}
 	m, err := c.Member(name) // as recorded
@@ -31,7 +40,7 @@ func (c *Cluster) SwapMemberVersion(ctx context.Context, name, version string, a
 // that it writes a raft snapshot as soon as it has replayed its WAL, and
 // waits until the snapshot file is there. Afterwards the member's WAL
 // replay starts after every entry older versions wrote.
-func (c *Cluster) SnapshotMember(ctx context.Context, name, version string, timeout time.Duration) error {
+func SnapshotMember(ctx context.Context, c *cluster.Cluster, name, version string, timeout time.Duration) error {
 	m, err := c.Member(name)
 	if err != nil {
 		return err
@@ -49,10 +58,9 @@ func (c *Cluster) SnapshotMember(ctx context.Context, name, version string, time
 	if _, err := ac.SwapVersion(ctx, name, agentapi.VersionRequest{Version: version, AllowMinorDowngrade: true}); err != nil {
 		return fmt.Errorf("restart member %s on %s for a snapshot: %w", name, version, err)
 	}
-	if err := waitSnapshot(ctx, cfg.DataDir, started, timeout); err != nil {
+	if err := cluster.WaitSnapshot(ctx, cfg.DataDir, started, timeout); err != nil {
 		return fmt.Errorf("member %s: %w", name, err)
 	}
 	c.Progress.Say("member %s took a raft snapshot on %s", name, version)
 	return nil
 }
-

@@ -1,4 +1,4 @@
-package cluster
+package upgrade
 
 import (
 	"context"
@@ -8,11 +8,8 @@ import (
 	"regexp"
 	"time"
 
-	"go.etcd.io/etcd/etcdutl/v3/snapshot"
-	"go.uber.org/zap"
-
-	"github.com/etcd-steward/steward/pkg/agent"
 	"github.com/etcd-steward/steward/pkg/backup"
+	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/datadir"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
@@ -77,7 +74,7 @@ func newDataDir(current, target string) string {
 // Idempotent: when the spec already names the new dirs, it does nothing; a
 // half-built new dir (never named by the spec, so never started) is
 // rebuilt.
-func (c *Cluster) ReplaceDataDirs(ctx context.Context, o ReplaceOptions) (ReplaceReport, error) {
+func ReplaceDataDirs(ctx context.Context, c *cluster.Cluster, o ReplaceOptions) (ReplaceReport, error) {
 	rep := ReplaceReport{Old: map[string]string{}, New: map[string]string{}}
 	done := true
 	for _, m := range c.Spec.Members {
@@ -105,10 +102,10 @@ func (c *Cluster) ReplaceDataDirs(ctx context.Context, o ReplaceOptions) (Replac
 		}
 	}
 	c.Progress.Say("stopped %d members; applying their WALs on private client ports", len(names))
-	if err := c.RunIsolated(ctx, names, o.Version, IsolatedOptions{Timeout: o.Timeout}); err != nil {
+	if err := c.RunIsolated(ctx, names, o.Version, cluster.IsolatedOptions{Timeout: o.Timeout}); err != nil {
 		return rep, err
 	}
-	source, applied, err := c.mostApplied()
+	source, applied, err := mostApplied(c)
 	if err != nil {
 		return rep, err
 	}
@@ -128,7 +125,7 @@ func (c *Cluster) ReplaceDataDirs(ctx context.Context, o ReplaceOptions) (Replac
 			return rep, err
 		}
 		defer os.RemoveAll(tmp)
-		if snapPath, err = c.graftOntoBackup(ctx, o.BaseBackup, srcDB, tmp); err != nil {
+		if snapPath, err = graftOntoBackup(ctx, c, o.BaseBackup, srcDB, tmp); err != nil {
 			return rep, err
 		}
 		record = o.BaseVersion
@@ -146,22 +143,19 @@ func (c *Cluster) ReplaceDataDirs(ctx context.Context, o ReplaceOptions) (Replac
 		if err := os.RemoveAll(staging); err != nil {
 			return rep, err
 		}
-		err := snapshot.NewV3(zap.NewNop()).Restore(snapshot.RestoreConfig{
-			SnapshotPath: snapPath, Name: m.Name, OutputDataDir: staging,
-			PeerURLs: []string{m.PeerURL}, InitialCluster: initial, InitialClusterToken: c.Spec.Token,
-			SkipHashCheck: true, // a member's database (or a grafted one) has no valid appended hash
-		})
+		// A member's database (or a grafted one) has no valid appended hash;
+		// FromSnapshot does not check one.
+		err := datadir.FromSnapshot(datadir.FromSnapshotOptions{
+			Snapshot: snapPath, Name: m.Name, PeerURL: m.PeerURL,
+			InitialCluster: initial, Token: c.Spec.Token,
+		}, staging)
 		if err != nil {
-			_ = os.RemoveAll(staging)
-			return rep, fmt.Errorf("restore member %s into %s: %w", m.Name, staging, err)
-		}
-		if err := os.Chmod(staging, 0o700); err != nil {
 			return rep, err
 		}
 		if err := os.Rename(staging, nd); err != nil {
 			return rep, err
 		}
-		if err := agent.WriteRecord(nd, record, time.Now()); err != nil {
+		if err := datadir.WriteRecord(nd, record, time.Now()); err != nil {
 			return rep, err
 		}
 	}
@@ -189,7 +183,7 @@ func (c *Cluster) ReplaceDataDirs(ctx context.Context, o ReplaceOptions) (Replac
 // mostApplied returns the stopped member whose database applied the most,
 // provided it applied every entry any member's WAL committed (a write is
 // acknowledged only after it was committed); "" when none did.
-func (c *Cluster) mostApplied() (string, uint64, error) {
+func mostApplied(c *cluster.Cluster) (string, uint64, error) {
 	best, bestApplied, maxCommitted := "", uint64(0), uint64(0)
 	for _, m := range c.Spec.Members {
 		applied, committed, err := datadir.Applied(spec.Path(c.Dir, m.DataDir))
@@ -209,8 +203,8 @@ func (c *Cluster) mostApplied() (string, uint64, error) {
 
 // graftOntoBackup fetches and verifies full backup id into dir, and grafts
 // the keyspace of database src onto it. It returns the grafted file.
-func (c *Cluster) graftOntoBackup(ctx context.Context, id, src, dir string) (string, error) {
-	store, err := c.BackupStore()
+func graftOntoBackup(ctx context.Context, c *cluster.Cluster, id, src, dir string) (string, error) {
+	store, err := c.BackupStore(ctx)
 	if err != nil {
 		return "", err
 	}
@@ -218,7 +212,7 @@ func (c *Cluster) graftOntoBackup(ctx context.Context, id, src, dir string) (str
 	if err != nil {
 		return "", fmt.Errorf("backup %s, taken before the upgrade, is needed to go back without etcd's online downgrade: %w", id, err)
 	}
-	key, err := c.backupKey("")
+	key, err := c.BackupKey("")
 	if err != nil {
 		return "", err
 	}

@@ -37,10 +37,8 @@ func preflightFirstHop(ctx context.Context, c *cluster.Cluster, p *plan.Plan) er
 			return err
 		}
 		warnings, err := Refusal(checks, p.Force)
-		if c.Progress != nil {
-			for _, w := range warnings {
-				fmt.Fprintf(c.Progress, "warning: %s\n", w)
-			}
+		for _, w := range warnings {
+			c.Progress.Say("warning: %s", w)
 		}
 		return err
 	}
@@ -109,11 +107,7 @@ func start(ctx context.Context, c *cluster.Cluster, p *plan.Plan) error {
 
 func run(ctx context.Context, c *cluster.Cluster, id string) error {
 	ex := &Executor{C: c, Progress: c.Progress}
-	err := plan.Run(ctx, c.Plans(), id, ex, func(format string, a ...any) {
-		if c.Progress != nil {
-			fmt.Fprintf(c.Progress, format+"\n", a...)
-		}
-	})
+	err := plan.Run(ctx, c.Plans(), id, ex, c.Progress)
 	if err != nil {
 		return err
 	}

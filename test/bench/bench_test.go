@@ -25,6 +25,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/catalogue"
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/maintenance"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/spec"
 	"github.com/etcd-steward/steward/test/harness"
@@ -268,7 +269,7 @@ func BenchmarkLearnerAndDefrag(b *testing.B) {
 
 		l = measureWrites(cli)
 		dstart := time.Now()
-		if _, err := c.Defrag(context.Background(), cluster.DefragOptions{}); err != nil {
+		if _, err := maintenance.Defrag(context.Background(), c, maintenance.DefragOptions{}); err != nil {
 			b.Fatal(err)
 		}
 		rollingDur := time.Since(dstart)

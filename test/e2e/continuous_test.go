@@ -25,6 +25,8 @@ import (
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/recovery"
+	"github.com/etcd-steward/steward/pkg/restore"
 	"github.com/etcd-steward/steward/pkg/spec"
 	"github.com/etcd-steward/steward/test/harness"
 )
@@ -178,10 +180,10 @@ func removeDataDirs(t *testing.T, e *harness.Env, members []spec.Member) {
 
 // recoverJSON runs `steward recover -o json` and returns its report and
 // output.
-func recoverJSON(t *testing.T, e *harness.Env) (cluster.RecoverReport, string) {
+func recoverJSON(t *testing.T, e *harness.Env) (recovery.Report, string) {
 	t.Helper()
 	out := e.MustRun("recover", "-o", "json")
-	var rep cluster.RecoverReport
+	var rep recovery.Report
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("recover report: %v\n%s", err, out)
 	}
@@ -467,7 +469,7 @@ func TestBackupGC(t *testing.T) {
 	rev = putKeys(t, cli, "gc-after/", 100)
 	waitBackedUp(t, e, rev)
 	before := listBackups(t, e)
-	var plan cluster.GCResult
+	var plan restore.GCResult
 	if err := json.Unmarshal([]byte(e.MustRun("backup", "gc", "--dry-run", "-o", "json")), &plan); err != nil {
 		t.Fatal(err)
 	}

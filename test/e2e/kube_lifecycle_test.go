@@ -30,7 +30,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/recovery"
 	"github.com/etcd-steward/steward/test/harness"
 )
 
@@ -252,7 +252,7 @@ func TestKubernetesThroughLifecycle(t *testing.T) {
 			t.Logf("steward up with every data dir lost fails as it should: %s", lcLastLine(se))
 		}
 		out := e.MustRun("recover", "-o", "json")
-		var rep cluster.RecoverReport
+		var rep recovery.Report
 		if err := json.Unmarshal([]byte(out), &rep); err != nil {
 			t.Fatalf("recover report: %v\n%s", err, out)
 		}

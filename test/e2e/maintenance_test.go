@@ -13,6 +13,7 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/maintenance"
 	"github.com/etcd-steward/steward/pkg/spec"
 	"github.com/etcd-steward/steward/test/harness"
 )
@@ -59,7 +60,7 @@ func TestMaintenance(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := e.MustRun("defrag", "-o", "json")
-	var res []cluster.DefragResult
+	var res []maintenance.DefragResult
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatalf("defrag output: %v\n%s", err, out)
 	}
@@ -95,7 +96,7 @@ func TestMaintenance(t *testing.T) {
 	if !nospace {
 		t.Fatal("no NOSPACE alarm after writing 25 MB into an 8 MiB quota")
 	}
-	var alarms []cluster.Alarm
+	var alarms []maintenance.Alarm
 	if err := json.Unmarshal([]byte(e.MustRun("alarm", "list", "-o", "json")), &alarms); err != nil {
 		t.Fatal(err)
 	}

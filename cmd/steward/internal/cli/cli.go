@@ -4,6 +4,7 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -73,4 +74,15 @@ func (g *Globals) Print(w io.Writer, v any, table func(tw *tabwriter.Writer)) er
 		return tw.Flush()
 	}
 	return g.CheckOutput()
+}
+
+// Hint adds advice about a command's flags to a refusal of the library:
+// when errors.Is(err, kind), the result reads "ERR; HINT" and still wraps
+// err. Libraries say what was refused and why; only the command knows its
+// flags.
+func Hint(err, kind error, hint string) error {
+	if err != nil && errors.Is(err, kind) {
+		return fmt.Errorf("%w; %s", err, hint)
+	}
+	return err
 }

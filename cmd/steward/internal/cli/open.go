@@ -1,16 +1,11 @@
 package cli
 
 import (
-	"fmt"
 	"io"
 
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/progress"
 )
-
-// Progress returns a printf-style progress function writing lines to w.
-func Progress(w io.Writer) func(string, ...any) {
-	return func(f string, a ...any) { fmt.Fprintf(w, f+"\n", a...) }
-}
 
 // Cluster checks the -o flag and opens the cluster of the Steward
 // directory, with progress lines going to the command's stderr.
@@ -26,6 +21,6 @@ func (g *Globals) Cluster(cmd interface{ ErrOrStderr() io.Writer }) (*cluster.Cl
 	if err != nil {
 		return nil, err
 	}
-	c.Progress = cmd.ErrOrStderr()
+	c.Progress = progress.To(cmd.ErrOrStderr())
 	return c, nil
 }

@@ -1,30 +1,30 @@
-// Package cmd assembles the steward command tree. Each command lives in its
+// Package command assembles the steward command tree. Each command lives in its
 // own package under internal/cmd and is a thin layer over a library package.
-package cmd
+package command
 
 import (
 	"github.com/spf13/cobra"
 
-	"github.com/etcd-steward/steward/internal/cli"
-	"github.com/etcd-steward/steward/internal/cmd/agent"
-	"github.com/etcd-steward/steward/internal/cmd/alarm"
-	"github.com/etcd-steward/steward/internal/cmd/backup"
-	"github.com/etcd-steward/steward/internal/cmd/binaries"
-	"github.com/etcd-steward/steward/internal/cmd/defrag"
-	"github.com/etcd-steward/steward/internal/cmd/down"
-	"github.com/etcd-steward/steward/internal/cmd/env"
-	"github.com/etcd-steward/steward/internal/cmd/etcd"
-	"github.com/etcd-steward/steward/internal/cmd/inspect"
-	"github.com/etcd-steward/steward/internal/cmd/leader"
-	"github.com/etcd-steward/steward/internal/cmd/member"
-	"github.com/etcd-steward/steward/internal/cmd/migrate"
-	"github.com/etcd-steward/steward/internal/cmd/plan"
-	"github.com/etcd-steward/steward/internal/cmd/recovery"
-	"github.com/etcd-steward/steward/internal/cmd/restore"
-	"github.com/etcd-steward/steward/internal/cmd/rollback"
-	"github.com/etcd-steward/steward/internal/cmd/status"
-	"github.com/etcd-steward/steward/internal/cmd/up"
-	"github.com/etcd-steward/steward/internal/cmd/upgrade"
+	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
+	"github.com/etcd-steward/steward/cmd/steward/internal/command/agent"
+	"github.com/etcd-steward/steward/cmd/steward/internal/command/alarm"
+	"github.com/etcd-steward/steward/cmd/steward/internal/command/backup"
+	"github.com/etcd-steward/steward/cmd/steward/internal/command/binaries"
+	"github.com/etcd-steward/steward/cmd/steward/internal/command/defrag"
+	"github.com/etcd-steward/steward/cmd/steward/internal/command/down"
+	"github.com/etcd-steward/steward/cmd/steward/internal/command/env"
+	"github.com/etcd-steward/steward/cmd/steward/internal/command/etcd"
+	"github.com/etcd-steward/steward/cmd/steward/internal/command/inspect"
+	"github.com/etcd-steward/steward/cmd/steward/internal/command/leader"
+	"github.com/etcd-steward/steward/cmd/steward/internal/command/member"
+	"github.com/etcd-steward/steward/cmd/steward/internal/command/migrate"
+	"github.com/etcd-steward/steward/cmd/steward/internal/command/plan"
+	"github.com/etcd-steward/steward/cmd/steward/internal/command/recovery"
+	"github.com/etcd-steward/steward/cmd/steward/internal/command/restore"
+	"github.com/etcd-steward/steward/cmd/steward/internal/command/rollback"
+	"github.com/etcd-steward/steward/cmd/steward/internal/command/status"
+	"github.com/etcd-steward/steward/cmd/steward/internal/command/up"
+	"github.com/etcd-steward/steward/cmd/steward/internal/command/upgrade"
 )
 
 // NewRootCommand returns the steward root command with every subcommand.

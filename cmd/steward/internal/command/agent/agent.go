@@ -7,14 +7,17 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sync"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
-	"github.com/etcd-steward/steward/internal/cli"
+	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
 	agentpkg "github.com/etcd-steward/steward/pkg/agent"
-	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/backup"
+	"github.com/etcd-steward/steward/pkg/backupd"
+	"github.com/etcd-steward/steward/pkg/recovery"
 )
 
 // NewCommand returns the agent command.
@@ -45,9 +48,9 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					cluster.RunAutoRecovery(bctx, dir, name, log.With("component", "recovery"))
+					recovery.RunAuto(bctx, dir, name, log.With("component", "recovery"))
 				}()
-				cluster.RunContinuousBackups(bctx, dir, name, log.With("component", "backup"))
+				backupd.Run(bctx, dir, name, log.With("component", "backup"))
 				wg.Wait()
 			}()
 			stopBackups := sync.OnceFunc(func() { bcancel(); <-done })
@@ -55,7 +58,7 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 			return agentpkg.New(agentpkg.Options{
 				Name: name, Dir: dir, Socket: socket, Log: log,
 				BeforeStop:   stopBackups,
-				NewestBackup: func() int64 { return cluster.NewestBackedUpRevision(dir) },
+				NewestBackup: func() int64 { return backup.NewestBackedUpRevision(filepath.Join(dir, "status")) },
 			}).Run(ctx)
 		},
 	}

@@ -7,8 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/etcd-steward/steward/internal/cli"
-	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
+	"github.com/etcd-steward/steward/pkg/maintenance"
 )
 
 // NewCommand returns the alarm command.
@@ -23,14 +23,14 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			alarms, err := c.Alarms(cmd.Context())
+			alarms, err := maintenance.Alarms(cmd.Context(), c)
 			if err != nil {
 				return err
 			}
 			return g.Print(cmd.OutOrStdout(), alarms, func(tw *tabwriter.Writer) { table(tw, alarms) })
 		},
 	}
-	var o cluster.DisarmOptions
+	var o maintenance.DisarmOptions
 	disarm := &cobra.Command{
 		Use:   "disarm",
 		Short: "Clear alarms; for NOSPACE, compact and defragment first so the alarm does not return",
@@ -40,7 +40,8 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			alarms, err := c.Disarm(cmd.Context(), o)
+			alarms, err := maintenance.Disarm(cmd.Context(), c, o)
+			err = cli.Hint(err, maintenance.ErrCorrupt, "use --force to disarm it anyway")
 			if err != nil {
 				return err
 			}
@@ -52,7 +53,7 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 	return cmd
 }
 
-func table(tw *tabwriter.Writer, alarms []cluster.Alarm) {
+func table(tw *tabwriter.Writer, alarms []maintenance.Alarm) {
 	fmt.Fprintln(tw, "MEMBER\tID\tALARM")
 	for _, a := range alarms {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", a.MemberName, a.MemberID, a.Alarm)

@@ -10,9 +10,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/etcd-steward/steward/internal/cli"
+	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
 	"github.com/etcd-steward/steward/pkg/backup"
-	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/backupd"
+	"github.com/etcd-steward/steward/pkg/restore"
 )
 
 // NewCommand returns the backup command.
@@ -23,7 +24,7 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 }
 
 func nowCommand(g *cli.Globals) *cobra.Command {
-	var o cluster.BackupOptions
+	var o backupd.Options
 	cmd := &cobra.Command{
 		Use:   "now",
 		Short: "Take a verified full snapshot now (from the leader unless --member)",
@@ -33,7 +34,8 @@ func nowCommand(g *cli.Globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			m, err := c.BackupNow(cmd.Context(), o)
+			m, err := backupd.Now(cmd.Context(), c, o)
+			err = cli.Hint(err, backupd.ErrNoLeader, "name a healthy member with --member")
 			if err != nil {
 				return err
 			}
@@ -55,7 +57,7 @@ func listCommand(g *cli.Globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ms, err := c.Backups(cmd.Context())
+			ms, err := restore.List(cmd.Context(), c)
 			if err != nil {
 				return err
 			}
@@ -86,7 +88,7 @@ func verifyCommand(g *cli.Globals) *cobra.Command {
 			if len(args) == 1 {
 				id = args[0]
 			}
-			res, err := c.VerifyBackups(cmd.Context(), id, keyFile)
+			res, err := restore.Verify(cmd.Context(), c, id, keyFile)
 			if err != nil {
 				return err
 			}
@@ -134,7 +136,7 @@ func gcCommand(g *cli.Globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			res, err := c.CollectBackups(cmd.Context(), dry)
+			res, err := restore.Collect(cmd.Context(), c, dry)
 			if err != nil {
 				return err
 			}

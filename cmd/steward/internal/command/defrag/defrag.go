@@ -8,13 +8,13 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/etcd-steward/steward/internal/cli"
-	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
+	"github.com/etcd-steward/steward/pkg/maintenance"
 )
 
 // NewCommand returns the defrag command.
 func NewCommand(g *cli.Globals) *cobra.Command {
-	var o cluster.DefragOptions
+	var o maintenance.DefragOptions
 	cmd := &cobra.Command{
 		Use:   "defrag",
 		Short: "Defragment every member, one at a time, followers first and the leader last",
@@ -28,7 +28,7 @@ can cost quorum.`,
 			if err != nil {
 				return err
 			}
-			res, err := c.Defrag(cmd.Context(), o)
+			res, err := maintenance.Defrag(cmd.Context(), c, o)
 			// Print what was done even when a later member stopped the run.
 			if perr := g.Print(cmd.OutOrStdout(), res, func(tw *tabwriter.Writer) {
 				fmt.Fprintln(tw, "MEMBER\tDB BEFORE\tDB AFTER\tDURATION")

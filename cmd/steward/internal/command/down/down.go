@@ -4,13 +4,14 @@ package down
 import (
 	"github.com/spf13/cobra"
 
-	"github.com/etcd-steward/steward/internal/cli"
-	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
+	"github.com/etcd-steward/steward/pkg/bootstrap"
+	"github.com/etcd-steward/steward/pkg/progress"
 )
 
 // NewCommand returns the down command.
 func NewCommand(g *cli.Globals) *cobra.Command {
-	var o cluster.DownOptions
+	var o bootstrap.DownOptions
 	cmd := &cobra.Command{
 		Use:   "down",
 		Short: "Stop every member and the agent; data is kept unless --purge",
@@ -20,7 +21,7 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return cluster.Down(cmd.Context(), dir, o, cli.Progress(cmd.ErrOrStderr()))
+			return bootstrap.Down(cmd.Context(), dir, o, progress.To(cmd.ErrOrStderr()))
 		},
 	}
 	cmd.Flags().BoolVar(&o.Purge, "purge", false, "delete the Steward directory (data, certificates, logs) after stopping")

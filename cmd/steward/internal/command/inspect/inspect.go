@@ -16,7 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/etcd-steward/steward/internal/cli"
+	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/kstorage"
@@ -147,7 +147,7 @@ func fromBackup(ctx context.Context, cmd *cobra.Command, g *cli.Globals, o svOpt
 	if err != nil {
 		return kstorage.Source{}, nil, err
 	}
-	store, err := c.BackupStore()
+	store, err := c.BackupStore(cmd.Context())
 	if err != nil {
 		return kstorage.Source{}, nil, err
 	}

@@ -4,7 +4,8 @@ package leader
 import (
 	"github.com/spf13/cobra"
 
-	"github.com/etcd-steward/steward/internal/cli"
+	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
+	"github.com/etcd-steward/steward/pkg/membership"
 )
 
 // NewCommand returns the leader command.
@@ -20,7 +21,7 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return c.MoveLeader(cmd.Context(), to)
+			return membership.MoveLeader(cmd.Context(), c, to)
 		},
 	}
 	move.Flags().StringVar(&to, "to", "", "name of the member to lead (required)")

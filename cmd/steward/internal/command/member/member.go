@@ -7,8 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/etcd-steward/steward/internal/cli"
-	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
+	"github.com/etcd-steward/steward/pkg/membership"
 )
 
 // NewCommand returns the member command.
@@ -19,7 +19,7 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 }
 
 func addCommand(g *cli.Globals) *cobra.Command {
-	var o cluster.AddOptions
+	var o membership.AddOptions
 	cmd := &cobra.Command{
 		Use:   "add NAME",
 		Short: "Add a member as a learner, wait until it caught up, then promote it",
@@ -29,7 +29,7 @@ func addCommand(g *cli.Globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return c.AddMember(cmd.Context(), args[0], o)
+			return membership.Add(cmd.Context(), c, args[0], o)
 		},
 	}
 	cmd.Flags().StringVar(&o.Agent, "agent", "local", "agent that runs the new member")
@@ -40,7 +40,7 @@ func addCommand(g *cli.Globals) *cobra.Command {
 }
 
 func removeCommand(g *cli.Globals) *cobra.Command {
-	var o cluster.RemoveOptions
+	var o membership.RemoveOptions
 	cmd := &cobra.Command{
 		Use:   "remove NAME",
 		Short: "Remove a member (leadership moves away first); its data dir is moved aside",
@@ -50,7 +50,8 @@ func removeCommand(g *cli.Globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return c.RemoveMember(cmd.Context(), args[0], o)
+			err = membership.Remove(cmd.Context(), c, args[0], o)
+			return cli.Hint(err, membership.ErrQuorumAtRisk, "use --force to remove it anyway")
 		},
 	}
 	cmd.Flags().BoolVar(&o.Force, "force", false, "remove even when the remaining members would not have a healthy quorum")
@@ -68,7 +69,7 @@ func replaceCommand(g *cli.Globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return c.ReplaceMember(cmd.Context(), args[0], timeout)
+			return membership.Replace(cmd.Context(), c, args[0], timeout)
 		},
 	}
 	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long the new learner may take to catch up")
@@ -86,7 +87,8 @@ func stopCommand(g *cli.Globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return c.StopMember(cmd.Context(), args[0], force)
+			err = membership.Stop(cmd.Context(), c, args[0], force)
+			return cli.Hint(err, membership.ErrQuorumAtRisk, "use --force to stop it anyway")
 		},
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "stop even when the cluster would lose quorum")
@@ -103,7 +105,7 @@ func startCommand(g *cli.Globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return c.StartMember(cmd.Context(), args[0])
+			return membership.Start(cmd.Context(), c, args[0])
 		},
 	}
 }

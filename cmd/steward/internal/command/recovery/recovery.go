@@ -7,7 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/etcd-steward/steward/internal/cli"
+	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
+	"github.com/etcd-steward/steward/pkg/recovery"
 )
 
 // NewCommand returns the recover command.
@@ -27,7 +28,7 @@ A quorate cluster is left alone.`,
 			if err != nil {
 				return err
 			}
-			rep, err := c.Recover(cmd.Context())
+			rep, err := recovery.Run(cmd.Context(), c)
 			if perr := g.Print(cmd.OutOrStdout(), rep, func(tw *tabwriter.Writer) {
 				fmt.Fprintf(tw, "ACTION\t%s\nMESSAGE\t%s\n", rep.Action, rep.Message)
 				for _, f := range rep.DataDirs {

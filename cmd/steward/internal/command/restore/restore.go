@@ -2,18 +2,19 @@
 package restore
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/etcd-steward/steward/internal/cli"
-	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
+	"github.com/etcd-steward/steward/pkg/restore"
 )
 
 // NewCommand returns the restore command.
 func NewCommand(g *cli.Globals) *cobra.Command {
-	var o cluster.RestoreOptions
+	var o restore.Options
 	cmd := &cobra.Command{
 		Use:   "restore",
 		Short: "Build every member's data dir from a full backup (cluster must be stopped)",
@@ -29,7 +30,12 @@ restored cluster with ` + "`steward up`" + `.`,
 			if err != nil {
 				return err
 			}
-			_, err = c.Restore(cmd.Context(), o)
+			_, err = restore.Run(cmd.Context(), c, o)
+			err = cli.Hint(err, restore.ErrOtherCluster, "use --allow-other-cluster to build this cluster from it anyway")
+			err = cli.Hint(err, restore.ErrDataDirsHoldData, "use --force to move them aside (they are kept, not deleted)")
+			if gap, ok := errors.AsType[*restore.GapError](err); ok {
+				err = fmt.Errorf("%w; restore up to the gap explicitly with --to-revision %d", err, gap.End)
+			}
 			return err
 		},
 	}
@@ -39,7 +45,7 @@ restored cluster with ` + "`steward up`" + `.`,
 	cmd.Flags().BoolVar(&o.AllowOtherCluster, "allow-other-cluster", false, "restore a backup of another etcd cluster than the one last seen for this spec")
 	cmd.Flags().Int64Var(&o.ToRevision, "to-revision", 0, "restore the keyspace as it was at this revision (default: the newest backed up)")
 	cmd.Flags().Var(timeFlag{&o.ToTime}, "to-time", "restore the keyspace as it was at this time (RFC 3339, e.g. 2026-11-21T13:00:00Z)")
-	cmd.Flags().Uint64Var(&o.BumpRevision, "bump-revision", cluster.DefaultBumpRevision, "added to the restored revision; must exceed the writes made after the backup")
+	cmd.Flags().Uint64Var(&o.BumpRevision, "bump-revision", restore.DefaultBumpRevision, "added to the restored revision; must exceed the writes made after the backup")
 	return cmd
 }
 

@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/etcd-steward/steward/internal/cli"
+	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
 	"github.com/etcd-steward/steward/pkg/cluster"
 )
 
@@ -32,6 +32,12 @@ report; read the conditions to decide whether the cluster is well.`,
 			st, err := c.Status(cmd.Context())
 			if err != nil {
 				return err
+			}
+			// The one write of a status report: the conditions' transition
+			// times and the cluster ID seen. Failing it leaves the report
+			// true (only lastTransitionTime may be off), so it warns.
+			if err := c.RecordStatus(st, time.Now()); err != nil {
+				c.Progress.Say("warning: %v", err)
 			}
 			return g.Print(cmd.OutOrStdout(), st, func(tw *tabwriter.Writer) { table(tw, st) })
 		},

@@ -8,13 +8,14 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/etcd-steward/steward/internal/cli"
-	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
+	"github.com/etcd-steward/steward/pkg/bootstrap"
+	"github.com/etcd-steward/steward/pkg/progress"
 )
 
 // NewCommand returns the up command.
 func NewCommand(g *cli.Globals) *cobra.Command {
-	var o cluster.UpOptions
+	var o bootstrap.UpOptions
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Start a local cluster (writing a default cluster.yaml when there is none) and wait until it is healthy",
@@ -29,8 +30,8 @@ keeping the data. Returns when every member is healthy and prints the endpoints.
 				return err
 			}
 			errw := cmd.ErrOrStderr()
-			progress := cli.Progress(errw)
-			c, warnings, err := cluster.Up(cmd.Context(), dir, o, progress)
+			progress := progress.To(errw)
+			c, warnings, err := bootstrap.Up(cmd.Context(), dir, o, progress)
 			for _, w := range warnings {
 				fmt.Fprintln(errw, "warning:", w)
 			}

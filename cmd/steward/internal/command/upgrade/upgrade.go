@@ -7,8 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/etcd-steward/steward/internal/cli"
-	plancmd "github.com/etcd-steward/steward/internal/cmd/plan"
+	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
+	plancmd "github.com/etcd-steward/steward/cmd/steward/internal/command/plan"
 	"github.com/etcd-steward/steward/pkg/upgrade"
 )
 
