@@ -3,6 +3,7 @@
 package plan
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -44,7 +45,7 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 				return err
 			}
 			_, err = upgrade.Resume(cmd.Context(), c)
-			return err
+			return Hint(err)
 		},
 	}
 	abort := &cobra.Command{
@@ -70,6 +71,16 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 	}
 	cmd.AddCommand(show, resume, abort)
 	return cmd
+}
+
+// Hint adds what the operator does next to the error of a plan whose step
+// failed (a *plan.StepError in err's chain); other errors pass unchanged.
+func Hint(err error) error {
+	var stepErr *plan.StepError
+	if !errors.As(err, &stepErr) {
+		return err
+	}
+	return fmt.Errorf("%w; fix the cause, then run `steward plan resume` (or `steward plan abort`)", err)
 }
 
 // Print writes a plan as a table of steps, or as JSON or YAML.

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/etcd-steward/steward/internal/cli"
+	plancmd "github.com/etcd-steward/steward/internal/cmd/plan"
 	"github.com/etcd-steward/steward/pkg/upgrade"
 )
 
@@ -23,7 +24,7 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 				return err
 			}
 			_, err = upgrade.Rollback(cmd.Context(), c, o)
-			return err
+			return plancmd.Hint(err)
 		},
 	}
 	cmd.Flags().StringVar(&o.Strategy, "strategy", "", "rolling (etcd's online downgrade) or restore (the backup taken before the upgrade with every later write grafted in); default: rolling where etcd has an online downgrade")

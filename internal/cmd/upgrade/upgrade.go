@@ -42,7 +42,7 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 				return err
 			}
 			_, err = upgrade.Apply(cmd.Context(), c, o)
-			return err
+			return plancmd.Hint(err)
 		},
 	}
 	for _, sub := range []*cobra.Command{planCmd, apply} {
