@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/etcd-steward/steward/internal/crashpoint"
 )
 
 // Executor performs steps. Execute must be idempotent: it is called again
@@ -17,8 +19,32 @@ type Executor interface {
 // ErrAborted is returned by Run when an abort request stopped the plan.
 var ErrAborted = errors.New("plan aborted")
 
+// StepError is the error Run returns when a step fails: it says which step
+// of which plan failed and wraps the step's error. Its message is the
+// plan's recorded Error; what the operator does next is the caller's to say.
+type StepError struct {
+	// Plan is the plan's ID.
+	Plan        string
+	Index       int
+	Description string
+	// Err is the error the step's Executor returned.
+	Err error
+}
+
+func (e *StepError) Error() string {
+	return fmt.Sprintf("step %d (%s) failed: %v", e.Index, e.Description, e.Err)
+}
+
+// Unwrap returns the step's error.
+func (e *StepError) Unwrap() error { return e.Err }
+
 // Run runs the plan with the given ID from its first step that is not done,
 // under the runner's lock. progress, when not nil, hears about each step.
+// A failed step makes Run return a *StepError.
+//
+// Each step passes two crash points (internal/crashpoint):
+// plan-step-before:N once it is recorded running, before it acts, and
+// plan-step-after:N once it acted without error, before it is recorded done.
 func Run(ctx context.Context, st *Store, id string, ex Executor, progress func(string, ...any)) error {
 	if progress == nil {
 		progress = func(string, ...any) {}
@@ -64,18 +90,20 @@ func Run(ctx context.Context, st *Store, id string, ex Executor, progress func(s
 			return err
 		}
 		progress("step %d/%d: %s", s.Index, len(p.Steps)-1, s.Description)
+		crashpoint.Hit(crashpoint.Indexed(crashpoint.PlanStepBefore, s.Index))
 		err := ex.Execute(ctx, p, s)
 		end := time.Now().UTC()
 		s.EndedAt = &end
 		if err != nil {
+			stepErr := &StepError{Plan: p.ID, Index: s.Index, Description: s.Description, Err: err}
 			s.State, s.Error = Failed, err.Error()
-			p.State = Failed
-			p.Error = fmt.Sprintf("step %d (%s) failed: %v", s.Index, s.Description, err)
-			if serr := st.Save(p); serr != nil {
-				return errors.Join(err, serr)
+			p.State, p.Error = Failed, stepErr.Error()
+			if saveErr := st.Save(p); saveErr != nil {
+				return errors.Join(stepErr, saveErr)
 			}
-			return fmt.Errorf("%s; fix the cause, then run `steward plan resume` (or `steward plan abort`)", p.Error)
+			return stepErr
 		}
+		crashpoint.Hit(crashpoint.Indexed(crashpoint.PlanStepAfter, s.Index))
 		s.State = Done
 		if err := st.Save(p); err != nil {
 			return err

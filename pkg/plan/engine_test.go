@@ -3,10 +3,17 @@ package plan
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/etcd-steward/steward/internal/crashpoint"
 )
 
 // recorder is an Executor that records the steps it ran and fails a step
@@ -67,11 +74,11 @@ func TestFailureThenResume(t *testing.T) {
 	st, p := newPlan(t, 3)
 	r := &recorder{fail: map[int]error{1: errors.New("member etcd-2 not healthy")}}
 	err := Run(context.Background(), st, p.ID, r, nil)
-	if err == nil || !strings.Contains(err.Error(), "step 1") || !strings.Contains(err.Error(), "plan resume") {
+	if err == nil || !strings.Contains(err.Error(), "step 1") {
 		t.Fatalf("error %v", err)
 	}
 	got, _ := st.Get(p.ID)
-	if got.State != Failed || got.Steps[1].State != Failed || got.Steps[1].Error != "member etcd-2 not healthy" || got.Steps[2].State != Pending {
+	if got.State != Failed || got.Error != err.Error() || got.Steps[1].State != Failed || got.Steps[1].Error != "member etcd-2 not healthy" || got.Steps[2].State != Pending {
 		t.Fatalf("after failure: %+v", got)
 	}
 	if !got.Active() {
@@ -88,6 +95,50 @@ func TestFailureThenResume(t *testing.T) {
 	got, _ = st.Get(p.ID)
 	if got.Steps[1].Attempts != 2 || got.Steps[1].Error != "" {
 		t.Fatalf("resumed step %+v", got.Steps[1])
+	}
+}
+
+// errSentinel stands for a cause a caller tests for with errors.Is.
+var errSentinel = errors.New("member etcd-2 not healthy")
+
+// TestStepErrorWrapsCause: a failed step's error reaches Run's caller
+// whole: errors.Is sees the step's cause through the *StepError, which
+// names the plan and the step, and the message says which step failed and
+// why, with no CLI hint (the command layer adds that).
+func TestStepErrorWrapsCause(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		stepErr error
+		wantMsg string
+	}{
+		{"sentinel", errSentinel, "step 1 (swap etcd-2) failed: member etcd-2 not healthy"},
+		{"wrapped sentinel", fmt.Errorf("health gate: %w", errSentinel), "step 1 (swap etcd-2) failed: health gate: member etcd-2 not healthy"},
+		{"twice wrapped", fmt.Errorf("step: %w", fmt.Errorf("health gate: %w", errSentinel)), "step 1 (swap etcd-2) failed: step: health gate: member etcd-2 not healthy"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, p := newPlan(t, 3)
+			p.Steps[1].Description = "swap etcd-2"
+			if err := st.Save(p); err != nil {
+				t.Fatal(err)
+			}
+			err := Run(t.Context(), st, p.ID, &recorder{fail: map[int]error{1: tc.stepErr}}, nil)
+			if !errors.Is(err, errSentinel) {
+				t.Fatalf("errors.Is(%v, errSentinel) = false", err)
+			}
+			var se *StepError
+			if !errors.As(err, &se) {
+				t.Fatalf("error %T %v is not a *StepError", err, err)
+			}
+			if se.Plan != p.ID || se.Index != 1 || se.Description != "swap etcd-2" || se.Err != tc.stepErr {
+				t.Fatalf("StepError %+v, want plan %s, step 1 (swap etcd-2), the step's error", se, p.ID)
+			}
+			if err.Error() != tc.wantMsg {
+				t.Fatalf("message %q, want %q", err.Error(), tc.wantMsg)
+			}
+			if got, _ := st.Get(p.ID); got.Error != tc.wantMsg {
+				t.Fatalf("recorded plan error %q, want %q", got.Error, tc.wantMsg)
+			}
+		})
 	}
 }
 
@@ -184,5 +235,105 @@ func TestNoPlan(t *testing.T) {
 	}
 	if ps, err := st.List(); err != nil || len(ps) != 0 {
 		t.Fatalf("List on an empty dir: %v %v", ps, err)
+	}
+}
+
+// crashHelperEnv holds, in the child process TestCrashPoints starts, the
+// directory of the plan store to run.
+const crashHelperEnv = "PLAN_TEST_CRASH_DIR"
+
+// printer is an Executor that writes "ran N" to stdout for each step.
+type printer struct{}
+
+func (printer) Execute(_ context.Context, _ *Plan, s *Step) error {
+	_, err := fmt.Fprintf(os.Stdout, "ran %d\n", s.Index)
+	return err
+}
+
+// TestHelperProcess is not a test: run by TestCrashPoints as a child, it
+// runs the latest plan of the store in $PLAN_TEST_CRASH_DIR.
+func TestHelperProcess(t *testing.T) {
+	dir := os.Getenv(crashHelperEnv)
+	if dir == "" {
+		return
+	}
+	st := OpenStore(dir)
+	p, err := st.Latest()
+	if err == nil {
+		err = Run(t.Context(), st, p.ID, printer{}, nil)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// TestCrashPoints: with STEWARD_CRASHPOINT set, a process running a plan
+// dies by SIGKILL exactly there: before a step's action (the step recorded
+// running, its action not run) or after it (the action ran, the step still
+// recorded running); a resume runs that step again and finishes.
+func TestCrashPoints(t *testing.T) {
+	for _, tc := range []struct {
+		point   string
+		step    int
+		wantRan string // the child's stdout: the actions that ran
+	}{
+		{"plan-step-before:0", 0, ""},
+		{"plan-step-after:0", 0, "ran 0\n"},
+		{"plan-step-before:2", 2, "ran 0\nran 1\n"},
+		{"plan-step-after:2", 2, "ran 0\nran 1\nran 2\n"},
+	} {
+		t.Run(tc.point, func(t *testing.T) {
+			st, p := newPlan(t, 3)
+			cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestHelperProcess$")
+			cmd.Env = append(os.Environ(), crashHelperEnv+"="+filepath.Dir(st.Path()), crashpoint.EnvVar+"="+tc.point)
+			var stdout, stderr strings.Builder
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) {
+				t.Fatalf("child: %v, want killed by SIGKILL\nstderr: %s", err, stderr.String())
+			}
+			if ws, ok := ee.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+				t.Fatalf("child ended with %v, want killed by SIGKILL\nstderr: %s", ee, stderr.String())
+			}
+			if want := "crashpoint: " + tc.point + "\n"; stderr.String() != want {
+				t.Fatalf("stderr %q, want %q", stderr.String(), want)
+			}
+			if stdout.String() != tc.wantRan {
+				t.Fatalf("actions run %q, want %q", stdout.String(), tc.wantRan)
+			}
+			got, err := st.Get(p.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range got.Steps {
+				want, attempts := Pending, 0
+				switch {
+				case s.Index < tc.step:
+					want, attempts = Done, 1
+				case s.Index == tc.step:
+					want, attempts = Running, 1
+				}
+				if s.State != want || s.Attempts != attempts {
+					t.Fatalf("after the crash, step %d is %s with %d attempt(s), want %s with %d", s.Index, s.State, s.Attempts, want, attempts)
+				}
+			}
+			r := &recorder{}
+			if err := Run(t.Context(), st, p.ID, r, nil); err != nil {
+				t.Fatal(err)
+			}
+			var wantRan []int
+			for i := tc.step; i < 3; i++ {
+				wantRan = append(wantRan, i)
+			}
+			if !reflect.DeepEqual(r.ran, wantRan) {
+				t.Fatalf("resume ran %v, want %v", r.ran, wantRan)
+			}
+			if got, _ = st.Get(p.ID); got.State != Done || got.Steps[tc.step].Attempts != 2 {
+				t.Fatalf("after resume: plan %s, step %d attempts %d; want done, 2", got.State, tc.step, got.Steps[tc.step].Attempts)
+			}
+		})
 	}
 }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,11 +17,11 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/etcd-steward/steward/internal/crashpoint"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/datadir"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/spec"
-	"github.com/etcd-steward/steward/pkg/upgrade"
 	"github.com/etcd-steward/steward/test/harness"
 )
 
@@ -177,10 +178,10 @@ func TestRollingUpgradeAndRollback(t *testing.T) {
 	t.Logf("%d writes acknowledged through upgrade and rollback, %d client errors", len(acked), w.errors.Load())
 }
 
-// TestUpgradeResumeAfterKill kills the steward process running the plan
-// with SIGKILL once at every step index in turn; each time `steward plan
-// resume` takes over, and the cluster reaches the target with every
-// acknowledged write.
+// TestUpgradeResumeAfterKill kills the steward process running a rolling
+// plan (three members, 3.6 -> 3.7) with SIGKILL at crash points, before and
+// after every step's action in turn; each time `steward plan resume` takes
+// over, and the cluster reaches the target with every acknowledged write.
 func TestUpgradeResumeAfterKill(t *testing.T) {
 	t.Parallel()
 	vs := harness.Versions()
@@ -196,103 +197,93 @@ func TestUpgradeResumeAfterKill(t *testing.T) {
 	requireKeys(t, cli, "resume", w.Stop())
 }
 
-// killAtEveryStep runs `steward ARGS`, kills it with SIGKILL once it has
-// started step k (recorded as running, with one more attempt than before),
-// resumes with `steward plan resume`, and so on: each step is killed once
-// and resumed, and the plan ends done. A step this process started past k
-// (k finished between two polls) is killed instead, and k moves there. The
-// plan database is polled in-process every 2 ms, yet a step that takes
-// milliseconds (a pre-flight check, the backup of a small database, the
-// cluster-version record) can still finish between two polls on a loaded
-// machine: such a miss is logged. The steps that stop, swap or restore
-// members must each be killed; every step killed must have run again.
+// killAtEveryStep runs `steward ARGS` with the crash point
+// plan-step-before:0 armed (STEWARD_CRASHPOINT), then `steward plan resume`
+// once with each of plan-step-after:0, plan-step-before:1,
+// plan-step-after:1, ... armed, through the last step's after point: every
+// step is killed with SIGKILL once after it is recorded running and before
+// it acts, and once after it acted and before it is recorded done. Each run
+// must die at exactly its point (SIGKILL, "crashpoint: NAME" on stderr),
+// leaving the steps before it done, its step running with the attempts so
+// far and the later steps pending. A last `steward plan resume` with no
+// crash point finishes the plan. Every step then ran exactly three times:
+// killed before its action, killed after it, and by the run that went past
+// it (the next step's before point, or the last resume).
 func killAtEveryStep(t *testing.T, e *harness.Env, args ...string) {
 	t.Helper()
 	store := plan.OpenStore(e.Dir)
-	killedAt := map[int]bool{}
-	for k := 0; ; k++ {
-		// Attempts before this process: a step left running by the
-		// previous (killed) process is not this one's.
-		before := map[int]int{}
-		if p, err := store.Latest(); err == nil {
-			for _, s := range p.Steps {
-				before[s.Index] = s.Attempts
+	const attemptsEach = 3
+	// requireSteps fails unless the plan on disk is state, its steps
+	// before k done with attemptsEach attempts, step k in stepState with
+	// attempts, and the steps after k pending and never attempted.
+	requireSteps := func(when string, state plan.State, k int, stepState plan.State, attempts int) *plan.Plan {
+		t.Helper()
+		p, err := store.Latest()
+		if err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
+		if p.State != state {
+			t.Fatalf("%s: plan %s is %s, want %s", when, p.ID, p.State, state)
+		}
+		for _, s := range p.Steps {
+			want, n := plan.Pending, 0
+			switch {
+			case s.Index < k:
+				want, n = plan.Done, attemptsEach
+			case s.Index == k:
+				want, n = stepState, attempts
+			}
+			if s.State != want || s.Attempts != n {
+				t.Fatalf("%s: step %d (%s) is %s with %d attempt(s), want %s with %d", when, s.Index, s.Kind, s.State, s.Attempts, want, n)
 			}
 		}
-		cmd := exec.Command(e.Bin, append(args, "--dir", e.Dir)...)
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill() })
-		exited := make(chan error, 1)
-		go func() { exited <- cmd.Wait() }()
-		killed := false
-		harness.Eventually(t, 3*time.Minute, 2*time.Millisecond, fmt.Sprintf("step %d to run", k), func() bool {
-			select {
-			case err := <-exited:
-				exited <- err
-				return true
-			default:
-			}
-			p, err := store.Latest()
-			if err != nil {
-				return false
-			}
-			for j := k; j < len(p.Steps); j++ {
-				if s := p.Steps[j]; s.State == plan.Running && s.Attempts > before[j] {
-					_ = cmd.Process.Signal(syscall.SIGKILL)
-					k, killed, killedAt[j] = j, true, true
-					return true
-				}
-			}
-			return false
-		})
-		err := <-exited
-		if !killed {
-			if err != nil {
-				t.Fatalf("steward %s ended with %v before step %d ran", strings.Join(args, " "), err, k)
-			}
-			break
-		}
-		p := latestPlan(t, e)
-		if k < len(p.Steps) && p.Steps[k].State == plan.Done {
-			killedAt[k] = false // the kill landed after the step finished
-		}
-		if k == len(p.Steps)-1 && p.State == plan.Done {
-			break
-		}
-		args = []string{"plan", "resume"}
-		if k >= len(p.Steps) {
-			t.Fatalf("killed at step %d of a %d-step plan", k, len(p.Steps))
-		}
+		return p
 	}
-	p := latestPlan(t, e)
-	if p.State != plan.Done {
-		// The last kill may have hit the final step: resume once more.
-		e.MustRun("plan", "resume")
-		p = latestPlan(t, e)
-	}
-	if p.State != plan.Done {
-		t.Fatalf("plan %s after the kills and resumes", p.State)
-	}
-	for _, s := range p.Steps {
-		switch {
-		case killedAt[s.Index] && s.Attempts < 2:
-			t.Errorf("step %d ran %d time(s) though it was killed; it should have been resumed", s.Index, s.Attempts)
-		case killedAt[s.Index] || s.Index == len(p.Steps)-1:
-		case s.Kind == upgrade.StepMember || s.Kind == upgrade.StepOffline || s.Kind == upgrade.StepReplace || s.Kind == upgrade.StepStart:
-			t.Errorf("step %d (%s) finished before it could be killed; a step that stops or swaps members must be killed once", s.Index, s.Kind)
-		default:
-			t.Logf("step %d (%s) finished between two polls; not killed", s.Index, s.Kind)
+	// crash runs steward with one crash point armed and requires that it
+	// died there, at step k, which then has the given attempts.
+	crash := func(point string, k, attempts int, args ...string) *plan.Plan {
+		t.Helper()
+		start := time.Now()
+		so, se, err := e.RunEnv([]string{crashpoint.EnvVar + "=" + point}, args...)
+		var ee *exec.ExitError
+		killed := errors.As(err, &ee)
+		if killed {
+			ws, ok := ee.Sys().(syscall.WaitStatus)
+			killed = ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
 		}
+		if !killed || strings.Count(se, "crashpoint: ") != 1 || !strings.Contains(se, "crashpoint: "+point+"\n") {
+			t.Fatalf("steward %s with %s=%s ended with %v; want it killed by SIGKILL at that point\nstdout: %s\nstderr: %s",
+				strings.Join(args, " "), crashpoint.EnvVar, point, err, so, se)
+		}
+		t.Logf("killed at %s after %s", point, time.Since(start).Round(time.Millisecond))
+		return requireSteps("killed at "+point, plan.Running, k, plan.Running, attempts)
 	}
+	before := func(k int) string { return crashpoint.Indexed(crashpoint.PlanStepBefore, k) }
+	after := func(k int) string { return crashpoint.Indexed(crashpoint.PlanStepAfter, k) }
+
+	// The first run saves the plan: its step count is known from here on.
+	p := crash(before(0), 0, 1, args...)
+	n := len(p.Steps)
+	if n == 0 {
+		t.Fatalf("plan %s has no steps", p.ID)
+	}
+	resume := []string{"plan", "resume"}
+	crash(after(0), 0, 2, resume...)
+	for k := 1; k < n; k++ {
+		crash(before(k), k, 1, resume...)
+		crash(after(k), k, 2, resume...)
+	}
+	e.MustRun(resume...)
+	// Every step done (k = n: none is left), each attempted attemptsEach times.
+	p = requireSteps("after the last resume", plan.Done, n, plan.Done, 0)
+	t.Logf("plan %s: %d steps, each killed before and after its action and run %d times", p.ID, n, attemptsEach)
 }
 
 // TestRestoreUpgradeResumeAfterKill: the restore strategy on three members
-// (3.6 -> 3.7), with the steward process killed with SIGKILL at every step
-// in turn (the replace step too, with members killed or running on
-// private ports) and the plan resumed each time: the cluster reaches the
-// target with every acknowledged write.
+// (3.6 -> 3.7), with the steward process killed with SIGKILL before and
+// after every step's action in turn (the replace step too, with members
+// stopped or running on private ports) and the plan resumed each time: the
+// cluster reaches the target with every acknowledged write.
 func TestRestoreUpgradeResumeAfterKill(t *testing.T) {
 	t.Parallel()
 	vs := harness.Versions()
@@ -308,9 +299,10 @@ func TestRestoreUpgradeResumeAfterKill(t *testing.T) {
 }
 
 // TestOfflineUpgradeResumeAfterKill: the offline strategy on one member
-// (3.5 -> 3.7 through 3.6 on a private client port), killed at every step
-// in turn and resumed: the member reaches the target with every
-// acknowledged write, and never stays on its private port.
+// (3.5 -> 3.7 through 3.6 on a private client port), killed before and
+// after every step's action in turn and resumed: the member reaches the
+// target with every acknowledged write, and never stays on its private
+// port.
 func TestOfflineUpgradeResumeAfterKill(t *testing.T) {
 	t.Parallel()
 	vs := harness.Versions()

@@ -334,3 +334,16 @@ func (e *Env) KillAll() {
 		_ = syscall.Kill(p, syscall.SIGKILL)
 	}
 }
+
+// RunEnv is Run with extra environment variables (KEY=VALUE) for this one
+// run, e.g. STEWARD_CRASHPOINT.
+func (e *Env) RunEnv(env []string, args ...string) (string, string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, e.Bin, append(args, "--dir", e.Dir)...)
+	cmd.Env = append(append(os.Environ(), "STEWARD_DIR="), env...)
+	var so, se bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &so, &se
+	err := cmd.Run()
+	return so.String(), se.String(), err
+}

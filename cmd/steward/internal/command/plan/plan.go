@@ -4,9 +4,6 @@ package plan
 
 import (
 	"fmt"
-	"io"
-	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -31,7 +28,7 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return Print(g, cmd.OutOrStdout(), p)
+			return g.PrintPlan(cmd.OutOrStdout(), p)
 		},
 	}
 	resume := &cobra.Command{
@@ -44,7 +41,7 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 				return err
 			}
 			_, err = upgrade.Resume(cmd.Context(), c)
-			return err
+			return cli.PlanHint(err)
 		},
 	}
 	abort := &cobra.Command{
@@ -70,35 +67,4 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 	}
 	cmd.AddCommand(show, resume, abort)
 	return cmd
-}
-
-// Print writes a plan as a table of steps, or as JSON or YAML.
-func Print(g *cli.Globals, w io.Writer, p *plan.Plan) error {
-	if g.Output == "table" || g.Output == "" {
-		fmt.Fprintf(w, "plan %s: %s %s -> %s, strategy %s, %s\n", p.ID, p.Kind, p.From, p.To, p.Strategy, p.State)
-		if p.Error != "" {
-			fmt.Fprintf(w, "error: %s\n", p.Error)
-		}
-	}
-	return g.Print(w, p, func(tw *tabwriter.Writer) {
-		fmt.Fprintln(tw, "STEP\tSTATE\tKIND\tMEMBER\tVERSION\tSTARTED\tENDED\tDESCRIPTION\tERROR")
-		for _, s := range p.Steps {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Index, s.State, s.Kind, dash(s.Member), s.Version,
-				clock(s.StartedAt), clock(s.EndedAt), s.Description, dash(s.Error))
-		}
-	})
-}
-
-func dash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
-func clock(t *time.Time) string {
-	if t == nil {
-		return "-"
-	}
-	return t.Local().Format("15:04:05")
 }

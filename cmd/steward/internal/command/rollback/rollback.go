@@ -23,7 +23,7 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 				return err
 			}
 			_, err = upgrade.Rollback(cmd.Context(), c, o)
-			return err
+			return cli.PlanHint(err)
 		},
 	}
 	cmd.Flags().StringVar(&o.Strategy, "strategy", "", "rolling (etcd's online downgrade) or restore (the backup taken before the upgrade with every later write grafted in); default: rolling where etcd has an online downgrade")

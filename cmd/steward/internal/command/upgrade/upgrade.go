@@ -8,7 +8,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
-	plancmd "github.com/etcd-steward/steward/cmd/steward/internal/command/plan"
 	"github.com/etcd-steward/steward/pkg/upgrade"
 )
 
@@ -29,7 +28,7 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return plancmd.Print(g, cmd.OutOrStdout(), p)
+			return g.PrintPlan(cmd.OutOrStdout(), p)
 		},
 	}
 	apply := &cobra.Command{
@@ -42,7 +41,7 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 				return err
 			}
 			_, err = upgrade.Apply(cmd.Context(), c, o)
-			return err
+			return cli.PlanHint(err)
 		},
 	}
 	for _, sub := range []*cobra.Command{planCmd, apply} {

@@ -1,0 +1,52 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/etcd-steward/steward/pkg/plan"
+)
+
+// PlanHint adds what the operator does next to the error of a plan whose step
+// failed (a *plan.StepError in err's chain); other errors pass unchanged.
+func PlanHint(err error) error {
+	var stepErr *plan.StepError
+	if !errors.As(err, &stepErr) {
+		return err
+	}
+	return fmt.Errorf("%w; fix the cause, then run `steward plan resume` (or `steward plan abort`)", err)
+}
+
+// PrintPlan writes a plan as a table of steps, or as JSON or YAML.
+func (g *Globals) PrintPlan(w io.Writer, p *plan.Plan) error {
+	if g.Output == "table" || g.Output == "" {
+		fmt.Fprintf(w, "plan %s: %s %s -> %s, strategy %s, %s\n", p.ID, p.Kind, p.From, p.To, p.Strategy, p.State)
+		if p.Error != "" {
+			fmt.Fprintf(w, "error: %s\n", p.Error)
+		}
+	}
+	return g.Print(w, p, func(tw *tabwriter.Writer) {
+		fmt.Fprintln(tw, "STEP\tSTATE\tKIND\tMEMBER\tVERSION\tSTARTED\tENDED\tDESCRIPTION\tERROR")
+		for _, s := range p.Steps {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Index, s.State, s.Kind, dash(s.Member), s.Version,
+				clock(s.StartedAt), clock(s.EndedAt), s.Description, dash(s.Error))
+		}
+	})
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func clock(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.Local().Format("15:04:05")
+}

@@ -1,0 +1,77 @@
+// Package crashpoint owns named crash points: places where a test makes the process die at once with SIGKILL.
+//
+// A crash point is armed by the environment variable STEWARD_CRASHPOINT,
+// read once per process: a comma-separated list of point names, e.g.
+//
+//	STEWARD_CRASHPOINT=plan-step-after:3 steward plan resume
+//
+// When the process reaches an armed point, it writes "crashpoint: NAME" as
+// one line to stderr and sends itself SIGKILL: no deferred function runs,
+// no lock is released by hand, no file is flushed, as in a crash or a power
+// loss of the process. Unarmed, Hit is a map lookup in an empty map.
+//
+// Names are lowercase words joined by hyphens, AREA-WHAT-WHEN, with an
+// argument after a colon where the point repeats (Indexed builds those).
+// The points:
+//
+//   - plan-step-before:N  in the plan engine, after step N is recorded
+//     running on disk and before its action runs;
+//   - plan-step-after:N   in the plan engine, after step N's action returned
+//     without error and before the step is recorded done.
+//
+// N is the step's index, as `steward plan show` lists it.
+package crashpoint
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// EnvVar is the environment variable that arms crash points.
+const EnvVar = "STEWARD_CRASHPOINT"
+
+// Points with an index: the full name is Indexed(point, i).
+const (
+	// PlanStepBefore is hit after a step is recorded running, before it acts.
+	PlanStepBefore = "plan-step-before"
+	// PlanStepAfter is hit after a step acted without error, before it is
+	// recorded done.
+	PlanStepAfter = "plan-step-after"
+)
+
+// Indexed returns the name of a repeating point's i-th instance: "POINT:I".
+func Indexed(point string, i int) string { return point + ":" + strconv.Itoa(i) }
+
+// armed is the set of armed points, parsed from EnvVar on first use.
+var armed = sync.OnceValue(func() map[string]bool { return parse(os.Getenv(EnvVar)) })
+
+// parse splits a comma-separated list of names; blanks are ignored.
+func parse(v string) map[string]bool {
+	set := map[string]bool{}
+	for n := range strings.SplitSeq(v, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			set[n] = true
+		}
+	}
+	return set
+}
+
+// Hit kills the process with SIGKILL when STEWARD_CRASHPOINT names this
+// point, after writing "crashpoint: NAME" to stderr; else it returns.
+func Hit(name string) {
+	if !armed()[name] {
+		return
+	}
+	fmt.Fprintf(os.Stderr, "crashpoint: %s\n", name)
+	if err := syscall.Kill(os.Getpid(), syscall.SIGKILL); err != nil {
+		panic(fmt.Sprintf("crashpoint %s: kill: %v", name, err))
+	}
+	for { // SIGKILL is on its way: never go on past an armed point
+		time.Sleep(time.Second)
+	}
+}
