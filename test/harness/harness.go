@@ -110,16 +110,25 @@ func Binary(tb testing.TB) string {
 		args := []string{"build"}
 		if Race {
 			args = append(args, "-race")
+			// Every steward process the tests start inherits it: those
+			// of Run, the agents they start, and the tests' own
+			// exec.Command(e.Bin, ...).
+			if os.Getenv("GORACE") == "" {
+				_ = os.Setenv("GORACE", GORACE)
+			}
 		}
 		cmd := exec.Command("go", append(args, "-o", buildPath, "./cmd/steward")...)
 		cmd.Dir = RepoRoot(tb)
+		start := time.Now()
 		if out, err := cmd.CombinedOutput(); err != nil {
 			hint := ""
 			if Race {
 				hint = " (with -race, which needs cgo and a C compiler; STEWARD_TEST_RACE=0 builds without it)"
 			}
 			buildErr = fmt.Errorf("build steward%s: %v\n%s", hint, err, out)
+			return
 		}
+		tb.Logf("built %s (race detector: %v, GORACE=%q) in %s", buildPath, Race, os.Getenv("GORACE"), time.Since(start).Round(time.Millisecond))
 	})
 	if buildErr != nil {
 		tb.Fatal(buildErr)
@@ -187,11 +196,6 @@ func (e *Env) Run(args ...string) (string, string, error) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, e.Bin, append(args, "--dir", e.Dir)...)
 	cmd.Env = append(os.Environ(), "STEWARD_DIR=")
-	if os.Getenv("GORACE") == "" {
-		// A race is reported and the process goes on (the default, made
-		// explicit); the agent that `steward up` starts inherits it.
-		cmd.Env = append(cmd.Env, "GORACE=halt_on_error=0")
-	}
 	var so, se bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &so, &se
 	err := cmd.Run()

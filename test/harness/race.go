@@ -11,14 +11,28 @@ import (
 // The race detector: Binary builds steward with -race unless Race is false,
 // and the harness fails a test whose Steward processes report a data race,
 // on the CLI's stderr (Run) or in the logs under the Steward directory
-// (cleanup). A race-built program prints each race as it finds it
-// (GORACE=halt_on_error=0, the default: it keeps running) and exits with
-// code 66 at the end when it found any.
+// (cleanup). A race-built program prints each race as it finds it, keeps
+// running (see GORACE) and exits with code 66 at the end when it found any.
 
 // Race says whether Binary builds steward with the race detector: on
 // unless STEWARD_TEST_RACE=0. The benchmarks (test/bench) set it to false in
 // their TestMain: they measure Steward's speed.
 var Race = os.Getenv("STEWARD_TEST_RACE") != "0"
+
+// GORACE is the race detector's options for every steward process of the
+// tests: Binary puts it in the test process's environment, which they
+// inherit, unless GORACE is set there already:
+//   - halt_on_error=0 (the default, made explicit): a race is reported and
+//     the process goes on, so one race does not hide the next, nor turn
+//     into a different failure;
+//   - atexit_sleep_ms=0: a race-built program otherwise sleeps 1 s before
+//     it exits (to catch races of goroutines still running at exit), which
+//     made every CLI call a second longer: minutes over the suite, which
+//     runs hundreds of `steward status`. Long-lived processes (the agent)
+//     lose nothing by it.
+//
+// exitcode is left at 66.
+const GORACE = "halt_on_error=0 atexit_sleep_ms=0"
 
 // raceExitCode is the exit code of a race-built program that found a race
 // (GORACE's exitcode, left at its default).

@@ -164,7 +164,7 @@ func main() {
 	}
 	var so, se strings.Builder
 	run := exec.Command(filepath.Join(dir, "racy"))
-	run.Env = append(os.Environ(), "GORACE=halt_on_error=0")
+	run.Env = append(os.Environ(), "GORACE="+GORACE)
 	run.Stdout, run.Stderr = &so, &se
 	err := run.Run()
 	if exitCode(err) != raceExitCode || !strings.Contains(so.String(), "still running") {
