@@ -164,7 +164,7 @@ func New(tb testing.TB) *Env {
 func (e *Env) cleanup() {
 	_, stderr, err := e.Run("down")
 	if err != nil && !strings.Contains(stderr, "nothing to stop") {
-		e.TB.Errorf("cleanup: steward down: %v: %s", err, stderr)
+		e.TB.Errorf("cleanup: steward down: %v%s: %s", err, raceExit(err, stderr), stderr)
 	}
 	// Whatever down missed is a bug: kill it, and say so.
 	if left := ProcessesUsing(e.Dir); len(left) > 0 {
