@@ -75,6 +75,59 @@ func RaceReports(text string) []string {
 	return out
 }
 
+// raceSummary is one line per distinct race in reports: each access with
+// the function and file:line at the top of its stack, e.g.
+//
+//	Write by cluster.backupRound.func2() at continuous.go:252; Previous read by cluster.backupRound.func1() at continuous.go:242 (3 reports)
+//
+// so a failure names every race even when the excerpt shows only the first.
+func raceSummary(reports []string) string {
+	var order []string
+	count := map[string]int{}
+	for _, rep := range reports {
+		lines := strings.Split(rep, "\n")
+		var parts []string
+		for i, l := range lines {
+			l = strings.TrimSpace(l)
+			access, _, ok := strings.Cut(l, " at 0x")
+			if !ok || i+2 >= len(lines) {
+				continue
+			}
+			fn := strings.TrimSpace(lines[i+1])
+			fn = fn[strings.LastIndex(fn, "/")+1:]
+			loc := strings.TrimSpace(lines[i+2])
+			if j := strings.LastIndex(loc, " +0x"); j >= 0 {
+				loc = loc[:j]
+			}
+			loc = filepath.Base(loc)
+			parts = append(parts, fmt.Sprintf("%s by %s at %s", access, fn, loc))
+		}
+		key := strings.Join(parts, "; ")
+		if key == "" {
+			key = "(a report without stacks)"
+		}
+		if count[key] == 0 {
+			order = append(order, key)
+		}
+		count[key]++
+	}
+	var b strings.Builder
+	for _, k := range order {
+		fmt.Fprintf(&b, "  - %s", k)
+		if count[k] > 1 {
+			fmt.Fprintf(&b, " (%d reports)", count[k])
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// raceMessage is what a failure shows of reports: the summary, then the
+// first max lines of the reports.
+func raceMessage(reports []string, max int) string {
+	return raceSummary(reports) + raceExcerpt(reports, max)
+}
+
 // raceExcerpt joins reports and keeps the first max lines.
 func raceExcerpt(reports []string, max int) string {
 	lines := strings.Split(strings.Join(reports, "\n"), "\n")
@@ -160,12 +213,12 @@ func (e *Env) checkLogRaces() {
 	for _, name := range sortedKeys(r.Steward) {
 		reps := r.Steward[name]
 		e.TB.Errorf("data race: %s reports %d data race(s) in Steward (race-built steward; %s):\n%s",
-			filepath.Join(e.Dir, "logs", name), len(reps), raceHint, raceExcerpt(reps, raceExcerptLines))
+			filepath.Join(e.Dir, "logs", name), len(reps), raceHint, raceMessage(reps, raceExcerptLines))
 	}
 	for _, name := range sortedKeys(r.Etcd) {
 		reps := r.Etcd[name]
 		e.TB.Logf("note: %s reports %d data race(s) in etcd's own code, not Steward's (a member ran the embedded etcd server of the race-built steward, which members should not: the test store holds every version):\n%s",
-			filepath.Join(e.Dir, "logs", name), len(reps), raceExcerpt(reps, 20))
+			filepath.Join(e.Dir, "logs", name), len(reps), raceMessage(reps, 20))
 	}
 }
 
@@ -182,7 +235,7 @@ func (e *Env) checkStderrRaces(args []string, stderr string, exitCode int) {
 		exit = fmt.Sprintf("; it exited with code %d, the race detector's, whatever the command's outcome", raceExitCode)
 	}
 	e.TB.Errorf("data race: `steward %s` reported %d data race(s) on stderr (race-built steward; %s)%s:\n%s",
-		strings.Join(args, " "), len(reps), raceHint, exit, raceExcerpt(reps, raceExcerptLines))
+		strings.Join(args, " "), len(reps), raceHint, exit, raceMessage(reps, raceExcerptLines))
 }
 
 const raceHint = "see docs/testing.md, Race detector"

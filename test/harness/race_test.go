@@ -66,6 +66,12 @@ func TestRaceReports(t *testing.T) {
 	if got := RaceReports("x\n" + cut); len(got) != 1 || !strings.Contains(got[0], "PutMember") {
 		t.Fatalf("cut report: %q", got)
 	}
+	sum := raceSummary(append(reps, etcdRace))
+	want := "  - Write by agent.(*Agent).PutMember() at agent.go:293; Previous read by agent.(*member).loop() at member.go:187 (2 reports)\n" +
+		"  - Read by etcdserver.(*EtcdServer).applyAll() at server.go:1010; Previous write by etcdmain.startEtcdOrProxyV2() at etcd.go:120\n"
+	if sum != want {
+		t.Fatalf("summary:\n%s\nwant:\n%s", sum, want)
+	}
 	long := strings.Repeat(agentRace+"\n", 10)
 	if ex := raceExcerpt(RaceReports(long), raceExcerptLines); strings.Count(ex, "\n") != raceExcerptLines || !strings.HasSuffix(ex, "more lines)") {
 		t.Fatalf("excerpt of %d lines:\n%s", strings.Count(ex, "\n"), ex)
