@@ -3,7 +3,14 @@ GO            ?= go
 BIN           := bin/steward
 STORE         ?= $(CURDIR)/.cache/store
 ETCD_VERSIONS ?= v3.5.35 v3.6.16 v3.7.3
-TEST_TIMEOUT  ?= 30m
+TEST_TIMEOUT  ?= 45m
+# RACE is the unit tests' race detector flag; the end-to-end tests run a
+# race-built steward when it is set (STEWARD_TEST_RACE). `make test RACE=`
+# turns both off. -race needs cgo and a C compiler (gcc).
+RACE          ?= -race
+# Unit tests: every package outside test/ (end-to-end tests, benchmarks
+# and their harness).
+UNIT_PKGS     := ./cmd/... ./internal/... ./pkg/...
 DEMO_DIR      ?= $(CURDIR)/steward-data
 KUBE_VERSION  ?= v1.36.3
 
@@ -32,18 +39,21 @@ kube-apiserver:
 vet:
 	$(GO) vet ./...
 
-## test: the whole suite: unit tests and end-to-end tests against real etcd
-## processes of every version in $(ETCD_VERSIONS).
+## test: the whole suite: unit tests under the race detector, then the
+## end-to-end tests (test/...) against real etcd processes of every version
+## in $(ETCD_VERSIONS), run by a race-built steward (docs/testing.md).
 test: etcd-binaries s3-server kube-apiserver vet
-	STEWARD_TEST_STORE=$(STORE) $(GO) test -count=1 -parallel 1 -timeout $(TEST_TIMEOUT) ./...
+	STEWARD_TEST_STORE=$(STORE) $(GO) test $(RACE) -count=1 -parallel 1 -timeout $(TEST_TIMEOUT) $(UNIT_PKGS)
+	STEWARD_TEST_STORE=$(STORE) STEWARD_TEST_RACE=$(if $(RACE),1,0) $(GO) test -count=1 -parallel 1 -timeout $(TEST_TIMEOUT) ./test/...
 
 test-unit:
-	$(GO) test -count=1 -short ./pkg/... ./internal/...
+	$(GO) test $(RACE) -count=1 -short $(UNIT_PKGS)
 
 test-e2e: etcd-binaries s3-server kube-apiserver
-	STEWARD_TEST_STORE=$(STORE) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./test/e2e/...
+	STEWARD_TEST_STORE=$(STORE) STEWARD_TEST_RACE=$(if $(RACE),1,0) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./test/e2e/...
 
-## bench: the benchmarks recorded in docs/benchmarks.md.
+## bench: the benchmarks recorded in docs/benchmarks.md (steward built
+## without the race detector: test/bench's TestMain).
 bench: etcd-binaries s3-server kube-apiserver
 	STEWARD_TEST_STORE=$(STORE) $(GO) test -count=1 -timeout 150m -run '^$$' -bench . -benchtime 1x ./test/bench/...
 

@@ -50,16 +50,24 @@ type Options struct {
 }
 
 // Agent supervises the members on one host.
+//
+// Goroutines: Run's (the API server, then shutdown), one HTTP handler per
+// request, and each member's own (see member). opts and log never change
+// after New.
 type Agent struct {
-	opts      Options
-	log       *slog.Logger
+	opts Options
+	log  *slog.Logger // safe for concurrent use
+	// startedAt is written by Run before the API server starts serving,
+	// and only read by handlers (Info) after that.
 	startedAt time.Time
 
+	// mu guards the members map only; each member has its own lock, taken
+	// after mu when both are needed (never mu while holding a member's).
 	mu      sync.Mutex
-	members map[string]*member
+	members map[string]*member // guarded by mu
 
 	shutdownOnce sync.Once
-	shutdownCh   chan struct{}
+	shutdownCh   chan struct{} // closed once by Shutdown; Run waits on it
 }
 
 // SocketPath is the default socket path for a Steward directory.
@@ -178,7 +186,7 @@ func (a *Agent) stopAll() {
 			ctx, cancel := context.WithTimeout(context.Background(), stopGrace+10*time.Second)
 			defer cancel()
 			if err := m.stop(ctx, false); err != nil {
-				a.log.Error("stop member", "member", m.cfg.Name, "err", err)
+				a.log.Error("stop member", "member", m.name, "err", err)
 			}
 		}()
 	}
@@ -206,18 +214,23 @@ func (a *Agent) loadMembers() error {
 			return fmt.Errorf("agent: member config %s is corrupt: %w", e.Name(), err)
 		}
 		m := newMember(a, p.Config)
-		if pid := a.runningPID(p.Config); pid > 0 {
-			m.adopt = pid
-		}
+		// adopt is set before any other goroutine can see m; Run serves
+		// the API only after loadMembers.
+		adopt := a.runningPID(p.Config)
+		m.adopt = adopt
+		a.mu.Lock()
 		a.members[p.Config.Name] = m
+		a.mu.Unlock()
 		if p.Desired == "running" {
 			if err := m.start(); err != nil {
 				return err
 			}
-		} else if m.adopt > 0 {
+		} else if adopt > 0 {
 			// Not wanted running, but running: stop it.
+			m.mu.Lock()
 			m.desired = true
 			m.loopDone = make(chan struct{})
+			m.mu.Unlock()
 			go m.loop()
 			if err := m.stop(context.Background(), true); err != nil {
 				return err
@@ -281,9 +294,14 @@ func (a *Agent) PutMember(cfg agentapi.MemberConfig) (agentapi.MemberStatus, err
 	m, ok := a.members[cfg.Name]
 	if !ok {
 		for _, o := range a.members {
-			if o.cfg.DataDir == cfg.DataDir {
+			// o.cfg is guarded by o.mu (PutMember and SwapVersion write
+			// it holding only that lock).
+			o.mu.Lock()
+			used := o.cfg.DataDir == cfg.DataDir
+			o.mu.Unlock()
+			if used {
 				a.mu.Unlock()
-				return agentapi.MemberStatus{}, fmt.Errorf("member %s: data dir %s is already used by member %s", cfg.Name, cfg.DataDir, o.cfg.Name)
+				return agentapi.MemberStatus{}, fmt.Errorf("member %s: data dir %s is already used by member %s", cfg.Name, cfg.DataDir, o.name)
 			}
 		}
 		m = newMember(a, cfg)

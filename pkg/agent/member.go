@@ -43,33 +43,53 @@ const (
 // Invariant: at most one process runs per member; loopDone is non-nil
 // exactly while the supervision loop runs, and only the loop starts
 // processes.
+//
+// Goroutines: the supervision loop (loop, one at a time), its awaitReady
+// and process waiters, and the API handlers (status, start, halt, and the
+// agent's PutMember and SwapVersion). Every field below mu is guarded by
+// mu; a and name never change. Nothing holding mu takes the agent's lock
+// (lock order: Agent.mu, then member.mu).
 type member struct {
 	a *Agent
+	// name is cfg.Name, fixed at creation (a config update finds the
+	// member by name, so it never renames it): read it without mu, e.g.
+	// for log lines and errors.
+	name string
 
-	mu           sync.Mutex
-	cfg          agentapi.MemberConfig
-	desired      bool // true: keep running
-	state        string
-	proc         *process
-	adopt        int // pid of a process to adopt on the loop's first turn
-	restarts     int
-	consecutive  int
-	startedAt    time.Time
-	lastExit     string
-	lastError    string
-	binary       string
-	runningCfg   *agentapi.MemberConfig // config of the running process; nil for an adopted one
-	dataDirCheck string
+	mu sync.Mutex
+	// cfg is the desired config: written by PutMember and SwapVersion;
+	// the loop copies it under mu before each launch and uses the copy.
+	cfg     agentapi.MemberConfig // guarded by mu
+	desired bool                  // guarded by mu; true: keep running
+	state   string                // guarded by mu
+	// proc is the running process, set and cleared by the loop; others
+	// read it under mu (halt signals it, awaitReady compares it).
+	proc         *process               // guarded by mu
+	adopt        int                    // guarded by mu; pid of a process to adopt on the loop's first turn
+	restarts     int                    // guarded by mu; written by the loop
+	consecutive  int                    // guarded by mu
+	startedAt    time.Time              // guarded by mu; when the loop started proc
+	lastExit     string                 // guarded by mu; written by the loop
+	lastError    string                 // guarded by mu; written by the loop, awaitReady and setError
+	binary       string                 // guarded by mu; written by launch
+	runningCfg   *agentapi.MemberConfig // guarded by mu; config of the running process; nil for an adopted one
+	dataDirCheck string                 // guarded by mu; written by launch
 	// downgradeOnce lets the next launch run an older minor than the data
 	// dir's version record (a swap during etcd's online downgrade). It is
 	// not persisted: after an agent restart the swap must be asked again.
+	// Guarded by mu; set by SwapVersion, consumed by launch.
 	downgradeOnce bool
-	loopDone      chan struct{}
-	wake          chan struct{}
+	// loopDone is guarded by mu: made by start when no loop runs, cleared
+	// by the loop under mu as it ends, then closed by it (halt waits on
+	// the channel it read under mu).
+	loopDone chan struct{}
+	// wake never changes (buffered, 1): poke sends without mu from any
+	// goroutine; the loop's sleep receives.
+	wake chan struct{}
 }
 
 func newMember(a *Agent, cfg agentapi.MemberConfig) *member {
-	return &member{a: a, cfg: cfg, state: agentapi.StateStopped, wake: make(chan struct{}, 1)}
+	return &member{a: a, name: cfg.Name, cfg: cfg, state: agentapi.StateStopped, wake: make(chan struct{}, 1)}
 }
 
 // persisted is the agent's on-disk record of a member.
@@ -170,7 +190,7 @@ func (m *member) halt(ctx context.Context, persist bool, grace time.Duration) er
 	case <-done:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("stop member %s: %w", m.cfg.Name, ctx.Err())
+		return fmt.Errorf("stop member %s: %w", m.name, ctx.Err())
 	}
 }
 
@@ -184,7 +204,7 @@ func (m *member) poke() {
 // loop starts the member, waits for it to exit, and restarts it with
 // backoff while it is desired to run.
 func (m *member) loop() {
-	log := m.a.log.With("member", m.cfg.Name)
+	log := m.a.log.With("member", m.name)
 	for {
 		m.mu.Lock()
 		if !m.desired {

@@ -12,6 +12,10 @@ import (
 
 // process is a running member: either a child the agent started, or one an
 // earlier agent started and this one adopted after a restart.
+//
+// pid and done never change. exit is written only by the goroutine that
+// waits for the process, before it closes done; read it only after done
+// is closed (closing the channel orders the write before those reads).
 type process struct {
 	pid  int
 	done chan struct{} // closed when the process has exited

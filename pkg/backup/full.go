@@ -120,6 +120,9 @@ func streamSnapshot(ctx context.Context, cli *clientv3.Client, rawPath, packedPa
 		sum string
 		err error
 	}
+	// The pack goroutine owns packed and pr until it sends on done; this
+	// goroutine owns raw, h and pw, and touches packed again only after
+	// receiving from done.
 	done := make(chan packResult, 1)
 	go func() {
 		n, s, err := packStream(packed, pr, key)

@@ -24,11 +24,13 @@ type RecorderOptions struct {
 	MaxEvents int
 	MaxBytes  int64
 	MaxAge    time.Duration
-	// OnUpload is called after each segment is stored (for status).
+	// OnUpload is called after each segment is stored (for status). It
+	// runs on the goroutine that called Run: whatever it writes that
+	// another goroutine reads needs a lock of the caller's.
 	OnUpload func(Manifest)
 	// Fence, when set, is called before each segment is stored; an error
 	// stops the recorder without storing (another recorder may own the
-	// chain now).
+	// chain now). It runs on Run's goroutine too.
 	Fence func() error
 	Now   func() time.Time
 }
@@ -39,14 +41,22 @@ var ErrCompacted = errors.New("watch revision compacted: a new full snapshot is 
 
 // Recorder watches the whole keyspace from a revision and stores the events
 // as delta segments.
+//
+// A Recorder has no lock: it is owned by the goroutine that calls Run (one
+// Run at a time), which alone touches leases, segment and Next while Run
+// runs, and calls OnUpload and Fence. The watch's own goroutines (in
+// clientv3) hand events over through the watch channel only. o never
+// changes after NewRecorder.
 type Recorder struct {
 	o       RecorderOptions
-	leases  map[int64]bool
-	segment *segment
-	// Next is the first revision not yet stored.
+	leases  map[int64]bool // owned by Run's goroutine
+	segment *segment       // owned by Run's goroutine; nil when none is open
+	// Next is the first revision not yet stored. Owned by Run's goroutine:
+	// read it before Run or after it returned, never during.
 	Next int64
 }
 
+// segment is the open segment; it belongs to the Recorder's Run goroutine.
 type segment struct {
 	buf     bytes.Buffer
 	w       *DeltaWriter

@@ -161,6 +161,9 @@ type listFunc func(ctx context.Context, token string) (page, error)
 // which relies on lists being in key order (see objectKey). Either way an
 // object created meanwhile before that key is not listed; it was written
 // in the current storage version anyway.
+//
+// A lister has no lock: it belongs to the lister goroutine of a resource's
+// migration, which hands what it listed to the others through a channel.
 type lister struct {
 	list  listFunc
 	token string

@@ -282,7 +282,9 @@ func clientConfig(o Options, prog *progress) *rest.Config {
 	return cfg
 }
 
-// warnings prints each distinct warning of the API server once.
+// warnings prints each distinct warning of the API server once. client-go
+// calls it from any request's goroutine: seen is a sync.Map and prog locks
+// for itself.
 type warnings struct {
 	prog *progress
 	seen sync.Map
@@ -344,6 +346,11 @@ func serverError(server, kubeconfig string, err error) error {
 }
 
 // migrator runs the migration of one resource after another.
+//
+// Goroutines, per resource: the resource goroutine (resource), one lister
+// and o.Workers updaters. o, rc, log and prog never change (rc, log and
+// prog are safe for concurrent use); state (the bbolt database) is used by
+// the resource goroutine only.
 type migrator struct {
 	o     Options
 	rc    rest.Interface
@@ -351,7 +358,8 @@ type migrator struct {
 	log   *slog.Logger
 	prog  *progress
 
-	// Per resource.
+	// Per resource: counted by the updaters and the lister (onRetry),
+	// reset and read by the resource goroutine while none of them runs.
 	retries, conflicts atomic.Int64
 }
 
@@ -418,6 +426,11 @@ func (m *migrator) resource(ctx context.Context, idx, n int, r Resource) (Resour
 	m.o.Metrics.begin(name)
 	defer m.prog.end()
 
+	// Ownership below: run and rs belong to this goroutine. The lister
+	// goroutine owns lst and reads run only before its first send on
+	// chunks (this goroutine changes run only after it received a chunk);
+	// it hands everything else over through chunks. Each updater job
+	// writes only its own results[i], read here after wg.Wait.
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	lst := newLister(m.listFunc(r), run.Continue, run.LastKey)

@@ -10,13 +10,19 @@ import (
 
 // progress shows how a resource's migration goes: a bar redrawn in place
 // on a terminal, or a plain line every interval otherwise.
+//
+// Goroutines: its own redraw loop, the migration's resource goroutine
+// (begin, setTotal, end, printf), the updater workers (add) and client-go's
+// warning handler (printf). w, tty, interval, stop and done never change
+// after newProgress; every other field, and every write to w, is guarded
+// by mu.
 type progress struct {
-	w        io.Writer
+	w        io.Writer // written to only under mu
 	tty      bool
 	interval time.Duration
 
 	mu       sync.Mutex
-	resource string
+	resource string // guarded by mu, like every field down to changed
 	index, n int
 	// processed counts objects done in the whole migration of the
 	// resource; base is where this run started.
@@ -27,8 +33,8 @@ type progress struct {
 	start           time.Time
 	drawn           bool // a bar is on the current line
 	changed         bool
-	stop            chan struct{}
-	done            chan struct{}
+	stop            chan struct{} // closed by close; the loop returns
+	done            chan struct{} // closed by the loop as it returns
 }
 
 func newProgress(w io.Writer, tty bool, interval time.Duration) *progress {

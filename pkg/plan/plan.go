@@ -12,6 +12,14 @@
 //
 // Because a step may die halfway, every Executor step must be idempotent:
 // re-running it converges to the same result.
+//
+// Concurrency is between processes, not goroutines: the package starts no
+// goroutine, and a *Plan and a *Store belong to the goroutine that uses
+// them (Run's, for the plan it runs). Other processes share only the
+// database file: bbolt's file lock serialises its transactions, the runner
+// lock (DIR/run/plan.lock) admits one runner, and an abort requested by
+// another process (AbortRequested) reaches the runner through Save, which
+// keeps it.
 package plan
 
 import (

@@ -2,12 +2,17 @@
 // for end-to-end tests and benchmarks. It builds steward once per test
 // binary, gives each test a short Steward directory of its own, and tears
 // down every process it started when the test ends, even on failure.
+//
+// The steward binary is race-built by default (see Race in race.go): a data
+// race that any Steward process reports, on the CLI's stderr or in the
+// agent's and members' logs, fails the test.
 package harness
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -24,6 +29,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/etcd-steward/steward/internal/proc"
+	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/spec"
@@ -58,6 +64,13 @@ func RepoRoot(tb testing.TB) string {
 
 // Store returns the binary store holding the test versions. A missing
 // version fails the test: a skipped end-to-end test must not pass.
+//
+// The store must hold Steward's embedded etcd version too, whatever
+// STEWARD_TEST_VERSIONS says: the agent runs a member from the store when
+// the store has its version (pkg/binaries.Store.Resolve), and the embedded
+// server (`steward etcd`, the steward binary itself) only otherwise. So
+// members never run the race-built steward binary: etcd's own code is not
+// what the race detector is there for, and a race-built etcd is slow.
 func Store(tb testing.TB) string {
 	s := os.Getenv("STEWARD_TEST_STORE")
 	if s == "" {
@@ -68,16 +81,24 @@ func Store(tb testing.TB) string {
 			tb.Fatalf("etcd %s is missing from the test binary store %s: run `make etcd-binaries`", v, s)
 		}
 	}
+	if v := binaries.EmbeddedVersion(); !slices.Contains(Versions(), v) {
+		if _, err := os.Stat(filepath.Join(s, "etcd-v"+v, "etcd")); err != nil {
+			tb.Fatalf("etcd %s, Steward's embedded version, is missing from the test binary store %s: its members would run the embedded server of the test's steward binary (race-built); run `make etcd-binaries`", v, s)
+		}
+	}
 	return s
 }
 
+// The build's result: written once inside buildOnce.Do, read only after Do
+// returned (Do orders the two), so any test goroutine may call Binary.
 var (
 	buildOnce sync.Once
 	buildPath string
 	buildErr  error
 )
 
-// Binary builds the steward binary once per test process.
+// Binary builds the steward binary once per test process: with the race
+// detector (go build -race) unless Race is false.
 func Binary(tb testing.TB) string {
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "steward-bin-")
@@ -86,11 +107,28 @@ func Binary(tb testing.TB) string {
 			return
 		}
 		buildPath = filepath.Join(dir, "steward")
-		cmd := exec.Command("go", "build", "-o", buildPath, "./cmd/steward")
-		cmd.Dir = RepoRoot(tb)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("build steward: %v\n%s", err, out)
+		args := []string{"build"}
+		if Race {
+			args = append(args, "-race")
+			// Every steward process the tests start inherits it: those
+			// of Run, the agents they start, and the tests' own
+			// exec.Command(e.Bin, ...).
+			if os.Getenv("GORACE") == "" {
+				_ = os.Setenv("GORACE", GORACE)
+			}
 		}
+		cmd := exec.Command("go", append(args, "-o", buildPath, "./cmd/steward")...)
+		cmd.Dir = RepoRoot(tb)
+		start := time.Now()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			hint := ""
+			if Race {
+				hint = " (with -race, which needs cgo and a C compiler; STEWARD_TEST_RACE=0 builds without it)"
+			}
+			buildErr = fmt.Errorf("build steward%s: %v\n%s", hint, err, out)
+			return
+		}
+		tb.Logf("built %s (race detector: %v, GORACE=%q) in %s", buildPath, Race, os.Getenv("GORACE"), time.Since(start).Round(time.Millisecond))
 	})
 	if buildErr != nil {
 		tb.Fatal(buildErr)
@@ -98,7 +136,11 @@ func Binary(tb testing.TB) string {
 	return buildPath
 }
 
-// Env is one test's Steward directory and binary.
+// Env is one test's Steward directory and binary. Its fields never change
+// after New, so a test's goroutines may share it (Run, Status, Client from
+// a writer goroutine); only the test's own goroutine may call the methods
+// that stop the test on failure (MustRun, MustFail, Spec, Status...), as
+// with testing.TB's FailNow.
 type Env struct {
 	TB    testing.TB
 	Dir   string
@@ -122,7 +164,7 @@ func New(tb testing.TB) *Env {
 func (e *Env) cleanup() {
 	_, stderr, err := e.Run("down")
 	if err != nil && !strings.Contains(stderr, "nothing to stop") {
-		e.TB.Errorf("cleanup: steward down: %v: %s", err, stderr)
+		e.TB.Errorf("cleanup: steward down: %v%s: %s", err, raceExit(err, stderr), stderr)
 	}
 	// Whatever down missed is a bug: kill it, and say so.
 	if left := ProcessesUsing(e.Dir); len(left) > 0 {
@@ -131,6 +173,8 @@ func (e *Env) cleanup() {
 		}
 		e.TB.Errorf("cleanup: processes left running after steward down: %v", left)
 	}
+	// Every agent has stopped: its log is complete.
+	e.checkLogRaces()
 	if !e.TB.Failed() || os.Getenv("STEWARD_KEEP_FAILED") == "" {
 		_ = os.RemoveAll(e.Dir)
 	} else {
@@ -143,8 +187,11 @@ func ProcessesUsing(dir string) []int {
 	return proc.Find(func(args []string) bool { return strings.Contains(strings.Join(args, " "), dir) })
 }
 
-// Run runs steward with --dir set and returns stdout and stderr.
+// Run runs steward with --dir set and returns stdout and stderr. A data
+// race reported on stderr fails the test (without stopping it: Run may be
+// called from any goroutine).
 func (e *Env) Run(args ...string) (string, string, error) {
+	e.TB.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, e.Bin, append(args, "--dir", e.Dir)...)
@@ -152,7 +199,28 @@ func (e *Env) Run(args ...string) (string, string, error) {
 	var so, se bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &so, &se
 	err := cmd.Run()
+	e.checkStderrRaces(args, se.String(), exitCode(err))
 	return so.String(), se.String(), err
+}
+
+// exitCode is a command's exit code (0 on success, -1 when it did not exit).
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.ExitCode()
+	}
+	return -1
+}
+
+// raceExit explains a failure that is the race detector's exit code.
+func raceExit(err error, stderr string) string {
+	if exitCode(err) == raceExitCode && strings.Contains(stderr, raceMarker) {
+		return fmt.Sprintf(" (data race: %d is the race detector's exit code; the race is reported above)", raceExitCode)
+	}
+	return ""
 }
 
 // MustRun runs steward and fails the test on a non-zero exit.
@@ -160,7 +228,7 @@ func (e *Env) MustRun(args ...string) string {
 	e.TB.Helper()
 	so, se, err := e.Run(args...)
 	if err != nil {
-		e.TB.Fatalf("steward %s: %v\nstdout: %s\nstderr: %s", strings.Join(args, " "), err, so, se)
+		e.TB.Fatalf("steward %s: %v%s\nstdout: %s\nstderr: %s", strings.Join(args, " "), err, raceExit(err, se), so, se)
 	}
 	return so
 }

@@ -57,10 +57,15 @@ type KubeAPIServer struct {
 	Kubeconfig string // kubeconfig for the admin token, written once ready
 	LogFile    string // the server's stdout and stderr, appended across restarts
 
+	// Owned by the test's goroutine, which alone calls Start, Stop, Kill
+	// and AddUser; client builders (RESTConfig...) read caData after Start
+	// returned. The goroutine Start runs for each process only waits for
+	// cmd (Wait writes cmd.ProcessState, read after exited is closed) and
+	// then closes exited.
 	e      *Env
 	users  []kubeUser // added with AddUser
 	caData []byte     // the serving certificate's CA (self-signed by kube-apiserver)
-	cmd    *exec.Cmd
+	cmd    *exec.Cmd  // the running server; nil when stopped
 	exited chan struct{}
 }
 

@@ -56,6 +56,8 @@ func StartS3(tb testing.TB) *S3 {
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	const ak, sk = "steward-test", "steward-test-secret-key"
+	// out is written by exec's copying goroutine until Wait returns; read
+	// it only after exited is closed.
 	var out bytes.Buffer
 	cmd := exec.Command(bin, "--port", addr, "--access", ak, "--secret", sk, "posix", root)
 	cmd.Stdout, cmd.Stderr = &out, &out
