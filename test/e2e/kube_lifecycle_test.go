@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -553,43 +554,39 @@ func lcCheckObjects(t *testing.T, cs kubernetes.Interface, dyn dynamic.Interface
 // resourceVersions the list returns.
 func lcCheckInformerCM(t *testing.T, cs kubernetes.Interface, r *lcRecorder, phase string) {
 	t.Helper()
-	var diff string
-	if !harness.Poll(time.Minute, 200*time.Millisecond, func() bool {
-		l, err := cs.CoreV1().ConfigMaps(metav1.NamespaceAll).List(context.Background(), metav1.ListOptions{})
+	harness.Eventually(t, time.Minute, 200*time.Millisecond, phase+": the configmaps informer's store to match the API's list", func() error {
+		l, err := cs.CoreV1().ConfigMaps(metav1.NamespaceAll).List(t.Context(), metav1.ListOptions{})
 		if err != nil {
-			diff = err.Error()
-			return false
+			return err
 		}
 		want := map[string]string{}
 		for _, cm := range l.Items {
 			want[cm.Namespace+"/"+cm.Name] = cm.ResourceVersion
 		}
-		diff = lcStoreDiff(r.inf.GetStore(), want)
-		return diff == ""
-	}) {
-		t.Fatalf("%s: the configmaps informer's store never matched the API's list within 1m: %s", phase, diff)
-	}
+		if diff := lcStoreDiff(r.inf.GetStore(), want); diff != "" {
+			return errors.New(diff)
+		}
+		return nil
+	})
 }
 
 // lcCheckInformerGadgets is lcCheckInformerCM for the custom resources.
 func lcCheckInformerGadgets(t *testing.T, dyn dynamic.Interface, r *lcRecorder, phase string) {
 	t.Helper()
-	var diff string
-	if !harness.Poll(time.Minute, 200*time.Millisecond, func() bool {
-		l, err := dyn.Resource(lcGadgetGVR).Namespace(metav1.NamespaceAll).List(context.Background(), metav1.ListOptions{})
+	harness.Eventually(t, time.Minute, 200*time.Millisecond, phase+": the gadgets informer's store to match the API's list", func() error {
+		l, err := dyn.Resource(lcGadgetGVR).Namespace(metav1.NamespaceAll).List(t.Context(), metav1.ListOptions{})
 		if err != nil {
-			diff = err.Error()
-			return false
+			return err
 		}
 		want := map[string]string{}
 		for _, u := range l.Items {
 			want[u.GetNamespace()+"/"+u.GetName()] = u.GetResourceVersion()
 		}
-		diff = lcStoreDiff(r.inf.GetStore(), want)
-		return diff == ""
-	}) {
-		t.Fatalf("%s: the gadgets informer's store never matched the API's list within 1m: %s", phase, diff)
-	}
+		if diff := lcStoreDiff(r.inf.GetStore(), want); diff != "" {
+			return errors.New(diff)
+		}
+		return nil
+	})
 }
 
 func lcStoreDiff(s cache.Store, want map[string]string) string {
