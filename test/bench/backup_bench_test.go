@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -21,6 +20,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/spec"
 	"github.com/etcd-steward/steward/test/harness"
+	"github.com/etcd-steward/steward/test/workload"
 )
 
 // BenchmarkFullSnapshot: `steward backup now` (stream, verify etcd's
@@ -129,60 +129,30 @@ func BenchmarkRecoveryPoint(b *testing.B) {
 			}
 		}()
 
-		type ack struct {
-			rev int64
-			at  time.Time
+		// 32 clients at 31.25 writes/s each: 1,000 writes/s in all, for 20 s.
+		w := workload.Start(b, cli, workload.Options{Prefix: "rpo", Workers: 32, Interval: 32 * time.Millisecond, Wrap: 32000})
+		time.Sleep(20 * time.Second) // the measurement window, not synchronisation
+		res := w.Stop()
+		acks, errs := res.Acked, len(res.Failed)
+		if len(acks) == 0 {
+			b.Fatalf("no write acknowledged: %s", res)
 		}
-		// 32 clients at 31.25 writes/s each: 1,000 writes/s in all.
-		var acks []ack
-		var amu sync.Mutex
-		errs := 0
-		end := time.Now().Add(20 * time.Second)
-		var wg sync.WaitGroup
-		for w := 0; w < 32; w++ {
-			wg.Add(1)
-			go func(w int) {
-				defer wg.Done()
-				tick := time.NewTicker(32 * time.Millisecond)
-				defer tick.Stop()
-				for n := 0; time.Now().Before(end); n++ {
-					<-tick.C
-					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-					r, err := cli.Put(ctx, fmt.Sprintf("rpo/%d/%d", w, n%1000), "v")
-					cancel()
-					amu.Lock()
-					if err != nil {
-						errs++
-					} else {
-						acks = append(acks, ack{r.Header.Revision, time.Now()})
-					}
-					amu.Unlock()
-				}
-			}(w)
-		}
-		wg.Wait()
-		sort.Slice(acks, func(i, j int) bool { return acks[i].rev < acks[j].rev })
-		last := acks[len(acks)-1].rev
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		last := res.MaxRev
+		harness.Eventually(b, 30*time.Second, 10*time.Millisecond, fmt.Sprintf("revision %d to reach the store", last), func() error {
 			smu.Lock()
-			done := len(segs) > 0 && maxEnd(segs, func(s seen) int64 { return s.end }) >= last
-			smu.Unlock()
-			if done {
-				break
+			defer smu.Unlock()
+			if end := maxEnd(segs, func(s seen) int64 { return s.end }); end < last {
+				return fmt.Errorf("%d segments seen, the newest ends at revision %d", len(segs), end)
 			}
-			if time.Now().After(deadline) {
-				b.Fatalf("revision %d never reached the store", last)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return nil
+		})
 		close(stopScan)
 		<-scanDone
 		sort.Slice(segs, func(i, j int) bool { return segs[i].end < segs[j].end })
 		var lags []time.Duration
 		for _, a := range acks {
-			k := sort.Search(len(segs), func(i int) bool { return segs[i].end >= a.rev })
-			lags = append(lags, segs[k].at.Sub(a.at))
+			k := sort.Search(len(segs), func(i int) bool { return segs[i].end >= a.Rev })
+			lags = append(lags, segs[k].at.Sub(a.End))
 		}
 		sort.Slice(lags, func(i, j int) bool { return lags[i] < lags[j] })
 		p := func(q float64) time.Duration { return lags[int(float64(len(lags)-1)*q)] }
@@ -216,7 +186,7 @@ func fillRandom(b *testing.B, cli *clientv3.Client, mb int) {
 			rnd.Read(raw)
 			ops[j] = clientv3.OpPut(fmt.Sprintf("random/%06d", t*10+j), base64.StdEncoding.EncodeToString(raw))
 		}
-		if _, err := cli.Txn(context.Background()).Then(ops...).Commit(); err != nil {
+		if _, err := cli.Txn(b.Context()).Then(ops...).Commit(); err != nil {
 			b.Fatal(err)
 		}
 	}

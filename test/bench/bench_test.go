@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -29,6 +28,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/spec"
 	"github.com/etcd-steward/steward/test/harness"
+	"github.com/etcd-steward/steward/test/workload"
 )
 
 // BenchmarkUp: time from `steward up` to a healthy three-member cluster
@@ -100,18 +100,12 @@ func bareEtcdUp(b *testing.B, store, v string) time.Duration {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		harness.Eventually(b, time.Minute-time.Since(start), 20*time.Millisecond, "bare etcd "+m.Name+" to serve a linearizable read", func() error {
+			ctx, cancel := context.WithTimeout(b.Context(), time.Second)
+			defer cancel()
 			_, err := cli.Get(ctx, "health")
-			cancel()
-			if err == nil {
-				break
-			}
-			if time.Since(start) > time.Minute {
-				b.Fatalf("bare etcd not healthy: %v", err)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return err
+		})
 		cli.Close()
 	}
 	return time.Since(start)
@@ -134,7 +128,7 @@ func fill(b *testing.B, cli *clientv3.Client, mb int) {
 				for j := range ops {
 					ops[j] = clientv3.OpPut(fmt.Sprintf("data/%06d", t*10+j), val)
 				}
-				if _, err := cli.Txn(context.Background()).Then(ops...).Commit(); err != nil {
+				if _, err := cli.Txn(b.Context()).Then(ops...).Commit(); err != nil {
 					mu.Lock()
 					firstErr = err
 					mu.Unlock()
@@ -152,52 +146,23 @@ func fill(b *testing.B, cli *clientv3.Client, mb int) {
 	}
 }
 
-// latencies records the latency of sequential 1 KB writes until stopped.
-type latencies struct {
-	mu   sync.Mutex
-	d    []time.Duration
-	errs int
-	stop chan struct{}
-	done chan struct{}
+// measureWrites starts a client writing 1 KB values one after the other
+// (over a thousand keys, so the database does not grow) until the writer
+// is stopped; writeLatencies summarises what it recorded.
+func measureWrites(b *testing.B, cli *clientv3.Client) *workload.Writer {
+	return workload.Start(b, cli, workload.Options{Prefix: "lat", Wrap: 1000, Value: strings.Repeat("w", 1024), Timeout: 10 * time.Second})
 }
 
-func measureWrites(cli *clientv3.Client) *latencies {
-	l := &latencies{stop: make(chan struct{}), done: make(chan struct{})}
-	val := strings.Repeat("w", 1024)
-	go func() {
-		defer close(l.done)
-		for i := 0; ; i++ {
-			select {
-			case <-l.stop:
-				return
-			default:
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			t := time.Now()
-			_, err := cli.Put(ctx, fmt.Sprintf("lat/%d", i%1000), val)
-			d := time.Since(t)
-			cancel()
-			l.mu.Lock()
-			if err != nil {
-				l.errs++
-			} else {
-				l.d = append(l.d, d)
-			}
-			l.mu.Unlock()
-		}
-	}()
-	return l
-}
-
-func (l *latencies) finish() (p50, p99, max time.Duration, n, errs int) {
-	close(l.stop)
-	<-l.done
-	sort.Slice(l.d, func(i, j int) bool { return l.d[i] < l.d[j] })
-	if len(l.d) == 0 {
-		return 0, 0, 0, 0, l.errs
+// writeLatencies stops w and returns the latency quantiles of its
+// acknowledged writes, how many there were and how many failed.
+func writeLatencies(w *workload.Writer) (p50, p99, max time.Duration, n, errs int) {
+	r := w.Stop()
+	d := r.Latencies()
+	if len(d) == 0 {
+		return 0, 0, 0, 0, len(r.Failed)
 	}
-	q := func(p float64) time.Duration { return l.d[int(float64(len(l.d)-1)*p)] }
-	return q(0.5), q(0.99), l.d[len(l.d)-1], len(l.d), l.errs
+	q := func(p float64) time.Duration { return d[int(float64(len(d)-1)*p)] }
+	return q(0.5), q(0.99), d[len(d)-1], len(d), len(r.Failed)
 }
 
 // saveSnapshot streams a snapshot over the client API into path (0600),
@@ -207,7 +172,7 @@ func saveSnapshot(b *testing.B, cli *clientv3.Client, path string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	rc, err := cli.Snapshot(context.Background())
+	rc, err := cli.Snapshot(b.Context())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -254,41 +219,41 @@ func BenchmarkLearnerAndDefrag(b *testing.B) {
 		}
 		// Overwrite the data once so defragmentation has pages to free.
 		fill(b, cli, 100)
-		resp, err := cli.Get(context.Background(), "health")
+		resp, err := cli.Get(b.Context(), "health")
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := cli.Compact(context.Background(), resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+		if _, err := cli.Compact(b.Context(), resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
 			b.Fatal(err)
 		}
 
 		// Idle baseline.
-		l := measureWrites(cli)
+		l := measureWrites(b, cli)
 		time.Sleep(5 * time.Second) // a fixed measurement window, not synchronisation
-		ip50, ip99, imax, in, ierr := l.finish()
+		ip50, ip99, imax, in, ierr := writeLatencies(l)
 
-		l = measureWrites(cli)
+		l = measureWrites(b, cli)
 		dstart := time.Now()
-		if _, err := maintenance.Defrag(context.Background(), c, maintenance.DefragOptions{}); err != nil {
+		if _, err := maintenance.Defrag(b.Context(), c, maintenance.DefragOptions{}); err != nil {
 			b.Fatal(err)
 		}
 		rollingDur := time.Since(dstart)
-		rp50, rp99, rmax, rn, rerr := l.finish()
+		rp50, rp99, rmax, rn, rerr := writeLatencies(l)
 
 		// Refill and compact again so the naive run frees as much.
 		fill(b, cli, 100)
-		resp, _ = cli.Get(context.Background(), "health")
-		if _, err := cli.Compact(context.Background(), resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+		resp, _ = cli.Get(b.Context(), "health")
+		if _, err := cli.Compact(b.Context(), resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
 			b.Fatal(err)
 		}
-		l = measureWrites(cli)
+		l = measureWrites(b, cli)
 		nstart := time.Now()
 		var wg sync.WaitGroup
 		for _, m := range e.Spec().Members {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+				ctx, cancel := context.WithTimeout(b.Context(), 5*time.Minute)
 				defer cancel()
 				if _, err := cli.Defragment(ctx, m.ClientURL); err != nil {
 					b.Error(err)
@@ -297,7 +262,7 @@ func BenchmarkLearnerAndDefrag(b *testing.B) {
 		}
 		wg.Wait()
 		naiveDur := time.Since(nstart)
-		np50, np99, nmax, nn, nerr := l.finish()
+		np50, np99, nmax, nn, nerr := writeLatencies(l)
 
 		b.ReportMetric(add.Seconds(), "learner-add-s")
 		b.ReportMetric(base.Seconds(), "direct-voting-add-s")
@@ -336,16 +301,10 @@ func directVotingAdd(b *testing.B, e *harness.Env, name string) time.Duration {
 	cli := e.Client()
 	start := time.Now()
 	var resp *clientv3.MemberAddResponse
-	for {
-		resp, err = cli.MemberAdd(context.Background(), []string{m.PeerURL})
-		if err == nil || time.Since(start) > 30*time.Second {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	if err != nil {
-		b.Fatal(err)
-	}
+	harness.Eventually(b, 30*time.Second, 200*time.Millisecond, "etcd to add "+name+" as a voting member", func() error {
+		resp, err = cli.MemberAdd(b.Context(), []string{m.PeerURL})
+		return err
+	})
 	var parts []string
 	for _, em := range resp.Members {
 		n := em.Name
@@ -367,25 +326,20 @@ func directVotingAdd(b *testing.B, e *harness.Env, name string) time.Duration {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := a.PutMember(context.Background(), c.MemberConfig(m)); err != nil {
+	if _, err := a.PutMember(b.Context(), c.MemberConfig(m)); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := a.Start(context.Background(), name); err != nil {
+	if _, err := a.Start(b.Context(), name); err != nil {
 		b.Fatal(err)
 	}
 	one := e.Client(name)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	harness.Eventually(b, 5*time.Minute-time.Since(start), 50*time.Millisecond, "the directly added "+name+" to serve a linearizable read", func() error {
+		ctx, cancel := context.WithTimeout(b.Context(), time.Second)
+		defer cancel()
 		_, err := one.Get(ctx, "health")
-		cancel()
-		if err == nil {
-			return time.Since(start)
-		}
-		if time.Since(start) > 5*time.Minute {
-			b.Fatalf("direct voting add not healthy: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err
+	})
+	return time.Since(start)
 }
 
 // bigOneMember starts a one-member cluster of the embedded etcd version with

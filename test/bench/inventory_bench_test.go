@@ -2,7 +2,6 @@ package bench
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -53,7 +52,7 @@ func BenchmarkInventorySnapshot(b *testing.B) {
 	n := envInt("STEWARD_BENCH_INVENTORY_OBJECTS", 100_000)
 	e := bigOneMember(b)
 	cli := e.Client()
-	ctx := context.Background()
+	ctx := b.Context()
 	key := func(i int) string { return fmt.Sprintf("/registry/configmaps/ns-%03d/cm-%07d", i%100, i) }
 	value := configMapValue(600)
 	writeAll := func(from, to, step int, op func(i int) clientv3.Op) {

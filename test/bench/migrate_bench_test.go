@@ -3,7 +3,6 @@ package bench
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
@@ -61,7 +60,7 @@ func BenchmarkMigrateConfigMaps(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		ctx := context.Background()
+		ctx := b.Context()
 		for ns := 0; ns < 100; ns++ {
 			if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("ns-%03d", ns)}}, metav1.CreateOptions{}); err != nil {
 				b.Fatal(err)
@@ -172,7 +171,7 @@ func createConfigMaps(b *testing.B, cs kubernetes.Interface, from, to int) {
 		go func() {
 			defer wg.Done()
 			for i := range work {
-				_, err := cs.CoreV1().ConfigMaps(fmt.Sprintf("ns-%03d", i%100)).Create(context.Background(), &corev1.ConfigMap{
+				_, err := cs.CoreV1().ConfigMaps(fmt.Sprintf("ns-%03d", i%100)).Create(b.Context(), &corev1.ConfigMap{
 					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%07d", i)},
 					Data:       map[string]string{"payload": payload, "index": strconv.Itoa(i)},
 				}, metav1.CreateOptions{})

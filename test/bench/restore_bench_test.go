@@ -2,7 +2,6 @@ package bench
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -74,7 +73,7 @@ func BenchmarkRestore(b *testing.B) {
 			if err := w.Flush(); err != nil {
 				b.Fatal(err)
 			}
-			if _, err := backup.PutDelta(context.Background(), store, nil, backup.DeltaInfo{
+			if _, err := backup.PutDelta(b.Context(), store, nil, backup.DeltaInfo{
 				ClusterID: full.ClusterID, Start: start, End: rev, Events: n, Now: time.Now(),
 			}, buf.Bytes()); err != nil {
 				b.Fatal(err)
@@ -99,7 +98,7 @@ func BenchmarkRestore(b *testing.B) {
 		// its own allocations are small.
 		cg := boundedRestore(b, e, int64(envInt("STEWARD_BENCH_RESTORE_CGROUP_MB", 512))<<20)
 		e.MustRun("up")
-		r, err := e.Client().Get(context.Background(), "delta/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		r, err := e.Client().Get(b.Context(), "delta/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil || r.Header.Revision <= last {
 			b.Fatalf("restored cluster at revision %v (want above %d): %v", r, last, err)
 		}
@@ -122,7 +121,7 @@ func BenchmarkRestore(b *testing.B) {
 		bcli := e.Client()
 		for r := int64(0); r < int64(events); r++ {
 			k := fmt.Sprintf("delta/%07d", r%200000)
-			if _, err := bcli.Txn(context.Background()).Then(clientv3.OpPut(k, string(value))).Commit(); err != nil {
+			if _, err := bcli.Txn(b.Context()).Then(clientv3.OpPut(k, string(value))).Commit(); err != nil {
 				b.Fatal(err)
 			}
 		}

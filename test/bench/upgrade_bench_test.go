@@ -8,17 +8,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcd-steward/steward/pkg/agent"
 	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/catalogue"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/test/harness"
+	"github.com/etcd-steward/steward/test/workload"
 )
 
 // BenchmarkRollingUpgrade: client errors and the longest write stall while
@@ -32,17 +30,17 @@ func BenchmarkRollingUpgrade(b *testing.B) {
 		e := harness.New(b)
 		e.Up(3, vs[0])
 		cli := e.Client()
-		l := measureWrites(cli)
+		l := measureWrites(b, cli)
 		start := time.Now()
 		e.MustRun("upgrade", "apply", "--to", vs[2])
 		took := time.Since(start)
-		p50, p99, stall, n, errs := l.finish()
+		p50, p99, stall, n, errs := writeLatencies(l)
 		cli.Close()
 
 		ne := harness.New(b)
 		ne.Up(3, vs[0])
 		ncli := ne.Client()
-		nl := measureWrites(ncli)
+		nl := measureWrites(b, ncli)
 		nstart := time.Now()
 		for range 2 {
 			for _, name := range ne.Spec().MemberNames() {
@@ -52,7 +50,7 @@ func BenchmarkRollingUpgrade(b *testing.B) {
 			}
 		}
 		ntook := time.Since(nstart)
-		np50, np99, nstall, nn, nerrs := nl.finish()
+		np50, np99, nstall, nn, nerrs := writeLatencies(nl)
 		ncli.Close()
 
 		b.ReportMetric(float64(errs), "steward-errors")
@@ -85,15 +83,24 @@ func BenchmarkReplaceUpgrade(b *testing.B) {
 		fill(b, cli, mb)
 		st := e.Status()
 		dbMB := st.Members[0].DBSize >> 20
-		g := measureGaps(cli)
+		// One client writing one key after the other, each attempt bounded
+		// by a second: the longest gap between two acknowledgements is the
+		// downtime a client sees.
+		g := workload.Start(b, cli, workload.Options{Prefix: "gap", Wrap: 1000, Value: "w", Timeout: time.Second})
 		start := time.Now()
 		lines := timedRun(b, e, "upgrade", "apply", "--to", to, "--strategy", "restore")
 		took := time.Since(start)
 		// Server side: from the members' stop to every member healthy on
 		// the target (clients add their reconnection back-off to this).
 		down := lineAt(b, lines, "every member healthy on").Sub(lineAt(b, lines, "members; "))
-		harness.Eventually(b, time.Minute, 10*time.Millisecond, "a write after the upgrade", func() bool { return g.successesSince(start.Add(took)) > 0 })
-		gap, n, errs := g.finish()
+		harness.Eventually(b, time.Minute, 10*time.Millisecond, "a write after the upgrade", func() error {
+			if g.AckedSince(start.Add(took)) == 0 {
+				return fmt.Errorf("no write acknowledged since the plan ended (%d in all)", g.Acked())
+			}
+			return nil
+		})
+		res := g.Stop()
+		gap, n, errs := res.LongestGap(), len(res.Acked), len(res.Failed)
 		cli.Close()
 		e.MustRun("down")
 
@@ -163,67 +170,13 @@ func manualRestoreUpgrade(b *testing.B, mb int, from, to string) time.Duration {
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	ncli := e.Client()
 	defer ncli.Close()
-	harness.Eventually(b, 5*time.Minute, 10*time.Millisecond, "etcd "+to+" serving the restored data", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	harness.Eventually(b, 5*time.Minute, 10*time.Millisecond, "etcd "+to+" serving the restored data", func() error {
+		ctx, cancel := context.WithTimeout(b.Context(), time.Second)
 		defer cancel()
 		_, err := ncli.Get(ctx, "health")
-		return err == nil
+		return err
 	})
 	return time.Since(start)
-}
-
-// gaps records when each sequential write succeeded.
-type gaps struct {
-	mu   sync.Mutex
-	ok   []time.Time
-	errs int
-	stop chan struct{}
-	done chan struct{}
-}
-
-func measureGaps(cli *clientv3.Client) *gaps {
-	g := &gaps{stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(g.done)
-		for i := 0; ; i++ {
-			select {
-			case <-g.stop:
-				return
-			default:
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			_, err := cli.Put(ctx, fmt.Sprintf("gap/%d", i%1000), "w")
-			cancel()
-			g.mu.Lock()
-			if err != nil {
-				g.errs++
-			} else {
-				g.ok = append(g.ok, time.Now())
-			}
-			g.mu.Unlock()
-		}
-	}()
-	return g
-}
-
-func (g *gaps) successesSince(t time.Time) int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	n := 0
-	for i := len(g.ok) - 1; i >= 0 && g.ok[i].After(t); i-- {
-		n++
-	}
-	return n
-}
-
-// finish stops the writer and returns the longest gap between successes.
-func (g *gaps) finish() (longest time.Duration, n, errs int) {
-	close(g.stop)
-	<-g.done
-	for i := 1; i < len(g.ok); i++ {
-		longest = max(longest, g.ok[i].Sub(g.ok[i-1]))
-	}
-	return longest, len(g.ok), g.errs
 }
 
 // timedLine is a line of progress and when it came.

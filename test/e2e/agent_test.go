@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -57,7 +56,7 @@ func TestSwapVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
+	ctx := t.Context()
 	oldPID := e.MemberPID(names[0])
 	if _, err := a.SwapVersion(ctx, names[0], agentapi.VersionRequest{Version: v36}); err != nil {
 		t.Fatal(err)

@@ -28,7 +28,7 @@ func putKeys(t *testing.T, cli *clientv3.Client, prefix string, n int) int64 {
 		for j := i; j < i+50 && j < n; j++ {
 			ops = append(ops, clientv3.OpPut(fmt.Sprintf("%s%05d", prefix, j), fmt.Sprintf("value-%d", j)))
 		}
-		resp, err := cli.Txn(context.Background()).Then(ops...).Commit()
+		resp, err := cli.Txn(t.Context()).Then(ops...).Commit()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,7 +59,7 @@ func TestBackupRestore(t *testing.T) {
 			e := harness.New(t)
 			e.Up(3, v)
 			cli := e.Client()
-			ctx := context.Background()
+			ctx := t.Context()
 			rev := putKeys(t, cli, "backup/", 500)
 			key := filepath.Join(e.Dir, "backup.key")
 			if _, err := backup.GenerateKeyFile(key); err != nil {
@@ -217,7 +217,7 @@ func TestBackupBadInput(t *testing.T) {
 	if st.Members[0].Version != older || !harness.Healthy(st) {
 		t.Fatalf("restored into %s: version %s healthy %v", older, st.Members[0].Version, harness.Healthy(st))
 	}
-	resp, err := o.Client().Get(context.Background(), "k/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	resp, err := o.Client().Get(t.Context(), "k/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil || resp.Count != 100 {
 		t.Fatalf("keys in the older cluster: %v %v", resp, err)
 	}

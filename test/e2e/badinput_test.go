@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -154,9 +155,11 @@ func TestBadInput(t *testing.T) {
 		if err := syscall.Kill(agentPID, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		harness.Eventually(t, 10*time.Second, 100*time.Millisecond, "the agent to stop answering after kill -9", func() bool {
-			_, _, err := e.Run("member", "stop", names[0])
-			return err != nil
+		harness.Eventually(t, 10*time.Second, 100*time.Millisecond, "the agent to stop answering after kill -9", func() error {
+			if so, se, err := e.Run("member", "stop", names[0]); err == nil {
+				return fmt.Errorf("steward member stop %s still succeeds: %s%s", names[0], so, se)
+			}
+			return nil
 		})
 		out := e.MustFail("member", "stop", names[0])
 		if !strings.Contains(out, "agent unreachable") {

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"crypto/tls"
 	"fmt"
 	"net/http"
@@ -46,7 +45,7 @@ func TestBootstrapOneMember(t *testing.T) {
 				t.Errorf("client URL %s: TLS must be on by default", m.ClientURLs[0])
 			}
 			cli := e.Client()
-			ctx := context.Background()
+			ctx := t.Context()
 			if _, err := cli.Put(ctx, "survives", "down-and-up"); err != nil {
 				t.Fatal(err)
 			}
@@ -94,12 +93,22 @@ func TestThreeMembers(t *testing.T) {
 			t.Parallel()
 			e := harness.New(t)
 			e.Up(3, v)
-			st := e.Status()
-			checkBootstrapped(t, st, v)
-			checkTLS(t, e, v)
-			checkKill9(t, e)
-			checkConditions(t, e)
-			checkReplace(t, e)
+			// Each phase builds on the cluster the one before left: the
+			// first failure ends the test.
+			for _, p := range []struct {
+				name  string
+				check func(t *testing.T, e *harness.Env)
+			}{
+				{"bootstrapped", func(t *testing.T, e *harness.Env) { checkBootstrapped(t, e.Status(), v) }},
+				{"TLS", func(t *testing.T, e *harness.Env) { checkTLS(t, e, v) }},
+				{"kill -9 of a member", checkKill9},
+				{"conditions with members down", checkConditions},
+				{"replace a member that lost its data", checkReplace},
+			} {
+				if !t.Run(p.name, func(t *testing.T) { p.check(t, e.For(t)) }) {
+					return
+				}
+			}
 		})
 	}
 }
@@ -233,7 +242,7 @@ func checkConditions(t *testing.T, e *harness.Env) {
 	}
 
 	// A write while names[0] is down: its data dir falls behind the backups.
-	wr, err := e.Client(names[1], names[2]).Put(context.Background(), "while/"+names[0]+"/down", "x")
+	wr, err := e.Client(names[1], names[2]).Put(t.Context(), "while/"+names[0]+"/down", "x")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +269,7 @@ func checkConditions(t *testing.T, e *harness.Env) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms, err := a.Member(context.Background(), names[0])
+	ms, err := a.Member(t.Context(), names[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +280,7 @@ func checkConditions(t *testing.T, e *harness.Env) {
 
 func checkReplace(t *testing.T, e *harness.Env) {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	cli := e.Client()
 	for i := 0; i < 100; i++ {
 		if _, err := cli.Put(ctx, fmt.Sprintf("replace/%03d", i), "v"); err != nil {

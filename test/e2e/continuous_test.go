@@ -1,10 +1,7 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -29,38 +26,14 @@ import (
 	"github.com/etcd-steward/steward/pkg/restore"
 	"github.com/etcd-steward/steward/pkg/spec"
 	"github.com/etcd-steward/steward/test/harness"
+	"github.com/etcd-steward/steward/test/workload"
 )
 
-// digest is a keyspace digest: every key with its value, create and mod
-// revisions, version and lease, in key order. Steward's backup election keys
-// (under /steward/) are left out: a restored cluster's agent campaigns anew.
-func digest(t *testing.T, cli *clientv3.Client, rev int64) (string, int64, int) {
-	t.Helper()
-	opts := []clientv3.OpOption{clientv3.WithPrefix()}
-	if rev > 0 {
-		opts = append(opts, clientv3.WithRev(rev))
-	}
-	resp, err := cli.Get(context.Background(), "", append(opts, clientv3.WithFromKey())[1:]...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := sha256.New()
-	n := 0
-	for _, kv := range resp.Kvs {
-		if bytes.HasPrefix(kv.Key, []byte("/steward/")) {
-			continue
-		}
-		n++
-		fmt.Fprintf(h, "%q=%q c%d m%d v%d l%d\n", kv.Key, kv.Value, kv.CreateRevision, kv.ModRevision, kv.Version, kv.Lease)
-	}
-	return hex.EncodeToString(h.Sum(nil)), resp.Header.Revision, n
-}
-
-// workload writes n keys through multi-key transactions, with some keys
+// loadMixed writes n keys through multi-key transactions, with some keys
 // under leases and some deletes, and returns the last revision.
-func workload(t *testing.T, cli *clientv3.Client, n int) int64 {
+func loadMixed(t *testing.T, cli *clientv3.Client, n int) int64 {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	var leases []clientv3.LeaseID
 	for i := 0; i < 5; i++ {
 		l, err := cli.Grant(ctx, 3600)
@@ -112,32 +85,6 @@ func workload(t *testing.T, cli *clientv3.Client, n int) int64 {
 	return rev
 }
 
-// writeUntilStopped commits ops(i) as one transaction for i = 0, 1, ...
-// until the returned stop is called; stop returns the revision of the last
-// acknowledged commit.
-func writeUntilStopped(cli *clientv3.Client, ops func(i int) []clientv3.Op) (stop func() int64) {
-	quit := make(chan struct{})
-	done := make(chan int64)
-	go func() {
-		var last int64
-		for i := 0; ; i++ {
-			select {
-			case <-quit:
-				done <- last
-				return
-			default:
-			}
-			c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			r, err := cli.Txn(c).Then(ops(i)...).Commit()
-			cancel()
-			if err == nil {
-				last = r.Header.Revision
-			}
-		}
-	}()
-	return func() int64 { close(quit); return <-done }
-}
-
 // listBackups returns `steward backup list -o json`, parsed.
 func listBackups(t *testing.T, e *harness.Env) []backup.Manifest {
 	t.Helper()
@@ -148,23 +95,26 @@ func listBackups(t *testing.T, e *harness.Env) []backup.Manifest {
 	return ms
 }
 
-// backedUpTo is the newest revision any backup holds.
-func backedUpTo(t *testing.T, e *harness.Env) int64 {
-	t.Helper()
-	var end int64
-	for _, m := range listBackups(t, e) {
-		end = max(end, m.EndRevision)
-	}
-	return end
-}
-
 // waitBackedUp polls until the backups hold revision rev (60 s at most).
 func waitBackedUp(t *testing.T, e *harness.Env, rev int64) {
 	t.Helper()
-	var got int64
-	harness.Eventually(t, 60*time.Second, 50*time.Millisecond, fmt.Sprintf("backups to reach revision %d", rev), func() bool {
-		got = backedUpTo(t, e)
-		return got >= rev
+	harness.Eventually(t, 60*time.Second, 50*time.Millisecond, fmt.Sprintf("backups to reach revision %d", rev), func() error {
+		so, se, err := e.Run("backup", "list", "-o", "json")
+		if err != nil {
+			return fmt.Errorf("steward backup list: %v: %s", err, strings.TrimSpace(se))
+		}
+		var ms []backup.Manifest
+		if err := json.Unmarshal([]byte(so), &ms); err != nil {
+			return fmt.Errorf("parse backup list: %v", err)
+		}
+		var end int64
+		for _, m := range ms {
+			end = max(end, m.EndRevision)
+		}
+		if end < rev {
+			return fmt.Errorf("%d backups, the newest revision backed up is %d", len(ms), end)
+		}
+		return nil
 	})
 }
 
@@ -201,130 +151,127 @@ func TestContinuousBackup(t *testing.T) {
 	e := harness.New(t)
 	e.Up(3, harness.Versions()[1])
 	cli := e.Client()
-	ctx := context.Background()
-	rev := workload(t, cli, 50000)
 
-	// Every revision reaches the store.
-	waitBackedUp(t, e, rev)
-	want, wantRev, n := digest(t, cli, rev)
-	if st := e.Status(); harness.Cond(st, cluster.CondBackupReady).Status != "True" {
-		t.Errorf("BackupReady while backups run: %+v", harness.Cond(st, cluster.CondBackupReady))
-	}
-
-	// A short-lived key: its lease must still expire after the restore.
-	short, err := cli.Grant(ctx, 6)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cli.Put(ctx, "ttl/short", "expires", clientv3.WithLease(short.ID)); err != nil {
-		t.Fatal(err)
-	}
-
-	// Writes go on until the loss; each acknowledgement is timed.
-	type ack struct {
-		key string
-		at  time.Time
-	}
-	var acks []ack
-	var amu sync.Mutex
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			k := fmt.Sprintf("rpo/%06d", i)
-			c, cancel := context.WithTimeout(ctx, time.Second)
-			_, err := cli.Put(c, k, "v")
-			cancel()
-			if err == nil {
-				amu.Lock()
-				acks = append(acks, ack{k, time.Now()})
-				amu.Unlock()
-			}
-			time.Sleep(2 * time.Millisecond)
+	var want workload.Digest
+	var short clientv3.LeaseID
+	if !t.Run("50,000 keys backed up", func(t *testing.T) {
+		e := e.For(t)
+		rev := loadMixed(t, cli, 50000)
+		// Every revision reaches the store.
+		waitBackedUp(t, e, rev)
+		want = workload.TakeDigest(t, cli, "", rev)
+		if st := e.Status(); harness.Cond(st, cluster.CondBackupReady).Status != "True" {
+			t.Errorf("BackupReady while backups run: %+v", harness.Cond(st, cluster.CondBackupReady))
 		}
-	}()
-	time.Sleep(3 * time.Second) // a window of writes before the loss, not synchronisation
+		// A short-lived key: its lease must still expire after the restore.
+		l, err := cli.Grant(t.Context(), 6)
+		if err != nil {
+			t.Fatal(err)
+		}
+		short = l.ID
+		if _, err := cli.Put(t.Context(), "ttl/short", "expires", clientv3.WithLease(short)); err != nil {
+			t.Fatal(err)
+		}
+	}) {
+		return
+	}
 
-	// The loss: the agent and every member die at once, and their data is gone.
-	lossAt := time.Now()
-	e.KillAll()
-	close(stop)
-	<-done
-	cli.Close()
-	removeDataDirs(t, e, e.Spec().Members)
-	// The chain the loss left: its full backup, for the point-in-time
-	// restore at the end (by then the recovered cluster has newer ones).
+	var res *workload.Result
+	var lossAt time.Time
 	var chainFull string
-	for _, m := range listBackups(t, e) {
-		if m.Kind == backup.KindFull {
-			chainFull = m.ID
-		}
-	}
+	if !t.Run("every member's data lost under writes", func(t *testing.T) {
+		e := e.For(t)
+		// Writes go on until the loss; each acknowledgement is timed.
+		w := workload.Start(t, cli, workload.Options{Prefix: "rpo", Timeout: time.Second, Interval: 2 * time.Millisecond})
+		time.Sleep(3 * time.Second) // a window of writes before the loss, not synchronisation
 
-	// The agent comes back, refuses to start members on empty data dirs
-	// while backups exist, and `steward recover` restores the newest state.
-	_, _, _ = e.Run("up", "--timeout", "10s")
-	if out := e.MustRun("recover", "-o", "json"); !strings.Contains(out, `"action": "restore"`) {
-		t.Fatalf("recover after losing every data dir: %s", out)
-	}
-	e.WaitStatus(60*time.Second, "healthy after the recovery", harness.Healthy)
-	cli = e.Client()
-	resp, err := cli.Get(ctx, "rpo/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
-	if err != nil {
-		t.Fatal(err)
-	}
-	have := map[string]bool{}
-	for _, kv := range resp.Kvs {
-		have[string(kv.Key)] = true
-	}
-	var missing []string
-	var lags []time.Duration
-	for _, a := range acks {
-		if !have[a.key] {
-			lags = append(lags, lossAt.Sub(a.at))
-			if lossAt.Sub(a.at) > time.Second {
-				missing = append(missing, a.key)
+		// The loss: the agent and every member die at once, and their data is gone.
+		lossAt = time.Now()
+		e.KillAll()
+		res = w.Stop()
+		cli.Close()
+		removeDataDirs(t, e, e.Spec().Members)
+		// The chain the loss left: its full backup, for the point-in-time
+		// restore at the end (by then the recovered cluster has newer ones).
+		for _, m := range listBackups(t, e) {
+			if m.Kind == backup.KindFull {
+				chainFull = m.ID
 			}
 		}
+		if len(res.Acked) == 0 {
+			t.Fatalf("no write acknowledged before the loss: %s", res)
+		}
+	}) {
+		return
 	}
-	sort.Slice(lags, func(i, j int) bool { return lags[i] > lags[j] })
-	t.Logf("%d writes acknowledged in the last window; %d not restored (oldest %v before the loss)", len(acks), len(lags), firstOr(lags))
-	if len(acks) == 0 || len(missing) > 0 {
-		t.Fatalf("%d acknowledged writes older than the 1 s recovery point are missing: %v", len(missing), missing[:min(5, len(missing))])
-	}
-	// The short lease expires again after the recovery. Recovery may take
-	// longer than its 6 s, so its presence is read at the restored revision:
-	// the one the restore marked compacted, which a watch from revision 1
-	// reports.
-	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
-	wresp := <-cli.Watch(wctx, "ttl/short", clientv3.WithRev(1))
-	wcancel()
-	if wresp.CompactRevision == 0 {
-		t.Fatalf("no compaction mark after the recovery: %v", wresp.Err())
-	}
-	if r, err := cli.Get(ctx, "ttl/short", clientv3.WithRev(wresp.CompactRevision)); err != nil || r.Count != 1 || r.Kvs[0].Lease != int64(short.ID) {
-		t.Fatalf("ttl/short with its lease missing at the restored revision %d: %v %v", wresp.CompactRevision, r, err)
-	}
-	harness.Eventually(t, 30*time.Second, 200*time.Millisecond, "a key under a 6 s lease to expire after the restore", func() bool {
-		r, err := cli.Get(ctx, "ttl/short")
-		return err == nil && r.Count == 0
-	})
-	cli.Close()
 
-	// Restore to the revision of the digest: exactly the source's keyspace.
-	e.MustRun("down")
-	e.MustRun("restore", "--backup", chainFull, "--to-revision", fmt.Sprint(wantRev), "--force")
-	e.MustRun("up")
-	got, _, gotN := digest(t, e.Client(), 0)
-	if got != want || gotN != n {
-		t.Fatalf("restored keyspace at revision %d differs from the source: %d keys digest %s, want %d keys digest %s", wantRev, gotN, got, n, want)
+	if !t.Run("recover: no write older than 1 s lost", func(t *testing.T) {
+		e := e.For(t)
+		// The agent comes back, refuses to start members on empty data dirs
+		// while backups exist, and `steward recover` restores the newest state.
+		_, _, _ = e.Run("up", "--timeout", "10s")
+		if out := e.MustRun("recover", "-o", "json"); !strings.Contains(out, `"action": "restore"`) {
+			t.Fatalf("recover after losing every data dir: %s", out)
+		}
+		e.WaitStatus(60*time.Second, "healthy after the recovery", harness.Healthy)
+		lost, err := workload.Missing(t.Context(), e.Client(), res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var missing []string
+		var lags []time.Duration
+		for _, wr := range lost {
+			lag := lossAt.Sub(wr.End)
+			lags = append(lags, lag)
+			if lag > time.Second {
+				missing = append(missing, fmt.Sprintf("%s (acknowledged %s before the loss)", wr.Keys[0], lag.Round(time.Millisecond)))
+			}
+		}
+		sort.Slice(lags, func(i, j int) bool { return lags[i] > lags[j] })
+		t.Logf("%d writes acknowledged in the last window; %d not restored (oldest %v before the loss); %s", len(res.Acked), len(lags), firstOr(lags), res)
+		if len(missing) > 0 {
+			t.Fatalf("%d acknowledged writes older than the 1 s recovery point are missing: %v", len(missing), missing[:min(5, len(missing))])
+		}
+	}) {
+		return
 	}
+
+	if !t.Run("a TTL key expires again", func(t *testing.T) {
+		cli := e.For(t).Client()
+		// Recovery may take longer than the lease's 6 s, so its presence is
+		// read at the restored revision: the one the restore marked
+		// compacted, which a watch from revision 1 reports.
+		wctx, wcancel := context.WithTimeout(t.Context(), 10*time.Second)
+		wresp := <-cli.Watch(wctx, "ttl/short", clientv3.WithRev(1))
+		wcancel()
+		if wresp.CompactRevision == 0 {
+			t.Fatalf("no compaction mark after the recovery: %v", wresp.Err())
+		}
+		if r, err := cli.Get(t.Context(), "ttl/short", clientv3.WithRev(wresp.CompactRevision)); err != nil || r.Count != 1 || r.Kvs[0].Lease != int64(short) {
+			t.Fatalf("ttl/short with its lease missing at the restored revision %d: %v %v", wresp.CompactRevision, r, err)
+		}
+		harness.Eventually(t, 30*time.Second, 200*time.Millisecond, "a key under a 6 s lease to expire after the restore", func() error {
+			r, err := cli.Get(t.Context(), "ttl/short")
+			if err != nil {
+				return err
+			}
+			if r.Count != 0 {
+				return fmt.Errorf("ttl/short still there at revision %d (lease %x)", r.Header.Revision, r.Kvs[0].Lease)
+			}
+			return nil
+		})
+	}) {
+		return
+	}
+
+	t.Run("restore to the digest's revision", func(t *testing.T) {
+		e := e.For(t)
+		// Exactly the source's keyspace.
+		e.MustRun("down")
+		e.MustRun("restore", "--backup", chainFull, "--to-revision", fmt.Sprint(want.Rev), "--force")
+		e.MustRun("up")
+		workload.RequireEqual(t, fmt.Sprintf("restored to revision %d", want.Rev), workload.TakeDigest(t, e.Client(), "", 0), want)
+	})
 }
 
 func firstOr(d []time.Duration) time.Duration {
@@ -343,7 +290,7 @@ func TestDeltaBadInput(t *testing.T) {
 	e := harness.New(t)
 	e.Up(1, harness.Versions()[1])
 	cli := e.Client()
-	ctx := context.Background()
+	ctx := t.Context()
 	var deltas []backup.Manifest
 	for round := 0; len(deltas) < 3; round++ {
 		if round > 100 {
@@ -429,9 +376,9 @@ func TestS3Backup(t *testing.T) {
 	})
 	e.MustRun("up")
 	cli := e.Client()
-	rev := workload(t, cli, 4000)
+	rev := loadMixed(t, cli, 4000)
 	waitBackedUp(t, e, rev)
-	want, wantRev, n := digest(t, cli, rev)
+	want := workload.TakeDigest(t, cli, "", rev)
 	objs, _ := filepath.Glob(filepath.Join(srv.Dir, srv.Bucket, "steward-e2e", "delta", "*.json"))
 	if len(objs) == 0 {
 		t.Fatal("no delta manifests in the bucket")
@@ -440,12 +387,9 @@ func TestS3Backup(t *testing.T) {
 	e.MustRun("down")
 	removeDataDirs(t, e, e.Spec().Members)
 	e.MustRun("backup", "verify", "--all")
-	e.MustRun("restore", "--to-revision", fmt.Sprint(wantRev))
+	e.MustRun("restore", "--to-revision", fmt.Sprint(want.Rev))
 	e.MustRun("up")
-	got, _, gotN := digest(t, e.Client(), 0)
-	if got != want || gotN != n {
-		t.Fatalf("restored from S3: %d keys digest %s, want %d keys digest %s", gotN, got, n, want)
-	}
+	workload.RequireEqual(t, "restored from S3", workload.TakeDigest(t, e.Client(), "", 0), want)
 }
 
 // TestBackupGC: retention deletes older full backups with the deltas only
@@ -492,14 +436,12 @@ func TestBackupGC(t *testing.T) {
 		t.Fatalf("after gc: %d backups (%d full), plan kept %d", len(after), fulls, len(plan.Kept))
 	}
 	e.MustRun("backup", "verify", "--all")
-	want, wantRev, _ := digest(t, cli, rev)
+	want := workload.TakeDigest(t, cli, "", rev)
 	cli.Close()
 	e.MustRun("down")
-	e.MustRun("restore", "--force", "--to-revision", fmt.Sprint(wantRev))
+	e.MustRun("restore", "--force", "--to-revision", fmt.Sprint(want.Rev))
 	e.MustRun("up")
-	if got, _, _ := digest(t, e.Client(), 0); got != want {
-		t.Fatal("restore after gc differs from the source")
-	}
+	workload.RequireEqual(t, "restore after gc", workload.TakeDigest(t, e.Client(), "", 0), want)
 }
 
 // TestRecover: quorum lost with the data intact is recovered by restarting
@@ -509,117 +451,132 @@ func TestRecover(t *testing.T) {
 	t.Parallel()
 	e := harness.New(t)
 	e.Up(3, harness.Versions()[1])
-	cli := e.Client()
-	rev := putKeys(t, cli, "recover/", 300)
+	putKeys(t, e.Client(), "recover/", 300)
 	names := e.Spec().MemberNames()
 
-	if out := e.MustRun("recover", "-o", "json"); !strings.Contains(out, `"action": "none"`) {
-		t.Errorf("recover of a quorate cluster: %s", out)
+	if !t.Run("a quorate cluster: nothing to do", func(t *testing.T) {
+		e := e.For(t)
+		if out := e.MustRun("recover", "-o", "json"); !strings.Contains(out, `"action": "none"`) {
+			t.Errorf("recover of a quorate cluster: %s", out)
+		}
+	}) {
+		return
 	}
-
-	// Case 1: a majority down, data intact.
-	e.MustRun("member", "stop", names[0], "--force")
-	e.MustRun("member", "stop", names[1], "--force")
-	e.WaitStatus(30*time.Second, "quorum lost", func(st *cluster.Status) bool { return !st.Cluster.Quorate })
-	out := e.MustRun("recover", "-o", "json")
-	if !strings.Contains(out, `"action": "restart"`) {
-		t.Fatalf("recover with valid data: %s", out)
+	if !t.Run("a majority down, data intact: restart", func(t *testing.T) {
+		e := e.For(t)
+		e.MustRun("member", "stop", names[0], "--force")
+		e.MustRun("member", "stop", names[1], "--force")
+		e.WaitStatus(30*time.Second, "quorum lost", func(st *cluster.Status) bool { return !st.Cluster.Quorate })
+		out := e.MustRun("recover", "-o", "json")
+		if !strings.Contains(out, `"action": "restart"`) {
+			t.Fatalf("recover with valid data: %s", out)
+		}
+		e.WaitStatus(60*time.Second, "healthy after restart", harness.Healthy)
+		if r, err := e.Client().Get(t.Context(), "recover/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || r.Count != 300 {
+			t.Fatalf("after restart recovery: %v %v", r, err)
+		}
+	}) {
+		return
 	}
-	e.WaitStatus(60*time.Second, "healthy after restart", harness.Healthy)
-	cli = e.Client()
-	if r, err := cli.Get(context.Background(), "recover/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || r.Count != 300 {
-		t.Fatalf("after restart recovery: %v %v", r, err)
-	}
-
-	// Case 2: every member dies and two lose their data. The third was
-	// stopped before the last writes: its data is behind the newest backup,
-	// so DEP-01's restore from backup is the way back (TestRecoverFromSurvivor
-	// has a survivor that is not behind).
-	cli.Close()
-	e.MustRun("member", "stop", names[2])
-	cli = e.Client(names[0], names[1])
-	rev = putKeys(t, cli, "recover2/", 300)
-	waitBackedUp(t, e, rev)
-	want, wantRev, _ := digest(t, cli, rev)
-	cli.Close()
-	before := e.Status()
-	e.KillAll()
-	for _, n := range names[:2] {
-		m, _ := e.Spec().Member(n)
-		if err := os.RemoveAll(filepath.Join(e.Dir, m.DataDir, "member", "wal")); err != nil {
+	var want workload.Digest
+	var before *cluster.Status
+	if !t.Run("a majority's data lost: refusals", func(t *testing.T) {
+		e := e.For(t)
+		// Every member dies and two lose their data. The third was
+		// stopped before the last writes: its data is behind the newest backup,
+		// so DEP-01's restore from backup is the way back (TestRecoverFromSurvivor
+		// has a survivor that is not behind).
+		e.MustRun("member", "stop", names[2])
+		cli := e.Client(names[0], names[1])
+		rev := putKeys(t, cli, "recover2/", 300)
+		waitBackedUp(t, e, rev)
+		want = workload.TakeDigest(t, cli, "", rev)
+		cli.Close()
+		before = e.Status()
+		e.KillAll()
+		for _, n := range names[:2] {
+			m, _ := e.Spec().Member(n)
+			if err := os.RemoveAll(filepath.Join(e.Dir, m.DataDir, "member", "wal")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The agent refuses to start a member whose WAL is gone, and says so.
+		if out := e.MustFail("up", "--timeout", "60s"); !strings.Contains(out, "no WAL files") {
+			t.Errorf("up with lost data: %s", out)
+		}
+		// Another recovery in progress (its lock held): refused, nothing moved.
+		held, err := filelock.TryLock(filepath.Join(e.Dir, "run", "recover.lock"))
+		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	// The agent refuses to start a member whose WAL is gone, and says so.
-	if out := e.MustFail("up", "--timeout", "60s"); !strings.Contains(out, "no WAL files") {
-		t.Errorf("up with lost data: %s", out)
-	}
-	// Another recovery in progress (its lock held): refused, nothing moved.
-	held, err := filelock.TryLock(filepath.Join(e.Dir, "run", "recover.lock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out := e.MustFail("recover"); !strings.Contains(out, "another steward process is recovering") {
-		t.Errorf("recover while another one runs: %s", out)
-	}
-	held.Release()
-	// An upgrade plan that failed halfway (it stopped members on purpose):
-	// refused until the plan is aborted, nothing moved.
-	failed := &plan.Plan{ID: plan.NewID(plan.KindUpgrade, time.Now()), Kind: plan.KindUpgrade, State: plan.Failed,
-		From: before.Members[0].Version, To: "3.7.3", Strategy: "offline", CreatedAt: time.Now()}
-	if err := plan.OpenStore(e.Dir).Save(failed); err != nil {
-		t.Fatal(err)
-	}
-	if out := e.MustFail("recover"); !strings.Contains(out, "plan "+failed.ID+" is failed") {
-		t.Errorf("recover under a failed plan: %s", out)
-	}
-	e.MustRun("plan", "abort")
-	for _, n := range names {
-		m, _ := e.Spec().Member(n)
-		if aside, _ := filepath.Glob(filepath.Join(e.Dir, m.DataDir) + ".*-2*"); len(aside) > 0 {
-			t.Fatalf("a refused recover moved data dirs: %v", aside)
+		if out := e.MustFail("recover"); !strings.Contains(out, "another steward process is recovering") {
+			t.Errorf("recover while another one runs: %s", out)
 		}
-	}
-	rep, out := recoverJSON(t, e)
-	if !strings.Contains(out, `"action": "restore"`) || !strings.Contains(out, "no WAL files") {
-		t.Fatalf("recover with lost data: %s", out)
-	}
-	// DEP-01's order: the backup went into one member, a fresh full
-	// snapshot was taken, and the others joined it as learners.
-	if rep.Seed != names[0] || !slices.Equal(rep.Added, names[1:]) || rep.FreshBackup == "" {
-		t.Fatalf("recover report: seed %q, added %v, fresh backup %q; want seed %s, then %v added", rep.Seed, rep.Added, rep.FreshBackup, names[0], names[1:])
-	}
-	fresh := false
-	for _, m := range listBackups(t, e) {
-		fresh = fresh || m.ID == rep.FreshBackup && m.Kind == backup.KindFull && m.Member == names[0]
-	}
-	if !fresh {
-		t.Errorf("the fresh full snapshot %s of %s is not in the store", rep.FreshBackup, names[0])
-	}
-	st := e.WaitStatus(60*time.Second, "healthy after restore", harness.Healthy)
-	got, gotRev, _ := digest(t, e.Client(), 0)
-	if got != want || gotRev <= wantRev {
-		t.Fatalf("recovered keyspace differs (or revision %d not above %d)", gotRev, wantRev)
-	}
-	// The cluster ID and the seed's member ID are kept (the old backups stay
-	// this cluster's); the added members are new members; nobody is left a
-	// learner; every replaced data dir was moved aside, not deleted.
-	if st.Cluster.ID != before.Cluster.ID || st.Cluster.VotingMembers != 3 || st.Cluster.Learners != 0 {
-		t.Errorf("after recovery: cluster %s (was %s), %d voters, %d learners", st.Cluster.ID, before.Cluster.ID, st.Cluster.VotingMembers, st.Cluster.Learners)
-	}
-	for _, n := range names {
-		was, _ := before.Member(n)
-		now, _ := st.Member(n)
-		if (n == names[0]) != (was.ID == now.ID) {
-			t.Errorf("member %s: ID %s, was %s", n, now.ID, was.ID)
+		held.Release()
+		// An upgrade plan that failed halfway (it stopped members on purpose):
+		// refused until the plan is aborted, nothing moved.
+		failed := &plan.Plan{ID: plan.NewID(plan.KindUpgrade, time.Now()), Kind: plan.KindUpgrade, State: plan.Failed,
+			From: before.Members[0].Version, To: "3.7.3", Strategy: "offline", CreatedAt: time.Now()}
+		if err := plan.OpenStore(e.Dir).Save(failed); err != nil {
+			t.Fatal(err)
 		}
-		m, _ := e.Spec().Member(n)
-		if aside, _ := filepath.Glob(filepath.Join(e.Dir, m.DataDir) + ".*-2*"); len(aside) == 0 {
-			t.Errorf("member %s: its old data dir was not moved aside", n)
+		if out := e.MustFail("recover"); !strings.Contains(out, "plan "+failed.ID+" is failed") {
+			t.Errorf("recover under a failed plan: %s", out)
 		}
+		e.MustRun("plan", "abort")
+		for _, n := range names {
+			m, _ := e.Spec().Member(n)
+			if aside, _ := filepath.Glob(filepath.Join(e.Dir, m.DataDir) + ".*-2*"); len(aside) > 0 {
+				t.Fatalf("a refused recover moved data dirs: %v", aside)
+			}
+		}
+	}) {
+		return
 	}
-	e.WaitStatus(30*time.Second, "backups after recovery", func(st *cluster.Status) bool {
-		return harness.Cond(st, cluster.CondBackupReady).Status == "True"
+	t.Run("a majority's data lost: restore from backup", func(t *testing.T) {
+		e := e.For(t)
+		rep, out := recoverJSON(t, e)
+		if !strings.Contains(out, `"action": "restore"`) || !strings.Contains(out, "no WAL files") {
+			t.Fatalf("recover with lost data: %s", out)
+		}
+		// DEP-01's order: the backup went into one member, a fresh full
+		// snapshot was taken, and the others joined it as learners.
+		if rep.Seed != names[0] || !slices.Equal(rep.Added, names[1:]) || rep.FreshBackup == "" {
+			t.Fatalf("recover report: seed %q, added %v, fresh backup %q; want seed %s, then %v added", rep.Seed, rep.Added, rep.FreshBackup, names[0], names[1:])
+		}
+		fresh := false
+		for _, m := range listBackups(t, e) {
+			fresh = fresh || m.ID == rep.FreshBackup && m.Kind == backup.KindFull && m.Member == names[0]
+		}
+		if !fresh {
+			t.Errorf("the fresh full snapshot %s of %s is not in the store", rep.FreshBackup, names[0])
+		}
+		st := e.WaitStatus(60*time.Second, "healthy after restore", harness.Healthy)
+		got := workload.TakeDigest(t, e.Client(), "", 0)
+		workload.RequireEqual(t, "recovered from backup", got, want)
+		if got.Head <= want.Head {
+			t.Fatalf("revision after the recovery %d, want above %d (the source's when its digest was read)", got.Head, want.Head)
+		}
+		// The cluster ID and the seed's member ID are kept (the old backups stay
+		// this cluster's); the added members are new members; nobody is left a
+		// learner; every replaced data dir was moved aside, not deleted.
+		if st.Cluster.ID != before.Cluster.ID || st.Cluster.VotingMembers != 3 || st.Cluster.Learners != 0 {
+			t.Errorf("after recovery: cluster %s (was %s), %d voters, %d learners", st.Cluster.ID, before.Cluster.ID, st.Cluster.VotingMembers, st.Cluster.Learners)
+		}
+		for _, n := range names {
+			was, _ := before.Member(n)
+			now, _ := st.Member(n)
+			if (n == names[0]) != (was.ID == now.ID) {
+				t.Errorf("member %s: ID %s, was %s", n, now.ID, was.ID)
+			}
+			m, _ := e.Spec().Member(n)
+			if aside, _ := filepath.Glob(filepath.Join(e.Dir, m.DataDir) + ".*-2*"); len(aside) == 0 {
+				t.Errorf("member %s: its old data dir was not moved aside", n)
+			}
+		}
+		e.WaitStatus(30*time.Second, "backups after recovery", func(st *cluster.Status) bool {
+			return harness.Cond(st, cluster.CondBackupReady).Status == "True"
+		})
 	})
 }
 
@@ -638,7 +595,7 @@ func TestAutoRecovery(t *testing.T) {
 	cli := e.Client()
 	rev := putKeys(t, cli, "auto/", 500)
 	waitBackedUp(t, e, rev)
-	want, _, _ := digest(t, cli, rev)
+	want := workload.TakeDigest(t, cli, "", rev)
 	cli.Close()
 	e.KillAll()
 	removeDataDirs(t, e, e.Spec().Members[:2])
@@ -646,14 +603,18 @@ func TestAutoRecovery(t *testing.T) {
 	// grace period and restores on its own.
 	_, _, _ = e.Run("up", "--timeout", "10s")
 	e.WaitStatus(3*time.Minute, "automatic recovery", harness.Healthy)
-	if got, _, _ := digest(t, e.Client(), 0); got != want {
-		t.Fatal("automatically recovered keyspace differs from the source")
-	}
+	workload.RequireEqual(t, "automatically recovered", workload.TakeDigest(t, e.Client(), "", 0), want)
 	// The agent reports the recovery once the fresh full snapshot that
 	// follows it is stored, which may be after the members are healthy.
-	harness.Eventually(t, 60*time.Second, time.Second, "the agent log to report the automatic recovery", func() bool {
-		log, _ := os.ReadFile(filepath.Join(e.Dir, "logs", "agent.log"))
-		return strings.Contains(string(log), "automatic recovery done")
+	harness.Eventually(t, 60*time.Second, time.Second, "the agent log to report the automatic recovery", func() error {
+		log, err := os.ReadFile(filepath.Join(e.Dir, "logs", "agent.log"))
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(string(log), "automatic recovery done") {
+			return fmt.Errorf("agent.log does not say %q; it ends:\n%s", "automatic recovery done", lastLines(string(log), 5))
+		}
+		return nil
 	})
 }
 
@@ -667,7 +628,7 @@ func TestStaleBackupCampaignRevoked(t *testing.T) {
 	t.Parallel()
 	e := harness.New(t)
 	e.Up(1, harness.Versions()[1])
-	ctx := context.Background()
+	ctx := t.Context()
 	cli := e.Client()
 	waitBackedUp(t, e, putKeys(t, cli, "before/", 10))
 	l, err := cli.Grant(ctx, 3600)
@@ -702,7 +663,7 @@ func TestRecoverFromSurvivor(t *testing.T) {
 	putKeys(t, cli, "early/", 100)
 	e.MustRun("backup", "now")
 	rev := putKeys(t, cli, "late/", 100)
-	want, _, _ := digest(t, cli, rev)
+	want := workload.TakeDigest(t, cli, "", rev)
 	cli.Close()
 	before := e.Status()
 	// The survivor stops cleanly (its database holds every write it
@@ -716,8 +677,8 @@ func TestRecoverFromSurvivor(t *testing.T) {
 		t.Fatalf("recover with a survivor ahead of the backup: %s", out)
 	}
 	st := e.WaitStatus(time.Minute, "healthy after the reseed", harness.Healthy)
-	if got, _, n := digest(t, e.Client(), rev); got != want {
-		t.Fatalf("keyspace after the reseed differs from the source (%d keys): writes after the backup lost?", n)
+	if got := workload.TakeDigest(t, e.Client(), "", rev); !got.Equal(want) {
+		t.Fatalf("keyspace after the reseed differs from the source (writes after the backup lost?): got %s, want %s", got, want)
 	}
 	if st.Cluster.ID != before.Cluster.ID || st.Cluster.VotingMembers != 3 {
 		t.Errorf("after the reseed: cluster %s (was %s), %d voters", st.Cluster.ID, before.Cluster.ID, st.Cluster.VotingMembers)
@@ -753,82 +714,97 @@ func TestRecoverResumesAfterKill(t *testing.T) {
 	removeDataDirs(t, e, e.Spec().Members[:2])
 	_, _, _ = e.Run("up", "--timeout", "10s") // the agent again; quorum is lost
 
-	cmd := exec.Command(e.Bin, "recover", "--dir", e.Dir)
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = pw, pw
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pw.Close()
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	adding := make(chan string, 1)
-	go func() {
-		var seen strings.Builder
-		buf := make([]byte, 4096)
-		for {
-			n, err := pr.Read(buf)
-			seen.Write(buf[:n])
-			if strings.Contains(seen.String(), "as a learner") {
-				adding <- seen.String()
-				return
-			}
-			if err != nil {
-				adding <- ""
-				return
-			}
+	var journal []byte
+	if !t.Run("recover killed while adding members", func(t *testing.T) {
+		e := e.For(t)
+		cmd := exec.Command(e.Bin, "recover", "--dir", e.Dir)
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
 		}
-	}()
-	select {
-	case out := <-adding:
-		if out == "" {
-			t.Fatal("steward recover ended before adding a member")
+		cmd.Stdout, cmd.Stderr = pw, pw
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
 		}
-	case <-time.After(5 * time.Minute):
-		t.Fatal("steward recover did not reach the adding of members")
+		pw.Close()
+		t.Cleanup(func() { _ = cmd.Process.Kill() })
+		adding := make(chan string, 1)
+		go func() {
+			var seen strings.Builder
+			buf := make([]byte, 4096)
+			for {
+				n, err := pr.Read(buf)
+				seen.Write(buf[:n])
+				if strings.Contains(seen.String(), "as a learner") {
+					adding <- seen.String()
+					return
+				}
+				if err != nil {
+					adding <- ""
+					return
+				}
+			}
+		}()
+		select {
+		case out := <-adding:
+			if out == "" {
+				t.Fatal("steward recover ended before adding a member")
+			}
+		case <-time.After(5 * time.Minute):
+			t.Fatal("steward recover did not reach the adding of members")
+		}
+		if err := cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		_ = cmd.Wait()
+		journal, err = os.ReadFile(filepath.Join(e.Dir, "status", "recovery.json"))
+		if err != nil {
+			t.Fatalf("no recovery journal after the seed took over: %v", err)
+		}
+	}) {
+		return
 	}
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
+	var want workload.Digest
+	if !t.Run("the seed takes a write, then the power is lost", func(t *testing.T) {
+		e := e.For(t)
+		// The seed serves alone and takes a write; then the host loses power.
+		seedCli := e.Client(names[0])
+		if _, err := seedCli.Put(t.Context(), "after/seed", "kept"); err != nil {
+			t.Fatal(err)
+		}
+		want = workload.TakeDigest(t, seedCli, "", 0)
+		seedCli.Close()
+		e.KillAll()
+		_, _, _ = e.Run("up", "--timeout", "10s")
+		e.WaitStatus(time.Minute, "the seed quorate on its own again", func(st *cluster.Status) bool { return st.Cluster.Quorate })
+	}) {
+		return
 	}
-	_ = cmd.Wait()
-	journal, err := os.ReadFile(filepath.Join(e.Dir, "status", "recovery.json"))
-	if err != nil {
-		t.Fatalf("no recovery journal after the seed took over: %v", err)
-	}
-
-	// The seed serves alone and takes a write; then the host loses power.
-	seedCli := e.Client(names[0])
-	if _, err := seedCli.Put(context.Background(), "after/seed", "kept"); err != nil {
-		t.Fatal(err)
-	}
-	want, wantRev, _ := digest(t, seedCli, 0)
-	seedCli.Close()
-	e.KillAll()
-	_, _, _ = e.Run("up", "--timeout", "10s")
-	e.WaitStatus(time.Minute, "the seed quorate on its own again", func(st *cluster.Status) bool { return st.Cluster.Quorate })
-
-	rep, _ := recoverJSON(t, e)
-	if rep.Action != "resume" || rep.Seed != names[0] || !strings.Contains(string(journal), rep.RestoredFrom) || len(rep.Added) == 0 {
-		t.Fatalf("second recover: action %q, seed %q, restored from %q, added %v; want a resume of the journal %s", rep.Action, rep.Seed, rep.RestoredFrom, rep.Added, journal)
-	}
-	if aside, _ := filepath.Glob(seedDir + ".*-2*"); len(aside) > 0 {
-		t.Fatalf("the seed was restored again (its data dir moved aside: %v)", aside)
-	}
-	if _, err := os.Stat(filepath.Join(e.Dir, "status", "recovery.json")); !os.IsNotExist(err) {
-		t.Errorf("the recovery journal is still there after the recovery finished: %v", err)
-	}
-	st := e.WaitStatus(time.Minute, "all members promoted", harness.Healthy)
-	if st.Cluster.VotingMembers != 3 {
-		t.Errorf("%d voting members after the resume, want 3", st.Cluster.VotingMembers)
-	}
-	if got, gotRev, _ := digest(t, e.Client(), 0); got != want || gotRev < wantRev {
-		t.Fatalf("after the resume the keyspace differs from the seed's before the power loss (revision %d, was %d)", gotRev, wantRev)
-	}
-	if again := e.MustRun("recover", "-o", "json"); !strings.Contains(again, `"action": "none"`) {
-		t.Errorf("a third recover: %s", again)
-	}
+	t.Run("recover resumes from the seed", func(t *testing.T) {
+		e := e.For(t)
+		rep, _ := recoverJSON(t, e)
+		if rep.Action != "resume" || rep.Seed != names[0] || !strings.Contains(string(journal), rep.RestoredFrom) || len(rep.Added) == 0 {
+			t.Fatalf("second recover: action %q, seed %q, restored from %q, added %v; want a resume of the journal %s", rep.Action, rep.Seed, rep.RestoredFrom, rep.Added, journal)
+		}
+		if aside, _ := filepath.Glob(seedDir + ".*-2*"); len(aside) > 0 {
+			t.Fatalf("the seed was restored again (its data dir moved aside: %v)", aside)
+		}
+		if _, err := os.Stat(filepath.Join(e.Dir, "status", "recovery.json")); !os.IsNotExist(err) {
+			t.Errorf("the recovery journal is still there after the recovery finished: %v", err)
+		}
+		st := e.WaitStatus(time.Minute, "all members promoted", harness.Healthy)
+		if st.Cluster.VotingMembers != 3 {
+			t.Errorf("%d voting members after the resume, want 3", st.Cluster.VotingMembers)
+		}
+		got := workload.TakeDigest(t, e.Client(), "", 0)
+		workload.RequireEqual(t, "after the resume, against the seed's before the power loss", got, want)
+		if got.Head < want.Head {
+			t.Fatalf("revision %d after the resume, %d before the power loss", got.Head, want.Head)
+		}
+		if again := e.MustRun("recover", "-o", "json"); !strings.Contains(again, `"action": "none"`) {
+			t.Errorf("a third recover: %s", again)
+		}
+	})
 }
 
 // TestBackupAcrossLeaderChanges: leadership moves several times while a
@@ -839,9 +815,7 @@ func TestBackupAcrossLeaderChanges(t *testing.T) {
 	e := harness.New(t)
 	e.Up(3, harness.Versions()[1])
 	cli := e.Client()
-	stop := writeUntilStopped(cli, func(i int) []clientv3.Op {
-		return []clientv3.Op{clientv3.OpPut(fmt.Sprintf("moves/%06d", i), "v")}
-	})
+	w := workload.Start(t, cli, workload.Options{Prefix: "moves"})
 	names := e.Spec().MemberNames()
 	for i := 0; i < 4; i++ {
 		st := e.Status()
@@ -852,17 +826,18 @@ func TestBackupAcrossLeaderChanges(t *testing.T) {
 			}
 		}
 	}
-	rev := stop()
-	waitBackedUp(t, e, rev)
-	want, wantRev, n := digest(t, cli, rev)
+	res := w.Stop()
+	t.Log(res)
+	waitBackedUp(t, e, res.MaxRev)
+	want := workload.TakeDigest(t, cli, "", res.MaxRev)
 	e.MustRun("backup", "verify", "--all")
 	cli.Close()
 	e.MustRun("down")
-	e.MustRun("restore", "--force", "--to-revision", fmt.Sprint(wantRev))
+	e.MustRun("restore", "--force", "--to-revision", fmt.Sprint(want.Rev))
 	e.MustRun("up")
-	if got, _, gotN := digest(t, e.Client(), 0); got != want {
-		t.Fatalf("restore after leader changes: %d keys, want %d; digests differ", gotN, n)
-	}
+	restored := e.Client()
+	workload.RequireEqual(t, "restore after leader changes", workload.TakeDigest(t, restored, "", 0), want)
+	workload.RequireKeys(t, restored, res)
 }
 
 // TestBackupLeaderHandover: two agents (two processes, as on two hosts)
@@ -908,19 +883,15 @@ func TestBackupLeaderHandover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	harness.Eventually(t, 15*time.Second, 100*time.Millisecond, "the second agent to answer", func() bool {
-		return a2.Ping(context.Background(), time.Second) == nil
+	harness.Eventually(t, 15*time.Second, 100*time.Millisecond, "the second agent to answer", func() error {
+		return a2.Ping(t.Context(), time.Second)
 	})
 	e.MustRun("up")
 
 	cli := e.Client()
-	ctx := context.Background()
-	stop := writeUntilStopped(cli, func(i int) []clientv3.Op {
-		return []clientv3.Op{
-			clientv3.OpPut(fmt.Sprintf("handover/%06d/a", i), "v"),
-			clientv3.OpPut(fmt.Sprintf("handover/%06d/b", i), "w"),
-		}
-	})
+	ctx := t.Context()
+	// Two keys per transaction: one revision, two keys, across handovers.
+	w := workload.Start(t, cli, workload.Options{Prefix: "handover", KeysPerWrite: 2})
 	names := e.Spec().MemberNames()
 	// Leader to the second agent's member, back to the local agent, and again.
 	for _, to := range []string{names[2], names[0], names[2], names[1]} {
@@ -930,16 +901,23 @@ func TestBackupLeaderHandover(t *testing.T) {
 		// The new backup leader takes over: a segment recorded from the new
 		// leader's member reaches the store.
 		moved := time.Now()
-		harness.Eventually(t, 60*time.Second, 100*time.Millisecond, "a delta recorded from "+to+" after the leader move", func() bool {
-			for _, m := range listBackups(t, e) {
-				if m.Kind == backup.KindDelta && m.Member == to && m.CreatedAt.After(moved) {
-					return true
+		harness.Eventually(t, 60*time.Second, 100*time.Millisecond, "a delta recorded from "+to+" after the leader move", func() error {
+			ms := listBackups(t, e)
+			by := map[string]int{}
+			for _, m := range ms {
+				if m.Kind == backup.KindDelta && m.CreatedAt.After(moved) {
+					if m.Member == to {
+						return nil
+					}
+					by[m.Member]++
 				}
 			}
-			return false
+			return fmt.Errorf("deltas since the move, by member: %v (%d backups in all)", by, len(ms))
 		})
 	}
-	rev := stop()
+	res := w.Stop()
+	t.Log(res)
+	rev := res.MaxRev
 	waitBackedUp(t, e, rev)
 	ms := listBackups(t, e)
 	by := map[string]int{}
@@ -964,21 +942,21 @@ func TestBackupLeaderHandover(t *testing.T) {
 			t.Fatalf("overlapping segments: %s (from %s) and %s (from %s)", p.ID, p.Member, d.ID, d.Member)
 		}
 	}
-	want, wantRev, n := digest(t, cli, rev)
+	want := workload.TakeDigest(t, cli, "", rev)
 	e.MustRun("backup", "verify", "--all")
 	cli.Close()
 	e.MustRun("down")
 	if _, err := a2.Stop(ctx, names[2]); err != nil {
 		t.Fatal(err)
 	}
-	e.MustRun("restore", "--force", "--to-revision", fmt.Sprint(wantRev))
+	e.MustRun("restore", "--force", "--to-revision", fmt.Sprint(want.Rev))
 	if _, err := a2.Start(ctx, names[2]); err != nil {
 		t.Fatal(err)
 	}
 	e.MustRun("up")
-	if got, _, gotN := digest(t, e.Client(), 0); got != want {
-		t.Fatalf("restore after handovers: %d keys, want %d; digests differ", gotN, n)
-	}
+	restored := e.Client()
+	workload.RequireEqual(t, "restore after handovers", workload.TakeDigest(t, restored, "", 0), want)
+	workload.RequireKeys(t, restored, res)
 }
 
 // TestBackupCompactionAndTime: when the revision the backup leader must
@@ -990,7 +968,7 @@ func TestBackupCompactionAndTime(t *testing.T) {
 	e := harness.New(t)
 	e.Up(1, harness.Versions()[1])
 	cli := e.Client()
-	ctx := context.Background()
+	ctx := t.Context()
 	rev := putKeys(t, cli, "before/", 50)
 	waitBackedUp(t, e, rev)
 	time.Sleep(1100 * time.Millisecond) // a gap in wall time to restore into, not synchronisation

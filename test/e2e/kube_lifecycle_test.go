@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -30,7 +31,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/etcd-steward/steward/pkg/recovery"
 	"github.com/etcd-steward/steward/test/harness"
 )
 
@@ -86,15 +86,15 @@ func TestKubernetesThroughLifecycle(t *testing.T) {
 	k := e.StartKubeAPIServer()
 	cs := k.Clientset()
 	dyn := k.Dynamic()
-	ctx := context.Background()
 
 	objs := lcCreateObjects(t, cs, dyn)
 	t.Logf("created %d objects through the API", len(objs))
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: lcWriterNS}}, metav1.CreateOptions{}); err != nil {
+	if _, err := cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: lcWriterNS}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
-	ictx, stopInformers := context.WithCancel(ctx)
+	// The informers run through every phase, until the test ends.
+	ictx, stopInformers := context.WithCancel(t.Context())
 	var iwg sync.WaitGroup
 	t.Cleanup(func() { stopInformers(); iwg.Wait() }) // before the API server and the cluster stop
 	cms := lcStartInformer(ictx, t, &iwg, "configmaps", &corev1.ConfigMap{}, &cache.ListWatch{
@@ -113,10 +113,15 @@ func TestKubernetesThroughLifecycle(t *testing.T) {
 			return dyn.Resource(lcGadgetGVR).Namespace(metav1.NamespaceAll).Watch(ctx, o)
 		},
 	})
-	harness.Eventually(t, time.Minute, 100*time.Millisecond, "the informers to sync", func() bool {
-		return cms.inf.HasSynced() && gadgets.inf.HasSynced()
+	harness.Eventually(t, time.Minute, 100*time.Millisecond, "the informers to sync", func() error {
+		for _, r := range []*lcRecorder{cms, gadgets} {
+			if !r.inf.HasSynced() {
+				return fmt.Errorf("the %s informer has not synced: %s; errors: %v", r.name, r.counts(), r.errorsSince(lcCounts{}))
+			}
+		}
+		return nil
 	})
-	check := func(phase string) {
+	check := func(t *testing.T, phase string) {
 		t.Helper()
 		lcCheckObjects(t, cs, dyn, objs, phase)
 		lcCheckInformerCM(t, cs, cms, phase)
@@ -127,11 +132,13 @@ func TestKubernetesThroughLifecycle(t *testing.T) {
 			}
 		}
 	}
-	check("before any change")
+	if !t.Run("before any change", func(t *testing.T) { check(t, "before any change") }) {
+		return
+	}
 
 	type marks struct{ cm, g lcCounts }
 	begin := func() marks { return marks{cms.counts(), gadgets.counts()} }
-	report := func(phase string, m marks, w *lcWriter, took time.Duration) {
+	report := func(t *testing.T, phase string, m marks, w *lcWriter, took time.Duration) {
 		t.Helper()
 		c, g := cms.counts().since(m.cm), gadgets.counts().since(m.g)
 		msg := fmt.Sprintf("%s took %s; configmaps informer: %s; gadgets informer: %s", phase, took.Round(100*time.Millisecond), c, g)
@@ -139,7 +146,7 @@ func TestKubernetesThroughLifecycle(t *testing.T) {
 			msg += "; API writer: " + w.summary()
 		}
 		t.Log(msg)
-		t.Logf("%s: API server metrics: %s", phase, lcWatchCacheMetrics(cs))
+		t.Logf("%s: API server metrics: %s", phase, lcWatchCacheMetrics(t, cs))
 		for _, r := range []*lcRecorder{cms, gadgets} {
 			var b lcCounts
 			if r == cms {
@@ -153,45 +160,55 @@ func TestKubernetesThroughLifecycle(t *testing.T) {
 		}
 	}
 
-	// a. A rolling upgrade across two minors.
-	rolling := func(phase string, op func()) {
-		t.Helper()
-		m := begin()
-		w := lcStartWriter(cs, phase)
-		start := time.Now()
-		op()
-		took := time.Since(start)
-		w.stop()
-		check(phase)
-		lcCheckWriter(t, cs, w, phase)
-		report(phase, m, w, took)
-		// A rolling step changes no revision and keeps a quorum, so the
-		// API server's watch cache never loses its history: a 410 here
-		// would mean the step was visible to watchers.
-		for _, c := range []struct {
-			r *lcRecorder
-			b lcCounts
-		}{{cms, m.cm}, {gadgets, m.g}} {
-			if d := c.r.counts().since(c.b); d.expired > 0 {
-				t.Errorf("%s: the %s informer got %d 410 (too old resource version) errors during a rolling step: %v", phase, c.r.name, d.expired, c.r.errorsSince(c.b))
+	// rolling runs one rolling step as a phase (a subtest of its name),
+	// with the API writer running throughout, and the checks after it. It
+	// returns false when the phase failed: the later phases build on it.
+	rolling := func(phase string, op func(t *testing.T, e *harness.Env)) bool {
+		return t.Run(phase, func(t *testing.T) {
+			e := e.For(t)
+			m := begin()
+			w := lcStartWriter(t, cs, phase)
+			start := time.Now()
+			op(t, e)
+			took := time.Since(start)
+			w.stop()
+			check(t, phase)
+			lcCheckWriter(t, cs, w, phase)
+			report(t, phase, m, w, took)
+			// A rolling step changes no revision and keeps a quorum, so the
+			// API server's watch cache never loses its history: a 410 here
+			// would mean the step was visible to watchers.
+			for _, c := range []struct {
+				r *lcRecorder
+				b lcCounts
+			}{{cms, m.cm}, {gadgets, m.g}} {
+				if d := c.r.counts().since(c.b); d.expired > 0 {
+					t.Errorf("%s: the %s informer got %d 410 (too old resource version) errors during a rolling step: %v", phase, c.r.name, d.expired, c.r.errorsSince(c.b))
+				}
 			}
-		}
+		})
 	}
-	rolling("upgrade "+vs[0]+" -> "+vs[2], func() {
+
+	// a. A rolling upgrade across two minors.
+	if !rolling("upgrade "+vs[0]+" to "+vs[2], func(t *testing.T, e *harness.Env) {
 		e.MustRun("upgrade", "apply", "--to", vs[2])
 		st := e.WaitStatus(time.Minute, "every member on "+vs[2], harness.Healthy)
 		requireVersion(t, st, vs[2], "after the upgrade")
-	})
+	}) {
+		return
+	}
 
 	// b. Back to the oldest version through etcd's online downgrade.
-	rolling("rollback to "+vs[0], func() {
+	if !rolling("rollback to "+vs[0], func(t *testing.T, e *harness.Env) {
 		e.MustRun("rollback")
 		st := e.WaitStatus(time.Minute, "every member back on "+vs[0], harness.Healthy)
 		requireVersion(t, st, vs[0], "after the rollback")
-	})
+	}) {
+		return
+	}
 
 	// c. A member loses its data and is replaced.
-	rolling("member replace", func() {
+	if !rolling("member replace", func(t *testing.T, e *harness.Env) {
 		st := e.Status()
 		victim := e.Spec().Members[1]
 		if vm, ok := st.Member(victim.Name); ok {
@@ -206,14 +223,18 @@ func TestKubernetesThroughLifecycle(t *testing.T) {
 		if len(st.Members) != 3 || st.Cluster.VotingMembers != 3 {
 			t.Fatalf("after replace: %d members, %d voting", len(st.Members), st.Cluster.VotingMembers)
 		}
-	})
+	}) {
+		return
+	}
 
 	// d. Disaster recovery: a full backup, objects created after it (the
 	// continuous backup records them as deltas, and a restore replays
 	// every delta, so they are expected back), then every member's data
 	// lost at once and `steward recover`.
-	{
+	t.Run("disaster recovery", func(t *testing.T) {
 		phase := "disaster recovery"
+		e := e.For(t)
+		ctx := t.Context()
 		m := begin()
 		start := time.Now()
 		e.MustRun("backup", "now")
@@ -233,17 +254,13 @@ func TestKubernetesThroughLifecycle(t *testing.T) {
 		before := map[*lcRecorder]lcCounts{cms: cms.counts(), gadgets: gadgets.counts()}
 		preLossRV := max(before[cms].maxRV, before[gadgets].maxRV)
 		e.KillAll()
-		for _, mem := range e.Spec().Members {
-			if err := os.RemoveAll(filepath.Join(e.Dir, mem.DataDir)); err != nil {
-				t.Fatal(err)
-			}
-		}
+		removeDataDirs(t, e, e.Spec().Members)
 		lossAt := time.Now()
 		t.Logf("every member and the agent killed with SIGKILL and every data dir deleted; the newest resourceVersion the informer had seen: %d", preLossRV)
 		// The API writer runs from the loss on: its acknowledged writes are
 		// all made after the recovery, so all of them must survive; its
 		// first success measures the API's outage.
-		w := lcStartWriter(cs, "recovery")
+		w := lcStartWriter(t, cs, "recovery")
 		// The agent refuses to start members whose data is gone next to a
 		// version record; `recover` then restores them from the backup.
 		if so, se, err := e.Run("up", "--timeout", "15s"); err == nil {
@@ -251,11 +268,7 @@ func TestKubernetesThroughLifecycle(t *testing.T) {
 		} else {
 			t.Logf("steward up with every data dir lost fails as it should: %s", lcLastLine(se))
 		}
-		out := e.MustRun("recover", "-o", "json")
-		var rep recovery.Report
-		if err := json.Unmarshal([]byte(out), &rep); err != nil {
-			t.Fatalf("recover report: %v\n%s", err, out)
-		}
+		rep, out := recoverJSON(t, e)
 		if rep.Action != "restore" || rep.RestoredFrom == "" {
 			t.Fatalf("recover after every data dir was lost: %s", out)
 		}
@@ -277,9 +290,9 @@ func TestKubernetesThroughLifecycle(t *testing.T) {
 		// resourceVersion, get a 410 ERROR event ("too old resource version:
 		// 1933 (1000001955)") and re-list on their own. The API served reads
 		// within 0.5 to 1.5 s of `steward recover` returning.
-		harness.Eventually(t, 2*time.Minute, 200*time.Millisecond, "the API to serve reads after the recovery", func() bool {
+		harness.Eventually(t, 2*time.Minute, 200*time.Millisecond, "the API to serve reads after the recovery", func() error {
 			_, err := cs.CoreV1().Namespaces().Get(ctx, "lc-alpha", metav1.GetOptions{})
-			return err == nil
+			return err
 		})
 		t.Logf("the API serves reads %s after the recovery", time.Since(recoveredAt).Round(100*time.Millisecond))
 		after := lcCreateConfigMap(t, cs, "lc-gamma", "after-recovery", map[string]string{"made": "after the recovery"})
@@ -292,17 +305,22 @@ func TestKubernetesThroughLifecycle(t *testing.T) {
 			t.Logf("a config map written after the recovery has resourceVersion %d (newest seen before the loss %d)", rv, preLossRV)
 		}
 		for _, r := range []*lcRecorder{cms, gadgets} {
-			harness.Eventually(t, 2*time.Minute, 200*time.Millisecond, "the "+r.name+" informer to re-list after the recovery", func() bool {
+			harness.Eventually(t, 2*time.Minute, 200*time.Millisecond, "the "+r.name+" informer to re-list after the recovery", func() error {
 				c := r.counts().since(before[r])
-				return c.relists > 0 && c.maxRV > uint64(newest+lcBump)
+				if c.relists > 0 && c.maxRV > uint64(newest+lcBump) {
+					return nil
+				}
+				return fmt.Errorf("since the loss: %s (want a re-list and a resourceVersion above %d); errors: %v", c, newest+lcBump, r.errorsSince(before[r]))
 			})
 		}
 		w.stop()
-		check(phase)
+		check(t, phase)
 		lcCheckWriter(t, cs, w, "")
-		harness.Eventually(t, time.Minute, 100*time.Millisecond, "the config map written after the recovery in the informer's store", func() bool {
-			_, ok, _ := cms.inf.GetStore().GetByKey("lc-gamma/after-recovery")
-			return ok
+		harness.Eventually(t, time.Minute, 100*time.Millisecond, "the config map written after the recovery in the informer's store", func() error {
+			if _, ok, err := cms.inf.GetStore().GetByKey("lc-gamma/after-recovery"); err != nil || !ok {
+				return fmt.Errorf("lc-gamma/after-recovery not in the store (%v); the informer since the loss: %s", err, cms.counts().since(before[cms]))
+			}
+			return nil
 		})
 		for _, r := range []*lcRecorder{cms, gadgets} {
 			// The informers' resourceVersions predate the restore, so
@@ -323,8 +341,8 @@ func TestKubernetesThroughLifecycle(t *testing.T) {
 		} else {
 			t.Logf("API writes: the first success came %s after the loss", w.firstOK.Sub(lossAt).Round(100*time.Millisecond))
 		}
-		report(phase, m, w, time.Since(start))
-	}
+		report(t, phase, m, w, time.Since(start))
+	})
 	t.Logf("the whole lifecycle took %s", time.Since(testStart).Round(time.Second))
 }
 
@@ -384,7 +402,7 @@ func lcUnstructuredContent(tb testing.TB, u *unstructured.Unstructured) string {
 
 func lcCreateConfigMap(t *testing.T, cs kubernetes.Interface, ns, name string, data map[string]string) lcObject {
 	t.Helper()
-	cm, err := cs.CoreV1().ConfigMaps(ns).Create(context.Background(), &corev1.ConfigMap{
+	cm, err := cs.CoreV1().ConfigMaps(ns).Create(t.Context(), &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"suite": "lifecycle"}},
 		Data:       data,
 	}, metav1.CreateOptions{})
@@ -405,13 +423,10 @@ func lcCreateGadget(t *testing.T, dyn dynamic.Interface, ns, name string, spec m
 	var got *unstructured.Unstructured
 	// Right after the CRD is established its handler can still answer 404
 	// for a moment.
-	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "gadget "+ns+"/"+name+" to be created", func() bool {
+	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "gadget "+ns+"/"+name+" to be created", func() error {
 		var err error
-		got, err = dyn.Resource(lcGadgetGVR).Namespace(ns).Create(context.Background(), u, metav1.CreateOptions{})
-		if err != nil {
-			t.Logf("create gadget %s/%s: %v", ns, name, err)
-		}
-		return err == nil
+		got, err = dyn.Resource(lcGadgetGVR).Namespace(ns).Create(t.Context(), u, metav1.CreateOptions{})
+		return err
 	})
 	return lcObject{kind: "Gadget", ns: ns, name: name, uid: string(got.GetUID()), rv: got.GetResourceVersion(), content: lcUnstructuredContent(t, got)}
 }
@@ -421,7 +436,7 @@ func lcCreateGadget(t *testing.T, dyn dynamic.Interface, ns, name string, spec m
 // their snapshots.
 func lcCreateObjects(t *testing.T, cs kubernetes.Interface, dyn dynamic.Interface) []lcObject {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	var objs []lcObject
 	got := createEstablishedCRD(t, ctx, dyn, testCRD(lcGadgetGVR.Group, lcGadgetGVR.Resource, "Gadget", "v1", "v1"))
 	crdName := got.GetName()
@@ -495,7 +510,7 @@ func lcCreateObjects(t *testing.T, cs kubernetes.Interface, dyn dynamic.Interfac
 // store's revision is bumped).
 func lcCheckObjects(t *testing.T, cs kubernetes.Interface, dyn dynamic.Interface, objs []lcObject, phase string) {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	var bad []string
 	for _, o := range objs {
 		var content, rv string
@@ -553,43 +568,39 @@ func lcCheckObjects(t *testing.T, cs kubernetes.Interface, dyn dynamic.Interface
 // resourceVersions the list returns.
 func lcCheckInformerCM(t *testing.T, cs kubernetes.Interface, r *lcRecorder, phase string) {
 	t.Helper()
-	var diff string
-	if !harness.Poll(time.Minute, 200*time.Millisecond, func() bool {
-		l, err := cs.CoreV1().ConfigMaps(metav1.NamespaceAll).List(context.Background(), metav1.ListOptions{})
+	harness.Eventually(t, time.Minute, 200*time.Millisecond, phase+": the configmaps informer's store to match the API's list", func() error {
+		l, err := cs.CoreV1().ConfigMaps(metav1.NamespaceAll).List(t.Context(), metav1.ListOptions{})
 		if err != nil {
-			diff = err.Error()
-			return false
+			return err
 		}
 		want := map[string]string{}
 		for _, cm := range l.Items {
 			want[cm.Namespace+"/"+cm.Name] = cm.ResourceVersion
 		}
-		diff = lcStoreDiff(r.inf.GetStore(), want)
-		return diff == ""
-	}) {
-		t.Fatalf("%s: the configmaps informer's store never matched the API's list within 1m: %s", phase, diff)
-	}
+		if diff := lcStoreDiff(r.inf.GetStore(), want); diff != "" {
+			return errors.New(diff)
+		}
+		return nil
+	})
 }
 
 // lcCheckInformerGadgets is lcCheckInformerCM for the custom resources.
 func lcCheckInformerGadgets(t *testing.T, dyn dynamic.Interface, r *lcRecorder, phase string) {
 	t.Helper()
-	var diff string
-	if !harness.Poll(time.Minute, 200*time.Millisecond, func() bool {
-		l, err := dyn.Resource(lcGadgetGVR).Namespace(metav1.NamespaceAll).List(context.Background(), metav1.ListOptions{})
+	harness.Eventually(t, time.Minute, 200*time.Millisecond, phase+": the gadgets informer's store to match the API's list", func() error {
+		l, err := dyn.Resource(lcGadgetGVR).Namespace(metav1.NamespaceAll).List(t.Context(), metav1.ListOptions{})
 		if err != nil {
-			diff = err.Error()
-			return false
+			return err
 		}
 		want := map[string]string{}
 		for _, u := range l.Items {
 			want[u.GetNamespace()+"/"+u.GetName()] = u.GetResourceVersion()
 		}
-		diff = lcStoreDiff(r.inf.GetStore(), want)
-		return diff == ""
-	}) {
-		t.Fatalf("%s: the gadgets informer's store never matched the API's list within 1m: %s", phase, diff)
-	}
+		if diff := lcStoreDiff(r.inf.GetStore(), want); diff != "" {
+			return errors.New(diff)
+		}
+		return nil
+	})
 }
 
 func lcStoreDiff(s cache.Store, want map[string]string) string {
@@ -744,6 +755,8 @@ func (r *lcRecorder) seeRV(where string, rv uint64) {
 	r.c.maxRV = max(r.c.maxRV, rv)
 }
 
+// List and Watch, without a context, complete the ListerWatcher
+// interface; the informers call the WithContext forms.
 func (r *lcRecorder) List(o metav1.ListOptions) (runtime.Object, error) {
 	return r.ListWithContext(context.Background(), o)
 }
@@ -868,11 +881,17 @@ func lcStartInformer(ctx context.Context, t *testing.T, wg *sync.WaitGroup, name
 // "Txn call failed ... 4997ms"). The attempt timeout turns such a wait into
 // a retry, as a client with a request timeout does.
 type lcWriter struct {
+	// Set by lcStartWriter, read-only afterwards.
 	cs    kubernetes.Interface
 	phase string
 	tag   string
-	quit  chan struct{}
-	wg    sync.WaitGroup
+	ctx   context.Context // the phase's: attempts end with it
+	quit  chan struct{}   // closed by stop (once)
+	wg    sync.WaitGroup  // the workers
+	once  sync.Once       // stop's
+
+	// mu guards the rest: the workers write it, stop, summary and the
+	// checks read it.
 
 	mu             sync.Mutex
 	start, end     time.Time
@@ -894,16 +913,19 @@ const (
 	lcAttemptTimeout = 2 * time.Second
 )
 
-var lcWriterSeq int
+var lcWriterSeq int // only the test's goroutine starts writers
 
-func lcStartWriter(cs kubernetes.Interface, phase string) *lcWriter {
+// lcStartWriter starts a writer for t's phase; it stops when t ends, if
+// not before.
+func lcStartWriter(t *testing.T, cs kubernetes.Interface, phase string) *lcWriter {
 	lcWriterSeq++
-	w := &lcWriter{cs: cs, phase: phase, tag: fmt.Sprintf("p%d", lcWriterSeq), quit: make(chan struct{}),
+	w := &lcWriter{cs: cs, phase: phase, tag: fmt.Sprintf("p%d", lcWriterSeq), ctx: t.Context(), quit: make(chan struct{}),
 		start: time.Now(), live: map[string]bool{}, deleted: map[string]bool{}}
 	for n := 0; n < lcWriters; n++ {
 		w.wg.Add(1)
 		go w.run(n)
 	}
+	t.Cleanup(w.stop)
 	return w
 }
 
@@ -962,7 +984,7 @@ func (w *lcWriter) do(f func(ctx context.Context, retried bool) error, onOK func
 	attempt := 0
 	backoff := wait.Backoff{Steps: 5, Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.1}
 	err := retry.OnError(backoff, func(error) bool { return true }, func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), lcAttemptTimeout)
+		ctx, cancel := context.WithTimeout(w.ctx, lcAttemptTimeout)
 		defer cancel()
 		began := time.Now()
 		err := f(ctx, attempt > 0)
@@ -1006,7 +1028,12 @@ func (w *lcWriter) do(f func(ctx context.Context, retried bool) error, onOK func
 	onOK()
 }
 
+// stop ends the writer and waits for its workers; later calls do nothing.
 func (w *lcWriter) stop() {
+	w.once.Do(w.doStop)
+}
+
+func (w *lcWriter) doStop() {
 	close(w.quit)
 	w.wg.Wait()
 	w.mu.Lock()
@@ -1050,7 +1077,7 @@ func (w *lcWriter) distinctErrors() []string {
 // (phase != ""), the writer's bounds.
 func lcCheckWriter(t *testing.T, cs kubernetes.Interface, w *lcWriter, phase string) {
 	t.Helper()
-	l, err := cs.CoreV1().ConfigMaps(lcWriterNS).List(context.Background(), metav1.ListOptions{LabelSelector: "writer=" + w.tag})
+	l, err := cs.CoreV1().ConfigMaps(lcWriterNS).List(t.Context(), metav1.ListOptions{LabelSelector: "writer=" + w.tag})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1097,8 +1124,8 @@ func lcCheckWriter(t *testing.T, cs kubernetes.Interface, w *lcWriter, phase str
 // lcWatchCacheMetrics returns the API server's count of watch cache
 // initializations for config maps and gadgets: 1 while the cache has never
 // had to re-list from etcd, one more after each re-list.
-func lcWatchCacheMetrics(cs kubernetes.Interface) string {
-	b, err := cs.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+func lcWatchCacheMetrics(t *testing.T, cs kubernetes.Interface) string {
+	b, err := cs.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(t.Context())
 	if err != nil {
 		return err.Error()
 	}

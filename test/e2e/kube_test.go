@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"os"
 	"strconv"
@@ -83,19 +84,18 @@ func createEstablishedCRD(t *testing.T, ctx context.Context, dyn dynamic.Interfa
 		t.Fatal(err)
 	}
 	var got *unstructured.Unstructured
-	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the CRD to be Established", func() bool {
+	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the CRD to be Established", func() error {
 		var err error
 		if got, err = dyn.Resource(crdGVR).Get(ctx, crd.GetName(), metav1.GetOptions{}); err != nil {
-			t.Logf("get CRD: %v", err)
-			return false
+			return err
 		}
 		conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
 		for _, c := range conds {
 			if m, ok := c.(map[string]any); ok && m["type"] == "Established" && m["status"] == "True" {
-				return true
+				return nil
 			}
 		}
-		return false
+		return fmt.Errorf("conditions %v", conds)
 	})
 	return got
 }
@@ -114,7 +114,7 @@ func TestKubeAPIServerOnSteward(t *testing.T) {
 	}
 	cs := k.Clientset()
 	dyn := k.Dynamic()
-	ctx := context.Background()
+	ctx := t.Context()
 	const ns = "steward-e2e"
 
 	if v, err := cs.Discovery().ServerVersion(); err != nil {
@@ -173,12 +173,9 @@ func TestKubeAPIServerOnSteward(t *testing.T) {
 	}}
 	// Established means the API is served; the handler for the new group can
 	// still answer 404 for a moment.
-	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the custom resource to be created", func() bool {
+	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the custom resource to be created", func() error {
 		_, err := dyn.Resource(widgetGVR).Namespace(ns).Create(ctx, widget, metav1.CreateOptions{})
-		if err != nil {
-			t.Logf("create widget: %v", err)
-		}
-		return err == nil
+		return err
 	})
 
 	// Everything reads back as written.

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -45,7 +44,7 @@ func TestMaintenance(t *testing.T) {
 	}
 
 	// Fill, delete and compact so defragmentation has something to free.
-	ctx := context.Background()
+	ctx := t.Context()
 	cli := e.Client()
 	big := strings.Repeat("x", 64<<10)
 	var rev int64

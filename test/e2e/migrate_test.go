@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -161,7 +162,7 @@ func TestMigrateStorage(t *testing.T) {
 	k.Start()
 	cs := k.Clientset()
 	dyn := k.Dynamic()
-	ctx := context.Background()
+	ctx := t.Context()
 
 	namespaces := []string{"mig-a", "mig-a-b", "mig-b"}
 	for _, ns := range namespaces {
@@ -234,7 +235,8 @@ resources:
 	}
 	resources := "configmaps," + migGadgets
 
-	t.Run("bad input", func(t *testing.T) {
+	if !t.Run("bad input", func(t *testing.T) {
+		e := e.For(t)
 		dir := t.TempDir()
 		closed, err := spec.FreePort("127.0.0.1")()
 		if err != nil {
@@ -296,9 +298,12 @@ current-context: c
 		if got := resourceOf(inspectJSON(t, e), "configmaps"); got.PlainObjects != cmInv.PlainObjects || got.EncryptedObjects != cmInv.EncryptedObjects {
 			t.Errorf("config maps after the refused runs: %+v, before: %+v", got, cmInv)
 		}
-	})
+	}) {
+		return
+	}
 
-	t.Run("kill and resume", func(t *testing.T) {
+	if !t.Run("kill and resume", func(t *testing.T) {
+		e := e.For(t)
 		// start runs a migration in the background and returns when the
 		// metrics show at least n config maps migrated.
 		type running struct {
@@ -322,7 +327,7 @@ current-context: c
 				t.Fatal(err)
 			}
 			go func() { r.exited <- r.cmd.Wait() }()
-			harness.Eventually(t, 2*time.Minute, 20*time.Millisecond, fmt.Sprintf("%v config maps migrated (metrics)", n), func() bool {
+			harness.Eventually(t, 2*time.Minute, 20*time.Millisecond, fmt.Sprintf("%v config maps migrated (metrics)", n), func() error {
 				select {
 				case err := <-r.exited:
 					t.Fatalf("migrate exited before it was stopped: %v\n%s", err, r.stderr.String())
@@ -330,13 +335,16 @@ current-context: c
 				}
 				resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
 				if err != nil {
-					return false
+					return err
 				}
 				b, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
 				r.metrics = string(b)
 				r.migrated, _ = metricValue(r.metrics, "steward_migrate_objects_migrated_total", "configmaps")
-				return r.migrated >= n
+				if r.migrated < n {
+					return fmt.Errorf("%v config maps migrated", r.migrated)
+				}
+				return nil
 			})
 			return r
 		}
@@ -434,9 +442,12 @@ current-context: c
 		if err != nil || got.Data["index"] != "1" || got.Data["payload"] != strings.Repeat("x", 200) || got.Labels["app"] != "migrate" {
 			t.Errorf("config map after the migration: %+v, %v", got, err)
 		}
-	})
+	}) {
+		return
+	}
 
-	t.Run("auto", func(t *testing.T) {
+	if !t.Run("auto", func(t *testing.T) {
+		e := e.For(t)
 		rep, _ := migrateReport(t, e, true, "--kubeconfig", k.Kubeconfig, "--resources", resources, "--auto")
 		for _, r := range rep.Resources {
 			if r.Result != kmigrate.ResultUpToDate || r.ThisRun.Migrated != 0 {
@@ -457,9 +468,11 @@ current-context: c
 		if _, err := dyn.Resource(crdGVR).Update(ctx, crd, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		harness.Eventually(t, 30*time.Second, 200*time.Millisecond, "the gadgets' storageVersionHash to change", func() bool {
-			h := storageHash(t, cs, migGroup+"/v2", "gadgets")
-			return h != "" && h != oldHash
+		harness.Eventually(t, 30*time.Second, 200*time.Millisecond, "the gadgets' storageVersionHash to change", func() error {
+			if h := storageHash(t, cs, migGroup+"/v2", "gadgets"); h == "" || h == oldHash {
+				return fmt.Errorf("storageVersionHash %q of %s/v2 gadgets (was %q)", h, migGroup, oldHash)
+			}
+			return nil
 		})
 		rep, se := migrateReport(t, e, true, "--kubeconfig", k.Kubeconfig, "--resources", resources, "--auto")
 		t.Logf("--auto after the storage version change:\n%s", se)
@@ -504,9 +517,12 @@ current-context: c
 				t.Errorf("--auto after --all: %+v", r)
 			}
 		}
-	})
+	}) {
+		return
+	}
 
 	t.Run("admission rejection", func(t *testing.T) {
+		e := e.For(t)
 		fail := admissionv1.Fail
 		if _, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, &admissionv1.ValidatingAdmissionPolicy{
 			ObjectMeta: metav1.ObjectMeta{Name: "migrate-frozen"},
@@ -540,13 +556,19 @@ current-context: c
 				t.Fatal(err)
 			}
 		}
-		harness.Eventually(t, 30*time.Second, 200*time.Millisecond, "the policy to refuse updates", func() bool {
+		harness.Eventually(t, 30*time.Second, 200*time.Millisecond, "the policy to refuse updates", func() error {
 			cm, err := cs.CoreV1().ConfigMaps("mig-b").Get(ctx, "frozen-cm-0003", metav1.GetOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			_, err = cs.CoreV1().ConfigMaps("mig-b").Update(ctx, cm, metav1.UpdateOptions{})
-			return err != nil && strings.Contains(err.Error(), "frozen config maps may not be updated")
+			switch {
+			case err == nil:
+				return errors.New("the update of frozen-cm-0003 went through")
+			case !strings.Contains(err.Error(), "frozen config maps may not be updated"):
+				return fmt.Errorf("the update of frozen-cm-0003 failed otherwise: %w", err)
+			}
+			return nil
 		})
 		so, se, err := e.Run("migrate", "storage", "--kubeconfig", k.Kubeconfig, "--resources", "configmaps", "-o", "json", "--qps", "0")
 		if err == nil {
@@ -584,9 +606,9 @@ func createGadgets(t *testing.T, dyn dynamic.Interface, ctx context.Context) {
 	if _, err := dyn.Resource(crdGVR).Create(ctx, gadgetCRD("v1", "v1"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the gadgets to be served", func() bool {
+	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the gadgets to be served", func() error {
 		_, err := dyn.Resource(migGadget("v1")).Namespace("mig-a").List(ctx, metav1.ListOptions{})
-		return err == nil
+		return err
 	})
 	parallel(t, migGadgetsN, func(i int) error {
 		_, err := dyn.Resource(migGadget("v1")).Namespace([]string{"mig-a", "mig-b"}[i%2]).Create(ctx, &unstructured.Unstructured{Object: map[string]any{

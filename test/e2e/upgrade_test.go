@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,8 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -23,88 +20,8 @@ import (
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/spec"
 	"github.com/etcd-steward/steward/test/harness"
+	"github.com/etcd-steward/steward/test/workload"
 )
-
-// ackWriter writes unique keys as fast as one client can (well over 100
-// writes per second on loopback) with clientv3's ordinary retries, and
-// remembers every key etcd acknowledged.
-type ackWriter struct {
-	mu     sync.Mutex
-	acked  []string
-	errors atomic.Int64
-	// maxRev is the newest revision etcd acknowledged.
-	maxRev atomic.Int64
-	stop   chan struct{}
-	done   chan struct{}
-}
-
-func startAckWriter(cli *clientv3.Client, prefix string) *ackWriter {
-	w := &ackWriter{stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(w.done)
-		for i := 0; ; i++ {
-			select {
-			case <-w.stop:
-				return
-			default:
-			}
-			k := fmt.Sprintf("%s/%07d", prefix, i)
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			r, err := cli.Put(ctx, k, "v")
-			cancel()
-			if err != nil {
-				w.errors.Add(1)
-				continue
-			}
-			if rev := r.Header.Revision; rev > w.maxRev.Load() {
-				w.maxRev.Store(rev)
-			}
-			w.mu.Lock()
-			w.acked = append(w.acked, k)
-			w.mu.Unlock()
-		}
-	}()
-	return w
-}
-
-// Stop ends the writer and returns the acknowledged keys.
-func (w *ackWriter) Stop() []string {
-	close(w.stop)
-	<-w.done
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.acked
-}
-
-func (w *ackWriter) count() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.acked)
-}
-
-// requireKeys fails unless every acknowledged key is readable.
-func requireKeys(t *testing.T, cli *clientv3.Client, prefix string, acked []string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	r, err := cli.Get(ctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
-	if err != nil {
-		t.Fatal(err)
-	}
-	have := make(map[string]bool, len(r.Kvs))
-	for _, kv := range r.Kvs {
-		have[string(kv.Key)] = true
-	}
-	var lost []string
-	for _, k := range acked {
-		if !have[k] {
-			lost = append(lost, k)
-		}
-	}
-	if len(lost) > 0 {
-		t.Fatalf("%d of %d acknowledged writes lost, e.g. %v", len(lost), len(acked), lost[:min(5, len(lost))])
-	}
-}
 
 func latestPlan(t *testing.T, e *harness.Env) plan.Plan {
 	t.Helper()
@@ -115,11 +32,32 @@ func latestPlan(t *testing.T, e *harness.Env) plan.Plan {
 	return p
 }
 
-// readPlan is latestPlan for polling: false while no plan can be read yet.
-func readPlan(e *harness.Env) (plan.Plan, bool) {
+// readPlan is latestPlan for polling: an error while no plan can be read.
+func readPlan(e *harness.Env) (plan.Plan, error) {
 	var p plan.Plan
-	so, _, err := e.Run("plan", "show", "-o", "json")
-	return p, err == nil && json.Unmarshal([]byte(so), &p) == nil
+	so, se, err := e.Run("plan", "show", "-o", "json")
+	if err != nil {
+		return p, fmt.Errorf("steward plan show: %v: %s", err, strings.TrimSpace(se))
+	}
+	if err := json.Unmarshal([]byte(so), &p); err != nil {
+		return p, fmt.Errorf("parse the plan: %v\n%s", err, so)
+	}
+	return p, nil
+}
+
+// stepStates lists a plan's steps as index:kind:member=state, for a
+// failure message.
+func stepStates(p plan.Plan) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "plan %s %s:", p.ID, p.State)
+	for _, s := range p.Steps {
+		fmt.Fprintf(&b, " %d:%s", s.Index, s.Kind)
+		if s.Member != "" {
+			fmt.Fprintf(&b, ":%s", s.Member)
+		}
+		fmt.Fprintf(&b, "=%s", s.State)
+	}
+	return b.String()
 }
 
 // requireVersion fails unless every member runs version.
@@ -142,40 +80,48 @@ func TestRollingUpgradeAndRollback(t *testing.T) {
 	e := harness.New(t)
 	e.Up(3, vs[0])
 	cli := e.Client()
-	defer cli.Close()
-	w := startAckWriter(cli, "upgrade")
+	w := workload.Start(t, cli, workload.Options{Prefix: "upgrade"})
 
-	e.MustRun("upgrade", "apply", "--to", vs[2])
-	st := e.WaitStatus(time.Minute, "every member on "+vs[2], harness.Healthy)
-	requireVersion(t, st, vs[2], "after the upgrade")
-	if st.Cluster.Version != minor(vs[2])+".0" || e.Spec().Version != vs[2] {
-		t.Fatalf("cluster version %s, spec version %s; want %s.0 and %s", st.Cluster.Version, e.Spec().Version, minor(vs[2]), vs[2])
+	var up plan.Plan
+	var mid int
+	if !t.Run("upgrade "+vs[0]+" to "+vs[2], func(t *testing.T) {
+		e := e.For(t)
+		e.MustRun("upgrade", "apply", "--to", vs[2])
+		st := e.WaitStatus(time.Minute, "every member on "+vs[2], harness.Healthy)
+		requireVersion(t, st, vs[2], "after the upgrade")
+		if st.Cluster.Version != minor(vs[2])+".0" || e.Spec().Version != vs[2] {
+			t.Fatalf("cluster version %s, spec version %s; want %s.0 and %s", st.Cluster.Version, e.Spec().Version, minor(vs[2]), vs[2])
+		}
+		up = latestPlan(t, e)
+		if up.State != plan.Done || up.Kind != plan.KindUpgrade || up.From != vs[0] || up.To != vs[2] {
+			t.Fatalf("upgrade plan: %s %s %s->%s", up.State, up.Kind, up.From, up.To)
+		}
+		if c := harness.Cond(st, cluster.CondUpgradeInProgress); c.Status != "False" {
+			t.Errorf("UpgradeInProgress after the plan: %+v", c)
+		}
+		mid = w.Acked()
+	}) {
+		return
 	}
-	up := latestPlan(t, e)
-	if up.State != plan.Done || up.Kind != plan.KindUpgrade || up.From != vs[0] || up.To != vs[2] {
-		t.Fatalf("upgrade plan: %s %s %s->%s", up.State, up.Kind, up.From, up.To)
-	}
-	if c := harness.Cond(st, cluster.CondUpgradeInProgress); c.Status != "False" {
-		t.Errorf("UpgradeInProgress after the plan: %+v", c)
-	}
-	mid := w.count()
-
-	e.MustRun("rollback")
-	st = e.WaitStatus(time.Minute, "every member back on "+vs[0], harness.Healthy)
-	requireVersion(t, st, vs[0], "after the rollback")
-	if e.Spec().Version != vs[0] {
-		t.Fatalf("spec version %s after rollback", e.Spec().Version)
-	}
-	acked := w.Stop()
-	if len(acked) <= mid || mid == 0 {
-		t.Fatalf("the writer made no progress (%d acknowledged before the rollback, %d in all)", mid, len(acked))
-	}
-	requireKeys(t, cli, "upgrade", acked)
-	rb := latestPlan(t, e)
-	if rb.Kind != plan.KindRollback || rb.State != plan.Done || rb.Of != up.ID {
-		t.Fatalf("rollback plan: %s %s of %s", rb.Kind, rb.State, rb.Of)
-	}
-	t.Logf("%d writes acknowledged through upgrade and rollback, %d client errors", len(acked), w.errors.Load())
+	t.Run("rollback to "+vs[0], func(t *testing.T) {
+		e := e.For(t)
+		e.MustRun("rollback")
+		st := e.WaitStatus(time.Minute, "every member back on "+vs[0], harness.Healthy)
+		requireVersion(t, st, vs[0], "after the rollback")
+		if e.Spec().Version != vs[0] {
+			t.Fatalf("spec version %s after rollback", e.Spec().Version)
+		}
+		res := w.Stop()
+		if len(res.Acked) <= mid || mid == 0 {
+			t.Fatalf("the writer made no progress (%d acknowledged before the rollback, %d in all)", mid, len(res.Acked))
+		}
+		workload.RequireKeys(t, cli, res)
+		rb := latestPlan(t, e)
+		if rb.Kind != plan.KindRollback || rb.State != plan.Done || rb.Of != up.ID {
+			t.Fatalf("rollback plan: %s %s of %s", rb.Kind, rb.State, rb.Of)
+		}
+		t.Logf("through upgrade and rollback: %s", res)
+	})
 }
 
 // TestUpgradeResumeAfterKill kills the steward process running a rolling
@@ -189,12 +135,12 @@ func TestUpgradeResumeAfterKill(t *testing.T) {
 	e.Up(3, vs[1])
 	cli := e.Client()
 	defer cli.Close()
-	w := startAckWriter(cli, "resume")
+	w := workload.Start(t, cli, workload.Options{Prefix: "resume"})
 
 	killAtEveryStep(t, e, "upgrade", "apply", "--to", vs[2])
 	st := e.WaitStatus(time.Minute, "a healthy cluster on "+vs[2], harness.Healthy)
 	requireVersion(t, st, vs[2], "after the kills and resumes")
-	requireKeys(t, cli, "resume", w.Stop())
+	workload.RequireKeys(t, cli, w.Stop())
 }
 
 // killAtEveryStep runs `steward ARGS` with the crash point
@@ -291,11 +237,11 @@ func TestRestoreUpgradeResumeAfterKill(t *testing.T) {
 	e.Up(3, vs[1])
 	cli := e.Client()
 	defer cli.Close()
-	w := startAckWriter(cli, "resume")
+	w := workload.Start(t, cli, workload.Options{Prefix: "resume"})
 	killAtEveryStep(t, e, "upgrade", "apply", "--to", vs[2], "--strategy", "restore")
 	st := e.WaitStatus(time.Minute, "a healthy cluster on "+vs[2], harness.Healthy)
 	requireVersion(t, st, vs[2], "after the kills and resumes")
-	requireKeys(t, cli, "resume", w.Stop())
+	workload.RequireKeys(t, cli, w.Stop())
 }
 
 // TestOfflineUpgradeResumeAfterKill: the offline strategy on one member
@@ -310,14 +256,14 @@ func TestOfflineUpgradeResumeAfterKill(t *testing.T) {
 	e.Up(1, vs[0])
 	cli := e.Client()
 	defer cli.Close()
-	w := startAckWriter(cli, "resume")
+	w := workload.Start(t, cli, workload.Options{Prefix: "resume"})
 	killAtEveryStep(t, e, "upgrade", "apply", "--to", vs[2])
 	st := e.WaitStatus(time.Minute, "the member healthy on "+vs[2], harness.Healthy)
 	requireVersion(t, st, vs[2], "after the kills and resumes")
 	if p := latestPlan(t, e); p.Strategy != "offline" {
 		t.Fatalf("strategy %s, want offline", p.Strategy)
 	}
-	requireKeys(t, cli, "resume", w.Stop())
+	workload.RequireKeys(t, cli, w.Stop())
 }
 
 // TestHealthGateFailsThenResumes: a member that goes down during the plan
@@ -334,88 +280,102 @@ func TestHealthGateFailsThenResumes(t *testing.T) {
 	// stopped once the first follower is done, so the second follower's
 	// health gate fails.
 	victim := e.Status().Cluster.Leader
-	cmd := exec.Command(e.Bin, "upgrade", "apply", "--to", vs[1], "--health-timeout", "15s", "--dir", e.Dir)
-	var out strings.Builder
-	cmd.Stderr = &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	harness.Eventually(t, 3*time.Minute, 50*time.Millisecond, "the first member step to finish", func() bool {
-		p, ok := readPlan(e)
-		if !ok {
-			return false
+	if !t.Run("the health gate fails with a member stopped", func(t *testing.T) {
+		e := e.For(t)
+		cmd := exec.Command(e.Bin, "upgrade", "apply", "--to", vs[1], "--health-timeout", "15s", "--dir", e.Dir)
+		var out strings.Builder
+		cmd.Stderr = &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
 		}
-		for _, s := range p.Steps {
-			if s.Kind == "member" {
-				return s.State == plan.Done && s.Member != victim
+		t.Cleanup(func() { _ = cmd.Process.Kill() })
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		harness.Eventually(t, 3*time.Minute, 50*time.Millisecond, "the first member step (not "+victim+") to finish", func() error {
+			p, err := readPlan(e)
+			if err != nil {
+				return err
 			}
+			for _, s := range p.Steps {
+				if s.Kind == "member" {
+					if s.State == plan.Done && s.Member != victim {
+						return nil
+					}
+					break
+				}
+			}
+			return errors.New(stepStates(p))
+		})
+		// --force: the follower being swapped may be down at this moment.
+		e.MustRun("member", "stop", "--force", victim)
+		if err := <-exited; err == nil {
+			t.Fatalf("upgrade apply succeeded with %s stopped", victim)
 		}
-		return false
-	})
-	// --force: the follower being swapped may be down at this moment.
-	e.MustRun("member", "stop", "--force", victim)
-	if err := <-exited; err == nil {
-		t.Fatalf("upgrade apply succeeded with %s stopped", victim)
-	}
-	if !strings.Contains(out.String(), "plan resume") {
-		t.Errorf("apply's error does not say how to go on: %s", out.String())
-	}
-	p := latestPlan(t, e)
-	cur := p.Current()
-	if p.State != plan.Failed || cur == nil || cur.State != plan.Failed || !strings.Contains(cur.Error, victim) {
-		t.Fatalf("plan %s, current step %+v; want failed naming %s", p.State, cur, victim)
-	}
-	if c := harness.Cond(e.Status(), cluster.CondUpgradeInProgress); c.Status != "True" || c.Reason != "Failed" {
-		t.Errorf("UpgradeInProgress while failed: %+v", c)
-	}
-	// A new plan is refused while this one waits.
-	if msg := e.MustFail("upgrade", "apply", "--to", vs[1]); !strings.Contains(msg, "plan resume") {
-		t.Errorf("second plan: %s", msg)
-	}
-	e.MustRun("member", "start", victim)
-	e.WaitStatus(time.Minute, victim+" healthy again", harness.Healthy)
-	pidBefore := map[string]int{}
-	for _, m := range e.Status().Members {
-		pidBefore[m.Name] = m.PID
-	}
-	// Kill the member being swapped, mid-step, as soon as its new process
-	// runs: the agent restarts it and the step still converges.
-	resume := exec.Command(e.Bin, "plan", "resume", "--dir", e.Dir)
-	var rout strings.Builder
-	resume.Stderr = &rout
-	if err := resume.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = resume.Process.Kill() })
-	rexited := make(chan error, 1)
-	go func() { rexited <- resume.Wait() }()
-	killedMember := ""
-	harness.Eventually(t, 3*time.Minute, 50*time.Millisecond, "a member step to run after the resume", func() bool {
-		p, ok := readPlan(e)
-		if !ok {
-			return false
+		if !strings.Contains(out.String(), "plan resume") {
+			t.Errorf("apply's error does not say how to go on: %s", out.String())
 		}
-		if c := p.Current(); c != nil && c.Kind == "member" && c.State == plan.Running {
+		p := latestPlan(t, e)
+		cur := p.Current()
+		if p.State != plan.Failed || cur == nil || cur.State != plan.Failed || !strings.Contains(cur.Error, victim) {
+			t.Fatalf("plan %s, current step %+v; want failed naming %s", p.State, cur, victim)
+		}
+		if c := harness.Cond(e.Status(), cluster.CondUpgradeInProgress); c.Status != "True" || c.Reason != "Failed" {
+			t.Errorf("UpgradeInProgress while failed: %+v", c)
+		}
+		// A new plan is refused while this one waits.
+		if msg := e.MustFail("upgrade", "apply", "--to", vs[1]); !strings.Contains(msg, "plan resume") {
+			t.Errorf("second plan: %s", msg)
+		}
+	}) {
+		return
+	}
+	t.Run("resume once the member is back, a swapped member killed", func(t *testing.T) {
+		e := e.For(t)
+		e.MustRun("member", "start", victim)
+		e.WaitStatus(time.Minute, victim+" healthy again", harness.Healthy)
+		pidBefore := map[string]int{}
+		for _, m := range e.Status().Members {
+			pidBefore[m.Name] = m.PID
+		}
+		// Kill the member being swapped, mid-step, as soon as its new process
+		// runs: the agent restarts it and the step still converges.
+		resume := exec.Command(e.Bin, "plan", "resume", "--dir", e.Dir)
+		var rout strings.Builder
+		resume.Stderr = &rout
+		if err := resume.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = resume.Process.Kill() })
+		rexited := make(chan error, 1)
+		go func() { rexited <- resume.Wait() }()
+		killedMember := ""
+		harness.Eventually(t, 3*time.Minute, 50*time.Millisecond, "a member step to run after the resume", func() error {
+			p, err := readPlan(e)
+			if err != nil {
+				return err
+			}
+			c := p.Current()
+			if c == nil || c.Kind != "member" || c.State != plan.Running {
+				return errors.New(stepStates(p))
+			}
 			st := e.Status()
-			if m, ok := st.Member(c.Member); ok && m.PID > 0 && m.PID != pidBefore[c.Member] {
-				_ = syscall.Kill(m.PID, syscall.SIGKILL)
-				killedMember = c.Member
-				return true
+			m, ok := st.Member(c.Member)
+			if !ok || m.PID <= 0 || m.PID == pidBefore[c.Member] {
+				return fmt.Errorf("step %d swaps %s, whose new process has not started (pid %d, was %d)", c.Index, c.Member, m.PID, pidBefore[c.Member])
 			}
+			_ = syscall.Kill(m.PID, syscall.SIGKILL)
+			killedMember = c.Member
+			return nil
+		})
+		if err := <-rexited; err != nil {
+			t.Fatalf("resume after fixing the cause (and killing %s mid-step): %v\n%s", killedMember, err, rout.String())
 		}
-		return false
+		if p := latestPlan(t, e); p.State != plan.Done {
+			t.Fatalf("plan %s after resume", p.State)
+		}
+		st := e.WaitStatus(time.Minute, "all members on "+vs[1], harness.Healthy)
+		requireVersion(t, st, vs[1], "after the resume")
 	})
-	if err := <-rexited; err != nil {
-		t.Fatalf("resume after fixing the cause (and killing %s mid-step): %v\n%s", killedMember, err, rout.String())
-	}
-	if p := latestPlan(t, e); p.State != plan.Done {
-		t.Fatalf("plan %s after resume", p.State)
-	}
-	st := e.WaitStatus(time.Minute, "all members on "+vs[1], harness.Healthy)
-	requireVersion(t, st, vs[1], "after the resume")
 }
 
 // TestUpgradePreflightRefusals: each refusal names its reason and changes
@@ -477,51 +437,61 @@ func TestOfflineUpgradeOneMember(t *testing.T) {
 	e.Up(1, vs[0])
 	name := e.Spec().Members[0].Name
 	cli := e.Client()
-	defer cli.Close()
-	w := startAckWriter(cli, "offline")
+	w := workload.Start(t, cli, workload.Options{Prefix: "offline"})
 
-	var planned plan.Plan
-	if err := json.Unmarshal([]byte(e.MustRun("upgrade", "plan", "--to", vs[2], "-o", "json")), &planned); err != nil {
-		t.Fatal(err)
+	if !t.Run("plan", func(t *testing.T) {
+		e := e.For(t)
+		var planned plan.Plan
+		if err := json.Unmarshal([]byte(e.MustRun("upgrade", "plan", "--to", vs[2], "-o", "json")), &planned); err != nil {
+			t.Fatal(err)
+		}
+		var kinds []string
+		for _, s := range planned.Steps {
+			kinds = append(kinds, s.Kind+":"+s.Version)
+		}
+		want := []string{"preflight:" + vs[2], "backup:" + vs[0], "offline:" + vs[1], "member:" + vs[2], "cluster-version:" + vs[2]}
+		if planned.Strategy != "offline" || strings.Join(kinds, " ") != strings.Join(want, " ") {
+			t.Fatalf("plan for one member: strategy %s, steps %v; want offline, %v", planned.Strategy, kinds, want)
+		}
+	}) {
+		return
 	}
-	var kinds []string
-	for _, s := range planned.Steps {
-		kinds = append(kinds, s.Kind+":"+s.Version)
+	if !t.Run("offline upgrade to "+vs[2], func(t *testing.T) {
+		e := e.For(t)
+		e.MustRun("upgrade", "apply", "--to", vs[2])
+		st := e.WaitStatus(time.Minute, "the member on "+vs[2], harness.Healthy)
+		requireVersion(t, st, vs[2], "after the offline upgrade")
+		if p := latestPlan(t, e); p.State != plan.Done || p.Strategy != "offline" {
+			t.Fatalf("offline plan %s: state %s, strategy %s", p.ID, p.State, p.Strategy)
+		}
+		// The intermediate version ran, on a client port nobody was given.
+		b, err := os.ReadFile(filepath.Join(e.Dir, "logs", name+".log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		log := string(b)
+		run := log[strings.Index(log, "etcd "+vs[1]+" at "):]
+		run = run[:strings.Index(run, "etcd "+vs[2]+" at ")]
+		own := e.Spec().Members[0].ClientURL
+		if !strings.Contains(run, "--listen-client-urls=") || strings.Contains(run, "--listen-client-urls="+own) {
+			t.Fatalf("the %s run of %s listened on its own client URL %s (or logged no URL):\n%.2000s", vs[1], name, own, run)
+		}
+		if e.Spec().Version != vs[2] || e.Spec().Members[0].Version != "" {
+			t.Fatalf("spec after the offline upgrade: version %s, member override %q", e.Spec().Version, e.Spec().Members[0].Version)
+		}
+		harness.Eventually(t, time.Minute, 200*time.Millisecond, "writes after the upgrade", w.AckedAbove(0))
+	}) {
+		return
 	}
-	want := []string{"preflight:" + vs[2], "backup:" + vs[0], "offline:" + vs[1], "member:" + vs[2], "cluster-version:" + vs[2]}
-	if planned.Strategy != "offline" || strings.Join(kinds, " ") != strings.Join(want, " ") {
-		t.Fatalf("plan for one member: strategy %s, steps %v; want offline, %v", planned.Strategy, kinds, want)
-	}
-
-	e.MustRun("upgrade", "apply", "--to", vs[2])
-	st := e.WaitStatus(time.Minute, "the member on "+vs[2], harness.Healthy)
-	requireVersion(t, st, vs[2], "after the offline upgrade")
-	if p := latestPlan(t, e); p.State != plan.Done || p.Strategy != "offline" {
-		t.Fatalf("offline plan %s: state %s, strategy %s", p.ID, p.State, p.Strategy)
-	}
-	// The intermediate version ran, on a client port nobody was given.
-	b, err := os.ReadFile(filepath.Join(e.Dir, "logs", name+".log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := string(b)
-	run := log[strings.Index(log, "etcd "+vs[1]+" at "):]
-	run = run[:strings.Index(run, "etcd "+vs[2]+" at ")]
-	own := e.Spec().Members[0].ClientURL
-	if !strings.Contains(run, "--listen-client-urls=") || strings.Contains(run, "--listen-client-urls="+own) {
-		t.Fatalf("the %s run of %s listened on its own client URL %s (or logged no URL):\n%.2000s", vs[1], name, own, run)
-	}
-	if e.Spec().Version != vs[2] || e.Spec().Members[0].Version != "" {
-		t.Fatalf("spec after the offline upgrade: version %s, member override %q", e.Spec().Version, e.Spec().Members[0].Version)
-	}
-	harness.Eventually(t, time.Minute, 200*time.Millisecond, "writes after the upgrade", func() bool { return w.count() > 0 })
-
-	e.MustRun("rollback")
-	st = e.WaitStatus(time.Minute, "the member back on "+vs[0], harness.Healthy)
-	requireVersion(t, st, vs[0], "after the rollback")
-	acked := w.Stop()
-	requireKeys(t, cli, "offline", acked)
-	t.Logf("%d writes acknowledged, %d errors (the offline strategy stops the only member)", len(acked), w.errors.Load())
+	t.Run("rollback to "+vs[0], func(t *testing.T) {
+		e := e.For(t)
+		e.MustRun("rollback")
+		st := e.WaitStatus(time.Minute, "the member back on "+vs[0], harness.Healthy)
+		requireVersion(t, st, vs[0], "after the rollback")
+		res := w.Stop()
+		workload.RequireKeys(t, cli, res)
+		t.Logf("%s (the offline strategy stops the only member)", res)
+	})
 }
 
 // TestReplaceViaRestoreUpgrade: one member goes 3.5 -> 3.7 by the restore
@@ -549,55 +519,62 @@ func testReplace(t *testing.T, n int, from, to, steps string) {
 	e.Up(n, from)
 	oldSpec := e.Spec()
 	cli := e.Client()
-	defer cli.Close()
-	w := startAckWriter(cli, "replace")
-	harness.Eventually(t, time.Minute, 100*time.Millisecond, "writes before the upgrade", func() bool { return w.count() > 200 })
+	w := workload.Start(t, cli, workload.Options{Prefix: "replace"})
+	harness.Eventually(t, time.Minute, 100*time.Millisecond, "writes before the upgrade", w.AckedAbove(200))
 
-	e.MustRun("upgrade", "apply", "--to", to, "--strategy", "restore")
-	st := e.WaitStatus(time.Minute, "every member on "+to, harness.Healthy)
-	requireVersion(t, st, to, "after the upgrade by restore")
-	p := latestPlan(t, e)
-	var kinds []string
-	for _, s := range p.Steps {
-		kinds = append(kinds, s.Kind)
-	}
-	if p.State != plan.Done || strings.Join(kinds, " ") != steps {
-		t.Fatalf("plan %s: state %s, steps %v", p.ID, p.State, kinds)
-	}
-	before := w.maxRev.Load()
-	harness.Eventually(t, time.Minute, 100*time.Millisecond, "writes after the upgrade", func() bool { return w.maxRev.Load() > before })
-	acked := w.Stop()
-	requireKeys(t, cli, "replace", acked)
-	r, err := cli.Get(context.Background(), "replace/", clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.Header.Revision < w.maxRev.Load() {
-		t.Fatalf("revision went backwards: %d after %d was acknowledged", r.Header.Revision, w.maxRev.Load())
-	}
-
-	// Each member runs on a new data dir; the old ones are whole and untouched.
-	for i, m := range oldSpec.Members {
-		oldDir := spec.Path(e.Dir, m.DataDir)
-		newDir := spec.Path(e.Dir, e.Spec().Members[i].DataDir)
-		if newDir == oldDir || !strings.HasSuffix(newDir, "-v"+to) {
-			t.Fatalf("%s: data dir after the upgrade by restore: %s (was %s)", m.Name, newDir, oldDir)
+	var p plan.Plan
+	if !t.Run("upgrade by restore to "+to, func(t *testing.T) {
+		e := e.For(t)
+		e.MustRun("upgrade", "apply", "--to", to, "--strategy", "restore")
+		st := e.WaitStatus(time.Minute, "every member on "+to, harness.Healthy)
+		requireVersion(t, st, to, "after the upgrade by restore")
+		p = latestPlan(t, e)
+		var kinds []string
+		for _, s := range p.Steps {
+			kinds = append(kinds, s.Kind)
 		}
-		if got := p.Value("old-datadir." + m.Name); got != oldDir {
-			t.Fatalf("plan records old data dir %q for %s, want %q", got, m.Name, oldDir)
+		if p.State != plan.Done || strings.Join(kinds, " ") != steps {
+			t.Fatalf("plan %s: state %s, steps %v", p.ID, p.State, kinds)
 		}
-		if f := datadir.Check(oldDir); f.State != datadir.Valid {
-			t.Fatalf("old data dir: %s", f)
+		before := w.MaxRev()
+		harness.Eventually(t, time.Minute, 100*time.Millisecond, "writes after the upgrade", w.RevAbove(before))
+		res := w.Stop()
+		workload.RequireKeys(t, cli, res)
+		r, err := cli.Get(t.Context(), "replace/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
 		}
-		rec, err := os.ReadFile(oldDir + ".version")
-		if err != nil || !strings.Contains(string(rec), from) {
-			t.Fatalf("old data dir's version record: %s %v (want %s)", rec, err, from)
+		if r.Header.Revision < res.MaxRev {
+			t.Fatalf("revision went backwards: %d after %d was acknowledged", r.Header.Revision, res.MaxRev)
 		}
-		if fi, err := os.Stat(newDir); err != nil || fi.Mode().Perm() != 0o700 {
-			t.Fatalf("new data dir: %v %v", fi, err)
-		}
+		t.Log(res)
+	}) {
+		return
 	}
-	t.Logf("%d writes acknowledged, %d errors", len(acked), w.errors.Load())
+	t.Run("old data dirs kept whole", func(t *testing.T) {
+		e := e.For(t)
+		// Each member runs on a new data dir; the old ones are whole and untouched.
+		for i, m := range oldSpec.Members {
+			oldDir := spec.Path(e.Dir, m.DataDir)
+			newDir := spec.Path(e.Dir, e.Spec().Members[i].DataDir)
+			if newDir == oldDir || !strings.HasSuffix(newDir, "-v"+to) {
+				t.Fatalf("%s: data dir after the upgrade by restore: %s (was %s)", m.Name, newDir, oldDir)
+			}
+			if got := p.Value("old-datadir." + m.Name); got != oldDir {
+				t.Fatalf("plan records old data dir %q for %s, want %q", got, m.Name, oldDir)
+			}
+			if f := datadir.Check(oldDir); f.State != datadir.Valid {
+				t.Fatalf("old data dir: %s", f)
+			}
+			rec, err := os.ReadFile(oldDir + ".version")
+			if err != nil || !strings.Contains(string(rec), from) {
+				t.Fatalf("old data dir's version record: %s %v (want %s)", rec, err, from)
+			}
+			if fi, err := os.Stat(newDir); err != nil || fi.Mode().Perm() != 0o700 {
+				t.Fatalf("new data dir: %v %v", fi, err)
+			}
+		}
+	})
 }
 
 // TestRollbackByRestore: three members go 3.5 -> 3.6 (rolling), then back
@@ -611,47 +588,56 @@ func TestRollbackByRestore(t *testing.T) {
 	e := harness.New(t)
 	e.Up(3, vs[0])
 	cli := e.Client()
-	defer cli.Close()
-	ctx := context.Background()
-	if _, err := cli.Put(ctx, "doomed", "before the upgrade"); err != nil {
+	if _, err := cli.Put(t.Context(), "doomed", "before the upgrade"); err != nil {
 		t.Fatal(err)
 	}
-	w := startAckWriter(cli, "back")
-	e.MustRun("upgrade", "apply", "--to", vs[1])
-	e.WaitStatus(time.Minute, "every member on "+vs[1], harness.Healthy)
-	before := w.maxRev.Load()
-	harness.Eventually(t, time.Minute, 100*time.Millisecond, "writes after the upgrade", func() bool { return w.maxRev.Load() > before+100 })
-	del, err := cli.Delete(ctx, "doomed")
-	if err != nil || del.Deleted != 1 {
-		t.Fatalf("delete after the upgrade: %v %v", del, err)
+	w := workload.Start(t, cli, workload.Options{Prefix: "back"})
+	if !t.Run("upgrade to "+vs[1], func(t *testing.T) {
+		e := e.For(t)
+		e.MustRun("upgrade", "apply", "--to", vs[1])
+		e.WaitStatus(time.Minute, "every member on "+vs[1], harness.Healthy)
+		before := w.MaxRev()
+		harness.Eventually(t, time.Minute, 100*time.Millisecond, "writes after the upgrade", w.RevAbove(before+100))
+	}) {
+		return
 	}
-	if _, err := cli.Compact(ctx, del.Header.Revision); err != nil {
-		t.Fatal(err)
+	if !t.Run("a deletion after the upgrade, compacted", func(t *testing.T) {
+		del, err := cli.Delete(t.Context(), "doomed")
+		if err != nil || del.Deleted != 1 {
+			t.Fatalf("delete after the upgrade: %v %v", del, err)
+		}
+		if _, err := cli.Compact(t.Context(), del.Header.Revision); err != nil {
+			t.Fatal(err)
+		}
+	}) {
+		return
 	}
-
-	e.MustRun("rollback", "--strategy", "restore")
-	st := e.WaitStatus(time.Minute, "every member back on "+vs[0], harness.Healthy)
-	requireVersion(t, st, vs[0], "after the rollback by restore")
-	rb := latestPlan(t, e)
-	if rb.Kind != plan.KindRollback || rb.State != plan.Done || rb.Strategy != "restore" || rb.Value("base-backup") == "" {
-		t.Fatalf("rollback plan %s: kind %s, state %s, strategy %s, base backup %q", rb.ID, rb.Kind, rb.State, rb.Strategy, rb.Value("base-backup"))
-	}
-	if e.Spec().Version != vs[0] {
-		t.Fatalf("spec version after the rollback: %s", e.Spec().Version)
-	}
-	after := w.maxRev.Load()
-	harness.Eventually(t, time.Minute, 100*time.Millisecond, "writes after the rollback", func() bool { return w.maxRev.Load() > after })
-	acked := w.Stop()
-	requireKeys(t, cli, "back", acked)
-	r, err := cli.Get(ctx, "doomed")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(r.Kvs) != 0 {
-		t.Fatalf("a key deleted after the upgrade is back after the rollback: %s", r.Kvs[0].Value)
-	}
-	if r.Header.Revision < w.maxRev.Load() {
-		t.Fatalf("revision went backwards: %d after %d was acknowledged", r.Header.Revision, w.maxRev.Load())
-	}
-	t.Logf("%d writes acknowledged, %d errors", len(acked), w.errors.Load())
+	t.Run("rollback by restore to "+vs[0], func(t *testing.T) {
+		e := e.For(t)
+		e.MustRun("rollback", "--strategy", "restore")
+		st := e.WaitStatus(time.Minute, "every member back on "+vs[0], harness.Healthy)
+		requireVersion(t, st, vs[0], "after the rollback by restore")
+		rb := latestPlan(t, e)
+		if rb.Kind != plan.KindRollback || rb.State != plan.Done || rb.Strategy != "restore" || rb.Value("base-backup") == "" {
+			t.Fatalf("rollback plan %s: kind %s, state %s, strategy %s, base backup %q", rb.ID, rb.Kind, rb.State, rb.Strategy, rb.Value("base-backup"))
+		}
+		if e.Spec().Version != vs[0] {
+			t.Fatalf("spec version after the rollback: %s", e.Spec().Version)
+		}
+		after := w.MaxRev()
+		harness.Eventually(t, time.Minute, 100*time.Millisecond, "writes after the rollback", w.RevAbove(after))
+		res := w.Stop()
+		workload.RequireKeys(t, cli, res)
+		r, err := cli.Get(t.Context(), "doomed")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Kvs) != 0 {
+			t.Fatalf("a key deleted after the upgrade is back after the rollback: %s", r.Kvs[0].Value)
+		}
+		if r.Header.Revision < res.MaxRev {
+			t.Fatalf("revision went backwards: %d after %d was acknowledged", r.Header.Revision, res.MaxRev)
+		}
+		t.Log(res)
+	})
 }

@@ -278,37 +278,77 @@ func (e *Env) Status() *cluster.Status {
 	return &st
 }
 
-// WaitStatus polls status until ok returns true or the timeout passes.
+// WaitStatus polls status until ok returns true, and fails the test with
+// the last status (or the last error of `steward status`) when it does not
+// within timeout.
 func (e *Env) WaitStatus(timeout time.Duration, what string, ok func(*cluster.Status) bool) *cluster.Status {
 	e.TB.Helper()
 	var st *cluster.Status
-	if !Poll(timeout, 250*time.Millisecond, func() bool { st = e.Status(); return ok(st) }) {
+	Eventually(e.TB, timeout, 250*time.Millisecond, what, func() error {
+		so, se, err := e.Run("status", "-o", "json")
+		if err != nil {
+			return fmt.Errorf("steward status: %v: %s", err, strings.TrimSpace(se))
+		}
+		var s cluster.Status
+		if err := json.Unmarshal([]byte(so), &s); err != nil {
+			return fmt.Errorf("parse status: %v\n%s", err, so)
+		}
+		if st = &s; ok(st) {
+			return nil
+		}
 		b, _ := json.MarshalIndent(st, "", "  ")
-		e.TB.Fatalf("timed out after %s waiting for %s; last status:\n%s", timeout, what, b)
-	}
+		return fmt.Errorf("status:\n%s", b)
+	})
 	return st
 }
 
-// Eventually polls cond every interval until it returns true, and fails the
-// test with "timed out after TIMEOUT waiting for WHAT" when it does not
-// within timeout. It is the suite's only way to wait for a condition.
-func Eventually(tb testing.TB, timeout, interval time.Duration, what string, cond func() bool) {
+// Condition is what Eventually polls. A func() error returns nil once the
+// condition holds, and otherwise what is still wrong (an error of its own,
+// or one that says which state it saw): the last one is what a timeout
+// reports. A func() bool says nothing beyond false; prefer the error form.
+type Condition interface {
+	func() error | func() bool
+}
+
+// Eventually calls cond at once and then every interval until it holds,
+// and fails the test with "timed out after TIMEOUT waiting for WHAT: last
+// error: ERR" when it does not within timeout. It is the suite's one way
+// to wait for a condition (Poll, for the waits whose timeout the caller
+// handles itself, is the same loop).
+func Eventually[C Condition](tb testing.TB, timeout, interval time.Duration, what string, cond C) {
 	tb.Helper()
-	if !Poll(timeout, interval, cond) {
-		tb.Fatalf("timed out after %s waiting for %s", timeout, what)
+	var check func() error
+	switch c := any(cond).(type) {
+	case func() error:
+		check = c
+	case func() bool:
+		check = func() error {
+			if c() {
+				return nil
+			}
+			return errors.New("condition false")
+		}
+	}
+	if err := Poll(timeout, interval, check); err != nil {
+		tb.Fatalf("timed out after %s waiting for %s: last error: %v", timeout, what, errors.Unwrap(err))
 	}
 }
 
-// Poll checks cond every interval until it holds (true) or timeout passes
-// (false): for waits whose timeout is not a failure by itself.
-func Poll(timeout, interval time.Duration, cond func() bool) bool {
+// Poll calls cond at once and then every interval until it returns nil
+// (Poll returns nil) or timeout passes: then Poll returns "timed out after
+// TIMEOUT: last error: ERR", wrapping cond's last error. It is for waits
+// whose timeout is not a failure by itself, or whose failure the caller
+// reports with more than the last error (a log, say); the others use
+// Eventually.
+func Poll(timeout, interval time.Duration, cond func() error) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		if cond() {
-			return true
+		err := cond()
+		if err == nil {
+			return nil
 		}
 		if time.Now().After(deadline) {
-			return false
+			return fmt.Errorf("timed out after %s: last error: %w", timeout, err)
 		}
 		time.Sleep(interval)
 	}

@@ -286,8 +286,7 @@ func (k *KubeAPIServer) Start() {
 	}
 	defer probe.CloseIdleConnections()
 	start := time.Now()
-	var last string
-	if !Poll(2*time.Minute, 200*time.Millisecond, func() bool {
+	if err := Poll(2*time.Minute, 200*time.Millisecond, func() error {
 		select {
 		case <-exited:
 			tb.Fatalf("kube-apiserver exited at start (%s)\n%s", cmd.ProcessState, k.logTail(60))
@@ -297,15 +296,17 @@ func (k *KubeAPIServer) Start() {
 		req.Header.Set("Authorization", "Bearer "+k.Token)
 		resp, err := probe.Do(req)
 		if err != nil {
-			last = err.Error()
-			return false
+			return err
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
-		last = fmt.Sprintf("%d %s", resp.StatusCode, b)
-		return resp.StatusCode == http.StatusOK && strings.TrimSpace(string(b)) == "ok"
-	}) {
-		tb.Fatalf("timed out after 2m waiting for kube-apiserver /readyz; last answer: %s\n%s", last, k.logTail(60))
+		if resp.StatusCode != http.StatusOK || strings.TrimSpace(string(b)) != "ok" {
+			return fmt.Errorf("/readyz answered %d %s", resp.StatusCode, b)
+		}
+		return nil
+	}); err != nil {
+		// Poll's error holds the last answer; the log says why.
+		tb.Fatalf("kube-apiserver /readyz: %v\n%s", err, k.logTail(60))
 	}
 	tb.Logf("kube-apiserver ready at %s in %s (pid %d, log %s)", k.URL, time.Since(start).Round(time.Millisecond), cmd.Process.Pid, k.LogFile)
 	k.loadCA()

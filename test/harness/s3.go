@@ -76,7 +76,7 @@ func StartS3(tb testing.TB) *S3 {
 		tb.Fatal(err)
 	}
 	endpoint := "http://" + addr
-	Eventually(tb, 20*time.Second, 50*time.Millisecond, "versitygw to answer on "+addr, func() bool {
+	Eventually(tb, 20*time.Second, 50*time.Millisecond, "versitygw to answer on "+addr, func() error {
 		select {
 		case <-exited:
 			tb.Fatalf("versitygw exited at start: %s", out.String())
@@ -86,7 +86,7 @@ func StartS3(tb testing.TB) *S3 {
 		if err == nil {
 			resp.Body.Close()
 		}
-		return err == nil
+		return err
 	})
 	return &S3{Endpoint: endpoint, Bucket: bucket, CredentialsFile: creds, Dir: root}
 }
