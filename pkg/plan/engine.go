@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/internal/crashpoint"
+	"github.com/etcd-steward/steward/pkg/progress"
 )
 
 // Executor performs steps. Execute must be idempotent: it is called again
@@ -39,16 +40,13 @@ func (e *StepError) Error() string {
 func (e *StepError) Unwrap() error { return e.Err }
 
 // Run runs the plan with the given ID from its first step that is not done,
-// under the runner's lock. progress, when not nil, hears about each step.
+// under the runner's lock. say, when not nil, hears about each step.
 // A failed step makes Run return a *StepError.
 //
 // Each step passes two crash points (internal/crashpoint):
 // plan-step-before:N once it is recorded running, before it acts, and
 // plan-step-after:N once it acted without error, before it is recorded done.
-func Run(ctx context.Context, st *Store, id string, ex Executor, progress func(string, ...any)) error {
-	if progress == nil {
-		progress = func(string, ...any) {}
-	}
+func Run(ctx context.Context, st *Store, id string, ex Executor, say progress.Func) error {
 	lock, err := st.TryLock()
 	if err != nil {
 		return err
@@ -60,7 +58,7 @@ func Run(ctx context.Context, st *Store, id string, ex Executor, progress func(s
 	}
 	switch p.State {
 	case Done:
-		progress("plan %s is already done", p.ID)
+		say.Say("plan %s is already done", p.ID)
 		return nil
 	case Aborted, RolledBack:
 		return fmt.Errorf("plan %s is %s: start a new plan instead", p.ID, p.State)
@@ -77,7 +75,7 @@ func Run(ctx context.Context, st *Store, id string, ex Executor, progress func(s
 		// An abort requested by another process reaches p through Save.
 		if p.AbortRequested {
 			p.State = Aborted
-			progress("plan %s aborted before step %d", p.ID, s.Index)
+			say.Say("plan %s aborted before step %d", p.ID, s.Index)
 			if err := st.Save(p); err != nil {
 				return err
 			}
@@ -89,7 +87,7 @@ func Run(ctx context.Context, st *Store, id string, ex Executor, progress func(s
 		if err := st.Save(p); err != nil { // on disk before the step acts
 			return err
 		}
-		progress("step %d/%d: %s", s.Index, len(p.Steps)-1, s.Description)
+		say.Say("step %d/%d: %s", s.Index, len(p.Steps)-1, s.Description)
 		crashpoint.Hit(crashpoint.Indexed(crashpoint.PlanStepBefore, s.Index))
 		err := ex.Execute(ctx, p, s)
 		end := time.Now().UTC()
@@ -110,7 +108,7 @@ func Run(ctx context.Context, st *Store, id string, ex Executor, progress func(s
 		}
 	}
 	p.State = Done
-	progress("plan %s done", p.ID)
+	say.Say("plan %s done", p.ID)
 	return st.Save(p)
 }
 

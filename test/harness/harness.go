@@ -302,34 +302,17 @@ func (e *Env) WaitStatus(timeout time.Duration, what string, ok func(*cluster.St
 	return st
 }
 
-// Condition is what Eventually polls. A func() error returns nil once the
-// condition holds, and otherwise what is still wrong (an error of its own,
-// or one that says which state it saw): the last one is what a timeout
-// reports. A func() bool says nothing beyond false; prefer the error form.
-type Condition interface {
-	func() error | func() bool
-}
-
 // Eventually calls cond at once and then every interval until it holds,
 // and fails the test with "timed out after TIMEOUT waiting for WHAT: last
 // error: ERR" when it does not within timeout. It is the suite's one way
 // to wait for a condition (Poll, for the waits whose timeout the caller
 // handles itself, is the same loop).
-func Eventually[C Condition](tb testing.TB, timeout, interval time.Duration, what string, cond C) {
+//
+// cond returns nil once the condition holds, and otherwise what is still
+// wrong (an error of its own, or one that says which state it saw).
+func Eventually(tb testing.TB, timeout, interval time.Duration, what string, cond func() error) {
 	tb.Helper()
-	var check func() error
-	switch c := any(cond).(type) {
-	case func() error:
-		check = c
-	case func() bool:
-		check = func() error {
-			if c() {
-				return nil
-			}
-			return errors.New("condition false")
-		}
-	}
-	if err := Poll(timeout, interval, check); err != nil {
+	if err := Poll(timeout, interval, cond); err != nil {
 		tb.Fatalf("timed out after %s waiting for %s: last error: %v", timeout, what, errors.Unwrap(err))
 	}
 }

@@ -3,7 +3,6 @@ package harness
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 )
@@ -40,12 +39,6 @@ func TestEventuallyReportsTheLastError(t *testing.T) {
 	})
 	if tb.msg != "" || n != 3 {
 		t.Errorf("a condition that came true on call 3: failed with %q after %d calls", tb.msg, n)
-	}
-
-	tb = &fatalTB{TB: t}
-	Eventually(tb, 10*time.Millisecond, time.Millisecond, "a bool", func() bool { return false })
-	if !strings.HasPrefix(tb.msg, "timed out after 10ms waiting for a bool: last error: ") {
-		t.Errorf("bool condition: %q", tb.msg)
 	}
 }
 
