@@ -1,0 +1,174 @@
+package architecture
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os/exec"
+	"path"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/etcd-steward/steward"
+
+// The floors of docs/ARCHITECTURE.md, bottom up. A package may import its
+// own floor's packages only where a rule below says so, and lower floors.
+var (
+	// ground: small helpers with no Steward dependency at all.
+	ground = []string{"internal/atomicfile", "internal/filelock", "internal/proc", "internal/portcheck", "internal/crashpoint"}
+	// foundation: formats, stores and protocols; they know no cluster.
+	foundation = []string{"pkg/progress", "pkg/spec", "pkg/pki", "pkg/catalogue", "pkg/binaries", "pkg/datadir",
+		"pkg/backup", "pkg/plan", "pkg/agentapi", "pkg/kstorage", "pkg/kmigrate"}
+	// operations on a cluster, each above the handle (pkg/cluster), and
+	// the operations each may call.
+	operations = map[string][]string{
+		"pkg/membership":  nil,
+		"pkg/maintenance": nil,
+		"pkg/restore":     nil,
+		"pkg/bootstrap":   nil,
+		"pkg/backupd":     {"pkg/restore"}, // garbage collection after a full snapshot
+		"pkg/recovery":    {"pkg/membership", "pkg/restore", "pkg/backupd"},
+		"pkg/upgrade":     {"pkg/membership", "pkg/restore", "pkg/backupd"},
+	}
+	commands = "cmd/steward/internal/command"
+)
+
+type pkg struct {
+	ImportPath string
+	Imports    []string
+}
+
+// graph is every Steward package and the Steward packages it imports.
+func graph(t *testing.T) map[string][]string {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), "go", "list", "-json", module+"/...")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	g := map[string][]string{}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for {
+		var p pkg
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		name := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
+		g[name] = []string{}
+		for _, imp := range p.Imports {
+			if rest, ok := strings.CutPrefix(imp, module+"/"); ok {
+				g[name] = append(g[name], rest)
+			}
+		}
+	}
+	return g
+}
+
+// rule decides whether from may import to; "" allows, else says why not.
+func rule(from, to string) string {
+	in := func(list []string, p string) bool { return slices.Contains(list, p) }
+	_, toOp := operations[to]
+	switch {
+	case in(ground, from):
+		return "the ground floor (internal/...) imports no Steward package"
+	case strings.HasPrefix(to, "cmd/"):
+		if from == commands && strings.HasPrefix(to, commands+"/") {
+			return "" // the root command assembles the tree
+		}
+		if strings.HasPrefix(from, commands+"/") && strings.HasPrefix(to, commands+"/") {
+			return "a command never imports another command: share through cmd/steward/internal/cli or a library"
+		}
+		if strings.HasPrefix(from, "cmd/") {
+			return ""
+		}
+		return "libraries never import the command tree"
+	case in(foundation, from):
+		if in(ground, to) || in(foundation, to) {
+			return ""
+		}
+		return "foundation packages know no cluster: they import only ground and foundation packages"
+	case from == "pkg/agent":
+		if in(ground, to) || in(foundation, to) {
+			return ""
+		}
+		return "the agent knows member processes, not clusters: it imports no cluster handle or operation"
+	case from == "pkg/cluster":
+		if in(ground, to) || in(foundation, to) {
+			return ""
+		}
+		return "the cluster handle imports no operation (they build on it) and not the agent (it talks to agents through pkg/agentapi)"
+	case operations[from] != nil || isOperation(from):
+		switch {
+		case in(ground, to), in(foundation, to), to == "pkg/cluster":
+			return ""
+		case to == "pkg/agent" && from == "pkg/bootstrap":
+			return "" // the local agent's socket path, to start and stop it
+		case toOp && in(operations[from], to):
+			return ""
+		case toOp:
+			return fmt.Sprintf("%s may call only the operations %v", path.Base(from), operations[from])
+		}
+		return "operations work through pkg/cluster and pkg/agentapi, not the agent's internals"
+	}
+	return ""
+}
+
+func isOperation(p string) bool { _, ok := operations[p]; return ok }
+
+// TestImportRules fails on every import that breaks a rule, naming it.
+func TestImportRules(t *testing.T) {
+	g := graph(t)
+	for from, imps := range g {
+		for _, to := range imps {
+			if why := rule(from, to); why != "" {
+				t.Errorf("%s imports %s: %s", from, to, why)
+			}
+		}
+	}
+	// Every library package belongs to a floor: a new one must be placed
+	// (here and in docs/ARCHITECTURE.md) before it is used.
+	for p := range g {
+		if !strings.HasPrefix(p, "pkg/") && !strings.HasPrefix(p, "internal/") || p == "internal/architecture" {
+			continue
+		}
+		if !slices.Contains(ground, p) && !slices.Contains(foundation, p) && !isOperation(p) && p != "pkg/cluster" && p != "pkg/agent" {
+			t.Errorf("package %s is on no floor: add it to internal/architecture and docs/ARCHITECTURE.md", p)
+		}
+	}
+}
+
+// TestRulesBite: each rule refuses the import it is about, so a rule that
+// allows everything cannot pass unnoticed.
+func TestRulesBite(t *testing.T) {
+	for _, tc := range []struct{ from, to string }{
+		{"pkg/agent", "pkg/cluster"},
+		{"pkg/cluster", "pkg/membership"},
+		{"pkg/cluster", "pkg/agent"},
+		{commands + "/upgrade", commands + "/plan"},
+		{"pkg/backup", "pkg/cluster"},
+		{"internal/proc", "pkg/spec"},
+		{"pkg/membership", "pkg/restore"},
+		{"pkg/restore", "pkg/backupd"},
+		{"pkg/upgrade", "pkg/agent"},
+		{"pkg/spec", commands + "/up"},
+	} {
+		if rule(tc.from, tc.to) == "" {
+			t.Errorf("%s importing %s is allowed; the rules say it must not be", tc.from, tc.to)
+		}
+	}
+	for _, tc := range []struct{ from, to string }{
+		{commands, commands + "/up"},
+		{commands + "/up", "pkg/bootstrap"},
+		{"pkg/recovery", "pkg/membership"},
+		{"pkg/membership", "pkg/cluster"},
+		{"pkg/agent", "pkg/datadir"},
+	} {
+		if why := rule(tc.from, tc.to); why != "" {
+			t.Errorf("%s importing %s is refused (%s); the rules allow it", tc.from, tc.to, why)
+		}
+	}
+}
