@@ -172,11 +172,12 @@ func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*clust
 	}
 	wctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	if err := c.WaitHealthy(wctx); err != nil {
+	st, err := c.WaitHealthy(wctx)
+	if err != nil {
 		return nil, warnings, err
 	}
 	// The cluster this spec runs: restore refuses backups of another.
-	if st, err := c.Status(ctx); err == nil && st.Cluster.ID != "" {
+	if st.Cluster.ID != "" {
 		if err := c.RecordClusterID(st.Cluster.ID); err != nil {
 			return nil, warnings, err
 		}

@@ -44,8 +44,9 @@ func (c *Cluster) WaitQuorum(ctx context.Context, d time.Duration) error {
 	})
 }
 
-// WaitHealthy polls until every spec member is healthy.
-func (c *Cluster) WaitHealthy(ctx context.Context) error {
+// WaitHealthy polls until every spec member is healthy and returns the
+// last status it read (the healthy one on success).
+func (c *Cluster) WaitHealthy(ctx context.Context) (*Status, error) {
 	var last *Status
 	err := Poll(ctx, 300*time.Millisecond, func(ctx context.Context) (bool, error) {
 		st, err := c.Status(ctx)
@@ -66,9 +67,9 @@ func (c *Cluster) WaitHealthy(ctx context.Context) error {
 		return false, nil
 	})
 	if err != nil && last != nil && errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("cluster not healthy in time: %s", unhealthySummary(last))
+		return last, fmt.Errorf("cluster not healthy in time: %s", unhealthySummary(last))
 	}
-	return err
+	return last, err
 }
 
 // Poll calls f every interval until it returns true, an error, or ctx ends.

@@ -175,7 +175,8 @@ func Run(ctx context.Context, c *cluster.Cluster) (Report, error) {
 			rep.Replaced = append(rep.Replaced, name)
 		}
 		rep.Message = fmt.Sprintf("restarted %d members with valid data; replaced %d", valid, len(rep.Replaced))
-		return rep, c.WaitHealthy(ctx)
+		_, err := c.WaitHealthy(ctx)
+		return rep, err
 	}
 
 	// A surviving member whose database is at or past the newest backup
@@ -333,7 +334,8 @@ func finishRecovery(ctx context.Context, c *cluster.Cluster, rep *Report, j *rec
 	if rep.Action == "resume" {
 		rep.Message = "resumed: " + rep.Message
 	}
-	return c.WaitHealthy(ctx)
+	_, err = c.WaitHealthy(ctx)
+	return err
 }
 
 // isVoter reports whether a voting member of the list has peerURL.
