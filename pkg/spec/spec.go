@@ -104,6 +104,10 @@ type Backup struct {
 	DeltaMaxAgeMs int `json:"deltaMaxAgeMs,omitempty"`
 	// Retention says which full backups (with their deltas) to keep.
 	Retention Retention `json:"retention,omitempty"`
+	// StoreShared declares that Store is one directory every host of a
+	// multi-host cluster reaches (a shared file system mounted at the same
+	// path everywhere). Without it, a multi-host cluster needs S3.
+	StoreShared bool `json:"storeShared,omitempty"`
 }
 
 // Recovery configures what the agent does when the cluster loses quorum.
@@ -148,10 +152,47 @@ func (c *Cluster) BackupStoreDir(stewardDir string) string {
 }
 
 // Agent is a Steward agent: one per host.
+//
+// An agent on this machine (the single-host path) is reached on its Unix
+// socket (Address). An agent on another host has a Host: the address that
+// host's agent and members bind to and advertise; the agent serves its API
+// there on Port over mutual TLS.
 type Agent struct {
 	Name string `json:"name"`
-	// Address is where the agent's API listens: unix:///path/agent.sock.
-	Address string `json:"address"`
+	// Address is where a local agent's API listens: unix:///path/agent.sock.
+	// Empty for an agent with a Host.
+	Address string `json:"address,omitempty"`
+	// Host is the network address (IP or DNS name) of the agent's host.
+	Host string `json:"host,omitempty"`
+	// Port is the agent API's TCP port on Host (mutual TLS).
+	Port int `json:"port,omitempty"`
+}
+
+// Remote reports whether the agent is reached over the network (it has a
+// Host) rather than on a local Unix socket.
+func (a Agent) Remote() bool { return a.Host != "" }
+
+// Endpoint is where the agent's API answers: its Unix socket address, or
+// https://HOST:PORT for an agent on another host.
+func (a Agent) Endpoint() string {
+	if a.Remote() {
+		return "https://" + net.JoinHostPort(a.Host, strconv.Itoa(a.Port))
+	}
+	return a.Address
+}
+
+// DefaultAgentPort is the agent API's port on a host when init is not told
+// another.
+const DefaultAgentPort = 2378
+
+// MultiHost reports whether the spec places agents on other hosts.
+func (c *Cluster) MultiHost() bool {
+	for _, a := range c.Agents {
+		if a.Remote() {
+			return true
+		}
+	}
+	return false
 }
 
 // Member is one etcd member.
@@ -441,6 +482,118 @@ func NewDefault(o DefaultOptions) (*Cluster, error) {
 		})
 	}
 	return c, nil
+}
+
+// Host names a host of a multi-host cluster and its network address.
+type Host struct {
+	Name    string
+	Address string
+}
+
+// ParseHost parses NAME=ADDRESS.
+func ParseHost(s string) (Host, error) {
+	name, addr, ok := strings.Cut(s, "=")
+	if !ok || name == "" || addr == "" {
+		return Host{}, fmt.Errorf("host %q: want NAME=ADDRESS (for example cp-1=10.0.0.11)", s)
+	}
+	if !nameRE.MatchString(name) {
+		return Host{}, fmt.Errorf("host name %q: use lower-case letters, digits and '-'", name)
+	}
+	if strings.ContainsAny(addr, "/ ") || strings.Contains(addr, "://") {
+		return Host{}, fmt.Errorf("host %s address %q: want an IP address or DNS name, without scheme or port", name, addr)
+	}
+	return Host{Name: name, Address: addr}, nil
+}
+
+// HostsOptions shape the spec that `steward init` writes for several hosts.
+type HostsOptions struct {
+	Name    string
+	Version string
+	Hosts   []Host
+	// Members defaults to one per host.
+	Members int
+	// ClientPort, PeerPort and AgentPort default to 2379, 2380 and
+	// DefaultAgentPort. A host with several members gives its k-th
+	// member (from 0) ClientPort+10k and PeerPort+10k.
+	ClientPort, PeerPort, AgentPort int
+}
+
+// NewMultiHost builds a spec of members spread over hosts, one agent per
+// host, members placed round-robin in host order.
+func NewMultiHost(o HostsOptions) (*Cluster, error) {
+	if len(o.Hosts) == 0 {
+		return nil, fmt.Errorf("no hosts: give at least one --host NAME=ADDRESS")
+	}
+	if o.Members == 0 {
+		o.Members = len(o.Hosts)
+	}
+	if o.Members < 1 {
+		return nil, fmt.Errorf("--members must be at least 1, got %d", o.Members)
+	}
+	if o.Name == "" {
+		o.Name = "steward"
+	}
+	if o.ClientPort == 0 {
+		o.ClientPort = 2379
+	}
+	if o.PeerPort == 0 {
+		o.PeerPort = 2380
+	}
+	if o.AgentPort == 0 {
+		o.AgentPort = DefaultAgentPort
+	}
+	tok := make([]byte, 8)
+	if _, err := rand.Read(tok); err != nil {
+		return nil, err
+	}
+	c := &Cluster{Name: o.Name, Token: o.Name + "-" + hex.EncodeToString(tok), Version: o.Version}
+	seen := map[string]bool{}
+	for _, h := range o.Hosts {
+		if seen[h.Name] {
+			return nil, fmt.Errorf("host %s is given twice", h.Name)
+		}
+		seen[h.Name] = true
+		c.Agents = append(c.Agents, Agent{Name: h.Name, Host: h.Address, Port: o.AgentPort})
+	}
+	c.ApplyDefaults()
+	onHost := map[string]int{}
+	for i := 1; i <= o.Members; i++ {
+		h := o.Hosts[(i-1)%len(o.Hosts)]
+		k := onHost[h.Name]
+		onHost[h.Name]++
+		name := fmt.Sprintf("etcd-%d", i)
+		c.Members = append(c.Members, Member{
+			Name:      name,
+			Agent:     h.Name,
+			ClientURL: "https://" + net.JoinHostPort(h.Address, strconv.Itoa(o.ClientPort+10*k)),
+			PeerURL:   "https://" + net.JoinHostPort(h.Address, strconv.Itoa(o.PeerPort+10*k)),
+			DataDir:   filepath.Join("members", name, "data"),
+		})
+	}
+	return c, nil
+}
+
+// NextPorts returns the first client and peer ports, in the 10-apart
+// series NewMultiHost uses, that no member of the spec uses on agent's host.
+func (c *Cluster) NextPorts(agent string, clientPort, peerPort int) (int, int) {
+	used := map[string]bool{}
+	for _, m := range c.Members {
+		if m.Agent != agent {
+			continue
+		}
+		for _, u := range []string{m.ClientURL, m.PeerURL} {
+			if hp, err := HostPort(u); err == nil {
+				_, p, _ := net.SplitHostPort(hp)
+				used[p] = true
+			}
+		}
+	}
+	for k := 0; ; k++ {
+		cp, pp := clientPort+10*k, peerPort+10*k
+		if !used[strconv.Itoa(cp)] && !used[strconv.Itoa(pp)] {
+			return cp, pp
+		}
+	}
 }
 
 // FreePort returns a function that picks free TCP ports on host, each

@@ -140,3 +140,140 @@ func TestFreePortAvoidsEphemeralRange(t *testing.T) {
 		}
 	}
 }
+
+// resolveFake resolves the names the host tests use without DNS.
+func resolveFake(h string) ([]string, error) {
+	switch h {
+	case "localhost":
+		return []string{"127.0.0.1", "::1"}, nil
+	case "cp-1.example":
+		return []string{"10.0.0.11"}, nil
+	}
+	return nil, errors.New("no such host")
+}
+
+func hostsSpec(t *testing.T) *Cluster {
+	t.Helper()
+	c, err := NewMultiHost(HostsOptions{Version: "3.6.16", Hosts: []Host{
+		{"cp-1", "10.0.0.11"}, {"cp-2", "10.0.0.12"}, {"cp-3", "10.0.0.13"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Backup.S3 = &S3{Endpoint: "http://10.0.0.1:9000", Bucket: "b"}
+	c.Backup.Continuous = true
+	return c
+}
+
+func TestNewMultiHost(t *testing.T) {
+	c := hostsSpec(t)
+	if len(c.Members) != 3 || len(c.Agents) != 3 {
+		t.Fatalf("want 3 members over 3 agents: %+v", c)
+	}
+	for i, m := range c.Members {
+		a := c.Agents[i]
+		if m.Agent != a.Name || m.ClientURL != "https://"+a.Host+":2379" || m.PeerURL != "https://"+a.Host+":2380" {
+			t.Errorf("member %d: %+v on agent %+v", i, m, a)
+		}
+		if !a.Remote() || a.Endpoint() != "https://"+a.Host+":2378" {
+			t.Errorf("agent %+v: endpoint %s", a, a.Endpoint())
+		}
+	}
+	if w, err := c.Validate(ValidateOptions{Resolve: resolveFake}); err != nil || len(w) != 0 {
+		t.Fatalf("spec from NewMultiHost: warnings %v, error %v", w, err)
+	}
+	five, err := NewMultiHost(HostsOptions{Version: "3.6.16", Members: 5, Hosts: c.hostsOf()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := five.Members[3]; m.Agent != "cp-1" || m.ClientURL != "https://10.0.0.11:2389" || m.PeerURL != "https://10.0.0.11:2390" {
+		t.Errorf("4th member of 5 on 3 hosts: %+v", m)
+	}
+	if cp, pp := five.NextPorts("cp-1", 2379, 2380); cp != 2399 || pp != 2400 {
+		t.Errorf("next ports on cp-1: %d %d", cp, pp)
+	}
+	if cp, pp := five.NextPorts("cp-3", 2379, 2380); cp != 2389 || pp != 2390 {
+		t.Errorf("next ports on cp-3: %d %d", cp, pp)
+	}
+	if _, err := NewMultiHost(HostsOptions{Hosts: []Host{{"a", "1.2.3.4"}, {"a", "1.2.3.5"}}}); err == nil {
+		t.Error("a host given twice accepted")
+	}
+}
+
+func (c *Cluster) hostsOf() []Host {
+	var hs []Host
+	for _, a := range c.Agents {
+		hs = append(hs, Host{a.Name, a.Host})
+	}
+	return hs
+}
+
+func TestParseHost(t *testing.T) {
+	if h, err := ParseHost("cp-1=10.0.0.11"); err != nil || h != (Host{"cp-1", "10.0.0.11"}) {
+		t.Fatalf("%+v %v", h, err)
+	}
+	for _, bad := range []string{"cp-1", "=1.2.3.4", "CP=1.2.3.4", "cp=https://1.2.3.4", "cp=1.2.3.4/24"} {
+		if _, err := ParseHost(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestValidateHosts(t *testing.T) {
+	tests := []struct {
+		name    string
+		edit    func(*Cluster)
+		wantErr string
+		warn    string
+	}{
+		{name: "valid"},
+		{name: "member off its agent's host", edit: func(c *Cluster) { c.Members[0].ClientURL = "https://10.0.0.12:2391" },
+			wantErr: "10.0.0.12 is not the host of agent cp-1"},
+		{name: "a name that resolves to the agent's host", edit: func(c *Cluster) {
+			c.Agents[0].Host = "cp-1.example"
+		}},
+		{name: "two members on one host port, by different names", edit: func(c *Cluster) {
+			c.Agents[0].Host = "cp-1.example"
+			c.Members = append(c.Members, Member{Name: "etcd-4", Agent: "cp-1", ClientURL: "https://cp-1.example:2389",
+				PeerURL: "https://10.0.0.11:2379", DataDir: "members/etcd-4/data"})
+		}, wantErr: "address already used by etcd-1 clientURL"},
+		{name: "localhost and 127.0.0.1 are one address", edit: func(c *Cluster) {
+			c.Agents = append(c.Agents, Agent{Name: "local", Address: "unix:///s/run/agent.sock"})
+			c.Members = append(c.Members,
+				Member{Name: "etcd-4", Agent: "local", ClientURL: "https://localhost:3000", PeerURL: "https://localhost:3001", DataDir: "a"},
+				Member{Name: "etcd-5", Agent: "local", ClientURL: "https://127.0.0.1:3000", PeerURL: "https://127.0.0.1:3002", DataDir: "b"})
+		}, wantErr: "address already used by etcd-4 clientURL"},
+		{name: "two voting members on one host warn", edit: func(c *Cluster) {
+			c.Members[1].Agent = "cp-1"
+			c.Members[1].ClientURL, c.Members[1].PeerURL = "https://10.0.0.11:2389", "https://10.0.0.11:2390"
+		}, warn: "members etcd-1, etcd-2 share host cp-1"},
+		{name: "unknown host name", edit: func(c *Cluster) { c.Agents[2].Host = "nowhere.example" }, wantErr: `host "nowhere.example" does not resolve`},
+		{name: "two agents on one host", edit: func(c *Cluster) { c.Agents[1].Host = "10.0.0.11" }, wantErr: "agents cp-1 and cp-2 are both on host 10.0.0.11"},
+		{name: "no port", edit: func(c *Cluster) { c.Agents[1].Port = 0 }, wantErr: "agent cp-2: port 0"},
+		{name: "socket and host", edit: func(c *Cluster) { c.Agents[1].Address = "unix:///x" }, wantErr: "either address"},
+		{name: "local store without sharing", edit: func(c *Cluster) { c.Backup.S3 = nil }, wantErr: "need a store every host reaches"},
+		{name: "shared local store", edit: func(c *Cluster) { c.Backup.S3 = nil; c.Backup.StoreShared = true }},
+		{name: "local store without continuous backups", edit: func(c *Cluster) { c.Backup.S3 = nil; c.Backup.Continuous = false }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := hostsSpec(t)
+			if tt.edit != nil {
+				tt.edit(c)
+			}
+			w, err := c.Validate(ValidateOptions{Resolve: resolveFake})
+			if tt.wantErr == "" && err != nil {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			if tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Fatalf("error %v, want it to contain %q", err, tt.wantErr)
+			}
+			if tt.warn == "" && len(w) > 0 && tt.wantErr == "" {
+				t.Fatalf("unexpected warnings %v", w)
+			}
+			if tt.warn != "" && (len(w) == 0 || !strings.Contains(strings.Join(w, "\n"), tt.warn)) {
+				t.Fatalf("warnings %v, want %q", w, tt.warn)
+			}
+		})
+	}
+}

@@ -1,12 +1,15 @@
 package spec
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/robfig/cron/v3"
 )
@@ -16,6 +19,46 @@ type ValidateOptions struct {
 	// KnownVersion returns nil when the etcd version can be run (it is in
 	// the binary store or is the embedded version). Nil skips the check.
 	KnownVersion func(version string) error
+	// Resolve returns the IP addresses of a host name; nil resolves with
+	// the system resolver. IP literals are never looked up.
+	Resolve func(host string) ([]string, error)
+}
+
+// resolver returns the addresses a host stands for, normalized, so that
+// "localhost" and "127.0.0.1" compare equal.
+func (o ValidateOptions) resolver() func(string) ([]string, error) {
+	look := o.Resolve
+	if look == nil {
+		look = func(h string) ([]string, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			return net.DefaultResolver.LookupHost(ctx, h)
+		}
+	}
+	cache := map[string][]string{}
+	return func(h string) ([]string, error) {
+		if ip := net.ParseIP(h); ip != nil {
+			return []string{ip.String()}, nil
+		}
+		if a, ok := cache[h]; ok {
+			return a, nil
+		}
+		raw, err := look(h)
+		if err != nil {
+			return nil, fmt.Errorf("host %q does not resolve: %w", h, err)
+		}
+		var out []string
+		for _, r := range raw {
+			if ip := net.ParseIP(r); ip != nil {
+				out = append(out, ip.String())
+			}
+		}
+		if len(out) == 0 {
+			return nil, fmt.Errorf("host %q resolves to no IP address", h)
+		}
+		cache[h] = out
+		return out, nil
+	}
 }
 
 var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
@@ -87,7 +130,12 @@ func (c *Cluster) Validate(o ValidateOptions) (warnings []string, err error) {
 		bad("recovery.mode %q: use manual or auto", c.Recovery.Mode)
 	}
 
+	resolve := o.resolver()
 	agents := map[string]bool{}
+	// hostIPs holds each remote agent's resolved addresses; hostOf maps
+	// an address to the agent whose host it is (one agent per host).
+	hostIPs := map[string][]string{}
+	hostOf := map[string]string{}
 	for _, a := range c.Agents {
 		if !nameRE.MatchString(a.Name) {
 			bad("agent name %q: use lower-case letters, digits and '-'", a.Name)
@@ -96,8 +144,30 @@ func (c *Cluster) Validate(o ValidateOptions) (warnings []string, err error) {
 			bad("agent %q is listed twice", a.Name)
 		}
 		agents[a.Name] = true
-		if !strings.HasPrefix(a.Address, "unix://") {
-			bad("agent %s address %q: want unix:///path/to/agent.sock (agents on other hosts are not supported yet)", a.Name, a.Address)
+		if !a.Remote() {
+			if !strings.HasPrefix(a.Address, "unix://") {
+				bad("agent %s address %q: want unix:///path/to/agent.sock for an agent on this machine, or host and port for one on another host", a.Name, a.Address)
+			}
+			continue
+		}
+		if a.Address != "" {
+			bad("agent %s: give either address (a local Unix socket) or host and port, not both", a.Name)
+		}
+		if a.Port < 1 || a.Port > 65535 {
+			bad("agent %s: port %d: want the agent API's TCP port (1-65535)", a.Name, a.Port)
+		}
+		ips, rerr := resolve(a.Host)
+		if rerr != nil {
+			bad("agent %s: %v", a.Name, rerr)
+			continue
+		}
+		hostIPs[a.Name] = ips
+		for _, ip := range ips {
+			if other, ok := hostOf[ip]; ok {
+				bad("agents %s and %s are both on host %s: run one agent per host", other, a.Name, ip)
+				break
+			}
+			hostOf[ip] = a.Name
 		}
 	}
 
@@ -105,7 +175,10 @@ func (c *Cluster) Validate(o ValidateOptions) (warnings []string, err error) {
 		bad("no members: a cluster needs at least one")
 	}
 	names := map[string]bool{}
+	// addrs holds every resolved IP:port a member binds, so two members
+	// never share one whatever their URLs call the host.
 	addrs := map[string]string{}
+	votersOn := map[string][]string{}
 	dirs := map[string]string{}
 	for _, m := range c.Members {
 		if !nameRE.MatchString(m.Name) {
@@ -133,12 +206,28 @@ func (c *Cluster) Validate(o ValidateOptions) (warnings []string, err error) {
 				bad("member %s %s: %v", m.Name, u.what, uerr)
 				continue
 			}
-			key := m.Agent + "/" + hp
-			if other, ok := addrs[key]; ok {
-				bad("member %s %s %s: address already used by %s", m.Name, u.what, hp, other)
+			host, port, _ := net.SplitHostPort(hp)
+			ips, rerr := resolve(host)
+			if rerr != nil {
+				bad("member %s %s: %v", m.Name, u.what, rerr)
+				continue
 			}
-			addrs[key] = m.Name + " " + u.what
+			if want, remote := hostIPs[m.Agent]; remote && !overlap(ips, want) {
+				a, _ := c.Agent(m.Agent)
+				bad("member %s %s %s: %s is not the host of agent %s (%s): a member binds its agent's host address", m.Name, u.what, u.raw, host, m.Agent, a.Host)
+			}
+			for _, ip := range ips {
+				key := net.JoinHostPort(ip, port)
+				if other, ok := addrs[key]; ok {
+					bad("member %s %s %s: address already used by %s", m.Name, u.what, hp, other)
+					break
+				}
+			}
+			for _, ip := range ips {
+				addrs[net.JoinHostPort(ip, port)] = m.Name + " " + u.what
+			}
 		}
+		votersOn[m.Agent] = append(votersOn[m.Agent], m.Name)
 		if m.DataDir == "" {
 			bad("member %s: dataDir is empty", m.Name)
 		} else if other, ok := dirs[m.Agent+"/"+m.DataDir]; ok {
@@ -147,11 +236,32 @@ func (c *Cluster) Validate(o ValidateOptions) (warnings []string, err error) {
 			dirs[m.Agent+"/"+m.DataDir] = m.Name
 		}
 	}
+	if c.MultiHost() {
+		for _, a := range c.Agents {
+			if on := votersOn[a.Name]; len(on) > 1 {
+				warnings = append(warnings, fmt.Sprintf(
+					"members %s share host %s: losing that host loses %d votes at once; spread voting members over hosts",
+					strings.Join(on, ", "), a.Name, len(on)))
+			}
+		}
+		if c.Backup.Continuous && c.Backup.S3 == nil && !c.Backup.StoreShared {
+			bad("backup: continuous backups of a multi-host cluster need a store every host reaches: set backup.s3, or backup.storeShared: true when backup.store is a shared file system mounted at the same path on every host")
+		}
+	}
 	if n := len(c.Members); n > 0 && n%2 == 0 {
 		warnings = append(warnings, fmt.Sprintf(
 			"%d members: an even member count tolerates no more failures than %d members; prefer an odd count", n, n-1))
 	}
 	return warnings, errors.Join(errs...)
+}
+
+func overlap(a, b []string) bool {
+	for _, x := range a {
+		if slices.Contains(b, x) {
+			return true
+		}
+	}
+	return false
 }
 
 func checkURL(raw, scheme string) (hostPort string, err error) {
