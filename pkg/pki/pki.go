@@ -90,7 +90,7 @@ func Ensure(dir, clusterName string, hosts []string) error {
 		// so server and peer certificates carry both usages.
 		{ServerCert, ServerKey, clusterName + "-server", []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, hosts},
 		{PeerCert, PeerKey, clusterName + "-peer", []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, hosts},
-		{ClientCert, ClientKey, "steward", []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, nil},
+		{ClientCert, ClientKey, AdminCN, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, nil},
 	}
 	for _, l := range leaves {
 		cp, kp := filepath.Join(dir, l.cert), filepath.Join(dir, l.key)
@@ -162,26 +162,7 @@ func newCA(dir, clusterName string) (*x509.Certificate, *ecdsa.PrivateKey, error
 }
 
 func issue(certPath, keyPath string, ca *x509.Certificate, caKey *ecdsa.PrivateKey, cn string, usage []x509.ExtKeyUsage, hosts []string) error {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: cn, Organization: []string{"steward"}},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(leafValidity),
-		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		ExtKeyUsage:  usage,
-	}
-	for _, h := range hosts {
-		if ip := net.ParseIP(h); ip != nil {
-			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-		} else {
-			tmpl.DNSNames = append(tmpl.DNSNames, h)
-		}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	der, key, err := sign(ca, caKey, cn, usage, hosts)
 	if err != nil {
 		return err
 	}
@@ -228,4 +209,217 @@ func serial() *big.Int {
 		panic(err)
 	}
 	return n
+}
+
+// Files of a host's agent (in its certificate directory): the agent's own
+// certificate, which it serves its API with over mutual TLS. The etcd
+// server and peer certificates of that host keep the names above.
+const (
+	AgentCert = "agent.crt"
+	AgentKey  = "agent.key"
+)
+
+// AdminCN is the common name of the admin client certificate (client.crt):
+// the identity Steward's commands and `steward env` use, and the only one
+// an agent's API accepts.
+const AdminCN = "steward"
+
+// AgentCN is the common name of the certificate agent name serves its API
+// with; a coordinator checks it, so another host's agent certificate is
+// refused even when signed by the same CA.
+func AgentCN(name string) string { return "steward-agent:" + name }
+
+// HostBundle holds, PEM-encoded, the certificates and keys one host needs:
+// the cluster CA, its agent's certificate, and the etcd server and peer
+// certificates of the members it runs, each naming the host's address.
+type HostBundle struct {
+	CA         []byte
+	AgentCert  []byte
+	AgentKey   []byte
+	ServerCert []byte
+	ServerKey  []byte
+	PeerCert   []byte
+	PeerKey    []byte
+}
+
+// IssueHost issues a host's certificates from the CA in dir (which Ensure
+// created). address is the host's IP address or DNS name. The peer
+// certificate keeps the cluster-wide common name (CLUSTER-peer), so members
+// can restrict their peer port to it.
+func IssueHost(dir, clusterName, agentName, address string) (*HostBundle, error) {
+	caCert, caKey, err := loadPair(filepath.Join(dir, CACert), filepath.Join(dir, CAKey))
+	if err != nil {
+		return nil, fmt.Errorf("certificates for host %s: CA: %w", agentName, err)
+	}
+	caPEM, err := os.ReadFile(filepath.Join(dir, CACert))
+	if err != nil {
+		return nil, err
+	}
+	hosts := []string{address, "127.0.0.1", "localhost"}
+	both := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+	b := &HostBundle{CA: caPEM}
+	for _, l := range []struct {
+		cn        string
+		hosts     []string
+		cert, key *[]byte
+	}{
+		{AgentCN(agentName), []string{address}, &b.AgentCert, &b.AgentKey},
+		{clusterName + "-server", hosts, &b.ServerCert, &b.ServerKey},
+		{clusterName + "-peer", hosts, &b.PeerCert, &b.PeerKey},
+	} {
+		der, key, err := sign(caCert, caKey, l.cn, both, l.hosts)
+		if err != nil {
+			return nil, fmt.Errorf("certificates for host %s: %w", agentName, err)
+		}
+		kb, err := x509.MarshalECPrivateKey(key)
+		if err != nil {
+			return nil, err
+		}
+		*l.cert = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+		*l.key = pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})
+	}
+	return b, nil
+}
+
+// WriteHost writes a host bundle into a certificate directory: keys 0600,
+// each key before its certificate.
+func WriteHost(dir string, b *HostBundle) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("certificates: %w", err)
+	}
+	for _, f := range []struct {
+		name string
+		data []byte
+		mode os.FileMode
+	}{
+		{CACert, b.CA, 0o644},
+		{AgentKey, b.AgentKey, 0o600}, {AgentCert, b.AgentCert, 0o644},
+		{ServerKey, b.ServerKey, 0o600}, {ServerCert, b.ServerCert, 0o644},
+		{PeerKey, b.PeerKey, 0o600}, {PeerCert, b.PeerCert, 0o644},
+	} {
+		if err := atomicfile.WriteFile(filepath.Join(dir, f.name), f.data, f.mode); err != nil {
+			return fmt.Errorf("certificates: %w", err)
+		}
+	}
+	return nil
+}
+
+// CheckHost verifies that a host bundle is whole and belongs together: every
+// certificate chains to the bundle's CA and matches its key, the agent's
+// names agentName and covers address, and none has expired.
+func CheckHost(b *HostBundle, agentName, address string, now time.Time) error {
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b.CA) {
+		return errors.New("the CA certificate does not parse")
+	}
+	for _, p := range []struct {
+		what      string
+		cert, key []byte
+	}{{"agent", b.AgentCert, b.AgentKey}, {"server", b.ServerCert, b.ServerKey}, {"peer", b.PeerCert, b.PeerKey}} {
+		pair, err := tls.X509KeyPair(p.cert, p.key)
+		if err != nil {
+			return fmt.Errorf("%s certificate: %w", p.what, err)
+		}
+		c, err := x509.ParseCertificate(pair.Certificate[0])
+		if err != nil {
+			return fmt.Errorf("%s certificate: %w", p.what, err)
+		}
+		if _, err := c.Verify(x509.VerifyOptions{Roots: pool, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+			return fmt.Errorf("%s certificate: %w", p.what, err)
+		}
+		if err := c.VerifyHostname(address); err != nil {
+			return fmt.Errorf("%s certificate does not name this host's address: %w", p.what, err)
+		}
+		if p.what == "agent" && c.Subject.CommonName != AgentCN(agentName) {
+			return fmt.Errorf("agent certificate is for %q, not %q", c.Subject.CommonName, AgentCN(agentName))
+		}
+	}
+	return nil
+}
+
+// AgentServerTLS is the TLS config an agent serves its API with: its own
+// certificate, client certificates required and verified against the
+// cluster CA, and only the admin identity (AdminCN) let in.
+func AgentServerTLS(dir string) (*tls.Config, error) {
+	pair, err := tls.LoadX509KeyPair(filepath.Join(dir, AgentCert), filepath.Join(dir, AgentKey))
+	if err != nil {
+		return nil, fmt.Errorf("load the agent certificate from %s: %w", dir, err)
+	}
+	pool, err := caPool(filepath.Join(dir, CACert))
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{
+		Certificates: []tls.Certificate{pair},
+		ClientCAs:    pool,
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		MinVersion:   tls.VersionTLS12,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("no client certificate")
+			}
+			if cn := cs.PeerCertificates[0].Subject.CommonName; cn != AdminCN {
+				return fmt.Errorf("client certificate %q may not use the agent API (only %q)", cn, AdminCN)
+			}
+			return nil
+		},
+	}, nil
+}
+
+// AgentClientTLS is the TLS config a coordinator reaches agent name with:
+// the admin client certificate, the cluster CA, and the agent's identity
+// checked beside its address (the URL's host, which Go verifies).
+func AgentClientTLS(dir, name string) (*tls.Config, error) {
+	tc, err := ClientTLS(dir)
+	if err != nil {
+		return nil, err
+	}
+	want := AgentCN(name)
+	tc.VerifyConnection = func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return errors.New("no agent certificate")
+		}
+		if cn := cs.PeerCertificates[0].Subject.CommonName; cn != want {
+			return fmt.Errorf("the host answered with the certificate of %q, not of agent %q: is the address in the spec the right host?", cn, want)
+		}
+		return nil
+	}
+	return tc, nil
+}
+
+func caPool(path string) (*x509.CertPool, error) {
+	caPEM, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("load CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("load CA %s: no certificate found", path)
+	}
+	return pool, nil
+}
+
+// sign issues a leaf certificate and returns its DER and key.
+func sign(ca *x509.Certificate, caKey *ecdsa.PrivateKey, cn string, usage []x509.ExtKeyUsage, hosts []string) ([]byte, *ecdsa.PrivateKey, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: cn, Organization: []string{"steward"}},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(leafValidity),
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage:  usage,
+	}
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, h)
+		}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	return der, key, err
 }
