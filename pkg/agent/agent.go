@@ -11,6 +11,7 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -47,6 +48,15 @@ type Options struct {
 	// NewestBackup returns the newest backed-up revision (0: unknown); the
 	// data dir check before each start compares the data dir with it.
 	NewestBackup func() int64
+	// Listen, when set, is the host address (HOST:PORT) the API is also
+	// served on, over mutual TLS with TLS (pki.AgentServerTLS): an agent
+	// that joined a multi-host cluster.
+	Listen string
+	TLS    *tls.Config
+	// BinaryStore is the store members run from when their config names
+	// none (members a coordinator on another host configured); default
+	// DIR/binaries.
+	BinaryStore string
 }
 
 // Agent supervises the members on one host.
@@ -102,6 +112,9 @@ func New(o Options) *Agent {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
+	if o.BinaryStore == "" {
+		o.BinaryStore = filepath.Join(o.Dir, "binaries")
+	}
 	return &Agent{opts: o, log: o.Log.With("agent", o.Name), members: map[string]*member{}, shutdownCh: make(chan struct{})}
 }
 
@@ -146,13 +159,33 @@ func (a *Agent) Run(ctx context.Context) error {
 		ln.Close()
 		return err
 	}
-	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	var tlsLn net.Listener
+	if a.opts.Listen != "" {
+		if a.opts.TLS == nil {
+			ln.Close()
+			return fmt.Errorf("agent: listening on %s needs TLS", a.opts.Listen)
+		}
+		tlsLn, err = tls.Listen("tcp", a.opts.Listen, a.opts.TLS)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("agent: listen on %s: %w", a.opts.Listen, err)
+		}
+	}
+	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			a.log.Error("api server", "err", err)
 		}
 	}()
-	a.log.Info("agent running", "dir", a.opts.Dir, "socket", a.opts.Socket, "pid", os.Getpid())
+	if tlsLn != nil {
+		go func() {
+			if err := srv.Serve(tlsLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				a.log.Error("api server (mTLS)", "err", err)
+			}
+		}()
+	}
+	a.log.Info("agent running", "dir", a.opts.Dir, "socket", a.opts.Socket, "listen", a.opts.Listen, "pid", os.Getpid())
 
 	select {
 	case <-ctx.Done():
@@ -287,6 +320,7 @@ func (a *Agent) Members() []agentapi.MemberStatus {
 // PutMember stores a member's config. A running member keeps running with
 // its old config until it is restarted.
 func (a *Agent) PutMember(cfg agentapi.MemberConfig) (agentapi.MemberStatus, error) {
+	cfg = a.resolvePaths(cfg)
 	if err := ValidateConfig(cfg); err != nil {
 		return agentapi.MemberStatus{}, err
 	}
@@ -316,6 +350,32 @@ func (a *Agent) PutMember(cfg agentapi.MemberConfig) (agentapi.MemberStatus, err
 		return agentapi.MemberStatus{}, err
 	}
 	return m.status(), nil
+}
+
+// resolvePaths makes a config's paths absolute: relative ones are relative
+// to the agent's directory (a coordinator on another host knows this
+// host's layout, not where it lives), and an empty binary store is the
+// agent's own.
+func (a *Agent) resolvePaths(cfg agentapi.MemberConfig) agentapi.MemberConfig {
+	abs := func(p string) string {
+		if p == "" || filepath.IsAbs(p) {
+			return p
+		}
+		return filepath.Join(a.opts.Dir, p)
+	}
+	cfg.DataDir = abs(cfg.DataDir)
+	if cfg.BinaryStore == "" {
+		cfg.BinaryStore = a.opts.BinaryStore
+	}
+	cfg.BinaryStore = abs(cfg.BinaryStore)
+	if t := cfg.TLS; t != nil {
+		r := *t
+		r.CA, r.ServerCert, r.ServerKey = abs(t.CA), abs(t.ServerCert), abs(t.ServerKey)
+		r.PeerCert, r.PeerKey = abs(t.PeerCert), abs(t.PeerKey)
+		r.ClientCert, r.ClientKey = abs(t.ClientCert), abs(t.ClientKey)
+		cfg.TLS = &r
+	}
+	return cfg
 }
 
 // DeleteMember stops a member and forgets its config. Its data dir is kept.

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,7 +25,6 @@ import (
 	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/catalogue"
 	"github.com/etcd-steward/steward/pkg/datadir"
-	"github.com/etcd-steward/steward/pkg/pki"
 )
 
 // Supervision policy.
@@ -453,12 +453,26 @@ func (m *member) setError(p *process, msg string) {
 
 func httpClientFor(cfg agentapi.MemberConfig) (*http.Client, error) {
 	tr := &http.Transport{}
-	if cfg.TLS != nil {
-		tc, err := pki.ClientTLS(filepath.Dir(cfg.TLS.ClientCert))
-		if err != nil {
-			return nil, err
+	if t := cfg.TLS; t != nil {
+		// A host that joined a cluster holds no admin client certificate:
+		// its server certificate (client auth too) asks for /version.
+		cert, key := t.ClientCert, t.ClientKey
+		if cert == "" {
+			cert, key = t.ServerCert, t.ServerKey
 		}
-		tr.TLSClientConfig = tc
+		pair, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return nil, fmt.Errorf("load client certificate: %w", err)
+		}
+		caPEM, err := os.ReadFile(t.CA)
+		if err != nil {
+			return nil, fmt.Errorf("load CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(caPEM) {
+			return nil, fmt.Errorf("load CA %s: no certificate found", t.CA)
+		}
+		tr.TLSClientConfig = &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, MinVersion: tls.VersionTLS12}
 	} else {
 		tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 	}

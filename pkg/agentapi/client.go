@@ -3,12 +3,14 @@ package agentapi
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 )
@@ -20,8 +22,11 @@ var ErrUnreachable = errors.New("agent unreachable")
 // Client talks to one agent.
 type Client struct {
 	address string
-	base    string
-	hc      *http.Client
+	// who names the agent in errors: "agent NAME on host HOST" for a
+	// remote agent, empty for a local one (its address says enough).
+	who  string
+	base string
+	hc   *http.Client
 }
 
 // NewClient returns a client for an agent address: unix:///path/agent.sock.
@@ -37,6 +42,24 @@ func NewClient(address string) (*Client, error) {
 		},
 	}
 	return &Client{address: address, base: "http://agent", hc: &http.Client{Transport: tr}}, nil
+}
+
+// NewRemoteClient returns a client for the agent name on another host, at
+// https://HOST:PORT over mutual TLS (tc: pki.AgentClientTLS).
+func NewRemoteClient(name, host, address string, tc *tls.Config) (*Client, error) {
+	if !strings.HasPrefix(address, "https://") {
+		return nil, fmt.Errorf("agent %s address %q: want https://HOST:PORT", name, address)
+	}
+	tr := &http.Transport{
+		TLSClientConfig:     tc,
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 15 * time.Second}).DialContext,
+		TLSHandshakeTimeout: 5 * time.Second,
+		IdleConnTimeout:     30 * time.Second,
+	}
+	return &Client{
+		address: address, who: fmt.Sprintf("agent %s on host %s", name, host),
+		base: strings.TrimRight(address, "/"), hc: &http.Client{Transport: tr},
+	}, nil
 }
 
 // Address returns the agent address.
@@ -134,6 +157,10 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
+		if c.who != "" {
+			return fmt.Errorf("%s: %w at %s: %v; check that `steward agent` runs there and that this machine reaches that address",
+				c.who, ErrUnreachable, c.address, unwrapURL(err))
+		}
 		return fmt.Errorf("%w at %s: %v", ErrUnreachable, c.address, err)
 	}
 	defer resp.Body.Close()
@@ -154,6 +181,15 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		}
 	}
 	return nil
+}
+
+// unwrapURL drops net/http's "Get \"URL\":" prefix, which repeats the address.
+func unwrapURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
 }
 
 // APIError is an error the agent returned.

@@ -97,8 +97,13 @@ func (c *Cluster) EnsureCerts() error {
 	if c.Spec.TLS.Disabled {
 		return nil
 	}
+	// Members on other hosts run with their host's own certificates
+	// (pki.IssueHost, through the join file); these cover this machine's.
 	var hosts []string
 	for _, m := range c.Spec.Members {
+		if a, ok := c.Spec.Agent(m.Agent); ok && a.Remote() {
+			continue
+		}
 		for _, u := range []string{m.ClientURL, m.PeerURL} {
 			hp, err := spec.HostPort(u)
 			if err != nil {
@@ -144,7 +149,14 @@ func (c *Cluster) Agent(name string) (*agentapi.Client, error) {
 	if !ok {
 		return nil, fmt.Errorf("agent %q is not in the cluster spec", name)
 	}
-	return agentapi.NewClient(a.Address)
+	if !a.Remote() {
+		return agentapi.NewClient(a.Address)
+	}
+	tc, err := pki.AgentClientTLS(c.CertDir(), a.Name)
+	if err != nil {
+		return nil, fmt.Errorf("agent %s on host %s: %w", a.Name, a.Host, err)
+	}
+	return agentapi.NewRemoteClient(a.Name, a.Host, a.Endpoint(), tc)
 }
 
 // AgentFor returns the client of the agent that runs a member.
@@ -153,8 +165,17 @@ func (c *Cluster) AgentFor(m spec.Member) (*agentapi.Client, error) {
 }
 
 // MemberConfig builds the agent's run config of a spec member.
+//
+// A member of an agent on another host gets its paths relative to that
+// agent's directory (the agent resolves them): its data dir as the spec
+// writes it, its certificates by their names in the agent's pki directory,
+// and no binary store (the agent's own). Absolute data dirs stay absolute.
 func (c *Cluster) MemberConfig(m spec.Member) agentapi.MemberConfig {
 	s := c.Spec
+	remote := false
+	if a, ok := s.Agent(m.Agent); ok && a.Remote() {
+		remote = true
+	}
 	cfg := agentapi.MemberConfig{
 		Name:                    m.Name,
 		Version:                 s.VersionOf(m),
@@ -191,6 +212,17 @@ func (c *Cluster) MemberConfig(m spec.Member) agentapi.MemberConfig {
 		cfg.TLS = &agentapi.TLSFiles{
 			CA: f.CA, ServerCert: f.ServerCert, ServerKey: f.ServerKey,
 			PeerCert: f.PeerCert, PeerKey: f.PeerKey, ClientCert: f.ClientCert, ClientKey: f.ClientKey,
+		}
+	}
+	if remote {
+		cfg.BinaryStore = ""
+		cfg.DataDir = m.DataDir
+		if cfg.TLS != nil {
+			f := pki.FilesIn("pki")
+			cfg.TLS = &agentapi.TLSFiles{
+				CA: f.CA, ServerCert: f.ServerCert, ServerKey: f.ServerKey,
+				PeerCert: f.PeerCert, PeerKey: f.PeerKey,
+			}
 		}
 	}
 	return cfg

@@ -1,32 +1,49 @@
 // Package agent is the `steward agent` command: the per-host agent in the
-// foreground. `steward up` starts one in the background.
+// foreground (`steward up` starts one in the background on a single host;
+// systemd runs it on the hosts of a multi-host cluster), and `steward agent
+// install`, which writes that systemd unit.
 package agent
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
+	"github.com/etcd-steward/steward/internal/atomicfile"
 	agentpkg "github.com/etcd-steward/steward/pkg/agent"
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/backupd"
+	"github.com/etcd-steward/steward/pkg/join"
+	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/recovery"
+	"github.com/etcd-steward/steward/pkg/spec"
 )
 
 // NewCommand returns the agent command.
 func NewCommand(g *cli.Globals) *cobra.Command {
-	var name, socket string
+	var name, socket, joinFile, store string
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run the per-host agent that supervises this host's etcd members",
-		Args:  cobra.NoArgs,
+		Long: `Run the agent of this host in the foreground (it never daemonizes: run it under
+systemd, see 'steward agent install').
+
+On a single host, 'steward up' starts it. On a host of a multi-host cluster, the
+first run takes the join file 'steward init' or 'steward host add' wrote for this
+host (--join FILE): the agent keeps its identity in DIR/agent.yaml and its
+certificates in DIR/pki, and serves its API on the host's address over mutual TLS.
+Later runs need only --dir.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dir, err := g.StewardDir()
 			if err != nil {
@@ -36,33 +53,123 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 				return err
 			}
 			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+			o := agentpkg.Options{Name: name, Dir: dir, Socket: socket, Log: log, BinaryStore: store}
+			if joinFile != "" {
+				f, err := join.Read(joinFile)
+				if err != nil {
+					return err
+				}
+				addrs, err := join.LocalAddrs()
+				if err != nil {
+					return err
+				}
+				id, err := join.Apply(dir, f, time.Now(), addrs)
+				if err != nil {
+					return err
+				}
+				log.Info("joined cluster", "cluster", id.Cluster, "agent", id.Agent, "host", id.Host,
+					"note", "the join file holds this host's keys: delete "+joinFile)
+			}
+			id, err := join.LoadIdentity(dir)
+			switch {
+			case errors.Is(err, os.ErrNotExist):
+			case err != nil:
+				return err
+			default:
+				if cmd.Flags().Changed("name") && name != id.Agent {
+					return fmt.Errorf("%s is the directory of agent %s (DIR/%s); --name %s names another", dir, id.Agent, join.IdentityFile, name)
+				}
+				o.Name = id.Agent
+				o.Listen = id.Listen()
+				if o.TLS, err = pki.AgentServerTLS(filepath.Join(dir, "pki")); err != nil {
+					return err
+				}
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			// The continuous backup loop runs beside the supervisor; it acts
-			// only while this agent runs the etcd leader.
+			// The continuous backup loop and automatic recovery run beside
+			// the supervisor where the cluster spec is (they act only while
+			// this agent runs the etcd leader, or is the first agent).
 			bctx, bcancel := context.WithCancel(ctx)
 			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				var wg sync.WaitGroup
-				wg.Add(1)
+			if _, err := os.Stat(filepath.Join(dir, spec.FileName)); err == nil {
 				go func() {
-					defer wg.Done()
-					recovery.RunAuto(bctx, dir, name, log.With("component", "recovery"))
+					defer close(done)
+					var wg sync.WaitGroup
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						recovery.RunAuto(bctx, dir, o.Name, log.With("component", "recovery"))
+					}()
+					backupd.Run(bctx, dir, o.Name, log.With("component", "backup"))
+					wg.Wait()
 				}()
-				backupd.Run(bctx, dir, name, log.With("component", "backup"))
-				wg.Wait()
-			}()
+			} else {
+				close(done)
+				log.Info("no cluster spec in this directory: the continuous backup loop and automatic recovery do not run on this host")
+			}
 			stopBackups := sync.OnceFunc(func() { bcancel(); <-done })
 			defer stopBackups()
-			return agentpkg.New(agentpkg.Options{
-				Name: name, Dir: dir, Socket: socket, Log: log,
-				BeforeStop:   stopBackups,
-				NewestBackup: func() int64 { return backup.NewestBackedUpRevision(filepath.Join(dir, "status")) },
-			}).Run(ctx)
+			o.BeforeStop = stopBackups
+			o.NewestBackup = func() int64 { return backup.NewestBackedUpRevision(filepath.Join(dir, "status")) }
+			return agentpkg.New(o).Run(ctx)
 		},
 	}
-	cmd.Flags().StringVar(&name, "name", "local", "agent name, as in the cluster spec's agents list")
+	cmd.Flags().StringVar(&name, "name", "local", "agent name, as in the cluster spec's agents list (a joined host's comes from DIR/agent.yaml)")
 	cmd.Flags().StringVar(&socket, "socket", "", "Unix socket of the API (default DIR/run/agent.sock; DIR/run/agent-NAME.sock for other names)")
+	cmd.Flags().StringVar(&joinFile, "join", "", "join a multi-host cluster with this host's join file (written by `steward init` or `steward host add`)")
+	cmd.Flags().StringVar(&store, "binary-store", "", "binary store of members configured from another host (default DIR/binaries)")
+	cmd.AddCommand(newInstallCommand(g))
+	return cmd
+}
+
+func newInstallCommand(g *cli.Globals) *cobra.Command {
+	var user, unitDir, store string
+	cmd := &cobra.Command{
+		Use:   "install",
+		Short: "Write the systemd unit that runs this host's agent",
+		Long: `Write UNIT-DIR/steward-agent.service, which runs 'steward agent --dir DIR' as USER and
+restarts it whatever ends it, then print the commands that enable it. Join the
+host first ('steward agent --dir DIR --join FILE' once, or let the unit's first
+run do it by passing --join through 'steward agent' by hand).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			dir, err := g.StewardDir()
+			if err != nil {
+				return err
+			}
+			exe, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			if exe, err = filepath.EvalSymlinks(exe); err != nil {
+				return err
+			}
+			var args []string
+			if store != "" {
+				abs, err := filepath.Abs(store)
+				if err != nil {
+					return err
+				}
+				args = append(args, "--binary-store", abs)
+			}
+			unit, err := agentpkg.SystemdUnit(agentpkg.UnitOptions{Binary: exe, Dir: dir, User: user, Args: args})
+			if err != nil {
+				return err
+			}
+			if _, err := os.Stat(unitDir); err != nil {
+				return fmt.Errorf("unit directory %s: %w (is this a systemd host? give --unit-dir)", unitDir, err)
+			}
+			p := filepath.Join(unitDir, "steward-agent.service")
+			if err := atomicfile.WriteFile(p, []byte(unit), 0o644); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s\nenable it with:\n  systemctl daemon-reload && systemctl enable --now steward-agent\n", p)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&user, "user", "root", "user the agent and its members run as (it must own DIR)")
+	cmd.Flags().StringVar(&unitDir, "unit-dir", "/etc/systemd/system", "where systemd units go")
+	cmd.Flags().StringVar(&store, "binary-store", "", "binary store the agent runs members from (default DIR/binaries)")
 	return cmd
 }
