@@ -22,12 +22,31 @@ var ErrUnreachable = errors.New("agent unreachable")
 // Client talks to one agent.
 type Client struct {
 	address string
-	// who names the agent in errors: "agent NAME on host HOST" for a
-	// remote agent, empty for a local one (its address says enough).
-	who  string
-	base string
-	hc   *http.Client
+	// name and host name a remote agent in errors; empty for a local one
+	// (its socket address says enough).
+	name, host string
+	base       string
+	hc         *http.Client
 }
+
+// UnreachableError is a remote agent that did not answer. It wraps
+// ErrUnreachable.
+type UnreachableError struct {
+	Agent, Host, Address string
+	Err                  error
+}
+
+func (e *UnreachableError) Error() string {
+	return fmt.Sprintf("agent %s on host %s unreachable at %s: %v; check that `steward agent` runs there and that this machine reaches that address",
+		e.Agent, e.Host, e.Address, e.Err)
+}
+
+// Short says the same without the advice (status tables).
+func (e *UnreachableError) Short() string {
+	return fmt.Sprintf("host %s (%s) unreachable: %v", e.Agent, e.Host, e.Err)
+}
+
+func (e *UnreachableError) Unwrap() []error { return []error{ErrUnreachable, e.Err} }
 
 // NewClient returns a client for an agent address: unix:///path/agent.sock.
 func NewClient(address string) (*Client, error) {
@@ -57,7 +76,7 @@ func NewRemoteClient(name, host, address string, tc *tls.Config) (*Client, error
 		IdleConnTimeout:     30 * time.Second,
 	}
 	return &Client{
-		address: address, who: fmt.Sprintf("agent %s on host %s", name, host),
+		address: address, name: name, host: host,
 		base: strings.TrimRight(address, "/"), hc: &http.Client{Transport: tr},
 	}, nil
 }
@@ -157,9 +176,8 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		if c.who != "" {
-			return fmt.Errorf("%s: %w at %s: %v; check that `steward agent` runs there and that this machine reaches that address",
-				c.who, ErrUnreachable, c.address, unwrapURL(err))
+		if c.name != "" {
+			return &UnreachableError{Agent: c.name, Host: c.host, Address: c.address, Err: unwrapURL(err)}
 		}
 		return fmt.Errorf("%w at %s: %v", ErrUnreachable, c.address, err)
 	}

@@ -110,15 +110,21 @@ func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*clust
 		return nil, warnings, err
 	}
 
-	ac, startedAgent, err := ensureLocalAgent(ctx, c, o.StewardBinary, say)
-	if err != nil {
-		return nil, warnings, err
-	}
+	// The local agent runs this machine's members; a cluster whose members
+	// all live on other hosts needs none here.
+	var ac *agentapi.Client
+	startedAgent := false
 	running := map[string]bool{}
-	if ms, err := ac.Members(ctx); err == nil {
-		for _, m := range ms {
-			if m.State == agentapi.StateRunning || m.State == agentapi.StateStarting {
-				running[m.Name] = true
+	if s.Uses(spec.LocalAgent) {
+		ac, startedAgent, err = ensureLocalAgent(ctx, c, o.StewardBinary, say)
+		if err != nil {
+			return nil, warnings, err
+		}
+		if ms, err := ac.Members(ctx); err == nil {
+			for _, m := range ms {
+				if m.State == agentapi.StateRunning || m.State == agentapi.StateStarting {
+					running[m.Name] = true
+				}
 			}
 		}
 	}
@@ -144,7 +150,11 @@ func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*clust
 			if err != nil {
 				return nil, warnings, err
 			}
-			if err := other.Ping(ctx, 2*time.Second); err != nil {
+			if err := other.Ping(ctx, 5*time.Second); err != nil {
+				if a, _ := s.Agent(m.Agent); a.Remote() {
+					return nil, warnings, fmt.Errorf("member %s: %w; on host %s, run `steward agent --dir DIR --join %s` (first time) or start its service (`systemctl start steward-agent`)",
+						m.Name, err, m.Agent, filepath.Join(dir, "join", m.Agent+".yaml"))
+				}
 				return nil, warnings, fmt.Errorf("member %s: agent %s does not answer at %s: start it on its host (`steward agent --name %s`)",
 					m.Name, m.Agent, other.Address(), m.Agent)
 			}

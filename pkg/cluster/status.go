@@ -28,6 +28,19 @@ type Status struct {
 	Cluster    ClusterStatus  `json:"cluster"`
 	Members    []MemberStatus `json:"members"`
 	Conditions []Condition    `json:"conditions"`
+	// Agents is each agent (one per host) as the command found it.
+	Agents []AgentStatus `json:"agents"`
+}
+
+// AgentStatus is one agent as a status probe reached it.
+type AgentStatus struct {
+	Name string `json:"name"`
+	// Host is the agent's host address; empty for an agent on this
+	// machine (reached on its Unix socket).
+	Host      string `json:"host,omitempty"`
+	Endpoint  string `json:"endpoint"`
+	Reachable bool   `json:"reachable"`
+	Error     string `json:"error,omitempty"`
 }
 
 // ClusterStatus describes the cluster as a whole.
@@ -251,6 +264,17 @@ func (c *Cluster) Status(ctx context.Context) (*Status, error) {
 		}()
 	}
 	wg.Wait()
+	for _, a := range c.Spec.Agents {
+		as := AgentStatus{Name: a.Name, Host: a.Host, Endpoint: a.Endpoint(), Reachable: agentErr[a.Name] == nil}
+		if err := agentErr[a.Name]; err != nil {
+			as.Error = ShortErr(err)
+			var ue *agentapi.UnreachableError
+			if errors.As(err, &ue) {
+				as.Error = ue.Short()
+			}
+		}
+		st.Agents = append(st.Agents, as)
+	}
 
 	// etcd's member list, from any member that can give it.
 	var list *clientv3.MemberListResponse
@@ -357,7 +381,12 @@ func (c *Cluster) Status(ctx context.Context) (*Status, error) {
 			}
 		} else if err := agentErr[m.Agent]; err != nil {
 			ms.Process = "Unknown"
-			if !ms.Healthy {
+			var ue *agentapi.UnreachableError
+			switch {
+			case ms.Healthy:
+			case errors.As(err, &ue):
+				ms.LastError = ue.Short()
+			default:
 				ms.LastError = fmt.Sprintf("agent %s: %v", m.Agent, ShortErr(err))
 			}
 		} else {

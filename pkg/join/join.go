@@ -158,7 +158,7 @@ func (f *File) Check(now time.Time, localAddrs []net.IP) error {
 		if err != nil {
 			return err
 		}
-		if !anyLocal(ips, localAddrs) {
+		if !anyLocal(ips, localAddrs) && !bindable(ips) {
 			return fmt.Errorf("%w: it is for host %s at %s, and no interface here has that address; copy it to that host, or fix the address on the coordinator", ErrNotThisHost, f.Agent, f.Host)
 		}
 	}
@@ -249,6 +249,20 @@ func resolve(host string) ([]net.IP, error) {
 		return nil, fmt.Errorf("host address %q does not resolve: %w", host, err)
 	}
 	return ips, nil
+}
+
+// bindable reports whether a listener can bind one of ips here: the
+// address belongs to this machine even when no interface lists it (a
+// loopback address other than 127.0.0.1, say).
+func bindable(ips []net.IP) bool {
+	for _, ip := range ips {
+		l, err := net.Listen("tcp", net.JoinHostPort(ip.String(), "0"))
+		if err == nil {
+			l.Close()
+			return true
+		}
+	}
+	return false
 }
 
 func anyLocal(ips, local []net.IP) bool {

@@ -185,6 +185,16 @@ func (a Agent) Endpoint() string {
 // another.
 const DefaultAgentPort = 2378
 
+// Uses reports whether any member runs on the named agent.
+func (c *Cluster) Uses(agent string) bool {
+	for _, m := range c.Members {
+		if m.Agent == agent {
+			return true
+		}
+	}
+	return false
+}
+
 // MultiHost reports whether the spec places agents on other hosts.
 func (c *Cluster) MultiHost() bool {
 	for _, a := range c.Agents {

@@ -14,6 +14,8 @@ import (
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/down"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/env"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/etcd"
+	"github.com/etcd-steward/steward/cmd/steward/internal/command/host"
+	"github.com/etcd-steward/steward/cmd/steward/internal/command/initcluster"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/inspect"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/leader"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/member"
@@ -38,6 +40,7 @@ func NewRootCommand() *cobra.Command {
 	}
 	g.AddFlags(root)
 	root.AddCommand(
+		initcluster.NewCommand(g),
 		up.NewCommand(g),
 		down.NewCommand(g),
 		env.NewCommand(g),
@@ -55,6 +58,7 @@ func NewRootCommand() *cobra.Command {
 		inspect.NewCommand(g),
 		migrate.NewCommand(g),
 		agent.NewCommand(g),
+		host.NewCommand(g),
 		binaries.NewCommand(g),
 		etcd.NewCommand(),
 	)
