@@ -23,6 +23,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/join"
 	"github.com/etcd-steward/steward/pkg/progress"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
@@ -284,7 +285,10 @@ func Down(ctx context.Context, dir string, o DownOptions, say progress.Func) err
 	// Down works from whatever is there: an invalid or missing spec must
 	// not keep the operator from stopping the processes.
 	addr := "unix://" + agent.SocketPath(dir)
-	if s, err := spec.Load(filepath.Join(dir, spec.FileName)); err == nil {
+	if id, err := join.LoadIdentity(dir); err == nil {
+		// A host of a multi-host cluster: its agent's own socket.
+		addr = "unix://" + agent.SocketPathFor(dir, id.Agent)
+	} else if s, err := spec.Load(filepath.Join(dir, spec.FileName)); err == nil {
 		if a, ok := s.Agent(spec.LocalAgent); ok {
 			addr = a.Address
 		}

@@ -192,9 +192,22 @@ func ProcessesUsing(dir string) []int {
 // called from any goroutine).
 func (e *Env) Run(args ...string) (string, string, error) {
 	e.TB.Helper()
+	return e.runIn(e.Dir, args...)
+}
+
+// RunDir is Run with another Steward directory (a host's, in a
+// multi-host test).
+func (e *Env) RunDir(dir string, args ...string) (string, string, error) {
+	e.TB.Helper()
+	return e.runIn(dir, args...)
+}
+
+// runIn is Run with another Steward directory.
+func (e *Env) runIn(dir string, args ...string) (string, string, error) {
+	e.TB.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, e.Bin, append(args, "--dir", e.Dir)...)
+	cmd := exec.CommandContext(ctx, e.Bin, append(args, "--dir", dir)...)
 	cmd.Env = append(os.Environ(), "STEWARD_DIR=")
 	var so, se bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &so, &se

@@ -205,20 +205,24 @@ func ScanLogRaces(dir string) (LogRaces, error) {
 
 // checkLogRaces fails the test for every data race of Steward in the logs
 // of its Steward directory, and notes etcd's own.
-func (e *Env) checkLogRaces() {
-	r, err := ScanLogRaces(e.Dir)
+func (e *Env) checkLogRaces() { e.checkLogRacesIn(e.Dir) }
+
+// checkLogRacesIn does checkLogRaces for another Steward directory (a
+// host's, in a multi-host test).
+func (e *Env) checkLogRacesIn(dir string) {
+	r, err := ScanLogRaces(dir)
 	if err != nil {
 		e.TB.Errorf("cleanup: scan the logs for data races: %v", err)
 	}
 	for _, name := range sortedKeys(r.Steward) {
 		reps := r.Steward[name]
 		e.TB.Errorf("data race: %s reports %d data race(s) in Steward (race-built steward; %s):\n%s",
-			filepath.Join(e.Dir, "logs", name), len(reps), raceHint, raceMessage(reps, raceExcerptLines))
+			filepath.Join(dir, "logs", name), len(reps), raceHint, raceMessage(reps, raceExcerptLines))
 	}
 	for _, name := range sortedKeys(r.Etcd) {
 		reps := r.Etcd[name]
 		e.TB.Logf("note: %s reports %d data race(s) in etcd's own code, not Steward's (a member ran the embedded etcd server of the race-built steward, which members should not: the test store holds every version):\n%s",
-			filepath.Join(e.Dir, "logs", name), len(reps), raceMessage(reps, 20))
+			filepath.Join(dir, "logs", name), len(reps), raceMessage(reps, 20))
 	}
 }
 

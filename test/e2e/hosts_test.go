@@ -1,0 +1,260 @@
+package e2e
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/etcd-steward/steward/pkg/agentapi"
+	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/join"
+	"github.com/etcd-steward/steward/pkg/pki"
+	"github.com/etcd-steward/steward/test/harness"
+	"github.com/etcd-steward/steward/test/workload"
+)
+
+// TestHostsPartitions runs a three-member cluster on three hosts (network
+// namespaces, one agent each, the coordinator in the root namespace) and
+// cuts hosts off: a follower's (status names the host, Ready stays True,
+// AllMembersReady goes False, the majority keeps taking writes, a client
+// on the cut host gets only errors), then the leader's (a new leader is
+// elected). After each heal the cluster settles with every acknowledged
+// write present.
+func TestHostsPartitions(t *testing.T) {
+	hs := harness.NewHosts(t, 3)
+	hs.Init("3.6.16")
+	hs.StartAgents()
+
+	t.Run("up", func(t *testing.T) {
+		e := hs.Env.For(t)
+		out := e.MustRun("up")
+		if !strings.Contains(out, "is healthy: 3 members") {
+			t.Fatalf("up: %s", out)
+		}
+		st := e.WaitStatus(time.Minute, "three healthy members on three hosts", harness.Healthy)
+		for _, m := range st.Members {
+			h := hs.Host(m.Agent)
+			if !strings.Contains(m.ClientURLs[0], h.Addr) || m.Process != "Running" {
+				t.Errorf("member %s: client URL %v, process %s; want it on host %s (%s), running", m.Name, m.ClientURLs, m.Process, h.Name, h.Addr)
+			}
+		}
+		for _, a := range st.Agents {
+			if !a.Reachable || a.Host != hs.Host(a.Name).Addr {
+				t.Errorf("agent %+v", a)
+			}
+		}
+	})
+	if t.Failed() {
+		return
+	}
+
+	cli := hs.Client()
+	defer cli.Close()
+	w := workload.Start(t, cli, workload.Options{Prefix: "hosts", Interval: 5 * time.Millisecond, Attempts: 20, Timeout: 3 * time.Second})
+	harness.Eventually(t, 20*time.Second, 50*time.Millisecond, "writes acknowledged", w.AckedAbove(50))
+
+	t.Run("follower host cut off", func(t *testing.T) {
+		e := hs.Env.For(t)
+		st := e.Status()
+		var victim cluster.MemberStatus
+		for _, m := range st.Members {
+			if m.Role == "follower" {
+				victim = m
+				break
+			}
+		}
+		h := hs.Host(victim.Agent)
+		h.Cut(t)
+		cut := time.Now()
+		st = e.WaitStatus(30*time.Second, "the cut host reported, quorum kept", func(st *cluster.Status) bool {
+			m, _ := st.Member(victim.Name)
+			return harness.Cond(st, cluster.CondReady).Status == "True" &&
+				harness.Cond(st, cluster.CondAllMembersReady).Status == "False" &&
+				strings.Contains(m.LastError, fmt.Sprintf("host %s (%s) unreachable", h.Name, h.Addr))
+		})
+		t.Logf("status named the cut host %s after %s", h.Name, time.Since(cut).Round(time.Millisecond))
+		if msg := harness.Cond(st, cluster.CondAllMembersReady).Message; !strings.Contains(msg, h.Name) {
+			t.Errorf("AllMembersReady does not name host %s: %s", h.Name, msg)
+		}
+		for _, a := range st.Agents {
+			if a.Name == h.Name && (a.Reachable || !strings.Contains(a.Error, "unreachable")) {
+				t.Errorf("agent of the cut host: %+v", a)
+			}
+		}
+		// The majority keeps writing (a client of the majority's members:
+		// one that also holds the cut member's endpoint waits out its
+		// request timeout whenever its balancer picks that one).
+		majority(t, hs, victim.Name)
+
+		// A client on the cut host, attached only to its member, gets
+		// errors and never a successful write.
+		out, err := h.RunIn(t, 20*time.Second, etcdctl(hs.Env, "3.6.16"), "--endpoints", victim.ClientURLs[0],
+			"--cacert", filepath.Join(hs.Dir, "pki", "ca.crt"), "--cert", filepath.Join(hs.Dir, "pki", "client.crt"),
+			"--key", filepath.Join(hs.Dir, "pki", "client.key"), "--command-timeout=3s", "put", "minority/key", "x")
+		if err == nil {
+			t.Fatalf("a write through the member of the cut host succeeded: %s", out)
+		}
+		t.Logf("minority write refused: %v: %s", err, strings.TrimSpace(out))
+
+		h.Heal(t)
+		e.WaitStatus(time.Minute, "the healed host's member back", harness.Healthy)
+		g, err := hs.Client(victim.Name).Get(t.Context(), "minority/key")
+		if err != nil || len(g.Kvs) != 0 {
+			t.Fatalf("the minority write must not exist: %v %v", g, err)
+		}
+	})
+	if t.Failed() {
+		return
+	}
+
+	t.Run("leader host cut off", func(t *testing.T) {
+		e := hs.Env.For(t)
+		st := e.Status()
+		old := st.Cluster.Leader
+		lm, _ := st.Member(old)
+		h := hs.Host(lm.Agent)
+		h.Cut(t)
+		st = e.WaitStatus(30*time.Second, "a new leader on the majority side", func(st *cluster.Status) bool {
+			return st.Cluster.Leader != "" && st.Cluster.Leader != old &&
+				harness.Cond(st, cluster.CondReady).Status == "True"
+		})
+		t.Logf("leader moved from %s to %s", old, st.Cluster.Leader)
+		majority(t, hs, old)
+		h.Heal(t)
+		e.WaitStatus(time.Minute, "the old leader's host back", harness.Healthy)
+	})
+
+	res := w.Stop()
+	t.Logf("writer: %s", res)
+	workload.RequireKeys(t, cli, res)
+}
+
+// TestHostsBadInput: each refusal of the multi-host path says what is wrong
+// in one error and changes nothing.
+func TestHostsBadInput(t *testing.T) {
+	hs := harness.NewHosts(t, 2)
+	hs.Init("3.6.16")
+	h1, h2 := hs.Hosts[0], hs.Hosts[1]
+
+	// Another cluster's coordinator with a host at h2's address, for a
+	// join file of another cluster.
+	other := harness.New(t)
+	other.MustRun("init", "--version", "3.6.16", "--binary-store", other.Store, "--host", "h2="+h2.Addr)
+
+	t.Run("host address not on this machine", func(t *testing.T) {
+		// The root namespace does not have h1's address.
+		_, se, err := hs.RunDir(h1.Dir, "agent", "--join", hs.JoinFile("h1"))
+		if err == nil || !strings.Contains(se, "join file's host address is not on this machine: it is for host h1 at "+h1.Addr) {
+			t.Fatalf("want the address refused: %v: %s", err, se)
+		}
+		requireNotJoined(t, h1.Dir)
+	})
+	t.Run("join file of another cluster", func(t *testing.T) {
+		h2.StartAgent(t, hs.JoinFile("h2"))
+		before, err := join.LoadIdentity(h2.Dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := h2.RunAgent(t, "--join", filepath.Join(other.Dir, "join", "h2.yaml"))
+		if err == nil || !strings.Contains(out, "join file is for another cluster: "+h2.Dir+" already belongs to cluster steward (token "+before.ClusterToken+")") {
+			t.Fatalf("want another cluster's file refused: %v: %s", err, out)
+		}
+		if after, err := join.LoadIdentity(h2.Dir); err != nil || *after != *before {
+			t.Fatalf("the identity changed: %+v %v", after, err)
+		}
+	})
+	t.Run("expired join file", func(t *testing.T) {
+		// Valid for 1 ms: expired by the time the agent (a new process)
+		// reads it.
+		hs.MustRun("host", "add", "h1="+h1.Addr, "--join-validity", "1ms")
+		out, err := h1.RunAgent(t, "--join", hs.JoinFile("h1"))
+		if err == nil || !strings.Contains(out, "join file expired at") || !strings.Contains(out, "steward host add h1="+h1.Addr) {
+			t.Fatalf("want the expired file refused with the command that writes a new one: %v: %s", err, out)
+		}
+		requireNotJoined(t, h1.Dir)
+	})
+	t.Run("agent certificate presented by the wrong host", func(t *testing.T) {
+		// h2's agent runs; a coordinator that believes h1 lives at h2's
+		// address must refuse what answers there.
+		tc, err := pki.AgentClientTLS(filepath.Join(hs.Dir, "pki"), "h1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ac, err := agentapi.NewRemoteClient("h1", h2.Addr, fmt.Sprintf("https://%s:2378", h2.Addr), tc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = ac.Info(t.Context())
+		if err == nil || !strings.Contains(err.Error(), `the host answered with the certificate of "steward-agent:h2", not of agent "steward-agent:h1"`) {
+			t.Fatalf("want the wrong agent refused: %v", err)
+		}
+	})
+	t.Run("agent refuses identities other than the admin", func(t *testing.T) {
+		// The host's own etcd server certificate is signed by the same CA
+		// but is not the admin: the agent API refuses it.
+		tc, err := pki.AgentClientTLS(filepath.Join(hs.Dir, "pki"), "h2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pair, err := tls.LoadX509KeyPair(filepath.Join(h2.Dir, "pki", "server.crt"), filepath.Join(h2.Dir, "pki", "server.key"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tc.Certificates = []tls.Certificate{pair}
+		ac, err := agentapi.NewRemoteClient("h2", h2.Addr, fmt.Sprintf("https://%s:2378", h2.Addr), tc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ac.Members(t.Context()); err == nil || !errors.Is(err, agentapi.ErrUnreachable) {
+			t.Fatalf("want the server certificate refused by the agent: %v", err)
+		}
+		// The admin certificate works.
+		tc, _ = pki.AgentClientTLS(filepath.Join(hs.Dir, "pki"), "h2")
+		ac, _ = agentapi.NewRemoteClient("h2", h2.Addr, fmt.Sprintf("https://%s:2378", h2.Addr), tc)
+		if info, err := ac.Info(t.Context()); err != nil || info.Name != "h2" {
+			t.Fatalf("the admin is refused: %+v %v", info, err)
+		}
+	})
+	t.Run("member on an unknown host", func(t *testing.T) {
+		before := hs.Spec()
+		se := hs.MustFail("member", "add", "etcd-9", "--host", "nowhere")
+		if !strings.Contains(se, `host "nowhere" is not in`) {
+			t.Fatalf("want the unknown host named: %s", se)
+		}
+		if after := hs.Spec(); len(after.Members) != len(before.Members) || len(after.Agents) != len(before.Agents) {
+			t.Fatalf("the spec changed: %+v", after)
+		}
+	})
+}
+
+// majority writes through the members other than cut until 50 writes
+// are acknowledged, and checks each is there.
+func majority(t *testing.T, hs *harness.Hosts, cut string) {
+	t.Helper()
+	var others []string
+	for _, m := range hs.Spec().Members {
+		if m.Name != cut {
+			others = append(others, m.Name)
+		}
+	}
+	cli := hs.Client(others...)
+	defer cli.Close()
+	w := workload.Start(t, cli, workload.Options{Prefix: "majority-" + cut + "-" + time.Now().Format("150405.000"), Attempts: 10, Timeout: 3 * time.Second})
+	harness.Eventually(t, 30*time.Second, 50*time.Millisecond, "writes on the majority side ("+strings.Join(others, ", ")+")", w.AckedAbove(50))
+	res := w.Stop()
+	workload.RequireKeys(t, cli, res)
+}
+
+func requireNotJoined(t *testing.T, dir string) {
+	t.Helper()
+	if _, err := join.LoadIdentity(dir); err == nil {
+		t.Fatalf("%s joined a cluster although the join was refused", dir)
+	}
+}
+
+// etcdctl is the etcdctl of version v in the test store.
+func etcdctl(e *harness.Env, v string) string { return filepath.Join(e.Store, "etcd-v"+v, "etcdctl") }
