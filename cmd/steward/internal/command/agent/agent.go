@@ -55,11 +55,12 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 			}()
 			stopBackups := sync.OnceFunc(func() { bcancel(); <-done })
 			defer stopBackups()
-			return agentpkg.New(agentpkg.Options{
+			err = agentpkg.New(agentpkg.Options{
 				Name: name, Dir: dir, Socket: socket, Log: log,
 				BeforeStop:   stopBackups,
 				NewestBackup: func() int64 { return backup.NewestBackedUpRevision(filepath.Join(dir, "status")) },
 			}).Run(ctx)
+			return cli.Hint(err, agentpkg.ErrSocketPathTooLong, "use a shorter --dir or --socket")
 		},
 	}
 	cmd.Flags().StringVar(&name, "name", "local", "agent name, as in the cluster spec's agents list")
