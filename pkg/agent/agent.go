@@ -80,6 +80,10 @@ type Agent struct {
 	shutdownCh   chan struct{} // closed once by Shutdown; Run waits on it
 }
 
+// ErrSocketPathTooLong refuses to run with a socket path above the Unix
+// socket limit (it is Options.Socket, by default under Options.Dir).
+var ErrSocketPathTooLong = errors.New("agent socket path too long")
+
 // SocketPath is the default socket path for a Steward directory.
 func SocketPath(dir string) string { return filepath.Join(dir, "run", "agent.sock") }
 
@@ -135,7 +139,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 	if len(a.opts.Socket) > 100 {
-		return fmt.Errorf("agent socket path %s is %d bytes, above the Unix socket limit: use a shorter --dir", a.opts.Socket, len(a.opts.Socket))
+		return fmt.Errorf("%w: %s is %d bytes, above the Unix socket limit", ErrSocketPathTooLong, a.opts.Socket, len(a.opts.Socket))
 	}
 	lock := "agent.lock"
 	if a.opts.Name != "local" {

@@ -171,3 +171,28 @@ func TestHoldBackHash(t *testing.T) {
 		}
 	}
 }
+
+// TestEncryptedNeedsKey: reading an encrypted backup without a key is
+// refused with ErrNeedKey, a message that names the backup and its key id
+// (and no flag: the command adds that), before the store is read.
+func TestEncryptedNeedsKey(t *testing.T) {
+	s, err := NewLocalStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	full := Manifest{ID: "20260101T000000.000Z-full-r10", Kind: KindFull, Encryption: "aes-256-gcm", KeyID: "k1"}
+	delta := Manifest{ID: "20260101T000001.000Z-delta-r11", Kind: KindDelta, Encryption: "aes-256-gcm", KeyID: "k1"}
+	for name, err := range map[string]error{
+		"fetch":        Fetch(ctx, s, full, nil, filepath.Join(t.TempDir(), "db")),
+		"verify delta": VerifyDelta(ctx, s, delta, nil),
+	} {
+		if !errors.Is(err, ErrNeedKey) {
+			t.Errorf("%s: %v, want ErrNeedKey", name, err)
+			continue
+		}
+		if msg := err.Error(); !strings.Contains(msg, "is encrypted (key id k1)") || strings.Contains(msg, "--") {
+			t.Errorf("%s: %q", name, msg)
+		}
+	}
+}

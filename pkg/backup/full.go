@@ -267,13 +267,16 @@ func packStream(dst io.Writer, src io.Reader, key *Key) (int64, string, error) {
 	return cw.n, hex.EncodeToString(h.Sum(nil)), nil
 }
 
+// ErrNeedKey: the backup is encrypted and no key was given to read it.
+var ErrNeedKey = errors.New("no key given")
+
 // openObject opens a stored object, checks the key, and returns a reader of
 // its plaintext. Call finish after reading to the end: it checks the
 // object's size and SHA-256 against the manifest.
 func openObject(ctx context.Context, s Store, m Manifest, key *Key) (r io.Reader, finish func() error, closeFn func(), err error) {
 	if m.Encryption != "" {
 		if key == nil {
-			return nil, nil, nil, fmt.Errorf("backup %s is encrypted (key id %s): give its key with --key-file", m.ID, m.KeyID)
+			return nil, nil, nil, fmt.Errorf("backup %s is encrypted (key id %s): %w", m.ID, m.KeyID, ErrNeedKey)
 		}
 		if key.ID() != m.KeyID {
 			return nil, nil, nil, fmt.Errorf("backup %s was encrypted with key id %s, but the key given has id %s: wrong key", m.ID, m.KeyID, key.ID())

@@ -39,6 +39,18 @@ type ImportOptions struct {
 	Force bool
 }
 
+// Refusals of Import a command can turn into advice about its flags
+// (errors.Is).
+var (
+	// ErrUnknownVersion: no version was claimed and the name of the source
+	// does not tell it (ImportOptions.Version names it).
+	ErrUnknownVersion = errors.New("cannot tell the etcd version")
+	// ErrDifferentBinary: the store holds another etcd binary under the
+	// version being imported (ImportOptions.Force replaces it, keeping the
+	// old directory aside).
+	ErrDifferentBinary = errors.New("a different etcd binary is stored under this version")
+)
+
 // Import copies etcd (and etcdctl and etcdutl when present) from src into
 // the store. src is a directory holding the binaries or an official release
 // tarball (etcd-vX.Y.Z-linux-amd64.tar.gz). The copy is checked with
@@ -70,7 +82,7 @@ func importVersion(src, claimed string) (string, error) {
 	if v, ok := versionFromName(filepath.Base(filepath.Clean(src))); ok {
 		return v, nil
 	}
-	return "", fmt.Errorf("cannot tell the etcd version from the name %q: pass it with --version", filepath.Base(src))
+	return "", fmt.Errorf("%w from the name %q", ErrUnknownVersion, filepath.Base(src))
 }
 
 // versionFromName deduces a version from names like
@@ -195,8 +207,7 @@ func (s *Store) doImport(ctx context.Context, src string, tarball bool, v string
 			oldSum = "unknown"
 		}
 		if !opt.Force {
-			return Binary{}, fmt.Errorf("%s already holds a different etcd binary (sha256 %s, importing %s): use --force to replace it (the old directory is kept aside)",
-				dest, oldSum, files[toolEtcd])
+			return Binary{}, fmt.Errorf("%w: %s holds etcd sha256 %s, importing %s", ErrDifferentBinary, dest, oldSum, files[toolEtcd])
 		}
 		if restore, err = s.setAside(dest); err != nil {
 			return Binary{}, err

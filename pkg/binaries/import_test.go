@@ -3,6 +3,7 @@ package binaries
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -159,6 +160,7 @@ func TestImportTarball(t *testing.T) {
 		name    string
 		opt     ImportOptions
 		wantErr []string
+		is      error // a sentinel the error wraps, or nil
 	}{
 		{name: "no sha256"},
 		{name: "correct sha256", opt: ImportOptions{SHA256: sum}},
@@ -260,6 +262,7 @@ func TestImportErrorsLeaveStoreUnchanged(t *testing.T) {
 		src     func(t *testing.T) string
 		opt     ImportOptions
 		wantErr []string
+		is      error // a sentinel the error wraps, or nil
 	}{
 		{
 			name:    "directory sha256 mismatch",
@@ -281,7 +284,8 @@ func TestImportErrorsLeaveStoreUnchanged(t *testing.T) {
 		{
 			name:    "no version",
 			src:     func(t *testing.T) string { return copyBinaries(t, cache, "bin", "etcd") },
-			wantErr: []string{"--version"},
+			wantErr: []string{`cannot tell the etcd version from the name "bin"`},
+			is:      ErrUnknownVersion,
 		},
 		{
 			name:    "invalid version",
@@ -316,7 +320,8 @@ func TestImportErrorsLeaveStoreUnchanged(t *testing.T) {
 				appendByte(t, filepath.Join(d, "etcd"))
 				return d
 			},
-			wantErr: []string{"already holds a different etcd binary", etcdSum, "--force"},
+			wantErr: []string{"a different etcd binary is stored under this version", etcdSum},
+			is:      ErrDifferentBinary,
 		},
 	}
 	for _, tt := range tests {
@@ -329,6 +334,12 @@ func TestImportErrorsLeaveStoreUnchanged(t *testing.T) {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error %q does not contain %q", err, w)
 				}
+			}
+			if tt.is != nil && !errors.Is(err, tt.is) {
+				t.Errorf("error %q does not wrap %q", err, tt.is)
+			}
+			if tt.is != nil && strings.Contains(err.Error(), "--") {
+				t.Errorf("error %q names a flag: the command adds that", err)
 			}
 			assertSnapshot(t, store, before)
 		})
@@ -364,7 +375,7 @@ func TestReimport(t *testing.T) {
 	changed := copyBinaries(t, cache, "v"+testVersion, "etcd", "etcdctl")
 	appendByte(t, filepath.Join(changed, "etcd"))
 	newSum := sha256File(t, filepath.Join(changed, "etcd"))
-	if _, err := s.Import(ctx, changed, ImportOptions{}); err == nil || !strings.Contains(err.Error(), "--force") {
+	if _, err := s.Import(ctx, changed, ImportOptions{}); !errors.Is(err, ErrDifferentBinary) {
 		t.Fatalf("import of a different binary without force: %v", err)
 	}
 	assertSnapshot(t, store, before)

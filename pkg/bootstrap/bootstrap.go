@@ -44,6 +44,41 @@ type UpOptions struct {
 	Timeout time.Duration
 }
 
+// ErrNewClusterOnly refuses an UpOptions field that shapes a new spec
+// (Members, Version, TLSOff, BinaryStore) when it contradicts the spec the
+// Steward directory already holds.
+var ErrNewClusterOnly = errors.New("the option applies only to a new cluster")
+
+// OptionError is ErrNewClusterOnly for one UpOptions field, named by
+// Option; a command matches it (errors.As) to name its flag.
+type OptionError struct {
+	cluster.Refusal
+	Option string
+}
+
+func newClusterOnly(option, format string, args ...any) error {
+	return &OptionError{Refusal: cluster.Refusal{Kind: ErrNewClusterOnly, Msg: fmt.Sprintf(format, args...)}, Option: option}
+}
+
+// AgentDownError: the agent of a member on another host does not answer;
+// it is started on its host. Err is why the ping failed.
+type AgentDownError struct {
+	Member, Agent, Address string
+	// JoinFile is the host's join file, for an agent on another host.
+	JoinFile string
+	Err      error
+}
+
+func (e *AgentDownError) Error() string {
+	if e.JoinFile != "" {
+		// Err names the host, its address and what was tried.
+		return fmt.Sprintf("member %s: %v", e.Member, e.Err)
+	}
+	return fmt.Sprintf("member %s: agent %s does not answer at %s (%v): start it on its host", e.Member, e.Agent, e.Address, e.Err)
+}
+
+func (e *AgentDownError) Unwrap() error { return e.Err }
+
 // Up starts the cluster of a Steward directory, writing a default spec
 // first when there is none, and returns when every member is healthy.
 func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*cluster.Cluster, []string, error) {
@@ -61,18 +96,18 @@ func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*clust
 			return nil, nil, err
 		}
 		if o.Members != 0 && o.Members != len(s.Members) {
-			return nil, nil, fmt.Errorf("%s already describes %d members; --members applies only to a new cluster (use `steward member add` or `remove`)", specPath, len(s.Members))
+			return nil, nil, newClusterOnly("Members", "%s already describes %d members; the member count applies only to a new cluster (use `steward member add` or `remove`)", specPath, len(s.Members))
 		}
 		if o.Version != "" {
 			if nv, err := binaries.NormalizeVersion(o.Version); err != nil || nv != s.Version {
-				return nil, nil, fmt.Errorf("%s already runs etcd %s; --version applies only to a new cluster", specPath, s.Version)
+				return nil, nil, newClusterOnly("Version", "%s already runs etcd %s; the version applies only to a new cluster", specPath, s.Version)
 			}
 		}
 		if o.TLSOff != s.TLS.Disabled && o.TLSOff {
-			return nil, nil, fmt.Errorf("%s has TLS on; --insecure-no-tls applies only to a new cluster", specPath)
+			return nil, nil, newClusterOnly("TLSOff", "%s has TLS on; turning it off applies only to a new cluster", specPath)
 		}
 		if o.BinaryStore != "" && s.BinaryStoreDir(dir) != spec.Path(dir, o.BinaryStore) {
-			return nil, nil, fmt.Errorf("%s uses the binary store %s; --binary-store applies only to a new cluster (edit binaryStore in the spec)", specPath, s.BinaryStoreDir(dir))
+			return nil, nil, newClusterOnly("BinaryStore", "%s uses the binary store %s; another store applies only to a new cluster (edit binaryStore in the spec)", specPath, s.BinaryStoreDir(dir))
 		}
 	} else {
 		if o.Members == 0 {
@@ -152,12 +187,11 @@ func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*clust
 				return nil, warnings, err
 			}
 			if err := other.Ping(ctx, 5*time.Second); err != nil {
+				ad := &AgentDownError{Member: m.Name, Agent: m.Agent, Address: other.Address(), Err: err}
 				if a, _ := s.Agent(m.Agent); a.Remote() {
-					return nil, warnings, fmt.Errorf("member %s: %w; on host %s, run `steward agent --dir DIR --join %s` (first time) or start its service (`systemctl start steward-agent`)",
-						m.Name, err, m.Agent, filepath.Join(dir, "join", m.Agent+".yaml"))
+					ad.JoinFile = JoinPath(dir, m.Agent)
 				}
-				return nil, warnings, fmt.Errorf("member %s: agent %s does not answer at %s: start it on its host (`steward agent --name %s`)",
-					m.Name, m.Agent, other.Address(), m.Agent)
+				return nil, warnings, ad
 			}
 			ac, started = other, false
 		}

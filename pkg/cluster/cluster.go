@@ -42,7 +42,7 @@ var ErrNoSpec = errors.New("no cluster spec")
 func Open(dir string) (*Cluster, error) {
 	p := filepath.Join(dir, spec.FileName)
 	if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("%w: %s does not exist: run `steward up --dir %s` first", ErrNoSpec, p, dir)
+		return nil, fmt.Errorf("%w: %s does not exist", ErrNoSpec, p)
 	}
 	s, err := spec.Load(p)
 	if err != nil {

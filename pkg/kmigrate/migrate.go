@@ -89,6 +89,11 @@ type Options struct {
 // interruption.
 var ErrIncomplete = errors.New("migration incomplete")
 
+// ErrOptions is wrapped by Run's error when Options are invalid (nothing
+// selected, a selection made twice, a negative rate); the message names
+// the Options fields, and a command checks its flags first.
+var ErrOptions = errors.New("invalid migration options")
+
 // Run migrates the selected resources one at a time: each object is
 // listed in chunks and sent back unchanged with an update, so that the
 // API server stores it again in the current storage version and under the
@@ -104,16 +109,16 @@ var ErrIncomplete = errors.New("migration incomplete")
 func Run(ctx context.Context, o Options) (*Report, error) {
 	start := time.Now()
 	if o.Config == nil {
-		return nil, errors.New("no client configuration")
+		return nil, fmt.Errorf("%w: no client configuration", ErrOptions)
 	}
 	if o.All && len(o.Resources) > 0 {
-		return nil, errors.New("--all and --resources select resources twice: give one")
+		return nil, fmt.Errorf("%w: All and Resources both select resources: give one", ErrOptions)
 	}
 	if !o.All && !o.Auto && len(o.Resources) == 0 {
-		return nil, errors.New("name the resources to migrate (--resources configmaps,deployments.apps) or select them all (--all)")
+		return nil, fmt.Errorf("%w: no resources selected: name them in Resources, or set All or Auto", ErrOptions)
 	}
 	if o.QPS < 0 || o.Workers < 0 || o.ChunkSize < 0 {
-		return nil, errors.New("--qps, --workers and the chunk size must not be negative")
+		return nil, fmt.Errorf("%w: QPS, Workers and ChunkSize must not be negative", ErrOptions)
 	}
 	if o.Workers == 0 {
 		o.Workers = DefaultWorkers

@@ -1,9 +1,12 @@
 package membership
 
 import (
+	"context"
+	"errors"
 	"testing"
 
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/spec"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 )
 
@@ -63,5 +66,21 @@ func TestPickTransferee(t *testing.T) {
 	)
 	if v, h := voterCounts(rec, "b"); v != 1 || h != 1 {
 		t.Errorf("voterCounts after a one-member restore = %d, %d; want 1 voter, 1 healthy other", v, h)
+	}
+}
+
+// TestRemoveLastMember: removing the last member is refused with
+// ErrLastMember, even with Force, before the cluster is asked anything;
+// the message names no command (the command adds `steward down --purge`).
+func TestRemoveLastMember(t *testing.T) {
+	c := &cluster.Cluster{Dir: t.TempDir(), Spec: &spec.Cluster{Members: []spec.Member{{Name: "etcd-1"}}}}
+	for _, force := range []bool{false, true} {
+		err := Remove(context.Background(), c, "etcd-1", RemoveOptions{Force: force})
+		if !errors.Is(err, ErrLastMember) {
+			t.Fatalf("Remove (force %v): %v, want ErrLastMember", force, err)
+		}
+		if want := "refusing to remove etcd-1: it is the last member of the cluster"; err.Error() != want {
+			t.Errorf("Remove: %q, want %q", err, want)
+		}
 	}
 }

@@ -33,6 +33,10 @@ func agentNames(s *spec.Cluster) []string {
 	return out
 }
 
+// ErrLastMember refuses to remove the last member of a cluster, even with
+// Force: deleting the whole cluster is another command's work.
+var ErrLastMember = errors.New("cannot remove the last member")
+
 // AddOptions configure Add.
 type AddOptions struct {
 	// Agent runs the new member: the host's name in a multi-host
@@ -304,7 +308,7 @@ func Remove(ctx context.Context, c *cluster.Cluster, name string, o RemoveOption
 		return err
 	}
 	if len(c.Spec.Members) == 1 {
-		return fmt.Errorf("refusing to remove %s: it is the last member of the cluster; use `steward down --purge` to delete the whole cluster", name)
+		return cluster.Refuse(ErrLastMember, "refusing to remove %s: it is the last member of the cluster", name)
 	}
 	st, err := c.Status(ctx)
 	if err != nil {

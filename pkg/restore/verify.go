@@ -24,6 +24,9 @@ type VerifyResult struct {
 	ID    string `json:"id"`
 	OK    bool   `json:"ok"`
 	Error string `json:"error,omitempty"`
+	// Err is the error Error says, for errors.Is (nil for a gap in the
+	// delta chain, which is no single backup's error).
+	Err error `json:"-"`
 }
 
 // Verify fetches each named backup (all when id is "") and checks
@@ -68,7 +71,7 @@ func Verify(ctx context.Context, c *cluster.Cluster, id, keyFile string) ([]Veri
 			err = backup.VerifyDelta(ctx, store, m, key)
 		}
 		if err != nil {
-			r.OK, r.Error = false, err.Error()
+			r.OK, r.Error, r.Err = false, err.Error(), err
 		}
 		c.Progress.Say("%s: %s", m.ID, map[bool]string{true: "ok", false: "FAILED: " + r.Error}[r.OK])
 		out = append(out, r)

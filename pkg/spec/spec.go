@@ -7,6 +7,7 @@ package spec
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	mathrand "math/rand/v2"
 	"net"
@@ -431,10 +432,14 @@ type DefaultOptions struct {
 	FreePort func() (int, error)
 }
 
+// ErrTooFewMembers refuses a default spec of fewer than one member
+// (DefaultOptions.Members).
+var ErrTooFewMembers = errors.New("a cluster needs at least one member")
+
 // NewDefault builds a spec of N members on one host with free ports.
 func NewDefault(o DefaultOptions) (*Cluster, error) {
 	if o.Members < 1 {
-		return nil, fmt.Errorf("--members must be at least 1, got %d", o.Members)
+		return nil, fmt.Errorf("%w, got %d", ErrTooFewMembers, o.Members)
 	}
 	if o.Name == "" {
 		o.Name = "steward"

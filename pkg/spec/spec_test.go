@@ -38,8 +38,8 @@ func TestNewDefault(t *testing.T) {
 	if got := c.InitialCluster(); strings.Count(got, "=https://") != 3 {
 		t.Errorf("initial cluster %q", got)
 	}
-	if _, err := NewDefault(DefaultOptions{Members: 0, FreePort: counter()}); err == nil {
-		t.Error("0 members accepted")
+	if _, err := NewDefault(DefaultOptions{Members: 0, FreePort: counter()}); !errors.Is(err, ErrTooFewMembers) || strings.Contains(err.Error(), "--") {
+		t.Errorf("0 members: %v, want ErrTooFewMembers naming no flag", err)
 	}
 }
 

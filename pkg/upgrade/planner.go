@@ -262,13 +262,19 @@ func chooseStrategy(members int, hops []catalogue.Hop) string {
 	return StrategyOffline
 }
 
+// ErrNoOnlineDowngrade refuses the rolling strategy on a way back across a
+// minor line that etcd has no online downgrade for; StrategyRestore takes
+// it. A command matches it (errors.Is) to name its flag.
+var ErrNoOnlineDowngrade = errors.New("no online downgrade")
+
 // checkStrategy refuses a strategy that cannot take this path.
 func checkStrategy(strategy string, members int, hops []catalogue.Hop, base string) error {
 	switch strategy {
 	case StrategyRolling:
 		for _, h := range hops {
 			if h.Kind == catalogue.Downgrade && !h.Online {
-				return fmt.Errorf("etcd %s has no online downgrade to %s: roll back with --strategy restore", minorOf(h.From), minorOf(h.To))
+				return cluster.Refuse(ErrNoOnlineDowngrade, "etcd %s has no online downgrade to %s: the rolling strategy cannot go back there, a restore can",
+					minorOf(h.From), minorOf(h.To))
 			}
 		}
 	case StrategyOffline:

@@ -22,7 +22,8 @@ import (
 type Check struct {
 	Name string `json:"name"`
 	OK   bool   `json:"ok"`
-	// Overridable checks may be skipped with --force.
+	// Overridable checks are skipped when the plan is forced
+	// (Options.Force).
 	Overridable bool   `json:"overridable"`
 	Message     string `json:"message"`
 }
@@ -148,25 +149,38 @@ func Preflight(ctx context.Context, c *cluster.Cluster, from, to string) ([]Chec
 	return out, nil
 }
 
+// ErrOverridableChecks refuses a plan that is not forced when overridable
+// pre-flight checks failed (Options.Force skips them; other failed checks
+// may remain). A command matches it (errors.Is) to name its flag.
+var ErrOverridableChecks = errors.New("overridable pre-flight checks failed")
+
 // Refusal turns failed checks into an error; with force, overridable
-// failures are returned as warnings instead.
+// failures are returned as warnings instead. The error is a
+// *cluster.Refusal of kind ErrOverridableChecks when an overridable check
+// is among the failed ones.
 func Refusal(checks []Check, force bool) (warnings []string, err error) {
 	var problems []string
+	overridable := false
 	for _, ch := range checks {
 		switch {
 		case ch.OK:
 		case ch.Overridable && force:
-			warnings = append(warnings, fmt.Sprintf("%s: %s (overridden by --force)", ch.Name, ch.Message))
+			warnings = append(warnings, fmt.Sprintf("%s: %s (overridden: the plan is forced)", ch.Name, ch.Message))
 		case ch.Overridable:
-			problems = append(problems, fmt.Sprintf("%s: %s (--force overrides)", ch.Name, ch.Message))
+			overridable = true
+			problems = append(problems, fmt.Sprintf("%s: %s (overridable)", ch.Name, ch.Message))
 		default:
 			problems = append(problems, fmt.Sprintf("%s: %s", ch.Name, ch.Message))
 		}
 	}
-	if len(problems) > 0 {
-		return warnings, fmt.Errorf("pre-flight checks failed; nothing was changed:\n  %s", strings.Join(problems, "\n  "))
+	if len(problems) == 0 {
+		return warnings, nil
 	}
-	return warnings, nil
+	msg := "pre-flight checks failed; nothing was changed:\n  " + strings.Join(problems, "\n  ")
+	if overridable {
+		return warnings, cluster.Refuse(ErrOverridableChecks, "%s", msg)
+	}
+	return warnings, errors.New(msg)
 }
 
 func when(cond bool, msg string) string {

@@ -1,6 +1,7 @@
 package upgrade
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -51,6 +52,12 @@ func TestCheckStrategy(t *testing.T) {
 		{"sideways", 3, []catalogue.Hop{up56}, "", "unknown strategy"},
 	} {
 		err := checkStrategy(tc.strategy, tc.members, tc.hops, tc.base)
+		if noOnline := strings.Contains(tc.want, "no online downgrade"); errors.Is(err, ErrNoOnlineDowngrade) != noOnline {
+			t.Errorf("%s, %v: errors.Is(%v, ErrNoOnlineDowngrade) = %v, want %v", tc.strategy, tc.hops, err, !noOnline, noOnline)
+		}
+		if err != nil && strings.Contains(err.Error(), "--") {
+			t.Errorf("%s, %v: %q names a flag: the command adds that", tc.strategy, tc.hops, err)
+		}
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("%s, %d members, %v: %v", tc.strategy, tc.members, tc.hops, err)

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"fmt"
 	"io"
 
 	"github.com/etcd-steward/steward/pkg/cluster"
@@ -17,10 +18,23 @@ func (g *Globals) Cluster(cmd interface{ ErrOrStderr() io.Writer }) (*cluster.Cl
 	if err != nil {
 		return nil, err
 	}
-	c, err := cluster.Open(dir)
+	c, err := Open(dir)
 	if err != nil {
 		return nil, err
 	}
 	c.Progress = progress.To(cmd.ErrOrStderr())
 	return c, nil
+}
+
+// Open opens the cluster of the Steward directory dir; a directory with no
+// spec gets the advice to run `steward up` on it first.
+func Open(dir string) (*cluster.Cluster, error) {
+	c, err := cluster.Open(dir)
+	return c, NoSpecHint(err, dir)
+}
+
+// NoSpecHint adds to cluster.ErrNoSpec the command that writes the spec of
+// the Steward directory dir.
+func NoSpecHint(err error, dir string) error {
+	return Hint(err, cluster.ErrNoSpec, fmt.Sprintf("run `steward up --dir %s` first", dir))
 }

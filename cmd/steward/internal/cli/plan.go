@@ -20,6 +20,17 @@ func PlanHint(err error) error {
 	return fmt.Errorf("%w; fix the cause, then run `steward plan resume` (or `steward plan abort`)", err)
 }
 
+// PlanRefusalHint adds hint to a refusal of kind met before the plan was
+// saved, when running the command again with other flags gets past it. A
+// refusal inside a failed step (a *plan.StepError) gets none: the plan
+// keeps the options it was made with, and PlanHint says what comes next.
+func PlanRefusalHint(err, kind error, hint string) error {
+	if _, ok := errors.AsType[*plan.StepError](err); ok {
+		return err
+	}
+	return Hint(err, kind, hint)
+}
+
 // PrintPlan writes a plan as a table of steps, or as JSON or YAML.
 func (g *Globals) PrintPlan(w io.Writer, p *plan.Plan) error {
 	if g.Output == "table" || g.Output == "" {

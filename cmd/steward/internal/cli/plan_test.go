@@ -46,3 +46,24 @@ func TestPlanHint(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanRefusalHint: a refusal met while planning gets the hint; the
+// same refusal inside a failed step does not (the plan keeps its options).
+func TestPlanRefusalHint(t *testing.T) {
+	kind := errors.New("overridable checks failed")
+	refusal := fmt.Errorf("pre-flight: %w", kind)
+	got := PlanRefusalHint(refusal, kind, "use --force")
+	if want := "pre-flight: overridable checks failed; use --force"; got.Error() != want {
+		t.Errorf("before the plan: %q, want %q", got, want)
+	}
+	if !errors.Is(got, kind) {
+		t.Errorf("lost the chain: %v", got)
+	}
+	stepErr := &plan.StepError{Plan: "upgrade-1", Index: 2, Description: "pre-flight checks", Err: refusal}
+	if got := PlanRefusalHint(stepErr, kind, "use --force"); got != error(stepErr) {
+		t.Errorf("in a step: %v, want it unchanged", got)
+	}
+	if PlanRefusalHint(nil, kind, "use --force") != nil {
+		t.Error("PlanRefusalHint(nil) != nil")
+	}
+}

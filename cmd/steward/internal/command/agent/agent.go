@@ -112,7 +112,7 @@ Later runs need only --dir.`,
 			defer stopBackups()
 			o.BeforeStop = stopBackups
 			o.NewestBackup = func() int64 { return backup.NewestBackedUpRevision(filepath.Join(dir, "status")) }
-			return agentpkg.New(o).Run(ctx)
+			return cli.Hint(agentpkg.New(o).Run(ctx), agentpkg.ErrSocketPathTooLong, "use a shorter --dir or --socket")
 		},
 	}
 	cmd.Flags().StringVar(&name, "name", "local", "agent name, as in the cluster spec's agents list (a joined host's comes from DIR/agent.yaml)")

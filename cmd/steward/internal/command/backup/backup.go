@@ -92,6 +92,11 @@ func verifyCommand(g *cli.Globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			for i := range res {
+				if res[i].Err != nil {
+					res[i].Error = cli.KeyHint(res[i].Err).Error()
+				}
+			}
 			if err := g.Print(cmd.OutOrStdout(), res, func(tw *tabwriter.Writer) {
 				fmt.Fprintln(tw, "ID\tOK\tERROR")
 				for _, r := range res {

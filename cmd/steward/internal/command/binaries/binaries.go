@@ -125,7 +125,7 @@ directory as etcd-vX.Y.Z.replaced-<timestamp>.`,
 			}
 			b, err := s.Import(commandContext(cmd), args[0], opt)
 			if err != nil {
-				return err
+				return importHint(err)
 			}
 			return g.Print(cmd.OutOrStdout(), b, func(tw *tabwriter.Writer) {
 				fmt.Fprintf(tw, "etcd %s is in the binary store %s\n", b.Version, s.Dir)
@@ -139,6 +139,12 @@ directory as etcd-vX.Y.Z.replaced-<timestamp>.`,
 	f.StringVar(&opt.SHA256, "sha256", "", "expected SHA-256 of the tarball, or of the etcd binary when SRC is a directory")
 	f.BoolVar(&opt.Force, "force", false, "replace a different binary already stored under the version (the old one is kept aside)")
 	return cmd
+}
+
+// importHint adds the flag that gets past a refused import.
+func importHint(err error) error {
+	err = cli.Hint(err, binaries.ErrUnknownVersion, "pass it with --version")
+	return cli.Hint(err, binaries.ErrDifferentBinary, "use --force to replace it (the old directory is kept aside)")
 }
 
 func newVerifyCommand(g *cli.Globals, open func() (*binaries.Store, error)) *cobra.Command {

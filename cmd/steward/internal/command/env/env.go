@@ -7,7 +7,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
-	"github.com/etcd-steward/steward/pkg/cluster"
 )
 
 // NewCommand returns the env command.
@@ -23,7 +22,7 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := cluster.Open(dir)
+			c, err := cli.Open(dir)
 			if err != nil {
 				return err
 			}

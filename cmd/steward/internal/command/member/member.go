@@ -51,12 +51,17 @@ func removeCommand(g *cli.Globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			err = membership.Remove(cmd.Context(), c, args[0], o)
-			return cli.Hint(err, membership.ErrQuorumAtRisk, "use --force to remove it anyway")
+			return removeHint(membership.Remove(cmd.Context(), c, args[0], o))
 		},
 	}
 	cmd.Flags().BoolVar(&o.Force, "force", false, "remove even when the remaining members would not have a healthy quorum")
 	return cmd
+}
+
+// removeHint adds what gets past a refused remove.
+func removeHint(err error) error {
+	err = cli.Hint(err, membership.ErrQuorumAtRisk, "use --force to remove it anyway")
+	return cli.Hint(err, membership.ErrLastMember, "use `steward down --purge` to delete the whole cluster")
 }
 
 func replaceCommand(g *cli.Globals) *cobra.Command {

@@ -91,6 +91,9 @@ func run(cmd *cobra.Command, g *cli.Globals, o options) error {
 	if err := g.CheckOutput(); err != nil {
 		return err
 	}
+	// The selection and rate flags are checked here, in the flags' names;
+	// kmigrate.Run checks its Options again (kmigrate.ErrOptions, in the
+	// fields' names).
 	if o.all && len(o.resources) > 0 {
 		return errors.New("--all and --resources select resources twice: give one")
 	}

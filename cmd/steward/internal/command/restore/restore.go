@@ -33,6 +33,7 @@ restored cluster with ` + "`steward up`" + `.`,
 			_, err = restore.Run(cmd.Context(), c, o)
 			err = cli.Hint(err, restore.ErrOtherCluster, "use --allow-other-cluster to build this cluster from it anyway")
 			err = cli.Hint(err, restore.ErrDataDirsHoldData, "use --force to move them aside (they are kept, not deleted)")
+			err = cli.KeyHint(err)
 			if gap, ok := errors.AsType[*restore.GapError](err); ok {
 				err = fmt.Errorf("%w; restore up to the gap explicitly with --to-revision %d", err, gap.End)
 			}

@@ -23,11 +23,19 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 				return err
 			}
 			_, err = upgrade.Rollback(cmd.Context(), c, o)
-			return cli.PlanHint(err)
+			return rollbackHint(err)
 		},
 	}
 	cmd.Flags().StringVar(&o.Strategy, "strategy", "", "rolling (etcd's online downgrade) or restore (the backup taken before the upgrade with every later write grafted in); default: rolling where etcd has an online downgrade")
 	cmd.Flags().BoolVar(&o.Force, "force", false, "skip the pre-flight checks marked overridable in docs/upgrades.md")
 	cmd.Flags().DurationVar(&o.HealthTimeout, "health-timeout", 2*time.Minute, "how long each step waits for health, catch-up and versions before the plan fails")
 	return cmd
+}
+
+// rollbackHint adds the flag that gets past a refused rollback plan, and
+// what to do after a failed step.
+func rollbackHint(err error) error {
+	err = cli.PlanRefusalHint(err, upgrade.ErrOverridableChecks, "use --force to skip the checks marked overridable")
+	err = cli.Hint(err, upgrade.ErrNoOnlineDowngrade, "roll back with --strategy restore")
+	return cli.PlanHint(err)
 }

@@ -2,6 +2,7 @@
 package up
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
 	"github.com/etcd-steward/steward/pkg/bootstrap"
 	"github.com/etcd-steward/steward/pkg/progress"
+	"github.com/etcd-steward/steward/pkg/spec"
 )
 
 // NewCommand returns the up command.
@@ -36,7 +38,7 @@ keeping the data. Returns when every member is healthy and prints the endpoints.
 				fmt.Fprintln(errw, "warning:", w)
 			}
 			if err != nil {
-				return err
+				return upHint(err)
 			}
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "cluster %s is healthy: %d members, etcd %s\n", c.Spec.Name, len(c.Spec.Members), c.Spec.Version)
@@ -51,4 +53,31 @@ keeping the data. Returns when every member is healthy and prints the endpoints.
 	cmd.Flags().StringVar(&o.BinaryStore, "binary-store", "", "binary store of a new cluster (default DIR/binaries)")
 	cmd.Flags().DurationVar(&o.Timeout, "timeout", 2*time.Minute, "how long to wait for a healthy cluster")
 	return cmd
+}
+
+// newClusterFlags are the flags of the bootstrap.UpOptions fields that
+// shape a new spec.
+var newClusterFlags = map[string]string{
+	"Members":     "--members",
+	"Version":     "--version",
+	"TLSOff":      "--insecure-no-tls",
+	"BinaryStore": "--binary-store",
+}
+
+// upHint names the flag behind a refused option, and the command that
+// starts an agent that does not answer.
+func upHint(err error) error {
+	if oe, ok := errors.AsType[*bootstrap.OptionError](err); ok && newClusterFlags[oe.Option] != "" {
+		return fmt.Errorf("%s: %w", newClusterFlags[oe.Option], err)
+	}
+	if errors.Is(err, spec.ErrTooFewMembers) {
+		return fmt.Errorf("--members: %w", err)
+	}
+	if ad, ok := errors.AsType[*bootstrap.AgentDownError](err); ok {
+		if ad.JoinFile != "" {
+			return fmt.Errorf("%w; on host %s, run `steward agent --dir DIR --join %s` the first time, or start its service (`systemctl start steward-agent`)", err, ad.Agent, ad.JoinFile)
+		}
+		return fmt.Errorf("%w (`steward agent --name %s`)", err, ad.Agent)
+	}
+	return err
 }

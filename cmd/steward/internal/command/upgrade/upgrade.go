@@ -26,7 +26,7 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 			}
 			p, err := upgrade.NewPlan(cmd.Context(), c, o)
 			if err != nil {
-				return err
+				return upgradeHint(err)
 			}
 			return g.PrintPlan(cmd.OutOrStdout(), p)
 		},
@@ -41,7 +41,7 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 				return err
 			}
 			_, err = upgrade.Apply(cmd.Context(), c, o)
-			return cli.PlanHint(err)
+			return upgradeHint(err)
 		},
 	}
 	for _, sub := range []*cobra.Command{planCmd, apply} {
@@ -53,4 +53,12 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 	apply.Flags().DurationVar(&o.HealthTimeout, "health-timeout", 2*time.Minute, "how long each step waits for health, catch-up and versions before the plan fails")
 	cmd.AddCommand(planCmd, apply)
 	return cmd
+}
+
+// upgradeHint adds the flag that gets past a refused upgrade plan, and what
+// to do after a failed step.
+func upgradeHint(err error) error {
+	err = cli.PlanRefusalHint(err, upgrade.ErrOverridableChecks, "use --force to skip the checks marked overridable")
+	err = cli.Hint(err, upgrade.ErrNoOnlineDowngrade, "roll back with `steward rollback --strategy restore`")
+	return cli.PlanHint(err)
 }
