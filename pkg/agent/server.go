@@ -89,6 +89,20 @@ func (a *Agent) Handler() http.Handler {
 		}
 		reply(w, m.status(), err)
 	})
+	mux.HandleFunc("GET /v1/binaries/{version}", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, a.CheckBinary(r.Context(), r.PathValue("version")), nil)
+	})
+	mux.HandleFunc("POST /v1/members/{name}/check-v2store", func(w http.ResponseWriter, r *http.Request) {
+		var req agentapi.V2StoreRequest
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			reply(w, nil, badRequest{fmt.Errorf("decode v2 store check request: %w", err)})
+			return
+		}
+		res, err := a.CheckV2Store(r.Context(), r.PathValue("name"), req.Version)
+		reply(w, res, err)
+	})
 	mux.HandleFunc("POST /v1/shutdown", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, map[string]string{"status": "shutting down"}, nil)
 		a.Shutdown()

@@ -145,6 +145,19 @@ func (c *Client) SwapVersion(ctx context.Context, name string, req VersionReques
 	return out, c.do(ctx, http.MethodPost, "/v1/members/"+name+"/version", req, &out)
 }
 
+// CheckBinary asks whether the agent's host can run etcd version.
+func (c *Client) CheckBinary(ctx context.Context, version string) (BinaryCheck, error) {
+	var out BinaryCheck
+	return out, c.do(ctx, http.MethodGet, "/v1/binaries/"+url.PathEscape(version), nil, &out)
+}
+
+// CheckV2Store runs etcd's v2 store check (version's etcdutl) on a copy of
+// a member's data dir on its host.
+func (c *Client) CheckV2Store(ctx context.Context, name, version string) (V2StoreCheck, error) {
+	var out V2StoreCheck
+	return out, c.do(ctx, http.MethodPost, "/v1/members/"+name+"/check-v2store", V2StoreRequest{Version: version}, &out)
+}
+
 // Shutdown stops every member and the agent.
 func (c *Client) Shutdown(ctx context.Context) error {
 	return c.do(ctx, http.MethodPost, "/v1/shutdown", nil, nil)

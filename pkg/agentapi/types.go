@@ -14,6 +14,8 @@
 //	POST   /v1/members/{name}/kill     stop at once with SIGKILL (and keep stopped)
 //	POST   /v1/members/{name}/restart  stop then start
 //	POST   /v1/members/{name}/version  VersionRequest: swap binary version, restart
+//	POST   /v1/members/{name}/check-v2store  V2StoreRequest -> V2StoreCheck
+//	GET    /v1/binaries/{version}      BinaryCheck: can this host run that version
 //	POST   /v1/shutdown                stop every member and exit
 //
 // Errors are JSON {"error": "..."} with a 4xx or 5xx status.
@@ -123,6 +125,26 @@ type VersionRequest struct {
 	// than the data dir's version record: only after etcd's downgrade was
 	// enabled (the data's storage version is already the older one).
 	AllowMinorDowngrade bool `json:"allowMinorDowngrade,omitempty"`
+}
+
+// BinaryCheck says whether a host's binary store can run an etcd version.
+type BinaryCheck struct {
+	Version string `json:"version"`
+	Store   string `json:"store"`
+	Binary  string `json:"binary,omitempty"`
+	// Problem is empty when the version resolves and verifies.
+	Problem string `json:"problem,omitempty"`
+}
+
+// V2StoreRequest names the etcd version whose etcdutl checks the v2 store.
+type V2StoreRequest struct {
+	Version string `json:"version"`
+}
+
+// V2StoreCheck is the result of etcd's v2 store check on a member's data.
+type V2StoreCheck struct {
+	// Problem is empty when the v2 store holds membership data only.
+	Problem string `json:"problem,omitempty"`
 }
 
 // Error is the body of an error response.

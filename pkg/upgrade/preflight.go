@@ -13,6 +13,7 @@ import (
 
 	"github.com/coreos/go-semver/semver"
 
+	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/spec"
@@ -136,6 +137,22 @@ func Preflight(ctx context.Context, c *cluster.Cluster, from, to string) ([]Chec
 		if _, err := cat.Flags(h.To, c.Spec.Etcd.ExtraFlags); err != nil {
 			flagProblems = append(flagProblems, err.Error())
 		}
+		// Every other host that runs a member runs it from its own store.
+		for _, a := range c.Spec.Agents {
+			if !a.Remote() || !c.Spec.Uses(a.Name) {
+				continue
+			}
+			ac, err := c.Agent(a.Name)
+			if err == nil {
+				var bc agentapi.BinaryCheck
+				if bc, err = ac.CheckBinary(ctx, h.To); err == nil && bc.Problem != "" {
+					err = errors.New(bc.Problem)
+				}
+			}
+			if err != nil {
+				binProblems = append(binProblems, fmt.Sprintf("host %s: %v", a.Name, err))
+			}
+		}
 	}
 	list := strings.Join(versions, ", ")
 	add(CheckBinaries, false, strings.Join(binProblems, "; "), "etcd "+list+" present and verified")
@@ -202,6 +219,18 @@ func v2storeProblem(ctx context.Context, c *cluster.Cluster, store *binaries.Sto
 		return fmt.Sprintf("%v, so etcd's v2 store check cannot run: import etcd %s with its etcdutl", err, from)
 	}
 	m := c.Spec.Members[0]
+	if a, ok := c.Spec.Agent(m.Agent); ok && a.Remote() {
+		// The data dir is on that host: its agent runs the check there.
+		ac, err := c.Agent(m.Agent)
+		if err != nil {
+			return err.Error()
+		}
+		res, err := ac.CheckV2Store(ctx, m.Name, from)
+		if err != nil {
+			return fmt.Sprintf("v2 store check of %s on host %s: %v", m.Name, m.Agent, err)
+		}
+		return res.Problem
+	}
 	src := spec.Path(c.Dir, m.DataDir)
 	tmp, err := os.MkdirTemp(c.Dir, "tmp-v2check-")
 	if err != nil {

@@ -1,0 +1,70 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/etcd-steward/steward/pkg/agentapi"
+	"github.com/etcd-steward/steward/pkg/binaries"
+)
+
+// Checks a coordinator asks of the host, because they need what only the
+// host has: its binary store and its members' data dirs.
+
+// CheckBinary reports whether the agent's binary store can run etcd
+// version (resolved, and a stored copy verified against its SHA-256).
+func (a *Agent) CheckBinary(ctx context.Context, version string) agentapi.BinaryCheck {
+	store := binaries.Open(a.opts.BinaryStore)
+	out := agentapi.BinaryCheck{Version: version, Store: store.Dir}
+	ex, err := store.Resolve(version)
+	if err != nil {
+		out.Problem = err.Error()
+		return out
+	}
+	out.Binary = ex.Path
+	if _, err := store.Verify(ctx, version); err != nil && !(errors.Is(err, binaries.ErrNotFound) && version == binaries.EmbeddedVersion()) {
+		// The embedded version needs no stored copy; a stored one must verify.
+		out.Problem = err.Error()
+	}
+	return out
+}
+
+// CheckV2Store runs etcd's own check before 3.6 (`etcdutl check v2store`
+// of version) on a copy of a member's data dir: the tool refuses a data
+// dir in use, and the copy leaves the member untouched. An empty problem
+// means the v2 store holds membership data only.
+func (a *Agent) CheckV2Store(ctx context.Context, name, version string) (agentapi.V2StoreCheck, error) {
+	m, ok := a.member(name)
+	if !ok {
+		return agentapi.V2StoreCheck{}, errNotFound(name)
+	}
+	m.mu.Lock()
+	store, dataDir := m.cfg.BinaryStore, m.cfg.DataDir
+	m.mu.Unlock()
+	util, err := binaries.Open(store).Tool(version, "etcdutl")
+	if err != nil {
+		return agentapi.V2StoreCheck{}, badRequest{fmt.Errorf("%w, so etcd's v2 store check cannot run on this host: import etcd %s with its etcdutl", err, version)}
+	}
+	tmp, err := os.MkdirTemp(a.opts.Dir, "tmp-v2check-")
+	if err != nil {
+		return agentapi.V2StoreCheck{}, err
+	}
+	defer os.RemoveAll(tmp)
+	if out, err := exec.CommandContext(ctx, "cp", "-a", dataDir, filepath.Join(tmp, "data")).CombinedOutput(); err != nil {
+		return agentapi.V2StoreCheck{}, fmt.Errorf("copy %s for the v2 store check: %v: %s", dataDir, err, out)
+	}
+	out, err := exec.CommandContext(ctx, util, "check", "v2store", "--data-dir", filepath.Join(tmp, "data")).CombinedOutput()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return agentapi.V2StoreCheck{Problem: fmt.Sprintf("etcdutl check v2store on a copy of %s: %s", name, strings.TrimSpace(string(out)))}, nil
+		}
+		return agentapi.V2StoreCheck{}, err
+	}
+	return agentapi.V2StoreCheck{}, nil
+}
