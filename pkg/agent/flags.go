@@ -9,6 +9,7 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/catalogue"
+	"github.com/etcd-steward/steward/pkg/spec"
 )
 
 // EtcdFlags returns the etcd command-line flags for a member config. Extra
@@ -69,8 +70,8 @@ func EtcdFlags(c agentapi.MemberConfig, cat *catalogue.Catalogue) ([]string, err
 // ValidateConfig checks a member config before the agent stores it.
 func ValidateConfig(c agentapi.MemberConfig) error {
 	var problems []string
-	if c.Name == "" {
-		problems = append(problems, "name is empty")
+	if err := spec.ValidName(c.Name); err != nil {
+		problems = append(problems, err.Error())
 	}
 	if c.Version == "" {
 		problems = append(problems, "version is empty")
@@ -91,6 +92,11 @@ func ValidateConfig(c agentapi.MemberConfig) error {
 	}
 	if c.InitialCluster == "" {
 		problems = append(problems, "initialCluster is empty")
+	}
+	for _, k := range slices.Sorted(maps.Keys(c.ExtraFlags)) {
+		if err := spec.CheckExtraFlag(k); err != nil {
+			problems = append(problems, "extraFlags "+err.Error())
+		}
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("member config %s: %s", c.Name, strings.Join(problems, "; "))

@@ -8,6 +8,7 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/catalogue"
+	"github.com/etcd-steward/steward/pkg/pki"
 )
 
 func baseConfig() agentapi.MemberConfig {
@@ -23,9 +24,24 @@ func baseConfig() agentapi.MemberConfig {
 	}
 }
 
+// withCerts points a config's TLS files at certificates pkg/pki issued for
+// a cluster named "prod".
+func withCerts(t *testing.T, c agentapi.MemberConfig) agentapi.MemberConfig {
+	t.Helper()
+	dir := t.TempDir()
+	if err := pki.Ensure(dir, "prod", nil); err != nil {
+		t.Fatal(err)
+	}
+	f := pki.FilesIn(dir)
+	c.TLS = &agentapi.TLSFiles{CA: f.CA, ServerCert: f.ServerCert, ServerKey: f.ServerKey,
+		PeerCert: f.PeerCert, PeerKey: f.PeerKey, ClientCert: f.ClientCert, ClientKey: f.ClientKey}
+	return c
+}
+
 func TestEtcdFlags(t *testing.T) {
 	cat := catalogue.Default()
-	f, err := EtcdFlags(baseConfig(), cat)
+	c := withCerts(t, baseConfig())
+	f, err := EtcdFlags(c, cat)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,8 +52,8 @@ func TestEtcdFlags(t *testing.T) {
 		"--initial-cluster=etcd-1=https://127.0.0.1:2380", "--initial-cluster-state=new", "--initial-cluster-token=tok",
 		"--quota-backend-bytes=1073741824", "--auto-compaction-mode=periodic", "--auto-compaction-retention=1h",
 		"--snapshot-count=5000", "--heartbeat-interval=100", "--election-timeout=1000",
-		"--client-cert-auth=true", "--peer-client-cert-auth=true", "--trusted-ca-file=/p/ca.crt",
-		"--cert-file=/p/server.crt", "--key-file=/p/server.key", "--peer-cert-file=/p/peer.crt",
+		"--client-cert-auth=true", "--peer-client-cert-auth=true", "--trusted-ca-file=" + c.TLS.CA,
+		"--cert-file=" + c.TLS.ServerCert, "--key-file=" + c.TLS.ServerKey, "--peer-cert-file=" + c.TLS.PeerCert,
 		"--max-txn-ops=256", "--log-level=warn",
 	} {
 		if !slices.Contains(f, want) {
@@ -51,7 +67,7 @@ func TestEtcdFlags(t *testing.T) {
 	if slices.Contains(f, "--force-new-cluster") {
 		t.Errorf("--force-new-cluster without ForceNewCluster: %v", f)
 	}
-	force := baseConfig()
+	force := c
 	force.ForceNewCluster = true
 	if ff, err := EtcdFlags(force, cat); err != nil || !slices.Contains(ff, "--force-new-cluster") {
 		t.Errorf("ForceNewCluster: %v %v", ff, err)
@@ -73,7 +89,7 @@ func TestEtcdFlags(t *testing.T) {
 // each member runs, and a flag the version removed stops the launch.
 func TestEtcdFlagsPerVersion(t *testing.T) {
 	cat := catalogue.Default()
-	c := baseConfig()
+	c := withCerts(t, baseConfig())
 	c.ExtraFlags = map[string]string{"--experimental-snapshot-catchup-entries": "5000"}
 	for v, want := range map[string]string{
 		"3.5.35": "--experimental-snapshot-catchup-entries=5000",
@@ -103,6 +119,34 @@ func TestValidateConfig(t *testing.T) {
 	err := ValidateConfig(c)
 	if err == nil || !strings.Contains(err.Error(), "initialClusterState") || !strings.Contains(err.Error(), "clientURL") {
 		t.Fatalf("want both problems named, got %v", err)
+	}
+	for _, name := range []string{"", "../../x", "a/b", "..", "Etcd-1", ".hidden"} {
+		c := baseConfig()
+		c.Name = name
+		if err := ValidateConfig(c); err == nil || !strings.Contains(err.Error(), "lower-case letters") {
+			t.Errorf("name %q: %v, want a refusal", name, err)
+		}
+	}
+	// Flags Steward owns, with or without dashes, in etcd 3.5's spelling
+	// and 3.6's; and a key that would smuggle a value into another flag.
+	for key, want := range map[string]string{
+		"--data-dir":           "set by Steward from the spec",
+		"force-new-cluster":    "cannot be overridden",
+		"peer-cert-allowed-cn": "TLS",
+		"--experimental-peer-skip-client-san-verification": "TLS",
+		"peer-skip-client-san-verification":                "TLS",
+		"wal-dir":                                          "where a member keeps its data",
+		"config-file":                                      "cannot be overridden",
+		"auto-tls":                                         "TLS",
+		"discovery-srv":                                    "finds its cluster",
+		"data-dir=/tmp/x":                                  "not an etcd flag name",
+	} {
+		c := baseConfig()
+		c.ExtraFlags = map[string]string{key: "x", "max-txn-ops": "256"}
+		err := ValidateConfig(c)
+		if err == nil || !strings.Contains(err.Error(), "extraFlags") || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "max-txn-ops") {
+			t.Errorf("extra flag %q: %v, want a refusal containing %q", key, err, want)
+		}
 	}
 }
 
