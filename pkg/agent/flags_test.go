@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -54,6 +55,9 @@ func TestEtcdFlags(t *testing.T) {
 		"--snapshot-count=5000", "--heartbeat-interval=100", "--election-timeout=1000",
 		"--client-cert-auth=true", "--peer-client-cert-auth=true", "--trusted-ca-file=" + c.TLS.CA,
 		"--cert-file=" + c.TLS.ServerCert, "--key-file=" + c.TLS.ServerKey, "--peer-cert-file=" + c.TLS.PeerCert,
+		// The peer port takes the peer certificate only (pkg/pki's CN
+		// for it), not the client or server certificate of the same CA.
+		"--peer-cert-allowed-cn=prod-peer",
 		"--max-txn-ops=256", "--log-level=warn",
 	} {
 		if !slices.Contains(f, want) {
@@ -106,6 +110,60 @@ func TestEtcdFlagsPerVersion(t *testing.T) {
 	c.ExtraFlags = map[string]string{"enable-v2": "true"}
 	if _, err := EtcdFlags(c, cat); err == nil || !strings.Contains(err.Error(), "removed in 3.7") {
 		t.Errorf("enable-v2 on 3.7: %v", err)
+	}
+}
+
+// TestEtcdFlagsPeerCN: the allowed peer CN is read from the peer
+// certificate the member runs with, and a member whose peer certificate
+// cannot be read does not start without the restriction.
+func TestEtcdFlagsPeerCN(t *testing.T) {
+	cat := catalogue.Default()
+	c := withCerts(t, baseConfig())
+	dir := t.TempDir()
+	if err := pki.Ensure(dir, "other", nil); err != nil {
+		t.Fatal(err)
+	}
+	c.TLS.PeerCert = pki.FilesIn(dir).PeerCert
+	for _, v := range []string{"3.5.35", "3.6.16", "3.7.3"} {
+		c.Version = v
+		f, err := EtcdFlags(c, cat)
+		if err != nil || !slices.Contains(f, "--peer-cert-allowed-cn=other-peer") {
+			t.Errorf("%s: %v (err %v), want --peer-cert-allowed-cn=other-peer", v, f, err)
+		}
+	}
+	c.TLS.PeerCert = filepath.Join(dir, "missing.crt")
+	if f, err := EtcdFlags(c, cat); err == nil || !strings.Contains(err.Error(), "peer certificate") {
+		t.Errorf("missing peer certificate: %v %v, want an error", f, err)
+	}
+	c.TLS.PeerCert = pki.FilesIn(dir).PeerKey // a key, not a certificate
+	if f, err := EtcdFlags(c, cat); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
+		t.Errorf("peer key as certificate: %v %v, want an error", f, err)
+	}
+}
+
+// TestEtcdFlagsReserved: a reserved flag is refused at launch too (a
+// config stored before the check existed), in every spelling, and when a
+// catalogue rename is what turns an allowed key into a reserved flag.
+func TestEtcdFlagsReserved(t *testing.T) {
+	c := withCerts(t, baseConfig())
+	for _, v := range []string{"3.5.35", "3.6.16", "3.7.3"} {
+		for _, k := range []string{"--experimental-peer-skip-client-san-verification", "peer-skip-client-san-verification", "peer-cert-allowed-cn", "wal-dir"} {
+			c.Version = v
+			c.ExtraFlags = map[string]string{k: "x"}
+			if f, err := EtcdFlags(c, catalogue.Default()); err == nil || !strings.Contains(err.Error(), "cannot be overridden") {
+				t.Errorf("%s %s: %v (err %v), want a refusal", v, k, f, err)
+			}
+		}
+	}
+	renaming := &catalogue.Catalogue{Minors: []catalogue.Minor{{Minor: "3.6", Latest: "3.6.16",
+		RenamedFlags: map[string]string{"harmless-dir": "wal-dir"}}}}
+	c.Version = "3.6.16"
+	c.ExtraFlags = map[string]string{"harmless-dir": "/elsewhere"}
+	if err := ValidateConfig(c); err != nil {
+		t.Fatalf("harmless-dir is not reserved by name: %v", err)
+	}
+	if f, err := EtcdFlags(c, renaming); err == nil || !strings.Contains(err.Error(), `"wal-dir"`) {
+		t.Errorf("renamed to wal-dir: %v (err %v), want a refusal", f, err)
 	}
 }
 
