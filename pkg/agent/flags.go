@@ -1,24 +1,44 @@
 package agent
 
 import (
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"maps"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/catalogue"
+	"github.com/etcd-steward/steward/pkg/spec"
 )
 
 // EtcdFlags returns the etcd command-line flags for a member config. Extra
 // flags are spelled for the member's version as the catalogue says (a flag
-// etcd renamed gets the name that version knows). It is pure so the mapping
-// from spec to flags can be tested without a process.
+// etcd renamed gets the name that version knows). It reads nothing but the
+// peer certificate, so the mapping from spec to flags can be tested without
+// a process.
+//
+// With TLS on, the peer port accepts only certificates with the peer
+// certificate's common name (--peer-cert-allowed-cn): one CA signs the
+// server, peer and client certificates, and without it the client
+// certificate (Steward's, etcdctl's) would be accepted for raft traffic.
+// The name is read from the peer certificate file, so it follows whatever
+// certificate the member runs with.
 func EtcdFlags(c agentapi.MemberConfig, cat *catalogue.Catalogue) ([]string, error) {
 	extra, err := cat.Flags(c.Version, c.ExtraFlags)
 	if err != nil {
 		return nil, fmt.Errorf("member %s: %w", c.Name, err)
+	}
+	// Checked again as spelt for this version: a rename in the catalogue
+	// (or an override file) must not turn an allowed key into a reserved
+	// flag.
+	for _, k := range slices.Sorted(maps.Keys(extra)) {
+		if err := spec.CheckExtraFlag(k); err != nil {
+			return nil, fmt.Errorf("member %s: extraFlags %w", c.Name, err)
+		}
 	}
 	f := []string{
 		"--name=" + c.Name,
@@ -53,11 +73,16 @@ func EtcdFlags(c agentapi.MemberConfig, cat *catalogue.Catalogue) ([]string, err
 		f = append(f, fmt.Sprintf("--election-timeout=%d", c.ElectionTimeoutMs))
 	}
 	if t := c.TLS; t != nil {
+		peerCN, err := commonName(t.PeerCert)
+		if err != nil {
+			return nil, fmt.Errorf("member %s: %w", c.Name, err)
+		}
 		f = append(f,
 			"--cert-file="+t.ServerCert, "--key-file="+t.ServerKey,
 			"--trusted-ca-file="+t.CA, "--client-cert-auth=true",
 			"--peer-cert-file="+t.PeerCert, "--peer-key-file="+t.PeerKey,
 			"--peer-trusted-ca-file="+t.CA, "--peer-client-cert-auth=true",
+			"--peer-cert-allowed-cn="+peerCN,
 		)
 	}
 	for _, k := range slices.Sorted(maps.Keys(extra)) {
@@ -69,8 +94,8 @@ func EtcdFlags(c agentapi.MemberConfig, cat *catalogue.Catalogue) ([]string, err
 // ValidateConfig checks a member config before the agent stores it.
 func ValidateConfig(c agentapi.MemberConfig) error {
 	var problems []string
-	if c.Name == "" {
-		problems = append(problems, "name is empty")
+	if err := spec.ValidName(c.Name); err != nil {
+		problems = append(problems, err.Error())
 	}
 	if c.Version == "" {
 		problems = append(problems, "version is empty")
@@ -92,8 +117,35 @@ func ValidateConfig(c agentapi.MemberConfig) error {
 	if c.InitialCluster == "" {
 		problems = append(problems, "initialCluster is empty")
 	}
+	for _, k := range slices.Sorted(maps.Keys(c.ExtraFlags)) {
+		if err := spec.CheckExtraFlag(k); err != nil {
+			problems = append(problems, "extraFlags "+err.Error())
+		}
+	}
 	if len(problems) > 0 {
 		return fmt.Errorf("member config %s: %s", c.Name, strings.Join(problems, "; "))
 	}
 	return nil
+}
+
+// commonName reads a PEM certificate file and returns its subject's common
+// name.
+func commonName(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("peer certificate: %w", err)
+	}
+	blk, _ := pem.Decode(b)
+	if blk == nil || blk.Type != "CERTIFICATE" {
+		return "", fmt.Errorf("peer certificate %s: no PEM certificate found", path)
+	}
+	cert, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		return "", fmt.Errorf("peer certificate %s: %w", path, err)
+	}
+	// etcd splits the flag's value at commas (a list of names).
+	if cn := cert.Subject.CommonName; cn == "" || strings.Contains(cn, ",") {
+		return "", fmt.Errorf("peer certificate %s: common name %q cannot restrict the peer port: it must be set and hold no comma", path, cn)
+	}
+	return cert.Subject.CommonName, nil
 }

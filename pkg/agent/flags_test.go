@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/catalogue"
+	"github.com/etcd-steward/steward/pkg/pki"
 )
 
 func baseConfig() agentapi.MemberConfig {
@@ -23,9 +25,24 @@ func baseConfig() agentapi.MemberConfig {
 	}
 }
 
+// withCerts points a config's TLS files at certificates pkg/pki issued for
+// a cluster named "prod".
+func withCerts(t *testing.T, c agentapi.MemberConfig) agentapi.MemberConfig {
+	t.Helper()
+	dir := t.TempDir()
+	if err := pki.Ensure(dir, "prod", nil); err != nil {
+		t.Fatal(err)
+	}
+	f := pki.FilesIn(dir)
+	c.TLS = &agentapi.TLSFiles{CA: f.CA, ServerCert: f.ServerCert, ServerKey: f.ServerKey,
+		PeerCert: f.PeerCert, PeerKey: f.PeerKey, ClientCert: f.ClientCert, ClientKey: f.ClientKey}
+	return c
+}
+
 func TestEtcdFlags(t *testing.T) {
 	cat := catalogue.Default()
-	f, err := EtcdFlags(baseConfig(), cat)
+	c := withCerts(t, baseConfig())
+	f, err := EtcdFlags(c, cat)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,8 +53,11 @@ func TestEtcdFlags(t *testing.T) {
 		"--initial-cluster=etcd-1=https://127.0.0.1:2380", "--initial-cluster-state=new", "--initial-cluster-token=tok",
 		"--quota-backend-bytes=1073741824", "--auto-compaction-mode=periodic", "--auto-compaction-retention=1h",
 		"--snapshot-count=5000", "--heartbeat-interval=100", "--election-timeout=1000",
-		"--client-cert-auth=true", "--peer-client-cert-auth=true", "--trusted-ca-file=/p/ca.crt",
-		"--cert-file=/p/server.crt", "--key-file=/p/server.key", "--peer-cert-file=/p/peer.crt",
+		"--client-cert-auth=true", "--peer-client-cert-auth=true", "--trusted-ca-file=" + c.TLS.CA,
+		"--cert-file=" + c.TLS.ServerCert, "--key-file=" + c.TLS.ServerKey, "--peer-cert-file=" + c.TLS.PeerCert,
+		// The peer port takes the peer certificate only (pkg/pki's CN
+		// for it), not the client or server certificate of the same CA.
+		"--peer-cert-allowed-cn=prod-peer",
 		"--max-txn-ops=256", "--log-level=warn",
 	} {
 		if !slices.Contains(f, want) {
@@ -51,7 +71,7 @@ func TestEtcdFlags(t *testing.T) {
 	if slices.Contains(f, "--force-new-cluster") {
 		t.Errorf("--force-new-cluster without ForceNewCluster: %v", f)
 	}
-	force := baseConfig()
+	force := c
 	force.ForceNewCluster = true
 	if ff, err := EtcdFlags(force, cat); err != nil || !slices.Contains(ff, "--force-new-cluster") {
 		t.Errorf("ForceNewCluster: %v %v", ff, err)
@@ -73,7 +93,7 @@ func TestEtcdFlags(t *testing.T) {
 // each member runs, and a flag the version removed stops the launch.
 func TestEtcdFlagsPerVersion(t *testing.T) {
 	cat := catalogue.Default()
-	c := baseConfig()
+	c := withCerts(t, baseConfig())
 	c.ExtraFlags = map[string]string{"--experimental-snapshot-catchup-entries": "5000"}
 	for v, want := range map[string]string{
 		"3.5.35": "--experimental-snapshot-catchup-entries=5000",
@@ -93,6 +113,60 @@ func TestEtcdFlagsPerVersion(t *testing.T) {
 	}
 }
 
+// TestEtcdFlagsPeerCN: the allowed peer CN is read from the peer
+// certificate the member runs with, and a member whose peer certificate
+// cannot be read does not start without the restriction.
+func TestEtcdFlagsPeerCN(t *testing.T) {
+	cat := catalogue.Default()
+	c := withCerts(t, baseConfig())
+	dir := t.TempDir()
+	if err := pki.Ensure(dir, "other", nil); err != nil {
+		t.Fatal(err)
+	}
+	c.TLS.PeerCert = pki.FilesIn(dir).PeerCert
+	for _, v := range []string{"3.5.35", "3.6.16", "3.7.3"} {
+		c.Version = v
+		f, err := EtcdFlags(c, cat)
+		if err != nil || !slices.Contains(f, "--peer-cert-allowed-cn=other-peer") {
+			t.Errorf("%s: %v (err %v), want --peer-cert-allowed-cn=other-peer", v, f, err)
+		}
+	}
+	c.TLS.PeerCert = filepath.Join(dir, "missing.crt")
+	if f, err := EtcdFlags(c, cat); err == nil || !strings.Contains(err.Error(), "peer certificate") {
+		t.Errorf("missing peer certificate: %v %v, want an error", f, err)
+	}
+	c.TLS.PeerCert = pki.FilesIn(dir).PeerKey // a key, not a certificate
+	if f, err := EtcdFlags(c, cat); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
+		t.Errorf("peer key as certificate: %v %v, want an error", f, err)
+	}
+}
+
+// TestEtcdFlagsReserved: a reserved flag is refused at launch too (a
+// config stored before the check existed), in every spelling, and when a
+// catalogue rename is what turns an allowed key into a reserved flag.
+func TestEtcdFlagsReserved(t *testing.T) {
+	c := withCerts(t, baseConfig())
+	for _, v := range []string{"3.5.35", "3.6.16", "3.7.3"} {
+		for _, k := range []string{"--experimental-peer-skip-client-san-verification", "peer-skip-client-san-verification", "peer-cert-allowed-cn", "wal-dir"} {
+			c.Version = v
+			c.ExtraFlags = map[string]string{k: "x"}
+			if f, err := EtcdFlags(c, catalogue.Default()); err == nil || !strings.Contains(err.Error(), "cannot be overridden") {
+				t.Errorf("%s %s: %v (err %v), want a refusal", v, k, f, err)
+			}
+		}
+	}
+	renaming := &catalogue.Catalogue{Minors: []catalogue.Minor{{Minor: "3.6", Latest: "3.6.16",
+		RenamedFlags: map[string]string{"harmless-dir": "wal-dir"}}}}
+	c.Version = "3.6.16"
+	c.ExtraFlags = map[string]string{"harmless-dir": "/elsewhere"}
+	if err := ValidateConfig(c); err != nil {
+		t.Fatalf("harmless-dir is not reserved by name: %v", err)
+	}
+	if f, err := EtcdFlags(c, renaming); err == nil || !strings.Contains(err.Error(), `"wal-dir"`) {
+		t.Errorf("renamed to wal-dir: %v (err %v), want a refusal", f, err)
+	}
+}
+
 func TestValidateConfig(t *testing.T) {
 	if err := ValidateConfig(baseConfig()); err != nil {
 		t.Fatal(err)
@@ -103,6 +177,34 @@ func TestValidateConfig(t *testing.T) {
 	err := ValidateConfig(c)
 	if err == nil || !strings.Contains(err.Error(), "initialClusterState") || !strings.Contains(err.Error(), "clientURL") {
 		t.Fatalf("want both problems named, got %v", err)
+	}
+	for _, name := range []string{"", "../../x", "a/b", "..", "Etcd-1", ".hidden"} {
+		c := baseConfig()
+		c.Name = name
+		if err := ValidateConfig(c); err == nil || !strings.Contains(err.Error(), "lower-case letters") {
+			t.Errorf("name %q: %v, want a refusal", name, err)
+		}
+	}
+	// Flags Steward owns, with or without dashes, in etcd 3.5's spelling
+	// and 3.6's; and a key that would smuggle a value into another flag.
+	for key, want := range map[string]string{
+		"--data-dir":           "set by Steward from the spec",
+		"force-new-cluster":    "cannot be overridden",
+		"peer-cert-allowed-cn": "TLS",
+		"--experimental-peer-skip-client-san-verification": "TLS",
+		"peer-skip-client-san-verification":                "TLS",
+		"wal-dir":                                          "where a member keeps its data",
+		"config-file":                                      "cannot be overridden",
+		"auto-tls":                                         "TLS",
+		"discovery-srv":                                    "finds its cluster",
+		"data-dir=/tmp/x":                                  "not an etcd flag name",
+	} {
+		c := baseConfig()
+		c.ExtraFlags = map[string]string{key: "x", "max-txn-ops": "256"}
+		err := ValidateConfig(c)
+		if err == nil || !strings.Contains(err.Error(), "extraFlags") || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "max-txn-ops") {
+			t.Errorf("extra flag %q: %v, want a refusal containing %q", key, err, want)
+		}
 	}
 }
 

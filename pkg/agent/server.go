@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"time"
 
 	"github.com/etcd-steward/steward/pkg/agentapi"
+	"github.com/etcd-steward/steward/pkg/spec"
 )
 
 // Handler returns the agent's HTTP API. It is transport-agnostic: Run serves
@@ -21,22 +23,22 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/members", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, a.Members(), nil)
 	})
-	mux.HandleFunc("GET /v1/members/{name}", func(w http.ResponseWriter, r *http.Request) {
-		m, ok := a.member(r.PathValue("name"))
+	mux.HandleFunc("GET /v1/members/{name}", named(func(w http.ResponseWriter, r *http.Request, name string) {
+		m, ok := a.member(name)
 		if !ok {
-			reply(w, nil, errNotFound(r.PathValue("name")))
+			reply(w, nil, errNotFound(name))
 			return
 		}
 		reply(w, m.status(), nil)
-	})
-	mux.HandleFunc("PUT /v1/members/{name}", func(w http.ResponseWriter, r *http.Request) {
+	}))
+	mux.HandleFunc("PUT /v1/members/{name}", named(func(w http.ResponseWriter, r *http.Request, name string) {
 		var cfg agentapi.MemberConfig
-		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&cfg); err != nil {
+		if err := decodeBody(w, r, 1<<20, &cfg); err != nil {
 			reply(w, nil, badRequest{fmt.Errorf("decode member config: %w", err)})
 			return
 		}
-		if cfg.Name != r.PathValue("name") {
-			reply(w, nil, badRequest{fmt.Errorf("member config names %q but the URL names %q", cfg.Name, r.PathValue("name"))})
+		if cfg.Name != name {
+			reply(w, nil, badRequest{fmt.Errorf("member config names %q but the URL names %q", cfg.Name, name)})
 			return
 		}
 		st, err := a.PutMember(cfg)
@@ -44,14 +46,13 @@ func (a *Agent) Handler() http.Handler {
 			err = badRequest{err}
 		}
 		reply(w, st, err)
-	})
-	mux.HandleFunc("DELETE /v1/members/{name}", func(w http.ResponseWriter, r *http.Request) {
+	}))
+	mux.HandleFunc("DELETE /v1/members/{name}", named(func(w http.ResponseWriter, r *http.Request, name string) {
 		ctx, cancel := stopContext(r)
 		defer cancel()
-		reply(w, nil, a.DeleteMember(ctx, r.PathValue("name")))
-	})
-	mux.HandleFunc("POST /v1/members/{name}/{action}", func(w http.ResponseWriter, r *http.Request) {
-		name := r.PathValue("name")
+		reply(w, nil, a.DeleteMember(ctx, name))
+	}))
+	mux.HandleFunc("POST /v1/members/{name}/{action}", named(func(w http.ResponseWriter, r *http.Request, name string) {
 		m, ok := a.member(name)
 		if !ok {
 			reply(w, nil, errNotFound(name))
@@ -73,7 +74,7 @@ func (a *Agent) Handler() http.Handler {
 			}
 		case "version":
 			var req agentapi.VersionRequest
-			if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&req); err != nil {
+			if err := decodeBody(w, r, 1<<16, &req); err != nil {
 				reply(w, nil, badRequest{fmt.Errorf("decode version request: %w", err)})
 				return
 			}
@@ -88,26 +89,55 @@ func (a *Agent) Handler() http.Handler {
 			return
 		}
 		reply(w, m.status(), err)
-	})
+	}))
 	mux.HandleFunc("GET /v1/binaries/{version}", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, a.CheckBinary(r.Context(), r.PathValue("version")), nil)
 	})
-	mux.HandleFunc("POST /v1/members/{name}/check-v2store", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("POST /v1/members/{name}/check-v2store", named(func(w http.ResponseWriter, r *http.Request, name string) {
 		var req agentapi.V2StoreRequest
-		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
+		if err := decodeBody(w, r, 1<<16, &req); err != nil {
 			reply(w, nil, badRequest{fmt.Errorf("decode v2 store check request: %w", err)})
 			return
 		}
-		res, err := a.CheckV2Store(r.Context(), r.PathValue("name"), req.Version)
+		res, err := a.CheckV2Store(r.Context(), name, req.Version)
 		reply(w, res, err)
-	})
+	}))
 	mux.HandleFunc("POST /v1/shutdown", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, map[string]string{"status": "shutting down"}, nil)
 		a.Shutdown()
 	})
 	return mux
+}
+
+// named checks the {name} of a member URL before the handler sees it: a
+// member name becomes file names (its config, log and pid file), so a name
+// such as "../../x" (sent as ..%2F..%2Fx) must never reach a path.
+func named(h func(w http.ResponseWriter, r *http.Request, name string)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		name := r.PathValue("name")
+		if err := spec.ValidName(name); err != nil {
+			reply(w, nil, badRequest{fmt.Errorf("member %w", err)})
+			return
+		}
+		h(w, r, name)
+	}
+}
+
+// decodeBody decodes a request body of at most limit bytes holding exactly
+// one JSON object whose fields are all known to v: a misspelt or newer
+// field is an error, not silently ignored, and so is anything after the
+// object.
+func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	var extra json.RawMessage
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return errors.New("unexpected data after the JSON object")
+	}
+	return nil
 }
 
 func stopContext(r *http.Request) (context.Context, context.CancelFunc) {

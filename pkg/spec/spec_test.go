@@ -62,6 +62,12 @@ func TestValidate(t *testing.T) {
 		{name: "bad name", edit: func(c *Cluster) { c.Members[0].Name = "Etcd_1" }, wantErr: `member name "Etcd_1"`},
 		{name: "shared data dir", edit: func(c *Cluster) { c.Members[1].DataDir = c.Members[0].DataDir }, wantErr: "is also used by etcd-1"},
 		{name: "reserved flag", edit: func(c *Cluster) { c.Etcd.ExtraFlags = map[string]string{"--data-dir": "/x"} }, wantErr: "set by Steward from the spec"},
+		{name: "reserved TLS flag", edit: func(c *Cluster) { c.Etcd.ExtraFlags = map[string]string{"peer-cert-allowed-cn": "x"} }, wantErr: `etcd.extraFlags "peer-cert-allowed-cn" would change the members' TLS`},
+		{name: "reserved old spelling", edit: func(c *Cluster) {
+			c.Etcd.ExtraFlags = map[string]string{"--experimental-peer-skip-client-san-verification": "true"}
+		}, wantErr: `etcd.extraFlags "--experimental-peer-skip-client-san-verification" would change the members' TLS`},
+		{name: "reserved wal dir", edit: func(c *Cluster) { c.Etcd.ExtraFlags = map[string]string{"wal-dir": "/x"} }, wantErr: `etcd.extraFlags "wal-dir" would change where a member keeps its data`},
+		{name: "flag key smuggling a value", edit: func(c *Cluster) { c.Etcd.ExtraFlags = map[string]string{"data-dir=/x": "y"} }, wantErr: `etcd.extraFlags "data-dir=/x" is not an etcd flag name`},
 		{name: "election timeout", edit: func(c *Cluster) { c.Etcd.ElectionTimeoutMs = 200 }, wantErr: "at least 5 times"},
 		{name: "no members", edit: func(c *Cluster) { c.Members = nil }, wantErr: "no members"},
 		{name: "even count warns", edit: func(c *Cluster) { c.Members = c.Members[:2] }, warn: "even member count"},

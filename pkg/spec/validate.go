@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"regexp"
@@ -101,9 +102,9 @@ func (c *Cluster) Validate(o ValidateOptions) (warnings []string, err error) {
 		bad("etcd.electionTimeoutMs %d must be at least 5 times heartbeatIntervalMs %d",
 			c.Etcd.ElectionTimeoutMs, c.Etcd.HeartbeatIntervalMs)
 	}
-	for k := range c.Etcd.ExtraFlags {
-		if reserved[strings.TrimLeft(k, "-")] {
-			bad("etcd.extraFlags %q is set by Steward from the spec; set it through the spec's fields instead", k)
+	for _, k := range slices.Sorted(maps.Keys(c.Etcd.ExtraFlags)) {
+		if ferr := CheckExtraFlag(k); ferr != nil {
+			bad("etcd.extraFlags %v", ferr)
 		}
 	}
 
@@ -280,17 +281,4 @@ func checkURL(raw, scheme string) (hostPort string, err error) {
 		return "", fmt.Errorf("%q: a member URL has no path", raw)
 	}
 	return u.Host, nil
-}
-
-// reserved flags are derived from the spec and may not be overridden.
-var reserved = map[string]bool{
-	"name": true, "data-dir": true, "listen-client-urls": true, "advertise-client-urls": true,
-	"listen-peer-urls": true, "initial-advertise-peer-urls": true, "initial-cluster": true,
-	"initial-cluster-state": true, "initial-cluster-token": true, "cert-file": true, "key-file": true,
-	"trusted-ca-file": true, "client-cert-auth": true, "peer-cert-file": true, "peer-key-file": true,
-	"peer-trusted-ca-file": true, "peer-client-cert-auth": true,
-	// Set from the spec's etcd section: change them there.
-	"quota-backend-bytes": true, "auto-compaction-mode": true, "auto-compaction-retention": true,
-	"snapshot-count": true, "heartbeat-interval": true, "election-timeout": true,
-	"logger": true, "log-outputs": true,
 }
