@@ -134,6 +134,12 @@ func (m *member) status() agentapi.MemberStatus {
 	if rec, ok, err := datadir.ReadRecord(m.cfg.DataDir); err == nil && ok {
 		st.DataDirVersion = rec.Version
 	}
+	snaps, _ := filepath.Glob(filepath.Join(m.cfg.DataDir, "member", "snap", "*.snap"))
+	for _, s := range snaps {
+		if fi, err := os.Stat(s); err == nil && fi.ModTime().After(st.NewestSnapshot) {
+			st.NewestSnapshot = fi.ModTime()
+		}
+	}
 	return st
 }
 

@@ -98,6 +98,9 @@ type MemberStatus struct {
 	// DataDirVersion is the etcd version last run successfully on the data
 	// dir, from the version record next to it.
 	DataDirVersion string `json:"dataDirVersion,omitempty"`
+	// NewestSnapshot is when the newest raft snapshot file in the data
+	// dir was written (zero: none).
+	NewestSnapshot time.Time `json:"newestSnapshot,omitzero"`
 	// DataDirCheck is what the check before the last start found.
 	DataDirCheck string `json:"dataDirCheck,omitempty"`
 	// ConfigPending is true when the running process was started with an

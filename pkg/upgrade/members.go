@@ -51,15 +51,40 @@ func SnapshotMember(ctx context.Context, c *cluster.Cluster, name, version strin
 	}
 	cfg := c.MemberConfig(m)
 	cfg.Version, cfg.SnapshotCount = version, 1
-	started := time.Now()
 	if _, err := ac.PutMember(ctx, cfg); err != nil {
 		return fmt.Errorf("configure member %s for a snapshot: %w", name, err)
 	}
-	if _, err := ac.SwapVersion(ctx, name, agentapi.VersionRequest{Version: version, AllowMinorDowngrade: true}); err != nil {
+	_, err = ac.SwapVersion(ctx, name, agentapi.VersionRequest{Version: version, AllowMinorDowngrade: true})
+	if err != nil {
 		return fmt.Errorf("restart member %s on %s for a snapshot: %w", name, version, err)
 	}
-	if err := cluster.WaitSnapshot(ctx, cfg.DataDir, started, timeout); err != nil {
-		return fmt.Errorf("member %s: %w", name, err)
+	// Wait for a snapshot written by the restarted process: its start and
+	// the snapshot's time both come from the agent (the data dir may be
+	// on another host; one clock). etcd snapshots once more than
+	// snapshot-count entries were applied since the last one, which an
+	// idle cluster may never do: each turn without one applies two raft
+	// entries that touch no key (a lease granted and revoked).
+	cli, err := c.Client()
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	err = cluster.Poll(wctx, 500*time.Millisecond, func(ctx context.Context) (bool, error) {
+		ms, err := ac.Member(ctx, name)
+		if err == nil && ms.PID != 0 && ms.NewestSnapshot.After(ms.StartedAt) {
+			return true, nil
+		}
+		nctx, ncancel := context.WithTimeout(ctx, 2*time.Second)
+		defer ncancel()
+		if l, err := cli.Grant(nctx, 60); err == nil {
+			_, _ = cli.Revoke(nctx, l.ID)
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("member %s: no raft snapshot in %s within %s", name, cfg.DataDir, timeout)
 	}
 	c.Progress.Say("member %s took a raft snapshot on %s", name, version)
 	return nil
