@@ -9,10 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/crashpoint"
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/join"
 	"github.com/etcd-steward/steward/pkg/pki"
+	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/test/harness"
 	"github.com/etcd-steward/steward/test/workload"
 )
@@ -258,3 +260,104 @@ func requireNotJoined(t *testing.T, dir string) {
 
 // etcdctl is the etcdctl of version v in the test store.
 func etcdctl(e *harness.Env, v string) string { return filepath.Join(e.Store, "etcd-v"+v, "etcdctl") }
+
+// TestHostsUpgradeAndRollback: three members on three hosts go 3.5 -> 3.6
+// -> 3.7 in one rolling plan and back to 3.5 with `steward rollback`, all
+// from the coordinator, while a client writes throughout. On the way: an
+// upgrade refuses to start while a follower's host is cut off; a plan
+// stopped after its first member step (a crash point) and resumed with
+// another member's host cut off fails at its health gate naming that
+// member, and resumes once the link is back. Every acknowledged write is
+// present at the end.
+func TestHostsUpgradeAndRollback(t *testing.T) {
+	vs := harness.Versions()
+	hs := harness.NewHosts(t, 3)
+	hs.Init(vs[0])
+	hs.StartAgents()
+	hs.MustRun("up")
+	hs.WaitStatus(time.Minute, "three healthy members on three hosts", harness.Healthy)
+	cli := hs.Client()
+	defer cli.Close()
+	w := workload.Start(t, cli, workload.Options{Prefix: "hosts-upgrade", Attempts: 20, Timeout: 3 * time.Second})
+
+	if !t.Run("refused with a host cut off", func(t *testing.T) {
+		e := hs.Env.For(t)
+		st := e.Status()
+		var victim cluster.MemberStatus
+		for _, m := range st.Members {
+			if m.Role == "follower" {
+				victim = m
+			}
+		}
+		h := hs.Host(victim.Agent)
+		h.Cut(t)
+		e.WaitStatus(30*time.Second, "the cut host's member unhealthy", func(st *cluster.Status) bool {
+			m, _ := st.Member(victim.Name)
+			return !m.Healthy
+		})
+		msg := e.MustFail("upgrade", "apply", "--to", vs[2])
+		if !strings.Contains(msg, victim.Name) || !strings.Contains(msg, "nothing was changed") {
+			t.Errorf("the refusal does not name %s: %s", victim.Name, msg)
+		}
+		if _, err := readPlan(e); err == nil {
+			t.Errorf("a refused upgrade left a plan")
+		}
+		h.Heal(t)
+		e.WaitStatus(time.Minute, "the healed host's member back", harness.Healthy)
+	}) {
+		return
+	}
+
+	var up plan.Plan
+	if !t.Run("upgrade "+vs[0]+" to "+vs[2]+", stopped by a cut host at a health gate", func(t *testing.T) {
+		e := hs.Env.For(t)
+		// Crash after the first member step acted: the plan stays running
+		// with that step done-but-unrecorded, as after a coordinator crash.
+		_, se, err := e.RunEnv([]string{crashpoint.EnvVar + "=plan-step-after:2"}, "upgrade", "apply", "--to", vs[2], "--health-timeout", "20s")
+		if err == nil || !strings.Contains(se, "crashpoint: plan-step-after:2") {
+			t.Fatalf("want the crash point to stop the plan: %v: %s", err, se)
+		}
+		p := latestPlan(t, e)
+		var later plan.Step
+		for _, s := range p.Steps {
+			if s.Kind == "member" && s.Index > 2 {
+				later = s
+				break
+			}
+		}
+		m, _ := e.Status().Member(later.Member)
+		h := hs.Host(m.Agent)
+		h.Cut(t)
+		msg := e.MustFail("plan", "resume")
+		p = latestPlan(t, e)
+		cur := p.Current()
+		if p.State != plan.Failed || cur == nil || !strings.Contains(cur.Error, later.Member) {
+			t.Fatalf("plan %s, current step %+v; want failed naming %s (resume said: %s)", p.State, cur, later.Member, msg)
+		}
+		t.Logf("resume stopped at step %d: %s", cur.Index, cur.Error)
+		h.Heal(t)
+		e.WaitStatus(time.Minute, "the healed host's member back", harness.Healthy)
+		e.MustRun("plan", "resume")
+		st := e.WaitStatus(time.Minute, "every member on "+vs[2], harness.Healthy)
+		requireVersion(t, st, vs[2], "after the upgrade")
+		up = latestPlan(t, e)
+		if up.State != plan.Done || up.From != vs[0] || up.To != vs[2] {
+			t.Fatalf("upgrade plan: %s %s->%s", up.State, up.From, up.To)
+		}
+	}) {
+		return
+	}
+	t.Run("rollback to "+vs[0], func(t *testing.T) {
+		e := hs.Env.For(t)
+		e.MustRun("rollback")
+		st := e.WaitStatus(time.Minute, "every member back on "+vs[0], harness.Healthy)
+		requireVersion(t, st, vs[0], "after the rollback")
+		rb := latestPlan(t, e)
+		if rb.Kind != plan.KindRollback || rb.State != plan.Done || rb.Of != up.ID {
+			t.Fatalf("rollback plan: %s %s of %s", rb.Kind, rb.State, rb.Of)
+		}
+	})
+	res := w.Stop()
+	t.Logf("through the upgrade and rollback across hosts: %s", res)
+	workload.RequireKeys(t, cli, res)
+}
