@@ -57,6 +57,17 @@ func table(tw *tabwriter.Writer, st *cluster.Status) {
 			size(m.DBSize), size(m.DBSizeInUse), m.Revision, m.RaftTerm, m.RaftAppliedIndex,
 			dash(strings.Join(m.Alarms, ",")), strings.Join(m.ClientURLs, ","), dash(m.LastError))
 	}
+	// Hosts, when the cluster has any on other machines: which answer.
+	remote := false
+	for _, a := range st.Agents {
+		remote = remote || a.Host != ""
+	}
+	if remote {
+		fmt.Fprintf(tw, "\nHOST\tADDRESS\tAGENT\tREACHABLE\tERROR\n")
+		for _, a := range st.Agents {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\n", a.Name, dash(a.Host), a.Endpoint, a.Reachable, dash(a.Error))
+		}
+	}
 	fmt.Fprintf(tw, "\nCONDITION\tSTATUS\tREASON\tSINCE\tMESSAGE\n")
 	for _, c := range st.Conditions {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.Type, c.Status, c.Reason, c.LastTransitionTime.Format(time.RFC3339), c.Message)
