@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -152,8 +151,12 @@ func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*clust
 	startedAgent := false
 	running := map[string]bool{}
 	if s.Uses(spec.LocalAgent) {
-		ac, startedAgent, err = ensureLocalAgent(ctx, c, o.StewardBinary, say)
+		c.Progress = say
+		startedAgent, err = c.EnsureLocalAgent(ctx, o.StewardBinary)
 		if err != nil {
+			return nil, warnings, err
+		}
+		if ac, err = c.Agent(spec.LocalAgent); err != nil {
 			return nil, warnings, err
 		}
 		if ms, err := ac.Members(ctx); err == nil {
@@ -244,68 +247,6 @@ func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*clust
 		}
 	}
 	return c, warnings, nil
-}
-
-// ensureLocalAgent returns a client of the local agent, starting the agent
-// in the background when it does not answer.
-func ensureLocalAgent(ctx context.Context, c *cluster.Cluster, exe string, say progress.Func) (_ *agentapi.Client, started bool, err error) {
-	ac, err := c.Agent(spec.LocalAgent)
-	if err != nil {
-		return nil, false, err
-	}
-	if ac.Ping(ctx, time.Second) == nil {
-		return ac, false, nil
-	}
-	ac, err = startAgent(ctx, c, ac, exe, say)
-	return ac, err == nil, err
-}
-
-func startAgent(ctx context.Context, c *cluster.Cluster, ac *agentapi.Client, exe string, say progress.Func) (*agentapi.Client, error) {
-	var err error
-	if exe == "" {
-		if exe, err = os.Executable(); err != nil {
-			return nil, err
-		}
-	}
-	if err := os.MkdirAll(filepath.Join(c.Dir, "logs"), 0o700); err != nil {
-		return nil, err
-	}
-	logf, err := os.OpenFile(filepath.Join(c.Dir, "logs", "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	defer logf.Close()
-	cmd := exec.Command(exe, "agent", "--dir", c.Dir, "--name", spec.LocalAgent)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Dir = c.Dir
-	// A session of its own: the agent outlives the `steward up` that started it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start agent: %w", err)
-	}
-	pid := cmd.Process.Pid
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	if err := os.MkdirAll(filepath.Join(c.Dir, "run"), 0o700); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(c.Dir, "run", "agent.pid"), []byte(strconv.Itoa(pid)+"\n"), 0o600); err != nil {
-		say.Say("warning: write agent pid file: %v", err)
-	}
-	say.Say("started agent (pid %d, log %s)", pid, filepath.Join(c.Dir, "logs", "agent.log"))
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case err := <-exited:
-			return nil, fmt.Errorf("agent exited at start (%v): %s", err, lastLines(filepath.Join(c.Dir, "logs", "agent.log"), 3))
-		default:
-		}
-		if ac.Ping(ctx, 500*time.Millisecond) == nil {
-			return ac, nil
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return nil, fmt.Errorf("agent did not answer on %s within 15s; see %s", ac.Address(), filepath.Join(c.Dir, "logs", "agent.log"))
 }
 
 // DownOptions configure Down.
@@ -400,16 +341,4 @@ func waitExit(ctx context.Context, pid int, d time.Duration) error {
 		return fmt.Errorf("process %d did not exit within %s", pid, d)
 	}
 	return nil
-}
-
-func lastLines(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, " | ")
 }

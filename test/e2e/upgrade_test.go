@@ -642,18 +642,17 @@ func TestRollbackByRestore(t *testing.T) {
 	})
 }
 
-// TestIdleUpgradeTakesSnapshot: one member on 3.6, nobody writing, is
+// TestIdleUpgradeTakesSnapshot: three members on 3.6, nobody writing, are
 // upgraded to 3.7, a minor that needs a raft snapshot on the old version
-// first. An idle member applies too few entries after its restart to reach
-// snapshot-count; the plan must still get its snapshot (it timed out
-// before Steward nudged the cluster).
+// first. An idle follower applies too few entries after its restart to
+// reach snapshot-count; the plan must still get its snapshot.
 func TestIdleUpgradeTakesSnapshot(t *testing.T) {
 	t.Parallel()
 	vs := harness.Versions()
 	e := harness.New(t)
-	e.Up(1, vs[1])
+	e.Up(3, vs[1])
 	out := e.MustRun("upgrade", "apply", "--to", vs[2], "--health-timeout", "30s")
-	st := e.WaitStatus(time.Minute, "the member on "+vs[2], harness.Healthy)
+	st := e.WaitStatus(time.Minute, "every member on "+vs[2], harness.Healthy)
 	requireVersion(t, st, vs[2], "after the idle upgrade")
 	if p := latestPlan(t, e); p.State != plan.Done {
 		t.Fatalf("plan %s: %s", p.State, out)

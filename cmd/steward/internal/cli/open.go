@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 
@@ -37,4 +38,22 @@ func Open(dir string) (*cluster.Cluster, error) {
 // the Steward directory dir.
 func NoSpecHint(err error, dir string) error {
 	return Hint(err, cluster.ErrNoSpec, fmt.Sprintf("run `steward up --dir %s` first", dir))
+}
+
+// ClusterWithAgent is Cluster for commands that work on member processes:
+// it also starts this machine's agent when the spec has one and it is not
+// running (after `steward down` or a reboot), as `steward up` does. The
+// agent starts the members it last ran.
+func (g *Globals) ClusterWithAgent(cmd interface {
+	ErrOrStderr() io.Writer
+	Context() context.Context
+}) (*cluster.Cluster, error) {
+	c, err := g.Cluster(cmd)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.EnsureLocalAgent(cmd.Context(), ""); err != nil {
+		return nil, fmt.Errorf("this machine's agent is not running and could not be started: %w (run it in the foreground with `steward agent --dir %s` to see why)", err, c.Dir)
+	}
+	return c, nil
 }

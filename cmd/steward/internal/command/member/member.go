@@ -25,7 +25,7 @@ func addCommand(g *cli.Globals) *cobra.Command {
 		Short: "Add a member as a learner, wait until it caught up, then promote it",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.Cluster(cmd)
+			c, err := g.ClusterWithAgent(cmd)
 			if err != nil {
 				return err
 			}
@@ -47,7 +47,7 @@ func removeCommand(g *cli.Globals) *cobra.Command {
 		Short: "Remove a member (leadership moves away first); its data dir is moved aside",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.Cluster(cmd)
+			c, err := g.ClusterWithAgent(cmd)
 			if err != nil {
 				return err
 			}
@@ -71,7 +71,7 @@ func replaceCommand(g *cli.Globals) *cobra.Command {
 		Short: "Rebuild a member that lost its data: remove its old ID, move the data aside, re-add it as a learner, promote",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.Cluster(cmd)
+			c, err := g.ClusterWithAgent(cmd)
 			if err != nil {
 				return err
 			}
@@ -89,7 +89,7 @@ func stopCommand(g *cli.Globals) *cobra.Command {
 		Short: "Stop a member's process (it stays in the cluster); the agent keeps it stopped",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.Cluster(cmd)
+			c, err := g.ClusterWithAgent(cmd)
 			if err != nil {
 				return err
 			}
@@ -107,7 +107,7 @@ func startCommand(g *cli.Globals) *cobra.Command {
 		Short: "Start a stopped member's process again",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.Cluster(cmd)
+			c, err := g.ClusterWithAgent(cmd)
 			if err != nil {
 				return err
 			}

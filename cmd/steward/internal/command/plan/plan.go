@@ -36,7 +36,7 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 		Short: "Continue the latest plan from its first step that is not done",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.Cluster(cmd)
+			c, err := g.ClusterWithAgent(cmd)
 			if err != nil {
 				return err
 			}

@@ -18,7 +18,7 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 		Short: "Return the cluster to the etcd version it had before the last upgrade plan, as a plan of its own",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.Cluster(cmd)
+			c, err := g.ClusterWithAgent(cmd)
 			if err != nil {
 				return err
 			}

@@ -36,7 +36,7 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 		Short: "Compute, save and run the plan to VERSION; `steward plan resume` continues it after a failure or crash",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.Cluster(cmd)
+			c, err := g.ClusterWithAgent(cmd)
 			if err != nil {
 				return err
 			}
