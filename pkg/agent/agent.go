@@ -57,6 +57,9 @@ type Options struct {
 	// none (members a coordinator on another host configured); default
 	// DIR/binaries.
 	BinaryStore string
+	// ClusterToken, when set, is the token of the cluster the agent's
+	// host joined: a spec of another cluster is refused (SetCluster).
+	ClusterToken string
 }
 
 // Agent supervises the members on one host.

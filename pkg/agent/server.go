@@ -102,6 +102,17 @@ func (a *Agent) Handler() http.Handler {
 		res, err := a.CheckV2Store(r.Context(), name, req.Version)
 		reply(w, res, err)
 	}))
+	mux.HandleFunc("PUT /v1/cluster", func(w http.ResponseWriter, r *http.Request) {
+		var f agentapi.ClusterFiles
+		if err := decodeBody(w, r, 1<<20, &f); err != nil {
+			reply(w, nil, badRequest{fmt.Errorf("decode cluster files: %w", err)})
+			return
+		}
+		reply(w, nil, a.SetCluster(f))
+	})
+	mux.HandleFunc("GET /v1/backup/status", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, a.BackupStatuses(), nil)
+	})
 	mux.HandleFunc("POST /v1/shutdown", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, map[string]string{"status": "shutting down"}, nil)
 		a.Shutdown()

@@ -158,6 +158,18 @@ func (c *Client) CheckV2Store(ctx context.Context, name, version string) (V2Stor
 	return out, c.do(ctx, http.MethodPost, "/v1/members/"+name+"/check-v2store", V2StoreRequest{Version: version}, &out)
 }
 
+// PutCluster hands the agent the cluster spec and backup secrets.
+func (c *Client) PutCluster(ctx context.Context, f ClusterFiles) error {
+	return c.do(ctx, http.MethodPut, "/v1/cluster", f, nil)
+}
+
+// BackupStatuses returns the backup loop reports on the agent's host, as
+// written (package backup's LoopStatus).
+func (c *Client) BackupStatuses(ctx context.Context) ([]json.RawMessage, error) {
+	var out []json.RawMessage
+	return out, c.do(ctx, http.MethodGet, "/v1/backup/status", nil, &out)
+}
+
 // Shutdown stops every member and the agent.
 func (c *Client) Shutdown(ctx context.Context) error {
 	return c.do(ctx, http.MethodPost, "/v1/shutdown", nil, nil)

@@ -16,6 +16,8 @@
 //	POST   /v1/members/{name}/version  VersionRequest: swap binary version, restart
 //	POST   /v1/members/{name}/check-v2store  V2StoreRequest -> V2StoreCheck
 //	GET    /v1/binaries/{version}      BinaryCheck: can this host run that version
+//	PUT    /v1/cluster                 ClusterFiles: the spec (and backup secrets) the host's daemons use
+//	GET    /v1/backup/status           the host's backup loop reports (JSON objects as written)
 //	POST   /v1/shutdown                stop every member and exit
 //
 // Errors are JSON {"error": "..."} with a 4xx or 5xx status.
@@ -148,6 +150,19 @@ type V2StoreRequest struct {
 type V2StoreCheck struct {
 	// Problem is empty when the v2 store holds membership data only.
 	Problem string `json:"problem,omitempty"`
+}
+
+// ClusterFiles is what a coordinator hands a host's agent so the daemons
+// beside it (the continuous backup loop) work there: the cluster spec as
+// the coordinator has it, and the contents of the secret files it names.
+// The agent writes the spec to its directory with its own paths (its
+// binary store, its certificates, its copies of the secrets).
+type ClusterFiles struct {
+	Spec string `json:"spec"`
+	// S3Credentials is the content of backup.s3.credentialsFile.
+	S3Credentials string `json:"s3Credentials,omitempty"`
+	// BackupKey is the content of backup.encryptionKeyFile.
+	BackupKey string `json:"backupKey,omitempty"`
 }
 
 // Error is the body of an error response.

@@ -48,8 +48,8 @@ func WriteLoopStatus(statusDir string, s LoopStatus) error {
 	return nil
 }
 
-// readLoopStatuses returns every agent's report; unreadable ones are skipped.
-func readLoopStatuses(statusDir string) []LoopStatus {
+// ReadLoopStatuses returns every agent's report; unreadable ones are skipped.
+func ReadLoopStatuses(statusDir string) []LoopStatus {
 	files, _ := filepath.Glob(filepath.Join(statusDir, "backup-*.json"))
 	var out []LoopStatus
 	for _, f := range files {
@@ -64,9 +64,15 @@ func readLoopStatuses(statusDir string) []LoopStatus {
 // ReadLoopStatus returns the report of the agent that leads backups (the
 // freshest leader report; else the freshest report).
 func ReadLoopStatus(statusDir string) (LoopStatus, bool) {
+	return PickLoopStatus(ReadLoopStatuses(statusDir))
+}
+
+// PickLoopStatus returns the report of the agent that leads backups among
+// reports (the freshest leader report; else the freshest report).
+func PickLoopStatus(reports []LoopStatus) (LoopStatus, bool) {
 	var best LoopStatus
 	found := false
-	for _, s := range readLoopStatuses(statusDir) {
+	for _, s := range reports {
 		better := !found ||
 			(s.Role == "leader") != (best.Role == "leader") && s.Role == "leader" ||
 			(s.Role == "leader") == (best.Role == "leader") && s.UpdatedAt.After(best.UpdatedAt)
@@ -82,7 +88,7 @@ func ReadLoopStatus(statusDir string) (LoopStatus, bool) {
 // with it before it starts a member.
 func NewestBackedUpRevision(statusDir string) int64 {
 	var newest int64
-	for _, s := range readLoopStatuses(statusDir) {
+	for _, s := range ReadLoopStatuses(statusDir) {
 		newest = max(newest, s.NextRevision-1)
 	}
 	return newest

@@ -109,6 +109,10 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 // ended when it returns.
 func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logger) error {
 	c, err := cluster.Open(dir)
+	if errors.Is(err, cluster.ErrNoSpec) {
+		// A host whose coordinator has not handed the spec over yet.
+		return errBackupsOff
+	}
 	if err != nil {
 		return err
 	}

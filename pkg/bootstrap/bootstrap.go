@@ -218,6 +218,10 @@ func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*clust
 		}
 		say.Say("started member %s (%s)", m.Name, m.ClientURL)
 	}
+	// The hosts' copies of the spec: their backup loops run from it.
+	if err := c.PushSpec(ctx); err != nil {
+		say.Say("warning: %v; continuous backups do not run on those hosts until the next `steward up`", err)
+	}
 	wctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	st, err := c.WaitHealthy(wctx)

@@ -8,6 +8,7 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -86,6 +87,13 @@ func (c *Cluster) SaveSpec(s *spec.Cluster) error {
 		return err
 	}
 	c.Spec = s
+	// Hosts keep a copy for the daemons beside their agents. A host that
+	// misses this one gets the spec with the next change or `steward up`.
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := c.PushSpec(ctx); err != nil {
+		c.Progress.Say("warning: %v", err)
+	}
 	return nil
 }
 

@@ -27,7 +27,7 @@ func (c *Cluster) BackupCondition(ctx context.Context, now time.Time) Condition 
 		return cond
 	}
 	if c.Spec.Backup.Continuous {
-		bs, ok := backup.ReadLoopStatus(c.statusDir())
+		bs, ok := backup.PickLoopStatus(c.loopStatuses(ctx))
 		switch {
 		case !ok:
 			cond.Reason, cond.Message = "BackupNotStarted", "continuous backups are on but the backup loop has not reported yet"

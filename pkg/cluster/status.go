@@ -137,6 +137,9 @@ func (s *Status) Member(name string) (MemberStatus, bool) {
 	return MemberStatus{}, false
 }
 
+// errNotAdmin: this machine cannot ask agents on other hosts.
+var errNotAdmin = errors.New("not asked: only the coordinator (admin certificate) asks agents on other hosts")
+
 // probe is what one member's endpoint said.
 type probe struct {
 	status   *clientv3.StatusResponse
@@ -244,7 +247,14 @@ func (c *Cluster) Status(ctx context.Context) (*Status, error) {
 	agentState := map[string]agentapi.MemberStatus{}
 	agentErr := map[string]error{}
 	var amu sync.Mutex
+	admin := c.Admin()
 	for _, a := range c.Spec.Agents {
+		if a.Remote() && !admin {
+			// A host's copy of the spec: other hosts' agents let in only
+			// the admin; do not knock.
+			agentErr[a.Name] = errNotAdmin
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

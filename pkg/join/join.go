@@ -63,6 +63,8 @@ type File struct {
 	ServerKey  string `json:"serverKey"`
 	PeerCert   string `json:"peerCert"`
 	PeerKey    string `json:"peerKey"`
+	ClientCert string `json:"clientCert"`
+	ClientKey  string `json:"clientKey"`
 }
 
 // Identity is what an agent keeps of its join file (no keys: those are in
@@ -89,6 +91,7 @@ func New(cluster, token, agent, host string, port int, b *pki.HostBundle, expire
 		CA: string(b.CA), AgentCert: string(b.AgentCert), AgentKey: string(b.AgentKey),
 		ServerCert: string(b.ServerCert), ServerKey: string(b.ServerKey),
 		PeerCert: string(b.PeerCert), PeerKey: string(b.PeerKey),
+		ClientCert: string(b.ClientCert), ClientKey: string(b.ClientKey),
 	}
 }
 
@@ -97,6 +100,7 @@ func (f *File) bundle() *pki.HostBundle {
 		CA: []byte(f.CA), AgentCert: []byte(f.AgentCert), AgentKey: []byte(f.AgentKey),
 		ServerCert: []byte(f.ServerCert), ServerKey: []byte(f.ServerKey),
 		PeerCert: []byte(f.PeerCert), PeerKey: []byte(f.PeerKey),
+		ClientCert: []byte(f.ClientCert), ClientKey: []byte(f.ClientKey),
 	}
 }
 

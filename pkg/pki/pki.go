@@ -240,7 +240,32 @@ type HostBundle struct {
 	ServerKey  []byte
 	PeerCert   []byte
 	PeerKey    []byte
+	// ClientCert and ClientKey are the host's client identity towards etcd
+	// (HostCN: the backup loop on that host reads and watches through it).
+	// They are not the admin's: no agent's API accepts them.
+	ClientCert []byte
+	ClientKey  []byte
 }
+
+// CommonName returns the subject common name of the certificate in a PEM file.
+func CommonName(certFile string) (string, error) {
+	b, err := os.ReadFile(certFile)
+	if err != nil {
+		return "", err
+	}
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		return "", fmt.Errorf("%s: no PEM certificate", certFile)
+	}
+	c, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", certFile, err)
+	}
+	return c.Subject.CommonName, nil
+}
+
+// HostCN is the common name of a host's client certificate.
+func HostCN(name string) string { return "steward-host:" + name }
 
 // IssueHost issues a host's certificates from the CA in dir (which Ensure
 // created). address is the host's IP address or DNS name. The peer
@@ -266,6 +291,7 @@ func IssueHost(dir, clusterName, agentName, address string) (*HostBundle, error)
 		{AgentCN(agentName), []string{address}, &b.AgentCert, &b.AgentKey},
 		{clusterName + "-server", hosts, &b.ServerCert, &b.ServerKey},
 		{clusterName + "-peer", hosts, &b.PeerCert, &b.PeerKey},
+		{HostCN(agentName), []string{address}, &b.ClientCert, &b.ClientKey},
 	} {
 		der, key, err := sign(caCert, caKey, l.cn, both, l.hosts)
 		if err != nil {
@@ -296,6 +322,7 @@ func WriteHost(dir string, b *HostBundle) error {
 		{AgentKey, b.AgentKey, 0o600}, {AgentCert, b.AgentCert, 0o644},
 		{ServerKey, b.ServerKey, 0o600}, {ServerCert, b.ServerCert, 0o644},
 		{PeerKey, b.PeerKey, 0o600}, {PeerCert, b.PeerCert, 0o644},
+		{ClientKey, b.ClientKey, 0o600}, {ClientCert, b.ClientCert, 0o644},
 	} {
 		if err := atomicfile.WriteFile(filepath.Join(dir, f.name), f.data, f.mode); err != nil {
 			return fmt.Errorf("certificates: %w", err)
@@ -315,7 +342,7 @@ func CheckHost(b *HostBundle, agentName, address string, now time.Time) error {
 	for _, p := range []struct {
 		what      string
 		cert, key []byte
-	}{{"agent", b.AgentCert, b.AgentKey}, {"server", b.ServerCert, b.ServerKey}, {"peer", b.PeerCert, b.PeerKey}} {
+	}{{"agent", b.AgentCert, b.AgentKey}, {"server", b.ServerCert, b.ServerKey}, {"peer", b.PeerCert, b.PeerKey}, {"client", b.ClientCert, b.ClientKey}} {
 		pair, err := tls.X509KeyPair(p.cert, p.key)
 		if err != nil {
 			return fmt.Errorf("%s certificate: %w", p.what, err)

@@ -256,9 +256,18 @@ func Load(path string) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read cluster spec: %w", err)
 	}
+	c, err := Parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("parse cluster spec %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse parses a spec's YAML (unknown fields refused). It does not validate.
+func Parse(b []byte) (*Cluster, error) {
 	var c Cluster
 	if err := yaml.UnmarshalStrict(b, &c); err != nil {
-		return nil, fmt.Errorf("parse cluster spec %s: %w", path, err)
+		return nil, err
 	}
 	return &c, nil
 }

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/etcd-steward/steward/internal/crashpoint"
 	"github.com/etcd-steward/steward/pkg/agentapi"
+	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/join"
 	"github.com/etcd-steward/steward/pkg/pki"
@@ -20,15 +22,19 @@ import (
 )
 
 // TestHostsPartitions runs a three-member cluster on three hosts (network
-// namespaces, one agent each, the coordinator in the root namespace) and
-// cuts hosts off: a follower's (status names the host, Ready stays True,
-// AllMembersReady goes False, the majority keeps taking writes, a client
-// on the cut host gets only errors), then the leader's (a new leader is
-// elected). After each heal the cluster settles with every acknowledged
-// write present.
+// namespaces, one agent each, the coordinator in the root namespace) with
+// continuous backups to an S3 server every host reaches, and cuts hosts
+// off: a follower's (status names the host, Ready stays True,
+// AllMembersReady goes False, the majority keeps taking writes and backups
+// continue, a client on the cut host gets only errors), then the leader's
+// (a new leader is elected and the backup leader hands over; no delta
+// segment in the store overlaps another). After each heal the cluster
+// settles with every acknowledged write present.
 func TestHostsPartitions(t *testing.T) {
 	hs := harness.NewHosts(t, 3)
-	hs.Init("3.6.16")
+	s3 := harness.StartS3At(t, hs.Net.Addr)
+	hs.Init("3.6.16", "--backup-s3-endpoint", s3.Endpoint, "--backup-s3-bucket", s3.Bucket,
+		"--backup-s3-credentials-file", s3.CredentialsFile, "--backup-s3-prefix", "hosts")
 	hs.StartAgents()
 
 	t.Run("up", func(t *testing.T) {
@@ -49,6 +55,14 @@ func TestHostsPartitions(t *testing.T) {
 				t.Errorf("agent %+v", a)
 			}
 		}
+		// The backup loop runs on the leader's host, from the spec the
+		// coordinator handed over, into the S3 store.
+		st = e.WaitStatus(time.Minute, "backups recording on the leader's host", func(st *cluster.Status) bool {
+			c := harness.Cond(st, cluster.CondBackupReady)
+			lm, _ := st.Member(st.Cluster.Leader)
+			return c.Status == "True" && strings.Contains(c.Message, "agent "+lm.Agent+" records every change")
+		})
+		t.Logf("BackupReady: %s", harness.Cond(st, cluster.CondBackupReady).Message)
 	})
 	if t.Failed() {
 		return
@@ -89,8 +103,13 @@ func TestHostsPartitions(t *testing.T) {
 		}
 		// The majority keeps writing (a client of the majority's members:
 		// one that also holds the cut member's endpoint waits out its
-		// request timeout whenever its balancer picks that one).
-		majority(t, hs, victim.Name)
+		// request timeout whenever its balancer picks that one), and its
+		// writes are backed up.
+		rev := majority(t, hs, victim.Name)
+		waitBackedUp(t, e, rev)
+		if c := harness.Cond(e.Status(), cluster.CondBackupReady); c.Status != "True" {
+			t.Errorf("BackupReady with a follower's host cut off: %+v", c)
+		}
 
 		// A client on the cut host, attached only to its member, gets
 		// errors and never a successful write.
@@ -125,9 +144,19 @@ func TestHostsPartitions(t *testing.T) {
 				harness.Cond(st, cluster.CondReady).Status == "True"
 		})
 		t.Logf("leader moved from %s to %s", old, st.Cluster.Leader)
-		majority(t, hs, old)
+		rev := majority(t, hs, old)
+		// The new leader's agent took the backups over.
+		st = e.WaitStatus(time.Minute, "backups recording on the new leader's host", func(st *cluster.Status) bool {
+			c := harness.Cond(st, cluster.CondBackupReady)
+			lm, _ := st.Member(st.Cluster.Leader)
+			return c.Status == "True" && lm.Agent != h.Name && strings.Contains(c.Message, "agent "+lm.Agent+" records every change")
+		})
+		waitBackedUp(t, e, rev)
 		h.Heal(t)
 		e.WaitStatus(time.Minute, "the old leader's host back", harness.Healthy)
+		// Once healed, the isolated agent's last uploads (if any landed)
+		// must not overlap the new leader's: one recorder at a time.
+		requireNoOverlap(t, listBackups(t, e))
 	})
 
 	res := w.Stop()
@@ -233,9 +262,31 @@ func TestHostsBadInput(t *testing.T) {
 	})
 }
 
+// requireNoOverlap fails when two delta segments hold the same revision.
+func requireNoOverlap(t *testing.T, ms []backup.Manifest) {
+	t.Helper()
+	var deltas []backup.Manifest
+	agents := map[string]bool{}
+	for _, m := range ms {
+		if m.Kind == backup.KindDelta {
+			deltas = append(deltas, m)
+			agents[m.Member] = true
+		}
+	}
+	sort.Slice(deltas, func(i, j int) bool { return deltas[i].StartRevision < deltas[j].StartRevision })
+	for i := 1; i < len(deltas); i++ {
+		if p, d := deltas[i-1], deltas[i]; d.StartRevision <= p.EndRevision {
+			t.Fatalf("overlapping segments: %s (%d-%d, from %s) and %s (%d-%d, from %s)",
+				p.ID, p.StartRevision, p.EndRevision, p.Member, d.ID, d.StartRevision, d.EndRevision, d.Member)
+		}
+	}
+	t.Logf("%d delta segments from %d members, none overlapping", len(deltas), len(agents))
+}
+
 // majority writes through the members other than cut until 50 writes
-// are acknowledged, and checks each is there.
-func majority(t *testing.T, hs *harness.Hosts, cut string) {
+// are acknowledged, checks each is there, and returns the newest
+// acknowledged revision.
+func majority(t *testing.T, hs *harness.Hosts, cut string) int64 {
 	t.Helper()
 	var others []string
 	for _, m := range hs.Spec().Members {
@@ -249,6 +300,7 @@ func majority(t *testing.T, hs *harness.Hosts, cut string) {
 	harness.Eventually(t, 30*time.Second, 50*time.Millisecond, "writes on the majority side ("+strings.Join(others, ", ")+")", w.AckedAbove(50))
 	res := w.Stop()
 	workload.RequireKeys(t, cli, res)
+	return res.MaxRev
 }
 
 func requireNotJoined(t *testing.T, dir string) {

@@ -36,9 +36,16 @@ func VersityGW(tb testing.TB) string {
 	return p
 }
 
-// StartS3 starts an S3 server with one bucket and a credentials file; it
-// stops when the test ends.
+// StartS3 starts an S3 server with one bucket and a credentials file on
+// loopback; it stops when the test ends.
 func StartS3(tb testing.TB) *S3 {
+	tb.Helper()
+	return StartS3At(tb, "127.0.0.1")
+}
+
+// StartS3At is StartS3 listening on host (for instance a Network's bridge
+// address, which every host of a multi-host test reaches).
+func StartS3At(tb testing.TB, host string) *S3 {
 	tb.Helper()
 	bin := VersityGW(tb)
 	dir, err := os.MkdirTemp("", "s3-")
@@ -50,11 +57,11 @@ func StartS3(tb testing.TB) *S3 {
 	if err := os.MkdirAll(filepath.Join(root, bucket), 0o700); err != nil {
 		tb.Fatal(err)
 	}
-	port, err := spec.FreePort("127.0.0.1")()
+	port, err := spec.FreePort(host)()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
 	const ak, sk = "steward-test", "steward-test-secret-key"
 	// out is written by exec's copying goroutine until Wait returns; read
 	// it only after exited is closed.

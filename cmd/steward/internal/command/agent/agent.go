@@ -26,7 +26,6 @@ import (
 	"github.com/etcd-steward/steward/pkg/join"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/recovery"
-	"github.com/etcd-steward/steward/pkg/spec"
 )
 
 // NewCommand returns the agent command.
@@ -81,6 +80,7 @@ Later runs need only --dir.`,
 				}
 				o.Name = id.Agent
 				o.Listen = id.Listen()
+				o.ClusterToken = id.ClusterToken
 				if o.TLS, err = pki.AgentServerTLS(filepath.Join(dir, "pki")); err != nil {
 					return err
 				}
@@ -88,26 +88,23 @@ Later runs need only --dir.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			// The continuous backup loop and automatic recovery run beside
-			// the supervisor where the cluster spec is (they act only while
-			// this agent runs the etcd leader, or is the first agent).
+			// the supervisor, from the cluster spec of this directory (on a
+			// host of a multi-host cluster, the copy the coordinator hands
+			// over; they wait quietly until there is one). They act only
+			// while this agent runs the etcd leader, or is the first agent.
 			bctx, bcancel := context.WithCancel(ctx)
 			done := make(chan struct{})
-			if _, err := os.Stat(filepath.Join(dir, spec.FileName)); err == nil {
+			go func() {
+				defer close(done)
+				var wg sync.WaitGroup
+				wg.Add(1)
 				go func() {
-					defer close(done)
-					var wg sync.WaitGroup
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						recovery.RunAuto(bctx, dir, o.Name, log.With("component", "recovery"))
-					}()
-					backupd.Run(bctx, dir, o.Name, log.With("component", "backup"))
-					wg.Wait()
+					defer wg.Done()
+					recovery.RunAuto(bctx, dir, o.Name, log.With("component", "recovery"))
 				}()
-			} else {
-				close(done)
-				log.Info("no cluster spec in this directory: the continuous backup loop and automatic recovery do not run on this host")
-			}
+				backupd.Run(bctx, dir, o.Name, log.With("component", "backup"))
+				wg.Wait()
+			}()
 			stopBackups := sync.OnceFunc(func() { bcancel(); <-done })
 			defer stopBackups()
 			o.BeforeStop = stopBackups

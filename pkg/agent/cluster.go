@@ -1,0 +1,96 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/etcd-steward/steward/internal/atomicfile"
+	"github.com/etcd-steward/steward/pkg/agentapi"
+	"github.com/etcd-steward/steward/pkg/spec"
+)
+
+// The host's copy of the cluster spec: a coordinator on another machine
+// hands it over (SetCluster) so the daemons beside the agent, which open
+// the spec of the agent's directory (the continuous backup loop), run on
+// this host too.
+
+// Secret files SetCluster writes, relative to the agent's directory.
+const (
+	secretsDir        = "secrets"
+	s3CredentialsFile = "secrets/s3-credentials"
+	backupKeyFile     = "secrets/backup.key"
+)
+
+// SetCluster writes the spec a coordinator sent into the agent's directory
+// (DIR/cluster.yaml), with this host's paths: its binary store, its
+// certificate directory, and its copies of the secret files (0600). A
+// spec that does not parse, or whose name or token is not this cluster's
+// (when the host joined one), is refused and changes nothing.
+func (a *Agent) SetCluster(f agentapi.ClusterFiles) error {
+	if a.opts.ClusterToken == "" {
+		// This machine's own agent: the spec here is the coordinator's.
+		return badRequest{errors.New("only an agent that joined a cluster (steward agent --join) keeps a copy of the spec")}
+	}
+	s, err := spec.Parse([]byte(f.Spec))
+	if err != nil {
+		return badRequest{fmt.Errorf("cluster spec does not parse: %w", err)}
+	}
+	if s.Token != a.opts.ClusterToken {
+		return badRequest{fmt.Errorf("the spec is of cluster %s (token %s); this agent joined the cluster of token %s", s.Name, s.Token, a.opts.ClusterToken)}
+	}
+	if _, ok := s.Agent(a.opts.Name); !ok {
+		return badRequest{fmt.Errorf("the spec has no agent %s (this agent)", a.opts.Name)}
+	}
+	s.BinaryStore = a.opts.BinaryStore
+	s.TLS.CertDir = "pki"
+	if s3 := s.Backup.S3; s3 != nil {
+		s3.CredentialsFile = ""
+		if f.S3Credentials != "" {
+			s3.CredentialsFile = s3CredentialsFile
+		}
+		// A private CA for the S3 server is not handed over yet: the
+		// host's system roots are used.
+		s3.CAFile = ""
+	}
+	s.Backup.EncryptionKeyFile = ""
+	if f.BackupKey != "" {
+		s.Backup.EncryptionKeyFile = backupKeyFile
+	}
+	if err := os.MkdirAll(filepath.Join(a.opts.Dir, secretsDir), 0o700); err != nil {
+		return err
+	}
+	for _, sf := range []struct{ path, data string }{{s3CredentialsFile, f.S3Credentials}, {backupKeyFile, f.BackupKey}} {
+		p := filepath.Join(a.opts.Dir, sf.path)
+		if sf.data == "" {
+			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+			continue
+		}
+		if err := atomicfile.WriteFile(p, []byte(sf.data), 0o600); err != nil {
+			return fmt.Errorf("write %s: %w", sf.path, err)
+		}
+	}
+	// The spec last: the daemons never see it before its secrets.
+	if err := s.Save(filepath.Join(a.opts.Dir, spec.FileName)); err != nil {
+		return fmt.Errorf("write the cluster spec: %w", err)
+	}
+	return nil
+}
+
+// BackupStatuses returns the backup loop reports in the agent's status
+// directory, as written.
+func (a *Agent) BackupStatuses() []json.RawMessage {
+	files, _ := filepath.Glob(filepath.Join(a.opts.Dir, "status", "backup-*.json"))
+	out := []json.RawMessage{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err == nil && json.Valid(b) {
+			out = append(out, b)
+		}
+	}
+	return out
+}

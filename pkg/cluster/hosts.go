@@ -1,0 +1,129 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/etcd-steward/steward/pkg/agentapi"
+	"github.com/etcd-steward/steward/pkg/backup"
+	"github.com/etcd-steward/steward/pkg/pki"
+	"github.com/etcd-steward/steward/pkg/spec"
+)
+
+// PushSpec hands every agent on another host the spec and the contents of
+// the backup secrets it names (S3 credentials, the encryption key), so the
+// continuous backup loop runs there. It tries every host and returns the
+// failures joined; a host that misses one push gets the spec with the next.
+func (c *Cluster) PushSpec(ctx context.Context) error {
+	if !c.Spec.MultiHost() {
+		return nil
+	}
+	b, err := yaml.Marshal(c.Spec)
+	if err != nil {
+		return err
+	}
+	f := agentapi.ClusterFiles{Spec: string(b)}
+	if s3 := c.Spec.Backup.S3; s3 != nil && s3.CredentialsFile != "" {
+		creds, err := os.ReadFile(spec.Path(c.Dir, s3.CredentialsFile))
+		if err != nil {
+			return fmt.Errorf("hand the spec to the hosts: S3 credentials: %w", err)
+		}
+		f.S3Credentials = string(creds)
+	}
+	if kf := c.Spec.Backup.EncryptionKeyFile; kf != "" {
+		key, err := os.ReadFile(spec.Path(c.Dir, kf))
+		if err != nil {
+			return fmt.Errorf("hand the spec to the hosts: backup key: %w", err)
+		}
+		f.BackupKey = string(key)
+	}
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+	)
+	for _, a := range c.Spec.Agents {
+		if !a.Remote() {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ac, err := c.Agent(a.Name)
+			if err == nil {
+				pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				err = ac.PutCluster(pctx, f)
+				cancel()
+			}
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("hand the spec to host %s: %w", a.Name, err))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Admin reports whether this machine holds the admin client certificate,
+// the only identity agents on other hosts let in. A host of a multi-host
+// cluster (its copy of the spec, its host certificate) does not: it never
+// asks other hosts' agents anything.
+func (c *Cluster) Admin() bool {
+	if c.Spec.TLS.Disabled {
+		return true
+	}
+	cn, err := pki.CommonName(pki.FilesIn(c.CertDir()).ClientCert)
+	return err == nil && cn == pki.AdminCN
+}
+
+// loopStatuses gathers the backup loops' reports: this machine's status
+// directory, and each agent's on another host (an unreachable one is
+// skipped: its report would be stale anyway).
+func (c *Cluster) loopStatuses(ctx context.Context) []backup.LoopStatus {
+	out := backup.ReadLoopStatuses(c.statusDir())
+	if !c.Spec.MultiHost() || !c.Admin() {
+		return out
+	}
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	for _, a := range c.Spec.Agents {
+		if !a.Remote() {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ac, err := c.Agent(a.Name)
+			if err != nil {
+				return
+			}
+			actx, cancel := context.WithTimeout(ctx, probeTimeout)
+			defer cancel()
+			raws, err := ac.BackupStatuses(actx)
+			if err != nil {
+				return
+			}
+			for _, r := range raws {
+				var s backup.LoopStatus
+				if json.Unmarshal(r, &s) == nil {
+					mu.Lock()
+					out = append(out, s)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return out
+}
