@@ -19,8 +19,10 @@ import (
 
 // PushSpec hands every agent on another host the spec and the contents of
 // the backup secrets it names (S3 credentials, the encryption key), so the
-// continuous backup loop runs there. It tries every host and returns the
-// failures joined; a host that misses one push gets the spec with the next.
+// continuous backup loop runs there, and writes a signed copy of the spec
+// into the backup store for another coordinator (package handover). It
+// tries every host and returns the failures joined; a host that misses one
+// push gets the spec with the next.
 func (c *Cluster) PushSpec(ctx context.Context) error {
 	if !c.Spec.MultiHost() {
 		return nil
@@ -28,6 +30,12 @@ func (c *Cluster) PushSpec(ctx context.Context) error {
 	b, err := yaml.Marshal(c.Spec)
 	if err != nil {
 		return err
+	}
+	var copyErr error
+	if h, err := c.Handover(ctx); err != nil {
+		copyErr = fmt.Errorf("copy the spec for another coordinator: %w", err)
+	} else if err := h.SaveSpec(ctx, b); err != nil {
+		copyErr = fmt.Errorf("copy the spec for another coordinator: %w", err)
 	}
 	f := agentapi.ClusterFiles{Spec: string(b)}
 	if s3 := c.Spec.Backup.S3; s3 != nil && s3.CredentialsFile != "" {
@@ -70,7 +78,7 @@ func (c *Cluster) PushSpec(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	return errors.Join(append(errs, copyErr)...)
 }
 
 // Admin reports whether this machine holds the admin client certificate,

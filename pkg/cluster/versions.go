@@ -1,8 +1,11 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
+	"time"
 
+	"github.com/etcd-steward/steward/pkg/handover"
 	"github.com/etcd-steward/steward/pkg/plan"
 )
 
@@ -42,4 +45,36 @@ func (c *Cluster) SetVersion(version string) error {
 }
 
 // Plans returns the plan store of the Steward directory.
-func (c *Cluster) Plans() *plan.Store { return plan.OpenStore(c.Dir) }
+//
+// On a multi-host cluster every save is also copied, signed, into the
+// backup store (package handover), where another coordinator takes over
+// (`steward takeover`); a save fails once another one did.
+func (c *Cluster) Plans() *plan.Store {
+	st := plan.OpenStore(c.Dir)
+	if c.Spec != nil && c.Spec.MultiHost() {
+		st.Mirror = func(p *plan.Plan) error {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			h, err := c.Handover(ctx)
+			if err != nil {
+				return err
+			}
+			return h.SavePlan(ctx, p)
+		}
+	}
+	return st
+}
+
+// Handover returns this coordinator's writer of copies into the backup
+// store, signed with the admin key.
+func (c *Cluster) Handover(ctx context.Context) (*handover.Coordinator, error) {
+	store, err := c.BackupStore(ctx)
+	if err != nil {
+		return nil, err
+	}
+	signer, err := handover.NewSigner(c.CertDir())
+	if err != nil {
+		return nil, err
+	}
+	return &handover.Coordinator{Store: store, Signer: signer, Dir: c.Dir}, nil
+}

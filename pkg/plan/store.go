@@ -31,6 +31,11 @@ var ErrNoPlan = errors.New("no upgrade or rollback plan in this Steward director
 // disk before Update returns.
 type Store struct {
 	dir string
+	// Mirror, when set, is called after each Save with the saved plan and
+	// its error fails the Save: a coordinator of a multi-host cluster
+	// keeps a copy where another can take over (package handover), and
+	// one that was superseded stops there, before a step acts.
+	Mirror func(*Plan) error
 }
 
 // OpenStore returns the plan store of a Steward directory.
@@ -85,6 +90,11 @@ func (s *Store) Save(p *Plan) error {
 	})
 	if err != nil {
 		return fmt.Errorf("save plan %s: %w", p.ID, err)
+	}
+	if s.Mirror != nil {
+		if err := s.Mirror(p); err != nil {
+			return fmt.Errorf("save plan %s: the copy for another coordinator: %w", p.ID, err)
+		}
 	}
 	return nil
 }

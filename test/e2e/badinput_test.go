@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/internal/proc"
+	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/spec"
 	"github.com/etcd-steward/steward/test/harness"

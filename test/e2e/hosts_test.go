@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -411,5 +412,70 @@ func TestHostsUpgradeAndRollback(t *testing.T) {
 	})
 	res := w.Stop()
 	t.Logf("through the upgrade and rollback across hosts: %s", res)
+	workload.RequireKeys(t, cli, res)
+}
+
+// TestHostsCoordinatorLost: the coordinator dies halfway through an upgrade
+// (a crash point after the first member step). Another machine holding
+// only the admin credentials takes over from the copies in the S3 store
+// (`steward takeover`) and finishes the plan; the old coordinator, back,
+// refuses to act on its stale copy.
+func TestHostsCoordinatorLost(t *testing.T) {
+	vs := harness.Versions()
+	hs := harness.NewHosts(t, 3)
+	s3 := harness.StartS3At(t, hs.Net.Addr)
+	s3Flags := []string{"--backup-s3-endpoint", s3.Endpoint, "--backup-s3-bucket", s3.Bucket,
+		"--backup-s3-credentials-file", s3.CredentialsFile, "--backup-s3-prefix", "lost"}
+	hs.Init(vs[1], s3Flags...)
+	hs.StartAgents()
+	hs.MustRun("up")
+	hs.WaitStatus(time.Minute, "three healthy members on three hosts", harness.Healthy)
+	cli := hs.Client()
+	defer cli.Close()
+	w := workload.Start(t, cli, workload.Options{Prefix: "lost", Attempts: 20, Timeout: 3 * time.Second})
+
+	_, se, err := hs.RunEnv([]string{crashpoint.EnvVar + "=plan-step-after:2"}, "upgrade", "apply", "--to", vs[2])
+	if err == nil || !strings.Contains(se, "crashpoint: plan-step-after:2") {
+		t.Fatalf("want the coordinator killed mid-upgrade: %v: %s", err, se)
+	}
+	stale := latestPlan(t, hs.Env)
+
+	// Another machine: only the admin credentials and the store's address.
+	pkiCopy := t.TempDir()
+	for _, f := range []string{"ca.crt", "client.crt", "client.key"} {
+		b, err := os.ReadFile(filepath.Join(hs.Dir, "pki", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(pkiCopy, f), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next := harness.New(t)
+	out := next.MustRun(append([]string{"takeover", "--pki", pkiCopy, "--binary-store", next.Store}, s3Flags...)...)
+	if !strings.Contains(out, "generation 2") || !strings.Contains(out, stale.ID) {
+		t.Fatalf("takeover: %s", out)
+	}
+	taken := latestPlan(t, next)
+	if taken.ID != stale.ID || taken.State != plan.Running || taken.Steps[2].State != plan.Running {
+		t.Fatalf("the plan taken over: %s %s, step 2 %s; want %s running with step 2 running (killed after acting)", taken.ID, taken.State, taken.Steps[2].State, stale.ID)
+	}
+	next.MustRun("plan", "resume")
+	st := next.WaitStatus(time.Minute, "every member on "+vs[2], harness.Healthy)
+	requireVersion(t, st, vs[2], "after the new coordinator finished the plan")
+	if p := latestPlan(t, next); p.State != plan.Done {
+		t.Fatalf("plan %s on the new coordinator", p.State)
+	}
+
+	// The old coordinator comes back: it must not act on its copy.
+	msg := hs.MustFail("plan", "resume")
+	if !strings.Contains(msg, "another coordinator took over: generation 2") {
+		t.Fatalf("the stale coordinator was not fenced: %s", msg)
+	}
+	if p := latestPlan(t, hs.Env); p.Steps[3].Attempts != stale.Steps[3].Attempts {
+		t.Fatalf("the stale coordinator ran step 3 (attempts %d, were %d)", p.Steps[3].Attempts, stale.Steps[3].Attempts)
+	}
+	res := w.Stop()
+	t.Logf("writer through the coordinator's loss: %s", res)
 	workload.RequireKeys(t, cli, res)
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/restore"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/rollback"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/status"
+	"github.com/etcd-steward/steward/cmd/steward/internal/command/takeover"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/up"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/upgrade"
 )
@@ -59,6 +60,7 @@ func NewRootCommand() *cobra.Command {
 		migrate.NewCommand(g),
 		agent.NewCommand(g),
 		host.NewCommand(g),
+		takeover.NewCommand(g),
 		binaries.NewCommand(g),
 		etcd.NewCommand(),
 	)

@@ -1,0 +1,377 @@
+// Package handover keeps what a coordinator knows where another can take
+// it over: copies of the cluster spec and of every plan state in the
+// backup store (the shared, durable thing every host reaches), each signed
+// with the admin key, and a generation number that fences a coordinator
+// which comes back after another took over.
+//
+// Objects (under coordinator/ in the backup store; never *.json, so backup
+// listings do not see them):
+//
+//	coordinator/owner/GGGGGGGGGG            the owner record of generation G
+//	coordinator/spec/GGGGGGGGGG-SSSSSSSSSSSSSSSSSSS   a spec copy
+//	coordinator/plans/ID/GGGGGGGGGG-SSSSSSSSSSSSSSSSSSS  a plan state copy
+//
+// S is the nanosecond time of the write: the newest copy of the highest
+// generation wins. Every object is an envelope: the payload and an ECDSA
+// signature by the admin client key (DIR/pki/client.key); a reader checks
+// it with the admin certificate it holds, which must chain to the cluster
+// CA. Nothing read from the store is used before that check.
+//
+// Invariant: a coordinator writes a plan copy before each step acts
+// (plan.Store's mirror), and refuses to when the store's owner generation
+// is above its own: a stale coordinator stops before it changes anything.
+// (The store offers no compare-and-swap: two coordinators started at the
+// same moment could both pass the check once; takeover is an operator's
+// act, after the old coordinator is gone.)
+package handover
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/etcd-steward/steward/internal/atomicfile"
+	"github.com/etcd-steward/steward/pkg/backup"
+	"github.com/etcd-steward/steward/pkg/pki"
+	"github.com/etcd-steward/steward/pkg/plan"
+)
+
+const prefix = "coordinator/"
+
+// ErrSuperseded: another coordinator took over with a higher generation.
+var ErrSuperseded = errors.New("another coordinator took over")
+
+// ErrBadSignature: an object in the store is not signed by the admin key.
+var ErrBadSignature = errors.New("not signed by this cluster's admin key")
+
+// Owner is the record of one generation's coordinator.
+type Owner struct {
+	Generation int64     `json:"generation"`
+	Host       string    `json:"host"`
+	Dir        string    `json:"dir"`
+	Since      time.Time `json:"since"`
+}
+
+// envelope is what every object holds.
+type envelope struct {
+	Kind    string `json:"kind"`
+	Payload []byte `json:"payload"`
+	Sig     []byte `json:"sig"`
+}
+
+// Signer signs and verifies with the admin identity of a certificate dir.
+type Signer struct {
+	key  *ecdsa.PrivateKey
+	cert *x509.Certificate
+}
+
+// NewSigner loads the admin certificate and key of a certificate directory
+// and checks the certificate against the CA there.
+func NewSigner(pkiDir string) (*Signer, error) {
+	f := pki.FilesIn(pkiDir)
+	pair, err := tls.LoadX509KeyPair(f.ClientCert, f.ClientKey)
+	if err != nil {
+		return nil, fmt.Errorf("admin credentials in %s: %w", pkiDir, err)
+	}
+	cert, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return nil, err
+	}
+	if cert.Subject.CommonName != pki.AdminCN {
+		return nil, fmt.Errorf("%s is the certificate of %q, not the admin's (%q): only the admin signs coordinator copies", f.ClientCert, cert.Subject.CommonName, pki.AdminCN)
+	}
+	caPEM, err := os.ReadFile(f.CA)
+	if err != nil {
+		return nil, fmt.Errorf("admin credentials: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("%s: no CA certificate", f.CA)
+	}
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		return nil, fmt.Errorf("admin certificate %s: %w", f.ClientCert, err)
+	}
+	key, ok := pair.PrivateKey.(*ecdsa.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("%s: not an ECDSA key", f.ClientKey)
+	}
+	return &Signer{key: key, cert: cert}, nil
+}
+
+func (s *Signer) seal(kind string, payload []byte) ([]byte, error) {
+	sum := sha256.Sum256(append([]byte(kind+"\x00"), payload...))
+	sig, err := ecdsa.SignASN1(rand.Reader, s.key, sum[:])
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(envelope{Kind: kind, Payload: payload, Sig: sig})
+}
+
+func (s *Signer) open(kind string, b []byte) ([]byte, error) {
+	var e envelope
+	if err := json.Unmarshal(b, &e); err != nil {
+		return nil, fmt.Errorf("%w: does not parse", ErrBadSignature)
+	}
+	if e.Kind != kind {
+		return nil, fmt.Errorf("%w: a %q object where a %q was expected", ErrBadSignature, e.Kind, kind)
+	}
+	sum := sha256.Sum256(append([]byte(kind+"\x00"), e.Payload...))
+	pub, ok := s.cert.PublicKey.(*ecdsa.PublicKey)
+	if !ok || !ecdsa.VerifyASN1(pub, sum[:], e.Sig) {
+		return nil, ErrBadSignature
+	}
+	return e.Payload, nil
+}
+
+// Coordinator writes and reads the copies of one coordinator.
+type Coordinator struct {
+	Store  backup.Store
+	Signer *Signer
+	// Dir is the coordinator's Steward directory: its generation is
+	// recorded in DIR/status/coordinator-generation.
+	Dir string
+}
+
+func (c *Coordinator) genPath() string {
+	return filepath.Join(c.Dir, "status", "coordinator-generation")
+}
+
+// localGeneration is this directory's generation (0: none recorded).
+func (c *Coordinator) localGeneration() (int64, error) {
+	b, err := os.ReadFile(c.genPath())
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+}
+
+func (c *Coordinator) setLocalGeneration(g int64) error {
+	if err := os.MkdirAll(filepath.Dir(c.genPath()), 0o700); err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(c.genPath(), []byte(strconv.FormatInt(g, 10)+"\n"), 0o600)
+}
+
+// CurrentOwner returns the owner of the highest generation in the store
+// whose record is signed (zero Owner when none).
+func (c *Coordinator) CurrentOwner(ctx context.Context) (Owner, error) {
+	names, err := c.Store.List(ctx, prefix+"owner/")
+	if err != nil {
+		return Owner{}, fmt.Errorf("list coordinator owners in %s: %w", c.Store, err)
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(names)))
+	for _, n := range names {
+		var o Owner
+		if err := c.read(ctx, n, "owner", &o); err != nil {
+			continue // unsigned or forged: never trusted
+		}
+		return o, nil
+	}
+	return Owner{}, nil
+}
+
+// generation returns this coordinator's generation, claiming generation 1
+// when neither it nor the store has one, and fails with ErrSuperseded
+// when the store's owner is above it.
+func (c *Coordinator) generation(ctx context.Context) (int64, error) {
+	mine, err := c.localGeneration()
+	if err != nil {
+		return 0, err
+	}
+	cur, err := c.CurrentOwner(ctx)
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case cur.Generation > mine && mine == 0:
+		return 0, fmt.Errorf("%w: generation %d is coordinated from %s:%s since %s; this directory never took over (`steward takeover`)",
+			ErrSuperseded, cur.Generation, cur.Host, cur.Dir, cur.Since.Format(time.RFC3339))
+	case cur.Generation > mine:
+		return 0, fmt.Errorf("%w: generation %d is coordinated from %s:%s since %s, this directory holds generation %d; its plans are stale and it acts no more (`steward takeover` here takes over again)",
+			ErrSuperseded, cur.Generation, cur.Host, cur.Dir, cur.Since.Format(time.RFC3339), mine)
+	case mine == 0:
+		if err := c.claim(ctx, 1); err != nil {
+			return 0, err
+		}
+		return 1, nil
+	}
+	return mine, nil
+}
+
+// claim writes the owner record of generation g, then records g here.
+func (c *Coordinator) claim(ctx context.Context, g int64) error {
+	host, _ := os.Hostname()
+	o := Owner{Generation: g, Host: host, Dir: c.Dir, Since: time.Now().UTC()}
+	if err := c.write(ctx, fmt.Sprintf("%sowner/%010d", prefix, g), "owner", o); err != nil {
+		return err
+	}
+	return c.setLocalGeneration(g)
+}
+
+func (c *Coordinator) write(ctx context.Context, name, kind string, v any) error {
+	payload, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err := c.Signer.seal(kind, payload)
+	if err != nil {
+		return err
+	}
+	if err := c.Store.Put(ctx, name, strings.NewReader(string(b))); err != nil {
+		return fmt.Errorf("write %s to %s: %w", name, c.Store, err)
+	}
+	return nil
+}
+
+func (c *Coordinator) read(ctx context.Context, name, kind string, v any) error {
+	rc, err := c.Store.Get(ctx, name)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, 16<<20))
+	if err != nil {
+		return err
+	}
+	payload, err := c.Signer.open(kind, b)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return json.Unmarshal(payload, v)
+}
+
+func stamp(g int64) string { return fmt.Sprintf("%010d-%019d", g, time.Now().UnixNano()) }
+
+// SaveSpec writes a copy of the spec (its YAML).
+func (c *Coordinator) SaveSpec(ctx context.Context, specYAML []byte) error {
+	g, err := c.generation(ctx)
+	if err != nil {
+		return err
+	}
+	if err := c.write(ctx, prefix+"spec/"+stamp(g), "spec", string(specYAML)); err != nil {
+		return err
+	}
+	return c.prune(ctx, prefix+"spec/", 3)
+}
+
+// SavePlan writes a copy of a plan's state; it is plan.Store's mirror,
+// so it fails (and the engine stops before the step acts) when this
+// coordinator was superseded.
+func (c *Coordinator) SavePlan(ctx context.Context, p *plan.Plan) error {
+	g, err := c.generation(ctx)
+	if err != nil {
+		return err
+	}
+	dir := prefix + "plans/" + p.ID + "/"
+	if err := c.write(ctx, dir+stamp(g), "plan", p); err != nil {
+		return err
+	}
+	return c.prune(ctx, dir, 3)
+}
+
+// prune keeps the newest keep objects under dir.
+func (c *Coordinator) prune(ctx context.Context, dir string, keep int) error {
+	names, err := c.Store.List(ctx, dir)
+	if err != nil {
+		return err
+	}
+	sort.Strings(names)
+	for i := 0; i < len(names)-keep; i++ {
+		if err := c.Store.Delete(ctx, names[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// newest returns the newest object under dir that verifies, decoded into v.
+func (c *Coordinator) newest(ctx context.Context, dir, kind string, v any) (string, error) {
+	names, err := c.Store.List(ctx, dir)
+	if err != nil {
+		return "", err
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(names)))
+	var bad []string
+	for _, n := range names {
+		if err := c.read(ctx, n, kind, v); err != nil {
+			bad = append(bad, err.Error())
+			continue
+		}
+		return n, nil
+	}
+	if len(bad) > 0 {
+		return "", fmt.Errorf("no copy under %s verifies: %s", dir, strings.Join(bad, "; "))
+	}
+	return "", os.ErrNotExist
+}
+
+// TakeOver is what a new coordinator found and claimed.
+type TakeOver struct {
+	Spec       []byte
+	Plans      []*plan.Plan
+	Generation int64
+	Previous   Owner
+}
+
+// Take reads the newest verified spec and plan copies, lets accept refuse
+// them (nothing claimed then), and claims the next generation: from now on
+// the previous coordinator's plan saves fail.
+func (c *Coordinator) Take(ctx context.Context, accept func(specYAML []byte) error) (*TakeOver, error) {
+	prev, err := c.CurrentOwner(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var specYAML string
+	if _, err := c.newest(ctx, prefix+"spec/", "spec", &specYAML); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("no copy of the cluster spec in %s: the coordinator of this cluster never wrote one (is this the cluster's store?)", c.Store)
+		}
+		return nil, err
+	}
+	names, err := c.Store.List(ctx, prefix+"plans/")
+	if err != nil {
+		return nil, err
+	}
+	ids := map[string]bool{}
+	for _, n := range names {
+		rest := strings.TrimPrefix(n, prefix+"plans/")
+		if id, _, ok := strings.Cut(rest, "/"); ok {
+			ids[id] = true
+		}
+	}
+	out := &TakeOver{Spec: []byte(specYAML), Previous: prev}
+	for id := range ids {
+		var p plan.Plan
+		if _, err := c.newest(ctx, prefix+"plans/"+id+"/", "plan", &p); err != nil {
+			return nil, fmt.Errorf("plan %s: %w", id, err)
+		}
+		out.Plans = append(out.Plans, &p)
+	}
+	sort.Slice(out.Plans, func(i, j int) bool { return out.Plans[i].UpdatedAt.Before(out.Plans[j].UpdatedAt) })
+	if accept != nil {
+		if err := accept(out.Spec); err != nil {
+			return nil, err
+		}
+	}
+	out.Generation = prev.Generation + 1
+	if err := c.claim(ctx, out.Generation); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
