@@ -1,0 +1,108 @@
+package handover
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/etcd-steward/steward/pkg/backup"
+	"github.com/etcd-steward/steward/pkg/pki"
+	"github.com/etcd-steward/steward/pkg/plan"
+)
+
+func signer(t *testing.T, cluster string) (*Signer, string) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := pki.Ensure(dir, cluster, nil); err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewSigner(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, dir
+}
+
+func TestTakeOverFencesTheOldCoordinator(t *testing.T) {
+	ctx := t.Context()
+	store, err := backup.NewLocalStore(filepath.Join(t.TempDir(), "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := signer(t, "c1")
+	old := &Coordinator{Store: store, Signer: s, Dir: t.TempDir()}
+	if err := old.SaveSpec(ctx, []byte("name: c1\n")); err != nil {
+		t.Fatal(err)
+	}
+	p := &plan.Plan{ID: "upgrade-1", State: plan.Running, Steps: []plan.Step{{Index: 0, State: plan.Done}}}
+	if err := old.SavePlan(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	// A forger without the admin key writes a newer spec and plan, and a
+	// higher owner generation: all ignored.
+	forger, _ := signer(t, "c1")
+	f := &Coordinator{Store: store, Signer: forger, Dir: t.TempDir()}
+	if err := f.write(ctx, prefix+"spec/"+stamp(9), "spec", "name: forged\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.write(ctx, prefix+"plans/upgrade-1/"+stamp(9), "plan", &plan.Plan{ID: "upgrade-1", State: plan.Done}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.write(ctx, prefix+"owner/0000000009", "owner", Owner{Generation: 9}); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Put(ctx, prefix+"spec/"+stamp(10), strings.NewReader("not an envelope")); err != nil {
+		t.Fatal(err)
+	}
+
+	next := &Coordinator{Store: store, Signer: s, Dir: t.TempDir()}
+	got, err := next.Take(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got.Spec) != "name: c1\n" || len(got.Plans) != 1 || got.Plans[0].State != plan.Running {
+		t.Fatalf("took a forged copy: spec %q plans %+v", got.Spec, got.Plans)
+	}
+	if got.Generation != 2 || got.Previous.Generation != 1 {
+		t.Fatalf("generation %d after %d; want 2 after 1 (the forged 9 ignored)", got.Generation, got.Previous.Generation)
+	}
+	// The old coordinator is fenced: its next save fails and writes nothing.
+	before, _ := store.List(ctx, prefix+"plans/upgrade-1/")
+	if err := old.SavePlan(ctx, p); !errors.Is(err, ErrSuperseded) || !strings.Contains(err.Error(), "generation 2") {
+		t.Fatalf("stale coordinator's save: %v", err)
+	}
+	if after, _ := store.List(ctx, prefix+"plans/upgrade-1/"); len(after) != len(before) {
+		t.Fatalf("the stale coordinator wrote a copy: %v -> %v", before, after)
+	}
+	// The new one saves.
+	if err := next.SavePlan(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	// A refusal by accept claims nothing.
+	third := &Coordinator{Store: store, Signer: s, Dir: t.TempDir()}
+	if _, err := third.Take(ctx, func([]byte) error { return errors.New("no") }); err == nil {
+		t.Fatal("accept's refusal ignored")
+	}
+	if o, _ := third.CurrentOwner(ctx); o.Generation != 2 {
+		t.Fatalf("a refused takeover claimed generation %d", o.Generation)
+	}
+}
+
+func TestSignerRefusesNonAdmin(t *testing.T) {
+	dir := t.TempDir()
+	if err := pki.Ensure(dir, "c1", nil); err != nil {
+		t.Fatal(err)
+	}
+	b, err := pki.IssueHost(dir, "c1", "h1", "10.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := t.TempDir()
+	if err := pki.WriteHost(host, b); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewSigner(host); err == nil || !strings.Contains(err.Error(), "not the admin's") {
+		t.Fatalf("a host certificate signs coordinator copies: %v", err)
+	}
+}
