@@ -387,20 +387,66 @@ func (a *Agent) resolvePaths(cfg agentapi.MemberConfig) agentapi.MemberConfig {
 
 // DeleteMember stops a member and forgets its config. Its data dir is kept.
 func (a *Agent) DeleteMember(ctx context.Context, name string) error {
+	_, err := a.DeleteMemberAside(ctx, name, "")
+	return err
+}
+
+// DeleteMemberAside is DeleteMember that then moves the member's data dir
+// aside (DATADIR.REASON-STAMP; nothing is deleted) when reason is set, and
+// returns where it went ("" when there was none).
+func (a *Agent) DeleteMemberAside(ctx context.Context, name, reason string) (string, error) {
 	m, ok := a.member(name)
 	if !ok {
-		return errNotFound(name)
+		return "", errNotFound(name)
 	}
 	if err := m.stop(ctx, true); err != nil {
-		return err
+		return "", err
 	}
+	m.mu.Lock()
+	dataDir := m.cfg.DataDir
+	m.mu.Unlock()
 	a.mu.Lock()
 	delete(a.members, name)
 	a.mu.Unlock()
 	if err := os.Remove(a.configPath(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
+		return "", err
 	}
-	return nil
+	if reason == "" {
+		return "", nil
+	}
+	aside, err := datadir.MoveAside(dataDir, reason)
+	if err != nil {
+		return "", fmt.Errorf("member %s forgotten, but its data dir could not be moved aside: %w", name, err)
+	}
+	return aside, nil
+}
+
+// MoveDataDirAside moves a stopped member's data dir aside (nothing is
+// deleted) and returns where it went ("" when there was none).
+func (a *Agent) MoveDataDirAside(name, reason string) (string, error) {
+	m, ok := a.member(name)
+	if !ok {
+		return "", errNotFound(name)
+	}
+	m.mu.Lock()
+	dataDir, running := m.cfg.DataDir, m.proc != nil || m.desired
+	m.mu.Unlock()
+	if running {
+		return "", badRequest{fmt.Errorf("member %s runs (or is to run): stop it before moving its data dir aside", name)}
+	}
+	return datadir.MoveAside(dataDir, reason)
+}
+
+// CheckDataDir inspects a member's data dir without etcd (datadir.Check).
+func (a *Agent) CheckDataDir(name string) (datadir.Finding, error) {
+	m, ok := a.member(name)
+	if !ok {
+		return datadir.Finding{}, errNotFound(name)
+	}
+	m.mu.Lock()
+	dataDir := m.cfg.DataDir
+	m.mu.Unlock()
+	return datadir.Check(dataDir), nil
 }
 
 // SwapVersion stops a member, switches it to another etcd version and starts it.

@@ -50,7 +50,30 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("DELETE /v1/members/{name}", named(func(w http.ResponseWriter, r *http.Request, name string) {
 		ctx, cancel := stopContext(r)
 		defer cancel()
-		reply(w, nil, a.DeleteMember(ctx, name))
+		reason := r.URL.Query().Get("aside")
+		if reason != "" && spec.ValidName(reason) != nil {
+			reply(w, nil, badRequest{fmt.Errorf("aside reason %q: use lower-case letters, digits and '-'", reason)})
+			return
+		}
+		aside, err := a.DeleteMemberAside(ctx, name, reason)
+		reply(w, agentapi.Aside{Aside: aside}, err)
+	}))
+	mux.HandleFunc("GET /v1/members/{name}/datadir", named(func(w http.ResponseWriter, r *http.Request, name string) {
+		f, err := a.CheckDataDir(name)
+		reply(w, f, err)
+	}))
+	mux.HandleFunc("POST /v1/members/{name}/datadir/aside", named(func(w http.ResponseWriter, r *http.Request, name string) {
+		var req agentapi.AsideRequest
+		if err := decodeBody(w, r, 1<<16, &req); err != nil {
+			reply(w, nil, badRequest{fmt.Errorf("decode aside request: %w", err)})
+			return
+		}
+		if spec.ValidName(req.Reason) != nil {
+			reply(w, nil, badRequest{fmt.Errorf("aside reason %q: use lower-case letters, digits and '-'", req.Reason)})
+			return
+		}
+		aside, err := a.MoveDataDirAside(name, req.Reason)
+		reply(w, agentapi.Aside{Aside: aside}, err)
 	}))
 	mux.HandleFunc("POST /v1/members/{name}/{action}", named(func(w http.ResponseWriter, r *http.Request, name string) {
 		m, ok := a.member(name)

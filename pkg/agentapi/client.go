@@ -113,6 +113,26 @@ func (c *Client) DeleteMember(ctx context.Context, name string) error {
 	return c.do(ctx, http.MethodDelete, "/v1/members/"+name, nil, nil)
 }
 
+// DeleteMemberAside stops a member, forgets it and moves its data dir aside
+// on the agent's host; it returns where the data dir went.
+func (c *Client) DeleteMemberAside(ctx context.Context, name, reason string) (string, error) {
+	var out Aside
+	return out.Aside, c.do(ctx, http.MethodDelete, "/v1/members/"+name+"?aside="+url.QueryEscape(reason), nil, &out)
+}
+
+// MoveDataDirAside moves a stopped member's data dir aside on the agent's
+// host and returns where it went.
+func (c *Client) MoveDataDirAside(ctx context.Context, name, reason string) (string, error) {
+	var out Aside
+	return out.Aside, c.do(ctx, http.MethodPost, "/v1/members/"+name+"/datadir/aside", AsideRequest{Reason: reason}, &out)
+}
+
+// DataDir inspects a member's data dir on the agent's host, as JSON
+// (package datadir's Finding).
+func (c *Client) DataDir(ctx context.Context, name string, out any) error {
+	return c.do(ctx, http.MethodGet, "/v1/members/"+name+"/datadir", nil, out)
+}
+
 // Start starts a member and keeps it running.
 func (c *Client) Start(ctx context.Context, name string) (MemberStatus, error) {
 	var out MemberStatus

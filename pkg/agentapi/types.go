@@ -8,7 +8,9 @@
 //	GET    /v1/members                 []MemberStatus
 //	GET    /v1/members/{name}          MemberStatus
 //	PUT    /v1/members/{name}          MemberConfig -> MemberStatus (stores; does not start)
-//	DELETE /v1/members/{name}          stop the member and forget it (data kept)
+//	DELETE /v1/members/{name}          stop the member and forget it (data kept; ?aside=REASON moves its data dir aside) -> Aside
+//	GET    /v1/members/{name}/datadir  the data dir inspected without etcd (datadir.Finding)
+//	POST   /v1/members/{name}/datadir/aside  AsideRequest -> Aside: move a stopped member's data dir aside
 //	POST   /v1/members/{name}/start    start (and keep running)
 //	POST   /v1/members/{name}/stop     stop gracefully (and keep stopped)
 //	POST   /v1/members/{name}/kill     stop at once with SIGKILL (and keep stopped)
@@ -163,6 +165,17 @@ type ClusterFiles struct {
 	S3Credentials string `json:"s3Credentials,omitempty"`
 	// BackupKey is the content of backup.encryptionKeyFile.
 	BackupKey string `json:"backupKey,omitempty"`
+}
+
+// AsideRequest asks to move a data dir aside; Reason (a name) ends its new
+// name: DATADIR.REASON-STAMP.
+type AsideRequest struct {
+	Reason string `json:"reason"`
+}
+
+// Aside says where a data dir was moved ("" when there was none).
+type Aside struct {
+	Aside string `json:"aside"`
 }
 
 // Error is the body of an error response.

@@ -167,15 +167,21 @@ func Add(ctx context.Context, c *cluster.Cluster, name string, o AddOptions) (er
 		uctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		var undo []string
-		if derr := ac.DeleteMember(uctx, name); derr != nil {
+		if dataDir == "" {
+			// On another host: its agent stops it and moves its data aside.
+			if aside, derr := ac.DeleteMemberAside(uctx, name, "failed-add"); derr != nil {
+				undo = append(undo, "stop member and move its data aside: "+derr.Error())
+			} else if aside != "" {
+				c.Progress.Say("moved partial data dir on host %s to %s", o.Agent, aside)
+			}
+		} else if derr := ac.DeleteMember(uctx, name); derr != nil {
 			undo = append(undo, "stop member: "+derr.Error())
 		}
 		if _, rerr := cli.MemberRemove(uctx, id); rerr != nil && !errors.Is(rerr, rpctypes.ErrMemberNotFound) {
 			undo = append(undo, fmt.Sprintf("remove member %x: %v", id, rerr))
 		}
 		if dataDir == "" {
-			// TODO(multi-host): the agent API has no move-aside yet.
-			c.Progress.Say("the partial data dir %s stays on host %s: move it aside there before adding %s again", nm.DataDir, o.Agent, name)
+			// Moved aside by its agent above.
 		} else if aside, merr := datadir.MoveAside(dataDir, "failed-add"); merr != nil {
 			undo = append(undo, "move data aside: "+merr.Error())
 		} else if aside != "" {
@@ -353,8 +359,15 @@ func Remove(ctx context.Context, c *cluster.Cluster, name string, o RemoveOption
 		}
 		c.Progress.Say("removed %s (%x) from the cluster", name, id)
 	}
+	remoteAside := ""
 	if ac, err := c.AgentFor(m); err == nil {
-		if err := ac.DeleteMember(ctx, name); err != nil && !agentapi.IsNotFound(err) {
+		if c.OnOtherHost(m) {
+			// Its agent stops it and moves its data dir aside there.
+			remoteAside, err = ac.DeleteMemberAside(ctx, name, "removed")
+		} else {
+			err = ac.DeleteMember(ctx, name)
+		}
+		if err != nil && !agentapi.IsNotFound(err) {
 			return fmt.Errorf("member %s was removed from etcd but its agent could not stop it: %w", name, err)
 		}
 	}
@@ -367,6 +380,12 @@ func Remove(ctx context.Context, c *cluster.Cluster, name string, o RemoveOption
 	}
 	if err := c.SaveSpec(next); err != nil {
 		return err
+	}
+	if c.OnOtherHost(m) {
+		if remoteAside != "" {
+			c.Progress.Say("moved data dir of %s on host %s to %s", name, m.Agent, remoteAside)
+		}
+		return nil
 	}
 	aside, err := datadir.MoveAside(spec.Path(c.Dir, m.DataDir), "removed")
 	if err != nil {
@@ -457,8 +476,7 @@ func Rejoin(ctx context.Context, c *cluster.Cluster, cli *clientv3.Client, ac *a
 		}
 		c.Progress.Say("removed old member ID %x", em.ID)
 	}
-	dataDir := spec.Path(c.Dir, m.DataDir)
-	if aside, err := datadir.MoveAside(dataDir, "replaced"); err != nil {
+	if aside, err := c.MoveDataDirAside(ctx, m, "replaced"); err != nil {
 		return fmt.Errorf("move data dir of %s aside: %w", name, err)
 	} else if aside != "" {
 		c.Progress.Say("moved old data dir to %s", aside)

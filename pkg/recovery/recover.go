@@ -102,7 +102,10 @@ func Run(ctx context.Context, c *cluster.Cluster) (Report, error) {
 			if err := membership.Stop(ctx, c, seed.Name, true); err != nil && !agentapi.IsNotFound(err) {
 				return rep, fmt.Errorf("stop %s: %w", seed.Name, err)
 			}
-			f := datadir.Check(spec.Path(c.Dir, seed.DataDir))
+			f, err := c.CheckDataDir(ctx, *seed)
+			if err != nil {
+				return rep, err
+			}
 			if f.State == datadir.Valid {
 				rep.DataDirs = append(rep.DataDirs, f)
 				return rep, resumeRecovery(ctx, c, &rep, j)
@@ -138,7 +141,10 @@ func Run(ctx context.Context, c *cluster.Cluster) (Report, error) {
 	valid := 0
 	var lost []string
 	for _, m := range c.Spec.Members {
-		f := datadir.Check(spec.Path(c.Dir, m.DataDir))
+		f, err := c.CheckDataDir(ctx, m)
+		if err != nil {
+			return rep, err
+		}
 		note := ""
 		if f.State == datadir.Valid && f.Revision < rep.NewestBackupRevision {
 			// Not disqualifying: the member replays its WAL on start, and
@@ -190,8 +196,11 @@ func Run(ctx context.Context, c *cluster.Cluster) (Report, error) {
 		}
 	}
 	if best >= 0 {
-		rep.Action = "reseed"
 		survivor := c.Spec.Members[best]
+		if err := c.RequireHere("recovery from a surviving member", survivor); err != nil {
+			return rep, err
+		}
+		rep.Action = "reseed"
 		c.Progress.Say("only %d of %d members have valid data (quorum %d); %s is at revision %d, not behind the newest backup (%d): rebuilding the cluster from its data, then adding the others",
 			valid, len(c.Spec.Members), quorum, survivor.Name, rep.DataDirs[best].Revision, rep.NewestBackupRevision)
 		return rep, recoverFromSeed(ctx, c, &rep, survivor, false)
@@ -202,6 +211,9 @@ func Run(ctx context.Context, c *cluster.Cluster) (Report, error) {
 			valid, len(c.Spec.Members), quorum)
 	}
 	c.Progress.Say("only %d of %d members have valid data (quorum %d), none of them as new as the newest backup: restoring from backup into one member, then adding the others", valid, len(c.Spec.Members), quorum)
+	if err := c.RequireHere("recovery from the backup", c.Spec.Members[0]); err != nil {
+		return rep, err
+	}
 	return rep, recoverFromSeed(ctx, c, &rep, c.Spec.Members[0], true)
 }
 

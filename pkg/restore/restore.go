@@ -90,6 +90,9 @@ func Run(ctx context.Context, c *cluster.Cluster, o Options) (backup.Manifest, e
 			targets = append(targets, m)
 		}
 	}
+	if err := c.RequireHere("restore", targets...); err != nil {
+		return backup.Manifest{}, err
+	}
 	if err := requireStopped(ctx, c); err != nil {
 		return backup.Manifest{}, err
 	}

@@ -140,6 +140,11 @@ func build(c *cluster.Cluster, st *cluster.Status, kind plan.Kind, from, to stri
 	if err := checkStrategy(strategy, len(c.Spec.Members), hops, o.baseBackup); err != nil {
 		return nil, err
 	}
+	if strategy != StrategyRolling {
+		if err := c.RequireHere("the "+strategy+" strategy", c.Spec.Members...); err != nil {
+			return nil, err
+		}
+	}
 	now := time.Now().UTC()
 	p := &plan.Plan{ID: plan.NewID(kind, now), Kind: kind, From: from, To: to, Strategy: strategy,
 		State: plan.Pending, CreatedAt: now, Force: o.Force, HealthTimeoutSeconds: int(o.HealthTimeout / time.Second)}

@@ -479,3 +479,105 @@ func TestHostsCoordinatorLost(t *testing.T) {
 	t.Logf("writer through the coordinator's loss: %s", res)
 	workload.RequireKeys(t, cli, res)
 }
+
+// TestHostsMembership: membership work on members of other hosts, from
+// the coordinator: a host added later gets a member and loses it again
+// (its data dir moved aside on that host), a member is replaced (its old
+// data dir moved aside on its host), quorum lost with data intact comes
+// back by `steward recover` restarting the members, and a recovery that
+// would build data dirs (two hosts lost theirs) is refused, naming them,
+// without changing anything.
+func TestHostsMembership(t *testing.T) {
+	hs := harness.NewHosts(t, 4)
+	h4 := hs.Hosts[3]
+	hs.MustRun(append([]string{"init", "--version", "3.6.16", "--binary-store", hs.Store}, hs.HostFlags()[:6]...)...)
+	for _, h := range hs.Hosts[:3] {
+		h.StartAgent(t, hs.JoinFile(h.Name))
+	}
+	hs.MustRun("up")
+	hs.WaitStatus(time.Minute, "three healthy members on three hosts", harness.Healthy)
+	cli := hs.Client()
+	defer cli.Close()
+	w := workload.Start(t, cli, workload.Options{Prefix: "membership", Interval: 5 * time.Millisecond, Attempts: 20, Timeout: 3 * time.Second})
+
+	asides := func(h *harness.AgentHost, member, reason string) []string {
+		// The data dir, not its version record beside it (moved too).
+		m, _ := filepath.Glob(filepath.Join(h.Dir, "members", member, "data."+reason+"-*"))
+		var dirs []string
+		for _, p := range m {
+			if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+				dirs = append(dirs, p)
+			}
+		}
+		return dirs
+	}
+	if !t.Run("a host added later", func(t *testing.T) {
+		e := hs.Env.For(t)
+		e.MustRun("host", "add", "h4="+h4.Addr)
+		h4.StartAgent(t, hs.JoinFile("h4"))
+		e.MustRun("member", "add", "etcd-4", "--host", "h4")
+		st := e.WaitStatus(time.Minute, "etcd-4 on h4 healthy", harness.Healthy)
+		if m, _ := st.Member("etcd-4"); m.Agent != "h4" || m.ClientURLs[0] != "https://"+h4.Addr+":2379" {
+			t.Fatalf("etcd-4: agent %s, client URLs %v", m.Agent, m.ClientURLs)
+		}
+		e.MustRun("member", "remove", "etcd-4")
+		if a := asides(h4, "etcd-4", "removed"); len(a) != 1 {
+			t.Fatalf("the removed member's data dir on h4 was not moved aside: %v", a)
+		}
+		e.WaitStatus(time.Minute, "three members again", func(st *cluster.Status) bool {
+			return harness.Healthy(st) && len(st.Members) == 3
+		})
+	}) {
+		return
+	}
+	if !t.Run("replace a member on another host", func(t *testing.T) {
+		e := hs.Env.For(t)
+		e.MustRun("member", "replace", "etcd-2")
+		e.WaitStatus(time.Minute, "etcd-2 back", harness.Healthy)
+		if a := asides(hs.Host("h2"), "etcd-2", "replaced"); len(a) != 1 {
+			t.Fatalf("the replaced member's data dir on h2 was not moved aside: %v", a)
+		}
+	}) {
+		return
+	}
+	res := w.Stop()
+	workload.RequireKeys(t, cli, res)
+
+	if !t.Run("quorum lost, data kept: recover restarts", func(t *testing.T) {
+		e := hs.Env.For(t)
+		e.MustRun("member", "stop", "--force", "etcd-1")
+		e.MustRun("member", "stop", "--force", "etcd-2")
+		e.WaitStatus(30*time.Second, "quorum lost", func(st *cluster.Status) bool { return !st.Cluster.Quorate })
+		rep, _ := recoverJSON(t, e)
+		if rep.Action != "restart" {
+			t.Fatalf("recover action %q, want restart: %+v", rep.Action, rep)
+		}
+		e.WaitStatus(time.Minute, "quorum back", harness.Healthy)
+		workload.RequireKeys(t, cli, res)
+	}) {
+		return
+	}
+	t.Run("two hosts lost their data: refused", func(t *testing.T) {
+		e := hs.Env.For(t)
+		e.MustRun("member", "stop", "--force", "etcd-1")
+		e.MustRun("member", "stop", "--force", "etcd-2")
+		for _, n := range []string{"1", "2"} {
+			if err := os.RemoveAll(filepath.Join(hs.Host("h"+n).Dir, "members", "etcd-"+n, "data")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := e.Spec()
+		msg := e.MustFail("recover")
+		if !strings.Contains(msg, "not supported for members on other hosts yet") || !strings.Contains(msg, "on host h") {
+			t.Fatalf("want the recovery refused, naming the members' hosts: %s", msg)
+		}
+		if after := e.Spec(); after.Token != before.Token || len(after.Members) != len(before.Members) {
+			t.Fatalf("the spec changed")
+		}
+		for _, n := range []string{"1", "2"} {
+			if _, err := os.Stat(filepath.Join(hs.Host("h"+n).Dir, "members", "etcd-"+n, "data")); err == nil {
+				t.Errorf("a data dir appeared on h%s", n)
+			}
+		}
+	})
+}
