@@ -1,15 +1,19 @@
 package e2e
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcd-steward/steward/internal/crashpoint"
 	"github.com/etcd-steward/steward/pkg/agentapi"
@@ -284,14 +288,15 @@ func requireNoOverlap(t *testing.T, ms []backup.Manifest) {
 	t.Logf("%d delta segments from %d members, none overlapping", len(deltas), len(agents))
 }
 
-// majority writes through the members other than cut until 50 writes
+// majority writes through the members other than cut (names joined by
+// "|") until 50 writes
 // are acknowledged, checks each is there, and returns the newest
 // acknowledged revision.
 func majority(t *testing.T, hs *harness.Hosts, cut string) int64 {
 	t.Helper()
 	var others []string
 	for _, m := range hs.Spec().Members {
-		if m.Name != cut {
+		if !slices.Contains(strings.Split(cut, "|"), m.Name) {
 			others = append(others, m.Name)
 		}
 	}
@@ -580,4 +585,66 @@ func TestHostsMembership(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestHostsFive: five members on five hosts. Two hosts cut off leave a
+// quorum of three (Ready stays True, writes go on through the majority);
+// a third cut loses it (Ready False, no write succeeds); healing one host
+// brings quorum back with every acknowledged write.
+func TestHostsFive(t *testing.T) {
+	hs := harness.NewHosts(t, 5)
+	hs.Init("3.6.16")
+	hs.StartAgents()
+	hs.MustRun("up")
+	st := hs.WaitStatus(time.Minute, "five healthy members on five hosts", harness.Healthy)
+	var followers []cluster.MemberStatus
+	for _, m := range st.Members {
+		if m.Role == "follower" {
+			followers = append(followers, m)
+		}
+	}
+	cut := func(m cluster.MemberStatus) *harness.AgentHost {
+		h := hs.Host(m.Agent)
+		h.Cut(t)
+		return h
+	}
+	a, b := cut(followers[0]), cut(followers[1])
+	st = hs.WaitStatus(30*time.Second, "two hosts cut off, quorum kept", func(st *cluster.Status) bool {
+		return harness.Cond(st, cluster.CondReady).Status == "True" && st.Cluster.HealthyMembers == 3
+	})
+	for _, h := range []*harness.AgentHost{a, b} {
+		if msg := harness.Cond(st, cluster.CondAllMembersReady).Message; !strings.Contains(msg, "host "+h.Name+" ("+h.Addr+") unreachable") {
+			t.Errorf("AllMembersReady does not name host %s: %s", h.Name, msg)
+		}
+	}
+	rev := majority(t, hs, followers[0].Name+"|"+followers[1].Name)
+	c3 := cut(followers[2])
+	hs.WaitStatus(30*time.Second, "quorum lost with three hosts cut off", func(st *cluster.Status) bool {
+		return harness.Cond(st, cluster.CondReady).Status == "False" && !st.Cluster.Quorate
+	})
+	var rest []string
+	for _, m := range st.Members {
+		if m.Name != followers[0].Name && m.Name != followers[1].Name && m.Name != followers[2].Name {
+			rest = append(rest, m.Name)
+		}
+	}
+	minority := hs.Client(rest...)
+	pctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	_, perr := minority.Put(pctx, "five/minority", "x")
+	cancel()
+	minority.Close()
+	if perr == nil {
+		t.Fatalf("a write through the two members left (%v) succeeded without quorum", rest)
+	}
+	c3.Heal(t)
+	hs.WaitStatus(time.Minute, "quorum back with one host healed", func(st *cluster.Status) bool {
+		return harness.Cond(st, cluster.CondReady).Status == "True"
+	})
+	a.Heal(t)
+	b.Heal(t)
+	hs.WaitStatus(time.Minute, "all five back", harness.Healthy)
+	g, err := hs.Client().Get(t.Context(), "health", clientv3.WithSerializable())
+	if err != nil || g.Header.Revision < rev {
+		t.Fatalf("revision after healing %v (%v), want at least %d", g, err, rev)
+	}
 }
