@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/etcd-steward/steward/pkg/agentapi"
@@ -112,6 +113,38 @@ func (a *Agent) Handler() http.Handler {
 			return
 		}
 		reply(w, m.status(), err)
+	}))
+	mux.HandleFunc("PUT /v1/members/{name}/datadir/stage", named(func(w http.ResponseWriter, r *http.Request, name string) {
+		var req agentapi.StageRequest
+		dec := json.NewDecoder(strings.NewReader(r.Header.Get("X-Steward-Stage")))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			reply(w, nil, badRequest{fmt.Errorf("decode the X-Steward-Stage header: %w", err)})
+			return
+		}
+		staged, err := a.StageDataDir(r.Context(), name, req, http.MaxBytesReader(w, r.Body, 64<<30))
+		reply(w, agentapi.Staged{Staged: staged}, err)
+	}))
+	mux.HandleFunc("POST /v1/members/{name}/datadir/commit", named(func(w http.ResponseWriter, r *http.Request, name string) {
+		var req agentapi.Staged
+		if err := decodeBody(w, r, 1<<16, &req); err != nil {
+			reply(w, nil, badRequest{fmt.Errorf("decode commit request: %w", err)})
+			return
+		}
+		aside, err := a.CommitDataDir(name, req.Staged)
+		reply(w, agentapi.Aside{Aside: aside}, err)
+	}))
+	mux.HandleFunc("POST /v1/members/{name}/datadir/discard", named(func(w http.ResponseWriter, r *http.Request, name string) {
+		var req agentapi.Staged
+		if err := decodeBody(w, r, 1<<16, &req); err != nil {
+			reply(w, nil, badRequest{fmt.Errorf("decode discard request: %w", err)})
+			return
+		}
+		reply(w, nil, a.DiscardStaged(name, req.Staged))
+	}))
+	mux.HandleFunc("GET /v1/members/{name}/freeport", named(func(w http.ResponseWriter, r *http.Request, name string) {
+		p, err := a.FreePort(name)
+		reply(w, agentapi.Port{Port: p}, err)
 	}))
 	mux.HandleFunc("GET /v1/binaries/{version}", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, a.CheckBinary(r.Context(), r.PathValue("version")), nil)

@@ -3,7 +3,9 @@ package agentapi
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 )
@@ -133,6 +136,48 @@ func (c *Client) DataDir(ctx context.Context, name string, out any) error {
 	return c.do(ctx, http.MethodGet, "/v1/members/"+name+"/datadir", nil, out)
 }
 
+// StageDataDir sends the snapshot at path to stage a data dir for a stopped
+// member on the agent's host; it returns the staged dir.
+func (c *Client) StageDataDir(ctx context.Context, name, snapshot, initialCluster string) (string, error) {
+	f, err := os.Open(snapshot)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return "", err
+	}
+	hdr, err := json.Marshal(StageRequest{InitialCluster: initialCluster, SHA256: hex.EncodeToString(h.Sum(nil))})
+	if err != nil {
+		return "", err
+	}
+	var out Staged
+	err = c.doBody(ctx, http.MethodPut, "/v1/members/"+name+"/datadir/stage", f, map[string]string{"X-Steward-Stage": string(hdr)}, &out)
+	return out.Staged, err
+}
+
+// CommitDataDir puts a staged data dir in place of the member's (the old
+// one moved aside) and returns where the old one went.
+func (c *Client) CommitDataDir(ctx context.Context, name, staged string) (string, error) {
+	var out Aside
+	return out.Aside, c.do(ctx, http.MethodPost, "/v1/members/"+name+"/datadir/commit", Staged{Staged: staged}, &out)
+}
+
+// DiscardStaged removes a data dir the agent staged.
+func (c *Client) DiscardStaged(ctx context.Context, name, staged string) error {
+	return c.do(ctx, http.MethodPost, "/v1/members/"+name+"/datadir/discard", Staged{Staged: staged}, nil)
+}
+
+// FreePort asks for a free TCP port on a member's host address.
+func (c *Client) FreePort(ctx context.Context, name string) (int, error) {
+	var out Port
+	return out.Port, c.do(ctx, http.MethodGet, "/v1/members/"+name+"/freeport", nil, &out)
+}
+
 // Start starts a member and keeps it running.
 func (c *Client) Start(ctx context.Context, name string) (MemberStatus, error) {
 	var out MemberStatus
@@ -205,19 +250,26 @@ func (c *Client) Ping(ctx context.Context, d time.Duration) error {
 
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
 	var body io.Reader
+	hdr := map[string]string{}
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
 			return err
 		}
 		body = bytes.NewReader(b)
+		hdr["Content-Type"] = "application/json"
 	}
+	return c.doBody(ctx, method, path, body, hdr, out)
+}
+
+// doBody sends body (any stream) with headers and decodes a JSON answer.
+func (c *Client) doBody(ctx context.Context, method, path string, body io.Reader, hdr map[string]string, out any) error {
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
 	if err != nil {
 		return err
 	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {

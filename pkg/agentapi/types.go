@@ -11,6 +11,10 @@
 //	DELETE /v1/members/{name}          stop the member and forget it (data kept; ?aside=REASON moves its data dir aside) -> Aside
 //	GET    /v1/members/{name}/datadir  the data dir inspected without etcd (datadir.Finding)
 //	POST   /v1/members/{name}/datadir/aside  AsideRequest -> Aside: move a stopped member's data dir aside
+//	PUT    /v1/members/{name}/datadir/stage  snapshot body, X-Steward-Stage: StageRequest -> Staged
+//	POST   /v1/members/{name}/datadir/commit Staged -> Aside: the staged data dir in place, the old aside
+//	POST   /v1/members/{name}/datadir/discard Staged: remove a staged data dir
+//	GET    /v1/members/{name}/freeport  Port: a free port on the member's host address
 //	POST   /v1/members/{name}/start    start (and keep running)
 //	POST   /v1/members/{name}/stop     stop gracefully (and keep stopped)
 //	POST   /v1/members/{name}/kill     stop at once with SIGKILL (and keep stopped)
@@ -176,6 +180,25 @@ type AsideRequest struct {
 // Aside says where a data dir was moved ("" when there was none).
 type Aside struct {
 	Aside string `json:"aside"`
+}
+
+// StageRequest goes with a snapshot sent to stage a member's data dir
+// (header X-Steward-Stage, JSON): the cluster the member is restored into
+// and the snapshot's SHA-256 (hex), which the agent checks.
+type StageRequest struct {
+	InitialCluster string `json:"initialCluster"`
+	SHA256         string `json:"sha256"`
+}
+
+// Staged names a data dir the agent staged (or, in a commit request, the
+// one to commit or discard).
+type Staged struct {
+	Staged string `json:"staged"`
+}
+
+// Port is a free TCP port on the agent's host.
+type Port struct {
+	Port int `json:"port"`
 }
 
 // Error is the body of an error response.

@@ -67,7 +67,19 @@ func (c *Cluster) RunIsolated(ctx context.Context, names []string, version strin
 		}
 		cfg := c.MemberConfig(m)
 		cfg.Version = version
-		if cfg.ClientURL, err = isolatedURL(m.ClientURL); err != nil {
+		if c.OnOtherHost(m) {
+			// Only its host knows which of its ports are free.
+			if o.Snapshot {
+				return c.RequireHere("an isolated run with a snapshot", m)
+			}
+			port, err := ac.FreePort(ctx, m.Name)
+			if err != nil {
+				return fmt.Errorf("a private client port for %s on host %s: %w", m.Name, m.Agent, err)
+			}
+			if cfg.ClientURL, err = withPort(m.ClientURL, port); err != nil {
+				return err
+			}
+		} else if cfg.ClientURL, err = isolatedURL(m.ClientURL); err != nil {
 			return err
 		}
 		if o.Snapshot {
@@ -172,6 +184,16 @@ func isolatedURL(raw string) (string, error) {
 		return "", err
 	}
 	u.Host = net.JoinHostPort(host, strconv.Itoa(port))
+	return u.String(), nil
+}
+
+// withPort is raw with another port.
+func withPort(raw string, port int) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("parse URL %q: %w", raw, err)
+	}
+	u.Host = net.JoinHostPort(u.Hostname(), strconv.Itoa(port))
 	return u.String(), nil
 }
 

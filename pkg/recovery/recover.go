@@ -197,9 +197,6 @@ func Run(ctx context.Context, c *cluster.Cluster) (Report, error) {
 	}
 	if best >= 0 {
 		survivor := c.Spec.Members[best]
-		if err := c.RequireHere("recovery from a surviving member", survivor); err != nil {
-			return rep, err
-		}
 		rep.Action = "reseed"
 		c.Progress.Say("only %d of %d members have valid data (quorum %d); %s is at revision %d, not behind the newest backup (%d): rebuilding the cluster from its data, then adding the others",
 			valid, len(c.Spec.Members), quorum, survivor.Name, rep.DataDirs[best].Revision, rep.NewestBackupRevision)
@@ -211,9 +208,6 @@ func Run(ctx context.Context, c *cluster.Cluster) (Report, error) {
 			valid, len(c.Spec.Members), quorum)
 	}
 	c.Progress.Say("only %d of %d members have valid data (quorum %d), none of them as new as the newest backup: restoring from backup into one member, then adding the others", valid, len(c.Spec.Members), quorum)
-	if err := c.RequireHere("recovery from the backup", c.Spec.Members[0]); err != nil {
-		return rep, err
-	}
 	return rep, recoverFromSeed(ctx, c, &rep, c.Spec.Members[0], true)
 }
 

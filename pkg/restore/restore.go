@@ -90,9 +90,6 @@ func Run(ctx context.Context, c *cluster.Cluster, o Options) (backup.Manifest, e
 			targets = append(targets, m)
 		}
 	}
-	if err := c.RequireHere("restore", targets...); err != nil {
-		return backup.Manifest{}, err
-	}
 	if err := requireStopped(ctx, c); err != nil {
 		return backup.Manifest{}, err
 	}
@@ -105,11 +102,11 @@ func Run(ctx context.Context, c *cluster.Cluster, o Options) (backup.Manifest, e
 	if err != nil {
 		return p.full, err
 	}
-	staged, err := stage(c, p, targets)
+	staged, err := stage(ctx, c, p, targets)
 	if err != nil {
 		return p.full, err
 	}
-	if err := commit(c, targets, staged); err != nil {
+	if err := commit(ctx, c, targets, staged); err != nil {
 		return p.full, err
 	}
 	then := "start the cluster with `steward up`"
@@ -154,6 +151,16 @@ func prepare(ctx context.Context, c *cluster.Cluster, o Options, targets []spec.
 	}
 	var occupied []string
 	for _, mem := range targets {
+		if c.OnOtherHost(mem) {
+			f, err := c.CheckDataDir(ctx, mem)
+			if err != nil {
+				return p, err
+			}
+			if f.State != datadir.Empty {
+				occupied = append(occupied, f.DataDir+" on host "+mem.Agent)
+			}
+			continue
+		}
 		dd := spec.Path(c.Dir, mem.DataDir)
 		if datadir.RequireEmpty(dd) != nil {
 			occupied = append(occupied, dd)
@@ -200,27 +207,54 @@ func prepare(ctx context.Context, c *cluster.Cluster, o Options, targets []spec.
 }
 
 // stage writes each target's new data dir beside its real one
-// (DATADIR.restoring-STAMP) and returns them by member name. On failure
-// it removes what it staged (its own output, never user data).
-func stage(c *cluster.Cluster, p prepared, targets []spec.Member) (map[string]string, error) {
+// (DATADIR.restoring-STAMP) and returns them by member name: here for a
+// member on this machine, by its agent (which is sent the snapshot) for one
+// on another host. On failure it removes what it staged (its own output,
+// never user data).
+func stage(ctx context.Context, c *cluster.Cluster, p prepared, targets []spec.Member) (map[string]string, error) {
 	stamp := time.Now().UTC().Format("20060102T150405.000Z")
 	staged := map[string]string{}
 	initial := c.Spec.InitialCluster()
+	undo := func() {
+		for _, mem := range targets {
+			d, ok := staged[mem.Name]
+			if !ok {
+				continue
+			}
+			if c.OnOtherHost(mem) {
+				if ac, err := c.AgentFor(mem); err == nil {
+					_ = ac.DiscardStaged(ctx, mem.Name, d)
+				}
+				continue
+			}
+			_ = os.RemoveAll(d)
+		}
+	}
 	for _, mem := range targets {
-		dd := spec.Path(c.Dir, mem.DataDir)
-		err := os.MkdirAll(filepath.Dir(dd), 0o700)
-		out := dd + ".restoring-" + stamp
 		c.Progress.Say("writing a new data dir for %s (revision %d)", mem.Name, p.revision)
-		if err == nil {
-			err = datadir.FromSnapshot(datadir.FromSnapshotOptions{
-				Snapshot: p.snapshot, Name: mem.Name, PeerURL: mem.PeerURL,
-				InitialCluster: initial, Token: c.Spec.Token,
-			}, out)
+		var out string
+		var err error
+		if c.OnOtherHost(mem) {
+			var ac *agentapi.Client
+			if ac, err = c.AgentFor(mem); err == nil {
+				out, err = ac.StageDataDir(ctx, mem.Name, p.snapshot, initial)
+			}
+			if err != nil {
+				err = fmt.Errorf("on host %s: %w", mem.Agent, err)
+			}
+		} else {
+			dd := spec.Path(c.Dir, mem.DataDir)
+			err = os.MkdirAll(filepath.Dir(dd), 0o700)
+			out = dd + ".restoring-" + stamp
+			if err == nil {
+				err = datadir.FromSnapshot(datadir.FromSnapshotOptions{
+					Snapshot: p.snapshot, Name: mem.Name, PeerURL: mem.PeerURL,
+					InitialCluster: initial, Token: c.Spec.Token,
+				}, out)
+			}
 		}
 		if err != nil {
-			for _, d := range staged {
-				_ = os.RemoveAll(d)
-			}
+			undo()
 			return nil, fmt.Errorf("restore member %s: %w", mem.Name, err)
 		}
 		staged[mem.Name] = out
@@ -230,10 +264,25 @@ func stage(c *cluster.Cluster, p prepared, targets []spec.Member) (map[string]st
 }
 
 // commit moves each target's old data dir aside and its staged one into
-// place, then records the restored members as initial members of the
-// restored cluster in the spec. A failure names where the data waits.
-func commit(c *cluster.Cluster, targets []spec.Member, staged map[string]string) error {
+// place (by its agent for a member on another host), then records the
+// restored members as initial members of the restored cluster in the spec.
+// A failure names where the data waits.
+func commit(ctx context.Context, c *cluster.Cluster, targets []spec.Member, staged map[string]string) error {
 	for _, mem := range targets {
+		if c.OnOtherHost(mem) {
+			ac, err := c.AgentFor(mem)
+			if err != nil {
+				return err
+			}
+			aside, err := ac.CommitDataDir(ctx, mem.Name, staged[mem.Name])
+			if err != nil {
+				return fmt.Errorf("put restored data dir of %s in place on host %s: %w", mem.Name, mem.Agent, err)
+			}
+			if aside != "" {
+				c.Progress.Say("moved old data dir of %s on host %s to %s", mem.Name, mem.Agent, aside)
+			}
+			continue
+		}
 		dd := spec.Path(c.Dir, mem.DataDir)
 		aside, err := datadir.MoveAside(dd, "pre-restore")
 		if err != nil {
@@ -277,6 +326,9 @@ func requireStopped(ctx context.Context, c *cluster.Cluster) error {
 	}
 	// A member left running by a dead agent: any process on its data dir.
 	for _, m := range c.Spec.Members {
+		if c.OnOtherHost(m) {
+			continue // its agent, asked above, knows its process
+		}
 		dd := spec.Path(c.Dir, m.DataDir)
 		if pid := processOnDataDir(dd); pid != 0 {
 			return fmt.Errorf("refusing to restore: process %d still runs member %s on %s: stop the cluster first (`steward down`)", pid, m.Name, dd)

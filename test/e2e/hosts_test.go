@@ -167,6 +167,29 @@ func TestHostsPartitions(t *testing.T) {
 	res := w.Stop()
 	t.Logf("writer: %s", res)
 	workload.RequireKeys(t, cli, res)
+
+	t.Run("every host loses its data: recover restores from S3", func(t *testing.T) {
+		e := hs.Env.For(t)
+		want := workload.TakeDigest(t, cli, "", 0)
+		waitBackedUp(t, e, want.Rev)
+		for _, m := range e.Spec().Members {
+			e.MustRun("member", "stop", "--force", m.Name)
+			if err := os.RemoveAll(filepath.Join(hs.Host(m.Agent).Dir, "members", m.Name, "data")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rep, out := recoverJSON(t, e)
+		if rep.Action != "restore" || rep.Seed == "" || len(rep.Added) != 2 {
+			t.Fatalf("recover: want a restore from the backups into a seed and two members added: %s", out)
+		}
+		e.WaitStatus(time.Minute, "three voters on the same hosts", func(st *cluster.Status) bool {
+			return harness.Healthy(st) && st.Cluster.VotingMembers == 3
+		})
+		after := hs.Client()
+		defer after.Close()
+		workload.RequireEqual(t, "keyspace restored from S3 across hosts", workload.TakeDigest(t, after, "", 0), want)
+		workload.RequireKeys(t, after, res)
+	})
 }
 
 // TestHostsBadInput: each refusal of the multi-host path says what is wrong
@@ -489,9 +512,9 @@ func TestHostsCoordinatorLost(t *testing.T) {
 // the coordinator: a host added later gets a member and loses it again
 // (its data dir moved aside on that host), a member is replaced (its old
 // data dir moved aside on its host), quorum lost with data intact comes
-// back by `steward recover` restarting the members, and a recovery that
-// would build data dirs (two hosts lost theirs) is refused, naming them,
-// without changing anything.
+// back by `steward recover` restarting the members, and two hosts that
+// lost their data dirs come back on the same hosts with the exact
+// keyspace (`steward recover` reseeds from the third host's member).
 func TestHostsMembership(t *testing.T) {
 	hs := harness.NewHosts(t, 4)
 	h4 := hs.Hosts[3]
@@ -562,8 +585,9 @@ func TestHostsMembership(t *testing.T) {
 	}) {
 		return
 	}
-	t.Run("two hosts lost their data: refused", func(t *testing.T) {
+	t.Run("two hosts lost their data: recover reseeds from the third", func(t *testing.T) {
 		e := hs.Env.For(t)
+		want := workload.TakeDigest(t, cli, "", 0)
 		e.MustRun("member", "stop", "--force", "etcd-1")
 		e.MustRun("member", "stop", "--force", "etcd-2")
 		for _, n := range []string{"1", "2"} {
@@ -571,19 +595,22 @@ func TestHostsMembership(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		before := e.Spec()
-		msg := e.MustFail("recover")
-		if !strings.Contains(msg, "not supported for members on other hosts yet") || !strings.Contains(msg, "on host h") {
-			t.Fatalf("want the recovery refused, naming the members' hosts: %s", msg)
+		e.WaitStatus(30*time.Second, "quorum lost", func(st *cluster.Status) bool { return !st.Cluster.Quorate })
+		rep, out := recoverJSON(t, e)
+		if rep.Action != "reseed" || rep.Seed != "etcd-3" || len(rep.Added) != 2 {
+			t.Fatalf("recover: want a reseed from etcd-3 adding two members: %s", out)
 		}
-		if after := e.Spec(); after.Token != before.Token || len(after.Members) != len(before.Members) {
-			t.Fatalf("the spec changed")
-		}
-		for _, n := range []string{"1", "2"} {
-			if _, err := os.Stat(filepath.Join(hs.Host("h"+n).Dir, "members", "etcd-"+n, "data")); err == nil {
-				t.Errorf("a data dir appeared on h%s", n)
+		st := e.WaitStatus(time.Minute, "three voters on the same hosts", func(st *cluster.Status) bool {
+			return harness.Healthy(st) && st.Cluster.VotingMembers == 3
+		})
+		for _, m := range st.Members {
+			if h := hs.Host(m.Agent); !strings.Contains(m.ClientURLs[0], h.Addr) {
+				t.Errorf("member %s is not on its host %s: %v", m.Name, h.Name, m.ClientURLs)
 			}
 		}
+		after := hs.Client()
+		defer after.Close()
+		workload.RequireEqual(t, "keyspace after two hosts lost their data", workload.TakeDigest(t, after, "", want.Rev), want)
 	})
 }
 

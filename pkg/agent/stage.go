@@ -1,0 +1,148 @@
+package agent
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/etcd-steward/steward/pkg/agentapi"
+	"github.com/etcd-steward/steward/pkg/datadir"
+	"github.com/etcd-steward/steward/pkg/spec"
+)
+
+// Restores of members on this host: the coordinator prepares the snapshot
+// (full backup, deltas replayed, revision bumped) and sends it; the agent
+// stages a data dir from it beside the member's (datadir.FromSnapshot, the
+// one place), and commits it on a second request, once every member of
+// the restore is staged. Nothing a user owns changes before the commit,
+// which moves the old data dir aside (never deletes it).
+
+// stagedSuffix begins the name of a data dir staged beside the member's.
+const stagedSuffix = ".restoring-"
+
+// freePort picks a free TCP port on this host's address of the member (a
+// private client port for an isolated run).
+func (a *Agent) FreePort(name string) (int, error) {
+	m, ok := a.member(name)
+	if !ok {
+		return 0, errNotFound(name)
+	}
+	m.mu.Lock()
+	raw := m.cfg.ClientURL
+	m.mu.Unlock()
+	hp, err := spec.HostPort(raw)
+	if err != nil {
+		return 0, err
+	}
+	host := hp
+	if i := strings.LastIndex(hp, ":"); i >= 0 {
+		host = strings.Trim(hp[:i], "[]")
+	}
+	return spec.FreePort(host)()
+}
+
+// StageDataDir reads a snapshot from r (checked against sha256Hex), and
+// stages a data dir for the stopped member name from it, beside its data
+// dir; it returns the staged dir.
+func (a *Agent) StageDataDir(ctx context.Context, name string, req agentapi.StageRequest, r io.Reader) (string, error) {
+	m, ok := a.member(name)
+	if !ok {
+		return "", errNotFound(name)
+	}
+	m.mu.Lock()
+	cfg, running := m.cfg, m.proc != nil || m.desired
+	m.mu.Unlock()
+	if running {
+		return "", badRequest{fmt.Errorf("member %s runs (or is to run): stop it before restoring its data dir", name)}
+	}
+	if req.InitialCluster == "" || len(req.SHA256) != 64 {
+		return "", badRequest{fmt.Errorf("stage request for %s: initialCluster and the snapshot's sha256 are required", name)}
+	}
+	tmp, err := os.MkdirTemp(a.opts.Dir, "tmp-stage-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	snap := filepath.Join(tmp, "snapshot.db")
+	f, err := os.OpenFile(snap, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	_, err = io.Copy(io.MultiWriter(f, h), r)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", fmt.Errorf("receive the snapshot for %s: %w", name, err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != req.SHA256 {
+		return "", badRequest{fmt.Errorf("the snapshot for %s arrived with sha256 %s, not %s: nothing was staged", name, got, req.SHA256)}
+	}
+	if err := os.MkdirAll(filepath.Dir(cfg.DataDir), 0o700); err != nil {
+		return "", err
+	}
+	out := cfg.DataDir + stagedSuffix + time.Now().UTC().Format("20060102T150405.000Z")
+	if err := datadir.FromSnapshot(datadir.FromSnapshotOptions{
+		Snapshot: snap, Name: cfg.Name, PeerURL: cfg.PeerURL,
+		InitialCluster: req.InitialCluster, Token: cfg.InitialClusterToken,
+	}, out); err != nil {
+		return "", err
+	}
+	a.log.Info("staged a restored data dir", "member", name, "staged", out)
+	return out, nil
+}
+
+// stagedOf checks that staged is a data dir this agent staged for member
+// name (DATADIR.restoring-STAMP), so a request cannot name another path.
+func (a *Agent) stagedOf(name, staged string) (dataDir string, err error) {
+	m, ok := a.member(name)
+	if !ok {
+		return "", errNotFound(name)
+	}
+	m.mu.Lock()
+	dataDir, running := m.cfg.DataDir, m.proc != nil || m.desired
+	m.mu.Unlock()
+	if running {
+		return "", badRequest{fmt.Errorf("member %s runs (or is to run): stop it first", name)}
+	}
+	rest, ok := strings.CutPrefix(staged, dataDir+stagedSuffix)
+	if !ok || rest == "" || strings.ContainsAny(rest, "/") {
+		return "", badRequest{fmt.Errorf("%q is not a data dir staged for member %s", staged, name)}
+	}
+	if fi, err := os.Stat(staged); err != nil || !fi.IsDir() {
+		return "", badRequest{fmt.Errorf("staged data dir %s of member %s: not there (%v)", staged, name, err)}
+	}
+	return dataDir, nil
+}
+
+// CommitDataDir moves member name's data dir aside (pre-restore) and puts
+// the staged one in its place; it returns where the old one went.
+func (a *Agent) CommitDataDir(name, staged string) (string, error) {
+	dataDir, err := a.stagedOf(name, staged)
+	if err != nil {
+		return "", err
+	}
+	aside, err := datadir.MoveAside(dataDir, "pre-restore")
+	if err != nil {
+		return "", fmt.Errorf("move data dir of %s aside: %w (restored data waits in %s)", name, err, staged)
+	}
+	if err := os.Rename(staged, dataDir); err != nil {
+		return aside, fmt.Errorf("put restored data dir of %s in place: %w (it waits in %s)", name, err, staged)
+	}
+	return aside, nil
+}
+
+// DiscardStaged removes a data dir this agent staged (never anything else).
+func (a *Agent) DiscardStaged(name, staged string) error {
+	if _, err := a.stagedOf(name, staged); err != nil {
+		return err
+	}
+	return os.RemoveAll(staged)
+}
