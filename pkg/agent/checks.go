@@ -17,7 +17,8 @@ import (
 // host has: its binary store and its members' data dirs.
 
 // CheckBinary reports whether the agent's binary store can run etcd
-// version (resolved, and a stored copy verified against its SHA-256).
+// version (resolved, and a stored copy verified against its SHA-256), with
+// the stored copy's sums.
 func (a *Agent) CheckBinary(ctx context.Context, version string) agentapi.BinaryCheck {
 	store := binaries.Open(a.opts.BinaryStore)
 	out := agentapi.BinaryCheck{Version: version, Store: store.Dir}
@@ -27,9 +28,13 @@ func (a *Agent) CheckBinary(ctx context.Context, version string) agentapi.Binary
 		return out
 	}
 	out.Binary = ex.Path
-	if _, err := store.Verify(ctx, version); err != nil && !(errors.Is(err, binaries.ErrNotFound) && version == binaries.EmbeddedVersion()) {
+	if _, err := store.Verify(ctx, version); err != nil && !(errors.Is(err, binaries.ErrNotFound) && ex.Embedded) {
 		// The embedded version needs no stored copy; a stored one must verify.
 		out.Problem = err.Error()
+	}
+	if !ex.Embedded {
+		// What a coordinator compares with its own copy before pushing.
+		out.Files, _ = store.Sums(version)
 	}
 	return out
 }

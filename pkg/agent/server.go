@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/pkg/agentapi"
+	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -148,6 +149,23 @@ func (a *Agent) Handler() http.Handler {
 	}))
 	mux.HandleFunc("GET /v1/binaries/{version}", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, a.CheckBinary(r.Context(), r.PathValue("version")), nil)
+	})
+	mux.HandleFunc("PUT /v1/binaries/{version}", func(w http.ResponseWriter, r *http.Request) {
+		// The version becomes a directory name: check it before the body
+		// is read or anything is written.
+		v, err := binaries.NormalizeVersion(r.PathValue("version"))
+		if err != nil {
+			reply(w, nil, badRequest{err})
+			return
+		}
+		body := http.MaxBytesReader(w, r.Body, binaries.MaxBundleSize)
+		res, err := a.ReceiveBinary(r.Context(), v, body)
+		if err != nil {
+			// Read what the client still sends, so that it reads this
+			// answer rather than a connection reset (bounded by the limit).
+			_, _ = io.Copy(io.Discard, body)
+		}
+		reply(w, res, err)
 	})
 	mux.HandleFunc("POST /v1/members/{name}/check-v2store", named(func(w http.ResponseWriter, r *http.Request, name string) {
 		var req agentapi.V2StoreRequest

@@ -16,6 +16,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/etcd-steward/steward/pkg/binaries"
 )
 
 // ErrUnreachable means the agent did not answer: it is not running, or its
@@ -216,6 +218,59 @@ func (c *Client) CheckBinary(ctx context.Context, version string) (BinaryCheck, 
 	return out, c.do(ctx, http.MethodGet, "/v1/binaries/"+url.PathEscape(version), nil, &out)
 }
 
+var errRequestEnded = errors.New("request ended")
+
+// PushBinary makes etcd version of the local store available to the agent:
+// it sends the version's bundle (PUT /v1/binaries/{version}; the agent
+// checks every file against the SHA-256 of store's manifest and stores it
+// only when all verify). When the agent's check already finds a verified
+// copy of the same etcd, nothing is sent and the result is PushPresent.
+func (c *Client) PushBinary(ctx context.Context, store *binaries.Store, version string) (BinaryPush, error) {
+	v, err := binaries.NormalizeVersion(version)
+	if err != nil {
+		return BinaryPush{}, err
+	}
+	sums, err := store.Sums(v)
+	if err != nil {
+		return BinaryPush{}, err
+	}
+	check, err := c.CheckBinary(ctx, v)
+	if err != nil {
+		return BinaryPush{}, err
+	}
+	if check.Problem == "" && check.Files["etcd"] == sums["etcd"] {
+		tools := make([]string, 0, len(check.Files))
+		for _, t := range []string{"etcd", "etcdctl", "etcdutl"} {
+			if check.Files[t] != "" {
+				tools = append(tools, t)
+			}
+		}
+		return BinaryPush{Version: v, Store: check.Store, Binary: check.Binary, Tools: tools, Result: PushPresent}, nil
+	}
+
+	pr, pw := io.Pipe()
+	written := make(chan error, 1)
+	go func() {
+		_, err := store.WriteBundle(pw, v)
+		pw.CloseWithError(err)
+		written <- err
+	}()
+	var out BinaryPush
+	err = c.send(ctx, http.MethodPut, "/v1/binaries/"+url.PathEscape(v), "application/x-tar", pr, &out)
+	// The transport may stop reading early (an answer before the end, a
+	// broken connection): unblock the writer.
+	pr.CloseWithError(errRequestEnded)
+	if werr := <-written; werr != nil && err != nil && !errors.Is(werr, errRequestEnded) {
+		// The local store failed first: say so, not that the agent did.
+		return BinaryPush{}, fmt.Errorf("send etcd %s from %s: %w", v, store.Dir, werr)
+	}
+	var ae *APIError
+	if errors.As(err, &ae) && ae.Status == http.StatusMethodNotAllowed {
+		return BinaryPush{}, fmt.Errorf("the agent takes no pushed binaries (%w): run the same steward version there as here", err)
+	}
+	return out, err
+}
+
 // CheckV2Store runs etcd's v2 store check (version's etcdutl) on a copy of
 // a member's data dir on its host.
 func (c *Client) CheckV2Store(ctx context.Context, name, version string) (V2StoreCheck, error) {
@@ -258,6 +313,16 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		}
 		body = bytes.NewReader(b)
 		hdr["Content-Type"] = "application/json"
+	}
+	return c.doBody(ctx, method, path, body, hdr, out)
+}
+
+// send sends a request with a body of contentType (none when body is nil)
+// and decodes the JSON answer into out.
+func (c *Client) send(ctx context.Context, method, path, contentType string, body io.Reader, out any) error {
+	hdr := map[string]string{}
+	if body != nil {
+		hdr["Content-Type"] = contentType
 	}
 	return c.doBody(ctx, method, path, body, hdr, out)
 }

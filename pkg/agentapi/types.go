@@ -24,9 +24,28 @@
 //	GET    /v1/binaries/{version}      BinaryCheck: can this host run that version
 //	PUT    /v1/cluster                 ClusterFiles: the spec (and backup secrets) the host's daemons use
 //	GET    /v1/backup/status           the host's backup loop reports (JSON objects as written)
+//	PUT    /v1/binaries/{version}      a bundle (application/x-tar) -> BinaryPush: store that version
 //	POST   /v1/shutdown                stop every member and exit
 //
 // Errors are JSON {"error": "..."} with a 4xx or 5xx status.
+//
+// Pushing a version (PUT /v1/binaries/{version}) takes one request whose
+// body is a bundle (pkg/binaries: WriteBundle, Receive): an uncompressed tar
+// stream whose first entry, bundle.json, holds the version and the SHA-256
+// of each file from the sender's store manifest, followed by the files
+// themselves (etcd, and etcdctl and etcdutl when the version has them), as
+// regular files named only so, each at most 256 MiB. The agent checks the
+// version in the URL before it reads the body, writes the files into a
+// temporary directory inside its binary store, checks each one's SHA-256
+// against the manifest and etcd --version against the version, and only
+// then renames the directory into place (etcd-vX.Y.Z with the store's
+// manifest.json). A refusal (400) leaves the store as it was: a malformed
+// bundle, another version, a sum that differs, a different etcd already
+// stored under the version, or a damaged stored copy of the same etcd. A
+// verified stored copy of the same etcd makes the push a no-op
+// (BinaryPush.Result "present"). Client.PushBinary first asks GET
+// /v1/binaries/{version} and sends nothing when the agent's copy already
+// verifies with the same etcd sum.
 package agentapi
 
 import "time"
@@ -145,6 +164,30 @@ type BinaryCheck struct {
 	Binary  string `json:"binary,omitempty"`
 	// Problem is empty when the version resolves and verifies.
 	Problem string `json:"problem,omitempty"`
+	// Files are the SHA-256 sums of the stored copy's files, from its
+	// manifest, when the store holds the version (not for the embedded
+	// version run from the steward binary).
+	Files map[string]string `json:"files,omitempty"`
+}
+
+// Results of a push (BinaryPush.Result).
+const (
+	// PushInstalled: the version was stored from the pushed bundle.
+	PushInstalled = "installed"
+	// PushPresent: the store already held a verified copy of the same
+	// etcd; nothing changed.
+	PushPresent = "present"
+)
+
+// BinaryPush is the agent's answer to a pushed version.
+type BinaryPush struct {
+	Version string `json:"version"`
+	// Store is the agent's binary store, Binary the etcd server in it.
+	Store  string   `json:"store"`
+	Binary string   `json:"binary"`
+	Tools  []string `json:"tools"`
+	// Result is PushInstalled or PushPresent.
+	Result string `json:"result"`
 }
 
 // V2StoreRequest names the etcd version whose etcdutl checks the v2 store.

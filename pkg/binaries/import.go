@@ -49,6 +49,11 @@ var (
 	// version being imported (ImportOptions.Force replaces it, keeping the
 	// old directory aside).
 	ErrDifferentBinary = errors.New("a different etcd binary is stored under this version")
+	// ErrChecksumMismatch: a file's SHA-256 is not the one expected.
+	ErrChecksumMismatch = errors.New("sha256 mismatch")
+	// ErrDamaged: the store holds the same etcd under the version, but
+	// that copy fails verification (Receive does not call it a no-op).
+	ErrDamaged = errors.New("the stored copy is damaged")
 )
 
 // Import copies etcd (and etcdctl and etcdutl when present) from src into
@@ -143,7 +148,7 @@ func (s *Store) doImport(ctx context.Context, src string, tarball bool, v string
 			return Binary{}, fmt.Errorf("checksum %s: %w", what, err)
 		}
 		if got != want {
-			return Binary{}, fmt.Errorf("sha256 mismatch for %s %s: expected %s, got %s", what, p, want, got)
+			return Binary{}, fmt.Errorf("%w for %s %s: expected %s, got %s", ErrChecksumMismatch, what, p, want, got)
 		}
 	}
 
@@ -166,8 +171,8 @@ func (s *Store) doImport(ctx context.Context, src string, tarball bool, v string
 	} else {
 		files, err = copyDir(src, tmp)
 		if err == nil && want != "" && files[toolEtcd] != want {
-			err = fmt.Errorf("sha256 mismatch for etcd binary %s: expected %s, got %s (did it change during the import?)",
-				filepath.Join(src, toolEtcd), want, files[toolEtcd])
+			err = fmt.Errorf("%w for etcd binary %s: expected %s, got %s (did it change during the import?)",
+				ErrChecksumMismatch, filepath.Join(src, toolEtcd), want, files[toolEtcd])
 		}
 	}
 	if err != nil {
@@ -182,51 +187,86 @@ func (s *Store) doImport(ctx context.Context, src string, tarball bool, v string
 		return Binary{}, fmt.Errorf("claimed version %s but the binary reports etcd Version: %s", v, got)
 	}
 
-	m := manifest{Version: v, ImportedAt: time.Now().UTC().Truncate(time.Second), Source: src, Files: files}
+	b, _, err := s.install(ctx, tmp, v, src, files, installOptions{force: opt.Force})
+	return b, err
+}
+
+// installOptions tune Store.install.
+type installOptions struct {
+	// force sets a different stored copy aside instead of refusing.
+	force bool
+	// verifyExisting checks a stored copy of the same etcd sum before
+	// calling the install a no-op: a damaged one is refused (ErrDamaged).
+	verifyExisting bool
+}
+
+// install writes the manifest of the staged version directory tmp (whose
+// files were checked: files are their sums) and renames it into place as
+// version v. A stored copy with the same etcd sum makes it a no-op
+// (installed false); a different one is refused unless forced. tmp is left
+// for the caller to remove when it was not renamed.
+func (s *Store) install(ctx context.Context, tmp, v, source string, files map[string]string, opt installOptions) (Binary, bool, error) {
+	m := manifest{Version: v, ImportedAt: time.Now().UTC().Truncate(time.Second), Source: source, Files: files}
 	data, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
-		return Binary{}, err
+		return Binary{}, false, err
 	}
 	if err := atomicfile.WriteFile(filepath.Join(tmp, ManifestName), append(data, '\n'), manifestPerm); err != nil {
-		return Binary{}, err
+		return Binary{}, false, err
 	}
 	if err := atomicfile.SyncDir(tmp); err != nil {
-		return Binary{}, err
+		return Binary{}, false, err
 	}
 
 	dest := s.versionDir(v)
-	restore := ""
-	switch _, err := os.Lstat(dest); {
-	case err == nil:
-		old, rerr := readManifest(dest)
-		oldSum := old.Files[toolEtcd]
-		if rerr == nil && oldSum == files[toolEtcd] {
-			return s.describe(v)
-		}
-		if oldSum == "" {
-			oldSum = "unknown"
-		}
-		if !opt.Force {
-			return Binary{}, fmt.Errorf("%w: %s holds etcd sha256 %s, importing %s", ErrDifferentBinary, dest, oldSum, files[toolEtcd])
-		}
-		if restore, err = s.setAside(dest); err != nil {
-			return Binary{}, err
-		}
-	case !errors.Is(err, fs.ErrNotExist):
-		return Binary{}, err
-	}
-	if err := os.Rename(tmp, dest); err != nil {
-		if restore != "" {
-			if rerr := os.Rename(restore, dest); rerr != nil {
-				err = fmt.Errorf("%w (and restoring %s failed: %v)", err, restore, rerr)
+	for attempt := 0; ; attempt++ {
+		restore := ""
+		switch _, err := os.Lstat(dest); {
+		case err == nil:
+			old, rerr := readManifest(dest)
+			oldSum := old.Files[toolEtcd]
+			if rerr == nil && oldSum == files[toolEtcd] {
+				if opt.verifyExisting {
+					if problems := s.check(ctx, v, dest); len(problems) > 0 {
+						return Binary{}, false, fmt.Errorf("%w: %s holds the same etcd (sha256 %s) but fails verification: %s; move it aside and try again",
+							ErrDamaged, dest, oldSum, strings.Join(problems, "; "))
+					}
+				}
+				b, err := s.describe(v)
+				return b, false, err
 			}
+			if oldSum == "" {
+				oldSum = "unknown"
+			}
+			if !opt.force {
+				return Binary{}, false, fmt.Errorf("%w: %s holds etcd sha256 %s, importing %s", ErrDifferentBinary, dest, oldSum, files[toolEtcd])
+			}
+			if restore, err = s.setAside(dest); err != nil {
+				return Binary{}, false, err
+			}
+		case !errors.Is(err, fs.ErrNotExist):
+			return Binary{}, false, err
 		}
-		return Binary{}, fmt.Errorf("install %s: %w", dest, err)
+		if err := os.Rename(tmp, dest); err != nil {
+			if restore != "" {
+				if rerr := os.Rename(restore, dest); rerr != nil {
+					err = fmt.Errorf("%w (and restoring %s failed: %v)", err, restore, rerr)
+				}
+			}
+			// Another import of this version got there between the check
+			// and the rename: compare with what it installed, once.
+			if _, lerr := os.Lstat(dest); restore == "" && lerr == nil && attempt == 0 {
+				continue
+			}
+			return Binary{}, false, fmt.Errorf("install %s: %w", dest, err)
+		}
+		break
 	}
 	if err := atomicfile.SyncDir(s.Dir); err != nil {
-		return Binary{}, err
+		return Binary{}, false, err
 	}
-	return s.describe(v)
+	b, err := s.describe(v)
+	return b, true, err
 }
 
 // setAside renames dest to dest.replaced-<UTC timestamp> and returns the new

@@ -138,6 +138,7 @@ func Preflight(ctx context.Context, c *cluster.Cluster, from, to string) ([]Chec
 			flagProblems = append(flagProblems, err.Error())
 		}
 		// Every other host that runs a member runs it from its own store.
+		var lacking []string
 		for _, a := range c.Spec.Agents {
 			if !a.Remote() || !c.Spec.Uses(a.Name) {
 				continue
@@ -151,7 +152,12 @@ func Preflight(ctx context.Context, c *cluster.Cluster, from, to string) ([]Chec
 			}
 			if err != nil {
 				binProblems = append(binProblems, fmt.Sprintf("host %s: %v", a.Name, err))
+				lacking = append(lacking, a.Name)
 			}
+		}
+		if len(lacking) > 0 {
+			binProblems = append(binProblems, fmt.Sprintf("push etcd %s to those hosts from this machine's store with `steward binaries push %s --host %s`",
+				h.To, h.To, strings.Join(lacking, " --host ")))
 		}
 	}
 	list := strings.Join(versions, ", ")

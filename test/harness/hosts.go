@@ -30,6 +30,12 @@ type AgentHost struct {
 	// Dir is the host's Steward directory (the agent's --dir).
 	Dir string
 	e   *Env
+	// OwnStore, set before StartAgent, runs the agent without
+	// --binary-store: on its own store (DIR/binaries, empty until a version
+	// is pushed to it) instead of the test store. Push every version its
+	// members run before `up`: a member of the embedded version would
+	// otherwise run the race-built steward binary (see Store).
+	OwnStore bool
 	// tb is the test that made the host: the agent lives as long as it
 	// does, even when a subtest starts it.
 	tb    testing.TB
@@ -100,13 +106,17 @@ func (hs *Hosts) StartAgents() {
 
 // StartAgent copies the join file into the host's directory (as an operator
 // copies it to the host) and starts `steward agent --join` in the host's
-// namespace, logging to DIR/logs/agent-NAME.log; it returns once the
-// agent's socket answers. The agent runs until the test that made the
-// host ends (or KillAgent), whichever test tb is. With joinFile empty the agent starts from the
+// namespace (with the test store unless OwnStore is set), logging to
+// DIR/logs/agent-NAME.log; it returns once the agent's socket answers. The
+// agent runs until the test that made the host ends (or KillAgent),
+// whichever test tb is. With joinFile empty the agent starts from the
 // identity an earlier join left.
 func (h *AgentHost) StartAgent(tb testing.TB, joinFile string) {
 	tb.Helper()
-	args := []string{"agent", "--dir", h.Dir, "--binary-store", h.e.Store}
+	args := []string{"agent", "--dir", h.Dir}
+	if !h.OwnStore {
+		args = append(args, "--binary-store", h.e.Store)
+	}
 	if joinFile != "" {
 		b, err := os.ReadFile(joinFile)
 		if err != nil {

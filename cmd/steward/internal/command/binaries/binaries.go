@@ -1,5 +1,6 @@
-// Package binaries is the `steward binaries` command: list, import and
-// verify the etcd versions in the binary store (see pkg/binaries).
+// Package binaries is the `steward binaries` command: list, import, verify
+// the etcd versions in the binary store (see pkg/binaries), and push them
+// to the hosts of a cluster (pkg/cluster.PushBinary).
 package binaries
 
 import (
@@ -16,6 +17,8 @@ import (
 
 	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
 	"github.com/etcd-steward/steward/pkg/binaries"
+	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/progress"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -36,7 +39,7 @@ always available as well.`,
 	cmd.PersistentFlags().StringVar(&storeDir, "store", "",
 		"binary store directory (default $"+StoreEnv+", else the cluster spec's binaryStore, else <steward dir>/binaries)")
 	open := func() (*binaries.Store, error) { return openStore(g, storeDir) }
-	cmd.AddCommand(newListCommand(g, open), newImportCommand(g, open), newVerifyCommand(g, open))
+	cmd.AddCommand(newListCommand(g, open), newImportCommand(g, open, &storeDir), newVerifyCommand(g, open), newPushCommand(g, open, &storeDir))
 	return cmd
 }
 
@@ -102,18 +105,24 @@ func newListCommand(g *cli.Globals, open func() (*binaries.Store, error)) *cobra
 	}
 }
 
-func newImportCommand(g *cli.Globals, open func() (*binaries.Store, error)) *cobra.Command {
+func newImportCommand(g *cli.Globals, open func() (*binaries.Store, error), storeFlag *string) *cobra.Command {
 	var opt binaries.ImportOptions
+	var noPush bool
 	cmd := &cobra.Command{
 		Use:   "import SRC",
-		Short: "Import etcd binaries from a directory or a release tarball",
+		Short: "Import etcd binaries from a directory or a release tarball (and push them to the cluster's hosts)",
 		Long: `Import etcd (and etcdctl and etcdutl when present) into the binary store.
 SRC is a directory holding the binaries or an official release tarball
 (etcd-vX.Y.Z-linux-amd64.tar.gz). The version comes from --version, else from
 the name of SRC (etcd-vX.Y.Z... or vX.Y.Z), and must match what
 "etcd --version" reports. Re-importing an identical binary is a no-op; a
 different binary under a stored version needs --force, which keeps the old
-directory as etcd-vX.Y.Z.replaced-<timestamp>.`,
+directory as etcd-vX.Y.Z.replaced-<timestamp>.
+
+On a coordinator (a Steward directory whose cluster.yaml has agents on other
+hosts), the version is then pushed to every such host, as by
+"steward binaries push VERSION"; --no-push skips that. When a host does not
+take it, the command exits non-zero naming it; the local import stays.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := g.CheckOutput(); err != nil {
@@ -123,22 +132,135 @@ directory as etcd-vX.Y.Z.replaced-<timestamp>.`,
 			if err != nil {
 				return err
 			}
-			b, err := s.Import(commandContext(cmd), args[0], opt)
+			ctx := commandContext(cmd)
+			b, err := s.Import(ctx, args[0], opt)
 			if err != nil {
 				return importHint(err)
 			}
-			return g.Print(cmd.OutOrStdout(), b, func(tw *tabwriter.Writer) {
+			out := importResult{Binary: b}
+			var perr error
+			if !noPush {
+				out.Push, perr = pushAfterImport(ctx, g, cmd, s, b.Version)
+				if perr != nil {
+					perr = fmt.Errorf("etcd %s is in the binary store %s, but: %w", b.Version, s.Dir, pushHint(perr, out.Push, b.Version, *storeFlag))
+				}
+			}
+			if err := g.Print(cmd.OutOrStdout(), out, func(tw *tabwriter.Writer) {
 				fmt.Fprintf(tw, "etcd %s is in the binary store %s\n", b.Version, s.Dir)
 				fmt.Fprintf(tw, "path:\t%s\ntools:\t%s\nimported:\t%s\n",
 					b.Path, strings.Join(b.Tools, ","), formatTime(b.ImportedAt))
-			})
+				if out.Push != nil {
+					for _, h := range out.Push.Hosts {
+						fmt.Fprintf(tw, "host %s (%s):\t%s\n", h.Host, h.Address, h.Result)
+					}
+				}
+			}); err != nil {
+				return err
+			}
+			return perr
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&opt.Version, "version", "", "etcd version being imported, e.g. 3.6.16 (default: from the name of SRC)")
 	f.StringVar(&opt.SHA256, "sha256", "", "expected SHA-256 of the tarball, or of the etcd binary when SRC is a directory")
 	f.BoolVar(&opt.Force, "force", false, "replace a different binary already stored under the version (the old one is kept aside)")
+	f.BoolVar(&noPush, "no-push", false, "import into this machine's store only, not to the cluster's other hosts")
 	return cmd
+}
+
+// importResult is what import prints: the stored version and, on a
+// coordinator, what each host got.
+type importResult struct {
+	binaries.Binary
+	Push *cluster.PushResult `json:"push,omitempty"`
+}
+
+// pushAfterImport pushes an imported version to the other hosts of the
+// Steward directory's cluster; a directory without a spec (a host's) or a
+// spec without other hosts pushes nothing (nil result).
+func pushAfterImport(ctx context.Context, g *cli.Globals, cmd *cobra.Command, s *binaries.Store, version string) (*cluster.PushResult, error) {
+	dir, err := g.StewardDir()
+	if err != nil {
+		return nil, err
+	}
+	c, err := cluster.Open(dir)
+	if errors.Is(err, cluster.ErrNoSpec) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("it was pushed to no host: %w", err)
+	}
+	if len(c.RemoteAgents()) == 0 {
+		return nil, nil
+	}
+	c.Progress = progress.To(cmd.ErrOrStderr())
+	res, err := c.PushBinary(ctx, version, cluster.PushOptions{Store: s})
+	return &res, err
+}
+
+func newPushCommand(g *cli.Globals, open func() (*binaries.Store, error), storeFlag *string) *cobra.Command {
+	var opt cluster.PushOptions
+	cmd := &cobra.Command{
+		Use:   "push VERSION [--host NAME]...",
+		Short: "Push an etcd version from this machine's store to the cluster's other hosts",
+		Long: `Send etcd VERSION from this machine's binary store to the agents on other
+hosts in the cluster spec: every one, or those named with --host. Each agent
+writes the files into a temporary directory of its own binary store, checks
+each one against the SHA-256 of this store's manifest and etcd --version
+against VERSION, and only then makes the version visible; a refused push
+leaves the host's store as it was. A host that already holds a verified copy
+of the same etcd receives nothing; one holding a different etcd under
+VERSION refuses it. This machine's copy is verified first.
+
+Hosts are pushed to several at once, with a line each on stderr. The
+command exits non-zero naming the hosts (and their addresses) the version
+did not reach; the others keep it: run it again with --host for those.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.Cluster(cmd)
+			if err != nil {
+				return err
+			}
+			if opt.Store, err = open(); err != nil {
+				return err
+			}
+			res, perr := c.PushBinary(commandContext(cmd), args[0], opt)
+			if len(res.Hosts) == 0 {
+				return perr
+			}
+			if err := g.Print(cmd.OutOrStdout(), res, func(tw *tabwriter.Writer) {
+				fmt.Fprintln(tw, "HOST\tADDRESS\tRESULT\tBINARY")
+				for _, h := range res.Hosts {
+					what := h.Binary
+					if h.Result == cluster.PushFailed {
+						what = "-"
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", h.Host, h.Address, h.Result, what)
+				}
+			}); err != nil {
+				return err
+			}
+			return pushHint(perr, &res, res.Version, *storeFlag)
+		},
+	}
+	cmd.Flags().StringArrayVar(&opt.Hosts, "host", nil, "push to this host only (an agent name in the spec; repeatable; default: every other host)")
+	cmd.Flags().DurationVar(&opt.Timeout, "timeout", 10*time.Minute, "how long each host's push may take")
+	return cmd
+}
+
+// pushHint adds the command that pushes again to the hosts a push missed.
+func pushHint(err error, res *cluster.PushResult, version, storeFlag string) error {
+	if res == nil || !errors.Is(err, cluster.ErrPushIncomplete) {
+		return err
+	}
+	again := "steward binaries push " + version
+	if storeFlag != "" {
+		again += " --store " + storeFlag
+	}
+	for _, h := range res.Failed() {
+		again += " --host " + h
+	}
+	return cli.Hint(err, cluster.ErrPushIncomplete, "once they answer, run `"+again+"`")
 }
 
 // importHint adds the flag that gets past a refused import.

@@ -3,9 +3,11 @@ package binaries
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/etcd-steward/steward/pkg/binaries"
+	"github.com/etcd-steward/steward/pkg/cluster"
 )
 
 // TestImportHint: each refusal of an import gets the flag that gets past
@@ -37,5 +39,29 @@ func TestImportHint(t *testing.T) {
 	}
 	if importHint(nil) != nil {
 		t.Error("importHint(nil) != nil")
+	}
+}
+
+// TestPushHint: a push that missed hosts gets the command that pushes to
+// just those (with the store it pushed from, when one was given), and
+// keeps its chain; other errors pass unchanged.
+func TestPushHint(t *testing.T) {
+	res := &cluster.PushResult{Version: "3.7.3", Hosts: []cluster.HostPush{
+		{Host: "h1", Result: cluster.PushInstalled}, {Host: "h2", Result: cluster.PushFailed}, {Host: "h3", Result: cluster.PushFailed},
+	}}
+	err := fmt.Errorf("%w: etcd 3.7.3 is not on 2 of 3 host(s): ...", cluster.ErrPushIncomplete)
+	got := pushHint(err, res, "3.7.3", "")
+	if want := err.Error() + "; once they answer, run `steward binaries push 3.7.3 --host h2 --host h3`"; got.Error() != want || !errors.Is(got, cluster.ErrPushIncomplete) {
+		t.Errorf("pushHint = %q, want %q", got, want)
+	}
+	if got := pushHint(err, res, "3.7.3", "/s"); !strings.Contains(got.Error(), "`steward binaries push 3.7.3 --store /s --host h2 --host h3`") {
+		t.Errorf("pushHint with a store = %q", got)
+	}
+	other := errors.New("verify etcd 3.7.3: ...")
+	if got := pushHint(other, res, "3.7.3", ""); got != other {
+		t.Errorf("pushHint(other) = %v", got)
+	}
+	if pushHint(nil, res, "3.7.3", "") != nil {
+		t.Error("pushHint(nil) != nil")
 	}
 }

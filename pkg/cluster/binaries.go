@@ -1,0 +1,209 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/etcd-steward/steward/pkg/agentapi"
+	"github.com/etcd-steward/steward/pkg/binaries"
+)
+
+// PushOptions configure PushBinary.
+type PushOptions struct {
+	// Store is the local store the version is pushed from; nil: the
+	// spec's binary store.
+	Store *binaries.Store
+	// Hosts names the hosts (agents on other hosts) to push to; empty:
+	// every one in the spec.
+	Hosts []string
+	// Timeout bounds each host's push (default 10 minutes).
+	Timeout time.Duration
+}
+
+// Results of one host's push (HostPush.Result).
+const (
+	PushInstalled = agentapi.PushInstalled
+	PushPresent   = agentapi.PushPresent
+	PushFailed    = "failed"
+)
+
+// HostPush is the outcome of pushing a version to one host.
+type HostPush struct {
+	Host     string `json:"host"`
+	Address  string `json:"address"`
+	Endpoint string `json:"endpoint"`
+	// Result is PushInstalled, PushPresent or PushFailed.
+	Result string `json:"result"`
+	// Binary is the etcd server in the host's store.
+	Binary string `json:"binary,omitempty"`
+	Error  string `json:"error,omitempty"`
+	// Duration is how long the host's push took.
+	Duration time.Duration `json:"durationNs"`
+}
+
+// PushResult is the outcome of PushBinary, one entry per host in the
+// spec's order.
+type PushResult struct {
+	Version string     `json:"version"`
+	Store   string     `json:"store"`
+	Hosts   []HostPush `json:"hosts"`
+}
+
+// Failed returns the hosts the version did not reach.
+func (r PushResult) Failed() []string {
+	var out []string
+	for _, h := range r.Hosts {
+		if h.Result == PushFailed {
+			out = append(out, h.Host)
+		}
+	}
+	return out
+}
+
+var (
+	// ErrNoHosts: the spec has no agent on another host to push to.
+	ErrNoHosts = errors.New("no other hosts")
+	// ErrPushIncomplete: the version did not reach every host asked
+	// (PushResult names them); the hosts it reached keep it.
+	ErrPushIncomplete = errors.New("the version did not reach every host")
+)
+
+// pushParallel bounds the hosts pushed to at once.
+const pushParallel = 4
+
+// RemoteAgents returns the names of the spec's agents on other hosts.
+func (c *Cluster) RemoteAgents() []string {
+	var out []string
+	for _, a := range c.Spec.Agents {
+		if a.Remote() {
+			out = append(out, a.Name)
+		}
+	}
+	return out
+}
+
+// PushBinary makes etcd version of the local store available on other
+// hosts: each host's agent receives the version's files and stores them in
+// its own binary store once every file matches the SHA-256 of the local
+// manifest (agentapi.Client.PushBinary). A host that already holds a
+// verified copy of the same etcd receives nothing. The local copy is
+// verified first: a damaged one is pushed nowhere.
+//
+// Every host is tried, several at once, with one progress line each. When
+// some fail, the error wraps ErrPushIncomplete and names them with their
+// addresses; the result says what each host got.
+func (c *Cluster) PushBinary(ctx context.Context, version string, opt PushOptions) (PushResult, error) {
+	v, err := binaries.NormalizeVersion(version)
+	if err != nil {
+		return PushResult{}, err
+	}
+	store := opt.Store
+	if store == nil {
+		store = binaries.Open(c.Spec.BinaryStoreDir(c.Dir))
+	}
+	if opt.Timeout <= 0 {
+		opt.Timeout = 10 * time.Minute
+	}
+	res := PushResult{Version: v, Store: store.Dir, Hosts: []HostPush{}}
+	hosts, err := c.pushHosts(opt.Hosts)
+	if err != nil {
+		return res, err
+	}
+	if _, err := store.Verify(ctx, v); err != nil {
+		if errors.Is(err, binaries.ErrNotFound) && v == binaries.EmbeddedVersion() {
+			return res, fmt.Errorf("%w: etcd %s has no copy in the binary store %s to push: it is the version built into steward, and each host runs it from its own steward binary; to push a copy, import one here first",
+				binaries.ErrNotFound, v, store.Dir)
+		}
+		return res, fmt.Errorf("etcd %s was pushed to no host: %w", v, err)
+	}
+
+	c.Progress.Say("pushing etcd %s from %s to %d host(s): %s", v, store.Dir, len(hosts), strings.Join(hosts, ", "))
+	res.Hosts = make([]HostPush, len(hosts))
+	var mu sync.Mutex // serialises progress lines
+	sem := make(chan struct{}, pushParallel)
+	var wg sync.WaitGroup
+	for i, name := range hosts {
+		a, _ := c.Spec.Agent(name)
+		res.Hosts[i] = HostPush{Host: name, Address: a.Host, Endpoint: a.Endpoint()}
+		wg.Add(1)
+		go func(hp *HostPush) {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			start := time.Now()
+			out, err := c.pushOne(ctx, hp.Host, store, v, opt.Timeout)
+			hp.Duration = time.Since(start)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+				hp.Result, hp.Error = PushFailed, err.Error()
+				c.Progress.Say("host %s (%s): etcd %s not pushed: %v", hp.Host, hp.Address, v, err)
+			case out.Result == PushPresent:
+				hp.Result, hp.Binary = PushPresent, out.Binary
+				c.Progress.Say("host %s (%s): etcd %s already there (same sha256, verified): %s", hp.Host, hp.Address, v, out.Binary)
+			default:
+				hp.Result, hp.Binary = PushInstalled, out.Binary
+				c.Progress.Say("host %s (%s): etcd %s installed and verified (%s) in %s: %s",
+					hp.Host, hp.Address, v, strings.Join(out.Tools, ", "), hp.Duration.Round(time.Millisecond), out.Binary)
+			}
+		}(&res.Hosts[i])
+	}
+	wg.Wait()
+
+	var failed []string
+	for _, h := range res.Hosts {
+		if h.Result == PushFailed {
+			failed = append(failed, fmt.Sprintf("%s (%s): %s", h.Host, h.Address, h.Error))
+		}
+	}
+	if len(failed) > 0 {
+		return res, fmt.Errorf("%w: etcd %s is not on %d of %d host(s): %s",
+			ErrPushIncomplete, v, len(failed), len(res.Hosts), strings.Join(failed, "; "))
+	}
+	return res, nil
+}
+
+// pushOne pushes version to one host's agent within timeout.
+func (c *Cluster) pushOne(ctx context.Context, host string, store *binaries.Store, v string, timeout time.Duration) (agentapi.BinaryPush, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	ac, err := c.Agent(host)
+	if err != nil {
+		return agentapi.BinaryPush{}, err
+	}
+	return ac.PushBinary(ctx, store, v)
+}
+
+// pushHosts returns the hosts to push to: those named (checked against the
+// spec, each once, in the spec's order), else every agent on another host.
+func (c *Cluster) pushHosts(named []string) ([]string, error) {
+	remote := c.RemoteAgents()
+	if len(remote) == 0 {
+		return nil, fmt.Errorf("%w: every agent of %s runs on this machine, and its members run from this machine's store", ErrNoHosts, c.SpecPath())
+	}
+	if len(named) == 0 {
+		return remote, nil
+	}
+	for _, n := range named {
+		if slices.Contains(remote, n) {
+			continue
+		}
+		if _, ok := c.Spec.Agent(n); ok {
+			return nil, fmt.Errorf("agent %s runs on this machine: its members run from this machine's store (hosts: %v)", n, remote)
+		}
+		return nil, fmt.Errorf("host %q is not in %s (hosts: %v)", n, c.SpecPath(), remote)
+	}
+	var out []string
+	for _, r := range remote {
+		if slices.Contains(named, r) {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
