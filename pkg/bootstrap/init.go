@@ -116,6 +116,8 @@ func AddHost(c *cluster.Cluster, h spec.Host, port int, validity time.Duration) 
 		return "", err
 	}
 	if err := c.SaveSpec(s); err != nil {
+		// The host is not in the spec: its new join file goes too.
+		_ = os.Remove(JoinPath(c.Dir, h.Name))
 		return "", err
 	}
 	return JoinPath(c.Dir, h.Name), nil

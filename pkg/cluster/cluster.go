@@ -21,6 +21,7 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/binaries"
+	"github.com/etcd-steward/steward/pkg/handover"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/progress"
 	"github.com/etcd-steward/steward/pkg/spec"
@@ -83,14 +84,24 @@ func (c *Cluster) SaveSpec(s *spec.Cluster) error {
 	for _, w := range warnings {
 		c.Progress.Say("warning: %s", w)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if c.Spec != nil && c.Spec.MultiHost() {
+		// A coordinator another one took over from changes nothing.
+		if h, err := c.Handover(ctx); err != nil {
+			c.Progress.Say("warning: cannot check that this is still the coordinator: %v", err)
+		} else if err := h.Check(ctx); errors.Is(err, handover.ErrSuperseded) {
+			return fmt.Errorf("refusing to change the spec: %w", err)
+		} else if err != nil {
+			c.Progress.Say("warning: cannot check that this is still the coordinator: %v", err)
+		}
+	}
 	if err := s.Save(c.SpecPath()); err != nil {
 		return err
 	}
 	c.Spec = s
 	// Hosts keep a copy for the daemons beside their agents. A host that
 	// misses this one gets the spec with the next change or `steward up`.
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
 	if err := c.PushSpec(ctx); err != nil {
 		c.Progress.Say("warning: %v", err)
 	}

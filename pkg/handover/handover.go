@@ -14,8 +14,10 @@
 // S is the nanosecond time of the write: the newest copy of the highest
 // generation wins. Every object is an envelope: the payload and an ECDSA
 // signature by the admin client key (DIR/pki/client.key); a reader checks
-// it with the admin certificate it holds, which must chain to the cluster
-// CA. Nothing read from the store is used before that check.
+// it against the cluster CA it holds. The envelope carries the signer's certificate, so copies signed
+// before the admin certificate was renewed still verify; a reader accepts
+// any admin certificate (CN "steward") its CA signed and that has not
+// expired. Nothing read from the store is used before that check.
 //
 // Invariant: a coordinator writes a plan copy before each step acts
 // (plan.Store's mirror), and refuses to when the store's owner generation
@@ -70,12 +72,17 @@ type envelope struct {
 	Kind    string `json:"kind"`
 	Payload []byte `json:"payload"`
 	Sig     []byte `json:"sig"`
+	// Cert is the signer's certificate (DER): an admin certificate of the
+	// cluster CA, not necessarily the reader's own (it may have been
+	// renewed since, with a new key).
+	Cert []byte `json:"cert"`
 }
 
 // Signer signs and verifies with the admin identity of a certificate dir.
 type Signer struct {
 	key  *ecdsa.PrivateKey
 	cert *x509.Certificate
+	cas  *x509.CertPool
 }
 
 // NewSigner loads the admin certificate and key of a certificate directory
@@ -108,7 +115,7 @@ func NewSigner(pkiDir string) (*Signer, error) {
 	if !ok {
 		return nil, fmt.Errorf("%s: not an ECDSA key", f.ClientKey)
 	}
-	return &Signer{key: key, cert: cert}, nil
+	return &Signer{key: key, cert: cert, cas: pool}, nil
 }
 
 func (s *Signer) seal(kind string, payload []byte) ([]byte, error) {
@@ -117,7 +124,7 @@ func (s *Signer) seal(kind string, payload []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return json.Marshal(envelope{Kind: kind, Payload: payload, Sig: sig})
+	return json.Marshal(envelope{Kind: kind, Payload: payload, Sig: sig, Cert: s.cert.Raw})
 }
 
 func (s *Signer) open(kind string, b []byte) ([]byte, error) {
@@ -128,8 +135,16 @@ func (s *Signer) open(kind string, b []byte) ([]byte, error) {
 	if e.Kind != kind {
 		return nil, fmt.Errorf("%w: a %q object where a %q was expected", ErrBadSignature, e.Kind, kind)
 	}
+	// The signer: an admin certificate of this cluster's CA.
+	signer, err := x509.ParseCertificate(e.Cert)
+	if err != nil {
+		return nil, fmt.Errorf("%w: no signer certificate", ErrBadSignature)
+	}
+	if _, err := signer.Verify(x509.VerifyOptions{Roots: s.cas, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil || signer.Subject.CommonName != pki.AdminCN {
+		return nil, fmt.Errorf("%w: signed by %q, not an admin certificate of this cluster's CA", ErrBadSignature, signer.Subject.CommonName)
+	}
 	sum := sha256.Sum256(append([]byte(kind+"\x00"), e.Payload...))
-	pub, ok := s.cert.PublicKey.(*ecdsa.PublicKey)
+	pub, ok := signer.PublicKey.(*ecdsa.PublicKey)
 	if !ok || !ecdsa.VerifyASN1(pub, sum[:], e.Sig) {
 		return nil, ErrBadSignature
 	}
@@ -212,6 +227,14 @@ func (c *Coordinator) generation(ctx context.Context) (int64, error) {
 		return 1, nil
 	}
 	return mine, nil
+}
+
+// Check fails with ErrSuperseded when another coordinator took over (and
+// claims generation 1 when nobody ever did): a coordinator calls it before
+// it changes the spec.
+func (c *Coordinator) Check(ctx context.Context) error {
+	_, err := c.generation(ctx)
+	return err
 }
 
 // claim writes the owner record of generation g, then records g here.

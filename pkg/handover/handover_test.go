@@ -2,6 +2,7 @@ package handover
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -104,5 +105,46 @@ func TestSignerRefusesNonAdmin(t *testing.T) {
 	}
 	if _, err := NewSigner(host); err == nil || !strings.Contains(err.Error(), "not the admin's") {
 		t.Fatalf("a host certificate signs coordinator copies: %v", err)
+	}
+}
+
+// A copy signed before the admin certificate was renewed (a new key) still
+// verifies; one signed by an admin certificate of another CA does not.
+func TestCopiesSurviveAdminRenewal(t *testing.T) {
+	ctx := t.Context()
+	store, err := backup.NewLocalStore(filepath.Join(t.TempDir(), "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, dir := signer(t, "c1")
+	old := &Coordinator{Store: store, Signer: s, Dir: t.TempDir()}
+	if err := old.SaveSpec(ctx, []byte("name: c1\n")); err != nil {
+		t.Fatal(err)
+	}
+	// Renew the admin certificate: a new key from the same CA.
+	for _, f := range []string{pki.ClientCert, pki.ClientKey} {
+		if err := os.Remove(filepath.Join(dir, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pki.Ensure(dir, "c1", nil); err != nil {
+		t.Fatal(err)
+	}
+	renewed, err := NewSigner(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := &Coordinator{Store: store, Signer: renewed, Dir: t.TempDir()}
+	got, err := next.Take(ctx, nil)
+	if err != nil {
+		t.Fatalf("a copy from before the renewal: %v", err)
+	}
+	if string(got.Spec) != "name: c1\n" {
+		t.Fatalf("spec %q", got.Spec)
+	}
+	// Another CA's admin cannot take over.
+	other, _ := signer(t, "c1")
+	if _, err := (&Coordinator{Store: store, Signer: other, Dir: t.TempDir()}).Take(ctx, nil); err == nil {
+		t.Fatal("another CA's admin took over")
 	}
 }

@@ -76,6 +76,13 @@ func Ensure(dir, clusterName string, hosts []string) error {
 
 	caCert, caKey, err := loadPair(filepath.Join(dir, CACert), filepath.Join(dir, CAKey))
 	if errors.Is(err, os.ErrNotExist) {
+		if _, serr := os.Stat(filepath.Join(dir, CACert)); serr == nil {
+			// A CA certificate without its key (a coordinator that took
+			// over with the admin credentials only): a new CA would replace
+			// the one every member and agent trusts. Check the leaves with
+			// the certificate; issuing needs the key.
+			return ensureWithoutCAKey(dir, hosts)
+		}
 		caCert, caKey, err = newCA(dir, clusterName)
 	}
 	if err != nil {
@@ -103,6 +110,42 @@ func Ensure(dir, clusterName string, hosts []string) error {
 		}
 		if err := issue(cp, kp, caCert, caKey, l.cn, l.usage, l.hosts); err != nil {
 			return fmt.Errorf("certificates: issue %s: %w", l.cert, err)
+		}
+	}
+	return nil
+}
+
+// ErrNoCAKey: a certificate must be issued, and the CA's key is not here.
+var ErrNoCAKey = errors.New("the CA key is not in the certificate directory")
+
+// ensureWithoutCAKey checks that the client certificate is there and valid
+// for the CA certificate in dir, and that server and peer certificates, if
+// this machine needs them (hosts), cover the hosts; it never issues.
+func ensureWithoutCAKey(dir string, hosts []string) error {
+	b, err := os.ReadFile(filepath.Join(dir, CACert))
+	if err != nil {
+		return err
+	}
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		return fmt.Errorf("certificates: %s holds no certificate", filepath.Join(dir, CACert))
+	}
+	ca, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		return fmt.Errorf("certificates: CA: %w", err)
+	}
+	type leaf struct {
+		cert, key string
+		hosts     []string
+	}
+	leaves := []leaf{{ClientCert, ClientKey, nil}}
+	if len(hosts) > 2 { // more than the 127.0.0.1 and localhost Ensure adds
+		leaves = append(leaves, leaf{ServerCert, ServerKey, hosts}, leaf{PeerCert, PeerKey, hosts})
+	}
+	for _, l := range leaves {
+		cert, _, err := loadPair(filepath.Join(dir, l.cert), filepath.Join(dir, l.key))
+		if err != nil || !covers(cert, l.hosts) || cert.CheckSignatureFrom(ca) != nil || time.Now().After(cert.NotAfter) {
+			return fmt.Errorf("certificates: %s must be issued or renewed, and %w (%s): put the CA key there, or issue it where the key is", l.cert, ErrNoCAKey, filepath.Join(dir, CAKey))
 		}
 	}
 	return nil

@@ -3,6 +3,7 @@ package pki
 import (
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -71,5 +72,35 @@ func TestEnsure(t *testing.T) {
 	}
 	if readCert(t, filepath.Join(dir, CACert)).SerialNumber.Cmp(ca.SerialNumber) != 0 {
 		t.Error("CA was replaced")
+	}
+}
+
+// A CA certificate without its key (a coordinator that took over with the
+// admin credentials only) is never replaced by a new CA.
+func TestEnsureKeepsCAWithoutKey(t *testing.T) {
+	dir := t.TempDir()
+	if err := Ensure(dir, "c1", nil); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.ReadFile(filepath.Join(dir, CACert))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, CAKey)); err != nil {
+		t.Fatal(err)
+	}
+	if err := Ensure(dir, "c1", nil); err != nil {
+		t.Fatalf("valid admin credentials without the CA key: %v", err)
+	}
+	// A certificate to issue: refused, naming the key, the CA kept.
+	if err := Ensure(dir, "c1", []string{"10.0.0.9"}); !errors.Is(err, ErrNoCAKey) {
+		t.Fatalf("issuing without the CA key: %v", err)
+	}
+	after, _ := os.ReadFile(filepath.Join(dir, CACert))
+	if string(after) != string(before) {
+		t.Fatal("the CA certificate was replaced")
+	}
+	if _, err := os.Stat(filepath.Join(dir, CAKey)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatal("a CA key appeared")
 	}
 }

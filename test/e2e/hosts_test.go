@@ -503,6 +503,17 @@ func TestHostsCoordinatorLost(t *testing.T) {
 	if p := latestPlan(t, hs.Env); p.Steps[3].Attempts != stale.Steps[3].Attempts {
 		t.Fatalf("the stale coordinator ran step 3 (attempts %d, were %d)", p.Steps[3].Attempts, stale.Steps[3].Attempts)
 	}
+	// Nor change the spec.
+	before := hs.Spec()
+	if msg := hs.MustFail("host", "add", "h9=10.254.254.9"); !strings.Contains(msg, "another coordinator took over: generation 2") {
+		t.Fatalf("the stale coordinator changed the spec: %s", msg)
+	}
+	if after := hs.Spec(); len(after.Agents) != len(before.Agents) {
+		t.Fatalf("the stale coordinator's spec gained a host")
+	}
+	if _, err := os.Stat(hs.JoinFile("h9")); err == nil {
+		t.Fatalf("a refused host add left a join file")
+	}
 	res := w.Stop()
 	t.Logf("writer through the coordinator's loss: %s", res)
 	workload.RequireKeys(t, cli, res)

@@ -4,6 +4,7 @@ package takeover
 
 import (
 	"fmt"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
@@ -38,6 +39,14 @@ that was running. Should the old coordinator come back, it stops before its next
 			}
 			if o.PKIDir == "" {
 				return fmt.Errorf("--pki: name the directory with the admin credentials (ca.crt, client.crt, client.key)")
+			}
+			// The spec keeps these paths: absolute, whatever the cwd later.
+			for _, p := range []*string{&o.PKIDir, &o.StoreDir, &o.BinaryStore, &o.KeyFile, &s3.CredentialsFile, &s3.CAFile} {
+				if *p != "" {
+					if *p, err = filepath.Abs(*p); err != nil {
+						return err
+					}
+				}
 			}
 			if s3.Endpoint != "" || s3.Bucket != "" {
 				if s3.Endpoint == "" || s3.Bucket == "" {
