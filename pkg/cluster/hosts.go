@@ -55,29 +55,19 @@ func (c *Cluster) PushSpec(ctx context.Context) error {
 	var (
 		mu   sync.Mutex
 		errs []error
-		wg   sync.WaitGroup
 	)
-	for _, a := range c.Spec.Agents {
-		if !a.Remote() {
-			continue
+	c.eachRemoteAgent(func(a spec.Agent, ac *agentapi.Client, err error) {
+		if err == nil {
+			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			err = ac.PutCluster(pctx, f)
+			cancel()
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ac, err := c.Agent(a.Name)
-			if err == nil {
-				pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				err = ac.PutCluster(pctx, f)
-				cancel()
-			}
-			if err != nil {
-				mu.Lock()
-				errs = append(errs, fmt.Errorf("hand the spec to host %s: %w", a.Name, err))
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
+		if err != nil {
+			mu.Lock()
+			errs = append(errs, fmt.Errorf("hand the spec to host %s: %w", a.Name, err))
+			mu.Unlock()
+		}
+	})
 	return errors.Join(append(errs, copyErr)...)
 }
 
@@ -101,10 +91,33 @@ func (c *Cluster) loopStatuses(ctx context.Context) []backup.LoopStatus {
 	if !c.Spec.MultiHost() || !c.Admin() {
 		return out
 	}
-	var (
-		mu sync.Mutex
-		wg sync.WaitGroup
-	)
+	var mu sync.Mutex
+	c.eachRemoteAgent(func(a spec.Agent, ac *agentapi.Client, err error) {
+		if err != nil {
+			return
+		}
+		actx, cancel := context.WithTimeout(ctx, probeTimeout)
+		defer cancel()
+		raws, err := ac.BackupStatuses(actx)
+		if err != nil {
+			return
+		}
+		for _, r := range raws {
+			var s backup.LoopStatus
+			if json.Unmarshal(r, &s) == nil {
+				mu.Lock()
+				out = append(out, s)
+				mu.Unlock()
+			}
+		}
+	})
+	return out
+}
+
+// eachRemoteAgent calls f for every agent on another host at once, with
+// its client (or the error making one), and returns when all returned.
+func (c *Cluster) eachRemoteAgent(f func(a spec.Agent, ac *agentapi.Client, err error)) {
+	var wg sync.WaitGroup
 	for _, a := range c.Spec.Agents {
 		if !a.Remote() {
 			continue
@@ -113,25 +126,8 @@ func (c *Cluster) loopStatuses(ctx context.Context) []backup.LoopStatus {
 		go func() {
 			defer wg.Done()
 			ac, err := c.Agent(a.Name)
-			if err != nil {
-				return
-			}
-			actx, cancel := context.WithTimeout(ctx, probeTimeout)
-			defer cancel()
-			raws, err := ac.BackupStatuses(actx)
-			if err != nil {
-				return
-			}
-			for _, r := range raws {
-				var s backup.LoopStatus
-				if json.Unmarshal(r, &s) == nil {
-					mu.Lock()
-					out = append(out, s)
-					mu.Unlock()
-				}
-			}
+			f(a, ac, err)
 		}()
 	}
 	wg.Wait()
-	return out
 }

@@ -20,7 +20,7 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 	var (
 		o     bootstrap.InitOptions
 		hosts []string
-		s3    spec.S3
+		s3    cli.S3Flags
 	)
 	cmd := &cobra.Command{
 		Use:   "init --host NAME=ADDRESS [--host ...]",
@@ -49,11 +49,8 @@ Join files expire (--join-validity); 'steward host add NAME=ADDRESS' writes a ne
 				}
 				o.Hosts = append(o.Hosts, ph)
 			}
-			if s3.Endpoint != "" || s3.Bucket != "" {
-				if s3.Endpoint == "" || s3.Bucket == "" {
-					return fmt.Errorf("an S3 backup store needs both --backup-s3-endpoint and --backup-s3-bucket")
-				}
-				o.S3 = &s3
+			if o.S3, err = s3.Store(); err != nil {
+				return err
 			}
 			errw := cmd.ErrOrStderr()
 			c, warnings, err := bootstrap.Init(dir, o, progress.To(errw))
@@ -90,11 +87,6 @@ Join files expire (--join-validity); 'steward host add NAME=ADDRESS' writes a ne
 	f.IntVar(&o.PeerPort, "peer-port", 2380, "peer port of a host's first member (the next ones add 10)")
 	f.StringVar(&o.BinaryStore, "binary-store", "", "binary store on this machine (default DIR/binaries)")
 	f.DurationVar(&o.JoinValidity, "join-validity", join.DefaultValidity, "how long the join files can be used")
-	f.StringVar(&s3.Endpoint, "backup-s3-endpoint", "", "S3 server for backups, https://HOST[:PORT] (every host must reach it); turns continuous backups on")
-	f.StringVar(&s3.Bucket, "backup-s3-bucket", "", "S3 bucket for backups")
-	f.StringVar(&s3.Prefix, "backup-s3-prefix", "", "prefix of every backup object (one per cluster)")
-	f.StringVar(&s3.Region, "backup-s3-region", "", "S3 region")
-	f.StringVar(&s3.CredentialsFile, "backup-s3-credentials-file", "", "file with AWS_ACCESS_KEY_ID=... and AWS_SECRET_ACCESS_KEY=... lines (mode 0600)")
-	f.StringVar(&s3.CAFile, "backup-s3-ca-file", "", "PEM bundle to trust for an S3 server with a private CA")
+	s3.Add(f, "for backups (every host must reach it; turns continuous backups on)")
 	return cmd
 }

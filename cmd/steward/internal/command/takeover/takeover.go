@@ -11,14 +11,13 @@ import (
 	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
 	"github.com/etcd-steward/steward/pkg/bootstrap"
 	"github.com/etcd-steward/steward/pkg/progress"
-	"github.com/etcd-steward/steward/pkg/spec"
 )
 
 // NewCommand returns the takeover command.
 func NewCommand(g *cli.Globals) *cobra.Command {
 	var (
 		o  bootstrap.TakeOverOptions
-		s3 spec.S3
+		s3 cli.S3Flags
 	)
 	cmd := &cobra.Command{
 		Use:   "takeover --pki DIR (--backup-s3-endpoint URL --backup-s3-bucket B ... | --backup-store DIR)",
@@ -40,19 +39,20 @@ that was running. Should the old coordinator come back, it stops before its next
 			if o.PKIDir == "" {
 				return fmt.Errorf("--pki: name the directory with the admin credentials (ca.crt, client.crt, client.key)")
 			}
+			if o.S3, err = s3.Store(); err != nil {
+				return err
+			}
 			// The spec keeps these paths: absolute, whatever the cwd later.
-			for _, p := range []*string{&o.PKIDir, &o.StoreDir, &o.BinaryStore, &o.KeyFile, &s3.CredentialsFile, &s3.CAFile} {
+			paths := []*string{&o.PKIDir, &o.StoreDir, &o.BinaryStore, &o.KeyFile}
+			if o.S3 != nil {
+				paths = append(paths, &o.S3.CredentialsFile, &o.S3.CAFile)
+			}
+			for _, p := range paths {
 				if *p != "" {
 					if *p, err = filepath.Abs(*p); err != nil {
 						return err
 					}
 				}
-			}
-			if s3.Endpoint != "" || s3.Bucket != "" {
-				if s3.Endpoint == "" || s3.Bucket == "" {
-					return fmt.Errorf("an S3 backup store needs both --backup-s3-endpoint and --backup-s3-bucket")
-				}
-				o.S3 = &s3
 			}
 			t, err := bootstrap.TakeOver(cmd.Context(), dir, o, progress.To(cmd.ErrOrStderr()))
 			if err != nil {
@@ -73,11 +73,6 @@ that was running. Should the old coordinator come back, it stops before its next
 	f.StringVar(&o.StoreDir, "backup-store", "", "the cluster's backup store when it is a shared directory")
 	f.StringVar(&o.BinaryStore, "binary-store", "", "binary store on this machine (default DIR/binaries)")
 	f.StringVar(&o.KeyFile, "backup-key-file", "", "this machine's copy of the backup encryption key, when backups are encrypted")
-	f.StringVar(&s3.Endpoint, "backup-s3-endpoint", "", "S3 server of the cluster's backups")
-	f.StringVar(&s3.Bucket, "backup-s3-bucket", "", "S3 bucket")
-	f.StringVar(&s3.Prefix, "backup-s3-prefix", "", "prefix of the cluster's objects")
-	f.StringVar(&s3.Region, "backup-s3-region", "", "S3 region")
-	f.StringVar(&s3.CredentialsFile, "backup-s3-credentials-file", "", "file with AWS_ACCESS_KEY_ID=... and AWS_SECRET_ACCESS_KEY=... lines (mode 0600)")
-	f.StringVar(&s3.CAFile, "backup-s3-ca-file", "", "PEM bundle to trust for an S3 server with a private CA")
+	s3.Add(f, "of the cluster's backups")
 	return cmd
 }
