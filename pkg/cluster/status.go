@@ -252,7 +252,9 @@ func (c *Cluster) Status(ctx context.Context) (*Status, error) {
 		if a.Remote() && !admin {
 			// A host's copy of the spec: other hosts' agents let in only
 			// the admin; do not knock.
+			amu.Lock()
 			agentErr[a.Name] = errNotAdmin
+			amu.Unlock()
 			continue
 		}
 		wg.Add(1)
