@@ -114,7 +114,7 @@ Later runs need only --dir.`,
 	}
 	cmd.Flags().StringVar(&name, "name", "local", "agent name, as in the cluster spec's agents list (a joined host's comes from DIR/agent.yaml)")
 	cmd.Flags().StringVar(&socket, "socket", "", "Unix socket of the API (default DIR/run/agent.sock; DIR/run/agent-NAME.sock for other names)")
-	cmd.Flags().StringVar(&joinFile, "join", "", "join a multi-host cluster with this host's join file (written by `steward init` or `steward host add`)")
+	cmd.Flags().StringVar(&joinFile, "join", "", "join a multi-host cluster with this host's join `FILE` (written by steward init or steward host add)")
 	cmd.Flags().StringVar(&store, "binary-store", "", "binary store of members configured from another host (default DIR/binaries)")
 	cmd.AddCommand(newInstallCommand(g))
 	return cmd

@@ -62,7 +62,7 @@ command exits 0 whenever it could read the source.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.snapshot, "snapshot", "", "read this etcd snapshot file (etcdctl snapshot save, or a stopped member's member/snap/db) instead of the live cluster")
-	f.StringVar(&o.backupID, "backup", "", "read this full backup (an ID from `steward backup list`, or latest) and the deltas after it instead of the live cluster")
+	f.StringVar(&o.backupID, "backup", "", "read this full `ID` (from steward backup list, or latest) and the deltas after it instead of the live cluster")
 	f.StringVar(&o.keyFile, "key-file", "", "backup decryption key (default: the spec's backup.encryptionKeyFile)")
 	f.StringVar(&o.k8sVersion, "kubernetes-version", "", "flag objects stored in API versions this Kubernetes version (X.Y) no longer serves")
 	f.StringVar(&o.prefix, "prefix", kstorage.DefaultPrefix, "the API server's --etcd-prefix")
