@@ -327,6 +327,33 @@ func (h *Host) Delay(tb testing.TB, d time.Duration) {
 	h.delayed = d != 0
 }
 
+// CheckNetem says whether Delay can work here: nil when the kernel has the
+// netem qdisc, else the error of `tc qdisc add dev lo root netem delay 0ms`
+// in a throwaway namespace (without netem: "Specified qdisc kind is
+// unknown", CONFIG_NET_SCH_NETEM not set). A caller that can go on without
+// a delay checks first, since Delay fails the test. It needs root and
+// iproute2, as NewNetwork does, and leaves nothing behind: the namespace,
+// named like a host's so that CleanupStale finds it after a crash, is
+// deleted before it returns.
+func CheckNetem() (err error) {
+	ns := fmt.Sprintf("%s%dn%d-netem", netnsPrefix, os.Getpid(), netnsCounter.Add(1))
+	if err := ipCmds([]string{"netns", "add", ns}); err != nil {
+		return fmt.Errorf("check for netem: %w", err)
+	}
+	defer func() {
+		if rerr := removeNetns(ns); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("check for netem: %w", rerr))
+		}
+	}()
+	if err := run("tc", "-n", ns, "qdisc", "add", "dev", "lo", "root", "netem", "delay", "0ms"); err != nil {
+		if strings.Contains(err.Error(), "qdisc kind is unknown") {
+			err = fmt.Errorf("%w (this kernel has no netem qdisc: CONFIG_NET_SCH_NETEM is not set)", err)
+		}
+		return err
+	}
+	return nil
+}
+
 // CleanupStale removes the namespaces and interfaces a hosts harness of
 // another test process left behind (one that crashed or was killed before
 // its cleanup ran): those whose name carries the prefix and a PID that is

@@ -221,6 +221,10 @@ func TestNetworkHosts(t *testing.T) {
 			const d = 50 * time.Millisecond
 			ftb := &fatalTB{TB: t}
 			a.Delay(ftb, d)
+			// CheckNetem, which benchmarks ask before Delay, agrees.
+			if cerr := CheckNetem(); (cerr == nil) != (ftb.msg == "") {
+				t.Fatalf("CheckNetem says %v, Delay says %q", cerr, ftb.msg)
+			}
 			if ftb.msg != "" {
 				if !strings.Contains(ftb.msg, "CONFIG_NET_SCH_NETEM is not set") {
 					t.Fatal(ftb.msg)

@@ -1,0 +1,337 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/test/harness"
+)
+
+// hostDelay is the one-way delay between two hosts that
+// BenchmarkHostsRollingUpgrade asks for. Host.Delay(d) puts netem on both
+// ends of a host's veth pair, so a packet from one delayed host to another
+// is delayed twice: each host gets hostDelay/2. That is the usual `netem
+// delay 2ms` on every host's interface: 2 ms one way between two hosts
+// (4 ms round trip), 2 ms round trip between a host and the coordinator.
+const hostDelay = 2 * time.Millisecond
+
+// BenchmarkHostsRollingUpgrade: the rolling upgrade of
+// BenchmarkRollingUpgrade (3.5 -> 3.6 -> 3.7, one client writing 1 KiB
+// values through every member throughout) on three hosts (network
+// namespaces, one agent each, the coordinator and the client in the root
+// namespace), with hostDelay between hosts where the kernel has netem,
+// against the same upgrade on one host in the same run: duration, client
+// errors by kind, longest write stall, p50/p99. Then, on the three hosts,
+// the time from cutting a follower's host off to `steward status -o json`
+// on the coordinator reporting it, for both ways of cutting: link down
+// (Host.Cut) and every frame dropped (Host.CutSilently).
+//
+// Continuous backups are off on both sides: a multi-host cluster records
+// them only to S3 (or a shared store), which would add a server the one
+// host does not have; the comparison is then of the hosts alone.
+func BenchmarkHostsRollingUpgrade(b *testing.B) {
+	vs := harness.Versions()
+	from, to := vs[0], vs[2]
+	for range b.N {
+		b.Logf("load average at the start: %s", loadavg())
+
+		// One host, first, and stopped before the three hosts start, so
+		// neither run shares the machine with the other's cluster.
+		e := harness.New(b)
+		e.WriteSpec(3, from, func(s *spec.Cluster) { s.Backup.Continuous = false })
+		e.MustRun("up")
+		one := timedUpgrade(b, e, to)
+		e.MustRun("down")
+		b.Logf("load average after the one-host run: %s", loadavg())
+
+		hs := harness.NewHosts(b, 3)
+		delayed := delayHosts(b, hs)
+		hs.Init(from)
+		hs.StartAgents()
+		hs.MustRun("up")
+		hs.WaitStatus(time.Minute, "three healthy members on three hosts", harness.Healthy)
+		three := timedUpgrade(b, hs.Env, to)
+		b.Logf("load average after the three-host upgrade: %s", loadavg())
+
+		link := detectCut(b, hs, "link down (Cut)", (*harness.Host).Cut)
+		silent := detectCut(b, hs, "frames dropped (CutSilently)", (*harness.Host).CutSilently)
+		b.Logf("load average at the end: %s", loadavg())
+
+		b.ReportMetric(boolMetric(delayed), "delay-applied")
+		one.report(b, "one-host")
+		three.report(b, "three-hosts")
+		link.report(b, "cut-link")
+		silent.report(b, "cut-silent")
+	}
+}
+
+// delayHosts delays every host's link so that two hosts are hostDelay
+// apart, and says whether it could: without the kernel's netem qdisc
+// (Host.Delay would fail the benchmark) it logs why and returns false.
+func delayHosts(b *testing.B, hs *harness.Hosts) bool {
+	if err := harness.CheckNetem(); err != nil {
+		b.Logf("no %s delay between hosts, measuring without it: %v", hostDelay, err)
+		return false
+	}
+	for _, h := range hs.Hosts {
+		h.Delay(b, hostDelay/2)
+	}
+	b.Logf("hosts %s apart (Host.Delay(%s) on each)", hostDelay, hostDelay/2)
+	return true
+}
+
+// upgradeRun is what one client saw during `steward upgrade apply`.
+type upgradeRun struct {
+	took          time.Duration
+	writes        int
+	p50, p99, max time.Duration // latencies of acknowledged writes
+	gap           time.Duration // longest time between two acknowledgements
+	errs          int           // writes that failed
+	kinds         map[string]int
+	messages      map[string]int // failed attempts by error message
+}
+
+// timedUpgrade upgrades e's cluster to `to` while measureWrites writes
+// through every member (the plan's progress lines are printed with their
+// times, timedRun), and checks that every member ends healthy on `to`.
+func timedUpgrade(b *testing.B, e *harness.Env, to string) upgradeRun {
+	cli := e.Client()
+	defer cli.Close()
+	l := measureWrites(b, cli)
+	start := time.Now()
+	lines := timedRun(b, e, "upgrade", "apply", "--to", to)
+	took := time.Since(start)
+	p50, p99, stall, n, errs := writeLatencies(l)
+	res := l.Stop() // the record writeLatencies summarised
+	// Where in the plan each failed write began: the last progress line
+	// before it.
+	for _, w := range res.Failed {
+		step := "(before the first progress line)"
+		for _, pl := range lines {
+			if pl.at.After(w.Start) {
+				break
+			}
+			step = pl.text
+		}
+		b.Logf("failed write %d: began %.2f s into the upgrade, failed after %.2f s: %v; last progress line: %s",
+			w.Index, w.Start.Sub(start).Seconds(), w.End.Sub(w.Start).Seconds(), w.Err, step)
+	}
+	e.WaitStatus(time.Minute, "every member healthy on "+to, func(st *cluster.Status) bool {
+		for _, m := range st.Members {
+			if m.Version != to {
+				return false
+			}
+		}
+		return harness.Healthy(st)
+	})
+	r := upgradeRun{took: took, writes: n, p50: p50, p99: p99, max: stall, gap: res.LongestGap(),
+		errs: errs, kinds: map[string]int{}, messages: res.AttemptErrors}
+	for _, w := range res.Failed {
+		r.kinds[errorKind(w.Err)]++
+	}
+	return r
+}
+
+func (r upgradeRun) report(b *testing.B, side string) {
+	b.ReportMetric(r.took.Seconds(), side+"-upgrade-s")
+	b.ReportMetric(float64(r.writes), side+"-writes")
+	b.ReportMetric(float64(r.errs), side+"-errors")
+	for _, k := range errorKinds {
+		b.ReportMetric(float64(r.kinds[k.kind]), side+"-errors-"+k.kind)
+	}
+	b.ReportMetric(float64(r.kinds["other"]), side+"-errors-other")
+	b.ReportMetric(ms(r.p50), side+"-p50-ms")
+	b.ReportMetric(ms(r.p99), side+"-p99-ms")
+	b.ReportMetric(ms(r.max), side+"-max-stall-ms")
+	b.ReportMetric(ms(r.gap), side+"-longest-gap-ms")
+	b.Logf("%s: upgrade in %s: %d writes, %d errors %v, p50 %.1f ms, p99 %.1f ms, longest write %.0f ms, longest gap between acknowledgements %.0f ms",
+		side, r.took.Round(100*time.Millisecond), r.writes, r.errs, r.kinds, ms(r.p50), ms(r.p99), ms(r.max), ms(r.gap))
+	for _, m := range slices.Sorted(maps.Keys(r.messages)) {
+		b.Logf("%s:   %d x %q", side, r.messages[m], m)
+	}
+}
+
+// errorKinds sorts a client's errors by what their message says; the
+// first kind whose pattern the message contains wins, "other" takes the
+// rest.
+var errorKinds = []struct {
+	kind     string
+	patterns []string
+}{
+	{"proposal-dropped", []string{"raft proposal dropped"}},
+	{"leader-changed", []string{"leader changed"}},
+	{"no-leader", []string{"no leader"}},
+	// etcd's own timeouts ("etcdserver: request timed out, possibly due
+	// to ..."), within the client's deadline.
+	{"server-timeout", []string{"request timed out"}},
+	// The client's 10 s per write.
+	{"deadline-exceeded", []string{"deadline exceeded", "DeadlineExceeded"}},
+	// The rest of gRPC's Unavailable: a connection refused or closing, a
+	// member stopping.
+	{"unavailable", []string{"Unavailable", "server stopped", "connection refused", "connection closed", "transport is closing"}},
+}
+
+func errorKind(err error) string {
+	s := err.Error()
+	for _, k := range errorKinds {
+		for _, p := range k.patterns {
+			if strings.Contains(s, p) {
+				return k.kind
+			}
+		}
+	}
+	return "other"
+}
+
+// cutWindow is how long detectCut keeps polling status after a cut: long
+// enough for the root namespace's neighbour entry of the cut host to fail
+// (then a connection to it fails at once, "no route to host", instead of
+// waiting out a timeout), to see whether status changes then.
+const cutWindow = time.Minute
+
+// detection is how long `steward status` took to report a cut host.
+type detection struct {
+	how string
+	// healthy is one status call on the healthy cluster, before the cut.
+	healthy time.Duration
+	// named and agentDown run from the cut to the end of the first status
+	// call whose output names the host unreachable in the member's
+	// lastError, and says reachable=false in its agents[] entry; namedCall
+	// and agentCall are those calls' own durations.
+	named, namedCall, agentDown, agentCall time.Duration
+	namedMsg, agentMsg                     string
+	// fast is from the cut to the end of the first status call that
+	// reported the host in under a second (without waiting out the probe
+	// timeout of 2 s); 0 if none did within cutWindow.
+	fast, fastCall time.Duration
+	fastMsg        string
+	// last is the last status call of the window, lastMsg its lastError.
+	last    time.Duration
+	lastMsg string
+	polls   int
+}
+
+// detectCut cuts a follower's host off with cut, polls `steward status -o
+// json` on the coordinator one call after the other for cutWindow (and
+// until it reports the host both ways), then heals the host and waits for
+// the cluster to be healthy again.
+func detectCut(b *testing.B, hs *harness.Hosts, how string, cut func(*harness.Host, testing.TB)) detection {
+	st := hs.Status()
+	var victim cluster.MemberStatus
+	for _, m := range st.Members {
+		if m.Role == "follower" {
+			victim = m
+			break
+		}
+	}
+	if victim.Name == "" {
+		b.Fatalf("no follower to cut off: %+v", st.Members)
+	}
+	h := hs.Host(victim.Agent)
+	want := fmt.Sprintf("host %s (%s) unreachable", h.Name, h.Addr)
+	d := detection{how: how}
+	start := time.Now()
+	hs.Status()
+	d.healthy = time.Since(start)
+
+	cut(h.Host, b)
+	at := time.Now()
+	var seen string // what the previous call said, to log changes only
+	for time.Since(at) < cutWindow || d.named == 0 || d.agentDown == 0 {
+		if time.Since(at) > 2*cutWindow {
+			b.Fatalf("%s: status did not report host %s within %s (member %s named: %v, agent down: %v)",
+				how, h.Name, 2*cutWindow, victim.Name, d.named != 0, d.agentDown != 0)
+		}
+		start := time.Now()
+		so, se, err := hs.Run("status", "-o", "json")
+		end := time.Now()
+		took := end.Sub(start)
+		d.polls++
+		if err != nil {
+			b.Logf("%s: status call %d failed after %s: %v: %s", how, d.polls, took.Round(time.Millisecond), err, strings.TrimSpace(se))
+			continue
+		}
+		var s cluster.Status
+		if err := json.Unmarshal([]byte(so), &s); err != nil {
+			b.Fatalf("parse status: %v\n%s", err, so)
+		}
+		m, _ := s.Member(victim.Name)
+		var agentMsg string
+		agentDown := false
+		for _, a := range s.Agents {
+			if a.Name == h.Name && !a.Reachable {
+				agentDown, agentMsg = true, a.Error
+			}
+		}
+		named := strings.Contains(m.LastError, want)
+		fast := took < time.Second
+		if now := fmt.Sprintf("%q %v %v", m.LastError, agentDown, fast); now != seen {
+			b.Logf("%s: status call %d ended %s after the cut (took %s): member %s lastError %q; agent reachable %v",
+				how, d.polls, end.Sub(at).Round(time.Millisecond), took.Round(time.Millisecond), victim.Name, m.LastError, !agentDown)
+			seen = now
+		}
+		if d.named == 0 && named {
+			d.named, d.namedCall, d.namedMsg = end.Sub(at), took, m.LastError
+		}
+		if d.agentDown == 0 && agentDown {
+			d.agentDown, d.agentCall, d.agentMsg = end.Sub(at), took, agentMsg
+		}
+		if d.fast == 0 && named && fast {
+			d.fast, d.fastCall, d.fastMsg = end.Sub(at), took, m.LastError
+		}
+		d.last, d.lastMsg = took, m.LastError
+	}
+	h.Heal(b)
+	hs.WaitStatus(2*time.Minute, "host "+h.Name+" back after the cut", harness.Healthy)
+	return d
+}
+
+func (d detection) report(b *testing.B, prefix string) {
+	b.ReportMetric(d.named.Seconds(), prefix+"-member-named-s")
+	b.ReportMetric(d.agentDown.Seconds(), prefix+"-agent-unreachable-s")
+	b.ReportMetric(d.namedCall.Seconds(), prefix+"-status-call-s")
+	b.ReportMetric(d.last.Seconds(), prefix+"-last-status-call-s")
+	b.ReportMetric(d.healthy.Seconds(), prefix+"-healthy-status-call-s")
+	b.Logf("%s: member lastError named the host after %s (that status call took %s): %q",
+		d.how, d.named.Round(time.Millisecond), d.namedCall.Round(time.Millisecond), d.namedMsg)
+	b.Logf("%s: agents[] said reachable=false after %s (that status call took %s): %q",
+		d.how, d.agentDown.Round(time.Millisecond), d.agentCall.Round(time.Millisecond), d.agentMsg)
+	if d.fast != 0 {
+		b.ReportMetric(d.fast.Seconds(), prefix+"-fast-status-s")
+		b.Logf("%s: from %s after the cut status reported the host in %s: %q",
+			d.how, d.fast.Round(time.Millisecond), d.fastCall.Round(time.Millisecond), d.fastMsg)
+	} else {
+		b.Logf("%s: no status call within %s reported the host in under a second", d.how, cutWindow)
+	}
+	b.Logf("%s: %d status calls in %s; the last took %s (%q); one on the healthy cluster took %s",
+		d.how, d.polls, cutWindow, d.last.Round(time.Millisecond), d.lastMsg, d.healthy.Round(time.Millisecond))
+}
+
+func boolMetric(v bool) float64 {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+// loadavg is the machine's load average (1, 5, 15 minutes), for the log:
+// other work may share the two cores.
+func loadavg() string {
+	s, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return err.Error()
+	}
+	f := strings.Fields(string(s))
+	if len(f) < 3 {
+		return strings.TrimSpace(string(s))
+	}
+	return strings.Join(f[:3], " ")
+}
