@@ -3,7 +3,7 @@ GO            ?= go
 BIN           := bin/steward
 STORE         ?= $(CURDIR)/.cache/store
 ETCD_VERSIONS ?= v3.5.35 v3.6.16 v3.7.3
-TEST_TIMEOUT  ?= 45m
+TEST_TIMEOUT  ?= 60m
 # RACE is the unit tests' race detector flag; the end-to-end tests run a
 # race-built steward when it is set (STEWARD_TEST_RACE). `make test RACE=`
 # turns both off. -race needs cgo and a C compiler (gcc).
