@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,6 +24,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/catalogue"
 	"github.com/etcd-steward/steward/pkg/datadir"
+	"github.com/etcd-steward/steward/pkg/pki"
 )
 
 // Supervision policy.
@@ -466,19 +466,11 @@ func httpClientFor(cfg agentapi.MemberConfig) (*http.Client, error) {
 		if cert == "" {
 			cert, key = t.ServerCert, t.ServerKey
 		}
-		pair, err := tls.LoadX509KeyPair(cert, key)
+		tc, err := pki.ClientTLSFiles(t.CA, cert, key)
 		if err != nil {
-			return nil, fmt.Errorf("load client certificate: %w", err)
+			return nil, err
 		}
-		caPEM, err := os.ReadFile(t.CA)
-		if err != nil {
-			return nil, fmt.Errorf("load CA: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(caPEM) {
-			return nil, fmt.Errorf("load CA %s: no certificate found", t.CA)
-		}
-		tr.TLSClientConfig = &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, MinVersion: tls.VersionTLS12}
+		tr.TLSClientConfig = tc
 	} else {
 		tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 	}

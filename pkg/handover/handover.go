@@ -100,13 +100,9 @@ func NewSigner(pkiDir string) (*Signer, error) {
 	if cert.Subject.CommonName != pki.AdminCN {
 		return nil, fmt.Errorf("%s is the certificate of %q, not the admin's (%q): only the admin signs coordinator copies", f.ClientCert, cert.Subject.CommonName, pki.AdminCN)
 	}
-	caPEM, err := os.ReadFile(f.CA)
+	pool, err := pki.CAPool(f.CA)
 	if err != nil {
 		return nil, fmt.Errorf("admin credentials: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		return nil, fmt.Errorf("%s: no CA certificate", f.CA)
 	}
 	if _, err := cert.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
 		return nil, fmt.Errorf("admin certificate %s: %w", f.ClientCert, err)

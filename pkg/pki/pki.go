@@ -155,17 +155,19 @@ func ensureWithoutCAKey(dir string, hosts []string) error {
 // certificate.
 func ClientTLS(dir string) (*tls.Config, error) {
 	f := FilesIn(dir)
-	pair, err := tls.LoadX509KeyPair(f.ClientCert, f.ClientKey)
+	return ClientTLSFiles(f.CA, f.ClientCert, f.ClientKey)
+}
+
+// ClientTLSFiles returns a TLS config that trusts the CA in caFile and
+// presents the certificate and key of the files named.
+func ClientTLSFiles(caFile, certFile, keyFile string) (*tls.Config, error) {
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
-		return nil, fmt.Errorf("load client certificate from %s: %w", dir, err)
+		return nil, fmt.Errorf("load client certificate %s: %w", certFile, err)
 	}
-	caPEM, err := os.ReadFile(f.CA)
+	pool, err := CAPool(caFile)
 	if err != nil {
-		return nil, fmt.Errorf("load CA: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		return nil, fmt.Errorf("load CA %s: no certificate found", f.CA)
+		return nil, err
 	}
 	return &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
 }
@@ -415,7 +417,7 @@ func AgentServerTLS(dir string) (*tls.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load the agent certificate from %s: %w", dir, err)
 	}
-	pool, err := caPool(filepath.Join(dir, CACert))
+	pool, err := CAPool(filepath.Join(dir, CACert))
 	if err != nil {
 		return nil, err
 	}
@@ -457,7 +459,8 @@ func AgentClientTLS(dir, name string) (*tls.Config, error) {
 	return tc, nil
 }
 
-func caPool(path string) (*x509.CertPool, error) {
+// CAPool reads a PEM CA bundle into a certificate pool.
+func CAPool(path string) (*x509.CertPool, error) {
 	caPEM, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("load CA: %w", err)
