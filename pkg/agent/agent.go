@@ -424,17 +424,27 @@ func (a *Agent) DeleteMemberAside(ctx context.Context, name, reason string) (str
 // MoveDataDirAside moves a stopped member's data dir aside (nothing is
 // deleted) and returns where it went ("" when there was none).
 func (a *Agent) MoveDataDirAside(name, reason string) (string, error) {
+	cfg, err := a.stoppedConfig(name, "moving its data dir aside")
+	if err != nil {
+		return "", err
+	}
+	return datadir.MoveAside(cfg.DataDir, reason)
+}
+
+// stoppedConfig returns the config of member name, which must be stopped
+// (no process, not desired running) before what is done to its data dir.
+func (a *Agent) stoppedConfig(name, what string) (agentapi.MemberConfig, error) {
 	m, ok := a.member(name)
 	if !ok {
-		return "", errNotFound(name)
+		return agentapi.MemberConfig{}, errNotFound(name)
 	}
 	m.mu.Lock()
-	dataDir, running := m.cfg.DataDir, m.proc != nil || m.desired
+	cfg, running := m.cfg, m.proc != nil || m.desired
 	m.mu.Unlock()
 	if running {
-		return "", badRequest{fmt.Errorf("member %s runs (or is to run): stop it before moving its data dir aside", name)}
+		return agentapi.MemberConfig{}, badRequest{fmt.Errorf("member %s runs (or is to run): stop it before %s", name, what)}
 	}
-	return datadir.MoveAside(dataDir, reason)
+	return cfg, nil
 }
 
 // CheckDataDir inspects a member's data dir without etcd (datadir.Check).

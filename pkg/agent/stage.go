@@ -26,7 +26,7 @@ import (
 // stagedSuffix begins the name of a data dir staged beside the member's.
 const stagedSuffix = ".restoring-"
 
-// freePort picks a free TCP port on this host's address of the member (a
+// FreePort picks a free TCP port on this host's address of the member (a
 // private client port for an isolated run).
 func (a *Agent) FreePort(name string) (int, error) {
 	m, ok := a.member(name)
@@ -51,15 +51,9 @@ func (a *Agent) FreePort(name string) (int, error) {
 // stages a data dir for the stopped member name from it, beside its data
 // dir; it returns the staged dir.
 func (a *Agent) StageDataDir(ctx context.Context, name string, req agentapi.StageRequest, r io.Reader) (string, error) {
-	m, ok := a.member(name)
-	if !ok {
-		return "", errNotFound(name)
-	}
-	m.mu.Lock()
-	cfg, running := m.cfg, m.proc != nil || m.desired
-	m.mu.Unlock()
-	if running {
-		return "", badRequest{fmt.Errorf("member %s runs (or is to run): stop it before restoring its data dir", name)}
+	cfg, err := a.stoppedConfig(name, "restoring its data dir")
+	if err != nil {
+		return "", err
 	}
 	if req.InitialCluster == "" || len(req.SHA256) != 64 {
 		return "", badRequest{fmt.Errorf("stage request for %s: initialCluster and the snapshot's sha256 are required", name)}
@@ -102,16 +96,11 @@ func (a *Agent) StageDataDir(ctx context.Context, name string, req agentapi.Stag
 // stagedOf checks that staged is a data dir this agent staged for member
 // name (DATADIR.restoring-STAMP), so a request cannot name another path.
 func (a *Agent) stagedOf(name, staged string) (dataDir string, err error) {
-	m, ok := a.member(name)
-	if !ok {
-		return "", errNotFound(name)
+	cfg, err := a.stoppedConfig(name, "committing or discarding a restored data dir")
+	if err != nil {
+		return "", err
 	}
-	m.mu.Lock()
-	dataDir, running := m.cfg.DataDir, m.proc != nil || m.desired
-	m.mu.Unlock()
-	if running {
-		return "", badRequest{fmt.Errorf("member %s runs (or is to run): stop it first", name)}
-	}
+	dataDir = cfg.DataDir
 	rest, ok := strings.CutPrefix(staged, dataDir+stagedSuffix)
 	if !ok || rest == "" || strings.ContainsAny(rest, "/") {
 		return "", badRequest{fmt.Errorf("%q is not a data dir staged for member %s", staged, name)}

@@ -180,12 +180,12 @@ func Add(ctx context.Context, c *cluster.Cluster, name string, o AddOptions) (er
 		if _, rerr := cli.MemberRemove(uctx, id); rerr != nil && !errors.Is(rerr, rpctypes.ErrMemberNotFound) {
 			undo = append(undo, fmt.Sprintf("remove member %x: %v", id, rerr))
 		}
-		if dataDir == "" {
-			// Moved aside by its agent above.
-		} else if aside, merr := datadir.MoveAside(dataDir, "failed-add"); merr != nil {
-			undo = append(undo, "move data aside: "+merr.Error())
-		} else if aside != "" {
-			c.Progress.Say("moved partial data dir to %s", aside)
+		if dataDir != "" { // on another host, its agent moved it aside above
+			if aside, merr := datadir.MoveAside(dataDir, "failed-add"); merr != nil {
+				undo = append(undo, "move data aside: "+merr.Error())
+			} else if aside != "" {
+				c.Progress.Say("moved partial data dir to %s", aside)
+			}
 		}
 		if serr := c.SaveSpec(old); serr != nil {
 			undo = append(undo, "restore spec: "+serr.Error())
