@@ -4,13 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/binaries"
+	"github.com/etcd-steward/steward/pkg/datadir"
 )
 
 // Checks a coordinator asks of the host, because they need what only the
@@ -55,21 +52,9 @@ func (a *Agent) CheckV2Store(ctx context.Context, name, version string) (agentap
 	if err != nil {
 		return agentapi.V2StoreCheck{}, badRequest{fmt.Errorf("%w, so etcd's v2 store check cannot run on this host: import etcd %s with its etcdutl", err, version)}
 	}
-	tmp, err := os.MkdirTemp(a.opts.Dir, "tmp-v2check-")
-	if err != nil {
+	problem, err := datadir.CheckV2Store(ctx, util, dataDir, a.opts.Dir)
+	if err != nil || problem == "" {
 		return agentapi.V2StoreCheck{}, err
 	}
-	defer os.RemoveAll(tmp)
-	if out, err := exec.CommandContext(ctx, "cp", "-a", dataDir, filepath.Join(tmp, "data")).CombinedOutput(); err != nil {
-		return agentapi.V2StoreCheck{}, fmt.Errorf("copy %s for the v2 store check: %v: %s", dataDir, err, out)
-	}
-	out, err := exec.CommandContext(ctx, util, "check", "v2store", "--data-dir", filepath.Join(tmp, "data")).CombinedOutput()
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			return agentapi.V2StoreCheck{Problem: fmt.Sprintf("etcdutl check v2store on a copy of %s: %s", name, strings.TrimSpace(string(out)))}, nil
-		}
-		return agentapi.V2StoreCheck{}, err
-	}
-	return agentapi.V2StoreCheck{}, nil
+	return agentapi.V2StoreCheck{Problem: fmt.Sprintf("etcdutl check v2store on a copy of %s: %s", name, problem)}, nil
 }

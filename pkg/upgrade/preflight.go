@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -16,6 +13,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/datadir"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -220,13 +218,10 @@ func v2storeProblem(ctx context.Context, c *cluster.Cluster, store *binaries.Sto
 	if v, ok := c.Spec.Etcd.ExtraFlags["enable-v2"]; ok && v != "false" {
 		return "extraFlags set --enable-v2: migrate v2 data and remove the flag before 3.6 (etcd's upgrade guide)"
 	}
-	util, err := store.Tool(from, "etcdutl")
-	if err != nil {
-		return fmt.Sprintf("%v, so etcd's v2 store check cannot run: import etcd %s with its etcdutl", err, from)
-	}
 	m := c.Spec.Members[0]
-	if a, ok := c.Spec.Agent(m.Agent); ok && a.Remote() {
-		// The data dir is on that host: its agent runs the check there.
+	if c.OnOtherHost(m) {
+		// The data dir and the etcdutl that checks it are on that host:
+		// its agent runs the check there.
 		ac, err := c.Agent(m.Agent)
 		if err != nil {
 			return err.Error()
@@ -237,22 +232,16 @@ func v2storeProblem(ctx context.Context, c *cluster.Cluster, store *binaries.Sto
 		}
 		return res.Problem
 	}
-	src := spec.Path(c.Dir, m.DataDir)
-	tmp, err := os.MkdirTemp(c.Dir, "tmp-v2check-")
+	util, err := store.Tool(from, "etcdutl")
+	if err != nil {
+		return fmt.Sprintf("%v, so etcd's v2 store check cannot run: import etcd %s with its etcdutl", err, from)
+	}
+	problem, err := datadir.CheckV2Store(ctx, util, spec.Path(c.Dir, m.DataDir), c.Dir)
 	if err != nil {
 		return err.Error()
 	}
-	defer os.RemoveAll(tmp)
-	if out, err := exec.CommandContext(ctx, "cp", "-a", src, filepath.Join(tmp, "data")).CombinedOutput(); err != nil {
-		return fmt.Sprintf("copy %s for the v2 store check: %v: %s", src, err, out)
-	}
-	out, err := exec.CommandContext(ctx, util, "check", "v2store", "--data-dir", filepath.Join(tmp, "data")).CombinedOutput()
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			return fmt.Sprintf("etcdutl check v2store on a copy of %s: %s", m.Name, strings.TrimSpace(string(out)))
-		}
-		return err.Error()
+	if problem != "" {
+		return fmt.Sprintf("etcdutl check v2store on a copy of %s: %s", m.Name, problem)
 	}
 	return ""
 }
