@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/pkg/spec"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 func statusOf(ms ...MemberStatus) *Status {
@@ -117,5 +119,41 @@ func TestFullOverdue(t *testing.T) {
 	}
 	if fullOverdue("0 * * * *", time.Time{}, last) {
 		t.Error("no full snapshot taken by the loop yet must not be overdue")
+	}
+}
+
+// TestCountRoles: a member whose own status says it is a learner counts as
+// one whatever etcd's member list says or whether there is one; without
+// this, a status whose member list timed out called a cluster with a
+// learner healthy (TestAutoRecovery then read from the learner).
+func TestCountRoles(t *testing.T) {
+	voter := func(id uint64) probe {
+		return probe{status: &clientv3.StatusResponse{Header: &pb.ResponseHeader{MemberId: id}}}
+	}
+	learner := func(id uint64) probe {
+		p := voter(id)
+		p.status.IsLearner = true
+		return p
+	}
+	down := probe{err: errors.New("connection refused")}
+	for _, tc := range []struct {
+		name                   string
+		list                   []*pb.Member
+		probes                 []probe
+		wantVoting, wantLearns int
+	}{
+		{"list agrees", []*pb.Member{{ID: 1}, {ID: 2}, {ID: 3, IsLearner: true}}, []probe{voter(1), voter(2), learner(3)}, 2, 1},
+		{"list only knows the learner", []*pb.Member{{ID: 1}, {ID: 2, IsLearner: true}}, []probe{voter(1), down}, 1, 1},
+		{"no list: learners from the probes", nil, []probe{voter(1), voter(2), learner(3)}, 2, 1},
+		{"no list, a member down: counted a voter", nil, []probe{voter(1), down, voter(3)}, 3, 0},
+		{"stale list calls a learner a voter", []*pb.Member{{ID: 1}, {ID: 2}, {ID: 3}}, []probe{voter(1), voter(2), learner(3)}, 2, 1},
+		{"stale list does not know a learner", []*pb.Member{{ID: 1}, {ID: 2}}, []probe{voter(1), voter(2), learner(3)}, 2, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v, l := countRoles(tc.list, tc.probes)
+			if v != tc.wantVoting || l != tc.wantLearns {
+				t.Errorf("countRoles = %d voting, %d learners; want %d, %d", v, l, tc.wantVoting, tc.wantLearns)
+			}
+		})
 	}
 }

@@ -310,11 +310,6 @@ func (c *Cluster) Status(ctx context.Context) (*Status, error) {
 			if m.Name != "" {
 				byName[m.Name] = m
 			}
-			if m.IsLearner {
-				st.Cluster.Learners++
-			} else {
-				st.Cluster.VotingMembers++
-			}
 		}
 	}
 
@@ -444,12 +439,43 @@ func (c *Cluster) Status(ctx context.Context) (*Status, error) {
 			st.Cluster.Quorate = true
 		}
 	}
-	if st.Cluster.VotingMembers == 0 {
-		st.Cluster.VotingMembers = len(specMembers)
+	var listed []*pb.Member
+	if list != nil {
+		listed = list.Members
 	}
+	st.Cluster.VotingMembers, st.Cluster.Learners = countRoles(listed, probes)
 	sort.SliceStable(st.Members, func(i, j int) bool { return st.Members[i].Name < st.Members[j].Name })
 	st.Conditions = c.conditions(ctx, st, time.Now())
 	return st, nil
+}
+
+// countRoles counts the voting members and learners of etcd's member list
+// (nil when no member could give it). A member whose own status says it is
+// a learner is counted as one even when the list is missing (every member
+// timed out) or older than its status (a serializable list from a member
+// behind): a cluster with a learner is never reported as all voters, so
+// never as healthy. Without a list, every other probed member counts as a
+// voter.
+func countRoles(list []*pb.Member, probes []probe) (voting, learners int) {
+	learner := map[uint64]bool{}
+	for _, p := range probes {
+		if p.err == nil && p.status != nil && p.status.IsLearner && p.status.Header != nil {
+			learner[p.status.Header.MemberId] = true
+		}
+	}
+	if list == nil {
+		return len(probes) - len(learner), len(learner)
+	}
+	for _, m := range list {
+		if m.IsLearner || learner[m.ID] {
+			learners++
+		} else {
+			voting++
+		}
+		delete(learner, m.ID)
+	}
+	// Learners the list does not know yet.
+	return voting, learners + len(learner)
 }
 
 // Unhealthy names each unhealthy member with its last error.
