@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"sigs.k8s.io/yaml"
 
@@ -59,6 +60,77 @@ type TLS struct {
 	// CertDir holds ca.crt, server, peer and client certificates and keys.
 	// Relative paths are relative to the Steward directory.
 	CertDir string `json:"certDir,omitempty"`
+	// CAValidity is the lifetime of the CA Steward creates, a Go duration
+	// ("87600h", the default: 10 years). An existing CA keeps its own.
+	CAValidity string `json:"caValidity,omitempty"`
+	// LeafValidity is the lifetime of the leaves Steward issues: server,
+	// peer, client, a host's and an issued client's (default "8760h": a
+	// year). Minutes are allowed ("3m").
+	LeafValidity string `json:"leafValidity,omitempty"`
+	// RenewBefore is the renewal margin: a leaf with no more than this
+	// left is renewed (default a third of LeafValidity: renewal at two
+	// thirds of the lifetime). It must be shorter than LeafValidity.
+	RenewBefore string `json:"renewBefore,omitempty"`
+	// ExpiryWarning is the window in which an expiring certificate turns
+	// the CertificatesReady condition False (default "720h", 30 days, cut
+	// to half the renewal margin when that is shorter, so a leaf renewed
+	// on time never warns).
+	ExpiryWarning string `json:"expiryWarning,omitempty"`
+}
+
+// Certificate lifetimes when the spec leaves them empty.
+const (
+	DefaultCAValidity    = 10 * 365 * 24 * time.Hour
+	DefaultLeafValidity  = 365 * 24 * time.Hour
+	DefaultExpiryWarning = 30 * 24 * time.Hour
+)
+
+// CertValidity holds the certificate lifetimes of a spec, defaults applied.
+type CertValidity struct {
+	CA, Leaf, RenewBefore, ExpiryWarning time.Duration
+}
+
+// Validity returns the certificate lifetimes with defaults applied; an
+// error names the first field that does not parse or cannot work
+// (Validate reports them all).
+func (t TLS) Validity() (CertValidity, error) {
+	v, errs := t.validity()
+	return v, errors.Join(errs...)
+}
+
+func (t TLS) validity() (CertValidity, []error) {
+	var errs []error
+	dur := func(field, raw string, def time.Duration) time.Duration {
+		if raw == "" {
+			return def
+		}
+		d, err := time.ParseDuration(raw)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("tls.%s %q: want a duration like 8760h or 3m", field, raw))
+			return def
+		}
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("tls.%s %q: must be positive", field, raw))
+			return def
+		}
+		return d
+	}
+	v := CertValidity{
+		CA:   dur("caValidity", t.CAValidity, DefaultCAValidity),
+		Leaf: dur("leafValidity", t.LeafValidity, DefaultLeafValidity),
+	}
+	v.RenewBefore = dur("renewBefore", t.RenewBefore, v.Leaf/3)
+	v.ExpiryWarning = dur("expiryWarning", t.ExpiryWarning, min(DefaultExpiryWarning, v.RenewBefore/2))
+	if len(errs) > 0 {
+		return v, errs
+	}
+	if v.RenewBefore >= v.Leaf {
+		errs = append(errs, fmt.Errorf("tls.renewBefore %s is not shorter than tls.leafValidity %s: every leaf would be due for renewal as soon as it is issued; shorten renewBefore or lengthen leafValidity", v.RenewBefore, v.Leaf))
+	}
+	if v.Leaf > v.CA {
+		errs = append(errs, fmt.Errorf("tls.leafValidity %s is longer than tls.caValidity %s: a leaf must not outlive its CA", v.Leaf, v.CA))
+	}
+	return v, errs
 }
 
 // Etcd holds the settings every member runs with.

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func counter() func() (int, error) {
@@ -70,6 +71,11 @@ func TestValidate(t *testing.T) {
 		{name: "flag key smuggling a value", edit: func(c *Cluster) { c.Etcd.ExtraFlags = map[string]string{"data-dir=/x": "y"} }, wantErr: `etcd.extraFlags "data-dir=/x" is not an etcd flag name`},
 		{name: "election timeout", edit: func(c *Cluster) { c.Etcd.ElectionTimeoutMs = 200 }, wantErr: "at least 5 times"},
 		{name: "no members", edit: func(c *Cluster) { c.Members = nil }, wantErr: "no members"},
+		{name: "minutes allowed", edit: func(c *Cluster) { c.TLS.LeafValidity, c.TLS.RenewBefore = "3m", "1m" }},
+		{name: "validity not a duration", edit: func(c *Cluster) { c.TLS.LeafValidity = "1y" }, wantErr: `tls.leafValidity "1y": want a duration like 8760h or 3m`},
+		{name: "validity not positive", edit: func(c *Cluster) { c.TLS.CAValidity = "-1h" }, wantErr: `tls.caValidity "-1h": must be positive`},
+		{name: "validity shorter than the renewal margin", edit: func(c *Cluster) { c.TLS.LeafValidity, c.TLS.RenewBefore = "24h", "720h" }, wantErr: "tls.renewBefore 720h0m0s is not shorter than tls.leafValidity 24h0m0s"},
+		{name: "leaf outlives the CA", edit: func(c *Cluster) { c.TLS.CAValidity = "1000h" }, wantErr: "tls.leafValidity 8760h0m0s is longer than tls.caValidity 1000h0m0s"},
 		{name: "even count warns", edit: func(c *Cluster) { c.Members = c.Members[:2] }, warn: "even member count"},
 	}
 	for _, tt := range tests {
@@ -92,6 +98,28 @@ func TestValidate(t *testing.T) {
 			}
 			if tt.warn != "" && (len(w) == 0 || !strings.Contains(w[0], tt.warn)) {
 				t.Fatalf("warnings %v, want %q", w, tt.warn)
+			}
+		})
+	}
+}
+
+// TestTLSValidity: empty fields take the defaults (CA 10 years, leaves a
+// year, renewal at two thirds of the lifetime, the expiry warning 30 days
+// or half the renewal margin); minutes are allowed.
+func TestTLSValidity(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		tls  TLS
+		want CertValidity
+	}{
+		{"defaults", TLS{}, CertValidity{CA: DefaultCAValidity, Leaf: DefaultLeafValidity, RenewBefore: DefaultLeafValidity / 3, ExpiryWarning: DefaultExpiryWarning}},
+		{"minutes", TLS{LeafValidity: "3m"}, CertValidity{CA: DefaultCAValidity, Leaf: 3 * time.Minute, RenewBefore: time.Minute, ExpiryWarning: 30 * time.Second}},
+		{"all set", TLS{CAValidity: "48h", LeafValidity: "24h", RenewBefore: "6h", ExpiryWarning: "1h"}, CertValidity{CA: 48 * time.Hour, Leaf: 24 * time.Hour, RenewBefore: 6 * time.Hour, ExpiryWarning: time.Hour}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := tt.tls.Validity()
+			if err != nil || got != tt.want {
+				t.Fatalf("got %+v %v, want %+v", got, err, tt.want)
 			}
 		})
 	}

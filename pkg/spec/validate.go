@@ -108,6 +108,11 @@ func (c *Cluster) Validate(o ValidateOptions) (warnings []string, err error) {
 		}
 	}
 
+	if !c.TLS.Disabled {
+		_, verrs := c.TLS.validity()
+		errs = append(errs, verrs...)
+	}
+
 	if c.Backup.FullSchedule != "" {
 		if _, err := cron.ParseStandard(c.Backup.FullSchedule); err != nil {
 			bad("backup.fullSchedule %q: %v", c.Backup.FullSchedule, err)
