@@ -112,7 +112,16 @@ func (c *Cluster) conditions(ctx context.Context, st *Status, now time.Time) []C
 		all.Status, all.Reason = "False", "LearnerNotPromoted"
 		all.Message = fmt.Sprintf("not yet promoted to voting member (still catching up): %s", strings.Join(l, ", "))
 	}
-	return []Condition{ready, all, c.BackupCondition(ctx, now), c.upgradeCondition()}
+	return []Condition{ready, all, c.BackupCondition(ctx, now), c.upgradeCondition(), c.certificatesCondition(ctx, now)}
+}
+
+// certificatesCondition reads the inventory and computes CertificatesReady.
+func (c *Cluster) certificatesCondition(ctx context.Context, now time.Time) Condition {
+	inv, err := c.Certificates(ctx)
+	if err != nil {
+		return Condition{Type: CondCertificatesReady, Status: "Unknown", Reason: "InventoryFailed", Message: err.Error()}
+	}
+	return c.CertificatesCondition(inv, now)
 }
 
 // HealthyVoters counts the healthy voting members of the spec.
