@@ -29,6 +29,7 @@ var (
 		"pkg/restore":     nil,
 		"pkg/bootstrap":   nil,
 		"pkg/backupd":     {"pkg/restore"}, // garbage collection after a full snapshot
+		"pkg/certrenew":   nil,
 		"pkg/recovery":    {"pkg/membership", "pkg/restore", "pkg/backupd"},
 		"pkg/upgrade":     {"pkg/membership", "pkg/restore", "pkg/backupd"},
 	}

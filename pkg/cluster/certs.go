@@ -5,11 +5,13 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/filelock"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
@@ -154,6 +156,22 @@ func (c *Cluster) CertificatesCondition(inv []pki.CertInfo, now time.Time) Condi
 	return cond
 }
 
+// ErrRenewalRunning: another process renews the certificates of this
+// directory right now.
+var ErrRenewalRunning = errors.New("a certificate renewal is running")
+
+// HostLeaves lists the leaves of this machine's certificate directory that
+// renew in place (server, peer, client, agent), leaving out the client
+// certificates issued for the users of etcd, whose copies live with their
+// users: those are renewed by name, and copied again.
+func (c *Cluster) HostLeaves() ([]string, error) {
+	names, err := pki.Names(c.CertDir())
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(names, func(n string) bool { return strings.HasPrefix(n, pki.ClientsDir+"/") }), nil
+}
+
 // RenewCerts renews the leaves of this machine's certificate directory
 // (pki.Renew: the named ones, or all; only those due unless force), then
 // waits until every member on this machine serves the renewed server and
@@ -165,6 +183,16 @@ func (c *Cluster) RenewCerts(ctx context.Context, names []string, force bool, ti
 	if c.Spec.TLS.Disabled {
 		return nil, errors.New("renew certificates: TLS is off in the spec")
 	}
+	// One renewal at a time per directory: the agents' loops (several
+	// agents may share a directory) and `steward certs renew`.
+	lock, err := filelock.TryLock(filepath.Join(c.Dir, "run", "certs-renew.lock"))
+	if errors.Is(err, filelock.ErrHeld) {
+		return nil, fmt.Errorf("renew certificates: %w: another renewal of %s is running", ErrRenewalRunning, c.CertDir())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("renew certificates: %w", err)
+	}
+	defer lock.Release()
 	rs, err := pki.Renew(c.CertDir(), c.Validity(), names, force, time.Now())
 	if err != nil || len(rs) == 0 {
 		return rs, err

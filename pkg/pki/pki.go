@@ -495,9 +495,12 @@ func CheckHost(b *HostBundle, agentName, address string, now time.Time) error {
 // AgentServerTLS is the TLS config an agent serves its API with: its own
 // certificate, client certificates required and verified against the
 // cluster CA, and only the admin identity (AdminCN) let in.
+//
+// The certificate is loaded again at each handshake (like etcd's), so a
+// renewed agent certificate is served without restarting the agent.
 func AgentServerTLS(dir string) (*tls.Config, error) {
-	pair, err := tls.LoadX509KeyPair(filepath.Join(dir, AgentCert), filepath.Join(dir, AgentKey))
-	if err != nil {
+	certFile, keyFile := filepath.Join(dir, AgentCert), filepath.Join(dir, AgentKey)
+	if _, err := tls.LoadX509KeyPair(certFile, keyFile); err != nil {
 		return nil, fmt.Errorf("load the agent certificate from %s: %w", dir, err)
 	}
 	pool, err := CAPool(filepath.Join(dir, CACert))
@@ -505,10 +508,16 @@ func AgentServerTLS(dir string) (*tls.Config, error) {
 		return nil, err
 	}
 	return &tls.Config{
-		Certificates: []tls.Certificate{pair},
-		ClientCAs:    pool,
-		ClientAuth:   tls.RequireAndVerifyClientCert,
-		MinVersion:   tls.VersionTLS12,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+			if err != nil {
+				return nil, fmt.Errorf("load the agent certificate from %s: %w", dir, err)
+			}
+			return &pair, nil
+		},
+		ClientCAs:  pool,
+		ClientAuth: tls.RequireAndVerifyClientCert,
+		MinVersion: tls.VersionTLS12,
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			if len(cs.PeerCertificates) == 0 {
 				return errors.New("no client certificate")

@@ -80,6 +80,11 @@ func renewCommand(g *cli.Globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "renew [--all | NAME...]",
 		Short: "Renew leaf certificates now (server, peer, client, clients/NAME); members pick them up without a restart",
+		Long: `Renew the named leaf certificates now, or with --all every one of this machine's
+(server, peer, client, agent; not the client certificates issued for users of etcd,
+which are renewed by name: copy the renewed clients/NAME.crt to its user). A renewed
+certificate keeps its key and names; members serve it from their next TLS handshake,
+which the command waits for before it drops the previous certificate (kept as .prev).`,
 		RunE: func(cmd *cobra.Command, names []string) error {
 			if err := g.CheckOutput(); err != nil {
 				return err
@@ -90,6 +95,11 @@ func renewCommand(g *cli.Globals) *cobra.Command {
 			c, err := g.Cluster(cmd)
 			if err != nil {
 				return err
+			}
+			if all {
+				if names, err = c.HostLeaves(); err != nil {
+					return err
+				}
 			}
 			rs, err := c.RenewCerts(cmd.Context(), names, true, timeout)
 			err = cli.Hint(err, pki.ErrUnknownCert, "name one listed by `steward certs list`")
