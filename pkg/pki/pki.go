@@ -130,7 +130,9 @@ func Ensure(dir, clusterName string, hosts []string) error {
 // reading the pair at each handshake never sees a certificate without its
 // key). A file that does not parse, a key that does not match its
 // certificate, or a leaf the CA did not sign is refused (ErrUnparsable,
-// ErrKeyMismatch, ErrNotSignedByCA) and nothing is replaced.
+// ErrKeyMismatch, ErrNotSignedByCA) and nothing is replaced. Without a CA
+// (neither ca.crt nor ca.key), a new CA is created and every leaf reissued
+// by it with a new key.
 func EnsureWith(dir, clusterName string, hosts []string, v Validity) error {
 	v = v.WithDefaults()
 	if err := v.Check(); err != nil {
@@ -146,6 +148,9 @@ func EnsureWith(dir, clusterName string, hosts []string, v Validity) error {
 	slices.Sort(hosts)
 	hosts = slices.Compact(hosts)
 
+	// fresh: no CA was there, so the leaves there (of a CA gone) are
+	// all reissued with new keys by the new one.
+	fresh := false
 	caCert, caKey, err := loadPair(filepath.Join(dir, CACert), filepath.Join(dir, CAKey))
 	if errors.Is(err, os.ErrNotExist) {
 		if _, serr := os.Stat(filepath.Join(dir, CACert)); serr == nil {
@@ -156,6 +161,7 @@ func EnsureWith(dir, clusterName string, hosts []string, v Validity) error {
 			return ensureWithoutCAKey(dir, hosts)
 		}
 		caCert, caKey, err = newCA(dir, clusterName, v.CA)
+		fresh = true
 	}
 	if err != nil {
 		return fmt.Errorf("certificates: CA: %w", err)
@@ -178,6 +184,10 @@ func EnsureWith(dir, clusterName string, hosts []string, v Validity) error {
 	}
 	var issue []todo
 	for i, l := range leaves {
+		if fresh {
+			issue = append(issue, todo{i, nil})
+			continue
+		}
 		cert, key, err := loadLeaf(filepath.Join(dir, l.cert), filepath.Join(dir, l.key), caCert)
 		switch {
 		case errors.Is(err, os.ErrNotExist):

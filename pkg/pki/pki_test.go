@@ -396,3 +396,30 @@ func TestServedCert(t *testing.T) {
 		t.Fatalf("a certificate of another CA: %v %v", got, err)
 	}
 }
+
+// TestEnsureNewCAReissuesAll: without any CA, a new one is created and every
+// leaf there (signed by the CA that is gone) reissued with a new key.
+func TestEnsureNewCAReissuesAll(t *testing.T) {
+	dir := t.TempDir()
+	if err := Ensure(dir, "c1", nil); err != nil {
+		t.Fatal(err)
+	}
+	oldKey, _ := os.ReadFile(filepath.Join(dir, ServerKey))
+	for _, f := range []string{CACert, CAKey} {
+		if err := os.Remove(filepath.Join(dir, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := Ensure(dir, "c1", nil); err != nil {
+		t.Fatal(err)
+	}
+	ca := mustCert(t, filepath.Join(dir, CACert))
+	for _, c := range []string{ServerCert, PeerCert, ClientCert} {
+		if err := mustCert(t, filepath.Join(dir, c)).CheckSignatureFrom(ca); err != nil {
+			t.Errorf("%s not reissued by the new CA: %v", c, err)
+		}
+	}
+	if k, _ := os.ReadFile(filepath.Join(dir, ServerKey)); string(k) == string(oldKey) {
+		t.Error("the server key was kept across CAs")
+	}
+}
