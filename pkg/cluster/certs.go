@@ -39,7 +39,7 @@ func (c *Cluster) Certificates(ctx context.Context) ([]pki.CertInfo, error) {
 }
 
 // servedCerts reads the certificates the members and remote agents serve,
-// concurrently, each handshake within 3 seconds.
+// concurrently, each handshake within 2 seconds (the probes of status take as long).
 func (c *Cluster) servedCerts(ctx context.Context) []pki.CertInfo {
 	type target struct{ name, addr string }
 	var ts []target
@@ -68,7 +68,7 @@ func (c *Cluster) servedCerts(ctx context.Context) []pki.CertInfo {
 	if pair, err := tls.LoadX509KeyPair(f.ClientCert, f.ClientKey); err == nil {
 		client = &pair
 	}
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
 	for i, t := range ts {
