@@ -18,7 +18,7 @@ import (
 
 // CondCertificatesReady is False when a certificate Steward manages has
 // expired, expires within the spec's warning window (tls.expiryWarning),
-// cannot be read, or is served without being signed by the cluster CA.
+// cannot be read, or is served and does not verify against the cluster CA.
 const CondCertificatesReady = "CertificatesReady"
 
 // Certificates lists every certificate of the cluster: the files of this
@@ -109,7 +109,9 @@ func (c *Cluster) CertificatesCondition(inv []pki.CertInfo, now time.Time) Condi
 			continue
 		case ci.Error != "" && ci.Serial == "":
 			continue // a member or agent that does not answer: other conditions say so
-		case ci.Error != "":
+		case ci.Error != "" && ci.NotAfter.After(now):
+			// Served, and not expired: the verification against the
+			// cluster CA failed (another CA, a name it does not cover).
 			untrusted = append(untrusted, fmt.Sprintf("%s (%s)", ci.Name, ci.Error))
 			continue
 		}
@@ -133,7 +135,7 @@ func (c *Cluster) CertificatesCondition(inv []pki.CertInfo, now time.Time) Condi
 	add("expired", expired)
 	add(fmt.Sprintf("expires within %s", v.ExpiryWarning), soon)
 	add("cannot be read", unreadable)
-	add("not signed by the cluster CA", untrusted)
+	add("served but not trusted by the cluster CA", untrusted)
 	switch {
 	case len(expired) > 0:
 		cond.Status, cond.Reason = "False", "CertificateExpired"

@@ -32,6 +32,7 @@ func TestCertificatesCondition(t *testing.T) {
 		{"expired", spec.TLS{}, []pki.CertInfo{ok("peer", -time.Hour), ok("client", time.Hour)}, "False", "CertificateExpired", "expired: peer (1h0m0s ago); expires within 720h0m0s: client (in 1h0m0s)"},
 		{"unreadable file", spec.TLS{}, []pki.CertInfo{{Name: "agent", File: "/p/agent.crt", Error: "does not parse"}}, "False", "CertificateUnreadable", "cannot be read: agent (does not parse)"},
 		{"served by another CA", spec.TLS{}, []pki.CertInfo{{Name: "member etcd-1 client", Endpoint: "a:1", Serial: "2", NotAfter: now.Add(9000 * time.Hour), Error: "unknown authority"}}, "False", "CertificateNotTrusted", "member etcd-1 client (unknown authority)"},
+		{"served expired", spec.TLS{}, []pki.CertInfo{{Name: "member etcd-1 peer", Endpoint: "a:2", Serial: "3", NotAfter: now.Add(-time.Minute), Error: "certificate has expired"}}, "False", "CertificateExpired", "expired: member etcd-1 peer (1m0s ago)"},
 		{"member down ignored", spec.TLS{}, []pki.CertInfo{ok("server", 9000*time.Hour), {Name: "member etcd-1 client", Endpoint: "a:1", Error: "connection refused"}}, "True", "CertificatesValid", ""},
 		{"TLS off", spec.TLS{Disabled: true}, nil, "True", "TLSDisabled", ""},
 	} {

@@ -210,6 +210,7 @@ func ServedCert(ctx context.Context, addr string, pool *x509.CertPool, client *t
 		return nil, err
 	}
 	var got *x509.Certificate
+	var verifyErr error
 	tc := &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		// Verified below, so that a certificate the CA did not sign is
@@ -224,8 +225,8 @@ func ServedCert(ctx context.Context, addr string, pool *x509.CertPool, client *t
 			for _, c := range cs.PeerCertificates[1:] {
 				inter.AddCert(c)
 			}
-			_, err := got.Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter, DNSName: host, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
-			return err
+			_, verifyErr = got.Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter, DNSName: host, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+			return verifyErr
 		},
 	}
 	if client != nil {
@@ -237,24 +238,15 @@ func ServedCert(ctx context.Context, addr string, pool *x509.CertPool, client *t
 		conn.Close()
 	}
 	if got != nil {
-		if err != nil && !isVerifyError(err) {
-			// The server's certificate came; what failed after it (the
-			// server refusing our client certificate) is not its problem.
-			err = nil
-		}
-		return got, err
+		// The server's certificate came: only its verification matters,
+		// not what failed after it (a server refusing our client
+		// certificate).
+		return got, verifyErr
 	}
 	if err != nil {
 		return nil, fmt.Errorf("TLS handshake with %s: %w", addr, err)
 	}
 	return nil, fmt.Errorf("TLS handshake with %s: no certificate", addr)
-}
-
-func isVerifyError(err error) bool {
-	var ua x509.UnknownAuthorityError
-	var hn x509.HostnameError
-	var ci x509.CertificateInvalidError
-	return errors.As(err, &ua) || errors.As(err, &hn) || errors.As(err, &ci)
 }
 
 // Names lists the names of the leaves in dir (server, peer, client, agent,
