@@ -2,9 +2,17 @@
 // a server certificate for client traffic, a peer certificate for member to
 // member traffic, and a client certificate for Steward and etcdctl.
 //
+// Lifetimes come from a Validity (the spec's tls fields). The inventory
+// (Inventory, ServedCert) reads what there is, in files and in live TLS
+// handshakes; Renew reissues leaves with their key kept; IssueClient issues
+// client certificates for the users of etcd.
+//
 // Invariant: private keys are written 0600 and never logged. Certificates are
-// reissued (with the same CA) when a host appears that they do not cover, so
-// adding a member on a new address does not need the operator's hands.
+// reissued (with the same CA and key) when a host appears that they do not
+// cover or their renewal point has come, so adding a member on a new address
+// does not need the operator's hands. A file that does not parse, a key that
+// does not match its certificate and a leaf of another CA are refused,
+// replacing nothing.
 package pki
 
 import (
