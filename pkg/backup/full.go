@@ -91,6 +91,11 @@ func TakeFull(ctx context.Context, cli *clientv3.Client, s Store, o FullOptions)
 	if err := putWithManifest(ctx, s, o.Auth, &m, f); err != nil {
 		return Manifest{}, err
 	}
+	// Read back what was written, once per full backup: a store that
+	// acknowledged a write it did not keep is found now, not at restore.
+	if err := ReadBack(ctx, s, o.Auth, m); err != nil {
+		return m, err
+	}
 	return m, nil
 }
 
@@ -374,6 +379,32 @@ func (c *cappedReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.left -= int64(n)
 	return n, err
+}
+
+// ReadBack reads a stored backup back from the store: its manifest must
+// verify and be m, and its object must have m's size and SHA-256.
+func ReadBack(ctx context.Context, s Store, auth *AuthKey, m Manifest) error {
+	got, err := readManifest(ctx, s, manifestName(m.Kind, m.ID), auth)
+	if err != nil {
+		return fmt.Errorf("read back backup %s from %s: %w", m.ID, s, err)
+	}
+	if got.MAC != m.MAC {
+		return fmt.Errorf("read back backup %s from %s: the stored manifest is not the one written", m.ID, s)
+	}
+	rc, err := s.Get(ctx, m.Object)
+	if err != nil {
+		return fmt.Errorf("read back backup %s: %w", m.ID, err)
+	}
+	defer rc.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, io.LimitReader(ctxReader{ctx, rc}, m.Size+1))
+	if err != nil {
+		return fmt.Errorf("read back backup %s: %w", m.ID, err)
+	}
+	if sum := hex.EncodeToString(h.Sum(nil)); n != m.Size || sum != m.SHA256 {
+		return fmt.Errorf("read back backup %s from %s: the store returned %d bytes with SHA-256 %s, %d bytes with %s were written", m.ID, s, n, sum, m.Size, m.SHA256)
+	}
+	return nil
 }
 
 // ErrNoAuthKey: a backup cannot be stored without the cluster backup key

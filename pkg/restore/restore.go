@@ -33,6 +33,11 @@ type Options struct {
 	ToRevision int64
 	// ToTime restores the keyspace as it was at this time (zero: newest).
 	ToTime time.Time
+	// AllowUnauthenticated also trusts manifests without a MAC (written
+	// before the cluster had its backup key): an operator's deliberate
+	// choice to restore an old backup. A manifest whose MAC fails is never
+	// trusted.
+	AllowUnauthenticated bool
 	// AllowOtherCluster restores a backup taken from another etcd cluster
 	// than the one last seen for this spec.
 	AllowOtherCluster bool
@@ -136,7 +141,14 @@ func prepare(ctx context.Context, c *cluster.Cluster, o Options, targets []spec.
 	if err != nil {
 		return p, err
 	}
-	m, chain, err := pickChain(ctx, store, o)
+	listing, err := c.Backups(ctx, store, o.AllowUnauthenticated)
+	if err != nil {
+		return p, err
+	}
+	for _, i := range listing.Ignored {
+		c.Progress.Say("ignored %s", i)
+	}
+	m, chain, err := pickChain(listing, store.String(), o)
 	p.full = m
 	if err != nil {
 		return p, err
@@ -342,15 +354,13 @@ func requireStopped(ctx context.Context, c *cluster.Cluster) error {
 // --to-revision or --to-time, the newest full backup at or before the target.
 // A gap in the chain that later deltas would have filled is refused rather
 // than silently dropping them.
-func pickChain(ctx context.Context, store backup.Store, o Options) (backup.Manifest, backup.Chain, error) {
-	all, err := backup.List(ctx, store)
-	if err != nil {
-		return backup.Manifest{}, backup.Chain{}, err
-	}
+func pickChain(listing backup.Listing, store string, o Options) (backup.Manifest, backup.Chain, error) {
+	all := listing.Backups
 	var full backup.Manifest
+	var err error
 	switch {
 	case o.Backup != "" && o.Backup != "latest":
-		if full, err = backup.Find(ctx, store, o.Backup); err != nil {
+		if full, err = listing.Find(o.Backup, store); err != nil {
 			return full, backup.Chain{}, err
 		}
 		if full.Kind != backup.KindFull {
@@ -370,7 +380,7 @@ func pickChain(ctx context.Context, store backup.Store, o Options) (backup.Manif
 			return full, backup.Chain{}, fmt.Errorf("no full backup at or before the target in %s: the oldest restorable point is the first full backup", store)
 		}
 	default:
-		if full, err = backup.Find(ctx, store, "latest"); err != nil {
+		if full, err = listing.Find("latest", store); err != nil {
 			return full, backup.Chain{}, err
 		}
 	}
