@@ -316,7 +316,7 @@ func openObject(ctx context.Context, s Store, m Manifest, key *Key, tmpDir strin
 	}
 	if n > m.Size {
 		removeTemp()
-		return nil, nil, nil, fmt.Errorf("backup %s is corrupt: stored object is larger than the manifest's %d bytes: %w", m.ID, m.Size, ErrTooLarge)
+		return nil, nil, nil, fmt.Errorf("backup %s is corrupt: stored object is larger than the manifest's %d bytes (not decompressed): %w", m.ID, m.Size, ErrTooLarge)
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != m.SHA256 || n != m.Size {
 		removeTemp()

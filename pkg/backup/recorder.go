@@ -298,7 +298,7 @@ func PutDelta(ctx context.Context, s Store, key *Key, auth *AuthKey, d DeltaInfo
 	if m.Size, m.SHA256, err = packStream(&packed, bytes.NewReader(body), key); err != nil {
 		return m, err
 	}
-	if err := putWithManifest(ctx, s, auth, &m, &packed); err != nil {
+	if err := putWithManifest(ctx, s, auth, &m, bytes.NewReader(packed.Bytes())); err != nil {
 		return m, err
 	}
 	return m, nil

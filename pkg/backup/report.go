@@ -27,10 +27,10 @@ type LoopStatus struct {
 	// not keeping up (or not receiving): the writes since are not backed up.
 	BehindRevision int64 `json:"behindRevision,omitempty"`
 	// Ignored names the manifests the loop did not trust, and why.
-	Ignored      []string  `json:"ignored,omitempty"`
-	LastError    string    `json:"lastError,omitempty"`
-	LastErrorAt  time.Time `json:"lastErrorAt,omitzero"`
-	UpdatedAt    time.Time `json:"updatedAt"`
+	Ignored     []string  `json:"ignored,omitempty"`
+	LastError   string    `json:"lastError,omitempty"`
+	LastErrorAt time.Time `json:"lastErrorAt,omitzero"`
+	UpdatedAt   time.Time `json:"updatedAt"`
 }
 
 // loopStatusPath is per agent: agents sharing a directory each report.
