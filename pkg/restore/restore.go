@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/etcd-steward/steward/internal/proc"
@@ -38,6 +40,9 @@ type Options struct {
 	// choice to restore an old backup. A manifest whose MAC fails is never
 	// trusted.
 	AllowUnauthenticated bool
+	// SkipUntrusted restores even though manifests newer than the chosen
+	// full backup are not trusted, leaving out what they describe.
+	SkipUntrusted bool
 	// AllowOtherCluster restores a backup taken from another etcd cluster
 	// than the one last seen for this spec.
 	AllowOtherCluster bool
@@ -60,6 +65,11 @@ var (
 	// ErrDataDirsHoldData: a target data dir is not empty (Options.Force
 	// moves them aside).
 	ErrDataDirsHoldData = errors.New("data dirs hold data")
+	// ErrUntrustedManifests: the store holds manifests newer than the
+	// chosen full backup that are not trusted (corrupt, forged, or
+	// unauthenticated): the deltas they describe would be left out
+	// (Options.SkipUntrusted restores without them).
+	ErrUntrustedManifests = errors.New("untrusted manifests after the backup")
 	// ErrChainGap: deltas after a gap in the chain would be lost
 	// (Options.ToRevision up to the gap restores what precedes it).
 	ErrChainGap = errors.New("gap in the delta chain")
@@ -152,6 +162,20 @@ func prepare(ctx context.Context, c *cluster.Cluster, o Options, targets []spec.
 	p.full = m
 	if err != nil {
 		return p, err
+	}
+	// A manifest that is not trusted and sorts after the full backup may
+	// describe a delta of its chain: restoring without it would silently
+	// drop history. Older ones (backups from before the cluster backup key)
+	// cannot be part of this chain.
+	var later []string
+	for _, i := range listing.Ignored {
+		if id := path.Base(strings.TrimSuffix(i.Name, ".json")); id > m.ID {
+			later = append(later, i.String())
+		}
+	}
+	if len(later) > 0 && !o.SkipUntrusted {
+		return p, cluster.Refuse(ErrUntrustedManifests, "refusing to restore from %s: %d newer manifests in the store are not trusted, and what they describe would be left out: %s",
+			m.ID, len(later), strings.Join(later, "; "))
 	}
 	known, err := c.KnownClusterID()
 	if err != nil {
