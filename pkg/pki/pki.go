@@ -18,6 +18,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/big"
 	"net"
 	"os"
@@ -539,7 +540,19 @@ func EnsureBackupAuthKey(dir string) (created bool, err error) {
 	if _, err := rand.Read(k[:]); err != nil {
 		return false, fmt.Errorf("cluster backup key: %w", err)
 	}
-	if err := atomicfile.WriteFile(p, []byte(hex.EncodeToString(k[:])+"\n"), 0o600); err != nil {
+	// Written aside, then linked into place: link never replaces, so two
+	// processes generating at once agree on the one that landed first.
+	tmp := fmt.Sprintf("%s.tmp-%d", p, os.Getpid())
+	if err := atomicfile.WriteFile(tmp, []byte(hex.EncodeToString(k[:])+"\n"), 0o600); err != nil {
+		return false, fmt.Errorf("cluster backup key: %w", err)
+	}
+	defer os.Remove(tmp)
+	if err := os.Link(tmp, p); errors.Is(err, fs.ErrExist) {
+		return false, nil
+	} else if err != nil {
+		return false, fmt.Errorf("cluster backup key: %w", err)
+	}
+	if err := atomicfile.SyncDir(dir); err != nil {
 		return false, fmt.Errorf("cluster backup key: %w", err)
 	}
 	return true, nil

@@ -133,7 +133,14 @@ func TestRestoreRefusesFalseDeltaRange(t *testing.T) {
 	cli := e.Client()
 	rev := putKeys(t, cli, "a/", 10)
 	waitBackedUp(t, e, rev)
-	rev = putKeys(t, cli, "b/", 10)
+	// Single puts in quick succession: one segment of several revisions.
+	for i := 0; i < 20; i++ {
+		resp, err := cli.Put(t.Context(), fmt.Sprintf("b/%02d", i), "v")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev = resp.Header.Revision
+	}
 	waitBackedUp(t, e, rev)
 	cli.Close()
 	e.MustRun("down")
