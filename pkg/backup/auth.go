@@ -71,6 +71,11 @@ var (
 	// ErrBadMAC: the MAC does not verify under the cluster backup key:
 	// forged, modified, or written by another cluster.
 	ErrBadMAC = errors.New("manifest authentication failed")
+	// ErrUnknownKey: the manifest is authenticated under another key than
+	// the one given (or none was given): it cannot be checked here. Like an
+	// unauthenticated one, trusted only when an operator asks (a restore
+	// on a machine that lost the cluster backup key).
+	ErrUnknownKey = errors.New("manifest is authenticated under an unknown key")
 	// ErrBadManifest: the manifest does not parse or contradicts itself.
 	ErrBadManifest = errors.New("manifest is invalid")
 )
@@ -189,9 +194,10 @@ func checkManifest(m *Manifest) error {
 
 // ParseManifest parses a stored manifest and checks it: that it agrees
 // with itself (checkManifest) and that its MAC verifies under key. A
-// manifest without a MAC is returned with ErrUnauthenticated (the caller
-// decides whether an operator asked to trust it); one whose MAC fails
-// verification with ErrBadMAC and no manifest. It is a pure function of
+// manifest without a MAC is returned with ErrUnauthenticated, one under
+// another key with ErrUnknownKey (the caller decides whether an operator
+// asked to trust it); one whose MAC fails verification under key with
+// ErrBadMAC and no manifest. It is a pure function of
 // its input.
 func ParseManifest(b []byte, key *AuthKey) (Manifest, error) {
 	var m Manifest
@@ -207,14 +213,14 @@ func ParseManifest(b []byte, key *AuthKey) (Manifest, error) {
 		}
 		return m, ErrUnauthenticated
 	}
-	if key == nil {
-		return Manifest{}, fmt.Errorf("%w: no cluster backup key to check it with", ErrBadMAC)
-	}
 	if m.Format != ManifestFormat {
 		return Manifest{}, fmt.Errorf("%w: unknown format %d", ErrBadMAC, m.Format)
 	}
+	if key == nil {
+		return m, fmt.Errorf("%w: no cluster backup key to check it with", ErrUnknownKey)
+	}
 	if m.MACKeyID != key.ID() {
-		return Manifest{}, fmt.Errorf("%w: written under backup key %s, the cluster's is %s", ErrBadMAC, m.MACKeyID, key.ID())
+		return m, fmt.Errorf("%w: written under backup key %s, the cluster's is %s", ErrUnknownKey, m.MACKeyID, key.ID())
 	}
 	got, err := hex.DecodeString(m.MAC)
 	if err != nil || !hmac.Equal(got, key.mac(&m)) {

@@ -71,7 +71,9 @@ type ListOptions struct {
 	// Key is the cluster backup key; without it no manifest is trusted.
 	Key *AuthKey
 	// AllowUnauthenticated also trusts manifests without a MAC (written
-	// before the cluster had its backup key). Only an operator's explicit
+	// before the cluster had its backup key) and manifests authenticated
+	// under another key (a machine that lost the cluster's key). Never one
+	// whose MAC fails under Key. Only an operator's explicit
 	// choice sets it; the continuous loop and garbage collection never do.
 	AllowUnauthenticated bool
 }
@@ -145,7 +147,7 @@ func List(ctx context.Context, s Store, o ListOptions) (Listing, error) {
 			continue
 		}
 		m, err := readManifest(ctx, s, n, o.Key)
-		if errors.Is(err, ErrUnauthenticated) && o.AllowUnauthenticated {
+		if (errors.Is(err, ErrUnauthenticated) || errors.Is(err, ErrUnknownKey)) && o.AllowUnauthenticated {
 			err = nil
 		}
 		if err == nil && manifestName(m.Kind, m.ID) != n {
@@ -153,8 +155,11 @@ func List(ctx context.Context, s Store, o ListOptions) (Listing, error) {
 		}
 		if err != nil {
 			reason := err.Error()
-			if errors.Is(err, ErrUnauthenticated) {
+			switch {
+			case errors.Is(err, ErrUnauthenticated):
 				reason += " (written before the cluster had its backup key; restore it only deliberately)"
+			case errors.Is(err, ErrUnknownKey):
+				reason += " (another cluster's, or this machine lacks the cluster's backup key; restore it only deliberately)"
 			}
 			out.Ignored = append(out.Ignored, Ignored{Name: n, Reason: reason, Err: err})
 			continue

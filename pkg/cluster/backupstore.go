@@ -54,7 +54,7 @@ func (c *Cluster) BackupAuthKeyPath() string { return filepath.Join(c.CertDir(),
 func (c *Cluster) BackupAuthKey() (*backup.AuthKey, error) {
 	p := c.BackupAuthKeyPath()
 	if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
-		if !c.Admin() {
+		if c.onJoinedHost() {
 			return nil, fmt.Errorf("no cluster backup key at %s: this host receives the coordinator's with the spec (run any command that saves the spec on the coordinator, or join again)", p)
 		}
 		created, err := pki.EnsureBackupAuthKey(c.CertDir())
@@ -76,4 +76,15 @@ func (c *Cluster) Backups(ctx context.Context, store backup.Store, allowUnauthen
 		return backup.Listing{}, err
 	}
 	return backup.List(ctx, store, backup.ListOptions{Key: key, AllowUnauthenticated: allowUnauthenticated})
+}
+
+// onJoinedHost reports whether this directory is a joined host's: its
+// client certificate is a host's, not the admin's. A directory without any
+// client certificate (a fresh one, a restore into a new directory) is not.
+func (c *Cluster) onJoinedHost() bool {
+	if c.Spec.TLS.Disabled {
+		return false
+	}
+	cn, err := pki.CommonName(pki.FilesIn(c.CertDir()).ClientCert)
+	return err == nil && cn != pki.AdminCN
 }
