@@ -157,16 +157,17 @@ func TestRestoreRefusesFalseDeltaRange(t *testing.T) {
 	falseEnd := last.EndRevision - 1
 	falseID := strings.TrimSuffix(last.ID, fmt.Sprintf("-%d", last.EndRevision)) + fmt.Sprintf("-%d", falseEnd)
 	falseObj := backup.ObjectName(backup.KindDelta, falseID, last.Encryption != "")
+	// With its MAC (now wrong): forged. The real manifest goes, the object
+	// takes the forged ID's name.
+	editManifest(t, store, last, func(f map[string]any) {
+		f["id"], f["endRevision"], f["object"] = falseID, falseEnd, falseObj
+	})
 	if err := os.Remove(filepath.Join(store, backup.KindDelta, last.ID+".json")); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Rename(filepath.Join(store, last.Object), filepath.Join(store, falseObj)); err != nil {
 		t.Fatal(err)
 	}
-	// With its MAC (now wrong): forged.
-	editManifest(t, store, last, func(f map[string]any) {
-		f["id"], f["endRevision"], f["object"] = falseID, falseEnd, falseObj
-	})
 	dataDir := filepath.Join(e.Dir, e.Spec().Members[0].DataDir)
 	out := e.MustFail("restore", "--force")
 	if !strings.Contains(out, "not trusted") || !strings.Contains(out, falseID) || !strings.Contains(out, "--skip-untrusted") {
