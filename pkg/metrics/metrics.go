@@ -53,7 +53,14 @@ func init() {
 	backupUploadedBytes.WithLabelValues(KindFull)
 	backupUploadedBytes.WithLabelValues(KindDelta)
 	backupFailures.WithLabelValues()
+	for _, a := range recoveryActionNames {
+		recoveryActions.WithLabelValues(a, "success")
+		recoveryActions.WithLabelValues(a, "failure")
+	}
 }
+
+// recoveryActionNames are the actions recovery.Report names.
+var recoveryActionNames = []string{"none", "restart", "reseed", "restore", "resume"}
 
 // BackupUploaded records a stored backup object of kind (KindFull,
 // KindDelta) and size bytes.
