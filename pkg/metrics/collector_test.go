@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -401,4 +402,24 @@ func TestServerTLS(t *testing.T) {
 	if _, err := ServingTLS(t.TempDir()); err == nil || !strings.Contains(err.Error(), "metrics TLS certificate") {
 		t.Errorf("no certificate: %v, want an error naming the metrics TLS certificate", err)
 	}
+}
+
+// httpGetBody returns the body of a 200 response to GET u.
+func httpGetBody(ctx context.Context, u string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("GET %s: %s", u, resp.Status)
+	}
+	return string(b), err
 }
