@@ -163,10 +163,19 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 	if err != nil {
 		return err
 	}
-	all, err := backup.List(ctx, store)
+	auth, err := c.BackupAuthKey()
 	if err != nil {
 		return err
 	}
+	listing, err := backup.List(ctx, store, backup.ListOptions{Key: auth})
+	if err != nil {
+		return err
+	}
+	all, ignored := trusted(listing, status.Cluster.ID, liveRevision(status), time.Now())
+	if len(ignored) > 0 {
+		log.Warn("ignoring untrusted backup manifests", "count", len(ignored), "manifests", ignored)
+	}
+	r.update(false, func(st *backup.LoopStatus) { st.Ignored = ignored })
 	sched, err := cron.ParseStandard(c.Spec.Backup.FullSchedule)
 	if err != nil {
 		return err
@@ -234,6 +243,7 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 	go func() {
 		defer close(monitorDone)
 		lastReport := time.Now()
+		var samples []revSample
 		for rctx.Err() == nil {
 			select {
 			case <-rctx.Done():
@@ -248,14 +258,16 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 				return
 			}
 			if time.Since(lastReport) >= 2*time.Second {
-				r.write()
+				samples = sampleRevision(rctx, cli, leader, samples)
+				behind := behindRevision(samples, time.Now())
+				r.update(true, func(st *backup.LoopStatus) { st.BehindRevision = behind })
 				lastReport = time.Now()
 			}
 		}
 	}()
 	rec := backup.NewRecorder(backup.RecorderOptions{
 		Fence: lease.fence,
-		Store: store, Key: key, ClusterID: status.Cluster.ID, EtcdVersion: leader.Version, Member: leader.Name,
+		Store: store, Key: key, Auth: auth, ClusterID: status.Cluster.ID, EtcdVersion: leader.Version, Member: leader.Name,
 		MaxAge: time.Duration(c.Spec.Backup.DeltaMaxAgeMs) * time.Millisecond,
 		OnUpload: func(m backup.Manifest) {
 			metrics.BackupUploaded(metrics.KindDelta, m.Size)
@@ -288,6 +300,83 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 		return nil // handover, schedule or chain limit: next round
 	}
 	return err
+}
+
+// revSample is the cluster's revision at a time.
+type revSample struct {
+	at  time.Time
+	rev int64
+}
+
+// lagWindow is how long a write may wait to be stored before the loop
+// reports that it is not keeping up.
+const lagWindow = 6 * time.Second
+
+// sampleRevision appends the leader's current revision (when it answers)
+// and drops samples older than needed.
+func sampleRevision(ctx context.Context, cli *clientv3.Client, leader cluster.MemberStatus, samples []revSample) []revSample {
+	if len(leader.ClientURLs) == 0 {
+		return samples
+	}
+	sctx, cancel := context.WithTimeout(ctx, time.Second)
+	resp, err := cli.Status(sctx, leader.ClientURLs[0])
+	cancel()
+	if err != nil {
+		return samples
+	}
+	now := time.Now()
+	samples = append(samples, revSample{now, resp.Header.Revision})
+	// Keep the newest sample older than the window, and those after it.
+	for len(samples) > 1 && now.Sub(samples[1].at) >= lagWindow {
+		samples = samples[1:]
+	}
+	return samples
+}
+
+// behindRevision is the revision the cluster had reached lagWindow ago (0
+// when no sample is that old): every revision up to it should be stored.
+func behindRevision(samples []revSample, now time.Time) int64 {
+	if len(samples) == 0 || now.Sub(samples[0].at) < lagWindow {
+		return 0
+	}
+	return samples[0].rev
+}
+
+// liveRevision is the newest revision a healthy member reports.
+func liveRevision(st *cluster.Status) int64 {
+	var rev int64
+	for _, m := range st.Members {
+		if m.Healthy {
+			rev = max(rev, m.Revision)
+		}
+	}
+	return rev
+}
+
+// trusted keeps the authenticated manifests of this cluster that the live
+// cluster makes possible: none claims a revision above the cluster's
+// (liveRev) or a creation time in the future. The rest, with the manifests
+// List ignored, are named in the second result; the loop never continues a
+// chain from them.
+func trusted(l backup.Listing, clusterID string, liveRev int64, now time.Time) ([]backup.Manifest, []string) {
+	var ignored []string
+	for _, i := range l.Ignored {
+		ignored = append(ignored, i.String())
+	}
+	var out []backup.Manifest
+	for _, m := range l.Backups {
+		switch {
+		case m.ClusterID != clusterID:
+			out = append(out, m) // another cluster's: not used, not judged
+		case liveRev > 0 && m.EndRevision > liveRev:
+			ignored = append(ignored, fmt.Sprintf("%s: claims revision %d, but the cluster is at revision %d", m.ID, m.EndRevision, liveRev))
+		case m.CreatedAt.After(now.Add(time.Minute)):
+			ignored = append(ignored, fmt.Sprintf("%s: created in the future (%s)", m.ID, m.CreatedAt.Format(time.RFC3339)))
+		default:
+			out = append(out, m)
+		}
+	}
+	return out, ignored
 }
 
 // backupElection is the etcd election that makes one agent at a time the

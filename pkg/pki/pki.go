@@ -14,9 +14,11 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/big"
 	"net"
 	"os"
@@ -37,6 +39,10 @@ const (
 	PeerKey    = "peer.key"
 	ClientCert = "client.crt"
 	ClientKey  = "client.key"
+	// BackupAuthKey is the cluster backup key: 32 random bytes (hex) that
+	// authenticate every backup manifest (package backup, AuthKey). It is
+	// generated with the CA and handed to every host in its join file.
+	BackupAuthKey = "backup-auth.key"
 )
 
 // Validity of generated certificates.
@@ -84,6 +90,12 @@ func Ensure(dir, clusterName string, hosts []string) error {
 			return ensureWithoutCAKey(dir, hosts)
 		}
 		caCert, caKey, err = newCA(dir, clusterName)
+		if err == nil {
+			// A new cluster: its backup key is born with its CA.
+			if _, err = EnsureBackupAuthKey(dir); err != nil {
+				return fmt.Errorf("certificates: %w", err)
+			}
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("certificates: CA: %w", err)
@@ -290,6 +302,10 @@ type HostBundle struct {
 	// They are not the admin's: no agent's API accepts them.
 	ClientCert []byte
 	ClientKey  []byte
+	// BackupAuthKey is the cluster backup key (BackupAuthKey), so the
+	// host's backup loop writes manifests the coordinator trusts; empty
+	// when the coordinator has none yet.
+	BackupAuthKey []byte
 }
 
 // CommonName returns the subject common name of the certificate in a PEM file.
@@ -328,6 +344,11 @@ func IssueHost(dir, clusterName, agentName, address string) (*HostBundle, error)
 	hosts := []string{address, "127.0.0.1", "localhost"}
 	both := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
 	b := &HostBundle{CA: caPEM}
+	if ak, err := os.ReadFile(filepath.Join(dir, BackupAuthKey)); err == nil {
+		b.BackupAuthKey = ak
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("certificates for host %s: %w", agentName, err)
+	}
 	for _, l := range []struct {
 		cn        string
 		hosts     []string
@@ -368,7 +389,11 @@ func WriteHost(dir string, b *HostBundle) error {
 		{ServerKey, b.ServerKey, 0o600}, {ServerCert, b.ServerCert, 0o644},
 		{PeerKey, b.PeerKey, 0o600}, {PeerCert, b.PeerCert, 0o644},
 		{ClientKey, b.ClientKey, 0o600}, {ClientCert, b.ClientCert, 0o644},
+		{BackupAuthKey, b.BackupAuthKey, 0o600},
 	} {
+		if f.data == nil && f.name == BackupAuthKey {
+			continue // a join file from before the cluster had one
+		}
 		if err := atomicfile.WriteFile(filepath.Join(dir, f.name), f.data, f.mode); err != nil {
 			return fmt.Errorf("certificates: %w", err)
 		}
@@ -495,6 +520,42 @@ func sign(ca *x509.Certificate, caKey *ecdsa.PrivateKey, cn string, usage []x509
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
 	return der, key, err
+}
+
+// EnsureBackupAuthKey creates the cluster backup key in dir (0600, 64 hex
+// digits of 32 random bytes) unless it exists, and reports whether it did.
+// The key never leaves the certificate directory except in join files and
+// the coordinator's hand-over to its hosts.
+func EnsureBackupAuthKey(dir string) (created bool, err error) {
+	p := filepath.Join(dir, BackupAuthKey)
+	if _, err := os.Stat(p); err == nil {
+		return false, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return false, fmt.Errorf("cluster backup key: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return false, fmt.Errorf("cluster backup key: %w", err)
+	}
+	var k [32]byte
+	if _, err := rand.Read(k[:]); err != nil {
+		return false, fmt.Errorf("cluster backup key: %w", err)
+	}
+	// Written aside, then linked into place: link never replaces, so two
+	// processes generating at once agree on the one that landed first.
+	tmp := fmt.Sprintf("%s.tmp-%d", p, os.Getpid())
+	if err := atomicfile.WriteFile(tmp, []byte(hex.EncodeToString(k[:])+"\n"), 0o600); err != nil {
+		return false, fmt.Errorf("cluster backup key: %w", err)
+	}
+	defer os.Remove(tmp)
+	if err := os.Link(tmp, p); errors.Is(err, fs.ErrExist) {
+		return false, nil
+	} else if err != nil {
+		return false, fmt.Errorf("cluster backup key: %w", err)
+	}
+	if err := atomicfile.SyncDir(dir); err != nil {
+		return false, fmt.Errorf("cluster backup key: %w", err)
+	}
+	return true, nil
 }
 
 // ReadCertificate parses the first certificate of a PEM file.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -102,5 +103,37 @@ func TestEnsureKeepsCAWithoutKey(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, CAKey)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatal("a CA key appeared")
+	}
+}
+
+// TestEnsureBackupAuthKey: created once, 0600, 64 hex digits; a second call
+// keeps it; a host bundle carries it and WriteHost writes it 0600.
+func TestEnsureBackupAuthKey(t *testing.T) {
+	dir := t.TempDir()
+	created, err := EnsureBackupAuthKey(dir)
+	if err != nil || !created {
+		t.Fatalf("first: %v %v", created, err)
+	}
+	p := filepath.Join(dir, BackupAuthKey)
+	b, _ := os.ReadFile(p)
+	fi, _ := os.Stat(p)
+	if len(strings.TrimSpace(string(b))) != 64 || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("key %q mode %o", b, fi.Mode().Perm())
+	}
+	if created, err := EnsureBackupAuthKey(dir); err != nil || created {
+		t.Fatalf("second: %v %v", created, err)
+	}
+	if b2, _ := os.ReadFile(p); string(b2) != string(b) {
+		t.Error("the key changed")
+	}
+	host := t.TempDir()
+	if err := WriteHost(host, &HostBundle{BackupAuthKey: b}); err != nil {
+		t.Fatal(err)
+	}
+	if hb, _ := os.ReadFile(filepath.Join(host, BackupAuthKey)); string(hb) != string(b) {
+		t.Error("WriteHost did not write the key")
+	}
+	if fi, _ := os.Stat(filepath.Join(host, BackupAuthKey)); fi.Mode().Perm() != 0o600 {
+		t.Errorf("host key mode %o", fi.Mode().Perm())
 	}
 }

@@ -468,9 +468,10 @@ func TestHostsCoordinatorLost(t *testing.T) {
 	}
 	stale := latestPlan(t, hs.Env)
 
-	// Another machine: only the admin credentials and the store's address.
+	// Another machine: only the admin credentials (with the cluster backup
+	// key) and the store's address.
 	pkiCopy := t.TempDir()
-	for _, f := range []string{"ca.crt", "client.crt", "client.key"} {
+	for _, f := range []string{"ca.crt", "client.crt", "client.key", "backup-auth.key"} {
 		b, err := os.ReadFile(filepath.Join(hs.Dir, "pki", f))
 		if err != nil {
 			t.Fatal(err)
