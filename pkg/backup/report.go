@@ -31,6 +31,9 @@ type LoopStatus struct {
 	LastError   string    `json:"lastError,omitempty"`
 	LastErrorAt time.Time `json:"lastErrorAt,omitzero"`
 	UpdatedAt   time.Time `json:"updatedAt"`
+
+	// LastDelta is when the newest delta segment was stored.
+	LastDelta time.Time `json:"lastDelta,omitzero"`
 }
 
 // loopStatusPath is per agent: agents sharing a directory each report.

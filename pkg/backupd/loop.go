@@ -21,6 +21,7 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/metrics"
 	"github.com/etcd-steward/steward/pkg/restore"
 )
 
@@ -79,6 +80,7 @@ func Run(ctx context.Context, dir, agentName string, log *slog.Logger) {
 			sleepCtx(ctx, 2*time.Second)
 		case err != nil:
 			failures++
+			metrics.BackupFailed()
 			r.update(true, func(st *backup.LoopStatus) { st.LastError, st.LastErrorAt = err.Error(), time.Now().UTC() })
 			log.Warn("continuous backup", "err", err)
 			// Retry soon: every second without a recorder widens the
@@ -193,6 +195,18 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 			next = m.EndRevision + 1
 		}
 	}
+	r.update(false, func(st *backup.LoopStatus) {
+		for _, m := range all {
+			if m.ClusterID != status.Cluster.ID {
+				continue
+			}
+			if m.Kind == backup.KindFull && m.CreatedAt.After(st.LastFull) {
+				st.LastFull = m.CreatedAt
+			} else if m.Kind != backup.KindFull && m.CreatedAt.After(st.LastDelta) {
+				st.LastDelta = m.CreatedAt
+			}
+		}
+	})
 	if lastFull != nil {
 		ch := backup.BuildChain(all, *lastFull)
 		deltasSinceFull = len(ch.Deltas)
@@ -209,6 +223,7 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 			return fmt.Errorf("full snapshot: %w", err)
 		}
 		log.Info("full snapshot", "id", m.ID, "revision", m.EndRevision)
+		metrics.BackupUploaded(metrics.KindFull, m.Size)
 		if res, err := restore.Collect(ctx, c, false); err != nil {
 			log.Warn("backup garbage collection", "err", err)
 		} else if len(res.Deleted) > 0 {
@@ -255,9 +270,11 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 		Store: store, Key: key, Auth: auth, ClusterID: status.Cluster.ID, EtcdVersion: leader.Version, Member: leader.Name,
 		MaxAge: time.Duration(c.Spec.Backup.DeltaMaxAgeMs) * time.Millisecond,
 		OnUpload: func(m backup.Manifest) {
+			metrics.BackupUploaded(metrics.KindDelta, m.Size)
 			chainFull := false
 			r.update(true, func(st *backup.LoopStatus) {
 				st.LastUpload, st.NextRevision, st.LastError = m.CreatedAt, m.EndRevision+1, ""
+				st.LastDelta = m.CreatedAt
 				deltasSinceFull++ // guarded by r.mu like the status
 				chainFull = deltasSinceFull >= c.Spec.Backup.MaxDeltasPerFull
 			})
@@ -272,9 +289,11 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 	if errors.Is(err, backup.ErrCompacted) {
 		// The next round finds no usable chain end and takes a full snapshot.
 		log.Warn("watch compacted; taking a full snapshot", "err", err)
-		if _, ferr := Now(ctx, c, Options{Member: leader.Name}); ferr != nil {
+		m, ferr := Now(ctx, c, Options{Member: leader.Name})
+		if ferr != nil {
 			return fmt.Errorf("full snapshot after compaction: %w", ferr)
 		}
+		metrics.BackupUploaded(metrics.KindFull, m.Size)
 		return nil
 	}
 	if rctx.Err() != nil && ctx.Err() == nil {

@@ -239,6 +239,45 @@ type Agent struct {
 	Host string `json:"host,omitempty"`
 	// Port is the agent API's TCP port on Host (mutual TLS).
 	Port int `json:"port,omitempty"`
+	// MetricsAddress is HOST:PORT where the agent serves Prometheus
+	// metrics at /metrics; empty serves none. On a loopback address
+	// (127.0.0.0/8, ::1, localhost) it is plain HTTP, for a Prometheus on
+	// the same machine; on any other address it is HTTPS with the agent's
+	// serving certificate (cluster CA), unless tls.disabled. An agent on
+	// another host serves metrics on its host's address or on loopback.
+	MetricsAddress string `json:"metricsAddress,omitempty"`
+}
+
+// MetricsTLS reports whether the agent serves its metrics over TLS: on a
+// non-loopback metrics address of a cluster with TLS on.
+func (c *Cluster) MetricsTLS(a Agent) bool {
+	return a.MetricsAddress != "" && !c.TLS.Disabled && !IsLoopback(a.MetricsAddress)
+}
+
+// MetricsURL is where Prometheus scrapes an agent ("" when it serves no
+// metrics): http://HOST:PORT/metrics, or https:// when MetricsTLS.
+func (c *Cluster) MetricsURL(a Agent) string {
+	if a.MetricsAddress == "" {
+		return ""
+	}
+	scheme := "http"
+	if c.MetricsTLS(a) {
+		scheme = "https"
+	}
+	return scheme + "://" + a.MetricsAddress + "/metrics"
+}
+
+// IsLoopback reports whether HOST:PORT names a loopback host.
+func IsLoopback(hostPort string) bool {
+	host, _, err := net.SplitHostPort(hostPort)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // Remote reports whether the agent is reached over the network (it has a

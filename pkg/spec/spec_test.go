@@ -77,6 +77,15 @@ func TestValidate(t *testing.T) {
 		{name: "validity shorter than the renewal margin", edit: func(c *Cluster) { c.TLS.LeafValidity, c.TLS.RenewBefore = "24h", "720h" }, wantErr: "tls.renewBefore 720h0m0s is not shorter than tls.leafValidity 24h0m0s"},
 		{name: "leaf outlives the CA", edit: func(c *Cluster) { c.TLS.CAValidity = "1000h" }, wantErr: "tls.leafValidity 8760h0m0s is longer than tls.caValidity 1000h0m0s"},
 		{name: "even count warns", edit: func(c *Cluster) { c.Members = c.Members[:2] }, warn: "even member count"},
+		{name: "metrics on loopback", edit: func(c *Cluster) { c.Agents[0].MetricsAddress = "127.0.0.1:9379" }},
+		{name: "metrics on any address", edit: func(c *Cluster) { c.Agents[0].MetricsAddress = "0.0.0.0:9379" }},
+		{name: "metrics without port", edit: func(c *Cluster) { c.Agents[0].MetricsAddress = "127.0.0.1" },
+			wantErr: `agent local metricsAddress "127.0.0.1": want HOST:PORT`},
+		{name: "metrics port out of range", edit: func(c *Cluster) { c.Agents[0].MetricsAddress = "127.0.0.1:70000" },
+			wantErr: `metricsAddress "127.0.0.1:70000": want HOST:PORT`},
+		{name: "metrics on a member's port", edit: func(c *Cluster) {
+			c.Agents[0].MetricsAddress = strings.TrimPrefix(c.Members[1].PeerURL, "https://")
+		}, wantErr: "etcd-2 peerURL 127.0.0.1:20004: address already used by agent local's metricsAddress"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -288,6 +297,15 @@ func TestValidateHosts(t *testing.T) {
 		{name: "local store without sharing", edit: func(c *Cluster) { c.Backup.S3 = nil }, wantErr: "need a store every host reaches"},
 		{name: "shared local store", edit: func(c *Cluster) { c.Backup.S3 = nil; c.Backup.StoreShared = true }},
 		{name: "local store without continuous backups", edit: func(c *Cluster) { c.Backup.S3 = nil; c.Backup.Continuous = false }},
+		{name: "metrics on the hosts' addresses and loopbacks", edit: func(c *Cluster) {
+			c.Agents[0].MetricsAddress = "10.0.0.11:9379"
+			c.Agents[1].MetricsAddress = "127.0.0.1:9379"
+			c.Agents[2].MetricsAddress = "127.0.0.1:9379"
+		}},
+		{name: "metrics on another host's address", edit: func(c *Cluster) { c.Agents[0].MetricsAddress = "10.0.0.12:9379" },
+			wantErr: "agent cp-1 metricsAddress 10.0.0.12:9379: 10.0.0.12 is not the agent's host"},
+		{name: "metrics host that does not resolve", edit: func(c *Cluster) { c.Agents[0].MetricsAddress = "nowhere.example:9379" },
+			wantErr: `agent cp-1 metricsAddress: host "nowhere.example" does not resolve`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -177,6 +178,38 @@ func (c *Cluster) Validate(o ValidateOptions) (warnings []string, err error) {
 		}
 	}
 
+	// metricsAddrs holds each agent's metrics IP:port, checked against
+	// the members' addresses below.
+	metricsAddrs := map[string]string{}
+	for _, a := range c.Agents {
+		if a.MetricsAddress == "" {
+			continue
+		}
+		host, port, serr := net.SplitHostPort(a.MetricsAddress)
+		pn, perr := strconv.Atoi(port)
+		if serr != nil || host == "" || perr != nil || pn < 1 || pn > 65535 {
+			bad("agent %s metricsAddress %q: want HOST:PORT (e.g. 127.0.0.1:9379), or leave it empty to serve no metrics", a.Name, a.MetricsAddress)
+			continue
+		}
+		ips, rerr := resolve(host)
+		if rerr != nil {
+			bad("agent %s metricsAddress: %v", a.Name, rerr)
+			continue
+		}
+		if want, remote := hostIPs[a.Name]; remote && !IsLoopback(a.MetricsAddress) && !overlap(ips, want) {
+			bad("agent %s metricsAddress %s: %s is not the agent's host (%s): serve metrics on the host's address or on loopback", a.Name, a.MetricsAddress, host, a.Host)
+			continue
+		}
+		for _, ip := range ips {
+			key := net.JoinHostPort(ip, port)
+			if other, ok := metricsAddrs[key]; ok && (!c.MultiHost() || !IsLoopback(a.MetricsAddress)) {
+				bad("agent %s metricsAddress %s: already the metrics address of agent %s", a.Name, a.MetricsAddress, other)
+				break
+			}
+			metricsAddrs[key] = a.Name
+		}
+	}
+
 	if len(c.Members) == 0 {
 		bad("no members: a cluster needs at least one")
 	}
@@ -230,7 +263,11 @@ func (c *Cluster) Validate(o ValidateOptions) (warnings []string, err error) {
 				}
 			}
 			for _, ip := range ips {
-				addrs[net.JoinHostPort(ip, port)] = m.Name + " " + u.what
+				key := net.JoinHostPort(ip, port)
+				addrs[key] = m.Name + " " + u.what
+				if a, ok := metricsAddrs[key]; ok && (!c.MultiHost() || a == m.Agent || !IsLoopback(key)) {
+					bad("member %s %s %s: address already used by agent %s's metricsAddress", m.Name, u.what, hp, a)
+				}
 			}
 		}
 		votersOn[m.Agent] = append(votersOn[m.Agent], m.Name)

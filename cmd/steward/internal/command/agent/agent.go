@@ -25,6 +25,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/backupd"
 	"github.com/etcd-steward/steward/pkg/certrenew"
 	"github.com/etcd-steward/steward/pkg/join"
+	"github.com/etcd-steward/steward/pkg/metrics"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/recovery"
 )
@@ -113,6 +114,15 @@ Later runs need only --dir.`,
 				backupd.Run(bctx, dir, o.Name, log.With("component", "backup"))
 				wg.Wait()
 			}()
+			// Prometheus metrics at the agent's metricsAddress in the spec
+			// (none without one), until the agent returns.
+			mctx, mcancel := context.WithCancel(ctx)
+			mdone := make(chan struct{})
+			go func() {
+				defer close(mdone)
+				metrics.Run(mctx, dir, o.Name, log.With("component", "metrics"))
+			}()
+			defer func() { mcancel(); <-mdone }()
 			stopBackups := sync.OnceFunc(func() { bcancel(); <-done })
 			defer stopBackups()
 			o.BeforeStop = stopBackups
