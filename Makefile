@@ -13,8 +13,10 @@ RACE          ?= -race
 UNIT_PKGS     := ./cmd/... ./internal/... ./pkg/...
 DEMO_DIR      ?= $(CURDIR)/steward-data
 KUBE_VERSION  ?= v1.36.3
+# FUZZTIME is how long `make fuzz` fuzzes each target (hack/fuzz-targets).
+FUZZTIME      ?= 10m
 
-.PHONY: all build etcd-binaries s3-server kube-apiserver prometheus test test-unit test-e2e bench demo demo-down vet clean
+.PHONY: all build etcd-binaries s3-server kube-apiserver prometheus test test-unit test-e2e fuzz bench demo demo-down vet clean
 
 all: build
 
@@ -56,6 +58,12 @@ test-unit:
 
 test-e2e: etcd-binaries s3-server kube-apiserver prometheus
 	STEWARD_TEST_STORE=$(STORE) STEWARD_TEST_RACE=$(if $(RACE),1,0) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./test/e2e/...
+
+## fuzz: fuzz each target listed in hack/fuzz-targets for $(FUZZTIME), one
+## worker each (`make fuzz FUZZTIME=90s`). `make test` runs their seed
+## corpora (testdata/fuzz/) as ordinary tests.
+fuzz:
+	GO=$(GO) FUZZTIME=$(FUZZTIME) ./hack/fuzz.sh
 
 ## bench: the benchmarks recorded in docs/benchmarks.md (steward built
 ## without the race detector: test/bench's TestMain).

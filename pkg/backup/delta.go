@@ -203,6 +203,8 @@ func (d *DeltaReader) Next() (Record, error) {
 		rec.Sub = int64(sub)
 		rev := rec.KV.ModRevision
 		switch {
+		case rev < 1: // etcd's revisions start at 1; lastRev 0 means no event yet
+			return Record{}, fmt.Errorf("delta segment is corrupt: event at revision %d", rev)
 		case d.lastRev == 0:
 		case rev == d.lastRev && rec.Sub == d.lastSub+1:
 		case rev == d.lastRev+1 && rec.Sub == 0:
