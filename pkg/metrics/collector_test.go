@@ -257,7 +257,7 @@ func TestCollectorPlanAndCertificates(t *testing.T) {
 	for _, c := range certs {
 		names = append(names, c.Name)
 		if c.NotAfter.Before(time.Now().Add(300 * 24 * time.Hour)) {
-			t.Errorf("certificate %s expires %v: want about two years ahead", c.Name, c.NotAfter)
+			t.Errorf("certificate %s expires %v: want about a year ahead (the default leaf lifetime)", c.Name, c.NotAfter)
 		}
 	}
 	if got := strings.Join(names, ","); got != "ca,client,peer,server" {

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -78,23 +77,20 @@ func (g *DirGatherer) read(ctx context.Context) Snapshot {
 	return s
 }
 
-// Certificates are the certificates in an agent's certificate directory
-// (every *.crt: the CA, the members' server and peer certificates, the
-// client certificate and, on a joined host, the agent's own), with their
-// expiry. Unreadable files are left out.
-//
-// This is the one place the metrics learn which certificates exist; it
-// is meant to give way to the certificate inventory's expiry function.
+// Certificates are the certificates of an agent's certificate directory
+// as the certificate inventory lists them (pki.Inventory: the CA, the
+// members' server and peer certificates, the admin client, on a joined
+// host the agent's own, and every issued client as clients/NAME), with
+// their expiry, sorted by name. Unreadable ones are left out (the
+// CertificatesReady condition names them).
 func Certificates(certDir string) []Certificate {
-	files, _ := filepath.Glob(filepath.Join(certDir, "*.crt"))
-	sort.Strings(files)
+	inv, _ := pki.Inventory(certDir)
 	var out []Certificate
-	for _, f := range files {
-		cert, err := pki.ReadCertificate(f)
-		if err != nil {
-			continue
+	for _, c := range inv {
+		if c.Error == "" {
+			out = append(out, Certificate{Name: c.Name, NotAfter: c.NotAfter})
 		}
-		out = append(out, Certificate{Name: strings.TrimSuffix(filepath.Base(f), ".crt"), NotAfter: cert.NotAfter})
 	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }

@@ -677,19 +677,3 @@ func EnsureBackupAuthKey(dir string) (created bool, err error) {
 	return true, nil
 }
 
-// ReadCertificate parses the first certificate of a PEM file.
-func ReadCertificate(certFile string) (*x509.Certificate, error) {
-	b, err := os.ReadFile(certFile)
-	if err != nil {
-		return nil, err
-	}
-	blk, _ := pem.Decode(b)
-	if blk == nil || blk.Type != "CERTIFICATE" {
-		return nil, fmt.Errorf("%s: no PEM certificate", certFile)
-	}
-	c, err := x509.ParseCertificate(blk.Bytes)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", certFile, err)
-	}
-	return c, nil
-}
