@@ -34,6 +34,9 @@ restored cluster with ` + "`steward up`" + `.`,
 			err = cli.Hint(err, restore.ErrOtherCluster, "use --allow-other-cluster to build this cluster from it anyway")
 			err = cli.Hint(err, restore.ErrDataDirsHoldData, "use --force to move them aside (they are kept, not deleted)")
 			err = cli.KeyHint(err)
+			if errors.Is(err, restore.ErrBadRevision) {
+				err = fmt.Errorf("--to-revision: %w (leave it out to restore the newest backed-up revision)", err)
+			}
 			if gap, ok := errors.AsType[*restore.GapError](err); ok {
 				err = fmt.Errorf("%w; restore up to the gap explicitly with --to-revision %d", err, gap.End)
 			}
