@@ -217,15 +217,35 @@ func (c *Cluster) Validate(o ValidateOptions) (warnings []string, err error) {
 				a, _ := c.Agent(m.Agent)
 				bad("member %s %s %s: %s is not the host of agent %s (%s): a member binds its agent's host address", m.Name, u.what, u.raw, host, m.Agent, a.Host)
 			}
+			// A wildcard address (0.0.0.0, ::) binds the port on every
+			// address of its machine: it collides with any other use of
+			// the port there.
+			machine := "local"
+			if a, ok := c.Agent(m.Agent); ok && a.Remote() {
+				machine = a.Name
+			}
+			wildKey, portKey := machine+" *:"+port, machine+" :"+port
 			for _, ip := range ips {
-				key := net.JoinHostPort(ip, port)
-				if other, ok := addrs[key]; ok {
+				other, ok := addrs[net.JoinHostPort(ip, port)]
+				if !ok {
+					other, ok = addrs[wildKey]
+				}
+				if !ok && net.ParseIP(ip).IsUnspecified() {
+					other, ok = addrs[portKey]
+				}
+				if ok {
 					bad("member %s %s %s: address already used by %s", m.Name, u.what, hp, other)
 					break
 				}
 			}
 			for _, ip := range ips {
 				addrs[net.JoinHostPort(ip, port)] = m.Name + " " + u.what
+				if net.ParseIP(ip).IsUnspecified() {
+					addrs[wildKey] = m.Name + " " + u.what
+				}
+				if _, ok := addrs[portKey]; !ok {
+					addrs[portKey] = m.Name + " " + u.what
+				}
 			}
 		}
 		votersOn[m.Agent] = append(votersOn[m.Agent], m.Name)
