@@ -5,7 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-		"testing"
+	"testing"
 )
 
 func mode(t *testing.T, p string) os.FileMode {
