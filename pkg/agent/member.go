@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/internal/atomicfile"
+	"github.com/etcd-steward/steward/internal/childenv"
 	"github.com/etcd-steward/steward/internal/portcheck"
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/binaries"
@@ -390,6 +391,9 @@ func (m *member) launch(cfg agentapi.MemberConfig) (*process, error) {
 	}
 	args := append(append([]string{}, ex.Args...), flags...)
 	cmd := exec.Command(ex.Path, args...)
+	// Only what etcd needs of the agent's environment: no secret, and no
+	// ETCD_* variable, which etcd would read as a flag.
+	cmd.Env = childenv.Etcd()
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Dir = filepath.Dir(cfg.DataDir)
 	// Own process group: a signal to the agent's terminal does not reach members.

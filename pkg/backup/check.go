@@ -13,6 +13,8 @@ import (
 
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.uber.org/zap"
+
+	"github.com/etcd-steward/steward/internal/childenv"
 )
 
 // checkEnv names the snapshot a process started by inspectInChild checks.
@@ -68,7 +70,7 @@ func inspectInChild(ctx context.Context, path string) (SnapshotInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, exe)
-	cmd.Env = []string{checkEnv + "=" + path}
+	cmd.Env = childenv.With(checkEnv + "=" + path)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	runErr := cmd.Run()
