@@ -323,6 +323,13 @@ func (m *member) launch(cfg agentapi.MemberConfig) (*process, error) {
 	if err != nil {
 		return nil, err
 	}
+	if !ex.Embedded {
+		// The file run is the file imported (cached: hashed again only
+		// when the file changes).
+		if err := binaries.CheckRecorded(ex.Path); err != nil {
+			return nil, fmt.Errorf("refusing to start etcd %s: %w", cfg.Version, err)
+		}
+	}
 	if rec, ok, err := datadir.ReadRecord(cfg.DataDir); err != nil {
 		return nil, err
 	} else if ok {

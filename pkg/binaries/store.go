@@ -170,7 +170,9 @@ func lessVersion(a, b string) bool {
 func (s *Store) versionDir(v string) string { return filepath.Join(s.Dir, DirPrefix+v) }
 
 // Tool returns the path of a stored tool (etcd, etcdctl or etcdutl) of a
-// version; the error wraps ErrNotFound when the store lacks it.
+// version, checked against the SHA-256 its manifest records
+// (CheckRecorded); the error wraps ErrNotFound when the store lacks it,
+// ErrBinaryChanged when the file is not the one imported.
 func (s *Store) Tool(version, name string) (string, error) {
 	v, err := NormalizeVersion(version)
 	if err != nil {
@@ -185,6 +187,10 @@ func (s *Store) Tool(version, name string) (string, error) {
 			return "", fmt.Errorf("etcd %s is in the binary store %s, but without %s: %w", v, s.Dir, name, ErrToolNotFound)
 		}
 		return "", fmt.Errorf("%s %s is not in the binary store %s (etcd %s is not there at all): %w", name, v, s.Dir, v, ErrToolNotFound)
+	}
+	// The path is returned to be run: check it against its recorded sum.
+	if err := CheckRecorded(p); err != nil {
+		return "", err
 	}
 	return p, nil
 }
