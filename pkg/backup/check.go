@@ -63,9 +63,13 @@ func checkChild(path string) int {
 // returns its result. A child that panics or dies makes an error wrapping
 // ErrMalformedSnapshot that quotes the panic's first line, not its trace.
 func inspectInChild(ctx context.Context, path string) (SnapshotInfo, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return SnapshotInfo{}, fmt.Errorf("check snapshot database: locate the steward executable: %w", err)
+	// /proc/self/exe runs this very executable even when its file was
+	// replaced since it started (an upgraded steward under a running agent).
+	exe := "/proc/self/exe"
+	if _, err := os.Stat(exe); err != nil {
+		if exe, err = os.Executable(); err != nil {
+			return SnapshotInfo{}, fmt.Errorf("check snapshot database: locate the steward executable: %w", err)
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
