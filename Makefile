@@ -13,8 +13,10 @@ RACE          ?= -race
 UNIT_PKGS     := ./cmd/... ./internal/... ./pkg/...
 DEMO_DIR      ?= $(CURDIR)/steward-data
 KUBE_VERSION  ?= v1.36.3
+# FUZZTIME is how long `make fuzz` fuzzes each target (hack/fuzz-targets).
+FUZZTIME      ?= 10m
 
-.PHONY: all build etcd-binaries s3-server kube-apiserver test test-unit test-e2e bench demo demo-down vet clean
+.PHONY: all build etcd-binaries s3-server kube-apiserver prometheus test test-unit test-e2e fuzz bench demo demo-down vet clean
 
 all: build
 
@@ -36,25 +38,36 @@ s3-server:
 kube-apiserver:
 	KUBE_VERSION=$(KUBE_VERSION) ./hack/build-kube-apiserver.sh
 
+## prometheus: install prometheus and promtool (Debian's package) when
+## missing; the alert rules' tests and the metrics end-to-end test run them.
+prometheus:
+	./hack/install-prometheus.sh
+
 vet:
 	$(GO) vet ./...
 
 ## test: the whole suite: unit tests under the race detector, then the
 ## end-to-end tests (test/...) against real etcd processes of every version
 ## in $(ETCD_VERSIONS), run by a race-built steward (docs/testing.md).
-test: etcd-binaries s3-server kube-apiserver vet
+test: etcd-binaries s3-server kube-apiserver prometheus vet
 	STEWARD_TEST_STORE=$(STORE) $(GO) test $(RACE) -count=1 -parallel 1 -timeout $(TEST_TIMEOUT) $(UNIT_PKGS)
 	STEWARD_TEST_STORE=$(STORE) STEWARD_TEST_RACE=$(if $(RACE),1,0) $(GO) test -count=1 -parallel 1 -timeout $(TEST_TIMEOUT) ./test/...
 
 test-unit:
 	$(GO) test $(RACE) -count=1 -short $(UNIT_PKGS)
 
-test-e2e: etcd-binaries s3-server kube-apiserver
+test-e2e: etcd-binaries s3-server kube-apiserver prometheus
 	STEWARD_TEST_STORE=$(STORE) STEWARD_TEST_RACE=$(if $(RACE),1,0) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./test/e2e/...
+
+## fuzz: fuzz each target listed in hack/fuzz-targets for $(FUZZTIME), one
+## worker each (`make fuzz FUZZTIME=90s`). `make test` runs their seed
+## corpora (testdata/fuzz/) as ordinary tests.
+fuzz:
+	GO=$(GO) FUZZTIME=$(FUZZTIME) ./hack/fuzz.sh
 
 ## bench: the benchmarks recorded in docs/benchmarks.md (steward built
 ## without the race detector: test/bench's TestMain).
-bench: etcd-binaries s3-server kube-apiserver
+bench: etcd-binaries s3-server kube-apiserver prometheus
 	STEWARD_TEST_STORE=$(STORE) $(GO) test -count=1 -timeout 150m -run '^$$' -bench . -benchtime 1x ./test/bench/...
 
 ## demo: build Steward and start a local three-member cluster on the

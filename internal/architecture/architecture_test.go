@@ -28,8 +28,10 @@ var (
 		"pkg/maintenance": nil,
 		"pkg/restore":     nil,
 		"pkg/bootstrap":   nil,
-		"pkg/backupd":     {"pkg/restore"}, // garbage collection after a full snapshot
-		"pkg/recovery":    {"pkg/membership", "pkg/restore", "pkg/backupd"},
+		"pkg/metrics":     nil,
+		"pkg/backupd":     {"pkg/restore", "pkg/metrics"}, // garbage collection after a full snapshot; counting uploads and failures
+		"pkg/certrenew":   nil,
+		"pkg/recovery":    {"pkg/membership", "pkg/restore", "pkg/backupd", "pkg/metrics"},
 		"pkg/upgrade":     {"pkg/membership", "pkg/restore", "pkg/backupd"},
 	}
 	commands = "cmd/steward/internal/command"

@@ -9,6 +9,7 @@ import (
 
 	"github.com/etcd-steward/steward/internal/atomicfile"
 	"github.com/etcd-steward/steward/pkg/agentapi"
+	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -72,6 +73,16 @@ func (a *Agent) SetCluster(f agentapi.ClusterFiles) error {
 		}
 		if err := atomicfile.WriteFile(p, []byte(sf.data), 0o600); err != nil {
 			return fmt.Errorf("write %s: %w", sf.path, err)
+		}
+	}
+	if f.BackupAuthKey != "" {
+		// The cluster backup key lives beside the host's certificates,
+		// where its join file put it.
+		if err := os.MkdirAll(filepath.Join(a.opts.Dir, "pki"), 0o700); err != nil {
+			return err
+		}
+		if err := atomicfile.WriteFile(filepath.Join(a.opts.Dir, "pki", pki.BackupAuthKey), []byte(f.BackupAuthKey), 0o600); err != nil {
+			return fmt.Errorf("write the cluster backup key: %w", err)
 		}
 	}
 	// The spec last: the daemons never see it before its secrets.

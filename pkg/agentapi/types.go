@@ -212,6 +212,9 @@ type ClusterFiles struct {
 	S3Credentials string `json:"s3Credentials,omitempty"`
 	// BackupKey is the content of backup.encryptionKeyFile.
 	BackupKey string `json:"backupKey,omitempty"`
+	// BackupAuthKey is the content of the coordinator's cluster backup key
+	// (pki.BackupAuthKey), which authenticates backup manifests.
+	BackupAuthKey string `json:"backupAuthKey,omitempty"`
 }
 
 // AsideRequest asks to move a data dir aside; Reason (a name) ends its new

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"time"
 
@@ -115,7 +116,7 @@ func Apply(ctx context.Context, s Store, key *Key, dbPath string, from int64, de
 		if err := ctx.Err(); err != nil {
 			return 0, err
 		}
-		r, finish, closeFn, err := openObject(ctx, s, d, key)
+		r, finish, closeFn, err := openObject(ctx, s, d, key, filepath.Dir(dbPath))
 		if err != nil {
 			return 0, err
 		}
@@ -124,6 +125,7 @@ func Apply(ctx context.Context, s Store, key *Key, dbPath string, from int64, de
 			closeFn()
 			return 0, fmt.Errorf("delta %s is corrupt: %w", d.ID, err)
 		}
+		first, lastEv := int64(0), int64(0)
 		for {
 			rec, err := dr.Next()
 			if err == io.EOF {
@@ -132,6 +134,12 @@ func Apply(ctx context.Context, s Store, key *Key, dbPath string, from int64, de
 			if err != nil {
 				closeFn()
 				return 0, fmt.Errorf("delta %s is corrupt: %w", d.ID, err)
+			}
+			if rec.Type == 'P' || rec.Type == 'D' {
+				if first == 0 {
+					first = rec.KV.ModRevision
+				}
+				lastEv = rec.KV.ModRevision
 			}
 			if stopped {
 				continue
@@ -190,6 +198,11 @@ func Apply(ctx context.Context, s Store, key *Key, dbPath string, from int64, de
 		if err != nil {
 			return 0, err
 		}
+		// The manifest's range is what the chain was built from: a segment
+		// holding other revisions would drop or invent history.
+		if first != d.StartRevision || lastEv != d.EndRevision {
+			return 0, fmt.Errorf("delta %s holds revisions %d to %d, but its manifest says %d to %d: refusing to restore from it", d.ID, first, lastEv, d.StartRevision, d.EndRevision)
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return 0, err
@@ -217,8 +230,8 @@ func StripChecksum(path string) error {
 // VerifyDelta reads a delta segment to its end: size, SHA-256, key,
 // decompression, record format, and that events follow each other revision
 // by revision from the manifest's start to its end.
-func VerifyDelta(ctx context.Context, s Store, m Manifest, key *Key) error {
-	r, finish, closeFn, err := openObject(ctx, s, m, key)
+func VerifyDelta(ctx context.Context, s Store, m Manifest, key *Key, tmpDir string) error {
+	r, finish, closeFn, err := openObject(ctx, s, m, key, tmpDir)
 	if err != nil {
 		return err
 	}

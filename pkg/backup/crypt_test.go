@@ -185,7 +185,7 @@ func TestEncryptedNeedsKey(t *testing.T) {
 	delta := Manifest{ID: "20260101T000001.000Z-delta-r11", Kind: KindDelta, Encryption: "aes-256-gcm", KeyID: "k1"}
 	for name, err := range map[string]error{
 		"fetch":        Fetch(ctx, s, full, nil, filepath.Join(t.TempDir(), "db")),
-		"verify delta": VerifyDelta(ctx, s, delta, nil),
+		"verify delta": VerifyDelta(ctx, s, delta, nil, ""),
 	} {
 		if !errors.Is(err, ErrNeedKey) {
 			t.Errorf("%s: %v, want ErrNeedKey", name, err)

@@ -126,6 +126,10 @@ func (d *DeltaWriter) Flush() error {
 	return d.w.Flush()
 }
 
+// maxEventSize bounds one event's encoding (etcd's own request limit is
+// far below it).
+const maxEventSize = 64 << 20
+
 // DeltaReader decodes a segment and checks its revision invariant.
 type DeltaReader struct {
 	r       *bufio.Reader
@@ -183,8 +187,11 @@ func (d *DeltaReader) Next() (Record, error) {
 			return bad("event", err)
 		}
 		n, err := binary.ReadUvarint(d.r)
-		if err != nil || n > 64<<20 {
+		if err != nil {
 			return bad("event length", err)
+		}
+		if n > maxEventSize {
+			return Record{}, fmt.Errorf("delta segment is corrupt: event length %d exceeds the limit of %d bytes", n, maxEventSize)
 		}
 		b := make([]byte, n)
 		if _, err := io.ReadFull(d.r, b); err != nil {
@@ -196,6 +203,8 @@ func (d *DeltaReader) Next() (Record, error) {
 		rec.Sub = int64(sub)
 		rev := rec.KV.ModRevision
 		switch {
+		case rev < 1: // etcd's revisions start at 1; lastRev 0 means no event yet
+			return Record{}, fmt.Errorf("delta segment is corrupt: event at revision %d", rev)
 		case d.lastRev == 0:
 		case rev == d.lastRev && rec.Sub == d.lastSub+1:
 		case rev == d.lastRev+1 && rec.Sub == 0:

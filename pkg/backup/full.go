@@ -29,6 +29,9 @@ type FullOptions struct {
 	ClusterID, EtcdVersion string
 	// Key, when set, encrypts the backup.
 	Key *Key
+	// Auth is the cluster backup key that authenticates the manifest
+	// (required).
+	Auth *AuthKey
 	// TempDir holds the snapshot while it is checked (default os.TempDir()).
 	TempDir string
 	// Now is the clock (default time.Now).
@@ -75,18 +78,21 @@ func TakeFull(ctx context.Context, cli *clientv3.Client, s Store, o FullOptions)
 	if m.StartRevision < 1 {
 		m.StartRevision = 1
 	}
-	m.Object = KindFull + "/" + m.ID + ".db.zst"
 	if o.Key != nil {
-		m.Encryption, m.KeyID = "aes-256-gcm", o.Key.ID()
-		m.Object += ".enc"
+		m.Encryption, m.KeyID = encAlgorithm, o.Key.ID()
 	}
 	f, err := os.Open(packed)
 	if err != nil {
 		return Manifest{}, err
 	}
 	defer f.Close()
-	if err := putWithManifest(ctx, s, m, f); err != nil {
+	if err := putWithManifest(ctx, s, o.Auth, &m, f); err != nil {
 		return Manifest{}, err
+	}
+	// Read back what was written, once per full backup: a store that
+	// acknowledged a write it did not keep is found now, not at restore.
+	if err := ReadBack(ctx, s, o.Auth, m); err != nil {
+		return m, err
 	}
 	return m, nil
 }
@@ -261,10 +267,19 @@ func packStream(dst io.Writer, src io.Reader, key *Key) (int64, string, error) {
 // ErrNeedKey: the backup is encrypted and no key was given to read it.
 var ErrNeedKey = errors.New("no key given")
 
-// openObject opens a stored object, checks the key, and returns a reader of
-// its plaintext. Call finish after reading to the end: it checks the
-// object's size and SHA-256 against the manifest.
-func openObject(ctx context.Context, s Store, m Manifest, key *Key) (r io.Reader, finish func() error, closeFn func(), err error) {
+// ErrTooLarge: an object is not what its manifest says: it holds more
+// bytes than the manifest's size, or decompresses to more than its raw size
+// (a decompression bomb). Nothing past the limit is read or written.
+var ErrTooLarge = errors.New("backup object exceeds its manifest's size")
+
+// openObject opens a stored object and returns a reader of its plaintext.
+// Before anything is decrypted or decompressed, it copies the object (at
+// most the manifest's size plus one byte) into a temporary file in tmpDir
+// ("" for the system's) and checks its size and SHA-256 against the
+// manifest; the plaintext is capped at the manifest's raw size. Call finish
+// after reading to the end: it checks that the plaintext is exactly the
+// raw size. closeFn removes the temporary file.
+func openObject(ctx context.Context, s Store, m Manifest, key *Key, tmpDir string) (r io.Reader, finish func() error, closeFn func(), err error) {
 	if m.Encryption != "" {
 		if key == nil {
 			return nil, nil, nil, fmt.Errorf("backup %s is encrypted (key id %s): %w", m.ID, m.KeyID, ErrNeedKey)
@@ -277,36 +292,127 @@ func openObject(ctx context.Context, s Store, m Manifest, key *Key) (r io.Reader
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("backup %s: %w", m.ID, err)
 	}
-	h := sha256.New()
-	counted := &countReader{r: io.TeeReader(rc, h)}
-	var pr io.Reader = counted
-	if m.Encryption != "" {
-		if pr, err = NewDecryptReader(pr, key); err != nil {
-			rc.Close()
-			return nil, nil, nil, fmt.Errorf("backup %s: %w", m.ID, err)
-		}
-	}
-	zr, err := zstd.NewReader(pr)
+	f, err := os.CreateTemp(tmpDir, ".steward-object-*")
 	if err != nil {
 		rc.Close()
 		return nil, nil, nil, fmt.Errorf("backup %s: %w", m.ID, err)
 	}
+	removeTemp := func() { f.Close(); os.Remove(f.Name()) }
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(ctxReader{ctx, rc}, m.Size+1))
+	rc.Close()
+	if err != nil {
+		removeTemp()
+		return nil, nil, nil, fmt.Errorf("backup %s: download %s: %w", m.ID, m.Object, err)
+	}
+	if n > m.Size {
+		removeTemp()
+		return nil, nil, nil, fmt.Errorf("backup %s is corrupt: stored object is larger than the manifest's %d bytes (not decompressed): %w", m.ID, m.Size, ErrTooLarge)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != m.SHA256 || n != m.Size {
+		removeTemp()
+		return nil, nil, nil, fmt.Errorf("backup %s is corrupt: stored object has %d bytes with SHA-256 %s, manifest says %d bytes with %s (not decompressed)",
+			m.ID, n, got, m.Size, m.SHA256)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		removeTemp()
+		return nil, nil, nil, err
+	}
+	var pr io.Reader = f
+	if m.Encryption != "" {
+		if pr, err = NewDecryptReader(pr, key); err != nil {
+			removeTemp()
+			return nil, nil, nil, fmt.Errorf("backup %s: %w", m.ID, err)
+		}
+	}
+	zr, err := zstd.NewReader(pr, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(1<<30))
+	if err != nil {
+		removeTemp()
+		return nil, nil, nil, fmt.Errorf("backup %s: %w", m.ID, err)
+	}
+	out := &cappedReader{r: zr, left: m.RawSize, id: m.ID, raw: m.RawSize}
 	finish = func() error {
-		// Drain what the decoder did not need so the hash covers the object.
-		if _, err := io.Copy(io.Discard, counted); err != nil {
+		if _, err := io.Copy(io.Discard, out); err != nil {
 			return fmt.Errorf("backup %s is corrupt: %w", m.ID, err)
 		}
-		if got := hex.EncodeToString(h.Sum(nil)); got != m.SHA256 || counted.n != m.Size {
-			return fmt.Errorf("backup %s is corrupt: stored object has %d bytes with SHA-256 %s, manifest says %d bytes with %s",
-				m.ID, counted.n, got, m.Size, m.SHA256)
+		if out.left != 0 {
+			return fmt.Errorf("backup %s is corrupt: it decompresses to %d bytes, manifest says %d", m.ID, m.RawSize-out.left, m.RawSize)
 		}
 		return nil
 	}
-	return zr, finish, func() { zr.Close(); rc.Close() }, nil
+	return out, finish, func() { zr.Close(); removeTemp() }, nil
 }
 
-// putWithManifest stores an object, then its manifest (the commit point).
-func putWithManifest(ctx context.Context, s Store, m Manifest, obj io.Reader) error {
+// cappedReader reads at most left bytes of plaintext and fails, rather
+// than reading further, when there is more.
+type cappedReader struct {
+	r    io.Reader
+	left int64
+	id   string
+	raw  int64
+}
+
+func (c *cappedReader) Read(p []byte) (int, error) {
+	if c.left == 0 {
+		var probe [1]byte
+		n, err := io.ReadFull(c.r, probe[:])
+		if n > 0 {
+			return 0, fmt.Errorf("backup %s decompresses to more than the manifest's %d bytes: %w", c.id, c.raw, ErrTooLarge)
+		}
+		if err == io.ErrUnexpectedEOF || err == io.EOF {
+			return 0, io.EOF
+		}
+		return 0, err
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.r.Read(p)
+	c.left -= int64(n)
+	return n, err
+}
+
+// ReadBack reads a stored backup back from the store: its manifest must
+// verify and be m, and its object must have m's size and SHA-256.
+func ReadBack(ctx context.Context, s Store, auth *AuthKey, m Manifest) error {
+	got, err := readManifest(ctx, s, manifestName(m.Kind, m.ID), auth)
+	if err != nil {
+		return fmt.Errorf("read back backup %s from %s: %w", m.ID, s, err)
+	}
+	if got.MAC != m.MAC {
+		return fmt.Errorf("read back backup %s from %s: the stored manifest is not the one written", m.ID, s)
+	}
+	rc, err := s.Get(ctx, m.Object)
+	if err != nil {
+		return fmt.Errorf("read back backup %s: %w", m.ID, err)
+	}
+	defer rc.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, io.LimitReader(ctxReader{ctx, rc}, m.Size+1))
+	if err != nil {
+		return fmt.Errorf("read back backup %s: %w", m.ID, err)
+	}
+	if sum := hex.EncodeToString(h.Sum(nil)); n != m.Size || sum != m.SHA256 {
+		return fmt.Errorf("read back backup %s from %s: the store returned %d bytes with SHA-256 %s, %d bytes with %s were written", m.ID, s, n, sum, m.Size, m.SHA256)
+	}
+	return nil
+}
+
+// ErrNoAuthKey: a backup cannot be stored without the cluster backup key
+// that authenticates its manifest.
+var ErrNoAuthKey = errors.New("no cluster backup key to authenticate the manifest with")
+
+// putWithManifest authenticates m under auth, stores the object, then the
+// manifest (the commit point).
+func putWithManifest(ctx context.Context, s Store, auth *AuthKey, m *Manifest, obj io.Reader) error {
+	if auth == nil {
+		return fmt.Errorf("store backup %s: %w", m.ID, ErrNoAuthKey)
+	}
+	m.Object = ObjectName(m.Kind, m.ID, m.Encryption != "")
+	auth.Seal(m)
+	if err := checkManifest(m); err != nil {
+		return fmt.Errorf("store backup %s: %w", m.ID, err)
+	}
 	if err := s.Put(ctx, m.Object, obj); err != nil {
 		return fmt.Errorf("upload %s to %s: %w", m.Object, s, err)
 	}
@@ -338,7 +444,7 @@ func Fetch(ctx context.Context, s Store, m Manifest, key *Key, dst string) (err 
 	if m.Kind != KindFull {
 		return fmt.Errorf("backup %s is a %s backup; restore needs a full one", m.ID, m.Kind)
 	}
-	r, finish, closeFn, err := openObject(ctx, s, m, key)
+	r, finish, closeFn, err := openObject(ctx, s, m, key, filepath.Dir(dst))
 	if err != nil {
 		return err
 	}

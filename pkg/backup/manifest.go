@@ -2,7 +2,7 @@ package backup
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -44,9 +44,20 @@ type Manifest struct {
 	Encryption string    `json:"encryption,omitempty"`
 	KeyID      string    `json:"keyID,omitempty"`
 	CreatedAt  time.Time `json:"createdAt"`
-	// Object is the stored object's name in the store.
+	// Object is the stored object's name in the store (ObjectName: derived
+	// from the ID).
 	Object string `json:"object"`
+	// Format is ManifestFormat for an authenticated manifest, 0 for one
+	// written before manifests were authenticated.
+	Format int `json:"format,omitempty"`
+	// MACKeyID names the cluster backup key (AuthKey.ID) and MAC is the
+	// HMAC-SHA256 of the canonical encoding of every other field (auth.go).
+	MACKeyID string `json:"macKeyID,omitempty"`
+	MAC      string `json:"mac,omitempty"`
 }
+
+// encAlgorithm is the one encryption a manifest may name.
+const encAlgorithm = "aes-256-gcm"
 
 func manifestName(kind, id string) string { return kind + "/" + id + ".json" }
 
@@ -55,55 +66,121 @@ func NewID(kind string, t time.Time, rev int64) string {
 	return fmt.Sprintf("%s-%s-r%d", t.UTC().Format("20060102T150405.000Z"), kind, rev)
 }
 
-// List returns every complete backup (one with a manifest), oldest first.
-func List(ctx context.Context, s Store) ([]Manifest, error) {
-	names, err := s.List(ctx, "")
-	if err != nil {
-		return nil, fmt.Errorf("list backups in %s: %w", s, err)
-	}
-	var out []Manifest
-	for _, n := range names {
-		if !strings.HasSuffix(n, ".json") {
-			continue
-		}
-		m, err := readManifest(ctx, s, n)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, m)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return out, nil
+// ListOptions say which manifests List trusts.
+type ListOptions struct {
+	// Key is the cluster backup key; without it no manifest is trusted.
+	Key *AuthKey
+	// AllowUnauthenticated also trusts manifests without a MAC (written
+	// before the cluster had its backup key) and manifests authenticated
+	// under another key (a machine that lost the cluster's key). Never one
+	// whose MAC fails under Key. Only an operator's explicit
+	// choice sets it; the continuous loop and garbage collection never do.
+	AllowUnauthenticated bool
 }
 
-// Find returns the manifest of a backup ID, or the newest full backup for
-// "latest".
-func Find(ctx context.Context, s Store, id string) (Manifest, error) {
-	all, err := List(ctx, s)
-	if err != nil {
-		return Manifest{}, err
-	}
+// Ignored is a manifest List did not trust, and why.
+type Ignored struct {
+	Name   string `json:"name"`
+	Reason string `json:"reason"`
+	// Err is the refusal (errors.Is: ErrUnauthenticated, ErrBadMAC,
+	// ErrBadManifest), or the error reading it.
+	Err error `json:"-"`
+}
+
+func (i Ignored) String() string { return i.Name + ": " + i.Reason }
+
+// Listing is what List found: the trusted backups, oldest first, and the
+// manifests it ignored.
+type Listing struct {
+	Backups []Manifest
+	Ignored []Ignored
+}
+
+// Find returns the backup with an ID, or the newest full backup for
+// "latest" (or "").
+func (l Listing) Find(id, store string) (Manifest, error) {
 	if id == "latest" || id == "" {
-		for i := len(all) - 1; i >= 0; i-- {
-			if all[i].Kind == KindFull {
-				return all[i], nil
+		for i := len(l.Backups) - 1; i >= 0; i-- {
+			if l.Backups[i].Kind == KindFull {
+				return l.Backups[i], nil
 			}
 		}
-		return Manifest{}, fmt.Errorf("no full backup in %s: take one with `steward backup now`", s)
+		return Manifest{}, fmt.Errorf("no full backup in %s%s: take one with `steward backup now`", store, l.ignoredNote())
 	}
-	for _, m := range all {
+	for _, m := range l.Backups {
 		if m.ID == id {
 			return m, nil
 		}
 	}
 	var ids []string
-	for _, m := range all {
+	for _, m := range l.Backups {
 		ids = append(ids, m.ID)
 	}
-	return Manifest{}, fmt.Errorf("no backup %q in %s (have: %s)", id, s, strings.Join(ids, ", "))
+	return Manifest{}, fmt.Errorf("no backup %q in %s (have: %s)%s", id, store, strings.Join(ids, ", "), l.ignoredNote())
 }
 
-func readManifest(ctx context.Context, s Store, name string) (Manifest, error) {
+// ignoredNote says what was ignored, for an error message.
+func (l Listing) ignoredNote() string {
+	if len(l.Ignored) == 0 {
+		return ""
+	}
+	var s []string
+	for _, i := range l.Ignored {
+		s = append(s, i.String())
+	}
+	return fmt.Sprintf(" (ignored %d manifests: %s)", len(l.Ignored), strings.Join(s, "; "))
+}
+
+// List returns every complete backup (one with a manifest) whose manifest
+// verifies, oldest first, and the manifests it ignored: unreadable,
+// corrupt, self-contradictory, unauthenticated (unless
+// o.AllowUnauthenticated) or failing authentication. One bad manifest never
+// hides the others. Only a failure to list the store is an error.
+func List(ctx context.Context, s Store, o ListOptions) (Listing, error) {
+	names, err := s.List(ctx, "")
+	if err != nil {
+		return Listing{}, fmt.Errorf("list backups in %s: %w", s, err)
+	}
+	var out Listing
+	for _, n := range names {
+		if !strings.HasSuffix(n, ".json") || !(strings.HasPrefix(n, KindFull+"/") || strings.HasPrefix(n, KindDelta+"/")) {
+			continue
+		}
+		m, err := readManifest(ctx, s, n, o.Key)
+		if (errors.Is(err, ErrUnauthenticated) || errors.Is(err, ErrUnknownKey)) && o.AllowUnauthenticated {
+			err = nil
+		}
+		if err == nil && manifestName(m.Kind, m.ID) != n {
+			err = fmt.Errorf("%w: stored as %s, but it describes backup %s", ErrBadManifest, n, m.ID)
+		}
+		if err != nil {
+			reason := err.Error()
+			switch {
+			case errors.Is(err, ErrUnauthenticated):
+				reason += " (written before the cluster had its backup key; restore it only deliberately)"
+			case errors.Is(err, ErrUnknownKey):
+				reason += " (another cluster's, or this machine lacks the cluster's backup key; restore it only deliberately)"
+			}
+			out.Ignored = append(out.Ignored, Ignored{Name: n, Reason: reason, Err: err})
+			continue
+		}
+		out.Backups = append(out.Backups, m)
+	}
+	sort.Slice(out.Backups, func(i, j int) bool { return out.Backups[i].ID < out.Backups[j].ID })
+	return out, nil
+}
+
+// Find returns the manifest of a trusted backup ID, or the newest full
+// backup for "latest".
+func Find(ctx context.Context, s Store, o ListOptions, id string) (Manifest, error) {
+	l, err := List(ctx, s, o)
+	if err != nil {
+		return Manifest{}, err
+	}
+	return l.Find(id, s.String())
+}
+
+func readManifest(ctx context.Context, s Store, name string, key *AuthKey) (Manifest, error) {
 	rc, err := s.Get(ctx, name)
 	if err != nil {
 		return Manifest{}, err
@@ -113,12 +190,5 @@ func readManifest(ctx context.Context, s Store, name string) (Manifest, error) {
 	if err != nil {
 		return Manifest{}, err
 	}
-	var m Manifest
-	if err := json.Unmarshal(b, &m); err != nil {
-		return Manifest{}, fmt.Errorf("backup manifest %s is corrupt: %w", name, err)
-	}
-	if m.ID == "" || m.Object == "" || m.Kind == "" {
-		return Manifest{}, fmt.Errorf("backup manifest %s is incomplete (id, kind or object missing)", name)
-	}
-	return m, nil
+	return ParseManifest(b, key)
 }

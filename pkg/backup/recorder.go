@@ -14,8 +14,10 @@ import (
 
 // RecorderOptions configure a Recorder.
 type RecorderOptions struct {
-	Store                  Store
-	Key                    *Key
+	Store Store
+	Key   *Key
+	// Auth authenticates the manifests (required).
+	Auth                   *AuthKey
 	ClusterID, EtcdVersion string
 	Member                 string
 	// A segment is closed and uploaded when it holds MaxEvents events or
@@ -255,7 +257,7 @@ func (r *Recorder) flush(ctx context.Context) error {
 	if err := s.w.Flush(); err != nil {
 		return err
 	}
-	m, err := PutDelta(ctx, r.o.Store, r.o.Key, DeltaInfo{
+	m, err := PutDelta(ctx, r.o.Store, r.o.Key, r.o.Auth, DeltaInfo{
 		ClusterID: r.o.ClusterID, Member: r.o.Member, EtcdVersion: r.o.EtcdVersion,
 		Start: s.start, End: s.end, Events: s.w.Events, Now: r.o.Now(),
 	}, s.buf.Bytes())
@@ -280,25 +282,23 @@ type DeltaInfo struct {
 }
 
 // PutDelta packs an encoded segment (zstd, and encryption with key) and
-// stores it with its manifest.
-func PutDelta(ctx context.Context, s Store, key *Key, d DeltaInfo, body []byte) (Manifest, error) {
+// stores it with its manifest, authenticated under auth.
+func PutDelta(ctx context.Context, s Store, key *Key, auth *AuthKey, d DeltaInfo, body []byte) (Manifest, error) {
 	m := Manifest{
 		ID: fmt.Sprintf("%s-delta-r%d-%d", d.Now.UTC().Format("20060102T150405.000Z"), d.Start, d.End), Kind: KindDelta,
 		ClusterID: d.ClusterID, Member: d.Member, StartRevision: d.Start, EndRevision: d.End,
 		EtcdVersion: d.EtcdVersion, RawSize: int64(len(body)), TotalKeys: d.Events,
 		Compression: "zstd", CreatedAt: d.Now.UTC(),
 	}
-	m.Object = KindDelta + "/" + m.ID + ".delta.zst"
 	if key != nil {
-		m.Encryption, m.KeyID = "aes-256-gcm", key.ID()
-		m.Object += ".enc"
+		m.Encryption, m.KeyID = encAlgorithm, key.ID()
 	}
 	var packed bytes.Buffer
 	var err error
 	if m.Size, m.SHA256, err = packStream(&packed, bytes.NewReader(body), key); err != nil {
 		return m, err
 	}
-	if err := putWithManifest(ctx, s, m, &packed); err != nil {
+	if err := putWithManifest(ctx, s, auth, &m, bytes.NewReader(packed.Bytes())); err != nil {
 		return m, err
 	}
 	return m, nil

@@ -22,9 +22,18 @@ type LoopStatus struct {
 	NextRevision int64     `json:"nextRevision"`
 	LastUpload   time.Time `json:"lastUpload,omitzero"`
 	LastFull     time.Time `json:"lastFull,omitzero"`
-	LastError    string    `json:"lastError,omitempty"`
-	LastErrorAt  time.Time `json:"lastErrorAt,omitzero"`
-	UpdatedAt    time.Time `json:"updatedAt"`
+	// BehindRevision is a revision the cluster had reached at least 6 s
+	// before this report; when it is above NextRevision-1 the recorder is
+	// not keeping up (or not receiving): the writes since are not backed up.
+	BehindRevision int64 `json:"behindRevision,omitempty"`
+	// Ignored names the manifests the loop did not trust, and why.
+	Ignored     []string  `json:"ignored,omitempty"`
+	LastError   string    `json:"lastError,omitempty"`
+	LastErrorAt time.Time `json:"lastErrorAt,omitzero"`
+	UpdatedAt   time.Time `json:"updatedAt"`
+
+	// LastDelta is when the newest delta segment was stored.
+	LastDelta time.Time `json:"lastDelta,omitzero"`
 }
 
 // loopStatusPath is per agent: agents sharing a directory each report.

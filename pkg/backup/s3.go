@@ -139,7 +139,14 @@ func (s *S3Store) key(name string) (string, error) {
 	return path.Join(s.prefix, name), nil
 }
 
-// Put uploads an object; it refuses to replace an existing one.
+// Put uploads an object; it refuses to replace an existing one. It asks the
+// server to refuse too (a conditional write, If-None-Match: *), so two
+// writers racing for one name cannot both succeed on a server that honours
+// it (AWS S3, MinIO). A server that does not honour it ignores the header
+// (versitygw, the server the tests run, does): the check before the upload
+// is then the only one, as it was before. A server that rejects the header
+// as not implemented gets the upload again without it, when r can be
+// rewound.
 func (s *S3Store) Put(ctx context.Context, name string, r io.Reader) error {
 	k, err := s.key(name)
 	if err != nil {
@@ -150,10 +157,23 @@ func (s *S3Store) Put(ctx context.Context, name string, r io.Reader) error {
 	} else if minio.ToErrorResponse(err).Code != "NoSuchKey" {
 		return fmt.Errorf("s3 stat %s: %w", name, err)
 	}
-	_, err = s.c.PutObject(ctx, s.bucket, k, r, -1, minio.PutObjectOptions{
-		ContentType: "application/octet-stream", PartSize: 16 << 20,
-	})
+	opts := minio.PutObjectOptions{ContentType: "application/octet-stream", PartSize: 16 << 20}
+	opts.SetMatchETagExcept("*")
+	_, err = s.c.PutObject(ctx, s.bucket, k, r, -1, opts)
+	if er := minio.ToErrorResponse(err); err != nil && (er.StatusCode == http.StatusNotImplemented || er.Code == "NotImplemented") {
+		seeker, ok := r.(io.Seeker)
+		if !ok {
+			return fmt.Errorf("s3 put %s: the server does not implement conditional writes: %w", name, err)
+		}
+		if _, serr := seeker.Seek(0, io.SeekStart); serr != nil {
+			return fmt.Errorf("s3 put %s: %w", name, serr)
+		}
+		_, err = s.c.PutObject(ctx, s.bucket, k, r, -1, minio.PutObjectOptions{ContentType: "application/octet-stream", PartSize: 16 << 20})
+	}
 	if err != nil {
+		if er := minio.ToErrorResponse(err); er.StatusCode == http.StatusPreconditionFailed || er.Code == "PreconditionFailed" {
+			return fmt.Errorf("backup object %s already exists in %s (written by another writer meanwhile)", name, s.desc)
+		}
 		return fmt.Errorf("s3 put %s: %w", name, err)
 	}
 	return nil

@@ -21,6 +21,7 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/metrics"
 	"github.com/etcd-steward/steward/pkg/restore"
 )
 
@@ -79,6 +80,7 @@ func Run(ctx context.Context, dir, agentName string, log *slog.Logger) {
 			sleepCtx(ctx, 2*time.Second)
 		case err != nil:
 			failures++
+			metrics.BackupFailed()
 			r.update(true, func(st *backup.LoopStatus) { st.LastError, st.LastErrorAt = err.Error(), time.Now().UTC() })
 			log.Warn("continuous backup", "err", err)
 			// Retry soon: every second without a recorder widens the
@@ -161,10 +163,19 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 	if err != nil {
 		return err
 	}
-	all, err := backup.List(ctx, store)
+	auth, err := c.BackupAuthKey()
 	if err != nil {
 		return err
 	}
+	listing, err := backup.List(ctx, store, backup.ListOptions{Key: auth})
+	if err != nil {
+		return err
+	}
+	all, ignored := trusted(listing, status.Cluster.ID, liveRevision(status), time.Now())
+	if len(ignored) > 0 {
+		log.Warn("ignoring untrusted backup manifests", "count", len(ignored), "manifests", ignored)
+	}
+	r.update(false, func(st *backup.LoopStatus) { st.Ignored = ignored })
 	sched, err := cron.ParseStandard(c.Spec.Backup.FullSchedule)
 	if err != nil {
 		return err
@@ -184,6 +195,18 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 			next = m.EndRevision + 1
 		}
 	}
+	r.update(false, func(st *backup.LoopStatus) {
+		for _, m := range all {
+			if m.ClusterID != status.Cluster.ID {
+				continue
+			}
+			if m.Kind == backup.KindFull && m.CreatedAt.After(st.LastFull) {
+				st.LastFull = m.CreatedAt
+			} else if m.Kind != backup.KindFull && m.CreatedAt.After(st.LastDelta) {
+				st.LastDelta = m.CreatedAt
+			}
+		}
+	})
 	if lastFull != nil {
 		ch := backup.BuildChain(all, *lastFull)
 		deltasSinceFull = len(ch.Deltas)
@@ -200,6 +223,7 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 			return fmt.Errorf("full snapshot: %w", err)
 		}
 		log.Info("full snapshot", "id", m.ID, "revision", m.EndRevision)
+		metrics.BackupUploaded(metrics.KindFull, m.Size)
 		if res, err := restore.Collect(ctx, c, false); err != nil {
 			log.Warn("backup garbage collection", "err", err)
 		} else if len(res.Deleted) > 0 {
@@ -219,6 +243,7 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 	go func() {
 		defer close(monitorDone)
 		lastReport := time.Now()
+		var samples []revSample
 		for rctx.Err() == nil {
 			select {
 			case <-rctx.Done():
@@ -233,19 +258,23 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 				return
 			}
 			if time.Since(lastReport) >= 2*time.Second {
-				r.write()
+				samples = sampleRevision(rctx, cli, leader, samples)
+				behind := behindRevision(samples, time.Now())
+				r.update(true, func(st *backup.LoopStatus) { st.BehindRevision = behind })
 				lastReport = time.Now()
 			}
 		}
 	}()
 	rec := backup.NewRecorder(backup.RecorderOptions{
 		Fence: lease.fence,
-		Store: store, Key: key, ClusterID: status.Cluster.ID, EtcdVersion: leader.Version, Member: leader.Name,
+		Store: store, Key: key, Auth: auth, ClusterID: status.Cluster.ID, EtcdVersion: leader.Version, Member: leader.Name,
 		MaxAge: time.Duration(c.Spec.Backup.DeltaMaxAgeMs) * time.Millisecond,
 		OnUpload: func(m backup.Manifest) {
+			metrics.BackupUploaded(metrics.KindDelta, m.Size)
 			chainFull := false
 			r.update(true, func(st *backup.LoopStatus) {
 				st.LastUpload, st.NextRevision, st.LastError = m.CreatedAt, m.EndRevision+1, ""
+				st.LastDelta = m.CreatedAt
 				deltasSinceFull++ // guarded by r.mu like the status
 				chainFull = deltasSinceFull >= c.Spec.Backup.MaxDeltasPerFull
 			})
@@ -260,15 +289,94 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 	if errors.Is(err, backup.ErrCompacted) {
 		// The next round finds no usable chain end and takes a full snapshot.
 		log.Warn("watch compacted; taking a full snapshot", "err", err)
-		if _, ferr := Now(ctx, c, Options{Member: leader.Name}); ferr != nil {
+		m, ferr := Now(ctx, c, Options{Member: leader.Name})
+		if ferr != nil {
 			return fmt.Errorf("full snapshot after compaction: %w", ferr)
 		}
+		metrics.BackupUploaded(metrics.KindFull, m.Size)
 		return nil
 	}
 	if rctx.Err() != nil && ctx.Err() == nil {
 		return nil // handover, schedule or chain limit: next round
 	}
 	return err
+}
+
+// revSample is the cluster's revision at a time.
+type revSample struct {
+	at  time.Time
+	rev int64
+}
+
+// lagWindow is how long a write may wait to be stored before the loop
+// reports that it is not keeping up.
+const lagWindow = 6 * time.Second
+
+// sampleRevision appends the leader's current revision (when it answers)
+// and drops samples older than needed.
+func sampleRevision(ctx context.Context, cli *clientv3.Client, leader cluster.MemberStatus, samples []revSample) []revSample {
+	if len(leader.ClientURLs) == 0 {
+		return samples
+	}
+	sctx, cancel := context.WithTimeout(ctx, time.Second)
+	resp, err := cli.Status(sctx, leader.ClientURLs[0])
+	cancel()
+	if err != nil {
+		return samples
+	}
+	now := time.Now()
+	samples = append(samples, revSample{now, resp.Header.Revision})
+	// Keep the newest sample older than the window, and those after it.
+	for len(samples) > 1 && now.Sub(samples[1].at) >= lagWindow {
+		samples = samples[1:]
+	}
+	return samples
+}
+
+// behindRevision is the revision the cluster had reached lagWindow ago (0
+// when no sample is that old): every revision up to it should be stored.
+func behindRevision(samples []revSample, now time.Time) int64 {
+	if len(samples) == 0 || now.Sub(samples[0].at) < lagWindow {
+		return 0
+	}
+	return samples[0].rev
+}
+
+// liveRevision is the newest revision a healthy member reports.
+func liveRevision(st *cluster.Status) int64 {
+	var rev int64
+	for _, m := range st.Members {
+		if m.Healthy {
+			rev = max(rev, m.Revision)
+		}
+	}
+	return rev
+}
+
+// trusted keeps the authenticated manifests of this cluster that the live
+// cluster makes possible: none claims a revision above the cluster's
+// (liveRev) or a creation time in the future. The rest, with the manifests
+// List ignored, are named in the second result; the loop never continues a
+// chain from them.
+func trusted(l backup.Listing, clusterID string, liveRev int64, now time.Time) ([]backup.Manifest, []string) {
+	var ignored []string
+	for _, i := range l.Ignored {
+		ignored = append(ignored, i.String())
+	}
+	var out []backup.Manifest
+	for _, m := range l.Backups {
+		switch {
+		case m.ClusterID != clusterID:
+			out = append(out, m) // another cluster's: not used, not judged
+		case liveRev > 0 && m.EndRevision > liveRev:
+			ignored = append(ignored, fmt.Sprintf("%s: claims revision %d, but the cluster is at revision %d", m.ID, m.EndRevision, liveRev))
+		case m.CreatedAt.After(now.Add(time.Minute)):
+			ignored = append(ignored, fmt.Sprintf("%s: created in the future (%s)", m.ID, m.CreatedAt.Format(time.RFC3339)))
+		default:
+			out = append(out, m)
+		}
+	}
+	return out, ignored
 }
 
 // backupElection is the etcd election that makes one agent at a time the

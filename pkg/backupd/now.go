@@ -49,6 +49,10 @@ func Now(ctx context.Context, c *cluster.Cluster, o Options) (backup.Manifest, e
 	if err != nil {
 		return backup.Manifest{}, err
 	}
+	auth, err := c.BackupAuthKey()
+	if err != nil {
+		return backup.Manifest{}, err
+	}
 	store, err := c.BackupStore(ctx)
 	if err != nil {
 		return backup.Manifest{}, err
@@ -64,7 +68,7 @@ func Now(ctx context.Context, c *cluster.Cluster, o Options) (backup.Manifest, e
 	}
 	c.Progress.Say("streaming a snapshot from %s (db %s)", name, progress.Bytes(m.DBSize))
 	man, err := backup.TakeFull(ctx, cli, store, backup.FullOptions{
-		Member: name, ClusterID: st.Cluster.ID, EtcdVersion: m.Version, Key: key, TempDir: tmp,
+		Member: name, ClusterID: st.Cluster.ID, EtcdVersion: m.Version, Key: key, Auth: auth, TempDir: tmp,
 	})
 	if err != nil {
 		return backup.Manifest{}, err

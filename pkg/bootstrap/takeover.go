@@ -19,7 +19,8 @@ import (
 // TakeOverOptions configure TakeOver.
 type TakeOverOptions struct {
 	// PKIDir holds the admin credentials (ca.crt, client.crt, client.key;
-	// ca.key too when this coordinator is to add hosts).
+	// ca.key too when this coordinator is to add hosts) and the cluster
+	// backup key (backup-auth.key), which authenticates backup manifests.
 	PKIDir string
 	// S3 is the cluster's backup store, as this machine reaches it; or
 	// StoreDir, a shared directory store.
@@ -106,10 +107,17 @@ func TakeOver(ctx context.Context, dir string, o TakeOverOptions, say progress.F
 		if err := os.MkdirAll(certDir, 0o700); err != nil {
 			return nil, err
 		}
-		for _, name := range []string{pki.CACert, pki.CAKey, pki.ClientCert, pki.ClientKey} {
+		for _, name := range []string{pki.CACert, pki.CAKey, pki.ClientCert, pki.ClientKey, pki.BackupAuthKey} {
 			b, err := os.ReadFile(filepath.Join(o.PKIDir, name))
 			if errors.Is(err, os.ErrNotExist) && name == pki.CAKey {
 				say.Say("note: no CA key in %s: this coordinator cannot add hosts (`steward host add`)", o.PKIDir)
+				continue
+			}
+			if errors.Is(err, os.ErrNotExist) && name == pki.BackupAuthKey {
+				// Without it this coordinator would generate a new key at
+				// its first backup command, and trust none of the backups.
+				say.Say("warning: no cluster backup key (%s) in %s: copy the old coordinator's (or a host's DIR/pki/%s) into %s before any backup command, or the backups taken so far are not trusted",
+					pki.BackupAuthKey, o.PKIDir, pki.BackupAuthKey, certDir)
 				continue
 			}
 			if err != nil {

@@ -2,9 +2,15 @@ package cluster
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/etcd-steward/steward/pkg/backup"
+	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -32,4 +38,53 @@ func (c *Cluster) BackupKey(keyFile string) (*backup.Key, error) {
 		return nil, nil
 	}
 	return backup.LoadKey(keyFile)
+}
+
+// BackupAuthKeyPath is where the cluster backup key lives: beside the
+// certificates (pki.BackupAuthKey).
+func (c *Cluster) BackupAuthKeyPath() string { return filepath.Join(c.CertDir(), pki.BackupAuthKey) }
+
+// BackupAuthKey loads the cluster backup key, which authenticates every
+// backup manifest. A coordinator whose cluster predates the key (Steward
+// upgraded) generates it on first use and says so: manifests written before
+// it carry no MAC, and only an operator's explicit choice trusts them. A
+// host of a multi-host cluster never generates one (its manifests would not
+// verify on the coordinator): it receives the coordinator's in its join
+// file and with every hand-over of the spec.
+func (c *Cluster) BackupAuthKey() (*backup.AuthKey, error) {
+	p := c.BackupAuthKeyPath()
+	if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
+		if c.onJoinedHost() {
+			return nil, fmt.Errorf("no cluster backup key at %s: this host receives the coordinator's with the spec (run any command that saves the spec on the coordinator, or join again)", p)
+		}
+		created, err := pki.EnsureBackupAuthKey(c.CertDir())
+		if err != nil {
+			return nil, err
+		}
+		if created {
+			c.Progress.Say("generated the cluster backup key %s (0600): backup manifests are authenticated from now on; manifests written before are not trusted unless restored deliberately (docs/backup.md)", p)
+		}
+	}
+	return backup.LoadAuthKey(p)
+}
+
+// Backups lists the trusted backups of the store (package backup, List)
+// under the cluster backup key, and the manifests it ignored.
+func (c *Cluster) Backups(ctx context.Context, store backup.Store, allowUnauthenticated bool) (backup.Listing, error) {
+	key, err := c.BackupAuthKey()
+	if err != nil {
+		return backup.Listing{}, err
+	}
+	return backup.List(ctx, store, backup.ListOptions{Key: key, AllowUnauthenticated: allowUnauthenticated})
+}
+
+// onJoinedHost reports whether this directory is a joined host's: its
+// client certificate is a host's, not the admin's. A directory without any
+// client certificate (a fresh one, a restore into a new directory) is not.
+func (c *Cluster) onJoinedHost() bool {
+	if c.Spec.TLS.Disabled {
+		return false
+	}
+	cn, err := pki.CommonName(pki.FilesIn(c.CertDir()).ClientCert)
+	return err == nil && cn != pki.AdminCN
 }

@@ -132,7 +132,14 @@ func (c *Cluster) EnsureCerts() error {
 			hosts = append(hosts, h)
 		}
 	}
-	return pki.Ensure(c.CertDir(), c.Spec.Name, hosts)
+	return pki.EnsureWith(c.CertDir(), c.Spec.Name, hosts, c.Validity())
+}
+
+// Validity is the certificate lifetimes of the spec (validated when the
+// spec was opened; the defaults stand in for fields that do not parse).
+func (c *Cluster) Validity() pki.Validity {
+	v, _ := c.Spec.TLS.Validity()
+	return pki.Validity{CA: v.CA, Leaf: v.Leaf, RenewBefore: v.RenewBefore}
 }
 
 // Client returns an etcd client for the given endpoints (all members when

@@ -21,7 +21,13 @@ import (
 // the loop's status (fresh, and no error since the last upload); otherwise
 // from the newest full backup. Without any backup it is Unknown.
 func (c *Cluster) BackupCondition(ctx context.Context, now time.Time) Condition {
-	cond := Condition{Type: CondBackupReady, Status: "Unknown", Reason: "NoBackups",
+	return c.backupCondition(ctx, now, 0)
+}
+
+// backupCondition is BackupCondition; liveRevision, when known, is the
+// cluster's newest revision: a loop that claims more is not believed.
+func (c *Cluster) backupCondition(ctx context.Context, now time.Time, liveRevision int64) (cond Condition) {
+	cond = Condition{Type: CondBackupReady, Status: "Unknown", Reason: "NoBackups",
 		Message: "no backup has been taken for this cluster"}
 	if c.Spec == nil {
 		return cond
@@ -37,6 +43,12 @@ func (c *Cluster) BackupCondition(ctx context.Context, now time.Time) Condition 
 		case bs.LastError != "":
 			cond.Status, cond.Reason = "False", "IncrementalBackupFailed"
 			cond.Message = bs.LastError
+		case liveRevision > 0 && bs.NextRevision-1 > liveRevision:
+			cond.Status, cond.Reason = "False", "BackupAheadOfCluster"
+			cond.Message = fmt.Sprintf("agent %s claims revisions up to %d stored, but the cluster is at revision %d: new writes are not being backed up", bs.Agent, bs.NextRevision-1, liveRevision)
+		case bs.Recording && bs.BehindRevision > bs.NextRevision-1:
+			cond.Status, cond.Reason = "False", "IncrementalBackupLagging"
+			cond.Message = fmt.Sprintf("agent %s has stored revisions up to %d, but the cluster reached revision %d more than 6 s before: writes are not being backed up in time", bs.Agent, bs.NextRevision-1, bs.BehindRevision)
 		case fullOverdue(c.Spec.Backup.FullSchedule, bs.LastFull, now):
 			cond.Status, cond.Reason = "False", "FullBackupOverdue"
 			cond.Message = fmt.Sprintf("the last full snapshot is %s old: two scheduled ones (%q) were missed", now.Sub(bs.LastFull).Round(time.Second), c.Spec.Backup.FullSchedule)
@@ -48,6 +60,9 @@ func (c *Cluster) BackupCondition(ctx context.Context, now time.Time) Condition 
 			}
 		default:
 			cond.Reason, cond.Message = "BackupNotStarted", "the backup loop runs but is not recording yet"
+		}
+		if ok && len(bs.Ignored) > 0 {
+			cond.Message += fmt.Sprintf("; ignored %d untrusted manifests in the backup store: %s", len(bs.Ignored), strings.Join(bs.Ignored, "; "))
 		}
 		return cond
 	}
@@ -61,18 +76,34 @@ func (c *Cluster) BackupCondition(ctx context.Context, now time.Time) Condition 
 		cond.Reason, cond.Message = "BackupStoreUnreadable", err.Error()
 		return cond
 	}
-	ms, err := backup.List(ctx, store)
+	l, err := c.Backups(ctx, store, false)
 	if err != nil {
 		cond.Reason, cond.Message = "BackupStoreUnreadable", err.Error()
 		return cond
 	}
-	for i := len(ms) - 1; i >= 0; i-- {
-		if ms[i].Kind == backup.KindFull {
-			cond.Status, cond.Reason = "True", "FullBackupSucceeded"
-			cond.Message = fmt.Sprintf("newest full backup %s at revision %d, %s old",
-				ms[i].ID, ms[i].EndRevision, now.Sub(ms[i].CreatedAt).Round(time.Second))
-			return cond
+	var ignored []string
+	for _, i := range l.Ignored {
+		ignored = append(ignored, i.String())
+	}
+	defer func() {
+		if len(ignored) > 0 {
+			cond.Message += fmt.Sprintf("; ignored %d untrusted manifests in the backup store: %s", len(ignored), strings.Join(ignored, "; "))
 		}
+	}()
+	ms := l.Backups
+	for i := len(ms) - 1; i >= 0; i-- {
+		m := ms[i]
+		if m.Kind != backup.KindFull {
+			continue
+		}
+		if liveRevision > 0 && m.EndRevision > liveRevision || m.CreatedAt.After(now.Add(time.Minute)) {
+			ignored = append(ignored, fmt.Sprintf("%s: revision %d or time %s is ahead of the cluster", m.ID, m.EndRevision, m.CreatedAt.Format(time.RFC3339)))
+			continue
+		}
+		cond.Status, cond.Reason = "True", "FullBackupSucceeded"
+		cond.Message = fmt.Sprintf("newest full backup %s at revision %d, %s old",
+			m.ID, m.EndRevision, now.Sub(m.CreatedAt).Round(time.Second))
+		return cond
 	}
 	return cond
 }
@@ -112,7 +143,22 @@ func (c *Cluster) conditions(ctx context.Context, st *Status, now time.Time) []C
 		all.Status, all.Reason = "False", "LearnerNotPromoted"
 		all.Message = fmt.Sprintf("not yet promoted to voting member (still catching up): %s", strings.Join(l, ", "))
 	}
-	return []Condition{ready, all, c.BackupCondition(ctx, now), c.upgradeCondition()}
+	var live int64
+	for _, m := range st.Members {
+		if m.Healthy {
+			live = max(live, m.Revision)
+		}
+	}
+	return []Condition{ready, all, c.backupCondition(ctx, now, live), c.upgradeCondition(), c.certificatesCondition(ctx, now)}
+}
+
+// certificatesCondition reads the inventory and computes CertificatesReady.
+func (c *Cluster) certificatesCondition(ctx context.Context, now time.Time) Condition {
+	inv, err := c.Certificates(ctx)
+	if err != nil {
+		return Condition{Type: CondCertificatesReady, Status: "Unknown", Reason: "InventoryFailed", Message: err.Error()}
+	}
+	return c.CertificatesCondition(inv, now)
 }
 
 // HealthyVoters counts the healthy voting members of the spec.

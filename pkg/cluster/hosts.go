@@ -55,6 +55,14 @@ func (c *Cluster) PushSpec(ctx context.Context) error {
 		}
 		f.BackupKey = string(key)
 	}
+	if _, err := c.BackupAuthKey(); err != nil {
+		return fmt.Errorf("hand the spec to the hosts: %w", err)
+	}
+	ak, err := os.ReadFile(c.BackupAuthKeyPath())
+	if err != nil {
+		return fmt.Errorf("hand the spec to the hosts: cluster backup key: %w", err)
+	}
+	f.BackupAuthKey = string(ak)
 	var (
 		mu   sync.Mutex
 		errs []error

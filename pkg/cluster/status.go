@@ -41,6 +41,9 @@ type AgentStatus struct {
 	Endpoint  string `json:"endpoint"`
 	Reachable bool   `json:"reachable"`
 	Error     string `json:"error,omitempty"`
+	// MetricsURL is where Prometheus scrapes the agent (the spec's
+	// metricsAddress); empty when it serves no metrics.
+	MetricsURL string `json:"metricsURL,omitempty"`
 }
 
 // ClusterStatus describes the cluster as a whole.
@@ -294,7 +297,7 @@ func (c *Cluster) Status(ctx context.Context) (*Status, error) {
 	}
 	wg.Wait()
 	for _, a := range c.Spec.Agents {
-		as := AgentStatus{Name: a.Name, Host: a.Host, Endpoint: a.Endpoint(), Reachable: agentErr[a.Name] == nil}
+		as := AgentStatus{Name: a.Name, Host: a.Host, Endpoint: a.Endpoint(), Reachable: agentErr[a.Name] == nil, MetricsURL: c.Spec.MetricsURL(a)}
 		if err := agentErr[a.Name]; err != nil {
 			as.Error = ShortErr(err)
 			var ue *agentapi.UnreachableError

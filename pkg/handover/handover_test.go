@@ -95,7 +95,7 @@ func TestSignerRefusesNonAdmin(t *testing.T) {
 	if err := pki.Ensure(dir, "c1", nil); err != nil {
 		t.Fatal(err)
 	}
-	b, err := pki.IssueHost(dir, "c1", "h1", "10.0.0.1")
+	b, err := pki.IssueHost(dir, "c1", "h1", "10.0.0.1", pki.Validity{})
 	if err != nil {
 		t.Fatal(err)
 	}

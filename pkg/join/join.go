@@ -65,6 +65,9 @@ type File struct {
 	PeerKey    string `json:"peerKey"`
 	ClientCert string `json:"clientCert"`
 	ClientKey  string `json:"clientKey"`
+	// BackupAuthKey is the cluster backup key (hex), which authenticates
+	// the backup manifests the host's loop writes and reads.
+	BackupAuthKey string `json:"backupAuthKey,omitempty"`
 }
 
 // Identity is what an agent keeps of its join file (no keys: those are in
@@ -92,16 +95,21 @@ func New(cluster, token, agent, host string, port int, b *pki.HostBundle, expire
 		ServerCert: string(b.ServerCert), ServerKey: string(b.ServerKey),
 		PeerCert: string(b.PeerCert), PeerKey: string(b.PeerKey),
 		ClientCert: string(b.ClientCert), ClientKey: string(b.ClientKey),
+		BackupAuthKey: string(b.BackupAuthKey),
 	}
 }
 
 func (f *File) bundle() *pki.HostBundle {
-	return &pki.HostBundle{
+	b := &pki.HostBundle{
 		CA: []byte(f.CA), AgentCert: []byte(f.AgentCert), AgentKey: []byte(f.AgentKey),
 		ServerCert: []byte(f.ServerCert), ServerKey: []byte(f.ServerKey),
 		PeerCert: []byte(f.PeerCert), PeerKey: []byte(f.PeerKey),
 		ClientCert: []byte(f.ClientCert), ClientKey: []byte(f.ClientKey),
 	}
+	if f.BackupAuthKey != "" {
+		b.BackupAuthKey = []byte(f.BackupAuthKey)
+	}
+	return b
 }
 
 // Write writes a join file atomically, 0600.

@@ -19,7 +19,7 @@ func fixture(t testing.TB, token string) (*File, string) {
 	if err := pki.Ensure(ca, "c1", nil); err != nil {
 		t.Fatal(err)
 	}
-	b, err := pki.IssueHost(ca, "c1", "cp-1", "10.0.0.11")
+	b, err := pki.IssueHost(ca, "c1", "cp-1", "10.0.0.11", pki.Validity{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,18 +34,19 @@ func (b *BackupSnapshot) Remove() error {
 	return os.RemoveAll(b.dir)
 }
 
-// FetchBackup fetches the full backup id ("latest" or "" for the newest)
+// FetchBackup fetches the full backup id (among the manifests lo trusts) ("latest" or "" for the newest)
 // from store into a new directory under tmpParent, verifying it as
 // `steward backup verify` does (size, SHA-256, key, etcd's checksum,
 // consistency, revision), then replays the delta segments that continue it
 // without a gap, as `steward restore` does: the result is the keyspace at
 // the newest backed-up revision of that chain. Nothing but the temporary
 // directory is written; on error it is removed.
-func FetchBackup(ctx context.Context, store backup.Store, key *backup.Key, id, tmpParent string) (*BackupSnapshot, error) {
-	all, err := backup.List(ctx, store)
+func FetchBackup(ctx context.Context, store backup.Store, key *backup.Key, lo backup.ListOptions, id, tmpParent string) (*BackupSnapshot, error) {
+	listing, err := backup.List(ctx, store, lo)
 	if err != nil {
 		return nil, err
 	}
+	all := listing.Backups
 	var full backup.Manifest
 	found := false
 	for i := len(all) - 1; i >= 0; i-- {

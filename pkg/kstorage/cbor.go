@@ -1,9 +1,11 @@
 package kstorage
 
 // cborTypeMeta reads the top-level map of a CBOR data item (after the
-// self-describe tag) for the text-string members apiVersion and kind,
-// skipping every other item. Kubernetes' CBOR serializer writes objects as
-// maps keyed by text strings.
+// self-describe tag) for the string members apiVersion and kind, skipping
+// every other item. Kubernetes' CBOR serializer writes objects as maps
+// whose keys and string values are byte strings (its encoder's
+// StringToByteString, so that it never validates UTF-8); text strings are
+// read the same way.
 func cborTypeMeta(b []byte) (apiVersion, kind []byte, ok bool) {
 	major, arg, indefinite, i, ok := cborHead(b, 0)
 	if !ok || major != 5 || arg > uint64(len(b)-i) {
@@ -46,15 +48,15 @@ func cborTypeMeta(b []byte) (apiVersion, kind []byte, ok bool) {
 	return apiVersion, kind, true
 }
 
-// cborText returns the content of the definite-length text string at b[i]
-// and the index after it; for any other item it returns nil content and
-// the index after the item.
+// cborText returns the content of the definite-length text or byte string
+// at b[i] and the index after it; for any other item it returns nil
+// content and the index after the item.
 func cborText(b []byte, i int) (text []byte, next int, ok bool) {
 	major, arg, indefinite, j, ok := cborHead(b, i)
 	if !ok {
 		return nil, 0, false
 	}
-	if major == 3 && !indefinite {
+	if (major == 2 || major == 3) && !indefinite {
 		if arg > uint64(len(b)-j) {
 			return nil, 0, false
 		}

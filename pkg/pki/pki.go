@@ -2,9 +2,17 @@
 // a server certificate for client traffic, a peer certificate for member to
 // member traffic, and a client certificate for Steward and etcdctl.
 //
+// Lifetimes come from a Validity (the spec's tls fields). The inventory
+// (Inventory, ServedCert) reads what there is, in files and in live TLS
+// handshakes; Renew reissues leaves with their key kept; IssueClient issues
+// client certificates for the users of etcd.
+//
 // Invariant: private keys are written 0600 and never logged. Certificates are
-// reissued (with the same CA) when a host appears that they do not cover, so
-// adding a member on a new address does not need the operator's hands.
+// reissued (with the same CA and key) when a host appears that they do not
+// cover or their renewal point has come, so adding a member on a new address
+// does not need the operator's hands. A file that does not parse, a key that
+// does not match its certificate and a leaf of another CA are refused,
+// replacing nothing.
 package pki
 
 import (
@@ -14,9 +22,11 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/big"
 	"net"
 	"os"
@@ -37,13 +47,73 @@ const (
 	PeerKey    = "peer.key"
 	ClientCert = "client.crt"
 	ClientKey  = "client.key"
+	// BackupAuthKey is the cluster backup key: 32 random bytes (hex) that
+	// authenticate every backup manifest (package backup, AuthKey). It is
+	// generated with the CA and handed to every host in its join file.
+	BackupAuthKey = "backup-auth.key"
 )
 
-// Validity of generated certificates.
+// Default validity of generated certificates (Validity's zero fields).
 const (
-	caValidity   = 10 * 365 * 24 * time.Hour
-	leafValidity = 2 * 365 * 24 * time.Hour
+	DefaultCAValidity   = 10 * 365 * 24 * time.Hour
+	DefaultLeafValidity = 365 * 24 * time.Hour
 )
+
+// Validity says how long certificates live and when leaves are renewed.
+// Zero fields take the defaults (WithDefaults).
+type Validity struct {
+	// CA is the lifetime of a new CA (default DefaultCAValidity).
+	CA time.Duration
+	// Leaf is the lifetime of a new leaf: server, peer, client, a host's
+	// and an issued client's (default DefaultLeafValidity).
+	Leaf time.Duration
+	// RenewBefore is the renewal margin: a leaf with no more than this left
+	// is renewed (default a third of Leaf: renewal at two thirds of its
+	// lifetime).
+	RenewBefore time.Duration
+}
+
+// WithDefaults fills the zero fields.
+func (v Validity) WithDefaults() Validity {
+	if v.CA <= 0 {
+		v.CA = DefaultCAValidity
+	}
+	if v.Leaf <= 0 {
+		v.Leaf = DefaultLeafValidity
+	}
+	if v.RenewBefore <= 0 {
+		v.RenewBefore = v.Leaf / 3
+	}
+	return v
+}
+
+// ErrBadValidity: lifetimes that cannot work (a leaf that would be renewed
+// as soon as it is issued, or that outlives its CA).
+var ErrBadValidity = errors.New("invalid certificate validity")
+
+// Check refuses lifetimes that cannot work, with one error naming the
+// problem.
+func (v Validity) Check() error {
+	v = v.WithDefaults()
+	switch {
+	case v.RenewBefore >= v.Leaf:
+		return fmt.Errorf("%w: the leaf lifetime %s is not longer than the renewal margin %s: every leaf would be renewed as soon as it is issued", ErrBadValidity, v.Leaf, v.RenewBefore)
+	case v.Leaf > v.CA:
+		return fmt.Errorf("%w: the leaf lifetime %s is longer than the CA's %s", ErrBadValidity, v.Leaf, v.CA)
+	}
+	return nil
+}
+
+// Due reports whether a certificate is at or past its renewal point.
+func (v Validity) Due(c *x509.Certificate, now time.Time) bool {
+	return !now.Before(c.NotAfter.Add(-v.WithDefaults().RenewBefore))
+}
+
+// backdate is how far before now a new certificate's NotBefore lies (clock
+// skew between hosts): an hour, or a tenth of a short lifetime.
+func backdate(lifetime time.Duration) time.Duration {
+	return min(time.Hour, lifetime/10)
+}
 
 // Files are the absolute paths of a certificate directory's files.
 type Files struct {
@@ -60,10 +130,28 @@ func FilesIn(dir string) Files {
 }
 
 // Ensure makes sure dir holds a CA and server, peer and client certificates
-// whose names cover hosts (IP addresses or DNS names). Existing valid
-// certificates are kept; ones that miss a host or expire within 30 days are
-// reissued by the same CA.
+// whose names cover hosts (IP addresses or DNS names), with the default
+// validity (EnsureWith).
 func Ensure(dir, clusterName string, hosts []string) error {
+	return EnsureWith(dir, clusterName, hosts, Validity{})
+}
+
+// EnsureWith makes sure dir holds a CA and server, peer and client
+// certificates whose names cover hosts (IP addresses or DNS names).
+// Existing valid certificates are kept; ones that miss a host or are past
+// their renewal point (v.RenewBefore) are reissued by the same CA with the
+// same key, so the certificate file is the one file that changes (a server
+// reading the pair at each handshake never sees a certificate without its
+// key). A file that does not parse, a key that does not match its
+// certificate, or a leaf the CA did not sign is refused (ErrUnparsable,
+// ErrKeyMismatch, ErrNotSignedByCA) and nothing is replaced. Without a CA
+// (neither ca.crt nor ca.key), a new CA is created and every leaf reissued
+// by it with a new key.
+func EnsureWith(dir, clusterName string, hosts []string, v Validity) error {
+	v = v.WithDefaults()
+	if err := v.Check(); err != nil {
+		return fmt.Errorf("certificates: %w", err)
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("certificates: %w", err)
 	}
@@ -74,6 +162,9 @@ func Ensure(dir, clusterName string, hosts []string) error {
 	slices.Sort(hosts)
 	hosts = slices.Compact(hosts)
 
+	// fresh: no CA was there, so the leaves there (of a CA gone) are
+	// all reissued with new keys by the new one.
+	fresh := false
 	caCert, caKey, err := loadPair(filepath.Join(dir, CACert), filepath.Join(dir, CAKey))
 	if errors.Is(err, os.ErrNotExist) {
 		if _, serr := os.Stat(filepath.Join(dir, CACert)); serr == nil {
@@ -83,7 +174,14 @@ func Ensure(dir, clusterName string, hosts []string) error {
 			// the certificate; issuing needs the key.
 			return ensureWithoutCAKey(dir, hosts)
 		}
-		caCert, caKey, err = newCA(dir, clusterName)
+		caCert, caKey, err = newCA(dir, clusterName, v.CA)
+		fresh = true
+		if err == nil {
+			// A new cluster: its backup key is born with its CA.
+			if _, err = EnsureBackupAuthKey(dir); err != nil {
+				return fmt.Errorf("certificates: %w", err)
+			}
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("certificates: CA: %w", err)
@@ -99,16 +197,34 @@ func Ensure(dir, clusterName string, hosts []string) error {
 		{PeerCert, PeerKey, clusterName + "-peer", []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, hosts},
 		{ClientCert, ClientKey, AdminCN, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, nil},
 	}
-	for _, l := range leaves {
-		cp, kp := filepath.Join(dir, l.cert), filepath.Join(dir, l.key)
-		cert, _, err := loadPair(cp, kp)
-		if err == nil && covers(cert, l.hosts) && time.Until(cert.NotAfter) > 30*24*time.Hour && cert.CheckSignatureFrom(caCert) == nil {
+	// Check every leaf before issuing any: a refusal replaces nothing.
+	type todo struct {
+		i   int
+		key *ecdsa.PrivateKey
+	}
+	var issue []todo
+	for i, l := range leaves {
+		if fresh {
+			issue = append(issue, todo{i, nil})
 			continue
 		}
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("certificates: %s: %w", l.cert, err)
+		cert, key, err := loadLeaf(filepath.Join(dir, l.cert), filepath.Join(dir, l.key), caCert)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			issue = append(issue, todo{i, nil})
+		case err != nil:
+			return fmt.Errorf("certificates: %w", err)
+		case !covers(cert, l.hosts) || v.Due(cert, time.Now()):
+			issue = append(issue, todo{i, key})
 		}
-		if err := issue(cp, kp, caCert, caKey, l.cn, l.usage, l.hosts); err != nil {
+	}
+	for _, t := range issue {
+		l := leaves[t.i]
+		der, key, err := sign(caCert, caKey, t.key, l.cn, l.usage, l.hosts, v.Leaf)
+		if err != nil {
+			return fmt.Errorf("certificates: issue %s: %w", l.cert, err)
+		}
+		if err := writePair(filepath.Join(dir, l.cert), filepath.Join(dir, l.key), der, key, t.key == nil); err != nil {
 			return fmt.Errorf("certificates: issue %s: %w", l.cert, err)
 		}
 	}
@@ -181,7 +297,7 @@ func covers(c *x509.Certificate, hosts []string) bool {
 	return true
 }
 
-func newCA(dir, clusterName string) (*x509.Certificate, *ecdsa.PrivateKey, error) {
+func newCA(dir, clusterName string, lifetime time.Duration) (*x509.Certificate, *ecdsa.PrivateKey, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
@@ -189,8 +305,8 @@ func newCA(dir, clusterName string) (*x509.Certificate, *ecdsa.PrivateKey, error
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial(),
 		Subject:               pkix.Name{CommonName: clusterName + "-ca", Organization: []string{"steward"}},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(caValidity),
+		NotBefore:             time.Now().Add(-backdate(lifetime)),
+		NotAfter:              time.Now().Add(lifetime),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
@@ -199,29 +315,25 @@ func newCA(dir, clusterName string) (*x509.Certificate, *ecdsa.PrivateKey, error
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := writePair(filepath.Join(dir, CACert), filepath.Join(dir, CAKey), der, key); err != nil {
+	if err := writePair(filepath.Join(dir, CACert), filepath.Join(dir, CAKey), der, key, true); err != nil {
 		return nil, nil, err
 	}
 	cert, err := x509.ParseCertificate(der)
 	return cert, key, err
 }
 
-func issue(certPath, keyPath string, ca *x509.Certificate, caKey *ecdsa.PrivateKey, cn string, usage []x509.ExtKeyUsage, hosts []string) error {
-	der, key, err := sign(ca, caKey, cn, usage, hosts)
-	if err != nil {
-		return err
-	}
-	return writePair(certPath, keyPath, der, key)
-}
-
-func writePair(certPath, keyPath string, der []byte, key *ecdsa.PrivateKey) error {
-	kb, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return err
-	}
-	// Key first: a certificate never exists without its key.
-	if err := atomicfile.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
-		return err
+// writePair writes a certificate and, when newKey, its key first (a
+// certificate never exists without its key); a certificate reissued with
+// the key already there is one atomic rename.
+func writePair(certPath, keyPath string, der []byte, key *ecdsa.PrivateKey, newKey bool) error {
+	if newKey {
+		kb, err := x509.MarshalECPrivateKey(key)
+		if err != nil {
+			return err
+		}
+		if err := atomicfile.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
+			return err
+		}
 	}
 	return atomicfile.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
 }
@@ -290,6 +402,10 @@ type HostBundle struct {
 	// They are not the admin's: no agent's API accepts them.
 	ClientCert []byte
 	ClientKey  []byte
+	// BackupAuthKey is the cluster backup key (BackupAuthKey), so the
+	// host's backup loop writes manifests the coordinator trusts; empty
+	// when the coordinator has none yet.
+	BackupAuthKey []byte
 }
 
 // CommonName returns the subject common name of the certificate in a PEM file.
@@ -316,7 +432,8 @@ func HostCN(name string) string { return "steward-host:" + name }
 // created). address is the host's IP address or DNS name. The peer
 // certificate keeps the cluster-wide common name (CLUSTER-peer), so members
 // can restrict their peer port to it.
-func IssueHost(dir, clusterName, agentName, address string) (*HostBundle, error) {
+func IssueHost(dir, clusterName, agentName, address string, v Validity) (*HostBundle, error) {
+	v = v.WithDefaults()
 	caCert, caKey, err := loadPair(filepath.Join(dir, CACert), filepath.Join(dir, CAKey))
 	if err != nil {
 		return nil, fmt.Errorf("certificates for host %s: CA: %w", agentName, err)
@@ -328,6 +445,11 @@ func IssueHost(dir, clusterName, agentName, address string) (*HostBundle, error)
 	hosts := []string{address, "127.0.0.1", "localhost"}
 	both := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
 	b := &HostBundle{CA: caPEM}
+	if ak, err := os.ReadFile(filepath.Join(dir, BackupAuthKey)); err == nil {
+		b.BackupAuthKey = ak
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("certificates for host %s: %w", agentName, err)
+	}
 	for _, l := range []struct {
 		cn        string
 		hosts     []string
@@ -338,7 +460,7 @@ func IssueHost(dir, clusterName, agentName, address string) (*HostBundle, error)
 		{clusterName + "-peer", hosts, &b.PeerCert, &b.PeerKey},
 		{HostCN(agentName), []string{address}, &b.ClientCert, &b.ClientKey},
 	} {
-		der, key, err := sign(caCert, caKey, l.cn, both, l.hosts)
+		der, key, err := sign(caCert, caKey, nil, l.cn, both, l.hosts, v.Leaf)
 		if err != nil {
 			return nil, fmt.Errorf("certificates for host %s: %w", agentName, err)
 		}
@@ -368,7 +490,11 @@ func WriteHost(dir string, b *HostBundle) error {
 		{ServerKey, b.ServerKey, 0o600}, {ServerCert, b.ServerCert, 0o644},
 		{PeerKey, b.PeerKey, 0o600}, {PeerCert, b.PeerCert, 0o644},
 		{ClientKey, b.ClientKey, 0o600}, {ClientCert, b.ClientCert, 0o644},
+		{BackupAuthKey, b.BackupAuthKey, 0o600},
 	} {
+		if f.data == nil && f.name == BackupAuthKey {
+			continue // a join file from before the cluster had one
+		}
 		if err := atomicfile.WriteFile(filepath.Join(dir, f.name), f.data, f.mode); err != nil {
 			return fmt.Errorf("certificates: %w", err)
 		}
@@ -412,9 +538,12 @@ func CheckHost(b *HostBundle, agentName, address string, now time.Time) error {
 // AgentServerTLS is the TLS config an agent serves its API with: its own
 // certificate, client certificates required and verified against the
 // cluster CA, and only the admin identity (AdminCN) let in.
+//
+// The certificate is loaded again at each handshake (like etcd's), so a
+// renewed agent certificate is served without restarting the agent.
 func AgentServerTLS(dir string) (*tls.Config, error) {
-	pair, err := tls.LoadX509KeyPair(filepath.Join(dir, AgentCert), filepath.Join(dir, AgentKey))
-	if err != nil {
+	certFile, keyFile := filepath.Join(dir, AgentCert), filepath.Join(dir, AgentKey)
+	if _, err := tls.LoadX509KeyPair(certFile, keyFile); err != nil {
 		return nil, fmt.Errorf("load the agent certificate from %s: %w", dir, err)
 	}
 	pool, err := CAPool(filepath.Join(dir, CACert))
@@ -422,10 +551,16 @@ func AgentServerTLS(dir string) (*tls.Config, error) {
 		return nil, err
 	}
 	return &tls.Config{
-		Certificates: []tls.Certificate{pair},
-		ClientCAs:    pool,
-		ClientAuth:   tls.RequireAndVerifyClientCert,
-		MinVersion:   tls.VersionTLS12,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+			if err != nil {
+				return nil, fmt.Errorf("load the agent certificate from %s: %w", dir, err)
+			}
+			return &pair, nil
+		},
+		ClientCAs:  pool,
+		ClientAuth: tls.RequireAndVerifyClientCert,
+		MinVersion: tls.VersionTLS12,
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			if len(cs.PeerCertificates) == 0 {
 				return errors.New("no client certificate")
@@ -472,17 +607,26 @@ func CAPool(path string) (*x509.CertPool, error) {
 	return pool, nil
 }
 
-// sign issues a leaf certificate and returns its DER and key.
-func sign(ca *x509.Certificate, caKey *ecdsa.PrivateKey, cn string, usage []x509.ExtKeyUsage, hosts []string) ([]byte, *ecdsa.PrivateKey, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, err
+// sign issues a leaf certificate of the given lifetime (cut at the CA's
+// expiry: a leaf never outlives its CA) and returns its DER and key: key,
+// or a new one when key is nil.
+func sign(ca *x509.Certificate, caKey, key *ecdsa.PrivateKey, cn string, usage []x509.ExtKeyUsage, hosts []string, lifetime time.Duration) ([]byte, *ecdsa.PrivateKey, error) {
+	if key == nil {
+		var err error
+		if key, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader); err != nil {
+			return nil, nil, err
+		}
+	}
+	now := time.Now()
+	notAfter := now.Add(lifetime)
+	if notAfter.After(ca.NotAfter) {
+		notAfter = ca.NotAfter
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
 		Subject:      pkix.Name{CommonName: cn, Organization: []string{"steward"}},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(leafValidity),
+		NotBefore:    now.Add(-backdate(lifetime)),
+		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 		ExtKeyUsage:  usage,
 	}
@@ -495,4 +639,57 @@ func sign(ca *x509.Certificate, caKey *ecdsa.PrivateKey, cn string, usage []x509
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
 	return der, key, err
+}
+
+// EnsureBackupAuthKey creates the cluster backup key in dir (0600, 64 hex
+// digits of 32 random bytes) unless it exists, and reports whether it did.
+// The key never leaves the certificate directory except in join files and
+// the coordinator's hand-over to its hosts.
+func EnsureBackupAuthKey(dir string) (created bool, err error) {
+	p := filepath.Join(dir, BackupAuthKey)
+	if _, err := os.Stat(p); err == nil {
+		return false, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return false, fmt.Errorf("cluster backup key: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return false, fmt.Errorf("cluster backup key: %w", err)
+	}
+	var k [32]byte
+	if _, err := rand.Read(k[:]); err != nil {
+		return false, fmt.Errorf("cluster backup key: %w", err)
+	}
+	// Written aside, then linked into place: link never replaces, so two
+	// processes generating at once agree on the one that landed first.
+	tmp := fmt.Sprintf("%s.tmp-%d", p, os.Getpid())
+	if err := atomicfile.WriteFile(tmp, []byte(hex.EncodeToString(k[:])+"\n"), 0o600); err != nil {
+		return false, fmt.Errorf("cluster backup key: %w", err)
+	}
+	defer os.Remove(tmp)
+	if err := os.Link(tmp, p); errors.Is(err, fs.ErrExist) {
+		return false, nil
+	} else if err != nil {
+		return false, fmt.Errorf("cluster backup key: %w", err)
+	}
+	if err := atomicfile.SyncDir(dir); err != nil {
+		return false, fmt.Errorf("cluster backup key: %w", err)
+	}
+	return true, nil
+}
+
+// ReadCertificate parses the first certificate of a PEM file.
+func ReadCertificate(certFile string) (*x509.Certificate, error) {
+	b, err := os.ReadFile(certFile)
+	if err != nil {
+		return nil, err
+	}
+	blk, _ := pem.Decode(b)
+	if blk == nil || blk.Type != "CERTIFICATE" {
+		return nil, fmt.Errorf("%s: no PEM certificate", certFile)
+	}
+	c, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", certFile, err)
+	}
+	return c, nil
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/metrics"
 )
 
 // RunAuto watches the cluster from an agent and, when the spec says
@@ -43,7 +44,9 @@ func RunAuto(ctx context.Context, dir, agentName string, log *slog.Logger) {
 			if time.Since(lastResume) >= time.Minute {
 				lastResume = time.Now()
 				log.Warn("an unfinished recovery is recorded: resuming it", "seed", j.Seed, "restoredFrom", j.RestoredFrom)
-				if rep, err := Run(ctx, c); err != nil {
+				rep, err := Run(ctx, c)
+				metrics.RecoveryAction(rep.Action, err)
+				if err != nil {
 					log.Error("resuming the recovery failed", "err", err)
 				} else {
 					log.Info("automatic recovery done", "action", rep.Action, "message", rep.Message)
@@ -67,6 +70,7 @@ func RunAuto(ctx context.Context, dir, agentName string, log *slog.Logger) {
 		}
 		log.Warn("quorum lost for the whole grace period: recovering")
 		rep, err := Run(ctx, c)
+		metrics.RecoveryAction(rep.Action, err)
 		if err != nil {
 			log.Error("automatic recovery failed", "err", err)
 		} else {

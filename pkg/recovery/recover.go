@@ -16,7 +16,6 @@ import (
 
 	"github.com/etcd-steward/steward/internal/filelock"
 	"github.com/etcd-steward/steward/pkg/agentapi"
-	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/backupd"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/datadir"
@@ -129,11 +128,14 @@ func Run(ctx context.Context, c *cluster.Cluster) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
-	all, err := backup.List(ctx, store)
+	listing, err := c.Backups(ctx, store, false)
 	if err != nil {
 		return rep, err
 	}
-	for _, m := range all {
+	for _, i := range listing.Ignored {
+		c.Progress.Say("ignored %s", i)
+	}
+	for _, m := range listing.Backups {
 		if st.Cluster.ID == "" || m.ClusterID == st.Cluster.ID {
 			rep.NewestBackupRevision = max(rep.NewestBackupRevision, m.EndRevision)
 		}

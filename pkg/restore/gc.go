@@ -13,24 +13,34 @@ type GCResult struct {
 	Kept    []string `json:"kept"`
 	Deleted []string `json:"deleted"`
 	DryRun  bool     `json:"dryRun"`
+	// Ignored names the manifests not trusted (left alone), and why.
+	Ignored []string `json:"ignored"`
 }
 
 // Collect applies the spec's retention to the backup store: it keeps
 // the newest full backup with its whole chain, the last N full backups and
 // the hourly and daily ones, each with the deltas that continue it, and
-// deletes the rest. It never leaves a delta without its full backup.
+// deletes the rest. It never leaves a delta without its full backup. Only
+// authenticated manifests are considered; it deletes nothing else.
 func Collect(ctx context.Context, c *cluster.Cluster, dryRun bool) (GCResult, error) {
 	store, err := c.BackupStore(ctx)
 	if err != nil {
 		return GCResult{}, err
 	}
-	all, err := backup.List(ctx, store)
+	listing, err := c.Backups(ctx, store, false)
 	if err != nil {
 		return GCResult{}, err
 	}
+	all := listing.Backups
 	r := c.Spec.Backup.Retention
 	keep, del := backup.PlanRetention(all, backup.Retention{KeepLast: r.KeepLast, KeepHourly: r.KeepHourly, KeepDaily: r.KeepDaily}, time.Now())
-	res := GCResult{Kept: []string{}, Deleted: []string{}, DryRun: dryRun}
+	res := GCResult{Kept: []string{}, Deleted: []string{}, DryRun: dryRun, Ignored: []string{}}
+	for _, i := range listing.Ignored {
+		// Never deleted: a manifest that is not trusted names nothing
+		// garbage collection may touch.
+		res.Ignored = append(res.Ignored, i.String())
+		c.Progress.Say("ignored %s", i)
+	}
 	for _, m := range keep {
 		res.Kept = append(res.Kept, m.ID)
 	}

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/etcd-steward/steward/internal/proc"
@@ -33,6 +35,14 @@ type Options struct {
 	ToRevision int64
 	// ToTime restores the keyspace as it was at this time (zero: newest).
 	ToTime time.Time
+	// AllowUnauthenticated also trusts manifests without a MAC (written
+	// before the cluster had its backup key): an operator's deliberate
+	// choice to restore an old backup. A manifest whose MAC fails is never
+	// trusted.
+	AllowUnauthenticated bool
+	// SkipUntrusted restores even though manifests newer than the chosen
+	// full backup are not trusted, leaving out what they describe.
+	SkipUntrusted bool
 	// AllowOtherCluster restores a backup taken from another etcd cluster
 	// than the one last seen for this spec.
 	AllowOtherCluster bool
@@ -55,6 +65,11 @@ var (
 	// ErrDataDirsHoldData: a target data dir is not empty (Options.Force
 	// moves them aside).
 	ErrDataDirsHoldData = errors.New("data dirs hold data")
+	// ErrUntrustedManifests: the store holds manifests newer than the
+	// chosen full backup that are not trusted (corrupt, forged, or
+	// unauthenticated): the deltas they describe would be left out
+	// (Options.SkipUntrusted restores without them).
+	ErrUntrustedManifests = errors.New("untrusted manifests after the backup")
 	// ErrChainGap: deltas after a gap in the chain would be lost
 	// (Options.ToRevision up to the gap restores what precedes it).
 	ErrChainGap = errors.New("gap in the delta chain")
@@ -141,10 +156,31 @@ func prepare(ctx context.Context, c *cluster.Cluster, o Options, targets []spec.
 	if err != nil {
 		return p, err
 	}
-	m, chain, err := pickChain(ctx, store, o)
+	listing, err := c.Backups(ctx, store, o.AllowUnauthenticated)
+	if err != nil {
+		return p, err
+	}
+	for _, i := range listing.Ignored {
+		c.Progress.Say("ignored %s", i)
+	}
+	m, chain, err := pickChain(listing, store.String(), o)
 	p.full = m
 	if err != nil {
 		return p, err
+	}
+	// A manifest that is not trusted and sorts after the full backup may
+	// describe a delta of its chain: restoring without it would silently
+	// drop history. Older ones (backups from before the cluster backup key)
+	// cannot be part of this chain.
+	var later []string
+	for _, i := range listing.Ignored {
+		if id := path.Base(strings.TrimSuffix(i.Name, ".json")); id > m.ID {
+			later = append(later, i.String())
+		}
+	}
+	if len(later) > 0 && !o.SkipUntrusted {
+		return p, cluster.Refuse(ErrUntrustedManifests, "refusing to restore from %s: %d newer manifests in the store are not trusted, and what they describe would be left out: %s",
+			m.ID, len(later), strings.Join(later, "; "))
 	}
 	known, err := c.KnownClusterID()
 	if err != nil {
@@ -347,15 +383,13 @@ func requireStopped(ctx context.Context, c *cluster.Cluster) error {
 // --to-revision or --to-time, the newest full backup at or before the target.
 // A gap in the chain that later deltas would have filled is refused rather
 // than silently dropping them.
-func pickChain(ctx context.Context, store backup.Store, o Options) (backup.Manifest, backup.Chain, error) {
-	all, err := backup.List(ctx, store)
-	if err != nil {
-		return backup.Manifest{}, backup.Chain{}, err
-	}
+func pickChain(listing backup.Listing, store string, o Options) (backup.Manifest, backup.Chain, error) {
+	all := listing.Backups
 	var full backup.Manifest
+	var err error
 	switch {
 	case o.Backup != "" && o.Backup != "latest":
-		if full, err = backup.Find(ctx, store, o.Backup); err != nil {
+		if full, err = listing.Find(o.Backup, store); err != nil {
 			return full, backup.Chain{}, err
 		}
 		if full.Kind != backup.KindFull {
@@ -375,7 +409,7 @@ func pickChain(ctx context.Context, store backup.Store, o Options) (backup.Manif
 			return full, backup.Chain{}, fmt.Errorf("no full backup at or before the target in %s: the oldest restorable point is the first full backup", store)
 		}
 	default:
-		if full, err = backup.Find(ctx, store, "latest"); err != nil {
+		if full, err = listing.Find("latest", store); err != nil {
 			return full, backup.Chain{}, err
 		}
 	}

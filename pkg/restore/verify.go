@@ -10,13 +10,14 @@ import (
 	"github.com/etcd-steward/steward/pkg/cluster"
 )
 
-// List lists the cluster's complete backups, oldest first.
-func List(ctx context.Context, c *cluster.Cluster) ([]backup.Manifest, error) {
+// List lists the cluster's complete, trusted backups, oldest first, and the
+// manifests it ignored (corrupt, unauthenticated, forged), with the reason.
+func List(ctx context.Context, c *cluster.Cluster) (backup.Listing, error) {
 	store, err := c.BackupStore(ctx)
 	if err != nil {
-		return nil, err
+		return backup.Listing{}, err
 	}
-	return backup.List(ctx, store)
+	return c.Backups(ctx, store, false)
 }
 
 // VerifyResult reports one backup's verification.
@@ -31,21 +32,35 @@ type VerifyResult struct {
 
 // Verify fetches each named backup (all when id is "") and checks
 // its checksums, key, database consistency, revision and hash.
-func Verify(ctx context.Context, c *cluster.Cluster, id, keyFile string) ([]VerifyResult, error) {
+//
+// Only authenticated manifests are verified unless allowUnauthenticated;
+// with id "" (all), every manifest that is not trusted is reported as a
+// failed result, and every other backup is still verified.
+func Verify(ctx context.Context, c *cluster.Cluster, id, keyFile string, allowUnauthenticated bool) ([]VerifyResult, error) {
 	store, err := c.BackupStore(ctx)
 	if err != nil {
 		return nil, err
 	}
+	listing, err := c.Backups(ctx, store, allowUnauthenticated)
+	if err != nil {
+		return nil, err
+	}
 	var ms []backup.Manifest
+	var out []VerifyResult
 	if id == "" {
-		if ms, err = backup.List(ctx, store); err != nil {
-			return nil, err
+		ms = listing.Backups
+		// A manifest that is not trusted fails verification, and the
+		// others are still verified.
+		for _, i := range listing.Ignored {
+			r := VerifyResult{ID: "manifest:" + i.Name, Error: i.Reason, Err: i.Err}
+			c.Progress.Say("%s: FAILED: %s", r.ID, r.Error)
+			out = append(out, r)
 		}
-		if len(ms) == 0 {
+		if len(ms) == 0 && len(out) == 0 {
 			return nil, fmt.Errorf("no backups in %s", store)
 		}
 	} else {
-		m, err := backup.Find(ctx, store, id)
+		m, err := listing.Find(id, store.String())
 		if err != nil {
 			return nil, err
 		}
@@ -60,7 +75,6 @@ func Verify(ctx context.Context, c *cluster.Cluster, id, keyFile string) ([]Veri
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
-	var out []VerifyResult
 	for i, m := range ms {
 		r := VerifyResult{ID: m.ID, OK: true}
 		var err error
@@ -68,7 +82,7 @@ func Verify(ctx context.Context, c *cluster.Cluster, id, keyFile string) ([]Veri
 			err = backup.Fetch(ctx, store, m, key, filepath.Join(tmp, fmt.Sprintf("%d.db", i)))
 			_ = os.Remove(filepath.Join(tmp, fmt.Sprintf("%d.db", i)))
 		} else {
-			err = backup.VerifyDelta(ctx, store, m, key)
+			err = backup.VerifyDelta(ctx, store, m, key, tmp)
 		}
 		if err != nil {
 			r.OK, r.Error, r.Err = false, err.Error(), err

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"sigs.k8s.io/yaml"
 
@@ -59,6 +60,77 @@ type TLS struct {
 	// CertDir holds ca.crt, server, peer and client certificates and keys.
 	// Relative paths are relative to the Steward directory.
 	CertDir string `json:"certDir,omitempty"`
+	// CAValidity is the lifetime of the CA Steward creates, a Go duration
+	// ("87600h", the default: 10 years). An existing CA keeps its own.
+	CAValidity string `json:"caValidity,omitempty"`
+	// LeafValidity is the lifetime of the leaves Steward issues: server,
+	// peer, client, a host's and an issued client's (default "8760h": a
+	// year). Minutes are allowed ("3m").
+	LeafValidity string `json:"leafValidity,omitempty"`
+	// RenewBefore is the renewal margin: a leaf with no more than this
+	// left is renewed (default a third of LeafValidity: renewal at two
+	// thirds of the lifetime). It must be shorter than LeafValidity.
+	RenewBefore string `json:"renewBefore,omitempty"`
+	// ExpiryWarning is the window in which an expiring certificate turns
+	// the CertificatesReady condition False (default "720h", 30 days, cut
+	// to half the renewal margin when that is shorter, so a leaf renewed
+	// on time never warns).
+	ExpiryWarning string `json:"expiryWarning,omitempty"`
+}
+
+// Certificate lifetimes when the spec leaves them empty.
+const (
+	DefaultCAValidity    = 10 * 365 * 24 * time.Hour
+	DefaultLeafValidity  = 365 * 24 * time.Hour
+	DefaultExpiryWarning = 30 * 24 * time.Hour
+)
+
+// CertValidity holds the certificate lifetimes of a spec, defaults applied.
+type CertValidity struct {
+	CA, Leaf, RenewBefore, ExpiryWarning time.Duration
+}
+
+// Validity returns the certificate lifetimes with defaults applied; an
+// error names the first field that does not parse or cannot work
+// (Validate reports them all).
+func (t TLS) Validity() (CertValidity, error) {
+	v, errs := t.validity()
+	return v, errors.Join(errs...)
+}
+
+func (t TLS) validity() (CertValidity, []error) {
+	var errs []error
+	dur := func(field, raw string, def time.Duration) time.Duration {
+		if raw == "" {
+			return def
+		}
+		d, err := time.ParseDuration(raw)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("tls.%s %q: want a duration like 8760h or 3m", field, raw))
+			return def
+		}
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("tls.%s %q: must be positive", field, raw))
+			return def
+		}
+		return d
+	}
+	v := CertValidity{
+		CA:   dur("caValidity", t.CAValidity, DefaultCAValidity),
+		Leaf: dur("leafValidity", t.LeafValidity, DefaultLeafValidity),
+	}
+	v.RenewBefore = dur("renewBefore", t.RenewBefore, v.Leaf/3)
+	v.ExpiryWarning = dur("expiryWarning", t.ExpiryWarning, min(DefaultExpiryWarning, v.RenewBefore/2))
+	if len(errs) > 0 {
+		return v, errs
+	}
+	if v.RenewBefore >= v.Leaf {
+		errs = append(errs, fmt.Errorf("tls.renewBefore %s is not shorter than tls.leafValidity %s: every leaf would be due for renewal as soon as it is issued; shorten renewBefore or lengthen leafValidity", v.RenewBefore, v.Leaf))
+	}
+	if v.Leaf > v.CA {
+		errs = append(errs, fmt.Errorf("tls.leafValidity %s is longer than tls.caValidity %s: a leaf must not outlive its CA", v.Leaf, v.CA))
+	}
+	return v, errs
 }
 
 // Etcd holds the settings every member runs with.
@@ -167,6 +239,45 @@ type Agent struct {
 	Host string `json:"host,omitempty"`
 	// Port is the agent API's TCP port on Host (mutual TLS).
 	Port int `json:"port,omitempty"`
+	// MetricsAddress is HOST:PORT where the agent serves Prometheus
+	// metrics at /metrics; empty serves none. On a loopback address
+	// (127.0.0.0/8, ::1, localhost) it is plain HTTP, for a Prometheus on
+	// the same machine; on any other address it is HTTPS with the agent's
+	// serving certificate (cluster CA), unless tls.disabled. An agent on
+	// another host serves metrics on its host's address or on loopback.
+	MetricsAddress string `json:"metricsAddress,omitempty"`
+}
+
+// MetricsTLS reports whether the agent serves its metrics over TLS: on a
+// non-loopback metrics address of a cluster with TLS on.
+func (c *Cluster) MetricsTLS(a Agent) bool {
+	return a.MetricsAddress != "" && !c.TLS.Disabled && !IsLoopback(a.MetricsAddress)
+}
+
+// MetricsURL is where Prometheus scrapes an agent ("" when it serves no
+// metrics): http://HOST:PORT/metrics, or https:// when MetricsTLS.
+func (c *Cluster) MetricsURL(a Agent) string {
+	if a.MetricsAddress == "" {
+		return ""
+	}
+	scheme := "http"
+	if c.MetricsTLS(a) {
+		scheme = "https"
+	}
+	return scheme + "://" + a.MetricsAddress + "/metrics"
+}
+
+// IsLoopback reports whether HOST:PORT names a loopback host.
+func IsLoopback(hostPort string) bool {
+	host, _, err := net.SplitHostPort(hostPort)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // Remote reports whether the agent is reached over the network (it has a

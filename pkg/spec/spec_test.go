@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func counter() func() (int, error) {
@@ -70,7 +71,21 @@ func TestValidate(t *testing.T) {
 		{name: "flag key smuggling a value", edit: func(c *Cluster) { c.Etcd.ExtraFlags = map[string]string{"data-dir=/x": "y"} }, wantErr: `etcd.extraFlags "data-dir=/x" is not an etcd flag name`},
 		{name: "election timeout", edit: func(c *Cluster) { c.Etcd.ElectionTimeoutMs = 200 }, wantErr: "at least 5 times"},
 		{name: "no members", edit: func(c *Cluster) { c.Members = nil }, wantErr: "no members"},
+		{name: "minutes allowed", edit: func(c *Cluster) { c.TLS.LeafValidity, c.TLS.RenewBefore = "3m", "1m" }},
+		{name: "validity not a duration", edit: func(c *Cluster) { c.TLS.LeafValidity = "1y" }, wantErr: `tls.leafValidity "1y": want a duration like 8760h or 3m`},
+		{name: "validity not positive", edit: func(c *Cluster) { c.TLS.CAValidity = "-1h" }, wantErr: `tls.caValidity "-1h": must be positive`},
+		{name: "validity shorter than the renewal margin", edit: func(c *Cluster) { c.TLS.LeafValidity, c.TLS.RenewBefore = "24h", "720h" }, wantErr: "tls.renewBefore 720h0m0s is not shorter than tls.leafValidity 24h0m0s"},
+		{name: "leaf outlives the CA", edit: func(c *Cluster) { c.TLS.CAValidity = "1000h" }, wantErr: "tls.leafValidity 8760h0m0s is longer than tls.caValidity 1000h0m0s"},
 		{name: "even count warns", edit: func(c *Cluster) { c.Members = c.Members[:2] }, warn: "even member count"},
+		{name: "metrics on loopback", edit: func(c *Cluster) { c.Agents[0].MetricsAddress = "127.0.0.1:9379" }},
+		{name: "metrics on any address", edit: func(c *Cluster) { c.Agents[0].MetricsAddress = "0.0.0.0:9379" }},
+		{name: "metrics without port", edit: func(c *Cluster) { c.Agents[0].MetricsAddress = "127.0.0.1" },
+			wantErr: `agent local metricsAddress "127.0.0.1": want HOST:PORT`},
+		{name: "metrics port out of range", edit: func(c *Cluster) { c.Agents[0].MetricsAddress = "127.0.0.1:70000" },
+			wantErr: `metricsAddress "127.0.0.1:70000": want HOST:PORT`},
+		{name: "metrics on a member's port", edit: func(c *Cluster) {
+			c.Agents[0].MetricsAddress = strings.TrimPrefix(c.Members[1].PeerURL, "https://")
+		}, wantErr: "etcd-2 peerURL 127.0.0.1:20004: address already used by agent local's metricsAddress"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -92,6 +107,28 @@ func TestValidate(t *testing.T) {
 			}
 			if tt.warn != "" && (len(w) == 0 || !strings.Contains(w[0], tt.warn)) {
 				t.Fatalf("warnings %v, want %q", w, tt.warn)
+			}
+		})
+	}
+}
+
+// TestTLSValidity: empty fields take the defaults (CA 10 years, leaves a
+// year, renewal at two thirds of the lifetime, the expiry warning 30 days
+// or half the renewal margin); minutes are allowed.
+func TestTLSValidity(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		tls  TLS
+		want CertValidity
+	}{
+		{"defaults", TLS{}, CertValidity{CA: DefaultCAValidity, Leaf: DefaultLeafValidity, RenewBefore: DefaultLeafValidity / 3, ExpiryWarning: DefaultExpiryWarning}},
+		{"minutes", TLS{LeafValidity: "3m"}, CertValidity{CA: DefaultCAValidity, Leaf: 3 * time.Minute, RenewBefore: time.Minute, ExpiryWarning: 30 * time.Second}},
+		{"all set", TLS{CAValidity: "48h", LeafValidity: "24h", RenewBefore: "6h", ExpiryWarning: "1h"}, CertValidity{CA: 48 * time.Hour, Leaf: 24 * time.Hour, RenewBefore: 6 * time.Hour, ExpiryWarning: time.Hour}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := tt.tls.Validity()
+			if err != nil || got != tt.want {
+				t.Fatalf("got %+v %v, want %+v", got, err, tt.want)
 			}
 		})
 	}
@@ -279,6 +316,15 @@ func TestValidateHosts(t *testing.T) {
 		{name: "local store without sharing", edit: func(c *Cluster) { c.Backup.S3 = nil }, wantErr: "need a store every host reaches"},
 		{name: "shared local store", edit: func(c *Cluster) { c.Backup.S3 = nil; c.Backup.StoreShared = true }},
 		{name: "local store without continuous backups", edit: func(c *Cluster) { c.Backup.S3 = nil; c.Backup.Continuous = false }},
+		{name: "metrics on the hosts' addresses and loopbacks", edit: func(c *Cluster) {
+			c.Agents[0].MetricsAddress = "10.0.0.11:9379"
+			c.Agents[1].MetricsAddress = "127.0.0.1:9379"
+			c.Agents[2].MetricsAddress = "127.0.0.1:9379"
+		}},
+		{name: "metrics on another host's address", edit: func(c *Cluster) { c.Agents[0].MetricsAddress = "10.0.0.12:9379" },
+			wantErr: "agent cp-1 metricsAddress 10.0.0.12:9379: 10.0.0.12 is not the agent's host"},
+		{name: "metrics host that does not resolve", edit: func(c *Cluster) { c.Agents[0].MetricsAddress = "nowhere.example:9379" },
+			wantErr: `agent cp-1 metricsAddress: host "nowhere.example" does not resolve`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

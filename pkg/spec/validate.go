@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -108,6 +109,11 @@ func (c *Cluster) Validate(o ValidateOptions) (warnings []string, err error) {
 		}
 	}
 
+	if !c.TLS.Disabled {
+		_, verrs := c.TLS.validity()
+		errs = append(errs, verrs...)
+	}
+
 	if c.Backup.FullSchedule != "" {
 		if _, err := cron.ParseStandard(c.Backup.FullSchedule); err != nil {
 			bad("backup.fullSchedule %q: %v", c.Backup.FullSchedule, err)
@@ -169,6 +175,38 @@ func (c *Cluster) Validate(o ValidateOptions) (warnings []string, err error) {
 				break
 			}
 			hostOf[ip] = a.Name
+		}
+	}
+
+	// metricsAddrs holds each agent's metrics IP:port, checked against
+	// the members' addresses below.
+	metricsAddrs := map[string]string{}
+	for _, a := range c.Agents {
+		if a.MetricsAddress == "" {
+			continue
+		}
+		host, port, serr := net.SplitHostPort(a.MetricsAddress)
+		pn, perr := strconv.Atoi(port)
+		if serr != nil || host == "" || perr != nil || pn < 1 || pn > 65535 {
+			bad("agent %s metricsAddress %q: want HOST:PORT (e.g. 127.0.0.1:9379), or leave it empty to serve no metrics", a.Name, a.MetricsAddress)
+			continue
+		}
+		ips, rerr := resolve(host)
+		if rerr != nil {
+			bad("agent %s metricsAddress: %v", a.Name, rerr)
+			continue
+		}
+		if want, remote := hostIPs[a.Name]; remote && !IsLoopback(a.MetricsAddress) && !overlap(ips, want) {
+			bad("agent %s metricsAddress %s: %s is not the agent's host (%s): serve metrics on the host's address or on loopback", a.Name, a.MetricsAddress, host, a.Host)
+			continue
+		}
+		for _, ip := range ips {
+			key := net.JoinHostPort(ip, port)
+			if other, ok := metricsAddrs[key]; ok && (!c.MultiHost() || !IsLoopback(a.MetricsAddress)) {
+				bad("agent %s metricsAddress %s: already the metrics address of agent %s", a.Name, a.MetricsAddress, other)
+				break
+			}
+			metricsAddrs[key] = a.Name
 		}
 	}
 
@@ -239,12 +277,16 @@ func (c *Cluster) Validate(o ValidateOptions) (warnings []string, err error) {
 				}
 			}
 			for _, ip := range ips {
-				addrs[net.JoinHostPort(ip, port)] = m.Name + " " + u.what
+				key := net.JoinHostPort(ip, port)
+				addrs[key] = m.Name + " " + u.what
 				if net.ParseIP(ip).IsUnspecified() {
 					addrs[wildKey] = m.Name + " " + u.what
 				}
 				if _, ok := addrs[portKey]; !ok {
 					addrs[portKey] = m.Name + " " + u.what
+				}
+				if a, ok := metricsAddrs[key]; ok && (!c.MultiHost() || a == m.Agent || !IsLoopback(key)) {
+					bad("member %s %s %s: address already used by agent %s's metricsAddress", m.Name, u.what, hp, a)
 				}
 			}
 		}

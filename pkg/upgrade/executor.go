@@ -101,7 +101,7 @@ func (e *Executor) preflight(ctx context.Context, p *plan.Plan, s *plan.Step) er
 func (e *Executor) backup(ctx context.Context, p *plan.Plan, s *plan.Step) error {
 	key := fmt.Sprintf("backup.%d", s.Index)
 	if id := p.Value(key); id != "" {
-		if res, err := restore.Verify(ctx, e.C, id, ""); err == nil && len(res) == 1 && res[0].OK {
+		if res, err := restore.Verify(ctx, e.C, id, "", false); err == nil && len(res) == 1 && res[0].OK {
 			e.Progress.Say("  backup %s verified", id)
 			return nil
 		}
@@ -110,7 +110,7 @@ func (e *Executor) backup(ctx context.Context, p *plan.Plan, s *plan.Step) error
 	if err != nil {
 		return err
 	}
-	res, err := restore.Verify(ctx, e.C, m.ID, "")
+	res, err := restore.Verify(ctx, e.C, m.ID, "", false)
 	if err != nil {
 		return fmt.Errorf("verify backup %s: %w", m.ID, err)
 	}

@@ -208,7 +208,11 @@ func graftOntoBackup(ctx context.Context, c *cluster.Cluster, id, src, dir strin
 	if err != nil {
 		return "", err
 	}
-	m, err := backup.Find(ctx, store, id)
+	listing, err := c.Backups(ctx, store, false)
+	if err != nil {
+		return "", err
+	}
+	m, err := listing.Find(id, store.String())
 	if err != nil {
 		return "", fmt.Errorf("backup %s, taken before the upgrade, is needed to go back without etcd's online downgrade: %w", id, err)
 	}

@@ -17,6 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcd-steward/steward/pkg/backup"
+	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/test/harness"
 )
 
@@ -73,7 +74,11 @@ func BenchmarkRestore(b *testing.B) {
 			if err := w.Flush(); err != nil {
 				b.Fatal(err)
 			}
-			if _, err := backup.PutDelta(b.Context(), store, nil, backup.DeltaInfo{
+			auth, err := backup.LoadAuthKey(filepath.Join(e.Dir, "pki", pki.BackupAuthKey))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := backup.PutDelta(b.Context(), store, nil, auth, backup.DeltaInfo{
 				ClusterID: full.ClusterID, Start: start, End: rev, Events: n, Now: time.Now(),
 			}, buf.Bytes()); err != nil {
 				b.Fatal(err)

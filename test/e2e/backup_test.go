@@ -195,11 +195,21 @@ func TestBackupBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	foreign := strings.Replace(string(manBytes), m.ClusterID, "abcdef0123456789", 1)
-	if err := os.WriteFile(manPath, []byte(foreign), 0o600); err != nil {
+	// Another cluster's manifest is under another cluster backup key: here
+	// one without a MAC, trusted on purpose.
+	var foreign map[string]any
+	if err := json.Unmarshal(manBytes, &foreign); err != nil {
 		t.Fatal(err)
 	}
-	if out := e.MustFail("restore", "--force", "--backup", m.ID); !strings.Contains(out, "is from etcd cluster abcdef0123456789") {
+	foreign["clusterID"] = "abcdef0123456789"
+	delete(foreign, "mac")
+	delete(foreign, "macKeyID")
+	delete(foreign, "format")
+	fb, _ := json.Marshal(foreign)
+	if err := os.WriteFile(manPath, fb, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out := e.MustFail("restore", "--force", "--backup", m.ID, "--allow-unauthenticated"); !strings.Contains(out, "is from etcd cluster abcdef0123456789") {
 		t.Errorf("restore of another cluster's backup: %s", out)
 	}
 	if err := os.WriteFile(manPath, manBytes, 0o600); err != nil {
@@ -211,7 +221,9 @@ func TestBackupBadInput(t *testing.T) {
 	o.WriteSpec(1, older, func(s *spec.Cluster) {
 		s.Backup.Store = filepath.Join(e.Dir, "backups")
 	})
-	o.MustRun("restore")
+	// Another directory holds another cluster backup key: the backup is
+	// trusted on purpose.
+	o.MustRun("restore", "--allow-unauthenticated")
 	o.MustRun("up")
 	st := o.Status()
 	if st.Members[0].Version != older || !harness.Healthy(st) {

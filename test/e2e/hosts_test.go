@@ -68,6 +68,22 @@ func TestHostsPartitions(t *testing.T) {
 			return c.Status == "True" && strings.Contains(c.Message, "agent "+lm.Agent+" records every change")
 		})
 		t.Logf("BackupReady: %s", harness.Cond(st, cluster.CondBackupReady).Message)
+		// The coordinator sees every host's serving certificates through
+		// live handshakes (their files live on the hosts).
+		inv := certsList(e)
+		for _, m := range st.Members {
+			for _, port := range []string{"client", "peer"} {
+				if i := inv["member "+m.Name+" "+port]; i.Serial == "" || i.Error != "" || !slices.Contains(i.SANs, hs.Host(m.Agent).Addr) {
+					t.Errorf("member %s %s port serves %+v, want a certificate naming %s", m.Name, port, i, hs.Host(m.Agent).Addr)
+				}
+			}
+			if i := inv["agent "+m.Agent]; i.Subject != pki.AgentCN(m.Agent) {
+				t.Errorf("agent %s serves %+v", m.Agent, i)
+			}
+		}
+		if c := harness.Cond(st, cluster.CondCertificatesReady); c.Status != "True" {
+			t.Errorf("CertificatesReady: %+v", c)
+		}
 	})
 	if t.Failed() {
 		return
@@ -468,9 +484,10 @@ func TestHostsCoordinatorLost(t *testing.T) {
 	}
 	stale := latestPlan(t, hs.Env)
 
-	// Another machine: only the admin credentials and the store's address.
+	// Another machine: only the admin credentials (with the cluster backup
+	// key) and the store's address.
 	pkiCopy := t.TempDir()
-	for _, f := range []string{"ca.crt", "client.crt", "client.key"} {
+	for _, f := range []string{"ca.crt", "client.crt", "client.key", "backup-auth.key"} {
 		b, err := os.ReadFile(filepath.Join(hs.Dir, "pki", f))
 		if err != nil {
 			t.Fatal(err)

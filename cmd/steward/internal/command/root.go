@@ -10,6 +10,7 @@ import (
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/alarm"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/backup"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/binaries"
+	"github.com/etcd-steward/steward/cmd/steward/internal/command/certs"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/defrag"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/down"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/env"
@@ -62,6 +63,7 @@ func NewRootCommand() *cobra.Command {
 		host.NewCommand(g),
 		takeover.NewCommand(g),
 		binaries.NewCommand(g),
+		certs.NewCommand(g),
 		etcd.NewCommand(),
 	)
 	return root

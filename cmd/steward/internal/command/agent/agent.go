@@ -23,7 +23,9 @@ import (
 	agentpkg "github.com/etcd-steward/steward/pkg/agent"
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/backupd"
+	"github.com/etcd-steward/steward/pkg/certrenew"
 	"github.com/etcd-steward/steward/pkg/join"
+	"github.com/etcd-steward/steward/pkg/metrics"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/recovery"
 )
@@ -87,24 +89,40 @@ Later runs need only --dir.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			// The continuous backup loop and automatic recovery run beside
+			// The continuous backup loop, automatic recovery and the
+			// certificate renewal (pkg/certrenew) run beside
 			// the supervisor, from the cluster spec of this directory (on a
 			// host of a multi-host cluster, the copy the coordinator hands
-			// over; they wait quietly until there is one). They act only
-			// while this agent runs the etcd leader, or is the first agent.
+			// over; they wait quietly until there is one). The backup loop
+			// and recovery act only while this agent runs the etcd leader,
+			// or is the first agent; the renewal where the directory holds
+			// the CA key, one renewal at a time per directory.
 			bctx, bcancel := context.WithCancel(ctx)
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
 				var wg sync.WaitGroup
-				wg.Add(1)
+				wg.Add(2)
 				go func() {
 					defer wg.Done()
 					recovery.RunAuto(bctx, dir, o.Name, log.With("component", "recovery"))
 				}()
+				go func() {
+					defer wg.Done()
+					certrenew.Run(bctx, dir, log.With("component", "certificates"))
+				}()
 				backupd.Run(bctx, dir, o.Name, log.With("component", "backup"))
 				wg.Wait()
 			}()
+			// Prometheus metrics at the agent's metricsAddress in the spec
+			// (none without one), until the agent returns.
+			mctx, mcancel := context.WithCancel(ctx)
+			mdone := make(chan struct{})
+			go func() {
+				defer close(mdone)
+				metrics.Run(mctx, dir, o.Name, log.With("component", "metrics"))
+			}()
+			defer func() { mcancel(); <-mdone }()
 			stopBackups := sync.OnceFunc(func() { bcancel(); <-done })
 			defer stopBackups()
 			o.BeforeStop = stopBackups

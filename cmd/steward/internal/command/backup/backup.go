@@ -57,12 +57,18 @@ func listCommand(g *cli.Globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ms, err := restore.List(cmd.Context(), c)
+			l, err := restore.List(cmd.Context(), c)
 			if err != nil {
 				return err
 			}
+			ms := l.Backups
 			if ms == nil {
 				ms = []backup.Manifest{}
+			}
+			// Untrusted manifests are named on stderr; the JSON list on
+			// stdout keeps its shape.
+			for _, i := range l.Ignored {
+				fmt.Fprintf(cmd.ErrOrStderr(), "ignored %s\n", i)
 			}
 			return g.Print(cmd.OutOrStdout(), ms, func(tw *tabwriter.Writer) { table(tw, ms) })
 		},
@@ -70,7 +76,7 @@ func listCommand(g *cli.Globals) *cobra.Command {
 }
 
 func verifyCommand(g *cli.Globals) *cobra.Command {
-	var all bool
+	var all, allowUnauthenticated bool
 	var keyFile string
 	cmd := &cobra.Command{
 		Use:   "verify [ID|--all]",
@@ -88,7 +94,7 @@ func verifyCommand(g *cli.Globals) *cobra.Command {
 			if len(args) == 1 {
 				id = args[0]
 			}
-			res, err := restore.Verify(cmd.Context(), c, id, keyFile)
+			res, err := restore.Verify(cmd.Context(), c, id, keyFile, allowUnauthenticated)
 			if err != nil {
 				return err
 			}
@@ -114,6 +120,7 @@ func verifyCommand(g *cli.Globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "verify every backup")
+	cmd.Flags().BoolVar(&allowUnauthenticated, "allow-unauthenticated", false, "also verify backups whose manifests carry no MAC (written before the cluster had its backup key)")
 	cmd.Flags().StringVar(&keyFile, "key-file", "", "decryption key (default: the spec's backup.encryptionKeyFile)")
 	return cmd
 }

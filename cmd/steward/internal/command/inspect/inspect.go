@@ -161,7 +161,11 @@ func fromBackup(ctx context.Context, cmd *cobra.Command, g *cli.Globals, o svOpt
 		}
 	}
 	fmt.Fprintf(cmd.ErrOrStderr(), "fetching and verifying backup %s\n", o.backupID)
-	b, err := kstorage.FetchBackup(ctx, store, key, o.backupID, c.Dir)
+	auth, err := c.BackupAuthKey()
+	if err != nil {
+		return kstorage.Source{}, nil, err
+	}
+	b, err := kstorage.FetchBackup(ctx, store, key, backup.ListOptions{Key: auth}, o.backupID, c.Dir)
 	if err != nil {
 		return kstorage.Source{}, nil, err
 	}

@@ -1,0 +1,157 @@
+// Package certs is the `steward certs` command: the inventory of the
+// cluster's certificates, renewing leaves by hand, and issuing client
+// certificates for the users of etcd.
+package certs
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
+	"github.com/etcd-steward/steward/pkg/pki"
+)
+
+// NewCommand returns the certs command.
+func NewCommand(g *cli.Globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "certs", Short: "List, renew and issue the cluster's certificates"}
+	cmd.AddCommand(listCommand(g), renewCommand(g), issueClientCommand(g))
+	return cmd
+}
+
+func listCommand(g *cli.Globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List every certificate: the files and what each member and agent serves now",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := g.CheckOutput(); err != nil {
+				return err
+			}
+			c, err := g.Cluster(cmd)
+			if err != nil {
+				return err
+			}
+			inv, err := c.Certificates(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if inv == nil {
+				inv = []pki.CertInfo{}
+			}
+			return g.Print(cmd.OutOrStdout(), inv, func(tw *tabwriter.Writer) { table(tw, inv) })
+		},
+	}
+}
+
+func table(tw *tabwriter.Writer, inv []pki.CertInfo) {
+	fmt.Fprintln(tw, "NAME\tSUBJECT\tSANS\tSERIAL\tNOT BEFORE\tNOT AFTER\tREMAINING\tSOURCE")
+	for _, i := range inv {
+		src := i.File
+		if i.Endpoint != "" {
+			src = "tls://" + i.Endpoint
+		}
+		if i.Serial == "" {
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t%s (%s)\n", i.Name, src, i.Error)
+			continue
+		}
+		if i.Error != "" {
+			src += " (" + i.Error + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", i.Name, i.Subject, orDash(strings.Join(i.SANs, ",")), i.Serial,
+			i.NotBefore.Format(time.RFC3339), i.NotAfter.Format(time.RFC3339), i.Remaining().String(), src)
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func renewCommand(g *cli.Globals) *cobra.Command {
+	var all bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "renew [--all | NAME...]",
+		Short: "Renew leaf certificates now (server, peer, client, clients/NAME); members pick them up without a restart",
+		Long: `Renew the named leaf certificates now, or with --all every one of this machine's
+(server, peer, client, agent; not the client certificates issued for users of etcd,
+which are renewed by name: copy the renewed clients/NAME.crt to its user). A renewed
+certificate keeps its key and names; members serve it from their next TLS handshake,
+which the command waits for before it drops the previous certificate (kept as .prev).`,
+		RunE: func(cmd *cobra.Command, names []string) error {
+			if err := g.CheckOutput(); err != nil {
+				return err
+			}
+			if all == (len(names) > 0) {
+				return errors.New("name the certificates to renew (see `steward certs list`), or give --all")
+			}
+			c, err := g.Cluster(cmd)
+			if err != nil {
+				return err
+			}
+			if all {
+				if names, err = c.HostLeaves(); err != nil {
+					return err
+				}
+			}
+			rs, err := c.RenewCerts(cmd.Context(), names, true, timeout)
+			err = cli.Hint(err, pki.ErrUnknownCert, "name one listed by `steward certs list`")
+			if err != nil {
+				return err
+			}
+			if rs == nil {
+				rs = []pki.Renewal{}
+			}
+			return g.Print(cmd.OutOrStdout(), rs, func(tw *tabwriter.Writer) {
+				fmt.Fprintln(tw, "NAME\tOLD SERIAL\tNEW SERIAL\tNOT AFTER\tFILE")
+				for _, r := range rs {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Name, r.OldSerial, r.NewSerial, r.NotAfter.Format(time.RFC3339), r.File)
+				}
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&all, "all", false, "renew every leaf certificate")
+	cmd.Flags().DurationVar(&timeout, "timeout", time.Minute, "how long to wait for the members to serve the renewed certificates")
+	return cmd
+}
+
+func issueClientCommand(g *cli.Globals) *cobra.Command {
+	var validity time.Duration
+	var out string
+	cmd := &cobra.Command{
+		Use:   "issue-client NAME",
+		Short: "Issue a client certificate for a user of etcd (e.g. kube-apiserver); it is recorded, listed and warned about",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := g.CheckOutput(); err != nil {
+				return err
+			}
+			if validity < 0 {
+				return fmt.Errorf("--validity %s: give a positive duration such as 8760h", validity)
+			}
+			c, err := g.Cluster(cmd)
+			if err != nil {
+				return err
+			}
+			f, err := pki.IssueClient(c.CertDir(), c.Spec.Name, args[0], validity, out, c.Validity())
+			err = cli.Hint(err, pki.ErrBadValidity, "give a shorter --validity")
+			if err != nil {
+				return err
+			}
+			return g.Print(cmd.OutOrStdout(), f, func(tw *tabwriter.Writer) {
+				fmt.Fprintln(tw, "NAME\tCA\tCERT\tKEY")
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f.Name, f.CA, f.Cert, f.Key)
+			})
+		},
+	}
+	cmd.Flags().DurationVar(&validity, "validity", 0, "lifetime of the certificate (default the spec's tls.leafValidity)")
+	cmd.Flags().StringVar(&out, "out", "", "also copy ca.crt, NAME.crt and NAME.key (0600) into this directory")
+	return cmd
+}

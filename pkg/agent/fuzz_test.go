@@ -1,0 +1,133 @@
+package agent
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/etcd-steward/steward/pkg/agentapi"
+)
+
+// The agent's API decodes JSON request bodies from whoever reaches its
+// socket or, on a host, its mTLS port. These fuzz targets feed it
+// arbitrary bodies.
+
+// fuzzRequests are the request types the API decodes with decodeBody, with
+// the limit each handler gives it.
+var fuzzRequests = []struct {
+	name  string
+	limit int64
+	new   func() any
+}{
+	{"member config", 1 << 20, func() any { return new(agentapi.MemberConfig) }},
+	{"aside", 1 << 16, func() any { return new(agentapi.AsideRequest) }},
+	{"version", 1 << 16, func() any { return new(agentapi.VersionRequest) }},
+	{"commit/discard", 1 << 16, func() any { return new(agentapi.Staged) }},
+	{"v2 store check", 1 << 16, func() any { return new(agentapi.V2StoreRequest) }},
+	{"cluster files", 1 << 20, func() any { return new(agentapi.ClusterFiles) }},
+}
+
+// decodeFuzz runs decodeBody on body as a handler would.
+func decodeFuzz(body []byte, limit int64, v any) error {
+	r := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
+	return decodeBody(httptest.NewRecorder(), r, limit, v)
+}
+
+// FuzzDecodeBody decodes arbitrary bodies as every request type. Property:
+// a body decodeBody accepts is within the handler's limit; the value it
+// decoded, encoded again, decodes to a value that encodes to the same
+// JSON (nothing half understood); and the same body followed by anything
+// that is not white space is refused.
+func FuzzDecodeBody(f *testing.F) {
+	cfg, err := json.Marshal(baseConfig())
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(uint8(0), cfg)
+	f.Add(uint8(0), append(bytes.TrimSuffix(cfg, []byte("}")), []byte(`,"dataDirectory":"/elsewhere"}`)...))
+	f.Add(uint8(1), []byte(`{"reason":"replaced"}`))
+	f.Add(uint8(2), []byte(`{"version":"3.6.16"}{"version":"3.5.35"}`))
+	f.Add(uint8(3), []byte(`{"staged":"/d/etcd-1.staged-20261124"}`))
+	f.Add(uint8(4), []byte(`{"version":"3.6.16"}`))
+	f.Add(uint8(5), []byte(`{"spec":"bmFtZTogeA==","files":{"ca.crt":"eA=="}}`))
+	f.Fuzz(func(t *testing.T, kind uint8, body []byte) {
+		rq := fuzzRequests[int(kind)%len(fuzzRequests)]
+		v := rq.new()
+		if err := decodeFuzz(body, rq.limit, v); err != nil {
+			return
+		}
+		if int64(len(bytes.TrimRight(body, " \t\r\n"))) > rq.limit {
+			t.Fatalf("%s: a %d-byte body accepted under a limit of %d", rq.name, len(body), rq.limit)
+		}
+		enc, err := json.Marshal(v)
+		if err != nil {
+			t.Fatalf("%s: encode the decoded value: %v", rq.name, err)
+		}
+		w := rq.new()
+		if err := decodeFuzz(enc, 1<<30, w); err != nil {
+			t.Fatalf("%s: the decoded value, encoded, is refused: %v\n%s", rq.name, err, enc)
+		}
+		if again, _ := json.Marshal(w); !bytes.Equal(again, enc) {
+			t.Fatalf("%s: decode and encode is not a fixed point:\n%s\n%s", rq.name, enc, again)
+		}
+		if err := decodeFuzz(append(append([]byte(nil), body...), " x"...), 1<<30, rq.new()); err == nil {
+			t.Fatalf("%s: trailing data accepted", rq.name)
+		}
+	})
+}
+
+// FuzzPutMember sends arbitrary bodies to PUT /v1/members/etcd-1 through
+// the agent's handler. Property: the answer is 200 or 400, never a panic
+// or a 500; a 400 stores nothing (no file appears in the agent's
+// directory); a 200 stores only etcd-1's config, which GET then returns.
+func FuzzPutMember(f *testing.F) {
+	good := baseConfig()
+	good.DataDir = "data/etcd-1"
+	cfg, err := json.Marshal(good)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(cfg)
+	f.Add(bytes.Replace(cfg, []byte(`"etcd-1"`), []byte(`"../../x"`), 1))
+	f.Add(bytes.Replace(cfg, []byte(`"max-txn-ops"`), []byte(`"--data-dir"`), 1))
+	f.Add(append(cfg, " x"...))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		root := t.TempDir()
+		a := New(Options{Dir: filepath.Join(root, "steward"), Log: slog.New(slog.DiscardHandler)})
+		for _, d := range []string{a.membersDir(), filepath.Join(a.opts.Dir, "logs"), a.runDir()} {
+			if err := os.MkdirAll(d, 0o700); err != nil {
+				t.Fatal(err)
+			}
+		}
+		h := a.Handler()
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPut, "/v1/members/etcd-1", bytes.NewReader(body)))
+		stored := files(t, root)
+		switch rec.Code {
+		case http.StatusBadRequest:
+			if len(stored) > 0 {
+				t.Fatalf("a refused config stored %v: %s", stored, rec.Body)
+			}
+			if !strings.Contains(rec.Body.String(), `"error"`) {
+				t.Fatalf("400 without an error: %s", rec.Body)
+			}
+		case http.StatusOK:
+			if len(stored) != 1 || stored[0] != a.configPath("etcd-1") {
+				t.Fatalf("an accepted config stored %v, want only %s", stored, a.configPath("etcd-1"))
+			}
+			get := httptest.NewRecorder()
+			h.ServeHTTP(get, httptest.NewRequest(http.MethodGet, "/v1/members/etcd-1", nil))
+			if get.Code != http.StatusOK {
+				t.Fatalf("GET after an accepted PUT: %d %s", get.Code, get.Body)
+			}
+		default:
+			t.Fatalf("PUT answered %d: %s", rec.Code, rec.Body)
+		}
+	})
+}

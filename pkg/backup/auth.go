@@ -1,0 +1,234 @@
+package backup
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Manifest authentication. Anyone who can write to the backup store (a
+// bucket's other users, a shared directory) could otherwise forge a
+// manifest: one that claims a revision far ahead stops the continuous loop
+// from storing anything, one with a false range makes a restore drop real
+// deltas, one naming another object makes garbage collection delete it.
+// So every manifest carries an HMAC-SHA256, under the cluster backup key
+// (DIR/pki/backup-auth.key, generated with the CA), of a canonical encoding
+// of every field but the MAC itself: its ID, kind, cluster, revision range,
+// sizes and the stored object's SHA-256 among them. The object's name is
+// derived from the ID, so a manifest names exactly one object, and the
+// object's SHA-256 binds its bytes. A manifest that is unauthenticated
+// (written before the cluster had the key) or whose MAC does not verify is
+// ignored and reported, never trusted.
+
+// ManifestFormat is the format of authenticated manifests (Manifest.Format).
+// Manifests without it were written before manifests were authenticated.
+const ManifestFormat = 2
+
+// AuthKey is the cluster backup key: it authenticates manifests.
+type AuthKey struct {
+	b [32]byte
+}
+
+// NewAuthKey makes a key from 32 bytes (tests, and keys derived elsewhere).
+func NewAuthKey(b [32]byte) *AuthKey { return &AuthKey{b: b} }
+
+// ID names the key without revealing it: the first 16 hex digits of the
+// SHA-256 of its bytes with a domain prefix.
+func (k *AuthKey) ID() string {
+	s := sha256.Sum256(append([]byte("steward backup auth key\n"), k.b[:]...))
+	return hex.EncodeToString(s[:8])
+}
+
+// LoadAuthKey reads the cluster backup key file (64 hex digits). The key
+// is never logged.
+func LoadAuthKey(path string) (*AuthKey, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("cluster backup key: %w", err)
+	}
+	d, err := hex.DecodeString(strings.TrimSpace(string(b)))
+	if err != nil || len(d) != 32 {
+		return nil, fmt.Errorf("cluster backup key %s: want 64 hex digits", path)
+	}
+	var k AuthKey
+	copy(k.b[:], d)
+	return &k, nil
+}
+
+// Refusals of a manifest (errors.Is).
+var (
+	// ErrUnauthenticated: the manifest carries no MAC (written before the
+	// cluster had its backup key). Trusted only when an operator asks.
+	ErrUnauthenticated = errors.New("manifest is not authenticated")
+	// ErrBadMAC: the MAC does not verify under the cluster backup key:
+	// forged, modified, or written by another cluster.
+	ErrBadMAC = errors.New("manifest authentication failed")
+	// ErrUnknownKey: the manifest is authenticated under another key than
+	// the one given (or none was given): it cannot be checked here. Like an
+	// unauthenticated one, trusted only when an operator asks (a restore
+	// on a machine that lost the cluster backup key).
+	ErrUnknownKey = errors.New("manifest is authenticated under an unknown key")
+	// ErrBadManifest: the manifest does not parse or contradicts itself.
+	ErrBadManifest = errors.New("manifest is invalid")
+)
+
+// canonicalManifest is the byte string the MAC covers: every field but
+// the MAC, one per line, in a fixed order, values quoted. It does not
+// depend on how the JSON was written.
+func canonicalManifest(m *Manifest) []byte {
+	var b strings.Builder
+	b.WriteString("steward-manifest\n")
+	f := func(name, v string) {
+		b.WriteString(name)
+		b.WriteByte('=')
+		b.WriteString(strconv.Quote(v))
+		b.WriteByte('\n')
+	}
+	i := func(name string, v int64) { f(name, strconv.FormatInt(v, 10)) }
+	i("format", int64(m.Format))
+	f("id", m.ID)
+	f("kind", m.Kind)
+	f("clusterID", m.ClusterID)
+	f("member", m.Member)
+	i("startRevision", m.StartRevision)
+	i("endRevision", m.EndRevision)
+	f("etcdVersion", m.EtcdVersion)
+	i("size", m.Size)
+	i("rawSize", m.RawSize)
+	f("sha256", m.SHA256)
+	i("snapshotHash", int64(m.SnapshotHash))
+	i("totalKeys", int64(m.TotalKeys))
+	f("compression", m.Compression)
+	f("encryption", m.Encryption)
+	f("keyID", m.KeyID)
+	f("createdAt", m.CreatedAt.UTC().Format(time.RFC3339Nano))
+	f("object", m.Object)
+	f("macKeyID", m.MACKeyID)
+	return []byte(b.String())
+}
+
+func (k *AuthKey) mac(m *Manifest) []byte {
+	h := hmac.New(sha256.New, k.b[:])
+	h.Write(canonicalManifest(m))
+	return h.Sum(nil)
+}
+
+// Seal authenticates m under k (sets Format, MACKeyID and MAC).
+func (k *AuthKey) Seal(m *Manifest) {
+	m.Format, m.MACKeyID, m.MAC = ManifestFormat, k.ID(), ""
+	m.MAC = hex.EncodeToString(k.mac(m))
+}
+
+var idPattern = regexp.MustCompile(`^[0-9]{8}T[0-9]{6}\.[0-9]{3}Z-(?:full-r([0-9]{1,19})|delta-r([0-9]{1,19})-([0-9]{1,19}))$`)
+
+// ObjectName is the one name a backup's object may have: derived from its
+// ID, kind and whether it is encrypted.
+func ObjectName(kind, id string, encrypted bool) string {
+	ext := ".db.zst"
+	if kind == KindDelta {
+		ext = ".delta.zst"
+	}
+	if encrypted {
+		ext += ".enc"
+	}
+	return kind + "/" + id + ext
+}
+
+// checkManifest checks that a manifest agrees with itself: its ID is a
+// backup ID of its kind and revisions, its object is the one its ID names,
+// its ranges, sizes and digests are well formed.
+func checkManifest(m *Manifest) error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: %s", ErrBadManifest, fmt.Sprintf(format, a...))
+	}
+	g := idPattern.FindStringSubmatch(m.ID)
+	if g == nil {
+		return bad("id %q is not a backup ID", m.ID)
+	}
+	switch m.Kind {
+	case KindFull:
+		if g[1] == "" || g[1] != strconv.FormatInt(m.EndRevision, 10) {
+			return bad("id %s does not name a full backup at revision %d", m.ID, m.EndRevision)
+		}
+	case KindDelta:
+		if g[2] == "" || g[2] != strconv.FormatInt(m.StartRevision, 10) || g[3] != strconv.FormatInt(m.EndRevision, 10) {
+			return bad("id %s does not name a delta of revisions %d to %d", m.ID, m.StartRevision, m.EndRevision)
+		}
+	default:
+		return bad("unknown kind %q", m.Kind)
+	}
+	if m.StartRevision < 1 || m.EndRevision < m.StartRevision {
+		return bad("revision range %d to %d", m.StartRevision, m.EndRevision)
+	}
+	if m.Size < 0 || m.RawSize < 0 {
+		return bad("negative size")
+	}
+	if len(m.SHA256) != 64 {
+		return bad("sha256 %q is not a SHA-256", m.SHA256)
+	}
+	if _, err := hex.DecodeString(m.SHA256); err != nil {
+		return bad("sha256 %q is not hex", m.SHA256)
+	}
+	if m.Compression != "zstd" {
+		return bad("compression %q", m.Compression)
+	}
+	if m.Encryption != "" && m.Encryption != encAlgorithm {
+		return bad("encryption %q", m.Encryption)
+	}
+	if want := ObjectName(m.Kind, m.ID, m.Encryption != ""); m.Object != want {
+		return bad("object %q is not the object of backup %s (%s)", m.Object, m.ID, want)
+	}
+	if m.CreatedAt.IsZero() {
+		return bad("createdAt missing")
+	}
+	return nil
+}
+
+// ParseManifest parses a stored manifest and checks it: that it agrees
+// with itself (checkManifest) and that its MAC verifies under key. A
+// manifest without a MAC is returned with ErrUnauthenticated, one under
+// another key with ErrUnknownKey (the caller decides whether an operator
+// asked to trust it); one whose MAC fails verification under key with
+// ErrBadMAC and no manifest. It is a pure function of
+// its input.
+func ParseManifest(b []byte, key *AuthKey) (Manifest, error) {
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return Manifest{}, fmt.Errorf("%w: %v", ErrBadManifest, err)
+	}
+	if err := checkManifest(&m); err != nil {
+		return Manifest{}, err
+	}
+	if m.MAC == "" {
+		if m.Format != 0 || m.MACKeyID != "" {
+			return Manifest{}, fmt.Errorf("%w: format %d without a MAC", ErrBadMAC, m.Format)
+		}
+		return m, ErrUnauthenticated
+	}
+	if m.Format != ManifestFormat {
+		return Manifest{}, fmt.Errorf("%w: unknown format %d", ErrBadMAC, m.Format)
+	}
+	if key == nil {
+		return m, fmt.Errorf("%w: no cluster backup key to check it with", ErrUnknownKey)
+	}
+	if m.MACKeyID != key.ID() {
+		return m, fmt.Errorf("%w: written under backup key %s, the cluster's is %s", ErrUnknownKey, m.MACKeyID, key.ID())
+	}
+	got, err := hex.DecodeString(m.MAC)
+	if err != nil || !hmac.Equal(got, key.mac(&m)) {
+		return Manifest{}, fmt.Errorf("%w: the MAC does not match its content (forged or modified)", ErrBadMAC)
+	}
+	return m, nil
+}
+
+// Authenticated reports whether m carries a MAC (ParseManifest verified it
+// when m came from List).
+func (m *Manifest) Authenticated() bool { return m.MAC != "" }

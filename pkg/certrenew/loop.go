@@ -1,0 +1,80 @@
+// Package certrenew is the automatic renewal of leaf certificates that
+// each agent runs beside its supervisor: before a leaf of its host reaches
+// the end of its lifetime (at the spec's renewal point, tls.renewBefore),
+// the loop reissues it with the same key and names (pki.Renew), writes the
+// certificate file with one atomic rename, waits until the members on this
+// host serve it in new TLS handshakes (etcd loads its certificate files at
+// each handshake: no member restarts), and then drops the previous
+// certificate it kept beside it.
+//
+// Renewing needs the CA key, which only the coordinator's directory holds
+// (pki.ErrNoCAKey): the loop of the agent on the coordinator's machine
+// renews that directory's certificates (every member of a single-host
+// cluster); an agent of a joined host cannot sign and reports that its
+// host's certificates are due (see docs/certificates.md, multi-host).
+package certrenew
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/pki"
+)
+
+// Run renews the certificates of the Steward directory dir until ctx is
+// done. It checks every tenth of the renewal margin (at least every
+// second, at most every minute).
+func Run(ctx context.Context, dir string, log *slog.Logger) {
+	var warned string // the last warning logged, so a lasting problem logs once
+	for ctx.Err() == nil {
+		wait, err := round(ctx, dir, log)
+		if err != nil && ctx.Err() == nil && err.Error() != warned {
+			log.Warn("certificate renewal", "err", err)
+			warned = err.Error()
+		} else if err == nil {
+			warned = ""
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// round renews what is due once and returns how long to wait for the next.
+func round(ctx context.Context, dir string, log *slog.Logger) (time.Duration, error) {
+	c, err := cluster.Open(dir)
+	if errors.Is(err, cluster.ErrNoSpec) {
+		return 5 * time.Second, nil // a host the coordinator has not handed the spec yet
+	}
+	if err != nil {
+		return 5 * time.Second, err
+	}
+	if c.Spec.TLS.Disabled {
+		return time.Minute, nil
+	}
+	v := c.Validity().WithDefaults()
+	wait := min(max(v.RenewBefore/10, time.Second), time.Minute)
+	names, err := c.HostLeaves()
+	if err != nil || len(names) == 0 {
+		return wait, err
+	}
+	// Wait for the members at most half the margin: the next round must
+	// come well before the renewed certificates would be due again.
+	rs, err := c.RenewCerts(ctx, names, false, min(max(v.RenewBefore/2, 5*time.Second), time.Minute))
+	for _, r := range rs {
+		log.Info("certificate renewed", "name", r.Name, "file", r.File, "oldSerial", r.OldSerial, "newSerial", r.NewSerial, "notAfter", r.NotAfter)
+	}
+	if errors.Is(err, cluster.ErrRenewalRunning) {
+		return wait, nil
+	}
+	if errors.Is(err, pki.ErrNoCAKey) {
+		return wait, errors.New("this host's certificates are due for renewal and its directory holds no CA key: renew them on the coordinator and hand them over (docs/certificates.md)")
+	}
+	return wait, err
+}

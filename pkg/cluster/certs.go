@@ -1,0 +1,275 @@
+package cluster
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/etcd-steward/steward/internal/filelock"
+	"github.com/etcd-steward/steward/pkg/pki"
+	"github.com/etcd-steward/steward/pkg/spec"
+)
+
+// CondCertificatesReady is False when a certificate Steward manages has
+// expired, expires within the spec's warning window (tls.expiryWarning),
+// cannot be read, or is served and does not verify against the cluster CA.
+const CondCertificatesReady = "CertificatesReady"
+
+// Certificates lists every certificate of the cluster: the files of this
+// machine's certificate directory (pki.Inventory) and, for each member's
+// client and peer address and each remote agent, the certificate its TLS
+// handshake presents now (a certificate replaced on disk but not yet
+// loaded shows up as a different serial). An address that does not answer
+// is listed with its Error.
+func (c *Cluster) Certificates(ctx context.Context) ([]pki.CertInfo, error) {
+	if c.Spec.TLS.Disabled {
+		return nil, nil
+	}
+	inv, err := pki.Inventory(c.CertDir())
+	if err != nil {
+		return nil, err
+	}
+	return append(inv, c.servedCerts(ctx)...), nil
+}
+
+// servedCerts reads the certificates the members and remote agents serve,
+// concurrently, each handshake within 2 seconds (the probes of status take as long).
+func (c *Cluster) servedCerts(ctx context.Context) []pki.CertInfo {
+	type target struct{ name, addr string }
+	var ts []target
+	for _, m := range c.Spec.Members {
+		for _, u := range []struct{ what, url string }{{"client", m.ClientURL}, {"peer", m.PeerURL}} {
+			if hp, err := spec.HostPort(u.url); err == nil {
+				ts = append(ts, target{"member " + m.Name + " " + u.what, hp})
+			}
+		}
+	}
+	for _, a := range c.Spec.Agents {
+		if a.Remote() {
+			ts = append(ts, target{"agent " + a.Name, strings.TrimPrefix(a.Endpoint(), "https://")})
+		}
+	}
+	f := pki.FilesIn(c.CertDir())
+	out := make([]pki.CertInfo, len(ts))
+	pool, err := pki.CAPool(f.CA)
+	if err != nil {
+		for i, t := range ts {
+			out[i] = pki.CertInfo{Name: t.name, Endpoint: t.addr, Error: err.Error()}
+		}
+		return out
+	}
+	var client *tls.Certificate
+	if pair, err := tls.LoadX509KeyPair(f.ClientCert, f.ClientKey); err == nil {
+		client = &pair
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i, t := range ts {
+		wg.Go(func() {
+			// out[i] is written by this goroutine alone, read after Wait.
+			cert, err := pki.ServedCert(ctx, t.addr, pool, client)
+			info := pki.CertInfo{Name: t.name}
+			if cert != nil {
+				info = pki.Describe(t.name, cert, time.Now())
+			}
+			info.Endpoint = t.addr
+			if err != nil {
+				info.Error = err.Error()
+			}
+			out[i] = info
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// CertificatesCondition computes CertificatesReady from an inventory
+// (Certificates).
+func (c *Cluster) CertificatesCondition(inv []pki.CertInfo, now time.Time) Condition {
+	cond := Condition{Type: CondCertificatesReady, Status: "True", Reason: "CertificatesValid"}
+	if c.Spec.TLS.Disabled {
+		cond.Reason, cond.Message = "TLSDisabled", "TLS is off: there are no certificates"
+		return cond
+	}
+	v, _ := c.Spec.TLS.Validity()
+	var expired, soon, unreadable, untrusted []string
+	var next *pki.CertInfo
+	for i := range inv {
+		ci := &inv[i]
+		switch {
+		case ci.Error != "" && ci.File != "":
+			unreadable = append(unreadable, fmt.Sprintf("%s (%s)", ci.Name, ci.Error))
+			continue
+		case ci.Error != "" && ci.Serial == "":
+			continue // a member or agent that does not answer: other conditions say so
+		case ci.Error != "" && ci.NotAfter.After(now):
+			// Served, and not expired: the verification against the
+			// cluster CA failed (another CA, a name it does not cover).
+			untrusted = append(untrusted, fmt.Sprintf("%s (%s)", ci.Name, ci.Error))
+			continue
+		}
+		left := ci.NotAfter.Sub(now)
+		switch {
+		case left <= 0:
+			expired = append(expired, fmt.Sprintf("%s (%s ago)", ci.Name, (-left).Round(time.Second)))
+		case left <= v.ExpiryWarning:
+			soon = append(soon, fmt.Sprintf("%s (in %s)", ci.Name, left.Round(time.Second)))
+		}
+		if next == nil || ci.NotAfter.Before(next.NotAfter) {
+			next = ci
+		}
+	}
+	var parts []string
+	add := func(what string, names []string) {
+		if len(names) > 0 {
+			parts = append(parts, what+": "+strings.Join(names, ", "))
+		}
+	}
+	add("expired", expired)
+	add(fmt.Sprintf("expires within %s", v.ExpiryWarning), soon)
+	add("cannot be read", unreadable)
+	add("served but not trusted by the cluster CA", untrusted)
+	switch {
+	case len(expired) > 0:
+		cond.Status, cond.Reason = "False", "CertificateExpired"
+	case len(unreadable) > 0:
+		cond.Status, cond.Reason = "False", "CertificateUnreadable"
+	case len(untrusted) > 0:
+		cond.Status, cond.Reason = "False", "CertificateNotTrusted"
+	case len(soon) > 0:
+		cond.Status, cond.Reason = "False", "CertificateExpiringSoon"
+	}
+	if len(parts) > 0 {
+		cond.Message = strings.Join(parts, "; ")
+		return cond
+	}
+	if next == nil {
+		cond.Status, cond.Reason, cond.Message = "Unknown", "NoCertificates", "no certificate could be read"
+		return cond
+	}
+	cond.Message = fmt.Sprintf("%d certificates valid; the next to expire is %s in %s", len(inv), next.Name, next.NotAfter.Sub(now).Round(time.Second))
+	return cond
+}
+
+// ErrRenewalRunning: another process renews the certificates of this
+// directory right now.
+var ErrRenewalRunning = errors.New("a certificate renewal is running")
+
+// HostLeaves lists the leaves of this machine's certificate directory that
+// renew in place (server, peer, client, agent), leaving out the client
+// certificates issued for the users of etcd, whose copies live with their
+// users: those are renewed by name, and copied again.
+func (c *Cluster) HostLeaves() ([]string, error) {
+	names, err := pki.Names(c.CertDir())
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(names, func(n string) bool { return strings.HasPrefix(n, pki.ClientsDir+"/") }), nil
+}
+
+// RenewCerts renews the leaves of this machine's certificate directory
+// (pki.Renew: the named ones, or all; only those due unless force), then
+// waits until every member on this machine serves the renewed server and
+// peer certificates in new TLS handshakes (etcd loads its certificate files
+// at each handshake), and only then drops the previous certificates kept
+// beside them. A member that does not show the new serial within timeout
+// is an error; its previous certificate stays.
+func (c *Cluster) RenewCerts(ctx context.Context, names []string, force bool, timeout time.Duration) ([]pki.Renewal, error) {
+	if c.Spec.TLS.Disabled {
+		return nil, errors.New("renew certificates: TLS is off in the spec")
+	}
+	// One renewal at a time per directory: the agents' loops (several
+	// agents may share a directory) and `steward certs renew`.
+	lock, err := filelock.TryLock(filepath.Join(c.Dir, "run", "certs-renew.lock"))
+	if errors.Is(err, filelock.ErrHeld) {
+		return nil, fmt.Errorf("renew certificates: %w: another renewal of %s is running", ErrRenewalRunning, c.CertDir())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("renew certificates: %w", err)
+	}
+	defer lock.Release()
+	rs, err := pki.Renew(c.CertDir(), c.Validity(), names, force, time.Now())
+	if err != nil || len(rs) == 0 {
+		return rs, err
+	}
+	if err := c.WaitServed(ctx, rs, timeout); err != nil {
+		return rs, err
+	}
+	for _, r := range rs {
+		if err := pki.ForgetPrevious(r); err != nil {
+			return rs, fmt.Errorf("renew certificates: %w", err)
+		}
+	}
+	return rs, nil
+}
+
+// WaitServed waits until the local members' live handshakes present the
+// renewed server ("client" address) and peer certificates of rs.
+func (c *Cluster) WaitServed(ctx context.Context, rs []pki.Renewal, timeout time.Duration) error {
+	want := map[string]string{} // served name suffix -> serial
+	for _, r := range rs {
+		switch r.Name {
+		case "server":
+			want["client"] = r.NewSerial
+		case "peer":
+			want["peer"] = r.NewSerial
+		}
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		var stale []string
+		for _, ci := range c.servedCerts(ctx) {
+			if ci.Serial == "" {
+				continue // not running: it loads the new files when it starts
+			}
+			if a, ok := c.Spec.Member(memberOf(ci.Name)); ok {
+				if ag, ok := c.Spec.Agent(a.Agent); ok && ag.Remote() {
+					continue
+				}
+			}
+			for what, serial := range want {
+				if strings.HasSuffix(ci.Name, " "+what) && ci.Serial != serial {
+					stale = append(stale, fmt.Sprintf("%s serves %s (error: %s)", ci.Name, orNone(ci.Serial), orNone(ci.Error)))
+				}
+			}
+		}
+		if len(stale) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			slices.Sort(stale)
+			return fmt.Errorf("renewed certificates not served after %s: %s; the previous certificates are kept beside them (%s)", timeout, strings.Join(stale, "; "), pki.PrevSuffix)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// memberOf returns the member name of a served certificate's name
+// ("member etcd-1 client").
+func memberOf(name string) string {
+	f := strings.Fields(name)
+	if len(f) == 3 && f[0] == "member" {
+		return f[1]
+	}
+	return ""
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}

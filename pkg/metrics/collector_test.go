@@ -1,0 +1,425 @@
+package metrics
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/etcd-steward/steward/pkg/backup"
+	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/pki"
+	"github.com/etcd-steward/steward/pkg/plan"
+)
+
+var t0 = time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
+
+// fixedStatus: three members, two on agent "a" (etcd-1 leads, etcd-2 is
+// 7 entries behind with NOSPACE raised), etcd-3 on agent "b" and down.
+func fixedStatus() *cluster.Status {
+	return &cluster.Status{
+		Cluster: cluster.ClusterStatus{Name: "prod", ID: "c1", Leader: "etcd-1", LeaderID: "11", Quorate: true, VotingMembers: 3},
+		Members: []cluster.MemberStatus{
+			{Name: "etcd-1", ID: "11", Agent: "a", InSpec: true, Role: "leader", Healthy: true,
+				DBSize: 4096, DBSizeInUse: 2048, Revision: 120, RaftAppliedIndex: 500},
+			{Name: "etcd-2", ID: "12", Agent: "a", InSpec: true, Role: "follower", OnlyAlarms: true, Alarms: []string{"NOSPACE"},
+				DBSize: 8192, DBSizeInUse: 8000, Revision: 118, RaftAppliedIndex: 493},
+			{Name: "etcd-3", ID: "13", Agent: "b", InSpec: true, Role: "unknown"},
+		},
+	}
+}
+
+func registry(t *testing.T, agent string, snap func() Snapshot, now func() time.Time) (*Collector, *prometheus.Registry) {
+	t.Helper()
+	c := NewCollector(agent, func(context.Context) Snapshot { return snap() }, slog.New(slog.DiscardHandler))
+	c.now = now
+	reg := prometheus.NewRegistry()
+	if err := prometheus.WrapRegistererWith(prometheus.Labels{"cluster": "prod", "agent": agent}, reg).Register(c); err != nil {
+		t.Fatal(err)
+	}
+	return c, reg
+}
+
+// TestCollectorMembersAndCluster: an agent exports its own members only
+// (up, role, sizes, lag against the leader, alarms), and the cluster as it
+// sees it; a member that does not answer has no sizes or lag.
+func TestCollectorMembersAndCluster(t *testing.T) {
+	_, reg := registry(t, "a", func() Snapshot { return Snapshot{Status: fixedStatus()} }, func() time.Time { return t0 })
+	want := `
+# HELP steward_member_up 1 when the member answers its status and serves a linearizable read (a raised alarm does not count against it), else 0.
+# TYPE steward_member_up gauge
+steward_member_up{agent="a",cluster="prod",member="etcd-1"} 1
+steward_member_up{agent="a",cluster="prod",member="etcd-2"} 1
+# HELP steward_member_applied_index_lag Raft entries the leader has applied that the member has not (leader's applied index minus the member's).
+# TYPE steward_member_applied_index_lag gauge
+steward_member_applied_index_lag{agent="a",cluster="prod",member="etcd-1"} 0
+steward_member_applied_index_lag{agent="a",cluster="prod",member="etcd-2"} 7
+# HELP steward_member_db_size_bytes Size of the member's backend database file.
+# TYPE steward_member_db_size_bytes gauge
+steward_member_db_size_bytes{agent="a",cluster="prod",member="etcd-1"} 4096
+steward_member_db_size_bytes{agent="a",cluster="prod",member="etcd-2"} 8192
+# HELP steward_member_alarm 1 when etcd has raised the alarm (NOSPACE, CORRUPT) on the member, else 0.
+# TYPE steward_member_alarm gauge
+steward_member_alarm{agent="a",alarm="CORRUPT",cluster="prod",member="etcd-1"} 0
+steward_member_alarm{agent="a",alarm="CORRUPT",cluster="prod",member="etcd-2"} 0
+steward_member_alarm{agent="a",alarm="NOSPACE",cluster="prod",member="etcd-1"} 0
+steward_member_alarm{agent="a",alarm="NOSPACE",cluster="prod",member="etcd-2"} 1
+# HELP steward_member_role 1 for the member's current role (leader, follower, learner, unknown), 0 for the others.
+# TYPE steward_member_role gauge
+steward_member_role{agent="a",cluster="prod",member="etcd-1",role="follower"} 0
+steward_member_role{agent="a",cluster="prod",member="etcd-1",role="leader"} 1
+steward_member_role{agent="a",cluster="prod",member="etcd-1",role="learner"} 0
+steward_member_role{agent="a",cluster="prod",member="etcd-1",role="unknown"} 0
+steward_member_role{agent="a",cluster="prod",member="etcd-2",role="follower"} 1
+steward_member_role{agent="a",cluster="prod",member="etcd-2",role="leader"} 0
+steward_member_role{agent="a",cluster="prod",member="etcd-2",role="learner"} 0
+steward_member_role{agent="a",cluster="prod",member="etcd-2",role="unknown"} 0
+# HELP steward_cluster_quorate 1 when a linearizable read through a voting member succeeded, as this agent sees the cluster.
+# TYPE steward_cluster_quorate gauge
+steward_cluster_quorate{agent="a",cluster="prod"} 1
+# HELP steward_cluster_voting_members Voting members in etcd's member list.
+# TYPE steward_cluster_voting_members gauge
+steward_cluster_voting_members{agent="a",cluster="prod"} 3
+# HELP steward_cluster_healthy_voting_members Voting members of the spec that are healthy.
+# TYPE steward_cluster_healthy_voting_members gauge
+steward_cluster_healthy_voting_members{agent="a",cluster="prod"} 1
+# HELP steward_cluster_revision Newest revision a member reports.
+# TYPE steward_cluster_revision gauge
+steward_cluster_revision{agent="a",cluster="prod"} 120
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"steward_member_up", "steward_member_applied_index_lag", "steward_member_db_size_bytes", "steward_member_alarm",
+		"steward_member_role", "steward_cluster_quorate", "steward_cluster_voting_members",
+		"steward_cluster_healthy_voting_members", "steward_cluster_revision"); err != nil {
+		t.Error(err)
+	}
+
+	// Agent b: its one member is down (no size, no lag), and nothing of a.
+	_, regB := registry(t, "b", func() Snapshot { return Snapshot{Status: fixedStatus()} }, func() time.Time { return t0 })
+	want = `
+# HELP steward_member_up 1 when the member answers its status and serves a linearizable read (a raised alarm does not count against it), else 0.
+# TYPE steward_member_up gauge
+steward_member_up{agent="b",cluster="prod",member="etcd-3"} 0
+`
+	if err := testutil.GatherAndCompare(regB, strings.NewReader(want), "steward_member_up", "steward_member_db_size_bytes", "steward_member_applied_index_lag"); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestCollectorNoClusterView: without a spec or with no member answering,
+// the agent exports no cluster series (an agent that sees nothing must
+// not say quorum is lost), but its members' up series still say 0.
+func TestCollectorNoClusterView(t *testing.T) {
+	st := fixedStatus()
+	st.Cluster = cluster.ClusterStatus{Name: "prod"}
+	for i := range st.Members {
+		st.Members[i].Healthy, st.Members[i].OnlyAlarms = false, false
+	}
+	_, reg := registry(t, "a", func() Snapshot { return Snapshot{Status: st} }, func() time.Time { return t0 })
+	n, err := testutil.GatherAndCount(reg, "steward_cluster_quorate", "steward_cluster_voting_members", "steward_cluster_leader_changes_total")
+	if err != nil || n != 0 {
+		t.Errorf("cluster series without a view: %d (%v), want none", n, err)
+	}
+	if n, err := testutil.GatherAndCount(reg, "steward_member_up"); err != nil || n != 2 {
+		t.Errorf("member_up series: %d (%v), want 2", n, err)
+	}
+	_, empty := registry(t, "a", func() Snapshot { return Snapshot{} }, func() time.Time { return t0 })
+	if n, err := testutil.GatherAndCount(empty); err != nil || n != 0 {
+		t.Errorf("series without a spec: %d (%v), want none", n, err)
+	}
+}
+
+// TestCollectorLeaderChanges: the counter counts changes of the leader's
+// ID between scrapes, not scrapes, and not a scrape without a leader.
+func TestCollectorLeaderChanges(t *testing.T) {
+	leaders := []string{"11", "11", "", "12", "11"}
+	i := 0
+	_, reg := registry(t, "a", func() Snapshot {
+		st := fixedStatus()
+		st.Cluster.LeaderID = leaders[i]
+		return Snapshot{Status: st}
+	}, func() time.Time { return t0 })
+	var got float64
+	for i = range leaders {
+		got = testutil.ToFloat64(onlyMetric(t, reg, "steward_cluster_leader_changes_total"))
+	}
+	if got != 2 {
+		t.Errorf("leader changes %v, want 2 (11 -> 12 -> 11)", got)
+	}
+}
+
+// onlyMetric gathers reg and returns the single series named name as a
+// collector testutil.ToFloat64 reads.
+func onlyMetric(t *testing.T, reg *prometheus.Registry, name string) prometheus.Collector {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			m := mf.GetMetric()[0]
+			v := m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "x"}, func() float64 { return v })
+		}
+	}
+	t.Fatalf("no single series %s", name)
+	return nil
+}
+
+// TestCollectorBackup: only the backup leader exports backup series; ages
+// come from the loop's report; the revision lag is the cluster's revision
+// minus the newest stored one; the delta lag is how long the store has been
+// behind a revision this agent saw; the full is overdue past its schedule.
+func TestCollectorBackup(t *testing.T) {
+	now := t0
+	loop := backup.LoopStatus{Agent: "a", Role: "leader", Recording: true, NextRevision: 101,
+		LastFull: t0.Add(-90 * time.Minute), LastDelta: t0.Add(-3 * time.Second)}
+	rev := int64(120)
+	_, reg := registry(t, "a", func() Snapshot {
+		st := fixedStatus()
+		st.Members[0].Revision = rev
+		return Snapshot{Status: st, Loop: &loop, FullSchedule: "0 * * * *", RecoveryPointGoal: 250 * time.Millisecond}
+	}, func() time.Time { return now })
+	want := `
+# HELP steward_backup_last_full_age_seconds Seconds since the newest full snapshot of the cluster was taken (exported by the backup leader).
+# TYPE steward_backup_last_full_age_seconds gauge
+steward_backup_last_full_age_seconds{agent="a",cluster="prod"} 5400
+# HELP steward_backup_last_delta_age_seconds Seconds since the newest delta segment was stored (exported by the backup leader).
+# TYPE steward_backup_last_delta_age_seconds gauge
+steward_backup_last_delta_age_seconds{agent="a",cluster="prod"} 3
+# HELP steward_backup_full_overdue_seconds Seconds past the time backup.fullSchedule wanted the next full snapshot after the newest one; 0 until then.
+# TYPE steward_backup_full_overdue_seconds gauge
+steward_backup_full_overdue_seconds{agent="a",cluster="prod"} 3600
+# HELP steward_backup_newest_revision Newest revision stored in the backup store (full snapshot or delta segment).
+# TYPE steward_backup_newest_revision gauge
+steward_backup_newest_revision{agent="a",cluster="prod"} 100
+# HELP steward_backup_revision_lag Revisions the cluster has that the backup store does not (cluster revision minus the newest backed-up revision).
+# TYPE steward_backup_revision_lag gauge
+steward_backup_revision_lag{agent="a",cluster="prod"} 20
+# HELP steward_backup_recovery_point_goal_seconds The recovery point goal: backup.deltaMaxAgeMs, the longest a change waits before its delta segment is stored.
+# TYPE steward_backup_recovery_point_goal_seconds gauge
+steward_backup_recovery_point_goal_seconds{agent="a",cluster="prod"} 0.25
+# HELP steward_backup_recording 1 while the backup leader's recorder watches and stores every change, else 0.
+# TYPE steward_backup_recording gauge
+steward_backup_recording{agent="a",cluster="prod"} 1
+`
+	names := []string{"steward_backup_last_full_age_seconds", "steward_backup_last_delta_age_seconds", "steward_backup_full_overdue_seconds",
+		"steward_backup_newest_revision", "steward_backup_revision_lag", "steward_backup_recovery_point_goal_seconds", "steward_backup_recording"}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
+		t.Error(err)
+	}
+	delta := func() float64 { return testutil.ToFloat64(onlyMetric(t, reg, "steward_backup_delta_lag_seconds")) }
+	// First seen behind at t0 (the gather above): 10 s later, still
+	// behind, the lag is 10 s; the cluster moving on does not reset it.
+	now, rev = t0.Add(10*time.Second), 130
+	if got := delta(); got != 10 {
+		t.Errorf("delta lag %v, want 10", got)
+	}
+	// The store catches up with what was seen at t0 but not at t0+10s.
+	now, loop.NextRevision = t0.Add(15*time.Second), 121
+	if got := delta(); got != 5 {
+		t.Errorf("delta lag after a partial catch-up %v, want 5", got)
+	}
+	now, loop.NextRevision = t0.Add(20*time.Second), 131
+	if got := delta(); got != 0 {
+		t.Errorf("delta lag caught up %v, want 0", got)
+	}
+
+	// A standby (no loop report passed) exports no backup series.
+	_, standby := registry(t, "b", func() Snapshot { return Snapshot{Status: fixedStatus()} }, func() time.Time { return now })
+	if n, err := testutil.GatherAndCount(standby, names...); err != nil || n != 0 {
+		t.Errorf("backup series of a standby: %d (%v), want none", n, err)
+	}
+}
+
+// TestCollectorPlanAndCertificates: the latest plan's state, step and
+// steps; each certificate file's expiry, read from real PEM files.
+func TestCollectorPlanAndCertificates(t *testing.T) {
+	dir := t.TempDir()
+	if err := pki.Ensure(dir, "prod", []string{"127.0.0.1"}); err != nil {
+		t.Fatal(err)
+	}
+	certs := Certificates(dir)
+	var names []string
+	for _, c := range certs {
+		names = append(names, c.Name)
+		if c.NotAfter.Before(time.Now().Add(300 * 24 * time.Hour)) {
+			t.Errorf("certificate %s expires %v: want about two years ahead", c.Name, c.NotAfter)
+		}
+	}
+	if got := strings.Join(names, ","); got != "ca,client,peer,server" {
+		t.Errorf("certificates %s, want ca,client,peer,server", got)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "junk.crt"), []byte("not PEM"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(Certificates(dir)); got != 4 {
+		t.Errorf("%d certificates with an unreadable file, want it left out (4)", got)
+	}
+
+	p := &plan.Plan{ID: "upgrade-1", Kind: plan.KindUpgrade, State: plan.Failed, Steps: []plan.Step{
+		{State: plan.Done}, {State: plan.Failed}, {State: plan.Pending}}}
+	_, reg := registry(t, "a", func() Snapshot {
+		return Snapshot{Plan: p, Certificates: []Certificate{{Name: "server", NotAfter: time.Unix(1900000000, 0)}}}
+	}, func() time.Time { return t0 })
+	want := `
+# HELP steward_plan_state 1 for the latest upgrade or rollback plan's state, 0 for the other states (exported where the plans live: the coordinator's directory).
+# TYPE steward_plan_state gauge
+steward_plan_state{agent="a",cluster="prod",kind="upgrade",plan="upgrade-1",state="aborted"} 0
+steward_plan_state{agent="a",cluster="prod",kind="upgrade",plan="upgrade-1",state="done"} 0
+steward_plan_state{agent="a",cluster="prod",kind="upgrade",plan="upgrade-1",state="failed"} 1
+steward_plan_state{agent="a",cluster="prod",kind="upgrade",plan="upgrade-1",state="pending"} 0
+steward_plan_state{agent="a",cluster="prod",kind="upgrade",plan="upgrade-1",state="rolled back"} 0
+steward_plan_state{agent="a",cluster="prod",kind="upgrade",plan="upgrade-1",state="running"} 0
+# HELP steward_plan_step Index of the latest plan's current step (the first not done); the step count when every step is done.
+# TYPE steward_plan_step gauge
+steward_plan_step{agent="a",cluster="prod",kind="upgrade",plan="upgrade-1"} 1
+# HELP steward_plan_steps Steps of the latest plan.
+# TYPE steward_plan_steps gauge
+steward_plan_steps{agent="a",cluster="prod",kind="upgrade",plan="upgrade-1"} 3
+# HELP steward_certificate_expiry_timestamp_seconds When the certificate expires (Unix time).
+# TYPE steward_certificate_expiry_timestamp_seconds gauge
+steward_certificate_expiry_timestamp_seconds{agent="a",certificate="server",cluster="prod"} 1.9e+09
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "steward_plan_state", "steward_plan_step", "steward_plan_steps",
+		"steward_certificate_expiry_timestamp_seconds"); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestEventCounters: the counters every registry exports, with the
+// registry's cluster and agent labels, and names that pass promlint.
+func TestEventCounters(t *testing.T) {
+	col := NewCollector("a", func(context.Context) Snapshot { return Snapshot{Status: fixedStatus()} }, slog.New(slog.DiscardHandler))
+	reg, err := NewRegistry("prod", "a", col)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := testutil.ToFloat64(backupUploadedBytes.WithLabelValues(KindDelta))
+	BackupUploaded(KindDelta, 1000)
+	BackupUploaded(KindDelta, -5) // never decreases
+	if got := testutil.ToFloat64(backupUploadedBytes.WithLabelValues(KindDelta)) - before; got != 1000 {
+		t.Errorf("uploaded bytes grew by %v, want 1000", got)
+	}
+	failBefore := testutil.ToFloat64(recoveryActions.WithLabelValues("restore", "failure"))
+	RecoveryAction("restore", io.EOF)
+	if got := testutil.ToFloat64(recoveryActions.WithLabelValues("restore", "failure")) - failBefore; got != 1 {
+		t.Errorf("failed restores grew by %v, want 1", got)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]bool{}
+	for _, mf := range mfs {
+		if !strings.HasPrefix(mf.GetName(), "steward_") {
+			continue
+		}
+		found[mf.GetName()] = true
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["cluster"] != "prod" || labels["agent"] != "a" {
+				t.Errorf("%s %v: want cluster=prod agent=a", mf.GetName(), labels)
+			}
+		}
+	}
+	for _, n := range []string{"steward_backup_uploaded_bytes_total", "steward_backup_failures_total", "steward_recovery_actions_total", "steward_member_up"} {
+		if !found[n] {
+			t.Errorf("%s not exported", n)
+		}
+	}
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		if strings.HasPrefix(p.Metric, "steward_") {
+			t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+		}
+	}
+}
+
+// TestServerTLS: on a non-loopback address the metrics are served over
+// TLS with the server certificate the cluster CA issued, which a client
+// trusting only that CA accepts.
+func TestServerTLS(t *testing.T) {
+	dir := t.TempDir()
+	if err := pki.Ensure(dir, "prod", []string{"127.0.0.1"}); err != nil {
+		t.Fatal(err)
+	}
+	conf, err := ServingTLS(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	col := NewCollector("a", func(context.Context) Snapshot { return Snapshot{Status: fixedStatus()} }, slog.New(slog.DiscardHandler))
+	reg, err := NewRegistry("prod", "a", col)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := Server(reg, conf, slog.New(slog.DiscardHandler))
+	go func() { _ = srv.ServeTLS(l, "", "") }()
+	t.Cleanup(func() { _ = srv.Close() })
+	pool := x509.NewCertPool()
+	ca, err := os.ReadFile(filepath.Join(dir, pki.CACert))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool.AppendCertsFromPEM(ca)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}, Timeout: 10 * time.Second}
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "https://"+l.Addr().String()+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `steward_member_up{agent="a",cluster="prod",member="etcd-1"} 1`) {
+		t.Errorf("GET /metrics over TLS: %s\n%s", resp.Status, body)
+	}
+	if _, err := ServingTLS(t.TempDir()); err == nil || !strings.Contains(err.Error(), "metrics TLS certificate") {
+		t.Errorf("no certificate: %v, want an error naming the metrics TLS certificate", err)
+	}
+}
+
+// httpGetBody returns the body of a 200 response to GET u.
+func httpGetBody(ctx context.Context, u string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("GET %s: %s", u, resp.Status)
+	}
+	return string(b), err
+}

@@ -1,0 +1,243 @@
+package pki
+
+import (
+	"crypto/ecdsa"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/etcd-steward/steward/internal/atomicfile"
+)
+
+// PrevSuffix is appended to a renewed certificate's file name for the
+// copy of the certificate it replaced, kept until the new one is seen in
+// a live handshake (ForgetPrevious).
+const PrevSuffix = ".prev"
+
+// Renewal is one leaf Renew replaced.
+type Renewal struct {
+	Name      string    `json:"name"`
+	File      string    `json:"file"`
+	OldSerial string    `json:"oldSerial"`
+	NewSerial string    `json:"newSerial"`
+	NotAfter  time.Time `json:"notAfter"`
+}
+
+// Renew reissues leaves of the certificate directory dir with the CA there:
+// the leaves named (server, peer, client, agent, clients/NAME), or every
+// leaf when names is empty; only those at or past their renewal point
+// unless force. A renewed certificate keeps its subject, names, usages and
+// key, and gets a new serial and v.Leaf of lifetime; the key file is not
+// touched, so the certificate file is the one file that changes, by one
+// atomic rename, after the new certificate was checked against the key and
+// the CA. The certificate it replaced stays beside it (PrevSuffix) until
+// ForgetPrevious.
+//
+// Every leaf is checked before any is written: a file that does not parse,
+// a key that does not match, a leaf the CA did not sign, a missing CA key
+// (ErrNoCAKey) or an unknown name is refused and nothing is replaced.
+func Renew(dir string, v Validity, names []string, force bool, now time.Time) ([]Renewal, error) {
+	v = v.WithDefaults()
+	if err := v.Check(); err != nil {
+		return nil, fmt.Errorf("renew certificates: %w", err)
+	}
+	ls, err := findLeaves(dir, names)
+	if err != nil {
+		return nil, fmt.Errorf("renew certificates: %w", err)
+	}
+	ca, err := readCert(filepath.Join(dir, CACert))
+	if err != nil {
+		return nil, fmt.Errorf("renew certificates: CA: %w", err)
+	}
+	type due struct {
+		l    leaf
+		cert *x509.Certificate
+		key  *ecdsa.PrivateKey
+	}
+	var todo []due
+	for _, l := range ls {
+		c, k, err := loadLeaf(l.cert, l.key, ca)
+		if err != nil {
+			return nil, fmt.Errorf("renew certificates: %s: %w", l.name, err)
+		}
+		if force || v.Due(c, now) {
+			todo = append(todo, due{l, c, k})
+		}
+	}
+	if len(todo) == 0 {
+		return nil, nil
+	}
+	caKey, err := readKey(filepath.Join(dir, CAKey))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("renew certificates: %w (%s): renew them where the CA key is", ErrNoCAKey, filepath.Join(dir, CAKey))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("renew certificates: CA key: %w", err)
+	}
+	if pub, ok := ca.PublicKey.(*ecdsa.PublicKey); !ok || !pub.Equal(&caKey.PublicKey) {
+		return nil, fmt.Errorf("renew certificates: %s: %w in %s", filepath.Join(dir, CAKey), ErrKeyMismatch, filepath.Join(dir, CACert))
+	}
+	var out []Renewal
+	for _, d := range todo {
+		der, err := reissue(d.cert, d.key, ca, caKey, v.Leaf, now)
+		if err != nil {
+			return out, fmt.Errorf("renew certificates: %s: %w", d.l.name, err)
+		}
+		nc, err := x509.ParseCertificate(der)
+		if err != nil {
+			return out, fmt.Errorf("renew certificates: %s: %w", d.l.name, err)
+		}
+		// What etcd will load at its next handshake: checked before it
+		// replaces a working certificate.
+		if pub, ok := nc.PublicKey.(*ecdsa.PublicKey); !ok || !pub.Equal(&d.key.PublicKey) {
+			return out, fmt.Errorf("renew certificates: %s: %w", d.l.name, ErrKeyMismatch)
+		}
+		if err := nc.CheckSignatureFrom(ca); err != nil {
+			return out, fmt.Errorf("renew certificates: %s: %w: %v", d.l.name, ErrNotSignedByCA, err)
+		}
+		old, err := os.ReadFile(d.l.cert)
+		if err != nil {
+			return out, fmt.Errorf("renew certificates: %w", err)
+		}
+		if err := atomicfile.WriteFile(d.l.cert+PrevSuffix, old, 0o644); err != nil {
+			return out, fmt.Errorf("renew certificates: keep the previous %s: %w", d.l.name, err)
+		}
+		if err := atomicfile.WriteFile(d.l.cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+			return out, fmt.Errorf("renew certificates: write %s: %w", d.l.name, err)
+		}
+		out = append(out, Renewal{Name: d.l.name, File: d.l.cert, OldSerial: fmt.Sprintf("%x", d.cert.SerialNumber),
+			NewSerial: fmt.Sprintf("%x", nc.SerialNumber), NotAfter: nc.NotAfter.UTC()})
+	}
+	return out, nil
+}
+
+// ForgetPrevious removes the copy of the certificate a renewal replaced
+// (once the new one was seen in use).
+func ForgetPrevious(r Renewal) error {
+	if err := os.Remove(r.File + PrevSuffix); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// reissue signs a copy of old (subject, names, usages) for key with a new
+// serial and lifetime, cut at the CA's expiry.
+func reissue(old *x509.Certificate, key *ecdsa.PrivateKey, ca *x509.Certificate, caKey *ecdsa.PrivateKey, lifetime time.Duration, now time.Time) ([]byte, error) {
+	notAfter := now.Add(lifetime)
+	if notAfter.After(ca.NotAfter) {
+		notAfter = ca.NotAfter
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      old.Subject,
+		NotBefore:    now.Add(-backdate(lifetime)),
+		NotAfter:     notAfter,
+		KeyUsage:     old.KeyUsage,
+		ExtKeyUsage:  old.ExtKeyUsage,
+		DNSNames:     old.DNSNames,
+		IPAddresses:  old.IPAddresses,
+	}
+	return x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+}
+
+var clientNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$`)
+
+// ErrBadClientName: a client name Steward cannot issue a certificate for.
+var ErrBadClientName = errors.New("invalid client name")
+
+// CheckClientName refuses a client name that is not a plain name or would
+// take an identity Steward uses itself: the admin's (which the agents'
+// APIs let in), an agent's or host's, or the cluster's server or peer
+// name (which the peer port lets in).
+func CheckClientName(clusterName, name string) error {
+	if !clientNameRE.MatchString(name) {
+		return fmt.Errorf("%w %q: use lower-case letters, digits, '-' and '.'", ErrBadClientName, name)
+	}
+	if name == AdminCN || strings.HasPrefix(name, AdminCN+"-") || name == clusterName+"-peer" || name == clusterName+"-server" || name == clusterName+"-ca" {
+		return fmt.Errorf("%w %q: the name is one of Steward's own identities; choose the name of the client (for example kube-apiserver)", ErrBadClientName, name)
+	}
+	return nil
+}
+
+// ClientFiles are where an issued client certificate lives.
+type ClientFiles struct {
+	Name string `json:"name"`
+	CA   string `json:"ca"`
+	Cert string `json:"cert"`
+	Key  string `json:"key"`
+}
+
+// IssueClient issues a client certificate (client auth only, common name
+// name) for a user of etcd such as kube-apiserver, from the CA in dir,
+// valid for lifetime (v.Leaf when zero), and records it in dir/clients
+// (NAME.crt, NAME.key 0600), where Inventory lists it and Renew renews it.
+// A client of that name already issued is reissued with a new key. With
+// out set, the CA, certificate and key are also copied there (directory
+// 0700, key 0600) and the copies are returned.
+func IssueClient(dir, clusterName, name string, lifetime time.Duration, out string, v Validity) (ClientFiles, error) {
+	v = v.WithDefaults()
+	if err := CheckClientName(clusterName, name); err != nil {
+		return ClientFiles{}, err
+	}
+	if lifetime == 0 {
+		lifetime = v.Leaf
+	}
+	if lifetime < 0 {
+		return ClientFiles{}, fmt.Errorf("%w: client certificate lifetime %s is not positive", ErrBadValidity, lifetime)
+	}
+	caCert, caKey, err := loadPair(filepath.Join(dir, CACert), filepath.Join(dir, CAKey))
+	if errors.Is(err, os.ErrNotExist) {
+		return ClientFiles{}, fmt.Errorf("issue client certificate %s: %w (%s)", name, ErrNoCAKey, filepath.Join(dir, CAKey))
+	}
+	if err != nil {
+		return ClientFiles{}, fmt.Errorf("issue client certificate %s: CA: %w", name, err)
+	}
+	if lifetime > time.Until(caCert.NotAfter) {
+		return ClientFiles{}, fmt.Errorf("%w: client certificate lifetime %s outlives the CA, which expires %s", ErrBadValidity, lifetime, caCert.NotAfter.UTC().Format(time.RFC3339))
+	}
+	der, key, err := sign(caCert, caKey, nil, name, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, nil, lifetime)
+	if err != nil {
+		return ClientFiles{}, fmt.Errorf("issue client certificate %s: %w", name, err)
+	}
+	cd := filepath.Join(dir, ClientsDir)
+	if err := os.MkdirAll(cd, 0o700); err != nil {
+		return ClientFiles{}, fmt.Errorf("issue client certificate %s: %w", name, err)
+	}
+	f := ClientFiles{Name: name, CA: filepath.Join(dir, CACert), Cert: filepath.Join(cd, name+".crt"), Key: filepath.Join(cd, name+".key")}
+	if err := writePair(f.Cert, f.Key, der, key, true); err != nil {
+		return ClientFiles{}, fmt.Errorf("issue client certificate %s: %w", name, err)
+	}
+	if out == "" {
+		return f, nil
+	}
+	return CopyClient(f, out)
+}
+
+// CopyClient copies an issued client's CA, certificate and key into out
+// (created 0700; the key 0600) and returns the copies.
+func CopyClient(f ClientFiles, out string) (ClientFiles, error) {
+	if err := os.MkdirAll(out, 0o700); err != nil {
+		return ClientFiles{}, fmt.Errorf("copy client certificate %s: %w", f.Name, err)
+	}
+	c := ClientFiles{Name: f.Name, CA: filepath.Join(out, CACert), Cert: filepath.Join(out, f.Name+".crt"), Key: filepath.Join(out, f.Name+".key")}
+	for _, p := range []struct {
+		from, to string
+		mode     os.FileMode
+	}{{f.Key, c.Key, 0o600}, {f.Cert, c.Cert, 0o644}, {f.CA, c.CA, 0o644}} {
+		b, err := os.ReadFile(p.from)
+		if err != nil {
+			return ClientFiles{}, fmt.Errorf("copy client certificate %s: %w", f.Name, err)
+		}
+		if err := atomicfile.WriteFile(p.to, b, p.mode); err != nil {
+			return ClientFiles{}, fmt.Errorf("copy client certificate %s: %w", f.Name, err)
+		}
+	}
+	return c, nil
+}
