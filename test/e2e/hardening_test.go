@@ -17,6 +17,7 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/binaries"
+	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/spec"
 	"github.com/etcd-steward/steward/test/harness"
 )
@@ -162,18 +163,25 @@ func TestHardening(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(store, m.Object), obj, 0o600); err != nil {
 			t.Fatal(err)
 		}
+		// The manifest is re-sealed with the cluster's backup key, as one
+		// who holds it could: only the database is bad.
 		mp := filepath.Join(store, "full", m.ID+".json")
 		mb, err := os.ReadFile(mp)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var doc map[string]any
+		var doc backup.Manifest
 		if err := json.Unmarshal(mb, &doc); err != nil {
 			t.Fatal(err)
 		}
 		osum := sha256.Sum256(obj)
-		doc["sha256"], doc["size"], doc["rawSize"], doc["snapshotHash"] = hex.EncodeToString(osum[:]), len(obj), len(raw), 0
-		mb, _ = json.Marshal(doc)
+		doc.SHA256, doc.Size, doc.RawSize, doc.SnapshotHash = hex.EncodeToString(osum[:]), int64(len(obj)), int64(len(raw)), 0
+		ak, err := backup.LoadAuthKey(filepath.Join(e.Dir, "pki", pki.BackupAuthKey))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ak.Seal(&doc)
+		mb, _ = json.MarshalIndent(doc, "", "  ")
 		if err := os.WriteFile(mp, mb, 0o600); err != nil {
 			t.Fatal(err)
 		}
