@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/internal/atomicfile"
+	"github.com/etcd-steward/steward/internal/childenv"
 	"github.com/etcd-steward/steward/internal/portcheck"
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/binaries"
@@ -322,6 +323,13 @@ func (m *member) launch(cfg agentapi.MemberConfig) (*process, error) {
 	if err != nil {
 		return nil, err
 	}
+	if !ex.Embedded {
+		// The file run is the file imported (cached: hashed again only
+		// when the file changes).
+		if err := binaries.CheckRecorded(ex.Path); err != nil {
+			return nil, fmt.Errorf("refusing to start etcd %s: %w", cfg.Version, err)
+		}
+	}
 	if rec, ok, err := datadir.ReadRecord(cfg.DataDir); err != nil {
 		return nil, err
 	} else if ok {
@@ -390,6 +398,9 @@ func (m *member) launch(cfg agentapi.MemberConfig) (*process, error) {
 	}
 	args := append(append([]string{}, ex.Args...), flags...)
 	cmd := exec.Command(ex.Path, args...)
+	// Only what etcd needs of the agent's environment: no secret, and no
+	// ETCD_* variable, which etcd would read as a flag.
+	cmd.Env = childenv.Etcd()
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Dir = filepath.Dir(cfg.DataDir)
 	// Own process group: a signal to the agent's terminal does not reach members.

@@ -45,6 +45,9 @@ func (k *Key) ID() string {
 // LoadKey reads a key file: 32 raw bytes, or 64 hex digits, or base64 of 32
 // bytes (surrounding white space ignored). The key is never logged.
 func LoadKey(path string) (*Key, error) {
+	if err := CheckKeyFileMode(path); err != nil {
+		return nil, err
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read encryption key: %w", err)
@@ -67,6 +70,23 @@ func LoadKey(path string) (*Key, error) {
 		copy(k.b[:], d)
 	}
 	return &k, nil
+}
+
+// ErrKeyFileMode: a key file other users may read or write.
+var ErrKeyFileMode = errors.New("key file is not private")
+
+// CheckKeyFileMode refuses a key file with any group or other permission
+// bit: whoever can read it can read every backup, and whoever can write it
+// chooses the key new backups are encrypted with.
+func CheckKeyFileMode(path string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("read encryption key: %w", err)
+	}
+	if m := fi.Mode().Perm(); m&0o077 != 0 {
+		return fmt.Errorf("encryption key %s has mode %04o: %w: other users may read or change it; make it 0600 (chmod 600 %s)", path, m, ErrKeyFileMode, path)
+	}
+	return nil
 }
 
 // GenerateKeyFile writes a new random key (hex) to path with mode 0600.

@@ -16,8 +16,6 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/etcdutl/v3/snapshot"
-	"go.uber.org/zap"
 
 	"github.com/etcd-steward/steward/pkg/datadir"
 )
@@ -227,19 +225,12 @@ type SnapshotInfo struct {
 
 // Inspect opens a snapshot database read-only, checks its structure (bbolt's
 // consistency check) and reads its revision, compacted revision and hash.
-// The revision is the one etcd would resume at.
-func Inspect(path string) (SnapshotInfo, error) {
-	info, err := InspectRevision(path)
-	if err != nil {
-		return SnapshotInfo{}, err
-	}
-	// snapshot.Status runs bbolt's consistency check.
-	st, err := snapshot.NewV3(zap.NewNop()).Status(path)
-	if err != nil {
-		return SnapshotInfo{}, fmt.Errorf("snapshot database fails its consistency check: %w", err)
-	}
-	info.Hash, info.TotalKey, info.Version = st.Hash, st.TotalKey, st.Version
-	return info, nil
+// The revision is the one etcd would resume at. The database is read in a
+// child process (check.go): bbolt panics on some malformed files, and a
+// panic there must not take Steward (the CLI, or the agent's automatic
+// recovery) down; such a file is an error wrapping ErrMalformedSnapshot.
+func Inspect(ctx context.Context, path string) (SnapshotInfo, error) {
+	return inspectInChild(ctx, path)
 }
 
 // packStream compresses (zstd) and optionally encrypts src into dst.
@@ -449,7 +440,7 @@ func (c *countWriter) Write(p []byte) (int, error) {
 // stored object's size and SHA-256, the key, decryption and decompression,
 // etcd's checksum, the database's consistency, and that its revision and
 // hash are the manifest's.
-func Fetch(ctx context.Context, s Store, m Manifest, key *Key, dst string) error {
+func Fetch(ctx context.Context, s Store, m Manifest, key *Key, dst string) (err error) {
 	if m.Kind != KindFull {
 		return fmt.Errorf("backup %s is a %s backup; restore needs a full one", m.ID, m.Kind)
 	}
@@ -462,6 +453,12 @@ func Fetch(ctx context.Context, s Store, m Manifest, key *Key, dst string) error
 	if err != nil {
 		return err
 	}
+	// A backup that fails a check leaves no (decrypted) copy behind.
+	defer func() {
+		if err != nil {
+			_ = os.Remove(dst)
+		}
+	}()
 	n, err := io.Copy(out, r)
 	if cerr := out.Close(); err == nil {
 		err = cerr
@@ -475,7 +472,7 @@ func Fetch(ctx context.Context, s Store, m Manifest, key *Key, dst string) error
 	if err := checkAppendedHash(dst, n); err != nil {
 		return fmt.Errorf("backup %s: %w", m.ID, err)
 	}
-	info, err := Inspect(dst)
+	info, err := Inspect(ctx, dst)
 	if err != nil {
 		return fmt.Errorf("backup %s: %w", m.ID, err)
 	}

@@ -170,7 +170,9 @@ func lessVersion(a, b string) bool {
 func (s *Store) versionDir(v string) string { return filepath.Join(s.Dir, DirPrefix+v) }
 
 // Tool returns the path of a stored tool (etcd, etcdctl or etcdutl) of a
-// version; the error wraps ErrNotFound when the store lacks it.
+// version, checked against the SHA-256 its manifest records
+// (CheckRecorded); the error wraps ErrNotFound when the store lacks it,
+// ErrBinaryChanged when the file is not the one imported.
 func (s *Store) Tool(version, name string) (string, error) {
 	v, err := NormalizeVersion(version)
 	if err != nil {
@@ -178,13 +180,30 @@ func (s *Store) Tool(version, name string) (string, error) {
 	}
 	p := filepath.Join(s.versionDir(v), name)
 	if _, err := os.Stat(p); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return "", fmt.Errorf("%s %s is not in the binary store %s: %w", name, v, s.Dir, ErrNotFound)
+		if !errors.Is(err, fs.ErrNotExist) {
+			return "", err
 		}
+		if _, derr := os.Stat(s.versionDir(v)); derr == nil {
+			return "", fmt.Errorf("etcd %s is in the binary store %s, but without %s: %w", v, s.Dir, name, ErrToolNotFound)
+		}
+		return "", fmt.Errorf("%s %s is not in the binary store %s (etcd %s is not there at all): %w", name, v, s.Dir, v, ErrToolNotFound)
+	}
+	// The path is returned to be run: check it against its recorded sum.
+	if err := CheckRecorded(p); err != nil {
 		return "", err
 	}
 	return p, nil
 }
+
+// ErrToolNotFound: the store lacks a tool (etcdctl, etcdutl) of a version.
+// It is also ErrNotFound (errors.Is), but says the tool is missing, not
+// the version.
+var ErrToolNotFound error = toolNotFound{}
+
+type toolNotFound struct{}
+
+func (toolNotFound) Error() string        { return "tool not in the binary store" }
+func (toolNotFound) Is(target error) bool { return target == ErrNotFound }
 
 // Resolve returns how to run etcd of version: the store's binary when
 // present, else the steward executable when version is the embedded one.

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/etcd-steward/steward/internal/childenv"
 )
 
 const (
@@ -145,17 +147,12 @@ func (s *Store) check(ctx context.Context, v, dir string) []string {
 }
 
 // runVersion runs `bin --version` and returns the version it reports. The
-// run is bounded by ctx and by versionTimeout; ETCD_* variables are removed
-// from its environment so that they cannot interfere.
+// run is bounded by ctx and by versionTimeout; its environment is an etcd
+// child's (childenv.Etcd: no ETCD_* variable, no secret).
 func runVersion(ctx context.Context, bin string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, versionTimeout)
 	defer cancel()
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "ETCD_") {
-			env = append(env, kv)
-		}
-	}
+	env := childenv.Etcd()
 	var (
 		out []byte
 		err error

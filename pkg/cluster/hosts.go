@@ -46,6 +46,9 @@ func (c *Cluster) PushSpec(ctx context.Context) error {
 		f.S3Credentials = string(creds)
 	}
 	if kf := c.Spec.Backup.EncryptionKeyFile; kf != "" {
+		if err := backup.CheckKeyFileMode(spec.Path(c.Dir, kf)); err != nil {
+			return fmt.Errorf("hand the spec to the hosts: %w", err)
+		}
 		key, err := os.ReadFile(spec.Path(c.Dir, kf))
 		if err != nil {
 			return fmt.Errorf("hand the spec to the hosts: backup key: %w", err)

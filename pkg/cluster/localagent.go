@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/childenv"
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
@@ -55,6 +56,14 @@ func (c *Cluster) startLocalAgent(ctx context.Context, ac *agentapi.Client, exe 
 	}
 	defer logf.Close()
 	cmd := exec.Command(exe, "agent", "--dir", c.Dir, "--name", spec.LocalAgent)
+	// The agent gets a short list of variables, not this process's whole
+	// environment; the S3 credentials only when the spec names no
+	// credentials file (the agent's backup loop then reads them there).
+	var pass []string
+	if s3 := c.Spec.Backup.S3; s3 != nil && s3.CredentialsFile == "" {
+		pass = []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
+	}
+	cmd.Env = childenv.Agent(pass...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Dir = c.Dir
 	// A session of its own: the agent outlives the `steward up` that started it.

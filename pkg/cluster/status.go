@@ -194,6 +194,23 @@ func (c *Cluster) probe(ctx context.Context, endpoint string) probe {
 	return p
 }
 
+// wrongMember returns an error when the member that answered on url (ID
+// answered) is not the member name expects: etcd's member list gives name
+// another ID, or gives answered another name.
+func wrongMember(name, url string, answered uint64, byName map[string]*pb.Member, byID map[uint64]*pb.Member) error {
+	if em, ok := byName[name]; ok && em.ID != answered {
+		who := fmt.Sprintf("member ID %x", answered)
+		if other, ok := byID[answered]; ok && other.Name != "" {
+			who = fmt.Sprintf("%s (ID %x)", other.Name, answered)
+		}
+		return fmt.Errorf("%s answers on %s, not %s (ID %x): is %s running, and is its URL another member's?", who, url, name, em.ID, name)
+	}
+	if other, ok := byID[answered]; ok && other.Name != "" && other.Name != name {
+		return fmt.Errorf("%s (ID %x) answers on %s, not %s: is %s running, and is its URL another member's?", other.Name, answered, url, name, name)
+	}
+	return nil
+}
+
 // EndpointStatus asks one member for its status (etcd's Status RPC), within
 // the probe timeout.
 func (c *Cluster) EndpointStatus(ctx context.Context, endpoint string) (*clientv3.StatusResponse, error) {
@@ -312,6 +329,16 @@ func (c *Cluster) Status(ctx context.Context) (*Status, error) {
 			byID[m.ID] = m
 			if m.Name != "" {
 				byName[m.Name] = m
+			}
+		}
+	}
+
+	// A member answering on another member's URL (an alias, a port
+	// reused) is not the member expected: count it as not answering.
+	for i, m := range specMembers {
+		if probes[i].err == nil && probes[i].status != nil && probes[i].status.Header != nil {
+			if err := wrongMember(m.Name, m.ClientURL, probes[i].status.Header.MemberId, byName, byID); err != nil {
+				probes[i] = probe{err: err, readErr: err}
 			}
 		}
 	}

@@ -73,6 +73,8 @@ var (
 	// ErrChainGap: deltas after a gap in the chain would be lost
 	// (Options.ToRevision up to the gap restores what precedes it).
 	ErrChainGap = errors.New("gap in the delta chain")
+	// ErrBadRevision: Options.ToRevision is negative (0 means the newest).
+	ErrBadRevision = errors.New("not a revision")
 )
 
 // GapError refuses a restore past a gap in the delta chain; End is the
@@ -94,6 +96,9 @@ type GapError struct {
 // aside, never deleting it, put the new one in place, and make the restored
 // members initial members in the spec).
 func Run(ctx context.Context, c *cluster.Cluster, o Options) (backup.Manifest, error) {
+	if o.ToRevision < 0 {
+		return backup.Manifest{}, fmt.Errorf("target revision %d: %w: etcd revisions start at 1", o.ToRevision, ErrBadRevision)
+	}
 	targets := c.Spec.Members
 	if len(o.Members) > 0 {
 		targets = nil

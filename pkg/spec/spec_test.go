@@ -268,6 +268,7 @@ func TestValidateHosts(t *testing.T) {
 		edit    func(*Cluster)
 		wantErr string
 		warn    string
+		system  bool // resolve with the system resolver, not resolveFake
 	}{
 		{name: "valid"},
 		{name: "member off its agent's host", edit: func(c *Cluster) { c.Members[0].ClientURL = "https://10.0.0.12:2391" },
@@ -286,6 +287,24 @@ func TestValidateHosts(t *testing.T) {
 				Member{Name: "etcd-4", Agent: "local", ClientURL: "https://localhost:3000", PeerURL: "https://localhost:3001", DataDir: "a"},
 				Member{Name: "etcd-5", Agent: "local", ClientURL: "https://127.0.0.1:3000", PeerURL: "https://127.0.0.1:3002", DataDir: "b"})
 		}, wantErr: "address already used by etcd-4 clientURL"},
+		{name: "localhost and 127.0.0.1 are one address, resolved by the system", system: true, edit: func(c *Cluster) {
+			c.Agents = append(c.Agents, Agent{Name: "local", Address: "unix:///s/run/agent.sock"})
+			c.Members = append(c.Members,
+				Member{Name: "etcd-4", Agent: "local", ClientURL: "https://localhost:3000", PeerURL: "https://localhost:3001", DataDir: "a"},
+				Member{Name: "etcd-5", Agent: "local", ClientURL: "https://127.0.0.1:3000", PeerURL: "https://127.0.0.1:3002", DataDir: "b"})
+		}, wantErr: "address already used by etcd-4 clientURL"},
+		{name: "a wildcard address takes the port on every address", edit: func(c *Cluster) {
+			c.Agents = append(c.Agents, Agent{Name: "local", Address: "unix:///s/run/agent.sock"})
+			c.Members = append(c.Members,
+				Member{Name: "etcd-4", Agent: "local", ClientURL: "https://127.0.0.1:3000", PeerURL: "https://127.0.0.1:3001", DataDir: "a"},
+				Member{Name: "etcd-5", Agent: "local", ClientURL: "https://0.0.0.0:3000", PeerURL: "https://127.0.0.1:3002", DataDir: "b"})
+		}, wantErr: "member etcd-5 clientURL 0.0.0.0:3000: address already used by etcd-4 clientURL"},
+		{name: "a port taken by a wildcard address", edit: func(c *Cluster) {
+			c.Agents = append(c.Agents, Agent{Name: "local", Address: "unix:///s/run/agent.sock"})
+			c.Members = append(c.Members,
+				Member{Name: "etcd-4", Agent: "local", ClientURL: "https://[::]:3000", PeerURL: "https://127.0.0.1:3001", DataDir: "a"},
+				Member{Name: "etcd-5", Agent: "local", ClientURL: "https://localhost:3000", PeerURL: "https://127.0.0.1:3002", DataDir: "b"})
+		}, wantErr: "member etcd-5 clientURL localhost:3000: address already used by etcd-4 clientURL"},
 		{name: "two voting members on one host warn", edit: func(c *Cluster) {
 			c.Members[1].Agent = "cp-1"
 			c.Members[1].ClientURL, c.Members[1].PeerURL = "https://10.0.0.11:2389", "https://10.0.0.11:2390"
@@ -313,7 +332,11 @@ func TestValidateHosts(t *testing.T) {
 			if tt.edit != nil {
 				tt.edit(c)
 			}
-			w, err := c.Validate(ValidateOptions{Resolve: resolveFake})
+			o := ValidateOptions{Resolve: resolveFake}
+			if tt.system {
+				o.Resolve = nil
+			}
+			w, err := c.Validate(o)
 			if tt.wantErr == "" && err != nil {
 				t.Fatalf("unexpected error: %v", err)
 			}

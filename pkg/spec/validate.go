@@ -255,9 +255,23 @@ func (c *Cluster) Validate(o ValidateOptions) (warnings []string, err error) {
 				a, _ := c.Agent(m.Agent)
 				bad("member %s %s %s: %s is not the host of agent %s (%s): a member binds its agent's host address", m.Name, u.what, u.raw, host, m.Agent, a.Host)
 			}
+			// A wildcard address (0.0.0.0, ::) binds the port on every
+			// address of its machine: it collides with any other use of
+			// the port there.
+			machine := "local"
+			if a, ok := c.Agent(m.Agent); ok && a.Remote() {
+				machine = a.Name
+			}
+			wildKey, portKey := machine+" *:"+port, machine+" :"+port
 			for _, ip := range ips {
-				key := net.JoinHostPort(ip, port)
-				if other, ok := addrs[key]; ok {
+				other, ok := addrs[net.JoinHostPort(ip, port)]
+				if !ok {
+					other, ok = addrs[wildKey]
+				}
+				if !ok && net.ParseIP(ip).IsUnspecified() {
+					other, ok = addrs[portKey]
+				}
+				if ok {
 					bad("member %s %s %s: address already used by %s", m.Name, u.what, hp, other)
 					break
 				}
@@ -265,6 +279,12 @@ func (c *Cluster) Validate(o ValidateOptions) (warnings []string, err error) {
 			for _, ip := range ips {
 				key := net.JoinHostPort(ip, port)
 				addrs[key] = m.Name + " " + u.what
+				if net.ParseIP(ip).IsUnspecified() {
+					addrs[wildKey] = m.Name + " " + u.what
+				}
+				if _, ok := addrs[portKey]; !ok {
+					addrs[portKey] = m.Name + " " + u.what
+				}
 				if a, ok := metricsAddrs[key]; ok && (!c.MultiHost() || a == m.Agent || !IsLoopback(key)) {
 					bad("member %s %s %s: address already used by agent %s's metricsAddress", m.Name, u.what, hp, a)
 				}

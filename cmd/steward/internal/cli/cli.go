@@ -13,6 +13,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
+
+	"github.com/etcd-steward/steward/internal/dirmode"
 )
 
 // Globals are the flags every command accepts.
@@ -41,6 +43,16 @@ func (g *Globals) StewardDir() (string, error) {
 	abs, err := filepath.Abs(d)
 	if err != nil {
 		return "", fmt.Errorf("steward dir %q: %w", d, err)
+	}
+	// Every command checks the directory before it reads or writes in it:
+	// another user's, or one others can rename, is refused; one of ours
+	// that others may write is made private.
+	tightened, err := dirmode.Secure(abs)
+	for _, p := range tightened {
+		fmt.Fprintf(os.Stderr, "made %s private (0700)\n", p)
+	}
+	if err != nil {
+		return "", err
 	}
 	return abs, nil
 }

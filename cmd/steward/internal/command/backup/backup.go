@@ -19,7 +19,7 @@ import (
 // NewCommand returns the backup command.
 func NewCommand(g *cli.Globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "backup", Short: "Take, list and verify backups"}
-	cmd.AddCommand(nowCommand(g), listCommand(g), verifyCommand(g), gcCommand(g))
+	cmd.AddCommand(nowCommand(g), listCommand(g), verifyCommand(g), gcCommand(g), keygenCommand(g))
 	return cmd
 }
 

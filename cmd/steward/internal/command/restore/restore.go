@@ -35,6 +35,9 @@ restored cluster with ` + "`steward up`" + `.`,
 			err = cli.Hint(err, restore.ErrUntrustedManifests, "remove or repair them, use --allow-unauthenticated for manifests written before the cluster had its backup key, or --skip-untrusted to restore without them")
 			err = cli.Hint(err, restore.ErrDataDirsHoldData, "use --force to move them aside (they are kept, not deleted)")
 			err = cli.KeyHint(err)
+			if errors.Is(err, restore.ErrBadRevision) {
+				err = fmt.Errorf("--to-revision: %w (leave it out to restore the newest backed-up revision)", err)
+			}
 			if gap, ok := errors.AsType[*restore.GapError](err); ok {
 				err = fmt.Errorf("%w; restore up to the gap explicitly with --to-revision %d", err, gap.End)
 			}

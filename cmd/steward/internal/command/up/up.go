@@ -27,6 +27,11 @@ one: N members on 127.0.0.1 with free ports, TLS on, the embedded etcd version u
 keeping the data. Returns when every member is healthy and prints the endpoints.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Changed("members") && o.Members < 1 {
+				// 0 is the option's "default" (3); given on the command
+				// line it is a mistake, not a request for the default.
+				return upHint(fmt.Errorf("%w, got %d", spec.ErrTooFewMembers, o.Members))
+			}
 			dir, err := g.StewardDir()
 			if err != nil {
 				return err
