@@ -199,7 +199,6 @@ func TestInstallHostCertRefusals(t *testing.T) {
 	}
 }
 
-
 // TestHostCertsNeedAJoinedHost: an agent with no host certificate
 // directory (the coordinator's machine) refuses the endpoints.
 func TestHostCertsNeedAJoinedHost(t *testing.T) {
