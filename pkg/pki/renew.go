@@ -23,6 +23,9 @@ const PrevSuffix = ".prev"
 
 // Renewal is one leaf Renew replaced.
 type Renewal struct {
+	// Host is the agent of the host whose certificate it is, when not
+	// this machine's (a renewal the coordinator pushed to a joined host).
+	Host      string    `json:"host,omitempty"`
 	Name      string    `json:"name"`
 	File      string    `json:"file"`
 	OldSerial string    `json:"oldSerial"`
