@@ -198,4 +198,3 @@ func (c *Cluster) waitHostServed(ctx context.Context, h spec.Agent, rs []pki.Ren
 		}
 	}
 }
-
