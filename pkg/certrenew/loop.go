@@ -76,12 +76,13 @@ func round(ctx context.Context, dir string, log *slog.Logger) (time.Duration, er
 	if len(names) > 0 {
 		rs, err = c.RenewCerts(ctx, names, false, served)
 	}
-	if err == nil && hasCAKey(c) {
+	if !errors.Is(err, cluster.ErrRenewalRunning) && hasCAKey(c) {
 		// The coordinator's machine: it also renews the joined hosts'
-		// leaves, which it signs and hands to their agents.
-		var hrs []pki.Renewal
-		hrs, err = c.RenewHosts(ctx, nil, false, served)
+		// leaves, which it signs and hands to their agents (even when a
+		// local member did not serve its renewal in time).
+		hrs, herr := c.RenewHosts(ctx, nil, false, served)
 		rs = append(rs, hrs...)
+		err = errors.Join(err, herr)
 	}
 	for _, r := range rs {
 		log.Info("certificate renewed", "host", r.Host, "name", r.Name, "file", r.File, "oldSerial", r.OldSerial, "newSerial", r.NewSerial, "notAfter", r.NotAfter)

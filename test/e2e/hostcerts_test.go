@@ -126,6 +126,10 @@ func TestHostsCertRenewal(t *testing.T) {
 		}
 	})
 
+	// The writer retries what the cut host held up: it must go on once the
+	// host is back before it stops, so no write is cut short by Stop.
+	st = hs.WaitStatus(time.Minute, "healthy after the renewals", harness.Healthy)
+	harness.Eventually(t, 30*time.Second, 50*time.Millisecond, "writes acknowledged after the heal", w.AckedAbove(w.Acked()+50))
 	r := w.Stop()
 	t.Logf("writer: %s", r)
 	if len(r.Failed) > 0 {
@@ -135,7 +139,6 @@ func TestHostsCertRenewal(t *testing.T) {
 		t.Error("no write was acknowledged")
 	}
 	workload.RequireKeys(t, cli, r)
-	st = hs.WaitStatus(time.Minute, "healthy after the renewals", harness.Healthy)
 	for _, m := range st.Members {
 		if m.PID != pids[m.Name] {
 			t.Errorf("member %s restarted (pid %d, was %d)", m.Name, m.PID, pids[m.Name])
