@@ -57,6 +57,11 @@ type Options struct {
 	// none (members a coordinator on another host configured); default
 	// DIR/binaries.
 	BinaryStore string
+	// CertDir, when set, is the certificate directory of a joined host
+	// (DIR/pki): the coordinator renews its leaves over the API
+	// (PUT /v1/certs/{name}, pki.Install). Empty on a coordinator's
+	// machine, whose directory renews itself.
+	CertDir string
 	// ClusterToken, when set, is the token of the cluster the agent's
 	// host joined: a spec of another cluster is refused (SetCluster).
 	ClusterToken string
@@ -78,6 +83,11 @@ type Agent struct {
 	// after mu when both are needed (never mu while holding a member's).
 	mu      sync.Mutex
 	members map[string]*member // guarded by mu
+
+	// certMu serializes the installs of renewed certificates into
+	// opts.CertDir (two pushes of one leaf must not interleave their
+	// .prev and certificate writes). It guards no field.
+	certMu sync.Mutex
 
 	shutdownOnce sync.Once
 	shutdownCh   chan struct{} // closed once by Shutdown; Run waits on it

@@ -12,6 +12,7 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/binaries"
+	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -183,6 +184,22 @@ func (a *Agent) Handler() http.Handler {
 			return
 		}
 		reply(w, nil, a.SetCluster(f))
+	})
+	mux.HandleFunc("GET /v1/certs/{name}", func(w http.ResponseWriter, r *http.Request) {
+		f, err := a.HostCert(r.PathValue("name"))
+		reply(w, f, err)
+	})
+	mux.HandleFunc("PUT /v1/certs/{name}", func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, pki.MaxCertPEM))
+		if err != nil {
+			reply(w, nil, badRequest{fmt.Errorf("read the certificate: %w", err)})
+			return
+		}
+		res, err := a.InstallHostCert(r.PathValue("name"), b)
+		reply(w, res, err)
+	})
+	mux.HandleFunc("DELETE /v1/certs/{name}/prev", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, nil, a.ForgetPreviousHostCert(r.PathValue("name")))
 	})
 	mux.HandleFunc("GET /v1/backup/status", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, a.BackupStatuses(), nil)

@@ -290,6 +290,27 @@ func (c *Client) BackupStatuses(ctx context.Context) ([]json.RawMessage, error) 
 	return out, c.do(ctx, http.MethodGet, "/v1/backup/status", nil, &out)
 }
 
+// HostCert returns the current certificate name (server, peer, agent,
+// client) of a joined host, PEM-encoded.
+func (c *Client) HostCert(ctx context.Context, name string) (CertFile, error) {
+	var out CertFile
+	return out, c.do(ctx, http.MethodGet, "/v1/certs/"+name, nil, &out)
+}
+
+// PutHostCert hands a joined host's agent the renewal of its certificate
+// name (PEM), which the agent checks against its key and the CA and
+// installs, keeping the previous one beside it.
+func (c *Client) PutHostCert(ctx context.Context, name string, certPEM []byte) (CertRenewal, error) {
+	var out CertRenewal
+	return out, c.send(ctx, http.MethodPut, "/v1/certs/"+name, "application/x-pem-file", bytes.NewReader(certPEM), &out)
+}
+
+// ForgetPreviousHostCert drops the previous certificate name the agent
+// kept beside a renewal (once the coordinator saw the new one served).
+func (c *Client) ForgetPreviousHostCert(ctx context.Context, name string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/certs/"+name+"/prev", nil, nil)
+}
+
 // Shutdown stops every member and the agent.
 func (c *Client) Shutdown(ctx context.Context) error {
 	return c.do(ctx, http.MethodPost, "/v1/shutdown", nil, nil)

@@ -24,6 +24,9 @@
 //	GET    /v1/binaries/{version}      BinaryCheck: can this host run that version
 //	PUT    /v1/cluster                 ClusterFiles: the spec (and backup secrets) the host's daemons use
 //	GET    /v1/backup/status           the host's backup loop reports (JSON objects as written)
+//	GET    /v1/certs/{name}            CertFile: a joined host's current certificate (server, peer, agent, client)
+//	PUT    /v1/certs/{name}            a renewal of it (PEM) -> CertRenewal; checked against the key and the CA (400 otherwise)
+//	DELETE /v1/certs/{name}/prev       drop the previous certificate kept beside the renewal
 //	PUT    /v1/binaries/{version}      a bundle (application/x-tar) -> BinaryPush: store that version
 //	POST   /v1/shutdown                stop every member and exit
 //
@@ -250,4 +253,23 @@ type Port struct {
 // Error is the body of an error response.
 type Error struct {
 	Error string `json:"error"`
+}
+
+// CertFile is one of a joined host's current certificates (GET
+// /v1/certs/{name}): the coordinator reissues it with the same key.
+type CertFile struct {
+	Name string `json:"name"`
+	// PEM is the certificate, PEM-encoded (public: no key travels).
+	PEM string `json:"pem"`
+}
+
+// CertRenewal is what an agent answers to a renewed certificate it
+// installed (PUT /v1/certs/{name}): the file replaced on its host, the
+// serial replaced and the new one (hex), and the new certificate's end.
+type CertRenewal struct {
+	Name      string    `json:"name"`
+	File      string    `json:"file"`
+	OldSerial string    `json:"oldSerial"`
+	NewSerial string    `json:"newSerial"`
+	NotAfter  time.Time `json:"notAfter"`
 }

@@ -10,14 +10,19 @@
 // Renewing needs the CA key, which only the coordinator's directory holds
 // (pki.ErrNoCAKey): the loop of the agent on the coordinator's machine
 // renews that directory's certificates (every member of a single-host
-// cluster); an agent of a joined host cannot sign and reports that its
-// host's certificates are due (see docs/certificates.md, multi-host).
+// cluster) and, one host after the other, the due leaves of the joined
+// hosts, which it reissues with the keys the hosts keep and hands to their
+// agents (cluster.RenewHosts). An agent of a joined host cannot sign: it
+// reports that its host's certificates are due if the coordinator has not
+// renewed them by their renewal point (see docs/certificates.md).
 package certrenew
 
 import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/etcd-steward/steward/pkg/cluster"
@@ -61,20 +66,39 @@ func round(ctx context.Context, dir string, log *slog.Logger) (time.Duration, er
 	v := c.Validity().WithDefaults()
 	wait := min(max(v.RenewBefore/10, time.Second), time.Minute)
 	names, err := c.HostLeaves()
-	if err != nil || len(names) == 0 {
+	if err != nil {
 		return wait, err
 	}
 	// Wait for the members at most half the margin: the next round must
 	// come well before the renewed certificates would be due again.
-	rs, err := c.RenewCerts(ctx, names, false, min(max(v.RenewBefore/2, 5*time.Second), time.Minute))
+	served := min(max(v.RenewBefore/2, 5*time.Second), time.Minute)
+	var rs []pki.Renewal
+	if len(names) > 0 {
+		rs, err = c.RenewCerts(ctx, names, false, served)
+	}
+	if !errors.Is(err, cluster.ErrRenewalRunning) && hasCAKey(c) {
+		// The coordinator's machine: it also renews the joined hosts'
+		// leaves, which it signs and hands to their agents (even when a
+		// local member did not serve its renewal in time).
+		hrs, herr := c.RenewHosts(ctx, nil, false, served)
+		rs = append(rs, hrs...)
+		err = errors.Join(err, herr)
+	}
 	for _, r := range rs {
-		log.Info("certificate renewed", "name", r.Name, "file", r.File, "oldSerial", r.OldSerial, "newSerial", r.NewSerial, "notAfter", r.NotAfter)
+		log.Info("certificate renewed", "host", r.Host, "name", r.Name, "file", r.File, "oldSerial", r.OldSerial, "newSerial", r.NewSerial, "notAfter", r.NotAfter)
 	}
 	if errors.Is(err, cluster.ErrRenewalRunning) {
 		return wait, nil
 	}
 	if errors.Is(err, pki.ErrNoCAKey) {
-		return wait, errors.New("this host's certificates are due for renewal and its directory holds no CA key: renew them on the coordinator and hand them over (docs/certificates.md)")
+		return wait, errors.New("this host's certificates are due for renewal and its directory holds no CA key: the coordinator renews them through this agent's API (its renewal loop or `steward certs renew`); check that it reaches this host (docs/certificates.md)")
 	}
 	return wait, err
+}
+
+// hasCAKey reports whether the cluster's certificate directory holds the
+// CA key (the coordinator's machine).
+func hasCAKey(c *cluster.Cluster) bool {
+	_, err := os.Stat(filepath.Join(c.CertDir(), pki.CAKey))
+	return err == nil
 }

@@ -23,6 +23,9 @@ const PrevSuffix = ".prev"
 
 // Renewal is one leaf Renew replaced.
 type Renewal struct {
+	// Host is the agent of the host whose certificate it is, when not
+	// this machine's (a renewal the coordinator pushed to a joined host).
+	Host      string    `json:"host,omitempty"`
 	Name      string    `json:"name"`
 	File      string    `json:"file"`
 	OldSerial string    `json:"oldSerial"`
@@ -86,7 +89,7 @@ func Renew(dir string, v Validity, names []string, force bool, now time.Time) ([
 	}
 	var out []Renewal
 	for _, d := range todo {
-		der, err := reissue(d.cert, d.key, ca, caKey, v.Leaf, now)
+		der, err := reissue(d.cert, &d.key.PublicKey, ca, caKey, v.Leaf, now)
 		if err != nil {
 			return out, fmt.Errorf("renew certificates: %s: %w", d.l.name, err)
 		}
@@ -127,9 +130,9 @@ func ForgetPrevious(r Renewal) error {
 	return nil
 }
 
-// reissue signs a copy of old (subject, names, usages) for key with a new
-// serial and lifetime, cut at the CA's expiry.
-func reissue(old *x509.Certificate, key *ecdsa.PrivateKey, ca *x509.Certificate, caKey *ecdsa.PrivateKey, lifetime time.Duration, now time.Time) ([]byte, error) {
+// reissue signs a copy of old (subject, names, usages) for the public key
+// pub with a new serial and lifetime, cut at the CA's expiry.
+func reissue(old *x509.Certificate, pub *ecdsa.PublicKey, ca *x509.Certificate, caKey *ecdsa.PrivateKey, lifetime time.Duration, now time.Time) ([]byte, error) {
 	notAfter := now.Add(lifetime)
 	if notAfter.After(ca.NotAfter) {
 		notAfter = ca.NotAfter
@@ -144,7 +147,7 @@ func reissue(old *x509.Certificate, key *ecdsa.PrivateKey, ca *x509.Certificate,
 		DNSNames:     old.DNSNames,
 		IPAddresses:  old.IPAddresses,
 	}
-	return x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	return x509.CreateCertificate(rand.Reader, tmpl, ca, pub, caKey)
 }
 
 var clientNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$`)

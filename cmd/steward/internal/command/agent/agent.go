@@ -83,6 +83,7 @@ Later runs need only --dir.`,
 				o.Name = id.Agent
 				o.Listen = id.Listen()
 				o.ClusterToken = id.ClusterToken
+				o.CertDir = filepath.Join(dir, "pki")
 				if o.TLS, err = pki.AgentServerTLS(filepath.Join(dir, "pki")); err != nil {
 					return err
 				}

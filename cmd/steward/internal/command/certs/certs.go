@@ -84,7 +84,13 @@ func renewCommand(g *cli.Globals) *cobra.Command {
 (server, peer, client, agent; not the client certificates issued for users of etcd,
 which are renewed by name: copy the renewed clients/NAME.crt to its user). A renewed
 certificate keeps its key and names; members serve it from their next TLS handshake,
-which the command waits for before it drops the previous certificate (kept as .prev).`,
+which the command waits for before it drops the previous certificate (kept as .prev).
+
+On a multi-host cluster the joined hosts' certificates of those names (server, peer,
+agent, client; all with --all) are renewed too, host after host: each is reissued
+here with the key the host keeps and handed to the host's agent over its mutual-TLS
+API, which checks and installs it; the command waits until the host serves it. A
+host that cannot be renewed is reported (exit 1) and the others are still renewed.`,
 		RunE: func(cmd *cobra.Command, names []string) error {
 			if err := g.CheckOutput(); err != nil {
 				return err
@@ -106,15 +112,27 @@ which the command waits for before it drops the previous certificate (kept as .p
 			if err != nil {
 				return err
 			}
+			// Then the joined hosts' leaves of those names (server, peer,
+			// agent, client), one host after the other: a host that fails
+			// is reported and the others are still renewed.
+			hostNames := names
+			if all {
+				hostNames = nil
+			}
+			hrs, herr := c.RenewHosts(cmd.Context(), hostNames, true, timeout)
+			rs = append(rs, hrs...)
 			if rs == nil {
 				rs = []pki.Renewal{}
 			}
-			return g.Print(cmd.OutOrStdout(), rs, func(tw *tabwriter.Writer) {
-				fmt.Fprintln(tw, "NAME\tOLD SERIAL\tNEW SERIAL\tNOT AFTER\tFILE")
+			if err := g.Print(cmd.OutOrStdout(), rs, func(tw *tabwriter.Writer) {
+				fmt.Fprintln(tw, "HOST\tNAME\tOLD SERIAL\tNEW SERIAL\tNOT AFTER\tFILE")
 				for _, r := range rs {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Name, r.OldSerial, r.NewSerial, r.NotAfter.Format(time.RFC3339), r.File)
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", orDash(r.Host), r.Name, r.OldSerial, r.NewSerial, r.NotAfter.Format(time.RFC3339), r.File)
 				}
-			})
+			}); err != nil {
+				return err
+			}
+			return herr
 		},
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "renew every leaf certificate")

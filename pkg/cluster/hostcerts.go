@@ -1,0 +1,200 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/etcd-steward/steward/internal/filelock"
+	"github.com/etcd-steward/steward/pkg/pki"
+	"github.com/etcd-steward/steward/pkg/spec"
+)
+
+// hostCallTimeout bounds each call to a host's agent while renewing its
+// certificates: an unreachable host costs this much, not the whole run.
+const hostCallTimeout = 10 * time.Second
+
+// RenewHosts renews the certificates of the joined hosts (every remote
+// agent of the spec), one host after the other, with the CA key of this
+// machine's certificate directory (the coordinator's; pki.ErrNoCAKey
+// elsewhere). For each host and each of its leaves named (pki.HostLeafNames;
+// all when names is empty, names of no host leaf ignored), due or, with
+// force, all: the host's current certificate is read from its agent
+// (GET /v1/certs/NAME over mutual TLS, the agent's identity checked), checked
+// against the CA and the identity the leaf must have, reissued with the
+// same key (pki.Reissue), and pushed to the agent (PUT /v1/certs/NAME),
+// which checks it and installs it keeping the previous one. Then the
+// coordinator waits, within timeout, until new TLS handshakes with the
+// host's agent and its members' client and peer ports present the new
+// serials, and only then has the agent drop the previous certificates.
+//
+// A host that fails (unreachable, a refusal, a member that does not serve
+// the renewal in time) is reported in the joined error, naming the host,
+// and the others are still renewed. The renewals done are returned, with
+// Host set, whether or not an error is.
+func (c *Cluster) RenewHosts(ctx context.Context, names []string, force bool, timeout time.Duration) ([]pki.Renewal, error) {
+	if c.Spec.TLS.Disabled {
+		return nil, errors.New("renew host certificates: TLS is off in the spec")
+	}
+	var hosts []spec.Agent
+	for _, a := range c.Spec.Agents {
+		if a.Remote() {
+			hosts = append(hosts, a)
+		}
+	}
+	if len(hosts) == 0 {
+		return nil, nil
+	}
+	leaves := pki.HostLeafNames
+	if len(names) > 0 {
+		leaves = slices.DeleteFunc(slices.Clone(names), func(n string) bool { return !slices.Contains(pki.HostLeafNames, n) })
+		if len(leaves) == 0 {
+			return nil, nil
+		}
+	}
+	lock, err := filelock.TryLock(filepath.Join(c.Dir, "run", "certs-renew.lock"))
+	if errors.Is(err, filelock.ErrHeld) {
+		return nil, fmt.Errorf("renew host certificates: %w: another renewal of %s is running", ErrRenewalRunning, c.CertDir())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("renew host certificates: %w", err)
+	}
+	defer lock.Release()
+	var out []pki.Renewal
+	var errs []error
+	for _, h := range hosts {
+		rs, err := c.renewHost(ctx, h, leaves, force, timeout)
+		out = append(out, rs...)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("host %s: %w", h.Name, err))
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// hostLeafCN is the common name leaf of host agent must have
+// (pki.IssueHost): a certificate a host returns for it that names another
+// identity is not reissued.
+func (c *Cluster) hostLeafCN(agent, leaf string) string {
+	switch leaf {
+	case "server":
+		return c.Spec.Name + "-server"
+	case "peer":
+		return c.Spec.Name + "-peer"
+	case "agent":
+		return pki.AgentCN(agent)
+	default:
+		return pki.HostCN(agent)
+	}
+}
+
+// renewHost renews the leaves of one host (RenewHosts).
+func (c *Cluster) renewHost(ctx context.Context, h spec.Agent, leaves []string, force bool, timeout time.Duration) ([]pki.Renewal, error) {
+	ac, err := c.Agent(h.Name)
+	if err != nil {
+		return nil, err
+	}
+	v := c.Validity()
+	dir := c.CertDir()
+	var out []pki.Renewal
+	for _, name := range leaves {
+		cctx, cancel := context.WithTimeout(ctx, hostCallTimeout)
+		f, err := ac.HostCert(cctx, name)
+		cancel()
+		if err != nil {
+			return out, fmt.Errorf("read its %s certificate: %w", name, err)
+		}
+		cur, err := pki.ParseCertPEM([]byte(f.PEM))
+		if err != nil {
+			return out, fmt.Errorf("its %s certificate: %w", name, err)
+		}
+		if want := c.hostLeafCN(h.Name, name); cur.Subject.CommonName != want {
+			return out, fmt.Errorf("its %s certificate is for %q, not %q: not reissued", name, cur.Subject.CommonName, want)
+		}
+		now := time.Now()
+		if !force && !v.WithDefaults().Due(cur, now) {
+			continue
+		}
+		certPEM, _, err := pki.Reissue(dir, v, cur, now)
+		if err != nil {
+			return out, fmt.Errorf("its %s certificate: %w", name, err)
+		}
+		cctx, cancel = context.WithTimeout(ctx, hostCallTimeout)
+		r, err := ac.PutHostCert(cctx, name, certPEM)
+		cancel()
+		if err != nil {
+			return out, fmt.Errorf("install its renewed %s certificate: %w", name, err)
+		}
+		out = append(out, pki.Renewal{Host: h.Name, Name: r.Name, File: r.File, OldSerial: r.OldSerial, NewSerial: r.NewSerial, NotAfter: r.NotAfter})
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	if err := c.waitHostServed(ctx, h, out, timeout); err != nil {
+		return out, err
+	}
+	for _, r := range out {
+		cctx, cancel := context.WithTimeout(ctx, hostCallTimeout)
+		err := ac.ForgetPreviousHostCert(cctx, r.Name)
+		cancel()
+		if err != nil {
+			return out, fmt.Errorf("drop its previous %s certificate: %w", r.Name, err)
+		}
+	}
+	return out, nil
+}
+
+// waitHostServed waits until new TLS handshakes with host h's agent and
+// its members' client and peer ports present the renewed agent, server and
+// peer certificates of rs (a member that does not run is skipped: it
+// loads the new files when it starts).
+func (c *Cluster) waitHostServed(ctx context.Context, h spec.Agent, rs []pki.Renewal, timeout time.Duration) error {
+	want := map[string]string{} // served name -> serial
+	for _, r := range rs {
+		switch r.Name {
+		case "agent":
+			want["agent "+h.Name] = r.NewSerial
+		case "server", "peer":
+			what := map[string]string{"server": "client", "peer": "peer"}[r.Name]
+			for _, m := range c.Spec.Members {
+				if m.Agent == h.Name {
+					want["member "+m.Name+" "+what] = r.NewSerial
+				}
+			}
+		}
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		var stale []string
+		for _, ci := range c.servedCerts(ctx) {
+			serial, ok := want[ci.Name]
+			if !ok || (ci.Serial == "" && strings.HasPrefix(ci.Name, "member ")) {
+				continue
+			}
+			if ci.Serial != serial {
+				stale = append(stale, fmt.Sprintf("%s serves %s (error: %s)", ci.Name, orNone(ci.Serial), orNone(ci.Error)))
+			}
+		}
+		if len(stale) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			slices.Sort(stale)
+			return fmt.Errorf("renewed certificates not served after %s: %s; the host keeps the previous certificates beside them (%s)", timeout, strings.Join(stale, "; "), pki.PrevSuffix)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}

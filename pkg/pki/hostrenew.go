@@ -1,0 +1,152 @@
+package pki
+
+import (
+	"crypto/ecdsa"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/etcd-steward/steward/internal/atomicfile"
+)
+
+// HostLeafNames are the leaves of a joined host's certificate directory
+// (WriteHost) that the coordinator renews over the host agent's API: the
+// members' server and peer certificates, the agent's own and the host's
+// client certificate. The host keeps their keys; only certificates travel.
+var HostLeafNames = []string{"server", "peer", "agent", "client"}
+
+// Refusals of a certificate pushed to a host (Install); nothing is replaced.
+var (
+	// ErrNotSameLeaf: the certificate is not a renewal of the leaf it
+	// is meant to replace (another subject).
+	ErrNotSameLeaf = errors.New("the certificate is not a renewal of this leaf")
+	// ErrNotValidNow: the certificate has expired or is not valid yet.
+	ErrNotValidNow = errors.New("the certificate is not valid now")
+)
+
+// MaxCertPEM bounds a pushed certificate (one PEM certificate is about a
+// kilobyte).
+const MaxCertPEM = 64 << 10
+
+// ParseCertPEM parses exactly one PEM certificate.
+func ParseCertPEM(b []byte) (*x509.Certificate, error) {
+	blk, rest := pem.Decode(b)
+	if blk == nil || blk.Type != "CERTIFICATE" {
+		return nil, fmt.Errorf("%w: no PEM certificate in it", ErrUnparsable)
+	}
+	if strings.TrimSpace(string(rest)) != "" {
+		return nil, fmt.Errorf("%w: more than one PEM block: send the one certificate", ErrUnparsable)
+	}
+	c, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnparsable, err)
+	}
+	return c, nil
+}
+
+// Reissue signs, with the CA of the certificate directory dir, a renewal of
+// cert: a leaf of another host, which keeps its key (the host holds it).
+// The renewal keeps cert's subject, names, usages and public key, and gets
+// a new serial and v.Leaf of lifetime (cut at the CA's). cert must be a
+// leaf the CA signed (ErrNotSignedByCA otherwise); without the CA key it is
+// ErrNoCAKey. It returns the renewal PEM-encoded and parsed.
+func Reissue(dir string, v Validity, cert *x509.Certificate, now time.Time) ([]byte, *x509.Certificate, error) {
+	v = v.WithDefaults()
+	ca, err := readCert(filepath.Join(dir, CACert))
+	if err != nil {
+		return nil, nil, fmt.Errorf("reissue %q: CA: %w", cert.Subject.CommonName, err)
+	}
+	if err := cert.CheckSignatureFrom(ca); err != nil || cert.IsCA {
+		return nil, nil, fmt.Errorf("reissue %q (issuer %q): %w (%q)", cert.Subject.CommonName, cert.Issuer.CommonName, ErrNotSignedByCA, ca.Subject.CommonName)
+	}
+	pub, ok := cert.PublicKey.(*ecdsa.PublicKey)
+	if !ok {
+		return nil, nil, fmt.Errorf("reissue %q: %w: not an ECDSA key", cert.Subject.CommonName, ErrUnparsable)
+	}
+	caKey, err := readKey(filepath.Join(dir, CAKey))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil, fmt.Errorf("reissue %q: %w (%s): renew it where the CA key is", cert.Subject.CommonName, ErrNoCAKey, filepath.Join(dir, CAKey))
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("reissue %q: CA key: %w", cert.Subject.CommonName, err)
+	}
+	der, err := reissue(cert, pub, ca, caKey, v.Leaf, now)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reissue %q: %w", cert.Subject.CommonName, err)
+	}
+	nc, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reissue %q: %w", cert.Subject.CommonName, err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nc, nil
+}
+
+// HostLeafPath returns the certificate file of a host leaf (HostLeafNames)
+// in dir, or ErrUnknownCert for any other name.
+func HostLeafPath(dir, name string) (string, error) {
+	if !slices.Contains(HostLeafNames, name) {
+		return "", fmt.Errorf("%w %q: a host's certificates are %s", ErrUnknownCert, name, strings.Join(HostLeafNames, ", "))
+	}
+	return filepath.Join(dir, name+".crt"), nil
+}
+
+// Install replaces the host leaf name (HostLeafNames) of the certificate
+// directory dir with certPEM, a renewal the coordinator signed (Reissue).
+// Every check comes before anything is written: the certificate parses
+// (ErrUnparsable), is for the key already in NAME.key (ErrKeyMismatch),
+// has the subject of the certificate it replaces (ErrNotSameLeaf), was
+// signed by the CA in dir (ErrNotSignedByCA) and is valid at now
+// (ErrNotValidNow). Then, as Renew does, the current certificate is kept
+// as NAME.crt.prev and NAME.crt replaced by one atomic rename; the key
+// file is not touched. ForgetPrevious drops the copy once the new serial
+// is served.
+func Install(dir, name string, certPEM []byte, now time.Time) (Renewal, error) {
+	certPath, err := HostLeafPath(dir, name)
+	if err != nil {
+		return Renewal{}, err
+	}
+	ca, err := readCert(filepath.Join(dir, CACert))
+	if err != nil {
+		return Renewal{}, fmt.Errorf("install %s: CA: %w", name, err)
+	}
+	cur, key, err := loadLeaf(certPath, filepath.Join(dir, name+".key"), ca)
+	if err != nil {
+		return Renewal{}, fmt.Errorf("install %s: the current certificate: %w", name, err)
+	}
+	nc, err := ParseCertPEM(certPEM)
+	if err != nil {
+		return Renewal{}, fmt.Errorf("install %s: the certificate sent: %w", name, err)
+	}
+	if pub, ok := nc.PublicKey.(*ecdsa.PublicKey); !ok || !pub.Equal(&key.PublicKey) {
+		return Renewal{}, fmt.Errorf("install %s: the certificate sent: %w in %s: a renewal keeps the host's key; reissue it from the certificate this host serves",
+			name, ErrKeyMismatch, filepath.Join(dir, name+".key"))
+	}
+	if nc.Subject.String() != cur.Subject.String() || nc.IsCA {
+		return Renewal{}, fmt.Errorf("install %s: the certificate sent (subject %q): %w (subject %q)", name, nc.Subject.String(), ErrNotSameLeaf, cur.Subject.String())
+	}
+	if err := nc.CheckSignatureFrom(ca); err != nil {
+		return Renewal{}, fmt.Errorf("install %s: the certificate sent (issuer %q): %w (%q)", name, nc.Issuer.CommonName, ErrNotSignedByCA, ca.Subject.CommonName)
+	}
+	if now.Before(nc.NotBefore) || !now.Before(nc.NotAfter) {
+		return Renewal{}, fmt.Errorf("install %s: the certificate sent: %w (valid %s to %s, now %s)", name, ErrNotValidNow,
+			nc.NotBefore.UTC().Format(time.RFC3339), nc.NotAfter.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+	}
+	old, err := os.ReadFile(certPath)
+	if err != nil {
+		return Renewal{}, fmt.Errorf("install %s: %w", name, err)
+	}
+	if err := atomicfile.WriteFile(certPath+PrevSuffix, old, 0o644); err != nil {
+		return Renewal{}, fmt.Errorf("install %s: keep the previous certificate: %w", name, err)
+	}
+	if err := atomicfile.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: nc.Raw}), 0o644); err != nil {
+		return Renewal{}, fmt.Errorf("install %s: %w", name, err)
+	}
+	return Renewal{Name: name, File: certPath, OldSerial: fmt.Sprintf("%x", cur.SerialNumber),
+		NewSerial: fmt.Sprintf("%x", nc.SerialNumber), NotAfter: nc.NotAfter.UTC()}, nil
+}
