@@ -676,4 +676,3 @@ func EnsureBackupAuthKey(dir string) (created bool, err error) {
 	}
 	return true, nil
 }
-
