@@ -222,6 +222,13 @@ func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*clust
 	if err := c.PushSpec(ctx); err != nil {
 		say.Say("warning: %v; continuous backups do not run on those hosts until the next `steward up`", err)
 	}
+	// Only the coordinator can sign the hosts' leaves (the CA key stays
+	// here): with no agent on this machine, whose renewal loop would do it,
+	// a renewal process of its own renews them at their renewal point.
+	c.Progress = say
+	if _, err := c.EnsureRenewer(ctx, o.StewardBinary); err != nil {
+		return nil, warnings, err
+	}
 	wctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	st, err := c.WaitHealthy(wctx)
@@ -322,7 +329,11 @@ func stopOrphans(ctx context.Context, dir string, say progress.Func) error {
 			_ = os.Remove(p)
 			continue
 		}
-		say.Say("stopping orphaned process %d (%s)", pid, filepath.Base(p))
+		if filepath.Base(p) == cluster.RenewerPIDFile {
+			say.Say("stopping certificate renewal (pid %d)", pid)
+		} else {
+			say.Say("stopping orphaned process %d (%s)", pid, filepath.Base(p))
+		}
 		_ = syscall.Kill(pid, syscall.SIGTERM)
 		if waitExit(ctx, pid, 15*time.Second) != nil {
 			_ = syscall.Kill(pid, syscall.SIGKILL)

@@ -6,13 +6,18 @@ package certs
 import (
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
+	"github.com/etcd-steward/steward/pkg/certrenew"
 	"github.com/etcd-steward/steward/pkg/pki"
 )
 
@@ -75,10 +80,10 @@ func orDash(s string) string {
 }
 
 func renewCommand(g *cli.Globals) *cobra.Command {
-	var all bool
+	var all, watch bool
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "renew [--all | NAME...]",
+		Use:   "renew [--all | NAME... | --watch]",
 		Short: "Renew leaf certificates now (server, peer, client, clients/NAME); members pick them up without a restart",
 		Long: `Renew the named leaf certificates now, or with --all every one of this machine's
 (server, peer, client, agent; not the client certificates issued for users of etcd,
@@ -90,10 +95,37 @@ On a multi-host cluster the joined hosts' certificates of those names (server, p
 agent, client; all with --all) are renewed too, host after host: each is reissued
 here with the key the host keeps and handed to the host's agent over its mutual-TLS
 API, which checks and installs it; the command waits until the host serves it. A
-host that cannot be renewed is reported (exit 1) and the others are still renewed.`,
+host that cannot be renewed is reported (exit 1) and the others are still renewed.
+
+With --watch it renews automatically instead, until stopped (SIGTERM): the renewal
+loop an agent runs (this machine's leaves and, where the directory holds the CA key,
+the joined hosts' ones, each at its renewal point), logging to stderr. ` + "`steward up`" + `
+starts it in the background on the coordinator of a multi-host cluster that runs no
+local agent (DIR/run/certrenew.pid, DIR/logs/certrenew.log); ` + "`steward down`" + ` stops it.`,
 		RunE: func(cmd *cobra.Command, names []string) error {
 			if err := g.CheckOutput(); err != nil {
 				return err
+			}
+			if watch {
+				if all || len(names) > 0 {
+					return errors.New("--watch renews every leaf at its renewal point: give it without --all or names")
+				}
+				dir, err := g.StewardDir()
+				if err != nil {
+					return err
+				}
+				// The spec must open now: bad input is one error at once,
+				// not a loop logging it.
+				if _, err := g.Cluster(cmd); err != nil {
+					return err
+				}
+				ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
+				defer stop()
+				log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+				log.Info("certificate renewal started", "dir", dir, "pid", os.Getpid())
+				certrenew.Run(ctx, dir, log.With("component", "certificates"))
+				log.Info("certificate renewal stopped")
+				return nil
 			}
 			if all == (len(names) > 0) {
 				return errors.New("name the certificates to renew (see `steward certs list`), or give --all")
@@ -136,6 +168,7 @@ host that cannot be renewed is reported (exit 1) and the others are still renewe
 		},
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "renew every leaf certificate")
+	cmd.Flags().BoolVar(&watch, "watch", false, "renew automatically at the renewal point until stopped (what `steward up` runs on a multi-host coordinator without a local agent)")
 	cmd.Flags().DurationVar(&timeout, "timeout", time.Minute, "how long to wait for the members to serve the renewed certificates")
 	return cmd
 }
