@@ -4,6 +4,7 @@
 package certs
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
 	"github.com/etcd-steward/steward/pkg/certrenew"
+	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/pki"
 )
 
@@ -139,7 +141,13 @@ local agent (DIR/run/certrenew.pid, DIR/logs/certrenew.log); ` + "`steward down`
 					return err
 				}
 			}
-			rs, err := c.RenewCerts(cmd.Context(), names, true, timeout)
+			// The renewal loop of this directory (an agent's, or the
+			// coordinator's `certs renew --watch`) may hold the renewal
+			// lock for a moment: wait for it rather than fail.
+			deadline := time.Now().Add(timeout)
+			rs, err := retryWhileRunning(cmd.Context(), deadline, func() ([]pki.Renewal, error) {
+				return c.RenewCerts(cmd.Context(), names, true, timeout)
+			})
 			err = cli.Hint(err, pki.ErrUnknownCert, "name one listed by `steward certs list`")
 			if err != nil {
 				return err
@@ -151,7 +159,9 @@ local agent (DIR/run/certrenew.pid, DIR/logs/certrenew.log); ` + "`steward down`
 			if all {
 				hostNames = nil
 			}
-			hrs, herr := c.RenewHosts(cmd.Context(), hostNames, true, timeout)
+			hrs, herr := retryWhileRunning(cmd.Context(), deadline, func() ([]pki.Renewal, error) {
+				return c.RenewHosts(cmd.Context(), hostNames, true, timeout)
+			})
 			rs = append(rs, hrs...)
 			if rs == nil {
 				rs = []pki.Renewal{}
@@ -171,6 +181,23 @@ local agent (DIR/run/certrenew.pid, DIR/logs/certrenew.log); ` + "`steward down`
 	cmd.Flags().BoolVar(&watch, "watch", false, "renew automatically at the renewal point until stopped (what `steward up` runs on a multi-host coordinator without a local agent)")
 	cmd.Flags().DurationVar(&timeout, "timeout", time.Minute, "how long to wait for the members to serve the renewed certificates")
 	return cmd
+}
+
+// retryWhileRunning calls renew again, every 200 ms until deadline, while
+// it finds another renewal of the directory running
+// (cluster.ErrRenewalRunning: it then did nothing).
+func retryWhileRunning(ctx context.Context, deadline time.Time, renew func() ([]pki.Renewal, error)) ([]pki.Renewal, error) {
+	for {
+		rs, err := renew()
+		if !errors.Is(err, cluster.ErrRenewalRunning) || time.Now().After(deadline) {
+			return rs, err
+		}
+		select {
+		case <-ctx.Done():
+			return rs, err
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 func issueClientCommand(g *cli.Globals) *cobra.Command {
