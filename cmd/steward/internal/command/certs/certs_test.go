@@ -1,0 +1,74 @@
+package certs
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
+	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/pki"
+)
+
+// TestRenewWatchRefusesNames: --watch renews everything at its renewal
+// point, so names or --all with it are one error, before any directory is
+// read.
+func TestRenewWatchRefusesNames(t *testing.T) {
+	for _, args := range [][]string{{"--watch", "--all"}, {"--watch", "server"}} {
+		g := &cli.Globals{Dir: t.TempDir(), Output: "table"}
+		cmd := renewCommand(g)
+		cmd.SetArgs(args)
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		err := cmd.Execute()
+		if err == nil || err.Error() != "--watch renews every leaf at its renewal point: give it without --all or names" {
+			t.Errorf("renew %v: %v", args, err)
+		}
+	}
+}
+
+// TestRetryWhileRunning: a renewal that finds the directory's renewal
+// running is tried again until it gets its turn or the deadline passes;
+// any other outcome is returned at once.
+func TestRetryWhileRunning(t *testing.T) {
+	running := fmt.Errorf("renew certificates: %w: another renewal of /d/pki is running", cluster.ErrRenewalRunning)
+	done := []pki.Renewal{{Name: "server"}}
+	for _, tc := range []struct {
+		name     string
+		busy     int // calls that find the lock held
+		deadline time.Duration
+		calls    int
+		wantErr  error
+	}{
+		{name: "free", busy: 0, deadline: time.Second, calls: 1},
+		{name: "held twice", busy: 2, deadline: 5 * time.Second, calls: 3},
+		{name: "held past the deadline", busy: 100, deadline: 300 * time.Millisecond, calls: 3, wantErr: cluster.ErrRenewalRunning},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			calls := 0
+			rs, err := retryWhileRunning(t.Context(), time.Now().Add(tc.deadline), func() ([]pki.Renewal, error) {
+				calls++
+				if calls <= tc.busy {
+					return nil, running
+				}
+				return done, nil
+			})
+			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil && err != nil) {
+				t.Fatalf("err = %v, want %v", err, tc.wantErr)
+			}
+			if tc.wantErr == nil && (len(rs) != 1 || calls != tc.calls) {
+				t.Errorf("renewals %v after %d calls, want %d calls", rs, calls, tc.calls)
+			}
+			if tc.wantErr != nil && (calls < 2 || calls > 4) {
+				t.Errorf("%d calls within %s at 200 ms, want about %d", calls, tc.deadline, tc.calls)
+			}
+		})
+	}
+	other := errors.New("the CA key is not in the certificate directory")
+	calls := 0
+	if _, err := retryWhileRunning(t.Context(), time.Now().Add(time.Minute), func() ([]pki.Renewal, error) { calls++; return nil, other }); err != other || calls != 1 {
+		t.Errorf("another error: %v after %d calls", err, calls)
+	}
+}
