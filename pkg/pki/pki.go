@@ -540,17 +540,20 @@ func CheckHost(b *HostBundle, agentName, address string, now time.Time) error {
 // cluster CA, and only the admin identity (AdminCN) let in.
 //
 // The certificate is loaded again at each handshake (like etcd's), so a
-// renewed agent certificate is served without restarting the agent.
+// renewed agent certificate is served without restarting the agent; so is
+// the CA bundle, so a rotated CA is trusted (and the old one dropped)
+// without restarting it.
 func AgentServerTLS(dir string) (*tls.Config, error) {
 	certFile, keyFile := filepath.Join(dir, AgentCert), filepath.Join(dir, AgentKey)
 	if _, err := tls.LoadX509KeyPair(certFile, keyFile); err != nil {
 		return nil, fmt.Errorf("load the agent certificate from %s: %w", dir, err)
 	}
-	pool, err := CAPool(filepath.Join(dir, CACert))
+	caFile := filepath.Join(dir, CACert)
+	pool, err := CAPool(caFile)
 	if err != nil {
 		return nil, err
 	}
-	return &tls.Config{
+	base := &tls.Config{
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 			pair, err := tls.LoadX509KeyPair(certFile, keyFile)
 			if err != nil {
@@ -570,7 +573,21 @@ func AgentServerTLS(dir string) (*tls.Config, error) {
 			}
 			return nil
 		},
-	}, nil
+	}
+	// The CA bundle is read again at each handshake too: during a CA
+	// rotation the agent trusts what ca.crt holds now (both CAs, then the
+	// new one alone), without a restart.
+	base.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		pool, err := CAPool(caFile)
+		if err != nil {
+			return nil, err
+		}
+		c := base.Clone()
+		c.GetConfigForClient = nil
+		c.ClientCAs = pool
+		return c, nil
+	}
+	return base, nil
 }
 
 // AgentClientTLS is the TLS config a coordinator reaches agent name with:
