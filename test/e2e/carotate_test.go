@@ -153,3 +153,62 @@ func TestCARotationUnderWrites(t *testing.T) {
 	// Steward itself (admin certificate, agent API) works on the new CA.
 	e.MustRun("status")
 }
+
+// TestEtcdReadsTrustedCAAtStart is the experiment CA rotation is built on,
+// for each etcd version: a member keeps the client CA pool it loaded at
+// start. With a second CA added to its --trusted-ca-file, a client
+// certificate of that CA is still refused; once the member restarted it is
+// accepted. (The serving certificate, by contrast, is read at each
+// handshake: TestCertificates.)
+func TestEtcdReadsTrustedCAAtStart(t *testing.T) {
+	for _, v := range harness.Versions() {
+		t.Run(v, func(t *testing.T) {
+			e := harness.New(t)
+			e.Up(1, v)
+			s := e.Spec()
+			m := s.Members[0]
+			f := pki.FilesIn(s.CertDir(e.Dir))
+			other := t.TempDir()
+			if err := pki.Ensure(other, "other", nil); err != nil {
+				t.Fatal(err)
+			}
+			o := pki.FilesIn(other)
+			cur, err := os.ReadFile(f.CA)
+			if err != nil {
+				t.Fatal(err)
+			}
+			oca, err := os.ReadFile(o.CA)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(f.CA, append(cur, oca...), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			// The other CA's client, trusting the cluster CA for the server.
+			get := func() error {
+				tc, err := pki.ClientTLSFiles(f.CA, o.ClientCert, o.ClientKey)
+				if err != nil {
+					t.Fatal(err)
+				}
+				c, err := clientv3.New(clientv3.Config{Endpoints: []string{m.ClientURL}, TLS: tc, DialTimeout: 3 * time.Second, Logger: zap.NewNop()})
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+				defer cancel()
+				_, err = c.Get(ctx, "k")
+				return err
+			}
+			if err := get(); err == nil {
+				t.Fatalf("etcd %s accepted a client of a CA added to its trusted CA file without a restart", v)
+			}
+			e.MustRun("member", "stop", "--force", m.Name)
+			e.MustRun("member", "start", m.Name)
+			e.WaitStatus(time.Minute, "the member healthy after its restart", harness.Healthy)
+			if err := get(); err != nil {
+				t.Fatalf("etcd %s refused a client of a CA in its trusted CA file after a restart: %v", v, err)
+			}
+		})
+	}
+}
