@@ -34,6 +34,17 @@ const (
 	CAOldKey  = "ca-old.key"
 )
 
+// ErrRotationInProgress: leaves cannot be renewed or issued while a CA
+// rotation runs (its plan reissues them); the plan is finished first.
+var ErrRotationInProgress = errors.New("a CA rotation is in progress (" + CANextCert + " exists): `steward plan resume` finishes it, then certificates are issued and renewed again")
+
+// RotationInProgress reports whether dir holds the next CA of a rotation
+// that has not dropped the old one yet.
+func RotationInProgress(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, CANextCert))
+	return err == nil
+}
+
 // ErrNoRotation: a rotation step runs, and no new CA was prepared.
 var ErrNoRotation = errors.New("no CA rotation in progress (no " + CANextCert + ")")
 

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -118,6 +119,18 @@ func TestRotation(t *testing.T) {
 		if _, err := tls.LoadX509KeyPair(filepath.Join(dir, n), filepath.Join(dir, n[:len(n)-len(".crt")]+".key")); err != nil {
 			t.Errorf("%s: %v", n, err)
 		}
+	}
+
+	// While the rotation runs, the leaves of the next CA are accepted, and
+	// anything to issue or renew is refused with one error.
+	if err := Ensure(dir, "c1", []string{"10.0.0.1"}); err != nil {
+		t.Errorf("ensure during the rotation, nothing to issue: %v", err)
+	}
+	if err := Ensure(dir, "c1", []string{"10.0.0.2"}); !errors.Is(err, ErrRotationInProgress) {
+		t.Errorf("ensure during the rotation with a new host: %v, want ErrRotationInProgress", err)
+	}
+	if _, err := Renew(dir, Validity{}, nil, true, time.Now()); !errors.Is(err, ErrRotationInProgress) {
+		t.Errorf("renew during the rotation: %v, want ErrRotationInProgress", err)
 	}
 
 	for range 2 {

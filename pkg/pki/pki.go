@@ -203,12 +203,22 @@ func EnsureWith(dir, clusterName string, hosts []string, v Validity) error {
 		key *ecdsa.PrivateKey
 	}
 	var issue []todo
+	// During a CA rotation a leaf may be the next CA's already.
+	var next *x509.Certificate
+	if !fresh && RotationInProgress(dir) {
+		if next, err = readCert(filepath.Join(dir, CANextCert)); err != nil {
+			return fmt.Errorf("certificates: next CA: %w", err)
+		}
+	}
 	for i, l := range leaves {
 		if fresh {
 			issue = append(issue, todo{i, nil})
 			continue
 		}
 		cert, key, err := loadLeaf(filepath.Join(dir, l.cert), filepath.Join(dir, l.key), caCert)
+		if errors.Is(err, ErrNotSignedByCA) && next != nil {
+			cert, key, err = loadLeaf(filepath.Join(dir, l.cert), filepath.Join(dir, l.key), next)
+		}
 		switch {
 		case errors.Is(err, os.ErrNotExist):
 			issue = append(issue, todo{i, nil})
@@ -217,6 +227,9 @@ func EnsureWith(dir, clusterName string, hosts []string, v Validity) error {
 		case !covers(cert, l.hosts) || v.Due(cert, time.Now()):
 			issue = append(issue, todo{i, key})
 		}
+	}
+	if len(issue) > 0 && next != nil {
+		return fmt.Errorf("certificates: %s must be issued or renewed, and %w", leaves[issue[0].i].cert, ErrRotationInProgress)
 	}
 	for _, t := range issue {
 		l := leaves[t.i]
