@@ -2,10 +2,14 @@ package carotate
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
@@ -74,5 +78,36 @@ func TestNewPlan(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestApplyRefusesWhileAPlanIsActive: with a failed upgrade plan waiting,
+// rotate-ca is refused with one error naming the plan and what to do, and
+// nothing is written: no new plan, no new CA.
+func TestApplyRefusesWhileAPlanIsActive(t *testing.T) {
+	dir := t.TempDir()
+	s, err := spec.NewDefault(spec.DefaultOptions{Members: 1, Version: "3.6.0", StewardDir: dir, FreePort: spec.FreePort("127.0.0.1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.ApplyDefaults()
+	c := &cluster.Cluster{Dir: dir, Spec: s}
+	if err := pki.Ensure(c.CertDir(), s.Name, nil); err != nil {
+		t.Fatal(err)
+	}
+	up := &plan.Plan{ID: "upgrade-1", Kind: plan.KindUpgrade, State: plan.Failed, CreatedAt: time.Now(),
+		Steps: []plan.Step{{Index: 0, Kind: "preflight", State: plan.Failed}}}
+	if err := c.Plans().Save(up); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Apply(t.Context(), c)
+	if err == nil || !strings.Contains(err.Error(), "upgrade-1") || !strings.Contains(err.Error(), "steward plan resume") {
+		t.Fatalf("Apply with a failed upgrade plan: %v", err)
+	}
+	if latest, err := c.Plans().Latest(); err != nil || latest.ID != "upgrade-1" {
+		t.Fatalf("latest plan after the refusal: %+v, %v", latest, err)
+	}
+	if _, err := os.Stat(filepath.Join(c.CertDir(), pki.CANextCert)); !os.IsNotExist(err) {
+		t.Fatalf("a refused rotation created %s: %v", pki.CANextCert, err)
 	}
 }
