@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -186,5 +187,73 @@ func TestRotationRefusals(t *testing.T) {
 	}
 	if after, _ := os.ReadFile(filepath.Join(dir, CACert)); !bytes.Equal(before, after) {
 		t.Error("a refused step changed ca.crt")
+	}
+}
+
+// TestAgentServerTLSReadsCAPerHandshake: an agent's API trusts what ca.crt
+// holds at each handshake, so a CA rotation reaches it without a restart:
+// the admin certificate of another CA is refused, accepted once that CA is
+// in the bundle, and refused again once it is dropped.
+func TestAgentServerTLSReadsCAPerHandshake(t *testing.T) {
+	dir, other := t.TempDir(), t.TempDir()
+	for _, d := range []string{dir, other} {
+		if err := Ensure(d, "c1", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The agent serves the server pair (server auth) as its own.
+	for from, to := range map[string]string{ServerCert: AgentCert, ServerKey: AgentKey} {
+		b, err := os.ReadFile(filepath.Join(dir, from))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, to), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv, err := AgentServerTLS(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := FilesIn(other)
+	pair, err := tls.LoadX509KeyPair(o.ClientCert, o.ClientKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	handshake := func() error {
+		a, b := net.Pipe()
+		defer a.Close()
+		defer b.Close()
+		errc := make(chan error, 1)
+		go func() { errc <- tls.Server(a, srv).HandshakeContext(t.Context()) }()
+		cli := tls.Client(b, &tls.Config{Certificates: []tls.Certificate{pair}, InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}) // the server's chain is not what is tested
+		cerr := cli.HandshakeContext(t.Context())
+		if cerr == nil {
+			// TLS 1.3: the server's verdict on the client comes after.
+			_ = b.SetReadDeadline(time.Now().Add(time.Second))
+			_, cerr = cli.Read(make([]byte, 1))
+			if ne, ok := cerr.(net.Error); ok && ne.Timeout() {
+				cerr = nil
+			}
+		}
+		serr := <-errc
+		return errors.Join(serr, cerr)
+	}
+	ca, _ := os.ReadFile(filepath.Join(dir, CACert))
+	oca, _ := os.ReadFile(o.CA)
+	if handshake() == nil {
+		t.Fatal("the agent accepted an admin certificate of another CA")
+	}
+	if err := os.WriteFile(filepath.Join(dir, CACert), append(ca, oca...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := handshake(); err != nil {
+		t.Fatalf("the agent refused an admin certificate of a CA added to ca.crt: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, CACert), ca, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if handshake() == nil {
+		t.Fatal("the agent accepted an admin certificate of a CA dropped from ca.crt")
 	}
 }
