@@ -31,6 +31,7 @@ var (
 		"pkg/metrics":     nil,
 		"pkg/backupd":     {"pkg/restore", "pkg/metrics"}, // garbage collection after a full snapshot; counting uploads and failures
 		"pkg/certrenew":   nil,
+		"pkg/carotate":    {"pkg/membership"}, // leadership moved before a member restarts
 		"pkg/recovery":    {"pkg/membership", "pkg/restore", "pkg/backupd", "pkg/metrics"},
 		"pkg/upgrade":     {"pkg/membership", "pkg/restore", "pkg/backupd"},
 	}

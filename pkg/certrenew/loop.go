@@ -87,7 +87,8 @@ func round(ctx context.Context, dir string, log *slog.Logger) (time.Duration, er
 	for _, r := range rs {
 		log.Info("certificate renewed", "host", r.Host, "name", r.Name, "file", r.File, "oldSerial", r.OldSerial, "newSerial", r.NewSerial, "notAfter", r.NotAfter)
 	}
-	if errors.Is(err, cluster.ErrRenewalRunning) {
+	if errors.Is(err, cluster.ErrRenewalRunning) || errors.Is(err, pki.ErrRotationInProgress) {
+		// Another renewal, or a CA rotation whose plan reissues every leaf.
 		return wait, nil
 	}
 	if errors.Is(err, pki.ErrNoCAKey) {

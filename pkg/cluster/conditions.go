@@ -237,8 +237,9 @@ func (c *Cluster) RecordStatus(st *Status, now time.Time) error {
 	return nil
 }
 
-// CondUpgradeInProgress is true while an upgrade or rollback plan has work
-// left: running, failed (waiting for resume or abort) or interrupted.
+// CondUpgradeInProgress is true while an upgrade, rollback or CA rotation
+// plan has work left: running, failed (waiting for resume or abort) or
+// interrupted.
 const CondUpgradeInProgress = "UpgradeInProgress"
 
 // upgradeCondition reports the latest plan's state.
@@ -254,6 +255,9 @@ func (c *Cluster) upgradeCondition() Condition {
 		return cond
 	}
 	what := fmt.Sprintf("%s plan %s (etcd %s to %s)", p.Kind, p.ID, p.From, p.To)
+	if p.Kind == plan.KindCARotation {
+		what = fmt.Sprintf("%s plan %s", p.Kind, p.ID)
+	}
 	step := p.Current()
 	switch {
 	case p.State == plan.Failed:

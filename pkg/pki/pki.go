@@ -203,12 +203,22 @@ func EnsureWith(dir, clusterName string, hosts []string, v Validity) error {
 		key *ecdsa.PrivateKey
 	}
 	var issue []todo
+	// During a CA rotation a leaf may be the next CA's already.
+	var next *x509.Certificate
+	if !fresh && RotationInProgress(dir) {
+		if next, err = readCert(filepath.Join(dir, CANextCert)); err != nil {
+			return fmt.Errorf("certificates: next CA: %w", err)
+		}
+	}
 	for i, l := range leaves {
 		if fresh {
 			issue = append(issue, todo{i, nil})
 			continue
 		}
 		cert, key, err := loadLeaf(filepath.Join(dir, l.cert), filepath.Join(dir, l.key), caCert)
+		if errors.Is(err, ErrNotSignedByCA) && next != nil {
+			cert, key, err = loadLeaf(filepath.Join(dir, l.cert), filepath.Join(dir, l.key), next)
+		}
 		switch {
 		case errors.Is(err, os.ErrNotExist):
 			issue = append(issue, todo{i, nil})
@@ -217,6 +227,9 @@ func EnsureWith(dir, clusterName string, hosts []string, v Validity) error {
 		case !covers(cert, l.hosts) || v.Due(cert, time.Now()):
 			issue = append(issue, todo{i, key})
 		}
+	}
+	if len(issue) > 0 && next != nil {
+		return fmt.Errorf("certificates: %s must be issued or renewed, and %w", leaves[issue[0].i].cert, ErrRotationInProgress)
 	}
 	for _, t := range issue {
 		l := leaves[t.i]
@@ -540,17 +553,20 @@ func CheckHost(b *HostBundle, agentName, address string, now time.Time) error {
 // cluster CA, and only the admin identity (AdminCN) let in.
 //
 // The certificate is loaded again at each handshake (like etcd's), so a
-// renewed agent certificate is served without restarting the agent.
+// renewed agent certificate is served without restarting the agent; so is
+// the CA bundle, so a rotated CA is trusted (and the old one dropped)
+// without restarting it.
 func AgentServerTLS(dir string) (*tls.Config, error) {
 	certFile, keyFile := filepath.Join(dir, AgentCert), filepath.Join(dir, AgentKey)
 	if _, err := tls.LoadX509KeyPair(certFile, keyFile); err != nil {
 		return nil, fmt.Errorf("load the agent certificate from %s: %w", dir, err)
 	}
-	pool, err := CAPool(filepath.Join(dir, CACert))
+	caFile := filepath.Join(dir, CACert)
+	pool, err := CAPool(caFile)
 	if err != nil {
 		return nil, err
 	}
-	return &tls.Config{
+	base := &tls.Config{
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 			pair, err := tls.LoadX509KeyPair(certFile, keyFile)
 			if err != nil {
@@ -570,7 +586,21 @@ func AgentServerTLS(dir string) (*tls.Config, error) {
 			}
 			return nil
 		},
-	}, nil
+	}
+	// The CA bundle is read again at each handshake too: during a CA
+	// rotation the agent trusts what ca.crt holds now (both CAs, then the
+	// new one alone), without a restart.
+	base.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		pool, err := CAPool(caFile)
+		if err != nil {
+			return nil, err
+		}
+		c := base.Clone()
+		c.GetConfigForClient = nil
+		c.ClientCAs = pool
+		return c, nil
+	}
+	return base, nil
 }
 
 // AgentClientTLS is the TLS config a coordinator reaches agent name with:

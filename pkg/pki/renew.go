@@ -45,7 +45,8 @@ type Renewal struct {
 //
 // Every leaf is checked before any is written: a file that does not parse,
 // a key that does not match, a leaf the CA did not sign, a missing CA key
-// (ErrNoCAKey) or an unknown name is refused and nothing is replaced.
+// (ErrNoCAKey) or an unknown name is refused and nothing is replaced; so
+// is any renewal while a CA rotation runs (ErrRotationInProgress).
 func Renew(dir string, v Validity, names []string, force bool, now time.Time) ([]Renewal, error) {
 	v = v.WithDefaults()
 	if err := v.Check(); err != nil {
@@ -54,6 +55,9 @@ func Renew(dir string, v Validity, names []string, force bool, now time.Time) ([
 	ls, err := findLeaves(dir, names)
 	if err != nil {
 		return nil, fmt.Errorf("renew certificates: %w", err)
+	}
+	if RotationInProgress(dir) {
+		return nil, fmt.Errorf("renew certificates: %w", ErrRotationInProgress)
 	}
 	ca, err := readCert(filepath.Join(dir, CACert))
 	if err != nil {

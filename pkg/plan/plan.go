@@ -47,6 +47,8 @@ type Kind string
 const (
 	KindUpgrade  Kind = "upgrade"
 	KindRollback Kind = "rollback"
+	// KindCARotation replaces the cluster CA in phases (package carotate).
+	KindCARotation Kind = "ca-rotation"
 )
 
 // Plan is a persisted sequence of steps.

@@ -57,6 +57,9 @@ func Rollback(ctx context.Context, c *cluster.Cluster, o Options) (*plan.Plan, e
 	if err != nil {
 		return nil, err
 	}
+	if latest.Kind == plan.KindCARotation && latest.Active() {
+		return nil, fmt.Errorf("%s plan %s is %s: `steward plan resume` finishes it, `steward plan abort` stops it", latest.Kind, latest.ID, latest.State)
+	}
 	if latest.Kind == plan.KindRollback && latest.Active() {
 		return nil, fmt.Errorf("rollback %s is %s: `steward plan resume` finishes it", latest.ID, latest.State)
 	}
@@ -84,6 +87,9 @@ func Resume(ctx context.Context, c *cluster.Cluster) (*plan.Plan, error) {
 	}
 	if !p.Active() {
 		return p, fmt.Errorf("plan %s is %s: nothing to resume", p.ID, p.State)
+	}
+	if p.Kind != plan.KindUpgrade && p.Kind != plan.KindRollback {
+		return p, fmt.Errorf("plan %s is a %s plan, not an upgrade or rollback", p.ID, p.Kind)
 	}
 	return p, run(ctx, c, p.ID)
 }

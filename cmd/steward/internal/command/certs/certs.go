@@ -1,6 +1,6 @@
 // Package certs is the `steward certs` command: the inventory of the
-// cluster's certificates, renewing leaves by hand, and issuing client
-// certificates for the users of etcd.
+// cluster's certificates, renewing leaves by hand, issuing client
+// certificates for the users of etcd, and rotating the CA.
 package certs
 
 import (
@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
+	"github.com/etcd-steward/steward/pkg/carotate"
 	"github.com/etcd-steward/steward/pkg/certrenew"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/pki"
@@ -26,7 +27,7 @@ import (
 // NewCommand returns the certs command.
 func NewCommand(g *cli.Globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "certs", Short: "List, renew and issue the cluster's certificates"}
-	cmd.AddCommand(listCommand(g), renewCommand(g), issueClientCommand(g))
+	cmd.AddCommand(listCommand(g), renewCommand(g), issueClientCommand(g), rotateCACommand(g))
 	return cmd
 }
 
@@ -232,4 +233,34 @@ func issueClientCommand(g *cli.Globals) *cobra.Command {
 	cmd.Flags().DurationVar(&validity, "validity", 0, "lifetime of the certificate (default the spec's tls.leafValidity)")
 	cmd.Flags().StringVar(&out, "out", "", "also copy ca.crt, NAME.crt and NAME.key (0600) into this directory")
 	return cmd
+}
+
+func rotateCACommand(g *cli.Globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "rotate-ca",
+		Short: "Replace the cluster CA in phases, as a resumable plan (`steward plan show|resume|abort`)",
+		Long: `Replace the cluster CA without a moment where a member, the agent or a client that
+re-reads its files cannot connect. The plan's steps: create the new CA (pki/ca-next.*)
+and its certificate cross-signed by the old CA; make pki/ca.crt (the CA file of
+` + "`steward env`" + `) the bundle old + new; reissue the server, peer and agent
+certificates, then the admin and issued client certificates (pki/clients/), from the
+new CA with their keys, each followed by the cross-signed CA; make the new CA the CA
+(the old one kept as pki/ca-old.*) and ca.crt hold it alone; restart the members one
+at a time (etcd reads its CA files only at start), leadership moved first, each
+waiting for health. A client that loaded the old CA once keeps working until its
+member restarts without it. Copies of client certificates made with --out are not
+updated: copy pki/clients/NAME.crt and pki/ca.crt again.
+
+Killed or failed halfway, ` + "`steward plan resume`" + ` finishes it and
+` + "`steward plan abort`" + ` stops it. Only single-host clusters are rotated.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.ClusterWithAgent(cmd)
+			if err != nil {
+				return err
+			}
+			_, err = carotate.Apply(cmd.Context(), c)
+			return cli.PlanHint(err)
+		},
+	}
 }

@@ -1,5 +1,5 @@
 // Package plan is the `steward plan` command: show, resume and abort the
-// latest upgrade or rollback plan.
+// latest upgrade, rollback or CA rotation plan.
 package plan
 
 import (
@@ -8,13 +8,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
+	"github.com/etcd-steward/steward/pkg/carotate"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/upgrade"
 )
 
 // NewCommand returns the plan command.
 func NewCommand(g *cli.Globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "plan", Short: "Show, resume or abort the latest upgrade or rollback plan"}
+	cmd := &cobra.Command{Use: "plan", Short: "Show, resume or abort the latest upgrade, rollback or CA rotation plan"}
 	show := &cobra.Command{
 		Use:   "show",
 		Short: "List the latest plan's steps with their state, member, times and error",
@@ -39,6 +40,12 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 			c, err := g.ClusterWithAgent(cmd)
 			if err != nil {
 				return err
+			}
+			if p, err := c.Plans().Latest(); err == nil && p.Kind == plan.KindCARotation {
+				if !p.Active() {
+					return fmt.Errorf("plan %s is %s: nothing to resume", p.ID, p.State)
+				}
+				return cli.PlanHint(carotate.Run(cmd.Context(), c, p.ID))
 			}
 			_, err = upgrade.Resume(cmd.Context(), c)
 			return cli.PlanHint(err)

@@ -1,0 +1,258 @@
+// Package carotate replaces the cluster CA in phases, as a persisted,
+// resumable plan (package plan) that `steward plan resume` and `steward
+// plan abort` handle like an upgrade's:
+//
+//  1. prepare: a new CA (pki/ca-next.*) and its certificate cross-signed
+//     by the old CA (pki/ca-cross.crt);
+//  2. trust: pki/ca.crt, the file members, the agent and `steward env`
+//     read, becomes the bundle old + new, replaced in place;
+//  3. reissue: the server, peer and agent leaves are reissued by the new
+//     CA with their keys, each served with the cross-signed CA after it,
+//     so whoever trusts the old CA only still verifies them;
+//  4. clients: the admin client certificate and the issued client
+//     certificates (pki/clients/) likewise;
+//  5. drop: the new CA becomes pki/ca.* (the old one kept as pki/ca-old.*)
+//     and ca.crt holds it alone;
+//  6. one restart per member, leadership moved away first, each waiting
+//     until the member is healthy and caught up: etcd reads its trusted CA
+//     files only when it starts, so until it restarts it still accepts
+//     what the old CA signed.
+//
+// Every step is idempotent: re-run after a crash, it finds its work done
+// or finishes it. Only a single-host cluster (every member under the
+// local agent) is rotated; a cluster with joined hosts is refused.
+package carotate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/membership"
+	"github.com/etcd-steward/steward/pkg/pki"
+	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/progress"
+)
+
+// Step kinds of a CA rotation plan.
+const (
+	StepPrepare  = "ca-prepare"
+	StepTrust    = "ca-trust-both"
+	StepReissue  = "ca-reissue-leaves"
+	StepClients  = "ca-move-clients"
+	StepDrop     = "ca-drop-old"
+	StepRestart  = "ca-restart-member"
+	defaultWait  = 2 * time.Minute
+	pollInterval = 500 * time.Millisecond
+)
+
+// ErrMultiHost: the cluster has joined hosts, whose trust bundles this
+// version does not rotate.
+var ErrMultiHost = errors.New("CA rotation of a cluster with joined hosts is not supported yet")
+
+// ErrTLSDisabled: the cluster runs without TLS; there is no CA to rotate.
+var ErrTLSDisabled = errors.New("the cluster runs without TLS: there is no CA to rotate")
+
+// NewPlan builds a CA rotation plan for the cluster (not saved).
+func NewPlan(c *cluster.Cluster, now time.Time) (*plan.Plan, error) {
+	if c.Spec.TLS.Disabled {
+		return nil, ErrTLSDisabled
+	}
+	if hs := c.RemoteAgents(); len(hs) > 0 {
+		return nil, fmt.Errorf("%w (joined hosts: %v)", ErrMultiHost, hs)
+	}
+	p := &plan.Plan{ID: plan.NewID(plan.KindCARotation, now), Kind: plan.KindCARotation, Strategy: "phased",
+		State: plan.Pending, CreatedAt: now.UTC()}
+	add := func(kind, member, desc string) {
+		p.Steps = append(p.Steps, plan.Step{Index: len(p.Steps), Kind: kind, Member: member, Description: desc, State: plan.Pending})
+	}
+	add(StepPrepare, "", "create the new CA and its certificate cross-signed by the old one")
+	add(StepTrust, "", "trust the old and the new CA (ca.crt becomes the bundle of both)")
+	add(StepReissue, "", "reissue the server, peer and agent certificates from the new CA")
+	add(StepClients, "", "reissue the admin and the issued client certificates from the new CA")
+	add(StepDrop, "", "make the new CA the CA and drop the old one from ca.crt (kept as ca-old.*)")
+	for _, m := range c.Spec.Members {
+		add(StepRestart, m.Name, "restart "+m.Name+" so that it trusts the new CA alone")
+	}
+	return p, nil
+}
+
+// Apply plans a CA rotation, saves the plan and runs it. It refuses while
+// another plan is active.
+func Apply(ctx context.Context, c *cluster.Cluster) (*plan.Plan, error) {
+	store := c.Plans()
+	if store.Locked() {
+		return nil, plan.ErrLocked
+	}
+	if latest, err := store.Latest(); err == nil && latest.Active() {
+		return nil, fmt.Errorf("%s plan %s is %s: `steward plan resume` finishes it, `steward plan abort` stops it", latest.Kind, latest.ID, latest.State)
+	} else if err != nil && !errors.Is(err, plan.ErrNoPlan) {
+		return nil, err
+	}
+	p, err := NewPlan(c, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	if err := store.Save(p); err != nil {
+		return nil, err
+	}
+	return p, Run(ctx, c, p.ID)
+}
+
+// Run runs the CA rotation plan id from its first step that is not done.
+func Run(ctx context.Context, c *cluster.Cluster, id string) error {
+	return plan.Run(ctx, c.Plans(), id, &Executor{C: c, Progress: c.Progress}, c.Progress)
+}
+
+// Executor runs the steps of a CA rotation plan.
+type Executor struct {
+	C *cluster.Cluster
+	// Progress receives a line per notable action (may be nil).
+	Progress progress.Func
+	// HealthTimeout bounds the wait for a restarted member (default 2
+	// minutes, or the plan's HealthTimeoutSeconds).
+	HealthTimeout time.Duration
+}
+
+// Execute implements plan.Executor.
+func (e *Executor) Execute(ctx context.Context, p *plan.Plan, s *plan.Step) error {
+	c, err := cluster.Open(e.C.Dir)
+	if err != nil {
+		return err
+	}
+	c.Progress = e.C.Progress
+	e.C = c
+	if p.HealthTimeoutSeconds > 0 {
+		e.HealthTimeout = time.Duration(p.HealthTimeoutSeconds) * time.Second
+	}
+	dir := c.CertDir()
+	switch s.Kind {
+	case StepPrepare:
+		return pki.RotationPrepare(dir, c.Spec.Name, c.Validity())
+	case StepTrust:
+		return pki.RotationTrustBoth(dir)
+	case StepReissue:
+		return e.reissue(dir, []string{"server", "peer", "agent"})
+	case StepClients:
+		names, err := pki.Names(dir)
+		if err != nil {
+			return err
+		}
+		var clients []string
+		for _, n := range names {
+			if n != "server" && n != "peer" && n != "agent" {
+				clients = append(clients, n)
+			}
+		}
+		return e.reissue(dir, clients)
+	case StepDrop:
+		return pki.RotationDrop(dir)
+	case StepRestart:
+		return e.restart(ctx, s.Member)
+	}
+	return fmt.Errorf("unknown step kind %q", s.Kind)
+}
+
+// reissue reissues the named leaves that exist in dir.
+func (e *Executor) reissue(dir string, want []string) error {
+	have, err := pki.Names(dir)
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, n := range want {
+		for _, h := range have {
+			if h == n {
+				names = append(names, n)
+			}
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	rs, err := pki.RotationReissue(dir, e.C.Validity(), names, time.Now())
+	for _, r := range rs {
+		e.Progress.Say("  %s reissued by the new CA (serial %s)", r.Name, r.NewSerial)
+	}
+	return err
+}
+
+// restart restarts one member through its agent, leadership moved away
+// first, and waits until the new process is healthy and has applied what
+// the leader had when it came back.
+func (e *Executor) restart(ctx context.Context, name string) error {
+	c := e.C
+	m, err := c.Member(name)
+	if err != nil {
+		return err
+	}
+	st, err := c.Status(ctx)
+	if err != nil {
+		return err
+	}
+	if st.Cluster.Leader == name && len(st.Members) > 1 {
+		to := ""
+		for _, o := range st.Members {
+			if o.Name != name && o.Healthy && o.Role != "learner" {
+				to = o.Name
+				break
+			}
+		}
+		if to == "" {
+			return fmt.Errorf("%s leads and no other healthy voting member can take over", name)
+		}
+		if err := membership.MoveLeader(ctx, c, to); err != nil {
+			return err
+		}
+		e.Progress.Say("  moved leadership from %s to %s", name, to)
+	}
+	ac, err := c.AgentFor(m)
+	if err != nil {
+		return err
+	}
+	ms, err := ac.Restart(ctx, name)
+	if err != nil {
+		return fmt.Errorf("restart member %s: %w", name, err)
+	}
+	pid := ms.PID
+	wait := e.HealthTimeout
+	if wait <= 0 {
+		wait = defaultWait
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	var target uint64
+	last := ""
+	err = cluster.Poll(wctx, pollInterval, func(ctx context.Context) (bool, error) {
+		st, err := c.Status(ctx)
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		ms, _ := st.Member(name)
+		leader, _ := st.Member(st.Cluster.Leader)
+		switch {
+		case pid != 0 && ms.PID != pid:
+			last = fmt.Sprintf("%s runs as pid %d, not the restarted %d", name, ms.PID, pid)
+		case !ms.Healthy:
+			last = fmt.Sprintf("%s not healthy: %s", name, ms.LastError)
+		case st.Cluster.HealthyMembers < len(st.Members):
+			last = "not every member is healthy: " + st.Unhealthy()
+		case target == 0:
+			target = leader.RaftAppliedIndex
+			last = fmt.Sprintf("%s catching up to index %d", name, target)
+		case ms.RaftAppliedIndex < target:
+			last = fmt.Sprintf("%s applied %d of %d", name, ms.RaftAppliedIndex, target)
+		default:
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("health gate after restarting %s: waited %s: %s", name, wait, last)
+	}
+	e.Progress.Say("  %s restarted and healthy", name)
+	return nil
+}

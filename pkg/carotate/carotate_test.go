@@ -1,0 +1,113 @@
+package carotate
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/pki"
+	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/spec"
+)
+
+// TestNewPlan: the phases in order, one restart per member after the drop;
+// a cluster without TLS or with joined hosts is refused.
+func TestNewPlan(t *testing.T) {
+	newCluster := func(t *testing.T, edit func(*spec.Cluster)) *cluster.Cluster {
+		t.Helper()
+		dir := t.TempDir()
+		s, err := spec.NewDefault(spec.DefaultOptions{Members: 3, Version: "3.6.0", StewardDir: dir, FreePort: spec.FreePort("127.0.0.1")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.ApplyDefaults()
+		if edit != nil {
+			edit(s)
+		}
+		return &cluster.Cluster{Dir: dir, Spec: s}
+	}
+	tests := []struct {
+		name  string
+		edit  func(*spec.Cluster)
+		want  []string
+		error error
+	}{
+		{name: "three members", want: []string{StepPrepare, StepTrust, StepReissue, StepClients, StepDrop,
+			StepRestart + ":etcd-1", StepRestart + ":etcd-2", StepRestart + ":etcd-3"}},
+		{name: "no TLS", edit: func(s *spec.Cluster) { s.TLS.Disabled = true }, error: ErrTLSDisabled},
+		{name: "joined host", edit: func(s *spec.Cluster) {
+			s.Agents = append(s.Agents, spec.Agent{Name: "h2", Host: "10.0.0.2", Port: 2378})
+		}, error: ErrMultiHost},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := NewPlan(newCluster(t, tt.edit), time.Now())
+			if tt.error != nil {
+				if !errors.Is(err, tt.error) {
+					t.Fatalf("NewPlan: %v, want %v", err, tt.error)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Kind != plan.KindCARotation || p.State != plan.Pending {
+				t.Fatalf("plan %s is %s %s", p.ID, p.Kind, p.State)
+			}
+			var got []string
+			for i, s := range p.Steps {
+				if s.Index != i || s.State != plan.Pending || s.Description == "" {
+					t.Errorf("step %d: %+v", i, s)
+				}
+				k := s.Kind
+				if s.Member != "" {
+					k += ":" + s.Member
+				}
+				got = append(got, k)
+			}
+			if len(got) != len(tt.want) {
+				t.Fatalf("steps %v, want %v", got, tt.want)
+			}
+			for i := range got {
+				if got[i] != tt.want[i] {
+					t.Fatalf("steps %v, want %v", got, tt.want)
+				}
+			}
+		})
+	}
+}
+
+// TestApplyRefusesWhileAPlanIsActive: with a failed upgrade plan waiting,
+// rotate-ca is refused with one error naming the plan and what to do, and
+// nothing is written: no new plan, no new CA.
+func TestApplyRefusesWhileAPlanIsActive(t *testing.T) {
+	dir := t.TempDir()
+	s, err := spec.NewDefault(spec.DefaultOptions{Members: 1, Version: "3.6.0", StewardDir: dir, FreePort: spec.FreePort("127.0.0.1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.ApplyDefaults()
+	c := &cluster.Cluster{Dir: dir, Spec: s}
+	if err := pki.Ensure(c.CertDir(), s.Name, nil); err != nil {
+		t.Fatal(err)
+	}
+	up := &plan.Plan{ID: "upgrade-1", Kind: plan.KindUpgrade, State: plan.Failed, CreatedAt: time.Now(),
+		Steps: []plan.Step{{Index: 0, Kind: "preflight", State: plan.Failed}}}
+	if err := c.Plans().Save(up); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Apply(t.Context(), c)
+	if err == nil || !strings.Contains(err.Error(), "upgrade-1") || !strings.Contains(err.Error(), "steward plan resume") {
+		t.Fatalf("Apply with a failed upgrade plan: %v", err)
+	}
+	if latest, err := c.Plans().Latest(); err != nil || latest.ID != "upgrade-1" {
+		t.Fatalf("latest plan after the refusal: %+v, %v", latest, err)
+	}
+	if _, err := os.Stat(filepath.Join(c.CertDir(), pki.CANextCert)); !os.IsNotExist(err) {
+		t.Fatalf("a refused rotation created %s: %v", pki.CANextCert, err)
+	}
+}

@@ -1,0 +1,283 @@
+package pki
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/etcd-steward/steward/internal/atomicfile"
+)
+
+// Files of a CA rotation (RotationPrepare ... RotationDrop), beside ca.crt
+// and ca.key in the certificate directory.
+const (
+	// CANextCert and CANextKey are the new CA while the rotation runs.
+	CANextCert = "ca-next.crt"
+	CANextKey  = "ca-next.key"
+	// CACross is the new CA's certificate signed by the old CA: served
+	// after every leaf the new CA issues, so a peer that trusts only the
+	// old CA (a client, a member that loaded its CA pool at start) still
+	// verifies it.
+	CACross = "ca-cross.crt"
+	// CAOldCert and CAOldKey keep the old CA once the new one replaced it
+	// (never deleted by Steward).
+	CAOldCert = "ca-old.crt"
+	CAOldKey  = "ca-old.key"
+)
+
+// ErrRotationInProgress: leaves cannot be renewed or issued while a CA
+// rotation runs (its plan reissues them); the plan is finished first.
+var ErrRotationInProgress = errors.New("a CA rotation is in progress (" + CANextCert + " exists): `steward plan resume` finishes it, then certificates are issued and renewed again")
+
+// RotationInProgress reports whether dir holds the next CA of a rotation
+// that has not dropped the old one yet.
+func RotationInProgress(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, CANextCert))
+	return err == nil
+}
+
+// ErrNoRotation: a rotation step runs, and no new CA was prepared.
+var ErrNoRotation = errors.New("no CA rotation in progress (no " + CANextCert + ")")
+
+// RotationPrepare creates the next CA (CANextCert, CANextKey) and its
+// certificate cross-signed by the current CA (CACross), unless they are
+// there already (idempotent: the next CA of an interrupted rotation is
+// kept). The new CA's subject differs from the old one's by its serial
+// number attribute, so both can be trusted side by side.
+func RotationPrepare(dir, clusterName string, v Validity) error {
+	v = v.WithDefaults()
+	oldCert, oldKey, err := loadPair(filepath.Join(dir, CACert), filepath.Join(dir, CAKey))
+	if err != nil {
+		return fmt.Errorf("CA rotation: current CA: %w", err)
+	}
+	next, nextKey, err := loadPair(filepath.Join(dir, CANextCert), filepath.Join(dir, CANextKey))
+	if errors.Is(err, os.ErrNotExist) {
+		next, nextKey, err = newCAFiles(filepath.Join(dir, CANextCert), filepath.Join(dir, CANextKey), pkix.Name{
+			CommonName: clusterName + "-ca", Organization: []string{"steward"},
+			SerialNumber: time.Now().UTC().Format("20060102T150405Z"),
+		}, v.CA)
+	}
+	if err != nil {
+		return fmt.Errorf("CA rotation: next CA: %w", err)
+	}
+	if c, err := readCert(filepath.Join(dir, CACross)); err == nil && c.CheckSignatureFrom(oldCert) == nil && samePublicKey(c, next) {
+		return nil
+	}
+	notAfter := next.NotAfter
+	if notAfter.After(oldCert.NotAfter) {
+		notAfter = oldCert.NotAfter
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               next.Subject,
+		SubjectKeyId:          next.SubjectKeyId,
+		NotBefore:             next.NotBefore,
+		NotAfter:              notAfter,
+		KeyUsage:              next.KeyUsage,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, oldCert, &nextKey.PublicKey, oldKey)
+	if err != nil {
+		return fmt.Errorf("CA rotation: cross-sign the next CA: %w", err)
+	}
+	if err := atomicfile.WriteFile(filepath.Join(dir, CACross), pemCert(der), 0o644); err != nil {
+		return fmt.Errorf("CA rotation: %w", err)
+	}
+	return nil
+}
+
+// RotationTrustBoth makes ca.crt the bundle of the current CA and the next
+// one (current first, the CA Steward issues with until RotationDrop). The
+// file is replaced in place by one atomic rename, so whoever reads it at
+// each new connection trusts both from then on.
+func RotationTrustBoth(dir string) error {
+	cur, _, err := loadPair(filepath.Join(dir, CACert), filepath.Join(dir, CAKey))
+	if err != nil {
+		return fmt.Errorf("CA rotation: current CA: %w", err)
+	}
+	next, err := readCert(filepath.Join(dir, CANextCert))
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("CA rotation: %w", ErrNoRotation)
+	}
+	if err != nil {
+		return fmt.Errorf("CA rotation: %w", err)
+	}
+	b := append(pemCert(cur.Raw), pemCert(next.Raw)...)
+	if old, err := os.ReadFile(filepath.Join(dir, CACert)); err == nil && bytes.Equal(old, b) {
+		return nil
+	}
+	if err := atomicfile.WriteFile(filepath.Join(dir, CACert), b, 0o644); err != nil {
+		return fmt.Errorf("CA rotation: write the trust bundle: %w", err)
+	}
+	return nil
+}
+
+// RotationReissue reissues the leaves named (Names; every leaf when names
+// is empty) from the next CA with their keys kept, each written as the
+// leaf followed by the cross-signed next CA (CACross), so peers trusting
+// the old CA only, the new only, or both verify it. A leaf the next CA
+// already signed is left alone (idempotent). Every leaf is checked (key
+// matches, signed by the current or the next CA) before any is written.
+func RotationReissue(dir string, v Validity, names []string, now time.Time) ([]Renewal, error) {
+	v = v.WithDefaults()
+	ls, err := findLeaves(dir, names)
+	if err != nil {
+		return nil, fmt.Errorf("CA rotation: %w", err)
+	}
+	cur, err := readCert(filepath.Join(dir, CACert))
+	if err != nil {
+		return nil, fmt.Errorf("CA rotation: current CA: %w", err)
+	}
+	next, nextKey, err := loadPair(filepath.Join(dir, CANextCert), filepath.Join(dir, CANextKey))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("CA rotation: %w", ErrNoRotation)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("CA rotation: next CA: %w", err)
+	}
+	cross, err := os.ReadFile(filepath.Join(dir, CACross))
+	if err != nil {
+		return nil, fmt.Errorf("CA rotation: cross-signed CA: %w", err)
+	}
+	type due struct {
+		l    leaf
+		cert *x509.Certificate
+		key  *ecdsa.PrivateKey
+	}
+	var todo []due
+	for _, l := range ls {
+		c, k, err := loadLeaf(l.cert, l.key, nil)
+		if err != nil {
+			return nil, fmt.Errorf("CA rotation: %s: %w", l.name, err)
+		}
+		if c.CheckSignatureFrom(next) == nil {
+			continue
+		}
+		if err := c.CheckSignatureFrom(cur); err != nil {
+			return nil, fmt.Errorf("CA rotation: %s (issuer %q): %w: %v", l.name, c.Issuer.CommonName, ErrNotSignedByCA, err)
+		}
+		todo = append(todo, due{l, c, k})
+	}
+	var out []Renewal
+	for _, d := range todo {
+		der, err := reissue(d.cert, &d.key.PublicKey, next, nextKey, v.Leaf, now)
+		if err != nil {
+			return out, fmt.Errorf("CA rotation: %s: %w", d.l.name, err)
+		}
+		nc, err := x509.ParseCertificate(der)
+		if err != nil {
+			return out, fmt.Errorf("CA rotation: %s: %w", d.l.name, err)
+		}
+		old, err := os.ReadFile(d.l.cert)
+		if err != nil {
+			return out, fmt.Errorf("CA rotation: %w", err)
+		}
+		if err := atomicfile.WriteFile(d.l.cert+PrevSuffix, old, 0o644); err != nil {
+			return out, fmt.Errorf("CA rotation: keep the previous %s: %w", d.l.name, err)
+		}
+		if err := atomicfile.WriteFile(d.l.cert, append(pemCert(der), cross...), 0o644); err != nil {
+			return out, fmt.Errorf("CA rotation: write %s: %w", d.l.name, err)
+		}
+		out = append(out, Renewal{Name: d.l.name, File: d.l.cert, OldSerial: fmt.Sprintf("%x", d.cert.SerialNumber),
+			NewSerial: fmt.Sprintf("%x", nc.SerialNumber), NotAfter: nc.NotAfter.UTC()})
+	}
+	return out, nil
+}
+
+// RotationDrop makes the next CA the CA: the old pair is kept as
+// CAOldCert and CAOldKey, ca.key becomes the next key and ca.crt the next
+// CA alone (the old CA trusted no more), then the next files are removed.
+// Each write is atomic and the order makes a re-run after a crash finish
+// the work; a rotation already dropped (no CANextCert, ca.crt one
+// certificate) is left alone.
+func RotationDrop(dir string) error {
+	next, nextKey, err := loadPair(filepath.Join(dir, CANextCert), filepath.Join(dir, CANextKey))
+	if errors.Is(err, os.ErrNotExist) {
+		if _, err := os.Stat(filepath.Join(dir, CAOldCert)); err == nil {
+			return nil // dropped already
+		}
+		return fmt.Errorf("CA rotation: %w", ErrNoRotation)
+	}
+	if err != nil {
+		return fmt.Errorf("CA rotation: next CA: %w", err)
+	}
+	curKey, err := readKey(filepath.Join(dir, CAKey))
+	if err != nil {
+		return fmt.Errorf("CA rotation: current CA key: %w", err)
+	}
+	if !curKey.PublicKey.Equal(&nextKey.PublicKey) {
+		cur, err := readCert(filepath.Join(dir, CACert))
+		if err != nil {
+			return fmt.Errorf("CA rotation: current CA: %w", err)
+		}
+		if err := writePair(filepath.Join(dir, CAOldCert), filepath.Join(dir, CAOldKey), cur.Raw, curKey, true); err != nil {
+			return fmt.Errorf("CA rotation: keep the old CA: %w", err)
+		}
+		if err := atomicfile.SyncDir(dir); err != nil {
+			return fmt.Errorf("CA rotation: %w", err)
+		}
+		kb, err := os.ReadFile(filepath.Join(dir, CANextKey))
+		if err != nil {
+			return fmt.Errorf("CA rotation: %w", err)
+		}
+		if err := atomicfile.WriteFile(filepath.Join(dir, CAKey), kb, 0o600); err != nil {
+			return fmt.Errorf("CA rotation: install the new CA key: %w", err)
+		}
+	}
+	if err := atomicfile.WriteFile(filepath.Join(dir, CACert), pemCert(next.Raw), 0o644); err != nil {
+		return fmt.Errorf("CA rotation: install the new CA: %w", err)
+	}
+	for _, n := range []string{CANextCert, CANextKey} {
+		if err := os.Remove(filepath.Join(dir, n)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("CA rotation: %w", err)
+		}
+	}
+	return atomicfile.SyncDir(dir)
+}
+
+// newCAFiles creates a self-signed CA with subject name and writes it to
+// certPath and keyPath (key 0600).
+func newCAFiles(certPath, keyPath string, name pkix.Name, lifetime time.Duration) (*x509.Certificate, *ecdsa.PrivateKey, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               name,
+		NotBefore:             time.Now().Add(-backdate(lifetime)),
+		NotAfter:              time.Now().Add(lifetime),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := writePair(certPath, keyPath, der, key, true); err != nil {
+		return nil, nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	return cert, key, err
+}
+
+func pemCert(der []byte) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
+func samePublicKey(a, b *x509.Certificate) bool {
+	pa, ok := a.PublicKey.(*ecdsa.PublicKey)
+	pb, ok2 := b.PublicKey.(*ecdsa.PublicKey)
+	return ok && ok2 && pa.Equal(pb)
+}

@@ -1,0 +1,259 @@
+package pki
+
+import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// chainOf reads a certificate file: the leaf and the certificates after it.
+func chainOf(t *testing.T, path string) (*x509.Certificate, *x509.CertPool) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var leaf *x509.Certificate
+	inter := x509.NewCertPool()
+	for {
+		var blk *pem.Block
+		if blk, b = pem.Decode(b); blk == nil {
+			break
+		}
+		c, err := x509.ParseCertificate(blk.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if leaf == nil {
+			leaf = c
+		} else {
+			inter.AddCert(c)
+		}
+	}
+	return leaf, inter
+}
+
+func poolOf(t *testing.T, path string) *x509.CertPool {
+	t.Helper()
+	p, err := CAPool(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func verifies(leaf *x509.Certificate, inter, roots *x509.CertPool) error {
+	_, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
+	return err
+}
+
+// TestRotation: the phases of a CA rotation on files. After the leaves are
+// reissued, each verifies against the old CA alone (through the
+// cross-signed CA it carries), the new alone and the bundle; after the
+// drop ca.crt is the new CA alone, ca.key its key, the old pair is kept,
+// and a leaf of the old CA no longer verifies. Every phase run twice
+// changes nothing the second time.
+func TestRotation(t *testing.T) {
+	dir := t.TempDir()
+	if err := Ensure(dir, "c1", []string{"10.0.0.1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := IssueClient(dir, "c1", "writer", 0, "", Validity{}); err != nil {
+		t.Fatal(err)
+	}
+	oldCAFile := filepath.Join(t.TempDir(), "old-ca.crt")
+	oldCA, _ := os.ReadFile(filepath.Join(dir, CACert))
+	if err := os.WriteFile(oldCAFile, oldCA, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	oldClient, _ := os.ReadFile(filepath.Join(dir, ClientsDir, "writer.crt"))
+
+	for range 2 {
+		if err := RotationPrepare(dir, "c1", Validity{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next, _ := os.ReadFile(filepath.Join(dir, CANextCert))
+	if err := RotationPrepare(dir, "c1", Validity{}); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := os.ReadFile(filepath.Join(dir, CANextCert)); !bytes.Equal(again, next) {
+		t.Fatal("a second prepare replaced the next CA")
+	}
+	if st, err := os.Stat(filepath.Join(dir, CANextKey)); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("next CA key: %v %v, want mode 0600", st, err)
+	}
+	for range 2 {
+		if err := RotationTrustBoth(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bundle, _ := os.ReadFile(filepath.Join(dir, CACert))
+	if !bytes.Equal(bundle, append(oldCA, next...)) {
+		t.Fatalf("ca.crt is not old + new:\n%s", bundle)
+	}
+	rs, err := RotationReissue(dir, Validity{}, nil, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 4 { // server, peer, client, clients/writer
+		t.Fatalf("reissued %d leaves, want 4: %+v", len(rs), rs)
+	}
+	if rs, err := RotationReissue(dir, Validity{}, nil, time.Now()); err != nil || len(rs) != 0 {
+		t.Fatalf("second reissue: %+v, %v; want nothing to do", rs, err)
+	}
+	nextFile := filepath.Join(dir, CANextCert)
+	for _, n := range []string{ServerCert, PeerCert, ClientCert, filepath.Join(ClientsDir, "writer.crt")} {
+		leaf, inter := chainOf(t, filepath.Join(dir, n))
+		for _, roots := range []string{oldCAFile, nextFile, filepath.Join(dir, CACert)} {
+			if err := verifies(leaf, inter, poolOf(t, roots)); err != nil {
+				t.Errorf("%s does not verify against %s: %v", n, filepath.Base(roots), err)
+			}
+		}
+		if _, err := tls.LoadX509KeyPair(filepath.Join(dir, n), filepath.Join(dir, n[:len(n)-len(".crt")]+".key")); err != nil {
+			t.Errorf("%s: %v", n, err)
+		}
+	}
+
+	// While the rotation runs, the leaves of the next CA are accepted, and
+	// anything to issue or renew is refused with one error.
+	if err := Ensure(dir, "c1", []string{"10.0.0.1"}); err != nil {
+		t.Errorf("ensure during the rotation, nothing to issue: %v", err)
+	}
+	if err := Ensure(dir, "c1", []string{"10.0.0.2"}); !errors.Is(err, ErrRotationInProgress) {
+		t.Errorf("ensure during the rotation with a new host: %v, want ErrRotationInProgress", err)
+	}
+	if _, err := Renew(dir, Validity{}, nil, true, time.Now()); !errors.Is(err, ErrRotationInProgress) {
+		t.Errorf("renew during the rotation: %v, want ErrRotationInProgress", err)
+	}
+
+	for range 2 {
+		if err := RotationDrop(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ca, _ := os.ReadFile(filepath.Join(dir, CACert)); !bytes.Equal(ca, next) {
+		t.Fatalf("ca.crt after the drop is not the new CA alone:\n%s", ca)
+	}
+	if kept, _ := os.ReadFile(filepath.Join(dir, CAOldCert)); !bytes.Equal(kept, oldCA) {
+		t.Fatal("the old CA is not kept as ca-old.crt")
+	}
+	if st, err := os.Stat(filepath.Join(dir, CAOldKey)); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("old CA key: %v %v, want mode 0600", st, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, CANextCert)); !os.IsNotExist(err) {
+		t.Fatalf("ca-next.crt still there after the drop: %v", err)
+	}
+	leaf, inter := chainOf(t, filepath.Join(dir, ServerCert))
+	if err := verifies(leaf, inter, poolOf(t, filepath.Join(dir, CACert))); err != nil {
+		t.Errorf("server certificate against the new CA: %v", err)
+	}
+	oc := filepath.Join(t.TempDir(), "old.crt")
+	if err := os.WriteFile(oc, oldClient, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if ol, _ := chainOf(t, oc); verifies(ol, nil, poolOf(t, filepath.Join(dir, CACert))) == nil {
+		t.Error("a client certificate of the old CA still verifies against ca.crt after the drop")
+	}
+	// The new CA and its key work as the CA: a forced renewal signs with it.
+	if rs, err := Renew(dir, Validity{}, []string{"server"}, true, time.Now()); err != nil || len(rs) != 1 {
+		t.Fatalf("renew after the rotation: %+v, %v", rs, err)
+	}
+}
+
+// TestRotationRefusals: the steps after prepare refuse without a next CA,
+// changing nothing.
+func TestRotationRefusals(t *testing.T) {
+	dir := t.TempDir()
+	if err := Ensure(dir, "c1", nil); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(filepath.Join(dir, CACert))
+	if err := RotationTrustBoth(dir); err == nil {
+		t.Error("trust both without a next CA: no error")
+	}
+	if _, err := RotationReissue(dir, Validity{}, nil, time.Now()); err == nil {
+		t.Error("reissue without a next CA: no error")
+	}
+	if err := RotationDrop(dir); err == nil {
+		t.Error("drop without a next CA: no error")
+	}
+	if after, _ := os.ReadFile(filepath.Join(dir, CACert)); !bytes.Equal(before, after) {
+		t.Error("a refused step changed ca.crt")
+	}
+}
+
+// TestAgentServerTLSReadsCAPerHandshake: an agent's API trusts what ca.crt
+// holds at each handshake, so a CA rotation reaches it without a restart:
+// the admin certificate of another CA is refused, accepted once that CA is
+// in the bundle, and refused again once it is dropped.
+func TestAgentServerTLSReadsCAPerHandshake(t *testing.T) {
+	dir, other := t.TempDir(), t.TempDir()
+	for _, d := range []string{dir, other} {
+		if err := Ensure(d, "c1", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The agent serves the server pair (server auth) as its own.
+	for from, to := range map[string]string{ServerCert: AgentCert, ServerKey: AgentKey} {
+		b, err := os.ReadFile(filepath.Join(dir, from))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, to), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv, err := AgentServerTLS(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := FilesIn(other)
+	pair, err := tls.LoadX509KeyPair(o.ClientCert, o.ClientKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	handshake := func() error {
+		a, b := net.Pipe()
+		defer a.Close()
+		defer b.Close()
+		errc := make(chan error, 1)
+		go func() { errc <- tls.Server(a, srv).HandshakeContext(t.Context()) }()
+		cli := tls.Client(b, &tls.Config{Certificates: []tls.Certificate{pair}, InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}) // the server's chain is not what is tested
+		cerr := cli.HandshakeContext(t.Context())
+		if cerr == nil {
+			// TLS 1.3: the server's verdict on the client comes after.
+			_ = b.SetReadDeadline(time.Now().Add(time.Second))
+			_, cerr = cli.Read(make([]byte, 1))
+			if ne, ok := cerr.(net.Error); ok && ne.Timeout() {
+				cerr = nil
+			}
+		}
+		serr := <-errc
+		return errors.Join(serr, cerr)
+	}
+	ca, _ := os.ReadFile(filepath.Join(dir, CACert))
+	oca, _ := os.ReadFile(o.CA)
+	if handshake() == nil {
+		t.Fatal("the agent accepted an admin certificate of another CA")
+	}
+	if err := os.WriteFile(filepath.Join(dir, CACert), append(ca, oca...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := handshake(); err != nil {
+		t.Fatalf("the agent refused an admin certificate of a CA added to ca.crt: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, CACert), ca, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if handshake() == nil {
+		t.Fatal("the agent accepted an admin certificate of a CA dropped from ca.crt")
+	}
+}
