@@ -225,30 +225,43 @@ func (c *Cluster) WaitServed(ctx context.Context, rs []pki.Renewal, timeout time
 	if len(want) == 0 {
 		return nil
 	}
-	deadline := time.Now().Add(timeout)
-	for {
-		var stale []string
-		for _, ci := range c.servedCerts(ctx) {
-			if ci.Serial == "" {
-				continue // not running: it loads the new files when it starts
-			}
-			if a, ok := c.Spec.Member(memberOf(ci.Name)); ok {
-				if ag, ok := c.Spec.Agent(a.Agent); ok && ag.Remote() {
-					continue
-				}
-			}
-			for what, serial := range want {
-				if strings.HasSuffix(ci.Name, " "+what) && ci.Serial != serial {
-					stale = append(stale, fmt.Sprintf("%s serves %s (error: %s)", ci.Name, orNone(ci.Serial), orNone(ci.Error)))
-				}
+	return c.pollServed(ctx, timeout, "the previous certificates are kept beside them", func(ci pki.CertInfo) string {
+		if ci.Serial == "" {
+			return "" // not running: it loads the new files when it starts
+		}
+		if a, ok := c.Spec.Member(memberOf(ci.Name)); ok {
+			if ag, ok := c.Spec.Agent(a.Agent); ok && ag.Remote() {
+				return ""
 			}
 		}
-		if len(stale) == 0 {
+		for what, serial := range want {
+			if strings.HasSuffix(ci.Name, " "+what) && ci.Serial != serial {
+				return serial
+			}
+		}
+		return ""
+	})
+}
+
+// pollServed reads the served certificates (live handshakes) once a second
+// until no certificate is stale: one for which stale returns the serial it
+// should present. After timeout it names each stale one, what it serves and
+// where the previous certificates are (kept).
+func (c *Cluster) pollServed(ctx context.Context, timeout time.Duration, kept string, stale func(pki.CertInfo) string) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		var bad []string
+		for _, ci := range c.servedCerts(ctx) {
+			if stale(ci) != "" {
+				bad = append(bad, fmt.Sprintf("%s serves %s (error: %s)", ci.Name, orNone(ci.Serial), orNone(ci.Error)))
+			}
+		}
+		if len(bad) == 0 {
 			return nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			slices.Sort(stale)
-			return fmt.Errorf("renewed certificates not served after %s: %s; the previous certificates are kept beside them (%s)", timeout, strings.Join(stale, "; "), pki.PrevSuffix)
+			slices.Sort(bad)
+			return fmt.Errorf("renewed certificates not served after %s: %s; %s (%s)", timeout, strings.Join(bad, "; "), kept, pki.PrevSuffix)
 		}
 		select {
 		case <-ctx.Done():

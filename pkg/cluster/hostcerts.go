@@ -173,28 +173,11 @@ func (c *Cluster) waitHostServed(ctx context.Context, h spec.Agent, rs []pki.Ren
 	if len(want) == 0 {
 		return nil
 	}
-	deadline := time.Now().Add(timeout)
-	for {
-		var stale []string
-		for _, ci := range c.servedCerts(ctx) {
-			serial, ok := want[ci.Name]
-			if !ok || (ci.Serial == "" && strings.HasPrefix(ci.Name, "member ")) {
-				continue
-			}
-			if ci.Serial != serial {
-				stale = append(stale, fmt.Sprintf("%s serves %s (error: %s)", ci.Name, orNone(ci.Serial), orNone(ci.Error)))
-			}
+	return c.pollServed(ctx, timeout, "the host keeps the previous certificates beside them", func(ci pki.CertInfo) string {
+		serial, ok := want[ci.Name]
+		if !ok || (ci.Serial == "" && strings.HasPrefix(ci.Name, "member ")) || ci.Serial == serial {
+			return ""
 		}
-		if len(stale) == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			slices.Sort(stale)
-			return fmt.Errorf("renewed certificates not served after %s: %s; the host keeps the previous certificates beside them (%s)", timeout, strings.Join(stale, "; "), pki.PrevSuffix)
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Second):
-		}
-	}
+		return serial
+	})
 }
