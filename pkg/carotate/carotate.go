@@ -128,6 +128,16 @@ func (e *Executor) Execute(ctx context.Context, p *plan.Plan, s *plan.Step) erro
 		e.HealthTimeout = time.Duration(p.HealthTimeoutSeconds) * time.Second
 	}
 	dir := c.CertDir()
+	if s.Kind != StepRestart {
+		// The file steps hold the lock renewals hold: a renewal that began
+		// before the rotation (signing with the old CA) must not write over
+		// a leaf a step reissued.
+		lock, err := c.LockCertificates(ctx, 2*time.Minute)
+		if err != nil {
+			return fmt.Errorf("CA rotation: %w", err)
+		}
+		defer lock.Release()
+	}
 	switch s.Kind {
 	case StepPrepare:
 		return pki.RotationPrepare(dir, c.Spec.Name, c.Validity())

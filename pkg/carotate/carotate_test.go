@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/plan"
@@ -109,5 +110,56 @@ func TestApplyRefusesWhileAPlanIsActive(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(c.CertDir(), pki.CANextCert)); !os.IsNotExist(err) {
 		t.Fatalf("a refused rotation created %s: %v", pki.CANextCert, err)
+	}
+}
+
+// TestFileStepsWaitForARenewal: a rotation's file step waits while a
+// renewal holds the certificate directory's lock (a renewal signing with
+// the old CA must not land on a leaf the rotation reissued), and runs once
+// it is released.
+func TestFileStepsWaitForARenewal(t *testing.T) {
+	dir := t.TempDir()
+	s, err := spec.NewDefault(spec.DefaultOptions{Members: 1, Version: binaries.EmbeddedVersion(), StewardDir: dir, FreePort: spec.FreePort("127.0.0.1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Save(filepath.Join(dir, spec.FileName)); err != nil {
+		t.Fatal(err)
+	}
+	c, err := cluster.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pki.Ensure(c.CertDir(), s.Name, nil); err != nil {
+		t.Fatal(err)
+	}
+	lock, err := c.LockCertificates(t.Context(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		e := &Executor{C: c}
+		done <- e.Execute(t.Context(), &plan.Plan{}, &plan.Step{Kind: StepPrepare})
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("prepare ran while a renewal held the lock: %v", err)
+	case <-time.After(1500 * time.Millisecond):
+	}
+	if _, err := os.Stat(filepath.Join(c.CertDir(), pki.CANextCert)); !os.IsNotExist(err) {
+		t.Fatalf("%s written while a renewal held the lock: %v", pki.CANextCert, err)
+	}
+	lock.Release()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("prepare after the renewal: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("prepare did not run after the lock was released")
+	}
+	if _, err := os.Stat(filepath.Join(c.CertDir(), pki.CANextCert)); err != nil {
+		t.Fatalf("prepare wrote no next CA: %v", err)
 	}
 }

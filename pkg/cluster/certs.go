@@ -158,6 +158,33 @@ func (c *Cluster) CertificatesCondition(inv []pki.CertInfo, now time.Time) Condi
 	return cond
 }
 
+// certLockPath is the lock every writer of the certificate directory's
+// leaves holds: a renewal (local or of the hosts) and each file step of a
+// CA rotation, so a renewal signed with the old CA never lands on a leaf
+// the rotation reissued.
+func (c *Cluster) certLockPath() string { return filepath.Join(c.Dir, "run", "certs-renew.lock") }
+
+// LockCertificates takes the certificate directory's lock (certLockPath),
+// waiting up to wait for a renewal that holds it (a renewal holds it while
+// it waits for the members to serve what it wrote: up to a minute).
+func (c *Cluster) LockCertificates(ctx context.Context, wait time.Duration) (*filelock.Lock, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		lock, err := filelock.TryLock(c.certLockPath())
+		if !errors.Is(err, filelock.ErrHeld) {
+			return lock, err
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%w: another renewal of %s held the lock for %s", ErrRenewalRunning, c.CertDir(), wait)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
 // ErrRenewalRunning: another process renews the certificates of this
 // directory right now.
 var ErrRenewalRunning = errors.New("a certificate renewal is running")
@@ -187,7 +214,7 @@ func (c *Cluster) RenewCerts(ctx context.Context, names []string, force bool, ti
 	}
 	// One renewal at a time per directory: the agents' loops (several
 	// agents may share a directory) and `steward certs renew`.
-	lock, err := filelock.TryLock(filepath.Join(c.Dir, "run", "certs-renew.lock"))
+	lock, err := filelock.TryLock(c.certLockPath())
 	if errors.Is(err, filelock.ErrHeld) {
 		return nil, fmt.Errorf("renew certificates: %w: another renewal of %s is running", ErrRenewalRunning, c.CertDir())
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -56,7 +55,7 @@ func (c *Cluster) RenewHosts(ctx context.Context, names []string, force bool, ti
 			return nil, nil
 		}
 	}
-	lock, err := filelock.TryLock(filepath.Join(c.Dir, "run", "certs-renew.lock"))
+	lock, err := filelock.TryLock(c.certLockPath())
 	if errors.Is(err, filelock.ErrHeld) {
 		return nil, fmt.Errorf("renew host certificates: %w: another renewal of %s is running", ErrRenewalRunning, c.CertDir())
 	}

@@ -55,6 +55,9 @@ var ErrNoRotation = errors.New("no CA rotation in progress (no " + CANextCert + 
 // number attribute, so both can be trusted side by side.
 func RotationPrepare(dir, clusterName string, v Validity) error {
 	v = v.WithDefaults()
+	if err := finishInterruptedDrop(dir); err != nil {
+		return err
+	}
 	oldCert, oldKey, err := loadPair(filepath.Join(dir, CACert), filepath.Join(dir, CAKey))
 	if err != nil {
 		return fmt.Errorf("CA rotation: current CA: %w", err)
@@ -220,6 +223,9 @@ func RotationDrop(dir string) error {
 		if err != nil {
 			return fmt.Errorf("CA rotation: current CA: %w", err)
 		}
+		if err := keepOldCA(dir, cur); err != nil {
+			return fmt.Errorf("CA rotation: keep an earlier rotation's old CA: %w", err)
+		}
 		if err := writePair(filepath.Join(dir, CAOldCert), filepath.Join(dir, CAOldKey), cur.Raw, curKey, true); err != nil {
 			return fmt.Errorf("CA rotation: keep the old CA: %w", err)
 		}
@@ -240,6 +246,43 @@ func RotationDrop(dir string) error {
 	for _, n := range []string{CANextCert, CANextKey} {
 		if err := os.Remove(filepath.Join(dir, n)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("CA rotation: %w", err)
+		}
+	}
+	return atomicfile.SyncDir(dir)
+}
+
+// finishInterruptedDrop finishes a RotationDrop that stopped after it
+// installed the next CA's key as ca.key and before it wrote ca.crt (a
+// crash, then `plan abort` instead of `plan resume`): ca.key no longer
+// matches the bundle's first certificate, which no other step could load.
+// Anything else is left alone.
+func finishInterruptedDrop(dir string) error {
+	nextKey, err := readKey(filepath.Join(dir, CANextKey))
+	if err != nil {
+		return nil // no rotation prepared (or unreadable: the caller says)
+	}
+	curKey, err := readKey(filepath.Join(dir, CAKey))
+	if err != nil || !curKey.PublicKey.Equal(&nextKey.PublicKey) {
+		return nil
+	}
+	if err := RotationDrop(dir); err != nil {
+		return fmt.Errorf("CA rotation: finish the interrupted drop of the old CA: %w", err)
+	}
+	return nil
+}
+
+// keepOldCA moves a CAOldCert and CAOldKey of an earlier rotation aside
+// (suffixed with the old certificate's serial) before a later rotation
+// keeps its own old CA there: Steward never deletes a CA.
+func keepOldCA(dir string, cur *x509.Certificate) error {
+	prev, err := readCert(filepath.Join(dir, CAOldCert))
+	if err != nil || prev.Equal(cur) {
+		return nil // none, or this rotation's own (a re-run)
+	}
+	suffix := "." + prev.SerialNumber.Text(16)
+	for _, n := range []string{CAOldCert, CAOldKey} {
+		if err := os.Rename(filepath.Join(dir, n), filepath.Join(dir, n+suffix)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
 		}
 	}
 	return atomicfile.SyncDir(dir)

@@ -257,3 +257,73 @@ func TestAgentServerTLSReadsCAPerHandshake(t *testing.T) {
 		t.Fatal("the agent accepted an admin certificate of a CA dropped from ca.crt")
 	}
 }
+
+// TestRotationAfterInterruptedDrop: a drop that stopped after installing
+// the new CA key and before writing ca.crt, then an abort: a new rotation
+// finishes that drop instead of failing on a ca.key that matches no CA in
+// ca.crt, and a later rotation keeps the first rotation's old CA aside
+// instead of overwriting it. Issuing a client or a host's certificates is
+// refused while a rotation runs (the old CA would sign them).
+func TestRotationAfterInterruptedDrop(t *testing.T) {
+	dir := t.TempDir()
+	if err := Ensure(dir, "c1", []string{"10.0.0.1"}); err != nil {
+		t.Fatal(err)
+	}
+	first, _ := os.ReadFile(filepath.Join(dir, CACert))
+	if err := RotationPrepare(dir, "c1", Validity{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := RotationTrustBoth(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := IssueClient(dir, "c1", "late", 0, "", Validity{}); !errors.Is(err, ErrRotationInProgress) {
+		t.Errorf("issue-client during a rotation: %v, want ErrRotationInProgress", err)
+	}
+	if _, err := IssueHost(dir, "c1", "h9", "10.0.0.9", Validity{}); !errors.Is(err, ErrRotationInProgress) {
+		t.Errorf("host certificates during a rotation: %v, want ErrRotationInProgress", err)
+	}
+	if _, err := RotationReissue(dir, Validity{}, nil, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	next, _ := os.ReadFile(filepath.Join(dir, CANextCert))
+	// The interrupted drop: the old pair kept, the new key installed,
+	// ca.crt still the bundle.
+	oldCert, oldKey, err := loadPair(filepath.Join(dir, CACert), filepath.Join(dir, CAKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writePair(filepath.Join(dir, CAOldCert), filepath.Join(dir, CAOldKey), oldCert.Raw, oldKey, true); err != nil {
+		t.Fatal(err)
+	}
+	kb, _ := os.ReadFile(filepath.Join(dir, CANextKey))
+	if err := os.WriteFile(filepath.Join(dir, CAKey), kb, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := RotationPrepare(dir, "c1", Validity{}); err != nil {
+		t.Fatalf("prepare after an interrupted drop: %v", err)
+	}
+	if kept, _ := os.ReadFile(filepath.Join(dir, CAOldCert)); !bytes.Equal(kept, first) {
+		t.Fatal("the first rotation's old CA is not kept as ca-old.crt")
+	}
+	if ca, _ := os.ReadFile(filepath.Join(dir, CACert)); !bytes.Equal(ca, next) {
+		t.Fatalf("the interrupted drop was not finished: ca.crt is not the first rotation's new CA:\n%s", ca)
+	}
+	// The prepare went on to a second rotation; its drop keeps the first
+	// old CA aside, under its serial.
+	if err := RotationTrustBoth(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := RotationDrop(dir); err != nil {
+		t.Fatal(err)
+	}
+	if kept, _ := os.ReadFile(filepath.Join(dir, CAOldCert)); !bytes.Equal(kept, next) {
+		t.Error("ca-old.crt after the second rotation is not the second rotation's old CA")
+	}
+	aside, _ := filepath.Glob(filepath.Join(dir, CAOldCert+".*"))
+	if len(aside) != 1 {
+		t.Fatalf("the first rotation's old CA moved aside: %v, want one file", aside)
+	}
+	if b, _ := os.ReadFile(aside[0]); !bytes.Equal(b, first) {
+		t.Error("the file moved aside is not the first rotation's old CA")
+	}
+}

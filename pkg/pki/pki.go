@@ -447,6 +447,10 @@ func HostCN(name string) string { return "steward-host:" + name }
 // can restrict their peer port to it.
 func IssueHost(dir, clusterName, agentName, address string, v Validity) (*HostBundle, error) {
 	v = v.WithDefaults()
+	if RotationInProgress(dir) {
+		// As in IssueClient: the old CA would sign a bundle trusting both.
+		return nil, fmt.Errorf("certificates for host %s: %w", agentName, ErrRotationInProgress)
+	}
 	caCert, caKey, err := loadPair(filepath.Join(dir, CACert), filepath.Join(dir, CAKey))
 	if err != nil {
 		return nil, fmt.Errorf("certificates for host %s: CA: %w", agentName, err)

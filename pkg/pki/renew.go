@@ -199,6 +199,11 @@ func IssueClient(dir, clusterName, name string, lifetime time.Duration, out stri
 	if lifetime < 0 {
 		return ClientFiles{}, fmt.Errorf("%w: client certificate lifetime %s is not positive", ErrBadValidity, lifetime)
 	}
+	if RotationInProgress(dir) {
+		// The old CA would sign it (ca.key is still the old one) and the
+		// rotation's later steps would refuse it as another CA's.
+		return ClientFiles{}, ErrRotationInProgress
+	}
 	caCert, caKey, err := loadPair(filepath.Join(dir, CACert), filepath.Join(dir, CAKey))
 	if errors.Is(err, os.ErrNotExist) {
 		return ClientFiles{}, fmt.Errorf("issue client certificate %s: %w (%s)", name, ErrNoCAKey, filepath.Join(dir, CAKey))
