@@ -71,6 +71,7 @@ func inspectInChild(ctx context.Context, path string) (SnapshotInfo, error) {
 			return SnapshotInfo{}, fmt.Errorf("check snapshot database: locate the steward executable: %w", err)
 		}
 	}
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, exe)
@@ -88,8 +89,13 @@ func inspectInChild(ctx context.Context, path string) (SnapshotInfo, error) {
 		}
 		return r.Info, nil
 	}
+	if err := parent.Err(); err != nil {
+		// The caller gave up (an operator's interrupt, an agent stopping):
+		// nothing is known about the snapshot.
+		return SnapshotInfo{}, fmt.Errorf("check snapshot database: %w", err)
+	}
 	if ctx.Err() != nil {
-		return SnapshotInfo{}, fmt.Errorf("check snapshot database: %w: the check did not finish (%v)", ErrMalformedSnapshot, ctx.Err())
+		return SnapshotInfo{}, fmt.Errorf("check snapshot database: %w: the check did not finish in %s", ErrMalformedSnapshot, checkTimeout)
 	}
 	var ee *exec.ExitError
 	if !errors.As(runErr, &ee) {

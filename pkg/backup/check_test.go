@@ -2,6 +2,7 @@ package backup
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"errors"
 	"os"
@@ -78,5 +79,17 @@ func TestFetchMalformedLeavesNothing(t *testing.T) {
 				t.Fatalf("Fetch left %s behind (stat: %v)", dst, err)
 			}
 		})
+	}
+}
+
+// TestInspectCanceled: a check the caller cancels reports the
+// cancellation, not a malformed snapshot (verify --all would otherwise
+// list a good backup as malformed after an interrupt).
+func TestInspectCanceled(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err := Inspect(ctx, filepath.Join("testdata", "malformed", malformed[0]))
+	if !errors.Is(err, context.Canceled) || errors.Is(err, ErrMalformedSnapshot) {
+		t.Fatalf("Inspect with a canceled context = %v; want context.Canceled, not ErrMalformedSnapshot", err)
 	}
 }
