@@ -1,11 +1,13 @@
 package agent
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/etcd-steward/steward/internal/atomicfile"
 	"github.com/etcd-steward/steward/pkg/agentapi"
@@ -24,6 +26,10 @@ const (
 	s3CredentialsFile = "secrets/s3-credentials"
 	backupKeyFile     = "secrets/backup.key"
 )
+
+// ErrOtherBackupAuthKey: a spec hand-over carries another cluster backup
+// key than the one this host holds.
+var ErrOtherBackupAuthKey = errors.New("another cluster backup key")
 
 // SetCluster writes the spec a coordinator sent into the agent's directory
 // (DIR/cluster.yaml), with this host's paths: its binary store, its
@@ -63,8 +69,29 @@ func (a *Agent) SetCluster(f agentapi.ClusterFiles) error {
 	if err := os.MkdirAll(filepath.Join(a.opts.Dir, secretsDir), 0o700); err != nil {
 		return err
 	}
-	for _, sf := range []struct{ path, data string }{{s3CredentialsFile, f.S3Credentials}, {backupKeyFile, f.BackupKey}} {
+	authPath := filepath.Join(a.opts.Dir, "pki", pki.BackupAuthKey)
+	if f.BackupAuthKey != "" {
+		// A coordinator that lost the cluster backup key (a takeover
+		// without it) would make one of its own: replacing this host's
+		// copy would lose the key every earlier manifest is sealed under,
+		// maybe its last copy. Refused before anything is written.
+		if have, err := os.ReadFile(authPath); err == nil && !bytes.Equal(bytes.TrimSpace(have), bytes.TrimSpace([]byte(f.BackupAuthKey))) {
+			return badRequest{fmt.Errorf("%w: this host holds another cluster backup key (%s) than the coordinator sends: copy this host's key to the coordinator's DIR/pki/%s instead of making a new one", ErrOtherBackupAuthKey, authPath, pki.BackupAuthKey)}
+		}
+	}
+	for _, sf := range []struct {
+		path, data string
+		keep       bool // a key earlier backups may need: moved aside, never deleted
+	}{{s3CredentialsFile, f.S3Credentials, false}, {backupKeyFile, f.BackupKey, true}} {
 		p := filepath.Join(a.opts.Dir, sf.path)
+		if sf.keep {
+			if have, err := os.ReadFile(p); err == nil && string(have) != sf.data {
+				aside := fmt.Sprintf("%s.replaced-%s", p, time.Now().UTC().Format("20060102T150405.000000000Z"))
+				if err := os.Rename(p, aside); err != nil {
+					return fmt.Errorf("keep the previous %s: %w", sf.path, err)
+				}
+			}
+		}
 		if sf.data == "" {
 			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return err
@@ -81,7 +108,7 @@ func (a *Agent) SetCluster(f agentapi.ClusterFiles) error {
 		if err := os.MkdirAll(filepath.Join(a.opts.Dir, "pki"), 0o700); err != nil {
 			return err
 		}
-		if err := atomicfile.WriteFile(filepath.Join(a.opts.Dir, "pki", pki.BackupAuthKey), []byte(f.BackupAuthKey), 0o600); err != nil {
+		if err := atomicfile.WriteFile(authPath, []byte(f.BackupAuthKey), 0o600); err != nil {
 			return fmt.Errorf("write the cluster backup key: %w", err)
 		}
 	}
