@@ -20,6 +20,7 @@ package certrenew
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -87,9 +88,17 @@ func round(ctx context.Context, dir string, log *slog.Logger) (time.Duration, er
 	for _, r := range rs {
 		log.Info("certificate renewed", "host", r.Host, "name", r.Name, "file", r.File, "oldSerial", r.OldSerial, "newSerial", r.NewSerial, "notAfter", r.NotAfter)
 	}
-	if errors.Is(err, cluster.ErrRenewalRunning) || errors.Is(err, pki.ErrRotationInProgress) {
-		// Another renewal, or a CA rotation whose plan reissues every leaf.
+	if errors.Is(err, pki.ErrRotationInProgress) {
+		// A CA rotation whose plan reissues every leaf: wait for it, but
+		// say so when no plan is running it (aborted): renewals would
+		// otherwise stop without a word until the certificates expire.
+		if p, perr := c.Plans().Latest(); perr == nil && !p.Active() {
+			return wait, fmt.Errorf("renewals wait for a CA rotation that is not running (plan %s is %s; %s is still there): run `steward certs rotate-ca` to finish it", p.ID, p.State, pki.CANextCert)
+		}
 		return wait, nil
+	}
+	if errors.Is(err, cluster.ErrRenewalRunning) {
+		return wait, nil // another renewal
 	}
 	if errors.Is(err, pki.ErrNoCAKey) {
 		return wait, errors.New("this host's certificates are due for renewal and its directory holds no CA key: the coordinator renews them through this agent's API (its renewal loop or `steward certs renew`); check that it reaches this host (docs/certificates.md)")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/pki"
+	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -112,3 +113,45 @@ func TestRound(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// TestRoundSaysWhenARotationStalls: while a CA rotation's plan runs, the
+// loop waits quietly; once that plan is no longer active (aborted) but the
+// next CA is still there, renewals cannot happen and the round says so,
+// naming the plan and what to run.
+func TestRoundSaysWhenARotationStalls(t *testing.T) {
+	dir := t.TempDir()
+	s, err := spec.NewDefault(spec.DefaultOptions{Members: 1, Version: binaries.EmbeddedVersion(), StewardDir: dir, FreePort: spec.FreePort("127.0.0.1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.TLS.LeafValidity, s.TLS.RenewBefore = "30s", "29s"
+	if err := s.Save(filepath.Join(dir, spec.FileName)); err != nil {
+		t.Fatal(err)
+	}
+	certDir := s.CertDir(dir)
+	v := pki.Validity{Leaf: 30 * time.Second, RenewBefore: 29 * time.Second}
+	if err := pki.EnsureWith(certDir, s.Name, nil, v); err != nil {
+		t.Fatal(err)
+	}
+	if err := pki.RotationPrepare(certDir, s.Name, v); err != nil {
+		t.Fatal(err)
+	}
+	store := plan.OpenStore(dir)
+	p := &plan.Plan{ID: "ca-rotation-1", Kind: plan.KindCARotation, State: plan.Running, CreatedAt: time.Now(),
+		Steps: []plan.Step{{Index: 0, Kind: "ca-prepare", State: plan.Done}, {Index: 1, Kind: "ca-trust", State: plan.Pending}}}
+	if err := store.Save(p); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	if _, err := round(t.Context(), dir, log); err != nil {
+		t.Fatalf("round under a running rotation: %v, want a quiet wait", err)
+	}
+	p.State = plan.Aborted
+	if err := store.Save(p); err != nil {
+		t.Fatal(err)
+	}
+	_, err = round(t.Context(), dir, log)
+	if err == nil || !strings.Contains(err.Error(), "ca-rotation-1") || !strings.Contains(err.Error(), "steward certs rotate-ca") {
+		t.Fatalf("round under an aborted rotation: %v, want the plan named and what to run", err)
+	}
+}
