@@ -168,19 +168,26 @@ func (c *Cluster) certLockPath() string { return filepath.Join(c.Dir, "run", "ce
 // waiting up to wait for a renewal that holds it (a renewal holds it while
 // it waits for the members to serve what it wrote: up to a minute).
 func (c *Cluster) LockCertificates(ctx context.Context, wait time.Duration) (*filelock.Lock, error) {
+	lock, err := waitForLock(ctx, c.certLockPath(), wait)
+	if errors.Is(err, filelock.ErrHeld) {
+		return nil, fmt.Errorf("%w: another renewal of %s held the lock for %s", ErrRenewalRunning, c.CertDir(), wait)
+	}
+	return lock, err
+}
+
+// waitForLock takes the lock at path, trying every 200 ms for up to wait;
+// after that the error wraps filelock.ErrHeld.
+func waitForLock(ctx context.Context, path string, wait time.Duration) (*filelock.Lock, error) {
 	deadline := time.Now().Add(wait)
 	for {
-		lock, err := filelock.TryLock(c.certLockPath())
-		if !errors.Is(err, filelock.ErrHeld) {
+		lock, err := filelock.TryLock(path)
+		if !errors.Is(err, filelock.ErrHeld) || time.Now().After(deadline) {
 			return lock, err
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("%w: another renewal of %s held the lock for %s", ErrRenewalRunning, c.CertDir(), wait)
 		}
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-time.After(500 * time.Millisecond):
+		case <-time.After(200 * time.Millisecond):
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/atomicfile"
 	"github.com/etcd-steward/steward/internal/childenv"
 	"github.com/etcd-steward/steward/internal/proc"
 	"github.com/etcd-steward/steward/pkg/pki"
@@ -62,7 +63,17 @@ func (c *Cluster) RenewerPID() int {
 // renews this directory's leaves and the joined hosts' (cluster.RenewHosts)
 // at their renewal point, as an agent's loop does on a single host.
 func (c *Cluster) EnsureRenewer(ctx context.Context, exe string) (started bool, err error) {
-	if !c.NeedsRenewer() || c.RenewerPID() != 0 {
+	if !c.NeedsRenewer() {
+		return false, nil
+	}
+	// Two `steward up` at once would both find none running and start two,
+	// and `down` would stop only the one the pid file names.
+	lock, err := waitForLock(ctx, filepath.Join(c.Dir, "run", "certrenew-start.lock"), 30*time.Second)
+	if err != nil {
+		return false, fmt.Errorf("start certificate renewal: %w", err)
+	}
+	defer lock.Release()
+	if c.RenewerPID() != 0 {
 		return false, nil
 	}
 	if exe == "" {
@@ -94,7 +105,7 @@ func (c *Cluster) EnsureRenewer(ctx context.Context, exe string) (started bool, 
 	pid := cmd.Process.Pid
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	if err := os.WriteFile(filepath.Join(c.Dir, "run", RenewerPIDFile), []byte(strconv.Itoa(pid)+"\n"), 0o600); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(c.Dir, "run", RenewerPIDFile), []byte(strconv.Itoa(pid)+"\n"), 0o600); err != nil {
 		_ = cmd.Process.Kill()
 		return false, fmt.Errorf("write the certificate renewal's pid file: %w", err)
 	}

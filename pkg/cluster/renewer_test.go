@@ -2,8 +2,11 @@ package cluster
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -107,6 +110,38 @@ func TestEnsureRenewer(t *testing.T) {
 		}
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
+		}
+	})
+	t.Run("two at once start one", func(t *testing.T) {
+		c := multiHostCluster(t, false, true)
+		exe := filepath.Join(t.TempDir(), "steward")
+		if err := os.WriteFile(exe, []byte("#!/bin/sh\nwhile :; do sleep 0.1; done\n"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		results := make([]bool, 2)
+		errs := make([]error, 2)
+		for i := range 2 {
+			wg.Go(func() { results[i], errs[i] = c.EnsureRenewer(t.Context(), exe) })
+		}
+		wg.Wait()
+		t.Cleanup(func() { _ = exec.Command("pkill", "-KILL", "-f", exe).Run() }) // every one started, even a stray
+		n := 0
+		for i := range 2 {
+			if errs[i] != nil {
+				t.Errorf("EnsureRenewer %d: %v", i, errs[i])
+			}
+			if results[i] {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%d renewers started by two concurrent calls, want 1", n)
+		}
+		// Every process running the script is the one the pid file names.
+		out, _ := exec.Command("pgrep", "-f", exe).Output()
+		if pids := strings.Fields(string(out)); len(pids) != 1 || pids[0] != strconv.Itoa(c.RenewerPID()) {
+			t.Errorf("renewer processes %v, want only the one in the pid file (%d)", pids, c.RenewerPID())
 		}
 	})
 }
