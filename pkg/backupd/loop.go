@@ -171,7 +171,17 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 	if err != nil {
 		return err
 	}
-	all, ignored := trusted(listing, status.Cluster.ID, liveRevision(status), time.Now())
+	// The cluster's revision read after the listing: a previous leader may
+	// have stored its last segment since the status above (a hand-over under
+	// writes), and a manifest is judged against what the cluster had when
+	// it was listed, not before.
+	live := liveRevision(status)
+	rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+	if resp, err := cli.Get(rctx, "/steward/revision", clientv3.WithCountOnly()); err == nil {
+		live = max(live, resp.Header.Revision)
+	}
+	rcancel()
+	all, ignored := trusted(listing, status.Cluster.ID, live, time.Now())
 	if len(ignored) > 0 {
 		log.Warn("ignoring untrusted backup manifests", "count", len(ignored), "manifests", ignored)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -34,6 +35,9 @@ func (c *Cluster) backupCondition(ctx context.Context, now time.Time, liveRevisi
 	}
 	if c.Spec.Backup.Continuous {
 		bs, ok := backup.PickLoopStatus(c.loopStatuses(ctx))
+		if ok && liveRevision > 0 && bs.NextRevision-1 > liveRevision {
+			liveRevision = c.refreshRevision(ctx, liveRevision)
+		}
 		switch {
 		case !ok:
 			cond.Reason, cond.Message = "BackupNotStarted", "continuous backups are on but the backup loop has not reported yet"
@@ -91,6 +95,9 @@ func (c *Cluster) backupCondition(ctx context.Context, now time.Time, liveRevisi
 		}
 	}()
 	ms := l.Backups
+	if n := len(ms); n > 0 && liveRevision > 0 && ms[n-1].EndRevision > liveRevision {
+		liveRevision = c.refreshRevision(ctx, liveRevision)
+	}
 	for i := len(ms) - 1; i >= 0; i-- {
 		m := ms[i]
 		if m.Kind != backup.KindFull {
@@ -289,4 +296,23 @@ func stateWord(s plan.State) string {
 		return "RolledBack"
 	}
 	return "Unknown"
+}
+
+// refreshRevision reads the cluster's revision now (a linearizable read),
+// for a backup that claims more than known, the revision the status probes
+// saw: a loop that stored revisions since those probes is not ahead of the
+// cluster. It returns known when the read fails.
+func (c *Cluster) refreshRevision(ctx context.Context, known int64) int64 {
+	cli, err := c.Client()
+	if err != nil {
+		return known
+	}
+	defer cli.Close()
+	rctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	resp, err := cli.Get(rctx, "/steward/revision", clientv3.WithCountOnly())
+	if err != nil {
+		return known
+	}
+	return max(known, resp.Header.Revision)
 }
