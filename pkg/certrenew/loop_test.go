@@ -40,20 +40,8 @@ func serialOf(t *testing.T, p string) string {
 // runs here), and returns a wait of a tenth of the margin. A spec whose
 // directory has no CA key reports that the host cannot sign.
 func TestRound(t *testing.T) {
-	dir := t.TempDir()
-	s, err := spec.NewDefault(spec.DefaultOptions{Members: 1, Version: binaries.EmbeddedVersion(), StewardDir: dir, FreePort: spec.FreePort("127.0.0.1")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.TLS.LeafValidity, s.TLS.RenewBefore = "30s", "29s"
-	if err := s.Save(filepath.Join(dir, spec.FileName)); err != nil {
-		t.Fatal(err)
-	}
+	dir, s, v := shortLivedDir(t)
 	certDir := s.CertDir(dir)
-	v := pki.Validity{Leaf: 30 * time.Second, RenewBefore: 29 * time.Second}
-	if err := pki.EnsureWith(certDir, s.Name, nil, v); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := pki.IssueClient(certDir, s.Name, "kube-apiserver", time.Hour, "", v); err != nil {
 		t.Fatal(err)
 	}
@@ -119,20 +107,8 @@ func contains(s, sub string) bool { return strings.Contains(s, sub) }
 // next CA is still there, renewals cannot happen and the round says so,
 // naming the plan and what to run.
 func TestRoundSaysWhenARotationStalls(t *testing.T) {
-	dir := t.TempDir()
-	s, err := spec.NewDefault(spec.DefaultOptions{Members: 1, Version: binaries.EmbeddedVersion(), StewardDir: dir, FreePort: spec.FreePort("127.0.0.1")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.TLS.LeafValidity, s.TLS.RenewBefore = "30s", "29s"
-	if err := s.Save(filepath.Join(dir, spec.FileName)); err != nil {
-		t.Fatal(err)
-	}
+	dir, s, v := shortLivedDir(t)
 	certDir := s.CertDir(dir)
-	v := pki.Validity{Leaf: 30 * time.Second, RenewBefore: 29 * time.Second}
-	if err := pki.EnsureWith(certDir, s.Name, nil, v); err != nil {
-		t.Fatal(err)
-	}
 	if err := pki.RotationPrepare(certDir, s.Name, v); err != nil {
 		t.Fatal(err)
 	}
@@ -150,8 +126,28 @@ func TestRoundSaysWhenARotationStalls(t *testing.T) {
 	if err := store.Save(p); err != nil {
 		t.Fatal(err)
 	}
-	_, err = round(t.Context(), dir, log)
+	_, err := round(t.Context(), dir, log)
 	if err == nil || !strings.Contains(err.Error(), "ca-rotation-1") || !strings.Contains(err.Error(), "steward certs rotate-ca") {
 		t.Fatalf("round under an aborted rotation: %v, want the plan named and what to run", err)
 	}
+}
+
+// shortLivedDir is a one-member Steward directory whose spec gives leaves
+// 30 s with a 29 s renewal margin, and its certificates.
+func shortLivedDir(t *testing.T) (string, *spec.Cluster, pki.Validity) {
+	t.Helper()
+	dir := t.TempDir()
+	s, err := spec.NewDefault(spec.DefaultOptions{Members: 1, Version: binaries.EmbeddedVersion(), StewardDir: dir, FreePort: spec.FreePort("127.0.0.1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.TLS.LeafValidity, s.TLS.RenewBefore = "30s", "29s"
+	if err := s.Save(filepath.Join(dir, spec.FileName)); err != nil {
+		t.Fatal(err)
+	}
+	v := pki.Validity{Leaf: 30 * time.Second, RenewBefore: 29 * time.Second}
+	if err := pki.EnsureWith(s.CertDir(dir), s.Name, nil, v); err != nil {
+		t.Fatal(err)
+	}
+	return dir, s, v
 }
