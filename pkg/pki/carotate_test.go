@@ -327,3 +327,39 @@ func TestRotationAfterInterruptedDrop(t *testing.T) {
 		t.Error("the file moved aside is not the first rotation's old CA")
 	}
 }
+
+// TestInventoryDuringRotation: while ca.crt is the bundle of two CAs and
+// the next CA waits in ca-next.crt, the inventory lists both CAs of the
+// bundle and the next one, so their expiry is seen too.
+func TestInventoryDuringRotation(t *testing.T) {
+	dir := t.TempDir()
+	if err := Ensure(dir, "c1", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := RotationPrepare(dir, "c1", Validity{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := RotationTrustBoth(dir); err != nil {
+		t.Fatal(err)
+	}
+	inv, err := Inventory(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]CertInfo{}
+	for _, i := range inv {
+		got[i.Name] = i
+	}
+	next, err := readCert(filepath.Join(dir, CANextCert))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"ca", "ca#2", "ca-next"} {
+		if i, ok := got[n]; !ok || !i.IsCA || i.Error != "" {
+			t.Errorf("inventory entry %s: %+v (present %v)", n, i, ok)
+		}
+	}
+	if got["ca#2"].Serial != got["ca-next"].Serial || got["ca-next"].Serial != next.SerialNumber.Text(16) {
+		t.Errorf("the bundle's second CA (%s) is not the next CA (%s)", got["ca#2"].Serial, next.SerialNumber.Text(16))
+	}
+}

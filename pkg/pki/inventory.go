@@ -131,8 +131,40 @@ func Inventory(dir string) ([]CertInfo, error) {
 		i := Describe(f.name, c, now)
 		i.File = f.cert
 		out = append(out, i)
+		if f.name == "ca" {
+			// During a CA rotation ca.crt is a bundle of two CAs, and the
+			// next CA waits in its own file: list them too.
+			out = append(out, moreCAs(dir, now)...)
+		}
 	}
 	return out, nil
+}
+
+// moreCAs lists the CAs of a rotation beside the first one of ca.crt: the
+// bundle's further certificates (ca#2, ...) and the prepared next CA
+// (ca-next), so their expiry is seen (and warned on) too.
+func moreCAs(dir string, now time.Time) []CertInfo {
+	var out []CertInfo
+	if b, err := os.ReadFile(filepath.Join(dir, CACert)); err == nil {
+		n := 0
+		for blk, rest := pem.Decode(b); blk != nil; blk, rest = pem.Decode(rest) {
+			n++
+			if n == 1 || blk.Type != "CERTIFICATE" {
+				continue
+			}
+			if c, err := x509.ParseCertificate(blk.Bytes); err == nil {
+				i := Describe(fmt.Sprintf("ca#%d", n), c, now)
+				i.File = filepath.Join(dir, CACert)
+				out = append(out, i)
+			}
+		}
+	}
+	if c, err := readCert(filepath.Join(dir, CANextCert)); err == nil {
+		i := Describe("ca-next", c, now)
+		i.File = filepath.Join(dir, CANextCert)
+		out = append(out, i)
+	}
+	return out
 }
 
 // readCert reads the first certificate of a PEM file.
