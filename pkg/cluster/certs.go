@@ -64,9 +64,15 @@ func (c *Cluster) servedCerts(ctx context.Context) []pki.CertInfo {
 		}
 		return out
 	}
-	var client *tls.Certificate
+	var client, peer *tls.Certificate
 	if pair, err := tls.LoadX509KeyPair(f.ClientCert, f.ClientKey); err == nil {
 		client = &pair
+	}
+	// A peer port takes only the peer certificate (--peer-cert-allowed-cn):
+	// any other would be refused, and every status would leave a "rejected
+	// connection on peer endpoint" warning in the member's log.
+	if pair, err := tls.LoadX509KeyPair(f.PeerCert, f.PeerKey); err == nil {
+		peer = &pair
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
@@ -74,7 +80,11 @@ func (c *Cluster) servedCerts(ctx context.Context) []pki.CertInfo {
 	for i, t := range ts {
 		wg.Go(func() {
 			// out[i] is written by this goroutine alone, read after Wait.
-			cert, err := pki.ServedCert(ctx, t.addr, pool, client)
+			cc := client
+			if strings.HasSuffix(t.name, " peer") && peer != nil {
+				cc = peer
+			}
+			cert, err := pki.ServedCert(ctx, t.addr, pool, cc)
 			info := pki.CertInfo{Name: t.name}
 			if cert != nil {
 				info = pki.Describe(t.name, cert, time.Now())
