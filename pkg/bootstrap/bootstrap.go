@@ -174,7 +174,9 @@ func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*clust
 		}
 		for _, u := range []string{m.ClientURL, m.PeerURL} {
 			hp, _ := spec.HostPort(u)
-			if err := portcheck.Free(hp); err != nil {
+			if err := waitPortFree(ctx, ac, m.Name, hp); errors.Is(err, errMemberStarted) {
+				break
+			} else if err != nil {
 				return nil, warnings, fmt.Errorf("member %s cannot start: %s: %w; pick another port in %s", m.Name, u, err, specPath)
 			}
 		}
@@ -356,4 +358,41 @@ func waitExit(ctx context.Context, pid int, d time.Duration) error {
 		return fmt.Errorf("process %d did not exit within %s", pid, d)
 	}
 	return nil
+}
+
+// errMemberStarted: the local agent started the member whose port was
+// busy (an agent starts the members it was running when it stopped).
+var errMemberStarted = errors.New("the agent started the member")
+
+// waitPortFree returns nil once hostPort is free, errMemberStarted when
+// the local agent reports the member starting or running meanwhile (its own
+// process holds the port: an agent just started by up restarts the members
+// it ran before, and says so only once it launched them), or the busy
+// port's error after a few seconds (a process that is exiting releases
+// its port by then; another program's does not).
+func waitPortFree(ctx context.Context, ac *agentapi.Client, member, hostPort string) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := portcheck.Free(hostPort)
+		if err == nil {
+			return nil
+		}
+		if ac != nil {
+			if ms, merr := ac.Members(ctx); merr == nil {
+				for _, m := range ms {
+					if m.Name == member && (m.State == agentapi.StateRunning || m.State == agentapi.StateStarting) {
+						return errMemberStarted
+					}
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
