@@ -2,14 +2,10 @@ package bench
 
 import (
 	"encoding/json"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/test/harness"
@@ -38,20 +34,7 @@ func BenchmarkCertRenewal(b *testing.B) {
 		hs.MustRun("up")
 		hs.WaitStatus(time.Minute, "three healthy members on three hosts", harness.Healthy)
 		// The writer's own client certificate (not renewed under it).
-		wdir := filepath.Join(b.TempDir(), "writer")
-		hs.MustRun("certs", "issue-client", "writer", "--validity", "1h", "--out", wdir)
-		tc, err := pki.ClientTLSFiles(filepath.Join(wdir, "ca.crt"), filepath.Join(wdir, "writer.crt"), filepath.Join(wdir, "writer.key"))
-		if err != nil {
-			b.Fatal(err)
-		}
-		var eps []string
-		for _, m := range hs.Spec().Members {
-			eps = append(eps, m.ClientURL)
-		}
-		cli, err := clientv3.New(clientv3.Config{Endpoints: eps, TLS: tc, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-		if err != nil {
-			b.Fatal(err)
-		}
+		cli := hs.IssuedClient("writer")
 		opts := workload.Options{Wrap: 1000, Value: strings.Repeat("w", 1024), Timeout: 2 * time.Second}
 
 		// The renewal: twice every member's leaves.

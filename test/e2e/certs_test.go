@@ -264,21 +264,7 @@ func TestCertRenewalUnderWrites(t *testing.T) {
 	}
 	// The writer's own client certificate outlives the test (the admin's
 	// is renewed under it; a client keeps the certificate it dialled with).
-	out := filepath.Join(t.TempDir(), "writer")
-	e.MustRun("certs", "issue-client", "writer", "--validity", "1h", "--out", out)
-	tc, err := pki.ClientTLSFiles(filepath.Join(out, "ca.crt"), filepath.Join(out, "writer.crt"), filepath.Join(out, "writer.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var eps []string
-	for _, m := range s.Members {
-		eps = append(eps, m.ClientURL)
-	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, TLS: tc, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := e.IssuedClient("writer")
 	w := workload.Start(t, cli, workload.Options{Prefix: "/renewal", Interval: 20 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second})
 
 	serials := map[string]map[string]bool{} // endpoint -> serials seen

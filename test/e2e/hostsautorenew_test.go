@@ -7,11 +7,7 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-
 	"github.com/etcd-steward/steward/pkg/cluster"
-	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/spec"
 	"github.com/etcd-steward/steward/test/harness"
 	"github.com/etcd-steward/steward/test/workload"
@@ -52,21 +48,7 @@ func TestHostsCertAutoRenewal(t *testing.T) {
 
 	// The writer's own client certificate outlives the test (a client
 	// keeps the certificate it dialled with).
-	wdir := filepath.Join(t.TempDir(), "writer")
-	hs.MustRun("certs", "issue-client", "writer", "--validity", "1h", "--out", wdir)
-	tc, err := pki.ClientTLSFiles(filepath.Join(wdir, "ca.crt"), filepath.Join(wdir, "writer.crt"), filepath.Join(wdir, "writer.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var eps []string
-	for _, m := range s.Members {
-		eps = append(eps, m.ClientURL)
-	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, TLS: tc, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := hs.IssuedClient("writer")
 	w := workload.Start(t, cli, workload.Options{Prefix: "/autorenew", Interval: 20 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second})
 
 	var watched []string // every serving certificate: members' ports, agents
