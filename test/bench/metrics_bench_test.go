@@ -1,10 +1,7 @@
 package bench
 
 import (
-	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -48,7 +45,7 @@ func BenchmarkMetricsScrape(b *testing.B) {
 		}
 		// The metrics server is up and the backup loop settled.
 		harness.Eventually(b, 30*time.Second, 500*time.Millisecond, "metrics served", func() error {
-			body, err := get(b.Context(), url)
+			body, err := harness.HTTPGet(b.Context(), url)
 			if err == nil && !strings.Contains(body, "steward_backup_newest_revision") {
 				err = fmt.Errorf("no backup series yet")
 			}
@@ -63,7 +60,7 @@ func BenchmarkMetricsScrape(b *testing.B) {
 				next := time.Now().Add(5 * time.Second)
 				if scrape {
 					start := time.Now()
-					if _, err := get(b.Context(), url); err != nil {
+					if _, err := harness.HTTPGet(b.Context(), url); err != nil {
 						b.Fatal(err)
 					}
 					lat = append(lat, time.Since(start))
@@ -140,23 +137,4 @@ func memKB(b *testing.B, pid int, field string) float64 {
 	}
 	b.Fatalf("no %s in /proc/%d/status", field, pid)
 	return 0
-}
-
-func get(ctx context.Context, url string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err == nil && resp.StatusCode != http.StatusOK {
-		err = fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return string(body), err
 }

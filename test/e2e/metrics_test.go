@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -48,7 +46,7 @@ func TestMetricsPrometheus(t *testing.T) {
 	}
 	// The agent's own page: its members up, and the backup leader's series.
 	harness.Eventually(t, 30*time.Second, 500*time.Millisecond, "the agent exports its members and its backups", func() error {
-		body, err := httpGet(t.Context(), st.Agents[0].MetricsURL)
+		body, err := harness.HTTPGet(t.Context(), st.Agents[0].MetricsURL)
 		if err != nil {
 			return err
 		}
@@ -187,7 +185,7 @@ scrape_configs:
 	})
 	p := &promServer{base: "http://" + listen}
 	harness.Eventually(t, 30*time.Second, 250*time.Millisecond, "Prometheus is ready", func() error {
-		_, err := httpGet(t.Context(), p.base+"/-/ready")
+		_, err := harness.HTTPGet(t.Context(), p.base+"/-/ready")
 		return err
 	})
 	return p
@@ -195,7 +193,7 @@ scrape_configs:
 
 // query runs an instant query and returns each result's labels.
 func (p *promServer) query(ctx context.Context, q string) ([]map[string]string, error) {
-	body, err := httpGet(ctx, p.base+"/api/v1/query?query="+url.QueryEscape(q))
+	body, err := harness.HTTPGet(ctx, p.base+"/api/v1/query?query="+url.QueryEscape(q))
 	if err != nil {
 		return nil, err
 	}
@@ -220,7 +218,7 @@ func (p *promServer) query(ctx context.Context, q string) ([]map[string]string, 
 // alerts returns the active alerts (pending or firing) named name, each
 // as its labels plus "state".
 func (p *promServer) alerts(ctx context.Context, name string) ([]map[string]string, error) {
-	body, err := httpGet(ctx, p.base+"/api/v1/alerts")
+	body, err := harness.HTTPGet(ctx, p.base+"/api/v1/alerts")
 	if err != nil {
 		return nil, err
 	}
@@ -248,29 +246,6 @@ func (p *promServer) alerts(ctx context.Context, name string) ([]map[string]stri
 		out = append(out, l)
 	}
 	return out, nil
-}
-
-// httpGet returns the body of a 200 response.
-func httpGet(ctx context.Context, u string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET %s: %s: %s", u, resp.Status, b)
-	}
-	return string(b), nil
 }
 
 // grepLines returns the lines of s that contain sub.

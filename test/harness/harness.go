@@ -14,6 +14,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -475,4 +477,28 @@ func (e *Env) IssuedClient(name string) *clientv3.Client {
 	}
 	e.TB.Cleanup(func() { cli.Close() })
 	return cli
+}
+
+// HTTPGet returns the body of a 200 response to GET u (10 s at most); any
+// other status is an error quoting the body.
+func HTTPGet(ctx context.Context, u string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET %s: %s: %s", u, resp.Status, b)
+	}
+	return string(b), nil
 }
