@@ -86,15 +86,8 @@ func (c *Cluster) SaveSpec(s *spec.Cluster) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	if c.Spec != nil && c.Spec.MultiHost() {
-		// A coordinator another one took over from changes nothing.
-		if h, err := c.Handover(ctx); err != nil {
-			c.Progress.Say("warning: cannot check that this is still the coordinator: %v", err)
-		} else if err := h.Check(ctx); errors.Is(err, handover.ErrSuperseded) {
-			return fmt.Errorf("refusing to change the spec: %w", err)
-		} else if err != nil {
-			c.Progress.Say("warning: cannot check that this is still the coordinator: %v", err)
-		}
+	if err := c.checkCoordinator(ctx); err != nil {
+		return fmt.Errorf("refusing to change the spec: %w", err)
 	}
 	if err := s.Save(c.SpecPath()); err != nil {
 		return err
@@ -104,6 +97,28 @@ func (c *Cluster) SaveSpec(s *spec.Cluster) error {
 	// misses this one gets the spec with the next change or `steward up`.
 	if err := c.PushSpec(ctx); err != nil {
 		c.Progress.Say("warning: %v", err)
+	}
+	return nil
+}
+
+// checkCoordinator fails with handover.ErrSuperseded when this is a
+// multi-host coordinator another machine took over from (`steward
+// takeover`): such a coordinator changes nothing and signs nothing. When
+// the store cannot tell, it warns and lets the caller go on (the store may
+// be down while the cluster still needs its coordinator).
+func (c *Cluster) checkCoordinator(ctx context.Context) error {
+	if c.Spec == nil || !c.Spec.MultiHost() {
+		return nil
+	}
+	h, err := c.Handover(ctx)
+	if err == nil {
+		err = h.Check(ctx)
+	}
+	if errors.Is(err, handover.ErrSuperseded) {
+		return err
+	}
+	if err != nil {
+		c.Progress.Say("warning: cannot check that this is still the coordinator: %v", err)
 	}
 	return nil
 }

@@ -34,7 +34,9 @@ const hostCallTimeout = 10 * time.Second
 // A host that fails (unreachable, a refusal, a member that does not serve
 // the renewal in time) is reported in the joined error, naming the host,
 // and the others are still renewed. The renewals done are returned, with
-// Host set, whether or not an error is.
+// Host set, whether or not an error is. A coordinator another machine took
+// over from (`steward takeover`) is refused (handover.ErrSuperseded) before
+// it signs anything.
 func (c *Cluster) RenewHosts(ctx context.Context, names []string, force bool, timeout time.Duration) ([]pki.Renewal, error) {
 	if c.Spec.TLS.Disabled {
 		return nil, errors.New("renew host certificates: TLS is off in the spec")
@@ -63,6 +65,12 @@ func (c *Cluster) RenewHosts(ctx context.Context, names []string, force bool, ti
 		return nil, fmt.Errorf("renew host certificates: %w", err)
 	}
 	defer lock.Release()
+	// A coordinator another machine took over from signs nothing: the new
+	// one renews the hosts' leaves (its own loop), and two signers would
+	// race each other's pushes.
+	if err := c.checkCoordinator(ctx); err != nil {
+		return nil, fmt.Errorf("renew host certificates: refusing to sign: %w", err)
+	}
 	var out []pki.Renewal
 	var errs []error
 	for _, h := range hosts {

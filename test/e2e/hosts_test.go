@@ -531,6 +531,11 @@ func TestHostsCoordinatorLost(t *testing.T) {
 	if _, err := os.Stat(hs.JoinFile("h9")); err == nil {
 		t.Fatalf("a refused host add left a join file")
 	}
+	// Nor sign the hosts' certificates: the new coordinator does (two
+	// signers would race each other's pushes).
+	if msg := hs.MustFail("certs", "renew", "--all"); !strings.Contains(msg, "refusing to sign: another coordinator took over: generation 2") {
+		t.Fatalf("the stale coordinator renewed the hosts' certificates: %s", msg)
+	}
 	res := w.Stop()
 	t.Logf("writer through the coordinator's loss: %s", res)
 	workload.RequireKeys(t, cli, res)
