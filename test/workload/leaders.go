@@ -2,8 +2,13 @@ package workload
 
 import (
 	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
+	"text/tabwriter"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -105,4 +110,41 @@ func (w *LeaderWatch) Since(m LeaderMark) (changes int, termDelta uint64) {
 		termDelta = w.terms[len(w.terms)-1] - w.terms[m.terms-1]
 	}
 	return changes, termDelta
+}
+
+// PhaseReport is the measurement of one operation run under a LinChecker
+// and a LeaderWatch: how long it took, the leadership changes and term
+// increase seen, and the clients' history.
+type PhaseReport struct {
+	Name          string
+	Took          time.Duration
+	LeaderChanges int
+	TermDelta     uint64
+	Result        *LinResult
+}
+
+// FormatReports renders reports as a table: one row per operation with its
+// leadership changes, operations, failures, the longest stall, and the
+// failed operations by error kind (and those a retry saved).
+func FormatReports(reports []PhaseReport) string {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "OPERATION\tTOOK\tLEADER CHANGES\tTERM +\tOPS\tFAILED\tLONGEST STALL\tERRORS BY KIND")
+	for _, r := range reports {
+		failed, retried := r.Result.Errors()
+		var kinds []string
+		for _, k := range slices.Sorted(maps.Keys(failed)) {
+			kinds = append(kinds, fmt.Sprintf("%d × %s", failed[k], k))
+		}
+		for _, k := range slices.Sorted(maps.Keys(retried)) {
+			kinds = append(kinds, fmt.Sprintf("%d × %s", retried[k], k))
+		}
+		if len(kinds) == 0 {
+			kinds = []string{"none"}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", r.Name, r.Took.Round(100*time.Millisecond), r.LeaderChanges, r.TermDelta,
+			len(r.Result.Ops), r.Result.Failed(), r.Result.LongestStall().Round(time.Millisecond), strings.Join(kinds, "; "))
+	}
+	tw.Flush()
+	return b.String()
 }

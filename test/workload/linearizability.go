@@ -457,44 +457,48 @@ func (r *LinResult) String() string {
 // time fails the test as unproven rather than passing it.
 var CheckTimeout = 2 * time.Minute
 
-// Check checks a history against RegisterModel. It returns porcupine's
-// result and, unless it is Ok, writes porcupine's HTML visualization into
-// dir and returns its path.
-func Check(h []porcupine.Operation, dir, name string) (porcupine.CheckResult, string, error) {
-	res, info := porcupine.CheckOperationsVerbose(RegisterModel, h, CheckTimeout)
-	if res == porcupine.Ok {
-		return res, "", nil
-	}
+// Check checks a history against RegisterModel, within CheckTimeout.
+func Check(h []porcupine.Operation) (porcupine.CheckResult, porcupine.LinearizationInfo) {
+	return porcupine.CheckOperationsVerbose(RegisterModel, h, CheckTimeout)
+}
+
+// Visualize writes porcupine's HTML visualization of a checked history
+// (its partial linearizations and where they fail) as dir/name.html and
+// returns its path.
+func Visualize(info porcupine.LinearizationInfo, dir, name string) (string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return res, "", fmt.Errorf("linearizability visualization: %w", err)
+		return "", fmt.Errorf("linearizability visualization: %w", err)
 	}
 	path := filepath.Join(dir, name+".html")
 	if err := porcupine.VisualizePath(RegisterModel, info, path); err != nil {
-		return res, "", fmt.Errorf("linearizability visualization: %w", err)
+		return "", fmt.Errorf("linearizability visualization: %w", err)
 	}
-	return res, path, nil
+	return path, nil
 }
 
-// RequireLinearizable fails the test unless the history is linearizable
-// (or the check ran out of time). On failure porcupine's visualization is
-// written to the test's artifact directory (t.ArtifactDir: kept under
-// -outputdir when go test runs with -artifacts, as `make test` does) and
-// its path logged.
+// RequireLinearizable fails the test unless the history is linearizable.
+// A check that runs out of time fails it too (unproven). On failure
+// porcupine's visualization is written to the test's artifact directory
+// (t.ArtifactDir: kept under -outputdir when go test runs with -artifacts,
+// as `make test` does; otherwise removed with the test) and its path
+// logged.
 func RequireLinearizable(t *testing.T, what string, r *LinResult) {
 	t.Helper()
 	h := r.History()
 	started := time.Now()
-	name := strings.NewReplacer("/", "-", " ", "-").Replace(what)
-	res, path, err := Check(h, t.ArtifactDir(), name)
+	res, info := Check(h)
+	took := time.Since(started).Round(time.Millisecond)
+	if res == porcupine.Ok {
+		t.Logf("%s: linearizable: %s (checked in %s)", what, r, took)
+		return
+	}
+	path, err := Visualize(info, t.ArtifactDir(), strings.NewReplacer("/", "-", " ", "-").Replace(what))
 	if err != nil {
 		t.Error(err)
 	}
-	switch res {
-	case porcupine.Ok:
-		t.Logf("%s: linearizable: %s (checked in %s)", what, r, time.Since(started).Round(time.Millisecond))
-	case porcupine.Illegal:
+	if res == porcupine.Illegal {
 		t.Errorf("%s: NOT linearizable: %s; porcupine's visualization: %s", what, r, path)
-	default:
-		t.Errorf("%s: the linearizability check ran out of time after %s (%d operations): unproven; visualization: %s", what, CheckTimeout, len(h), path)
+		return
 	}
+	t.Errorf("%s: the linearizability check ran out of time after %s (%d operations): unproven; visualization: %s", what, took, len(h), path)
 }
