@@ -361,6 +361,10 @@ func ErrorKind(err error) string {
 	if errors.Is(err, context.DeadlineExceeded) {
 		return "DeadlineExceeded: client timeout"
 	}
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) { // clientv3 turns etcd's own errors into these
+		return ee.Code().String() + ": " + ee.Error()
+	}
 	if s, ok := status.FromError(err); ok {
 		return s.Code().String() + ": " + rpctypes.ErrorDesc(err)
 	}
@@ -386,6 +390,18 @@ func (r *LinResult) Failed() int {
 	n := 0
 	for _, op := range r.Ops {
 		if op.Err != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// FailedWrites returns how many puts and compare-and-swaps ended with an
+// error (reads left out).
+func (r *LinResult) FailedWrites() int {
+	n := 0
+	for _, op := range r.Ops {
+		if op.Err != nil && op.Input.Op != OpGet {
 			n++
 		}
 	}
@@ -482,7 +498,7 @@ func Visualize(info porcupine.LinearizationInfo, dir, name string) (string, erro
 // (t.ArtifactDir: kept under -outputdir when go test runs with -artifacts,
 // as `make test` does; otherwise removed with the test) and its path
 // logged.
-func RequireLinearizable(t *testing.T, what string, r *LinResult) {
+func RequireLinearizable(t testing.TB, what string, r *LinResult) {
 	t.Helper()
 	h := r.History()
 	started := time.Now()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -138,7 +139,7 @@ func TestRegisterModel(t *testing.T) {
 // after everything else; the stall and error counts.
 func TestLinResultHistory(t *testing.T) {
 	ms := time.Millisecond
-	dropped := status.Error(codes.Unknown, "etcdserver: raft proposal dropped")
+	dropped := rpctypes.Error(status.Error(codes.Unknown, "etcdserver: raft proposal dropped"))
 	r := &workload.LinResult{Took: 90 * ms, Ops: []workload.LinOp{
 		op(0, put("a", "x"), ok, 0, 5*ms),
 		op(1, get("a"), ok, 10*ms, -60*ms),
