@@ -6,6 +6,7 @@ package workload
 // robustness tests use).
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -342,7 +343,7 @@ func (c *LinChecker) Stop() *LinResult {
 		c.mu.Lock()
 		ops := slices.Clone(c.ops)
 		c.mu.Unlock()
-		slices.SortFunc(ops, func(a, b LinOp) int { return int(a.Call - b.Call) })
+		slices.SortFunc(ops, func(a, b LinOp) int { return cmp.Compare(a.Call, b.Call) })
 		c.result = &LinResult{Ops: ops, Took: time.Since(c.start)}
 	})
 	return c.result
