@@ -1,12 +1,15 @@
 package bench
 
 import (
+	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/test/harness"
 	"github.com/etcd-steward/steward/test/workload"
 )
@@ -58,6 +61,7 @@ func BenchmarkUpgradeClientErrors(b *testing.B) {
 			took := time.Since(start)
 			r, t := rc.Stop(), tc.Stop()
 			changes, terms := leaders.Since(m)
+			logLeaderChanges(b, e, op.name, start, leaders.TermsSince(m))
 			raw, retry = append(raw, r), append(retry, t)
 			reports = append(reports,
 				workload.PhaseReport{Name: op.name + ", raw", Took: took, LeaderChanges: changes, TermDelta: terms, Result: r},
@@ -78,5 +82,33 @@ func BenchmarkUpgradeClientErrors(b *testing.B) {
 		b.ReportMetric(ms(rawStall), "raw-max-stall-ms")
 		b.ReportMetric(float64(retryFailed), "retry-failed-writes")
 		b.ReportMetric(ms(retryStall), "retry-max-stall-ms")
+	}
+}
+
+// logLeaderChanges logs each leadership change an operation made, with
+// the new leader's name and the step of the operation's plan that was
+// running when the watch saw it (the watch polls every 100 ms, so a change
+// at the very end of a step may be seen in the next one).
+func logLeaderChanges(b *testing.B, e *harness.Env, what string, start time.Time, terms []workload.LeaderTerm) {
+	var p plan.Plan
+	if err := json.Unmarshal([]byte(e.MustRun("plan", "show", "-o", "json")), &p); err != nil {
+		b.Fatal(err)
+	}
+	names := map[string]string{}
+	for _, m := range e.Status().Members {
+		names[m.ID] = m.Name
+	}
+	for _, lt := range terms {
+		step := "between steps"
+		for _, s := range p.Steps {
+			if s.StartedAt != nil && !lt.Seen.Before(*s.StartedAt) && (s.EndedAt == nil || !lt.Seen.After(*s.EndedAt)) {
+				step = fmt.Sprintf("step %d %s %s %s", s.Index, s.Kind, s.Member, s.Version)
+			}
+		}
+		leader := fmt.Sprintf("%x", lt.Leader)
+		if n, ok := names[leader]; ok {
+			leader = n
+		}
+		b.Logf("%s: term %d, leader %s, seen %s in, during %s", what, lt.Term, leader, lt.Seen.Sub(start).Round(100*time.Millisecond), step)
 	}
 }

@@ -26,10 +26,9 @@ type LeaderWatch struct {
 	quit chan struct{}
 	done chan struct{}
 
-	// mu guards the record: the poller writes, Mark and Changes read.
-	mu      sync.Mutex
-	terms   []uint64 // terms with a leader, ascending, as first seen
-	leaders []uint64 // the leader of each of terms
+	// mu guards the record: the poller writes, Mark and Since read.
+	mu    sync.Mutex
+	terms []LeaderTerm // terms with a leader, ascending, as first seen
 }
 
 // WatchLeaders polls the status of cli's endpoints every interval until
@@ -68,6 +67,14 @@ func (w *LeaderWatch) run(ctx context.Context, interval time.Duration) {
 	}
 }
 
+// LeaderTerm is a raft term in which a member reported a leader: the
+// term, the leader's member ID, and when the watch first saw it.
+type LeaderTerm struct {
+	Term   uint64
+	Leader uint64
+	Seen   time.Time
+}
+
 func (w *LeaderWatch) poll(ctx context.Context) {
 	type seen struct{ term, leader uint64 }
 	var got []seen
@@ -81,10 +88,10 @@ func (w *LeaderWatch) poll(ctx context.Context) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	now := time.Now()
 	for _, s := range got {
-		if n := len(w.terms); n == 0 || s.term > w.terms[n-1] {
-			w.terms = append(w.terms, s.term)
-			w.leaders = append(w.leaders, s.leader)
+		if n := len(w.terms); n == 0 || s.term > w.terms[n-1].Term {
+			w.terms = append(w.terms, LeaderTerm{Term: s.term, Leader: s.leader, Seen: now})
 		}
 	}
 }
@@ -107,9 +114,16 @@ func (w *LeaderWatch) Since(m LeaderMark) (changes int, termDelta uint64) {
 	defer w.mu.Unlock()
 	changes = len(w.terms) - m.terms
 	if changes > 0 && m.terms > 0 {
-		termDelta = w.terms[len(w.terms)-1] - w.terms[m.terms-1]
+		termDelta = w.terms[len(w.terms)-1].Term - w.terms[m.terms-1].Term
 	}
 	return changes, termDelta
+}
+
+// TermsSince returns the terms (leadership changes) seen after m.
+func (w *LeaderWatch) TermsSince(m LeaderMark) []LeaderTerm {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.terms[m.terms:])
 }
 
 // PhaseReport is the measurement of one operation run under a LinChecker
@@ -137,7 +151,7 @@ func FormatReports(reports []PhaseReport) string {
 			kinds = append(kinds, fmt.Sprintf("%d × %s", failed[k], k))
 		}
 		for _, k := range slices.Sorted(maps.Keys(retried)) {
-			kinds = append(kinds, fmt.Sprintf("%d × %s", retried[k], k))
+			kinds = append(kinds, fmt.Sprintf("retried %d × %s", retried[k], k))
 		}
 		if len(kinds) == 0 {
 			kinds = []string{"none"}

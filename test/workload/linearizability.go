@@ -185,6 +185,9 @@ type LinOp struct {
 	Return   time.Duration // for an unknown outcome, when the client gave up
 	Attempts int
 	Err      error // the last attempt's error; nil when etcd answered
+	// Retried is the error after which the operation was tried again
+	// (LinOptions.RetryOnce); nil when it was not.
+	Retried error
 }
 
 // LinChecker runs clients doing puts, linearizable gets and
@@ -276,6 +279,7 @@ func (c *LinChecker) do(ctx context.Context, kv clientv3.KV, id int, in RegInput
 		if op.Err == nil || op.Attempts > 1 || !c.retriable(op.Err) {
 			return op
 		}
+		op.Retried = op.Err
 	}
 }
 
@@ -372,15 +376,22 @@ func ErrorKind(err error) string {
 	return err.Error()
 }
 
-// Errors counts the failed operations (after their retries) by ErrorKind,
-// and, separately, the ones a retry saved.
+// Errors counts the failed operations (after their retries) by ErrorKind
+// of their last error and, separately, the retried ones by ErrorKind of
+// the error that made the client retry, and whether the retry succeeded
+// ("KIND, then ok" or "KIND, then failed").
 func (r *LinResult) Errors() (failed, retried map[string]int) {
 	failed, retried = map[string]int{}, map[string]int{}
 	for _, op := range r.Ops {
 		if op.Err != nil {
 			failed[ErrorKind(op.Err)]++
-		} else if op.Attempts > 1 {
-			retried[fmt.Sprintf("%s (retried)", op.Input.Op)]++
+		}
+		if op.Retried != nil {
+			then := "ok"
+			if op.Err != nil {
+				then = "failed"
+			}
+			retried[fmt.Sprintf("%s %s, then %s", op.Input.Op, ErrorKind(op.Retried), then)]++
 		}
 	}
 	return failed, retried

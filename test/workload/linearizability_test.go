@@ -144,8 +144,8 @@ func TestLinResultHistory(t *testing.T) {
 		op(0, put("a", "x"), ok, 0, 5*ms),
 		op(1, get("a"), ok, 10*ms, -60*ms),
 		op(2, put("a", "y"), ok, 20*ms, -30*ms),
-		{Client: 0, Input: put("a", "z"), Output: ok, Call: 40 * ms, Return: 50 * ms, Attempts: 2},
-		{Client: 0, Input: put("a", "w"), Output: workload.RegOutput{Unknown: true}, Call: 70 * ms, Return: 80 * ms, Attempts: 2, Err: dropped},
+		{Client: 0, Input: put("a", "z"), Output: ok, Call: 40 * ms, Return: 50 * ms, Attempts: 2, Retried: dropped},
+		{Client: 0, Input: put("a", "w"), Output: workload.RegOutput{Unknown: true}, Call: 70 * ms, Return: 80 * ms, Attempts: 2, Retried: dropped, Err: dropped},
 	}}
 	h := r.History()
 	if len(h) != 4 {
@@ -158,7 +158,7 @@ func TestLinResultHistory(t *testing.T) {
 		t.Errorf("longest stall %s, want 45ms (5ms to 50ms; the end, 90ms, is 40ms after the last success)", s)
 	}
 	failed, retried := r.Errors()
-	if failed["Unknown: etcdserver: raft proposal dropped"] != 1 || failed["DeadlineExceeded: client timeout"] != 2 || retried["put (retried)"] != 1 {
+	if failed["Unknown: etcdserver: raft proposal dropped"] != 1 || failed["DeadlineExceeded: client timeout"] != 2 || retried["put Unknown: etcdserver: raft proposal dropped, then ok"] != 1 || retried["put Unknown: etcdserver: raft proposal dropped, then failed"] != 1 {
 		t.Errorf("errors %v, retried %v", failed, retried)
 	}
 }
