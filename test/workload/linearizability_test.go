@@ -139,7 +139,7 @@ func TestRegisterModel(t *testing.T) {
 // after everything else; the stall and error counts.
 func TestLinResultHistory(t *testing.T) {
 	ms := time.Millisecond
-	dropped := rpctypes.Error(status.Error(codes.Unknown, "etcdserver: raft proposal dropped"))
+	dropped := rpctypes.Error(status.Error(codes.Unknown, "raft proposal dropped"))
 	r := &workload.LinResult{Took: 90 * ms, Ops: []workload.LinOp{
 		op(0, put("a", "x"), ok, 0, 5*ms),
 		op(1, get("a"), ok, 10*ms, -60*ms),
@@ -158,7 +158,7 @@ func TestLinResultHistory(t *testing.T) {
 		t.Errorf("longest stall %s, want 45ms (5ms to 50ms; the end, 90ms, is 40ms after the last success)", s)
 	}
 	failed, retried := r.Errors()
-	if failed["Unknown: etcdserver: raft proposal dropped"] != 1 || failed["DeadlineExceeded: client timeout"] != 2 || retried["put Unknown: etcdserver: raft proposal dropped, then ok"] != 1 || retried["put Unknown: etcdserver: raft proposal dropped, then failed"] != 1 {
+	if failed["Unknown: raft proposal dropped"] != 1 || failed["DeadlineExceeded: client timeout"] != 2 || retried["put Unknown: raft proposal dropped, then ok"] != 1 || retried["put Unknown: raft proposal dropped, then failed"] != 1 {
 		t.Errorf("errors %v, retried %v", failed, retried)
 	}
 }
