@@ -360,7 +360,7 @@ type LinResult struct {
 }
 
 // ErrorKind names an error for counting: its gRPC code and etcd's
-// description ("Unknown: etcdserver: raft proposal dropped"), or the
+// description ("Unavailable: etcdserver: leader changed"), or the
 // client's own error ("context deadline exceeded").
 func ErrorKind(err error) string {
 	if errors.Is(err, context.DeadlineExceeded) {
