@@ -361,7 +361,7 @@ type LinResult struct {
 
 // ErrorKind names an error for counting: its gRPC code and etcd's
 // description ("Unavailable: etcdserver: leader changed"), or the
-// client's own error ("context deadline exceeded").
+// client's own timeout ("DeadlineExceeded: client timeout") or error.
 func ErrorKind(err error) string {
 	if errors.Is(err, context.DeadlineExceeded) {
 		return "DeadlineExceeded: client timeout"
