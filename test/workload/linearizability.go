@@ -199,7 +199,7 @@ type LinChecker struct {
 	quit    chan struct{} // closed by Stop (under stopOnce)
 	clients sync.WaitGroup
 
-	// mu guards ops: the clients append, Stop and Snapshot read.
+	// mu guards ops: the clients append, Count and Stop read.
 	mu  sync.Mutex
 	ops []LinOp
 
