@@ -104,7 +104,7 @@ func TestLinearizableUpgradeRollback(t *testing.T) {
 // TestLinearizableReplaceRecoverDefrag: the same check through `member
 // replace` of a member that lost its data, a quorum loss (two members
 // stopped) recovered by `steward recover` (it restarts them: the data is
-// intact), and a rolling `defrag`.
+// intact), and a rolling `defrag` of about 19 MB of compacted revisions.
 func TestLinearizableReplaceRecoverDefrag(t *testing.T) {
 	t.Parallel()
 	e := harness.New(t)
@@ -135,6 +135,21 @@ func TestLinearizableReplaceRecoverDefrag(t *testing.T) {
 		e.WaitStatus(time.Minute, "healthy after the restart", harness.Healthy)
 	}) {
 		return
+	}
+	// Overwritten and compacted revisions (about 19 MB) give the rolling
+	// defragmentation something to free, so each member's is not instant.
+	cli := e.Client()
+	big := strings.Repeat("x", 64<<10)
+	var rev int64
+	for range 300 {
+		pr, err := cli.Put(t.Context(), "defrag/key", big)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev = pr.Header.Revision
+	}
+	if _, err := cli.Compact(t.Context(), rev, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
 	}
 	r.op("defrag", func(t *testing.T, e *harness.Env) {
 		e.MustRun("defrag")
