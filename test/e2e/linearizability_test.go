@@ -137,7 +137,8 @@ func TestLinearizableReplaceRecoverDefrag(t *testing.T) {
 		return
 	}
 	// Overwritten and compacted revisions (about 19 MB) give the rolling
-	// defragmentation something to free, so each member's is not instant.
+	// defragmentation something to free (the three members took about 1 s
+	// in all, 2026-11-24).
 	cli := e.Client()
 	big := strings.Repeat("x", 64<<10)
 	var rev int64
