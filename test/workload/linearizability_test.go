@@ -3,6 +3,7 @@ package workload_test
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -160,5 +161,35 @@ func TestLinResultHistory(t *testing.T) {
 	failed, retried := r.Errors()
 	if failed["Unknown: raft proposal dropped"] != 1 || failed["DeadlineExceeded: client timeout"] != 2 || retried["put Unknown: raft proposal dropped, then ok"] != 1 || retried["put Unknown: raft proposal dropped, then failed"] != 1 {
 		t.Errorf("errors %v, retried %v", failed, retried)
+	}
+}
+
+// TestRequireLinearizableKeepsVisualization runs RequireLinearizable on a
+// stale read in a child test process with -test.artifacts: the child
+// fails, naming the violation and the visualization's path, and the HTML
+// file is there, under the output directory.
+func TestRequireLinearizableKeepsVisualization(t *testing.T) {
+	ms := time.Millisecond
+	if os.Getenv("STEWARD_LIN_CHILD") == "1" {
+		workload.RequireLinearizable(t, "stale read", &workload.LinResult{Took: 10 * ms, Ops: []workload.LinOp{
+			op(0, put("a", "x"), ok, 0, 1*ms),
+			op(0, put("a", "y"), ok, 2*ms, 3*ms),
+			op(1, get("a"), read("x"), 4*ms, 5*ms),
+		}})
+		return
+	}
+	out := t.TempDir()
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run", "^TestRequireLinearizableKeepsVisualization$", "-test.artifacts", "-test.outputdir", out)
+	cmd.Env = append(os.Environ(), "STEWARD_LIN_CHILD=1")
+	b, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(b), "stale read: NOT linearizable") {
+		t.Fatalf("the child passed or did not name the violation (%v):\n%s", err, b)
+	}
+	files, _ := filepath.Glob(filepath.Join(out, "_artifacts", "*", "stale-read.html"))
+	if len(files) != 1 || !strings.Contains(string(b), files[0]) {
+		t.Fatalf("visualizations under %s: %v; the child said:\n%s", out, files, b)
+	}
+	if html, err := os.ReadFile(files[0]); err != nil || !strings.Contains(string(html), "<html") {
+		t.Fatalf("%s: %v, %d bytes", files[0], err, len(html))
 	}
 }
