@@ -13,6 +13,10 @@ RACE          ?= -race
 UNIT_PKGS     := ./cmd/... ./internal/... ./pkg/...
 DEMO_DIR      ?= $(CURDIR)/steward-data
 KUBE_VERSION  ?= v1.36.3
+# ARTIFACTS keeps what tests save with t.ArtifactDir() (go test -artifacts):
+# the linearizability checker's visualization of a violation
+# (docs/testing.md).
+ARTIFACTS     ?= $(CURDIR)/test-artifacts
 # FUZZTIME is how long `make fuzz` fuzzes each target (hack/fuzz-targets).
 FUZZTIME      ?= 10m
 
@@ -51,13 +55,15 @@ vet:
 ## in $(ETCD_VERSIONS), run by a race-built steward (docs/testing.md).
 test: etcd-binaries s3-server kube-apiserver prometheus vet
 	STEWARD_TEST_STORE=$(STORE) $(GO) test $(RACE) -count=1 -parallel 1 -timeout $(TEST_TIMEOUT) $(UNIT_PKGS)
-	STEWARD_TEST_STORE=$(STORE) STEWARD_TEST_RACE=$(if $(RACE),1,0) $(GO) test -count=1 -parallel 1 -timeout $(TEST_TIMEOUT) ./test/...
+	mkdir -p $(ARTIFACTS)
+	STEWARD_TEST_STORE=$(STORE) STEWARD_TEST_RACE=$(if $(RACE),1,0) $(GO) test -count=1 -parallel 1 -timeout $(TEST_TIMEOUT) -artifacts -outputdir $(ARTIFACTS) ./test/...
 
 test-unit:
 	$(GO) test $(RACE) -count=1 -short $(UNIT_PKGS)
 
 test-e2e: etcd-binaries s3-server kube-apiserver prometheus
-	STEWARD_TEST_STORE=$(STORE) STEWARD_TEST_RACE=$(if $(RACE),1,0) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./test/e2e/...
+	mkdir -p $(ARTIFACTS)
+	STEWARD_TEST_STORE=$(STORE) STEWARD_TEST_RACE=$(if $(RACE),1,0) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -artifacts -outputdir $(ARTIFACTS) -v ./test/e2e/...
 
 ## fuzz: fuzz each target listed in hack/fuzz-targets for $(FUZZTIME), one
 ## worker each (`make fuzz FUZZTIME=90s`). `make test` runs their seed
