@@ -3,6 +3,7 @@ package upgrade
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -142,7 +143,7 @@ func (e *Executor) member(ctx context.Context, p *plan.Plan, s *plan.Step) error
 		return e.recordMemberVersion(ctx, s)
 	}
 	if st.Cluster.Leader == s.Member && len(st.Members) > 1 {
-		to := transferee(st, s.Member, s.Version)
+		to := transferee(st, s.Member, s.Version, nextSteps(p, s.Index))
 		if to == "" {
 			return fmt.Errorf("%s leads and no other healthy voting member can take over", s.Member)
 		}
@@ -296,21 +297,45 @@ func (e *Executor) recordMemberVersion(ctx context.Context, s *plan.Step) error 
 	return SwapMemberVersion(ctx, e.C, s.Member, s.Version, false)
 }
 
-// transferee prefers a healthy voter already on the target version.
-func transferee(st *cluster.Status, exclude, version string) string {
-	pick := ""
+// transferee picks the member a leader about to be swapped hands
+// leadership to: a healthy voter, preferably one already on the target
+// version, and among those the one whose own member step comes last in
+// what is left of the plan (none left is best). Each hop swaps the leader
+// last, so handing leadership to the member swapped first in the next hop
+// would cost that hop a second transfer: with this choice a plan makes one
+// transfer per hop and none for a follower's step. next maps a member to
+// the index of its next member step (nextSteps).
+func transferee(st *cluster.Status, exclude, version string, next map[string]int) string {
+	pick, pickOnVersion, pickNext := "", false, -1
 	for _, m := range st.Members {
 		if m.Name == exclude || !m.Healthy || m.Role == "learner" {
 			continue
 		}
-		if m.Version == version {
-			return m.Name
+		onVersion := m.Version == version
+		n, ok := next[m.Name]
+		if !ok {
+			n = math.MaxInt
 		}
-		if pick == "" {
-			pick = m.Name
+		better := pick == "" ||
+			(onVersion && !pickOnVersion) ||
+			(onVersion == pickOnVersion && n > pickNext)
+		if better {
+			pick, pickOnVersion, pickNext = m.Name, onVersion, n
 		}
 	}
 	return pick
+}
+
+// nextSteps maps each member to the index of its first member step after
+// step index after in p.
+func nextSteps(p *plan.Plan, after int) map[string]int {
+	next := map[string]int{}
+	for _, s := range p.Steps[after+1:] {
+		if _, seen := next[s.Member]; s.Kind == StepMember && !seen {
+			next[s.Member] = s.Index
+		}
+	}
+	return next
 }
 
 func (e *Executor) waitCaughtUp(ctx context.Context, name, version string) error {

@@ -173,7 +173,14 @@ func build(c *cluster.Cluster, st *cluster.Status, kind plan.Kind, from, to stri
 		}
 		return p, nil
 	}
-	for _, h := range hops {
+	for i, h := range hops {
+		if i > 0 {
+			// Every other hop swaps the members in reverse: the member
+			// that took leadership at the end of a hop (the executor hands
+			// it to the one swapped last in the next hop, transferee) is
+			// then swapped last again, so each hop moves leadership once.
+			slices.Reverse(order)
+		}
 		add(plan.Step{Kind: StepPreflight, Version: h.To, Description: fmt.Sprintf("pre-flight checks for %s %s to %s", h.Kind, h.From, h.To)})
 		add(plan.Step{Kind: StepBackup, Version: h.From, Description: fmt.Sprintf("verified full backup before %s to %s", h.Kind, h.To)})
 		if h.Kind == catalogue.Downgrade {
