@@ -244,12 +244,12 @@ func TestBackupExportEtcdutl(t *testing.T) {
 	if again, _ := os.ReadFile(file); string(again) != string(exported) {
 		t.Error("a refused export changed the existing file")
 	}
-	// A delta exports at its own end revision.
+	// A delta exports at its own end revision: the newest, which ends
+	// after the full backup.
 	var delta backup.Manifest
 	for _, m := range listBackups(t, e) {
-		if m.Kind == backup.KindDelta && m.StartRevision > full.EndRevision {
+		if m.Kind == backup.KindDelta && m.EndRevision > full.EndRevision {
 			delta = m
-			break
 		}
 	}
 	if delta.ID == "" {
