@@ -41,4 +41,3 @@ func TestOpenFileRefusesStoreOptions(t *testing.T) {
 		})
 	}
 }
-
