@@ -72,7 +72,7 @@ func Export(ctx context.Context, c *cluster.Cluster, o ExportOptions) (Exported,
 	if err != nil {
 		return Exported{}, err
 	}
-	src, err := openStore(ctx, c, ro, false)
+	src, err := openStore(ctx, c, ro, "export")
 	if err != nil {
 		return Exported{}, err
 	}

@@ -170,7 +170,7 @@ func prepare(ctx context.Context, c *cluster.Cluster, o Options, targets []spec.
 		}
 		src = f
 	} else {
-		s, err := openStore(ctx, c, o, true)
+		s, err := openStore(ctx, c, o, "restore")
 		if err != nil {
 			if s != nil {
 				full = s.full

@@ -32,9 +32,10 @@ type storeSource struct {
 
 // openStore picks the chain o asks for and checks what can refuse it
 // before anything is fetched: untrusted manifests after the full backup
-// and, with checkCluster, a backup of another etcd cluster than this
-// spec's (an export, which changes no cluster, does not check it).
-func openStore(ctx context.Context, c *cluster.Cluster, o Options, checkCluster bool) (*storeSource, error) {
+// and, for a restore, a backup of another etcd cluster than this spec's
+// (an export, which changes no cluster, does not check it). verb is
+// "restore" or "export", for refusals.
+func openStore(ctx context.Context, c *cluster.Cluster, o Options, verb string) (*storeSource, error) {
 	store, err := c.BackupStore(ctx)
 	if err != nil {
 		return nil, err
@@ -62,10 +63,10 @@ func openStore(ctx context.Context, c *cluster.Cluster, o Options, checkCluster 
 		}
 	}
 	if len(later) > 0 && !o.SkipUntrusted {
-		return s, cluster.Refuse(ErrUntrustedManifests, "refusing to restore from %s: %d newer manifests in the store are not trusted, and what they describe would be left out: %s",
-			m.ID, len(later), strings.Join(later, "; "))
+		return s, cluster.Refuse(ErrUntrustedManifests, "refusing to %s from %s: %d newer manifests in the store are not trusted, and what they describe would be left out: %s",
+			verb, m.ID, len(later), strings.Join(later, "; "))
 	}
-	if !checkCluster {
+	if verb != "restore" {
 		return s, nil
 	}
 	known, err := c.KnownClusterID()
