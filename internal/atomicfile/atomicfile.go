@@ -4,7 +4,9 @@
 package atomicfile
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 )
@@ -36,6 +38,46 @@ func WriteFile(path string, data []byte, perm os.FileMode) (err error) {
 	}
 	if err = os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return SyncDir(dir)
+}
+
+// Create writes a new file at path, with permission perm, from what write
+// puts into the open temporary file it is handed (for content too large to
+// hold in memory). The file appears whole or not at all, and never replaces
+// one that exists: it is linked into place, which fails with an error
+// wrapping fs.ErrExist when path exists (also one created meanwhile). On any
+// failure the temporary file is removed and nothing is left at path.
+func Create(path string, perm os.FileMode, write func(*os.File) error) (err error) {
+	if _, err := os.Lstat(path); err == nil {
+		return fmt.Errorf("create %s: %w", path, fs.ErrExist)
+	}
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("create %s: %w", path, err)
+	}
+	defer func() {
+		_ = tmp.Close()
+		_ = os.Remove(tmp.Name()) // after the link, path keeps the data
+	}()
+	if err = tmp.Chmod(perm); err != nil {
+		return fmt.Errorf("create %s: %w", path, err)
+	}
+	if err = write(tmp); err != nil {
+		return fmt.Errorf("create %s: %w", path, err)
+	}
+	if err = tmp.Sync(); err != nil {
+		return fmt.Errorf("create %s: sync: %w", path, err)
+	}
+	if err = tmp.Close(); err != nil {
+		return fmt.Errorf("create %s: %w", path, err)
+	}
+	if err = os.Link(tmp.Name(), path); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("create %s: %w", path, fs.ErrExist)
+		}
+		return fmt.Errorf("create %s: %w", path, err)
 	}
 	return SyncDir(dir)
 }

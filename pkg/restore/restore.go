@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/etcd-steward/steward/internal/proc"
@@ -46,6 +44,13 @@ type Options struct {
 	// AllowOtherCluster restores a backup taken from another etcd cluster
 	// than the one last seen for this spec.
 	AllowOtherCluster bool
+	// FromSnapshot restores from this snapshot file, as `etcdctl snapshot
+	// save` writes it (checked by its appended SHA-256 and bbolt's
+	// consistency check), instead of the backup store. It restores the
+	// revision the file holds: Backup (other than "latest"), ToRevision,
+	// ToTime, KeyFile, AllowUnauthenticated and SkipUntrusted, which choose
+	// and read from the store, are refused with it (ErrSourceConflict).
+	FromSnapshot string
 	// Members restricts the restore to these members' data dirs (empty:
 	// every member). The others' data dirs are left as they are. Each
 	// restored member still records the whole spec as its initial cluster,
@@ -75,6 +80,9 @@ var (
 	ErrChainGap = errors.New("gap in the delta chain")
 	// ErrBadRevision: Options.ToRevision is negative (0 means the newest).
 	ErrBadRevision = errors.New("not a revision")
+	// ErrSourceConflict: options that choose or read a backup from the
+	// store were given with a snapshot file to restore from.
+	ErrSourceConflict = errors.New("options for the backup store given with a snapshot file")
 )
 
 // GapError refuses a restore past a gap in the delta chain; End is the
@@ -85,7 +93,8 @@ type GapError struct {
 }
 
 // Run builds a data dir for every member of the spec (or o.Members) from a
-// full backup and the deltas after it, with the revision bumped and the
+// full backup and the deltas after it (or from a snapshot file etcdctl
+// saved, o.FromSnapshot), with the revision bumped and the
 // old range marked compacted so watchers get a compaction error and
 // re-list instead of missing changes. The cluster must be stopped.
 //
@@ -133,15 +142,16 @@ func Run(ctx context.Context, c *cluster.Cluster, o Options) (backup.Manifest, e
 	if len(targets) < len(c.Spec.Members) {
 		then = "the other members' data dirs were left as they are"
 	}
-	c.Progress.Say("restored %d members from %s and %d deltas at revision %d (etcd resumes above revision %d; older ones are marked compacted); %s",
-		len(targets), p.full.ID, p.deltas, p.revision, p.bumped, then)
+	c.Progress.Say("restored %d members from %s at revision %d (etcd resumes above revision %d; older ones are marked compacted); %s",
+		len(targets), p.from, p.revision, p.bumped, then)
 	return p.full, nil
 }
 
-// prepared is the snapshot prepare built: the full backup with its deltas
-// replayed and its revision bumped.
+// prepared is the snapshot prepare built: the source's database with its
+// revision bumped.
 type prepared struct {
-	full     backup.Manifest
+	full     backup.Manifest // the full backup (zero for a snapshot file)
+	from     string          // what it was built from, for messages
 	deltas   int
 	snapshot string // database file, etcd's appended hash stripped
 	revision int64  // the restored keyspace's revision
@@ -151,51 +161,30 @@ type prepared struct {
 // prepare checks everything that can refuse the restore, then builds the
 // snapshot every member's data dir is staged from, inside dir.
 func prepare(ctx context.Context, c *cluster.Cluster, o Options, targets []spec.Member, dir string) (prepared, error) {
-	var p prepared
-	store, err := c.BackupStore(ctx)
-	if err != nil {
-		return p, err
-	}
-	listing, err := c.Backups(ctx, store, o.AllowUnauthenticated)
-	if err != nil {
-		return p, err
-	}
-	for _, i := range listing.Ignored {
-		c.Progress.Say("ignored %s", i)
-	}
-	m, chain, err := pickChain(listing, store.String(), o)
-	p.full = m
-	if err != nil {
-		return p, err
-	}
-	// A manifest that is not trusted and sorts after the full backup may
-	// describe a delta of its chain: restoring without it would silently
-	// drop history. Older ones (backups from before the cluster backup key)
-	// cannot be part of this chain.
-	var later []string
-	for _, i := range listing.Ignored {
-		if id := path.Base(strings.TrimSuffix(i.Name, ".json")); id > m.ID {
-			later = append(later, i.String())
+	var src source
+	var full backup.Manifest // the chosen full backup, also on a refusal
+	if o.FromSnapshot != "" {
+		f, err := openFile(c, o)
+		if err != nil {
+			return prepared{}, err
 		}
-	}
-	if len(later) > 0 && !o.SkipUntrusted {
-		return p, cluster.Refuse(ErrUntrustedManifests, "refusing to restore from %s: %d newer manifests in the store are not trusted, and what they describe would be left out: %s",
-			m.ID, len(later), strings.Join(later, "; "))
-	}
-	known, err := c.KnownClusterID()
-	if err != nil {
-		return p, err
-	}
-	if known != "" && m.ClusterID != known && !o.AllowOtherCluster {
-		return p, cluster.Refuse(ErrOtherCluster, "refusing to restore: backup %s is from etcd cluster %s, but this spec's cluster is %s",
-			m.ID, m.ClusterID, known)
+		src = f
+	} else {
+		s, err := openStore(ctx, c, o, "restore")
+		if err != nil {
+			if s != nil {
+				full = s.full
+			}
+			return prepared{full: full}, err
+		}
+		src, full = s, s.full
 	}
 	var occupied []string
 	for _, mem := range targets {
 		if c.OnOtherHost(mem) {
 			f, err := c.CheckDataDir(ctx, mem)
 			if err != nil {
-				return p, err
+				return prepared{full: full}, err
 			}
 			if f.State != datadir.Empty {
 				occupied = append(occupied, f.DataDir+" on host "+mem.Agent)
@@ -208,33 +197,11 @@ func prepare(ctx context.Context, c *cluster.Cluster, o Options, targets []spec.
 		}
 	}
 	if len(occupied) > 0 && !o.Force {
-		return p, cluster.Refuse(ErrDataDirsHoldData, "refusing to restore: data dirs hold data: %v", occupied)
+		return prepared{full: full}, cluster.Refuse(ErrDataDirsHoldData, "refusing to restore: data dirs hold data: %v", occupied)
 	}
-	key, err := c.BackupKey(o.KeyFile)
+	p, err := src.fetch(ctx, filepath.Join(dir, "snapshot.db"))
 	if err != nil {
 		return p, err
-	}
-	p.snapshot = filepath.Join(dir, "snapshot.db")
-	c.Progress.Say("fetching and verifying %s (revision %d)", m.ID, m.EndRevision)
-	if err := backup.Fetch(ctx, store, m, key, p.snapshot); err != nil {
-		return p, err
-	}
-	// Fetch checked etcd's appended SHA-256; it goes now, since the
-	// database is written to below (deltas, revision bump).
-	if err := backup.StripChecksum(p.snapshot); err != nil {
-		return p, err
-	}
-	p.revision, p.deltas = m.EndRevision, len(chain.Deltas)
-	if len(chain.Deltas) > 0 {
-		c.Progress.Say("replaying %d delta segments (revisions %d to %d)", len(chain.Deltas), m.EndRevision+1, chain.End)
-		p.revision, err = backup.Apply(ctx, store, key, p.snapshot, m.EndRevision, chain.Deltas,
-			backup.ApplyOptions{ToRevision: o.ToRevision, ToTime: o.ToTime})
-		if err != nil {
-			return p, err
-		}
-	}
-	if o.ToRevision > 0 && p.revision != o.ToRevision {
-		return p, fmt.Errorf("revision %d is outside the backed-up range: the chain from %s reaches revision %d", o.ToRevision, m.ID, p.revision)
 	}
 	if o.BumpRevision == 0 {
 		o.BumpRevision = DefaultBumpRevision

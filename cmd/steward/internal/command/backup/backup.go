@@ -1,5 +1,5 @@
-// Package backup is the `steward backup` command: take, list and verify
-// backups.
+// Package backup is the `steward backup` command: take, list, verify and
+// export backups.
 package backup
 
 import (
@@ -18,8 +18,8 @@ import (
 
 // NewCommand returns the backup command.
 func NewCommand(g *cli.Globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "backup", Short: "Take, list and verify backups"}
-	cmd.AddCommand(nowCommand(g), listCommand(g), verifyCommand(g), gcCommand(g), keygenCommand(g))
+	cmd := &cobra.Command{Use: "backup", Short: "Take, list, verify and export backups"}
+	cmd.AddCommand(nowCommand(g), listCommand(g), verifyCommand(g), gcCommand(g), keygenCommand(g), exportCommand(g))
 	return cmd
 }
 
@@ -168,5 +168,53 @@ func gcCommand(g *cli.Globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&dry, "dry-run", false, "only say what would be deleted")
+	return cmd
+}
+
+func exportCommand(g *cli.Globals) *cobra.Command {
+	var o restore.ExportOptions
+	cmd := &cobra.Command{
+		Use:   "export ID|latest --to FILE",
+		Short: "Write a backup (a full one, or up to a revision with its deltas) as a plain etcd snapshot file",
+		Long: `Write a backup as a plain etcd snapshot file, the form ` + "`etcdctl snapshot save`" + `
+writes: the database followed by its SHA-256, which ` + "`etcdutl snapshot restore`" + `
+checks and accepts. A full backup is exported at its own revision; a delta at
+its end revision, built from the newest full backup before it and the deltas
+up to it; --to-revision exports the keyspace at that revision instead. Revisions
+are not bumped (etcdutl's --bump-revision does that on restore). The file is
+written 0600 and atomically, and an existing file is never replaced.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.To == "" {
+				return errors.New("name the snapshot file to write with --to FILE")
+			}
+			c, err := g.Cluster(cmd)
+			if err != nil {
+				return err
+			}
+			o.Backup = args[0]
+			res, err := restore.Export(cmd.Context(), c, o)
+			err = cli.Hint(err, restore.ErrUntrustedManifests, "remove or repair them, use --allow-unauthenticated for manifests written before the cluster had its backup key, or --skip-untrusted to export without them")
+			err = cli.KeyHint(err)
+			if errors.Is(err, restore.ErrBadRevision) {
+				err = fmt.Errorf("--to-revision: %w (leave it out to export the backup's own revision)", err)
+			}
+			if gap, ok := errors.AsType[*restore.GapError](err); ok {
+				err = fmt.Errorf("%w; export up to the gap explicitly with --to-revision %d", err, gap.End)
+			}
+			if err != nil {
+				return err
+			}
+			return g.Print(cmd.OutOrStdout(), res, func(tw *tabwriter.Writer) {
+				fmt.Fprintln(tw, "FILE\tBACKUP\tDELTAS\tREVISION\tSIZE\tSHA256")
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\n", res.File, res.Backup, res.Deltas, res.Revision, res.Size, res.SHA256)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&o.To, "to", "", "snapshot file to write (must not exist)")
+	cmd.Flags().Int64Var(&o.ToRevision, "to-revision", 0, "export the keyspace as it was at this revision (default: the backup's end revision)")
+	cmd.Flags().StringVar(&o.KeyFile, "key-file", "", "decryption key (default: the spec's backup.encryptionKeyFile)")
+	cmd.Flags().BoolVar(&o.AllowUnauthenticated, "allow-unauthenticated", false, "also trust backup manifests without a MAC (written before the cluster had its backup key); never ones whose MAC fails")
+	cmd.Flags().BoolVar(&o.SkipUntrusted, "skip-untrusted", false, "export even though newer manifests in the store are not trusted, leaving out what they describe")
 	return cmd
 }

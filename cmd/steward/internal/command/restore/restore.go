@@ -17,9 +17,12 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 	var o restore.Options
 	cmd := &cobra.Command{
 		Use:   "restore",
-		Short: "Build every member's data dir from a full backup (cluster must be stopped)",
-		Long: `Build a data dir for every member of the spec from a full backup. The
-backup is fetched and verified first. Revisions are bumped (--bump-revision) and
+		Short: "Build every member's data dir from a full backup or a snapshot file (cluster must be stopped)",
+		Long: `Build a data dir for every member of the spec from a full backup and the
+deltas after it, or, with --from-snapshot, from a snapshot file saved by
+` + "`etcdctl snapshot save`" + ` (of any etcd cluster). The backup is fetched and
+verified first; a snapshot file must end with the SHA-256 of its content, as
+etcdutl checks, and pass bbolt's consistency check. Revisions are bumped (--bump-revision) and
 the old range is marked compacted, so no client sees a revision go backwards and
 watchers re-list instead of silently missing changes. Existing data dirs are
 refused unless --force, which moves them aside (never deletes them). Start the
@@ -34,6 +37,7 @@ restored cluster with ` + "`steward up`" + `.`,
 			err = cli.Hint(err, restore.ErrOtherCluster, "use --allow-other-cluster to build this cluster from it anyway")
 			err = cli.Hint(err, restore.ErrUntrustedManifests, "remove or repair them, use --allow-unauthenticated for manifests written before the cluster had its backup key, or --skip-untrusted to restore without them")
 			err = cli.Hint(err, restore.ErrDataDirsHoldData, "use --force to move them aside (they are kept, not deleted)")
+			err = cli.Hint(err, restore.ErrSourceConflict, "leave out --backup, --to-revision, --to-time, --key-file, --allow-unauthenticated and --skip-untrusted with --from-snapshot")
 			err = cli.KeyHint(err)
 			if errors.Is(err, restore.ErrBadRevision) {
 				err = fmt.Errorf("--to-revision: %w (leave it out to restore the newest backed-up revision)", err)
@@ -45,6 +49,7 @@ restored cluster with ` + "`steward up`" + `.`,
 		},
 	}
 	cmd.Flags().StringVar(&o.Backup, "backup", "latest", "backup ID, or latest")
+	cmd.Flags().StringVar(&o.FromSnapshot, "from-snapshot", "", "restore from this snapshot file (written by `etcdctl snapshot save`) instead of the backup store")
 	cmd.Flags().StringVar(&o.KeyFile, "key-file", "", "decryption key (default: the spec's backup.encryptionKeyFile)")
 	cmd.Flags().BoolVar(&o.Force, "force", false, "move existing data dirs aside instead of refusing")
 	cmd.Flags().BoolVar(&o.AllowOtherCluster, "allow-other-cluster", false, "restore a backup of another etcd cluster than the one last seen for this spec")

@@ -1,0 +1,159 @@
+package restore
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"strings"
+
+	"github.com/etcd-steward/steward/pkg/backup"
+	"github.com/etcd-steward/steward/pkg/cluster"
+)
+
+// A source is where the database a restore stages its data dirs from (or
+// an export writes out) comes from: the backup store (a full backup and the
+// deltas after it) or a snapshot file etcdctl saved. Opening one makes
+// every check that needs no download; fetch then builds the database.
+type source interface {
+	// fetch writes the source's database, without etcd's appended hash, at
+	// dst (which must not exist) and checks it; prepared.bumped is left 0.
+	fetch(ctx context.Context, dst string) (prepared, error)
+}
+
+// storeSource is a full backup in the cluster's backup store and the
+// deltas of its chain that the target needs.
+type storeSource struct {
+	c     *cluster.Cluster
+	store backup.Store
+	full  backup.Manifest
+	chain backup.Chain
+	o     Options
+}
+
+// openStore picks the chain o asks for and checks what can refuse it
+// before anything is fetched: untrusted manifests after the full backup
+// and, for a restore, a backup of another etcd cluster than this spec's
+// (an export, which changes no cluster, does not check it). verb is
+// "restore" or "export", for refusals.
+func openStore(ctx context.Context, c *cluster.Cluster, o Options, verb string) (*storeSource, error) {
+	store, err := c.BackupStore(ctx)
+	if err != nil {
+		return nil, err
+	}
+	listing, err := c.Backups(ctx, store, o.AllowUnauthenticated)
+	if err != nil {
+		return nil, err
+	}
+	for _, i := range listing.Ignored {
+		c.Progress.Say("ignored %s", i)
+	}
+	m, chain, err := pickChain(listing, store.String(), o)
+	s := &storeSource{c: c, store: store, full: m, chain: chain, o: o}
+	if err != nil {
+		return s, err
+	}
+	// A manifest that is not trusted and sorts after the full backup may
+	// describe a delta of its chain: restoring without it would silently
+	// drop history. Older ones (backups from before the cluster backup key)
+	// cannot be part of this chain.
+	var later []string
+	for _, i := range listing.Ignored {
+		if id := path.Base(strings.TrimSuffix(i.Name, ".json")); id > m.ID {
+			later = append(later, i.String())
+		}
+	}
+	if len(later) > 0 && !o.SkipUntrusted {
+		return s, cluster.Refuse(ErrUntrustedManifests, "refusing to %s from %s: %d newer manifests in the store are not trusted, and what they describe would be left out: %s",
+			verb, m.ID, len(later), strings.Join(later, "; "))
+	}
+	if verb != "restore" {
+		return s, nil
+	}
+	known, err := c.KnownClusterID()
+	if err != nil {
+		return s, err
+	}
+	if known != "" && m.ClusterID != known && !o.AllowOtherCluster {
+		return s, cluster.Refuse(ErrOtherCluster, "refusing to restore: backup %s is from etcd cluster %s, but this spec's cluster is %s",
+			m.ID, m.ClusterID, known)
+	}
+	return s, nil
+}
+
+// fetch downloads and verifies the full backup, then replays the deltas
+// up to the target into it.
+func (s *storeSource) fetch(ctx context.Context, dst string) (prepared, error) {
+	m, o := s.full, s.o
+	p := prepared{full: m, snapshot: dst}
+	key, err := s.c.BackupKey(o.KeyFile)
+	if err != nil {
+		return p, err
+	}
+	s.c.Progress.Say("fetching and verifying %s (revision %d)", m.ID, m.EndRevision)
+	if err := backup.Fetch(ctx, s.store, m, key, dst); err != nil {
+		return p, err
+	}
+	// Fetch checked etcd's appended SHA-256; it goes now, since the
+	// database is written to below (deltas, revision bump).
+	if err := backup.StripChecksum(dst); err != nil {
+		return p, err
+	}
+	p.revision, p.deltas = m.EndRevision, len(s.chain.Deltas)
+	if len(s.chain.Deltas) > 0 {
+		s.c.Progress.Say("replaying %d delta segments (revisions %d to %d)", len(s.chain.Deltas), m.EndRevision+1, s.chain.End)
+		p.revision, err = backup.Apply(ctx, s.store, key, dst, m.EndRevision, s.chain.Deltas,
+			backup.ApplyOptions{ToRevision: o.ToRevision, ToTime: o.ToTime})
+		if err != nil {
+			return p, err
+		}
+	}
+	if o.ToRevision > 0 && p.revision != o.ToRevision {
+		return p, fmt.Errorf("revision %d is outside the backed-up range: the chain from %s reaches revision %d", o.ToRevision, m.ID, p.revision)
+	}
+	p.from = fmt.Sprintf("%s and %d deltas", m.ID, p.deltas)
+	return p, nil
+}
+
+// fileSource is a snapshot file as `etcdctl snapshot save` writes it.
+type fileSource struct {
+	c    *cluster.Cluster
+	path string
+}
+
+// openFile refuses options that only make sense for the backup store
+// (nothing is read yet: the file is checked as it is fetched).
+func openFile(c *cluster.Cluster, o Options) (*fileSource, error) {
+	var set []string
+	for _, f := range []struct {
+		name string
+		on   bool
+	}{
+		{"a backup ID", o.Backup != "" && o.Backup != "latest"},
+		{"a target revision", o.ToRevision != 0},
+		{"a target time", !o.ToTime.IsZero()},
+		{"a key file", o.KeyFile != ""},
+		{"trusting unauthenticated manifests", o.AllowUnauthenticated},
+		{"skipping untrusted manifests", o.SkipUntrusted},
+	} {
+		if f.on {
+			set = append(set, f.name)
+		}
+	}
+	if len(set) > 0 {
+		return nil, cluster.Refuse(ErrSourceConflict, "refusing to restore from snapshot file %s with %s: a snapshot file restores the one revision it holds, and these choose or read backups in the backup store",
+			o.FromSnapshot, strings.Join(set, ", "))
+	}
+	return &fileSource{c: c, path: o.FromSnapshot}, nil
+}
+
+// fetch copies the file without its hash, checking the hash as etcdutl's
+// restore does and the database with bbolt's consistency check. The file
+// itself is only read.
+func (s *fileSource) fetch(ctx context.Context, dst string) (prepared, error) {
+	s.c.Progress.Say("checking snapshot file %s", s.path)
+	info, err := backup.ImportSnapshot(ctx, s.path, dst)
+	if err != nil {
+		return prepared{}, fmt.Errorf("refusing to restore from snapshot file: %w", err)
+	}
+	return prepared{snapshot: dst, revision: info.Revision, from: "snapshot file " + s.path}, nil
+}
