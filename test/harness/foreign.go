@@ -285,9 +285,9 @@ func (m *ForeignMember) signal(sig syscall.Signal, grace time.Duration) {
 
 // ForeignPKI names the files WriteForeignPKI wrote.
 type ForeignPKI struct {
-	CA, CAKey              string
-	ServerCert, ServerKey  string
-	ClientCert, ClientKey  string
+	CA, CAKey             string
+	ServerCert, ServerKey string
+	ClientCert, ClientKey string
 }
 
 // WriteForeignPKI writes into dir a CA of its own (ECDSA P-256, Go's
