@@ -311,7 +311,7 @@ func WriteForeignPKI(dir, cn string) (ForeignPKI, error) {
 	}
 	caTmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "foreign-etcd-ca", Organization: []string{"not steward"}},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(30 * 24 * time.Hour),
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(2 * 365 * 24 * time.Hour),
 		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
 	}
 	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
@@ -335,7 +335,7 @@ func WriteForeignPKI(dir, cn string) (ForeignPKI, error) {
 		}
 		t := &x509.Certificate{
 			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
-			NotBefore: now.Add(-time.Hour), NotAfter: now.Add(20 * 24 * time.Hour),
+			NotBefore: now.Add(-time.Hour), NotAfter: now.Add(365 * 24 * time.Hour),
 			KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment, ExtKeyUsage: usage,
 			IPAddresses: ips, DNSNames: dns,
 		}

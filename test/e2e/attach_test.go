@@ -1,0 +1,163 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/etcd-steward/steward/pkg/backup"
+	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/test/harness"
+	"github.com/etcd-steward/steward/test/workload"
+)
+
+// attachArgs are the arguments of `steward attach` for a foreign cluster.
+func attachArgs(f *harness.ForeignCluster, endpoints ...string) []string {
+	if len(endpoints) == 0 {
+		endpoints = f.Endpoints()
+	}
+	return []string{"attach", "--endpoints", strings.Join(endpoints, ","), "--cacert", f.CAFile, "--cert", f.CertFile, "--key", f.KeyFile}
+}
+
+// TestAttach attaches a three-member etcd 3.5 cluster that the test runs
+// itself (plain flags, its own CA) while a writer writes to it, and works
+// on it through the etcd API only: status with conditions, env, a full
+// backup restored into a new Steward-run cluster with an equal keyspace,
+// defragmentation, a leader move, the user's certificates listed; a
+// command that needs the member processes is refused, pointing to adopt.
+func TestAttach(t *testing.T) {
+	f := harness.StartForeignCluster(t, "3.5.35", 3)
+	fcli := f.MustClient()
+	w := workload.Start(t, fcli, workload.Options{Prefix: "/attach", Interval: 20 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second})
+	certBefore, err := os.ReadFile(f.CertFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	e := harness.New(t)
+	out := e.MustRun(append(attachArgs(f, f.Members[0].ClientURL), "--name", "kube-etcd", "-o", "json")...)
+	var r struct {
+		Cluster, ClusterID string
+		Members            []struct{ Name, ClientURL, PeerURL string }
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("attach -o json: %v\n%s", err, out)
+	}
+	st, err := fcli.Status(t.Context(), f.Members[0].ClientURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("%x", st.Header.ClusterId); r.ClusterID != want || len(r.Members) != 3 || r.Cluster != "kube-etcd" {
+		t.Fatalf("attach found cluster %q ID %s, %d members; want kube-etcd ID %s, 3 (from one endpoint, the others from the member list):\n%s", r.Cluster, r.ClusterID, len(r.Members), want, out)
+	}
+	for i, m := range r.Members {
+		if fm := f.Members[i]; m.Name != fm.Name || m.ClientURL != fm.ClientURL || m.PeerURL != fm.PeerURL {
+			t.Errorf("member %d: got %+v, want %s %s %s", i, m, fm.Name, fm.ClientURL, fm.PeerURL)
+		}
+	}
+
+	t.Log("Status")
+	// Status: the members are healthy, their process someone else's.
+	s := e.WaitStatus(30*time.Second, "the attached cluster healthy", harness.Healthy)
+	for _, m := range s.Members {
+		if m.Process != cluster.External || m.Agent != cluster.External {
+			t.Errorf("member %s: process %q agent %q, want %q", m.Name, m.Process, m.Agent, cluster.External)
+		}
+	}
+	if c := harness.Cond(s, cluster.CondReady); c.Status != "True" {
+		t.Errorf("Ready: %+v", c)
+	}
+	if c := harness.Cond(s, cluster.CondCertificatesReady); c.Status != "True" {
+		t.Errorf("CertificatesReady with the user's certificates: %+v", c)
+	}
+	if env := e.MustRun("env"); !strings.Contains(env, "ETCDCTL_CERT="+f.CertFile) || !strings.Contains(env, "ETCDCTL_CACERT="+f.CAFile) {
+		t.Errorf("env does not name the user's certificate files:\n%s", env)
+	}
+	// The user's certificates are listed with their expiry.
+	if certs := e.MustRun("certs", "list"); !strings.Contains(certs, "external client") || !strings.Contains(certs, "foreign-client") {
+		t.Errorf("certs list does not show the user's client certificate:\n%s", certs)
+	}
+
+	t.Log("A command that needs the member processes")
+	// A command that needs the member processes: one line, pointing to adopt.
+	for _, args := range [][]string{{"member", "stop", "infra1"}, {"member", "add", "infra4"}, {"upgrade", "plan", "--to", "3.6.16"}, {"certs", "renew", "--all"}} {
+		msg := e.MustFail(args...)
+		if !strings.Contains(msg, "is attached") || !strings.Contains(msg, "steward adopt") || strings.Count(strings.TrimSpace(msg), "\n") > 0 {
+			t.Errorf("%v on an attached cluster: want one line saying it is attached and naming steward adopt, got:\n%s", args, msg)
+		}
+	}
+
+	t.Log("A full backup")
+	// A full backup, taken under the writer.
+	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write", w.AckedAbove(50))
+	var m backup.Manifest
+	if err := json.Unmarshal([]byte(e.MustRun("backup", "now", "-o", "json")), &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.ClusterID != r.ClusterID {
+		t.Errorf("backup of cluster %s, want %s", m.ClusterID, r.ClusterID)
+	}
+	e.MustRun("backup", "verify", m.ID)
+	if list := e.MustRun("backup", "list"); !strings.Contains(list, m.ID) {
+		t.Errorf("backup list does not show %s:\n%s", m.ID, list)
+	}
+	want := workload.TakeDigest(t, fcli, "/attach", m.EndRevision)
+
+	t.Log("Maintenance through the etcd API.")
+	// Maintenance through the etcd API.
+	e.MustRun("defrag")
+	leader := s.Cluster.Leader
+	to := "infra1"
+	if leader == to {
+		to = "infra2"
+	}
+	e.MustRun("leader", "move", "--to", to)
+	e.WaitStatus(30*time.Second, "leadership on "+to, func(st *cluster.Status) bool { return st.Cluster.Leader == to && harness.Healthy(st) })
+
+	res := w.Stop()
+	workload.RequireKeys(t, fcli, res)
+
+	t.Log("The backup restored into a new cluster")
+	// The backup restored into a new cluster that Steward runs.
+	n := harness.New(t)
+	n.WriteSpec(1, harness.Versions()[1], func(s *spec.Cluster) {
+		s.Backup.Store = filepath.Join(e.Dir, "backups")
+	})
+	// The new directory has its own backup key: the attached cluster's
+	// is handed over, so the backup is trusted without an override.
+	key, err := os.ReadFile(filepath.Join(e.Dir, "pki", "backup-auth.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(n.Dir, "pki"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(n.Dir, "pki", "backup-auth.key"), key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n.MustRun("restore", "--backup", m.ID)
+	n.MustRun("up")
+	workload.RequireEqual(t, "the restored cluster", workload.TakeDigest(t, n.Client(), "/attach", 0), want)
+
+	// The user's files are read, never rewritten.
+	if after, err := os.ReadFile(f.CertFile); err != nil || string(after) != string(certBefore) {
+		t.Errorf("the user's client certificate changed (%v)", err)
+	}
+	// The attached cluster's members still run: down leaves them alone.
+	e.MustRun("down")
+	for _, fm := range f.Members {
+		if !fm.Running() {
+			t.Errorf("foreign member %s stopped", fm.Name)
+		}
+	}
+	if _, err := fcli.Get(t.Context(), "/attach", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
+		t.Errorf("the attached cluster after steward down: %v", err)
+	}
+}
