@@ -85,7 +85,7 @@ func TestAttach(t *testing.T) {
 		t.Errorf("certs list does not show the user's client certificate:\n%s", certs)
 	}
 
-	t.Log("A command that needs the member processes")
+	t.Log("Refusals")
 	// A command that needs the member processes: one line, pointing to adopt.
 	for _, args := range [][]string{{"member", "stop", "infra1"}, {"member", "add", "infra4"}, {"upgrade", "plan", "--to", "3.6.16"}, {"certs", "renew", "--all"}} {
 		msg := e.MustFail(args...)
@@ -94,7 +94,7 @@ func TestAttach(t *testing.T) {
 		}
 	}
 
-	t.Log("A full backup")
+	t.Log("Backup")
 	// A full backup, taken under the writer.
 	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write", w.AckedAbove(50))
 	var m backup.Manifest
@@ -110,7 +110,7 @@ func TestAttach(t *testing.T) {
 	}
 	want := workload.TakeDigest(t, fcli, "/attach", m.EndRevision)
 
-	t.Log("Maintenance through the etcd API.")
+	t.Log("Maintenance")
 	// Maintenance through the etcd API.
 	e.MustRun("defrag")
 	leader := s.Cluster.Leader
@@ -124,7 +124,7 @@ func TestAttach(t *testing.T) {
 	res := w.Stop()
 	workload.RequireKeys(t, fcli, res)
 
-	t.Log("The backup restored into a new cluster")
+	t.Log("Restore into a new cluster")
 	// The backup restored into a new cluster that Steward runs.
 	n := harness.New(t)
 	n.WriteSpec(1, harness.Versions()[1], func(s *spec.Cluster) {
@@ -160,4 +160,101 @@ func TestAttach(t *testing.T) {
 	if _, err := fcli.Get(t.Context(), "/attach", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
 		t.Errorf("the attached cluster after steward down: %v", err)
 	}
+}
+
+// TestAttachBadInput: endpoints of two clusters, a CA that did not sign
+// the members' certificates, a client certificate the members do not
+// trust, and a directory that already holds a cluster are each refused
+// with one error naming the problem, and the directory is left as it was.
+func TestAttachBadInput(t *testing.T) {
+	a := harness.StartForeignCluster(t, "3.5.35", 1)
+	b := a.StartSibling(1)
+	other, err := harness.WriteForeignPKI(t.TempDir(), "stranger")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := harness.New(t)
+	empty := dirListing(t, e.Dir)
+
+	withFiles := func(ca, cert, key string) []string {
+		return []string{"attach", "--endpoints", a.Endpoints()[0], "--cacert", ca, "--cert", cert, "--key", key}
+	}
+	ac, bc := a.Members[0], b.Members[0]
+	for _, tc := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"a CA that did not sign the members' certificates", withFiles(other.CA, a.CertFile, a.KeyFile), []string{"certificate does not work against " + ac.ClientURL, "--cacert"}},
+		{"a client certificate the members do not trust", withFiles(a.CAFile, other.ClientCert, other.ClientKey), []string{"certificate does not work against " + ac.ClientURL, "--cert"}},
+		{"a key that is not the certificate's", withFiles(a.CAFile, a.CertFile, other.ClientKey), []string{"cannot load the client certificate", "--key"}},
+		{"an endpoint that is not a URL", []string{"attach", "--endpoints", "127.0.0.1:2379", "--cacert", a.CAFile, "--cert", a.CertFile, "--key", a.KeyFile}, []string{`endpoint "127.0.0.1:2379"`, "--endpoints"}},
+	} {
+		msg := e.MustFail(tc.args...)
+		for _, w := range tc.want {
+			if !strings.Contains(msg, w) {
+				t.Errorf("%s: want %q in the error, got:\n%s", tc.name, w, msg)
+			}
+		}
+		if n := strings.Count(strings.TrimSpace(msg), "\n"); n > 0 {
+			t.Errorf("%s: want one error line, got %d:\n%s", tc.name, n+1, msg)
+		}
+		if got := dirListing(t, e.Dir); got != empty {
+			t.Errorf("%s: the directory changed:\n%s\nwant:\n%s", tc.name, got, empty)
+		}
+	}
+
+	// Two clusters of one operator (one CA, one client certificate).
+	msg := e.MustFail("attach", "--endpoints", ac.ClientURL+","+bc.ClientURL, "--cacert", a.CAFile, "--cert", a.CertFile, "--key", a.KeyFile)
+	ida, idb := clusterID(t, a), clusterID(t, b)
+	for _, w := range []string{"2 different clusters", "cluster " + ida + " at " + ac.ClientURL, "cluster " + idb + " at " + bc.ClientURL, "--endpoints"} {
+		if !strings.Contains(msg, w) {
+			t.Errorf("endpoints of two clusters: want %q in the error, got:\n%s", w, msg)
+		}
+	}
+	if got := dirListing(t, e.Dir); got != empty {
+		t.Errorf("mixed clusters: the directory changed:\n%s", got)
+	}
+
+	// A directory that already holds a cluster.
+	e.MustRun(attachArgs(a)...)
+	before := dirListing(t, e.Dir)
+	specBefore, err := os.ReadFile(filepath.Join(e.Dir, spec.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg = e.MustFail(attachArgs(a)...)
+	if !strings.Contains(msg, "already holds a cluster") || !strings.Contains(msg, "--dir") {
+		t.Errorf("attach into a directory with a cluster: %s", msg)
+	}
+	if after, _ := os.ReadFile(filepath.Join(e.Dir, spec.FileName)); string(after) != string(specBefore) || dirListing(t, e.Dir) != before {
+		t.Errorf("attach into a directory with a cluster changed it")
+	}
+}
+
+// dirListing lists every path under dir with its size, one a line.
+func dirListing(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "%s %d %v\n", strings.TrimPrefix(p, dir), fi.Size(), fi.Mode())
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+// clusterID is a foreign cluster's ID in hex, as etcd reports it.
+func clusterID(t *testing.T, f *harness.ForeignCluster) string {
+	t.Helper()
+	st, err := f.MustClient().Status(t.Context(), f.Endpoints()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%x", st.Header.ClusterId)
 }

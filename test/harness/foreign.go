@@ -88,6 +88,22 @@ func (f *ForeignCluster) Endpoints() []string {
 // Cleanup kills every member and removes the directory.
 func StartForeignCluster(tb testing.TB, version string, n int) *ForeignCluster {
 	tb.Helper()
+	return startForeign(tb, version, n, nil)
+}
+
+// StartSibling starts another n-member cluster of f's version that shares
+// f's CA and certificates (another cluster token, so another cluster ID):
+// one client certificate reaches both, as with two clusters of one
+// operator.
+func (f *ForeignCluster) StartSibling(n int) *ForeignCluster {
+	f.TB.Helper()
+	p := ForeignPKI{CA: f.CAFile, CAKey: f.CAKeyFile, ClientCert: f.CertFile, ClientKey: f.KeyFile,
+		ServerCert: filepath.Join(f.Dir, "pki", "server.pem"), ServerKey: filepath.Join(f.Dir, "pki", "server-key.pem")}
+	return startForeign(f.TB, f.Version, n, &p)
+}
+
+func startForeign(tb testing.TB, version string, n int, shared *ForeignPKI) *ForeignCluster {
+	tb.Helper()
 	bin := filepath.Join(Store(tb), "etcd-v"+version, "etcd")
 	if _, err := os.Stat(bin); err != nil {
 		tb.Fatalf("etcd %s is not in the test store: %v", version, err)
@@ -107,8 +123,10 @@ func StartForeignCluster(tb testing.TB, version string, n int) *ForeignCluster {
 			tb.Logf("keeping %s", dir)
 		}
 	})
-	certs, err := WriteForeignPKI(filepath.Join(dir, "pki"), "foreign-client")
-	if err != nil {
+	var certs ForeignPKI
+	if shared != nil {
+		certs = *shared
+	} else if certs, err = WriteForeignPKI(filepath.Join(dir, "pki"), "foreign-client"); err != nil {
 		tb.Fatal(err)
 	}
 	f.CAFile, f.CertFile, f.KeyFile, f.CAKeyFile = certs.CA, certs.ClientCert, certs.ClientKey, certs.CAKey
