@@ -19,6 +19,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/etcd-steward/steward/pkg/agent"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/progress"
@@ -36,6 +37,12 @@ type AttachOptions struct {
 	Name string
 	// Timeout bounds each endpoint's answer (default 5 s).
 	Timeout time.Duration
+	// Continuous turns on continuous backups: the spec gets this
+	// machine's agent (spec.LocalAgent), which Attach starts in the
+	// background; its backup loop records every change.
+	Continuous bool
+	// StewardBinary is the executable that runs the agent (default: this one).
+	StewardBinary string
 }
 
 // Refusals of Attach (cluster.Refusal kinds).
@@ -137,6 +144,10 @@ func Attach(ctx context.Context, dir string, o AttachOptions, say progress.Func)
 			s.Version = a.version
 		}
 	}
+	if o.Continuous {
+		s.Backup.Continuous = true
+		s.Agents = []spec.Agent{{Name: spec.LocalAgent, Address: "unix://" + agent.SocketPath(dir)}}
+	}
 	s.ApplyDefaults()
 	c := &cluster.Cluster{Dir: dir, Spec: s, Progress: say}
 	if _, err := c.ValidateSpec(s); err != nil {
@@ -152,6 +163,14 @@ func Attach(ctx context.Context, dir string, o AttachOptions, say progress.Func)
 		say.Say("warning: %v", err)
 	}
 	say.Say("wrote %s: cluster %s (ID %s), %d members, etcd %s, attached (Steward does not run its members)", specPath, s.Name, s.External.ClusterID, len(s.Members), s.Version)
+	if o.Continuous {
+		// The spec stays: the agent is started again by any later
+		// command that needs it, or by hand.
+		if _, err := c.EnsureLocalAgent(ctx, o.StewardBinary); err != nil {
+			return c, fmt.Errorf("the spec is written, but this machine's agent, which runs the continuous backups, did not start: %w", err)
+		}
+		say.Say("started this machine's agent: it records every change of the cluster into %s", s.BackupStoreDir(dir))
+	}
 	return c, nil
 }
 

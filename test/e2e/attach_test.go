@@ -132,16 +132,7 @@ func TestAttach(t *testing.T) {
 	})
 	// The new directory has its own backup key: the attached cluster's
 	// is handed over, so the backup is trusted without an override.
-	key, err := os.ReadFile(filepath.Join(e.Dir, "pki", "backup-auth.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Join(n.Dir, "pki"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(n.Dir, "pki", "backup-auth.key"), key, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	copyBackupKey(t, e.Dir, n.Dir)
 	n.MustRun("restore", "--backup", m.ID)
 	n.MustRun("up")
 	workload.RequireEqual(t, "the restored cluster", workload.TakeDigest(t, n.Client(), "/attach", 0), want)
@@ -257,4 +248,57 @@ func clusterID(t *testing.T, f *harness.ForeignCluster) string {
 		t.Fatal(err)
 	}
 	return fmt.Sprintf("%x", st.Header.ClusterId)
+}
+
+// TestAttachContinuous: `attach --continuous` starts this machine's agent,
+// whose backup loop wins the backup election although no agent runs any
+// member, and records every change of the attached cluster under a
+// writer; the backups (a full and its deltas) restored into a new
+// Steward cluster hold the keyspace the writer left. A leader move on the
+// attached cluster does not stop the recording.
+func TestAttachContinuous(t *testing.T) {
+	f := harness.StartForeignCluster(t, "3.5.35", 3)
+	fcli := f.MustClient()
+	e := harness.New(t)
+	e.MustRun(append(attachArgs(f), "--continuous")...)
+	w := workload.Start(t, fcli, workload.Options{Prefix: "/cont", Interval: 10 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second})
+	st := e.WaitStatus(60*time.Second, "BackupReady with the attached cluster", func(st *cluster.Status) bool {
+		return harness.Healthy(st) && harness.Cond(st, cluster.CondBackupReady).Status == "True"
+	})
+	to := "infra1"
+	if st.Cluster.Leader == to {
+		to = "infra2"
+	}
+	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write", w.AckedAbove(100))
+	e.MustRun("leader", "move", "--to", to)
+	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write after the leader move", w.AckedAbove(300))
+	res := w.Stop()
+	workload.RequireKeys(t, fcli, res)
+	want := workload.TakeDigest(t, fcli, "/cont", 0)
+	waitBackedUp(t, e, want.Head)
+
+	n := harness.New(t)
+	n.WriteSpec(1, harness.Versions()[1], func(s *spec.Cluster) {
+		s.Backup.Store = filepath.Join(e.Dir, "backups")
+	})
+	copyBackupKey(t, e.Dir, n.Dir)
+	n.MustRun("restore")
+	n.MustRun("up")
+	workload.RequireEqual(t, "the cluster restored from continuous backups", workload.TakeDigest(t, n.Client(), "/cont", 0), want)
+}
+
+// copyBackupKey hands the cluster backup key of Steward directory from to
+// Steward directory to, so backups of the one are trusted by the other.
+func copyBackupKey(t *testing.T, from, to string) {
+	t.Helper()
+	key, err := os.ReadFile(filepath.Join(from, "pki", "backup-auth.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(to, "pki"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(to, "pki", "backup-auth.key"), key, 0o600); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -62,6 +62,9 @@ need the member processes refuse: ` + "`steward adopt`" + ` hands them to Stewar
 			}
 			o.Endpoints = endpoints
 			c, err := bootstrap.Attach(cmd.Context(), dir, o, progress.To(cmd.ErrOrStderr()))
+			if err != nil && c != nil {
+				return fmt.Errorf("%w (run it in the foreground with `steward agent --dir %s` to see why)", err, dir)
+			}
 			if err != nil {
 				err = cli.Hint(err, bootstrap.ErrDirHoldsCluster, "give another --dir, or look at it with `steward status --dir "+dir+"`")
 				err = cli.Hint(err, bootstrap.ErrCertificate, "check --cacert, --cert and --key (the files etcdctl would be given)")
@@ -86,6 +89,7 @@ need the member processes refuse: ` + "`steward adopt`" + ` hands them to Stewar
 	cmd.Flags().StringVar(&o.CertFile, "cert", "", "client certificate the members trust")
 	cmd.Flags().StringVar(&o.KeyFile, "key", "", "key of the client certificate")
 	cmd.Flags().StringVar(&o.Name, "name", "", "name of the cluster in the spec (default etcd)")
+	cmd.Flags().BoolVar(&o.Continuous, "continuous", false, "turn on continuous backups, run by this machine's agent (started in the background)")
 	cmd.Flags().DurationVar(&o.Timeout, "timeout", 5*time.Second, "how long each endpoint may take to answer")
 	_ = cmd.MarkFlagRequired("endpoints")
 	return cmd
