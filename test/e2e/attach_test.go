@@ -10,9 +10,12 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/kmigrate"
 	"github.com/etcd-steward/steward/pkg/spec"
 	"github.com/etcd-steward/steward/test/harness"
 	"github.com/etcd-steward/steward/test/workload"
@@ -300,5 +303,35 @@ func copyBackupKey(t *testing.T, from, to string) {
 	}
 	if err := os.WriteFile(filepath.Join(to, "pki", "backup-auth.key"), key, 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAttachKube: a kube-apiserver runs on an attached cluster (with the
+// operator's certificate); `inspect storage-versions` counts its objects
+// and `migrate storage` rewrites them through the API server, as on a
+// cluster Steward runs.
+func TestAttachKube(t *testing.T) {
+	f := harness.StartForeignCluster(t, "3.5.35", 1)
+	e := harness.New(t)
+	e.MustRun(attachArgs(f)...)
+	k := e.StartKubeAPIServer()
+	cs := k.Clientset()
+	ctx := t.Context()
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "attached"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 25
+	for i := range n {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%02d", i)}, Data: map[string]string{"i": fmt.Sprint(i)}}
+		if _, err := cs.CoreV1().ConfigMaps("attached").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if cm := resourceOf(inspectJSON(t, e), "configmaps"); cm.Objects < n {
+		t.Errorf("inspect storage-versions on the attached cluster: %d config maps, want at least %d", cm.Objects, n)
+	}
+	rep, _ := migrateReport(t, e, true, "--kubeconfig", k.Kubeconfig, "--resources", "configmaps", "--qps", "0")
+	if cm := migResource(rep, "configmaps"); cm.Result != kmigrate.ResultMigrated || cm.Migrated < n {
+		t.Errorf("migrate storage on the attached cluster: %+v", cm)
 	}
 }
