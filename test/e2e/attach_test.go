@@ -98,6 +98,15 @@ func TestAttach(t *testing.T) {
 	}
 
 	t.Log("Backup")
+	// Restoring over someone else's members is refused: their backups
+	// restore into a new cluster.
+	if msg := e.MustFail("restore"); !strings.Contains(msg, "cannot restore into its members: cluster kube-etcd is attached") || !strings.Contains(msg, "new cluster") {
+		t.Errorf("restore into the attached cluster: %s", msg)
+	}
+	if out := e.MustRun("alarm", "list"); strings.Contains(out, "NOSPACE") {
+		t.Errorf("alarm list: %s", out)
+	}
+
 	// A full backup, taken under the writer.
 	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write", w.AckedAbove(50))
 	var m backup.Manifest
