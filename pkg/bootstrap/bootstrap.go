@@ -94,6 +94,9 @@ func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*clust
 		if err != nil {
 			return nil, nil, err
 		}
+		if err := (&cluster.Cluster{Dir: dir, Spec: s}).RequireProcessControl("start its members"); err != nil {
+			return nil, nil, err
+		}
 		if o.Members != 0 && o.Members != len(s.Members) {
 			return nil, nil, newClusterOnly("Members", "%s already describes %d members; the member count applies only to a new cluster (use `steward member add` or `remove`)", specPath, len(s.Members))
 		}

@@ -90,7 +90,7 @@ func TestAttach(t *testing.T) {
 
 	t.Log("Refusals")
 	// A command that needs the member processes: one line, pointing to adopt.
-	for _, args := range [][]string{{"member", "stop", "infra1"}, {"member", "add", "infra4"}, {"upgrade", "plan", "--to", "3.6.16"}, {"certs", "renew", "--all"}} {
+	for _, args := range [][]string{{"member", "stop", "infra1"}, {"member", "add", "infra4"}, {"upgrade", "plan", "--to", "3.6.16"}, {"certs", "renew", "--all"}, {"up"}} {
 		msg := e.MustFail(args...)
 		if !strings.Contains(msg, "is attached") || !strings.Contains(msg, "steward adopt") || strings.Count(strings.TrimSpace(msg), "\n") > 0 {
 			t.Errorf("%v on an attached cluster: want one line saying it is attached and naming steward adopt, got:\n%s", args, msg)
