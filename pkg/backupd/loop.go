@@ -129,7 +129,7 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 	if !ok || !status.Cluster.Quorate {
 		return fmt.Errorf("no leader: %s", status.Unhealthy())
 	}
-	if leader.Agent != agentName {
+	if !backsUp(c, leader, agentName) {
 		r.update(false, func(st *backup.LoopStatus) {
 			if st.Role != "standby" {
 				st.Role = "standby"
@@ -476,6 +476,18 @@ func (l *backupLease) release() {
 	defer cancel()
 	_ = l.el.Resign(ctx)
 	_ = l.sess.Close()
+}
+
+// backsUp reports whether this agent may campaign to back up while leader
+// leads etcd: the agent that runs the leader (its snapshot and watch stay
+// on its host); for an attached cluster, whose members no agent runs,
+// every agent of the spec, and the election picks one.
+func backsUp(c *cluster.Cluster, leader cluster.MemberStatus, agentName string) bool {
+	if c.Spec.IsExternal() {
+		_, ok := c.Spec.Agent(agentName)
+		return ok
+	}
+	return leader.Agent == agentName
 }
 
 // handOver reports whether another agent's member now leads etcd. It asks

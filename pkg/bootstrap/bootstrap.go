@@ -94,6 +94,9 @@ func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*clust
 		if err != nil {
 			return nil, nil, err
 		}
+		if err := (&cluster.Cluster{Dir: dir, Spec: s}).RequireProcessControl("start its members"); err != nil {
+			return nil, nil, err
+		}
 		if o.Members != 0 && o.Members != len(s.Members) {
 			return nil, nil, newClusterOnly("Members", "%s already describes %d members; the member count applies only to a new cluster (use `steward member add` or `remove`)", specPath, len(s.Members))
 		}
@@ -279,6 +282,11 @@ func Down(ctx context.Context, dir string, o DownOptions, say progress.Func) err
 	} else if s, err := spec.Load(filepath.Join(dir, spec.FileName)); err == nil {
 		if a, ok := s.Agent(spec.LocalAgent); ok {
 			addr = a.Address
+		}
+		if s.IsExternal() {
+			// Only this machine's agent (its backup loop) stops; the
+			// members are someone else's.
+			say.Say("cluster %s is attached: its members keep running (Steward does not run them)", s.Name)
 		}
 	} else if !errors.Is(err, os.ErrNotExist) {
 		say.Say("warning: %v; using the default agent socket", err)

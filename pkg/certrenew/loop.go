@@ -61,7 +61,8 @@ func round(ctx context.Context, dir string, log *slog.Logger) (time.Duration, er
 	if err != nil {
 		return 5 * time.Second, err
 	}
-	if c.Spec.TLS.Disabled {
+	if c.Spec.TLS.Disabled || c.Spec.IsExternal() {
+		// An attached cluster's certificates are the operator's: never renewed here.
 		return time.Minute, nil
 	}
 	v := c.Validity().WithDefaults()

@@ -82,7 +82,7 @@ func (c *Cluster) Backups(ctx context.Context, store backup.Store, allowUnauthen
 // client certificate is a host's, not the admin's. A directory without any
 // client certificate (a fresh one, a restore into a new directory) is not.
 func (c *Cluster) onJoinedHost() bool {
-	if c.Spec.TLS.Disabled {
+	if c.Spec.TLS.Disabled || c.Spec.IsExternal() {
 		return false
 	}
 	cn, err := pki.CommonName(pki.FilesIn(c.CertDir()).ClientCert)

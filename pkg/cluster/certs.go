@@ -31,6 +31,9 @@ func (c *Cluster) Certificates(ctx context.Context) ([]pki.CertInfo, error) {
 	if c.Spec.TLS.Disabled {
 		return nil, nil
 	}
+	if c.Spec.IsExternal() {
+		return append(c.externalInventory(), c.servedCerts(ctx)...), nil
+	}
 	inv, err := pki.Inventory(c.CertDir())
 	if err != nil {
 		return nil, err
@@ -56,6 +59,12 @@ func (c *Cluster) servedCerts(ctx context.Context) []pki.CertInfo {
 		}
 	}
 	f := pki.FilesIn(c.CertDir())
+	if c.Spec.IsExternal() {
+		// The operator's certificate, on peer ports too: there is no
+		// peer certificate of Steward's.
+		f.CA, f.ClientCert, f.ClientKey = c.clientFiles()
+		f.PeerCert, f.PeerKey = f.ClientCert, f.ClientKey
+	}
 	out := make([]pki.CertInfo, len(ts))
 	pool, err := pki.CAPool(f.CA)
 	if err != nil {

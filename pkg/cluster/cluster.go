@@ -131,6 +131,9 @@ func (c *Cluster) EnsureCerts() error {
 	if c.Spec.TLS.Disabled {
 		return nil
 	}
+	if err := c.RequireProcessControl("issue member certificates"); err != nil {
+		return err
+	}
 	// Members on other hosts run with their host's own certificates
 	// (pki.IssueHost, through the join file); these cover this machine's.
 	var hosts []string
@@ -171,7 +174,7 @@ func (c *Cluster) Client(endpoints ...string) (*clientv3.Client, error) {
 		Logger:               zap.NewNop(),
 	}
 	if !c.Spec.TLS.Disabled {
-		tc, err := pki.ClientTLS(c.CertDir())
+		tc, err := pki.ClientTLSFiles(c.clientFiles())
 		if err != nil {
 			return nil, err
 		}
@@ -187,6 +190,9 @@ func (c *Cluster) Client(endpoints ...string) (*clientv3.Client, error) {
 // Agent returns a client for the named agent.
 func (c *Cluster) Agent(name string) (*agentapi.Client, error) {
 	a, ok := c.Spec.Agent(name)
+	if !ok && name == "" && c.Spec.IsExternal() {
+		return nil, c.RequireProcessControl("reach the process of a member")
+	}
 	if !ok {
 		return nil, fmt.Errorf("agent %q is not in the cluster spec", name)
 	}

@@ -222,7 +222,7 @@ func (c *Cluster) EndpointStatus(ctx context.Context, endpoint string) (*clientv
 func (c *Cluster) clusterVersion(ctx context.Context, endpoint string) string {
 	tr := &http.Transport{}
 	if !c.Spec.TLS.Disabled {
-		tc, err := pki.ClientTLS(c.CertDir())
+		tc, err := pki.ClientTLSFiles(c.clientFiles())
 		if err != nil {
 			return ""
 		}
@@ -401,7 +401,10 @@ func (c *Cluster) Status(ctx context.Context) (*Status, error) {
 		} else if len(p.alarms) > 0 {
 			ms.LastError = "alarm raised: " + strings.Join(p.alarms, ", ")
 		}
-		if as, ok := agentState[m.Agent+"/"+m.Name]; ok {
+		if m.Agent == "" && c.Spec.IsExternal() {
+			// Someone else runs it: no agent to ask.
+			ms.Agent, ms.Process = External, External
+		} else if as, ok := agentState[m.Agent+"/"+m.Name]; ok {
 			ms.Process = as.State
 			ms.PID = as.PID
 			ms.Restarts = as.Restarts

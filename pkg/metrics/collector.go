@@ -194,7 +194,8 @@ func (c *Collector) emit(ch chan<- prometheus.Metric, s Snapshot, now time.Time)
 	}
 }
 
-// emitCluster sends the member series of this agent's members and the
+// emitCluster sends the member series of this agent's members (of every
+// member, for an attached cluster) and the
 // cluster as this agent sees it. Called with c.mu held.
 func (c *Collector) emitCluster(ch chan<- prometheus.Metric, st *cluster.Status) {
 	var leaderApplied uint64
@@ -204,7 +205,9 @@ func (c *Collector) emitCluster(ch chan<- prometheus.Metric, st *cluster.Status)
 	var revision int64
 	for _, m := range st.Members {
 		revision = max(revision, m.Revision)
-		if m.Agent != c.agent || !m.InSpec {
+		// An attached cluster's members run under no agent: the agents
+		// that watch it (the one of `attach --continuous`) report them.
+		if (m.Agent != c.agent && m.Agent != cluster.External) || !m.InSpec {
 			continue
 		}
 		up := m.Healthy || m.OnlyAlarms

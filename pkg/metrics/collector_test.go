@@ -118,6 +118,26 @@ steward_member_up{agent="b",cluster="prod",member="etcd-3"} 0
 	}
 }
 
+// TestCollectorAttached: an agent watching an attached cluster (members
+// under no agent) reports every member.
+func TestCollectorAttached(t *testing.T) {
+	st := fixedStatus()
+	for i := range st.Members {
+		st.Members[i].Agent = cluster.External
+	}
+	_, reg := registry(t, "local", func() Snapshot { return Snapshot{Status: st} }, func() time.Time { return t0 })
+	want := `
+# HELP steward_member_up 1 when the member answers its status and serves a linearizable read (a raised alarm does not count against it), else 0.
+# TYPE steward_member_up gauge
+steward_member_up{agent="local",cluster="prod",member="etcd-1"} 1
+steward_member_up{agent="local",cluster="prod",member="etcd-2"} 1
+steward_member_up{agent="local",cluster="prod",member="etcd-3"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "steward_member_up"); err != nil {
+		t.Error(err)
+	}
+}
+
 // TestCollectorNoClusterView: without a spec or with no member answering,
 // the agent exports no cluster series (an agent that sees nothing must
 // not say quorum is lost), but its members' up series still say 0.

@@ -317,3 +317,16 @@ func findLeaves(dir string, names []string) ([]leaf, error) {
 	}
 	return out, nil
 }
+
+// DescribeFile describes the first certificate of a PEM file that is not
+// Steward's (an attached cluster's CA and client certificate), reading it
+// only; an unreadable file comes back with its Error set.
+func DescribeFile(name, path string, now time.Time) CertInfo {
+	c, err := readCert(path)
+	if err != nil {
+		return CertInfo{Name: name, File: path, Error: err.Error()}
+	}
+	i := Describe(name, c, now)
+	i.File = path
+	return i
+}

@@ -49,6 +49,39 @@ type Cluster struct {
 	Recovery    Recovery `json:"recovery,omitempty"`
 	Agents      []Agent  `json:"agents"`
 	Members     []Member `json:"members"`
+	// External marks a cluster Steward did not create and does not run
+	// (written by `steward attach`): its members run under no agent, and
+	// Steward reaches them with the operator's own client certificate.
+	External *External `json:"external,omitempty"`
+}
+
+// External describes an attached cluster: one whose member processes
+// someone else runs. Steward works on it through the etcd API only.
+type External struct {
+	// CAFile, CertFile and KeyFile are the operator's CA bundle and client
+	// certificate and key, absolute paths. Steward reads them and never
+	// rewrites them.
+	CAFile   string `json:"caFile,omitempty"`
+	CertFile string `json:"certFile,omitempty"`
+	KeyFile  string `json:"keyFile,omitempty"`
+	// ClusterID is the etcd cluster ID (hex) the endpoints answered with
+	// when the cluster was attached.
+	ClusterID string `json:"clusterID"`
+}
+
+// IsExternal reports whether the spec is of an attached cluster, whose
+// members Steward does not run.
+func (c *Cluster) IsExternal() bool { return c.External != nil }
+
+// ClientFiles returns the CA, client certificate and client key files
+// Steward dials etcd with: the operator's own for an attached cluster,
+// else those of the certificate directory.
+func (c *Cluster) ClientFiles(stewardDir string) (ca, cert, key string) {
+	if e := c.External; e != nil {
+		return Path(stewardDir, e.CAFile), Path(stewardDir, e.CertFile), Path(stewardDir, e.KeyFile)
+	}
+	d := c.CertDir(stewardDir)
+	return filepath.Join(d, "ca.crt"), filepath.Join(d, "client.crt"), filepath.Join(d, "client.key")
 }
 
 // TLS configures transport security. It is on unless Disabled is set.
@@ -320,13 +353,14 @@ func (c *Cluster) MultiHost() bool {
 // Member is one etcd member.
 type Member struct {
 	Name string `json:"name"`
-	// Agent names the agent that runs this member.
+	// Agent names the agent that runs this member; empty for a member of
+	// an attached (external) cluster, which no agent runs.
 	Agent     string `json:"agent"`
 	ClientURL string `json:"clientURL"`
 	PeerURL   string `json:"peerURL"`
 	// DataDir is the member's data directory; relative paths are relative
-	// to the Steward directory.
-	DataDir string `json:"dataDir"`
+	// to the Steward directory. Empty for a member of an attached cluster.
+	DataDir string `json:"dataDir,omitempty"`
 	// Bootstrap is set for members that joined a running cluster: how the
 	// member must first start. Members of the initial cluster leave it empty.
 	Bootstrap *Bootstrap `json:"bootstrap,omitempty"`

@@ -86,6 +86,16 @@ func TestValidate(t *testing.T) {
 		{name: "metrics on a member's port", edit: func(c *Cluster) {
 			c.Agents[0].MetricsAddress = strings.TrimPrefix(c.Members[1].PeerURL, "https://")
 		}, wantErr: "etcd-2 peerURL 127.0.0.1:20004: address already used by agent local's metricsAddress"},
+		{name: "attached", edit: attached(nil)},
+		{name: "attached: a version not in the store", edit: attached(func(c *Cluster) { c.Version = "3.5.9" })},
+		{name: "attached: etcd's member names", edit: attached(func(c *Cluster) { c.Members[0].Name = "cp-1.example.com" })},
+		{name: "attached: peers in clear", edit: attached(func(c *Cluster) { c.Members[0].PeerURL = "http://127.0.0.1:1" })},
+		{name: "attached: a member with an agent", edit: attached(func(c *Cluster) { c.Members[0].Agent = LocalAgent }),
+			wantErr: `member etcd-1: agent "local": the members of an attached cluster run under no agent`},
+		{name: "attached: no client certificate", edit: attached(func(c *Cluster) { c.External.CertFile = "" }),
+			wantErr: "external.certFile is empty"},
+		{name: "attached: automatic recovery", edit: attached(func(c *Cluster) { c.Recovery.Mode = "auto" }),
+			wantErr: "recovery.mode auto: Steward does not run the members of an attached cluster"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -350,5 +360,20 @@ func TestValidateHosts(t *testing.T) {
 				t.Fatalf("warnings %v, want %q", w, tt.warn)
 			}
 		})
+	}
+}
+
+// attached turns a spec into an attached cluster's (members under no
+// agent, no data dirs, the operator's certificate files), then edits it.
+func attached(edit func(*Cluster)) func(*Cluster) {
+	return func(c *Cluster) {
+		c.External = &External{CAFile: "/etc/etcd/ca.crt", CertFile: "/etc/etcd/client.crt", KeyFile: "/etc/etcd/client.key", ClusterID: "feed"}
+		c.Agents = nil
+		for i := range c.Members {
+			c.Members[i].Agent, c.Members[i].DataDir = "", ""
+		}
+		if edit != nil {
+			edit(c)
+		}
 	}
 }

@@ -65,6 +65,10 @@ func (o ValidateOptions) resolver() func(string) ([]string, error) {
 
 var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
+// externalNameRE is the name of a member of an attached cluster: etcd's
+// own (kubeadm names members after their nodes' host names).
+var externalNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$`)
+
 var versionRE = regexp.MustCompile(`^3\.[0-9]+\.[0-9]+$`)
 
 // Validate checks the spec. It returns every problem found joined in one
@@ -79,10 +83,11 @@ func (c *Cluster) Validate(o ValidateOptions) (warnings []string, err error) {
 	if c.Token == "" {
 		bad("token is empty: set a token unique to this cluster")
 	}
+	external := c.External != nil
 	switch {
 	case !versionRE.MatchString(c.Version):
 		bad("version %q: want an etcd release like 3.6.16", c.Version)
-	case o.KnownVersion != nil:
+	case o.KnownVersion != nil && !external: // an attached cluster's binaries are not Steward's
 		if verr := o.KnownVersion(c.Version); verr != nil {
 			bad("version %s: %v", c.Version, verr)
 		}
@@ -135,6 +140,17 @@ func (c *Cluster) Validate(o ValidateOptions) (warnings []string, err error) {
 	case "", "manual", "auto":
 	default:
 		bad("recovery.mode %q: use manual or auto", c.Recovery.Mode)
+	}
+
+	if e := c.External; e != nil {
+		for _, f := range []struct{ field, path string }{{"caFile", e.CAFile}, {"certFile", e.CertFile}, {"keyFile", e.KeyFile}} {
+			if f.path == "" && !c.TLS.Disabled {
+				bad("external.%s is empty: an attached cluster is reached with the operator's own certificate", f.field)
+			}
+		}
+		if c.Recovery.Mode == "auto" {
+			bad("recovery.mode auto: Steward does not run the members of an attached cluster, so it cannot recover them; use manual")
+		}
 	}
 
 	resolve := o.resolver()
@@ -220,7 +236,10 @@ func (c *Cluster) Validate(o ValidateOptions) (warnings []string, err error) {
 	votersOn := map[string][]string{}
 	dirs := map[string]string{}
 	for _, m := range c.Members {
-		if !nameRE.MatchString(m.Name) {
+		switch {
+		case external && !externalNameRE.MatchString(m.Name):
+			bad("member name %q: an attached member's name is etcd's: letters, digits, '.', '_' and '-'", m.Name)
+		case !external && !nameRE.MatchString(m.Name):
 			bad("member name %q: use lower-case letters, digits and '-'", m.Name)
 		}
 		if names[m.Name] {
@@ -236,11 +255,19 @@ func (c *Cluster) Validate(o ValidateOptions) (warnings []string, err error) {
 			}
 		}
 		names[m.Name] = true
-		if !agents[m.Agent] {
+		switch {
+		case external && m.Agent != "":
+			bad("member %s: agent %q: the members of an attached cluster run under no agent (leave agent empty)", m.Name, m.Agent)
+		case !external && !agents[m.Agent]:
 			bad("member %s: agent %q is not in the agents list", m.Name, m.Agent)
 		}
 		for _, u := range []struct{ what, raw string }{{"clientURL", m.ClientURL}, {"peerURL", m.PeerURL}} {
-			hp, uerr := checkURL(u.raw, c.Scheme())
+			scheme := c.Scheme()
+			if external && u.what == "peerURL" && strings.HasPrefix(u.raw, "http://") {
+				// Someone else's members may keep their peers in clear.
+				scheme = "http"
+			}
+			hp, uerr := checkURL(u.raw, scheme)
 			if uerr != nil {
 				bad("member %s %s: %v", m.Name, u.what, uerr)
 				continue
@@ -291,7 +318,9 @@ func (c *Cluster) Validate(o ValidateOptions) (warnings []string, err error) {
 			}
 		}
 		votersOn[m.Agent] = append(votersOn[m.Agent], m.Name)
-		if m.DataDir == "" {
+		if external {
+			// Its data dir is on a machine Steward may not even reach.
+		} else if m.DataDir == "" {
 			bad("member %s: dataDir is empty", m.Name)
 		} else if other, ok := dirs[m.Agent+"/"+m.DataDir]; ok {
 			bad("member %s: dataDir %s is also used by %s", m.Name, m.DataDir, other)

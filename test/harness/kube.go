@@ -230,7 +230,8 @@ func (k *KubeAPIServer) Args() []string {
 		// never mentions the Steward directory, so tests that look for
 		// processes left on it (harness.ProcessesUsing) do not find the API
 		// server.
-		f := pki.FilesIn(s.CertDir(k.e.Dir))
+		var f pki.Files
+		f.CA, f.ClientCert, f.ClientKey = s.ClientFiles(k.e.Dir) // an attached cluster's are the operator's
 		etcd := filepath.Join(k.Dir, "etcd")
 		if err := os.MkdirAll(etcd, 0o700); err != nil {
 			k.e.TB.Fatal(err)

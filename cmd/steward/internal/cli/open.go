@@ -43,17 +43,35 @@ func NoSpecHint(err error, dir string) error {
 // ClusterWithAgent is Cluster for commands that work on member processes:
 // it also starts this machine's agent when the spec has one and it is not
 // running (after `steward down` or a reboot), as `steward up` does. The
-// agent starts the members it last ran.
+// agent starts the members it last ran. An attached cluster, whose
+// members Steward does not run, is refused (ProcessControl).
 func (g *Globals) ClusterWithAgent(cmd interface {
 	ErrOrStderr() io.Writer
 	Context() context.Context
+	CommandPath() string
 }) (*cluster.Cluster, error) {
 	c, err := g.Cluster(cmd)
 	if err != nil {
+		return nil, err
+	}
+	if err := ProcessControl(c, cmd.CommandPath()); err != nil {
 		return nil, err
 	}
 	if _, err := c.EnsureLocalAgent(cmd.Context(), ""); err != nil {
 		return nil, fmt.Errorf("this machine's agent is not running and could not be started: %w (run it in the foreground with `steward agent --dir %s` to see why)", err, c.Dir)
 	}
 	return c, nil
+}
+
+// ProcessControl refuses the command (its path, "steward member add") on
+// an attached cluster: it needs the member processes, which Steward does
+// not run. The refusal points to `steward adopt`.
+func ProcessControl(c *cluster.Cluster, command string) error {
+	return AdoptHint(c.RequireProcessControl("run `" + command + "`"))
+}
+
+// AdoptHint adds to cluster.ErrExternal the command that hands an
+// attached cluster's members to Steward.
+func AdoptHint(err error) error {
+	return Hint(err, cluster.ErrExternal, "`steward adopt` hands its members to Steward first (docs/attach.md)")
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/agent"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/alarm"
+	"github.com/etcd-steward/steward/cmd/steward/internal/command/attach"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/backup"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/binaries"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/certs"
@@ -44,6 +45,7 @@ func NewRootCommand() *cobra.Command {
 	root.AddCommand(
 		initcluster.NewCommand(g),
 		up.NewCommand(g),
+		attach.NewCommand(g),
 		down.NewCommand(g),
 		env.NewCommand(g),
 		status.NewCommand(g),

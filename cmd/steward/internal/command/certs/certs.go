@@ -119,7 +119,11 @@ local agent (DIR/run/certrenew.pid, DIR/logs/certrenew.log); ` + "`steward down`
 				}
 				// The spec must open now: bad input is one error at once,
 				// not a loop logging it.
-				if _, err := g.Cluster(cmd); err != nil {
+				c, err := g.Cluster(cmd)
+				if err != nil {
+					return err
+				}
+				if err := cli.ProcessControl(c, cmd.CommandPath()); err != nil {
 					return err
 				}
 				ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
@@ -135,6 +139,9 @@ local agent (DIR/run/certrenew.pid, DIR/logs/certrenew.log); ` + "`steward down`
 			}
 			c, err := g.Cluster(cmd)
 			if err != nil {
+				return err
+			}
+			if err := cli.ProcessControl(c, cmd.CommandPath()); err != nil {
 				return err
 			}
 			if all {
@@ -217,6 +224,9 @@ func issueClientCommand(g *cli.Globals) *cobra.Command {
 			}
 			c, err := g.Cluster(cmd)
 			if err != nil {
+				return err
+			}
+			if err := cli.ProcessControl(c, cmd.CommandPath()); err != nil {
 				return err
 			}
 			f, err := pki.IssueClient(c.CertDir(), c.Spec.Name, args[0], validity, out, c.Validity())

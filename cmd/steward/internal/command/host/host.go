@@ -34,6 +34,9 @@ for instance after the first one expired.`,
 			if err != nil {
 				return err
 			}
+			if err := cli.ProcessControl(c, cmd.CommandPath()); err != nil {
+				return err
+			}
 			p, err := bootstrap.AddHost(c, h, port, validity)
 			if err != nil {
 				return err

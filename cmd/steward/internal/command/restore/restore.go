@@ -33,6 +33,10 @@ restored cluster with ` + "`steward up`" + `.`,
 			if err != nil {
 				return err
 			}
+			if err := c.RequireProcessControl("restore into its members"); err != nil {
+				// Its backups restore into a new cluster Steward runs.
+				return fmt.Errorf("%w; restore its backups into a new cluster instead: a new --dir whose spec's backup.store is this one's (docs/attach.md)", err)
+			}
 			_, err = restore.Run(cmd.Context(), c, o)
 			err = cli.Hint(err, restore.ErrOtherCluster, "use --allow-other-cluster to build this cluster from it anyway")
 			err = cli.Hint(err, restore.ErrUntrustedManifests, "remove or repair them, use --allow-unauthenticated for manifests written before the cluster had its backup key, or --skip-untrusted to restore without them")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
 	"github.com/etcd-steward/steward/pkg/bootstrap"
+	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/progress"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
@@ -77,6 +78,9 @@ func upHint(err error) error {
 	}
 	if errors.Is(err, spec.ErrTooFewMembers) {
 		return fmt.Errorf("--members: %w", err)
+	}
+	if errors.Is(err, cluster.ErrExternal) {
+		return cli.AdoptHint(err)
 	}
 	if ad, ok := errors.AsType[*bootstrap.AgentDownError](err); ok {
 		if ad.JoinFile != "" {

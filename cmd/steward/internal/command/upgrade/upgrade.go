@@ -24,6 +24,9 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := cli.ProcessControl(c, cmd.CommandPath()); err != nil {
+				return err
+			}
 			p, err := upgrade.NewPlan(cmd.Context(), c, o)
 			if err != nil {
 				return upgradeHint(err)

@@ -1,0 +1,39 @@
+package cluster
+
+import (
+	"errors"
+	"time"
+
+	"github.com/etcd-steward/steward/pkg/pki"
+)
+
+// External is what status says in the agent and process columns of a
+// member of an attached cluster.
+const External = "external"
+
+// ErrExternal is the Kind of the refusal of work on member processes (start,
+// stop, add, remove, upgrade, recover, certificates) of an attached
+// cluster, whose members someone else runs.
+var ErrExternal = errors.New("the cluster is attached: Steward does not run its members")
+
+// RequireProcessControl refuses, for an attached cluster, an operation
+// that needs to run or change member processes; what names it ("add a
+// member", "upgrade"). It returns nil for a cluster Steward runs.
+func (c *Cluster) RequireProcessControl(what string) error {
+	if !c.Spec.IsExternal() {
+		return nil
+	}
+	return &Refusal{Kind: ErrExternal, Msg: "cannot " + what + ": cluster " + c.Spec.Name + " is attached, Steward does not run its members (it only reaches them through the etcd API)"}
+}
+
+// clientFiles are the CA, client certificate and key Steward dials etcd
+// with: the operator's own for an attached cluster.
+func (c *Cluster) clientFiles() (ca, cert, key string) { return c.Spec.ClientFiles(c.Dir) }
+
+// externalInventory lists an attached cluster's certificates: the
+// operator's CA and client certificate files, read and never written.
+func (c *Cluster) externalInventory() []pki.CertInfo {
+	ca, cert, _ := c.clientFiles()
+	now := time.Now()
+	return []pki.CertInfo{pki.DescribeFile("external ca", ca, now), pki.DescribeFile("external client", cert, now)}
+}
