@@ -192,7 +192,7 @@ var unsupported = map[string]string{
 	"listen-client-http-urls": "serves plain HTTP beside gRPC on other URLs, which Steward does not set up",
 	"discovery":               "finds its cluster through a discovery service; Steward gives members --initial-cluster",
 	// discovery stands for every discovery-* flag but those below.
-	"discovery-srv":           "finds its cluster through DNS SRV records; Steward gives members --initial-cluster",
+	"discovery-srv": "finds its cluster through DNS SRV records; Steward gives members --initial-cluster",
 }
 
 // Check refuses a MemberRun Steward cannot run the same way, naming every
