@@ -50,11 +50,14 @@ no-such-key: 1
 		wantErr     error
 	}{
 		{
-			name: "flag wins over env",
-			args: []string{"--name=a", "--data-dir", "/d"},
-			env:  []string{"ETCD_NAME=b", "ETCD_SNAPSHOT_COUNT=10", "PATH=/bin"},
-			want: map[string]string{"name": "a", "data-dir": "/d", "snapshot-count": "10"},
+			name:        "env fills flags not given",
+			args:        []string{"--name=a", "--data-dir", "/d"},
+			env:         []string{"ETCD_SNAPSHOT_COUNT=10", "PATH=/bin", "ETCD_NAMEX=1"},
+			want:        map[string]string{"name": "a", "data-dir": "/d", "snapshot-count": "10"},
+			wantIgnored: []string{"ETCD_NAMEX"},
 		},
+		// etcd exits on a flag given both ways.
+		{name: "flag and env both", args: []string{"--name=a"}, env: []string{"ETCD_NAME=b"}, wantErr: ErrSource},
 		{
 			name: "single dash, bool alone, last wins",
 			args: []string{"-name", "a", "-client-cert-auth", "--name=c", "--enable-pprof=false"},

@@ -234,9 +234,10 @@ func scalar(v any) (string, error) {
 // effective merges what etcd reads, with etcd's precedence
 // (etcdmain/config.go, parse): a config file (--config-file, else
 // ETCD_CONFIG_FILE) is the whole configuration, and the command line and
-// every other ETCD_* variable are then ignored; without one, flags on the
-// command line win and an ETCD_* variable fills only a flag not given
-// there. readConfig reads the config file at a path. It returns the
+// every other ETCD_* variable are then ignored; without one, an ETCD_*
+// variable fills a flag not given on the command line, and a flag given
+// both ways is a refusal (etcd exits: "conflicting environment variable
+// is shadowed by corresponding command-line flag", pkg/flags verifyEnv). readConfig reads the config file at a path. It returns the
 // effective flags, what etcd ignores, and the config file's path.
 func effective(args, env []string, readConfig func(path string) ([]byte, error)) (flags map[string]string, ignored []string, configFile string, err error) {
 	fromArgs, err := parseArgs(args)
@@ -250,10 +251,17 @@ func effective(args, env []string, readConfig func(path string) ([]byte, error))
 	}
 	if configFile == "" {
 		flags = fromArgs
+		var both []string
 		for k, v := range fromEnv {
-			if _, given := flags[k]; !given {
-				flags[k] = v
+			if _, given := flags[k]; given {
+				both = append(both, "--"+k+" and ETCD_"+strings.ToUpper(strings.ReplaceAll(k, "-", "_")))
+				continue
 			}
+			flags[k] = v
+		}
+		if len(both) > 0 {
+			sort.Strings(both)
+			return nil, nil, "", cluster.Refuse(ErrSource, "the member sets %s: etcd refuses to start with a flag given both ways (\"conflicting environment variable is shadowed by corresponding command-line flag\"); remove one of each", strings.Join(both, ", "))
 		}
 		return flags, ignoredEnv, "", nil
 	}
