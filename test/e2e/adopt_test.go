@@ -2,12 +2,14 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -248,4 +250,53 @@ func TestAdoptDiscovery(t *testing.T) {
 	if err != nil || pid != m.pid {
 		t.Errorf("FindProcess by data dir: %d, %v; want %d", pid, err, m.pid)
 	}
+
+	// The command shows the same, and what Steward would set
+	// differently: it listens only where it advertises.
+	bin := harness.Binary(t)
+	var results []adoptResult
+	for _, src := range [][]string{{"--pid", fmt.Sprint(m.pid)}, {"--manifest", manifest}} {
+		out, err := exec.CommandContext(t.Context(), bin, append([]string{"adopt", "--dry-run", "-o", "json"}, src...)...).Output()
+		if err != nil {
+			t.Fatalf("steward adopt --dry-run %v: %v: %s", src, err, stderrOf(err))
+		}
+		var r adoptResult
+		if err := json.Unmarshal(out, &r); err != nil {
+			t.Fatalf("adopt --dry-run -o json: %v: %s", err, out)
+		}
+		results = append(results, r)
+	}
+	for i, r := range results {
+		want := fromProc
+		if i == 1 {
+			want = fromManifest
+		}
+		if !reflect.DeepEqual(r.Member, want) {
+			t.Errorf("adopt --dry-run printed %+v, want %+v", r.Member, want)
+		}
+		if !slices.Contains(r.Differences, adopt.Difference{Flag: "listen-client-urls", Current: m.listenClient, Steward: m.clientURL}) {
+			t.Errorf("differences %+v do not show the second client listener dropped", r.Differences)
+		}
+	}
+	// Nothing changed: the member still serves.
+	ctx2, cancel2 := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel2()
+	if _, err := cli.Get(ctx2, "still-here"); err != nil {
+		t.Errorf("the member after discovery: %v", err)
+	}
+}
+
+// adoptResult is `steward adopt --dry-run -o json`'s output.
+type adoptResult struct {
+	Member      adopt.MemberRun    `json:"member"`
+	Differences []adopt.Difference `json:"differences"`
+	Problem     string             `json:"problem"`
+}
+
+func stderrOf(err error) string {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return string(ee.Stderr)
+	}
+	return ""
 }
