@@ -303,10 +303,11 @@ func TestParseProcess(t *testing.T) {
 		wantName    string
 		wantDataDir string
 		wantConfig  string
+		wantCluster string
 	}{
-		{"defaults relative to cwd", []string{"/usr/bin/etcd"}, nil, "default", "/run/etcd/default.etcd", ""},
-		{"env fills", []string{"etcd", "--name=a"}, []string{"ETCD_DATA_DIR=/srv/a"}, "a", "/srv/a", ""},
-		{"relative config file", []string{"etcd", "--config-file", "conf.yaml"}, nil, "cf", "/run/etcd/data", "/run/etcd/conf.yaml"},
+		{"defaults relative to cwd", []string{"/usr/bin/etcd"}, nil, "default", "/run/etcd/default.etcd", "", "default=http://localhost:2380"},
+		{"env fills", []string{"etcd", "--name=a"}, []string{"ETCD_DATA_DIR=/srv/a", "ETCD_INITIAL_ADVERTISE_PEER_URLS=http://h:1,http://h:2"}, "a", "/srv/a", "", "a=http://h:1,a=http://h:2"},
+		{"relative config file", []string{"etcd", "--config-file", "conf.yaml"}, nil, "cf", "/run/etcd/data", "/run/etcd/conf.yaml", "cf=http://localhost:2380"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := ParseProcess(tc.args, tc.env, "/run/etcd", 42, conf)
@@ -315,6 +316,9 @@ func TestParseProcess(t *testing.T) {
 			}
 			if r.Name != tc.wantName || r.DataDir != tc.wantDataDir || r.Source.ConfigFile != tc.wantConfig || r.Source.PID != 42 {
 				t.Errorf("name %q data dir %q source %+v; want %q %q %q", r.Name, r.DataDir, r.Source, tc.wantName, tc.wantDataDir, tc.wantConfig)
+			}
+			if r.InitialCluster != tc.wantCluster {
+				t.Errorf("initial cluster %q, want etcd's default %q", r.InitialCluster, tc.wantCluster)
 			}
 		})
 	}

@@ -105,7 +105,7 @@ func parseArgs(args []string) (map[string]string, error) {
 		}
 		known, isBool := knownFlag(name)
 		if !known {
-			return nil, cluster.Refuse(ErrUnknownFlag, "the member runs with --%s, a flag etcd %s does not know: remove it (or upgrade Steward) before adopting the member", name, "3.5-3.6")
+			return nil, cluster.Refuse(ErrUnknownFlag, "the member runs with --%s, a flag etcd does not know (Steward knows the flags of etcd 3.6 and the older spellings of its version catalogue): remove it before adopting the member", name)
 		}
 		switch {
 		case hasVal:

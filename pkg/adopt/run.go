@@ -149,7 +149,7 @@ func newRun(flags map[string]string, hostPath func(string) string, cwd string) (
 		AdvertiseClientURLs:      list("advertise-client-urls", embed.DefaultAdvertiseClientURLs),
 		ListenPeerURLs:           list("listen-peer-urls", embed.DefaultListenPeerURLs),
 		InitialAdvertisePeerURLs: list("initial-advertise-peer-urls", embed.DefaultInitialAdvertisePeerURLs),
-		InitialCluster:           get("initial-cluster", name+"="+embed.DefaultInitialAdvertisePeerURLs),
+		InitialCluster:           get("initial-cluster", ""),
 		InitialClusterState:      get("initial-cluster-state", embed.ClusterStateFlagNew),
 		InitialClusterToken:      get("initial-cluster-token", "etcd-cluster"),
 		ClientTLS: TLS{
@@ -160,6 +160,15 @@ func newRun(flags map[string]string, hostPath func(string) string, cwd string) (
 			CertFile: path(flags["peer-cert-file"]), KeyFile: path(flags["peer-key-file"]),
 			TrustedCAFile: path(flags["peer-trusted-ca-file"]),
 		},
+	}
+	if r.InitialCluster == "" {
+		// etcd's default: this member alone, at its advertised peer URLs
+		// (embed.Config.InitialClusterFromName).
+		var parts []string
+		for _, u := range r.InitialAdvertisePeerURLs {
+			parts = append(parts, name+"="+u)
+		}
+		r.InitialCluster = strings.Join(parts, ",")
 	}
 	var err error
 	if r.ClientTLS.ClientCertAuth, err = boolean("client-cert-auth"); err != nil {
