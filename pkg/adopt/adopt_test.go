@@ -91,6 +91,11 @@ no-such-key: 1
 			wantIgnored: []string{"ETCD_NAME", "no-such-key"},
 			wantConfig:  "/etc/etcd/etcd.yaml",
 		},
+		{
+			name: "3.5, 3.6 and 3.7 spellings known",
+			args: []string{"--proxy=off", "--enable-v2=false", "--experimental-compact-hash-check-enabled", "--compact-hash-check-time=1m", "--feature-gates=CompactHashCheck=true"},
+			want: map[string]string{"proxy": "off", "enable-v2": "false", "experimental-compact-hash-check-enabled": "true", "compact-hash-check-time": "1m"},
+		},
 		{name: "unknown flag", args: []string{"--no-such-flag=1"}, wantErr: ErrUnknownFlag},
 		{name: "stray argument", args: []string{"--name=a", "extra"}, wantErr: ErrUnknownFlag},
 		{name: "flag without value", args: []string{"--data-dir"}, wantErr: ErrUnknownFlag},
@@ -332,6 +337,8 @@ func TestCheck(t *testing.T) {
 	}{
 		{"plain", MemberRun{Name: "a", Flags: map[string]string{"snapshot-count": "1"}}, nil},
 		{"false bools are fine", MemberRun{Name: "a", Flags: map[string]string{"unsafe-no-fsync": "false"}}, nil},
+		{"proxy off is fine", MemberRun{Name: "a", Flags: map[string]string{"proxy": "off"}}, nil},
+		{"proxy on", MemberRun{Name: "a", Flags: map[string]string{"proxy": "on"}}, []string{"--proxy"}},
 		{"every problem named", MemberRun{Name: "a", WALDir: "/wal", Flags: map[string]string{
 			"unsafe-no-fsync": "true", "discovery-token": "x", "experimental-peer-skip-client-san-verification": "true",
 		}}, []string{"--wal-dir", "--unsafe-no-fsync", "--discovery-token"}},

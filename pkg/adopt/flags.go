@@ -38,7 +38,8 @@ var (
 // flag (given without a value). The names are those of the linked etcd
 // server's command line (its embed.Config flags and etcdmain's own), plus
 // the older spellings the version catalogue knows (renamed, turned into
-// feature gates, removed): a 3.5 member's flags are known too.
+// feature gates, removed) and 3.5's proxy flags: every flag of etcd 3.5,
+// 3.6 and 3.7 is known.
 var flagKinds = sync.OnceValue(func() map[string]bool {
 	fs := flag.NewFlagSet("etcd", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -53,6 +54,11 @@ var flagKinds = sync.OnceValue(func() map[string]bool {
 		kinds[n] = false
 	}
 	kinds["version"] = true
+	// etcd 3.5's v2 proxy, gone in 3.6 (and in no catalogue entry: it
+	// was not renamed, and no version Steward runs accepts it).
+	for _, n := range []string{"proxy", "proxy-dial-timeout", "proxy-failure-wait", "proxy-read-timeout", "proxy-refresh-interval", "proxy-write-timeout"} {
+		kinds[n] = false
+	}
 	for _, m := range catalogue.Default().Minors {
 		for old, renamed := range m.RenamedFlags {
 			if _, ok := kinds[old]; !ok {

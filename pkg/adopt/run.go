@@ -202,6 +202,7 @@ var unsupported = map[string]string{
 	"discovery":               "finds its cluster through a discovery service; Steward gives members --initial-cluster",
 	// discovery stands for every discovery-* flag but those below.
 	"discovery-srv": "finds its cluster through DNS SRV records; Steward gives members --initial-cluster",
+	"proxy":         "runs etcd 3.5's v2 proxy, which later versions dropped",
 }
 
 // Check refuses a MemberRun Steward cannot run the same way, naming every
@@ -221,7 +222,7 @@ func Check(r MemberRun) error {
 			base = "discovery"
 		}
 		if why, ok := unsupported[base]; ok {
-			if v := flags[k]; v == "false" || v == "" {
+			if v := flags[k]; v == "false" || v == "" || base == "proxy" && v == "off" {
 				continue
 			}
 			problems = append(problems, "--"+k+" "+why)
