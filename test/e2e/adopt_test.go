@@ -36,6 +36,7 @@ type externalMember struct {
 	dataDir, certDir       string
 	clientURL, peerURL     string
 	listenClient, manifest string
+	binary                 string
 }
 
 // startExternal starts one etcd 3.5 member with plain flags and some
@@ -64,7 +65,8 @@ func startExternal(t *testing.T) *externalMember {
 	// Listening on a second address too, as kubeadm's members listen on
 	// 127.0.0.1 for their API server besides the advertised address.
 	m.listenClient = m.clientURL + ",http://127.0.0.2:" + fmt.Sprint(cp)
-	cmd := exec.Command(filepath.Join(store, "etcd-v"+adoptVersion, "etcd"),
+	m.binary = filepath.Join(store, "etcd-v"+adoptVersion, "etcd")
+	cmd := exec.Command(m.binary,
 		"--name", "ext-1",
 		"--data-dir="+m.dataDir,
 		"--listen-client-urls="+m.listenClient,
@@ -113,6 +115,45 @@ func startExternal(t *testing.T) *externalMember {
 		t.Fatalf("the external member does not serve: %v; its log ends:\n%s", err, lastLines(string(log), 20))
 	}
 	return m
+}
+
+// writeUnit writes a systemd unit describing m, as a distribution's
+// would: the variables in an environment file and Environment=, the flags
+// on a continued ExecStart line.
+func (m *externalMember) writeUnit(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	envFile := filepath.Join(dir, "etcd.env")
+	env := fmt.Sprintf("# etcd's settings\nETCD_INITIAL_ADVERTISE_PEER_URLS=%s\nETCD_INITIAL_CLUSTER_TOKEN=adopt-e2e\nETCD_SNAPSHOT_COUNT=5000\n", m.peerURL)
+	if err := os.WriteFile(envFile, []byte(env), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	unit := fmt.Sprintf(`[Unit]
+Description=etcd
+After=network-online.target
+
+[Service]
+Type=notify
+EnvironmentFile=%s
+Environment="ETCD_HEARTBEAT_INTERVAL=200" ETCD_ELECTION_TIMEOUT=2000
+Environment=DATA=%s
+ExecStart=%s --name ext-1 \
+  --data-dir=${DATA} \
+  --listen-client-urls=%s \
+  --advertise-client-urls=%s \
+  --listen-peer-urls=%s \
+  --initial-cluster=ext-1=%s \
+  --experimental-initial-corrupt-check=true
+Restart=on-failure
+
+[Install]
+WantedBy=multi-user.target
+`, envFile, m.dataDir, m.binary, m.listenClient, m.clientURL, m.peerURL, m.peerURL)
+	p := filepath.Join(dir, "etcd.service")
+	if err := os.WriteFile(p, []byte(unit), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // writeManifest writes a kubeadm-style static pod manifest describing m:
@@ -166,8 +207,8 @@ spec:
 
 // TestAdoptDiscovery (issue 14): discovery of a member Steward did not
 // start. One real etcd 3.5 process, started by the test with flags and
-// ETCD_* variables; discovery from /proc and from a static pod manifest
-// describing it give the same MemberRun, the one etcd itself runs (its
+// ETCD_* variables; discovery from /proc, from a static pod manifest and
+// from a systemd unit describing it give the same MemberRun, the one etcd itself runs (its
 // name and peer URL, from a variable, as etcd reports them); the
 // member ID check passes for its data dir and refuses another member's
 // and an empty one.
@@ -189,11 +230,22 @@ func TestAdoptDiscovery(t *testing.T) {
 	if fromProc.Source.Kind != adopt.KindProcess || fromProc.Source.PID != m.pid || fromManifest.Source.Path != manifest {
 		t.Errorf("sources: %+v, %+v", fromProc.Source, fromManifest.Source)
 	}
+	fromUnit, err := adopt.FromUnitFile(t.Context(), m.writeUnit(t))
+	if err != nil {
+		t.Fatalf("discovery from a unit: %v", err)
+	}
+	if fromUnit.Binary != m.binary || fromProc.Binary != m.binary {
+		t.Errorf("binaries: unit %q, process %q, want %q", fromUnit.Binary, fromProc.Binary, m.binary)
+	}
 	// Apart from where each came from, the same member.
-	a, b := fromProc, fromManifest
-	a.Source, b.Source, a.Binary, b.Binary = adopt.Source{}, adopt.Source{}, "", ""
+	a, b, c := fromProc, fromManifest, fromUnit
+	a.Source, b.Source, c.Source = adopt.Source{}, adopt.Source{}, adopt.Source{}
+	a.Binary, b.Binary, c.Binary = "", "", ""
 	if !reflect.DeepEqual(a, b) {
 		t.Errorf("process and manifest differ:\nprocess  %+v\nmanifest %+v", a, b)
+	}
+	if !reflect.DeepEqual(a, c) {
+		t.Errorf("process and unit differ:\nprocess %+v\nunit    %+v", a, c)
 	}
 	if fromProc.Name != "ext-1" || fromProc.DataDir != m.dataDir || fromProc.InitialClusterToken != "adopt-e2e" ||
 		fromProc.Flags["snapshot-count"] != "5000" || !reflect.DeepEqual(fromProc.InitialAdvertisePeerURLs, []string{m.peerURL}) {
