@@ -208,10 +208,11 @@ spec:
 // TestAdoptDiscovery (issue 14): discovery of a member Steward did not
 // start. One real etcd 3.5 process, started by the test with flags and
 // ETCD_* variables; discovery from /proc, from a static pod manifest and
-// from a systemd unit describing it give the same MemberRun, the one etcd itself runs (its
-// name and peer URL, from a variable, as etcd reports them); the
-// member ID check passes for its data dir and refuses another member's
-// and an empty one.
+// from a systemd unit describing it give the same MemberRun, the one etcd
+// itself runs (its name and peer URL, from a variable, as etcd reports
+// them); the member ID check passes for its data dir and refuses another
+// member's and an empty one; `steward adopt --dry-run` prints the same
+// and the differences, and the member still serves.
 func TestAdoptDiscovery(t *testing.T) {
 	m := startExternal(t)
 	manifest := m.writeManifest(t)
