@@ -8,6 +8,9 @@ import (
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/server/v3/storage/wal"
+	"go.uber.org/zap"
 )
 
 func makeDB(t *testing.T, path string, rev, compacted uint64) {
@@ -71,5 +74,38 @@ func TestCheck(t *testing.T) {
 	os.WriteFile(filepath.Join(garbage, "member", "snap", "db"), []byte("not a bolt database at all"), 0o600)
 	if f := Check(garbage); f.State != Invalid || !strings.Contains(f.Problem, "does not open") {
 		t.Errorf("garbage db: %+v", f)
+	}
+}
+
+func TestMemberID(t *testing.T) {
+	dir := t.TempDir()
+	md, err := (&etcdserverpb.Metadata{NodeID: 0x8e9e05c52164694d, ClusterID: 0xcdf818194e3a8c32}).Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := wal.Create(zap.NewNop(), filepath.Join(dir, "wal"), md)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, dir string
+		member    uint64
+		wantErr   bool
+	}{
+		{"a WAL", filepath.Join(dir, "wal"), 0x8e9e05c52164694d, false},
+		{"no WAL", t.TempDir(), 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, c, err := MemberID(tc.dir)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err = %v, want error %v", err, tc.wantErr)
+			}
+			if m != tc.member || !tc.wantErr && c != 0xcdf818194e3a8c32 {
+				t.Errorf("member %x cluster %x, want member %x", m, c, tc.member)
+			}
+		})
 	}
 }

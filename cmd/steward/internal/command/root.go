@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
+	"github.com/etcd-steward/steward/cmd/steward/internal/command/adopt"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/agent"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/alarm"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/attach"
@@ -64,6 +65,7 @@ func NewRootCommand() *cobra.Command {
 		agent.NewCommand(g),
 		host.NewCommand(g),
 		takeover.NewCommand(g),
+		adopt.NewCommand(g),
 		binaries.NewCommand(g),
 		certs.NewCommand(g),
 		etcd.NewCommand(),

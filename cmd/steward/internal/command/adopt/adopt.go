@@ -1,0 +1,182 @@
+// Package adopt is the `steward adopt` command. For now it has the
+// discovery half only (--dry-run): how a member Steward did not start runs
+// today, and what Steward would run differently. The adopt plan comes
+// with the external-cluster spec of `steward attach`.
+package adopt
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
+	"github.com/etcd-steward/steward/pkg/adopt"
+	"github.com/etcd-steward/steward/pkg/agent"
+	"github.com/etcd-steward/steward/pkg/binaries"
+	"github.com/etcd-steward/steward/pkg/catalogue"
+)
+
+// Result is what `steward adopt --dry-run` prints (-o json|yaml).
+type Result struct {
+	Member adopt.MemberRun `json:"member"`
+	// Differences are the flags Steward would set differently.
+	Differences []adopt.Difference `json:"differences"`
+	// Problem is why Steward cannot run the member the same way ("" when
+	// it can).
+	Problem string `json:"problem,omitempty"`
+}
+
+// NewCommand returns the adopt command.
+func NewCommand(g *cli.Globals) *cobra.Command {
+	var (
+		dryRun         bool
+		manifest, unit string
+		pid            int
+	)
+	cmd := &cobra.Command{
+		Use:   "adopt --dry-run (--manifest FILE | --unit FILE | --pid PID)",
+		Short: "Show how an etcd member Steward did not start runs, and what Steward would run differently",
+		Long: `Read how an etcd member runs today from a kubeadm static pod manifest
+(--manifest, ` + adopt.KubeadmManifest + ` by kubeadm), a systemd unit (--unit)
+or a running process (--pid: /proc/PID/cmdline and environ), with the etcd
+config file any of them names, merged as etcd merges them; print the member
+(name, data dir, URLs, TLS files, version, the other flags) and the flags
+Steward would set differently. Nothing is changed. Taking the member over
+(the adopt plan) is not built yet: --dry-run is required.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := g.CheckOutput(); err != nil {
+				return err
+			}
+			if !dryRun {
+				return errors.New("adopt takes a member over only with the adopt plan, which is not built yet: run `steward adopt --dry-run` to see what it would find")
+			}
+			given := 0
+			for _, s := range []bool{manifest != "", unit != "", pid != 0} {
+				if s {
+					given++
+				}
+			}
+			if given != 1 {
+				return errors.New("give exactly one of --manifest FILE, --unit FILE or --pid PID")
+			}
+			var (
+				run adopt.MemberRun
+				err error
+			)
+			switch {
+			case manifest != "":
+				run, err = adopt.FromManifestFile(manifest)
+			case unit != "":
+				run, err = adopt.FromUnitFile(cmd.Context(), unit)
+			default:
+				run, err = adopt.FromProcess(cmd.Context(), pid)
+			}
+			if err != nil {
+				return err
+			}
+			res := Result{Member: run}
+			problem := adopt.Check(run)
+			if problem != nil {
+				res.Problem = problem.Error()
+			}
+			diffs, derr := stewardDifferences(run)
+			res.Differences = diffs
+			if perr := g.Print(cmd.OutOrStdout(), res, func(tw *tabwriter.Writer) { table(tw, res) }); perr != nil {
+				return perr
+			}
+			if problem != nil {
+				return problem
+			}
+			return derr
+		},
+	}
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "only discover and show; change nothing (required for now)")
+	cmd.Flags().StringVar(&manifest, "manifest", "", "the member's static pod manifest (kubeadm: "+adopt.KubeadmManifest+")")
+	cmd.Flags().StringVar(&unit, "unit", "", "the member's systemd unit file")
+	cmd.Flags().IntVar(&pid, "pid", 0, "the member's running etcd process")
+	return cmd
+}
+
+// stewardDifferences compares the member with the flags the agent would
+// start it with (pkg/agent's EtcdFlags, for the version it runs; Steward's
+// embedded version when it could not be told).
+func stewardDifferences(run adopt.MemberRun) ([]adopt.Difference, error) {
+	cfg, err := run.MemberConfig()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Version == "" {
+		cfg.Version = binaries.EmbeddedVersion()
+	}
+	flags, err := agent.EtcdFlags(cfg, catalogue.Default())
+	if err != nil {
+		return nil, fmt.Errorf("the flags Steward would run member %s with: %w", run.Name, err)
+	}
+	d := adopt.Differences(run, flags)
+	if d == nil {
+		d = []adopt.Difference{} // computed, none: [] in JSON
+	}
+	return d, nil
+}
+
+func table(tw *tabwriter.Writer, r Result) {
+	m := r.Member
+	row := func(k, v string) {
+		if v == "" {
+			v = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", k, v)
+	}
+	row("SOURCE", m.Source.String())
+	row("NAME", m.Name)
+	row("VERSION", m.Version)
+	row("BINARY", m.Binary)
+	row("DATA DIR", m.DataDir)
+	row("WAL DIR", m.WALDir)
+	row("CLIENT URLS", strings.Join(m.AdvertiseClientURLs, ",")+" (listen "+strings.Join(m.ListenClientURLs, ",")+")")
+	row("PEER URLS", strings.Join(m.InitialAdvertisePeerURLs, ",")+" (listen "+strings.Join(m.ListenPeerURLs, ",")+")")
+	row("INITIAL CLUSTER", m.InitialCluster)
+	row("CLIENT TLS", tlsRow(m.ClientTLS))
+	row("PEER TLS", tlsRow(m.PeerTLS))
+	keys := make([]string, 0, len(m.Flags))
+	for k := range m.Flags {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		row("FLAG", "--"+k+"="+m.Flags[k])
+	}
+	for _, i := range m.Ignored {
+		row("IGNORED BY ETCD", i)
+	}
+	if r.Problem != "" {
+		row("PROBLEM", r.Problem)
+	}
+	if r.Differences == nil {
+		return // not computed: the error says why
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "FLAG\tNOW\tSTEWARD")
+	for _, d := range r.Differences {
+		fmt.Fprintf(tw, "--%s\t%s\t%s\n", d.Flag, dash(d.Current), dash(d.Steward))
+	}
+}
+
+func tlsRow(t adopt.TLS) string {
+	if t.CertFile == "" {
+		return "off"
+	}
+	return fmt.Sprintf("cert %s, key %s, CA %s, client certs required: %t", t.CertFile, t.KeyFile, dash(t.TrustedCAFile), t.ClientCertAuth)
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "(not set)"
+	}
+	return s
+}

@@ -1,0 +1,86 @@
+package adopt
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
+)
+
+const manifest = `kind: Pod
+spec:
+  containers:
+  - name: etcd
+    image: registry.k8s.io/etcd:3.5.35-0
+    command: [etcd, --name=m1, --data-dir=/var/lib/etcd, "--listen-client-urls=http://10.0.0.1:2379,http://127.0.0.1:2379",
+      --advertise-client-urls=http://10.0.0.1:2379, --listen-peer-urls=http://10.0.0.1:2380,
+      --initial-advertise-peer-urls=http://10.0.0.1:2380, --initial-cluster=m1=http://10.0.0.1:2380]
+`
+
+// run runs `steward adopt ARGS -o json` and returns stdout and the error.
+func run(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := NewCommand(&cli.Globals{Output: "json"})
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs(args)
+	cmd.SetContext(t.Context())
+	err := cmd.Execute()
+	return out.String(), err
+}
+
+func TestAdoptCommand(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "etcd.yaml")
+	if err := os.WriteFile(good, []byte(manifest), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fsync := filepath.Join(dir, "nofsync.yaml")
+	if err := os.WriteFile(fsync, []byte(strings.Replace(manifest, "--name=m1,", "--name=m1, --unsafe-no-fsync,", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		wantErr string // "" succeeds
+	}{
+		{"dry run of a manifest", []string{"--dry-run", "--manifest", good}, ""},
+		{"no dry run", []string{"--manifest", good}, "not built yet"},
+		{"no source", []string{"--dry-run"}, "exactly one of"},
+		{"two sources", []string{"--dry-run", "--manifest", good, "--pid", "1"}, "exactly one of"},
+		{"missing manifest", []string{"--dry-run", "--manifest", filepath.Join(dir, "nope.yaml")}, "read static pod manifest"},
+		{"a flag Steward cannot keep", []string{"--dry-run", "--manifest", fsync}, "--unsafe-no-fsync turns off fsync"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := run(t, tc.args...)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var r Result
+			if err := json.Unmarshal([]byte(out), &r); err != nil {
+				t.Fatalf("%v: %s", err, out)
+			}
+			if r.Member.Name != "m1" || r.Member.Version != "3.5.35" || r.Problem != "" {
+				t.Errorf("result %+v", r)
+			}
+			found := false
+			for _, d := range r.Differences {
+				found = found || d.Flag == "listen-client-urls" && d.Steward == "http://10.0.0.1:2379"
+			}
+			if !found {
+				t.Errorf("differences %+v lack the dropped listener", r.Differences)
+			}
+		})
+	}
+}
