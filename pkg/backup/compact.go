@@ -62,10 +62,16 @@ func ChainBytes(c Chain) int64 {
 // CompactionDue reports whether the chain after a full backup has grown
 // past the bounds.
 func CompactionDue(c Chain, b CompactBounds) bool {
-	if len(c.Deltas) == 0 {
+	return b.Reached(len(c.Deltas), ChainBytes(c))
+}
+
+// Reached reports whether a chain of deltas segments holding bytes stored
+// bytes has reached either bound (never without a delta).
+func (b CompactBounds) Reached(deltas int, bytes int64) bool {
+	if deltas <= 0 {
 		return false
 	}
-	return (b.Deltas > 0 && len(c.Deltas) >= b.Deltas) || (b.Bytes > 0 && ChainBytes(c) >= b.Bytes)
+	return (b.Deltas > 0 && deltas >= b.Deltas) || (b.Bytes > 0 && bytes >= b.Bytes)
 }
 
 // CompactOptions configure Compact.
