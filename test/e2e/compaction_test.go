@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -21,8 +22,9 @@ import (
 // TestDeltaCompaction: with backup.compactAfter at 5 deltas, the backup
 // leader folds the chain into a new full backup while a writer runs; a
 // `steward backup compact` of that chain killed between storing its object
-// and its manifest (crash point) leaves an object nobody lists and a store
-// whose every backup verifies, and the same compaction then succeeds;
+// and its manifest (crash point) leaves an object nobody lists, one killed
+// after its manifest a listed backup that verifies, a store whose every
+// backup verifies either way, and the same compaction then succeeds;
 // restores from the chain, from the leader's compacted backup and from the
 // command's give the same keyspace digest, with every acknowledged write.
 func TestDeltaCompaction(t *testing.T) {
@@ -60,20 +62,35 @@ func TestDeltaCompaction(t *testing.T) {
 	// is stored, nothing new is listed, the store stays usable.
 	store := e.Spec().BackupStoreDir(e.Dir)
 	objectsBefore := orphanObjects(t, store)
-	_, se, err := e.RunEnv([]string{crashpoint.EnvVar + "=" + backup.CrashCompactBeforeManifest}, "backup", "compact", folded.CompactedFrom)
-	if err == nil || !strings.Contains(se, "crashpoint: "+backup.CrashCompactBeforeManifest) {
-		t.Fatalf("backup compact with the crash point armed: err %v, stderr %s", err, se)
-	}
+	killedCompaction(t, e, backup.CrashCompactBeforeManifest, folded.CompactedFrom)
 	orphans := orphanObjects(t, store)
 	if len(orphans) != len(objectsBefore)+1 {
 		t.Fatalf("after the crash: objects without a manifest %v (before: %v); want the killed compaction's", orphans, objectsBefore)
 	}
 	for _, m := range listBackups(t, e) {
-		if strings.HasPrefix(orphans[len(orphans)-1], m.Object) {
-			t.Fatalf("the killed compaction's object %s is listed as backup %s", m.Object, m.ID)
+		if strings.HasPrefix(orphans[len(orphans)-1], m.ID+".") {
+			t.Fatalf("the killed compaction's object %s is listed as backup %s", orphans[len(orphans)-1], m.ID)
 		}
 	}
 	e.MustRun("backup", "verify", "--all")
+
+	// Killed after its manifest: a listed backup, checked before it was
+	// stored, that verifies.
+	before := listBackups(t, e)
+	killedCompaction(t, e, backup.CrashCompactAfterManifest, folded.CompactedFrom)
+	var stored []string
+	for _, m := range listBackups(t, e) {
+		if m.CompactedFrom == folded.CompactedFrom && !slices.ContainsFunc(before, func(b backup.Manifest) bool { return b.ID == m.ID }) {
+			stored = append(stored, m.ID)
+		}
+	}
+	if len(stored) != 1 {
+		t.Fatalf("after a compaction killed past its manifest: new backups of the chain %v, want one", stored)
+	}
+	e.MustRun("backup", "verify", stored[0])
+	if got := orphanObjects(t, store); len(got) != len(orphans) {
+		t.Fatalf("objects without a manifest %v after the second crash, want %v", got, orphans)
+	}
 
 	// The same chain compacted again, to the end.
 	var again backupd.CompactResult
@@ -105,6 +122,16 @@ func TestDeltaCompaction(t *testing.T) {
 		}
 		c.Close()
 		e.MustRun("down")
+	}
+}
+
+// killedCompaction runs `steward backup compact id` with a crash point
+// armed and requires it to die there.
+func killedCompaction(t *testing.T, e *harness.Env, point, id string) {
+	t.Helper()
+	_, se, err := e.RunEnv([]string{crashpoint.EnvVar + "=" + point}, "backup", "compact", id)
+	if err == nil || !strings.Contains(se, "crashpoint: "+point) {
+		t.Fatalf("backup compact with %s armed: err %v, stderr %s", point, err, se)
 	}
 }
 
