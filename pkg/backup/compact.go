@@ -160,6 +160,10 @@ func Compact(ctx context.Context, s Store, o CompactOptions) (CompactResult, err
 	if err != nil {
 		return CompactResult{}, fmt.Errorf("compact %s: %w", ch.Full.ID, err)
 	}
+	// Disk space: the database is read back from the packed object below.
+	if err := os.Remove(db); err != nil {
+		return CompactResult{}, err
+	}
 	now := o.Now().UTC()
 	m := Manifest{
 		ID: NewID(KindFull, now, end), Kind: KindFull, ClusterID: ch.Full.ClusterID,
@@ -208,6 +212,7 @@ func checkFolded(ctx context.Context, dir, packed string, m Manifest, key *Key, 
 	if err != nil {
 		return err
 	}
+	defer os.RemoveAll(ls.Dir)
 	f, err := os.Open(packed)
 	if err != nil {
 		return err
