@@ -12,6 +12,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 
 	"github.com/etcd-steward/steward/internal/crashpoint"
 )
@@ -20,7 +21,11 @@ import (
 // a new full backup, from the backup store alone: the live cluster is not
 // asked for anything. A restore from the new full backup replays only the
 // deltas stored after it, so restore time stays bounded however long the
-// cluster runs (as etcd-druid's compactor does).
+// cluster runs (as etcd-druid's compactor does). The folded database is
+// compacted at the chain's end (compactDatabase): a restore marks every
+// revision before its own compacted anyway, so only the history nobody can
+// read after a restore goes, and the backup's size follows the live
+// keyspace rather than the cluster's age.
 //
 // The new full backup is an ordinary one (authenticated manifest, the
 // cluster's encryption, etcd's checksum appended, a consistent database
@@ -102,7 +107,8 @@ type CompactResult struct {
 	Digest string
 }
 
-// Compact folds o.Chain into a new full backup at the chain's end and
+// Compact folds o.Chain into a new full backup at the chain's end,
+// compacted at that revision (its StartRevision is its EndRevision), and
 // stores it (see the comment at the top of this file for what it checks
 // before its manifest is stored). It deletes nothing.
 func Compact(ctx context.Context, s Store, o CompactOptions) (CompactResult, error) {
@@ -143,6 +149,16 @@ func Compact(ctx context.Context, s Store, o CompactOptions) (CompactResult, err
 	if err != nil {
 		return CompactResult{}, fmt.Errorf("compact %s: %w", ch.Full.ID, err)
 	}
+	// The history goes, as a restore would drop it: compacted at the
+	// chain's end into a new file.
+	replayed := db
+	db = filepath.Join(tmp, "compacted.db")
+	if err := compactDatabase(replayed, db, end); err != nil {
+		return CompactResult{}, fmt.Errorf("compact %s: %w", ch.Full.ID, err)
+	}
+	if err := os.Remove(replayed); err != nil {
+		return CompactResult{}, err
+	}
 	rawSize, err := appendChecksum(db)
 	if err != nil {
 		return CompactResult{}, fmt.Errorf("compact %s: %w", ch.Full.ID, err)
@@ -151,8 +167,8 @@ func Compact(ctx context.Context, s Store, o CompactOptions) (CompactResult, err
 	if err != nil {
 		return CompactResult{}, fmt.Errorf("compact %s: the folded database: %w", ch.Full.ID, err)
 	}
-	if info.Revision != end {
-		return CompactResult{}, fmt.Errorf("compact %s: the folded database holds revision %d, the chain ends at %d", ch.Full.ID, info.Revision, end)
+	if info.Revision != end || info.CompactRevision != end {
+		return CompactResult{}, fmt.Errorf("compact %s: the folded database holds revision %d compacted at %d, the chain ends at %d", ch.Full.ID, info.Revision, info.CompactRevision, end)
 	}
 
 	packed := filepath.Join(tmp, "folded.pack")
@@ -167,7 +183,7 @@ func Compact(ctx context.Context, s Store, o CompactOptions) (CompactResult, err
 	now := o.Now().UTC()
 	m := Manifest{
 		ID: NewID(KindFull, now, end), Kind: KindFull, ClusterID: ch.Full.ClusterID,
-		Member: ch.Full.Member, StartRevision: max(info.CompactRevision, 1), EndRevision: end,
+		Member: ch.Full.Member, StartRevision: end, EndRevision: end,
 		EtcdVersion: ch.Full.EtcdVersion, RawSize: rawSize, SnapshotHash: info.Hash, TotalKeys: info.TotalKey,
 		Compression: "zstd", CreatedAt: now, Size: size, SHA256: sum, CompactedFrom: ch.Full.ID,
 	}
@@ -284,12 +300,13 @@ func packFile(dst, src string, key *Key) (int64, string, error) {
 	return size, sum, out.Close()
 }
 
-// KeyspaceDigest is the SHA-256 (hex) of what clients wrote into an etcd
-// database (without etcd's appended checksum): every record of the key
-// bucket (the whole MVCC history), the lease bucket and the auth buckets,
-// in key order, each with its length. Two databases with the same digest
-// restore to the same keyspace; membership and meta records (which a
-// restore rewrites) are not covered.
+// KeyspaceDigest is the SHA-256 (hex) of what a restore of an etcd
+// database (without etcd's appended checksum) keeps of what clients wrote:
+// the newest record of every key that is not deleted (liveRecords: a
+// restore marks every older revision compacted, and etcd drops them when it
+// starts), newest first, each with its revision; then every record of the
+// lease and auth buckets in key order. Each part is length-prefixed.
+// Membership and meta records (which a restore rewrites) are not covered.
 func KeyspaceDigest(path string) (string, error) {
 	db, err := bolt.Open(path, 0o400, &bolt.Options{ReadOnly: true, Timeout: 2 * time.Second})
 	if err != nil {
@@ -304,10 +321,15 @@ func KeyspaceDigest(path string) (string, error) {
 		h.Write(b)
 	}
 	err = db.View(func(tx *bolt.Tx) error {
-		if tx.Bucket([]byte("key")) == nil {
+		kb := tx.Bucket([]byte("key"))
+		if kb == nil {
 			return fmt.Errorf("%s has no key bucket: not an etcd v3 database", path)
 		}
-		for _, name := range keyspaceBuckets {
+		put([]byte("key"))
+		if err := liveRecords(kb, func(k, v []byte) error { put(k); put(v); return nil }); err != nil {
+			return err
+		}
+		for _, name := range keyspaceBuckets[1:] {
 			put([]byte(name))
 			b := tx.Bucket([]byte(name))
 			if b == nil {
@@ -323,4 +345,132 @@ func KeyspaceDigest(path string) (string, error) {
 		return "", err
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// liveRecords calls fn, newest first, with every record of an etcd key
+// bucket that is the newest of its key and not a deletion: what etcd keeps
+// of the bucket when it compacts at its newest revision. Records without a
+// value (a restore's revision marker) are not any key's.
+func liveRecords(kb *bolt.Bucket, fn func(rev, v []byte) error) error {
+	seen := map[string]struct{}{}
+	var kv mvccpb.KeyValue
+	c := kb.Cursor()
+	for k, v := c.Last(); k != nil; k, v = c.Prev() {
+		if len(v) == 0 {
+			continue
+		}
+		if err := kv.Unmarshal(v); err != nil {
+			return fmt.Errorf("key bucket record %x: %w", k, err)
+		}
+		if _, ok := seen[string(kv.Key)]; ok {
+			continue
+		}
+		seen[string(kv.Key)] = struct{}{}
+		if len(k) == 18 && k[17] == 't' {
+			continue // deleted: a compaction drops the key
+		}
+		if err := fn(k, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// compactDatabase writes to dst (a new file) the etcd database src
+// compacted at its newest revision rev, as etcd's compaction and
+// defragmentation would leave it: of the key bucket only liveRecords, every
+// other bucket as it is, and the compaction marks set to rev. The history
+// a delta chain accumulates goes, so the folded backup's size follows the
+// live keyspace, not the cluster's age.
+func compactDatabase(src, dst string, rev int64) error {
+	sdb, err := bolt.Open(src, 0o400, &bolt.Options{ReadOnly: true, Timeout: 2 * time.Second})
+	if err != nil {
+		return fmt.Errorf("open database %s: %w", src, err)
+	}
+	defer sdb.Close()
+	ddb, err := bolt.Open(dst, 0o600, &bolt.Options{Timeout: 2 * time.Second, NoSync: true})
+	if err != nil {
+		return fmt.Errorf("open database %s: %w", dst, err)
+	}
+	defer ddb.Close()
+	stx, err := sdb.Begin(false)
+	if err != nil {
+		return err
+	}
+	defer stx.Rollback()
+	kb := stx.Bucket([]byte("key"))
+	if kb == nil {
+		return fmt.Errorf("%s has no key bucket: not an etcd v3 database", src)
+	}
+	live := map[string]struct{}{}
+	if err := liveRecords(kb, func(k, _ []byte) error { live[string(k)] = struct{}{}; return nil }); err != nil {
+		return err
+	}
+	err = stx.ForEach(func(name []byte, b *bolt.Bucket) error {
+		keep := func([]byte) bool { return true }
+		if string(name) == "key" {
+			keep = func(k []byte) bool { _, ok := live[string(k)]; return ok }
+		}
+		return copyBucket(ddb, string(name), b, keep)
+	})
+	if err != nil {
+		return err
+	}
+	err = ddb.Update(func(tx *bolt.Tx) error {
+		mb := tx.Bucket([]byte("meta"))
+		if mb == nil {
+			return fmt.Errorf("%s has no meta bucket: not an etcd v3 database", src)
+		}
+		for _, k := range compactionMarks {
+			if err := mb.Put([]byte(k), revBytes(rev)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if err := ddb.Sync(); err != nil {
+		return err
+	}
+	return ddb.Close()
+}
+
+// copyBucket creates bucket name in ddb and copies into it, in batches of
+// graftBatch, the records of b that keep accepts. etcd's buckets hold no
+// nested buckets; one is refused.
+func copyBucket(ddb *bolt.DB, name string, b *bolt.Bucket, keep func(k []byte) bool) error {
+	err := ddb.Update(func(tx *bolt.Tx) error {
+		_, err := tx.CreateBucket([]byte(name))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("bucket %s: %w", name, err)
+	}
+	cur := b.Cursor()
+	k, v := cur.First()
+	for k != nil {
+		err := ddb.Update(func(tx *bolt.Tx) error {
+			db := tx.Bucket([]byte(name))
+			db.FillPercent = 0.9 // keys arrive in order
+			for n := 0; k != nil && n < graftBatch; k, v = cur.Next() {
+				if v == nil {
+					return fmt.Errorf("bucket %s holds a nested bucket %q: not an etcd database", name, k)
+				}
+				if !keep(k) {
+					continue
+				}
+				if err := db.Put(append([]byte(nil), k...), append([]byte(nil), v...)); err != nil {
+					return err
+				}
+				n++
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("bucket %s: %w", name, err)
+		}
+	}
+	return nil
 }

@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
 // TestCompactionDue: a chain is due once its deltas reach either bound; a
@@ -80,14 +84,74 @@ func compactStore(t *testing.T, key *Key, auth *AuthKey) (*LocalStore, Chain) {
 	}
 	var ds []Manifest
 	for i, r := range [][2]int64{{32, 40}, {41, 50}} {
+		body := testSegment(t, r[0], r[1])
+		if i == 1 {
+			body = historySegment(t)
+		}
 		d, err := PutDelta(ctx, s, key, auth, DeltaInfo{ClusterID: "abc", Member: "etcd-1", EtcdVersion: "3.6.16",
-			Start: r[0], End: r[1], Events: int(r[1] - r[0] + 1), Now: now.Add(time.Duration(i+1) * time.Second)}, testSegment(t, r[0], r[1]))
+			Start: r[0], End: r[1], Events: int(r[1] - r[0] + 1), Now: now.Add(time.Duration(i+1) * time.Second)}, body)
 		if err != nil {
 			t.Fatal(err)
 		}
 		ds = append(ds, d)
 	}
 	return s, BuildChain(append([]Manifest{full}, ds...), full)
+}
+
+// historySegment encodes revisions 41 to 50: k32 deleted, k33 put again,
+// then new keys k43 to k50.
+func historySegment(t *testing.T) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	w := NewDeltaWriter(&buf)
+	events := []struct {
+		typ byte
+		kv  mvccpb.KeyValue
+	}{
+		{'D', mvccpb.KeyValue{Key: []byte("k32"), ModRevision: 41}},
+		{'P', mvccpb.KeyValue{Key: []byte("k33"), Value: []byte("v2"), CreateRevision: 33, ModRevision: 42, Version: 2}},
+	}
+	for rev := int64(43); rev <= 50; rev++ {
+		events = append(events, struct {
+			typ byte
+			kv  mvccpb.KeyValue
+		}{'P', mvccpb.KeyValue{Key: []byte(fmt.Sprintf("k%d", rev)), Value: []byte("v"), CreateRevision: rev, ModRevision: rev, Version: 1}})
+	}
+	for _, ev := range events {
+		if err := w.Event(ev.typ, 0, &ev.kv); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// keyRecords counts the records of a database's key bucket and reports
+// whether any holds key.
+func keyRecords(t *testing.T, path, key string) (n int, holds bool) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o400, &bolt.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	err = db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte("key")).ForEach(func(_, v []byte) error {
+			var kv mvccpb.KeyValue
+			if err := kv.Unmarshal(v); err != nil {
+				return err
+			}
+			n++
+			holds = holds || string(kv.Key) == key
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n, holds
 }
 
 // replayDigest is the keyspace digest of a chain replayed as a restore
@@ -132,7 +196,7 @@ func TestCompact(t *testing.T) {
 				t.Fatal(err)
 			}
 			m := res.Backup
-			if m.Kind != KindFull || m.EndRevision != 50 || m.StartRevision != 10 || m.CompactedFrom != chain.Full.ID || m.SnapshotHash == 0 {
+			if m.Kind != KindFull || m.EndRevision != 50 || m.StartRevision != 50 || m.CompactedFrom != chain.Full.ID || m.SnapshotHash == 0 {
 				t.Fatalf("compacted manifest: %+v", m)
 			}
 			if (m.Encryption != "") != (key != nil) {
@@ -158,6 +222,30 @@ func TestCompact(t *testing.T) {
 			}
 			if got := replayDigest(t, s, key, after); got != want {
 				t.Fatalf("restore from the compacted backup: digest %s, from the chain %s", got, want)
+			}
+			// The history is compacted away: one record per live key (the
+			// replayed chain holds k33 twice and k32's put and deletion).
+			folded := filepath.Join(t.TempDir(), "folded.db")
+			if err := Fetch(ctx, s, m, key, folded); err != nil {
+				t.Fatal(err)
+			}
+			if err := StripChecksum(folded); err != nil {
+				t.Fatal(err)
+			}
+			replayed := filepath.Join(t.TempDir(), "replayed.db")
+			if err := Fetch(ctx, s, chain.Full, key, replayed); err != nil {
+				t.Fatal(err)
+			}
+			if err := StripChecksum(replayed); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := Apply(ctx, s, key, replayed, chain.Full.EndRevision, chain.Deltas, ApplyOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			nFolded, holds32 := keyRecords(t, folded, "k32")
+			nReplayed, _ := keyRecords(t, replayed, "k32")
+			if holds32 || nFolded != nReplayed-3 {
+				t.Errorf("folded key bucket: %d records (k32 held: %v), the replayed chain's %d; want 3 fewer, k32 gone", nFolded, holds32, nReplayed)
 			}
 			// The keyspace really grew: the digest is not that of the full
 			// backup alone.
