@@ -174,9 +174,6 @@ func (k *compactor) start(ctx context.Context) {
 				"revision", res.Backup.EndRevision, "digest", res.Digest, "collected", len(res.Collected))
 			k.r.update(true, func(st *backup.LoopStatus) {
 				st.LastCompaction, st.LastCompactionError = res.Backup.CreatedAt, ""
-				if res.Backup.CreatedAt.After(st.LastFull) {
-					st.LastFull = res.Backup.CreatedAt
-				}
 				k.folded(res.Deltas, res.DeltaBytes)
 			})
 		}

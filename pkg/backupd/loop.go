@@ -218,7 +218,9 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 			if m.ClusterID != status.Cluster.ID {
 				continue
 			}
-			if m.Kind == backup.KindFull && m.CreatedAt.After(st.LastFull) {
+			// LastFull is what the schedule counts from: the newest
+			// snapshot of a member, not a compaction (LastCompaction).
+			if m.Kind == backup.KindFull && m.CompactedFrom == "" && m.CreatedAt.After(st.LastFull) {
 				st.LastFull = m.CreatedAt
 			} else if m.Kind != backup.KindFull && m.CreatedAt.After(st.LastDelta) {
 				st.LastDelta = m.CreatedAt
