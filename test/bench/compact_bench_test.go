@@ -101,9 +101,10 @@ func BenchmarkCompactedRestore(b *testing.B) {
 			b.ReportMetric(chainDur.Seconds(), fmt.Sprintf("restore-chain-%d-s", length))
 			b.ReportMetric(compactDur.Seconds(), fmt.Sprintf("compact-%d-s", length))
 			b.ReportMetric(compactedDur.Seconds(), fmt.Sprintf("restore-compacted-%d-s", length))
-			b.Logf("%d MB + %d segments (%d events): restore from the chain %s; compaction of %d segments %s (backup of %d MB); restore from the compacted backup + %d segments %s",
+			b.ReportMetric(float64(res.Backup.RawSize)/(1<<20), fmt.Sprintf("compacted-db-%d-MB", length))
+			b.Logf("%d MB + %d segments (%d events): restore from the chain %s; compaction of %d segments %s (database %d MB, stored %d MB); restore from the compacted backup + %d segments %s",
 				mb, length, events, chainDur.Round(time.Millisecond), length-compactTail, compactDur.Round(time.Millisecond),
-				res.Backup.Size>>20, compactTail, compactedDur.Round(time.Millisecond))
+				res.Backup.RawSize>>20, res.Backup.Size>>20, compactTail, compactedDur.Round(time.Millisecond))
 		}
 	}
 }
