@@ -17,7 +17,11 @@
 //   - plan-step-before:N  in the plan engine, after step N is recorded
 //     running on disk and before its action runs;
 //   - plan-step-after:N   in the plan engine, after step N's action returned
-//     without error and before the step is recorded done.
+//     without error and before the step is recorded done;
+//   - backup-compact-before-manifest  in a delta compaction (pkg/backup),
+//     after the new full backup's object is stored, before its manifest;
+//   - backup-compact-after-manifest   after that manifest is stored, before
+//     it is read back.
 //
 // N is the step's index, as `steward plan show` lists it.
 package crashpoint

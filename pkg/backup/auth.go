@@ -112,6 +112,10 @@ func canonicalManifest(m *Manifest) []byte {
 	f("createdAt", m.CreatedAt.UTC().Format(time.RFC3339Nano))
 	f("object", m.Object)
 	f("macKeyID", m.MACKeyID)
+	if m.CompactedFrom != "" {
+		// Only when set, so manifests written before the field verify.
+		f("compactedFrom", m.CompactedFrom)
+	}
 	return []byte(b.String())
 }
 
@@ -188,6 +192,9 @@ func checkManifest(m *Manifest) error {
 	}
 	if m.CreatedAt.IsZero() {
 		return bad("createdAt missing")
+	}
+	if f := idPattern.FindStringSubmatch(m.CompactedFrom); m.CompactedFrom != "" && (m.Kind != KindFull || f == nil || f[1] == "") {
+		return bad("compactedFrom %q does not name a full backup", m.CompactedFrom)
 	}
 	return nil
 }

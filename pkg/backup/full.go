@@ -405,6 +405,12 @@ var ErrNoAuthKey = errors.New("no cluster backup key to authenticate the manifes
 // putWithManifest authenticates m under auth, stores the object, then the
 // manifest (the commit point).
 func putWithManifest(ctx context.Context, s Store, auth *AuthKey, m *Manifest, obj io.Reader) error {
+	return putWithManifestHook(ctx, s, auth, m, obj, nil)
+}
+
+// putWithManifestHook is putWithManifest calling between (when set) after
+// the object is stored and before the manifest (a crash point).
+func putWithManifestHook(ctx context.Context, s Store, auth *AuthKey, m *Manifest, obj io.Reader, between func()) error {
 	if auth == nil {
 		return fmt.Errorf("store backup %s: %w", m.ID, ErrNoAuthKey)
 	}
@@ -415,6 +421,9 @@ func putWithManifest(ctx context.Context, s Store, auth *AuthKey, m *Manifest, o
 	}
 	if err := s.Put(ctx, m.Object, obj); err != nil {
 		return fmt.Errorf("upload %s to %s: %w", m.Object, s, err)
+	}
+	if between != nil {
+		between()
 	}
 	b, _ := json.MarshalIndent(m, "", "  ")
 	if err := s.Put(ctx, manifestName(m.Kind, m.ID), bytes.NewReader(b)); err != nil {

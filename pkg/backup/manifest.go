@@ -47,6 +47,10 @@ type Manifest struct {
 	// Object is the stored object's name in the store (ObjectName: derived
 	// from the ID).
 	Object string `json:"object"`
+	// CompactedFrom is, for a full backup folded from a chain (Compact),
+	// the ID of the full backup the chain started from ("" for a snapshot
+	// of a member).
+	CompactedFrom string `json:"compactedFrom,omitempty"`
 	// Format is ManifestFormat for an authenticated manifest, 0 for one
 	// written before manifests were authenticated.
 	Format int `json:"format,omitempty"`

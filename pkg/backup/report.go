@@ -34,6 +34,11 @@ type LoopStatus struct {
 
 	// LastDelta is when the newest delta segment was stored.
 	LastDelta time.Time `json:"lastDelta,omitzero"`
+	// LastCompaction is when the leader last folded the chain into a new
+	// full backup (backup.compactAfter); LastCompactionError why its last
+	// attempt failed ("" after a success).
+	LastCompaction      time.Time `json:"lastCompaction,omitzero"`
+	LastCompactionError string    `json:"lastCompactionError,omitempty"`
 }
 
 // loopStatusPath is per agent: agents sharing a directory each report.

@@ -190,9 +190,14 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 	if err != nil {
 		return err
 	}
-	var lastFull *backup.Manifest
+	// lastFull starts the chain the recorder continues; lastSnapshot, the
+	// newest full backup streamed from a member (not folded from a chain by
+	// a compaction), is what the schedule counts from: compaction bounds
+	// restore time, the schedule keeps fresh snapshots of the cluster itself.
+	var lastFull, lastSnapshot *backup.Manifest
 	next := int64(0)
-	deltasSinceFull := 0
+	deltasSinceFull := 0 // guarded by r.mu once the recorder runs
+	var chainBytes int64 // stored bytes of those deltas; guarded by r.mu like deltasSinceFull
 	for i := range all {
 		m := all[i]
 		if m.ClusterID != status.Cluster.ID {
@@ -200,6 +205,9 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 		}
 		if m.Kind == backup.KindFull && (lastFull == nil || m.EndRevision >= lastFull.EndRevision) {
 			lastFull = &all[i]
+		}
+		if m.Kind == backup.KindFull && m.CompactedFrom == "" && (lastSnapshot == nil || m.CreatedAt.After(lastSnapshot.CreatedAt)) {
+			lastSnapshot = &all[i]
 		}
 		if m.EndRevision+1 > next {
 			next = m.EndRevision + 1
@@ -210,7 +218,9 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 			if m.ClusterID != status.Cluster.ID {
 				continue
 			}
-			if m.Kind == backup.KindFull && m.CreatedAt.After(st.LastFull) {
+			// LastFull is what the schedule counts from: the newest
+			// snapshot of a member, not a compaction (LastCompaction).
+			if m.Kind == backup.KindFull && m.CompactedFrom == "" && m.CreatedAt.After(st.LastFull) {
 				st.LastFull = m.CreatedAt
 			} else if m.Kind != backup.KindFull && m.CreatedAt.After(st.LastDelta) {
 				st.LastDelta = m.CreatedAt
@@ -219,14 +229,17 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 	})
 	if lastFull != nil {
 		ch := backup.BuildChain(all, *lastFull)
-		deltasSinceFull = len(ch.Deltas)
+		deltasSinceFull, chainBytes = len(ch.Deltas), backup.ChainBytes(ch)
 		if ch.End+1 < next {
 			// A gap after this full (a failed recorder): start a new chain.
 			lastFull = nil
 		}
 	}
+	if lastSnapshot == nil {
+		lastSnapshot = lastFull
+	}
 	fullDue := lastFull == nil || deltasSinceFull >= c.Spec.Backup.MaxDeltasPerFull ||
-		!sched.Next(lastFull.CreatedAt).After(time.Now())
+		!sched.Next(lastSnapshot.CreatedAt).After(time.Now())
 	if fullDue {
 		m, err := Now(ctx, c, Options{Member: leader.Name})
 		if err != nil {
@@ -242,14 +255,18 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 		r.update(true, func(st *backup.LoopStatus) {
 			st.LastFull, st.LastUpload, st.NextRevision = m.CreatedAt, m.CreatedAt, m.EndRevision+1
 		})
-		lastFull, next, deltasSinceFull = &m, m.EndRevision+1, 0
+		lastFull, lastSnapshot, next, deltasSinceFull, chainBytes = &m, &m, m.EndRevision+1, 0, 0
 	}
 
 	// Watch until leadership moves, the next full is due, or the chain is long.
-	rctx, cancel := context.WithDeadline(ctx, sched.Next(lastFull.CreatedAt))
+	rctx, cancel := context.WithDeadline(ctx, sched.Next(lastSnapshot.CreatedAt))
 	defer cancel()
 	monitorDone := make(chan struct{})
-	defer func() { cancel(); <-monitorDone }() // runs before cli.Close and lease.release
+	// The chain's compaction runs beside the recorder, from the store alone.
+	comp := &compactor{c: c, log: log, r: r, fence: lease.fence, full: lastFull.ID, bounds: Bounds(c),
+		folded: func(deltas int, bytes int64) { deltasSinceFull -= deltas; chainBytes -= bytes }}
+	// Runs before cli.Close and lease.release.
+	defer func() { cancel(); <-monitorDone; comp.wait() }()
 	go func() {
 		defer close(monitorDone)
 		lastReport := time.Now()
@@ -275,21 +292,28 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 			}
 		}
 	}()
+	if comp.bounds.Reached(deltasSinceFull, chainBytes) {
+		comp.start(rctx)
+	}
 	rec := backup.NewRecorder(backup.RecorderOptions{
 		Fence: lease.fence,
 		Store: store, Key: key, Auth: auth, ClusterID: status.Cluster.ID, EtcdVersion: leader.Version, Member: leader.Name,
 		MaxAge: time.Duration(c.Spec.Backup.DeltaMaxAgeMs) * time.Millisecond,
 		OnUpload: func(m backup.Manifest) {
 			metrics.BackupUploaded(metrics.KindDelta, m.Size)
-			chainFull := false
+			chainFull, compactDue := false, false
 			r.update(true, func(st *backup.LoopStatus) {
 				st.LastUpload, st.NextRevision, st.LastError = m.CreatedAt, m.EndRevision+1, ""
 				st.LastDelta = m.CreatedAt
 				deltasSinceFull++ // guarded by r.mu like the status
+				chainBytes += m.Size
 				chainFull = deltasSinceFull >= c.Spec.Backup.MaxDeltasPerFull
+				compactDue = comp.bounds.Reached(deltasSinceFull, chainBytes)
 			})
 			if chainFull {
 				cancel()
+			} else if compactDue {
+				comp.start(rctx)
 			}
 		},
 	}, next)

@@ -208,12 +208,28 @@ type Backup struct {
 	// DeltaMaxAgeMs closes a delta segment this long after its first event
 	// (default 250): the recovery point objective.
 	DeltaMaxAgeMs int `json:"deltaMaxAgeMs,omitempty"`
+	// CompactAfter folds the newest full backup and its deltas into a new
+	// full backup, from the backup store alone (off the live cluster), once
+	// the chain after that full backup reaches either bound, so a restore
+	// replays at most that much (nil: never compact).
+	CompactAfter *CompactAfter `json:"compactAfter,omitempty"`
 	// Retention says which full backups (with their deltas) to keep.
 	Retention Retention `json:"retention,omitempty"`
 	// StoreShared declares that Store is one directory every host of a
 	// multi-host cluster reaches (a shared file system mounted at the same
 	// path everywhere). Without it, a multi-host cluster needs S3.
 	StoreShared bool `json:"storeShared,omitempty"`
+}
+
+// CompactAfter bounds the delta chain after a full backup before the
+// backup leader folds it into a new full backup. A zero bound is no bound;
+// at least one must be set.
+type CompactAfter struct {
+	// Deltas compacts once the chain holds this many delta segments.
+	Deltas int `json:"deltas,omitempty"`
+	// Bytes compacts once the chain's delta segments, as stored, add up to
+	// this many bytes.
+	Bytes int64 `json:"bytes,omitempty"`
 }
 
 // Recovery configures what the agent does when the cluster loses quorum.

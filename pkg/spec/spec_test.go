@@ -326,6 +326,13 @@ func TestValidateHosts(t *testing.T) {
 		{name: "local store without sharing", edit: func(c *Cluster) { c.Backup.S3 = nil }, wantErr: "need a store every host reaches"},
 		{name: "shared local store", edit: func(c *Cluster) { c.Backup.S3 = nil; c.Backup.StoreShared = true }},
 		{name: "local store without continuous backups", edit: func(c *Cluster) { c.Backup.S3 = nil; c.Backup.Continuous = false }},
+		{name: "compaction after deltas and bytes", edit: func(c *Cluster) { c.Backup.CompactAfter = &CompactAfter{Deltas: 100, Bytes: 64 << 20} }},
+		{name: "compaction after a negative count", edit: func(c *Cluster) { c.Backup.CompactAfter = &CompactAfter{Deltas: -1} },
+			wantErr: "backup.compactAfter.deltas -1 is negative"},
+		{name: "compaction after a negative size", edit: func(c *Cluster) { c.Backup.CompactAfter = &CompactAfter{Deltas: 10, Bytes: -5} },
+			wantErr: "backup.compactAfter.bytes -5 is negative"},
+		{name: "compaction without a bound", edit: func(c *Cluster) { c.Backup.CompactAfter = &CompactAfter{} },
+			wantErr: "backup.compactAfter sets neither deltas nor bytes"},
 		{name: "metrics on the hosts' addresses and loopbacks", edit: func(c *Cluster) {
 			c.Agents[0].MetricsAddress = "10.0.0.11:9379"
 			c.Agents[1].MetricsAddress = "127.0.0.1:9379"

@@ -135,6 +135,16 @@ func (c *Cluster) Validate(o ValidateOptions) (warnings []string, err error) {
 	if c.Backup.MaxDeltasPerFull < 0 || c.Backup.DeltaMaxAgeMs < 0 {
 		bad("backup.maxDeltasPerFull and backup.deltaMaxAgeMs must not be negative")
 	}
+	if ca := c.Backup.CompactAfter; ca != nil {
+		switch {
+		case ca.Deltas < 0:
+			bad("backup.compactAfter.deltas %d is negative: give the number of delta segments after a full backup that starts a compaction (0: no bound by count)", ca.Deltas)
+		case ca.Bytes < 0:
+			bad("backup.compactAfter.bytes %d is negative: give the stored size of the deltas after a full backup that starts a compaction (0: no bound by size)", ca.Bytes)
+		case ca.Deltas == 0 && ca.Bytes == 0:
+			bad("backup.compactAfter sets neither deltas nor bytes: set at least one bound, or remove compactAfter to never compact")
+		}
+	}
 
 	switch c.Recovery.Mode {
 	case "", "manual", "auto":

@@ -18,8 +18,8 @@ import (
 
 // NewCommand returns the backup command.
 func NewCommand(g *cli.Globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "backup", Short: "Take, list, verify and export backups"}
-	cmd.AddCommand(nowCommand(g), listCommand(g), verifyCommand(g), gcCommand(g), keygenCommand(g), exportCommand(g))
+	cmd := &cobra.Command{Use: "backup", Short: "Take, list, verify, compact and export backups"}
+	cmd.AddCommand(nowCommand(g), listCommand(g), verifyCommand(g), gcCommand(g), compactCommand(g), keygenCommand(g), exportCommand(g))
 	return cmd
 }
 
@@ -44,6 +44,44 @@ func nowCommand(g *cli.Globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&o.Member, "member", "", "member to stream the snapshot from (default: the leader)")
 	cmd.Flags().StringVar(&o.KeyFile, "key-file", "", "encrypt with the key in this file (default: the spec's backup.encryptionKeyFile)")
+	return cmd
+}
+
+func compactCommand(g *cli.Globals) *cobra.Command {
+	var o backupd.CompactOptions
+	cmd := &cobra.Command{
+		Use:   "compact [ID]",
+		Short: "Fold a full backup (default: the newest) and its deltas into a new verified full backup, from the store alone",
+		Long: `Fold a full backup and the delta segments that continue it into a new full
+backup at the chain's end, reading only the backup store (the cluster may be
+down). The new backup is stored only once its keyspace digest equals the
+chain's replayed; then retention applies as after any full backup. The
+backup leader does the same on its own when backup.compactAfter is set.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.Cluster(cmd)
+			if err != nil {
+				return err
+			}
+			if len(args) == 1 {
+				o.Backup = args[0]
+			}
+			res, err := backupd.Compact(cmd.Context(), c, o)
+			if err != nil {
+				return err
+			}
+			return g.Print(cmd.OutOrStdout(), res, func(tw *tabwriter.Writer) {
+				if !res.Compacted {
+					fmt.Fprintf(tw, "nothing compacted: %s\n", res.Reason)
+					return
+				}
+				fmt.Fprintln(tw, "FROM\tDELTAS\tDELTA BYTES\tNEW BACKUP\tREVISION\tDIGEST")
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%s\n", res.From, res.Deltas, res.DeltaBytes, res.Backup.ID, res.Backup.EndRevision, res.Digest)
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&o.IfDue, "if-due", false, "compact only when the chain has reached the spec's backup.compactAfter")
+	cmd.Flags().StringVar(&o.KeyFile, "key-file", "", "the encryption key (default: the spec's backup.encryptionKeyFile)")
 	return cmd
 }
 
