@@ -1,10 +1,14 @@
 package adopt
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 
@@ -232,4 +236,41 @@ func (r MemberRun) MemberConfig() (agentapi.MemberConfig, error) {
 		c.ExtraFlags[k] = r.Flags[k]
 	}
 	return c, nil
+}
+
+// ErrNotAttached: the Steward directory holds no attached cluster to check
+// a member against (`steward attach` writes one).
+var ErrNotAttached = errors.New("no attached cluster to check the member against")
+
+// CheckAttached is CheckMember against the attached cluster c: its
+// member list (a linearizable read through the operator's certificate) and
+// the cluster ID `steward attach` recorded. A cluster Steward runs already
+// is refused (ErrNotAttached): its members need no adopting.
+func CheckAttached(ctx context.Context, c *cluster.Cluster, r MemberRun) (uint64, error) {
+	if !c.Spec.IsExternal() {
+		return 0, cluster.Refuse(ErrNotAttached, "cluster %s in %s is run by Steward, not attached: its members need no adopting", c.Spec.Name, c.Dir)
+	}
+	var clusterID uint64
+	if s := c.Spec.External.ClusterID; s != "" {
+		id, err := strconv.ParseUint(s, 16, 64)
+		if err != nil {
+			return 0, fmt.Errorf("the spec's external cluster ID %q: %w", s, err)
+		}
+		clusterID = id
+	}
+	cli, err := c.Client()
+	if err != nil {
+		return 0, err
+	}
+	defer cli.Close()
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	list, err := cli.MemberList(lctx)
+	if err != nil {
+		return 0, fmt.Errorf("list the members of %s: %w", c.Spec.Name, err)
+	}
+	if clusterID != 0 && list.Header.ClusterId != clusterID {
+		return 0, cluster.Refuse(ErrNotThisMember, "the endpoints of %s now answer for cluster %x, not %x as when it was attached", c.Spec.Name, list.Header.ClusterId, clusterID)
+	}
+	return CheckMember(r, clusterID, list.Members)
 }

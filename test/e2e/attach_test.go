@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -95,6 +96,39 @@ func TestAttach(t *testing.T) {
 		if !strings.Contains(msg, "is attached") || !strings.Contains(msg, "steward adopt") || strings.Count(strings.TrimSpace(msg), "\n") > 0 {
 			t.Errorf("%v on an attached cluster: want one line saying it is attached and naming steward adopt, got:\n%s", args, msg)
 		}
+	}
+
+	t.Log("Adopt's member check")
+	// adopt --dry-run checks a member's data dir against the attached
+	// cluster: the running member's holds it; a unit naming another
+	// member's data dir is refused.
+	list, err := fcli.MemberList(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]string{}
+	for _, lm := range list.Members {
+		ids[lm.Name] = fmt.Sprintf("%x", lm.ID)
+	}
+	var dry struct{ MemberID, MemberCheck, Problem string }
+	m0 := f.Members[0]
+	out = e.MustRun("adopt", "--dry-run", "--pid", strconv.Itoa(m0.PID()), "-o", "json")
+	if err := json.Unmarshal([]byte(out), &dry); err != nil || dry.MemberCheck != "passed" || dry.MemberID != ids[m0.Name] {
+		t.Errorf("adopt --dry-run --pid of %s: check %q member %q, want passed %s (%v):\n%s", m0.Name, dry.MemberCheck, dry.MemberID, ids[m0.Name], err, out)
+	}
+	var argv []string
+	for _, a := range m0.Cmdline {
+		if strings.HasPrefix(a, "--data-dir=") {
+			a = "--data-dir=" + f.Members[1].DataDir
+		}
+		argv = append(argv, a)
+	}
+	unit := filepath.Join(t.TempDir(), "etcd.service")
+	if err := os.WriteFile(unit, []byte("[Service]\nExecStart="+strings.Join(argv, " ")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if msg := e.MustFail("adopt", "--dry-run", "--unit", unit); !strings.Contains(msg, "holds member "+ids[f.Members[1].Name]) || !strings.Contains(msg, "names another member's data dir") {
+		t.Errorf("adopt --dry-run of a unit naming %s's data dir for %s: %s", f.Members[1].Name, m0.Name, msg)
 	}
 
 	t.Log("Backup")

@@ -18,6 +18,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/agent"
 	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/catalogue"
+	"github.com/etcd-steward/steward/pkg/cluster"
 )
 
 // Result is what `steward adopt --dry-run` prints (-o json|yaml).
@@ -28,6 +29,13 @@ type Result struct {
 	// Problem is why Steward cannot run the member the same way ("" when
 	// it can).
 	Problem string `json:"problem,omitempty"`
+	// MemberID is the member the data dir holds (hex), checked against
+	// the attached cluster of the Steward directory; empty when there is
+	// none to check against (MemberCheck says so).
+	MemberID string `json:"memberID,omitempty"`
+	// MemberCheck says whether the data dir was checked against the
+	// attached cluster: "passed", "failed", or why it was not checked.
+	MemberCheck string `json:"memberCheck"`
 }
 
 // NewCommand returns the adopt command.
@@ -45,7 +53,9 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 or a running process (--pid: /proc/PID/cmdline and environ), with the etcd
 config file any of them names, merged as etcd merges them; print the member
 (name, data dir, URLs, TLS files, version, the other flags) and the flags
-Steward would set differently. Nothing is changed. Taking the member over
+Steward would set differently. When the Steward directory holds the
+attached cluster (` + "`steward attach`" + `), the member's data dir is checked to
+hold the member that cluster knows by that name. Nothing is changed. Taking the member over
 (the adopt plan) is not built yet: --dry-run is required.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -83,6 +93,23 @@ Steward would set differently. Nothing is changed. Taking the member over
 			problem := adopt.Check(run)
 			if problem != nil {
 				res.Problem = problem.Error()
+			}
+			// The data dir must hold the member the attached cluster
+			// knows by that name (its WAL's member and cluster IDs).
+			if dir, derr := g.StewardDir(); derr != nil {
+				return derr
+			} else if c, oerr := cluster.Open(dir); errors.Is(oerr, cluster.ErrNoSpec) {
+				res.MemberCheck = "not checked: no attached cluster in " + dir + " (`steward attach` it first)"
+			} else if oerr != nil {
+				return oerr
+			} else if id, cerr := adopt.CheckAttached(cmd.Context(), c, run); cerr != nil {
+				res.MemberCheck = "failed"
+				if problem == nil {
+					problem = cerr
+					res.Problem = cerr.Error()
+				}
+			} else {
+				res.MemberCheck, res.MemberID = "passed", fmt.Sprintf("%x", id)
 			}
 			diffs, derr := stewardDifferences(run)
 			res.Differences = diffs
@@ -133,6 +160,7 @@ func table(tw *tabwriter.Writer, r Result) {
 		fmt.Fprintf(tw, "%s\t%s\n", k, v)
 	}
 	row("SOURCE", m.Source.String())
+	row("MEMBER CHECK", r.MemberCheck+idSuffix(r.MemberID))
 	row("NAME", m.Name)
 	row("VERSION", m.Version)
 	row("BINARY", m.Binary)
@@ -165,6 +193,13 @@ func table(tw *tabwriter.Writer, r Result) {
 	for _, d := range r.Differences {
 		fmt.Fprintf(tw, "--%s\t%s\t%s\n", d.Flag, dash(d.Current), dash(d.Steward))
 	}
+}
+
+func idSuffix(id string) string {
+	if id == "" {
+		return ""
+	}
+	return " (member " + id + ")"
 }
 
 func tlsRow(t adopt.TLS) string {
