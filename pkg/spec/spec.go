@@ -208,6 +208,10 @@ type Backup struct {
 	// DeltaMaxAgeMs closes a delta segment this long after its first event
 	// (default 250): the recovery point objective.
 	DeltaMaxAgeMs int `json:"deltaMaxAgeMs,omitempty"`
+	// Compression is the zstd level full snapshots are stored with:
+	// "fastest" (default: a backup as fast as etcdctl snapshot save),
+	// "default" or "better" (smaller objects, more CPU while streaming).
+	Compression string `json:"compression,omitempty"`
 	// Retention says which full backups (with their deltas) to keep.
 	Retention Retention `json:"retention,omitempty"`
 	// StoreShared declares that Store is one directory every host of a
