@@ -118,7 +118,7 @@ func compareSnapshots(b *testing.B, e *harness.Env) {
 			ratio := etcdctlDur.Seconds() / stewardDur.Seconds()
 			ratios[level] = append(ratios[level], ratio)
 			stored[level] = float64(m.Size) / 1e6
-			say("round %d, %s: db %.0f MB: steward %s (%.0f MB/s, stored %.1f MB), etcdctl %s (%.0f MB/s): ratio %.2f",
+			b.Logf("round %d, %s: db %.0f MB: steward %s (%.0f MB/s, stored %.1f MB), etcdctl %s (%.0f MB/s): ratio %.2f",
 				round, level, mb, stewardDur.Round(time.Millisecond), mb/stewardDur.Seconds(), stored[level],
 				etcdctlDur.Round(time.Millisecond), mb/etcdctlDur.Seconds(), ratio)
 		}
@@ -172,7 +172,7 @@ func createAppConfigMaps(b *testing.B, cs kubernetes.Interface, n int) {
 	if firstErr != nil {
 		b.Fatal(firstErr)
 	}
-	say("created %d config maps in %s", n, time.Since(start).Round(time.Millisecond))
+	b.Logf("created %d config maps in %s", n, time.Since(start).Round(time.Millisecond))
 }
 
 // appConfig is about 4 KB of configuration files for app i.
