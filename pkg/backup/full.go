@@ -621,7 +621,8 @@ func ReadBack(ctx context.Context, s Store, auth *AuthKey, m Manifest) error {
 var ErrNoAuthKey = errors.New("no cluster backup key to authenticate the manifest with")
 
 // putWithManifest authenticates m under auth, stores the object, then the
-// manifest (the commit point).
+// manifest (the commit point). An object that is a file (a full snapshot)
+// goes to a FilePutter without a copy.
 func putWithManifest(ctx context.Context, s Store, auth *AuthKey, m *Manifest, obj io.Reader) error {
 	if auth == nil {
 		return fmt.Errorf("store backup %s: %w", m.ID, ErrNoAuthKey)
@@ -631,7 +632,13 @@ func putWithManifest(ctx context.Context, s Store, auth *AuthKey, m *Manifest, o
 	if err := checkManifest(m); err != nil {
 		return fmt.Errorf("store backup %s: %w", m.ID, err)
 	}
-	if err := s.Put(ctx, m.Object, obj); err != nil {
+	put := func() error { return s.Put(ctx, m.Object, obj) }
+	if f, ok := obj.(*os.File); ok {
+		if fp, ok := s.(FilePutter); ok {
+			put = func() error { return fp.PutFile(ctx, m.Object, f.Name()) }
+		}
+	}
+	if err := put(); err != nil {
 		return fmt.Errorf("upload %s to %s: %w", m.Object, s, err)
 	}
 	b, _ := json.MarshalIndent(m, "", "  ")
