@@ -77,6 +77,9 @@ func TakeFull(ctx context.Context, cli *clientv3.Client, s Store, o FullOptions)
 	if err != nil {
 		return Manifest{}, fmt.Errorf("snapshot from %s: %w", o.Member, err)
 	}
+	// The raw copy is no longer needed: removed now, its pages are dropped
+	// before the kernel writes them back, while the object is synced.
+	_ = os.Remove(raw)
 	m := Manifest{
 		ID: NewID(KindFull, o.Now(), st.Revision), Kind: KindFull, ClusterID: o.ClusterID,
 		Member: o.Member, StartRevision: st.CompactRevision, EndRevision: st.Revision,
