@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
 	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
@@ -183,7 +184,7 @@ func TestPutNeedsAuthKey(t *testing.T) {
 func zstdOf(t *testing.T, b []byte) []byte {
 	t.Helper()
 	var out bytes.Buffer
-	if _, _, err := packStream(&out, bytes.NewReader(b), nil); err != nil {
+	if _, _, err := packStream(&out, bytes.NewReader(b), nil, zstd.SpeedDefault); err != nil {
 		t.Fatal(err)
 	}
 	return out.Bytes()
@@ -229,7 +230,7 @@ func TestOutputCappedAtRawSize(t *testing.T) {
 	k := testAuthKey(1)
 	body := append(testSegment(t, 5, 7), make([]byte, 32<<20)...) // zeros after the events
 	var packed bytes.Buffer
-	size, sum, err := packStream(&packed, bytes.NewReader(body), nil)
+	size, sum, err := packStream(&packed, bytes.NewReader(body), nil, zstd.SpeedDefault)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/klauspost/compress/zstd"
 )
 
 // The files under testdata/malformed are a real etcd 3.6 snapshot
@@ -61,7 +63,7 @@ func TestFetchMalformedLeavesNothing(t *testing.T) {
 				t.Fatal(err)
 			}
 			var obj bytes.Buffer
-			size, digest, err := packStream(&obj, bytes.NewReader(raw), key)
+			size, digest, err := packStream(&obj, bytes.NewReader(raw), key, zstd.SpeedDefault)
 			if err != nil {
 				t.Fatal(err)
 			}

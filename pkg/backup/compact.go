@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"github.com/klauspost/compress/zstd"
 	"io"
 	"os"
 	"path/filepath"
@@ -96,6 +97,9 @@ type CompactOptions struct {
 	Fence func() error
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Compression is the zstd level of the new full backup, a
+	// backup.compression value ("": CompressionFastest).
+	Compression string
 }
 
 // CompactResult is a compaction done.
@@ -172,7 +176,11 @@ func Compact(ctx context.Context, s Store, o CompactOptions) (CompactResult, err
 	}
 
 	packed := filepath.Join(tmp, "folded.pack")
-	size, sum, err := packFile(packed, db, o.Key)
+	level, err := CompressionLevel(o.Compression)
+	if err != nil {
+		return CompactResult{}, err
+	}
+	size, sum, err := packFile(packed, db, o.Key, level)
 	if err != nil {
 		return CompactResult{}, fmt.Errorf("compact %s: %w", ch.Full.ID, err)
 	}
@@ -279,7 +287,7 @@ func appendChecksum(path string) (int64, error) {
 }
 
 // packFile packs (zstd, optionally encrypted) src into a new file dst.
-func packFile(dst, src string, key *Key) (int64, string, error) {
+func packFile(dst, src string, key *Key, level zstd.EncoderLevel) (int64, string, error) {
 	in, err := os.Open(src)
 	if err != nil {
 		return 0, "", err
@@ -290,7 +298,7 @@ func packFile(dst, src string, key *Key) (int64, string, error) {
 		return 0, "", err
 	}
 	defer out.Close()
-	size, sum, err := packStream(out, in, key)
+	size, sum, err := packStream(out, in, key, level)
 	if err != nil {
 		return 0, "", err
 	}

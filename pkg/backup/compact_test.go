@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"github.com/klauspost/compress/zstd"
 	"os"
 	"path/filepath"
 	"strings"
@@ -76,7 +77,7 @@ func compactStore(t *testing.T, key *Key, auth *AuthKey) (*LocalStore, Chain) {
 	if key != nil {
 		full.Encryption, full.KeyID = encAlgorithm, key.ID()
 	}
-	if full.Size, full.SHA256, err = packStream(&obj, bytes.NewReader(raw), key); err != nil {
+	if full.Size, full.SHA256, err = packStream(&obj, bytes.NewReader(raw), key, zstd.SpeedFastest); err != nil {
 		t.Fatal(err)
 	}
 	if err := putWithManifest(ctx, s, auth, &full, &obj); err != nil {

@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -36,6 +37,9 @@ type FullOptions struct {
 	TempDir string
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Compression is the zstd level: CompressionFastest (default),
+	// CompressionDefault or CompressionBetter.
+	Compression string
 }
 
 // TakeFull streams a snapshot from one member, checks the SHA-256 etcd
@@ -47,6 +51,10 @@ func TakeFull(ctx context.Context, cli *clientv3.Client, s Store, o FullOptions)
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	level, err := CompressionLevel(o.Compression)
+	if err != nil {
+		return Manifest{}, err
+	}
 	tmp, err := os.MkdirTemp(o.TempDir, "steward-snapshot-")
 	if err != nil {
 		return Manifest{}, err
@@ -57,7 +65,7 @@ func TakeFull(ctx context.Context, cli *clientv3.Client, s Store, o FullOptions)
 	// every check passed).
 	raw := filepath.Join(tmp, "snapshot.db")
 	packed := filepath.Join(tmp, "snapshot.pack")
-	rawSize, size, sum, err := streamSnapshot(ctx, cli, raw, packed, o.Key)
+	rawSize, size, sum, err := streamSnapshot(ctx, cli, raw, packed, o.Key, level)
 	if err != nil {
 		return Manifest{}, fmt.Errorf("snapshot from %s: %w", o.Member, err)
 	}
@@ -69,6 +77,9 @@ func TakeFull(ctx context.Context, cli *clientv3.Client, s Store, o FullOptions)
 	if err != nil {
 		return Manifest{}, fmt.Errorf("snapshot from %s: %w", o.Member, err)
 	}
+	// The raw copy is no longer needed: removed now, its pages are dropped
+	// before the kernel writes them back, while the object is synced.
+	_ = os.Remove(raw)
 	m := Manifest{
 		ID: NewID(KindFull, o.Now(), st.Revision), Kind: KindFull, ClusterID: o.ClusterID,
 		Member: o.Member, StartRevision: st.CompactRevision, EndRevision: st.Revision,
@@ -97,16 +108,76 @@ func TakeFull(ctx context.Context, cli *clientv3.Client, s Store, o FullOptions)
 	return m, nil
 }
 
+// Compression levels a full snapshot can be stored with (spec
+// backup.compression). They trade stored size for the CPU spent while the
+// snapshot streams; see docs/benchmarks.md for the measured sizes.
+const (
+	// CompressionFastest is zstd's fastest level: the default, because it
+	// keeps a backup at the speed of etcdctl snapshot save.
+	CompressionFastest = "fastest"
+	// CompressionDefault is zstd's default level: smaller objects, slower.
+	CompressionDefault = "default"
+	// CompressionBetter is zstd's "better" level: smaller still, slower still.
+	CompressionBetter = "better"
+)
+
+// ErrCompression: a compression level that is not one of CompressionFastest,
+// CompressionDefault or CompressionBetter.
+var ErrCompression = errors.New("unknown compression level")
+
+// CompressionLevel returns the zstd level named by a backup.compression
+// value ("" is CompressionFastest).
+func CompressionLevel(name string) (zstd.EncoderLevel, error) {
+	switch name {
+	case "", CompressionFastest:
+		return zstd.SpeedFastest, nil
+	case CompressionDefault:
+		return zstd.SpeedDefault, nil
+	case CompressionBetter:
+		return zstd.SpeedBetterCompression, nil
+	}
+	return 0, fmt.Errorf("%q: %w (use fastest, default or better)", name, ErrCompression)
+}
+
+// Pipeline of streamSnapshot: chunks of pipeChunkSize bytes, at most
+// pipelineChunks of them in flight (a memory cap of 16 MiB per snapshot).
+const (
+	pipeChunkSize  = 1 << 20
+	pipelineChunks = 16
+)
+
+// chunk is one piece of the snapshot stream handed from stage to stage.
+type chunk struct {
+	buf []byte // a pooled buffer of pipeChunkSize bytes
+	n   int    // bytes of buf that hold data
+}
+
 // streamSnapshot writes the member's snapshot to rawPath and, in the same
-// pass, its packed form (zstd, optionally encrypted) to packedPath, and
-// checks the SHA-256 that etcd appends to the stream (its last 32 bytes).
-// cli must be connected to exactly the member to back up.
-func streamSnapshot(ctx context.Context, cli *clientv3.Client, rawPath, packedPath string, key *Key) (rawSize, size int64, sum string, err error) {
+// pass, its packed form (zstd at level, optionally encrypted) to
+// packedPath, and checks the SHA-256 that etcd appends to the stream (its
+// last 32 bytes). cli must be connected to exactly the member to back up.
+//
+// Three stages run concurrently so that none waits for another: receive
+// (fills pooled 1 MiB buffers from the gRPC stream), raw (writes the raw
+// file and hashes it) and pack (compresses, encrypts, writes and hashes the
+// packed file). Bounded channels hand the buffers on; the pool caps memory
+// at pipelineChunks buffers. The first error of any stage, or ctx ending,
+// cancels the others; every stage has returned before streamSnapshot does.
+func streamSnapshot(ctx context.Context, cli *clientv3.Client, rawPath, packedPath string, key *Key, level zstd.EncoderLevel) (rawSize, size int64, sum string, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	rc, err := cli.Snapshot(ctx)
 	if err != nil {
 		return 0, 0, "", err
 	}
 	defer rc.Close()
+	return writeSnapshot(ctx, cancel, rc, rawPath, packedPath, key, level)
+}
+
+// writeSnapshot runs streamSnapshot's pipeline over rc, which must return
+// from Read once ctx ends (as a gRPC stream opened with ctx does); cancel
+// cancels ctx.
+func writeSnapshot(ctx context.Context, cancel context.CancelFunc, rc io.Reader, rawPath, packedPath string, key *Key, level zstd.EncoderLevel) (rawSize, size int64, sum string, err error) {
 	raw, err := os.OpenFile(rawPath, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return 0, 0, "", err
@@ -117,44 +188,194 @@ func streamSnapshot(ctx context.Context, cli *clientv3.Client, rawPath, packedPa
 		return 0, 0, "", err
 	}
 	defer packed.Close()
+	p := newPipeline(ctx, cancel)
 	h := &holdBackHash{h: sha256.New()}
-	pr, pw := io.Pipe()
-	type packResult struct {
-		n   int64
-		sum string
-		err error
-	}
-	// The pack goroutine owns packed and pr until it sends on done; this
-	// goroutine owns raw, h and pw, and touches packed again only after
-	// receiving from done.
-	done := make(chan packResult, 1)
-	go func() {
-		n, s, err := packStream(packed, pr, key)
-		pr.CloseWithError(err)
-		done <- packResult{n, s, err}
-	}()
-	rawSize, err = io.Copy(io.MultiWriter(raw, h, pw), rc)
-	pw.CloseWithError(err)
-	res := <-done
-	if err == nil {
-		err = res.err
-	}
-	if err == nil {
-		err = raw.Sync()
-	}
-	if err == nil {
-		err = packed.Sync()
-	}
-	if err != nil {
+	var packN int64
+	var packSum string
+	p.run(func() error { return p.receive(rc) })
+	p.run(func() error {
+		// The raw stage owns raw, h and rawSize until the pipeline ends.
+		for {
+			var c chunk
+			var ok bool
+			select {
+			case c, ok = <-p.toRaw:
+			case <-p.ctx.Done():
+				return p.ctx.Err()
+			}
+			if !ok {
+				break
+			}
+			if _, err := raw.Write(c.buf[:c.n]); err != nil {
+				return err
+			}
+			h.Write(c.buf[:c.n])
+			rawSize += int64(c.n)
+			if err := p.send(p.toPack, c); err != nil {
+				return err
+			}
+		}
+		close(p.toPack)
+		return nil
+	})
+	p.run(func() error {
+		// The pack stage owns packed, packN and packSum until the pipeline
+		// ends.
+		var err error
+		packN, packSum, err = packStream(packed, &pipeReader{p: p}, key, level)
+		return err
+	})
+	if err := p.wait(); err != nil {
 		return rawSize, 0, "", fmt.Errorf("receive snapshot: %w", err)
 	}
+	// The temporary files are read back by this process only (page cache)
+	// and the store syncs its own copy: no fsync here.
 	if rawSize < sha256.Size || (rawSize-sha256.Size)%512 != 0 {
 		return rawSize, 0, "", fmt.Errorf("snapshot of %d bytes carries no etcd checksum: the stream was cut short", rawSize)
 	}
 	if !bytes.Equal(h.h.Sum(nil), h.tail) {
 		return rawSize, 0, "", errors.New("snapshot checksum mismatch: the data etcd sent does not match the SHA-256 it appended")
 	}
-	return rawSize, res.n, res.sum, nil
+	return rawSize, packN, packSum, nil
+}
+
+// pipeline is the hand-off between streamSnapshot's stages.
+type pipeline struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	free   chan []byte // buffers not in use; pipelineChunks at most exist
+	toRaw  chan chunk  // receive -> raw; closed by receive
+	toPack chan chunk  // raw -> pack; closed by the raw stage
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	err    error // first error of a stage; guarded by mu
+}
+
+func newPipeline(ctx context.Context, cancel context.CancelFunc) *pipeline {
+	p := &pipeline{
+		ctx: ctx, cancel: cancel,
+		free:   make(chan []byte, pipelineChunks),
+		toRaw:  make(chan chunk, pipelineChunks),
+		toPack: make(chan chunk, pipelineChunks),
+	}
+	for i := 0; i < pipelineChunks; i++ {
+		p.free <- make([]byte, pipeChunkSize)
+	}
+	return p
+}
+
+// run starts a stage; its error, the first one, cancels the others.
+func (p *pipeline) run(stage func() error) {
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		if err := stage(); err != nil {
+			p.mu.Lock()
+			if p.err == nil {
+				p.err = err
+			}
+			p.mu.Unlock()
+			p.cancel()
+		}
+	}()
+}
+
+// wait returns once every stage has returned, with the first error (or
+// the context's, when it ended before the stream did).
+func (p *pipeline) wait() error {
+	p.wg.Wait()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.err != nil {
+		return p.err
+	}
+	return p.ctx.Err()
+}
+
+// send hands c to the next stage unless the pipeline was cancelled.
+func (p *pipeline) send(to chan<- chunk, c chunk) error {
+	select {
+	case to <- c:
+		return nil
+	case <-p.ctx.Done():
+		return p.ctx.Err()
+	}
+}
+
+// receive fills free buffers from r and hands them to the raw stage.
+func (p *pipeline) receive(r io.Reader) error {
+	for {
+		var buf []byte
+		select {
+		case buf = <-p.free:
+		case <-p.ctx.Done():
+			return p.ctx.Err()
+		}
+		n, err := io.ReadFull(r, buf)
+		if n > 0 {
+			if err := p.send(p.toRaw, chunk{buf, n}); err != nil {
+				return err
+			}
+		}
+		switch err {
+		case nil:
+		case io.EOF, io.ErrUnexpectedEOF:
+			close(p.toRaw)
+			return nil
+		default:
+			return err
+		}
+	}
+}
+
+// pipeReader reads the chunks handed to the pack stage, returning each
+// buffer to the pool once read.
+type pipeReader struct {
+	p   *pipeline
+	cur chunk
+	off int
+}
+
+func (r *pipeReader) Read(b []byte) (int, error) {
+	if r.off == r.cur.n {
+		if r.cur.buf != nil {
+			r.p.free <- r.cur.buf // never blocks: the pool holds every buffer
+			r.cur = chunk{}
+		}
+		select {
+		case c, ok := <-r.p.toPack:
+			if !ok {
+				return 0, io.EOF
+			}
+			r.cur, r.off = c, 0
+		case <-r.p.ctx.Done():
+			return 0, r.p.ctx.Err()
+		}
+	}
+	n := copy(b, r.cur.buf[r.off:r.cur.n])
+	r.off += n
+	return n, nil
+}
+
+// WriteTo hands whole chunks to w (the zstd encoder), saving a copy.
+func (r *pipeReader) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	for {
+		if r.off < r.cur.n {
+			n, err := w.Write(r.cur.buf[r.off:r.cur.n])
+			total += int64(n)
+			r.off += n
+			if err != nil {
+				return total, err
+			}
+		}
+		var b [0]byte
+		if _, err := r.Read(b[:]); err == io.EOF {
+			return total, nil
+		} else if err != nil {
+			return total, err
+		}
+	}
 }
 
 // holdBackHash hashes everything written to it except the last 32 bytes,
@@ -233,8 +454,8 @@ func Inspect(ctx context.Context, path string) (SnapshotInfo, error) {
 	return inspectInChild(ctx, path)
 }
 
-// packStream compresses (zstd) and optionally encrypts src into dst.
-func packStream(dst io.Writer, src io.Reader, key *Key) (int64, string, error) {
+// packStream compresses (zstd at level) and optionally encrypts src into dst.
+func packStream(dst io.Writer, src io.Reader, key *Key, level zstd.EncoderLevel) (int64, string, error) {
 	h := sha256.New()
 	cw := &countWriter{w: io.MultiWriter(dst, h)}
 	var sink io.Writer = cw
@@ -246,7 +467,7 @@ func packStream(dst io.Writer, src io.Reader, key *Key) (int64, string, error) {
 		}
 		sink = enc
 	}
-	zw, err := zstd.NewWriter(sink, zstd.WithEncoderLevel(zstd.SpeedDefault))
+	zw, err := zstd.NewWriter(sink, zstd.WithEncoderLevel(level))
 	if err != nil {
 		return 0, "", err
 	}
@@ -403,7 +624,8 @@ func ReadBack(ctx context.Context, s Store, auth *AuthKey, m Manifest) error {
 var ErrNoAuthKey = errors.New("no cluster backup key to authenticate the manifest with")
 
 // putWithManifest authenticates m under auth, stores the object, then the
-// manifest (the commit point).
+// manifest (the commit point). An object that is a file (a full snapshot)
+// goes to a FilePutter without a copy.
 func putWithManifest(ctx context.Context, s Store, auth *AuthKey, m *Manifest, obj io.Reader) error {
 	return putWithManifestHook(ctx, s, auth, m, obj, nil)
 }
@@ -419,7 +641,13 @@ func putWithManifestHook(ctx context.Context, s Store, auth *AuthKey, m *Manifes
 	if err := checkManifest(m); err != nil {
 		return fmt.Errorf("store backup %s: %w", m.ID, err)
 	}
-	if err := s.Put(ctx, m.Object, obj); err != nil {
+	put := func() error { return s.Put(ctx, m.Object, obj) }
+	if f, ok := obj.(*os.File); ok {
+		if fp, ok := s.(FilePutter); ok {
+			put = func() error { return fp.PutFile(ctx, m.Object, f.Name()) }
+		}
+	}
+	if err := put(); err != nil {
 		return fmt.Errorf("upload %s to %s: %w", m.Object, s, err)
 	}
 	if between != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -295,7 +296,7 @@ func PutDelta(ctx context.Context, s Store, key *Key, auth *AuthKey, d DeltaInfo
 	}
 	var packed bytes.Buffer
 	var err error
-	if m.Size, m.SHA256, err = packStream(&packed, bytes.NewReader(body), key); err != nil {
+	if m.Size, m.SHA256, err = packStream(&packed, bytes.NewReader(body), key, zstd.SpeedDefault); err != nil {
 		return m, err
 	}
 	if err := putWithManifest(ctx, s, auth, &m, bytes.NewReader(packed.Bytes())); err != nil {

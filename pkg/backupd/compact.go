@@ -105,7 +105,7 @@ func Compact(ctx context.Context, c *cluster.Cluster, o CompactOptions) (Compact
 		return res, err
 	}
 	c.Progress.Say("folding %s and %d deltas (revisions %d to %d) into a new full backup", full.ID, len(chain.Deltas), full.EndRevision+1, chain.End)
-	out, err := backup.Compact(ctx, store, backup.CompactOptions{Chain: chain, Key: key, Auth: auth, TempDir: tmp, Fence: o.Fence})
+	out, err := backup.Compact(ctx, store, backup.CompactOptions{Chain: chain, Key: key, Auth: auth, TempDir: tmp, Fence: o.Fence, Compression: c.Spec.Backup.Compression})
 	if err != nil {
 		return res, err
 	}

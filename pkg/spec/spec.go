@@ -213,6 +213,10 @@ type Backup struct {
 	// the chain after that full backup reaches either bound, so a restore
 	// replays at most that much (nil: never compact).
 	CompactAfter *CompactAfter `json:"compactAfter,omitempty"`
+	// Compression is the zstd level full snapshots are stored with:
+	// "fastest" (default: the closest to etcdctl snapshot save's speed),
+	// "default" or "better" (smaller objects, more CPU while streaming).
+	Compression string `json:"compression,omitempty"`
 	// Retention says which full backups (with their deltas) to keep.
 	Retention Retention `json:"retention,omitempty"`
 	// StoreShared declares that Store is one directory every host of a

@@ -132,6 +132,11 @@ func (c *Cluster) Validate(o ValidateOptions) (warnings []string, err error) {
 			bad("backup.s3.bucket is empty")
 		}
 	}
+	switch c.Backup.Compression {
+	case "", "fastest", "default", "better":
+	default:
+		bad("backup.compression %q: use fastest, default or better", c.Backup.Compression)
+	}
 	if c.Backup.MaxDeltasPerFull < 0 || c.Backup.DeltaMaxAgeMs < 0 {
 		bad("backup.maxDeltasPerFull and backup.deltaMaxAgeMs must not be negative")
 	}
