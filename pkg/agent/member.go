@@ -1,11 +1,13 @@
 package agent
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -32,6 +34,14 @@ import (
 const (
 	// stopGrace is how long a member has to exit after SIGTERM before SIGKILL.
 	stopGrace = 15 * time.Second
+	// drainGrace is how long a member that does not lead has after SIGTERM:
+	// etcd stops accepting requests at once and finishes the unary ones in
+	// flight within milliseconds, but its graceful stop then waits its
+	// request timeout (7 s) for clients' watch streams to end, which they
+	// never do by themselves; clientv3 re-opens them on another member.
+	drainGrace = 500 * time.Millisecond
+	// leaderCheckTimeout bounds asking a member whether it leads.
+	leaderCheckTimeout = time.Second
 	// healthyRun is how long a member must run for its crash count to reset.
 	healthyRun = 30 * time.Second
 	// crashLoopAfter consecutive quick exits make the state CrashLoopBackOff.
@@ -162,16 +172,83 @@ func (m *member) start() error {
 	return nil
 }
 
-// stop stops the member gracefully. persist=false keeps the desired state
-// on disk (the agent is shutting down, not the operator stopping a member).
+// stop stops the member. persist=false keeps the desired state on disk
+// (the agent is shutting down, not the operator stopping a member).
+//
+// A member that does not lead (Steward moves leadership away before it
+// stops a member on purpose) is drained: SIGTERM, then SIGKILL once
+// drainGrace has passed. etcd is crash-safe: a write is acknowledged only
+// once a quorum has it in its fsynced WAL, and the member replays its own
+// WAL at its next start. A member that leads, or that does not say, gets
+// the whole graceful stop (stopGrace): etcd hands its leadership over
+// before it exits.
 func (m *member) stop(ctx context.Context, persist bool) error {
-	return m.halt(ctx, persist, stopGrace)
+	grace := stopGrace
+	if m.follows(ctx) {
+		grace = drainGrace
+	}
+	return m.halt(ctx, persist, grace)
+}
+
+// follows tells whether the running member says it does not lead (its
+// etcd_server_is_leader metric is 0). False when it does not run or does
+// not answer within leaderCheckTimeout.
+func (m *member) follows(ctx context.Context) bool {
+	m.mu.Lock()
+	p, cfg := m.proc, m.cfg
+	if m.runningCfg != nil {
+		cfg = *m.runningCfg // the URL the process listens on
+	}
+	m.mu.Unlock()
+	if p == nil {
+		return false
+	}
+	hc, err := httpClientFor(cfg)
+	if err != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, leaderCheckTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(cfg.ClientURL, "/")+"/metrics", nil)
+	if err != nil {
+		return false
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return false
+	}
+	leads, ok := leadsFromMetrics(resp.Body)
+	return ok && !leads
+}
+
+// leadsFromMetrics reads etcd_server_is_leader from etcd's Prometheus text
+// metrics; ok is false when the metric is absent or unreadable.
+func leadsFromMetrics(r io.Reader) (leads, ok bool) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		v, found := strings.CutPrefix(sc.Text(), "etcd_server_is_leader ")
+		if !found {
+			continue
+		}
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil {
+			return false, false
+		}
+		return f == 1, true
+	}
+	return false, false
 }
 
 // halt stops the member: SIGTERM, then SIGKILL after grace; at once with
 // SIGKILL when grace is 0. etcd is crash-safe (a write is in its fsynced
 // WAL before it is acknowledged), but its graceful stop waits up to its
-// request timeout (7 s by default) for clients' open streams to end.
+// request timeout (7 s by default) for clients' open streams to end (see
+// stop).
 func (m *member) halt(ctx context.Context, persist bool, grace time.Duration) error {
 	m.mu.Lock()
 	m.desired = false
