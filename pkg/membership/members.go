@@ -515,8 +515,47 @@ func Replace(ctx context.Context, c *cluster.Cluster, name string, timeout time.
 // to: it removes m's old etcd entry (by peer URL), moves its data dir aside,
 // adds it as a learner, starts it empty, and promotes it once it has caught
 // up. Every step can be re-run: an unstarted learner left by an earlier
-// attempt is reused.
+// attempt is reused. The learner listens on a private client URL and moves
+// to its own once it votes, unless restarting it then would stop the
+// cluster (privateLearner).
 func Rejoin(ctx context.Context, c *cluster.Cluster, cli *clientv3.Client, ac *agentapi.Client, m spec.Member, timeout time.Duration) error {
+	return rejoin(ctx, c, cli, ac, m, timeout, false)
+}
+
+// RejoinPrivate is Rejoin for a cluster being rebuilt member by member
+// (recovery's reseed beside its seed): the learner always starts on a
+// private client URL and, once promoted, stays there, so that the first
+// member added beside a single voter serves no client as a learner either.
+// Once enough members vote that one can restart without stopping the
+// cluster (three), ServeClients moves each to its client URL.
+func RejoinPrivate(ctx context.Context, c *cluster.Cluster, cli *clientv3.Client, ac *agentapi.Client, m spec.Member, timeout time.Duration) error {
+	return rejoin(ctx, c, cli, ac, m, timeout, true)
+}
+
+// ServeClients moves spec member m, a voting member left on a private
+// client URL by RejoinPrivate (or by an add or replace that was
+// interrupted after the promotion), to its client URL and waits until it
+// is healthy there. It does nothing when its agent already has it on its
+// client URL. The other voters must keep quorum while it restarts.
+func ServeClients(ctx context.Context, c *cluster.Cluster, m spec.Member) error {
+	ac, err := c.AgentFor(m)
+	if err != nil {
+		return err
+	}
+	as, err := ac.Member(ctx, m.Name)
+	if err != nil {
+		return fmt.Errorf("member %s: %w", m.Name, err)
+	}
+	if as.ClientURL == c.MemberConfig(m).ClientURL {
+		return nil
+	}
+	if err := serveClients(ctx, c, ac, m); err != nil {
+		return err
+	}
+	return c.WaitMemberHealthy(ctx, m.Name, time.Minute)
+}
+
+func rejoin(ctx context.Context, c *cluster.Cluster, cli *clientv3.Client, ac *agentapi.Client, m spec.Member, timeout time.Duration, stayPrivate bool) error {
 	name := m.Name
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	list, err := cli.MemberList(lctx)
@@ -580,7 +619,7 @@ func Rejoin(ctx context.Context, c *cluster.Cluster, cli *clientv3.Client, ac *a
 	if err != nil {
 		return fmt.Errorf("list members: %w", err)
 	}
-	private := privateLearner(list.Members, m.PeerURL)
+	private := stayPrivate || privateLearner(list.Members, m.PeerURL)
 	learnerURL, err := startLearner(ctx, c, ac, *nm, private)
 	if err != nil {
 		return fmt.Errorf("start member %s: %w (re-run `steward member replace %s` to continue)", name, err, name)
@@ -588,6 +627,9 @@ func Rejoin(ctx context.Context, c *cluster.Cluster, cli *clientv3.Client, ac *a
 	c.Progress.Say("started %s with an empty data dir; waiting for it to catch up", name)
 	if err := promoteWhenReady(ctx, c, cli, name, learnerURL, learnerID, timeout); err != nil {
 		return fmt.Errorf("%w (re-run `steward member replace %s` to continue)", err, name)
+	}
+	if stayPrivate {
+		return nil
 	}
 	if private {
 		if err := serveClients(ctx, c, ac, *nm); err != nil {
