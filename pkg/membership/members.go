@@ -219,9 +219,10 @@ func Add(ctx context.Context, c *cluster.Cluster, name string, o AddOptions) (er
 // privateLearner tells whether the learner of peerURL among members starts
 // on a private client URL: whether, once it is promoted, the other voters
 // keep quorum while it restarts on its real one. They do from two voters
-// on (2 of 3); beside a single voter (a one-member cluster growing, the
-// first member recovery adds to its seed) a restart of the new voter
-// would stop the cluster, so that learner starts on its real client URL.
+// on (2 of 3); beside a single voter (a one-member cluster growing; a
+// two-member cluster's recovery, see RejoinPrivate) a restart of the new
+// voter would stop the cluster, so that learner starts on its real client
+// URL.
 func privateLearner(members []*pb.Member, peerURL string) bool {
 	others := 0
 	for _, m := range members {
