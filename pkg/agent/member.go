@@ -42,6 +42,10 @@ const (
 	drainGrace = 500 * time.Millisecond
 	// leaderCheckTimeout bounds asking a member whether it leads.
 	leaderCheckTimeout = time.Second
+	// idleWait bounds the wait, before SIGTERM, for a moment when a member
+	// that does not lead has no unary request in flight: a write proposed
+	// just before leadership moved can take longer than drainGrace.
+	idleWait = time.Second
 	// healthyRun is how long a member must run for its crash count to reset.
 	healthyRun = 30 * time.Second
 	// crashLoopAfter consecutive quick exits make the state CrashLoopBackOff.
@@ -184,16 +188,17 @@ func (m *member) start() error {
 // before it exits.
 func (m *member) stop(ctx context.Context, persist bool) error {
 	grace := stopGrace
-	if m.follows(ctx) {
+	if m.drainable(ctx) {
 		grace = drainGrace
 	}
 	return m.halt(ctx, persist, grace)
 }
 
-// follows tells whether the running member says it does not lead (its
-// etcd_server_is_leader metric is 0). False when it does not run or does
-// not answer within leaderCheckTimeout.
-func (m *member) follows(ctx context.Context) bool {
+// drainable tells whether the running member says it does not lead (its
+// etcd_server_is_leader metric is 0), after waiting up to idleWait for a
+// moment when it has no unary request in flight. False when it does not
+// run or does not answer within leaderCheckTimeout.
+func (m *member) drainable(ctx context.Context) bool {
 	m.mu.Lock()
 	p, cfg := m.proc, m.cfg
 	if m.runningCfg != nil {
@@ -207,41 +212,91 @@ func (m *member) follows(ctx context.Context) bool {
 	if err != nil {
 		return false
 	}
+	mm, err := fetchMetrics(ctx, hc, cfg.ClientURL)
+	if err != nil || !mm.leaderKnown || mm.leads {
+		return false
+	}
+	deadline := time.Now().Add(idleWait)
+	for mm.inFlightUnary > 0 && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return true
+		case <-time.After(10 * time.Millisecond):
+		}
+		if mm, err = fetchMetrics(ctx, hc, cfg.ClientURL); err != nil {
+			break
+		}
+	}
+	return true
+}
+
+// memberMetrics is what stop reads of a member's metrics.
+type memberMetrics struct {
+	leads, leaderKnown bool // etcd_server_is_leader, and whether it was there
+	// inFlightUnary is the unary gRPC requests started and not yet
+	// handled (grpc_server_started_total minus grpc_server_handled_total).
+	inFlightUnary int
+}
+
+func fetchMetrics(ctx context.Context, hc *http.Client, clientURL string) (memberMetrics, error) {
 	ctx, cancel := context.WithTimeout(ctx, leaderCheckTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(cfg.ClientURL, "/")+"/metrics", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(clientURL, "/")+"/metrics", nil)
 	if err != nil {
-		return false
+		return memberMetrics{}, err
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return false
+		return memberMetrics{}, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return false
+		return memberMetrics{}, fmt.Errorf("GET /metrics: %s", resp.Status)
 	}
-	leads, ok := leadsFromMetrics(resp.Body)
-	return ok && !leads
+	return parseMetrics(resp.Body)
 }
 
-// leadsFromMetrics reads etcd_server_is_leader from etcd's Prometheus text
-// metrics; ok is false when the metric is absent or unreadable.
-func leadsFromMetrics(r io.Reader) (leads, ok bool) {
+// parseMetrics reads etcd's Prometheus text metrics.
+func parseMetrics(r io.Reader) (memberMetrics, error) {
+	var mm memberMetrics
+	var started, handled float64
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		v, found := strings.CutPrefix(sc.Text(), "etcd_server_is_leader ")
-		if !found {
+		line := sc.Text()
+		name, rest, _ := strings.Cut(line, " ")
+		labels := ""
+		if i := strings.IndexByte(line, '{'); i >= 0 {
+			j := strings.LastIndexByte(line, '}')
+			if j < i {
+				continue
+			}
+			name, labels, rest = line[:i], line[i+1:j], strings.TrimSpace(line[j+1:])
+		}
+		switch name {
+		case "etcd_server_is_leader", "grpc_server_started_total", "grpc_server_handled_total":
+		default:
 			continue
 		}
-		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
 		if err != nil {
-			return false, false
+			return memberMetrics{}, fmt.Errorf("metric %s: %w", name, err)
 		}
-		return f == 1, true
+		switch {
+		case name == "etcd_server_is_leader":
+			mm.leads, mm.leaderKnown = v == 1, true
+		case !strings.Contains(labels, `grpc_type="unary"`):
+		case name == "grpc_server_started_total":
+			started += v
+		default:
+			handled += v
+		}
 	}
-	return false, false
+	if err := sc.Err(); err != nil {
+		return memberMetrics{}, err
+	}
+	mm.inFlightUnary = max(0, int(started-handled))
+	return mm, nil
 }
 
 // halt stops the member: SIGTERM, then SIGKILL after grace; at once with
