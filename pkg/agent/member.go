@@ -46,6 +46,8 @@ const (
 	// that does not lead has no unary request in flight: a write proposed
 	// just before leadership moved can take longer than drainGrace.
 	idleWait = time.Second
+	// busyGrace replaces drainGrace when that moment did not come.
+	busyGrace = 3 * time.Second
 	// healthyRun is how long a member must run for its crash count to reset.
 	healthyRun = 30 * time.Second
 	// crashLoopAfter consecutive quick exits make the state CrashLoopBackOff.
@@ -187,18 +189,32 @@ func (m *member) start() error {
 // the whole graceful stop (stopGrace): etcd hands its leadership over
 // before it exits.
 func (m *member) stop(ctx context.Context, persist bool) error {
-	grace := stopGrace
-	if m.drainable(ctx) {
-		grace = drainGrace
-	}
-	return m.halt(ctx, persist, grace)
+	return m.halt(ctx, persist, m.graceFor(ctx))
 }
 
-// drainable tells whether the running member says it does not lead (its
-// etcd_server_is_leader metric is 0), after waiting up to idleWait for a
-// moment when it has no unary request in flight. False when it does not
-// run or does not answer within leaderCheckTimeout.
-func (m *member) drainable(ctx context.Context) bool {
+// graceFor returns the time the running member has between SIGTERM and
+// SIGKILL: drainGrace when it says it does not lead (its
+// etcd_server_is_leader metric is 0) and, within idleWait, had a moment
+// with no unary request in flight; busyGrace when it does not lead but had
+// none; stopGrace when it leads, does not run, or does not answer within
+// leaderCheckTimeout.
+func (m *member) graceFor(ctx context.Context) time.Duration {
+	follows, idle, inFlight := m.drainable(ctx)
+	switch {
+	case !follows:
+		return stopGrace
+	case !idle:
+		m.a.log.Info("draining member: unary requests still in flight", "member", m.name, "inFlight", inFlight, "grace", busyGrace)
+		return busyGrace
+	default:
+		return drainGrace
+	}
+}
+
+// drainable tells whether the running member does not lead, and whether
+// it had a moment with no unary request in flight within idleWait (else
+// how many were in flight at the last look).
+func (m *member) drainable(ctx context.Context) (follows, idle bool, inFlight int) {
 	m.mu.Lock()
 	p, cfg := m.proc, m.cfg
 	if m.runningCfg != nil {
@@ -206,28 +222,30 @@ func (m *member) drainable(ctx context.Context) bool {
 	}
 	m.mu.Unlock()
 	if p == nil {
-		return false
+		return false, false, 0
 	}
 	hc, err := httpClientFor(cfg)
 	if err != nil {
-		return false
+		return false, false, 0
 	}
 	mm, err := fetchMetrics(ctx, hc, cfg.ClientURL)
 	if err != nil || !mm.leaderKnown || mm.leads {
-		return false
+		return false, false, 0
 	}
 	deadline := time.Now().Add(idleWait)
 	for mm.inFlightUnary > 0 && time.Now().Before(deadline) {
 		select {
 		case <-ctx.Done():
-			return true
+			return true, false, mm.inFlightUnary
 		case <-time.After(10 * time.Millisecond):
 		}
-		if mm, err = fetchMetrics(ctx, hc, cfg.ClientURL); err != nil {
-			break
+		next, err := fetchMetrics(ctx, hc, cfg.ClientURL)
+		if err != nil {
+			return true, false, mm.inFlightUnary
 		}
+		mm = next
 	}
-	return true
+	return true, mm.inFlightUnary == 0, mm.inFlightUnary
 }
 
 // memberMetrics is what stop reads of a member's metrics.
