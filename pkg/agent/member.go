@@ -1,11 +1,13 @@
 package agent
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -32,6 +34,20 @@ import (
 const (
 	// stopGrace is how long a member has to exit after SIGTERM before SIGKILL.
 	stopGrace = 15 * time.Second
+	// drainGrace is how long a member that does not lead has after SIGTERM:
+	// etcd stops accepting requests at once and finishes the unary ones in
+	// flight within milliseconds, but its graceful stop then waits its
+	// request timeout (7 s) for clients' watch streams to end, which they
+	// never do by themselves; clientv3 re-opens them on another member.
+	drainGrace = 500 * time.Millisecond
+	// leaderCheckTimeout bounds asking a member whether it leads.
+	leaderCheckTimeout = time.Second
+	// idleWait bounds the wait, before SIGTERM, for a moment when a member
+	// that does not lead has no unary request in flight: a write proposed
+	// just before leadership moved can take longer than drainGrace.
+	idleWait = time.Second
+	// busyGrace replaces drainGrace when that moment did not come.
+	busyGrace = 3 * time.Second
 	// healthyRun is how long a member must run for its crash count to reset.
 	healthyRun = 30 * time.Second
 	// crashLoopAfter consecutive quick exits make the state CrashLoopBackOff.
@@ -162,16 +178,150 @@ func (m *member) start() error {
 	return nil
 }
 
-// stop stops the member gracefully. persist=false keeps the desired state
-// on disk (the agent is shutting down, not the operator stopping a member).
+// stop stops the member. persist=false keeps the desired state on disk
+// (the agent is shutting down, not the operator stopping a member).
+//
+// A member that does not lead (Steward moves leadership away before it
+// stops a member on purpose) is drained: SIGTERM, then SIGKILL once
+// drainGrace has passed. etcd is crash-safe: a write is acknowledged only
+// once a quorum has it in its fsynced WAL, and the member replays its own
+// WAL at its next start. A member that leads, or that does not say, gets
+// the whole graceful stop (stopGrace): etcd hands its leadership over
+// before it exits.
 func (m *member) stop(ctx context.Context, persist bool) error {
-	return m.halt(ctx, persist, stopGrace)
+	return m.halt(ctx, persist, m.graceFor(ctx))
+}
+
+// graceFor returns the time the running member has between SIGTERM and
+// SIGKILL: drainGrace when it says it does not lead (its
+// etcd_server_is_leader metric is 0) and, within idleWait, had a moment
+// with no unary request in flight; busyGrace when it does not lead but had
+// none; stopGrace when it leads, does not run, or does not answer within
+// leaderCheckTimeout.
+func (m *member) graceFor(ctx context.Context) time.Duration {
+	follows, idle, inFlight := m.drainable(ctx)
+	switch {
+	case !follows:
+		return stopGrace
+	case !idle:
+		m.a.log.Info("draining member: unary requests still in flight", "member", m.name, "inFlight", inFlight, "grace", busyGrace)
+		return busyGrace
+	default:
+		return drainGrace
+	}
+}
+
+// drainable tells whether the running member does not lead, and whether
+// it had a moment with no unary request in flight within idleWait (else
+// how many were in flight at the last look).
+func (m *member) drainable(ctx context.Context) (follows, idle bool, inFlight int) {
+	m.mu.Lock()
+	p, cfg := m.proc, m.cfg
+	if m.runningCfg != nil {
+		cfg = *m.runningCfg // the URL the process listens on
+	}
+	m.mu.Unlock()
+	if p == nil {
+		return false, false, 0
+	}
+	hc, err := httpClientFor(cfg)
+	if err != nil {
+		return false, false, 0
+	}
+	mm, err := fetchMetrics(ctx, hc, cfg.ClientURL)
+	if err != nil || !mm.leaderKnown || mm.leads {
+		return false, false, 0
+	}
+	deadline := time.Now().Add(idleWait)
+	for mm.inFlightUnary > 0 && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return true, false, mm.inFlightUnary
+		case <-time.After(10 * time.Millisecond):
+		}
+		next, err := fetchMetrics(ctx, hc, cfg.ClientURL)
+		if err != nil {
+			return true, false, mm.inFlightUnary
+		}
+		mm = next
+	}
+	return true, mm.inFlightUnary == 0, mm.inFlightUnary
+}
+
+// memberMetrics is what stop reads of a member's metrics.
+type memberMetrics struct {
+	leads, leaderKnown bool // etcd_server_is_leader, and whether it was there
+	// inFlightUnary is the unary gRPC requests started and not yet
+	// handled (grpc_server_started_total minus grpc_server_handled_total).
+	inFlightUnary int
+}
+
+func fetchMetrics(ctx context.Context, hc *http.Client, clientURL string) (memberMetrics, error) {
+	ctx, cancel := context.WithTimeout(ctx, leaderCheckTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(clientURL, "/")+"/metrics", nil)
+	if err != nil {
+		return memberMetrics{}, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return memberMetrics{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return memberMetrics{}, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	return parseMetrics(resp.Body)
+}
+
+// parseMetrics reads etcd's Prometheus text metrics.
+func parseMetrics(r io.Reader) (memberMetrics, error) {
+	var mm memberMetrics
+	var started, handled float64
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		name, rest, _ := strings.Cut(line, " ")
+		labels := ""
+		if i := strings.IndexByte(line, '{'); i >= 0 {
+			j := strings.LastIndexByte(line, '}')
+			if j < i {
+				continue
+			}
+			name, labels, rest = line[:i], line[i+1:j], strings.TrimSpace(line[j+1:])
+		}
+		switch name {
+		case "etcd_server_is_leader", "grpc_server_started_total", "grpc_server_handled_total":
+		default:
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+		if err != nil {
+			return memberMetrics{}, fmt.Errorf("metric %s: %w", name, err)
+		}
+		switch {
+		case name == "etcd_server_is_leader":
+			mm.leads, mm.leaderKnown = v == 1, true
+		case !strings.Contains(labels, `grpc_type="unary"`):
+		case name == "grpc_server_started_total":
+			started += v
+		default:
+			handled += v
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return memberMetrics{}, err
+	}
+	mm.inFlightUnary = max(0, int(started-handled))
+	return mm, nil
 }
 
 // halt stops the member: SIGTERM, then SIGKILL after grace; at once with
 // SIGKILL when grace is 0. etcd is crash-safe (a write is in its fsynced
 // WAL before it is acknowledged), but its graceful stop waits up to its
-// request timeout (7 s by default) for clients' open streams to end.
+// request timeout (7 s by default) for clients' open streams to end (see
+// stop).
 func (m *member) halt(ctx context.Context, persist bool, grace time.Duration) error {
 	m.mu.Lock()
 	m.desired = false

@@ -67,19 +67,10 @@ func (c *Cluster) RunIsolated(ctx context.Context, names []string, version strin
 		}
 		cfg := c.MemberConfig(m)
 		cfg.Version = version
-		if c.OnOtherHost(m) {
-			// Only its host knows which of its ports are free.
-			if o.Snapshot {
-				return c.RequireHere("an isolated run with a snapshot", m)
-			}
-			port, err := ac.FreePort(ctx, m.Name)
-			if err != nil {
-				return fmt.Errorf("a private client port for %s on host %s: %w", m.Name, m.Agent, err)
-			}
-			if cfg.ClientURL, err = withPort(m.ClientURL, port); err != nil {
-				return err
-			}
-		} else if cfg.ClientURL, err = isolatedURL(m.ClientURL); err != nil {
+		if c.OnOtherHost(m) && o.Snapshot {
+			return c.RequireHere("an isolated run with a snapshot", m)
+		}
+		if cfg.ClientURL, err = c.PrivateClientURL(ctx, m); err != nil {
 			return err
 		}
 		if o.Snapshot {
@@ -145,6 +136,25 @@ func (c *Cluster) RunIsolated(ctx context.Context, names []string, version strin
 	}
 	c.Progress.Say("%s ran etcd %s on private client ports until a write went through, and stopped", strings.Join(names, ", "), version)
 	return nil
+}
+
+// PrivateClientURL is m's client URL with a free port no client knows, on
+// the same host: the client listener of an isolated run, and of a learner
+// until it votes (pkg/membership). Only a host's agent knows which of its
+// ports are free, so a member on another host asks its agent.
+func (c *Cluster) PrivateClientURL(ctx context.Context, m spec.Member) (string, error) {
+	if !c.OnOtherHost(m) {
+		return isolatedURL(m.ClientURL)
+	}
+	ac, err := c.AgentFor(m)
+	if err != nil {
+		return "", err
+	}
+	port, err := ac.FreePort(ctx, m.Name)
+	if err != nil {
+		return "", fmt.Errorf("a private client port for %s on host %s: %w", m.Name, m.Agent, err)
+	}
+	return withPort(m.ClientURL, port)
 }
 
 // waitAgentRunning waits until the agent reports member name Running, which

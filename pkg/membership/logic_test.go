@@ -84,3 +84,28 @@ func TestRemoveLastMember(t *testing.T) {
 		}
 	}
 }
+
+func TestPrivateLearner(t *testing.T) {
+	const learner = "https://127.0.0.1:9"
+	voter := func(n int) *pb.Member {
+		return &pb.Member{ID: uint64(n), Name: "m", PeerURLs: []string{"https://127.0.0.1:" + string(rune('0'+n))}}
+	}
+	added := &pb.Member{ID: 9, PeerURLs: []string{learner}, IsLearner: true}
+	for _, tc := range []struct {
+		name    string
+		members []*pb.Member
+		want    bool
+	}{
+		{"beside one voter: a restart would stop the cluster", []*pb.Member{voter(1), added}, false},
+		{"beside two voters", []*pb.Member{voter(1), voter(2), added}, true},
+		{"beside four voters", []*pb.Member{voter(1), voter(2), voter(3), voter(4), added}, true},
+		{"another learner is no voter", []*pb.Member{voter(1), {ID: 5, PeerURLs: []string{"https://127.0.0.1:5"}, IsLearner: true}, added}, false},
+		{"its old voting entry is not counted", []*pb.Member{voter(1), {ID: 8, PeerURLs: []string{learner}}, added}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := privateLearner(tc.members, learner); got != tc.want {
+				t.Errorf("privateLearner = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

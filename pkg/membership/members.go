@@ -199,22 +199,90 @@ func Add(ctx context.Context, c *cluster.Cluster, name string, o AddOptions) (er
 		return err
 	}
 	nm, _ = c.Spec.Member(name)
-	if _, err := ac.PutMember(ctx, c.MemberConfig(*nm)); err != nil {
-		return fmt.Errorf("configure member %s on agent %s: %w", name, o.Agent, err)
-	}
-	if _, err := ac.Start(ctx, name); err != nil {
-		return fmt.Errorf("start member %s: %w", name, err)
+	private := privateLearner(resp.Members, o.PeerURL)
+	learnerURL, err := startLearner(ctx, c, ac, *nm, private)
+	if err != nil {
+		return fmt.Errorf("start member %s on agent %s: %w", name, o.Agent, err)
 	}
 	c.Progress.Say("started %s; waiting for it to catch up with the leader", name)
-	if err := promoteWhenReady(ctx, c, cli, name, id, o.Timeout); err != nil {
+	if err := promoteWhenReady(ctx, c, cli, name, learnerURL, id, o.Timeout); err != nil {
 		return err
+	}
+	if private {
+		if err := serveClients(ctx, c, ac, *nm); err != nil {
+			return err
+		}
 	}
 	return c.WaitMemberHealthy(ctx, name, time.Minute)
 }
 
+// privateLearner tells whether the learner of peerURL among members starts
+// on a private client URL: whether, once it is promoted, the other voters
+// keep quorum while it restarts on its real one. They do from two voters
+// on (2 of 3); beside a single voter (a one-member cluster growing; a
+// two-member cluster's recovery, see RejoinPrivate) a restart of the new
+// voter would stop the cluster, so that learner starts on its real client
+// URL.
+func privateLearner(members []*pb.Member, peerURL string) bool {
+	others := 0
+	for _, m := range members {
+		if !m.IsLearner && !slices.Contains(m.PeerURLs, peerURL) {
+			others++
+		}
+	}
+	total := others + 1
+	return others >= total/2+1
+}
+
+// startLearner configures spec member m on its agent and starts it. With
+// private, its client listener is on a private port (and that URL is the
+// one it advertises), so that no client reaches it while it is a learner,
+// which answers all but serializable reads with "rpc not supported for
+// learner"; serveClients moves it to its real client URL once it votes. It
+// returns the client URL the learner listens on.
+func startLearner(ctx context.Context, c *cluster.Cluster, ac *agentapi.Client, m spec.Member, private bool) (string, error) {
+	cfg := c.MemberConfig(m)
+	if _, err := ac.PutMember(ctx, cfg); err != nil {
+		return "", fmt.Errorf("configure member %s: %w", m.Name, err)
+	}
+	if private {
+		u, err := c.PrivateClientURL(ctx, m)
+		if err != nil {
+			return "", err
+		}
+		cfg.ClientURL = u
+		if _, err := ac.PutMember(ctx, cfg); err != nil {
+			return "", fmt.Errorf("configure member %s on a private client port: %w", m.Name, err)
+		}
+		c.Progress.Say("%s starts as a learner on a private client URL (%s); clients reach it on %s once it votes", m.Name, u, m.ClientURL)
+	}
+	if _, err := ac.Start(ctx, m.Name); err != nil {
+		return "", err
+	}
+	return cfg.ClientURL, nil
+}
+
+// serveClients restarts a promoted member on its real client URL: its
+// agent stops it (no client knows its private URL, so nothing waits on
+// it), takes its real config and starts it again. The other voters keep
+// quorum meanwhile (startLearner's caller makes sure of it).
+func serveClients(ctx context.Context, c *cluster.Cluster, ac *agentapi.Client, m spec.Member) error {
+	if _, err := ac.Stop(ctx, m.Name); err != nil {
+		return fmt.Errorf("stop member %s on its private client URL: %w", m.Name, err)
+	}
+	if _, err := ac.PutMember(ctx, c.MemberConfig(m)); err != nil {
+		return fmt.Errorf("configure member %s on its client URL: %w", m.Name, err)
+	}
+	if _, err := ac.Start(ctx, m.Name); err != nil {
+		return fmt.Errorf("start member %s on its client URL: %w", m.Name, err)
+	}
+	c.Progress.Say("%s votes; restarted it on its client URL %s", m.Name, m.ClientURL)
+	return nil
+}
+
 // promoteWhenReady promotes a learner as soon as etcd accepts it (the
 // learner's log must be close to the leader's), reporting progress.
-func promoteWhenReady(ctx context.Context, c *cluster.Cluster, cli *clientv3.Client, name string, id uint64, timeout time.Duration) error {
+func promoteWhenReady(ctx context.Context, c *cluster.Cluster, cli *clientv3.Client, name, learnerURL string, id uint64, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	lastReport := time.Time{}
@@ -237,7 +305,7 @@ func promoteWhenReady(ctx context.Context, c *cluster.Cluster, cli *clientv3.Cli
 			strings.Contains(err.Error(), "not in sync") || strings.Contains(err.Error(), "not started") {
 			if time.Since(lastReport) > 5*time.Second {
 				lastReport = time.Now()
-				c.Progress.Say("  %s", catchUpProgress(ctx, c, name))
+				c.Progress.Say("  %s", catchUpProgress(ctx, c, name, learnerURL))
 			}
 			return false, nil
 		}
@@ -247,22 +315,21 @@ func promoteWhenReady(ctx context.Context, c *cluster.Cluster, cli *clientv3.Cli
 		return false, fmt.Errorf("promote %s: %w", name, err)
 	})
 	if err != nil && errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("learner %s did not catch up with the leader within %s: %s", name, timeout, catchUpProgress(context.Background(), c, name))
+		return fmt.Errorf("learner %s did not catch up with the leader within %s: %s", name, timeout, catchUpProgress(context.Background(), c, name, learnerURL))
 	}
 	return err
 }
 
-func catchUpProgress(ctx context.Context, c *cluster.Cluster, name string) string {
-	m, ok := c.Spec.Member(name)
-	if !ok {
+func catchUpProgress(ctx context.Context, c *cluster.Cluster, name, learnerURL string) string {
+	if _, ok := c.Spec.Member(name); !ok {
 		return ""
 	}
-	cli, err := c.Client()
+	cli, err := clientExcluding(c, name)
 	if err != nil {
 		return err.Error()
 	}
 	defer cli.Close()
-	ls, err := c.EndpointStatus(ctx, m.ClientURL)
+	ls, err := c.EndpointStatus(ctx, learnerURL)
 	if err != nil {
 		return fmt.Sprintf("learner %s not answering yet (%s)", name, cluster.ShortErr(err))
 	}
@@ -449,8 +516,47 @@ func Replace(ctx context.Context, c *cluster.Cluster, name string, timeout time.
 // to: it removes m's old etcd entry (by peer URL), moves its data dir aside,
 // adds it as a learner, starts it empty, and promotes it once it has caught
 // up. Every step can be re-run: an unstarted learner left by an earlier
-// attempt is reused.
+// attempt is reused. The learner listens on a private client URL and moves
+// to its own once it votes, unless restarting it then would stop the
+// cluster (privateLearner).
 func Rejoin(ctx context.Context, c *cluster.Cluster, cli *clientv3.Client, ac *agentapi.Client, m spec.Member, timeout time.Duration) error {
+	return rejoin(ctx, c, cli, ac, m, timeout, false)
+}
+
+// RejoinPrivate is Rejoin for a cluster being rebuilt member by member
+// (recovery's reseed beside its seed): the learner always starts on a
+// private client URL and, once promoted, stays there, so that the first
+// member added beside a single voter serves no client as a learner either.
+// Once enough members vote that one can restart without stopping the
+// cluster (three), ServeClients moves each to its client URL.
+func RejoinPrivate(ctx context.Context, c *cluster.Cluster, cli *clientv3.Client, ac *agentapi.Client, m spec.Member, timeout time.Duration) error {
+	return rejoin(ctx, c, cli, ac, m, timeout, true)
+}
+
+// ServeClients moves spec member m, a voting member left on a private
+// client URL by RejoinPrivate (or by an add or replace that was
+// interrupted after the promotion), to its client URL and waits until it
+// is healthy there. It does nothing when its agent already has it on its
+// client URL. The other voters must keep quorum while it restarts.
+func ServeClients(ctx context.Context, c *cluster.Cluster, m spec.Member) error {
+	ac, err := c.AgentFor(m)
+	if err != nil {
+		return err
+	}
+	as, err := ac.Member(ctx, m.Name)
+	if err != nil {
+		return fmt.Errorf("member %s: %w", m.Name, err)
+	}
+	if as.ClientURL == c.MemberConfig(m).ClientURL {
+		return nil
+	}
+	if err := serveClients(ctx, c, ac, m); err != nil {
+		return err
+	}
+	return c.WaitMemberHealthy(ctx, m.Name, time.Minute)
+}
+
+func rejoin(ctx context.Context, c *cluster.Cluster, cli *clientv3.Client, ac *agentapi.Client, m spec.Member, timeout time.Duration, stayPrivate bool) error {
 	name := m.Name
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	list, err := cli.MemberList(lctx)
@@ -506,15 +612,30 @@ func Rejoin(ctx context.Context, c *cluster.Cluster, cli *clientv3.Client, ac *a
 		return err
 	}
 	nm, _ = c.Spec.Member(name)
-	if _, err := ac.PutMember(ctx, c.MemberConfig(*nm)); err != nil {
-		return err
+	// Its clients know its client URL: it listens there only once it
+	// votes, unless restarting it then would stop the cluster.
+	lctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+	list, err = cli.MemberList(lctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("list members: %w", err)
 	}
-	if _, err := ac.Start(ctx, name); err != nil {
-		return err
+	private := stayPrivate || privateLearner(list.Members, m.PeerURL)
+	learnerURL, err := startLearner(ctx, c, ac, *nm, private)
+	if err != nil {
+		return fmt.Errorf("start member %s: %w (re-run `steward member replace %s` to continue)", name, err, name)
 	}
 	c.Progress.Say("started %s with an empty data dir; waiting for it to catch up", name)
-	if err := promoteWhenReady(ctx, c, cli, name, learnerID, timeout); err != nil {
+	if err := promoteWhenReady(ctx, c, cli, name, learnerURL, learnerID, timeout); err != nil {
 		return fmt.Errorf("%w (re-run `steward member replace %s` to continue)", err, name)
+	}
+	if stayPrivate {
+		return nil
+	}
+	if private {
+		if err := serveClients(ctx, c, ac, *nm); err != nil {
+			return fmt.Errorf("%w (re-run `steward member replace %s` to continue)", err, name)
+		}
 	}
 	return c.WaitMemberHealthy(ctx, name, time.Minute)
 }

@@ -307,6 +307,11 @@ func finishRecovery(ctx context.Context, c *cluster.Cluster, rep *Report, j *rec
 	}
 	var failed []string
 	var errs []error
+	// With three members or more, the members added beside the seed stay
+	// on private client URLs until enough of them vote that each can
+	// restart on its own URL without stopping the cluster: none serves a
+	// client as a learner. (Two members cannot: the second keeps its URL.)
+	private := len(c.Spec.Members) >= 3
 	for _, mem := range c.Spec.Members {
 		if mem.Name == seed.Name || isVoter(list.Members, mem.PeerURL) {
 			continue
@@ -321,7 +326,11 @@ func finishRecovery(ctx context.Context, c *cluster.Cluster, rep *Report, j *rec
 			}
 		}
 		if err == nil {
-			err = membership.Rejoin(ctx, c, cli, ac, mem, 10*time.Minute)
+			if private {
+				err = membership.RejoinPrivate(ctx, c, cli, ac, mem, 10*time.Minute)
+			} else {
+				err = membership.Rejoin(ctx, c, cli, ac, mem, 10*time.Minute)
+			}
 		}
 		if err != nil {
 			failed = append(failed, mem.Name)
@@ -329,6 +338,33 @@ func finishRecovery(ctx context.Context, c *cluster.Cluster, rep *Report, j *rec
 			continue
 		}
 		rep.Added = append(rep.Added, mem.Name)
+	}
+	if private {
+		// Every voter on its client URL, one at a time (those of an
+		// interrupted earlier run too), once three vote.
+		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		list, err := cli.MemberList(lctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("list the members of %s: %w", seed.Name, err)
+		}
+		voters := 0
+		for _, em := range list.Members {
+			if !em.IsLearner {
+				voters++
+			}
+		}
+		for _, mem := range c.Spec.Members {
+			if voters < 3 {
+				break
+			}
+			if mem.Name == seed.Name || !isVoter(list.Members, mem.PeerURL) {
+				continue
+			}
+			if err := membership.ServeClients(ctx, c, mem); err != nil {
+				return fmt.Errorf("the cluster is back (%s), but %s could not move to its client URL %s: %w; re-run `steward recover`", seed.Name, mem.Name, mem.ClientURL, err)
+			}
+		}
 	}
 	if len(failed) > 0 {
 		return fmt.Errorf("the cluster is back (%s, %s; added %v), but %d members could not be added: %w; once their hosts are fixed, re-run `steward recover` (or `steward member replace NAME` for each of %v)",
