@@ -6,6 +6,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/agent"
 	"github.com/etcd-steward/steward/pkg/agentapi"
+	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/catalogue"
 	"github.com/etcd-steward/steward/pkg/cluster"
@@ -353,4 +355,24 @@ func bigOneMember(b *testing.B) *harness.Env {
 	})
 	e.MustRun("up")
 	return e
+}
+
+// backedUpStopped is bigOneMember filled with mb MB of random values, one
+// full backup taken (`steward backup now`), and the cluster stopped: the
+// store and the full backup the restore benchmarks continue with deltas.
+func backedUpStopped(b *testing.B, mb int) (*harness.Env, backup.Manifest, *backup.LocalStore) {
+	e := bigOneMember(b)
+	cli := e.Client()
+	fillRandom(b, cli, mb)
+	var full backup.Manifest
+	if err := json.Unmarshal([]byte(e.MustRun("backup", "now", "-o", "json")), &full); err != nil {
+		b.Fatal(err)
+	}
+	cli.Close()
+	e.MustRun("down")
+	store, err := backup.NewLocalStore(filepath.Join(e.Dir, "backups"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return e, full, store
 }

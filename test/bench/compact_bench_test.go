@@ -2,7 +2,6 @@ package bench
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -44,19 +43,7 @@ func BenchmarkCompactedRestore(b *testing.B) {
 		lengths = append(lengths, n)
 	}
 	for i := 0; i < b.N; i++ {
-		e := bigOneMember(b)
-		cli := e.Client()
-		fillRandom(b, cli, mb)
-		var full backup.Manifest
-		if err := json.Unmarshal([]byte(e.MustRun("backup", "now", "-o", "json")), &full); err != nil {
-			b.Fatal(err)
-		}
-		cli.Close()
-		e.MustRun("down")
-		store, err := backup.NewLocalStore(filepath.Join(e.Dir, "backups"))
-		if err != nil {
-			b.Fatal(err)
-		}
+		e, full, store := backedUpStopped(b, mb)
 		auth, err := backup.LoadAuthKey(filepath.Join(e.Dir, "pki", pki.BackupAuthKey))
 		if err != nil {
 			b.Fatal(err)

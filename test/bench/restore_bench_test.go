@@ -2,7 +2,6 @@ package bench
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -41,21 +40,8 @@ func BenchmarkRestore(b *testing.B) {
 	mb := envInt("STEWARD_BENCH_RESTORE_MB", 1024)
 	events := envInt("STEWARD_BENCH_RESTORE_EVENTS", 1_000_000)
 	for i := 0; i < b.N; i++ {
-		e := bigOneMember(b)
-		cli := e.Client()
-		fillRandom(b, cli, mb)
-		var full backup.Manifest
-		if err := json.Unmarshal([]byte(e.MustRun("backup", "now", "-o", "json")), &full); err != nil {
-			b.Fatal(err)
-		}
-		cli.Close()
-		e.MustRun("down")
-
+		e, full, store := backedUpStopped(b, mb)
 		// Synthetic deltas after the full snapshot: one put per revision.
-		store, err := backup.NewLocalStore(filepath.Join(e.Dir, "backups"))
-		if err != nil {
-			b.Fatal(err)
-		}
 		value := bytes.Repeat([]byte("d"), 100)
 		rev := full.EndRevision
 		for done := 0; done < events; {
