@@ -49,6 +49,9 @@ const (
 	KindRollback Kind = "rollback"
 	// KindCARotation replaces the cluster CA in phases (package carotate).
 	KindCARotation Kind = "ca-rotation"
+	// KindAdopt hands a member of an attached cluster to an agent
+	// (package adopt).
+	KindAdopt Kind = "adopt"
 )
 
 // Plan is a persisted sequence of steps.

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
+	"github.com/etcd-steward/steward/pkg/adopt"
 	"github.com/etcd-steward/steward/pkg/carotate"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/upgrade"
@@ -40,6 +41,12 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 			c, err := g.ClusterWithAgent(cmd)
 			if err != nil {
 				return err
+			}
+			if p, err := c.Plans().Latest(); err == nil && p.Kind == plan.KindAdopt {
+				if !p.Active() {
+					return fmt.Errorf("plan %s is %s: nothing to resume", p.ID, p.State)
+				}
+				return cli.PlanHint(adopt.Run(cmd.Context(), c, p.ID))
 			}
 			if p, err := c.Plans().Latest(); err == nil && p.Kind == plan.KindCARotation {
 				if !p.Active() {
