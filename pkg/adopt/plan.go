@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/childenv"
 	"github.com/etcd-steward/steward/internal/proc"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/membership"
@@ -34,7 +35,9 @@ const (
 	// ValuePID is the old process' pid, when it was given or found.
 	ValuePID = "pid"
 	// ValueCmdline and ValueEnv are the old process' argv and environment
-	// (JSON lists), ValueCwd its working directory: how undo restarts it.
+	// (JSON lists; of the environment only what etcd reads: ETCD_* and
+	// childenv's base names), ValueCwd its working directory: how undo
+	// restarts it.
 	ValueCmdline = "cmdline"
 	ValueEnv     = "env"
 	ValueCwd     = "cwd"
@@ -141,7 +144,7 @@ func recordProcess(p *plan.Plan, pid int) error {
 		return cluster.Refuse(ErrSource, "read the working directory of process %d: %v", pid, err)
 	}
 	a, _ := json.Marshal(args)
-	e, _ := json.Marshal(splitNUL(env))
+	e, _ := json.Marshal(childenv.OfEtcd(splitNUL(env)))
 	p.SetValue(ValueCmdline, string(a))
 	p.SetValue(ValueEnv, string(e))
 	p.SetValue(ValueCwd, cwd)
@@ -201,6 +204,9 @@ func (e *Executor) Execute(ctx context.Context, p *plan.Plan, s *plan.Step) erro
 	m, err := c.Member(run.Name)
 	if err != nil {
 		return err
+	}
+	if p.Kind == plan.KindAdoptUndo {
+		return e.undo(ctx, p, s, run, m)
 	}
 	adopted := m.IsAdopted()
 	switch s.Kind {

@@ -3,11 +3,16 @@ package e2e
 import (
 	"encoding/json"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"syscall"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/etcd-steward/steward/internal/proc"
+	"github.com/etcd-steward/steward/pkg/adopt"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/spec"
@@ -21,7 +26,10 @@ import (
 // process is gone, the member runs under the local agent with the same
 // member ID and cluster ID, the spec records it adopted while the other
 // two stay external, the agent restarts it after kill -9, and no
-// acknowledged write is lost.
+// acknowledged write is lost. Then `adopt --undo infra1` gives it back:
+// the old command line runs it again outside Steward (same member ID),
+// the spec has it external, the adopt plan is rolled back, and the writer
+// still writes.
 func TestAdopt(t *testing.T) {
 	f := harness.StartForeignCluster(t, adoptVersion, 3)
 	fcli := f.MustClient()
@@ -98,6 +106,42 @@ func TestAdopt(t *testing.T) {
 		return harness.Healthy(st) && n.PID != 0 && n.PID != ms.PID
 	})
 	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write after the restart", w.AckedAbove(w.Acked()+100))
+
+	// Undo: the member runs again as before, outside Steward.
+	out = e.MustRun("adopt", "--undo", old.Name, "-o", "json")
+	var u plan.Plan
+	if err := json.Unmarshal([]byte(out), &u); err != nil {
+		t.Fatalf("adopt --undo -o json: %v\n%s", err, out)
+	}
+	if u.Kind != plan.KindAdoptUndo || u.State != plan.Done || u.Of != p.ID {
+		t.Fatalf("undo plan %s is %s %s of %q, want adopt-undo done of %s:\n%s", u.ID, u.Kind, u.State, u.Of, p.ID, out)
+	}
+	back, err := adopt.FindProcess(old.DataDir, old.Name)
+	if err != nil {
+		t.Fatalf("after the undo no process runs %s: %v", old.Name, err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(back, syscall.SIGKILL) }) // the test's, as the old one was
+	if args := proc.Cmdline(back); !slices.Equal(args, old.Cmdline) {
+		t.Errorf("%s restarted with %q, want its old command line %q", old.Name, args, old.Cmdline)
+	}
+	if m, _ := e.Spec().Member(old.Name); m.Agent != "" || m.Adopted != nil || m.DataDir != "" {
+		t.Errorf("after the undo the spec has %s with agent %q, data dir %q, adopted %v; want it external", old.Name, m.Agent, m.DataDir, m.Adopted != nil)
+	}
+	st = e.WaitStatus(30*time.Second, old.Name+" healthy and external after the undo", func(st *cluster.Status) bool {
+		n, _ := st.Member(old.Name)
+		return harness.Healthy(st) && n.Process == cluster.External
+	})
+	if was, err := plan.OpenStore(e.Dir).Get(p.ID); err != nil || was.State != plan.RolledBack {
+		t.Errorf("the adopt plan after its undo: %v, %v; want rolled back", was, err)
+	}
+	undone, err := fcli.MemberList(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(undone.Members, func(m *etcdserverpb.Member) bool { return m.Name == old.Name && m.ID == id }) {
+		t.Errorf("after the undo member %s no longer has ID %x: %v", old.Name, id, undone.Members)
+	}
+	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write after the undo", w.AckedAbove(w.Acked()+100))
 	res := w.Stop()
 	workload.RequireKeys(t, fcli, res)
 	t.Logf("adopted %s (member %x) under %d acknowledged writes", old.Name, id, len(res.Acked))

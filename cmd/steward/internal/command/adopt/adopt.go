@@ -43,10 +43,11 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 	var (
 		dryRun         bool
 		manifest, unit string
+		undo           string
 		pid            int
 	)
 	cmd := &cobra.Command{
-		Use:   "adopt [--dry-run] (--manifest FILE | --unit FILE | --pid PID)",
+		Use:   "adopt [--dry-run] (--manifest FILE | --unit FILE | --pid PID) | adopt --undo NAME",
 		Short: "Hand a member of an attached cluster to this machine's agent (--dry-run: only show how it runs)",
 		Long: `Read how an etcd member runs today from a kubeadm static pod manifest
 (--manifest, ` + adopt.KubeadmManifest + ` by kubeadm), a systemd unit (--unit)
@@ -63,11 +64,23 @@ process stopped (a static pod's manifest moved aside first, kept for
 undo), the member recorded in the spec as run by this machine's agent with
 the data dir, URLs and certificates it had, started there, and waited for
 until healthy and caught up. Its member ID stays. A systemd unit (--unit)
-is not taken over yet.`,
+is not taken over yet.
+
+--undo NAME gives an adopted member (or one whose adoption stopped
+halfway) back: stopped under the agent (its data dir kept), external again
+in the spec, its static pod manifest moved back (the kubelet starts it) or
+its old process restarted with the command line, ETCD_* environment and
+working directory the adopt plan recorded.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := g.CheckOutput(); err != nil {
 				return err
+			}
+			if undo != "" {
+				if dryRun || manifest != "" || unit != "" || pid != 0 {
+					return errors.New("--undo NAME takes no other flag: it gives the member back as the adopt plan recorded it")
+				}
+				return undoAdoption(cmd, g, undo)
 			}
 			given := 0
 			for _, s := range []bool{manifest != "", unit != "", pid != 0} {
@@ -133,6 +146,7 @@ is not taken over yet.`,
 	cmd.Flags().StringVar(&manifest, "manifest", "", "the member's static pod manifest (kubeadm: "+adopt.KubeadmManifest+")")
 	cmd.Flags().StringVar(&unit, "unit", "", "the member's systemd unit file")
 	cmd.Flags().IntVar(&pid, "pid", 0, "the member's running etcd process")
+	cmd.Flags().StringVar(&undo, "undo", "", "give the adopted member `NAME` back to how it ran before (a plan: stop it under the agent, the spec entry external again, its manifest moved back or its old process restarted)")
 	return cmd
 }
 
@@ -161,6 +175,27 @@ func apply(cmd *cobra.Command, g *cli.Globals, run adopt.MemberRun) error {
 		return fmt.Errorf("this machine's agent is not running and could not be started: %w (run it in the foreground with `steward agent --dir %s` to see why)", err, c.Dir)
 	}
 	p, err := adopt.Apply(cmd.Context(), c, run)
+	if p != nil {
+		if latest, lerr := c.Plans().Get(p.ID); lerr == nil {
+			p = latest
+		}
+		if perr := g.PrintPlan(cmd.OutOrStdout(), p); perr != nil && err == nil {
+			err = perr
+		}
+	}
+	return cli.PlanHint(err)
+}
+
+// undoAdoption plans and runs the undo of a member's adoption.
+func undoAdoption(cmd *cobra.Command, g *cli.Globals, name string) error {
+	c, err := g.Cluster(cmd)
+	if err != nil {
+		return err
+	}
+	if _, err := c.EnsureLocalAgent(cmd.Context(), ""); err != nil {
+		return fmt.Errorf("this machine's agent is not running and could not be started: %w (run it in the foreground with `steward agent --dir %s` to see why)", err, c.Dir)
+	}
+	p, err := adopt.Undo(cmd.Context(), c, name)
 	if p != nil {
 		if latest, lerr := c.Plans().Get(p.ID); lerr == nil {
 			p = latest
