@@ -2,9 +2,12 @@ package e2e
 
 import (
 	"encoding/json"
+	"errors"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -21,7 +24,8 @@ import (
 )
 
 // TestAdopt: a three-member etcd 3.5 cluster the test started itself
-// (plain flags, its own CA), attached with --continuous, then member
+// (plain flags, its own CA), attached with --continuous; an adopt while
+// infra2 is down is refused and changes nothing; then member
 // infra1 adopted by --pid under a writer: the adopt plan is done, the old
 // process is gone, the member runs under the local agent with the same
 // member ID and cluster ID, the spec records it adopted while the other
@@ -54,6 +58,34 @@ func TestAdopt(t *testing.T) {
 	}
 	w := workload.Start(t, fcli, workload.Options{Prefix: "/adopt", Interval: 10 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second})
 	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write", w.AckedAbove(100))
+
+	// An adopt while a member is down: one refusal, nothing changed.
+	specBefore, err := os.ReadFile(filepath.Join(e.Dir, spec.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Members[1].Stop()
+	e.WaitStatus(30*time.Second, f.Members[1].Name+" unhealthy", func(st *cluster.Status) bool {
+		n, _ := st.Member(f.Members[1].Name)
+		return !n.Healthy
+	})
+	msg := e.MustFail("adopt", "--pid", strconv.Itoa(old.PID()))
+	if !strings.Contains(msg, "not every member of cluster") || !strings.Contains(msg, f.Members[1].Name) {
+		t.Errorf("adopt while %s is down: %s", f.Members[1].Name, msg)
+	}
+	if after, err := os.ReadFile(filepath.Join(e.Dir, spec.FileName)); err != nil || string(after) != string(specBefore) {
+		t.Errorf("the refused adopt changed the spec (%v)", err)
+	}
+	if _, err := plan.OpenStore(e.Dir).Latest(); !errors.Is(err, plan.ErrNoPlan) {
+		t.Errorf("the refused adopt left a plan: %v", err)
+	}
+	if !old.Running() {
+		t.Errorf("the refused adopt stopped %s", old.Name)
+	}
+	if err := f.Members[1].Start(); err != nil {
+		t.Fatal(err)
+	}
+	f.WaitReady()
 
 	oldPID := old.PID()
 	out := e.MustRun("adopt", "--pid", strconv.Itoa(oldPID), "-o", "json")
