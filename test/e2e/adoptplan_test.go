@@ -178,3 +178,73 @@ func TestAdopt(t *testing.T) {
 	workload.RequireKeys(t, fcli, res)
 	t.Logf("adopted %s (member %x) under %d acknowledged writes", old.Name, id, len(res.Acked))
 }
+
+// TestAdoptAll: every member of an attached etcd 3.5 cluster adopted one
+// after the other by --pid under a writer; the spec then has every member
+// adopted (the cluster Steward-run), the cluster ID unchanged; then
+// `upgrade apply --to 3.6.16` runs on it: every member reports 3.6.16 with
+// its member ID, and no acknowledged write is lost throughout.
+func TestAdoptAll(t *testing.T) {
+	f := harness.StartForeignCluster(t, adoptVersion, 3)
+	fcli := f.MustClient()
+	e := harness.New(t)
+	e.MustRun(append(attachArgs(f), "--continuous")...)
+	s := e.Spec()
+	s.BinaryStore = e.Store
+	if err := s.Save(filepath.Join(e.Dir, spec.FileName)); err != nil {
+		t.Fatal(err)
+	}
+	before, err := fcli.MemberList(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := workload.Start(t, fcli, workload.Options{Prefix: "/adoptall", Interval: 10 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second})
+	for _, m := range f.Members {
+		e.MustRun("adopt", "--pid", strconv.Itoa(m.PID()))
+		if m.Running() {
+			t.Errorf("the old process of %s still runs after its adoption", m.Name)
+		}
+	}
+	if sp := e.Spec(); !sp.AllAdopted() {
+		t.Errorf("after adopting every member the spec has not every member adopted: %+v", sp.Members)
+	}
+	e.WaitStatus(30*time.Second, "every member healthy under the agent", func(st *cluster.Status) bool {
+		for _, m := range st.Members {
+			if m.PID == 0 {
+				return false
+			}
+		}
+		return harness.Healthy(st)
+	})
+	after, err := fcli.MemberList(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Header.ClusterId != before.Header.ClusterId {
+		t.Errorf("cluster ID %x after adopting every member, want %x", after.Header.ClusterId, before.Header.ClusterId)
+	}
+	e.MustRun("upgrade", "apply", "--to", "3.6.16")
+	st := e.WaitStatus(30*time.Second, "every member on 3.6.16", func(st *cluster.Status) bool {
+		for _, m := range st.Members {
+			if m.Version != "3.6.16" {
+				return false
+			}
+		}
+		return harness.Healthy(st)
+	})
+	if sp := e.Spec(); sp.Version != "3.6.16" || !sp.AllAdopted() {
+		t.Errorf("after the upgrade the spec has version %s, every member adopted %v", sp.Version, sp.AllAdopted())
+	}
+	upgraded, err := fcli.MemberList(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range before.Members {
+		if !slices.ContainsFunc(upgraded.Members, func(u *etcdserverpb.Member) bool { return u.ID == m.ID && u.Name == m.Name }) {
+			t.Errorf("member %s (%x) is gone after the upgrade: %v (status %+v)", m.Name, m.ID, upgraded.Members, st.Members)
+		}
+	}
+	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write after the upgrade", w.AckedAbove(w.Acked()+100))
+	res := w.Stop()
+	workload.RequireKeys(t, fcli, res)
+}
