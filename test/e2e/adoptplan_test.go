@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -180,7 +181,9 @@ func TestAdopt(t *testing.T) {
 }
 
 // TestAdoptAll: every member of an attached etcd 3.5 cluster adopted one
-// after the other by --pid under a writer; the spec then has every member
+// after the other under a writer, infra1 and infra3 by --pid, infra2 by a
+// kubeadm-style static pod manifest describing it (moved aside, kept in
+// the Steward directory); the spec then has every member
 // adopted (the cluster Steward-run), the cluster ID unchanged; then
 // `upgrade apply --to 3.6.16` runs on it: every member reports 3.6.16 with
 // its member ID, and no acknowledged write is lost throughout.
@@ -199,11 +202,25 @@ func TestAdoptAll(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := workload.Start(t, fcli, workload.Options{Prefix: "/adoptall", Interval: 10 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second})
-	for _, m := range f.Members {
-		e.MustRun("adopt", "--pid", strconv.Itoa(m.PID()))
+	var manifest string
+	for i, m := range f.Members {
+		if i == 1 {
+			// A static pod: the test started the process (no kubelet
+			// here); adopt finds it by data dir and name.
+			manifest = foreignManifest(t, f, m)
+			e.MustRun("adopt", "--manifest", manifest)
+		} else {
+			e.MustRun("adopt", "--pid", strconv.Itoa(m.PID()))
+		}
 		if m.Running() {
 			t.Errorf("the old process of %s still runs after its adoption", m.Name)
 		}
+	}
+	if _, err := os.Stat(manifest); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the static pod manifest %s is still where the kubelet reads it (%v)", manifest, err)
+	}
+	if _, err := os.Stat(filepath.Join(e.Dir, "adopted", f.Members[1].Name, "etcd.yaml")); err != nil {
+		t.Errorf("the static pod manifest was not kept for undo: %v", err)
 	}
 	if sp := e.Spec(); !sp.AllAdopted() {
 		t.Errorf("after adopting every member the spec has not every member adopted: %+v", sp.Members)
@@ -247,4 +264,40 @@ func TestAdoptAll(t *testing.T) {
 	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write after the upgrade", w.AckedAbove(w.Acked()+100))
 	res := w.Stop()
 	workload.RequireKeys(t, fcli, res)
+}
+
+// foreignManifest writes a kubeadm-style static pod manifest of member m
+// of f (its command line, the cluster's directory as a hostPath volume at
+// the same path) in a manifests directory of its own, and returns its path.
+func foreignManifest(t *testing.T, f *harness.ForeignCluster, m *harness.ForeignMember) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "manifests")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var cmd strings.Builder
+	cmd.WriteString("    - etcd\n")
+	for _, a := range m.Cmdline[1:] {
+		fmt.Fprintf(&cmd, "    - %q\n", a)
+	}
+	manifest := fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: etcd-%s, namespace: kube-system}
+spec:
+  hostNetwork: true
+  containers:
+  - name: etcd
+    image: registry.k8s.io/etcd:%s-0
+    command:
+%s    volumeMounts:
+    - {mountPath: %s, name: etcd}
+  volumes:
+  - name: etcd
+    hostPath: {path: %s, type: DirectoryOrCreate}
+`, m.Name, f.Version, cmd.String(), f.Dir, f.Dir)
+	p := filepath.Join(dir, "etcd.yaml")
+	if err := os.WriteFile(p, []byte(manifest), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
