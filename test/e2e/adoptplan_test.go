@@ -26,7 +26,9 @@ import (
 
 // TestAdopt: a three-member etcd 3.5 cluster the test started itself
 // (plain flags, its own CA), attached with --continuous; an adopt while
-// infra2 is down is refused and changes nothing; then member
+// infra2 is down is refused and changes nothing; an adoption of infra1
+// killed halfway (old process stopped, spec not yet written) is undone
+// (the old command line runs it again); then member
 // infra1 adopted by --pid under a writer: the adopt plan is done, the old
 // process is gone, the member runs under the local agent with the same
 // member ID and cluster ID, the spec records it adopted while the other
@@ -88,7 +90,30 @@ func TestAdopt(t *testing.T) {
 	}
 	f.WaitReady()
 
-	oldPID := old.PID()
+	// An adoption that dies halfway (after the old process stopped, before
+	// the member is recorded in the spec), undone: the member runs again
+	// with its old command line.
+	_, se, err := e.RunEnv([]string{"STEWARD_CRASHPOINT=plan-step-before:3"}, "adopt", "--pid", strconv.Itoa(old.PID()))
+	if err == nil || !strings.Contains(se, "crashpoint: plan-step-before:3") {
+		t.Fatalf("adopt with a crash point before the record step: %v\n%s", err, se)
+	}
+	if old.Running() {
+		t.Fatalf("the adoption died before its record step, yet the old process of %s runs", old.Name)
+	}
+	e.MustRun("adopt", "--undo", old.Name)
+	oldPID, err := adopt.FindProcess(old.DataDir, old.Name)
+	if err != nil {
+		t.Fatalf("after undoing the adoption halfway no process runs %s: %v", old.Name, err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(oldPID, syscall.SIGKILL) })
+	if args := proc.Cmdline(oldPID); !slices.Equal(args, old.Cmdline) {
+		t.Errorf("%s restarted with %q, want its old command line %q", old.Name, args, old.Cmdline)
+	}
+	if m, _ := e.Spec().Member(old.Name); m.Agent != "" || m.Adopted != nil {
+		t.Errorf("after undoing the adoption halfway the spec has %s with agent %q, adopted %v", old.Name, m.Agent, m.Adopted != nil)
+	}
+	e.WaitStatus(30*time.Second, "every member healthy after undoing the adoption halfway", harness.Healthy)
+
 	out := e.MustRun("adopt", "--pid", strconv.Itoa(oldPID), "-o", "json")
 	var p plan.Plan
 	if err := json.Unmarshal([]byte(out), &p); err != nil {
@@ -97,7 +122,7 @@ func TestAdopt(t *testing.T) {
 	if p.Kind != plan.KindAdopt || p.State != plan.Done {
 		t.Fatalf("adopt plan %s is %s %s, want adopt done:\n%s", p.ID, p.Kind, p.State, out)
 	}
-	if old.Running() {
+	if proc.Alive(oldPID) {
 		t.Errorf("the old process %d of %s still runs after the adoption", oldPID, old.Name)
 	}
 	after, err := fcli.MemberList(t.Context())
