@@ -34,7 +34,7 @@ var (
 		"pkg/carotate":    {"pkg/membership"}, // leadership moved before a member restarts
 		"pkg/recovery":    {"pkg/membership", "pkg/restore", "pkg/backupd", "pkg/metrics"},
 		"pkg/upgrade":     {"pkg/membership", "pkg/restore", "pkg/backupd"},
-		"pkg/adopt":       nil, // discovery of a member Steward did not start; the plan comes next
+		"pkg/adopt":       {"pkg/membership"}, // discovery; the adopt plan moves leadership before it stops the old process
 	}
 	commands = "cmd/steward/internal/command"
 )

@@ -10,6 +10,7 @@ package childenv
 import (
 	"os"
 	"slices"
+	"strings"
 )
 
 // base are the variables every child keeps: where to find programs and
@@ -53,6 +54,21 @@ func pick(names []string) []string {
 		seen[n] = true
 		if v, ok := os.LookupEnv(n); ok {
 			out = append(out, n+"="+v)
+		}
+	}
+	return out
+}
+
+// OfEtcd keeps of another process' environment (KEY=VALUE entries) what
+// an etcd member reads: its ETCD_* variables and the base names. Steward
+// records it to restart a member it gives back (`steward adopt --undo`),
+// and records nothing else it may hold (a secret the member never read).
+func OfEtcd(env []string) []string {
+	var out []string
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "ETCD_") || slices.Contains(base, name) {
+			out = append(out, kv)
 		}
 	}
 	return out

@@ -46,3 +46,13 @@ func TestEnvironments(t *testing.T) {
 		})
 	}
 }
+
+// TestOfEtcd: of another process' environment, only what etcd reads is
+// kept (ETCD_* and the base names), never another variable.
+func TestOfEtcd(t *testing.T) {
+	got := OfEtcd([]string{"PATH=/bin", "ETCD_SNAPSHOT_COUNT=5000", "AWS_SECRET_ACCESS_KEY=s3cr3t", "ETCDCTL_API=3", "GOMAXPROCS=2", "NOEQUALS"})
+	want := []string{"PATH=/bin", "ETCD_SNAPSHOT_COUNT=5000", "GOMAXPROCS=2"}
+	if !slices.Equal(got, want) {
+		t.Errorf("OfEtcd = %q, want %q", got, want)
+	}
+}

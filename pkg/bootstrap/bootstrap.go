@@ -283,10 +283,10 @@ func Down(ctx context.Context, dir string, o DownOptions, say progress.Func) err
 		if a, ok := s.Agent(spec.LocalAgent); ok {
 			addr = a.Address
 		}
-		if s.IsExternal() {
-			// Only this machine's agent (its backup loop) stops; the
-			// members are someone else's.
-			say.Say("cluster %s is attached: its members keep running (Steward does not run them)", s.Name)
+		if s.IsExternal() && !s.AllAdopted() {
+			// Only this machine's agent (its backup loop and the members
+			// adopted) stops; the other members are someone else's.
+			say.Say("cluster %s is attached: its members that were not adopted keep running (Steward does not run them)", s.Name)
 		}
 	} else if !errors.Is(err, os.ErrNotExist) {
 		say.Say("warning: %v; using the default agent socket", err)

@@ -239,6 +239,9 @@ func (c *Cluster) MemberConfig(m spec.Member) agentapi.MemberConfig {
 		ElectionTimeoutMs:       s.Etcd.ElectionTimeoutMs,
 		ExtraFlags:              s.Etcd.ExtraFlags,
 	}
+	if a := m.Adopted; a != nil {
+		return c.adoptedConfig(m, cfg)
+	}
 	if m.Bootstrap != nil {
 		cfg.InitialClusterState = "existing"
 		cfg.InitialCluster = m.Bootstrap.InitialCluster
@@ -271,6 +274,27 @@ func (c *Cluster) MemberConfig(m spec.Member) agentapi.MemberConfig {
 				PeerCert: f.PeerCert, PeerKey: f.PeerKey,
 			}
 		}
+	}
+	return cfg
+}
+
+// adoptedConfig is the run config of an adopted member: the one it ran
+// with before (its own certificates, token and settings), with the
+// operator's client certificate for the agent's health checks. Its data
+// dir holds the member already: the initial cluster flags are never read.
+func (c *Cluster) adoptedConfig(m spec.Member, cfg agentapi.MemberConfig) agentapi.MemberConfig {
+	a := m.Adopted
+	cfg.DataDir = m.DataDir
+	cfg.InitialCluster, cfg.InitialClusterState, cfg.InitialClusterToken = a.InitialCluster, "existing", a.InitialClusterToken
+	cfg.QuotaBackendBytes, cfg.SnapshotCount = a.QuotaBackendBytes, a.SnapshotCount
+	cfg.AutoCompactionMode, cfg.AutoCompactionRetention = a.AutoCompactionMode, a.AutoCompactionRetention
+	cfg.HeartbeatIntervalMs, cfg.ElectionTimeoutMs = a.HeartbeatIntervalMs, a.ElectionTimeoutMs
+	cfg.ExtraFlags = a.ExtraFlags
+	cfg.TLS = nil
+	if t := a.TLS; t != nil {
+		_, cert, key := c.clientFiles()
+		cfg.TLS = &agentapi.TLSFiles{CA: t.CA, ServerCert: t.ServerCert, ServerKey: t.ServerKey,
+			PeerCert: t.PeerCert, PeerKey: t.PeerKey, ClientCert: cert, ClientKey: key}
 	}
 	return cfg
 }

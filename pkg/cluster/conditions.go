@@ -262,8 +262,14 @@ func (c *Cluster) upgradeCondition() Condition {
 		return cond
 	}
 	what := fmt.Sprintf("%s plan %s (etcd %s to %s)", p.Kind, p.ID, p.From, p.To)
-	if p.Kind == plan.KindCARotation {
+	switch p.Kind {
+	case plan.KindCARotation:
 		what = fmt.Sprintf("%s plan %s", p.Kind, p.ID)
+	case plan.KindAdopt, plan.KindAdoptUndo:
+		// Neither changes the version: name the member instead.
+		if len(p.Steps) > 0 {
+			what = fmt.Sprintf("%s plan %s (member %s)", p.Kind, p.ID, p.Steps[0].Member)
+		}
 	}
 	step := p.Current()
 	switch {

@@ -18,9 +18,11 @@ var ErrExternal = errors.New("the cluster is attached: Steward does not run its 
 
 // RequireProcessControl refuses, for an attached cluster, an operation
 // that needs to run or change member processes; what names it ("add a
-// member", "upgrade"). It returns nil for a cluster Steward runs.
+// member", "upgrade"). It returns nil for a cluster Steward runs, which
+// includes an attached cluster every member of which `steward adopt`
+// handed to an agent.
 func (c *Cluster) RequireProcessControl(what string) error {
-	if !c.Spec.IsExternal() {
+	if !c.Spec.IsExternal() || c.Spec.AllAdopted() {
 		return nil
 	}
 	return &Refusal{Kind: ErrExternal, Msg: "cannot " + what + ": cluster " + c.Spec.Name + " is attached, Steward does not run its members (it only reaches them through the etcd API)"}

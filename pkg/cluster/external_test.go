@@ -45,3 +45,42 @@ func TestExternal(t *testing.T) {
 		t.Errorf("a cluster Steward runs: %v", err)
 	}
 }
+
+// TestAdoptedMember: an adopted member runs with the configuration it had
+// (its own certificate files, token, settings; the operator's client
+// certificate for the agent's health checks), and process control is
+// refused until every member is adopted.
+func TestAdoptedMember(t *testing.T) {
+	dir := t.TempDir()
+	adopted := &spec.Adopted{
+		InitialCluster: "cp-1=https://127.0.0.1:2380", InitialClusterToken: "theirs", SnapshotCount: 5000,
+		TLS:        &spec.AdoptedTLS{CA: "/pki/ca.pem", ServerCert: "/pki/s.pem", ServerKey: "/pki/s-key.pem", PeerCert: "/pki/p.pem", PeerKey: "/pki/p-key.pem"},
+		ExtraFlags: map[string]string{"max-txn-ops": "256"},
+	}
+	c := &Cluster{Dir: dir, Spec: &spec.Cluster{
+		Name: "kube", Token: "attached-feed", Version: "3.5.35",
+		External: &spec.External{CAFile: "/etc/etcd/ca.crt", CertFile: "/etc/etcd/c.crt", KeyFile: "/etc/etcd/c.key", ClusterID: "feed"},
+		Agents:   []spec.Agent{{Name: spec.LocalAgent, Address: "unix://" + dir + "/agent.sock"}},
+		Members: []spec.Member{
+			{Name: "cp-1", Agent: spec.LocalAgent, DataDir: "/var/lib/etcd", ClientURL: "https://127.0.0.1:2379", PeerURL: "https://127.0.0.1:2380", Adopted: adopted},
+			{Name: "cp-2", ClientURL: "https://127.0.0.2:2379", PeerURL: "https://127.0.0.2:2380"},
+		},
+	}}
+	cfg := c.MemberConfig(c.Spec.Members[0])
+	switch {
+	case cfg.DataDir != "/var/lib/etcd", cfg.InitialClusterToken != "theirs", cfg.InitialClusterState != "existing",
+		cfg.InitialCluster != adopted.InitialCluster, cfg.SnapshotCount != 5000, cfg.ExtraFlags["max-txn-ops"] != "256",
+		cfg.Version != "3.5.35", cfg.BinaryStore != dir+"/binaries":
+		t.Errorf("config of the adopted member: %+v", cfg)
+	case cfg.TLS == nil || cfg.TLS.CA != "/pki/ca.pem" || cfg.TLS.ServerCert != "/pki/s.pem" || cfg.TLS.PeerKey != "/pki/p-key.pem" ||
+		cfg.TLS.ClientCert != "/etc/etcd/c.crt" || cfg.TLS.ClientKey != "/etc/etcd/c.key":
+		t.Errorf("TLS files of the adopted member: %+v", cfg.TLS)
+	}
+	if err := c.RequireProcessControl("upgrade"); !errors.Is(err, ErrExternal) {
+		t.Errorf("one member of two adopted: %v, want a refusal of kind ErrExternal", err)
+	}
+	c.Spec.Members = c.Spec.Members[:1]
+	if err := c.RequireProcessControl("upgrade"); err != nil {
+		t.Errorf("every member adopted: %v", err)
+	}
+}

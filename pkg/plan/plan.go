@@ -49,6 +49,12 @@ const (
 	KindRollback Kind = "rollback"
 	// KindCARotation replaces the cluster CA in phases (package carotate).
 	KindCARotation Kind = "ca-rotation"
+	// KindAdopt hands a member of an attached cluster to an agent
+	// (package adopt).
+	KindAdopt Kind = "adopt"
+	// KindAdoptUndo gives an adopted member back to its previous manager
+	// (package adopt, `steward adopt --undo`).
+	KindAdoptUndo Kind = "adopt-undo"
 )
 
 // Plan is a persisted sequence of steps.

@@ -388,6 +388,55 @@ type Member struct {
 	// Upgrade and rollback plans set it while members run mixed versions
 	// and clear it when the step to the next version completes.
 	Version string `json:"version,omitempty"`
+	// Adopted is set for a member of an attached cluster that `steward
+	// adopt` handed to an agent: how the member ran before, which the
+	// agent keeps (its own certificates, token and settings). A member of
+	// an attached cluster with an agent and Adopted is adopted; one
+	// without an agent is still external.
+	Adopted *Adopted `json:"adopted,omitempty"`
+}
+
+// Adopted is how an adopted member runs: what it ran with before Steward
+// took it over, kept as it was. Paths are absolute, on the agent's host.
+type Adopted struct {
+	InitialCluster      string `json:"initialCluster"`
+	InitialClusterToken string `json:"initialClusterToken"`
+	// TLS is nil when the member ran without certificates.
+	TLS                     *AdoptedTLS       `json:"tls,omitempty"`
+	QuotaBackendBytes       int64             `json:"quotaBackendBytes,omitempty"`
+	AutoCompactionMode      string            `json:"autoCompactionMode,omitempty"`
+	AutoCompactionRetention string            `json:"autoCompactionRetention,omitempty"`
+	SnapshotCount           uint64            `json:"snapshotCount,omitempty"`
+	HeartbeatIntervalMs     int               `json:"heartbeatIntervalMs,omitempty"`
+	ElectionTimeoutMs       int               `json:"electionTimeoutMs,omitempty"`
+	ExtraFlags              map[string]string `json:"extraFlags,omitempty"`
+}
+
+// AdoptedTLS are an adopted member's own certificate files.
+type AdoptedTLS struct {
+	CA         string `json:"ca"`
+	ServerCert string `json:"serverCert"`
+	ServerKey  string `json:"serverKey"`
+	PeerCert   string `json:"peerCert"`
+	PeerKey    string `json:"peerKey"`
+}
+
+// IsAdopted reports whether the member is an adopted member of an attached
+// cluster: run by an agent with the configuration it had before.
+func (m Member) IsAdopted() bool { return m.Adopted != nil && m.Agent != "" }
+
+// AllAdopted reports whether every member of an attached cluster is
+// adopted: Steward then runs them all, and the cluster is Steward-run.
+func (c *Cluster) AllAdopted() bool {
+	if len(c.Members) == 0 {
+		return false
+	}
+	for _, m := range c.Members {
+		if !m.IsAdopted() {
+			return false
+		}
+	}
+	return true
 }
 
 // VersionOf returns the etcd version a member runs according to the spec.

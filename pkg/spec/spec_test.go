@@ -95,6 +95,16 @@ func TestValidate(t *testing.T) {
 		{name: "attached: peers in clear", edit: attached(func(c *Cluster) { c.Members[0].PeerURL = "http://127.0.0.1:1" })},
 		{name: "attached: a member with an agent", edit: attached(func(c *Cluster) { c.Members[0].Agent = LocalAgent }),
 			wantErr: `member etcd-1: agent "local": the members of an attached cluster run under no agent`},
+		{name: "attached: a member adopted", edit: attached(func(c *Cluster) {
+			c.Agents = []Agent{{Name: LocalAgent, Address: "unix:///run/steward/agent.sock"}}
+			c.Members[0].Agent, c.Members[0].DataDir, c.Members[0].Adopted = LocalAgent, "/var/lib/etcd", &Adopted{InitialClusterToken: "theirs"}
+		})},
+		{name: "attached: adopted without its data dir", edit: attached(func(c *Cluster) {
+			c.Agents = []Agent{{Name: LocalAgent, Address: "unix:///run/steward/agent.sock"}}
+			c.Members[0].Agent, c.Members[0].Adopted = LocalAgent, &Adopted{}
+		}), wantErr: `member etcd-1: adopted, but its agent "local" is not in the agents list or its dataDir is empty`},
+		{name: "adopted in a cluster Steward made", edit: func(c *Cluster) { c.Members[0].Adopted = &Adopted{} },
+			wantErr: "member etcd-1: adopted is set, but the cluster is not attached"},
 		{name: "attached: no client certificate", edit: attached(func(c *Cluster) { c.External.CertFile = "" }),
 			wantErr: "external.certFile is empty"},
 		{name: "attached: automatic recovery", edit: attached(func(c *Cluster) { c.Recovery.Mode = "auto" }),

@@ -271,8 +271,12 @@ func (c *Cluster) Validate(o ValidateOptions) (warnings []string, err error) {
 		}
 		names[m.Name] = true
 		switch {
-		case external && m.Agent != "":
-			bad("member %s: agent %q: the members of an attached cluster run under no agent (leave agent empty)", m.Name, m.Agent)
+		case external && m.Agent != "" && m.Adopted == nil:
+			bad("member %s: agent %q: the members of an attached cluster run under no agent until `steward adopt` hands them to one (leave agent empty)", m.Name, m.Agent)
+		case external && m.Adopted != nil && (!agents[m.Agent] || m.DataDir == ""):
+			bad("member %s: adopted, but its agent %q is not in the agents list or its dataDir is empty", m.Name, m.Agent)
+		case !external && m.Adopted != nil:
+			bad("member %s: adopted is set, but the cluster is not attached (no external block)", m.Name)
 		case !external && !agents[m.Agent]:
 			bad("member %s: agent %q is not in the agents list", m.Name, m.Agent)
 		}

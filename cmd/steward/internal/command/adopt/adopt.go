@@ -1,7 +1,6 @@
-// Package adopt is the `steward adopt` command. For now it has the
-// discovery half only (--dry-run): how a member Steward did not start runs
-// today, and what Steward would run differently. The adopt plan comes
-// with the external-cluster spec of `steward attach`.
+// Package adopt is the `steward adopt` command: how a member Steward did
+// not start runs today and what Steward would run differently (--dry-run),
+// and the adopt plan that hands it to this machine's agent.
 package adopt
 
 import (
@@ -19,6 +18,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/catalogue"
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/progress"
 )
 
 // Result is what `steward adopt --dry-run` prints (-o json|yaml).
@@ -43,11 +43,12 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 	var (
 		dryRun         bool
 		manifest, unit string
+		undo           string
 		pid            int
 	)
 	cmd := &cobra.Command{
-		Use:   "adopt --dry-run (--manifest FILE | --unit FILE | --pid PID)",
-		Short: "Show how an etcd member Steward did not start runs, and what Steward would run differently",
+		Use:   "adopt [--dry-run] (--manifest FILE | --unit FILE | --pid PID) | adopt --undo NAME",
+		Short: "Hand a member of an attached cluster to this machine's agent (--dry-run: only show how it runs)",
 		Long: `Read how an etcd member runs today from a kubeadm static pod manifest
 (--manifest, ` + adopt.KubeadmManifest + ` by kubeadm), a systemd unit (--unit)
 or a running process (--pid: /proc/PID/cmdline and environ), with the etcd
@@ -55,15 +56,31 @@ config file any of them names, merged as etcd merges them; print the member
 (name, data dir, URLs, TLS files, version, the other flags) and the flags
 Steward would set differently. When the Steward directory holds the
 attached cluster (` + "`steward attach`" + `), the member's data dir is checked to
-hold the member that cluster knows by that name. Nothing is changed. Taking the member over
-(the adopt plan) is not built yet: --dry-run is required.`,
+hold the member that cluster knows by that name. With --dry-run nothing is changed.
+
+Without --dry-run, the member is taken over by a persisted plan (see
+` + "`steward plan show`" + `): every member healthy, leadership moved away, the old
+process stopped (a static pod's manifest moved aside first, kept for
+undo), the member recorded in the spec as run by this machine's agent with
+the data dir, URLs and certificates it had, started there, and waited for
+until healthy and caught up. Its member ID stays. A systemd unit (--unit)
+is not taken over yet.
+
+--undo NAME gives an adopted member (or one whose adoption stopped
+halfway) back: stopped under the agent (its data dir kept), external again
+in the spec, its static pod manifest moved back (the kubelet starts it) or
+its old process restarted with the command line, ETCD_* environment and
+working directory the adopt plan recorded.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := g.CheckOutput(); err != nil {
 				return err
 			}
-			if !dryRun {
-				return errors.New("adopt takes a member over only with the adopt plan, which is not built yet: run `steward adopt --dry-run` to see what it would find")
+			if undo != "" {
+				if dryRun || manifest != "" || unit != "" || pid != 0 {
+					return errors.New("--undo NAME takes no other flag: it gives the member back as the adopt plan recorded it")
+				}
+				return undoAdoption(cmd, g, undo)
 			}
 			given := 0
 			for _, s := range []bool{manifest != "", unit != "", pid != 0} {
@@ -88,6 +105,9 @@ hold the member that cluster knows by that name. Nothing is changed. Taking the 
 			}
 			if err != nil {
 				return err
+			}
+			if !dryRun {
+				return apply(cmd, g, run)
 			}
 			res := Result{Member: run}
 			problem := adopt.Check(run)
@@ -122,11 +142,69 @@ hold the member that cluster knows by that name. Nothing is changed. Taking the 
 			return derr
 		},
 	}
-	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "only discover and show; change nothing (required for now)")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "only discover and show; change nothing")
 	cmd.Flags().StringVar(&manifest, "manifest", "", "the member's static pod manifest (kubeadm: "+adopt.KubeadmManifest+")")
 	cmd.Flags().StringVar(&unit, "unit", "", "the member's systemd unit file")
 	cmd.Flags().IntVar(&pid, "pid", 0, "the member's running etcd process")
+	cmd.Flags().StringVar(&undo, "undo", "", "give the adopted member `NAME` back to how it ran before (a plan: stop it under the agent, the spec entry external again, its manifest moved back or its old process restarted)")
 	return cmd
+}
+
+// apply shows the differences, then plans and runs the adoption of the
+// member, and prints the plan.
+func apply(cmd *cobra.Command, g *cli.Globals, run adopt.MemberRun) error {
+	dir, err := g.StewardDir()
+	if err != nil {
+		return err
+	}
+	c, err := cluster.Open(dir)
+	if errors.Is(err, cluster.ErrNoSpec) {
+		return fmt.Errorf("no attached cluster in %s: `steward attach --continuous` it first, then adopt its members", dir)
+	} else if err != nil {
+		return err
+	}
+	c.Progress = progress.To(cmd.ErrOrStderr())
+	diffs, err := stewardDifferences(run)
+	if err != nil {
+		return err
+	}
+	for _, d := range diffs {
+		c.Progress.Say("difference: --%s now %s, under Steward %s", d.Flag, dash(d.Current), dash(d.Steward))
+	}
+	if _, err := c.EnsureLocalAgent(cmd.Context(), ""); err != nil {
+		return fmt.Errorf("this machine's agent is not running and could not be started: %w (run it in the foreground with `steward agent --dir %s` to see why)", err, c.Dir)
+	}
+	p, err := adopt.Apply(cmd.Context(), c, run)
+	if p != nil {
+		if latest, lerr := c.Plans().Get(p.ID); lerr == nil {
+			p = latest
+		}
+		if perr := g.PrintPlan(cmd.OutOrStdout(), p); perr != nil && err == nil {
+			err = perr
+		}
+	}
+	return cli.PlanHint(err)
+}
+
+// undoAdoption plans and runs the undo of a member's adoption.
+func undoAdoption(cmd *cobra.Command, g *cli.Globals, name string) error {
+	c, err := g.Cluster(cmd)
+	if err != nil {
+		return err
+	}
+	if _, err := c.EnsureLocalAgent(cmd.Context(), ""); err != nil {
+		return fmt.Errorf("this machine's agent is not running and could not be started: %w (run it in the foreground with `steward agent --dir %s` to see why)", err, c.Dir)
+	}
+	p, err := adopt.Undo(cmd.Context(), c, name)
+	if p != nil {
+		if latest, lerr := c.Plans().Get(p.ID); lerr == nil {
+			p = latest
+		}
+		if perr := g.PrintPlan(cmd.OutOrStdout(), p); perr != nil && err == nil {
+			err = perr
+		}
+	}
+	return cli.PlanHint(err)
 }
 
 // stewardDifferences compares the member with the flags the agent would

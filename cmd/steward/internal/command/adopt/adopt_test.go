@@ -50,8 +50,9 @@ func TestAdoptCommand(t *testing.T) {
 		wantErr string // "" succeeds
 	}{
 		{"dry run of a manifest", []string{"--dry-run", "--manifest", good}, ""},
-		{"no dry run", []string{"--manifest", good}, "not built yet"},
+		{"no dry run, no attached cluster", []string{"--manifest", good}, "no attached cluster in"},
 		{"no source", []string{"--dry-run"}, "exactly one of"},
+		{"undo with a source", []string{"--undo", "m1", "--manifest", good}, "--undo NAME takes no other flag"},
 		{"two sources", []string{"--dry-run", "--manifest", good, "--pid", "1"}, "exactly one of"},
 		{"missing manifest", []string{"--dry-run", "--manifest", filepath.Join(dir, "nope.yaml")}, "read static pod manifest"},
 		{"a flag Steward cannot keep", []string{"--dry-run", "--manifest", fsync}, "--unsafe-no-fsync turns off fsync"},

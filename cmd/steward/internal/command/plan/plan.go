@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
+	"github.com/etcd-steward/steward/pkg/adopt"
 	"github.com/etcd-steward/steward/pkg/carotate"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/upgrade"
@@ -15,7 +16,7 @@ import (
 
 // NewCommand returns the plan command.
 func NewCommand(g *cli.Globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "plan", Short: "Show, resume or abort the latest upgrade, rollback or CA rotation plan"}
+	cmd := &cobra.Command{Use: "plan", Short: "Show, resume or abort the latest upgrade, rollback, CA rotation or adopt plan"}
 	show := &cobra.Command{
 		Use:   "show",
 		Short: "List the latest plan's steps with their state, member, times and error",
@@ -37,8 +38,22 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 		Short: "Continue the latest plan from its first step that is not done",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.ClusterWithAgent(cmd)
+			c, err := g.Cluster(cmd)
 			if err != nil {
+				return err
+			}
+			// An adopt plan runs on an attached cluster, which refuses the
+			// other plans until every member is adopted.
+			if p, err := c.Plans().Latest(); err == nil && (p.Kind == plan.KindAdopt || p.Kind == plan.KindAdoptUndo) {
+				if !p.Active() {
+					return fmt.Errorf("plan %s is %s: nothing to resume", p.ID, p.State)
+				}
+				if _, err := c.EnsureLocalAgent(cmd.Context(), ""); err != nil {
+					return fmt.Errorf("this machine's agent is not running and could not be started: %w (run it in the foreground with `steward agent --dir %s` to see why)", err, c.Dir)
+				}
+				return cli.PlanHint(adopt.Run(cmd.Context(), c, p.ID))
+			}
+			if c, err = g.ClusterWithAgent(cmd); err != nil {
 				return err
 			}
 			if p, err := c.Plans().Latest(); err == nil && p.Kind == plan.KindCARotation {

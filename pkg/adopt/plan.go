@@ -1,0 +1,428 @@
+package adopt
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/etcd-steward/steward/internal/childenv"
+	"github.com/etcd-steward/steward/internal/proc"
+	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/membership"
+	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/spec"
+)
+
+// Step kinds of an adopt plan, in order.
+const (
+	StepCheck  = "adopt-check"
+	StepLeader = "adopt-move-leader"
+	StepStop   = "adopt-stop-old"
+	StepRecord = "adopt-record"
+	StepStart  = "adopt-start"
+)
+
+// Values an adopt plan records for its steps and for undo.
+const (
+	// ValueRun is the MemberRun discovered, as JSON.
+	ValueRun = "run"
+	// ValuePID is the old process' pid, when it was given or found.
+	ValuePID = "pid"
+	// ValueCmdline and ValueEnv are the old process' argv and environment
+	// (JSON lists; of the environment only what etcd reads: ETCD_* and
+	// childenv's base names), ValueCwd its working directory: how undo
+	// restarts it.
+	ValueCmdline = "cmdline"
+	ValueEnv     = "env"
+	ValueCwd     = "cwd"
+	// ValueManifestAside is where a static pod's manifest was moved.
+	ValueManifestAside = "manifestAside"
+)
+
+const (
+	defaultWait  = 2 * time.Minute
+	stopWait     = time.Minute
+	pollInterval = 500 * time.Millisecond
+)
+
+// Refusals of an adopt plan (each a *cluster.Refusal).
+var (
+	// ErrUnhealthy: a member of the cluster is unhealthy.
+	ErrUnhealthy = errors.New("a member of the cluster is unhealthy")
+	// ErrNoAgent: the spec has no agent on this machine to run the member.
+	ErrNoAgent = errors.New("no agent on this machine in the spec")
+	// ErrAdopted: the member is adopted already.
+	ErrAdopted = errors.New("the member is adopted already")
+	// ErrSourceKind: the member's source cannot be taken over yet.
+	ErrSourceKind = errors.New("the member's source cannot be taken over yet")
+)
+
+// NewPlan checks that the member run describes can be handed to this
+// machine's agent and builds the adopt plan (not saved). It changes
+// nothing. pid is the old process when known (--pid), else it is found by
+// data dir and name.
+func NewPlan(ctx context.Context, c *cluster.Cluster, run MemberRun, now time.Time) (*plan.Plan, error) {
+	s := c.Spec
+	if !s.IsExternal() {
+		return nil, cluster.Refuse(ErrNotAttached, "cluster %s is not attached: Steward runs its members already", s.Name)
+	}
+	if run.Source.Kind == KindUnit {
+		return nil, cluster.Refuse(ErrSourceKind, "member %s is run by the systemd unit %s: adopting it (systemctl stop and disable) is not built yet; stop and disable the unit yourself, start the member by hand, and adopt it with --pid", run.Name, run.Source.Path)
+	}
+	m, ok := s.Member(run.Name)
+	if !ok {
+		return nil, cluster.Refuse(ErrNotThisMember, "cluster %s has no member %s (members: %v)", s.Name, run.Name, s.MemberNames())
+	}
+	if m.IsAdopted() {
+		return nil, cluster.Refuse(ErrAdopted, "member %s is adopted already (agent %s); `steward adopt --undo %s` gives it back", m.Name, m.Agent, m.Name)
+	}
+	if a, ok := s.Agent(spec.LocalAgent); !ok || a.Remote() {
+		return nil, cluster.Refuse(ErrNoAgent, "cluster %s has no agent on this machine to run member %s: attach with --continuous (it adds this machine's agent %q)", s.Name, run.Name, spec.LocalAgent)
+	}
+	if err := Check(run); err != nil {
+		return nil, err
+	}
+	if _, err := run.MemberConfig(); err != nil {
+		return nil, err
+	}
+	if err := healthy(ctx, c); err != nil {
+		return nil, err
+	}
+	if _, err := CheckAttached(ctx, c, run); err != nil {
+		return nil, err
+	}
+	p := &plan.Plan{ID: plan.NewID(plan.KindAdopt, now), Kind: plan.KindAdopt, Strategy: "one member",
+		From: s.Version, To: s.Version, State: plan.Pending, CreatedAt: now.UTC()}
+	b, err := json.Marshal(run)
+	if err != nil {
+		return nil, err
+	}
+	p.SetValue(ValueRun, string(b))
+	pid := run.Source.PID
+	if pid == 0 {
+		if pid, err = FindProcess(run.DataDir, run.Name); err != nil && run.Source.Kind != KindManifest {
+			return nil, err
+		}
+	}
+	if pid != 0 {
+		p.SetValue(ValuePID, strconv.Itoa(pid))
+		if err := recordProcess(p, pid); err != nil {
+			return nil, err
+		}
+	}
+	add := func(kind, desc string) {
+		p.Steps = append(p.Steps, plan.Step{Index: len(p.Steps), Kind: kind, Member: run.Name, Description: desc, State: plan.Pending})
+	}
+	add(StepCheck, "check that every member is healthy and the data dir holds "+run.Name)
+	add(StepLeader, "move leadership away from "+run.Name+" if it leads")
+	old := "stop the old process of " + run.Name + " (SIGTERM) and wait until it exited"
+	if run.Source.Kind == KindManifest {
+		old = "move the static pod manifest " + run.Source.Path + " aside (kept for undo), then " + old
+	}
+	add(StepStop, old)
+	add(StepRecord, "record "+run.Name+" in the spec as run by agent "+spec.LocalAgent+", with its data dir, URLs and certificates")
+	add(StepStart, "start "+run.Name+" under agent "+spec.LocalAgent+" and wait until it is healthy and caught up")
+	return p, nil
+}
+
+// recordProcess keeps how the old process ran (argv, environment, working
+// directory) for undo.
+func recordProcess(p *plan.Plan, pid int) error {
+	args := proc.Cmdline(pid)
+	env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil {
+		return cluster.Refuse(ErrSource, "read the environment of process %d (run as its user or root): %v", pid, err)
+	}
+	cwd, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/cwd")
+	if err != nil {
+		return cluster.Refuse(ErrSource, "read the working directory of process %d: %v", pid, err)
+	}
+	a, _ := json.Marshal(args)
+	e, _ := json.Marshal(childenv.OfEtcd(splitNUL(env)))
+	p.SetValue(ValueCmdline, string(a))
+	p.SetValue(ValueEnv, string(e))
+	p.SetValue(ValueCwd, cwd)
+	return nil
+}
+
+// Apply builds the adopt plan of the member, saves it and runs it. It
+// refuses while another plan is active.
+func Apply(ctx context.Context, c *cluster.Cluster, run MemberRun) (*plan.Plan, error) {
+	store := c.Plans()
+	if store.Locked() {
+		return nil, plan.ErrLocked
+	}
+	if latest, err := store.Latest(); err == nil && latest.Active() {
+		return nil, fmt.Errorf("%s plan %s is %s: `steward plan resume` finishes it, `steward plan abort` stops it", latest.Kind, latest.ID, latest.State)
+	} else if err != nil && !errors.Is(err, plan.ErrNoPlan) {
+		return nil, err
+	}
+	p, err := NewPlan(ctx, c, run, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	if err := store.Save(p); err != nil {
+		return nil, err
+	}
+	return p, Run(ctx, c, p.ID)
+}
+
+// Run runs the adopt plan id from its first step that is not done.
+func Run(ctx context.Context, c *cluster.Cluster, id string) error {
+	return plan.Run(ctx, c.Plans(), id, &Executor{C: c}, c.Progress)
+}
+
+// Executor runs the steps of an adopt plan. Every step is idempotent.
+type Executor struct {
+	C *cluster.Cluster
+	// HealthTimeout bounds the wait for the adopted member (default 2
+	// minutes, or the plan's HealthTimeoutSeconds).
+	HealthTimeout time.Duration
+}
+
+// Execute implements plan.Executor.
+func (e *Executor) Execute(ctx context.Context, p *plan.Plan, s *plan.Step) error {
+	c, err := cluster.Open(e.C.Dir)
+	if err != nil {
+		return err
+	}
+	c.Progress = e.C.Progress
+	e.C = c
+	if p.HealthTimeoutSeconds > 0 {
+		e.HealthTimeout = time.Duration(p.HealthTimeoutSeconds) * time.Second
+	}
+	var run MemberRun
+	if err := json.Unmarshal([]byte(p.Value(ValueRun)), &run); err != nil {
+		return fmt.Errorf("adopt plan %s: the member it records: %w", p.ID, err)
+	}
+	m, err := c.Member(run.Name)
+	if err != nil {
+		return err
+	}
+	if p.Kind == plan.KindAdoptUndo {
+		return e.undo(ctx, p, s, run, m)
+	}
+	adopted := m.IsAdopted()
+	switch s.Kind {
+	case StepCheck:
+		if adopted {
+			return nil
+		}
+		if err := healthy(ctx, c); err != nil {
+			return err
+		}
+		_, err := CheckAttached(ctx, c, run)
+		return err
+	case StepLeader:
+		if adopted {
+			return nil
+		}
+		return e.moveLeader(ctx, run.Name)
+	case StepStop:
+		if adopted {
+			return nil
+		}
+		return e.stopOld(ctx, p, run)
+	case StepRecord:
+		return e.record(run)
+	case StepStart:
+		return e.start(ctx, run.Name)
+	}
+	return fmt.Errorf("unknown step kind %q", s.Kind)
+}
+
+// healthy refuses while any member of the cluster is unhealthy.
+func healthy(ctx context.Context, c *cluster.Cluster) error {
+	st, err := c.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("status of cluster %s: %w", c.Spec.Name, err)
+	}
+	if st.Cluster.HealthyMembers < len(st.Members) {
+		return cluster.Refuse(ErrUnhealthy, "not every member of cluster %s is healthy (%s): adopt one only while all are (`steward status`)", c.Spec.Name, st.Unhealthy())
+	}
+	return nil
+}
+
+func (e *Executor) moveLeader(ctx context.Context, name string) error {
+	c := e.C
+	st, err := c.Status(ctx)
+	if err != nil {
+		return err
+	}
+	if st.Cluster.Leader != name || len(st.Members) < 2 {
+		return nil
+	}
+	to := ""
+	for _, o := range st.Members {
+		if o.Name != name && o.Healthy && o.Role != "learner" {
+			to = o.Name
+			break
+		}
+	}
+	if to == "" {
+		return fmt.Errorf("%s leads and no other healthy voting member can take over", name)
+	}
+	if err := membership.MoveLeader(ctx, c, to); err != nil {
+		return err
+	}
+	c.Progress.Say("  moved leadership from %s to %s", name, to)
+	return nil
+}
+
+// stopOld moves a static pod's manifest aside (the kubelet would restart
+// the member otherwise), then stops the old process and waits until it
+// exited. A process that is gone already, or that no longer runs etcd
+// with the member's data dir, counts as stopped.
+func (e *Executor) stopOld(ctx context.Context, p *plan.Plan, run MemberRun) error {
+	c := e.C
+	if run.Source.Kind == KindManifest {
+		aside := p.Value(ValueManifestAside)
+		if aside == "" {
+			aside = filepath.Join(c.Dir, "adopted", run.Name, filepath.Base(run.Source.Path))
+			p.SetValue(ValueManifestAside, aside)
+		}
+		if _, err := os.Stat(run.Source.Path); err == nil {
+			if err := os.MkdirAll(filepath.Dir(aside), 0o700); err != nil {
+				return err
+			}
+			if err := os.Rename(run.Source.Path, aside); err != nil {
+				return fmt.Errorf("move the static pod manifest aside: %w", err)
+			}
+			c.Progress.Say("  moved %s to %s (kept for undo)", run.Source.Path, aside)
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	pid, _ := strconv.Atoi(p.Value(ValuePID))
+	if pid == 0 {
+		found, err := FindProcess(run.DataDir, run.Name)
+		if err != nil {
+			return nil // nothing runs the member any more
+		}
+		pid = found
+	}
+	if !runsMember(pid, run) {
+		return nil
+	}
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("stop the old process %d of %s: %w", pid, run.Name, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, stopWait)
+	defer cancel()
+	if err := cluster.Poll(wctx, 100*time.Millisecond, func(context.Context) (bool, error) {
+		return !runsMember(pid, run), nil
+	}); err != nil {
+		return fmt.Errorf("the old process %d of %s did not exit within %s after SIGTERM", pid, run.Name, stopWait)
+	}
+	c.Progress.Say("  old process %d of %s exited", pid, run.Name)
+	return nil
+}
+
+// runsMember reports whether pid is alive and runs etcd with the member's
+// data dir (a pid reused by another program is not the member).
+func runsMember(pid int, run MemberRun) bool {
+	if !proc.Alive(pid) {
+		return false
+	}
+	args := proc.Cmdline(pid)
+	if !isEtcd(args) {
+		return false
+	}
+	r, err := readProcess(pid)
+	return err == nil && r.DataDir == run.DataDir && r.Name == run.Name
+}
+
+// record writes the member into the spec as run by this machine's agent,
+// with the configuration it ran with.
+func (e *Executor) record(run MemberRun) error {
+	c := e.C
+	cfg, err := run.MemberConfig()
+	if err != nil {
+		return err
+	}
+	next := c.Spec.Clone()
+	m, ok := next.Member(run.Name)
+	if !ok {
+		return fmt.Errorf("member %s is no longer in the spec", run.Name)
+	}
+	m.Agent, m.DataDir = spec.LocalAgent, run.DataDir
+	m.ClientURL, m.PeerURL = cfg.ClientURL, cfg.PeerURL
+	m.Version = ""
+	if cfg.Version != "" && cfg.Version != next.Version {
+		m.Version = cfg.Version
+	}
+	a := &spec.Adopted{
+		InitialCluster: cfg.InitialCluster, InitialClusterToken: cfg.InitialClusterToken,
+		QuotaBackendBytes: cfg.QuotaBackendBytes, SnapshotCount: cfg.SnapshotCount,
+		AutoCompactionMode: cfg.AutoCompactionMode, AutoCompactionRetention: cfg.AutoCompactionRetention,
+		HeartbeatIntervalMs: cfg.HeartbeatIntervalMs, ElectionTimeoutMs: cfg.ElectionTimeoutMs,
+		ExtraFlags: cfg.ExtraFlags,
+	}
+	if t := cfg.TLS; t != nil {
+		a.TLS = &spec.AdoptedTLS{CA: t.CA, ServerCert: t.ServerCert, ServerKey: t.ServerKey, PeerCert: t.PeerCert, PeerKey: t.PeerKey}
+	}
+	m.Adopted = a
+	return c.SaveSpec(next)
+}
+
+// start hands the member to its agent and waits until it is healthy and
+// has applied what the leader had when it came back.
+func (e *Executor) start(ctx context.Context, name string) error {
+	c := e.C
+	m, err := c.Member(name)
+	if err != nil {
+		return err
+	}
+	ac, err := c.AgentFor(m)
+	if err != nil {
+		return err
+	}
+	if _, err := ac.PutMember(ctx, c.MemberConfig(m)); err != nil {
+		return fmt.Errorf("configure member %s on agent %s: %w", name, m.Agent, err)
+	}
+	if _, err := ac.Start(ctx, name); err != nil {
+		return fmt.Errorf("start member %s: %w", name, err)
+	}
+	wait := e.HealthTimeout
+	if wait <= 0 {
+		wait = defaultWait
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	var target uint64
+	last := ""
+	err = cluster.Poll(wctx, pollInterval, func(ctx context.Context) (bool, error) {
+		st, err := c.Status(ctx)
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		ms, _ := st.Member(name)
+		leader, _ := st.Member(st.Cluster.Leader)
+		switch {
+		case !ms.Healthy:
+			last = fmt.Sprintf("%s not healthy: %s", name, ms.LastError)
+		case st.Cluster.HealthyMembers < len(st.Members):
+			last = "not every member is healthy: " + st.Unhealthy()
+		case target == 0:
+			target = leader.RaftAppliedIndex
+			last = fmt.Sprintf("%s catching up to index %d", name, target)
+		case ms.RaftAppliedIndex < target:
+			last = fmt.Sprintf("%s applied %d of %d", name, ms.RaftAppliedIndex, target)
+		default:
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("health gate after starting %s under agent %s: waited %s: %s", name, m.Agent, wait, last)
+	}
+	c.Progress.Say("  %s runs under agent %s, healthy and caught up", name, m.Agent)
+	return nil
+}

@@ -1,0 +1,328 @@
+package e2e
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/etcd-steward/steward/internal/proc"
+	"github.com/etcd-steward/steward/pkg/adopt"
+	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/test/harness"
+	"github.com/etcd-steward/steward/test/workload"
+)
+
+// TestAdopt: a three-member etcd 3.5 cluster the test started itself
+// (plain flags, its own CA), attached with --continuous; an adopt while
+// infra2 is down is refused and changes nothing; an adoption of infra1
+// killed halfway (old process stopped, spec not yet written) is undone
+// (the old command line runs it again); then member
+// infra1 adopted by --pid under a writer: the adopt plan is done, the old
+// process is gone, the member runs under the local agent with the same
+// member ID and cluster ID, the spec records it adopted while the other
+// two stay external, the agent restarts it after kill -9, and no
+// acknowledged write is lost. Then `adopt --undo infra1` gives it back:
+// the old command line runs it again outside Steward (same member ID),
+// the spec has it external, the adopt plan is rolled back, and the writer
+// still writes.
+func TestAdopt(t *testing.T) {
+	f := harness.StartForeignCluster(t, adoptVersion, 3)
+	fcli := f.MustClient()
+	e := harness.New(t)
+	e.MustRun(append(attachArgs(f), "--continuous")...)
+	// The agent runs an adopted member's version from the binary store.
+	s := e.Spec()
+	s.BinaryStore = e.Store
+	if err := s.Save(filepath.Join(e.Dir, spec.FileName)); err != nil {
+		t.Fatal(err)
+	}
+	old := f.Members[0]
+	before, err := fcli.MemberList(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var id uint64
+	for _, m := range before.Members {
+		if m.Name == old.Name {
+			id = m.ID
+		}
+	}
+	w := workload.Start(t, fcli, workload.Options{Prefix: "/adopt", Interval: 10 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second})
+	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write", w.AckedAbove(100))
+
+	// An adopt while a member is down: one refusal, nothing changed.
+	specBefore, err := os.ReadFile(filepath.Join(e.Dir, spec.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Members[1].Stop()
+	e.WaitStatus(30*time.Second, f.Members[1].Name+" unhealthy", func(st *cluster.Status) bool {
+		n, _ := st.Member(f.Members[1].Name)
+		return !n.Healthy
+	})
+	msg := e.MustFail("adopt", "--pid", strconv.Itoa(old.PID()))
+	if !strings.Contains(msg, "not every member of cluster") || !strings.Contains(msg, f.Members[1].Name) {
+		t.Errorf("adopt while %s is down: %s", f.Members[1].Name, msg)
+	}
+	if after, err := os.ReadFile(filepath.Join(e.Dir, spec.FileName)); err != nil || string(after) != string(specBefore) {
+		t.Errorf("the refused adopt changed the spec (%v)", err)
+	}
+	if _, err := plan.OpenStore(e.Dir).Latest(); !errors.Is(err, plan.ErrNoPlan) {
+		t.Errorf("the refused adopt left a plan: %v", err)
+	}
+	if !old.Running() {
+		t.Errorf("the refused adopt stopped %s", old.Name)
+	}
+	if err := f.Members[1].Start(); err != nil {
+		t.Fatal(err)
+	}
+	f.WaitReady()
+
+	// An adoption that dies halfway (after the old process stopped, before
+	// the member is recorded in the spec), undone: the member runs again
+	// with its old command line.
+	_, se, err := e.RunEnv([]string{"STEWARD_CRASHPOINT=plan-step-before:3"}, "adopt", "--pid", strconv.Itoa(old.PID()))
+	if err == nil || !strings.Contains(se, "crashpoint: plan-step-before:3") {
+		t.Fatalf("adopt with a crash point before the record step: %v\n%s", err, se)
+	}
+	if old.Running() {
+		t.Fatalf("the adoption died before its record step, yet the old process of %s runs", old.Name)
+	}
+	e.MustRun("adopt", "--undo", old.Name)
+	oldPID, err := adopt.FindProcess(old.DataDir, old.Name)
+	if err != nil {
+		t.Fatalf("after undoing the adoption halfway no process runs %s: %v", old.Name, err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(oldPID, syscall.SIGKILL) })
+	if args := proc.Cmdline(oldPID); !slices.Equal(args, old.Cmdline) {
+		t.Errorf("%s restarted with %q, want its old command line %q", old.Name, args, old.Cmdline)
+	}
+	if m, _ := e.Spec().Member(old.Name); m.Agent != "" || m.Adopted != nil {
+		t.Errorf("after undoing the adoption halfway the spec has %s with agent %q, adopted %v", old.Name, m.Agent, m.Adopted != nil)
+	}
+	e.WaitStatus(30*time.Second, "every member healthy after undoing the adoption halfway", harness.Healthy)
+
+	out := e.MustRun("adopt", "--pid", strconv.Itoa(oldPID), "-o", "json")
+	var p plan.Plan
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		t.Fatalf("adopt -o json: %v\n%s", err, out)
+	}
+	if p.Kind != plan.KindAdopt || p.State != plan.Done {
+		t.Fatalf("adopt plan %s is %s %s, want adopt done:\n%s", p.ID, p.Kind, p.State, out)
+	}
+	if proc.Alive(oldPID) {
+		t.Errorf("the old process %d of %s still runs after the adoption", oldPID, old.Name)
+	}
+	after, err := fcli.MemberList(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Header.ClusterId != before.Header.ClusterId || len(after.Members) != 3 {
+		t.Errorf("after the adoption: cluster %x with %d members, want %x with 3", after.Header.ClusterId, len(after.Members), before.Header.ClusterId)
+	}
+	found := false
+	for _, m := range after.Members {
+		found = found || m.Name == old.Name && m.ID == id
+	}
+	if !found {
+		t.Errorf("member %s no longer has ID %x: %v", old.Name, id, after.Members)
+	}
+	sp := e.Spec()
+	for _, m := range sp.Members {
+		if adopted := m.Name == old.Name; m.IsAdopted() != adopted || adopted && m.DataDir != old.DataDir {
+			t.Errorf("spec member %s: agent %q, data dir %q, adopted %v; want adopted only %s with data dir %s", m.Name, m.Agent, m.DataDir, m.IsAdopted(), old.Name, old.DataDir)
+		}
+	}
+	if sp.External == nil {
+		t.Errorf("the spec lost its external block with two members still external")
+	}
+	st := e.WaitStatus(30*time.Second, old.Name+" running under the agent", func(st *cluster.Status) bool {
+		ms, _ := st.Member(old.Name)
+		return harness.Healthy(st) && ms.PID != 0
+	})
+	ms, _ := st.Member(old.Name)
+	if ms.PID == oldPID {
+		t.Fatalf("%s runs as the old pid %d", old.Name, oldPID)
+	}
+	if err := syscall.Kill(ms.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	e.WaitStatus(60*time.Second, "the agent to restart "+old.Name+" after kill -9", func(st *cluster.Status) bool {
+		n, _ := st.Member(old.Name)
+		return harness.Healthy(st) && n.PID != 0 && n.PID != ms.PID
+	})
+	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write after the restart", w.AckedAbove(w.Acked()+100))
+
+	// Undo: the member runs again as before, outside Steward.
+	out = e.MustRun("adopt", "--undo", old.Name, "-o", "json")
+	var u plan.Plan
+	if err := json.Unmarshal([]byte(out), &u); err != nil {
+		t.Fatalf("adopt --undo -o json: %v\n%s", err, out)
+	}
+	if u.Kind != plan.KindAdoptUndo || u.State != plan.Done || u.Of != p.ID {
+		t.Fatalf("undo plan %s is %s %s of %q, want adopt-undo done of %s:\n%s", u.ID, u.Kind, u.State, u.Of, p.ID, out)
+	}
+	back, err := adopt.FindProcess(old.DataDir, old.Name)
+	if err != nil {
+		t.Fatalf("after the undo no process runs %s: %v", old.Name, err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(back, syscall.SIGKILL) }) // the test's, as the old one was
+	if args := proc.Cmdline(back); !slices.Equal(args, old.Cmdline) {
+		t.Errorf("%s restarted with %q, want its old command line %q", old.Name, args, old.Cmdline)
+	}
+	if m, _ := e.Spec().Member(old.Name); m.Agent != "" || m.Adopted != nil || m.DataDir != "" {
+		t.Errorf("after the undo the spec has %s with agent %q, data dir %q, adopted %v; want it external", old.Name, m.Agent, m.DataDir, m.Adopted != nil)
+	}
+	st = e.WaitStatus(30*time.Second, old.Name+" healthy and external after the undo", func(st *cluster.Status) bool {
+		n, _ := st.Member(old.Name)
+		return harness.Healthy(st) && n.Process == cluster.External
+	})
+	if was, err := plan.OpenStore(e.Dir).Get(p.ID); err != nil || was.State != plan.RolledBack {
+		t.Errorf("the adopt plan after its undo: %v, %v; want rolled back", was, err)
+	}
+	undone, err := fcli.MemberList(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(undone.Members, func(m *etcdserverpb.Member) bool { return m.Name == old.Name && m.ID == id }) {
+		t.Errorf("after the undo member %s no longer has ID %x: %v", old.Name, id, undone.Members)
+	}
+	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write after the undo", w.AckedAbove(w.Acked()+100))
+	res := w.Stop()
+	workload.RequireKeys(t, fcli, res)
+	t.Logf("adopted %s (member %x) under %d acknowledged writes", old.Name, id, len(res.Acked))
+}
+
+// TestAdoptAll: every member of an attached etcd 3.5 cluster adopted one
+// after the other under a writer, infra1 and infra3 by --pid, infra2 by a
+// kubeadm-style static pod manifest describing it (moved aside, kept in
+// the Steward directory); the spec then has every member
+// adopted (the cluster Steward-run), the cluster ID unchanged; then
+// `upgrade apply --to 3.6.16` runs on it: every member reports 3.6.16 with
+// its member ID, and no acknowledged write is lost throughout.
+func TestAdoptAll(t *testing.T) {
+	f := harness.StartForeignCluster(t, adoptVersion, 3)
+	fcli := f.MustClient()
+	e := harness.New(t)
+	e.MustRun(append(attachArgs(f), "--continuous")...)
+	s := e.Spec()
+	s.BinaryStore = e.Store
+	if err := s.Save(filepath.Join(e.Dir, spec.FileName)); err != nil {
+		t.Fatal(err)
+	}
+	before, err := fcli.MemberList(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := workload.Start(t, fcli, workload.Options{Prefix: "/adoptall", Interval: 10 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second})
+	var manifest string
+	for i, m := range f.Members {
+		if i == 1 {
+			// A static pod: the test started the process (no kubelet
+			// here); adopt finds it by data dir and name.
+			manifest = foreignManifest(t, f, m)
+			e.MustRun("adopt", "--manifest", manifest)
+		} else {
+			e.MustRun("adopt", "--pid", strconv.Itoa(m.PID()))
+		}
+		if m.Running() {
+			t.Errorf("the old process of %s still runs after its adoption", m.Name)
+		}
+	}
+	if _, err := os.Stat(manifest); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the static pod manifest %s is still where the kubelet reads it (%v)", manifest, err)
+	}
+	if _, err := os.Stat(filepath.Join(e.Dir, "adopted", f.Members[1].Name, "etcd.yaml")); err != nil {
+		t.Errorf("the static pod manifest was not kept for undo: %v", err)
+	}
+	if sp := e.Spec(); !sp.AllAdopted() {
+		t.Errorf("after adopting every member the spec has not every member adopted: %+v", sp.Members)
+	}
+	e.WaitStatus(30*time.Second, "every member healthy under the agent", func(st *cluster.Status) bool {
+		for _, m := range st.Members {
+			if m.PID == 0 {
+				return false
+			}
+		}
+		return harness.Healthy(st)
+	})
+	after, err := fcli.MemberList(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Header.ClusterId != before.Header.ClusterId {
+		t.Errorf("cluster ID %x after adopting every member, want %x", after.Header.ClusterId, before.Header.ClusterId)
+	}
+	e.MustRun("upgrade", "apply", "--to", "3.6.16")
+	st := e.WaitStatus(30*time.Second, "every member on 3.6.16", func(st *cluster.Status) bool {
+		for _, m := range st.Members {
+			if m.Version != "3.6.16" {
+				return false
+			}
+		}
+		return harness.Healthy(st)
+	})
+	if sp := e.Spec(); sp.Version != "3.6.16" || !sp.AllAdopted() {
+		t.Errorf("after the upgrade the spec has version %s, every member adopted %v", sp.Version, sp.AllAdopted())
+	}
+	upgraded, err := fcli.MemberList(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range before.Members {
+		if !slices.ContainsFunc(upgraded.Members, func(u *etcdserverpb.Member) bool { return u.ID == m.ID && u.Name == m.Name }) {
+			t.Errorf("member %s (%x) is gone after the upgrade: %v (status %+v)", m.Name, m.ID, upgraded.Members, st.Members)
+		}
+	}
+	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write after the upgrade", w.AckedAbove(w.Acked()+100))
+	res := w.Stop()
+	workload.RequireKeys(t, fcli, res)
+}
+
+// foreignManifest writes a kubeadm-style static pod manifest of member m
+// of f (its command line, the cluster's directory as a hostPath volume at
+// the same path) in a manifests directory of its own, and returns its path.
+func foreignManifest(t *testing.T, f *harness.ForeignCluster, m *harness.ForeignMember) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "manifests")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var cmd strings.Builder
+	cmd.WriteString("    - etcd\n")
+	for _, a := range m.Cmdline[1:] {
+		fmt.Fprintf(&cmd, "    - %q\n", a)
+	}
+	manifest := fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: etcd-%s, namespace: kube-system}
+spec:
+  hostNetwork: true
+  containers:
+  - name: etcd
+    image: registry.k8s.io/etcd:%s-0
+    command:
+%s    volumeMounts:
+    - {mountPath: %s, name: etcd}
+  volumes:
+  - name: etcd
+    hostPath: {path: %s, type: DirectoryOrCreate}
+`, m.Name, f.Version, cmd.String(), f.Dir, f.Dir)
+	p := filepath.Join(dir, "etcd.yaml")
+	if err := os.WriteFile(p, []byte(manifest), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
