@@ -395,33 +395,8 @@ func (e *Executor) start(ctx context.Context, name string) error {
 	}
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	var target uint64
-	last := ""
-	err = cluster.Poll(wctx, pollInterval, func(ctx context.Context) (bool, error) {
-		st, err := c.Status(ctx)
-		if err != nil {
-			last = err.Error()
-			return false, nil
-		}
-		ms, _ := st.Member(name)
-		leader, _ := st.Member(st.Cluster.Leader)
-		switch {
-		case !ms.Healthy:
-			last = fmt.Sprintf("%s not healthy: %s", name, ms.LastError)
-		case st.Cluster.HealthyMembers < len(st.Members):
-			last = "not every member is healthy: " + st.Unhealthy()
-		case target == 0:
-			target = leader.RaftAppliedIndex
-			last = fmt.Sprintf("%s catching up to index %d", name, target)
-		case ms.RaftAppliedIndex < target:
-			last = fmt.Sprintf("%s applied %d of %d", name, ms.RaftAppliedIndex, target)
-		default:
-			return true, nil
-		}
-		return false, nil
-	})
-	if err != nil {
-		return fmt.Errorf("health gate after starting %s under agent %s: waited %s: %s", name, m.Agent, wait, last)
+	if err := c.WaitCaughtUp(wctx, name, 0, pollInterval); err != nil {
+		return fmt.Errorf("health gate after starting %s under agent %s: waited %s: %w", name, m.Agent, wait, err)
 	}
 	c.Progress.Say("  %s runs under agent %s, healthy and caught up", name, m.Agent)
 	return nil

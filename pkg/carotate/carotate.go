@@ -233,35 +233,8 @@ func (e *Executor) restart(ctx context.Context, name string) error {
 	}
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	var target uint64
-	last := ""
-	err = cluster.Poll(wctx, pollInterval, func(ctx context.Context) (bool, error) {
-		st, err := c.Status(ctx)
-		if err != nil {
-			last = err.Error()
-			return false, nil
-		}
-		ms, _ := st.Member(name)
-		leader, _ := st.Member(st.Cluster.Leader)
-		switch {
-		case pid != 0 && ms.PID != pid:
-			last = fmt.Sprintf("%s runs as pid %d, not the restarted %d", name, ms.PID, pid)
-		case !ms.Healthy:
-			last = fmt.Sprintf("%s not healthy: %s", name, ms.LastError)
-		case st.Cluster.HealthyMembers < len(st.Members):
-			last = "not every member is healthy: " + st.Unhealthy()
-		case target == 0:
-			target = leader.RaftAppliedIndex
-			last = fmt.Sprintf("%s catching up to index %d", name, target)
-		case ms.RaftAppliedIndex < target:
-			last = fmt.Sprintf("%s applied %d of %d", name, ms.RaftAppliedIndex, target)
-		default:
-			return true, nil
-		}
-		return false, nil
-	})
-	if err != nil {
-		return fmt.Errorf("health gate after restarting %s: waited %s: %s", name, wait, last)
+	if err := c.WaitCaughtUp(wctx, name, pid, pollInterval); err != nil {
+		return fmt.Errorf("health gate after restarting %s: waited %s: %w", name, wait, err)
 	}
 	e.Progress.Say("  %s restarted and healthy", name)
 	return nil

@@ -91,3 +91,42 @@ func Poll(ctx context.Context, interval time.Duration, f func(context.Context) (
 		}
 	}
 }
+
+// WaitCaughtUp waits, polling the status every interval until ctx ends,
+// until member name is healthy (and, when pid is not 0, runs as pid),
+// every member is healthy, and the member applied at least what the leader
+// had applied when the member first answered. On timeout the error is the
+// last condition that did not hold.
+func (c *Cluster) WaitCaughtUp(ctx context.Context, name string, pid int, interval time.Duration) error {
+	var target uint64
+	last := ""
+	err := Poll(ctx, interval, func(ctx context.Context) (bool, error) {
+		st, err := c.Status(ctx)
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		ms, _ := st.Member(name)
+		leader, _ := st.Member(st.Cluster.Leader)
+		switch {
+		case pid != 0 && ms.PID != pid:
+			last = fmt.Sprintf("%s runs as pid %d, not the restarted %d", name, ms.PID, pid)
+		case !ms.Healthy:
+			last = fmt.Sprintf("%s not healthy: %s", name, ms.LastError)
+		case st.Cluster.HealthyMembers < len(st.Members):
+			last = "not every member is healthy: " + st.Unhealthy()
+		case target == 0:
+			target = leader.RaftAppliedIndex
+			last = fmt.Sprintf("%s catching up to index %d", name, target)
+		case ms.RaftAppliedIndex < target:
+			last = fmt.Sprintf("%s applied %d of %d", name, ms.RaftAppliedIndex, target)
+		default:
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		return errors.New(last)
+	}
+	return nil
+}
