@@ -18,6 +18,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/catalogue"
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/progress"
 )
 
@@ -171,10 +172,16 @@ func apply(cmd *cobra.Command, g *cli.Globals, run adopt.MemberRun) error {
 	for _, d := range diffs {
 		c.Progress.Say("difference: --%s now %s, under Steward %s", d.Flag, dash(d.Current), dash(d.Steward))
 	}
+	return runPlan(cmd, g, c, func() (*plan.Plan, error) { return adopt.Apply(cmd.Context(), c, run) })
+}
+
+// runPlan starts this machine's agent (the adopted member runs under it),
+// runs the plan made by run and prints the plan as it ended.
+func runPlan(cmd *cobra.Command, g *cli.Globals, c *cluster.Cluster, run func() (*plan.Plan, error)) error {
 	if _, err := c.EnsureLocalAgent(cmd.Context(), ""); err != nil {
 		return fmt.Errorf("this machine's agent is not running and could not be started: %w (run it in the foreground with `steward agent --dir %s` to see why)", err, c.Dir)
 	}
-	p, err := adopt.Apply(cmd.Context(), c, run)
+	p, err := run()
 	if p != nil {
 		if latest, lerr := c.Plans().Get(p.ID); lerr == nil {
 			p = latest
@@ -192,19 +199,7 @@ func undoAdoption(cmd *cobra.Command, g *cli.Globals, name string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := c.EnsureLocalAgent(cmd.Context(), ""); err != nil {
-		return fmt.Errorf("this machine's agent is not running and could not be started: %w (run it in the foreground with `steward agent --dir %s` to see why)", err, c.Dir)
-	}
-	p, err := adopt.Undo(cmd.Context(), c, name)
-	if p != nil {
-		if latest, lerr := c.Plans().Get(p.ID); lerr == nil {
-			p = latest
-		}
-		if perr := g.PrintPlan(cmd.OutOrStdout(), p); perr != nil && err == nil {
-			err = perr
-		}
-	}
-	return cli.PlanHint(err)
+	return runPlan(cmd, g, c, func() (*plan.Plan, error) { return adopt.Undo(cmd.Context(), c, name) })
 }
 
 // stewardDifferences compares the member with the flags the agent would
