@@ -37,5 +37,5 @@ func (c *Cluster) clientFiles() (ca, cert, key string) { return c.Spec.ClientFil
 func (c *Cluster) externalInventory() []pki.CertInfo {
 	ca, cert, _ := c.clientFiles()
 	now := time.Now()
-	return []pki.CertInfo{pki.DescribeFile("external ca", ca, now), pki.DescribeFile("external client", cert, now)}
+	return append(pki.DescribeFile("external ca", ca, now), pki.DescribeFile("external client", cert, now)...)
 }

@@ -318,15 +318,40 @@ func findLeaves(dir string, names []string) ([]leaf, error) {
 	return out, nil
 }
 
-// DescribeFile describes the first certificate of a PEM file that is not
-// Steward's (an attached cluster's CA and client certificate), reading it
-// only; an unreadable file comes back with its Error set.
-func DescribeFile(name, path string, now time.Time) CertInfo {
-	c, err := readCert(path)
+// DescribeFile describes every certificate of a PEM file that is not
+// Steward's (an attached cluster's CA bundle and client certificate with
+// its chain), reading it only: the first under name, the further ones as
+// name#2, name#3, ..., so an intermediate or a second CA that expires first
+// is seen too. An unreadable file, or one without a certificate, comes back
+// as one CertInfo with its Error set; a block that does not parse is
+// listed with its Error beside the others.
+func DescribeFile(name, path string, now time.Time) []CertInfo {
+	b, err := os.ReadFile(path)
 	if err != nil {
-		return CertInfo{Name: name, File: path, Error: err.Error()}
+		return []CertInfo{{Name: name, File: path, Error: err.Error()}}
 	}
-	i := Describe(name, c, now)
-	i.File = path
-	return i
+	var out []CertInfo
+	n := 0
+	for blk, rest := pem.Decode(b); blk != nil; blk, rest = pem.Decode(rest) {
+		if blk.Type != "CERTIFICATE" {
+			continue
+		}
+		n++
+		nm := name
+		if n > 1 {
+			nm = fmt.Sprintf("%s#%d", name, n)
+		}
+		c, err := x509.ParseCertificate(blk.Bytes)
+		if err != nil {
+			out = append(out, CertInfo{Name: nm, File: path, Error: fmt.Sprintf("%s: %v: %v", path, ErrUnparsable, err)})
+			continue
+		}
+		i := Describe(nm, c, now)
+		i.File = path
+		out = append(out, i)
+	}
+	if n == 0 {
+		return []CertInfo{{Name: name, File: path, Error: fmt.Sprintf("%s: %v: no PEM certificate in it", path, ErrUnparsable)}}
+	}
+	return out
 }

@@ -423,3 +423,42 @@ func TestEnsureNewCAReissuesAll(t *testing.T) {
 		t.Error("the server key was kept across CAs")
 	}
 }
+
+// TestDescribeFileBundle: an operator's file holding several certificates
+// (a CA bundle, a client certificate with its chain) lists each of them,
+// so one that expires before the first is seen; a file without a
+// certificate is one entry with its error.
+func TestDescribeFileBundle(t *testing.T) {
+	now := time.Now()
+	a, b := t.TempDir(), t.TempDir()
+	if err := EnsureWith(a, "one", []string{"127.0.0.1"}, Validity{CA: 48 * time.Hour, Leaf: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if err := EnsureWith(b, "two", []string{"127.0.0.1"}, Validity{CA: 24 * time.Hour, Leaf: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	ca1, _ := os.ReadFile(filepath.Join(a, CACert))
+	ca2, _ := os.ReadFile(filepath.Join(b, CACert))
+	bundle := filepath.Join(t.TempDir(), "bundle.pem")
+	write(t, bundle, string(ca1)+"# comment lines between blocks are allowed\n"+string(ca2))
+	got := DescribeFile("external ca", bundle, now)
+	if len(got) != 2 || got[0].Name != "external ca" || got[1].Name != "external ca#2" {
+		t.Fatalf("bundle of two CAs: %+v", got)
+	}
+	if got[1].Subject == got[0].Subject || got[1].Remaining() > 25*time.Hour || got[0].Remaining() < 47*time.Hour {
+		t.Errorf("second CA not described as itself: %+v", got)
+	}
+	for _, i := range got {
+		if i.File != bundle || i.Error != "" {
+			t.Errorf("%+v", i)
+		}
+	}
+	empty := filepath.Join(t.TempDir(), "empty.pem")
+	write(t, empty, "not a certificate")
+	if got := DescribeFile("external client", empty, now); len(got) != 1 || !strings.Contains(got[0].Error, "no PEM certificate") {
+		t.Errorf("file without a certificate: %+v", got)
+	}
+	if got := DescribeFile("external client", filepath.Join(t.TempDir(), "missing.pem"), now); len(got) != 1 || got[0].Error == "" {
+		t.Errorf("missing file: %+v", got)
+	}
+}
