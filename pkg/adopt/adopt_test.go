@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -472,5 +473,70 @@ func TestImageVersion(t *testing.T) {
 		if got := imageVersion(in); got != want {
 			t.Errorf("imageVersion(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestUnitDropIns: a unit's drop-ins are found as systemd finds them (its
+// NAME.service.d/ and the type-wide service.d/ of every directory, a name
+// in a higher-priority directory hiding the same name below, applied in
+// file-name order whatever the directory) and applied after the unit: an
+// override of ExecStart= and Environment= is what the member runs with.
+func TestUnitDropIns(t *testing.T) {
+	etc, lib, own := t.TempDir(), t.TempDir(), t.TempDir()
+	put := func(dir, rel, s string) {
+		t.Helper()
+		p := filepath.Join(dir, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	unit := filepath.Join(own, "etcd.service")
+	put(own, "etcd.service", "[Service]\nEnvironment=NODE=base ETCD_SNAPSHOT_COUNT=1\nExecStart=/usr/bin/etcd --data-dir=/var/lib/etcd --name=${NODE}\n")
+	// 10-exec: the override of ExecStart; in etc and lib, etc's hides lib's.
+	put(etc, "etcd.service.d/10-exec.conf", "[Service]\nExecStart=\nExecStart=/opt/etcd/etcd --data-dir=/srv/etcd --name=${NODE}\n")
+	put(lib, "etcd.service.d/10-exec.conf", "[Service]\nExecStart=\nExecStart=/wrong/etcd\n")
+	// 20-env, type-wide in lib: applied after 10-exec (name order).
+	put(lib, "service.d/20-env.conf", "[Service]\nEnvironment=NODE=dropin\n")
+	// 05-other: a file with no section first; its line must not count as [Service].
+	put(etc, "etcd.service.d/05-other.conf", "ExecStart=/not/applied\n[Unit]\nDescription=x\n")
+	put(etc, "etcd.service.d/notes.txt", "[Service]\nExecStart=/not/a/drop-in\n")
+
+	dirs := []string{own, etc, lib}
+	got := DropInFiles("etcd.service", dirs)
+	want := []string{
+		filepath.Join(etc, "etcd.service.d/05-other.conf"),
+		filepath.Join(etc, "etcd.service.d/10-exec.conf"),
+		filepath.Join(lib, "service.d/20-env.conf"),
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("DropInFiles = %q, want %q", got, want)
+	}
+	var ds []DropIn
+	for _, p := range got {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, DropIn{Path: p, Data: b})
+	}
+	b, _ := os.ReadFile(unit)
+	r, err := ParseUnit(b, unit, os.ReadFile, ds...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := r.EffectiveFlags()
+	if r.Binary != "/opt/etcd/etcd" || f["data-dir"] != "/srv/etcd" || f["name"] != "dropin" || f["snapshot-count"] != "1" {
+		t.Errorf("binary %q flags %v: the drop-ins were not applied as systemd does", r.Binary, f)
+	}
+	if !slices.Equal(r.Source.DropIns, want) {
+		t.Errorf("Source.DropIns = %q", r.Source.DropIns)
+	}
+	// Without its drop-ins the unit runs what it says.
+	r, err = ParseUnit(b, unit, os.ReadFile)
+	if err != nil || r.Binary != "/usr/bin/etcd" || r.EffectiveFlags()["name"] != "base" {
+		t.Errorf("unit alone: %q %v %v", r.Binary, r.EffectiveFlags(), err)
 	}
 }

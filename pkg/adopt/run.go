@@ -39,6 +39,9 @@ type Source struct {
 	Kind string `json:"kind"`
 	// Path is the manifest's or unit's file.
 	Path string `json:"path,omitempty"`
+	// DropIns are the unit's drop-in files read after it, in the order
+	// systemd applies them.
+	DropIns []string `json:"dropIns,omitempty"`
 	// PID is the process read.
 	PID int `json:"pid,omitempty"`
 	// ConfigFile is the etcd config file the member reads (then etcd

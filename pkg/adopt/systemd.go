@@ -6,20 +6,30 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/etcd-steward/steward/pkg/cluster"
 )
 
-// FromUnitFile reads a systemd unit (etcd.service) at path: its ExecStart,
-// Environment= and EnvironmentFile= (read on this host), and the version
-// of the program ExecStart runs when it is on this host.
+// FromUnitFile reads a systemd unit (etcd.service) at path, with its
+// drop-ins (UnitDropInDirs): its ExecStart, Environment= and
+// EnvironmentFile= (read on this host), and the version of the program
+// ExecStart runs when it is on this host.
 func FromUnitFile(ctx context.Context, p string) (MemberRun, error) {
 	b, err := os.ReadFile(p)
 	if err != nil {
 		return MemberRun{}, cluster.Refuse(ErrSource, "read systemd unit: %v", err)
 	}
-	r, err := ParseUnit(b, p, os.ReadFile)
+	var dropIns []DropIn
+	for _, dp := range DropInFiles(filepath.Base(p), UnitDropInDirs(p)) {
+		db, err := os.ReadFile(dp)
+		if err != nil {
+			return MemberRun{}, cluster.Refuse(ErrSource, "read drop-in of systemd unit %s: %v", p, err)
+		}
+		dropIns = append(dropIns, DropIn{Path: dp, Data: db})
+	}
+	r, err := ParseUnit(b, p, os.ReadFile, dropIns...)
 	if err != nil {
 		return MemberRun{}, err
 	}
@@ -29,8 +39,77 @@ func FromUnitFile(ctx context.Context, p string) (MemberRun, error) {
 	return r, nil
 }
 
+// UnitSearchPath is where systemd looks for system units and their
+// drop-ins, highest priority first (systemd.unit(5), "Unit File Load
+// Path").
+var UnitSearchPath = []string{
+	"/etc/systemd/system.control", "/run/systemd/system.control", "/run/systemd/transient",
+	"/run/systemd/generator.early", "/etc/systemd/system", "/etc/systemd/system.attached",
+	"/run/systemd/system", "/run/systemd/system.attached", "/run/systemd/generator",
+	"/usr/local/lib/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system",
+	"/run/systemd/generator.late",
+}
+
+// UnitDropInDirs are the directories searched for drop-ins of the unit at
+// p, highest priority first: the unit's own directory (it may have been
+// given from outside the search path), then UnitSearchPath.
+func UnitDropInDirs(p string) []string {
+	dirs := []string{filepath.Dir(p)}
+	for _, d := range UnitSearchPath {
+		if d != dirs[0] {
+			dirs = append(dirs, d)
+		}
+	}
+	return dirs
+}
+
+// DropInFiles lists the drop-ins systemd applies to the unit named unit
+// (etcd.service), searching dirs (highest priority first): every *.conf
+// of UNIT.d/ and of the type-wide service.d/ in each; a file name in a
+// higher-priority directory hides the same name in lower ones; the result
+// is sorted by file name, whatever the directory, which is the order
+// systemd applies them in.
+func DropInFiles(unit string, dirs []string) []string {
+	byName := map[string]string{}
+	var names []string
+	typeDir := unit[strings.LastIndex(unit, ".")+1:] + ".d"
+	for _, d := range dirs {
+		for _, sub := range []string{unit + ".d", typeDir} {
+			ents, err := os.ReadDir(filepath.Join(d, sub))
+			if err != nil {
+				continue
+			}
+			for _, e := range ents {
+				n := e.Name()
+				if !strings.HasSuffix(n, ".conf") || e.IsDir() {
+					continue
+				}
+				if _, seen := byName[n]; seen {
+					continue
+				}
+				byName[n] = filepath.Join(d, sub, n)
+				names = append(names, n)
+			}
+		}
+	}
+	slices.Sort(names)
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = byName[n]
+	}
+	return out
+}
+
+// DropIn is one drop-in file of a unit: its path and contents.
+type DropIn struct {
+	Path string
+	Data []byte
+}
+
 // ParseUnit reads a systemd unit's bytes; p is its path, for Source;
-// readFile reads the unit's environment files and an etcd config file.
+// readFile reads the unit's environment files and an etcd config file;
+// dropIns (in the order DropInFiles gives) are applied after the unit, each
+// file starting outside any section, as systemd does.
 //
 // It follows systemd.service(5) and systemd.exec(5) as far as a unit
 // starting etcd needs: lines ending in a backslash continue on the next,
@@ -40,14 +119,26 @@ func FromUnitFile(ctx context.Context, p string) (MemberRun, error) {
 // word $VAR by its value's words; Environment= assignments (quoted or not)
 // override EnvironmentFile= ones, and a file prefixed with - may be
 // missing.
-func ParseUnit(b []byte, p string, readFile func(string) ([]byte, error)) (MemberRun, error) {
+func ParseUnit(b []byte, p string, readFile func(string) ([]byte, error), dropIns ...DropIn) (MemberRun, error) {
 	var (
 		section, execStart string
 		envAssign          []string
 		envFiles           []string
 		workDir            string
+		lines              []string
+		dropInPaths        []string
 	)
-	for _, line := range unitLines(b) {
+	lines = append(lines, unitLines(b)...)
+	for _, d := range dropIns {
+		lines = append(lines, "") // a new file: no section yet
+		lines = append(lines, unitLines(d.Data)...)
+		dropInPaths = append(dropInPaths, d.Path)
+	}
+	for _, line := range lines {
+		if line == "" {
+			section = ""
+			continue
+		}
 		if strings.HasPrefix(line, "[") && strings.HasSuffix(line, "]") {
 			section = line
 			continue
@@ -137,7 +228,7 @@ func ParseUnit(b []byte, p string, readFile func(string) ([]byte, error)) (Membe
 		}
 		return readFile(cp)
 	}
-	r, err := build(words[1:], dedup, readConfig, nil, workDir, Source{Kind: KindUnit, Path: p})
+	r, err := build(words[1:], dedup, readConfig, nil, workDir, Source{Kind: KindUnit, Path: p, DropIns: dropInPaths})
 	if err != nil {
 		return MemberRun{}, err
 	}
