@@ -6,16 +6,17 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
-	"github.com/klauspost/compress/zstd"
 	"io"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
 	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
 	"github.com/etcd-steward/steward/internal/crashpoint"
+	"github.com/etcd-steward/steward/internal/scratch"
 )
 
 // Delta compaction folds a full backup and the deltas that continue it into
@@ -127,11 +128,12 @@ func Compact(ctx context.Context, s Store, o CompactOptions) (CompactResult, err
 		o.Now = time.Now
 	}
 	end := ch.Deltas[len(ch.Deltas)-1].EndRevision
-	tmp, err := os.MkdirTemp(o.TempDir, "steward-compact-")
+	sd, err := scratch.New(o.TempDir, "steward-compact-")
 	if err != nil {
 		return CompactResult{}, err
 	}
-	defer os.RemoveAll(tmp)
+	defer sd.Remove()
+	tmp := sd.Path
 
 	// The chain replayed, as a restore would: the full backup fetched and
 	// checked, its deltas applied.

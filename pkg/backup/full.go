@@ -18,6 +18,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/etcd-steward/steward/internal/scratch"
 	"github.com/etcd-steward/steward/pkg/datadir"
 )
 
@@ -55,11 +56,12 @@ func TakeFull(ctx context.Context, cli *clientv3.Client, s Store, o FullOptions)
 	if err != nil {
 		return Manifest{}, err
 	}
-	tmp, err := os.MkdirTemp(o.TempDir, "steward-snapshot-")
+	sd, err := scratch.New(o.TempDir, "steward-snapshot-")
 	if err != nil {
 		return Manifest{}, err
 	}
-	defer os.RemoveAll(tmp)
+	defer sd.Remove()
+	tmp := sd.Path
 	// One pass over the stream: the raw database (to check), its hash
 	// (etcd's appended checksum), and the packed object (to store once
 	// every check passed).

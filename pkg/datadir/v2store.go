@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/etcd-steward/steward/internal/childenv"
+	"github.com/etcd-steward/steward/internal/scratch"
 )
 
 // CheckV2Store runs etcd's own check before 3.6 (`etcdutl check v2store`,
@@ -21,11 +22,12 @@ import (
 // found (empty: the v2 store holds membership data only); err, a failure
 // to run the check at all.
 func CheckV2Store(ctx context.Context, etcdutl, dataDir, tmpParent string) (problem string, err error) {
-	tmp, err := os.MkdirTemp(tmpParent, "tmp-v2check-")
+	sd, err := scratch.New(tmpParent, "tmp-v2check-")
 	if err != nil {
 		return "", err
 	}
-	defer os.RemoveAll(tmp)
+	defer sd.Remove()
+	tmp := sd.Path
 	cp := filepath.Join(tmp, "data")
 	if err := copyTree(ctx, dataDir, cp); err != nil {
 		return "", fmt.Errorf("copy %s for the v2 store check: %w", dataDir, err)

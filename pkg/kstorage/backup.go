@@ -3,9 +3,9 @@ package kstorage
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 
+	"github.com/etcd-steward/steward/internal/scratch"
 	"github.com/etcd-steward/steward/pkg/backup"
 )
 
@@ -23,15 +23,15 @@ type BackupSnapshot struct {
 	Revision int64
 	// Notes say what the snapshot does not hold.
 	Notes []string
-	dir   string
+	dir   *scratch.Dir
 }
 
 // Remove deletes the fetched snapshot and its directory.
 func (b *BackupSnapshot) Remove() error {
-	if b == nil || b.dir == "" {
+	if b == nil || b.dir == nil {
 		return nil
 	}
-	return os.RemoveAll(b.dir)
+	return b.dir.Remove()
 }
 
 // FetchBackup fetches the full backup id (among the manifests lo trusts) ("latest" or "" for the newest)
@@ -64,14 +64,11 @@ func FetchBackup(ctx context.Context, store backup.Store, key *backup.Key, lo ba
 	case full.Kind != backup.KindFull:
 		return nil, fmt.Errorf("backup %s is a %s segment: name a full backup (the deltas after it are replayed); list them with `steward backup list`", full.ID, full.Kind)
 	}
-	if err := os.MkdirAll(tmpParent, 0o700); err != nil {
-		return nil, err
-	}
-	dir, err := os.MkdirTemp(tmpParent, "tmp-inventory-")
+	dir, err := scratch.New(tmpParent, "tmp-inventory-")
 	if err != nil {
 		return nil, err
 	}
-	b := &BackupSnapshot{Path: filepath.Join(dir, "snapshot.db"), Full: full, Revision: full.EndRevision, dir: dir}
+	b := &BackupSnapshot{Path: filepath.Join(dir.Path, "snapshot.db"), Full: full, Revision: full.EndRevision, dir: dir}
 	ok := false
 	defer func() {
 		if !ok {

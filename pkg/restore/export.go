@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/etcd-steward/steward/internal/atomicfile"
+	"github.com/etcd-steward/steward/internal/scratch"
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/cluster"
 )
@@ -76,11 +77,12 @@ func Export(ctx context.Context, c *cluster.Cluster, o ExportOptions) (Exported,
 	if err != nil {
 		return Exported{}, err
 	}
-	tmp, err := os.MkdirTemp(c.Dir, "tmp-export-")
+	sd, err := scratch.New(c.Dir, "tmp-export-")
 	if err != nil {
 		return Exported{}, err
 	}
-	defer os.RemoveAll(tmp)
+	defer sd.Remove()
+	tmp := sd.Path
 	p, err := src.fetch(ctx, filepath.Join(tmp, "snapshot.db"))
 	if err != nil {
 		return Exported{}, err

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/etcd-steward/steward/internal/scratch"
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/cluster"
 )
@@ -70,11 +71,12 @@ func Verify(ctx context.Context, c *cluster.Cluster, id, keyFile string, allowUn
 	if err != nil {
 		return nil, err
 	}
-	tmp, err := os.MkdirTemp(filepath.Join(c.Dir), "tmp-verify-")
+	sd, err := scratch.New(c.Dir, "tmp-verify-")
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(tmp)
+	defer sd.Remove()
+	tmp := sd.Path
 	for i, m := range ms {
 		r := VerifyResult{ID: m.ID, OK: true}
 		var err error
