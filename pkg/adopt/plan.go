@@ -13,6 +13,7 @@ import (
 
 	"github.com/etcd-steward/steward/internal/childenv"
 	"github.com/etcd-steward/steward/internal/proc"
+	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/membership"
 	"github.com/etcd-steward/steward/pkg/plan"
@@ -61,6 +62,9 @@ var (
 	ErrAdopted = errors.New("the member is adopted already")
 	// ErrSourceKind: the member's source cannot be taken over yet.
 	ErrSourceKind = errors.New("the member's source cannot be taken over yet")
+	// ErrNoBinary: the binary store lacks the etcd version the member
+	// runs, which its agent would start it with.
+	ErrNoBinary = errors.New("the member's etcd version is not in the binary store")
 )
 
 // NewPlan checks that the member run describes can be handed to this
@@ -88,8 +92,19 @@ func NewPlan(ctx context.Context, c *cluster.Cluster, run MemberRun, now time.Ti
 	if err := Check(run); err != nil {
 		return nil, err
 	}
-	if _, err := run.MemberConfig(); err != nil {
+	cfg, err := run.MemberConfig()
+	if err != nil {
 		return nil, err
+	}
+	// The agent starts the member from the store, with the version it runs
+	// today: checked here, since the record step (a spec naming that
+	// version) comes after the old process is stopped.
+	version := cfg.Version
+	if version == "" {
+		version = s.Version
+	}
+	if _, err := binaries.Open(s.BinaryStoreDir(c.Dir)).Resolve(version); err != nil {
+		return nil, cluster.Refuse(ErrNoBinary, "member %s runs etcd %s, which its agent would start it with, but %v; import that version (`steward binaries import`) before adopting", run.Name, version, err)
 	}
 	if err := healthy(ctx, c); err != nil {
 		return nil, err

@@ -55,6 +55,10 @@ func TestNewPlanRefusals(t *testing.T) {
 		{"no agent on this machine", attached(func(s *spec.Cluster) { s.Agents = nil }), run("m1", nil), ErrNoAgent, "attach with --continuous"},
 		{"a flag Steward cannot keep", attached(nil), run("m1", func(r *MemberRun) { r.Flags = map[string]string{"unsafe-no-fsync": "true"} }),
 			ErrUnsupported, "--unsafe-no-fsync"},
+		{"a version the binary store lacks", attached(nil), run("m1", func(r *MemberRun) { r.Version = "3.4.99" }),
+			ErrNoBinary, "runs etcd 3.4.99, which its agent would start it with"},
+		{"the cluster's version when the member's is unknown", attached(func(s *spec.Cluster) { s.Version = "3.5.98" }), run("m1", nil),
+			ErrNoBinary, "import that version (`steward binaries import`)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := NewPlan(t.Context(), tc.c, tc.run, time.Now())
