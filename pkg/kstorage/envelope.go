@@ -127,7 +127,7 @@ func decodeUnknown(b []byte) (apiVersion, kind, contentType []byte, ok bool) {
 		}
 		b = b[n:]
 		if typ != protowire.BytesType {
-			n = protowire.ConsumeFieldValue(num, typ, b)
+			n = skipValue(num, typ, b)
 			if n < 0 {
 				return nil, nil, nil, false
 			}
@@ -153,6 +153,39 @@ func decodeUnknown(b []byte) (apiVersion, kind, contentType []byte, ok bool) {
 	return apiVersion, kind, contentType, sawTypeMeta
 }
 
+// skipValue returns the length of a field's value that is skipped, as
+// Kubernetes' and etcd's generated (gogo) decoders skip it: a group ends at
+// the next end-group tag at its depth whatever that tag's field number
+// (protowire, stricter, wants the group's own number; FuzzDecode found a
+// value runtime.Unknown reads and Decode refused). Negative when the value
+// is malformed.
+func skipValue(num protowire.Number, typ protowire.Type, b []byte) int {
+	if typ != protowire.StartGroupType {
+		return protowire.ConsumeFieldValue(num, typ, b)
+	}
+	i, depth := 0, 1
+	for depth > 0 {
+		num, typ, n := protowire.ConsumeTag(b[i:])
+		if n < 0 {
+			return n
+		}
+		i += n
+		switch typ {
+		case protowire.StartGroupType:
+			depth++
+		case protowire.EndGroupType:
+			depth--
+		default:
+			n = protowire.ConsumeFieldValue(num, typ, b[i:])
+			if n < 0 {
+				return n
+			}
+			i += n
+		}
+	}
+	return i
+}
+
 func decodeTypeMeta(b []byte) (apiVersion, kind []byte, ok bool) {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
@@ -161,7 +194,7 @@ func decodeTypeMeta(b []byte) (apiVersion, kind []byte, ok bool) {
 		}
 		b = b[n:]
 		if typ != protowire.BytesType {
-			n = protowire.ConsumeFieldValue(num, typ, b)
+			n = skipValue(num, typ, b)
 			if n < 0 {
 				return nil, nil, false
 			}

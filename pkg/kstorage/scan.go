@@ -287,7 +287,7 @@ func decodeKeyValue(b []byte) (key, value []byte, ok bool) {
 			b = b[n:]
 			continue
 		}
-		n = protowire.ConsumeFieldValue(num, typ, b)
+		n = skipValue(num, typ, b)
 		if n < 0 {
 			return nil, nil, false
 		}
