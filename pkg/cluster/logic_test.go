@@ -157,3 +157,42 @@ func TestCountRoles(t *testing.T) {
 		})
 	}
 }
+
+// TestCatchUp: the health gate after a restart holds until the member runs
+// what it should, every member is healthy, and the member applied what the
+// leader had applied when it first answered (not what the leader has
+// now: under writes that would never hold).
+func TestCatchUp(t *testing.T) {
+	st := func(version string, pid int, healthy bool, others bool, applied, leaderApplied uint64) *Status {
+		s := &Status{Cluster: ClusterStatus{Leader: "m2"}}
+		s.Members = []MemberStatus{
+			{Name: "m1", Version: version, PID: pid, Healthy: healthy, RaftAppliedIndex: applied, LastError: "dial refused"},
+			{Name: "m2", Version: "3.6.0", Healthy: true, RaftAppliedIndex: leaderApplied},
+			{Name: "m3", Version: "3.6.0", Healthy: others, RaftAppliedIndex: leaderApplied},
+		}
+		for _, m := range s.Members {
+			if m.Healthy {
+				s.Cluster.HealthyMembers++
+			}
+		}
+		return s
+	}
+	g := &CatchUp{Name: "m1", Version: "3.6.0", PID: 42}
+	for i, tc := range []struct {
+		st   *Status
+		want string // substring of the unmet condition; "" when met
+	}{
+		{st("3.5.0", 42, true, true, 10, 10), `m1 reports version "3.5.0"`},
+		{st("3.6.0", 41, true, true, 10, 10), "runs as pid 41, not the restarted 42"},
+		{st("3.6.0", 42, false, true, 10, 10), "m1 not healthy: dial refused"},
+		{st("3.6.0", 42, true, false, 10, 10), "m3: not healthy"},
+		{st("3.6.0", 42, true, true, 5, 100), "catching up to index 100"}, // the target is taken here
+		{st("3.6.0", 42, true, true, 99, 150), "m1 applied 99 of 100"},
+		{st("3.6.0", 42, true, true, 100, 200), ""}, // the leader moved on: 100 is enough
+	} {
+		got := g.Check(tc.st)
+		if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
+			t.Errorf("check %d: %q, want %q", i, got, tc.want)
+		}
+	}
+}

@@ -92,13 +92,48 @@ func Poll(ctx context.Context, interval time.Duration, f func(context.Context) (
 	}
 }
 
+// CatchUp is the health gate after a member (re)starts: the member is
+// healthy (running Version and as PID when set), every member is healthy,
+// and the member has applied at least what the leader had applied when the
+// member first answered. One CatchUp follows one restart: it remembers that
+// target between checks.
+type CatchUp struct {
+	Name    string
+	Version string // "" for any
+	PID     int    // 0 for any
+	target  uint64 // owned by the polling goroutine
+}
+
+// Check returns the first condition of the gate that st does not meet, or
+// "" when all are met.
+func (g *CatchUp) Check(st *Status) string {
+	ms, _ := st.Member(g.Name)
+	leader, _ := st.Member(st.Cluster.Leader)
+	switch {
+	case g.Version != "" && ms.Version != g.Version:
+		return fmt.Sprintf("%s reports version %q", g.Name, ms.Version)
+	case g.PID != 0 && ms.PID != g.PID:
+		return fmt.Sprintf("%s runs as pid %d, not the restarted %d", g.Name, ms.PID, g.PID)
+	case !ms.Healthy:
+		return fmt.Sprintf("%s not healthy: %s", g.Name, ms.LastError)
+	case st.Cluster.HealthyMembers < len(st.Members):
+		return "not every member is healthy: " + st.Unhealthy()
+	case g.target == 0:
+		// The leader's applied index once the member answers: the member
+		// has caught up when it applied as much.
+		g.target = leader.RaftAppliedIndex
+		return fmt.Sprintf("%s catching up to index %d", g.Name, g.target)
+	case ms.RaftAppliedIndex < g.target:
+		return fmt.Sprintf("%s applied %d of %d", g.Name, ms.RaftAppliedIndex, g.target)
+	}
+	return ""
+}
+
 // WaitCaughtUp waits, polling the status every interval until ctx ends,
-// until member name is healthy (and, when pid is not 0, runs as pid),
-// every member is healthy, and the member applied at least what the leader
-// had applied when the member first answered. On timeout the error is the
-// last condition that did not hold.
+// until member name passes the CatchUp gate (running as pid when pid is
+// not 0). On timeout the error is the last condition that did not hold.
 func (c *Cluster) WaitCaughtUp(ctx context.Context, name string, pid int, interval time.Duration) error {
-	var target uint64
+	g := &CatchUp{Name: name, PID: pid}
 	last := ""
 	err := Poll(ctx, interval, func(ctx context.Context) (bool, error) {
 		st, err := c.Status(ctx)
@@ -106,24 +141,8 @@ func (c *Cluster) WaitCaughtUp(ctx context.Context, name string, pid int, interv
 			last = err.Error()
 			return false, nil
 		}
-		ms, _ := st.Member(name)
-		leader, _ := st.Member(st.Cluster.Leader)
-		switch {
-		case pid != 0 && ms.PID != pid:
-			last = fmt.Sprintf("%s runs as pid %d, not the restarted %d", name, ms.PID, pid)
-		case !ms.Healthy:
-			last = fmt.Sprintf("%s not healthy: %s", name, ms.LastError)
-		case st.Cluster.HealthyMembers < len(st.Members):
-			last = "not every member is healthy: " + st.Unhealthy()
-		case target == 0:
-			target = leader.RaftAppliedIndex
-			last = fmt.Sprintf("%s catching up to index %d", name, target)
-		case ms.RaftAppliedIndex < target:
-			last = fmt.Sprintf("%s applied %d of %d", name, ms.RaftAppliedIndex, target)
-		default:
-			return true, nil
-		}
-		return false, nil
+		last = g.Check(st)
+		return last == "", nil
 	})
 	if err != nil {
 		return errors.New(last)

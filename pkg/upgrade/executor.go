@@ -339,25 +339,12 @@ func nextSteps(p *plan.Plan, after int) map[string]int {
 }
 
 func (e *Executor) waitCaughtUp(ctx context.Context, name, version string) error {
-	var target uint64
+	g := &cluster.CatchUp{Name: name, Version: version}
 	err := e.waitFor(ctx, name+" healthy and caught up on "+version, func(st *cluster.Status) string {
-		ms, _ := st.Member(name)
-		leader, _ := st.Member(st.Cluster.Leader)
-		switch {
-		case ms.Version != version:
-			return fmt.Sprintf("%s reports version %q", name, ms.Version)
-		case !ms.Healthy:
-			return fmt.Sprintf("%s not healthy: %s", name, ms.LastError)
-		case st.Cluster.HealthyMembers < len(st.Members):
-			return "not every member is healthy: " + st.Unhealthy()
-		case target == 0:
-			// The leader's applied index once the member answers: the
-			// member has caught up when it applied as much.
-			target = leader.RaftAppliedIndex
-			return fmt.Sprintf("%s catching up to index %d", name, target)
-		case ms.RaftAppliedIndex < target:
-			return fmt.Sprintf("%s applied %d of %d", name, ms.RaftAppliedIndex, target)
+		if why := g.Check(st); why != "" {
+			return why
 		}
+		ms, _ := st.Member(name)
 		e.Progress.Say("  %s healthy on %s, applied index %d", name, version, ms.RaftAppliedIndex)
 		return ""
 	})
