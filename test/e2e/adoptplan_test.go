@@ -211,7 +211,9 @@ func TestAdopt(t *testing.T) {
 // the Steward directory); the spec then has every member
 // adopted (the cluster Steward-run), the cluster ID unchanged; then
 // `upgrade apply --to 3.6.16` runs on it: every member reports 3.6.16 with
-// its member ID, and no acknowledged write is lost throughout.
+// its member ID; `rollback` returns every member to 3.5 with its ID; and
+// `member replace` rebuilds one member with the operator's certificates;
+// no acknowledged write is lost throughout.
 func TestAdoptAll(t *testing.T) {
 	f := harness.StartForeignCluster(t, adoptVersion, 3)
 	fcli := f.MustClient()
@@ -287,6 +289,38 @@ func TestAdoptAll(t *testing.T) {
 		}
 	}
 	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write after the upgrade", w.AckedAbove(w.Acked()+100))
+
+	// The rest of the lifecycle on the adopted cluster: a rollback to the
+	// version it ran before, then a member rebuilt by replace (a new data
+	// dir, the same name, URLs and the operator's certificates).
+	e.MustRun("rollback")
+	e.WaitStatus(30*time.Second, "every member back on "+adoptVersion, func(st *cluster.Status) bool {
+		for _, m := range st.Members {
+			if m.Version != adoptVersion {
+				return false
+			}
+		}
+		return harness.Healthy(st)
+	})
+	rolled, err := fcli.MemberList(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range before.Members {
+		if !slices.ContainsFunc(rolled.Members, func(u *etcdserverpb.Member) bool { return u.ID == m.ID && u.Name == m.Name }) {
+			t.Errorf("member %s (%x) is gone after the rollback: %v", m.Name, m.ID, rolled.Members)
+		}
+	}
+	replaced := f.Members[2].Name
+	e.MustRun("member", "replace", replaced)
+	e.WaitStatus(60*time.Second, replaced+" replaced, a voting member, every member healthy", func(st *cluster.Status) bool {
+		m, ok := st.Member(replaced)
+		return ok && m.Role != "learner" && harness.Healthy(st)
+	})
+	if ms := e.Spec(); !ms.AllAdopted() {
+		t.Errorf("after replace the spec no longer has every member adopted: %+v", ms.Members)
+	}
+	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write after the replace", w.AckedAbove(w.Acked()+100))
 	res := w.Stop()
 	workload.RequireKeys(t, fcli, res)
 }

@@ -81,6 +81,9 @@ func TestHostsCertAutoRenewal(t *testing.T) {
 	r := w.Stop()
 	t.Logf("writer: %s", r)
 	for _, n := range watched {
+		t.Logf("%s served %d certificates in %s", n, len(serials[n]), watch)
+	}
+	for _, n := range watched {
 		if len(serials[n]) < 3 {
 			t.Errorf("%s served %d certificates in %s, want the first and at least two renewals", n, len(serials[n]), watch)
 		}
