@@ -238,6 +238,9 @@ func (c *Cluster) RenewCerts(ctx context.Context, names []string, force bool, ti
 	if c.Spec.TLS.Disabled {
 		return nil, errors.New("renew certificates: TLS is off in the spec")
 	}
+	if err := c.RequireOwnCerts("renew certificates"); err != nil {
+		return nil, err
+	}
 	// One renewal at a time per directory: the agents' loops (several
 	// agents may share a directory) and `steward certs renew`.
 	lock, err := filelock.TryLock(c.certLockPath())

@@ -28,6 +28,24 @@ func (c *Cluster) RequireProcessControl(what string) error {
 	return &Refusal{Kind: ErrExternal, Msg: "cannot " + what + ": cluster " + c.Spec.Name + " is attached, Steward does not run its members (it only reaches them through the etcd API)"}
 }
 
+// ErrOperatorCerts is the Kind of the refusal to issue, renew or rotate
+// certificates of a cluster whose certificates are the operator's: an
+// attached cluster, its members adopted or not (adopt keeps each member's
+// own certificate files).
+var ErrOperatorCerts = errors.New("the cluster's certificates are the operator's")
+
+// RequireOwnCerts refuses what (a renewal, a client certificate, a CA
+// rotation) on a cluster whose members and clients use the operator's
+// certificates: Steward holds no key of their CA, and a certificate it
+// issued from its own would be trusted by none of them.
+func (c *Cluster) RequireOwnCerts(what string) error {
+	if !c.Spec.IsExternal() {
+		return nil
+	}
+	return &Refusal{Kind: ErrOperatorCerts, Msg: "cannot " + what + ": the certificates of cluster " + c.Spec.Name +
+		" are the operator's (it was attached): Steward does not hold their CA's key; renew them with that CA (`steward certs list` shows their expiry, and status warns before they expire)"}
+}
+
 // clientFiles are the CA, client certificate and key Steward dials etcd
 // with: the operator's own for an attached cluster.
 func (c *Cluster) clientFiles() (ca, cert, key string) { return c.Spec.ClientFiles(c.Dir) }

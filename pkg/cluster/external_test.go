@@ -40,8 +40,27 @@ func TestExternal(t *testing.T) {
 		t.Errorf("an attached cluster's directory is its admin's: Admin %v, onJoinedHost %v", c.Admin(), c.onJoinedHost())
 	}
 
+	// Its certificates are the operator's, even once every member is
+	// adopted (adoption keeps each member's own files).
+	for _, adopted := range []bool{false, true} {
+		if adopted {
+			c.Spec.Members[0].Agent, c.Spec.Members[0].Adopted = "local", &spec.Adopted{}
+		}
+		var r *Refusal
+		if err := c.RequireOwnCerts("renew"); !errors.As(err, &r) || !errors.Is(err, ErrOperatorCerts) || !strings.Contains(err.Error(), "are the operator's") {
+			t.Errorf("adopted %v: RequireOwnCerts = %v, want a refusal of kind ErrOperatorCerts", adopted, err)
+		}
+		if _, err := c.RenewCerts(t.Context(), nil, true, 0); !errors.Is(err, ErrOperatorCerts) {
+			t.Errorf("adopted %v: RenewCerts = %v, want ErrOperatorCerts", adopted, err)
+		}
+	}
+	c.Spec.Members[0].Agent, c.Spec.Members[0].Adopted = "", nil
+
 	c.Spec.External = nil
 	if err := c.RequireProcessControl("upgrade"); err != nil {
+		t.Errorf("a cluster Steward runs: %v", err)
+	}
+	if err := c.RequireOwnCerts("renew"); err != nil {
 		t.Errorf("a cluster Steward runs: %v", err)
 	}
 }

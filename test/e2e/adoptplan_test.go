@@ -267,6 +267,8 @@ func TestAdoptAll(t *testing.T) {
 	if after.Header.ClusterId != before.Header.ClusterId {
 		t.Errorf("cluster ID %x after adopting every member, want %x", after.Header.ClusterId, before.Header.ClusterId)
 	}
+	// Adopted, the members still use the operator's certificates.
+	refuseOperatorCerts(t, e)
 	e.MustRun("upgrade", "apply", "--to", "3.6.16")
 	st := e.WaitStatus(30*time.Second, "every member on 3.6.16", func(st *cluster.Status) bool {
 		for _, m := range st.Members {

@@ -3,8 +3,10 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -91,12 +93,13 @@ func TestAttach(t *testing.T) {
 
 	t.Log("Refusals")
 	// A command that needs the member processes: one line, pointing to adopt.
-	for _, args := range [][]string{{"member", "stop", "infra1"}, {"member", "add", "infra4"}, {"upgrade", "plan", "--to", "3.6.16"}, {"certs", "renew", "--all"}, {"up"}} {
+	for _, args := range [][]string{{"member", "stop", "infra1"}, {"member", "add", "infra4"}, {"upgrade", "plan", "--to", "3.6.16"}, {"up"}} {
 		msg := e.MustFail(args...)
 		if !strings.Contains(msg, "is attached") || !strings.Contains(msg, "steward adopt") || strings.Count(strings.TrimSpace(msg), "\n") > 0 {
 			t.Errorf("%v on an attached cluster: want one line saying it is attached and naming steward adopt, got:\n%s", args, msg)
 		}
 	}
+	refuseOperatorCerts(t, e)
 
 	t.Log("Adopt's member check")
 	// adopt --dry-run checks a member's data dir against the attached
@@ -376,5 +379,32 @@ func TestAttachKube(t *testing.T) {
 	rep, _ := migrateReport(t, e, true, "--kubeconfig", k.Kubeconfig, "--resources", "configmaps", "--qps", "0")
 	if cm := migResource(rep, "configmaps"); cm.Result != kmigrate.ResultMigrated || cm.Migrated < n {
 		t.Errorf("migrate storage on the attached cluster: %+v", cm)
+	}
+}
+
+// refuseOperatorCerts: on a cluster whose certificates are the operator's
+// (attached, adopted or not), every command that would issue or renew
+// from Steward's CA is refused in one line saying so, and writes nothing
+// under pki/.
+func refuseOperatorCerts(t *testing.T, e *harness.Env) {
+	t.Helper()
+	pkiFiles := func() map[string]string {
+		out := map[string]string{}
+		ents, _ := os.ReadDir(filepath.Join(e.Dir, "pki"))
+		for _, ent := range ents {
+			b, _ := os.ReadFile(filepath.Join(e.Dir, "pki", ent.Name()))
+			out[ent.Name()] = string(b)
+		}
+		return out
+	}
+	before := pkiFiles()
+	for _, args := range [][]string{{"certs", "renew", "--all"}, {"certs", "issue-client", "kube-apiserver"}, {"certs", "rotate-ca"}} {
+		msg := e.MustFail(args...)
+		if !strings.Contains(msg, "are the operator's") || strings.Count(strings.TrimSpace(msg), "\n") > 0 {
+			t.Errorf("%v: want one line saying the certificates are the operator's, got:\n%s", args, msg)
+		}
+	}
+	if after := pkiFiles(); !maps.Equal(before, after) {
+		t.Errorf("a refused certificate command changed pki/: before %v, after %v", slices.Sorted(maps.Keys(before)), slices.Sorted(maps.Keys(after)))
 	}
 }

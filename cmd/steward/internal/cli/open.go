@@ -70,6 +70,12 @@ func ProcessControl(c *cluster.Cluster, command string) error {
 	return AdoptHint(c.RequireProcessControl("run `" + command + "`"))
 }
 
+// OwnCerts refuses a command that issues or renews certificates from
+// Steward's CA on a cluster whose certificates are the operator's.
+func OwnCerts(c *cluster.Cluster, command string) error {
+	return c.RequireOwnCerts("run `" + command + "`")
+}
+
 // AdoptHint adds to cluster.ErrExternal the command that hands an
 // attached cluster's members to Steward.
 func AdoptHint(err error) error {

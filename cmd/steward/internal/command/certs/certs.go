@@ -123,7 +123,7 @@ local agent (DIR/run/certrenew.pid, DIR/logs/certrenew.log); ` + "`steward down`
 				if err != nil {
 					return err
 				}
-				if err := cli.ProcessControl(c, cmd.CommandPath()); err != nil {
+				if err := cli.OwnCerts(c, cmd.CommandPath()); err != nil {
 					return err
 				}
 				ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
@@ -141,7 +141,7 @@ local agent (DIR/run/certrenew.pid, DIR/logs/certrenew.log); ` + "`steward down`
 			if err != nil {
 				return err
 			}
-			if err := cli.ProcessControl(c, cmd.CommandPath()); err != nil {
+			if err := cli.OwnCerts(c, cmd.CommandPath()); err != nil {
 				return err
 			}
 			if all {
@@ -226,7 +226,7 @@ func issueClientCommand(g *cli.Globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := cli.ProcessControl(c, cmd.CommandPath()); err != nil {
+			if err := cli.OwnCerts(c, cmd.CommandPath()); err != nil {
 				return err
 			}
 			f, err := pki.IssueClient(c.CertDir(), c.Spec.Name, args[0], validity, out, c.Validity())
@@ -265,7 +265,15 @@ Killed or failed halfway, ` + "`steward plan resume`" + ` finishes it and
 ` + "`steward plan abort`" + ` stops it. Only single-host clusters are rotated.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.ClusterWithAgent(cmd)
+			// Refused before the agent is started for it.
+			c, err := g.Cluster(cmd)
+			if err != nil {
+				return err
+			}
+			if err := cli.OwnCerts(c, cmd.CommandPath()); err != nil {
+				return err
+			}
+			c, err = g.ClusterWithAgent(cmd)
 			if err != nil {
 				return err
 			}
