@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"slices"
@@ -41,12 +42,7 @@ func (c *Cluster) RenewHosts(ctx context.Context, names []string, force bool, ti
 	if c.Spec.TLS.Disabled {
 		return nil, errors.New("renew host certificates: TLS is off in the spec")
 	}
-	var hosts []spec.Agent
-	for _, a := range c.Spec.Agents {
-		if a.Remote() {
-			hosts = append(hosts, a)
-		}
-	}
+	hosts := c.remoteHosts()
 	if len(hosts) == 0 {
 		return nil, nil
 	}
@@ -73,8 +69,17 @@ func (c *Cluster) RenewHosts(ctx context.Context, names []string, force bool, ti
 	}
 	var out []pki.Renewal
 	var errs []error
+	v := c.Validity()
+	dir := c.CertDir()
+	renew := func(cur *x509.Certificate, now time.Time) ([]byte, bool, error) {
+		if !force && !v.WithDefaults().Due(cur, now) {
+			return nil, true, nil
+		}
+		certPEM, _, err := pki.Reissue(dir, v, cur, now)
+		return certPEM, false, err
+	}
 	for _, h := range hosts {
-		rs, err := c.renewHost(ctx, h, leaves, force, timeout)
+		rs, err := c.renewHost(ctx, h, leaves, renew, timeout)
 		out = append(out, rs...)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("host %s: %w", h.Name, err))
@@ -102,14 +107,18 @@ func (c *Cluster) hostLeafCN(agent, leaf string) string {
 	}
 }
 
-// renewHost renews the leaves of one host (RenewHosts).
-func (c *Cluster) renewHost(ctx context.Context, h spec.Agent, leaves []string, force bool, timeout time.Duration) ([]pki.Renewal, error) {
+// hostSigner returns the reissue of a host's current leaf cur (PEM, what
+// the host installs), or skip when it needs none.
+type hostSigner func(cur *x509.Certificate, now time.Time) (certPEM []byte, skip bool, err error)
+
+// renewHost reissues the leaves of one host with sign (RenewHosts: the
+// CA; RotateHostLeaves: a CA rotation's next CA), pushes them, waits until
+// they are served and drops the previous ones.
+func (c *Cluster) renewHost(ctx context.Context, h spec.Agent, leaves []string, sign hostSigner, timeout time.Duration) ([]pki.Renewal, error) {
 	ac, err := c.Agent(h.Name)
 	if err != nil {
 		return nil, err
 	}
-	v := c.Validity()
-	dir := c.CertDir()
 	var out []pki.Renewal
 	for _, name := range leaves {
 		cctx, cancel := context.WithTimeout(ctx, hostCallTimeout)
@@ -118,18 +127,17 @@ func (c *Cluster) renewHost(ctx context.Context, h spec.Agent, leaves []string, 
 		if err != nil {
 			return out, fmt.Errorf("read its %s certificate: %w", name, err)
 		}
-		cur, err := pki.ParseCertPEM([]byte(f.PEM))
+		cur, _, err := pki.ParseLeafChainPEM([]byte(f.PEM))
 		if err != nil {
 			return out, fmt.Errorf("its %s certificate: %w", name, err)
 		}
 		if want := c.hostLeafCN(h.Name, name); cur.Subject.CommonName != want {
 			return out, fmt.Errorf("its %s certificate is for %q, not %q: not reissued", name, cur.Subject.CommonName, want)
 		}
-		now := time.Now()
-		if !force && !v.WithDefaults().Due(cur, now) {
+		certPEM, skip, err := sign(cur, time.Now())
+		if skip && err == nil {
 			continue
 		}
-		certPEM, _, err := pki.Reissue(dir, v, cur, now)
 		if err != nil {
 			return out, fmt.Errorf("its %s certificate: %w", name, err)
 		}
