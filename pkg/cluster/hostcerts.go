@@ -61,6 +61,11 @@ func (c *Cluster) RenewHosts(ctx context.Context, names []string, force bool, ti
 		return nil, fmt.Errorf("renew host certificates: %w", err)
 	}
 	defer lock.Release()
+	// A CA rotation reissues the hosts' leaves itself (RotateHostLeaves):
+	// a renewal by the old CA in between would undo its work.
+	if pki.RotationInProgress(c.CertDir()) {
+		return nil, fmt.Errorf("renew host certificates: %w", pki.ErrRotationInProgress)
+	}
 	// A coordinator another machine took over from signs nothing: the new
 	// one renews the hosts' leaves (its own loop), and two signers would
 	// race each other's pushes.
