@@ -16,7 +16,8 @@ import (
 )
 
 // TestNewPlan: the phases in order, one restart per member after the drop;
-// a cluster without TLS or with joined hosts is refused.
+// a cluster without TLS is refused; one with joined hosts names them in
+// the steps that work on the hosts.
 func TestNewPlan(t *testing.T) {
 	newCluster := func(t *testing.T, edit func(*spec.Cluster)) *cluster.Cluster {
 		t.Helper()
