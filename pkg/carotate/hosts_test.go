@@ -27,7 +27,7 @@ import (
 // the new CA alone, each of its leaves reissued by the new CA with its key
 // kept and the cross-signed CA after it, no previous certificate left, and
 // its agent serving the new one; each step run again changes nothing on
-// the host. With the host's agent gone, a step that needs it fails naming
+// the host (but for a previous certificate a crash left, dropped). With the host's agent gone, a step that needs it fails naming
 // the host.
 func TestFileStepsOnAJoinedHost(t *testing.T) {
 	dir, hostRoot := t.TempDir(), t.TempDir()
@@ -109,6 +109,20 @@ func TestFileStepsOnAJoinedHost(t *testing.T) {
 				if after[k] != v {
 					t.Errorf("step %d %s again changed the host's %s", i, st.Kind, k)
 				}
+			}
+		}
+		if st.Kind == StepReissue {
+			// A crash between a push and the drop of the previous copy:
+			// the re-run drops it once the leaf is served.
+			prev := filepath.Join(hostDir, "server.crt"+pki.PrevSuffix)
+			if err := os.WriteFile(prev, []byte(before["server.crt"]), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.Execute(t.Context(), p, st); err != nil {
+				t.Fatalf("step %d %s with a previous copy left: %v", i, st.Kind, err)
+			}
+			if _, err := os.Stat(prev); err == nil {
+				t.Errorf("step %d %s run again left the host's %s", i, st.Kind, filepath.Base(prev))
 			}
 		}
 		if st.Kind == StepTrust {

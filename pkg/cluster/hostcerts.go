@@ -84,7 +84,7 @@ func (c *Cluster) RenewHosts(ctx context.Context, names []string, force bool, ti
 		return certPEM, false, err
 	}
 	for _, h := range hosts {
-		rs, err := c.renewHost(ctx, h, leaves, renew, timeout)
+		rs, err := c.renewHost(ctx, h, leaves, renew, false, timeout)
 		out = append(out, rs...)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("host %s: %w", h.Name, err))
@@ -118,13 +118,16 @@ type hostSigner func(cur *x509.Certificate, now time.Time) (certPEM []byte, skip
 
 // renewHost reissues the leaves of one host with sign (RenewHosts: the
 // CA; RotateHostLeaves: a CA rotation's next CA), pushes them, waits until
-// they are served and drops the previous ones.
-func (c *Cluster) renewHost(ctx context.Context, h spec.Agent, leaves []string, sign hostSigner, timeout time.Duration) ([]pki.Renewal, error) {
+// they are served and drops the previous ones. With settle, the leaves
+// sign skips (done already: a re-run) are waited for and their previous
+// copies dropped too, so a re-run after a crash between the push and the
+// drop leaves none behind.
+func (c *Cluster) renewHost(ctx context.Context, h spec.Agent, leaves []string, sign hostSigner, settle bool, timeout time.Duration) ([]pki.Renewal, error) {
 	ac, err := c.Agent(h.Name)
 	if err != nil {
 		return nil, err
 	}
-	var out []pki.Renewal
+	var out, settled []pki.Renewal
 	for _, name := range leaves {
 		cctx, cancel := context.WithTimeout(ctx, hostCallTimeout)
 		f, err := ac.HostCert(cctx, name)
@@ -141,6 +144,9 @@ func (c *Cluster) renewHost(ctx context.Context, h spec.Agent, leaves []string, 
 		}
 		certPEM, skip, err := sign(cur, time.Now())
 		if skip && err == nil {
+			if settle {
+				settled = append(settled, pki.Renewal{Host: h.Name, Name: name, NewSerial: fmt.Sprintf("%x", cur.SerialNumber)})
+			}
 			continue
 		}
 		if err != nil {
@@ -154,13 +160,14 @@ func (c *Cluster) renewHost(ctx context.Context, h spec.Agent, leaves []string, 
 		}
 		out = append(out, pki.Renewal{Host: h.Name, Name: r.Name, File: r.File, OldSerial: r.OldSerial, NewSerial: r.NewSerial, NotAfter: r.NotAfter})
 	}
-	if len(out) == 0 {
+	all := append(slices.Clone(out), settled...)
+	if len(all) == 0 {
 		return nil, nil
 	}
-	if err := c.waitHostServed(ctx, h, out, timeout); err != nil {
+	if err := c.waitHostServed(ctx, h, all, timeout); err != nil {
 		return out, err
 	}
-	for _, r := range out {
+	for _, r := range all {
 		cctx, cancel := context.WithTimeout(ctx, hostCallTimeout)
 		err := ac.ForgetPreviousHostCert(cctx, r.Name)
 		cancel()

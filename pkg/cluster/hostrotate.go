@@ -82,7 +82,8 @@ func (c *Cluster) pushTrustBundle(ctx context.Context, h spec.Agent, bundle []by
 // so a member that still trusts the old CA alone verifies it), pushes them
 // (PUT /v1/certs/NAME), waits within timeout until the host's agent and
 // members serve them in live handshakes, and drops the previous ones. A
-// leaf the next CA signed already is left alone (a re-run). Every host is
+// leaf the next CA signed already is left alone (a re-run), and its
+// previous copy, if a crash left one, dropped once it is served. Every host is
 // tried; the failures are joined, each naming its host.
 func (c *Cluster) RotateHostLeaves(ctx context.Context, timeout time.Duration) ([]pki.Renewal, error) {
 	hosts := c.remoteHosts()
@@ -101,7 +102,7 @@ func (c *Cluster) RotateHostLeaves(ctx context.Context, timeout time.Duration) (
 	var out []pki.Renewal
 	var errs []error
 	for _, h := range hosts {
-		rs, err := c.renewHost(ctx, h, pki.HostLeafNames, sign, timeout)
+		rs, err := c.renewHost(ctx, h, pki.HostLeafNames, sign, true, timeout)
 		out = append(out, rs...)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("host %s: %w", h.Name, err))
