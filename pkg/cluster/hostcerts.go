@@ -37,7 +37,8 @@ const hostCallTimeout = 10 * time.Second
 // and the others are still renewed. The renewals done are returned, with
 // Host set, whether or not an error is. A coordinator another machine took
 // over from (`steward takeover`) is refused (handover.ErrSuperseded) before
-// it signs anything.
+// it signs anything, and so is a renewal while a CA rotation runs
+// (pki.ErrRotationInProgress: the rotation reissues the hosts' leaves).
 func (c *Cluster) RenewHosts(ctx context.Context, names []string, force bool, timeout time.Duration) ([]pki.Renewal, error) {
 	if c.Spec.TLS.Disabled {
 		return nil, errors.New("renew host certificates: TLS is off in the spec")
