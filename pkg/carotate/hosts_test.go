@@ -2,6 +2,7 @@ package carotate
 
 import (
 	"bytes"
+	"errors"
 	"crypto/tls"
 	"crypto/x509"
 	"log/slog"
@@ -126,6 +127,14 @@ func TestFileStepsOnAJoinedHost(t *testing.T) {
 			}
 		}
 		if st.Kind == StepTrust {
+			// A forced renewal of the hosts by the old CA would undo the
+			// rotation's work: refused while it runs, nothing pushed.
+			if _, err := c.RenewHosts(t.Context(), nil, true, time.Second); !errors.Is(err, pki.ErrRotationInProgress) {
+				t.Errorf("RenewHosts during the rotation: %v, want pki.ErrRotationInProgress", err)
+			}
+			if after := snapshot(); after["server.crt"] != before["server.crt"] {
+				t.Error("RenewHosts during the rotation replaced the host's server certificate")
+			}
 			hb, _ := os.ReadFile(filepath.Join(hostDir, pki.CACert))
 			if cb, _ := os.ReadFile(filepath.Join(certDir, pki.CACert)); !bytes.Equal(hb, cb) || bytes.Count(hb, []byte("BEGIN CERTIFICATE")) != 2 {
 				t.Errorf("after %s the host's ca.crt is not the coordinator's bundle of both CAs", st.Kind)
