@@ -29,7 +29,9 @@ import (
 // joined hosts, under a writer that re-reads the coordinator's ca.crt and
 // its issued certificate at each connection, killed with SIGKILL once
 // after the hosts' leaves were reissued (before that step is recorded
-// done) and finished by `steward plan resume`: no write fails and every
+// done), resumed once with a follower's host cut off (the step fails
+// naming the host, the plan stays resumable) and finished by `steward plan
+// resume` once the host is back: no write fails and every
 // acknowledged one is there; every host's ca.crt is the coordinator's new
 // CA alone; every member's client and peer port and every host's agent
 // serves a certificate the new CA signed in a live handshake; a client
@@ -59,7 +61,9 @@ func TestHostsCARotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	w := workload.Start(t, cli, workload.Options{Prefix: "/hostscarotate", Interval: 20 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second})
+	// Attempts and timeout as TestHostsCertRenewal's: a write held up by
+	// the host cut off below is retried until the host is back.
+	w := workload.Start(t, cli, workload.Options{Prefix: "/hostscarotate", Interval: 20 * time.Millisecond, Attempts: 20, Timeout: 3 * time.Second})
 	harness.Eventually(t, 20*time.Second, 50*time.Millisecond, "writes acknowledged", w.AckedAbove(20))
 
 	// Killed after the reissue step acted, before it is recorded done: the
@@ -88,10 +92,30 @@ func TestHostsCARotation(t *testing.T) {
 			t.Errorf("host %s ca.crt mid-rotation holds %d certificates, want the old CA and the new", h.Name, n)
 		}
 	}
+	// A resume with a follower's host cut off fails the step naming the
+	// host (the other hosts' leaves found done) and leaves the plan to
+	// resume; once the host is back, the resume finishes the rotation.
+	var victim *harness.AgentHost
+	for _, m := range hs.Status().Members {
+		if m.Role == "follower" {
+			victim = hs.Host(m.Agent)
+			break
+		}
+	}
+	victim.Cut(t)
+	_, se, err = hs.Run("plan", "resume")
+	victim.Heal(t)
+	if err == nil || !strings.Contains(se, "host "+victim.Name+": read its server certificate") || !strings.Contains(se, "unreachable") {
+		t.Fatalf("plan resume with host %s cut off: %v, stderr %s; want exit 1 naming the host", victim.Name, err, se)
+	}
+	if p = latestPlan(t, hs.Env); p.State != plan.Failed || p.Steps[reissue].State != plan.Failed {
+		t.Fatalf("after the resume with a host cut off: %s", stepStates(p))
+	}
+	hs.WaitStatus(time.Minute, "healthy once the host is back", harness.Healthy)
 	hs.MustRun("plan", "resume")
 	p = latestPlan(t, hs.Env)
-	if p.State != plan.Done || p.Steps[reissue].Attempts != 2 {
-		t.Fatalf("after the resume: %s (reissue step attempts %d, want 2)", stepStates(p), p.Steps[reissue].Attempts)
+	if p.State != plan.Done || p.Steps[reissue].Attempts != 3 {
+		t.Fatalf("after the resume: %s (reissue step attempts %d, want 3)", stepStates(p), p.Steps[reissue].Attempts)
 	}
 	st := hs.WaitStatus(time.Minute, "a healthy cluster after the rotation", harness.Healthy)
 	harness.Eventually(t, 20*time.Second, 50*time.Millisecond, "writes acknowledged after the rotation", w.AckedAbove(w.Acked()+20))
