@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
@@ -68,4 +69,30 @@ func (a *Agent) ForgetPreviousHostCert(name string) error {
 	a.certMu.Lock()
 	defer a.certMu.Unlock()
 	return pki.ForgetPrevious(pki.Renewal{Name: name, File: p})
+}
+
+// InstallTrustBundle installs the coordinator's trust bundle as the host's
+// ca.crt during a CA rotation (pki.InstallTrustBundle: CA certificates
+// only, every host leaf and the caller's certificate signed by one of
+// them; one atomic rename). The agent's API reads ca.crt at each
+// handshake; the host's members read it when they start (the rotation
+// restarts them). Every refusal is a bad request and replaces nothing.
+func (a *Agent) InstallTrustBundle(bundle []byte, caller *x509.Certificate) (agentapi.TrustBundle, error) {
+	if a.opts.CertDir == "" {
+		return agentapi.TrustBundle{}, badRequest{errNoHostCerts}
+	}
+	a.certMu.Lock()
+	defer a.certMu.Unlock()
+	r, err := pki.InstallTrustBundle(a.opts.CertDir, bundle, caller, time.Now())
+	if err != nil {
+		a.log.Warn("trust bundle refused", "err", err)
+		if errors.Is(err, pki.ErrBadTrustBundle) {
+			return agentapi.TrustBundle{}, badRequest{err}
+		}
+		return agentapi.TrustBundle{}, err
+	}
+	if r.Changed {
+		a.log.Info("trust bundle installed by the coordinator", "file", r.File, "cas", r.CAs)
+	}
+	return agentapi.TrustBundle{File: r.File, Changed: r.Changed, CAs: r.CAs}, nil
 }

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -200,6 +201,19 @@ func (a *Agent) Handler() http.Handler {
 	})
 	mux.HandleFunc("DELETE /v1/certs/{name}/prev", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, nil, a.ForgetPreviousHostCert(r.PathValue("name")))
+	})
+	mux.HandleFunc("PUT /v1/ca", func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, pki.MaxTrustBundle))
+		if err != nil {
+			reply(w, nil, badRequest{fmt.Errorf("read the trust bundle: %w", err)})
+			return
+		}
+		var caller *x509.Certificate
+		if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+			caller = r.TLS.PeerCertificates[0]
+		}
+		res, err := a.InstallTrustBundle(b, caller)
+		reply(w, res, err)
 	})
 	mux.HandleFunc("GET /v1/backup/status", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, a.BackupStatuses(), nil)

@@ -311,6 +311,14 @@ func (c *Client) ForgetPreviousHostCert(ctx context.Context, name string) error 
 	return c.do(ctx, http.MethodDelete, "/v1/certs/"+name+"/prev", nil, nil)
 }
 
+// PutTrustBundle hands a joined host's agent the coordinator's trust
+// bundle (ca.crt, PEM), which the agent checks against the host's leaves
+// and the caller's certificate and installs as the host's ca.crt.
+func (c *Client) PutTrustBundle(ctx context.Context, bundlePEM []byte) (TrustBundle, error) {
+	var out TrustBundle
+	return out, c.send(ctx, http.MethodPut, "/v1/ca", "application/x-pem-file", bytes.NewReader(bundlePEM), &out)
+}
+
 // Shutdown stops every member and the agent.
 func (c *Client) Shutdown(ctx context.Context) error {
 	return c.do(ctx, http.MethodPost, "/v1/shutdown", nil, nil)

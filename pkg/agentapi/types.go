@@ -27,6 +27,7 @@
 //	GET    /v1/certs/{name}            CertFile: a joined host's current certificate (server, peer, agent, client)
 //	PUT    /v1/certs/{name}            a renewal of it (PEM) -> CertRenewal; checked against the key and the CA (400 otherwise)
 //	DELETE /v1/certs/{name}/prev       drop the previous certificate kept beside the renewal
+//	PUT    /v1/ca                      the coordinator's trust bundle (PEM CA certificates) -> TrustBundle; checked against the host's leaves and the caller (400 otherwise)
 //	PUT    /v1/binaries/{version}      a bundle (application/x-tar) -> BinaryPush: store that version
 //	POST   /v1/shutdown                stop every member and exit
 //
@@ -272,4 +273,14 @@ type CertRenewal struct {
 	OldSerial string    `json:"oldSerial"`
 	NewSerial string    `json:"newSerial"`
 	NotAfter  time.Time `json:"notAfter"`
+}
+
+// TrustBundle is what an agent answers to a trust bundle it installed
+// (PUT /v1/ca, during a CA rotation): its host's ca.crt, whether it
+// changed (false when it held that bundle already) and the CAs it holds
+// ("CN serial HEX").
+type TrustBundle struct {
+	File    string   `json:"file"`
+	Changed bool     `json:"changed"`
+	CAs     []string `json:"cas"`
 }

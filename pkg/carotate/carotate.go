@@ -18,15 +18,25 @@
 //     files only when it starts, so until it restarts it still accepts
 //     what the old CA signed.
 //
+// On a cluster with joined hosts each file step does the same for every
+// host through its agent's API after this machine's directory: step 2 and
+// step 5 push ca.crt to each host (PUT /v1/ca), step 3 reissues each
+// host's server, peer, agent and client certificates from the new CA
+// (their keys stay on the host; GET and PUT /v1/certs/NAME) and waits
+// until they are served; step 6 restarts each member through its own
+// host's agent. A host that cannot be reached or refuses fails the step
+// with an error naming it (the other hosts still done), and the plan
+// stays resumable.
+//
 // Every step is idempotent: re-run after a crash, it finds its work done
-// or finishes it. Only a single-host cluster (every member under the
-// local agent) is rotated; a cluster with joined hosts is refused.
+// or finishes it.
 package carotate
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/etcd-steward/steward/pkg/cluster"
@@ -48,10 +58,6 @@ const (
 	pollInterval = 500 * time.Millisecond
 )
 
-// ErrMultiHost: the cluster has joined hosts, whose trust bundles this
-// version does not rotate.
-var ErrMultiHost = errors.New("CA rotation of a cluster with joined hosts is not supported yet")
-
 // ErrTLSDisabled: the cluster runs without TLS; there is no CA to rotate.
 var ErrTLSDisabled = errors.New("the cluster runs without TLS: there is no CA to rotate")
 
@@ -60,19 +66,21 @@ func NewPlan(c *cluster.Cluster, now time.Time) (*plan.Plan, error) {
 	if c.Spec.TLS.Disabled {
 		return nil, ErrTLSDisabled
 	}
-	if hs := c.RemoteAgents(); len(hs) > 0 {
-		return nil, fmt.Errorf("%w (joined hosts: %v)", ErrMultiHost, hs)
-	}
 	p := &plan.Plan{ID: plan.NewID(plan.KindCARotation, now), Kind: plan.KindCARotation, Strategy: "phased",
 		State: plan.Pending, CreatedAt: now.UTC()}
 	add := func(kind, member, desc string) {
 		p.Steps = append(p.Steps, plan.Step{Index: len(p.Steps), Kind: kind, Member: member, Description: desc, State: plan.Pending})
 	}
 	add(StepPrepare, "", "create the new CA and its certificate cross-signed by the old one")
-	add(StepTrust, "", "trust the old and the new CA (ca.crt becomes the bundle of both)")
-	add(StepReissue, "", "reissue the server, peer and agent certificates from the new CA")
+	onHosts, hostClients := "", ""
+	if hs := c.RemoteAgents(); len(hs) > 0 {
+		onHosts = " here and on the hosts " + strings.Join(hs, ", ")
+		hostClients = " (on the hosts their client certificates too)"
+	}
+	add(StepTrust, "", "trust the old and the new CA (ca.crt becomes the bundle of both"+onHosts+")")
+	add(StepReissue, "", "reissue the server, peer and agent certificates from the new CA"+onHosts+hostClients)
 	add(StepClients, "", "reissue the admin and the issued client certificates from the new CA")
-	add(StepDrop, "", "make the new CA the CA and drop the old one from ca.crt (kept as ca-old.*)")
+	add(StepDrop, "", "make the new CA the CA and drop the old one from ca.crt"+onHosts+" (kept as ca-old.* here)")
 	for _, m := range c.Spec.Members {
 		add(StepRestart, m.Name, "restart "+m.Name+" so that it trusts the new CA alone")
 	}
@@ -142,9 +150,19 @@ func (e *Executor) Execute(ctx context.Context, p *plan.Plan, s *plan.Step) erro
 	case StepPrepare:
 		return pki.RotationPrepare(dir, c.Spec.Name, c.Validity())
 	case StepTrust:
-		return pki.RotationTrustBoth(dir)
+		if err := pki.RotationTrustBoth(dir); err != nil {
+			return err
+		}
+		return c.PushTrustBundle(ctx)
 	case StepReissue:
-		return e.reissue(dir, []string{"server", "peer", "agent"})
+		if err := e.reissue(dir, []string{"server", "peer", "agent"}); err != nil {
+			return err
+		}
+		rs, err := c.RotateHostLeaves(ctx, e.wait())
+		for _, r := range rs {
+			e.Progress.Say("  host %s: %s reissued by the new CA (serial %s)", r.Host, r.Name, r.NewSerial)
+		}
+		return err
 	case StepClients:
 		names, err := pki.Names(dir)
 		if err != nil {
@@ -158,11 +176,23 @@ func (e *Executor) Execute(ctx context.Context, p *plan.Plan, s *plan.Step) erro
 		}
 		return e.reissue(dir, clients)
 	case StepDrop:
-		return pki.RotationDrop(dir)
+		if err := pki.RotationDrop(dir); err != nil {
+			return err
+		}
+		return c.PushTrustBundle(ctx)
 	case StepRestart:
 		return e.restart(ctx, s.Member)
 	}
 	return fmt.Errorf("unknown step kind %q", s.Kind)
+}
+
+// wait is the bound of a health gate or of the wait for a host's leaves
+// served.
+func (e *Executor) wait() time.Duration {
+	if e.HealthTimeout > 0 {
+		return e.HealthTimeout
+	}
+	return defaultWait
 }
 
 // reissue reissues the named leaves that exist in dir.
@@ -227,10 +257,7 @@ func (e *Executor) restart(ctx context.Context, name string) error {
 		return fmt.Errorf("restart member %s: %w", name, err)
 	}
 	pid := ms.PID
-	wait := e.HealthTimeout
-	if wait <= 0 {
-		wait = defaultWait
-	}
+	wait := e.wait()
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	if err := c.WaitCaughtUp(wctx, name, pid, pollInterval); err != nil {

@@ -16,7 +16,8 @@ import (
 )
 
 // TestNewPlan: the phases in order, one restart per member after the drop;
-// a cluster without TLS or with joined hosts is refused.
+// a cluster without TLS is refused; one with joined hosts names them in
+// the steps that work on the hosts.
 func TestNewPlan(t *testing.T) {
 	newCluster := func(t *testing.T, edit func(*spec.Cluster)) *cluster.Cluster {
 		t.Helper()
@@ -36,13 +37,17 @@ func TestNewPlan(t *testing.T) {
 		edit  func(*spec.Cluster)
 		want  []string
 		error error
+		// desc, when set, is named by the trust, reissue and drop steps.
+		desc string
 	}{
 		{name: "three members", want: []string{StepPrepare, StepTrust, StepReissue, StepClients, StepDrop,
 			StepRestart + ":etcd-1", StepRestart + ":etcd-2", StepRestart + ":etcd-3"}},
 		{name: "no TLS", edit: func(s *spec.Cluster) { s.TLS.Disabled = true }, error: ErrTLSDisabled},
 		{name: "joined host", edit: func(s *spec.Cluster) {
 			s.Agents = append(s.Agents, spec.Agent{Name: "h2", Host: "10.0.0.2", Port: 2378})
-		}, error: ErrMultiHost},
+			s.Members[2].Agent = "h2"
+		}, want: []string{StepPrepare, StepTrust, StepReissue, StepClients, StepDrop,
+			StepRestart + ":etcd-1", StepRestart + ":etcd-2", StepRestart + ":etcd-3"}, desc: "h2"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -69,6 +74,9 @@ func TestNewPlan(t *testing.T) {
 					k += ":" + s.Member
 				}
 				got = append(got, k)
+				if tt.desc != "" && (s.Kind == StepTrust || s.Kind == StepReissue || s.Kind == StepDrop) && !strings.Contains(s.Description, tt.desc) {
+					t.Errorf("step %d (%s) does not name %s: %q", i, s.Kind, tt.desc, s.Description)
+				}
 			}
 			if len(got) != len(tt.want) {
 				t.Fatalf("steps %v, want %v", got, tt.want)

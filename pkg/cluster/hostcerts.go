@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"slices"
@@ -36,17 +37,13 @@ const hostCallTimeout = 10 * time.Second
 // and the others are still renewed. The renewals done are returned, with
 // Host set, whether or not an error is. A coordinator another machine took
 // over from (`steward takeover`) is refused (handover.ErrSuperseded) before
-// it signs anything.
+// it signs anything, and so is a renewal while a CA rotation runs
+// (pki.ErrRotationInProgress: the rotation reissues the hosts' leaves).
 func (c *Cluster) RenewHosts(ctx context.Context, names []string, force bool, timeout time.Duration) ([]pki.Renewal, error) {
 	if c.Spec.TLS.Disabled {
 		return nil, errors.New("renew host certificates: TLS is off in the spec")
 	}
-	var hosts []spec.Agent
-	for _, a := range c.Spec.Agents {
-		if a.Remote() {
-			hosts = append(hosts, a)
-		}
-	}
+	hosts := c.remoteHosts()
 	if len(hosts) == 0 {
 		return nil, nil
 	}
@@ -65,6 +62,11 @@ func (c *Cluster) RenewHosts(ctx context.Context, names []string, force bool, ti
 		return nil, fmt.Errorf("renew host certificates: %w", err)
 	}
 	defer lock.Release()
+	// A CA rotation reissues the hosts' leaves itself (RotateHostLeaves):
+	// a renewal by the old CA in between would undo its work.
+	if pki.RotationInProgress(c.CertDir()) {
+		return nil, fmt.Errorf("renew host certificates: %w", pki.ErrRotationInProgress)
+	}
 	// A coordinator another machine took over from signs nothing: the new
 	// one renews the hosts' leaves (its own loop), and two signers would
 	// race each other's pushes.
@@ -73,8 +75,17 @@ func (c *Cluster) RenewHosts(ctx context.Context, names []string, force bool, ti
 	}
 	var out []pki.Renewal
 	var errs []error
+	v := c.Validity()
+	dir := c.CertDir()
+	renew := func(cur *x509.Certificate, now time.Time) ([]byte, bool, error) {
+		if !force && !v.WithDefaults().Due(cur, now) {
+			return nil, true, nil
+		}
+		certPEM, _, err := pki.Reissue(dir, v, cur, now)
+		return certPEM, false, err
+	}
 	for _, h := range hosts {
-		rs, err := c.renewHost(ctx, h, leaves, force, timeout)
+		rs, err := c.renewHost(ctx, h, leaves, renew, false, timeout)
 		out = append(out, rs...)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("host %s: %w", h.Name, err))
@@ -102,15 +113,22 @@ func (c *Cluster) hostLeafCN(agent, leaf string) string {
 	}
 }
 
-// renewHost renews the leaves of one host (RenewHosts).
-func (c *Cluster) renewHost(ctx context.Context, h spec.Agent, leaves []string, force bool, timeout time.Duration) ([]pki.Renewal, error) {
+// hostSigner returns the reissue of a host's current leaf cur (PEM, what
+// the host installs), or skip when it needs none.
+type hostSigner func(cur *x509.Certificate, now time.Time) (certPEM []byte, skip bool, err error)
+
+// renewHost reissues the leaves of one host with sign (RenewHosts: the
+// CA; RotateHostLeaves: a CA rotation's next CA), pushes them, waits until
+// they are served and drops the previous ones. With settle, the leaves
+// sign skips (done already: a re-run) are waited for and their previous
+// copies dropped too, so a re-run after a crash between the push and the
+// drop leaves none behind.
+func (c *Cluster) renewHost(ctx context.Context, h spec.Agent, leaves []string, sign hostSigner, settle bool, timeout time.Duration) ([]pki.Renewal, error) {
 	ac, err := c.Agent(h.Name)
 	if err != nil {
 		return nil, err
 	}
-	v := c.Validity()
-	dir := c.CertDir()
-	var out []pki.Renewal
+	var out, settled []pki.Renewal
 	for _, name := range leaves {
 		cctx, cancel := context.WithTimeout(ctx, hostCallTimeout)
 		f, err := ac.HostCert(cctx, name)
@@ -118,18 +136,20 @@ func (c *Cluster) renewHost(ctx context.Context, h spec.Agent, leaves []string, 
 		if err != nil {
 			return out, fmt.Errorf("read its %s certificate: %w", name, err)
 		}
-		cur, err := pki.ParseCertPEM([]byte(f.PEM))
+		cur, _, err := pki.ParseLeafChainPEM([]byte(f.PEM))
 		if err != nil {
 			return out, fmt.Errorf("its %s certificate: %w", name, err)
 		}
 		if want := c.hostLeafCN(h.Name, name); cur.Subject.CommonName != want {
 			return out, fmt.Errorf("its %s certificate is for %q, not %q: not reissued", name, cur.Subject.CommonName, want)
 		}
-		now := time.Now()
-		if !force && !v.WithDefaults().Due(cur, now) {
+		certPEM, skip, err := sign(cur, time.Now())
+		if skip && err == nil {
+			if settle {
+				settled = append(settled, pki.Renewal{Host: h.Name, Name: name, NewSerial: fmt.Sprintf("%x", cur.SerialNumber)})
+			}
 			continue
 		}
-		certPEM, _, err := pki.Reissue(dir, v, cur, now)
 		if err != nil {
 			return out, fmt.Errorf("its %s certificate: %w", name, err)
 		}
@@ -141,13 +161,14 @@ func (c *Cluster) renewHost(ctx context.Context, h spec.Agent, leaves []string, 
 		}
 		out = append(out, pki.Renewal{Host: h.Name, Name: r.Name, File: r.File, OldSerial: r.OldSerial, NewSerial: r.NewSerial, NotAfter: r.NotAfter})
 	}
-	if len(out) == 0 {
+	all := append(slices.Clone(out), settled...)
+	if len(all) == 0 {
 		return nil, nil
 	}
-	if err := c.waitHostServed(ctx, h, out, timeout); err != nil {
+	if err := c.waitHostServed(ctx, h, all, timeout); err != nil {
 		return out, err
 	}
-	for _, r := range out {
+	for _, r := range all {
 		cctx, cancel := context.WithTimeout(ctx, hostCallTimeout)
 		err := ac.ForgetPreviousHostCert(cctx, r.Name)
 		cancel()

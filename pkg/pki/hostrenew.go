@@ -101,7 +101,9 @@ func HostLeafPath(dir, name string) (string, error) {
 // Every check comes before anything is written: the certificate parses
 // (ErrUnparsable), is for the key already in NAME.key (ErrKeyMismatch),
 // has the subject of the certificate it replaces (ErrNotSameLeaf), was
-// signed by the CA in dir (ErrNotSignedByCA) and is valid at now
+// signed by a CA of the bundle in dir (ErrNotSignedByCA; during a CA
+// rotation, the next CA, followed by that CA cross-signed by the old one,
+// the only CA certificates accepted after the leaf) and is valid at now
 // (ErrNotValidNow). Then, as Renew does, the current certificate is kept
 // as NAME.crt.prev and NAME.crt replaced by one atomic rename; the key
 // file is not touched. ForgetPrevious drops the copy once the new serial
@@ -111,15 +113,18 @@ func Install(dir, name string, certPEM []byte, now time.Time) (Renewal, error) {
 	if err != nil {
 		return Renewal{}, err
 	}
-	ca, err := readCert(filepath.Join(dir, CACert))
+	cas, err := readBundle(filepath.Join(dir, CACert))
 	if err != nil {
 		return Renewal{}, fmt.Errorf("install %s: CA: %w", name, err)
 	}
-	cur, key, err := loadLeaf(certPath, filepath.Join(dir, name+".key"), ca)
+	cur, key, err := loadLeaf(certPath, filepath.Join(dir, name+".key"), nil)
+	if err == nil && signerIn(cur, cas) == nil {
+		err = fmt.Errorf("%s (issuer %q): %w (%s)", certPath, cur.Issuer.CommonName, ErrNotSignedByCA, names(cas))
+	}
 	if err != nil {
 		return Renewal{}, fmt.Errorf("install %s: the current certificate: %w", name, err)
 	}
-	nc, err := ParseCertPEM(certPEM)
+	nc, chain, err := ParseLeafChainPEM(certPEM)
 	if err != nil {
 		return Renewal{}, fmt.Errorf("install %s: the certificate sent: %w", name, err)
 	}
@@ -130,8 +135,15 @@ func Install(dir, name string, certPEM []byte, now time.Time) (Renewal, error) {
 	if nc.Subject.String() != cur.Subject.String() || nc.IsCA {
 		return Renewal{}, fmt.Errorf("install %s: the certificate sent (subject %q): %w (subject %q)", name, nc.Subject.String(), ErrNotSameLeaf, cur.Subject.String())
 	}
-	if err := nc.CheckSignatureFrom(ca); err != nil {
-		return Renewal{}, fmt.Errorf("install %s: the certificate sent (issuer %q): %w (%q)", name, nc.Issuer.CommonName, ErrNotSignedByCA, ca.Subject.CommonName)
+	if signerIn(nc, cas) == nil {
+		return Renewal{}, fmt.Errorf("install %s: the certificate sent (issuer %q): %w (%s)", name, nc.Issuer.CommonName, ErrNotSignedByCA, names(cas))
+	}
+	// The CA certificates served after the leaf (a rotation's cross-signed
+	// CA) may only be another signature of a CA this host trusts.
+	for _, c := range chain {
+		if !trustedKey(c, cas) {
+			return Renewal{}, fmt.Errorf("install %s: the CA certificate sent after the leaf (%q): %w: it is none of this host's CAs (%s)", name, c.Subject.CommonName, ErrNotSignedByCA, names(cas))
+		}
 	}
 	if now.Before(nc.NotBefore) || !now.Before(nc.NotAfter) {
 		return Renewal{}, fmt.Errorf("install %s: the certificate sent: %w (valid %s to %s, now %s)", name, ErrNotValidNow,
@@ -144,7 +156,11 @@ func Install(dir, name string, certPEM []byte, now time.Time) (Renewal, error) {
 	if err := atomicfile.WriteFile(certPath+PrevSuffix, old, 0o644); err != nil {
 		return Renewal{}, fmt.Errorf("install %s: keep the previous certificate: %w", name, err)
 	}
-	if err := atomicfile.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: nc.Raw}), 0o644); err != nil {
+	data := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: nc.Raw})
+	for _, c := range chain {
+		data = append(data, pemCert(c.Raw)...)
+	}
+	if err := atomicfile.WriteFile(certPath, data, 0o644); err != nil {
 		return Renewal{}, fmt.Errorf("install %s: %w", name, err)
 	}
 	return Renewal{Name: name, File: certPath, OldSerial: fmt.Sprintf("%x", cur.SerialNumber),

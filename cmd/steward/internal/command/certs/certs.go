@@ -262,7 +262,9 @@ member restarts without it. Copies of client certificates made with --out are no
 updated: copy pki/clients/NAME.crt and pki/ca.crt again.
 
 Killed or failed halfway, ` + "`steward plan resume`" + ` finishes it and
-` + "`steward plan abort`" + ` stops it. Only single-host clusters are rotated.`,
+` + "`steward plan abort`" + ` stops it. On a cluster with joined hosts, each host's ca.crt
+and leaves are replaced through its agent (its keys stay on the host) and its members
+restarted by it; a host that cannot be reached fails the step, naming it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// Refused before the agent is started for it.

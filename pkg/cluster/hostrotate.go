@@ -1,0 +1,115 @@
+package cluster
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/etcd-steward/steward/pkg/agentapi"
+	"github.com/etcd-steward/steward/pkg/pki"
+	"github.com/etcd-steward/steward/pkg/spec"
+)
+
+// The joined hosts' part of a CA rotation (package carotate): the caller
+// holds the certificate lock (LockCertificates) and has done the same work
+// in this machine's certificate directory first.
+
+// remoteHosts returns the spec's agents on joined hosts.
+func (c *Cluster) remoteHosts() []spec.Agent {
+	var hosts []spec.Agent
+	for _, a := range c.Spec.Agents {
+		if a.Remote() {
+			hosts = append(hosts, a)
+		}
+	}
+	return hosts
+}
+
+// PushTrustBundle hands this machine's trust bundle (ca.crt: during a CA
+// rotation old + new, then new alone) to every joined host's agent (PUT
+// /v1/ca), which checks it against the host's leaves and the coordinator's
+// certificate and installs it as the host's ca.crt (one atomic rename; the
+// same bundle again changes nothing, so a re-run is safe). Every host is
+// tried; those that fail (unreachable: each call waits at most 10 s; a
+// refusal) are returned in the joined error, each naming its host.
+func (c *Cluster) PushTrustBundle(ctx context.Context) error {
+	hosts := c.remoteHosts()
+	if len(hosts) == 0 {
+		return nil
+	}
+	if err := c.checkCoordinator(ctx); err != nil {
+		return fmt.Errorf("push the trust bundle: refusing: %w", err)
+	}
+	b, err := os.ReadFile(filepath.Join(c.CertDir(), pki.CACert))
+	if err != nil {
+		return fmt.Errorf("push the trust bundle: %w", err)
+	}
+	var errs []error
+	for _, h := range hosts {
+		tb, err := c.pushTrustBundle(ctx, h, b)
+		if err == nil && tb.Changed {
+			c.Progress.Say("  host %s trusts %v", h.Name, tb.CAs)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("host %s: install the trust bundle: %w", h.Name, err))
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// pushTrustBundle hands bundle to host h's agent (PushTrustBundle).
+func (c *Cluster) pushTrustBundle(ctx context.Context, h spec.Agent, bundle []byte) (agentapi.TrustBundle, error) {
+	ac, err := c.Agent(h.Name)
+	if err != nil {
+		return agentapi.TrustBundle{}, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, hostCallTimeout)
+	defer cancel()
+	return ac.PutTrustBundle(cctx, bundle)
+}
+
+// RotateHostLeaves reissues the leaves of every joined host
+// (pki.HostLeafNames) from the next CA of the CA rotation in this
+// machine's certificate directory (pki.RotationReissueHost: the host's
+// key kept, the leaf followed by the next CA cross-signed by the old one,
+// so a member that still trusts the old CA alone verifies it), pushes them
+// (PUT /v1/certs/NAME), waits within timeout until the host's agent and
+// members serve them in live handshakes, and drops the previous ones. A
+// leaf the next CA signed already is left alone (a re-run), and its
+// previous copy, if a crash left one, dropped once it is served. Every host is
+// tried; the failures are joined, each naming its host.
+func (c *Cluster) RotateHostLeaves(ctx context.Context, timeout time.Duration) ([]pki.Renewal, error) {
+	hosts := c.remoteHosts()
+	if len(hosts) == 0 {
+		return nil, nil
+	}
+	if err := c.checkCoordinator(ctx); err != nil {
+		return nil, fmt.Errorf("CA rotation of the hosts' certificates: refusing to sign: %w", err)
+	}
+	v := c.Validity()
+	dir := c.CertDir()
+	sign := func(cur *x509.Certificate, now time.Time) ([]byte, bool, error) {
+		certPEM, _, done, err := pki.RotationReissueHost(dir, v, cur, now)
+		return certPEM, done, err
+	}
+	var out []pki.Renewal
+	var errs []error
+	for _, h := range hosts {
+		rs, err := c.renewHost(ctx, h, pki.HostLeafNames, sign, true, timeout)
+		out = append(out, rs...)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("host %s: %w", h.Name, err))
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return out, errors.Join(errs...)
+}

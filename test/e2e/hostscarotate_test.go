@@ -1,0 +1,206 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/etcd-steward/steward/internal/crashpoint"
+	"github.com/etcd-steward/steward/pkg/carotate"
+	"github.com/etcd-steward/steward/pkg/pki"
+	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/test/harness"
+	"github.com/etcd-steward/steward/test/workload"
+)
+
+// TestHostsCARotation: `steward certs rotate-ca` on three members on three
+// joined hosts, under a writer that re-reads the coordinator's ca.crt and
+// its issued certificate at each connection, killed with SIGKILL once
+// after the hosts' leaves were reissued (before that step is recorded
+// done), resumed once with a follower's host cut off (the step fails
+// naming the host, the plan stays resumable) and finished by `steward plan
+// resume` once the host is back: no write fails and every
+// acknowledged one is there; every host's ca.crt is the coordinator's new
+// CA alone; every member's client and peer port and every host's agent
+// serves a certificate the new CA signed in a live handshake; a client
+// certificate of the old CA is refused by every member while its
+// reissued twin (same key) is accepted; Steward still reaches every agent.
+func TestHostsCARotation(t *testing.T) {
+	hs := harness.NewHosts(t, 3)
+	hs.Init("3.6.16")
+	hs.StartAgents()
+	hs.MustRun("up")
+	hs.WaitStatus(time.Minute, "three healthy members on three hosts", harness.Healthy)
+	s := hs.Spec()
+	dir := s.CertDir(hs.Dir)
+	oldCA, err := os.ReadFile(filepath.Join(dir, pki.CACert))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := filepath.Join(t.TempDir(), "old")
+	hs.MustRun("certs", "issue-client", "writer", "--out", old)
+	var eps []string
+	for _, m := range s.Members {
+		eps = append(eps, m.ClientURL)
+	}
+	tc := followingTLS(filepath.Join(dir, pki.CACert), filepath.Join(dir, pki.ClientsDir, "writer.crt"), filepath.Join(dir, pki.ClientsDir, "writer.key"))
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, TLS: tc, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	// Attempts and timeout as TestHostsCertRenewal's: a write held up by
+	// the host cut off below is retried until the host is back.
+	w := workload.Start(t, cli, workload.Options{Prefix: "/hostscarotate", Interval: 20 * time.Millisecond, Attempts: 20, Timeout: 3 * time.Second})
+	harness.Eventually(t, 20*time.Second, 50*time.Millisecond, "writes acknowledged", w.AckedAbove(20))
+
+	// Killed after the reissue step acted, before it is recorded done: the
+	// resume runs it again (every host leaf found signed by the new CA).
+	reissue := 2
+	point := crashpoint.Indexed(crashpoint.PlanStepAfter, reissue)
+	so, se, err := hs.RunEnv([]string{crashpoint.EnvVar + "=" + point}, "certs", "rotate-ca")
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || !strings.Contains(se, "crashpoint: "+point+"\n") {
+		t.Fatalf("rotate-ca with %s: %v; want it killed there\nstdout: %s\nstderr: %s", point, err, so, se)
+	}
+	if ws, ok := ee.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("rotate-ca ended with %v, want SIGKILL", err)
+	}
+	p := latestPlan(t, hs.Env)
+	if p.Kind != plan.KindCARotation || p.State != plan.Running || p.Steps[reissue].Kind != carotate.StepReissue || p.Steps[reissue].State != plan.Running {
+		t.Fatalf("after the kill: %s", stepStates(p))
+	}
+	// The hosts trust both CAs and serve leaves of the new one already.
+	for _, h := range hs.Hosts {
+		b, err := os.ReadFile(filepath.Join(h.Dir, "pki", pki.CACert))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := bytes.Count(b, []byte("BEGIN CERTIFICATE")); n != 2 || !bytes.HasPrefix(b, oldCA) {
+			t.Errorf("host %s ca.crt mid-rotation holds %d certificates, want the old CA and the new", h.Name, n)
+		}
+	}
+	// A resume with a follower's host cut off fails the step naming the
+	// host (the other hosts' leaves found done) and leaves the plan to
+	// resume; once the host is back, the resume finishes the rotation.
+	var victim *harness.AgentHost
+	for _, m := range hs.Status().Members {
+		if m.Role == "follower" {
+			victim = hs.Host(m.Agent)
+			break
+		}
+	}
+	victim.Cut(t)
+	_, se, err = hs.Run("plan", "resume")
+	victim.Heal(t)
+	if err == nil || !strings.Contains(se, "host "+victim.Name+": read its server certificate") || !strings.Contains(se, "unreachable") {
+		t.Fatalf("plan resume with host %s cut off: %v, stderr %s; want exit 1 naming the host", victim.Name, err, se)
+	}
+	if p = latestPlan(t, hs.Env); p.State != plan.Failed || p.Steps[reissue].State != plan.Failed {
+		t.Fatalf("after the resume with a host cut off: %s", stepStates(p))
+	}
+	hs.WaitStatus(time.Minute, "healthy once the host is back", harness.Healthy)
+	hs.MustRun("plan", "resume")
+	p = latestPlan(t, hs.Env)
+	if p.State != plan.Done || p.Steps[reissue].Attempts != 3 {
+		t.Fatalf("after the resume: %s (reissue step attempts %d, want 3)", stepStates(p), p.Steps[reissue].Attempts)
+	}
+	st := hs.WaitStatus(time.Minute, "a healthy cluster after the rotation", harness.Healthy)
+	harness.Eventually(t, 20*time.Second, 50*time.Millisecond, "writes acknowledged after the rotation", w.AckedAbove(w.Acked()+20))
+	r := w.Stop()
+	t.Logf("writer: %s", r)
+	if len(r.Failed) > 0 {
+		t.Errorf("%d writes failed, first: %+v", len(r.Failed), r.Failed[0])
+	}
+	if len(r.Acked) == 0 {
+		t.Error("no write was acknowledged")
+	}
+	workload.RequireKeys(t, cli, r)
+
+	ca, err := os.ReadFile(filepath.Join(dir, pki.CACert))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Equal(ca, oldCA) || bytes.Count(ca, []byte("BEGIN CERTIFICATE")) != 1 {
+		t.Fatalf("ca.crt after the rotation is not one new CA:\n%s", ca)
+	}
+	newCA, err := pki.ParseCertPEM(ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hs.Hosts {
+		if b, _ := os.ReadFile(filepath.Join(h.Dir, "pki", pki.CACert)); !bytes.Equal(b, ca) {
+			t.Errorf("host %s ca.crt is not the new CA alone:\n%s", h.Name, b)
+		}
+		if prev, _ := filepath.Glob(filepath.Join(h.Dir, "pki", "*"+pki.PrevSuffix)); len(prev) > 0 {
+			t.Errorf("host %s: previous certificates left: %v", h.Name, prev)
+		}
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(newCA)
+	servedByNew := func(what, hostPort string) {
+		t.Helper()
+		c, err := pki.ServedCert(t.Context(), hostPort, pool, nil)
+		if err == nil && c.CheckSignatureFrom(newCA) != nil {
+			err = errors.New("not signed by the new CA directly")
+		}
+		if err != nil {
+			t.Errorf("%s (%s) after the rotation: %v", what, hostPort, err)
+		}
+	}
+	for _, m := range st.Members {
+		sm, _ := s.Member(m.Name)
+		for _, u := range []string{sm.ClientURL, sm.PeerURL} {
+			hp, err := spec.HostPort(u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			servedByNew("member "+m.Name, hp)
+		}
+	}
+	for _, a := range s.Agents {
+		if a.Remote() {
+			servedByNew("agent "+a.Name, strings.TrimPrefix(a.Endpoint(), "https://"))
+		}
+	}
+	// The old CA's client certificate is refused by every member, the
+	// reissued one (same key) accepted, both with the old CA as the
+	// client's only root (the members serve the new CA cross-signed by it).
+	get := func(ep, cert, key string) error {
+		tc, err := pki.ClientTLSFiles(filepath.Join(old, pki.CACert), cert, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, TLS: tc, DialTimeout: 3 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		_, err = c.Get(ctx, "/hostscarotate", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		return err
+	}
+	for _, m := range s.Members {
+		if err := get(m.ClientURL, filepath.Join(old, "writer.crt"), filepath.Join(old, "writer.key")); err == nil {
+			t.Errorf("%s accepted a client certificate of the old CA after the rotation", m.Name)
+		}
+		if err := get(m.ClientURL, filepath.Join(dir, pki.ClientsDir, "writer.crt"), filepath.Join(old, "writer.key")); err != nil {
+			t.Errorf("%s refused the reissued client certificate (old CA as the client's root): %v", m.Name, err)
+		}
+	}
+	// Steward reaches every host's agent with its new admin certificate.
+	hs.MustRun("certs", "list")
+}
