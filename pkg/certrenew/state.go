@@ -127,4 +127,3 @@ func nextRenewal(dir string) time.Time {
 	}
 	return next
 }
-
