@@ -46,15 +46,6 @@ func (r *recorder) update(now time.Time, log *slog.Logger, f func(*cluster.Renew
 	}
 }
 
-// state returns a copy of the state.
-func (r *recorder) state() cluster.RenewalState {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	st := r.st
-	st.LastRenewed = slices.Clone(st.LastRenewed)
-	return st
-}
-
 // heartbeat records the state now and every cluster.RenewalHeartbeat
 // until ctx is done.
 func (r *recorder) heartbeat(ctx context.Context, log *slog.Logger) {

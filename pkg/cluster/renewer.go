@@ -16,6 +16,7 @@ import (
 
 	"github.com/etcd-steward/steward/internal/atomicfile"
 	"github.com/etcd-steward/steward/internal/childenv"
+	"github.com/etcd-steward/steward/internal/filelock"
 	"github.com/etcd-steward/steward/internal/proc"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/spec"
@@ -78,6 +79,11 @@ func (c *Cluster) EnsureRenewer(ctx context.Context, exe string) (started bool, 
 	defer lock.Release()
 	if c.RenewerPID() != 0 {
 		return false, nil
+	}
+	// One that died (not stopped by `down`): say so, it explains a gap
+	// in the renewals.
+	if rs, err := c.Renewal(time.Now()); err == nil && rs.PID != 0 && rs.StoppedAt.IsZero() && !proc.Alive(rs.PID) {
+		c.Progress.Say("the certificate renewal process (pid %d) is gone (last heartbeat %s): starting it again", rs.PID, rs.Heartbeat.Local().Format(time.RFC3339))
 	}
 	if exe == "" {
 		if exe, err = os.Executable(); err != nil {
@@ -283,4 +289,44 @@ func renewalCondition(rs *RenewalStatus, err error, alive bool, now time.Time) C
 func (c *Cluster) renewalStatus(now time.Time) (*RenewalStatus, Condition) {
 	rs, err := c.Renewal(now)
 	return rs, renewalCondition(rs, err, rs.PID != 0 && proc.Alive(rs.PID), now)
+}
+
+// ErrRenewerRunning is returned by HoldRenewer when another renewal process
+// of the directory holds it.
+var ErrRenewerRunning = errors.New("another certificate renewal process runs for this directory")
+
+// HoldRenewer makes the calling process this directory's one certificate
+// renewal process (`steward certs renew --watch`, however it was started:
+// by `steward up` or by systemd): it takes DIR/run/certrenew.lock, held
+// until release, and records its pid in DIR/run/certrenew.pid, so `up`
+// finds it running and `down` stops it. A second one is refused with
+// ErrRenewerRunning, naming the first one's pid. release removes the pid
+// file (when it still names this process) and the lock.
+func (c *Cluster) HoldRenewer() (release func(), err error) {
+	run := filepath.Join(c.Dir, "run")
+	if err := os.MkdirAll(run, 0o700); err != nil {
+		return nil, fmt.Errorf("certificate renewal: %w", err)
+	}
+	lock, err := filelock.TryLock(filepath.Join(run, "certrenew.lock"))
+	if errors.Is(err, filelock.ErrHeld) {
+		if pid := c.RenewerPID(); pid != 0 {
+			return nil, fmt.Errorf("%w: pid %d (%s)", ErrRenewerRunning, pid, c.Dir)
+		}
+		return nil, fmt.Errorf("%w (%s)", ErrRenewerRunning, c.Dir)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("certificate renewal: %w", err)
+	}
+	pidFile := filepath.Join(run, RenewerPIDFile)
+	me := strconv.Itoa(os.Getpid()) + "\n"
+	if err := atomicfile.WriteFile(pidFile, []byte(me), 0o600); err != nil {
+		lock.Release()
+		return nil, fmt.Errorf("write the certificate renewal's pid file: %w", err)
+	}
+	return func() {
+		if b, err := os.ReadFile(pidFile); err == nil && string(b) == me {
+			_ = os.Remove(pidFile)
+		}
+		lock.Release()
+	}, nil
 }
