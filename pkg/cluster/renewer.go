@@ -219,9 +219,9 @@ type RenewalStatus struct {
 // stopped or does not respond, Unknown when it never reported.
 const CondCertificateRenewal = "CertificateRenewal"
 
-// Renewal reads this directory's certificate renewal state; nil (with
-// no error) when the loop never recorded one. Its Running is computed
-// at now.
+// Renewal reads this directory's certificate renewal state, with who
+// must run the loop here (Process, Log); PID is 0 when no loop ever
+// recorded one. Running is computed at now.
 func (c *Cluster) Renewal(now time.Time) (*RenewalStatus, error) {
 	rs := &RenewalStatus{Process: "agent"}
 	if c.NeedsRenewer() {
