@@ -65,13 +65,15 @@ func TestHostsRenewerRestart(t *testing.T) {
 		return nil
 	})
 	// The JSON field names are the documented ones.
-	var raw map[string]map[string]any
+	var raw struct {
+		CertificateRenewal map[string]any `json:"certificateRenewal"`
+	}
 	if err := json.Unmarshal([]byte(hs.MustRun("status", "-o", "json")), &raw); err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range []string{"running", "process", "log", "pid", "startedAt", "heartbeat", "lastRound", "nextRenewal"} {
-		if _, ok := raw["certificateRenewal"][f]; !ok {
-			t.Errorf("status -o json: certificateRenewal has no %q: %v", f, raw["certificateRenewal"])
+		if _, ok := raw.CertificateRenewal[f]; !ok {
+			t.Errorf("status -o json: certificateRenewal has no %q: %v", f, raw.CertificateRenewal)
 		}
 	}
 
