@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/etcd-steward/steward/pkg/pki"
+	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/test/harness"
 	"github.com/etcd-steward/steward/test/workload"
 )
@@ -157,6 +158,19 @@ func BenchmarkCARotation(b *testing.B) {
 		br := underWrites(b, cli, stallOptions(), "base", renewWindow, nil)
 		cli.Close()
 
+		// Where the stalls fell: each step of the rotation's plan, its
+		// time and the longest gap overlapping it.
+		var p plan.Plan
+		if err := json.Unmarshal([]byte(e.MustRun("plan", "show", "-o", "json")), &p); err != nil {
+			b.Fatal(err)
+		}
+		for _, st := range p.Steps {
+			if st.StartedAt == nil || st.EndedAt == nil {
+				continue
+			}
+			gap := gapDuring(rr.r, [][2]time.Time{{*st.StartedAt, *st.EndedAt}})
+			b.Logf("  step %d %s %s: %s, longest gap %.1f ms", st.Index, st.Kind, st.Member, st.EndedAt.Sub(*st.StartedAt).Round(time.Millisecond), ms(gap))
+		}
 		b.ReportMetric(took.Seconds(), "rotation-s")
 		rr.report(b, "rotation", "rotate", fmt.Sprintf("CA rotation (certs rotate-ca, took %v)", took.Round(10*time.Millisecond)))
 		br.report(b, "baseline", "", "baseline (no rotation)")
