@@ -82,7 +82,7 @@ func TestRoundRenewsHosts(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the host's certificates were not renewed within 10s of their renewal point")
 		}
-		if _, err := round(t.Context(), dir, log); err != nil {
+		if _, _, err := round(t.Context(), dir, log); err != nil {
 			t.Fatal(err)
 		}
 		if !renewed() {

@@ -32,11 +32,24 @@ import (
 
 // Run renews the certificates of the Steward directory dir until ctx is
 // done. It checks every tenth of the renewal margin (at least every
-// second, at most every minute).
+// second, at most every minute). It records that it is alive, and what it
+// did, in the directory's renewal state (cluster.RenewalStatePath: every
+// cluster.RenewalHeartbeat, and after each round), which `steward status`
+// reports (cluster.CondCertificateRenewal); when ctx is done it records
+// that it stopped.
 func Run(ctx context.Context, dir string, log *slog.Logger) {
+	rec := newRecorder(dir, os.Getpid(), time.Now())
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		rec.heartbeat(ctx, log)
+	}()
 	var warned string // the last warning logged, so a lasting problem logs once
 	for ctx.Err() == nil {
-		wait, err := round(ctx, dir, log)
+		wait, rs, err := round(ctx, dir, log)
+		if ctx.Err() == nil {
+			rec.round(time.Now(), rs, err, nextRenewal(dir))
+		}
 		if err != nil && ctx.Err() == nil && err.Error() != warned {
 			log.Warn("certificate renewal", "err", err)
 			warned = err.Error()
@@ -50,31 +63,43 @@ func Run(ctx context.Context, dir string, log *slog.Logger) {
 		}
 		t.Stop()
 	}
+	<-hbDone
+	rec.stop(time.Now(), log)
 }
 
-// round renews what is due once and returns how long to wait for the next.
-func round(ctx context.Context, dir string, log *slog.Logger) (time.Duration, error) {
+// round renews what is due once and returns how long to wait for the
+// next, and what it renewed.
+func round(ctx context.Context, dir string, log *slog.Logger) (time.Duration, []pki.Renewal, error) {
+	wait, rs, err := renewDue(ctx, dir)
+	for _, r := range rs {
+		log.Info("certificate renewed", "host", r.Host, "name", r.Name, "file", r.File, "oldSerial", r.OldSerial, "newSerial", r.NewSerial, "notAfter", r.NotAfter)
+	}
+	return wait, rs, err
+}
+
+// renewDue is round without the log.
+func renewDue(ctx context.Context, dir string) (time.Duration, []pki.Renewal, error) {
+	var rs []pki.Renewal
 	c, err := cluster.Open(dir)
 	if errors.Is(err, cluster.ErrNoSpec) {
-		return 5 * time.Second, nil // a host the coordinator has not handed the spec yet
+		return 5 * time.Second, rs, nil // a host the coordinator has not handed the spec yet
 	}
 	if err != nil {
-		return 5 * time.Second, err
+		return 5 * time.Second, rs, err
 	}
 	if c.Spec.TLS.Disabled || c.Spec.IsExternal() {
 		// An attached cluster's certificates are the operator's: never renewed here.
-		return time.Minute, nil
+		return time.Minute, rs, nil
 	}
 	v := c.Validity().WithDefaults()
 	wait := min(max(v.RenewBefore/10, time.Second), time.Minute)
 	names, err := c.HostLeaves()
 	if err != nil {
-		return wait, err
+		return wait, rs, err
 	}
 	// Wait for the members at most half the margin: the next round must
 	// come well before the renewed certificates would be due again.
 	served := min(max(v.RenewBefore/2, 5*time.Second), time.Minute)
-	var rs []pki.Renewal
 	if len(names) > 0 {
 		rs, err = c.RenewCerts(ctx, names, false, served)
 	}
@@ -86,25 +111,22 @@ func round(ctx context.Context, dir string, log *slog.Logger) (time.Duration, er
 		rs = append(rs, hrs...)
 		err = errors.Join(err, herr)
 	}
-	for _, r := range rs {
-		log.Info("certificate renewed", "host", r.Host, "name", r.Name, "file", r.File, "oldSerial", r.OldSerial, "newSerial", r.NewSerial, "notAfter", r.NotAfter)
-	}
 	if errors.Is(err, pki.ErrRotationInProgress) {
 		// A CA rotation whose plan reissues every leaf: wait for it, but
 		// say so when no plan is running it (aborted): renewals would
 		// otherwise stop without a word until the certificates expire.
 		if p, perr := c.Plans().Latest(); perr == nil && !p.Active() {
-			return wait, fmt.Errorf("renewals wait for a CA rotation that is not running (plan %s is %s; %s is still there): run `steward certs rotate-ca` to finish it", p.ID, p.State, pki.CANextCert)
+			return wait, rs, fmt.Errorf("renewals wait for a CA rotation that is not running (plan %s is %s; %s is still there): run `steward certs rotate-ca` to finish it", p.ID, p.State, pki.CANextCert)
 		}
-		return wait, nil
+		return wait, rs, nil
 	}
 	if errors.Is(err, cluster.ErrRenewalRunning) {
-		return wait, nil // another renewal
+		return wait, rs, nil // another renewal
 	}
 	if errors.Is(err, pki.ErrNoCAKey) {
-		return wait, errors.New("this host's certificates are due for renewal and its directory holds no CA key: the coordinator renews them through this agent's API (its renewal loop or `steward certs renew`); check that it reaches this host (docs/certificates.md)")
+		return wait, rs, errors.New("this host's certificates are due for renewal and its directory holds no CA key: the coordinator renews them through this agent's API (its renewal loop or `steward certs renew`); check that it reaches this host (docs/certificates.md)")
 	}
-	return wait, err
+	return wait, rs, err
 }
 
 // hasCAKey reports whether the cluster's certificate directory holds the

@@ -55,7 +55,7 @@ func TestRound(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the server certificate was not renewed within 10s of its renewal point")
 		}
-		wait, err := round(t.Context(), dir, log)
+		wait, _, err := round(t.Context(), dir, log)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -83,7 +83,7 @@ func TestRound(t *testing.T) {
 	renewed := serialOf(t, f.ServerCert)
 	deadline = time.Now().Add(10 * time.Second)
 	for {
-		_, err := round(t.Context(), dir, log)
+		_, _, err := round(t.Context(), dir, log)
 		if err != nil {
 			if want := "holds no CA key"; !contains(err.Error(), want) {
 				t.Fatalf("without the CA key: %v, want %q", err, want)
@@ -119,14 +119,14 @@ func TestRoundSaysWhenARotationStalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.DiscardHandler)
-	if _, err := round(t.Context(), dir, log); err != nil {
+	if _, _, err := round(t.Context(), dir, log); err != nil {
 		t.Fatalf("round under a running rotation: %v, want a quiet wait", err)
 	}
 	p.State = plan.Aborted
 	if err := store.Save(p); err != nil {
 		t.Fatal(err)
 	}
-	_, err := round(t.Context(), dir, log)
+	_, _, err := round(t.Context(), dir, log)
 	if err == nil || !strings.Contains(err.Error(), "ca-rotation-1") || !strings.Contains(err.Error(), "steward certs rotate-ca") {
 		t.Fatalf("round under an aborted rotation: %v, want the plan named and what to run", err)
 	}

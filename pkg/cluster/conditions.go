@@ -156,7 +156,19 @@ func (c *Cluster) conditions(ctx context.Context, st *Status, now time.Time) []C
 			live = max(live, m.Revision)
 		}
 	}
-	return []Condition{ready, all, c.backupCondition(ctx, now, live), c.upgradeCondition(), c.certificatesCondition(ctx, now)}
+	conds := []Condition{ready, all, c.backupCondition(ctx, now, live), c.upgradeCondition(), c.certificatesCondition(ctx, now)}
+	if c.renews() {
+		_, cond := c.renewalStatus(now)
+		conds = append(conds, cond)
+	}
+	return conds
+}
+
+// renews reports whether Steward renews this cluster's certificates: TLS
+// is on and the cluster is not an attached one (its certificates are the
+// operator's).
+func (c *Cluster) renews() bool {
+	return c.Spec != nil && !c.Spec.TLS.Disabled && !c.Spec.IsExternal()
 }
 
 // certificatesCondition reads the inventory and computes CertificatesReady.

@@ -30,6 +30,10 @@ type Status struct {
 	Conditions []Condition    `json:"conditions"`
 	// Agents is each agent (one per host) as the command found it.
 	Agents []AgentStatus `json:"agents"`
+	// CertificateRenewal is this directory's certificate renewal loop
+	// (CondCertificateRenewal); absent with TLS off and for an attached
+	// cluster, whose certificates Steward does not renew.
+	CertificateRenewal *RenewalStatus `json:"certificateRenewal,omitempty"`
 }
 
 // AgentStatus is one agent as a status probe reached it.
@@ -478,7 +482,11 @@ func (c *Cluster) Status(ctx context.Context) (*Status, error) {
 	}
 	st.Cluster.VotingMembers, st.Cluster.Learners = countRoles(listed, probes)
 	sort.SliceStable(st.Members, func(i, j int) bool { return st.Members[i].Name < st.Members[j].Name })
-	st.Conditions = c.conditions(ctx, st, time.Now())
+	now := time.Now()
+	if c.renews() {
+		st.CertificateRenewal, _ = c.renewalStatus(now)
+	}
+	st.Conditions = c.conditions(ctx, st, now)
 	return st, nil
 }
 

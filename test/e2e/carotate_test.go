@@ -3,9 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -19,36 +16,6 @@ import (
 	"github.com/etcd-steward/steward/test/harness"
 	"github.com/etcd-steward/steward/test/workload"
 )
-
-// followingTLS is the TLS config of a client that follows the plan: it
-// reads its certificate and the CA bundle from their files at each new
-// connection. (It checks the server's chain against the bundle; the
-// server's name is not checked: a test client, every member on 127.0.0.1.)
-func followingTLS(caFile, certFile, keyFile string) *tls.Config {
-	return &tls.Config{
-		MinVersion: tls.VersionTLS12,
-		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-			pair, err := tls.LoadX509KeyPair(certFile, keyFile)
-			return &pair, err
-		},
-		InsecureSkipVerify: true, // verified below, against the bundle of now
-		VerifyConnection: func(cs tls.ConnectionState) error {
-			pool, err := pki.CAPool(caFile)
-			if err != nil {
-				return err
-			}
-			if len(cs.PeerCertificates) == 0 {
-				return errors.New("no server certificate")
-			}
-			inter := x509.NewCertPool()
-			for _, c := range cs.PeerCertificates[1:] {
-				inter.AddCert(c)
-			}
-			_, err = cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter})
-			return err
-		},
-	}
-}
 
 // TestCARotationUnderWrites: `steward certs rotate-ca` on three members on
 // one host, killed with SIGKILL before and after every step's action in
@@ -78,7 +45,7 @@ func TestCARotationUnderWrites(t *testing.T) {
 	for _, m := range s.Members {
 		eps = append(eps, m.ClientURL)
 	}
-	tc := followingTLS(filepath.Join(dir, pki.CACert), filepath.Join(dir, pki.ClientsDir, "writer.crt"), filepath.Join(dir, pki.ClientsDir, "writer.key"))
+	tc := harness.FollowingTLS(filepath.Join(dir, pki.CACert), filepath.Join(dir, pki.ClientsDir, "writer.crt"), filepath.Join(dir, pki.ClientsDir, "writer.key"))
 	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, TLS: tc, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)

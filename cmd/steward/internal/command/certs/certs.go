@@ -104,7 +104,11 @@ With --watch it renews automatically instead, until stopped (SIGTERM): the renew
 loop an agent runs (this machine's leaves and, where the directory holds the CA key,
 the joined hosts' ones, each at its renewal point), logging to stderr. ` + "`steward up`" + `
 starts it in the background on the coordinator of a multi-host cluster that runs no
-local agent (DIR/run/certrenew.pid, DIR/logs/certrenew.log); ` + "`steward down`" + ` stops it.`,
+local agent (DIR/run/certrenew.pid, DIR/logs/certrenew.log), and starts it again when
+it is gone; ` + "`steward down`" + ` stops it. To have it restarted whenever it dies, run it under
+systemd instead (deploy/systemd/steward-certrenew.service; ` + "`up`" + ` then finds it running).
+Only one runs per directory: a second is refused. It records a heartbeat in
+DIR/status/certrenew.json, which ` + "`steward status`" + ` reports (CertificateRenewal).`,
 		RunE: func(cmd *cobra.Command, names []string) error {
 			if err := g.CheckOutput(); err != nil {
 				return err
@@ -126,6 +130,13 @@ local agent (DIR/run/certrenew.pid, DIR/logs/certrenew.log); ` + "`steward down`
 				if err := cli.OwnCerts(c, cmd.CommandPath()); err != nil {
 					return err
 				}
+				// One renewal process per directory, whoever started it
+				// (`steward up`, systemd): it records its pid for them.
+				release, err := c.HoldRenewer()
+				if err != nil {
+					return cli.Hint(err, cluster.ErrRenewerRunning, "it renews this directory's certificates already; to replace it, stop it first (`systemctl stop steward-certrenew` under systemd, else `kill` that pid)")
+				}
+				defer release()
 				ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 				defer stop()
 				log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))

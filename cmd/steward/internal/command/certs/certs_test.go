@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,5 +73,39 @@ func TestRetryWhileRunning(t *testing.T) {
 	calls := 0
 	if _, err := retryWhileRunning(t.Context(), time.Now().Add(time.Minute), func() ([]pki.Renewal, error) { calls++; return nil, other }); err != other || calls != 1 {
 		t.Errorf("another error: %v after %d calls", err, calls)
+	}
+}
+
+// TestSystemdUnit: the shipped unit (deploy/systemd/steward-certrenew.service)
+// runs a command line this command accepts (`certs renew --watch --dir
+// DIR`), and systemd restarts it whenever it ends.
+func TestSystemdUnit(t *testing.T) {
+	b, err := os.ReadFile("../../../../../deploy/systemd/steward-certrenew.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit := string(b)
+	for _, want := range []string{"\nRestart=always\n", "\nUMask=0077\n", "\nWantedBy=multi-user.target\n"} {
+		if !strings.Contains(unit, want) {
+			t.Errorf("unit lacks %q", strings.TrimSpace(want))
+		}
+	}
+	var exec []string
+	for _, l := range strings.Split(unit, "\n") {
+		if v, ok := strings.CutPrefix(l, "ExecStart="); ok {
+			exec = strings.Fields(v)
+		}
+	}
+	if len(exec) < 4 || !filepath.IsAbs(exec[0]) || exec[1] != "certs" || exec[2] != "renew" {
+		t.Fatalf("ExecStart %q, want /path/steward certs renew ...", exec)
+	}
+	g := &cli.Globals{Output: "table"}
+	cmd := renewCommand(g)
+	g.AddFlags(cmd)
+	if err := cmd.ParseFlags(exec[3:]); err != nil {
+		t.Fatalf("ExecStart's flags: %v", err)
+	}
+	if w, _ := cmd.Flags().GetBool("watch"); !w || len(cmd.Flags().Args()) > 0 || !filepath.IsAbs(g.Dir) {
+		t.Errorf("ExecStart %q: want --watch, no names, an absolute --dir (got %q)", exec, g.Dir)
 	}
 }

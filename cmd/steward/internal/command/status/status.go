@@ -20,8 +20,10 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 		Short: "Show the cluster, its members and its conditions",
 		Long: `Show the cluster (ID, versions, leader, quorum), every member (role, health,
 database size, revision, raft term and index, alarms, process state, last error) and
-the conditions Ready, AllMembersReady and BackupReady. -o json and -o yaml field
-names are stable; docs/cli.md lists them. The command succeeds whenever it could
+the conditions (Ready, AllMembersReady, BackupReady, UpgradeInProgress,
+CertificatesReady and, where Steward renews the certificates, CertificateRenewal:
+whether the renewal loop runs). -o json and -o yaml field names are stable;
+docs/cli.md lists them. The command succeeds whenever it could
 report; read the conditions to decide whether the cluster is well.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

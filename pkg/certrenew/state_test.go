@@ -1,0 +1,92 @@
+package certrenew
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/etcd-steward/steward/pkg/cluster"
+)
+
+func readState(t *testing.T, dir string) (cluster.RenewalState, bool) {
+	t.Helper()
+	b, err := os.ReadFile(cluster.RenewalStatePath(dir))
+	if os.IsNotExist(err) {
+		return cluster.RenewalState{}, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st cluster.RenewalState
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatalf("state file: %v\n%s", err, b)
+	}
+	return st, true
+}
+
+// TestRunRecordsState: the loop records its pid and heartbeat when it
+// starts, then after a round what it renewed, when, and the next renewal
+// point; the state file is 0600; status (cluster.Renewal) reads it as
+// running; when the loop stops it records that, and status no longer
+// reads it as running.
+func TestRunRecordsState(t *testing.T) {
+	dir, _, _ := shortLivedDir(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(done)
+		Run(ctx, dir, slog.New(slog.DiscardHandler))
+	}()
+	defer func() { cancel(); <-done }()
+
+	// Due about a second after issuance (30s lifetime, 29s margin).
+	var st cluster.RenewalState
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var ok bool
+		st, ok = readState(t, dir)
+		if ok && slices.Contains(st.LastRenewed, "server") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no renewal of server recorded within 15 s: %+v", st)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if st.PID != os.Getpid() || st.StartedAt.Before(start.Add(-time.Second)) || st.Heartbeat.Before(st.StartedAt) {
+		t.Errorf("pid %d, started %s, heartbeat %s; want pid %d started after %s", st.PID, st.StartedAt, st.Heartbeat, os.Getpid(), start)
+	}
+	if st.LastRenewal.IsZero() || st.LastRound.Before(st.LastRenewal) || st.LastError != "" {
+		t.Errorf("after a renewal: %+v", st)
+	}
+	// Renewed just now with a 29 s margin of a 30 s life: the next point
+	// is within about a second of now.
+	if st.NextRenewal.IsZero() || st.NextRenewal.After(time.Now().Add(5*time.Second)) {
+		t.Errorf("next renewal point %s, want about now", st.NextRenewal)
+	}
+	if fi, err := os.Stat(cluster.RenewalStatePath(dir)); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("state file: %v, mode %v; want 0600", err, fi.Mode().Perm())
+	}
+	c, err := cluster.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs, err := c.Renewal(time.Now()); err != nil || !rs.Running || rs.PID != os.Getpid() || rs.Process != "agent" {
+		t.Errorf("Renewal while running: %+v, %v", rs, err)
+	}
+
+	cancel()
+	<-done
+	st, _ = readState(t, dir)
+	if st.StoppedAt.IsZero() {
+		t.Errorf("stopped loop: %+v, want stoppedAt", st)
+	}
+	if rs, err := c.Renewal(time.Now()); err != nil || rs.Running {
+		t.Errorf("Renewal after the loop stopped: %+v, %v; want not running", rs, err)
+	}
+}
