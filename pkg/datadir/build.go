@@ -23,7 +23,8 @@ import (
 	"go.etcd.io/etcd/server/v3/storage/wal/walpb"
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
+
+	"github.com/etcd-steward/steward/internal/pagecache"
 )
 
 // FromSnapshotOptions name the member a data dir is built for.
@@ -136,12 +137,10 @@ func placeDB(src, dst string, move bool) error {
 	if err != nil {
 		return err
 	}
-	_, err = copyDropping(out, in)
-	if serr := out.Sync(); err == nil {
+	w := pagecache.NewWriter(out)
+	_, err = io.Copy(w, pagecache.NewReader(in))
+	if serr := w.Sync(); err == nil {
 		err = serr
-	}
-	if err == nil {
-		dropCache(out)
 	}
 	if cerr := out.Close(); err == nil {
 		err = cerr
@@ -150,52 +149,6 @@ func placeDB(src, dst string, move bool) error {
 		return fmt.Errorf("copy the database into place: %w", err)
 	}
 	return truncateHash(dst)
-}
-
-// copyChunk is how much copyDropping writes before it starts the chunk's
-// write-back and drops the chunks before it.
-const copyChunk = 8 << 20
-
-// copyDropping copies in to out in chunks; it drops what it read of in from
-// the page cache, starts write-back of each chunk written to out
-// (sync_file_range) and drops the one before it once on disk, so a copy of
-// a large file does not fill the page cache (charged to a memory cgroup).
-func copyDropping(out, in *os.File) (int64, error) {
-	buf := make([]byte, 1<<20)
-	var n, flushed int64
-	for {
-		r, rerr := in.Read(buf)
-		if r > 0 {
-			w, werr := out.Write(buf[:r])
-			n += int64(w)
-			if werr != nil {
-				return n, werr
-			}
-		}
-		if n-flushed >= copyChunk || (rerr == io.EOF && n > flushed) {
-			fd := int(out.Fd())
-			_ = unix.SyncFileRange(fd, flushed, n-flushed, unix.SYNC_FILE_RANGE_WRITE)
-			if flushed > 0 {
-				prev := max(0, flushed-copyChunk)
-				_ = unix.SyncFileRange(fd, prev, flushed-prev, unix.SYNC_FILE_RANGE_WAIT_BEFORE|unix.SYNC_FILE_RANGE_WRITE|unix.SYNC_FILE_RANGE_WAIT_AFTER)
-				_ = unix.Fadvise(fd, prev, flushed-prev, unix.FADV_DONTNEED)
-			}
-			_ = unix.Fadvise(int(in.Fd()), flushed, n-flushed, unix.FADV_DONTNEED)
-			flushed = n
-		}
-		if rerr == io.EOF {
-			return n, nil
-		}
-		if rerr != nil {
-			return n, rerr
-		}
-	}
-}
-
-// dropCache asks the kernel to drop f's pages from the page cache (those
-// already written back; call after Sync). Advice only: errors are ignored.
-func dropCache(f *os.File) {
-	_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
 }
 
 // truncateHash cuts the SHA-256 `etcdctl snapshot save` appends off path,
@@ -257,10 +210,7 @@ func rewriteMembership(path string, members []*membership.Member, index, term ui
 		return meta.Put(schema.MetaTermKeyName, be64(term))
 	})
 	if err == nil {
-		if f, ferr := os.Open(path); ferr == nil {
-			dropCache(f) // bbolt synced on commit
-			_ = f.Close()
-		}
+		pagecache.DropFile(path) // bbolt synced on commit
 	}
 	if cerr := db.Close(); err == nil {
 		err = cerr

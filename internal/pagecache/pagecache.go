@@ -1,0 +1,124 @@
+// Package pagecache keeps large sequential file writes and reads from
+// filling the page cache: it starts write-back of what was written, drops
+// pages once they are on disk, and drops what was read behind the reader.
+// Inside a memory cgroup the page cache is charged to the group, and dirty
+// pages cannot be reclaimed until written back, so a restore that writes a
+// gigabyte within 512 MB spends most of its time waiting on reclaim
+// otherwise. All of it is advice to the kernel: errors are ignored, and
+// content is never affected.
+package pagecache
+
+import (
+	"io"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// Chunk is how much a Writer writes before it starts the write-back of
+// those bytes and drops the chunk before them (by then on disk).
+const Chunk = 8 << 20
+
+// Writer writes to a file sequentially from its current offset, keeping
+// at most about two chunks of it in the page cache.
+type Writer struct {
+	f       *os.File
+	off     int64 // file offset of the next byte written
+	started int64 // write-back started for [dropped, started)
+	dropped int64 // pages before this offset were dropped
+}
+
+// NewWriter returns a Writer appending to f at its current offset.
+func NewWriter(f *os.File) *Writer {
+	off, err := f.Seek(0, io.SeekCurrent)
+	if err != nil {
+		off = 0
+	}
+	return &Writer{f: f, off: off, started: off, dropped: off}
+}
+
+// Write writes p to the file.
+func (w *Writer) Write(p []byte) (int, error) {
+	n, err := w.f.Write(p)
+	w.off += int64(n)
+	if w.off-w.started >= Chunk {
+		w.advance()
+	}
+	return n, err
+}
+
+// advance starts write-back of what was written since the last call and
+// waits for, then drops, what the previous call started.
+func (w *Writer) advance() {
+	fd := int(w.f.Fd())
+	if w.started > w.dropped {
+		_ = unix.SyncFileRange(fd, w.dropped, w.started-w.dropped,
+			unix.SYNC_FILE_RANGE_WAIT_BEFORE|unix.SYNC_FILE_RANGE_WRITE|unix.SYNC_FILE_RANGE_WAIT_AFTER)
+		_ = unix.Fadvise(fd, w.dropped, w.started-w.dropped, unix.FADV_DONTNEED)
+		w.dropped = w.started
+	}
+	_ = unix.SyncFileRange(fd, w.started, w.off-w.started, unix.SYNC_FILE_RANGE_WRITE)
+	w.started = w.off
+}
+
+// Sync flushes the file (fsync) and drops everything written through w
+// from the page cache.
+func (w *Writer) Sync() error {
+	if err := w.f.Sync(); err != nil {
+		return err
+	}
+	Drop(w.f)
+	w.started, w.dropped = w.off, w.off
+	return nil
+}
+
+// Reader reads a file sequentially, dropping what it read behind it, and
+// the whole file at its end (or on any error).
+type Reader struct {
+	f       *os.File
+	off     int64 // file offset of the next byte read
+	dropped int64
+}
+
+// NewReader returns a Reader reading f from its current offset.
+func NewReader(f *os.File) *Reader {
+	off, err := f.Seek(0, io.SeekCurrent)
+	if err != nil {
+		off = 0
+	}
+	return &Reader{f: f, off: off, dropped: off}
+}
+
+// Read reads from the file.
+func (r *Reader) Read(p []byte) (int, error) {
+	n, err := r.f.Read(p)
+	r.off += int64(n)
+	switch {
+	case err != nil:
+		Drop(r.f)
+		r.dropped = r.off
+	case r.off-r.dropped >= Chunk:
+		// From a chunk further back: pages still under read-ahead when
+		// they were last dropped are not dropped then.
+		from := max(0, r.dropped-Chunk)
+		_ = unix.Fadvise(int(r.f.Fd()), from, r.off-from, unix.FADV_DONTNEED)
+		r.dropped = r.off
+	}
+	return n, err
+}
+
+// Drop drops f's clean pages from the page cache (call after Sync for
+// pages it wrote).
+func Drop(f *os.File) {
+	_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+}
+
+// DropFile drops the clean pages of the file at path from the page cache.
+func DropFile(path string) {
+	f, err := os.Open(path)
+	if err != nil {
+		return
+	}
+	Drop(f)
+	_ = f.Close()
+}
