@@ -1,11 +1,14 @@
 // Package pagecache keeps large sequential file writes and reads from
-// filling the page cache: it starts write-back of what was written, drops
-// pages once they are on disk, and drops what was read behind the reader.
-// Inside a memory cgroup the page cache is charged to the group, and dirty
-// pages cannot be reclaimed until written back, so a restore that writes a
-// gigabyte within 512 MB spends most of its time waiting on reclaim
-// otherwise. All of it is advice to the kernel: errors are ignored, and
-// content is never affected.
+// crowding the page cache: a Writer bounds the dirty pages it leaves (it
+// starts the write-back of each chunk and waits for the one before), and
+// can drop what it wrote; a Reader drops what it read behind it. Inside a
+// memory cgroup the page cache is charged to the group, and dirty pages
+// cannot be reclaimed before they are written back, so a restore writing a
+// gigabyte within 512 MB otherwise stalls on reclaim. Clean pages are left
+// cached unless asked, since a reader soon after (a consistency check)
+// reads them for free when memory is plentiful, and the kernel reclaims
+// them cheaply when it is not. All of it is advice to the kernel: errors
+// are ignored, and content is never affected.
 package pagecache
 
 import (
@@ -16,25 +19,29 @@ import (
 )
 
 // Chunk is how much a Writer writes before it starts the write-back of
-// those bytes and drops the chunk before them (by then on disk).
+// those bytes and waits for the chunk before them.
 const Chunk = 8 << 20
 
-// Writer writes to a file sequentially from its current offset, keeping
-// at most about two chunks of it in the page cache.
+// Writer writes to a file sequentially from its current offset, leaving
+// at most about two chunks of it dirty.
 type Writer struct {
+	// Drop drops each chunk from the page cache once on disk, and
+	// everything at Sync: for a file no one reads soon.
+	Drop bool
+
 	f       *os.File
 	off     int64 // file offset of the next byte written
-	started int64 // write-back started for [dropped, started)
-	dropped int64 // pages before this offset were dropped
+	started int64 // write-back started for [waited, started)
+	waited  int64 // pages before this offset are on disk
 }
 
-// NewWriter returns a Writer appending to f at its current offset.
+// NewWriter returns a Writer writing to f at its current offset.
 func NewWriter(f *os.File) *Writer {
 	off, err := f.Seek(0, io.SeekCurrent)
 	if err != nil {
 		off = 0
 	}
-	return &Writer{f: f, off: off, started: off, dropped: off}
+	return &Writer{f: f, off: off, started: off, waited: off}
 }
 
 // Write writes p to the file.
@@ -47,28 +54,32 @@ func (w *Writer) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// advance starts write-back of what was written since the last call and
-// waits for, then drops, what the previous call started.
+// advance waits for the write-back the previous call started (dropping
+// those pages with Drop), and starts the write-back of what was written
+// since.
 func (w *Writer) advance() {
 	fd := int(w.f.Fd())
-	if w.started > w.dropped {
-		_ = unix.SyncFileRange(fd, w.dropped, w.started-w.dropped,
+	if w.started > w.waited {
+		_ = unix.SyncFileRange(fd, w.waited, w.started-w.waited,
 			unix.SYNC_FILE_RANGE_WAIT_BEFORE|unix.SYNC_FILE_RANGE_WRITE|unix.SYNC_FILE_RANGE_WAIT_AFTER)
-		_ = unix.Fadvise(fd, w.dropped, w.started-w.dropped, unix.FADV_DONTNEED)
-		w.dropped = w.started
+		if w.Drop {
+			_ = unix.Fadvise(fd, w.waited, w.started-w.waited, unix.FADV_DONTNEED)
+		}
+		w.waited = w.started
 	}
 	_ = unix.SyncFileRange(fd, w.started, w.off-w.started, unix.SYNC_FILE_RANGE_WRITE)
 	w.started = w.off
 }
 
-// Sync flushes the file (fsync) and drops everything written through w
-// from the page cache.
+// Sync flushes the file (fsync); with Drop, it then drops the file's pages.
 func (w *Writer) Sync() error {
 	if err := w.f.Sync(); err != nil {
 		return err
 	}
-	Drop(w.f)
-	w.started, w.dropped = w.off, w.off
+	if w.Drop {
+		Drop(w.f)
+	}
+	w.started, w.waited = w.off, w.off
 	return nil
 }
 

@@ -13,8 +13,13 @@ import (
 )
 
 // resident counts f's pages in the page cache (mincore).
-func resident(t *testing.T, f *os.File) (in, total int) {
+func resident(t *testing.T, path string) (in, total int) {
 	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
 		t.Fatal(err)
@@ -49,8 +54,9 @@ func droppable(t *testing.T, dir string) {
 	}
 }
 
-// TestWriterAndReader: what goes through a Writer and then a Reader is the
-// same bytes, and afterwards few of the file's pages remain cached.
+// TestWriterAndReader: what goes through a dropping Writer and then a
+// Reader is the same bytes, and afterwards few of the file's pages remain
+// cached.
 func TestWriterAndReader(t *testing.T) {
 	dir := t.TempDir()
 	droppable(t, dir)
@@ -65,6 +71,7 @@ func TestWriterAndReader(t *testing.T) {
 	}
 	defer f.Close()
 	w := NewWriter(f)
+	w.Drop = true
 	// Odd-sized writes, so chunk boundaries fall inside them.
 	for rest := data; len(rest) > 0; {
 		n := min(len(rest), 1<<20+7)
@@ -73,7 +80,7 @@ func TestWriterAndReader(t *testing.T) {
 		}
 		rest = rest[n:]
 	}
-	in, total := resident(t, f)
+	in, total := resident(t, path)
 	// Before Sync: at most the last two chunks, and what is unwritten.
 	if max := 2*Chunk/os.Getpagesize() + 1<<20/os.Getpagesize() + 2; in > max {
 		t.Errorf("%d of %d pages cached while writing, want at most %d", in, total, max)
@@ -81,7 +88,7 @@ func TestWriterAndReader(t *testing.T) {
 	if err := w.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	if in, total := resident(t, f); in > total/10 {
+	if in, total := resident(t, path); in > total/10 {
 		t.Errorf("%d of %d pages cached after Sync", in, total)
 	}
 
@@ -97,12 +104,13 @@ func TestWriterAndReader(t *testing.T) {
 	if !bytes.Equal(got, data) {
 		t.Fatal("read back other bytes than written")
 	}
-	if in, total := resident(t, r); in > total/10 {
+	if in, total := resident(t, path); in > total/10 {
 		t.Errorf("%d of %d pages cached after reading through a Reader", in, total)
 	}
 }
 
-// TestWriterFromOffset: a Writer continues a file at its offset.
+// TestWriterFromOffset: a Writer continues a file at its offset, and one
+// that does not drop leaves the file's pages cached (clean).
 func TestWriterFromOffset(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "f")
 	if err := os.WriteFile(path, []byte("head:"), 0o600); err != nil {
@@ -122,6 +130,9 @@ func TestWriterFromOffset(t *testing.T) {
 	}
 	if err := w.Sync(); err != nil {
 		t.Fatal(err)
+	}
+	if in, total := resident(t, path); in < total/2 {
+		t.Errorf("%d of %d pages cached after a Writer that keeps them", in, total)
 	}
 	f.Close()
 	got, _ := os.ReadFile(path)

@@ -691,8 +691,9 @@ func FetchDatabase(ctx context.Context, s Store, m Manifest, key *Key, dst strin
 
 // fetch is Fetch, with etcd's appended checksum kept in dst or not. Every
 // byte is read once from the store and written once to dst, hashed on the
-// way, and neither the download nor dst stays in the page cache (a restore
-// within a memory limit); the consistency check then reads dst once more.
+// way; the consistency check then reads dst once more. The download is
+// dropped from the page cache as it is read, and neither file leaves more
+// than a few chunks dirty (a restore within a memory limit).
 func fetch(ctx context.Context, s Store, m Manifest, key *Key, dst string, keepHash bool) (err error) {
 	if m.Kind != KindFull {
 		return fmt.Errorf("backup %s is a %s backup; restore needs a full one", m.ID, m.Kind)
@@ -743,8 +744,6 @@ func fetch(ctx context.Context, s Store, m Manifest, key *Key, dst string, keepH
 		return fmt.Errorf("backup %s: snapshot checksum mismatch: the data etcd sent does not match the SHA-256 it appended", m.ID)
 	}
 	info, err := Inspect(ctx, dst)
-	// The check read every page: they go from the page cache too.
-	pagecache.DropFile(dst)
 	if err != nil {
 		return fmt.Errorf("backup %s: %w", m.ID, err)
 	}

@@ -120,7 +120,7 @@ func fromSnapshot(o FromSnapshotOptions, out string) error {
 // placeDB puts the database src at dst, renamed (move) or copied, without
 // an appended SHA-256 (a file whose size is 32 bytes past a multiple of
 // 512, as etcdutl decides). A copy's pages are dropped from the page cache
-// as it goes, and so are the source's.
+// as it goes (the source's are left: the next member copies it again).
 func placeDB(src, dst string, move bool) error {
 	if move {
 		if err := os.Rename(src, dst); err != nil {
@@ -137,8 +137,10 @@ func placeDB(src, dst string, move bool) error {
 	if err != nil {
 		return err
 	}
+	// Not read again here (etcd reads it when it starts).
 	w := pagecache.NewWriter(out)
-	_, err = io.Copy(w, pagecache.NewReader(in))
+	w.Drop = true
+	_, err = io.Copy(w, in)
 	if serr := w.Sync(); err == nil {
 		err = serr
 	}
