@@ -31,15 +31,16 @@ func envInt(name string, def int) int {
 // BenchmarkRestore: restore of a database of STEWARD_BENCH_RESTORE_MB
 // (default 1024) plus STEWARD_BENCH_RESTORE_EVENTS delta events (default
 // 1,000,000, one put per revision). Steward's restore (deltas written
-// straight into the snapshot database, then etcd's restore) against the
+// straight into the snapshot database, then the member's data dir) against the
 // method etcd-backup-restore uses, in the same run: restore the full
 // snapshot, start etcd, and replay each revision as one transaction through
 // the client. Also reports Steward's peak memory (max RSS of the restore
 // process). STEWARD_BENCH_RESTORE_BASELINE=0 skips the baseline (which
 // replays about 600 transactions per second here: 28 minutes for a million).
-// The same restore runs again inside a memory cgroup (STEWARD_BENCH_RESTORE_
-// CGROUP_MB, default 512); cgroup-ratio is its time over the unconstrained
-// one (issue 15: at most 1.5). Both runs log their stages, stamped.
+// The same restore runs again inside a memory cgroup limited to
+// STEWARD_BENCH_RESTORE_CGROUP_MB (default 512); cgroup-ratio is its time
+// over the unconstrained one (issue 15: at most 1.5). Both runs log their
+// stages, stamped.
 func BenchmarkRestore(b *testing.B) {
 	mb := envInt("STEWARD_BENCH_RESTORE_MB", 1024)
 	events := envInt("STEWARD_BENCH_RESTORE_EVENTS", 1_000_000)
