@@ -133,3 +133,39 @@ func DropFile(path string) {
 	Drop(f)
 	_ = f.Close()
 }
+
+// Prefetch reads the file at path in order, in the background, until its
+// end or until the returned stop is called (stop waits for it to finish).
+// It is for a reader that walks the file mostly in file order but one
+// small page fault at a time (bbolt, whose memory map is advised
+// MADV_RANDOM, rebuilding its freelist as it opens a database): the
+// kernel then reads the file in large requests a little ahead of it. When
+// memory is short, the pages it read longest ago go first, and those are
+// the ones the walk has passed.
+func Prefetch(path string) (stop func()) {
+	f, err := os.Open(path)
+	if err != nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	quit := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer f.Close()
+		buf := make([]byte, 1<<20)
+		for {
+			select {
+			case <-quit:
+				return
+			default:
+			}
+			if _, err := f.Read(buf); err != nil {
+				return
+			}
+		}
+	}()
+	return func() {
+		close(quit)
+		<-done
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -139,4 +140,46 @@ func TestWriterFromOffset(t *testing.T) {
 	if !bytes.Equal(got, append([]byte("head:"), body...)) {
 		t.Fatalf("file holds %d bytes, want %d", len(got), 5+len(body))
 	}
+}
+
+// TestPrefetch: Prefetch brings a file whose pages were dropped back into
+// the page cache, in the background; stop ends it (also early, and for a
+// file that is not there).
+func TestPrefetch(t *testing.T) {
+	dir := t.TempDir()
+	droppable(t, dir)
+	path := filepath.Join(dir, "f")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := NewWriter(f)
+	w.Drop = true
+	if _, err := w.Write(bytes.Repeat([]byte("p"), 4*Chunk)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if in, total := resident(t, path); in > total/10 {
+		t.Fatalf("%d of %d pages cached before Prefetch", in, total)
+	}
+	stop := Prefetch(path)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		in, total := resident(t, path)
+		if in >= total*9/10 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d pages cached 30 s after Prefetch", in, total)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stop()
+
+	DropFile(path)
+	Prefetch(path)() // stopped at once
+	Prefetch(filepath.Join(dir, "none"))()
 }

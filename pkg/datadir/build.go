@@ -177,7 +177,11 @@ func truncateHash(path string) error {
 // faults the whole file in), and the freelist is written back, so the next
 // open (etcd's own) reads it instead of walking the database.
 func rewriteMembership(path string, members []*membership.Member, index, term uint64) error {
+	// Synced by Steward's own writes (deltas, revision bump); a member's
+	// database (upgrade's replace) is not, and opening it walks every page.
+	stop := pagecache.Prefetch(path)
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	stop()
 	if err != nil {
 		return fmt.Errorf("open the database: %w", err)
 	}
