@@ -56,7 +56,8 @@ type FromSnapshotOptions struct {
 // whole file into memory (MAP_POPULATE) and the later two walking every
 // page to rebuild the freelist etcd does not sync. Here the database is
 // opened once with plain bbolt (its synced freelist, when it has one, is
-// read rather than rebuilt), changed in one transaction, and the pages
+// read rather than rebuilt; when not, a sequential read runs ahead of the
+// rebuild's walk), changed in one transaction, and the pages
 // written are dropped from the page cache once on disk. On failure it
 // removes what it wrote at out (its own output, never user data) and
 // nothing else.
