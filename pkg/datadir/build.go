@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -37,8 +38,9 @@ type FromSnapshotOptions struct {
 	Name, PeerURL         string
 	InitialCluster, Token string
 	// Move renames Snapshot into the data dir instead of copying it: for a
-	// caller's own temporary file that no other member needs. Snapshot is
-	// gone afterwards, on failure too (removed with the rest of out).
+	// caller's own temporary file that no other member needs. Once moved,
+	// it is gone (on a later failure, removed with the rest of out). A
+	// data dir on another filesystem gets a copy, as without Move.
 	Move bool
 }
 
@@ -124,10 +126,15 @@ func fromSnapshot(o FromSnapshotOptions, out string) error {
 // as it goes (the source's are left: the next member copies it again).
 func placeDB(src, dst string, move bool) error {
 	if move {
-		if err := os.Rename(src, dst); err != nil {
+		err := os.Rename(src, dst)
+		if err == nil {
+			return truncateHash(dst)
+		}
+		if !errors.Is(err, syscall.EXDEV) {
 			return fmt.Errorf("move the database into place: %w", err)
 		}
-		return truncateHash(dst)
+		// The data dir is on another filesystem: copied instead (the
+		// source is left to its owner).
 	}
 	in, err := os.Open(src)
 	if err != nil {

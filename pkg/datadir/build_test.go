@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"syscall"
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
@@ -278,4 +279,33 @@ func TestFromSnapshotRefuses(t *testing.T) {
 	if _, err := os.Stat(src); err != nil {
 		t.Errorf("snapshot gone after refusals: %v", err)
 	}
+}
+
+// TestFromSnapshotMoveAcrossFilesystems: with Move, a data dir on another
+// filesystem than the snapshot gets a copy (a rename cannot cross), and
+// the data dir is whole.
+func TestFromSnapshotMoveAcrossFilesystems(t *testing.T) {
+	other, err := os.MkdirTemp("/dev/shm", "steward-test-")
+	if err != nil {
+		t.Skipf("no /dev/shm: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(other) })
+	dir := t.TempDir()
+	var a, b syscall.Stat_t
+	if syscall.Stat(other, &a) != nil || syscall.Stat(dir, &b) != nil || a.Dev == b.Dev {
+		t.Skip("/dev/shm is on the test dir's filesystem")
+	}
+	src := filepath.Join(other, "snapshot.db")
+	makeEtcdDB(t, src)
+	out := filepath.Join(dir, "data")
+	if err := FromSnapshot(FromSnapshotOptions{
+		Snapshot: src, Name: "a", PeerURL: "http://127.0.0.1:2380",
+		InitialCluster: "a=http://127.0.0.1:2380", Token: "tok", Move: true,
+	}, out); err != nil {
+		t.Fatal(err)
+	}
+	if got := dumpDB(t, filepath.Join(out, "member", "snap", "db")); len(got["members"]) != 1 || len(got["key"]) != 500 {
+		t.Fatalf("database: %d members, %d keys; want 1 and 500", len(got["members"]), len(got["key"]))
+	}
+	readWAL(t, filepath.Join(out, "member", "wal"))
 }
