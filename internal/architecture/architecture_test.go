@@ -17,7 +17,7 @@ const module = "github.com/etcd-steward/steward"
 // own floor's packages only where a rule below says so, and lower floors.
 var (
 	// ground: small helpers with no Steward dependency at all.
-	ground = []string{"internal/atomicfile", "internal/filelock", "internal/proc", "internal/portcheck", "internal/crashpoint", "internal/dirmode", "internal/childenv", "internal/scratch"}
+	ground = []string{"internal/atomicfile", "internal/filelock", "internal/proc", "internal/portcheck", "internal/crashpoint", "internal/dirmode", "internal/childenv", "internal/scratch", "internal/pagecache"}
 	// foundation: formats, stores and protocols; they know no cluster.
 	foundation = []string{"pkg/progress", "pkg/spec", "pkg/pki", "pkg/catalogue", "pkg/binaries", "pkg/datadir",
 		"pkg/backup", "pkg/plan", "pkg/agentapi", "pkg/kstorage", "pkg/kmigrate", "pkg/join", "pkg/handover"}

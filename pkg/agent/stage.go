@@ -86,6 +86,7 @@ func (a *Agent) StageDataDir(ctx context.Context, name string, req agentapi.Stag
 	if err := datadir.FromSnapshot(datadir.FromSnapshotOptions{
 		Snapshot: snap, Name: cfg.Name, PeerURL: cfg.PeerURL,
 		InitialCluster: req.InitialCluster, Token: cfg.InitialClusterToken,
+		Move: true, // our own temporary copy, removed below anyway
 	}, out); err != nil {
 		return "", err
 	}

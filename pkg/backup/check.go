@@ -11,9 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"go.etcd.io/etcd/etcdutl/v3/snapshot"
-	"go.uber.org/zap"
-
 	"github.com/etcd-steward/steward/internal/childenv"
 )
 
@@ -125,13 +122,14 @@ func firstLine(s string) string {
 }
 
 // inspectHere is Inspect in this process: read the revisions, then run
-// bbolt's consistency check through etcdutl's snapshot status.
+// bbolt's consistency check and etcd's snapshot hash (snapshotStatus, as
+// etcdutl's snapshot status).
 func inspectHere(path string) (SnapshotInfo, error) {
 	info, err := InspectRevision(path)
 	if err != nil {
 		return SnapshotInfo{}, err
 	}
-	st, err := snapshot.NewV3(zap.NewNop()).Status(path)
+	st, err := snapshotStatus(path)
 	if err != nil {
 		return SnapshotInfo{}, fmt.Errorf("snapshot database fails its consistency check: %w", err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/etcd-steward/steward/internal/pagecache"
 	"github.com/etcd-steward/steward/internal/scratch"
 	"github.com/etcd-steward/steward/pkg/datadir"
 )
@@ -522,7 +523,7 @@ func openObject(ctx context.Context, s Store, m Manifest, key *Key, tmpDir strin
 	}
 	removeTemp := func() { f.Close(); os.Remove(f.Name()) }
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(ctxReader{ctx, rc}, m.Size+1))
+	n, err := io.Copy(io.MultiWriter(pagecache.NewWriter(f), h), io.LimitReader(ctxReader{ctx, rc}, m.Size+1))
 	rc.Close()
 	if err != nil {
 		removeTemp()
@@ -541,7 +542,7 @@ func openObject(ctx context.Context, s Store, m Manifest, key *Key, tmpDir strin
 		removeTemp()
 		return nil, nil, nil, err
 	}
-	var pr io.Reader = f
+	var pr io.Reader = pagecache.NewReader(f)
 	if m.Encryption != "" {
 		if pr, err = NewDecryptReader(pr, key); err != nil {
 			removeTemp()
@@ -679,7 +680,23 @@ func (c *countWriter) Write(p []byte) (int, error) {
 // stored object's size and SHA-256, the key, decryption and decompression,
 // etcd's checksum, the database's consistency, and that its revision and
 // hash are the manifest's.
-func Fetch(ctx context.Context, s Store, m Manifest, key *Key, dst string) (err error) {
+func Fetch(ctx context.Context, s Store, m Manifest, key *Key, dst string) error {
+	return fetch(ctx, s, m, key, dst, true)
+}
+
+// FetchDatabase is Fetch writing the database alone to dst, without etcd's
+// appended checksum (checked as it streams by): a database ready to be
+// written to (deltas, a revision bump) or to become a member's.
+func FetchDatabase(ctx context.Context, s Store, m Manifest, key *Key, dst string) error {
+	return fetch(ctx, s, m, key, dst, false)
+}
+
+// fetch is Fetch, with etcd's appended checksum kept in dst or not. Every
+// byte is read once from the store and written once to dst, hashed on the
+// way; the consistency check then reads dst once more. The download is
+// dropped from the page cache as it is read, and neither file leaves more
+// than a few chunks dirty (a restore within a memory limit).
+func fetch(ctx context.Context, s Store, m Manifest, key *Key, dst string, keepHash bool) (err error) {
 	if m.Kind != KindFull {
 		return fmt.Errorf("backup %s is a %s backup; restore needs a full one", m.ID, m.Kind)
 	}
@@ -698,7 +715,21 @@ func Fetch(ctx context.Context, s Store, m Manifest, key *Key, dst string) (err 
 			_ = os.Remove(dst)
 		}
 	}()
-	n, err := io.Copy(out, r)
+	pw := pagecache.NewWriter(out)
+	h := sha256.New()
+	var w io.Writer
+	var tail func() []byte
+	if keepHash {
+		hb := &holdBackHash{h: h}
+		w, tail = io.MultiWriter(pw, hb), func() []byte { return hb.tail }
+	} else {
+		hb := &holdBack{w: io.MultiWriter(pw, h)}
+		w, tail = hb, func() []byte { return hb.tail }
+	}
+	n, err := io.Copy(w, r)
+	if err == nil {
+		err = pw.Sync()
+	}
 	if cerr := out.Close(); err == nil {
 		err = cerr
 	}
@@ -708,8 +739,11 @@ func Fetch(ctx context.Context, s Store, m Manifest, key *Key, dst string) (err 
 	if err := finish(); err != nil {
 		return err
 	}
-	if err := checkAppendedHash(dst, n); err != nil {
-		return fmt.Errorf("backup %s: %w", m.ID, err)
+	if n < sha256.Size || (n-sha256.Size)%512 != 0 {
+		return fmt.Errorf("backup %s: snapshot of %d bytes carries no etcd checksum: the stream was cut short", m.ID, n)
+	}
+	if !bytes.Equal(h.Sum(nil), tail()) {
+		return fmt.Errorf("backup %s: snapshot checksum mismatch: the data etcd sent does not match the SHA-256 it appended", m.ID)
 	}
 	info, err := Inspect(ctx, dst)
 	if err != nil {

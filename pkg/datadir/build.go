@@ -1,47 +1,294 @@
 package datadir
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
+	"syscall"
 	"time"
 
-	"go.etcd.io/etcd/etcdutl/v3/snapshot"
+	bolt "go.etcd.io/bbolt"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/client/pkg/v3/types"
+	"go.etcd.io/etcd/server/v3/config"
+	"go.etcd.io/etcd/server/v3/etcdserver"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/membership"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/snap"
+	"go.etcd.io/etcd/server/v3/storage/schema"
+	"go.etcd.io/etcd/server/v3/storage/wal"
+	"go.etcd.io/etcd/server/v3/storage/wal/walpb"
+	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
+
+	"github.com/etcd-steward/steward/internal/pagecache"
 )
 
 // FromSnapshotOptions name the member a data dir is built for.
 type FromSnapshotOptions struct {
 	// Snapshot is an etcd database file. Its appended SHA-256, if any, is
-	// not checked here: callers verify what they fetched first.
+	// cut off but not checked here: callers verify what they fetched first.
 	Snapshot string
 	// Name and PeerURL are the member's; InitialCluster and Token those of
 	// the cluster it belongs to (they fix the member and cluster IDs).
 	Name, PeerURL         string
 	InitialCluster, Token string
+	// Move renames Snapshot into the data dir instead of copying it: for a
+	// caller's own temporary file that no other member needs. Once moved,
+	// it is gone (on a later failure, removed with the rest of out). A
+	// data dir on another filesystem gets a copy, as without Move.
+	Move bool
 }
 
 // FromSnapshot is the one place Steward stages a data dir from a snapshot:
-// it writes a new data dir (0700) at out, which must not exist, with etcd's
-// own restore. On failure it removes what it wrote at out (its own output,
-// never user data) and nothing else.
+// it writes a new data dir (0700) at out, which must not exist, holding
+// what `etcdutl snapshot restore` (without a revision bump) writes: the
+// database at member/snap/db with the membership buckets rewritten for the
+// new cluster and the consistent index and term of the WAL's last entry,
+// a WAL with one ConfChangeAddNode entry per member and a snapshot record,
+// and the raft snapshot file of the membership.
+//
+// It does it without etcdutl's cost, which is what a restore pays when
+// memory is tight: etcdutl copies the database (Move renames it instead)
+// and opens it three times through etcd's backend, each open faulting the
+// whole file into memory (MAP_POPULATE) and the later two walking every
+// page to rebuild the freelist etcd does not sync. Here the database is
+// opened once with plain bbolt (its synced freelist, when it has one, is
+// read rather than rebuilt; when not, a sequential read runs ahead of the
+// rebuild's walk), changed in one transaction, and the pages
+// written are dropped from the page cache once on disk. On failure it
+// removes what it wrote at out (its own output, never user data) and
+// nothing else.
 func FromSnapshot(o FromSnapshotOptions, out string) error {
 	if _, err := os.Lstat(out); err == nil {
 		return fmt.Errorf("stage data dir for %s: %s already exists", o.Name, out)
 	}
-	err := snapshot.NewV3(zap.NewNop()).Restore(snapshot.RestoreConfig{
-		SnapshotPath: o.Snapshot, Name: o.Name, OutputDataDir: out,
-		PeerURLs: []string{o.PeerURL}, InitialCluster: o.InitialCluster, InitialClusterToken: o.Token,
-		SkipHashCheck: true,
-	})
-	if err == nil {
-		err = os.Chmod(out, 0o700)
-	}
+	err := fromSnapshot(o, out)
 	if err != nil {
 		_ = os.RemoveAll(out)
 		return fmt.Errorf("stage data dir for %s in %s: %w", o.Name, out, err)
 	}
 	return nil
+}
+
+func fromSnapshot(o FromSnapshotOptions, out string) error {
+	lg := zap.NewNop()
+	pURLs, err := types.NewURLs([]string{o.PeerURL})
+	if err != nil {
+		return err
+	}
+	ics, err := types.NewURLsMap(o.InitialCluster)
+	if err != nil {
+		return err
+	}
+	// The checks etcdutl's restore makes: the member's URLs are its
+	// entry of the initial cluster, no URL twice.
+	srv := config.ServerConfig{Logger: lg, Name: o.Name, PeerURLs: pURLs, InitialPeerURLsMap: ics, InitialClusterToken: o.Token}
+	if err := srv.VerifyBootstrap(); err != nil {
+		return err
+	}
+	cl, err := membership.NewClusterFromURLsMap(lg, o.Token, ics)
+	if err != nil {
+		return err
+	}
+	self := cl.MemberByName(o.Name)
+	if self == nil {
+		return fmt.Errorf("member %s is not in the initial cluster %s", o.Name, o.InitialCluster)
+	}
+	snapDir := filepath.Join(out, "member", "snap")
+	walDir := filepath.Join(out, "member", "wal")
+	if err := os.MkdirAll(snapDir, 0o700); err != nil {
+		return err
+	}
+	if err := os.Chmod(out, 0o700); err != nil {
+		return err
+	}
+	db := filepath.Join(snapDir, "db")
+	if err := placeDB(o.Snapshot, db, o.Move); err != nil {
+		return err
+	}
+	// etcdutl's WAL: term 1, one entry per member (by ID), all committed.
+	members := cl.Members()
+	commit, term := uint64(len(members)), uint64(1)
+	if err := rewriteMembership(db, members, commit, term); err != nil {
+		return err
+	}
+	return saveWALAndSnap(lg, cl, self, walDir, snapDir, commit, term)
+}
+
+// placeDB puts the database src at dst, renamed (move) or copied, without
+// an appended SHA-256 (a file whose size is 32 bytes past a multiple of
+// 512, as etcdutl decides). A copy's pages are dropped from the page cache
+// as it goes (the source's are left: the next member copies it again).
+func placeDB(src, dst string, move bool) error {
+	if move {
+		err := os.Rename(src, dst)
+		if err == nil {
+			return truncateHash(dst)
+		}
+		if !errors.Is(err, syscall.EXDEV) {
+			return fmt.Errorf("move the database into place: %w", err)
+		}
+		// The data dir is on another filesystem: copied instead (the
+		// source is left to its owner).
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	// Not read again here (etcd reads it when it starts).
+	w := pagecache.NewWriter(out)
+	w.Drop = true
+	_, err = io.Copy(w, in)
+	if serr := w.Sync(); err == nil {
+		err = serr
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("copy the database into place: %w", err)
+	}
+	return truncateHash(dst)
+}
+
+// truncateHash cuts the SHA-256 `etcdctl snapshot save` appends off path,
+// when its size says it has one (etcdutl's hasChecksum).
+func truncateHash(path string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if fi.Size()%512 != sha256.Size {
+		return nil
+	}
+	if err := os.Truncate(path, fi.Size()-sha256.Size); err != nil {
+		return fmt.Errorf("cut the appended hash off the database: %w", err)
+	}
+	return nil
+}
+
+// rewriteMembership makes the database at path that of the new cluster, in
+// one transaction, as etcdutl's restore does in three: it empties the
+// members and members_removed buckets, saves each member as etcd does
+// (key: its ID in hex; value: its JSON), and sets the consistent index and
+// term. bbolt is opened with its defaults: no MAP_POPULATE (etcd's backend
+// faults the whole file in), and the freelist is written back, so the next
+// open (etcd's own) reads it instead of walking the database.
+func rewriteMembership(path string, members []*membership.Member, index, term uint64) error {
+	// Synced by Steward's own writes (deltas, revision bump); a member's
+	// database (upgrade's replace) is not, and opening it walks every page.
+	stop := pagecache.Prefetch(path)
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	stop()
+	if err != nil {
+		return fmt.Errorf("open the database: %w", err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, name := range [][]byte{schema.Members.Name(), schema.MembersRemoved.Name()} {
+			if tx.Bucket(name) != nil {
+				if err := tx.DeleteBucket(name); err != nil {
+					return err
+				}
+			}
+			if _, err := tx.CreateBucket(name); err != nil {
+				return err
+			}
+		}
+		mb := tx.Bucket(schema.Members.Name())
+		for _, m := range members {
+			v, err := json.Marshal(m)
+			if err != nil {
+				return err
+			}
+			if err := mb.Put(schema.BackendMemberKey(m.ID), v); err != nil {
+				return err
+			}
+		}
+		meta, err := tx.CreateBucketIfNotExists(schema.Meta.Name())
+		if err != nil {
+			return err
+		}
+		if err := meta.Put(schema.MetaConsistentIndexKeyName, be64(index)); err != nil {
+			return err
+		}
+		return meta.Put(schema.MetaTermKeyName, be64(term))
+	})
+	if err == nil {
+		pagecache.DropFile(path) // bbolt synced on commit
+	}
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("rewrite the membership of the database: %w", err)
+	}
+	return nil
+}
+
+func be64(v uint64) []byte {
+	b := make([]byte, 8)
+	binary.BigEndian.PutUint64(b, v)
+	return b
+}
+
+// saveWALAndSnap writes the WAL and raft snapshot of the new cluster as
+// etcdutl's restore does (etcdutl/snapshot/v3_snapshot.go, saveWALAndSnap,
+// Apache-2.0, The etcd Authors): metadata naming self and the cluster, one
+// ConfChangeAddNode entry per member at term 1, the hard state (committed,
+// voted for the first member), the snapshot file holding the membership in
+// etcd's v2 form, and the WAL's snapshot record.
+func saveWALAndSnap(lg *zap.Logger, cl *membership.RaftCluster, self *membership.Member, walDir, snapDir string, commit, term uint64) error {
+	md, err := (&etcdserverpb.Metadata{NodeID: uint64(self.ID), ClusterID: uint64(cl.ID())}).Marshal()
+	if err != nil {
+		return err
+	}
+	w, err := wal.Create(lg, walDir, md)
+	if err != nil {
+		return fmt.Errorf("create the WAL: %w", err)
+	}
+	ids := cl.MemberIDs()
+	ents := make([]raftpb.Entry, len(ids))
+	voters := make([]uint64, len(ids))
+	for i, id := range ids {
+		ctx, err := json.Marshal(cl.Member(id))
+		if err != nil {
+			return errors.Join(err, w.Close())
+		}
+		d, err := (&raftpb.ConfChange{Type: raftpb.ConfChangeAddNode, NodeID: uint64(id), Context: ctx}).Marshal()
+		if err != nil {
+			return errors.Join(err, w.Close())
+		}
+		ents[i] = raftpb.Entry{Type: raftpb.EntryConfChange, Term: term, Index: uint64(i + 1), Data: d}
+		voters[i] = uint64(id)
+	}
+	if uint64(len(ents)) != commit {
+		return errors.Join(fmt.Errorf("%d members, %d expected", len(ents), commit), w.Close())
+	}
+	if err := w.Save(raftpb.HardState{Term: term, Vote: voters[0], Commit: commit}, ents); err != nil {
+		return errors.Join(fmt.Errorf("write the WAL: %w", err), w.Close())
+	}
+	confState := raftpb.ConfState{Voters: voters}
+	raftSnap := raftpb.Snapshot{
+		Data:     etcdserver.GetMembershipInfoInV2Format(lg, cl),
+		Metadata: raftpb.SnapshotMetadata{Index: commit, Term: term, ConfState: confState},
+	}
+	if err := snap.New(lg, snapDir).SaveSnap(raftSnap); err != nil {
+		return errors.Join(fmt.Errorf("write the raft snapshot: %w", err), w.Close())
+	}
+	if err := w.SaveSnapshot(walpb.Snapshot{Index: commit, Term: term, ConfState: &confState}); err != nil {
+		return errors.Join(fmt.Errorf("write the WAL: %w", err), w.Close())
+	}
+	return w.Close()
 }
 
 // MoveAside renames a data dir (and its version record) to

@@ -238,7 +238,7 @@ func stage(ctx context.Context, c *cluster.Cluster, p prepared, targets []spec.M
 			_ = os.RemoveAll(d)
 		}
 	}
-	for _, mem := range targets {
+	for i, mem := range targets {
 		c.Progress.Say("writing a new data dir for %s (revision %d)", mem.Name, p.revision)
 		var out string
 		var err error
@@ -255,9 +255,11 @@ func stage(ctx context.Context, c *cluster.Cluster, p prepared, targets []spec.M
 			err = os.MkdirAll(filepath.Dir(dd), 0o700)
 			out = dd + ".restoring-" + stamp
 			if err == nil {
+				// The last member takes the snapshot itself (a temporary
+				// file no one needs after it) instead of a copy.
 				err = datadir.FromSnapshot(datadir.FromSnapshotOptions{
 					Snapshot: p.snapshot, Name: mem.Name, PeerURL: mem.PeerURL,
-					InitialCluster: initial, Token: c.Spec.Token,
+					InitialCluster: initial, Token: c.Spec.Token, Move: i == len(targets)-1,
 				}, out)
 			}
 		}

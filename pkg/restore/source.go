@@ -90,12 +90,9 @@ func (s *storeSource) fetch(ctx context.Context, dst string) (prepared, error) {
 		return p, err
 	}
 	s.c.Progress.Say("fetching and verifying %s (revision %d)", m.ID, m.EndRevision)
-	if err := backup.Fetch(ctx, s.store, m, key, dst); err != nil {
-		return p, err
-	}
-	// Fetch checked etcd's appended SHA-256; it goes now, since the
+	// Without etcd's appended SHA-256 (checked as it streams by): the
 	// database is written to below (deltas, revision bump).
-	if err := backup.StripChecksum(dst); err != nil {
+	if err := backup.FetchDatabase(ctx, s.store, m, key, dst); err != nil {
 		return p, err
 	}
 	p.revision, p.deltas = m.EndRevision, len(s.chain.Deltas)
