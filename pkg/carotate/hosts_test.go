@@ -2,9 +2,9 @@ package carotate
 
 import (
 	"bytes"
-	"errors"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"log/slog"
 	"net"
 	"net/http"
