@@ -74,7 +74,7 @@ fuzz:
 ## bench: the benchmarks recorded in docs/benchmarks.md (steward built
 ## without the race detector: test/bench's TestMain).
 bench: etcd-binaries s3-server kube-apiserver prometheus
-	STEWARD_TEST_STORE=$(STORE) $(GO) test -count=1 -timeout 150m -run '^$$' -bench . -benchtime 1x ./test/bench/...
+	STEWARD_TEST_STORE=$(STORE) $(GO) test -count=1 -v -timeout 150m -run '^$$' -bench . -benchtime 1x ./test/bench/...
 
 ## demo: build Steward and start a local three-member cluster on the
 ## embedded etcd version. `make demo-down` stops it.
