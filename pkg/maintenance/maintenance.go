@@ -73,6 +73,15 @@ func Defrag(ctx context.Context, c *cluster.Cluster, o DefragOptions) ([]DefragR
 				return results, fmt.Errorf("defragmentation stopped before %s: %w", m.Name, err)
 			}
 		}
+		id, err := strconv.ParseUint(m.ID, 16, 64)
+		if err != nil {
+			return results, fmt.Errorf("refusing to defragment %s: it has no valid member ID %q", m.Name, m.ID)
+		}
+		// Defragment blocks the member it reaches: make sure the member on
+		// the URL is m, not another one behind an alias or a reused port.
+		if _, err := c.EndpointStatus(ctx, m.Name, id, m.ClientURLs[0]); err != nil {
+			return results, fmt.Errorf("refusing to defragment %s: %w", m.Name, err)
+		}
 		c.Progress.Say("defragmenting %s (%s, db %s)", m.Name, m.Role, progress.Bytes(m.DBSize))
 		start := time.Now()
 		cli, err := c.Client(m.ClientURLs...)
@@ -80,17 +89,21 @@ func Defrag(ctx context.Context, c *cluster.Cluster, o DefragOptions) ([]DefragR
 			return results, err
 		}
 		dctx, cancel := context.WithTimeout(ctx, o.Timeout)
-		_, err = cli.Defragment(dctx, m.ClientURLs[0])
+		dr, err := cli.Defragment(dctx, m.ClientURLs[0])
 		cancel()
 		cli.Close()
 		if err != nil {
 			return results, fmt.Errorf("defragment %s: %w", m.Name, err)
 		}
+		if got := dr.Header.GetMemberId(); got != id {
+			return results, fmt.Errorf("defragmentation stopped: %s (ID %x) was to be defragmented, but member ID %x answered on %s: %w",
+				m.Name, id, got, m.ClientURLs[0], cluster.ErrWrongMember)
+		}
 		if err := c.WaitMemberHealthy(ctx, m.Name, time.Minute); err != nil && !o.AllowAlarms {
 			return results, fmt.Errorf("defragmentation stopped: %w", err)
 		}
 		r := DefragResult{Member: m.Name, DBSizeFrom: m.DBSize, Duration: time.Since(start)}
-		if s, err := c.EndpointStatus(ctx, m.ClientURLs[0]); err == nil {
+		if s, err := c.EndpointStatus(ctx, m.Name, id, m.ClientURLs[0]); err == nil {
 			r.DBSizeTo = s.DbSize
 		}
 		c.Progress.Say("  %s: %s -> %s in %s", m.Name, progress.Bytes(r.DBSizeFrom), progress.Bytes(r.DBSizeTo), r.Duration.Round(time.Millisecond))

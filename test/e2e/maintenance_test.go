@@ -79,6 +79,34 @@ func TestMaintenance(t *testing.T) {
 	if out := e.MustFail("defrag"); !strings.Contains(out, "refusing to defragment while member "+down+" is unhealthy") {
 		t.Errorf("defrag with a member down: %s", out)
 	}
+
+	// Another member answering on the stopped member's client URL (issue
+	// 13, finding 6: an alias, a reused port): nothing takes its answer for
+	// the stopped member's. Status names who answers; leader move to the
+	// stopped member and defragmentation refuse.
+	sp := e.Spec()
+	downURL, _ := sp.Member(down)
+	other := sp.Members[1]
+	stopForward := forward(t, strings.TrimPrefix(downURL.ClientURL, "https://"), strings.TrimPrefix(other.ClientURL, "https://"))
+	alias := e.WaitStatus(30*time.Second, "another member answering on "+down+"'s URL", func(st *cluster.Status) bool {
+		m, _ := st.Member(down)
+		return strings.Contains(m.LastError, other.Name+" (ID ") && strings.Contains(m.LastError, "answers on "+downURL.ClientURL+", not "+down)
+	})
+	if m, _ := alias.Member(down); m.Healthy {
+		t.Errorf("%s counted healthy while %s answers on its URL", down, other.Name)
+	}
+	if out := e.MustFail("leader", "move", "--to", down); !strings.Contains(out, "cannot move leadership to "+down) ||
+		!strings.Contains(out, "answers on "+downURL.ClientURL+", not "+down) {
+		t.Errorf("leader move to a member another answers for: %s", out)
+	}
+	if got := e.Status().Cluster.Leader; got == down {
+		t.Errorf("leadership moved to %s, which is stopped", down)
+	}
+	if out := e.MustFail("defrag"); !strings.Contains(out, "refusing to defragment while member "+down+" is unhealthy") ||
+		!strings.Contains(out, "answers on "+downURL.ClientURL+", not "+down) {
+		t.Errorf("defrag while another member answers on %s's URL: %s", down, out)
+	}
+	stopForward()
 	e.MustRun("member", "start", down)
 	e.WaitStatus(60*time.Second, "healthy again", harness.Healthy)
 
