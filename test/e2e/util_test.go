@@ -20,11 +20,12 @@ func lastLines(s string, n int) string {
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
-// forward listens on addr and copies every connection, both ways, to to:
-// another member answering on addr, as behind an alias or a reused port.
+// forward listens on addr (port 0: any free port) and copies every
+// connection, both ways, to to: another member answering on the address it
+// returns, as behind an alias or a reused port.
 // stop closes the listener and every connection and waits for them;
 // cleanup calls it too, for a test that ends early.
-func forward(t *testing.T, addr, to string) (stop func()) {
+func forward(t *testing.T, addr, to string) (listening string, stop func()) {
 	t.Helper()
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -82,5 +83,5 @@ func forward(t *testing.T, addr, to string) (stop func()) {
 			go func() { defer wg.Done(); io.Copy(in, out); in.Close() }()
 		}
 	}()
-	return stop
+	return l.Addr().String(), stop
 }
