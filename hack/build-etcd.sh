@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # build-etcd.sh VERSION... : build etcd, etcdctl and etcdutl for released
 # versions from the Go module proxy, cache them under .cache/etcd/vX.Y.Z, and
-# import them into a Steward binary store (default .cache/store).
+# import them into a Steward binary store (default .cache/store). Every
+# version lands through `steward binaries import`, which writes the
+# manifest (the SHA-256 of each file) Steward checks before it runs one; a
+# stored version without a manifest is imported again (--force).
 #
 # A version whose cached binaries already report the right version is not
 # rebuilt. The etcd server module cannot be `go install`ed directly (its
@@ -103,5 +106,15 @@ if [ ! -x "$steward" ]; then
 fi
 for v in "$@"; do
 	case "$v" in v*) ;; *) v="v$v" ;; esac
-	"$steward" binaries import --store "$store" --version "$v" "$cache/$v"
+	# A version directory without a manifest (a store laid out by hand or
+	# by an older script) cannot be checked before launch, and Steward
+	# refuses to run its binaries: import it again, which writes the
+	# manifest. --force sets the unrecorded directory aside
+	# (etcd-vX.Y.Z.replaced-*), never deletes it.
+	force=""
+	if [ -d "$store/etcd-$v" ] && [ ! -f "$store/etcd-$v/manifest.json" ]; then
+		echo "build-etcd: $store/etcd-$v has no manifest.json: importing $v again to record its SHA-256"
+		force="--force"
+	fi
+	"$steward" binaries import --store "$store" --version "$v" $force "$cache/$v"
 done

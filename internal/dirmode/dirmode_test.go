@@ -96,4 +96,83 @@ func TestSecure(t *testing.T) {
 			t.Fatalf("Secure = %v; want the owner named", err)
 		}
 	})
+
+	t.Run("an ancestor above the parent every user may write is refused, naming it", func(t *testing.T) {
+		top := filepath.Join(t.TempDir(), "open")
+		mkdir(t, top, 0o777)
+		parent := filepath.Join(top, "private")
+		mkdir(t, parent, 0o700)
+		dir := filepath.Join(parent, "d")
+		mkdir(t, dir, 0o777)
+		_, err := Secure(dir)
+		if !errors.Is(err, ErrNotPrivate) || !strings.Contains(err.Error(), "its ancestor "+top+" is writable by every user") ||
+			!strings.Contains(err.Error(), "chmod go-w "+top) {
+			t.Fatalf("Secure = %v; want the ancestor named with chmod go-w", err)
+		}
+		if m := mode(t, dir); m != 0o777 {
+			t.Errorf("a refused directory was changed to %04o", m)
+		}
+	})
+
+	t.Run("a group-writable ancestor is refused", func(t *testing.T) {
+		top := filepath.Join(t.TempDir(), "team")
+		mkdir(t, top, 0o770)
+		mkdir(t, filepath.Join(top, "p"), 0o700)
+		_, err := Secure(filepath.Join(top, "p", "d"))
+		if !errors.Is(err, ErrNotPrivate) || !strings.Contains(err.Error(), "its ancestor "+top+" is writable by its group (mode 0770") {
+			t.Fatalf("Secure = %v; want the group-writable ancestor named", err)
+		}
+	})
+
+	t.Run("an ancestor not yet created is skipped, the ones above are checked", func(t *testing.T) {
+		top := filepath.Join(t.TempDir(), "open")
+		mkdir(t, top, 0o777)
+		_, err := Secure(filepath.Join(top, "missing", "d"))
+		if !errors.Is(err, ErrNotPrivate) || !strings.Contains(err.Error(), "its ancestor "+top+" is writable by every user") {
+			t.Fatalf("Secure = %v; want the existing ancestor named", err)
+		}
+	})
+
+	t.Run("a symbolic link into a tree others may write is refused at the target's ancestor", func(t *testing.T) {
+		root := t.TempDir()
+		open := filepath.Join(root, "open")
+		mkdir(t, open, 0o777)
+		target := filepath.Join(open, "inner")
+		mkdir(t, target, 0o700)
+		safe := filepath.Join(root, "safe")
+		mkdir(t, safe, 0o700)
+		if err := os.Symlink(target, filepath.Join(safe, "link")); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Secure(filepath.Join(safe, "link", "d"))
+		if !errors.Is(err, ErrNotPrivate) || !strings.Contains(err.Error(), "its ancestor "+open+" is writable by every user") {
+			t.Fatalf("Secure = %v; want the link target's open ancestor named", err)
+		}
+	})
+
+	t.Run("a path of directories owned by you or root, none writable by others, passes", func(t *testing.T) {
+		top := filepath.Join(t.TempDir(), "a")
+		mkdir(t, top, 0o755)
+		mkdir(t, filepath.Join(top, "b"), 0o750)
+		if _, err := Secure(filepath.Join(top, "b", "d")); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("an ancestor owned by another user is refused", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("needs root to give a directory to another user")
+		}
+		top := filepath.Join(t.TempDir(), "theirs")
+		mkdir(t, top, 0o755)
+		if err := os.Chown(top, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		mkdir(t, filepath.Join(top, "p"), 0o700)
+		_, err := Secure(filepath.Join(top, "p", "d"))
+		if !errors.Is(err, ErrNotPrivate) || !strings.Contains(err.Error(), "its ancestor "+top+" is owned by uid 65534, neither you (uid 0) nor root") ||
+			!strings.Contains(err.Error(), "chown root "+top) {
+			t.Fatalf("Secure = %v; want the other user's ancestor named", err)
+		}
+	})
 }

@@ -2,6 +2,7 @@ package backup
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -130,6 +131,37 @@ func (d *DeltaWriter) Flush() error {
 // far below it).
 const maxEventSize = 64 << 20
 
+// eventPrealloc is the largest event length readEvent allocates up front;
+// a longer one grows its buffer as the bytes arrive.
+const eventPrealloc = 64 << 10
+
+// readEvent reads an event of declared length n (at most maxEventSize)
+// from r. Memory follows what r holds, not what the length claims: a
+// segment cut short, or forged to declare 64 MiB in a few bytes, costs
+// what it holds (the buffer at most doubles past it), never n. A stream
+// that ends early is io.ErrUnexpectedEOF.
+func readEvent(r io.Reader, n uint64) ([]byte, error) {
+	if n <= eventPrealloc {
+		b := make([]byte, n)
+		if _, err := io.ReadFull(r, b); err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+		return b, nil
+	}
+	var buf bytes.Buffer
+	got, err := buf.ReadFrom(io.LimitReader(r, int64(n)))
+	if err != nil {
+		return nil, err
+	}
+	if uint64(got) < n {
+		return nil, io.ErrUnexpectedEOF
+	}
+	return buf.Bytes(), nil
+}
+
 // DeltaReader decodes a segment and checks its revision invariant.
 type DeltaReader struct {
 	r       *bufio.Reader
@@ -193,8 +225,8 @@ func (d *DeltaReader) Next() (Record, error) {
 		if n > maxEventSize {
 			return Record{}, fmt.Errorf("delta segment is corrupt: event length %d exceeds the limit of %d bytes", n, maxEventSize)
 		}
-		b := make([]byte, n)
-		if _, err := io.ReadFull(d.r, b); err != nil {
+		b, err := readEvent(d.r, n)
+		if err != nil {
 			return bad("event", err)
 		}
 		if err := rec.KV.Unmarshal(b); err != nil {

@@ -355,7 +355,7 @@ func sampleRevision(ctx context.Context, cli *clientv3.Client, leader cluster.Me
 	sctx, cancel := context.WithTimeout(ctx, time.Second)
 	resp, err := cli.Status(sctx, leader.ClientURLs[0])
 	cancel()
-	if err != nil {
+	if err != nil || cluster.CheckAnswer(leader.Name, leader.MemberID(), leader.ClientURLs[0], resp) != nil {
 		return samples
 	}
 	now := time.Now()
@@ -522,7 +522,9 @@ func handOver(ctx context.Context, c *cluster.Cluster, cli *clientv3.Client, lea
 		sctx, cancel := context.WithTimeout(ctx, time.Second)
 		r, err := cli.Status(sctx, leader.ClientURLs[0])
 		cancel()
-		if err == nil && r.Leader == r.Header.MemberId {
+		// Only the member itself may say it still leads: another member
+		// on its URL (an alias, a reused port) would speak for itself.
+		if err == nil && r.Leader == r.Header.MemberId && cluster.CheckAnswer(leader.Name, leader.MemberID(), leader.ClientURLs[0], r) == nil {
 			return false
 		}
 	}

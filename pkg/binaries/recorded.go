@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -32,24 +33,31 @@ var (
 	recordedOK = map[string]fileID{}
 )
 
+// ErrNotRecorded: a stored binary has no SHA-256 recorded at import (its
+// version directory has no manifest, or the manifest does not list it), so
+// nothing tells it is the file imported: it is not run.
+var ErrNotRecorded = errors.New("stored binary has no SHA-256 recorded at import")
+
 // CheckRecorded checks a stored tool (STORE/etcd-vVERSION/TOOL) against the
-// SHA-256 its version's manifest records, before it is run. Nothing is
-// checked for a version directory without a manifest, or a tool the
-// manifest lists no sum for (a store laid out by hand: `steward binaries
-// verify` reports those). A file that matched once is not hashed again
-// while its device, inode, size, mtime and ctime stay the same.
+// SHA-256 its version's manifest records, before it is run. A version
+// directory without a manifest, or a tool the manifest lists no sum for (a
+// store laid out or changed by hand), is refused with ErrNotRecorded,
+// saying how to import the version again. A file that matched once is not
+// hashed again while its device, inode, size, mtime and ctime stay the
+// same.
 func CheckRecorded(path string) error {
 	dir, tool := filepath.Split(path)
-	m, err := readManifest(filepath.Clean(dir))
+	dir = filepath.Clean(dir)
+	m, err := readManifest(dir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+		return fmt.Errorf("%s: %w: %s has no %s; %s", path, ErrNotRecorded, dir, ManifestName, reimportAdvice(dir))
 	}
 	if err != nil {
 		return fmt.Errorf("check %s before running it: %w", path, err)
 	}
 	want, ok := m.Files[tool]
 	if !ok {
-		return nil
+		return fmt.Errorf("%s: %w: the manifest of %s lists no SHA-256 for %s (added after the import?); %s", path, ErrNotRecorded, dir, tool, reimportAdvice(dir))
 	}
 	id, err := statID(path)
 	if err != nil {
@@ -93,4 +101,12 @@ func statID(path string) (fileID, error) {
 		id.ctime = time.Unix(st.Ctim.Sec, st.Ctim.Nsec)
 	}
 	return id, nil
+}
+
+// reimportAdvice says how to give version directory dir a manifest: import
+// its version again from the release or the build it came from.
+func reimportAdvice(dir string) string {
+	v := strings.TrimPrefix(filepath.Base(dir), DirPrefix)
+	return fmt.Sprintf("import etcd %s again from its release tarball or build directory: `steward binaries import --force --store %s --version %s SOURCE` (--force sets the unrecorded copy aside), or `make etcd-binaries` for the test store",
+		v, filepath.Dir(dir), v)
 }

@@ -51,11 +51,29 @@ func TestCheckRecorded(t *testing.T) {
 	if _, err := s.Tool("3.6.16", "etcdutl"); !errors.Is(err, ErrBinaryChanged) {
 		t.Fatalf("Tool of a replaced file = %v; want ErrBinaryChanged", err)
 	}
-	// A version laid out by hand (no manifest) is not checked.
+	// A tool the manifest does not list (dropped in after the import) is
+	// not run.
+	other := filepath.Join(dir, "etcdctl")
+	if err := os.WriteFile(other, orig, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckRecorded(other); !errors.Is(err, ErrNotRecorded) || !strings.Contains(err.Error(), "lists no SHA-256 for etcdctl") {
+		t.Fatalf("a tool the manifest does not list = %v; want ErrNotRecorded naming it", err)
+	}
+	// A version laid out by hand (no manifest) is not run either: the
+	// error says how to import it again.
+	if err := os.WriteFile(bin, orig, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.Remove(filepath.Join(dir, ManifestName)); err != nil {
 		t.Fatal(err)
 	}
-	if err := CheckRecorded(bin); err != nil {
-		t.Fatalf("no manifest: %v", err)
+	err = CheckRecorded(bin)
+	if !errors.Is(err, ErrNotRecorded) || !strings.Contains(err.Error(), dir+" has no manifest.json") ||
+		!strings.Contains(err.Error(), "steward binaries import --force --store "+filepath.Dir(dir)+" --version 3.6.16") {
+		t.Fatalf("no manifest = %v; want ErrNotRecorded with how to import again", err)
+	}
+	if _, err := s.Tool("3.6.16", "etcdutl"); !errors.Is(err, ErrNotRecorded) {
+		t.Fatalf("Tool without a manifest = %v; want ErrNotRecorded", err)
 	}
 }

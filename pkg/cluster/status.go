@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -215,11 +216,79 @@ func wrongMember(name, url string, answered uint64, byName map[string]*pb.Member
 	return nil
 }
 
-// EndpointStatus asks one member for its status (etcd's Status RPC), within
-// the probe timeout.
-func (c *Cluster) EndpointStatus(ctx context.Context, endpoint string) (*clientv3.StatusResponse, error) {
+// ErrWrongMember: the member answering on a URL is not the member expected
+// there (an alias such as localhost and 127.0.0.1, a port another member
+// took or a proxy forwards).
+var ErrWrongMember = errors.New("another member answers on the URL")
+
+// EndpointStatus asks member name, whose etcd ID is id, for its status
+// (etcd's Status RPC) on endpoint, one of its client URLs, within the probe
+// timeout. An answer from any other member is refused with ErrWrongMember,
+// naming who answered, so that no caller takes another member's leader,
+// index or database size for the one it asked about.
+func (c *Cluster) EndpointStatus(ctx context.Context, name string, id uint64, endpoint string) (*clientv3.StatusResponse, error) {
 	p := c.probe(ctx, endpoint)
-	return p.status, p.err
+	if p.err != nil {
+		return nil, p.err
+	}
+	if answered := p.status.Header.GetMemberId(); answered != id {
+		return nil, wrongAnswer(name, id, endpoint, answered, c.memberName(ctx, endpoint, answered))
+	}
+	return p.status, nil
+}
+
+// CheckAnswer returns an ErrWrongMember error when the status r, asked of
+// member name (etcd ID id) on url with a client of its own, came from
+// another member; nil when it came from the member asked.
+func CheckAnswer(name string, id uint64, url string, r *clientv3.StatusResponse) error {
+	if answered := r.Header.GetMemberId(); answered != id {
+		return wrongAnswer(name, id, url, answered, "")
+	}
+	return nil
+}
+
+// MemberID is the member's etcd ID as a number; 0 when it has none (not
+// answering, not in etcd's member list).
+func (m MemberStatus) MemberID() uint64 {
+	id, err := strconv.ParseUint(m.ID, 16, 64)
+	if err != nil {
+		return 0
+	}
+	return id
+}
+
+// wrongAnswer is EndpointStatus's refusal: member answered (named
+// answeredName when etcd's member list names it) answered on url instead
+// of name (ID want).
+func wrongAnswer(name string, want uint64, url string, answered uint64, answeredName string) error {
+	who := fmt.Sprintf("member ID %x", answered)
+	if answeredName != "" {
+		who = fmt.Sprintf("%s (ID %x)", answeredName, answered)
+	}
+	return fmt.Errorf("%w: %s answers on %s, not %s (ID %x): is %s running, and is its URL another member's (an alias such as localhost for 127.0.0.1, a port taken by another member)? Check `steward status` and the spec's URLs",
+		ErrWrongMember, who, url, name, want, name)
+}
+
+// memberName names member id from etcd's member list as endpoint sees it;
+// "" when it cannot.
+func (c *Cluster) memberName(ctx context.Context, endpoint string, id uint64) string {
+	cli, err := c.Client(endpoint)
+	if err != nil {
+		return ""
+	}
+	defer cli.Close()
+	lctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	resp, err := cli.MemberList(lctx)
+	if err != nil {
+		return ""
+	}
+	for _, m := range resp.Members {
+		if m.ID == id {
+			return m.Name
+		}
+	}
+	return ""
 }
 
 // clusterVersion reads etcdcluster from the member's /version endpoint.

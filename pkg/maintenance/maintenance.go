@@ -73,6 +73,15 @@ func Defrag(ctx context.Context, c *cluster.Cluster, o DefragOptions) ([]DefragR
 				return results, fmt.Errorf("defragmentation stopped before %s: %w", m.Name, err)
 			}
 		}
+		id, err := strconv.ParseUint(m.ID, 16, 64)
+		if err != nil {
+			return results, fmt.Errorf("refusing to defragment %s: it has no valid member ID %q", m.Name, m.ID)
+		}
+		// Defragment blocks the member it reaches: make sure the member on
+		// the URL is m, not another one behind an alias or a reused port.
+		if _, err := c.EndpointStatus(ctx, m.Name, id, m.ClientURLs[0]); err != nil {
+			return results, fmt.Errorf("refusing to defragment %s: %w", m.Name, err)
+		}
 		c.Progress.Say("defragmenting %s (%s, db %s)", m.Name, m.Role, progress.Bytes(m.DBSize))
 		start := time.Now()
 		cli, err := c.Client(m.ClientURLs...)
@@ -90,7 +99,7 @@ func Defrag(ctx context.Context, c *cluster.Cluster, o DefragOptions) ([]DefragR
 			return results, fmt.Errorf("defragmentation stopped: %w", err)
 		}
 		r := DefragResult{Member: m.Name, DBSizeFrom: m.DBSize, Duration: time.Since(start)}
-		if s, err := c.EndpointStatus(ctx, m.ClientURLs[0]); err == nil {
+		if s, err := c.EndpointStatus(ctx, m.Name, id, m.ClientURLs[0]); err == nil {
 			r.DBSizeTo = s.DbSize
 		}
 		c.Progress.Say("  %s: %s -> %s in %s", m.Name, progress.Bytes(r.DBSizeFrom), progress.Bytes(r.DBSizeTo), r.Duration.Round(time.Millisecond))

@@ -2,6 +2,7 @@ package membership
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -50,7 +51,12 @@ func MoveLeader(ctx context.Context, c *cluster.Cluster, to string) error {
 	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	err = cluster.Poll(wctx, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
-		s, err := c.EndpointStatus(ctx, target.ClientURLs[0])
+		// Ask the target itself: another member answering on its URL
+		// would say who leads from its own view, not the target's.
+		s, err := c.EndpointStatus(ctx, to, id, target.ClientURLs[0])
+		if errors.Is(err, cluster.ErrWrongMember) {
+			return false, err
+		}
 		return err == nil && s.Leader == id, nil
 	})
 	if err != nil {

@@ -305,7 +305,11 @@ func promoteWhenReady(ctx context.Context, c *cluster.Cluster, cli *clientv3.Cli
 			strings.Contains(err.Error(), "not in sync") || strings.Contains(err.Error(), "not started") {
 			if time.Since(lastReport) > 5*time.Second {
 				lastReport = time.Now()
-				c.Progress.Say("  %s", catchUpProgress(ctx, c, name, learnerURL))
+				msg, err := catchUpProgress(ctx, c, name, id, learnerURL)
+				if err != nil {
+					return false, err
+				}
+				c.Progress.Say("  %s", msg)
 			}
 			return false, nil
 		}
@@ -315,23 +319,33 @@ func promoteWhenReady(ctx context.Context, c *cluster.Cluster, cli *clientv3.Cli
 		return false, fmt.Errorf("promote %s: %w", name, err)
 	})
 	if err != nil && errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("learner %s did not catch up with the leader within %s: %s", name, timeout, catchUpProgress(context.Background(), c, name, learnerURL))
+		msg, werr := catchUpProgress(context.Background(), c, name, id, learnerURL)
+		if werr != nil {
+			return fmt.Errorf("learner %s did not catch up with the leader within %s: %w", name, timeout, werr)
+		}
+		return fmt.Errorf("learner %s did not catch up with the leader within %s: %s", name, timeout, msg)
 	}
 	return err
 }
 
-func catchUpProgress(ctx context.Context, c *cluster.Cluster, name, learnerURL string) string {
+// catchUpProgress says how far learner name (member ID id, on learnerURL)
+// is behind the leader. It fails with cluster.ErrWrongMember when another
+// member answers on the learner's URL: its index is not the learner's.
+func catchUpProgress(ctx context.Context, c *cluster.Cluster, name string, id uint64, learnerURL string) (string, error) {
 	if _, ok := c.Spec.Member(name); !ok {
-		return ""
+		return "", nil
 	}
 	cli, err := clientExcluding(c, name)
 	if err != nil {
-		return err.Error()
+		return err.Error(), nil
 	}
 	defer cli.Close()
-	ls, err := c.EndpointStatus(ctx, learnerURL)
+	ls, err := c.EndpointStatus(ctx, name, id, learnerURL)
+	if errors.Is(err, cluster.ErrWrongMember) {
+		return "", err
+	}
 	if err != nil {
-		return fmt.Sprintf("learner %s not answering yet (%s)", name, cluster.ShortErr(err))
+		return fmt.Sprintf("learner %s not answering yet (%s)", name, cluster.ShortErr(err)), nil
 	}
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
@@ -340,10 +354,10 @@ func catchUpProgress(ctx context.Context, c *cluster.Cluster, name, learnerURL s
 			continue
 		}
 		if s, err := cli.Status(sctx, o.ClientURL); err == nil && s.Leader == s.Header.MemberId {
-			return fmt.Sprintf("learner %s applied index %d of leader's %d", name, ls.RaftAppliedIndex, s.RaftAppliedIndex)
+			return fmt.Sprintf("learner %s applied index %d of leader's %d", name, ls.RaftAppliedIndex, s.RaftAppliedIndex), nil
 		}
 	}
-	return fmt.Sprintf("learner %s applied index %d", name, ls.RaftAppliedIndex)
+	return fmt.Sprintf("learner %s applied index %d", name, ls.RaftAppliedIndex), nil
 }
 
 // initialClusterFrom builds --initial-cluster from etcd's member list after

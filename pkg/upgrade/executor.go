@@ -440,13 +440,29 @@ func (e *Executor) waitStorageVersion(ctx context.Context, s *plan.Step) error {
 
 // eachMember asks every member for etcd's status and returns the first
 // problem check finds (or the first member that does not answer).
+//
+// Each answer must come from the member asked (its ID in etcd's member
+// list): another member answering on its URL is that problem.
 func (e *Executor) eachMember(ctx context.Context, cli *clientv3.Client, check func(name string, r *clientv3.StatusResponse) string) string {
+	lctx, lcancel := context.WithTimeout(ctx, 3*time.Second)
+	list, err := cli.MemberList(lctx)
+	lcancel()
+	if err != nil {
+		return fmt.Sprintf("member list: %v", err)
+	}
+	ids := map[string]uint64{}
+	for _, m := range list.Members {
+		ids[m.Name] = m.ID
+	}
 	for _, m := range e.C.Spec.Members {
 		sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		r, err := cli.Status(sctx, m.ClientURL)
 		cancel()
 		if err != nil {
 			return fmt.Sprintf("%s: %v", m.Name, err)
+		}
+		if err := cluster.CheckAnswer(m.Name, ids[m.Name], m.ClientURL, r); err != nil {
+			return err.Error()
 		}
 		if p := check(m.Name, r); p != "" {
 			return p

@@ -59,6 +59,33 @@ func TestHardening(t *testing.T) {
 		}
 	})
 
+	t.Run("a stored version without a manifest is not run", func(t *testing.T) {
+		t.Parallel()
+		e := harness.New(t)
+		// A store laid out by hand: the real etcd, but no manifest.json
+		// recording its SHA-256.
+		store := filepath.Join(t.TempDir(), "store")
+		vdir := filepath.Join(store, binaries.DirPrefix+v)
+		if err := os.MkdirAll(vdir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(filepath.Join(e.Store, binaries.DirPrefix+v, "etcd"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(vdir, "etcd"), b, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		out := e.MustFail("up", "--members", "1", "--version", v, "--binary-store", store)
+		if !strings.Contains(out, "refusing to start etcd "+v) || !strings.Contains(out, vdir+" has no manifest.json") ||
+			!strings.Contains(out, "steward binaries import --force --store "+store+" --version "+v) {
+			t.Errorf("up with a version without a manifest: %s", out)
+		}
+		if exists(filepath.Join(vdir, binaries.ManifestName)) {
+			t.Error("a manifest was written for a binary nobody checked")
+		}
+	})
+
 	e := harness.New(t)
 	// A Steward directory made 0777 beforehand, and a caller whose
 	// environment holds a secret and an ETCD_* variable etcd would read

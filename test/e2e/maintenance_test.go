@@ -3,6 +3,8 @@ package e2e
 import (
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -79,8 +81,61 @@ func TestMaintenance(t *testing.T) {
 	if out := e.MustFail("defrag"); !strings.Contains(out, "refusing to defragment while member "+down+" is unhealthy") {
 		t.Errorf("defrag with a member down: %s", out)
 	}
+
 	e.MustRun("member", "start", down)
 	e.WaitStatus(60*time.Second, "healthy again", harness.Healthy)
+
+	// Another member answering on a member's client URL (issue 13, finding
+	// 6: an alias, a port reused): the spec puts a follower on a port that
+	// forwards to another member. Nothing takes that answer for the
+	// follower's: status names who answers, leader move to the follower and
+	// defragmentation refuse.
+	st = e.Status()
+	var target, other cluster.MemberStatus
+	for _, m := range st.Members {
+		switch {
+		case target.Name == "" && m.Role == "follower":
+			target = m
+		case other.Name == "":
+			other = m
+		}
+	}
+	if target.Name == "" || other.Name == "" {
+		t.Fatalf("no follower and other member in %+v", st.Members)
+	}
+	fwd, stopForward := forward(t, "127.0.0.1:0", strings.TrimPrefix(other.ClientURLs[0], "https://"))
+	specPath := filepath.Join(e.Dir, spec.FileName)
+	orig, err := os.ReadFile(specPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	aliased := e.Spec()
+	m, _ := aliased.Member(target.Name)
+	m.ClientURL = "https://" + fwd
+	if err := aliased.Save(specPath); err != nil {
+		t.Fatal(err)
+	}
+	wrong := other.Name + " (ID " + other.ID + ") answers on https://" + fwd + ", not " + target.Name
+	alias := e.WaitStatus(30*time.Second, other.Name+" answering on "+target.Name+"'s URL", func(st *cluster.Status) bool {
+		m, _ := st.Member(target.Name)
+		return strings.Contains(m.LastError, wrong)
+	})
+	if m, _ := alias.Member(target.Name); m.Healthy {
+		t.Errorf("%s counted healthy while %s answers on its URL", target.Name, other.Name)
+	}
+	if out := e.MustFail("leader", "move", "--to", target.Name); !strings.Contains(out, "cannot move leadership to "+target.Name) || !strings.Contains(out, wrong) {
+		t.Errorf("leader move to a member another answers for: %s", out)
+	}
+	if out := e.MustFail("defrag"); !strings.Contains(out, "refusing to defragment while member "+target.Name+" is unhealthy") || !strings.Contains(out, wrong) {
+		t.Errorf("defrag while another member answers on %s's URL: %s", target.Name, out)
+	}
+	if err := os.WriteFile(specPath, orig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stopForward()
+	if got := e.WaitStatus(30*time.Second, "healthy with the spec restored", harness.Healthy).Cluster.Leader; got == target.Name {
+		t.Errorf("leadership moved to %s while another member answered for it", target.Name)
+	}
 
 	// NOSPACE: fill past the quota, then disarm (compact, defrag, disarm).
 	var nospace bool

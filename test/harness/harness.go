@@ -82,6 +82,10 @@ func Store(tb testing.TB) string {
 		if _, err := os.Stat(filepath.Join(s, "etcd-v"+v, "etcd")); err != nil {
 			tb.Fatalf("etcd %s is missing from the test binary store %s: run `make etcd-binaries`", v, s)
 		}
+		// Steward runs no stored binary without its recorded SHA-256.
+		if _, err := os.Stat(filepath.Join(s, "etcd-v"+v, binaries.ManifestName)); err != nil {
+			tb.Fatalf("etcd %s in the test binary store %s has no %s (Steward refuses to run it): run `make etcd-binaries`, which imports it again", v, s, binaries.ManifestName)
+		}
 	}
 	if v := binaries.EmbeddedVersion(); !slices.Contains(Versions(), v) {
 		if _, err := os.Stat(filepath.Join(s, "etcd-v"+v, "etcd")); err != nil {
