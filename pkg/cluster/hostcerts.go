@@ -73,8 +73,6 @@ func (c *Cluster) RenewHosts(ctx context.Context, names []string, force bool, ti
 	if err := c.checkCoordinator(ctx); err != nil {
 		return nil, fmt.Errorf("renew host certificates: refusing to sign: %w", err)
 	}
-	var out []pki.Renewal
-	var errs []error
 	v := c.Validity()
 	dir := c.CertDir()
 	renew := func(cur *x509.Certificate, now time.Time) ([]byte, bool, error) {
@@ -84,17 +82,7 @@ func (c *Cluster) RenewHosts(ctx context.Context, names []string, force bool, ti
 		certPEM, _, err := pki.Reissue(dir, v, cur, now)
 		return certPEM, false, err
 	}
-	for _, h := range hosts {
-		rs, err := c.renewHost(ctx, h, leaves, renew, false, timeout)
-		out = append(out, rs...)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("host %s: %w", h.Name, err))
-		}
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	return out, errors.Join(errs...)
+	return c.renewHosts(ctx, hosts, leaves, renew, false, timeout)
 }
 
 // hostLeafCN is the common name leaf of host agent must have
@@ -116,6 +104,24 @@ func (c *Cluster) hostLeafCN(agent, leaf string) string {
 // hostSigner returns the reissue of a host's current leaf cur (PEM, what
 // the host installs), or skip when it needs none.
 type hostSigner func(cur *x509.Certificate, now time.Time) (certPEM []byte, skip bool, err error)
+
+// renewHosts runs renewHost on every host in turn (until ctx ends) and
+// joins the failures, each naming its host.
+func (c *Cluster) renewHosts(ctx context.Context, hosts []spec.Agent, leaves []string, sign hostSigner, settle bool, timeout time.Duration) ([]pki.Renewal, error) {
+	var out []pki.Renewal
+	var errs []error
+	for _, h := range hosts {
+		rs, err := c.renewHost(ctx, h, leaves, sign, settle, timeout)
+		out = append(out, rs...)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("host %s: %w", h.Name, err))
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return out, errors.Join(errs...)
+}
 
 // renewHost reissues the leaves of one host with sign (RenewHosts: the
 // CA; RotateHostLeaves: a CA rotation's next CA), pushes them, waits until

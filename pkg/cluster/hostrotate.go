@@ -99,17 +99,5 @@ func (c *Cluster) RotateHostLeaves(ctx context.Context, timeout time.Duration) (
 		certPEM, _, done, err := pki.RotationReissueHost(dir, v, cur, now)
 		return certPEM, done, err
 	}
-	var out []pki.Renewal
-	var errs []error
-	for _, h := range hosts {
-		rs, err := c.renewHost(ctx, h, pki.HostLeafNames, sign, true, timeout)
-		out = append(out, rs...)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("host %s: %w", h.Name, err))
-		}
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	return out, errors.Join(errs...)
+	return c.renewHosts(ctx, hosts, pki.HostLeafNames, sign, true, timeout)
 }

@@ -45,22 +45,7 @@ func TestHostsCARotation(t *testing.T) {
 	hs.WaitStatus(time.Minute, "three healthy members on three hosts", harness.Healthy)
 	s := hs.Spec()
 	dir := s.CertDir(hs.Dir)
-	oldCA, err := os.ReadFile(filepath.Join(dir, pki.CACert))
-	if err != nil {
-		t.Fatal(err)
-	}
-	old := filepath.Join(t.TempDir(), "old")
-	hs.MustRun("certs", "issue-client", "writer", "--out", old)
-	var eps []string
-	for _, m := range s.Members {
-		eps = append(eps, m.ClientURL)
-	}
-	tc := harness.FollowingTLS(filepath.Join(dir, pki.CACert), filepath.Join(dir, pki.ClientsDir, "writer.crt"), filepath.Join(dir, pki.ClientsDir, "writer.key"))
-	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, TLS: tc, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli, oldCA, old := rotationClient(t, hs.Env)
 	// Attempts and timeout as TestHostsCertRenewal's: a write held up by
 	// the host cut off below is retried until the host is back.
 	w := workload.Start(t, cli, workload.Options{Prefix: "/hostscarotate", Interval: 20 * time.Millisecond, Attempts: 20, Timeout: 3 * time.Second})
