@@ -56,6 +56,8 @@ import (
 func BenchmarkMigrateConfigMaps(b *testing.B) {
 	n := envInt("STEWARD_BENCH_MIGRATE_OBJECTS", 100_000)
 	workers := envInt("STEWARD_BENCH_MIGRATE_WORKERS", 8)
+	// STEWARD_BENCH_MIGRATE_JSON=1: Steward in JSON (--protobuf=false).
+	useJSON := os.Getenv("STEWARD_BENCH_MIGRATE_JSON") == "1"
 	prof := profileOpts{dir: os.Getenv("STEWARD_BENCH_MIGRATE_PROFILE"), seconds: envInt("STEWARD_BENCH_MIGRATE_PROFILE_SECONDS", 10)}
 	baseline := os.Getenv("STEWARD_BENCH_MIGRATE_BASELINE") != "0"
 	kubectl, err := exec.LookPath("kubectl")
@@ -103,13 +105,13 @@ func BenchmarkMigrateConfigMaps(b *testing.B) {
 		small := max(n/10, 1)
 		createConfigMaps(b, cs, 0, small)
 		rotate(false)
-		s1 := stewardMigrate(b, e, k, workers, int64(small), profileOpts{})
+		s1 := stewardMigrate(b, e, k, workers, useJSON, int64(small), profileOpts{})
 
 		// The rest written in plain text, then every object made stale.
 		rotate(true)
 		createConfigMaps(b, cs, small, n)
 		rotate(false)
-		s2 := stewardMigrate(b, e, k, workers, int64(n), prof)
+		s2 := stewardMigrate(b, e, k, workers, useJSON, int64(n), prof)
 
 		var base migrateRun
 		if baseline {
@@ -288,9 +290,9 @@ func profileAPIServer(b *testing.B, k *harness.KubeAPIServer, seconds int, path 
 
 // stewardMigrate runs `steward migrate storage --resources configmaps`
 // and checks that it rewrote at least want objects.
-func stewardMigrate(b *testing.B, e *harness.Env, k *harness.KubeAPIServer, workers int, want int64, prof profileOpts) migrateRun {
+func stewardMigrate(b *testing.B, e *harness.Env, k *harness.KubeAPIServer, workers int, useJSON bool, want int64, prof profileOpts) migrateRun {
 	args := []string{"migrate", "storage", "--kubeconfig", k.Kubeconfig, "--resources", "configmaps",
-		"--qps", "0", "--workers", strconv.Itoa(workers), "-o", "json", "--dir", e.Dir}
+		"--qps", "0", "--workers", strconv.Itoa(workers), "--protobuf=" + strconv.FormatBool(!useJSON), "-o", "json", "--dir", e.Dir}
 	wait := func() {}
 	if prof.dir != "" {
 		args = append(args, "--cpu-profile", filepath.Join(prof.dir, "steward.pprof"))

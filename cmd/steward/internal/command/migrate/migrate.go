@@ -42,6 +42,7 @@ type options struct {
 	workers             int
 	chunkSize           int64
 	metricsAddr         string
+	protobuf            bool
 	cpuProfile          string // hidden: where the time goes (benchmarks)
 }
 
@@ -86,6 +87,7 @@ summary and make the exit status 1.`,
 	f.IntVar(&o.workers, "workers", kmigrate.DefaultWorkers, "concurrent updates")
 	f.Int64Var(&o.chunkSize, "chunk-size", kmigrate.DefaultChunkSize, "objects per list request")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address (host:port) at /metrics while migrating (default: off)")
+	f.BoolVar(&o.protobuf, "protobuf", true, "read and write built-in resources in protobuf (false: JSON, as custom resources always are)")
 	f.StringVar(&o.cpuProfile, "cpu-profile", "", "write a Go CPU profile (pprof) of the migration to this file")
 	_ = f.MarkHidden("cpu-profile") // for benchmarks (docs/benchmarks.md), not operations
 	return cmd
@@ -162,6 +164,7 @@ func run(cmd *cobra.Command, g *cli.Globals, o options) error {
 		QPS:        o.qps,
 		Workers:    o.workers,
 		ChunkSize:  o.chunkSize,
+		JSON:       !o.protobuf,
 		Dir:        dir,
 		Progress:   stderr,
 		Terminal:   isTerminal(stderr),
