@@ -152,8 +152,11 @@ func metricValue(text, name, resource string) (float64, bool) {
 // config map encrypted with key1. --auto then migrates nothing, until the
 // CRD's storage version changes: then it migrates only the custom
 // resources, which the inventory then shows in the new version. --all
-// migrates every stored resource but events. Objects an admission policy
-// refuses are reported with the reason, and fail the command.
+// migrates every stored resource but events (built-in ones in protobuf,
+// custom ones in JSON). A config map written while a migration runs
+// conflicts, is got again and written back, and nothing the writer wrote
+// is lost. Objects an admission policy refuses are reported with the
+// reason, and fail the command.
 func TestMigrateStorage(t *testing.T) {
 	e := harness.New(t)
 	e.Up(1, version36(t))
