@@ -99,6 +99,9 @@ func BenchmarkMigrateConfigMaps(b *testing.B) {
 			}
 			k.Stop()
 			k.ExtraArgs = []string{"--encryption-provider-config=" + p}
+			if prof.dir != "" {
+				k.ExtraArgs = append(k.ExtraArgs, "--profiling=true") // the harness turns it off
+			}
 			k.Start()
 		}
 
