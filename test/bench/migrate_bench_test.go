@@ -36,7 +36,7 @@ import (
 // its encryption configuration, so that every stored object is stale.
 //
 //   - Steward (`steward migrate storage --resources configmaps --qps 0
-//     --workers W`, W from STEWARD_BENCH_MIGRATE_WORKERS, default 8):
+//     --workers W`, W from STEWARD_BENCH_MIGRATE_WORKERS, default 32):
 //     objects/s and peak memory (max RSS of the process), first on a tenth
 //     of the objects, then on all of them: the memory must not grow with
 //     the number of objects;
@@ -55,7 +55,7 @@ import (
 // (DIR/kube-apiserver.pprof, from its /debug/pprof).
 func BenchmarkMigrateConfigMaps(b *testing.B) {
 	n := envInt("STEWARD_BENCH_MIGRATE_OBJECTS", 100_000)
-	workers := envInt("STEWARD_BENCH_MIGRATE_WORKERS", 8)
+	workers := envInt("STEWARD_BENCH_MIGRATE_WORKERS", 32)
 	// STEWARD_BENCH_MIGRATE_JSON=1: Steward in JSON (--protobuf=false).
 	useJSON := os.Getenv("STEWARD_BENCH_MIGRATE_JSON") == "1"
 	prof := profileOpts{dir: os.Getenv("STEWARD_BENCH_MIGRATE_PROFILE"), seconds: envInt("STEWARD_BENCH_MIGRATE_PROFILE_SECONDS", 10)}
