@@ -266,8 +266,9 @@ func runCounts(r *RunState) Counts {
 
 // clientConfig returns a copy of the client configuration with the
 // migration's rate limit (one token bucket for every request of the run,
-// so that client-go's own limiter does not apply another), JSON in both
-// directions, and warnings shown once each.
+// so that client-go's own limiter does not apply another), JSON by default
+// (the lists and gets of built-in resources ask for protobuf, and each
+// update says what its body is), and warnings shown once each.
 func clientConfig(o Options, prog *progress) *rest.Config {
 	cfg := rest.CopyConfig(o.Config)
 	cfg.UserAgent = "steward-migrate"
@@ -714,10 +715,8 @@ func (m *migrator) update(ctx context.Context, r Resource, o object) result {
 				}
 				// A single object comes whole (with apiVersion and kind, or
 				// in its envelope): it is sent back as it is.
-				got, gotType = b, mediaJSON
-				if res.ContentType(&gotType); isProtobuf(gotType) {
-					gotType = mediaProtobuf
-				}
+				got = b
+				res.ContentType(&gotType)
 				return nil
 			}, m.onRetry(r, "get"))
 			if errors.Is(gerr, ErrUnavailable) {
