@@ -533,7 +533,10 @@ current-context: c
 		e := e.For(t)
 		// mig-b/cm-1199 is the last config map in list order: it is listed
 		// seconds before its turn comes (--workers 1, --qps 100), and the
-		// writer changes it many times meanwhile.
+		// writer changes it several times meanwhile. The writer's pace
+		// (4 a second) leaves Steward's get and update after a conflict,
+		// milliseconds apart, almost always alone: faster, it made the
+		// update conflict six times in a row (MaxConflicts is 5).
 		const ns, name = "mig-b", "cm-1199"
 		stop := make(chan struct{})
 		done := make(chan struct{})
@@ -541,7 +544,7 @@ current-context: c
 		var writeErr error
 		go func() {
 			defer close(done)
-			tick := time.NewTicker(20 * time.Millisecond)
+			tick := time.NewTicker(250 * time.Millisecond)
 			defer tick.Stop()
 			for n := 1; ; n++ {
 				select {
