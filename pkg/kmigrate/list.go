@@ -14,9 +14,11 @@ import (
 // object is one listed object, ready to be sent back as it is.
 type object struct {
 	namespace, name string
-	// body is the object's JSON with apiVersion and kind (list items come
-	// without them).
-	body []byte
+	// body is the request body of the update: the object's JSON with
+	// apiVersion and kind (list items come without them), or its protobuf
+	// message in an envelope naming them; contentType says which.
+	body        []byte
+	contentType string
 }
 
 func (o object) key() string { return objectKey(o.namespace, o.name) }
@@ -48,10 +50,19 @@ type page struct {
 	lastKey string
 }
 
-// decodePage parses a list response (JSON): the continue token, the
+// decodePage parses a list response, protobuf or JSON as its
+// Content-Type says (decodeProtoPage, decodeJSONPage).
+func decodePage(body []byte, contentType string) (page, error) {
+	if isProtobuf(contentType) {
+		return decodeProtoPage(body)
+	}
+	return decodeJSONPage(body)
+}
+
+// decodeJSONPage parses a list response in JSON: the continue token, the
 // remaining count and each item as raw JSON, to which it adds apiVersion
 // and kind from the list's (KindList without List) when missing.
-func decodePage(body []byte) (page, error) {
+func decodeJSONPage(body []byte) (page, error) {
 	var l struct {
 		APIVersion string `json:"apiVersion"`
 		Kind       string `json:"kind"`
@@ -100,7 +111,7 @@ func prepare(raw []byte, apiVersion, kind string) (object, error) {
 	if h.Metadata.Name == "" {
 		return object{}, errors.New("decode object: no metadata.name")
 	}
-	o := object{namespace: h.Metadata.Namespace, name: h.Metadata.Name}
+	o := object{namespace: h.Metadata.Namespace, name: h.Metadata.Name, contentType: mediaJSON}
 	raw = bytes.TrimSpace(raw)
 	if (h.APIVersion == "" || h.Kind == "") && len(raw) > 1 && raw[0] == '{' {
 		var b bytes.Buffer

@@ -67,7 +67,7 @@ func TestDecodePage(t *testing.T) {
 	  {"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"b","namespace":"ns"}},
 	  {"metadata":{"name":"c"}}
 	]}`
-	p, err := decodePage([]byte(body))
+	p, err := decodePage([]byte(body), mediaJSON)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,11 +98,11 @@ func TestDecodePage(t *testing.T) {
 		t.Errorf("data lost: %s", d.body)
 	}
 	// The last page: no continue token, no count.
-	p, err = decodePage([]byte(`{"kind":"NamespaceList","apiVersion":"v1","metadata":{},"items":[]}`))
+	p, err = decodePage([]byte(`{"kind":"NamespaceList","apiVersion":"v1","metadata":{},"items":[]}`), mediaJSON)
 	if err != nil || p.next != "" || p.remaining != -1 || len(p.objects) != 0 || p.lastKey != "" {
 		t.Errorf("empty page %+v, %v", p, err)
 	}
-	if _, err := decodePage([]byte(`{"items":[{"metadata":{}}]}`)); err == nil {
+	if _, err := decodePage([]byte(`{"items":[{"metadata":{}}]}`), mediaJSON); err == nil {
 		t.Error("an object without a name was accepted")
 	}
 	if o, err := prepare([]byte(`{}`), "v1", "Thing"); err == nil {

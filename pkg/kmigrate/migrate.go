@@ -82,6 +82,10 @@ type Options struct {
 	MaxConflicts int
 	// RequestTimeout bounds each request (0: 60 s).
 	RequestTimeout time.Duration
+	// JSON makes every request JSON. By default built-in resources
+	// (UsesProtobuf) are read and written in protobuf, which costs the API
+	// server and Steward less; custom resources are always JSON.
+	JSON bool
 }
 
 // ErrIncomplete is wrapped by Run's error when the report has resources
@@ -262,8 +266,9 @@ func runCounts(r *RunState) Counts {
 
 // clientConfig returns a copy of the client configuration with the
 // migration's rate limit (one token bucket for every request of the run,
-// so that client-go's own limiter does not apply another), JSON in both
-// directions, and warnings shown once each.
+// so that client-go's own limiter does not apply another), JSON by default
+// (the lists and gets of built-in resources ask for protobuf, and each
+// update says what its body is), and warnings shown once each.
 func clientConfig(o Options, prog *progress) *rest.Config {
 	cfg := rest.CopyConfig(o.Config)
 	cfg.UserAgent = "steward-migrate"
@@ -614,11 +619,12 @@ func (m *migrator) resource(ctx context.Context, idx, n int, r Resource) (Resour
 // retrying transient failures.
 func (m *migrator) listFunc(r Resource) listFunc {
 	limit := strconv.FormatInt(m.o.ChunkSize, 10)
+	accept := m.accept(r)
 	return func(ctx context.Context, token string) (page, error) {
 		var p page
 		err := retry(ctx, m.o.Backoff, func() error {
 			req := m.rc.Get().AbsPath(r.apiPath()).Resource(r.Resource).Param("limit", limit).
-				MaxRetries(0).Timeout(m.o.RequestTimeout)
+				SetHeader("Accept", accept).MaxRetries(0).Timeout(m.o.RequestTimeout)
 			if token != "" {
 				req = req.Param("continue", token)
 			}
@@ -627,11 +633,22 @@ func (m *migrator) listFunc(r Resource) listFunc {
 			if err != nil {
 				return res.Error()
 			}
-			p, err = decodePage(body)
+			var ct string
+			res.ContentType(&ct)
+			p, err = decodePage(body, ct)
 			return err
 		}, m.onRetry(r, "list"))
 		return p, err
 	}
+}
+
+// accept is the Accept header of the lists and gets of a resource:
+// protobuf for built-in resources (unless Options.JSON), else JSON.
+func (m *migrator) accept(r Resource) string {
+	if !m.o.JSON && UsesProtobuf(r) {
+		return acceptProtobuf
+	}
+	return mediaJSON
 }
 
 func (m *migrator) onRetry(r Resource, what string) func(int, error, time.Duration) {
@@ -645,7 +662,7 @@ func (m *migrator) onRetry(r Resource, what string) func(int, error, time.Durati
 // update sends the object back unchanged. On a conflict it gets the
 // object again and retries, a bounded number of times.
 func (m *migrator) update(ctx context.Context, r Resource, o object) result {
-	body := o.body
+	body, contentType := o.body, o.contentType
 	conflicts := 0
 	fail := func(err error) result {
 		var st apierrors.APIStatus
@@ -664,7 +681,8 @@ func (m *migrator) update(ctx context.Context, r Resource, o object) result {
 	for {
 		err := retry(ctx, m.o.Backoff, func() error {
 			res := m.rc.Put().AbsPath(r.apiPath()).NamespaceIfScoped(o.namespace, r.Namespaced).Resource(r.Resource).Name(o.name).
-				SetHeader("Accept", metadataOnly).Body(body).MaxRetries(0).Timeout(m.o.RequestTimeout).Do(ctx)
+				Body(body).SetHeader("Content-Type", contentType).SetHeader("Accept", metadataOnly).
+				MaxRetries(0).Timeout(m.o.RequestTimeout).Do(ctx)
 			if _, err := res.Raw(); err != nil {
 				return res.Error()
 			}
@@ -687,14 +705,18 @@ func (m *migrator) update(ctx context.Context, r Resource, o object) result {
 				return r
 			}
 			var got []byte
+			var gotType string
 			gerr := retry(ctx, m.o.Backoff, func() error {
 				res := m.rc.Get().AbsPath(r.apiPath()).NamespaceIfScoped(o.namespace, r.Namespaced).Resource(r.Resource).Name(o.name).
-					MaxRetries(0).Timeout(m.o.RequestTimeout).Do(ctx)
+					SetHeader("Accept", m.accept(r)).MaxRetries(0).Timeout(m.o.RequestTimeout).Do(ctx)
 				b, err := res.Raw()
 				if err != nil {
 					return res.Error()
 				}
+				// A single object comes whole (with apiVersion and kind, or
+				// in its envelope): it is sent back as it is.
 				got = b
+				res.ContentType(&gotType)
 				return nil
 			}, m.onRetry(r, "get"))
 			if errors.Is(gerr, ErrUnavailable) {
@@ -702,7 +724,7 @@ func (m *migrator) update(ctx context.Context, r Resource, o object) result {
 			}
 			switch gout, _ := Classify(gerr); gout {
 			case Done:
-				body = got
+				body, contentType = got, gotType
 			case Skip:
 				return result{outcome: Skip}
 			case Reject:

@@ -24,6 +24,7 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -151,8 +152,11 @@ func metricValue(text, name, resource string) (float64, bool) {
 // config map encrypted with key1. --auto then migrates nothing, until the
 // CRD's storage version changes: then it migrates only the custom
 // resources, which the inventory then shows in the new version. --all
-// migrates every stored resource but events. Objects an admission policy
-// refuses are reported with the reason, and fail the command.
+// migrates every stored resource but events (built-in ones in protobuf,
+// custom ones in JSON). A config map written while a migration runs
+// conflicts, is got again and written back, and nothing the writer wrote
+// is lost. Objects an admission policy refuses are reported with the
+// reason, and fail the command.
 func TestMigrateStorage(t *testing.T) {
 	e := harness.New(t)
 	e.Up(1, version36(t))
@@ -516,6 +520,69 @@ current-context: c
 			if r.Result != kmigrate.ResultUpToDate {
 				t.Errorf("--auto after --all: %+v", r)
 			}
+		}
+	}) {
+		return
+	}
+
+	// An object changed while the migration runs: its update conflicts
+	// (the PUT carries the listed resourceVersion), Steward gets it again,
+	// in protobuf like the list, and writes that back. Nothing the writer
+	// wrote is lost.
+	if !t.Run("conflict", func(t *testing.T) {
+		e := e.For(t)
+		// mig-b/cm-1199 is the last config map in list order: it is listed
+		// seconds before its turn comes (--workers 1, --qps 100), and the
+		// writer changes it several times meanwhile. The writer's pace
+		// (4 a second) leaves Steward's get and update after a conflict,
+		// milliseconds apart, almost always alone: faster, it made the
+		// update conflict six times in a row (MaxConflicts is 5).
+		const ns, name = "mig-b", "cm-1199"
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		var last string // written by the writer goroutine, read after done
+		var writeErr error
+		go func() {
+			defer close(done)
+			tick := time.NewTicker(250 * time.Millisecond)
+			defer tick.Stop()
+			for n := 1; ; n++ {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+				cm, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+				if err != nil {
+					writeErr = err
+					return
+				}
+				cm.Data["writer"] = strconv.Itoa(n)
+				if _, err := cs.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{}); err == nil {
+					last = cm.Data["writer"]
+				} else if !apierrors.IsConflict(err) { // Steward's write came between
+					writeErr = err
+					return
+				}
+			}
+		}()
+		rep, se := migrateReport(t, e, true, "--kubeconfig", k.Kubeconfig, "--resources", "configmaps", "--workers", "1", "--qps", "100")
+		close(stop)
+		<-done
+		if writeErr != nil {
+			t.Fatalf("writer: %v", writeErr)
+		}
+		cm := migResource(rep, "configmaps")
+		t.Logf("%d conflicts, writer's last value %s\n%s", cm.Conflicts, last, se)
+		if cm.Result != kmigrate.ResultMigrated || cm.Failed != 0 || cm.ThisRun.Migrated < migConfigs {
+			t.Errorf("config maps: %+v", cm)
+		}
+		if cm.Conflicts < 1 {
+			t.Errorf("no conflict while %s/%s was written during the migration: %+v", ns, name, cm)
+		}
+		got, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil || last == "" || got.Data["writer"] != last || got.Data["index"] != "1199" {
+			t.Errorf("%s/%s after the migration: %v %v; want the writer's last value %q", ns, name, got.Data["writer"], err, last)
 		}
 	}) {
 		return

@@ -190,6 +190,14 @@ func (k *KubeAPIServer) writeFile(name string, b []byte) {
 	}
 }
 
+// Pid returns the running server's process id; 0 when it is stopped.
+func (k *KubeAPIServer) Pid() int {
+	if !k.Running() {
+		return 0
+	}
+	return k.cmd.Process.Pid
+}
+
 // Running reports whether the process is alive.
 func (k *KubeAPIServer) Running() bool {
 	if k.cmd == nil {

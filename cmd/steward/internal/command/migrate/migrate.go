@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -41,6 +42,8 @@ type options struct {
 	workers             int
 	chunkSize           int64
 	metricsAddr         string
+	protobuf            bool
+	cpuProfile          string // hidden: where the time goes (benchmarks)
 }
 
 func storageCommand(g *cli.Globals) *cobra.Command {
@@ -84,6 +87,9 @@ summary and make the exit status 1.`,
 	f.IntVar(&o.workers, "workers", kmigrate.DefaultWorkers, "concurrent updates")
 	f.Int64Var(&o.chunkSize, "chunk-size", kmigrate.DefaultChunkSize, "objects per list request")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address (host:port) at /metrics while migrating (default: off)")
+	f.BoolVar(&o.protobuf, "protobuf", true, "read and write built-in resources in protobuf (false: JSON, as custom resources always are)")
+	f.StringVar(&o.cpuProfile, "cpu-profile", "", "write a Go CPU profile (pprof) of the migration to this file")
+	_ = f.MarkHidden("cpu-profile") // for benchmarks (docs/benchmarks.md), not operations
 	return cmd
 }
 
@@ -130,6 +136,14 @@ func run(cmd *cobra.Command, g *cli.Globals, o options) error {
 	defer stop()
 	go func() { <-ctx.Done(); stop() }() // a second signal kills as usual
 
+	if o.cpuProfile != "" {
+		stopProfile, err := startCPUProfile(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stopProfile()
+	}
+
 	stderr := cmd.ErrOrStderr()
 	var metrics *kmigrate.Metrics
 	if o.metricsAddr != "" {
@@ -150,6 +164,7 @@ func run(cmd *cobra.Command, g *cli.Globals, o options) error {
 		QPS:        o.qps,
 		Workers:    o.workers,
 		ChunkSize:  o.chunkSize,
+		JSON:       !o.protobuf,
 		Dir:        dir,
 		Progress:   stderr,
 		Terminal:   isTerminal(stderr),
@@ -162,6 +177,23 @@ func run(cmd *cobra.Command, g *cli.Globals, o options) error {
 		}
 	}
 	return err
+}
+
+// startCPUProfile starts a Go CPU profile written to path (mode 0600)
+// until stop is called.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpu-profile %s: %w", path, err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 // serveMetrics serves reg at http://addr/metrics until shutdown is called.
