@@ -141,11 +141,20 @@ func decodeUnknown(b []byte) (apiVersion, kind, contentType []byte, ok bool) {
 		b = b[n:]
 		switch num {
 		case 1:
+			// A message field given twice is merged, as protobuf (and
+			// runtime.Unknown's gogo decoder) does: a later TypeMeta
+			// replaces only the fields it holds.
 			av, k, ok := decodeTypeMeta(v)
 			if !ok {
 				return nil, nil, nil, false
 			}
-			apiVersion, kind, sawTypeMeta = av, k, true
+			if av != nil {
+				apiVersion = av
+			}
+			if k != nil {
+				kind = k
+			}
+			sawTypeMeta = true
 		case 4:
 			contentType = v
 		}
@@ -208,12 +217,21 @@ func decodeTypeMeta(b []byte) (apiVersion, kind []byte, ok bool) {
 		b = b[n:]
 		switch num {
 		case 1:
-			apiVersion = v
+			apiVersion = nonNil(v)
 		case 2:
-			kind = v
+			kind = nonNil(v)
 		}
 	}
 	return apiVersion, kind, true
+}
+
+// nonNil returns b, or an empty non-nil slice for a nil b: a field that is
+// present (even empty) is told apart from one that is absent (nil).
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
 }
 
 // decodeEncrypted reads "<provider>:<version>:<name>:" after "k8s:enc:".
