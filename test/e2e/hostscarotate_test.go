@@ -56,10 +56,12 @@ func TestHostsCARotation(t *testing.T) {
 	// follower's host cut off fails the step naming the host (the other
 	// hosts' leaves found done) and leaves the plan to resume; the next
 	// resume, once the host is back, runs the step a fourth time.
+	cut := false
 	cutHost := func(p *plan.Plan, k int) int {
 		if p.Steps[k].Kind != carotate.StepReissue {
 			return 0
 		}
+		cut = true
 		for _, h := range hs.Hosts {
 			b, err := os.ReadFile(filepath.Join(h.Dir, "pki", pki.CACert))
 			if err != nil {
@@ -89,6 +91,9 @@ func TestHostsCARotation(t *testing.T) {
 		return 1
 	}
 	killAtEveryStepThen(t, hs.Env, cutHost, "certs", "rotate-ca")
+	if !cut {
+		t.Fatalf("the plan has no %s step: no resume ran with a host cut off", carotate.StepReissue)
+	}
 	if p := latestPlan(t, hs.Env); p.Kind != plan.KindCARotation || p.State != plan.Done {
 		t.Fatalf("latest plan: %s", stepStates(p))
 	}
