@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"sort"
 	"time"
@@ -218,19 +217,6 @@ func Apply(ctx context.Context, s Store, key *Key, dbPath string, from int64, de
 		return 0, err
 	}
 	return last, nil
-}
-
-// StripChecksum removes the SHA-256 etcd appends to a snapshot, so the file
-// is a plain database that can be modified.
-func StripChecksum(path string) error {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return err
-	}
-	if err := checkAppendedHash(path, fi.Size()); err != nil {
-		return err
-	}
-	return os.Truncate(path, fi.Size()-32)
 }
 
 // VerifyDelta reads a delta segment to its end: size, SHA-256, key,

@@ -138,11 +138,8 @@ func Compact(ctx context.Context, s Store, o CompactOptions) (CompactResult, err
 	// The chain replayed, as a restore would: the full backup fetched and
 	// checked, its deltas applied.
 	db := filepath.Join(tmp, "folded.db")
-	if err := Fetch(ctx, s, ch.Full, o.Key, db); err != nil {
+	if err := FetchDatabase(ctx, s, ch.Full, o.Key, db); err != nil {
 		return CompactResult{}, fmt.Errorf("compact: %w", err)
-	}
-	if err := StripChecksum(db); err != nil {
-		return CompactResult{}, fmt.Errorf("compact %s: %w", ch.Full.ID, err)
 	}
 	last, err := Apply(ctx, s, o.Key, db, ch.Full.EndRevision, ch.Deltas, ApplyOptions{})
 	if err != nil {
@@ -249,13 +246,10 @@ func checkFolded(ctx context.Context, dir, packed string, m Manifest, key *Key, 
 		return err
 	}
 	back := filepath.Join(dir, "check.db")
-	if err := Fetch(ctx, ls, m, key, back); err != nil {
+	if err := FetchDatabase(ctx, ls, m, key, back); err != nil {
 		return fmt.Errorf("the folded backup fails its checks: %w", err)
 	}
 	defer os.Remove(back)
-	if err := StripChecksum(back); err != nil {
-		return err
-	}
 	got, err := KeyspaceDigest(back)
 	if err != nil {
 		return err

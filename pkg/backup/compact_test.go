@@ -160,10 +160,7 @@ func keyRecords(t *testing.T, path, key string) (n int, holds bool) {
 func replayDigest(t *testing.T, s Store, key *Key, c Chain) string {
 	t.Helper()
 	db := filepath.Join(t.TempDir(), "replay.db")
-	if err := Fetch(t.Context(), s, c.Full, key, db); err != nil {
-		t.Fatal(err)
-	}
-	if err := StripChecksum(db); err != nil {
+	if err := FetchDatabase(t.Context(), s, c.Full, key, db); err != nil {
 		t.Fatal(err)
 	}
 	if len(c.Deltas) > 0 {
@@ -227,17 +224,11 @@ func TestCompact(t *testing.T) {
 			// The history is compacted away: one record per live key (the
 			// replayed chain holds k33 twice and k32's put and deletion).
 			folded := filepath.Join(t.TempDir(), "folded.db")
-			if err := Fetch(ctx, s, m, key, folded); err != nil {
-				t.Fatal(err)
-			}
-			if err := StripChecksum(folded); err != nil {
+			if err := FetchDatabase(ctx, s, m, key, folded); err != nil {
 				t.Fatal(err)
 			}
 			replayed := filepath.Join(t.TempDir(), "replayed.db")
-			if err := Fetch(ctx, s, chain.Full, key, replayed); err != nil {
-				t.Fatal(err)
-			}
-			if err := StripChecksum(replayed); err != nil {
+			if err := FetchDatabase(ctx, s, chain.Full, key, replayed); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := Apply(ctx, s, key, replayed, chain.Full.EndRevision, chain.Deltas, ApplyOptions{}); err != nil {

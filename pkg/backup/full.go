@@ -404,30 +404,6 @@ func (w *holdBackHash) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// checkAppendedHash checks the SHA-256 etcd appends to a snapshot stream.
-func checkAppendedHash(path string, n int64) error {
-	if n < sha256.Size || (n-sha256.Size)%512 != 0 {
-		return fmt.Errorf("snapshot of %d bytes carries no etcd checksum: the stream was cut short", n)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.CopyN(h, f, n-sha256.Size); err != nil {
-		return err
-	}
-	want := make([]byte, sha256.Size)
-	if _, err := io.ReadFull(f, want); err != nil {
-		return err
-	}
-	if !bytes.Equal(h.Sum(nil), want) {
-		return errors.New("snapshot checksum mismatch: the data etcd sent does not match the SHA-256 it appended")
-	}
-	return nil
-}
-
 // InspectRevision reads only what a backup needs from a snapshot database:
 // the revision etcd would resume at and the compacted revision.
 func InspectRevision(path string) (SnapshotInfo, error) {

@@ -75,7 +75,7 @@ func FetchBackup(ctx context.Context, store backup.Store, key *backup.Key, lo ba
 			_ = b.Remove()
 		}
 	}()
-	if err := backup.Fetch(ctx, store, full, key, b.Path); err != nil {
+	if err := backup.FetchDatabase(ctx, store, full, key, b.Path); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -83,9 +83,6 @@ func FetchBackup(ctx context.Context, store backup.Store, key *backup.Key, lo ba
 	}
 	chain := backup.BuildChain(all, full)
 	if len(chain.Deltas) > 0 {
-		if err := backup.StripChecksum(b.Path); err != nil {
-			return nil, fmt.Errorf("backup %s: %w", full.ID, err)
-		}
 		rev, err := backup.Apply(ctx, store, key, b.Path, full.EndRevision, chain.Deltas, backup.ApplyOptions{})
 		if err != nil {
 			return nil, err

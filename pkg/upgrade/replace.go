@@ -221,11 +221,8 @@ func graftOntoBackup(ctx context.Context, c *cluster.Cluster, id, src, dir strin
 		return "", err
 	}
 	out := filepath.Join(dir, "base.db")
-	if err := backup.Fetch(ctx, store, m, key, out); err != nil {
+	if err := backup.FetchDatabase(ctx, store, m, key, out); err != nil {
 		return "", fmt.Errorf("fetch backup %s: %w", id, err)
-	}
-	if err := backup.StripChecksum(out); err != nil {
-		return "", err
 	}
 	if err := backup.Graft(out, src); err != nil {
 		return "", err

@@ -6,17 +6,14 @@ import (
 	"crypto/x509"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/etcd-steward/steward/internal/crashpoint"
 	"github.com/etcd-steward/steward/pkg/carotate"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/plan"
@@ -27,16 +24,18 @@ import (
 
 // TestHostsCARotation: `steward certs rotate-ca` on three members on three
 // joined hosts, under a writer that re-reads the coordinator's ca.crt and
-// its issued certificate at each connection, killed with SIGKILL once
-// after the hosts' leaves were reissued (before that step is recorded
-// done), resumed once with a follower's host cut off (the step fails
-// naming the host, the plan stays resumable) and finished by `steward plan
-// resume` once the host is back: no write fails and every
-// acknowledged one is there; every host's ca.crt is the coordinator's new
-// CA alone; every member's client and peer port and every host's agent
-// serves a certificate the new CA signed in a live handshake; a client
-// certificate of the old CA is refused by every member while its
-// reissued twin (same key) is accepted; Steward still reaches every agent.
+// its issued certificate at each connection, killed with SIGKILL before
+// and after every step's action in turn and resumed each time
+// (killAtEveryStepThen); after the kill that follows the hosts' leaves
+// reissued, the hosts trust both CAs, and a resume with a follower's host
+// cut off fails the step naming the host and leaves the plan resumable;
+// the next resume, once the host is back, goes on: no write fails and
+// every acknowledged one is there; every host's ca.crt is the
+// coordinator's new CA alone; every member's client and peer port and
+// every host's agent serves a certificate the new CA signed in a live
+// handshake; a client certificate of the old CA is refused by every member
+// while its reissued twin (same key) is accepted; Steward still reaches
+// every agent.
 func TestHostsCARotation(t *testing.T) {
 	hs := harness.NewHosts(t, 3)
 	hs.Init("3.6.16")
@@ -51,56 +50,52 @@ func TestHostsCARotation(t *testing.T) {
 	w := workload.Start(t, cli, workload.Options{Prefix: "/hostscarotate", Interval: 20 * time.Millisecond, Attempts: 20, Timeout: 3 * time.Second})
 	harness.Eventually(t, 20*time.Second, 50*time.Millisecond, "writes acknowledged", w.AckedAbove(20))
 
-	// Killed after the reissue step acted, before it is recorded done: the
-	// resume runs it again (every host leaf found signed by the new CA).
-	reissue := 2
-	point := crashpoint.Indexed(crashpoint.PlanStepAfter, reissue)
-	so, se, err := hs.RunEnv([]string{crashpoint.EnvVar + "=" + point}, "certs", "rotate-ca")
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || !strings.Contains(se, "crashpoint: "+point+"\n") {
-		t.Fatalf("rotate-ca with %s: %v; want it killed there\nstdout: %s\nstderr: %s", point, err, so, se)
-	}
-	if ws, ok := ee.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
-		t.Fatalf("rotate-ca ended with %v, want SIGKILL", err)
-	}
-	p := latestPlan(t, hs.Env)
-	if p.Kind != plan.KindCARotation || p.State != plan.Running || p.Steps[reissue].Kind != carotate.StepReissue || p.Steps[reissue].State != plan.Running {
-		t.Fatalf("after the kill: %s", stepStates(p))
-	}
-	// The hosts trust both CAs and serve leaves of the new one already.
-	for _, h := range hs.Hosts {
-		b, err := os.ReadFile(filepath.Join(h.Dir, "pki", pki.CACert))
-		if err != nil {
-			t.Fatal(err)
+	// Killed before and after every step's action and resumed each time.
+	// After the reissue step's kill (the hosts' leaves reissued, the step
+	// not recorded done) the hosts trust both CAs, and a resume with a
+	// follower's host cut off fails the step naming the host (the other
+	// hosts' leaves found done) and leaves the plan to resume; the next
+	// resume, once the host is back, runs the step a fourth time.
+	cut := false
+	cutHost := func(p *plan.Plan, k int) int {
+		if p.Steps[k].Kind != carotate.StepReissue {
+			return 0
 		}
-		if n := bytes.Count(b, []byte("BEGIN CERTIFICATE")); n != 2 || !bytes.HasPrefix(b, oldCA) {
-			t.Errorf("host %s ca.crt mid-rotation holds %d certificates, want the old CA and the new", h.Name, n)
+		cut = true
+		for _, h := range hs.Hosts {
+			b, err := os.ReadFile(filepath.Join(h.Dir, "pki", pki.CACert))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := bytes.Count(b, []byte("BEGIN CERTIFICATE")); n != 2 || !bytes.HasPrefix(b, oldCA) {
+				t.Errorf("host %s ca.crt mid-rotation holds %d certificates, want the old CA and the new", h.Name, n)
+			}
 		}
-	}
-	// A resume with a follower's host cut off fails the step naming the
-	// host (the other hosts' leaves found done) and leaves the plan to
-	// resume; once the host is back, the resume finishes the rotation.
-	var victim *harness.AgentHost
-	for _, m := range hs.Status().Members {
-		if m.Role == "follower" {
-			victim = hs.Host(m.Agent)
-			break
+		var victim *harness.AgentHost
+		for _, m := range hs.Status().Members {
+			if m.Role == "follower" {
+				victim = hs.Host(m.Agent)
+				break
+			}
 		}
+		victim.Cut(t)
+		_, se, err := hs.Run("plan", "resume")
+		victim.Heal(t)
+		if err == nil || !strings.Contains(se, "host "+victim.Name+": read its server certificate") || !strings.Contains(se, "unreachable") {
+			t.Fatalf("plan resume with host %s cut off: %v, stderr %s; want exit 1 naming the host", victim.Name, err, se)
+		}
+		if p := latestPlan(t, hs.Env); p.State != plan.Failed || p.Steps[k].State != plan.Failed || p.Steps[k].Attempts != 3 {
+			t.Fatalf("after the resume with a host cut off: %s", stepStates(p))
+		}
+		hs.WaitStatus(time.Minute, "healthy once the host is back", harness.Healthy)
+		return 1
 	}
-	victim.Cut(t)
-	_, se, err = hs.Run("plan", "resume")
-	victim.Heal(t)
-	if err == nil || !strings.Contains(se, "host "+victim.Name+": read its server certificate") || !strings.Contains(se, "unreachable") {
-		t.Fatalf("plan resume with host %s cut off: %v, stderr %s; want exit 1 naming the host", victim.Name, err, se)
+	killAtEveryStepThen(t, hs.Env, cutHost, "certs", "rotate-ca")
+	if !cut {
+		t.Fatalf("the plan has no %s step: no resume ran with a host cut off", carotate.StepReissue)
 	}
-	if p = latestPlan(t, hs.Env); p.State != plan.Failed || p.Steps[reissue].State != plan.Failed {
-		t.Fatalf("after the resume with a host cut off: %s", stepStates(p))
-	}
-	hs.WaitStatus(time.Minute, "healthy once the host is back", harness.Healthy)
-	hs.MustRun("plan", "resume")
-	p = latestPlan(t, hs.Env)
-	if p.State != plan.Done || p.Steps[reissue].Attempts != 3 {
-		t.Fatalf("after the resume: %s (reissue step attempts %d, want 3)", stepStates(p), p.Steps[reissue].Attempts)
+	if p := latestPlan(t, hs.Env); p.Kind != plan.KindCARotation || p.State != plan.Done {
+		t.Fatalf("latest plan: %s", stepStates(p))
 	}
 	st := hs.WaitStatus(time.Minute, "a healthy cluster after the rotation", harness.Healthy)
 	harness.Eventually(t, 20*time.Second, 50*time.Millisecond, "writes acknowledged after the rotation", w.AckedAbove(w.Acked()+20))

@@ -158,11 +158,25 @@ func TestUpgradeResumeAfterKill(t *testing.T) {
 // it (the next step's before point, or the last resume).
 func killAtEveryStep(t *testing.T, e *harness.Env, args ...string) {
 	t.Helper()
+	killAtEveryStepThen(t, e, nil, args...)
+}
+
+// killAtEveryStepThen is killAtEveryStep with then (if not nil) called
+// after each kill at a step's after point, with the plan as that kill left
+// it and the step's index k. then may run the plan further itself (a
+// resume made to fail); it returns how many more attempts it made of step
+// k, and must leave the steps after k pending (the next run, through the
+// next step's before point, re-runs step k once more). A step k then ran
+// three times plus what then added.
+func killAtEveryStepThen(t *testing.T, e *harness.Env, then func(p *plan.Plan, k int) int, args ...string) {
+	t.Helper()
 	store := plan.OpenStore(e.Dir)
 	const attemptsEach = 3
+	extra := map[int]int{} // attempts then made, by step index
 	// requireSteps fails unless the plan on disk is state, its steps
-	// before k done with attemptsEach attempts, step k in stepState with
-	// attempts, and the steps after k pending and never attempted.
+	// before k done with attemptsEach attempts (plus extra), step k in
+	// stepState with attempts, and the steps after k pending and never
+	// attempted.
 	requireSteps := func(when string, state plan.State, k int, stepState plan.State, attempts int) *plan.Plan {
 		t.Helper()
 		p, err := store.Latest()
@@ -176,7 +190,7 @@ func killAtEveryStep(t *testing.T, e *harness.Env, args ...string) {
 			want, n := plan.Pending, 0
 			switch {
 			case s.Index < k:
-				want, n = plan.Done, attemptsEach
+				want, n = plan.Done, attemptsEach+extra[s.Index]
 			case s.Index == k:
 				want, n = stepState, attempts
 			}
@@ -215,15 +229,20 @@ func killAtEveryStep(t *testing.T, e *harness.Env, args ...string) {
 		t.Fatalf("plan %s has no steps", p.ID)
 	}
 	resume := []string{"plan", "resume"}
-	crash(after(0), 0, 2, resume...)
-	for k := 1; k < n; k++ {
-		crash(before(k), k, 1, resume...)
-		crash(after(k), k, 2, resume...)
+	for k := 0; k < n; k++ {
+		if k > 0 {
+			crash(before(k), k, 1, resume...)
+		}
+		p = crash(after(k), k, 2, resume...)
+		if then != nil {
+			extra[k] = then(p, k)
+		}
 	}
 	e.MustRun(resume...)
-	// Every step done (k = n: none is left), each attempted attemptsEach times.
+	// Every step done (k = n: none is left), each attempted attemptsEach
+	// times (plus what then added).
 	p = requireSteps("after the last resume", plan.Done, n, plan.Done, 0)
-	t.Logf("plan %s: %d steps, each killed before and after its action and run %d times", p.ID, n, attemptsEach)
+	t.Logf("plan %s: %d steps, each killed before and after its action and run %d times (more: %v)", p.ID, n, attemptsEach, extra)
 }
 
 // TestRestoreUpgradeResumeAfterKill: the restore strategy on three members
