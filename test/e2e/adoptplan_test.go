@@ -362,3 +362,60 @@ spec:
 	}
 	return p
 }
+
+// TestAdoptResumeAfterKill (issue 14): an adopt plan killed with SIGKILL
+// before and after every step's action in turn (killAtEveryStep: the first
+// run is `steward adopt --pid`, every later one `steward plan resume`),
+// infra1 of an attached three-member etcd 3.5 cluster under a writer: at
+// the end the plan is done, the old process is gone, infra1 runs under the
+// local agent with its member ID and the cluster ID unchanged, and no
+// acknowledged write is lost.
+func TestAdoptResumeAfterKill(t *testing.T) {
+	f := harness.StartForeignCluster(t, adoptVersion, 3)
+	fcli := f.MustClient()
+	e := harness.New(t)
+	e.MustRun(append(attachArgs(f), "--continuous")...)
+	s := e.Spec()
+	s.BinaryStore = e.Store
+	if err := s.Save(filepath.Join(e.Dir, spec.FileName)); err != nil {
+		t.Fatal(err)
+	}
+	old := f.Members[0]
+	oldPID := old.PID()
+	before, err := fcli.MemberList(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := workload.Start(t, fcli, workload.Options{Prefix: "/adoptresume", Interval: 10 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second})
+	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write", w.AckedAbove(100))
+
+	killAtEveryStep(t, e, "adopt", "--pid", strconv.Itoa(oldPID))
+
+	if old.Running() {
+		t.Errorf("the old process %d of %s still runs after the adoption", oldPID, old.Name)
+	}
+	if m, _ := e.Spec().Member(old.Name); !m.IsAdopted() || m.DataDir != old.DataDir {
+		t.Errorf("after the resumed adoption the spec has %s with agent %q, data dir %q, adopted %v", old.Name, m.Agent, m.DataDir, m.IsAdopted())
+	}
+	st := e.WaitStatus(30*time.Second, old.Name+" healthy under the agent", func(st *cluster.Status) bool {
+		ms, _ := st.Member(old.Name)
+		return harness.Healthy(st) && ms.PID != 0
+	})
+	if ms, _ := st.Member(old.Name); ms.PID == oldPID {
+		t.Errorf("%s runs as the old pid %d", old.Name, oldPID)
+	}
+	after, err := fcli.MemberList(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Header.ClusterId != before.Header.ClusterId || len(after.Members) != len(before.Members) {
+		t.Errorf("after the adoption: cluster %x with %d members, want %x with %d", after.Header.ClusterId, len(after.Members), before.Header.ClusterId, len(before.Members))
+	}
+	for _, m := range before.Members {
+		if !slices.ContainsFunc(after.Members, func(u *etcdserverpb.Member) bool { return u.ID == m.ID && u.Name == m.Name }) {
+			t.Errorf("member %s (%x) is gone after the resumed adoption: %v", m.Name, m.ID, after.Members)
+		}
+	}
+	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write after the adoption", w.AckedAbove(w.Acked()+100))
+	workload.RequireKeys(t, fcli, w.Stop())
+}
