@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/etcd-steward/steward/internal/proc"
 	"github.com/etcd-steward/steward/pkg/adopt"
+	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/spec"
@@ -325,6 +327,56 @@ func TestAdoptAll(t *testing.T) {
 	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write after the replace", w.AckedAbove(w.Acked()+100))
 	res := w.Stop()
 	workload.RequireKeys(t, fcli, res)
+
+	// Disaster recovery on the adopted cluster: a backup taken, quorum
+	// lost (two members stopped hard through their agent, which would
+	// restart a member that merely exited), `steward recover` restarts them
+	// from their intact data: healthy, the same member IDs, the keyspace of
+	// before, served with the operator's certificates (the client of the
+	// operator's CA reads it) that the spec still names.
+	var bm backup.Manifest
+	if out := e.MustRun("backup", "now", "-o", "json"); json.Unmarshal([]byte(out), &bm) != nil || bm.ID == "" {
+		t.Fatalf("backup now on the adopted cluster: %s", out)
+	}
+	want := workload.TakeDigest(t, fcli, "", 0)
+	preSpec := e.Spec()
+	preMembers, err := fcli.MemberList(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := preSpec.MemberNames()
+	for _, n := range names[:2] {
+		e.MustRun("member", "stop", n, "--force")
+	}
+	e.WaitStatus(30*time.Second, "quorum lost", func(st *cluster.Status) bool { return !st.Cluster.Quorate })
+	rep, out := recoverJSON(t, e)
+	if rep.Action != "restart" || len(rep.Replaced) != 0 {
+		t.Fatalf("recover of the adopted cluster with intact data: %s", out)
+	}
+	e.WaitStatus(60*time.Second, "every member healthy under the agent after recover", func(st *cluster.Status) bool {
+		for _, m := range st.Members {
+			if m.PID == 0 {
+				return false
+			}
+		}
+		return harness.Healthy(st)
+	})
+	workload.RequireEqual(t, "after recover", workload.TakeDigest(t, fcli, "", 0), want)
+	recovered, err := fcli.MemberList(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if recovered.Header.ClusterId != preMembers.Header.ClusterId {
+		t.Errorf("cluster ID %x after recover, want %x", recovered.Header.ClusterId, preMembers.Header.ClusterId)
+	}
+	for _, m := range preMembers.Members {
+		if !slices.ContainsFunc(recovered.Members, func(u *etcdserverpb.Member) bool { return u.ID == m.ID && u.Name == m.Name }) {
+			t.Errorf("member %s (%x) is gone after recover: %v", m.Name, m.ID, recovered.Members)
+		}
+	}
+	if sp := e.Spec(); !sp.AllAdopted() || !reflect.DeepEqual(sp.Members, preSpec.Members) || !reflect.DeepEqual(sp.External, preSpec.External) {
+		t.Errorf("recover changed the adopted members or the operator's certificates in the spec:\nbefore %+v\nafter  %+v", preSpec.Members, sp.Members)
+	}
 }
 
 // foreignManifest writes a kubeadm-style static pod manifest of member m
