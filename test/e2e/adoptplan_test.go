@@ -328,12 +328,14 @@ func TestAdoptAll(t *testing.T) {
 	res := w.Stop()
 	workload.RequireKeys(t, fcli, res)
 
-	// Disaster recovery on the adopted cluster: a backup taken, quorum
-	// lost (two members stopped hard through their agent, which would
-	// restart a member that merely exited), `steward recover` restarts them
-	// from their intact data: healthy, the same member IDs, the keyspace of
-	// before, served with the operator's certificates (the client of the
-	// operator's CA reads it) that the spec still names.
+	// Disaster recovery on the adopted cluster: a backup taken, every
+	// member stopped hard (through its agent, which would restart a member
+	// that merely exited) and two of them losing their WAL; `steward
+	// recover` rebuilds the cluster from the survivor (its data is not
+	// behind the backup) and adds the other two: healthy, the cluster ID
+	// and the survivor's member ID kept, the keyspace of before, served
+	// with the operator's certificates (the client of the operator's CA
+	// reads it) that the spec still names, the lost data dirs moved aside.
 	var bm backup.Manifest
 	if out := e.MustRun("backup", "now", "-o", "json"); json.Unmarshal([]byte(out), &bm) != nil || bm.ID == "" {
 		t.Fatalf("backup now on the adopted cluster: %s", out)
@@ -345,13 +347,18 @@ func TestAdoptAll(t *testing.T) {
 		t.Fatal(err)
 	}
 	names := preSpec.MemberNames()
-	for _, n := range names[:2] {
+	for _, n := range names {
 		e.MustRun("member", "stop", n, "--force")
 	}
-	e.WaitStatus(30*time.Second, "quorum lost", func(st *cluster.Status) bool { return !st.Cluster.Quorate })
+	for _, n := range names[:2] {
+		m, _ := preSpec.Member(n)
+		if err := os.RemoveAll(filepath.Join(m.DataDir, "member", "wal")); err != nil {
+			t.Fatal(err)
+		}
+	}
 	rep, out := recoverJSON(t, e)
-	if rep.Action != "restart" || len(rep.Replaced) != 0 {
-		t.Fatalf("recover of the adopted cluster with intact data: %s", out)
+	if rep.Action != "reseed" || rep.Seed != names[2] || !slices.Equal(rep.Added, names[:2]) {
+		t.Fatalf("recover of the adopted cluster with two WALs lost: want %s reseeding, %v added; got %s", names[2], names[:2], out)
 	}
 	e.WaitStatus(60*time.Second, "every member healthy under the agent after recover", func(st *cluster.Status) bool {
 		for _, m := range st.Members {
@@ -366,16 +373,29 @@ func TestAdoptAll(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if recovered.Header.ClusterId != preMembers.Header.ClusterId {
-		t.Errorf("cluster ID %x after recover, want %x", recovered.Header.ClusterId, preMembers.Header.ClusterId)
+	if recovered.Header.ClusterId != preMembers.Header.ClusterId || len(recovered.Members) != 3 {
+		t.Errorf("after recover: cluster %x with %d members, want %x with 3", recovered.Header.ClusterId, len(recovered.Members), preMembers.Header.ClusterId)
 	}
 	for _, m := range preMembers.Members {
-		if !slices.ContainsFunc(recovered.Members, func(u *etcdserverpb.Member) bool { return u.ID == m.ID && u.Name == m.Name }) {
-			t.Errorf("member %s (%x) is gone after recover: %v", m.Name, m.ID, recovered.Members)
+		kept := slices.ContainsFunc(recovered.Members, func(u *etcdserverpb.Member) bool { return u.ID == m.ID && u.Name == m.Name })
+		if kept != (m.Name == names[2]) {
+			t.Errorf("member %s (%x): ID kept %v after recover, want kept only for the survivor %s: %v", m.Name, m.ID, kept, names[2], recovered.Members)
 		}
 	}
-	if sp := e.Spec(); !sp.AllAdopted() || !reflect.DeepEqual(sp.Members, preSpec.Members) || !reflect.DeepEqual(sp.External, preSpec.External) {
-		t.Errorf("recover changed the adopted members or the operator's certificates in the spec:\nbefore %+v\nafter  %+v", preSpec.Members, sp.Members)
+	for _, n := range names[:2] {
+		m, _ := preSpec.Member(n)
+		if aside, _ := filepath.Glob(m.DataDir + ".*-2*"); len(aside) == 0 {
+			t.Errorf("member %s: its old data dir was not moved aside", n)
+		}
+	}
+	sp := e.Spec()
+	if !sp.AllAdopted() || !reflect.DeepEqual(sp.External, preSpec.External) {
+		t.Errorf("after recover: every member adopted %v, external block %+v (was %+v)", sp.AllAdopted(), sp.External, preSpec.External)
+	}
+	for _, m := range preSpec.Members {
+		if n, _ := sp.Member(m.Name); !reflect.DeepEqual(n.Adopted, m.Adopted) || n.DataDir != m.DataDir {
+			t.Errorf("recover changed how %s runs (its certificates, settings or data dir): %+v, was %+v", m.Name, n.Adopted, m.Adopted)
+		}
 	}
 }
 
