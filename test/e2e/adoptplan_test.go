@@ -215,7 +215,9 @@ func TestAdopt(t *testing.T) {
 // `upgrade apply --to 3.6.16` runs on it: every member reports 3.6.16 with
 // its member ID; `rollback` returns every member to 3.5 with its ID; and
 // `member replace` rebuilds one member with the operator's certificates;
-// no acknowledged write is lost throughout.
+// no acknowledged write is lost throughout. Then `steward recover` after
+// every member stopped and two lost their WAL: reseeded from the third,
+// the keyspace of before, the operator's certificates still in use.
 func TestAdoptAll(t *testing.T) {
 	f := harness.StartForeignCluster(t, adoptVersion, 3)
 	fcli := f.MustClient()
