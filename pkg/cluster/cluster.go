@@ -281,11 +281,18 @@ func (c *Cluster) MemberConfig(m spec.Member) agentapi.MemberConfig {
 // adoptedConfig is the run config of an adopted member: the one it ran
 // with before (its own certificates, token and settings), with the
 // operator's client certificate for the agent's health checks. Its data
-// dir holds the member already: the initial cluster flags are never read.
+// dir holds the member already, and etcd reads the initial cluster flags
+// only on an empty one: a member re-added with an empty data dir (member
+// replace, recovery's reseed) joins the membership it was added to (its
+// Bootstrap), never the one it was first started with (etcd refuses to
+// join when the two differ, "member count is unequal").
 func (c *Cluster) adoptedConfig(m spec.Member, cfg agentapi.MemberConfig) agentapi.MemberConfig {
 	a := m.Adopted
 	cfg.DataDir = m.DataDir
 	cfg.InitialCluster, cfg.InitialClusterState, cfg.InitialClusterToken = a.InitialCluster, "existing", a.InitialClusterToken
+	if m.Bootstrap != nil {
+		cfg.InitialCluster = m.Bootstrap.InitialCluster
+	}
 	cfg.QuotaBackendBytes, cfg.SnapshotCount = a.QuotaBackendBytes, a.SnapshotCount
 	cfg.AutoCompactionMode, cfg.AutoCompactionRetention = a.AutoCompactionMode, a.AutoCompactionRetention
 	cfg.HeartbeatIntervalMs, cfg.ElectionTimeoutMs = a.HeartbeatIntervalMs, a.ElectionTimeoutMs

@@ -95,6 +95,14 @@ func TestAdoptedMember(t *testing.T) {
 		cfg.TLS.ClientCert != "/etc/etcd/c.crt" || cfg.TLS.ClientKey != "/etc/etcd/c.key":
 		t.Errorf("TLS files of the adopted member: %+v", cfg.TLS)
 	}
+	// Re-added with an empty data dir (member replace, recovery's
+	// reseed): it joins the membership it was added to, not the one it
+	// was first started with.
+	readded := c.Spec.Members[0]
+	readded.Bootstrap = &spec.Bootstrap{InitialCluster: "cp-2=https://127.0.0.2:2380,cp-1=https://127.0.0.1:2380"}
+	if cfg := c.MemberConfig(readded); cfg.InitialCluster != readded.Bootstrap.InitialCluster || cfg.InitialClusterState != "existing" || cfg.InitialClusterToken != "theirs" {
+		t.Errorf("config of the re-added adopted member: initial cluster %q (%s, token %q), want %q (existing, theirs)", cfg.InitialCluster, cfg.InitialClusterState, cfg.InitialClusterToken, readded.Bootstrap.InitialCluster)
+	}
 	if err := c.RequireProcessControl("upgrade"); !errors.Is(err, ErrExternal) {
 		t.Errorf("one member of two adopted: %v, want a refusal of kind ErrExternal", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/etcd-steward/steward/internal/proc"
 	"github.com/etcd-steward/steward/pkg/adopt"
+	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/spec"
@@ -213,7 +215,9 @@ func TestAdopt(t *testing.T) {
 // `upgrade apply --to 3.6.16` runs on it: every member reports 3.6.16 with
 // its member ID; `rollback` returns every member to 3.5 with its ID; and
 // `member replace` rebuilds one member with the operator's certificates;
-// no acknowledged write is lost throughout.
+// no acknowledged write is lost throughout. Then `steward recover` after
+// every member stopped and two lost their WAL: reseeded from the third,
+// the keyspace of before, the operator's certificates still in use.
 func TestAdoptAll(t *testing.T) {
 	f := harness.StartForeignCluster(t, adoptVersion, 3)
 	fcli := f.MustClient()
@@ -325,6 +329,76 @@ func TestAdoptAll(t *testing.T) {
 	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write after the replace", w.AckedAbove(w.Acked()+100))
 	res := w.Stop()
 	workload.RequireKeys(t, fcli, res)
+
+	// Disaster recovery on the adopted cluster: a backup taken, every
+	// member stopped hard (through its agent, which would restart a member
+	// that merely exited) and two of them losing their WAL; `steward
+	// recover` rebuilds the cluster from the survivor (its data is not
+	// behind the backup) and adds the other two: healthy, the cluster ID
+	// and the survivor's member ID kept, the keyspace of before, served
+	// with the operator's certificates (the client of the operator's CA
+	// reads it) that the spec still names, the lost data dirs moved aside.
+	var bm backup.Manifest
+	if out := e.MustRun("backup", "now", "-o", "json"); json.Unmarshal([]byte(out), &bm) != nil || bm.ID == "" {
+		t.Fatalf("backup now on the adopted cluster: %s", out)
+	}
+	want := workload.TakeDigest(t, fcli, "", 0)
+	preSpec := e.Spec()
+	preMembers, err := fcli.MemberList(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := preSpec.MemberNames()
+	for _, n := range names {
+		e.MustRun("member", "stop", n, "--force")
+	}
+	for _, n := range names[:2] {
+		m, _ := preSpec.Member(n)
+		if err := os.RemoveAll(filepath.Join(m.DataDir, "member", "wal")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, out := recoverJSON(t, e)
+	if rep.Action != "reseed" || rep.Seed != names[2] || !slices.Equal(rep.Added, names[:2]) {
+		t.Fatalf("recover of the adopted cluster with two WALs lost: want %s reseeding, %v added; got %s", names[2], names[:2], out)
+	}
+	e.WaitStatus(60*time.Second, "every member healthy under the agent after recover", func(st *cluster.Status) bool {
+		for _, m := range st.Members {
+			if m.PID == 0 {
+				return false
+			}
+		}
+		return harness.Healthy(st)
+	})
+	workload.RequireEqual(t, "after recover", workload.TakeDigest(t, fcli, "", 0), want)
+	recovered, err := fcli.MemberList(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if recovered.Header.ClusterId != preMembers.Header.ClusterId || len(recovered.Members) != 3 {
+		t.Errorf("after recover: cluster %x with %d members, want %x with 3", recovered.Header.ClusterId, len(recovered.Members), preMembers.Header.ClusterId)
+	}
+	for _, m := range preMembers.Members {
+		kept := slices.ContainsFunc(recovered.Members, func(u *etcdserverpb.Member) bool { return u.ID == m.ID && u.Name == m.Name })
+		if kept != (m.Name == names[2]) {
+			t.Errorf("member %s (%x): ID kept %v after recover, want kept only for the survivor %s: %v", m.Name, m.ID, kept, names[2], recovered.Members)
+		}
+	}
+	for _, n := range names[:2] {
+		m, _ := preSpec.Member(n)
+		if aside, _ := filepath.Glob(m.DataDir + ".*-2*"); len(aside) == 0 {
+			t.Errorf("member %s: its old data dir was not moved aside", n)
+		}
+	}
+	sp := e.Spec()
+	if !sp.AllAdopted() || !reflect.DeepEqual(sp.External, preSpec.External) {
+		t.Errorf("after recover: every member adopted %v, external block %+v (was %+v)", sp.AllAdopted(), sp.External, preSpec.External)
+	}
+	for _, m := range preSpec.Members {
+		if n, _ := sp.Member(m.Name); !reflect.DeepEqual(n.Adopted, m.Adopted) || n.DataDir != m.DataDir {
+			t.Errorf("recover changed how %s runs (its certificates, settings or data dir): %+v, was %+v", m.Name, n.Adopted, m.Adopted)
+		}
+	}
 }
 
 // foreignManifest writes a kubeadm-style static pod manifest of member m
@@ -361,4 +435,61 @@ spec:
 		t.Fatal(err)
 	}
 	return p
+}
+
+// TestAdoptResumeAfterKill (issue 14): an adopt plan killed with SIGKILL
+// before and after every step's action in turn (killAtEveryStep: the first
+// run is `steward adopt --pid`, every later one `steward plan resume`),
+// infra1 of an attached three-member etcd 3.5 cluster under a writer: at
+// the end the plan is done, the old process is gone, infra1 runs under the
+// local agent with its member ID and the cluster ID unchanged, and no
+// acknowledged write is lost.
+func TestAdoptResumeAfterKill(t *testing.T) {
+	f := harness.StartForeignCluster(t, adoptVersion, 3)
+	fcli := f.MustClient()
+	e := harness.New(t)
+	e.MustRun(append(attachArgs(f), "--continuous")...)
+	s := e.Spec()
+	s.BinaryStore = e.Store
+	if err := s.Save(filepath.Join(e.Dir, spec.FileName)); err != nil {
+		t.Fatal(err)
+	}
+	old := f.Members[0]
+	oldPID := old.PID()
+	before, err := fcli.MemberList(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := workload.Start(t, fcli, workload.Options{Prefix: "/adoptresume", Interval: 10 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second})
+	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write", w.AckedAbove(100))
+
+	killAtEveryStep(t, e, "adopt", "--pid", strconv.Itoa(oldPID))
+
+	if old.Running() {
+		t.Errorf("the old process %d of %s still runs after the adoption", oldPID, old.Name)
+	}
+	if m, _ := e.Spec().Member(old.Name); !m.IsAdopted() || m.DataDir != old.DataDir {
+		t.Errorf("after the resumed adoption the spec has %s with agent %q, data dir %q, adopted %v", old.Name, m.Agent, m.DataDir, m.IsAdopted())
+	}
+	st := e.WaitStatus(30*time.Second, old.Name+" healthy under the agent", func(st *cluster.Status) bool {
+		ms, _ := st.Member(old.Name)
+		return harness.Healthy(st) && ms.PID != 0
+	})
+	if ms, _ := st.Member(old.Name); ms.PID == oldPID {
+		t.Errorf("%s runs as the old pid %d", old.Name, oldPID)
+	}
+	after, err := fcli.MemberList(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Header.ClusterId != before.Header.ClusterId || len(after.Members) != len(before.Members) {
+		t.Errorf("after the adoption: cluster %x with %d members, want %x with %d", after.Header.ClusterId, len(after.Members), before.Header.ClusterId, len(before.Members))
+	}
+	for _, m := range before.Members {
+		if !slices.ContainsFunc(after.Members, func(u *etcdserverpb.Member) bool { return u.ID == m.ID && u.Name == m.Name }) {
+			t.Errorf("member %s (%x) is gone after the resumed adoption: %v", m.Name, m.ID, after.Members)
+		}
+	}
+	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write after the adoption", w.AckedAbove(w.Acked()+100))
+	workload.RequireKeys(t, fcli, w.Stop())
 }
