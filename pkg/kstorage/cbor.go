@@ -8,6 +8,11 @@ package kstorage
 // read the same way.
 func cborTypeMeta(b []byte) (apiVersion, kind []byte, ok bool) {
 	major, arg, indefinite, i, ok := cborHead(b, 0)
+	// Tags before the map (such as 21, "expected base64url") do not change
+	// what it holds: Kubernetes' decoder reads through them (FuzzDecode).
+	for tags := 0; ok && major == 6 && tags < 16; tags++ {
+		major, arg, indefinite, i, ok = cborHead(b, i)
+	}
 	if !ok || major != 5 || arg > uint64(len(b)-i) {
 		return nil, nil, false
 	}
