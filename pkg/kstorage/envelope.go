@@ -14,8 +14,6 @@ package kstorage
 import (
 	"bytes"
 	"encoding/json"
-
-	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // Format is how a stored value is encoded.
@@ -121,24 +119,14 @@ func decode(value []byte) (e Envelope, apiVersion, kind []byte) {
 func decodeUnknown(b []byte) (apiVersion, kind, contentType []byte, ok bool) {
 	sawTypeMeta := false
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
+		num, typ, v, n := gogoField(b)
 		if n < 0 {
 			return nil, nil, nil, false
 		}
 		b = b[n:]
-		if typ != protowire.BytesType {
-			n = skipValue(num, typ, b)
-			if n < 0 {
-				return nil, nil, nil, false
-			}
-			b = b[n:]
+		if typ != wireBytes {
 			continue
 		}
-		v, n := protowire.ConsumeBytes(b)
-		if n < 0 {
-			return nil, nil, nil, false
-		}
-		b = b[n:]
 		switch num {
 		case 1:
 			// A message field given twice is merged, as protobuf (and
@@ -162,59 +150,16 @@ func decodeUnknown(b []byte) (apiVersion, kind, contentType []byte, ok bool) {
 	return apiVersion, kind, contentType, sawTypeMeta
 }
 
-// skipValue returns the length of a field's value that is skipped, as
-// Kubernetes' and etcd's generated (gogo) decoders skip it: a group ends at
-// the next end-group tag at its depth whatever that tag's field number
-// (protowire, stricter, wants the group's own number; FuzzDecode found a
-// value runtime.Unknown reads and Decode refused). Negative when the value
-// is malformed.
-func skipValue(num protowire.Number, typ protowire.Type, b []byte) int {
-	if typ != protowire.StartGroupType {
-		return protowire.ConsumeFieldValue(num, typ, b)
-	}
-	i, depth := 0, 1
-	for depth > 0 {
-		num, typ, n := protowire.ConsumeTag(b[i:])
-		if n < 0 {
-			return n
-		}
-		i += n
-		switch typ {
-		case protowire.StartGroupType:
-			depth++
-		case protowire.EndGroupType:
-			depth--
-		default:
-			n = protowire.ConsumeFieldValue(num, typ, b[i:])
-			if n < 0 {
-				return n
-			}
-			i += n
-		}
-	}
-	return i
-}
-
 func decodeTypeMeta(b []byte) (apiVersion, kind []byte, ok bool) {
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
+		num, typ, v, n := gogoField(b)
 		if n < 0 {
 			return nil, nil, false
 		}
 		b = b[n:]
-		if typ != protowire.BytesType {
-			n = skipValue(num, typ, b)
-			if n < 0 {
-				return nil, nil, false
-			}
-			b = b[n:]
+		if typ != wireBytes {
 			continue
 		}
-		v, n := protowire.ConsumeBytes(b)
-		if n < 0 {
-			return nil, nil, false
-		}
-		b = b[n:]
 		switch num {
 		case 1:
 			apiVersion = nonNil(v)

@@ -16,7 +16,6 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // ErrNotSnapshot is wrapped by ScanSnapshot's error for a file that is not
@@ -269,29 +268,16 @@ const revBytes = 17
 // mvccpb.KeyValue without copying them.
 func decodeKeyValue(b []byte) (key, value []byte, ok bool) {
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
+		num, typ, v, n := gogoField(b)
 		if n < 0 {
 			return nil, nil, false
 		}
 		b = b[n:]
-		if typ == protowire.BytesType && (num == 1 || num == 5) {
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return nil, nil, false
-			}
-			if num == 1 {
-				key = v
-			} else {
-				value = v
-			}
-			b = b[n:]
-			continue
+		if typ == wireBytes && num == 1 {
+			key = v
+		} else if typ == wireBytes && num == 5 {
+			value = v
 		}
-		n = skipValue(num, typ, b)
-		if n < 0 {
-			return nil, nil, false
-		}
-		b = b[n:]
 	}
 	return key, value, key != nil
 }
