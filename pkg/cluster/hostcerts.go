@@ -109,18 +109,27 @@ type hostSigner func(cur *x509.Certificate, now time.Time) (certPEM []byte, skip
 // joins the failures, each naming its host.
 func (c *Cluster) renewHosts(ctx context.Context, hosts []spec.Agent, leaves []string, sign hostSigner, settle bool, timeout time.Duration) ([]pki.Renewal, error) {
 	var out []pki.Renewal
-	var errs []error
-	for _, h := range hosts {
+	err := eachHost(ctx, hosts, func(h spec.Agent) error {
 		rs, err := c.renewHost(ctx, h, leaves, sign, settle, timeout)
 		out = append(out, rs...)
-		if err != nil {
+		return err
+	})
+	return out, err
+}
+
+// eachHost runs fn on every host in turn, until ctx ends, and joins the
+// failures, each prefixed with its host's name.
+func eachHost(ctx context.Context, hosts []spec.Agent, fn func(spec.Agent) error) error {
+	var errs []error
+	for _, h := range hosts {
+		if err := fn(h); err != nil {
 			errs = append(errs, fmt.Errorf("host %s: %w", h.Name, err))
 		}
 		if ctx.Err() != nil {
 			break
 		}
 	}
-	return out, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 // renewHost reissues the leaves of one host with sign (RenewHosts: the

@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -48,20 +47,16 @@ func (c *Cluster) PushTrustBundle(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("push the trust bundle: %w", err)
 	}
-	var errs []error
-	for _, h := range hosts {
+	return eachHost(ctx, hosts, func(h spec.Agent) error {
 		tb, err := c.pushTrustBundle(ctx, h, b)
-		if err == nil && tb.Changed {
+		if err != nil {
+			return fmt.Errorf("install the trust bundle: %w", err)
+		}
+		if tb.Changed {
 			c.Progress.Say("  host %s trusts %v", h.Name, tb.CAs)
 		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("host %s: install the trust bundle: %w", h.Name, err))
-		}
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	return errors.Join(errs...)
+		return nil
+	})
 }
 
 // pushTrustBundle hands bundle to host h's agent (PushTrustBundle).
