@@ -61,8 +61,10 @@ const (
 // ErrTLSDisabled: the cluster runs without TLS; there is no CA to rotate.
 var ErrTLSDisabled = errors.New("the cluster runs without TLS: there is no CA to rotate")
 
-// NewPlan builds a CA rotation plan for the cluster (not saved).
-func NewPlan(c *cluster.Cluster, now time.Time) (*plan.Plan, error) {
+// NewPlan builds a CA rotation plan for the cluster (not saved). leader
+// is the member leading now ("" when unknown): its restart comes last, so
+// that the rotation moves leadership once (see restartOrder).
+func NewPlan(c *cluster.Cluster, leader string, now time.Time) (*plan.Plan, error) {
 	if c.Spec.TLS.Disabled {
 		return nil, ErrTLSDisabled
 	}
@@ -81,10 +83,29 @@ func NewPlan(c *cluster.Cluster, now time.Time) (*plan.Plan, error) {
 	add(StepReissue, "", "reissue the server, peer and agent certificates from the new CA"+onHosts+hostClients)
 	add(StepClients, "", "reissue the admin and the issued client certificates from the new CA")
 	add(StepDrop, "", "make the new CA the CA and drop the old one from ca.crt"+onHosts+" (kept as ca-old.* here)")
-	for _, m := range c.Spec.Members {
-		add(StepRestart, m.Name, "restart "+m.Name+" so that it trusts the new CA alone")
+	for _, name := range restartOrder(c, leader) {
+		add(StepRestart, name, "restart "+name+" so that it trusts the new CA alone")
 	}
 	return p, nil
+}
+
+// restartOrder is the order of the member restarts: the followers first,
+// the leader last. Each leadership transfer drops the proposals that reach
+// the leader while it runs, and raft drops those a follower forwarded
+// without a word, so that their clients wait for their own timeout
+// (docs/upgrades.md): restarting the leader last, after handing leadership
+// to a member already restarted (transferee), makes one transfer in all.
+func restartOrder(c *cluster.Cluster, leader string) []string {
+	var out []string
+	for _, m := range c.Spec.Members {
+		if m.Name != leader {
+			out = append(out, m.Name)
+		}
+	}
+	if _, ok := c.Spec.Member(leader); ok {
+		out = append(out, leader)
+	}
+	return out
 }
 
 // Apply plans a CA rotation, saves the plan and runs it. It refuses while
@@ -99,7 +120,11 @@ func Apply(ctx context.Context, c *cluster.Cluster) (*plan.Plan, error) {
 	} else if err != nil && !errors.Is(err, plan.ErrNoPlan) {
 		return nil, err
 	}
-	p, err := NewPlan(c, time.Now())
+	leader := ""
+	if st, err := c.Status(ctx); err == nil {
+		leader = st.Cluster.Leader
+	}
+	p, err := NewPlan(c, leader, time.Now())
 	if err != nil {
 		return nil, err
 	}
@@ -181,9 +206,33 @@ func (e *Executor) Execute(ctx context.Context, p *plan.Plan, s *plan.Step) erro
 		}
 		return c.PushTrustBundle(ctx)
 	case StepRestart:
-		return e.restart(ctx, s.Member)
+		return e.restart(ctx, s.Member, restartedFirst(p, s.Index))
 	}
 	return fmt.Errorf("unknown step kind %q", s.Kind)
+}
+
+// restartedFirst ranks the members that may take leadership from a member
+// restarted at step index: a member whose restart is done ranks above
+// every other (it needs no transfer again), then a member whose restart
+// comes later ranks above one whose restart comes sooner, so that the
+// leadership given away is not taken back before the plan ends. The
+// order leader last (restartOrder) then makes one transfer in all; a
+// leader that changed since the plan was made costs at most one more.
+func restartedFirst(p *plan.Plan, index int) map[string]int {
+	rank := map[string]int{}
+	n := len(p.Steps)
+	for _, s := range p.Steps {
+		if s.Kind != StepRestart || s.Index == index {
+			continue
+		}
+		switch {
+		case s.Index < index && s.State == plan.Done:
+			rank[s.Member] = 2 * n // restarted already
+		case s.Index > index:
+			rank[s.Member] = s.Index // later is better
+		}
+	}
+	return rank
 }
 
 // wait is the bound of a health gate or of the wait for a host's leaves
@@ -222,7 +271,10 @@ func (e *Executor) reissue(dir string, want []string) error {
 // restart restarts one member through its agent, leadership moved away
 // first, and waits until the new process is healthy and has applied what
 // the leader had when it came back.
-func (e *Executor) restart(ctx context.Context, name string) error {
+//
+// rank orders the members that may take leadership over (restartedFirst):
+// the highest rank that is healthy wins.
+func (e *Executor) restart(ctx context.Context, name string, rank map[string]int) error {
 	c := e.C
 	m, err := c.Member(name)
 	if err != nil {
@@ -233,11 +285,10 @@ func (e *Executor) restart(ctx context.Context, name string) error {
 		return err
 	}
 	if st.Cluster.Leader == name && len(st.Members) > 1 {
-		to := ""
+		to, best := "", -1
 		for _, o := range st.Members {
-			if o.Name != name && o.Healthy && o.Role != "learner" {
-				to = o.Name
-				break
+			if o.Name != name && o.Healthy && o.Role != "learner" && rank[o.Name] > best {
+				to, best = o.Name, rank[o.Name]
 			}
 		}
 		if to == "" {

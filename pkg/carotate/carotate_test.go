@@ -39,9 +39,13 @@ func TestNewPlan(t *testing.T) {
 		error error
 		// desc, when set, is named by the trust, reissue and drop steps.
 		desc string
+		// leader is the member leading when the plan is made.
+		leader string
 	}{
 		{name: "three members", want: []string{StepPrepare, StepTrust, StepReissue, StepClients, StepDrop,
 			StepRestart + ":etcd-1", StepRestart + ":etcd-2", StepRestart + ":etcd-3"}},
+		{name: "leader restarted last", leader: "etcd-1", want: []string{StepPrepare, StepTrust, StepReissue, StepClients, StepDrop,
+			StepRestart + ":etcd-2", StepRestart + ":etcd-3", StepRestart + ":etcd-1"}},
 		{name: "no TLS", edit: func(s *spec.Cluster) { s.TLS.Disabled = true }, error: ErrTLSDisabled},
 		{name: "joined host", edit: func(s *spec.Cluster) {
 			s.Agents = append(s.Agents, spec.Agent{Name: "h2", Host: "10.0.0.2", Port: 2378})
@@ -51,7 +55,7 @@ func TestNewPlan(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, err := NewPlan(newCluster(t, tt.edit), time.Now())
+			p, err := NewPlan(newCluster(t, tt.edit), tt.leader, time.Now())
 			if tt.error != nil {
 				if !errors.Is(err, tt.error) {
 					t.Fatalf("NewPlan: %v, want %v", err, tt.error)
@@ -169,5 +173,53 @@ func TestFileStepsWaitForARenewal(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(c.CertDir(), pki.CANextCert)); err != nil {
 		t.Fatalf("prepare wrote no next CA: %v", err)
+	}
+}
+
+// TestOneTransferPerRotation runs the restart steps of a plan on a model
+// of leadership (the leader's restart hands it to the healthy member
+// restartedFirst ranks highest) and counts the transfers: one, whoever
+// leads when the plan is made, and at most two when the leader changed
+// since (the plan then restarts it before the new one).
+func TestOneTransferPerRotation(t *testing.T) {
+	dir := t.TempDir()
+	s, err := spec.NewDefault(spec.DefaultOptions{Members: 3, Version: "3.6.0", StewardDir: dir, FreePort: spec.FreePort("127.0.0.1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster.Cluster{Dir: dir, Spec: s}
+	run := func(p *plan.Plan, leader string) int {
+		transfers := 0
+		for i := range p.Steps {
+			st := &p.Steps[i]
+			if st.Kind == StepRestart && st.Member == leader {
+				rank := restartedFirst(p, st.Index)
+				to, best := "", -1
+				for _, m := range s.Members {
+					if m.Name != leader && rank[m.Name] > best {
+						to, best = m.Name, rank[m.Name]
+					}
+				}
+				leader = to
+				transfers++
+			}
+			st.State = plan.Done
+		}
+		return transfers
+	}
+	for _, m := range s.Members {
+		p, err := NewPlan(c, m.Name, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := run(p, m.Name); n != 1 {
+			t.Errorf("leader %s when planned and run: %d transfers, want 1", m.Name, n)
+		}
+		for _, o := range s.Members {
+			p, _ := NewPlan(c, m.Name, time.Now())
+			if n := run(p, o.Name); n > 2 {
+				t.Errorf("planned with leader %s, run with leader %s: %d transfers, want at most 2", m.Name, o.Name, n)
+			}
+		}
 	}
 }

@@ -77,7 +77,7 @@ func TestFileStepsOnAJoinedHost(t *testing.T) {
 	for _, n := range pki.HostLeafNames {
 		keys[n], _ = os.ReadFile(filepath.Join(hostDir, n+".key"))
 	}
-	p, err := NewPlan(c, time.Now())
+	p, err := NewPlan(c, "", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
