@@ -101,6 +101,10 @@ var (
 
 	descCertExpiry = prometheus.NewDesc("steward_certificate_expiry_timestamp_seconds",
 		"When the certificate expires (Unix time).", []string{"certificate"}, nil)
+	descRenewalRunning = prometheus.NewDesc("steward_certificate_renewal_running",
+		"1 while this directory's certificate renewal loop runs (alive, not stopped, heartbeat fresh), 0 otherwise.", nil, nil)
+	descRenewalHeartbeat = prometheus.NewDesc("steward_certificate_renewal_heartbeat_timestamp_seconds",
+		"When the certificate renewal loop last reported (Unix time).", nil, nil)
 )
 
 // Collector reads the gauges at scrape time. Several scrapes at once share
@@ -191,6 +195,13 @@ func (c *Collector) emit(ch chan<- prometheus.Metric, s Snapshot, now time.Time)
 	}
 	for _, cert := range s.Certificates {
 		gauge(ch, descCertExpiry, float64(cert.NotAfter.Unix()), cert.Name)
+	}
+	if st := s.Status; st != nil && st.CertificateRenewal != nil {
+		r := st.CertificateRenewal
+		gauge(ch, descRenewalRunning, b2f(r.Running))
+		if !r.Heartbeat.IsZero() {
+			gauge(ch, descRenewalHeartbeat, float64(r.Heartbeat.Unix()))
+		}
 	}
 }
 

@@ -320,6 +320,51 @@ steward_certificate_expiry_timestamp_seconds{agent="a",certificate="server",clus
 	}
 }
 
+// TestCollectorRenewal: the certificate renewal loop's series follow the
+// status' certificateRenewal, and are absent where status has none (TLS
+// off, an attached cluster).
+func TestCollectorRenewal(t *testing.T) {
+	hb := time.Unix(1800000000, 0)
+	for _, tt := range []struct {
+		name    string
+		renewal *cluster.RenewalStatus
+		want    string
+	}{
+		{name: "running", renewal: &cluster.RenewalStatus{Running: true, RenewalState: cluster.RenewalState{PID: 7, Heartbeat: hb}}, want: `
+# HELP steward_certificate_renewal_heartbeat_timestamp_seconds When the certificate renewal loop last reported (Unix time).
+# TYPE steward_certificate_renewal_heartbeat_timestamp_seconds gauge
+steward_certificate_renewal_heartbeat_timestamp_seconds{agent="a",cluster="prod"} 1.8e+09
+# HELP steward_certificate_renewal_running 1 while this directory's certificate renewal loop runs (alive, not stopped, heartbeat fresh), 0 otherwise.
+# TYPE steward_certificate_renewal_running gauge
+steward_certificate_renewal_running{agent="a",cluster="prod"} 1
+`},
+		{name: "gone", renewal: &cluster.RenewalStatus{RenewalState: cluster.RenewalState{PID: 7, Heartbeat: hb}}, want: `
+# HELP steward_certificate_renewal_heartbeat_timestamp_seconds When the certificate renewal loop last reported (Unix time).
+# TYPE steward_certificate_renewal_heartbeat_timestamp_seconds gauge
+steward_certificate_renewal_heartbeat_timestamp_seconds{agent="a",cluster="prod"} 1.8e+09
+# HELP steward_certificate_renewal_running 1 while this directory's certificate renewal loop runs (alive, not stopped, heartbeat fresh), 0 otherwise.
+# TYPE steward_certificate_renewal_running gauge
+steward_certificate_renewal_running{agent="a",cluster="prod"} 0
+`},
+		{name: "never reported", renewal: &cluster.RenewalStatus{}, want: `
+# HELP steward_certificate_renewal_running 1 while this directory's certificate renewal loop runs (alive, not stopped, heartbeat fresh), 0 otherwise.
+# TYPE steward_certificate_renewal_running gauge
+steward_certificate_renewal_running{agent="a",cluster="prod"} 0
+`},
+		{name: "no renewal in status", want: ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			st := fixedStatus()
+			st.CertificateRenewal = tt.renewal
+			_, reg := registry(t, "a", func() Snapshot { return Snapshot{Status: st} }, func() time.Time { return t0 })
+			if err := testutil.GatherAndCompare(reg, strings.NewReader(tt.want),
+				"steward_certificate_renewal_running", "steward_certificate_renewal_heartbeat_timestamp_seconds"); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
 // TestEventCounters: the counters every registry exports, with the
 // registry's cluster and agent labels, and names that pass promlint.
 func TestEventCounters(t *testing.T) {

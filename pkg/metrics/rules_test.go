@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/pkg/backup"
+	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/plan"
 )
 
@@ -75,8 +76,10 @@ func TestAlertRules(t *testing.T) {
 func exported(t *testing.T) map[string]bool {
 	t.Helper()
 	now := time.Now()
+	st := fixedStatus()
+	st.CertificateRenewal = &cluster.RenewalStatus{Running: true, RenewalState: cluster.RenewalState{PID: 1, Heartbeat: now}}
 	snap := Snapshot{
-		Status: fixedStatus(),
+		Status: st,
 		Loop: &backup.LoopStatus{Agent: "a", Role: "leader", Recording: true, NextRevision: 101,
 			LastFull: now.Add(-2 * time.Hour), LastDelta: now.Add(-time.Second)},
 		FullSchedule: "0 * * * *", RecoveryPointGoal: 250 * time.Millisecond,
