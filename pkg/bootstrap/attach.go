@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -41,6 +42,11 @@ type AttachOptions struct {
 	// machine's agent (spec.LocalAgent), which Attach starts in the
 	// background; its backup loop records every change.
 	Continuous bool
+	// MetricsAddress, when set, is where that agent serves Prometheus
+	// metrics (spec agents[0].metricsAddress): a loopback HOST:PORT, as an
+	// attached cluster has no Steward certificate to serve HTTPS with.
+	// Needs Continuous.
+	MetricsAddress string
 	// StewardBinary is the executable that runs the agent (default: this one).
 	StewardBinary string
 }
@@ -56,7 +62,33 @@ var (
 	ErrCertificate = errors.New("the certificate does not work against the endpoints")
 	// ErrEndpoint: an endpoint is malformed or does not answer.
 	ErrEndpoint = errors.New("an endpoint does not answer as an etcd member")
+	// ErrMetricsAddress: a metrics address without the agent that would
+	// serve it, or one that is not a loopback HOST:PORT.
+	ErrMetricsAddress = errors.New("the metrics address cannot be served")
 )
+
+// checkMetricsAddress refuses a metrics address attach cannot serve: one
+// without --continuous (no agent runs for the cluster then), or one that
+// is not a loopback HOST:PORT (a non-loopback address is served over
+// HTTPS with the agent's certificate from Steward's CA, which an attached
+// cluster does not have).
+func checkMetricsAddress(o AttachOptions) error {
+	a := o.MetricsAddress
+	if a == "" {
+		return nil
+	}
+	if !o.Continuous {
+		return cluster.Refuse(ErrMetricsAddress, "metrics address %s: the agent that serves metrics runs only with continuous backups", a)
+	}
+	host, port, err := net.SplitHostPort(a)
+	if err != nil || port == "" || host == "" {
+		return cluster.Refuse(ErrMetricsAddress, "metrics address %q is not HOST:PORT", a)
+	}
+	if !spec.IsLoopback(a) {
+		return cluster.Refuse(ErrMetricsAddress, "metrics address %s is not a loopback address: an attached cluster has no Steward certificate to serve metrics over HTTPS with", a)
+	}
+	return nil
+}
 
 // answer is what one endpoint said.
 type answer struct {
@@ -85,6 +117,9 @@ func Attach(ctx context.Context, dir string, o AttachOptions, say progress.Func)
 		return nil, cluster.Refuse(ErrDirHoldsCluster, "%s already holds a cluster (%s): attach writes a new spec only into a directory without one", dir, specPath)
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("check %s: %w", specPath, err)
+	}
+	if err := checkMetricsAddress(o); err != nil {
+		return nil, err
 	}
 	eps, scheme, err := checkEndpoints(o.Endpoints)
 	if err != nil {
@@ -146,7 +181,7 @@ func Attach(ctx context.Context, dir string, o AttachOptions, say progress.Func)
 	}
 	if o.Continuous {
 		s.Backup.Continuous = true
-		s.Agents = []spec.Agent{{Name: spec.LocalAgent, Address: "unix://" + agent.SocketPath(dir)}}
+		s.Agents = []spec.Agent{{Name: spec.LocalAgent, Address: "unix://" + agent.SocketPath(dir), MetricsAddress: o.MetricsAddress}}
 	}
 	s.ApplyDefaults()
 	c := &cluster.Cluster{Dir: dir, Spec: s, Progress: say}

@@ -147,3 +147,34 @@ func TestAttachRefusesBeforeWriting(t *testing.T) {
 		t.Errorf("a refused attach created %s", empty)
 	}
 }
+
+// TestAttachMetricsAddress: a metrics address is refused, before anything
+// is asked of the endpoints or written, without --continuous (no agent
+// would serve it), when it is not HOST:PORT, and when it is not loopback
+// (an attached cluster has no Steward certificate for HTTPS).
+func TestAttachMetricsAddress(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		o    AttachOptions
+		want string
+	}{
+		{"no agent", AttachOptions{MetricsAddress: "127.0.0.1:9479"}, "runs only with continuous backups"},
+		{"no port", AttachOptions{Continuous: true, MetricsAddress: "127.0.0.1"}, "is not HOST:PORT"},
+		{"not loopback", AttachOptions{Continuous: true, MetricsAddress: "10.0.0.1:9479"}, "not a loopback address"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "new")
+			tt.o.Endpoints = []string{"https://127.0.0.1:1"}
+			_, err := Attach(t.Context(), dir, tt.o, nil)
+			if !errors.Is(err, ErrMetricsAddress) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Attach: %v, want %v saying %q", err, ErrMetricsAddress, tt.want)
+			}
+			if _, serr := os.Stat(dir); !errors.Is(serr, os.ErrNotExist) {
+				t.Errorf("a refused attach created %s", dir)
+			}
+		})
+	}
+	if err := checkMetricsAddress(AttachOptions{Continuous: true, MetricsAddress: "127.0.0.1:9479"}); err != nil {
+		t.Errorf("a loopback address with --continuous: %v", err)
+	}
+}

@@ -304,16 +304,57 @@ func clusterID(t *testing.T, f *harness.ForeignCluster) string {
 // member, and records every change of the attached cluster under a
 // writer; the backups (a full and its deltas) restored into a new
 // Steward cluster hold the keyspace the writer left. A leader move on the
-// attached cluster does not stop the recording.
+// attached cluster does not stop the recording. The agent serves metrics
+// (`attach --metrics-address`) for every member, down while the operator
+// stops one; `backup gc` keeps what the restore needs.
 func TestAttachContinuous(t *testing.T) {
 	f := harness.StartForeignCluster(t, "3.5.35", 3)
 	fcli := f.MustClient()
 	e := harness.New(t)
-	e.MustRun(append(attachArgs(f), "--continuous")...)
+	port, err := spec.FreePort("127.0.0.1")()
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsAddr := "127.0.0.1:" + strconv.Itoa(port)
+	e.MustRun(append(attachArgs(f), "--continuous", "--metrics-address", metricsAddr)...)
 	w := workload.Start(t, fcli, workload.Options{Prefix: "/cont", Interval: 10 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second})
 	st := e.WaitStatus(60*time.Second, "BackupReady with the attached cluster", func(st *cluster.Status) bool {
 		return harness.Healthy(st) && harness.Cond(st, cluster.CondBackupReady).Status == "True"
 	})
+
+	// Metrics: the agent of --continuous reports every member of the
+	// attached cluster (no agent runs them) and its backups; a member the
+	// operator stops is reported down, and up again once started.
+	if len(st.Agents) != 1 || st.Agents[0].MetricsURL != "http://"+metricsAddr+"/metrics" {
+		t.Fatalf("status agents %+v: want metricsURL http://%s/metrics", st.Agents, metricsAddr)
+	}
+	memberUp := func(name string, up int) func() error {
+		return func() error {
+			body, err := harness.HTTPGet(t.Context(), st.Agents[0].MetricsURL)
+			if err != nil {
+				return err
+			}
+			want := fmt.Sprintf(`steward_member_up{agent="local",cluster=%q,member=%q} %d`, e.Spec().Name, name, up)
+			if !strings.Contains(body, want) {
+				return fmt.Errorf("no %s in\n%s", want, grepLines(body, "steward_member_up"))
+			}
+			if !strings.Contains(body, "steward_backup_recording{agent=\"local\"") {
+				return fmt.Errorf("no steward_backup_recording series in\n%s", grepLines(body, "steward_backup"))
+			}
+			return nil
+		}
+	}
+	for _, m := range f.Members {
+		harness.Eventually(t, 30*time.Second, 500*time.Millisecond, "the agent exports "+m.Name+" up", memberUp(m.Name, 1))
+	}
+	stopped := f.Members[2]
+	stopped.Stop()
+	harness.Eventually(t, 30*time.Second, 500*time.Millisecond, "the agent exports "+stopped.Name+" down", memberUp(stopped.Name, 0))
+	if err := stopped.Start(); err != nil {
+		t.Fatal(err)
+	}
+	harness.Eventually(t, 60*time.Second, 500*time.Millisecond, "the agent exports "+stopped.Name+" up again", memberUp(stopped.Name, 1))
+	st = e.WaitStatus(60*time.Second, "every member healthy again", harness.Healthy)
 	to := "infra1"
 	if st.Cluster.Leader == to {
 		to = "infra2"
@@ -325,6 +366,8 @@ func TestAttachContinuous(t *testing.T) {
 	workload.RequireKeys(t, fcli, res)
 	want := workload.TakeDigest(t, fcli, "/cont", 0)
 	waitBackedUp(t, e, want.Head)
+	// gc on an attached cluster keeps what the restore below needs.
+	e.MustRun("backup", "gc")
 
 	n := harness.New(t)
 	n.WriteSpec(1, harness.Versions()[1], func(s *spec.Cluster) {

@@ -69,6 +69,7 @@ need the member processes refuse: ` + "`steward adopt`" + ` hands them to Stewar
 				err = cli.Hint(err, bootstrap.ErrDirHoldsCluster, "give another --dir, or look at it with `steward status --dir "+dir+"`")
 				err = cli.Hint(err, bootstrap.ErrCertificate, "check --cacert, --cert and --key (the files etcdctl would be given)")
 				err = cli.Hint(err, bootstrap.ErrEndpoint, "check --endpoints (each member's client URL)")
+				err = cli.Hint(err, bootstrap.ErrMetricsAddress, "give --continuous with a loopback --metrics-address such as 127.0.0.1:9479, or leave it out")
 				return cli.Hint(err, bootstrap.ErrMixedClusters, "give --endpoints of one cluster")
 			}
 			r := Result{Cluster: c.Spec.Name, ClusterID: c.Spec.External.ClusterID, Version: c.Spec.Version, Spec: c.SpecPath()}
@@ -90,6 +91,7 @@ need the member processes refuse: ` + "`steward adopt`" + ` hands them to Stewar
 	cmd.Flags().StringVar(&o.KeyFile, "key", "", "key of the client certificate")
 	cmd.Flags().StringVar(&o.Name, "name", "", "name of the cluster in the spec (default etcd)")
 	cmd.Flags().BoolVar(&o.Continuous, "continuous", false, "turn on continuous backups, run by this machine's agent (started in the background)")
+	cmd.Flags().StringVar(&o.MetricsAddress, "metrics-address", "", "with --continuous: loopback HOST:PORT where the agent serves Prometheus metrics")
 	cmd.Flags().DurationVar(&o.Timeout, "timeout", 5*time.Second, "how long each endpoint may take to answer")
 	_ = cmd.MarkFlagRequired("endpoints")
 	return cmd
