@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -100,27 +102,40 @@ func compareSnapshots(b *testing.B, e *harness.Env) {
 			if err := s.Save(filepath.Join(e.Dir, spec.FileName)); err != nil {
 				b.Fatal(err)
 			}
+			sc := exec.Command(e.Bin, "backup", "now", "-o", "json", "--dir", e.Dir)
+			sc.Env = append(os.Environ(), "STEWARD_DIR=")
+			leaderBefore := processCPU(leader.PID)
 			start := time.Now()
-			out := e.MustRun("backup", "now", "-o", "json")
+			out, err := sc.Output()
 			stewardDur := time.Since(start)
+			if err != nil {
+				b.Fatalf("steward backup now: %v", err)
+			}
+			stewardLeader := processCPU(leader.PID) - leaderBefore
 			var m backup.Manifest
-			if err := json.Unmarshal([]byte(out), &m); err != nil {
+			if err := json.Unmarshal(out, &m); err != nil {
 				b.Fatal(err)
 			}
 			_ = os.Remove(dst)
 			cmd := exec.Command(filepath.Join(e.Store, "etcd-v"+binaries.EmbeddedVersion(), "etcdctl"), "snapshot", "save", dst)
 			cmd.Env = env
+			leaderBefore = processCPU(leader.PID)
 			start = time.Now()
 			if o, err := cmd.CombinedOutput(); err != nil {
 				b.Fatalf("etcdctl snapshot save: %v\n%s", err, o)
 			}
 			etcdctlDur := time.Since(start)
+			etcdctlLeader := processCPU(leader.PID) - leaderBefore
 			ratio := etcdctlDur.Seconds() / stewardDur.Seconds()
 			ratios[level] = append(ratios[level], ratio)
 			stored[level] = float64(m.Size) / 1e6
-			b.Logf("round %d, %s: db %.0f MB: steward %s (%.0f MB/s, stored %.1f MB), etcdctl %s (%.0f MB/s): ratio %.2f",
+			// CPU time (user + system) of each command's process and of the
+			// leader serving it: what the two cores are shared out by.
+			b.Logf("round %d, %s: db %.0f MB: steward %s (%.0f MB/s, stored %.1f MB; cpu %s, leader's %s), etcdctl %s (%.0f MB/s; cpu %s, leader's %s): ratio %.2f",
 				round, level, mb, stewardDur.Round(time.Millisecond), mb/stewardDur.Seconds(), stored[level],
-				etcdctlDur.Round(time.Millisecond), mb/etcdctlDur.Seconds(), ratio)
+				cpuOf(sc.ProcessState).Round(time.Millisecond), stewardLeader.Round(time.Millisecond),
+				etcdctlDur.Round(time.Millisecond), mb/etcdctlDur.Seconds(),
+				cpuOf(cmd.ProcessState).Round(time.Millisecond), etcdctlLeader.Round(time.Millisecond), ratio)
 		}
 	}
 	b.ReportMetric(mb, "db-MB")
@@ -130,6 +145,33 @@ func compareSnapshots(b *testing.B, e *harness.Env) {
 		b.ReportMetric(r[len(r)/2], level+"-median-ratio")
 		b.ReportMetric(stored[level], level+"-stored-MB")
 	}
+}
+
+// cpuOf is a finished process' CPU time, user and system.
+func cpuOf(ps *os.ProcessState) time.Duration {
+	if ps == nil {
+		return 0
+	}
+	return ps.UserTime() + ps.SystemTime()
+}
+
+// processCPU is a running process' CPU time so far, user and system, from
+// /proc/PID/stat (0 when it cannot be read).
+func processCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command name (which may hold spaces) start
+	// after its closing parenthesis; utime and stime are the 14th and 15th
+	// fields of the line, in clock ticks (100 per second on Linux).
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond
 }
 
 // createAppConfigMaps creates n config maps in the 100 namespaces, 32 at
