@@ -61,7 +61,7 @@ func ImportSnapshot(ctx context.Context, src, dst string) (info SnapshotInfo, er
 	if err := out.Close(); err != nil {
 		return info, fmt.Errorf("copy snapshot file: %w", err)
 	}
-	if info, err = Inspect(ctx, dst); err != nil {
+	if info, err = checkToWrite(ctx, dst); err != nil {
 		return info, fmt.Errorf("snapshot file %s: %w", src, err)
 	}
 	return info, nil
