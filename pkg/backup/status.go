@@ -2,6 +2,7 @@ package backup
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"hash/crc32"
 	"os"
@@ -26,27 +27,33 @@ import (
 // walked, and how the kernel reads it.
 //
 // etcdutl walks the database three times: bbolt rebuilds the freelist
-// (a walk of every page: etcd does not write its freelist), its check
-// walks again, then the hash reads every key and value. Here the check
-// and the hash run side by side, in two read transactions, so the pages
-// one of them faults in are in memory when the other reaches them: one
-// walk's reads instead of two. With prepare (a database Steward fetched
-// and writes to next), the database is opened for writing, as bbolt
-// opens it when a restore writes deltas, a revision bump or a membership
-// into it: the freelist is rebuilt by that open and written back to the
-// file (bbolt's NoFreelistSync off), so the check reads it instead of
-// walking for it, and so does every open after this one (the replay's,
-// the revision bump's, etcd's own). A walk that finds the database
-// inconsistent panics in bbolt; the check runs in a child process
-// (check.go), which reports that as ErrMalformedSnapshot.
+// (etcd does not write it to the file) by a walk of every page that makes
+// the checks of bbolt's check, its check walks again, then the hash reads
+// every key and value. Here:
+//
+//   - The check and the hash run side by side, in two read transactions,
+//     so the pages one of them faults in are in memory when the other
+//     reaches them.
+//   - With prepare (a database Steward made and writes to next), the
+//     database is opened for writing, as a restore's replay would open
+//     it: bbolt rebuilds the freelist and writes it back to the file
+//     (NoFreelistSync off), so no later open walks it again (the replay,
+//     the revision bump, the membership rewrite, etcd's own start). When
+//     that open walked (neither meta page names a written freelist), the
+//     walk was bbolt's check (tx.Check's walk, with any finding a panic:
+//     in the child process, ErrMalformedSnapshot), and what the check adds
+//     to it, that the freelist and the reachable pages cover the file
+//     once, holds for a freelist made of the pages the walk did not
+//     reach: only the hash walks again. A freelist read from the file is
+//     checked by tx.Check, as without prepare.
 //
 // bbolt advises its memory map MADV_RANDOM, so every page a walk faults
 // in is one 4 KiB read; when the database is larger than the memory left
 // to the check (a restore inside a memory cgroup) a walk becomes hundreds
 // of thousands of small reads. The walks go mostly in file order, so the
 // map is advised MADV_NORMAL here, and the kernel reads around each fault
-// (the freelist walk of the open for writing, before the advice, has a
-// sequential read running ahead of it instead: pagecache.Prefetch).
+// (the walk of the open for writing, before the advice, has a sequential
+// read running ahead of it instead: pagecache.Prefetch).
 func snapshotStatus(path string, prepare bool) (ds snapshot.Status, err error) {
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -54,11 +61,11 @@ func snapshotStatus(path string, prepare bool) (ds snapshot.Status, err error) {
 	}
 	opts := &bolt.Options{ReadOnly: true}
 	mode := os.FileMode(0o400)
-	if prepare {
-		opts, mode = &bolt.Options{Timeout: time.Second}, 0o600
-	}
+	walked := false
 	stop := func() {}
 	if prepare {
+		opts, mode = &bolt.Options{Timeout: time.Second}, 0o600
+		walked = freelistUnwritten(path)
 		stop = pagecache.Prefetch(path)
 	}
 	db, err := bolt.Open(path, mode, opts)
@@ -75,6 +82,13 @@ func snapshotStatus(path string, prepare bool) (ds snapshot.Status, err error) {
 		// The map starts at Data and covers at least the file. Advice
 		// only: on failure the walks are just slower.
 		_, _, _ = unix.Syscall(unix.SYS_MADVISE, db.Info().Data, uintptr(n), unix.MADV_NORMAL)
+	}
+	if walked {
+		err = db.View(func(tx *bolt.Tx) error {
+			ds, err = hashKeyspace(tx)
+			return err
+		})
+		return ds, err
 	}
 
 	// The check and the hash, each in its own read transaction. Both begin
@@ -109,6 +123,38 @@ func snapshotStatus(path string, prepare bool) (ds snapshot.Status, err error) {
 		return ds, fmt.Errorf("snapshot file integrity check failed. %d errors found.\n%s", len(dbErrs), strings.Join(dbErrs, "\n"))
 	}
 	return ds, hashErr
+}
+
+// freelistUnwritten reports whether both meta pages of the bbolt database
+// at path say it has no freelist written to the file (etcd's databases):
+// an open for writing then rebuilds it by walking every page, whichever
+// meta page bbolt picks. False when a meta page cannot be read.
+func freelistUnwritten(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	// A meta page: its page header (16 bytes), then magic, version, page
+	// size, flags (4 bytes each), the root bucket (16), the freelist's
+	// page ID (8: all ones for none), the high water mark, txid, checksum.
+	const magic, none = 0xED0CDAED, ^uint64(0)
+	var m [64]byte
+	pageSize := int64(0)
+	for i := range int64(2) {
+		if _, err := f.ReadAt(m[:], i*pageSize); err != nil {
+			return false
+		}
+		if binary.LittleEndian.Uint32(m[16:]) != magic || binary.LittleEndian.Uint64(m[48:]) != none {
+			return false
+		}
+		if i == 0 {
+			if pageSize = int64(binary.LittleEndian.Uint32(m[24:])); pageSize < 1024 {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // hashKeyspace is the hash half of snapshotStatus: the CRC-32C of every

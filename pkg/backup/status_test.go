@@ -1,7 +1,9 @@
 package backup
 
 import (
+	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -228,4 +230,90 @@ func copyFile(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return cp
+}
+
+// TestFreelistUnwritten: etcd's snapshot has no freelist written, a
+// database bbolt wrote with its defaults has one, and a file that is not
+// a bbolt database is not taken for one without (the check then walks).
+func TestFreelistUnwritten(t *testing.T) {
+	synced := filepath.Join(t.TempDir(), "synced.db")
+	keyspaceDB(t, synced, 10)
+	short := filepath.Join(t.TempDir(), "short.db")
+	if err := os.WriteFile(short, []byte("not a database"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		path string
+		want bool
+	}{
+		{filepath.Join("testdata", "malformed", "good.db"), true},
+		{synced, false},
+		{short, false},
+		{filepath.Join(t.TempDir(), "missing.db"), false},
+	} {
+		if got := freelistUnwritten(tt.path); got != tt.want {
+			t.Errorf("freelistUnwritten(%s) = %v; want %v", filepath.Base(tt.path), got, tt.want)
+		}
+	}
+}
+
+// TestCheckToWriteRefusesKeyOrder: a database without a written freelist
+// (as etcd writes them) whose keys are out of order is refused by the
+// read-only check and by the check of a database to write alike: in both,
+// the walk that rebuilds the freelist finds it first, and bbolt panics
+// (ErrMalformedSnapshot); the latter writes no freelist.
+func TestCheckToWriteRefusesKeyOrder(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "order.db")
+	db, err := bolt.Open(path, 0o600, &bolt.Options{NoFreelistSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		// Large enough for pages of its own (bbolt checks no inline
+		// bucket).
+		b, err := tx.CreateBucket([]byte("lease"))
+		for i := range 20 {
+			if err == nil {
+				err = b.Put(fmt.Appendf(nil, "key-%04d", i), make([]byte, 100))
+			}
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// A second transaction (the key bucket Inspect reads): the other meta
+	// page, too, then names no freelist (a new file's both name its first).
+	if err := db.Update(func(tx *bolt.Tx) error {
+		_, err := tx.CreateBucket([]byte("key"))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Count(raw, []byte("key-0010")) != 1 {
+		t.Fatal("key not found once in the file")
+	}
+	raw = bytes.Replace(raw, []byte("key-0010"), []byte("key-9999"), 1)
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if !freelistUnwritten(path) {
+		t.Fatal("bbolt wrote a freelist with NoFreelistSync")
+	}
+	if _, err := Inspect(t.Context(), path); !errors.Is(err, ErrMalformedSnapshot) {
+		t.Fatalf("Inspect = %v; want an error wrapping ErrMalformedSnapshot", err)
+	}
+	cp := copyFile(t, path)
+	if _, err := checkToWrite(t.Context(), cp); !errors.Is(err, ErrMalformedSnapshot) {
+		t.Fatalf("checkToWrite = %v; want an error wrapping ErrMalformedSnapshot", err)
+	}
+	if !freelistUnwritten(cp) {
+		t.Fatal("checkToWrite of a refused database wrote its freelist")
+	}
 }
