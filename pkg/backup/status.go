@@ -52,8 +52,12 @@ import (
 // to the check (a restore inside a memory cgroup) a walk becomes hundreds
 // of thousands of small reads. The walks go mostly in file order, so the
 // map is advised MADV_NORMAL here, and the kernel reads around each fault
-// (the walk of the open for writing, before the advice, has a sequential
-// read running ahead of it instead: pagecache.Prefetch).
+// (during the open for writing, whose walk runs before Open returns the
+// map, by pagecache.ReadAround). A sequential read ahead of that walk
+// (pagecache.Prefetch) is as fast when the file fits in memory, but in a
+// 512 MB group it runs so far ahead that its reads are evicted before the
+// walk reaches them: 7.1 s for a 1 GB database there, 4.1 s with
+// read-around (docs/benchmarks.md).
 func snapshotStatus(path string, prepare bool) (ds snapshot.Status, err error) {
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -66,7 +70,7 @@ func snapshotStatus(path string, prepare bool) (ds snapshot.Status, err error) {
 	if prepare {
 		opts, mode = &bolt.Options{Timeout: time.Second}, 0o600
 		walked = freelistUnwritten(path)
-		stop = pagecache.Prefetch(path)
+		stop = pagecache.ReadAround(path)
 	}
 	db, err := bolt.Open(path, mode, opts)
 	stop()
