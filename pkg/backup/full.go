@@ -674,14 +674,18 @@ func Fetch(ctx context.Context, s Store, m Manifest, key *Key, dst string) error
 
 // FetchDatabase is Fetch writing the database alone to dst, without etcd's
 // appended checksum (checked as it streams by): a database ready to be
-// written to (deltas, a revision bump) or to become a member's.
+// written to (deltas, a revision bump) or to become a member's. Its check
+// opens it for writing (checkToWrite), so dst holds bbolt's freelist,
+// which no later open has to rebuild by walking every page; the keyspace
+// is the snapshot's.
 func FetchDatabase(ctx context.Context, s Store, m Manifest, key *Key, dst string) error {
 	return fetch(ctx, s, m, key, dst, false)
 }
 
 // fetch is Fetch, with etcd's appended checksum kept in dst or not. Every
 // byte is read once from the store and written once to dst, hashed on the
-// way; the consistency check then reads dst once more. The download is
+// way; the consistency check then walks dst (snapshotStatus: twice, the
+// walk that rebuilds bbolt's freelist and the hash). The download is
 // dropped from the page cache as it is read, and neither file leaves more
 // than a few chunks dirty (a restore within a memory limit).
 func fetch(ctx context.Context, s Store, m Manifest, key *Key, dst string, keepHash bool) (err error) {
