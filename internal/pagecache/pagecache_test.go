@@ -3,9 +3,12 @@ package pagecache
 import (
 	"bytes"
 	"crypto/rand"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -182,4 +185,73 @@ func TestPrefetch(t *testing.T) {
 	DropFile(path)
 	Prefetch(path)() // stopped at once
 	Prefetch(filepath.Join(dir, "none"))()
+}
+
+// TestReadAround: a map of the file advised MADV_RANDOM (as bbolt advises
+// its map) is advised back to normal while ReadAround runs, as the kernel
+// reports in the map's VmFlags ("rr": random reads); a map of another file
+// keeps its advice.
+func TestReadAround(t *testing.T) {
+	dir := t.TempDir()
+	mapRandom := func(name string) (string, []byte) {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, make([]byte, 1<<20), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		b, err := unix.Mmap(int(f.Fd()), 0, 1<<20, unix.PROT_READ, unix.MAP_SHARED)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = unix.Munmap(b) })
+		if err := unix.Madvise(b, unix.MADV_RANDOM); err != nil {
+			t.Fatal(err)
+		}
+		return path, b
+	}
+	path, b := mapRandom("db")
+	_, other := mapRandom("other")
+	if !randomReads(t, b) || !randomReads(t, other) {
+		t.Fatal("MADV_RANDOM not shown in VmFlags")
+	}
+	stop := ReadAround(path)
+	deadline := time.Now().Add(5 * time.Second)
+	for randomReads(t, b) {
+		if time.Now().After(deadline) {
+			stop()
+			t.Fatal("the map of the file is still advised MADV_RANDOM after 5 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	stop()
+	if !randomReads(t, other) {
+		t.Fatal("the map of another file lost its advice")
+	}
+}
+
+// randomReads reports whether /proc/self/smaps shows the map starting at
+// b's first byte advised MADV_RANDOM.
+func randomReads(t *testing.T, b []byte) bool {
+	t.Helper()
+	raw, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := fmt.Sprintf("%x-", uintptr(unsafe.Pointer(&b[0])))
+	in := false
+	for _, l := range strings.Split(string(raw), "\n") {
+		if f := strings.Fields(l); len(f) > 0 && strings.Contains(f[0], "-") && !strings.HasSuffix(f[0], ":") {
+			in = strings.HasPrefix(l, start)
+			continue
+		}
+		if in && strings.HasPrefix(l, "VmFlags:") {
+			return slices.Contains(strings.Fields(l)[1:], "rr")
+		}
+	}
+	t.Fatalf("no map at %s in /proc/self/smaps", start)
+	return false
 }

@@ -20,6 +20,10 @@ import (
 // runs the check and exits before main or the tests start.
 const checkEnv = "STEWARD_INTERNAL_CHECK_SNAPSHOT"
 
+// prepareEnv, set to 1 beside checkEnv, makes the child open the snapshot
+// for writing and leave its freelist written (snapshotStatus's prepare).
+const prepareEnv = "STEWARD_INTERNAL_CHECK_SNAPSHOT_PREPARE"
+
 // checkTimeout bounds one consistency check in the child.
 const checkTimeout = 10 * time.Minute
 
@@ -30,7 +34,7 @@ var ErrMalformedSnapshot = errors.New("snapshot database is malformed")
 
 func init() {
 	if p := os.Getenv(checkEnv); p != "" {
-		os.Exit(checkChild(p))
+		os.Exit(checkChild(p, os.Getenv(prepareEnv) == "1"))
 	}
 }
 
@@ -42,9 +46,9 @@ type childResult struct {
 
 // checkChild runs in the child: it inspects path in this process (where a
 // panic of bbolt ends only the child) and writes a childResult.
-func checkChild(path string) int {
+func checkChild(path string, prepare bool) int {
 	var r childResult
-	info, err := inspectHere(path)
+	info, err := inspectHere(path, prepare)
 	if err != nil {
 		r.Error = err.Error()
 	}
@@ -56,10 +60,11 @@ func checkChild(path string) int {
 }
 
 // inspectInChild runs inspectHere in a child process (this executable,
-// with checkEnv set and nothing else of this process's environment) and
-// returns its result. A child that panics or dies makes an error wrapping
-// ErrMalformedSnapshot that quotes the panic's first line, not its trace.
-func inspectInChild(ctx context.Context, path string) (SnapshotInfo, error) {
+// with checkEnv, and prepareEnv when prepare is set, and nothing else of
+// this process's environment) and returns its result. A child that panics
+// or dies makes an error wrapping ErrMalformedSnapshot that quotes the
+// panic's first line, not its trace.
+func inspectInChild(ctx context.Context, path string, prepare bool) (SnapshotInfo, error) {
 	// /proc/self/exe runs this very executable even when its file was
 	// replaced since it started (an upgraded steward under a running agent).
 	exe := "/proc/self/exe"
@@ -72,7 +77,11 @@ func inspectInChild(ctx context.Context, path string) (SnapshotInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, exe)
-	cmd.Env = childenv.With(checkEnv + "=" + path)
+	env := []string{checkEnv + "=" + path}
+	if prepare {
+		env = append(env, prepareEnv+"=1")
+	}
+	cmd.Env = childenv.With(env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	runErr := cmd.Run()
@@ -121,15 +130,15 @@ func firstLine(s string) string {
 	return s
 }
 
-// inspectHere is Inspect in this process: read the revisions, then run
-// bbolt's consistency check and etcd's snapshot hash (snapshotStatus, as
-// etcdutl's snapshot status).
-func inspectHere(path string) (SnapshotInfo, error) {
+// inspectHere is Inspect (or, with prepare, checkToWrite) in this process:
+// read the revisions, then run bbolt's consistency check and etcd's
+// snapshot hash (snapshotStatus, as etcdutl's snapshot status).
+func inspectHere(path string, prepare bool) (SnapshotInfo, error) {
 	info, err := InspectRevision(path)
 	if err != nil {
 		return SnapshotInfo{}, err
 	}
-	st, err := snapshotStatus(path)
+	st, err := snapshotStatus(path, prepare)
 	if err != nil {
 		return SnapshotInfo{}, fmt.Errorf("snapshot database fails its consistency check: %w", err)
 	}

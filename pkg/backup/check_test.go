@@ -44,8 +44,9 @@ func TestInspectMalformedDoesNotPanic(t *testing.T) {
 
 // TestFetchMalformedLeavesNothing stores each malformed snapshot, re-hashed
 // (etcd's appended SHA-256 matches), encrypted, as a full backup whose
-// manifest matches the object, and fetches it: a clear error, and no
-// decrypted copy left at the destination.
+// manifest matches the object, and fetches it with Fetch (checked read
+// only) and FetchDatabase (checked by an open for writing): a clear error,
+// and no decrypted copy left at the destination.
 func TestFetchMalformedLeavesNothing(t *testing.T) {
 	key := &Key{}
 	copy(key.b[:], bytes.Repeat([]byte{7}, 32))
@@ -72,13 +73,18 @@ func TestFetchMalformedLeavesNothing(t *testing.T) {
 			if err := store.Put(t.Context(), m.Object, &obj); err != nil {
 				t.Fatal(err)
 			}
-			dst := filepath.Join(t.TempDir(), "snap.db")
-			err = Fetch(t.Context(), store, m, key, dst)
-			if !errors.Is(err, ErrMalformedSnapshot) {
-				t.Fatalf("Fetch = %v; want an error wrapping ErrMalformedSnapshot", err)
-			}
-			if _, err := os.Stat(dst); !errors.Is(err, os.ErrNotExist) {
-				t.Fatalf("Fetch left %s behind (stat: %v)", dst, err)
+			for _, f := range []struct {
+				name  string
+				fetch func(context.Context, Store, Manifest, *Key, string) error
+			}{{"Fetch", Fetch}, {"FetchDatabase", FetchDatabase}} {
+				dst := filepath.Join(t.TempDir(), "snap.db")
+				err = f.fetch(t.Context(), store, m, key, dst)
+				if !errors.Is(err, ErrMalformedSnapshot) {
+					t.Fatalf("%s = %v; want an error wrapping ErrMalformedSnapshot", f.name, err)
+				}
+				if _, err := os.Stat(dst); !errors.Is(err, os.ErrNotExist) {
+					t.Fatalf("%s left %s behind (stat: %v)", f.name, dst, err)
+				}
 			}
 		})
 	}

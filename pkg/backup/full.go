@@ -430,7 +430,19 @@ type SnapshotInfo struct {
 // panic there must not take Steward (the CLI, or the agent's automatic
 // recovery) down; such a file is an error wrapping ErrMalformedSnapshot.
 func Inspect(ctx context.Context, path string) (SnapshotInfo, error) {
-	return inspectInChild(ctx, path)
+	return inspectInChild(ctx, path, false)
+}
+
+// checkToWrite is Inspect for a database Steward made (a fetched or
+// imported copy, removed if the check fails) and writes to next: the
+// child opens it for writing, so bbolt's freelist, rebuilt by walking
+// every page, is written back to the file, and the check and every later
+// open (deltas, revision bump, membership, etcd's own) read it instead of
+// walking the database again (snapshotStatus). Only the freelist and
+// bbolt's meta page change: the keyspace, its hash and revisions do not.
+// path must be the database alone, without etcd's appended checksum.
+func checkToWrite(ctx context.Context, path string) (SnapshotInfo, error) {
+	return inspectInChild(ctx, path, true)
 }
 
 // packStream compresses (zstd at level) and optionally encrypts src into dst.
@@ -662,14 +674,18 @@ func Fetch(ctx context.Context, s Store, m Manifest, key *Key, dst string) error
 
 // FetchDatabase is Fetch writing the database alone to dst, without etcd's
 // appended checksum (checked as it streams by): a database ready to be
-// written to (deltas, a revision bump) or to become a member's.
+// written to (deltas, a revision bump) or to become a member's. Its check
+// opens it for writing (checkToWrite), so dst holds bbolt's freelist,
+// which no later open has to rebuild by walking every page; the keyspace
+// is the snapshot's.
 func FetchDatabase(ctx context.Context, s Store, m Manifest, key *Key, dst string) error {
 	return fetch(ctx, s, m, key, dst, false)
 }
 
 // fetch is Fetch, with etcd's appended checksum kept in dst or not. Every
 // byte is read once from the store and written once to dst, hashed on the
-// way; the consistency check then reads dst once more. The download is
+// way; the consistency check then walks dst (snapshotStatus: twice, the
+// walk that rebuilds bbolt's freelist and the hash). The download is
 // dropped from the page cache as it is read, and neither file leaves more
 // than a few chunks dirty (a restore within a memory limit).
 func fetch(ctx context.Context, s Store, m Manifest, key *Key, dst string, keepHash bool) (err error) {
@@ -721,7 +737,13 @@ func fetch(ctx context.Context, s Store, m Manifest, key *Key, dst string, keepH
 	if !bytes.Equal(h.Sum(nil), tail()) {
 		return fmt.Errorf("backup %s: snapshot checksum mismatch: the data etcd sent does not match the SHA-256 it appended", m.ID)
 	}
-	info, err := Inspect(ctx, dst)
+	// A database fetched to be written to is checked by an open for
+	// writing (checkToWrite: no later open walks it for its freelist).
+	inspect := Inspect
+	if !keepHash {
+		inspect = checkToWrite
+	}
+	info, err := inspect(ctx, dst)
 	if err != nil {
 		return fmt.Errorf("backup %s: %w", m.ID, err)
 	}

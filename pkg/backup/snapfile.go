@@ -27,8 +27,10 @@ const snapshotPage = 512
 // database without the hash to dst (created 0600; it must not exist), and
 // checks it: the hash, as etcdutl's restore does (ErrSnapshotHash), then
 // the database itself, with bbolt's consistency check in a child process
-// (Inspect; ErrMalformedSnapshot when bbolt crashes on it). src is never
-// changed. On any failure dst is removed, so a refused file leaves nothing.
+// (checkToWrite, which leaves dst's freelist written for the opens that
+// write to it next; ErrMalformedSnapshot when bbolt crashes on it). src is
+// never changed. On any failure dst is removed, so a refused file leaves
+// nothing.
 func ImportSnapshot(ctx context.Context, src, dst string) (info SnapshotInfo, err error) {
 	in, err := os.Open(src)
 	if err != nil {
@@ -61,7 +63,7 @@ func ImportSnapshot(ctx context.Context, src, dst string) (info SnapshotInfo, er
 	if err := out.Close(); err != nil {
 		return info, fmt.Errorf("copy snapshot file: %w", err)
 	}
-	if info, err = Inspect(ctx, dst); err != nil {
+	if info, err = checkToWrite(ctx, dst); err != nil {
 		return info, fmt.Errorf("snapshot file %s: %w", src, err)
 	}
 	return info, nil

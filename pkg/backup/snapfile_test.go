@@ -35,13 +35,13 @@ func TestImportSnapshot(t *testing.T) {
 	if info.Revision != 31 || info.CompactRevision != 10 {
 		t.Errorf("ImportSnapshot(good.db) = revision %d, compacted %d; want 31, 10", info.Revision, info.CompactRevision)
 	}
-	got, err := os.ReadFile(dst)
-	if err != nil {
+	// The database without the hash, its freelist written by the check's
+	// open for writing (the revision bump opens it next).
+	body := filepath.Join(t.TempDir(), "body.db")
+	if err := os.WriteFile(body, good[:len(good)-sha256.Size], 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(got, good[:len(good)-sha256.Size]) {
-		t.Errorf("imported database (%d bytes) is not the snapshot without its hash (%d bytes)", len(got), len(good)-sha256.Size)
-	}
+	preparedLike(t, dst, body)
 	if fi, _ := os.Stat(dst); fi.Mode().Perm() != 0o600 {
 		t.Errorf("imported database mode %o, want 600", fi.Mode().Perm())
 	}
