@@ -228,3 +228,6 @@ func Serial(certFile string) (string, error) {
 	}
 	return fmt.Sprintf("%x", c.SerialNumber), nil
 }
+
+// ParseCertFile reads the first certificate of a PEM file.
+func ParseCertFile(path string) (*x509.Certificate, error) { return readCert(path) }

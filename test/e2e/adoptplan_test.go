@@ -271,18 +271,27 @@ func TestAdoptAll(t *testing.T) {
 	if after.Header.ClusterId != before.Header.ClusterId {
 		t.Errorf("cluster ID %x after adopting every member, want %x", after.Header.ClusterId, before.Header.ClusterId)
 	}
-	// Adopted, the members still use the operator's certificates.
+	// Adopted, the members still use the operator's certificates, until
+	// Steward takes over issuing them with the operator's CA.
 	refuseOperatorCerts(t, e)
-	e.MustRun("upgrade", "apply", "--to", "3.6.16")
-	st := e.WaitStatus(30*time.Second, "every member on 3.6.16", func(st *cluster.Status) bool {
+	t0 := time.Now()
+	takeOverCerts(t, e, f, (*etcdserverpb.MemberListResponse)(before))
+	t.Logf("certificate take-over with its checks and renewal: %s", time.Since(t0).Round(time.Second))
+	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write after the take-over", w.AckedAbove(w.Acked()+100))
+
+	// Two hops (3.5 to 3.6 to 3.7), then back.
+	t0 = time.Now()
+	e.MustRun("upgrade", "apply", "--to", adoptUpgradeTo)
+	st := e.WaitStatus(30*time.Second, "every member on "+adoptUpgradeTo, func(st *cluster.Status) bool {
 		for _, m := range st.Members {
-			if m.Version != "3.6.16" {
+			if m.Version != adoptUpgradeTo {
 				return false
 			}
 		}
 		return harness.Healthy(st)
 	})
-	if sp := e.Spec(); sp.Version != "3.6.16" || !sp.AllAdopted() {
+	t.Logf("upgrade to %s: %s", adoptUpgradeTo, time.Since(t0).Round(time.Second))
+	if sp := e.Spec(); sp.Version != adoptUpgradeTo || !sp.AllAdopted() {
 		t.Errorf("after the upgrade the spec has version %s, every member adopted %v", sp.Version, sp.AllAdopted())
 	}
 	upgraded, err := fcli.MemberList(t.Context())
@@ -295,10 +304,14 @@ func TestAdoptAll(t *testing.T) {
 		}
 	}
 	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write after the upgrade", w.AckedAbove(w.Acked()+100))
+	if sp := e.Spec(); !sp.AllAdopted() || sp.OperatorCerts() {
+		t.Errorf("after the upgrade: every member adopted %v, the operator's certificates named again %v", sp.AllAdopted(), sp.OperatorCerts())
+	}
 
 	// The rest of the lifecycle on the adopted cluster: a rollback to the
 	// version it ran before, then a member rebuilt by replace (a new data
 	// dir, the same name, URLs and the operator's certificates).
+	t0 = time.Now()
 	e.MustRun("rollback")
 	e.WaitStatus(30*time.Second, "every member back on "+adoptVersion, func(st *cluster.Status) bool {
 		for _, m := range st.Members {
@@ -308,6 +321,7 @@ func TestAdoptAll(t *testing.T) {
 		}
 		return harness.Healthy(st)
 	})
+	t.Logf("rollback to %s: %s", adoptVersion, time.Since(t0).Round(time.Second))
 	rolled, err := fcli.MemberList(t.Context())
 	if err != nil {
 		t.Fatal(err)
