@@ -212,9 +212,12 @@ func TestAdopt(t *testing.T) {
 // kubeadm-style static pod manifest describing it (moved aside, kept in
 // the Steward directory); the spec then has every member
 // adopted (the cluster Steward-run), the cluster ID unchanged; then
-// `upgrade apply --to 3.6.16` runs on it: every member reports 3.6.16 with
-// its member ID; `rollback` returns every member to 3.5 with its ID; and
-// `member replace` rebuilds one member with the operator's certificates;
+// `certs take-over` with the operator's CA (takeOverCerts: bad inputs
+// refused, then every member serving Steward's certificates of that CA,
+// renewable); `upgrade apply --to 3.7.3` (two hops) runs on it: every
+// member reports 3.7.3 with its member ID; `rollback` returns every member
+// to 3.5 with its ID; and
+// `member replace` rebuilds one member;
 // no acknowledged write is lost throughout. Then `steward recover` after
 // every member stopped and two lost their WAL: reseeded from the third,
 // the keyspace of before, the operator's certificates still in use.
