@@ -326,11 +326,13 @@ Without --yes the checks run and nothing changes.`,
 			if err != nil {
 				return err
 			}
+			// Checked before the agent is started for it (TakeOver checks
+			// again, under the plan store's lock).
+			ca, l, err := adopt.TakeOverCheck(cmd.Context(), c, o, time.Now())
+			if err != nil {
+				return cli.Hint(err, adopt.ErrCA, "check --ca-cert and --ca-key")
+			}
 			if !yes {
-				ca, l, err := adopt.TakeOverCheck(cmd.Context(), c, o, time.Now())
-				if err != nil {
-					return cli.Hint(err, adopt.ErrCA, "check --ca-cert and --ca-key")
-				}
 				fmt.Fprintf(cmd.ErrOrStderr(), "the CA %s (expires %s) can take over the certificates of cluster %s: Steward would copy it into %s, issue a server certificate for %s and a peer certificate %q for %s from it, and restart each member with them\n",
 					ca.Cert.Subject.CommonName, ca.Cert.NotAfter.UTC().Format(time.RFC3339), c.Spec.Name, c.CertDir(),
 					strings.Join(l.Server.Hosts, ","), l.Peer.CN, strings.Join(l.Peer.Hosts, ","))
