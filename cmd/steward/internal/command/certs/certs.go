@@ -327,7 +327,7 @@ Without --yes the checks run and nothing changes.`,
 				return err
 			}
 			// Checked before the agent is started for it (TakeOver checks
-			// again, under the plan store's lock).
+			// again).
 			ca, l, err := adopt.TakeOverCheck(cmd.Context(), c, o, time.Now())
 			if err != nil {
 				return cli.Hint(err, adopt.ErrCA, "check --ca-cert and --ca-key")
