@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcd-steward/steward/internal/proc"
 	"github.com/etcd-steward/steward/pkg/adopt"
@@ -38,7 +40,9 @@ import (
 // acknowledged write is lost. Then `adopt --undo infra1` gives it back:
 // the old command line runs it again outside Steward (same member ID),
 // the spec has it external, the adopt plan is rolled back, and the writer
-// still writes.
+// still writes. Then infra2, adopted through a static pod manifest, is
+// given back (undoStaticPod): the manifest moved back where the kubelet
+// reads it, the member run again from it.
 func TestAdopt(t *testing.T) {
 	f := harness.StartForeignCluster(t, adoptVersion, 3)
 	fcli := f.MustClient()
@@ -202,6 +206,8 @@ func TestAdopt(t *testing.T) {
 		t.Errorf("after the undo member %s no longer has ID %x: %v", old.Name, id, undone.Members)
 	}
 	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write after the undo", w.AckedAbove(w.Acked()+100))
+	undoStaticPod(t, e, f, fcli.MemberList)
+	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write after the static pod's undo", w.AckedAbove(w.Acked()+100))
 	res := w.Stop()
 	workload.RequireKeys(t, fcli, res)
 	t.Logf("adopted %s (member %x) under %d acknowledged writes", old.Name, id, len(res.Acked))
@@ -509,4 +515,93 @@ func TestAdoptResumeAfterKill(t *testing.T) {
 	}
 	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write after the adoption", w.AckedAbove(w.Acked()+100))
 	workload.RequireKeys(t, fcli, w.Stop())
+}
+
+// undoStaticPod adopts infra2 of f through a kubeadm-style static pod
+// manifest and undoes it: the manifest comes back to its path unchanged
+// (none kept in DIR/adopted/), the test playing the kubelet (none runs
+// here) starts the member's process from it when it reappears, and the
+// undo's health gate passes; the spec has infra2 external again, its
+// member ID unchanged, the adopt plan rolled back.
+func undoStaticPod(t *testing.T, e *harness.Env, f *harness.ForeignCluster, list func(context.Context, ...clientv3.OpOption) (*clientv3.MemberListResponse, error)) {
+	t.Helper()
+	m := f.Members[1]
+	before, err := list(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var id uint64
+	for _, b := range before.Members {
+		if b.Name == m.Name {
+			id = b.ID
+		}
+	}
+	manifest := foreignManifest(t, f, m)
+	orig, err := os.ReadFile(manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p plan.Plan
+	if out := e.MustRun("adopt", "--manifest", manifest, "-o", "json"); json.Unmarshal([]byte(out), &p) != nil || p.State != plan.Done {
+		t.Fatalf("adopt --manifest: %s", out)
+	}
+	kept := filepath.Join(e.Dir, "adopted", m.Name, filepath.Base(manifest))
+	if _, err := os.Stat(kept); err != nil {
+		t.Fatalf("the manifest was not kept for undo: %v", err)
+	}
+	harness.Eventually(t, 30*time.Second, 50*time.Millisecond, "the test's process of "+m.Name+" to be reaped", func() error {
+		if m.Running() {
+			return fmt.Errorf("pid %d", m.PID())
+		}
+		return nil
+	})
+
+	// The kubelet: starts the static pod's process when the manifest is back.
+	kubelet := make(chan error, 1)
+	go func() {
+		for {
+			if _, err := os.Stat(manifest); err == nil {
+				kubelet <- m.Start()
+				return
+			}
+			select {
+			case <-t.Context().Done():
+				kubelet <- t.Context().Err()
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	e.MustRun("adopt", "--undo", m.Name)
+	select {
+	case err := <-kubelet:
+		if err != nil {
+			t.Fatalf("the kubelet's start of %s: %v", m.Name, err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the undo finished, yet the manifest never came back where the kubelet reads it")
+	}
+	if back, err := os.ReadFile(manifest); err != nil || string(back) != string(orig) {
+		t.Errorf("the manifest after the undo: %v; changed %v", err, string(back) != string(orig))
+	}
+	if _, err := os.Stat(kept); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a copy of the manifest stays in %s after the undo (%v): the kubelet's is the one", kept, err)
+	}
+	if sm, _ := e.Spec().Member(m.Name); sm.Agent != "" || sm.Adopted != nil || sm.DataDir != "" {
+		t.Errorf("after the undo the spec has %s with agent %q, adopted %v", m.Name, sm.Agent, sm.Adopted != nil)
+	}
+	e.WaitStatus(30*time.Second, m.Name+" healthy and external after the static pod's undo", func(st *cluster.Status) bool {
+		n, _ := st.Member(m.Name)
+		return harness.Healthy(st) && n.Process == cluster.External
+	})
+	if was, err := plan.OpenStore(e.Dir).Get(p.ID); err != nil || was.State != plan.RolledBack {
+		t.Errorf("the static pod's adopt plan after its undo: %v, %v; want rolled back", was, err)
+	}
+	after, err := list(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(after.Members, func(a *etcdserverpb.Member) bool { return a.Name == m.Name && a.ID == id }) {
+		t.Errorf("after the static pod's undo member %s no longer has ID %x: %v", m.Name, id, after.Members)
+	}
 }
