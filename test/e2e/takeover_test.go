@@ -23,7 +23,8 @@ import (
 // cluster of e (the foreign cluster f, whose member list was before): the
 // bad inputs first (no --yes, the key of another CA, a CA that did not sign
 // the members), each refused in one line with pki/, the spec and the
-// operator's files unchanged; then the take-over with f's CA: member and
+// operator's files unchanged; then the take-over with f's CA, killed after
+// the second member's restart and resumed with `plan resume`: member and
 // cluster IDs unchanged, every member's client and peer ports serve the
 // certificates of Steward's pki/ (issuer: f's CA), the spec names none of
 // the operator's files, `certs renew --all` changes the served serials and
@@ -68,7 +69,17 @@ func takeOverCerts(t *testing.T, e *harness.Env, f *harness.ForeignCluster, befo
 		}
 	}
 
-	e.MustRun("certs", "take-over", "--ca-cert", f.CAFile, "--ca-key", f.CAKeyFile, "--yes")
+	// Killed after the second member's restart, before the step is
+	// recorded done: `plan resume` finishes it (the step finds the member
+	// serving Steward's certificate and goes on).
+	_, se, err := e.RunEnv([]string{"STEWARD_CRASHPOINT=plan-step-after:1"}, "certs", "take-over", "--ca-cert", f.CAFile, "--ca-key", f.CAKeyFile, "--yes")
+	if err == nil || !strings.Contains(se, "crashpoint: plan-step-after:1") {
+		t.Fatalf("take-over with a crash point after the second member's switch: %v\n%s", err, se)
+	}
+	if !e.Spec().OperatorCerts() {
+		t.Fatal("the take-over killed halfway recorded its end in the spec")
+	}
+	e.MustRun("plan", "resume")
 
 	fcli := f.MustClient()
 	after, err := fcli.MemberList(t.Context())
