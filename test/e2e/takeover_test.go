@@ -165,7 +165,7 @@ func servedSerials(t *testing.T, sp *spec.Cluster, f pki.Files, ca *x509.Certifi
 	for _, m := range sp.Members {
 		for _, p := range []struct {
 			what, url string
-			cert  *tls.Certificate
+			cert      *tls.Certificate
 		}{{"client", m.ClientURL, &client}, {"peer", m.PeerURL, &peer}} {
 			hp, err := spec.HostPort(p.url)
 			if err != nil {
