@@ -87,7 +87,7 @@ func renewDue(ctx context.Context, dir string) (time.Duration, []pki.Renewal, er
 	if err != nil {
 		return 5 * time.Second, rs, err
 	}
-	if c.Spec.TLS.Disabled || c.Spec.IsExternal() {
+	if c.Spec.TLS.Disabled || c.Spec.OperatorCerts() {
 		// An attached cluster's certificates are the operator's: never renewed here.
 		return time.Minute, rs, nil
 	}

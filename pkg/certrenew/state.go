@@ -95,7 +95,7 @@ func (r *recorder) stop(now time.Time, log *slog.Logger) {
 // zero when it cannot tell.
 func nextRenewal(dir string) time.Time {
 	c, err := cluster.Open(dir)
-	if err != nil || c.Spec.TLS.Disabled || c.Spec.IsExternal() {
+	if err != nil || c.Spec.TLS.Disabled || c.Spec.OperatorCerts() {
 		return time.Time{}
 	}
 	names, err := c.HostLeaves()

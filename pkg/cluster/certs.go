@@ -31,7 +31,7 @@ func (c *Cluster) Certificates(ctx context.Context) ([]pki.CertInfo, error) {
 	if c.Spec.TLS.Disabled {
 		return nil, nil
 	}
-	if c.Spec.IsExternal() {
+	if c.Spec.OperatorCerts() {
 		return append(c.externalInventory(), c.servedCerts(ctx)...), nil
 	}
 	inv, err := pki.Inventory(c.CertDir())
@@ -59,7 +59,7 @@ func (c *Cluster) servedCerts(ctx context.Context) []pki.CertInfo {
 		}
 	}
 	f := pki.FilesIn(c.CertDir())
-	if c.Spec.IsExternal() {
+	if c.Spec.OperatorCerts() {
 		// The operator's certificate, on peer ports too: there is no
 		// peer certificate of Steward's.
 		f.CA, f.ClientCert, f.ClientKey = c.clientFiles()

@@ -134,6 +134,12 @@ func (c *Cluster) EnsureCerts() error {
 	if err := c.RequireProcessControl("issue member certificates"); err != nil {
 		return err
 	}
+	if c.Spec.OperatorCerts() {
+		// Every member is adopted and runs with the operator's own
+		// certificate files: nothing of Steward's to issue (a CA made
+		// here would be trusted by none of them).
+		return nil
+	}
 	// Members on other hosts run with their host's own certificates
 	// (pki.IssueHost, through the join file); these cover this machine's.
 	var hosts []string
@@ -280,7 +286,8 @@ func (c *Cluster) MemberConfig(m spec.Member) agentapi.MemberConfig {
 
 // adoptedConfig is the run config of an adopted member: the one it ran
 // with before (its own certificates, token and settings), with the
-// operator's client certificate for the agent's health checks. Its data
+// operator's client certificate for the agent's health checks; once
+// Steward took over issuing, the certificate directory's files instead. Its data
 // dir holds the member already, and etcd reads the initial cluster flags
 // only on an empty one: a member re-added with an empty data dir (member
 // replace, recovery's reseed) joins the membership it was added to (its
@@ -298,10 +305,16 @@ func (c *Cluster) adoptedConfig(m spec.Member, cfg agentapi.MemberConfig) agenta
 	cfg.HeartbeatIntervalMs, cfg.ElectionTimeoutMs = a.HeartbeatIntervalMs, a.ElectionTimeoutMs
 	cfg.ExtraFlags = a.ExtraFlags
 	cfg.TLS = nil
-	if t := a.TLS; t != nil {
-		_, cert, key := c.clientFiles()
-		cfg.TLS = &agentapi.TLSFiles{CA: t.CA, ServerCert: t.ServerCert, ServerKey: t.ServerKey,
-			PeerCert: t.PeerCert, PeerKey: t.PeerKey, ClientCert: cert, ClientKey: key}
+	_, cert, key := c.clientFiles()
+	switch {
+	case a.TLS != nil:
+		cfg.TLS = &agentapi.TLSFiles{CA: a.TLS.CA, ServerCert: a.TLS.ServerCert, ServerKey: a.TLS.ServerKey,
+			PeerCert: a.TLS.PeerCert, PeerKey: a.TLS.PeerKey, ClientCert: cert, ClientKey: key}
+	case !c.Spec.TLS.Disabled && !c.Spec.OperatorCerts():
+		// Steward took over issuing: the certificate directory's files.
+		f := pki.FilesIn(c.CertDir())
+		cfg.TLS = &agentapi.TLSFiles{CA: f.CA, ServerCert: f.ServerCert, ServerKey: f.ServerKey,
+			PeerCert: f.PeerCert, PeerKey: f.PeerKey, ClientCert: f.ClientCert, ClientKey: f.ClientKey}
 	}
 	return cfg
 }

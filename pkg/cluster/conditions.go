@@ -165,10 +165,10 @@ func (c *Cluster) conditions(ctx context.Context, st *Status, now time.Time) []C
 }
 
 // renews reports whether Steward renews this cluster's certificates: TLS
-// is on and the cluster is not an attached one (its certificates are the
-// operator's).
+// is on and they are not the operator's (an attached cluster whose
+// issuing Steward has not taken over).
 func (c *Cluster) renews() bool {
-	return c.Spec != nil && !c.Spec.TLS.Disabled && !c.Spec.IsExternal()
+	return c.Spec != nil && !c.Spec.TLS.Disabled && !c.Spec.OperatorCerts()
 }
 
 // certificatesCondition reads the inventory and computes CertificatesReady.
@@ -275,7 +275,7 @@ func (c *Cluster) upgradeCondition() Condition {
 	}
 	what := fmt.Sprintf("%s plan %s (etcd %s to %s)", p.Kind, p.ID, p.From, p.To)
 	switch p.Kind {
-	case plan.KindCARotation:
+	case plan.KindCARotation, plan.KindCertsTakeOver:
 		what = fmt.Sprintf("%s plan %s", p.Kind, p.ID)
 	case plan.KindAdopt, plan.KindAdoptUndo:
 		// Neither changes the version: name the member instead.

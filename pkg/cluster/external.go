@@ -37,13 +37,19 @@ var ErrOperatorCerts = errors.New("the cluster's certificates are the operator's
 // RequireOwnCerts refuses what (a renewal, a client certificate, a CA
 // rotation) on a cluster whose members and clients use the operator's
 // certificates: Steward holds no key of their CA, and a certificate it
-// issued from its own would be trusted by none of them.
+// issued from its own would be trusted by none of them. It returns nil
+// once Steward took over issuing them (`steward certs take-over`, package
+// adopt): the cluster then runs on Steward's certificate directory.
 func (c *Cluster) RequireOwnCerts(what string) error {
-	if !c.Spec.IsExternal() {
+	if !c.Spec.OperatorCerts() {
 		return nil
 	}
+	hint := "renew them with that CA (`steward certs list` shows their expiry, and status warns before they expire)"
+	if c.Spec.AllAdopted() {
+		hint += ", or hand Steward that CA's certificate and key (`steward certs take-over`)"
+	}
 	return &Refusal{Kind: ErrOperatorCerts, Msg: "cannot " + what + ": the certificates of cluster " + c.Spec.Name +
-		" are the operator's (it was attached): Steward does not hold their CA's key; renew them with that CA (`steward certs list` shows their expiry, and status warns before they expire)"}
+		" are the operator's (it was attached): Steward does not hold their CA's key; " + hint}
 }
 
 // clientFiles are the CA, client certificate and key Steward dials etcd

@@ -2,9 +2,12 @@ package cluster
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"testing"
 
+	"github.com/etcd-steward/steward/pkg/agentapi"
+	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -109,5 +112,48 @@ func TestAdoptedMember(t *testing.T) {
 	c.Spec.Members = c.Spec.Members[:1]
 	if err := c.RequireProcessControl("upgrade"); err != nil {
 		t.Errorf("every member adopted: %v", err)
+	}
+}
+
+// TestTakenOver: a fully adopted cluster with the operator's certificates
+// issues nothing (EnsureCerts makes no CA of Steward's, which no member
+// would trust); once Steward took over issuing (the external block's files
+// empty), certificate commands are let through, clients dial with the
+// certificate directory's files and every adopted member runs with them.
+func TestTakenOver(t *testing.T) {
+	dir := t.TempDir()
+	c := &Cluster{Dir: dir, Spec: &spec.Cluster{
+		Name: "kube", Token: "attached-feed", Version: "3.5.35",
+		External: &spec.External{CAFile: "/etc/etcd/ca.crt", CertFile: "/etc/etcd/c.crt", KeyFile: "/etc/etcd/c.key", ClusterID: "feed"},
+		Agents:   []spec.Agent{{Name: spec.LocalAgent, Address: "unix://" + dir + "/agent.sock"}},
+		Members: []spec.Member{{Name: "cp-1", Agent: spec.LocalAgent, DataDir: "/var/lib/etcd", ClientURL: "https://127.0.0.1:2379", PeerURL: "https://127.0.0.1:2380",
+			Adopted: &spec.Adopted{InitialClusterToken: "theirs", TLS: &spec.AdoptedTLS{CA: "/pki/ca.pem", ServerCert: "/pki/s.pem", ServerKey: "/pki/s-key.pem", PeerCert: "/pki/p.pem", PeerKey: "/pki/p-key.pem"}}}},
+	}}
+	if err := c.EnsureCerts(); err != nil {
+		t.Fatalf("EnsureCerts on a fully adopted cluster with the operator's certificates: %v", err)
+	}
+	if ents, _ := os.ReadDir(c.CertDir()); len(ents) > 0 {
+		t.Errorf("EnsureCerts wrote %d files into %s; want none", len(ents), c.CertDir())
+	}
+	if err := c.RequireOwnCerts("renew"); !errors.Is(err, ErrOperatorCerts) || !strings.Contains(err.Error(), "`steward certs take-over`") {
+		t.Errorf("fully adopted, the operator's certificates: %v; want a refusal naming the take-over", err)
+	}
+
+	c.Spec.External.CAFile, c.Spec.External.CertFile, c.Spec.External.KeyFile = "", "", ""
+	c.Spec.Members[0].Adopted.TLS = nil
+	if err := c.RequireOwnCerts("renew"); err != nil {
+		t.Errorf("taken over: RequireOwnCerts = %v", err)
+	}
+	f := pki.FilesIn(c.CertDir())
+	if ca, cert, key := c.clientFiles(); ca != f.CA || cert != f.ClientCert || key != f.ClientKey {
+		t.Errorf("taken over: client files %s %s %s, want the certificate directory's", ca, cert, key)
+	}
+	cfg := c.MemberConfig(c.Spec.Members[0])
+	want := agentapi.TLSFiles{CA: f.CA, ServerCert: f.ServerCert, ServerKey: f.ServerKey, PeerCert: f.PeerCert, PeerKey: f.PeerKey, ClientCert: f.ClientCert, ClientKey: f.ClientKey}
+	if cfg.TLS == nil || *cfg.TLS != want || cfg.InitialClusterToken != "theirs" || cfg.DataDir != "/var/lib/etcd" {
+		t.Errorf("taken over: the adopted member's config %+v, TLS %+v; want its own settings and the certificate directory's files", cfg, cfg.TLS)
+	}
+	if !c.renews() {
+		t.Error("taken over: status does not count the certificates as Steward's to renew")
 	}
 }

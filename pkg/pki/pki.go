@@ -201,6 +201,11 @@ func EnsureWith(dir, clusterName string, hosts []string, v Validity) error {
 	type todo struct {
 		i   int
 		key *ecdsa.PrivateKey
+		// old is the leaf reissued with its key: its common name and
+		// names are kept (a leaf issued at a certificate take-over keeps
+		// the operator's peer name, which every member's
+		// --peer-cert-allowed-cn names, and the names clients dial).
+		old *x509.Certificate
 	}
 	var issue []todo
 	// During a CA rotation a leaf may be the next CA's already.
@@ -212,7 +217,7 @@ func EnsureWith(dir, clusterName string, hosts []string, v Validity) error {
 	}
 	for i, l := range leaves {
 		if fresh {
-			issue = append(issue, todo{i, nil})
+			issue = append(issue, todo{i, nil, nil})
 			continue
 		}
 		cert, key, err := loadLeaf(filepath.Join(dir, l.cert), filepath.Join(dir, l.key), caCert)
@@ -221,11 +226,11 @@ func EnsureWith(dir, clusterName string, hosts []string, v Validity) error {
 		}
 		switch {
 		case errors.Is(err, os.ErrNotExist):
-			issue = append(issue, todo{i, nil})
+			issue = append(issue, todo{i, nil, nil})
 		case err != nil:
 			return fmt.Errorf("certificates: %w", err)
 		case !covers(cert, l.hosts) || v.Due(cert, time.Now()):
-			issue = append(issue, todo{i, key})
+			issue = append(issue, todo{i, key, cert})
 		}
 	}
 	if len(issue) > 0 && next != nil {
@@ -233,7 +238,11 @@ func EnsureWith(dir, clusterName string, hosts []string, v Validity) error {
 	}
 	for _, t := range issue {
 		l := leaves[t.i]
-		der, key, err := sign(caCert, caKey, t.key, l.cn, l.usage, l.hosts, v.Leaf)
+		cn, hosts := l.cn, l.hosts
+		if t.old != nil && l.hosts != nil {
+			cn, hosts = t.old.Subject.CommonName, unionNames(hosts, t.old)
+		}
+		der, key, err := sign(caCert, caKey, t.key, cn, l.usage, hosts, v.Leaf)
 		if err != nil {
 			return fmt.Errorf("certificates: issue %s: %w", l.cert, err)
 		}
@@ -299,6 +308,17 @@ func ClientTLSFiles(caFile, certFile, keyFile string) (*tls.Config, error) {
 		return nil, err
 	}
 	return &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
+}
+
+// unionNames returns hosts and the DNS names and IP addresses c names,
+// sorted, each once.
+func unionNames(hosts []string, c *x509.Certificate) []string {
+	out := append(slices.Clone(hosts), c.DNSNames...)
+	for _, ip := range c.IPAddresses {
+		out = append(out, ip.String())
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 func covers(c *x509.Certificate, hosts []string) bool {

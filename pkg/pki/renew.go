@@ -193,6 +193,13 @@ func IssueClient(dir, clusterName, name string, lifetime time.Duration, out stri
 	if err := CheckClientName(clusterName, name); err != nil {
 		return ClientFiles{}, err
 	}
+	// The server and peer certificates' own names (after a take-over, the
+	// operator's peer name, which the peer ports let in): never a client's.
+	for _, f := range []string{PeerCert, ServerCert} {
+		if cn, err := CommonName(filepath.Join(dir, f)); err == nil && cn == name {
+			return ClientFiles{}, fmt.Errorf("%w %q: it is the common name of %s, which the members' peer ports let in; choose the name of the client", ErrBadClientName, name, f)
+		}
+	}
 	if lifetime == 0 {
 		lifetime = v.Leaf
 	}

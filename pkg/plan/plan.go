@@ -55,6 +55,10 @@ const (
 	// KindAdoptUndo gives an adopted member back to its previous manager
 	// (package adopt, `steward adopt --undo`).
 	KindAdoptUndo Kind = "adopt-undo"
+	// KindCertsTakeOver switches every adopted member to certificates
+	// Steward issued from the operator's CA (package adopt, `steward
+	// certs take-over`).
+	KindCertsTakeOver Kind = "certs-take-over"
 )
 
 // Plan is a persisted sequence of steps.

@@ -60,7 +60,10 @@ type Cluster struct {
 type External struct {
 	// CAFile, CertFile and KeyFile are the operator's CA bundle and client
 	// certificate and key, absolute paths. Steward reads them and never
-	// rewrites them.
+	// rewrites them. All three are empty once Steward took over issuing
+	// the cluster's certificates with the operator's CA (`steward certs
+	// take-over`): it then dials with its certificate directory's files,
+	// as on a cluster it created.
 	CAFile   string `json:"caFile,omitempty"`
 	CertFile string `json:"certFile,omitempty"`
 	KeyFile  string `json:"keyFile,omitempty"`
@@ -73,11 +76,19 @@ type External struct {
 // members Steward does not run.
 func (c *Cluster) IsExternal() bool { return c.External != nil }
 
+// OperatorCerts reports whether the cluster runs on the operator's
+// certificates: an attached cluster (its members adopted or not) whose
+// certificate issuing Steward has not taken over.
+func (c *Cluster) OperatorCerts() bool {
+	return c.External != nil && (c.External.CAFile != "" || c.External.CertFile != "" || c.External.KeyFile != "")
+}
+
 // ClientFiles returns the CA, client certificate and client key files
-// Steward dials etcd with: the operator's own for an attached cluster,
-// else those of the certificate directory.
+// Steward dials etcd with: the operator's own for an attached cluster
+// whose certificates are the operator's (OperatorCerts), else those of
+// the certificate directory.
 func (c *Cluster) ClientFiles(stewardDir string) (ca, cert, key string) {
-	if e := c.External; e != nil {
+	if e := c.External; e != nil && c.OperatorCerts() {
 		return Path(stewardDir, e.CAFile), Path(stewardDir, e.CertFile), Path(stewardDir, e.KeyFile)
 	}
 	d := c.CertDir(stewardDir)
@@ -401,7 +412,10 @@ type Member struct {
 type Adopted struct {
 	InitialCluster      string `json:"initialCluster"`
 	InitialClusterToken string `json:"initialClusterToken"`
-	// TLS is nil when the member ran without certificates.
+	// TLS is nil when the member ran without certificates, and once
+	// Steward took over issuing the cluster's certificates (the external
+	// block's files empty): the member then runs with the certificate
+	// directory's files, as a member Steward created.
 	TLS                     *AdoptedTLS       `json:"tls,omitempty"`
 	QuotaBackendBytes       int64             `json:"quotaBackendBytes,omitempty"`
 	AutoCompactionMode      string            `json:"autoCompactionMode,omitempty"`

@@ -107,6 +107,16 @@ func TestValidate(t *testing.T) {
 			wantErr: "member etcd-1: adopted is set, but the cluster is not attached"},
 		{name: "attached: no client certificate", edit: attached(func(c *Cluster) { c.External.CertFile = "" }),
 			wantErr: "external.certFile is empty"},
+		{name: "attached: certificates taken over", edit: attached(func(c *Cluster) {
+			c.External.CAFile, c.External.CertFile, c.External.KeyFile = "", "", ""
+			c.Agents = []Agent{{Name: LocalAgent, Address: "unix:///run/steward/agent.sock"}}
+			c.Members[0].Agent, c.Members[0].DataDir, c.Members[0].Adopted = LocalAgent, "/var/lib/etcd", &Adopted{InitialClusterToken: "theirs"}
+		})},
+		{name: "attached: taken over, an adopted member naming certificate files", edit: attached(func(c *Cluster) {
+			c.External.CAFile, c.External.CertFile, c.External.KeyFile = "", "", ""
+			c.Agents = []Agent{{Name: LocalAgent, Address: "unix:///run/steward/agent.sock"}}
+			c.Members[0].Agent, c.Members[0].DataDir, c.Members[0].Adopted = LocalAgent, "/var/lib/etcd", &Adopted{TLS: &AdoptedTLS{CA: "/ca.pem"}}
+		}), wantErr: "member etcd-1: adopted.tls names certificate files, but the external block names none"},
 		{name: "attached: automatic recovery", edit: attached(func(c *Cluster) { c.Recovery.Mode = "auto" }),
 			wantErr: "recovery.mode auto: Steward does not run the members of an attached cluster"},
 	}

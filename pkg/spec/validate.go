@@ -158,9 +158,19 @@ func (c *Cluster) Validate(o ValidateOptions) (warnings []string, err error) {
 	}
 
 	if e := c.External; e != nil {
-		for _, f := range []struct{ field, path string }{{"caFile", e.CAFile}, {"certFile", e.CertFile}, {"keyFile", e.KeyFile}} {
-			if f.path == "" && !c.TLS.Disabled {
-				bad("external.%s is empty: an attached cluster is reached with the operator's own certificate", f.field)
+		// All three empty: Steward took over issuing (`steward certs
+		// take-over`) and dials with its own certificate directory.
+		if c.OperatorCerts() {
+			for _, f := range []struct{ field, path string }{{"caFile", e.CAFile}, {"certFile", e.CertFile}, {"keyFile", e.KeyFile}} {
+				if f.path == "" && !c.TLS.Disabled {
+					bad("external.%s is empty: an attached cluster is reached with the operator's own certificate (leave all three empty only after `steward certs take-over`)", f.field)
+				}
+			}
+		} else if !c.TLS.Disabled {
+			for _, m := range c.Members {
+				if m.Adopted != nil && m.Adopted.TLS != nil {
+					bad("member %s: adopted.tls names certificate files, but the external block names none (Steward took over issuing): remove adopted.tls", m.Name)
+				}
 			}
 		}
 		if c.Recovery.Mode == "auto" {

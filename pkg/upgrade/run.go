@@ -57,7 +57,7 @@ func Rollback(ctx context.Context, c *cluster.Cluster, o Options) (*plan.Plan, e
 	if err != nil {
 		return nil, err
 	}
-	if latest.Kind == plan.KindCARotation && latest.Active() {
+	if (latest.Kind == plan.KindCARotation || latest.Kind == plan.KindCertsTakeOver) && latest.Active() {
 		return nil, fmt.Errorf("%s plan %s is %s: `steward plan resume` finishes it, `steward plan abort` stops it", latest.Kind, latest.ID, latest.State)
 	}
 	if latest.Kind == plan.KindRollback && latest.Active() {

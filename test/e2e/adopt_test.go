@@ -29,6 +29,10 @@ import (
 // clusters are etcd 3.5).
 const adoptVersion = "3.5.35"
 
+// adoptUpgradeTo is the version TestAdoptAll upgrades the adopted cluster
+// to: two hops from adoptVersion, as issue 14 asks.
+const adoptUpgradeTo = "3.7.3"
+
 // externalMember is an etcd process the test started by hand, as an
 // operator's host would run it: no Steward involved.
 type externalMember struct {

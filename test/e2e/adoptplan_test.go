@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcd-steward/steward/internal/proc"
 	"github.com/etcd-steward/steward/pkg/adopt"
@@ -38,7 +40,9 @@ import (
 // acknowledged write is lost. Then `adopt --undo infra1` gives it back:
 // the old command line runs it again outside Steward (same member ID),
 // the spec has it external, the adopt plan is rolled back, and the writer
-// still writes.
+// still writes. Then infra2, adopted through a static pod manifest, is
+// given back (undoStaticPod): the manifest moved back where the kubelet
+// reads it, the member run again from it.
 func TestAdopt(t *testing.T) {
 	f := harness.StartForeignCluster(t, adoptVersion, 3)
 	fcli := f.MustClient()
@@ -202,6 +206,8 @@ func TestAdopt(t *testing.T) {
 		t.Errorf("after the undo member %s no longer has ID %x: %v", old.Name, id, undone.Members)
 	}
 	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write after the undo", w.AckedAbove(w.Acked()+100))
+	undoStaticPod(t, e, f, fcli.MemberList)
+	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write after the static pod's undo", w.AckedAbove(w.Acked()+100))
 	res := w.Stop()
 	workload.RequireKeys(t, fcli, res)
 	t.Logf("adopted %s (member %x) under %d acknowledged writes", old.Name, id, len(res.Acked))
@@ -212,9 +218,12 @@ func TestAdopt(t *testing.T) {
 // kubeadm-style static pod manifest describing it (moved aside, kept in
 // the Steward directory); the spec then has every member
 // adopted (the cluster Steward-run), the cluster ID unchanged; then
-// `upgrade apply --to 3.6.16` runs on it: every member reports 3.6.16 with
-// its member ID; `rollback` returns every member to 3.5 with its ID; and
-// `member replace` rebuilds one member with the operator's certificates;
+// `certs take-over` with the operator's CA (takeOverCerts: bad inputs
+// refused, then every member serving Steward's certificates of that CA,
+// renewable); `upgrade apply --to 3.7.3` (two hops) runs on it: every
+// member reports 3.7.3 with its member ID; `rollback` returns every member
+// to 3.5 with its ID; and
+// `member replace` rebuilds one member;
 // no acknowledged write is lost throughout. Then `steward recover` after
 // every member stopped and two lost their WAL: reseeded from the third,
 // the keyspace of before, the operator's certificates still in use.
@@ -271,18 +280,27 @@ func TestAdoptAll(t *testing.T) {
 	if after.Header.ClusterId != before.Header.ClusterId {
 		t.Errorf("cluster ID %x after adopting every member, want %x", after.Header.ClusterId, before.Header.ClusterId)
 	}
-	// Adopted, the members still use the operator's certificates.
+	// Adopted, the members still use the operator's certificates, until
+	// Steward takes over issuing them with the operator's CA.
 	refuseOperatorCerts(t, e)
-	e.MustRun("upgrade", "apply", "--to", "3.6.16")
-	st := e.WaitStatus(30*time.Second, "every member on 3.6.16", func(st *cluster.Status) bool {
+	t0 := time.Now()
+	takeOverCerts(t, e, f, (*etcdserverpb.MemberListResponse)(before))
+	t.Logf("certificate take-over with its checks and renewal: %s", time.Since(t0).Round(time.Second))
+	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write after the take-over", w.AckedAbove(w.Acked()+100))
+
+	// Two hops (3.5 to 3.6 to 3.7), then back.
+	t0 = time.Now()
+	e.MustRun("upgrade", "apply", "--to", adoptUpgradeTo)
+	st := e.WaitStatus(30*time.Second, "every member on "+adoptUpgradeTo, func(st *cluster.Status) bool {
 		for _, m := range st.Members {
-			if m.Version != "3.6.16" {
+			if m.Version != adoptUpgradeTo {
 				return false
 			}
 		}
 		return harness.Healthy(st)
 	})
-	if sp := e.Spec(); sp.Version != "3.6.16" || !sp.AllAdopted() {
+	t.Logf("upgrade to %s: %s", adoptUpgradeTo, time.Since(t0).Round(time.Second))
+	if sp := e.Spec(); sp.Version != adoptUpgradeTo || !sp.AllAdopted() {
 		t.Errorf("after the upgrade the spec has version %s, every member adopted %v", sp.Version, sp.AllAdopted())
 	}
 	upgraded, err := fcli.MemberList(t.Context())
@@ -295,10 +313,14 @@ func TestAdoptAll(t *testing.T) {
 		}
 	}
 	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write after the upgrade", w.AckedAbove(w.Acked()+100))
+	if sp := e.Spec(); !sp.AllAdopted() || sp.OperatorCerts() {
+		t.Errorf("after the upgrade: every member adopted %v, the operator's certificates named again %v", sp.AllAdopted(), sp.OperatorCerts())
+	}
 
 	// The rest of the lifecycle on the adopted cluster: a rollback to the
 	// version it ran before, then a member rebuilt by replace (a new data
 	// dir, the same name, URLs and the operator's certificates).
+	t0 = time.Now()
 	e.MustRun("rollback")
 	e.WaitStatus(30*time.Second, "every member back on "+adoptVersion, func(st *cluster.Status) bool {
 		for _, m := range st.Members {
@@ -308,6 +330,7 @@ func TestAdoptAll(t *testing.T) {
 		}
 		return harness.Healthy(st)
 	})
+	t.Logf("rollback to %s: %s", adoptVersion, time.Since(t0).Round(time.Second))
 	rolled, err := fcli.MemberList(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -492,4 +515,93 @@ func TestAdoptResumeAfterKill(t *testing.T) {
 	}
 	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write after the adoption", w.AckedAbove(w.Acked()+100))
 	workload.RequireKeys(t, fcli, w.Stop())
+}
+
+// undoStaticPod adopts infra2 of f through a kubeadm-style static pod
+// manifest and undoes it: the manifest comes back to its path unchanged
+// (none kept in DIR/adopted/), the test playing the kubelet (none runs
+// here) starts the member's process from it when it reappears, and the
+// undo's health gate passes; the spec has infra2 external again, its
+// member ID unchanged, the adopt plan rolled back.
+func undoStaticPod(t *testing.T, e *harness.Env, f *harness.ForeignCluster, list func(context.Context, ...clientv3.OpOption) (*clientv3.MemberListResponse, error)) {
+	t.Helper()
+	m := f.Members[1]
+	before, err := list(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var id uint64
+	for _, b := range before.Members {
+		if b.Name == m.Name {
+			id = b.ID
+		}
+	}
+	manifest := foreignManifest(t, f, m)
+	orig, err := os.ReadFile(manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p plan.Plan
+	if out := e.MustRun("adopt", "--manifest", manifest, "-o", "json"); json.Unmarshal([]byte(out), &p) != nil || p.State != plan.Done {
+		t.Fatalf("adopt --manifest: %s", out)
+	}
+	kept := filepath.Join(e.Dir, "adopted", m.Name, filepath.Base(manifest))
+	if _, err := os.Stat(kept); err != nil {
+		t.Fatalf("the manifest was not kept for undo: %v", err)
+	}
+	harness.Eventually(t, 30*time.Second, 50*time.Millisecond, "the test's process of "+m.Name+" to be reaped", func() error {
+		if m.Running() {
+			return fmt.Errorf("pid %d", m.PID())
+		}
+		return nil
+	})
+
+	// The kubelet: starts the static pod's process when the manifest is back.
+	kubelet := make(chan error, 1)
+	go func() {
+		for {
+			if _, err := os.Stat(manifest); err == nil {
+				kubelet <- m.Start()
+				return
+			}
+			select {
+			case <-t.Context().Done():
+				kubelet <- t.Context().Err()
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	e.MustRun("adopt", "--undo", m.Name)
+	select {
+	case err := <-kubelet:
+		if err != nil {
+			t.Fatalf("the kubelet's start of %s: %v", m.Name, err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the undo finished, yet the manifest never came back where the kubelet reads it")
+	}
+	if back, err := os.ReadFile(manifest); err != nil || string(back) != string(orig) {
+		t.Errorf("the manifest after the undo: %v; changed %v", err, string(back) != string(orig))
+	}
+	if _, err := os.Stat(kept); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a copy of the manifest stays in %s after the undo (%v): the kubelet's is the one", kept, err)
+	}
+	if sm, _ := e.Spec().Member(m.Name); sm.Agent != "" || sm.Adopted != nil || sm.DataDir != "" {
+		t.Errorf("after the undo the spec has %s with agent %q, adopted %v", m.Name, sm.Agent, sm.Adopted != nil)
+	}
+	e.WaitStatus(30*time.Second, m.Name+" healthy and external after the static pod's undo", func(st *cluster.Status) bool {
+		n, _ := st.Member(m.Name)
+		return harness.Healthy(st) && n.Process == cluster.External
+	})
+	if was, err := plan.OpenStore(e.Dir).Get(p.ID); err != nil || was.State != plan.RolledBack {
+		t.Errorf("the static pod's adopt plan after its undo: %v, %v; want rolled back", was, err)
+	}
+	after, err := list(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(after.Members, func(a *etcdserverpb.Member) bool { return a.Name == m.Name && a.ID == id }) {
+		t.Errorf("after the static pod's undo member %s no longer has ID %x: %v", m.Name, id, after.Members)
+	}
 }

@@ -1,6 +1,7 @@
 // Package certs is the `steward certs` command: the inventory of the
 // cluster's certificates, renewing leaves by hand, issuing client
-// certificates for the users of etcd, and rotating the CA.
+// certificates for the users of etcd, rotating the CA, and taking over
+// issuing the certificates of an adopted cluster with the operator's CA.
 package certs
 
 import (
@@ -18,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
+	"github.com/etcd-steward/steward/pkg/adopt"
 	"github.com/etcd-steward/steward/pkg/carotate"
 	"github.com/etcd-steward/steward/pkg/certrenew"
 	"github.com/etcd-steward/steward/pkg/cluster"
@@ -27,7 +29,7 @@ import (
 // NewCommand returns the certs command.
 func NewCommand(g *cli.Globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "certs", Short: "List, renew and issue the cluster's certificates"}
-	cmd.AddCommand(listCommand(g), renewCommand(g), issueClientCommand(g), rotateCACommand(g))
+	cmd.AddCommand(listCommand(g), renewCommand(g), issueClientCommand(g), rotateCACommand(g), takeOverCommand(g))
 	return cmd
 }
 
@@ -294,4 +296,60 @@ restarted by it; a host that cannot be reached fails the step, naming it.`,
 			return cli.PlanHint(err)
 		},
 	}
+}
+
+func takeOverCommand(g *cli.Globals) *cobra.Command {
+	var o adopt.TakeOverOptions
+	var yes bool
+	cmd := &cobra.Command{
+		Use:   "take-over --ca-cert FILE --ca-key FILE --yes",
+		Short: "Issue the certificates of an adopted cluster from now on, with the operator's CA (a resumable plan)",
+		Long: `Hand Steward the operator's CA so it issues and renews the certificates of a cluster
+whose every member is adopted (` + "`steward adopt`" + `). Checked first, nothing changed on a
+refusal: the key is the certificate's, the CA outlives a leaf's lifetime, it signed every
+member's serving and peer certificate and the client certificate given at attach, and
+the members trust it alone. Then the CA is copied into the certificate directory
+(pki/ca.key 0600), Steward's server, peer and admin client certificates are issued
+from it (the names of the members' certificates kept), and a plan restarts the members
+one at a time with them (leadership moved first, each waiting for health), then drops
+the operator's files from the spec. The operator's files are never written or removed.
+Without --yes the checks run and nothing changes.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := g.CheckOutput(); err != nil {
+				return err
+			}
+			if o.CACert == "" || o.CAKey == "" {
+				return errors.New("give the operator's CA certificate and key: --ca-cert FILE --ca-key FILE")
+			}
+			c, err := g.Cluster(cmd)
+			if err != nil {
+				return err
+			}
+			// Checked before the agent is started for it (TakeOver checks
+			// again).
+			ca, l, err := adopt.TakeOverCheck(cmd.Context(), c, o, time.Now())
+			if err != nil {
+				return cli.Hint(err, adopt.ErrCA, "check --ca-cert and --ca-key")
+			}
+			if !yes {
+				fmt.Fprintf(cmd.ErrOrStderr(), "the CA %s (expires %s) can take over the certificates of cluster %s: Steward would copy it into %s, issue a server certificate for %s and a peer certificate %q for %s from it, and restart each member with them\n",
+					ca.Cert.Subject.CommonName, ca.Cert.NotAfter.UTC().Format(time.RFC3339), c.Spec.Name, c.CertDir(),
+					strings.Join(l.Server.Hosts, ","), l.Peer.CN, strings.Join(l.Peer.Hosts, ","))
+				return errors.New("nothing changed: add --yes to consent to the take-over")
+			}
+			if c, err = g.ClusterWithAgent(cmd); err != nil {
+				return err
+			}
+			p, err := adopt.TakeOver(cmd.Context(), c, o)
+			if err != nil {
+				return cli.PlanHint(cli.Hint(err, adopt.ErrCA, "check --ca-cert and --ca-key"))
+			}
+			return g.PrintPlan(cmd.OutOrStdout(), p)
+		},
+	}
+	cmd.Flags().StringVar(&o.CACert, "ca-cert", "", "the operator's CA certificate (PEM, one certificate)")
+	cmd.Flags().StringVar(&o.CAKey, "ca-key", "", "the operator's CA key (PEM, ECDSA); copied into the certificate directory (0600)")
+	cmd.Flags().BoolVar(&yes, "yes", false, "consent: Steward issues the cluster's certificates from now on")
+	return cmd
 }

@@ -109,3 +109,22 @@ func TestSystemdUnit(t *testing.T) {
 		t.Errorf("ExecStart %q: want --watch, no names, an absolute --dir (got %q)", exec, g.Dir)
 	}
 }
+
+// TestTakeOverNeedsTheCAFiles: take-over without the CA certificate or
+// key is one error naming both flags, before any directory is read.
+func TestTakeOverNeedsTheCAFiles(t *testing.T) {
+	for _, args := range [][]string{{"--yes"}, {"--ca-cert", "/ca.pem", "--yes"}, {"--ca-key", "/ca-key.pem"}} {
+		dir := filepath.Join(t.TempDir(), "none")
+		g := &cli.Globals{Dir: dir, Output: "table"}
+		cmd := takeOverCommand(g)
+		cmd.SetArgs(args)
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "--ca-cert FILE --ca-key FILE") {
+			t.Errorf("take-over %v: %v", args, err)
+		}
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("take-over %v created %s", args, dir)
+		}
+	}
+}

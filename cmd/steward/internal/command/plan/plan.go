@@ -56,6 +56,12 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 			if c, err = g.ClusterWithAgent(cmd); err != nil {
 				return err
 			}
+			if p, err := c.Plans().Latest(); err == nil && p.Kind == plan.KindCertsTakeOver {
+				if !p.Active() {
+					return fmt.Errorf("plan %s is %s: nothing to resume", p.ID, p.State)
+				}
+				return cli.PlanHint(adopt.RunTakeOver(cmd.Context(), c, p.ID))
+			}
 			if p, err := c.Plans().Latest(); err == nil && p.Kind == plan.KindCARotation {
 				if !p.Active() {
 					return fmt.Errorf("plan %s is %s: nothing to resume", p.ID, p.State)

@@ -1,0 +1,399 @@
+package adopt
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/pki"
+	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/spec"
+)
+
+// Step kinds of a certificate take-over plan (kind certs-take-over).
+const (
+	// StepTakeOverSwitch restarts one member with Steward's certificate
+	// files (one step per member).
+	StepTakeOverSwitch = "certs-take-over-switch"
+	// StepTakeOverRecord drops the operator's certificate files from the
+	// spec: from then on the cluster's certificates are Steward's.
+	StepTakeOverRecord = "certs-take-over-record"
+)
+
+// Refusals of a certificate take-over (each a *cluster.Refusal).
+var (
+	// ErrNotAllAdopted: a member is still run by someone else.
+	ErrNotAllAdopted = errors.New("not every member is adopted")
+	// ErrOwnCerts: Steward issues the cluster's certificates already.
+	ErrOwnCerts = errors.New("Steward issues the cluster's certificates already")
+	// ErrCA: the CA certificate and key given cannot be taken over: they
+	// do not load, the key is not the certificate's, it is no CA, or an
+	// ECDSA key it is not.
+	ErrCA = errors.New("the CA given cannot be taken over")
+	// ErrCANotIssuer: a certificate the cluster runs with (a member's
+	// serving or peer certificate, the client certificate recorded at
+	// attach) was not signed by the CA given, or the members trust
+	// another CA besides it.
+	ErrCANotIssuer = errors.New("the CA given did not sign the cluster's certificates")
+	// ErrCAValidity: the CA expires before a leaf Steward would issue
+	// from it would (or is not valid yet).
+	ErrCAValidity = errors.New("the CA is not valid for long enough")
+	// ErrPeerNames: the members' peer certificates have different common
+	// names; each member's peer port lets in only its own.
+	ErrPeerNames = errors.New("the members' peer certificates have different common names")
+)
+
+// TakeOverOptions are the operator's CA files a take-over imports.
+type TakeOverOptions struct {
+	CACert, CAKey string
+}
+
+// TakeOverCheck checks, changing nothing, that Steward can take over
+// issuing the certificates of c with the CA of o, and returns the CA and
+// the leaves it would issue: every member adopted and healthy, the key
+// the certificate's, the CA valid for a leaf's lifetime at least, and
+// every member's serving and peer certificate files and the operator's
+// client certificate signed by it, the members' trusted CA files holding
+// it alone, their peer certificates of one common name.
+func TakeOverCheck(ctx context.Context, c *cluster.Cluster, o TakeOverOptions, now time.Time) (*pki.CA, pki.TakeOverLeaves, error) {
+	var none pki.TakeOverLeaves
+	s := c.Spec
+	switch {
+	case !s.IsExternal():
+		return nil, none, cluster.Refuse(ErrNotAttached, "cluster %s is not attached: Steward issues its certificates already", s.Name)
+	case s.TLS.Disabled:
+		return nil, none, cluster.Refuse(ErrOwnCerts, "cluster %s runs without TLS: there are no certificates to take over", s.Name)
+	case !s.OperatorCerts():
+		return nil, none, cluster.Refuse(ErrOwnCerts, "Steward took over issuing the certificates of cluster %s already (`steward certs list`)", s.Name)
+	case !s.AllAdopted():
+		var not []string
+		for _, m := range s.Members {
+			if !m.IsAdopted() {
+				not = append(not, m.Name)
+			}
+		}
+		return nil, none, cluster.Refuse(ErrNotAllAdopted, "cluster %s still has members Steward does not run (%s): adopt every member first (`steward adopt`), then take over its certificates", s.Name, strings.Join(not, ", "))
+	}
+	for _, m := range s.Members {
+		if a, ok := s.Agent(m.Agent); ok && a.Remote() {
+			return nil, none, cluster.Refuse(cluster.ErrNotAcrossHosts, "member %s runs on host %s: a certificate take-over is built for members of this machine's agent only", m.Name, a.Host)
+		}
+		if m.Adopted.TLS == nil {
+			return nil, none, cluster.Refuse(ErrOwnCerts, "member %s runs without certificates: there are none to take over", m.Name)
+		}
+	}
+	ca, err := pki.LoadCA(o.CACert, o.CAKey)
+	if err != nil {
+		return nil, none, cluster.Refuse(ErrCA, "%v", err)
+	}
+	v := c.Validity().WithDefaults()
+	switch {
+	case now.Before(ca.Cert.NotBefore):
+		return nil, none, cluster.Refuse(ErrCAValidity, "the CA %s (%s) is not valid before %s", o.CACert, ca.Cert.Subject.CommonName, ca.Cert.NotBefore.UTC().Format(time.RFC3339))
+	case ca.Cert.NotAfter.Sub(now) < v.Leaf:
+		return nil, none, cluster.Refuse(ErrCAValidity, "the CA %s (%s) expires %s, within the lifetime of a leaf Steward issues (%s, tls.leafValidity): renew the CA first (`steward certs rotate-ca` after the take-over replaces it), or shorten tls.leafValidity", o.CACert, ca.Cert.Subject.CommonName, ca.Cert.NotAfter.UTC().Format(time.RFC3339), v.Leaf)
+	}
+	// What the cluster runs with now: every file checked, all failures named.
+	var bad []string
+	_, clientCert, _ := c.Spec.ClientFiles(c.Dir)
+	if err := ca.Signed(clientCert); err != nil {
+		bad = append(bad, "the operator's client certificate "+err.Error())
+	}
+	peerCNs := map[string][]string{}
+	l := pki.TakeOverLeaves{Server: pki.Leaf{CN: s.Name + "-server"}}
+	for _, m := range s.Members {
+		t := m.Adopted.TLS
+		for _, f := range []struct{ what, file string }{{"serving", t.ServerCert}, {"peer", t.PeerCert}} {
+			if err := ca.Signed(f.file); err != nil {
+				bad = append(bad, fmt.Sprintf("member %s's %s certificate %v", m.Name, f.what, err))
+			}
+		}
+		switch holds, others, err := ca.Trusts(t.CA); {
+		case err != nil:
+			bad = append(bad, fmt.Sprintf("member %s's trusted CA file: %v", m.Name, err))
+		case !holds:
+			bad = append(bad, fmt.Sprintf("member %s trusts %s, which does not hold this CA", m.Name, t.CA))
+		case others > 0:
+			bad = append(bad, fmt.Sprintf("member %s trusts %s, which holds %d other CA certificates besides this CA: after the take-over the members trust this CA alone, so clients of the others would be refused; remove them from the bundle first", m.Name, t.CA, others))
+		}
+		_, sh, err := pki.CertNames(t.ServerCert)
+		if err == nil {
+			l.Server.Hosts = append(l.Server.Hosts, sh...)
+		}
+		pcn, ph, err := pki.CertNames(t.PeerCert)
+		if err == nil {
+			peerCNs[pcn] = append(peerCNs[pcn], m.Name)
+			l.Peer.Hosts = append(l.Peer.Hosts, ph...)
+		}
+		// The hosts Steward's own certificates name (Cluster.EnsureCerts).
+		for _, u := range []string{m.ClientURL, m.PeerURL} {
+			if hp, err := spec.HostPort(u); err == nil {
+				h, _, _ := net.SplitHostPort(hp)
+				l.Server.Hosts, l.Peer.Hosts = append(l.Server.Hosts, h), append(l.Peer.Hosts, h)
+			}
+		}
+	}
+	if len(bad) > 0 {
+		return nil, none, cluster.Refuse(ErrCANotIssuer, "cannot take over the certificates of cluster %s with the CA %s (%s): %s; nothing was changed", s.Name, o.CACert, ca.Cert.Subject.CommonName, strings.Join(bad, "; "))
+	}
+	if len(peerCNs) != 1 {
+		var parts []string
+		for cn, ms := range peerCNs {
+			parts = append(parts, fmt.Sprintf("%q (%s)", cn, strings.Join(ms, ", ")))
+		}
+		slices.Sort(parts)
+		return nil, none, cluster.Refuse(ErrPeerNames, "the peer certificates of cluster %s have different common names: %s; each member's peer port lets in only its own name (--peer-cert-allowed-cn), so Steward's one peer certificate cannot replace them member by member", s.Name, strings.Join(parts, ", "))
+	}
+	for cn := range peerCNs {
+		l.Peer.CN = cn
+	}
+	for _, h := range []*[]string{&l.Server.Hosts, &l.Peer.Hosts} {
+		*h = append(*h, "127.0.0.1", "localhost")
+		slices.Sort(*h)
+		*h = slices.Compact(*h)
+	}
+	if err := healthy(ctx, c); err != nil {
+		return nil, none, err
+	}
+	return ca, l, nil
+}
+
+// TakeOver takes over issuing the certificates of a fully adopted cluster
+// with the operator's CA (o): after TakeOverCheck, it moves aside any
+// certificate set of Steward's own in the certificate directory (a CA
+// other than this one), imports the CA there, issues Steward's server,
+// peer and admin client certificates from it, and saves and runs the plan
+// that restarts each member with them (one at a time, leadership moved
+// first, behind the health gate) and then drops the operator's files from
+// the spec. The operator's files are read, never written or removed.
+func TakeOver(ctx context.Context, c *cluster.Cluster, o TakeOverOptions) (*plan.Plan, error) {
+	store := c.Plans()
+	if store.Locked() {
+		return nil, plan.ErrLocked
+	}
+	if latest, err := store.Latest(); err == nil && latest.Active() {
+		return nil, fmt.Errorf("%s plan %s is %s: `steward plan resume` finishes it, `steward plan abort` stops it", latest.Kind, latest.ID, latest.State)
+	} else if err != nil && !errors.Is(err, plan.ErrNoPlan) {
+		return nil, err
+	}
+	now := time.Now()
+	ca, leaves, err := TakeOverCheck(ctx, c, o, now)
+	if err != nil {
+		return nil, err
+	}
+	lock, err := c.LockCertificates(ctx, time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	dir := c.CertDir()
+	err = moveAsideOtherCA(c, dir, ca, now)
+	if err == nil {
+		err = pki.ImportCA(dir, ca)
+	}
+	if err == nil {
+		err = pki.IssueTakeOver(dir, leaves, c.Validity())
+	}
+	lock.Release()
+	if err != nil {
+		return nil, err
+	}
+	c.Progress.Say("imported the CA %s into %s and issued the server (%s), peer (%s) and admin client certificates from it", ca.Cert.Subject.CommonName, dir, strings.Join(leaves.Server.Hosts, ","), leaves.Peer.CN)
+	p := &plan.Plan{ID: plan.NewID(plan.KindCertsTakeOver, now), Kind: plan.KindCertsTakeOver, Strategy: "rolling",
+		From: c.Spec.Version, To: c.Spec.Version, State: plan.Pending, CreatedAt: now.UTC()}
+	for _, m := range c.Spec.Members {
+		p.Steps = append(p.Steps, plan.Step{Index: len(p.Steps), Kind: StepTakeOverSwitch, Member: m.Name, State: plan.Pending,
+			Description: "restart " + m.Name + " with Steward's certificate files (leadership moved away first) and wait until it is healthy and caught up"})
+	}
+	p.Steps = append(p.Steps, plan.Step{Index: len(p.Steps), Kind: StepTakeOverRecord, State: plan.Pending,
+		Description: "drop the operator's certificate files from the spec: Steward issues and renews the certificates from now on"})
+	if err := store.Save(p); err != nil {
+		return nil, err
+	}
+	return p, RunTakeOver(ctx, c, p.ID)
+}
+
+// moveAsideOtherCA moves a certificate set of Steward's own (a CA other
+// than ca, with the leaves it signed) out of the way, into
+// pki/before-take-over-TIME/: nothing is deleted.
+func moveAsideOtherCA(c *cluster.Cluster, dir string, ca *pki.CA, now time.Time) error {
+	b, err := os.ReadFile(filepath.Join(dir, pki.CACert))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if holds, _, _ := ca.Trusts(filepath.Join(dir, pki.CACert)); holds && len(b) > 0 {
+		return nil
+	}
+	aside := filepath.Join(dir, "before-take-over-"+now.UTC().Format("20060102T150405Z"))
+	if err := os.MkdirAll(aside, 0o700); err != nil {
+		return err
+	}
+	for _, f := range []string{pki.CACert, pki.CAKey, pki.ServerCert, pki.ServerKey, pki.PeerCert, pki.PeerKey, pki.ClientCert, pki.ClientKey} {
+		if err := os.Rename(filepath.Join(dir, f), filepath.Join(aside, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("move Steward's own certificates aside: %w", err)
+		}
+	}
+	c.Progress.Say("moved the certificates of another CA in %s aside into %s", dir, aside)
+	return nil
+}
+
+// RunTakeOver runs the take-over plan id from its first step not done.
+func RunTakeOver(ctx context.Context, c *cluster.Cluster, id string) error {
+	return plan.Run(ctx, c.Plans(), id, &TakeOverExecutor{C: c}, c.Progress)
+}
+
+// TakeOverExecutor runs the steps of a take-over plan. Every step is
+// idempotent.
+type TakeOverExecutor struct {
+	C *cluster.Cluster
+	// HealthTimeout bounds the wait for a restarted member (default 2
+	// minutes, or the plan's HealthTimeoutSeconds).
+	HealthTimeout time.Duration
+}
+
+// Execute implements plan.Executor.
+func (e *TakeOverExecutor) Execute(ctx context.Context, p *plan.Plan, s *plan.Step) error {
+	c, err := cluster.Open(e.C.Dir)
+	if err != nil {
+		return err
+	}
+	c.Progress = e.C.Progress
+	e.C = c
+	if p.HealthTimeoutSeconds > 0 {
+		e.HealthTimeout = time.Duration(p.HealthTimeoutSeconds) * time.Second
+	}
+	switch s.Kind {
+	case StepTakeOverSwitch:
+		return e.switchMember(ctx, s.Member)
+	case StepTakeOverRecord:
+		return e.record(ctx)
+	}
+	return fmt.Errorf("unknown step kind %q", s.Kind)
+}
+
+// switchMember points the member's adopted certificate files at Steward's
+// in the spec, and restarts it with them unless its client port serves
+// Steward's server certificate already.
+func (e *TakeOverExecutor) switchMember(ctx context.Context, name string) error {
+	c := e.C
+	m, err := c.Member(name)
+	if err != nil {
+		return err
+	}
+	f := pki.FilesIn(c.CertDir())
+	if !c.Spec.OperatorCerts() {
+		return nil // recorded: every member runs on Steward's files
+	}
+	want := &spec.AdoptedTLS{CA: f.CA, ServerCert: f.ServerCert, ServerKey: f.ServerKey, PeerCert: f.PeerCert, PeerKey: f.PeerKey}
+	if m.Adopted.TLS == nil || *m.Adopted.TLS != *want {
+		next := c.Spec.Clone()
+		nm, _ := next.Member(name)
+		nm.Adopted.TLS = want
+		if err := c.SaveSpec(next); err != nil {
+			return err
+		}
+		if m, err = c.Member(name); err != nil {
+			return err
+		}
+	}
+	if serves(ctx, c, m, f) {
+		return nil
+	}
+	if err := healthy(ctx, c); err != nil {
+		return err
+	}
+	if err := (&Executor{C: c}).moveLeader(ctx, name); err != nil {
+		return err
+	}
+	ac, err := c.AgentFor(m)
+	if err != nil {
+		return err
+	}
+	if _, err := ac.PutMember(ctx, c.MemberConfig(m)); err != nil {
+		return fmt.Errorf("configure member %s on agent %s: %w", name, m.Agent, err)
+	}
+	ms, err := ac.Restart(ctx, name)
+	if err != nil {
+		return fmt.Errorf("restart member %s: %w", name, err)
+	}
+	wait := e.HealthTimeout
+	if wait <= 0 {
+		wait = defaultWait
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	if err := c.WaitCaughtUp(wctx, name, ms.PID, pollInterval); err != nil {
+		return fmt.Errorf("health gate after restarting %s with Steward's certificates: waited %s: %w", name, wait, err)
+	}
+	if !serves(ctx, c, m, f) {
+		return fmt.Errorf("member %s restarted but does not serve Steward's server certificate %s", name, f.ServerCert)
+	}
+	c.Progress.Say("  %s restarted with Steward's certificates, healthy and caught up", name)
+	return nil
+}
+
+// serves reports whether the member's client port presents the server
+// certificate of f in a live handshake.
+func serves(ctx context.Context, c *cluster.Cluster, m spec.Member, f pki.Files) bool {
+	want, err := pki.Serial(f.ServerCert)
+	if err != nil {
+		return false
+	}
+	hp, err := spec.HostPort(m.ClientURL)
+	if err != nil {
+		return false
+	}
+	pool, err := pki.CAPool(f.CA)
+	if err != nil {
+		return false
+	}
+	pair, err := tls.LoadX509KeyPair(f.ClientCert, f.ClientKey)
+	if err != nil {
+		return false
+	}
+	hctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	cert, err := pki.ServedCert(hctx, hp, pool, &pair)
+	return err == nil && cert != nil && fmt.Sprintf("%x", cert.SerialNumber) == want
+}
+
+// record drops the operator's certificate files from the spec (the
+// external block's and each member's adopted.tls) and hands each agent the
+// member configs with Steward's client certificate for its health checks.
+func (e *TakeOverExecutor) record(ctx context.Context) error {
+	c := e.C
+	if c.Spec.OperatorCerts() {
+		next := c.Spec.Clone()
+		next.External.CAFile, next.External.CertFile, next.External.KeyFile = "", "", ""
+		for i := range next.Members {
+			if next.Members[i].Adopted != nil {
+				next.Members[i].Adopted.TLS = nil
+			}
+		}
+		if err := c.SaveSpec(next); err != nil {
+			return err
+		}
+	}
+	for _, m := range c.Spec.Members {
+		ac, err := c.AgentFor(m)
+		if err != nil {
+			return err
+		}
+		// A running member keeps its process: the files are the same.
+		if _, err := ac.PutMember(ctx, c.MemberConfig(m)); err != nil {
+			return fmt.Errorf("configure member %s on agent %s: %w", m.Name, m.Agent, err)
+		}
+	}
+	c.Progress.Say("  the certificates of cluster %s are Steward's: the spec names the operator's files no more", c.Spec.Name)
+	return nil
+}
