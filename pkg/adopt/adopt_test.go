@@ -456,6 +456,17 @@ func TestMemberConfig(t *testing.T) {
 	if !reflect.DeepEqual(c.ExtraFlags, wantExtra) {
 		t.Errorf("extra flags %v, want %v", c.ExtraFlags, wantExtra)
 	}
+	// kubeadm gives each member a peer certificate named after its node
+	// and no --peer-cert-allowed-cn: the peer port keeps accepting any
+	// certificate of the CA, or its peers would be refused.
+	if !c.TLS.PeerAnyCN || c.TLS.PeerAllowedCN != "" {
+		t.Errorf("kubeadm member without --peer-cert-allowed-cn: PeerAnyCN %v, PeerAllowedCN %q; want any name", c.TLS.PeerAnyCN, c.TLS.PeerAllowedCN)
+	}
+	r.Flags["peer-cert-allowed-cn"] = "etcd-peer"
+	if c, err := r.MemberConfig(); err != nil || c.TLS.PeerAnyCN || c.TLS.PeerAllowedCN != "etcd-peer" {
+		t.Errorf("with --peer-cert-allowed-cn=etcd-peer: %+v (err %v), want that name kept", c.TLS, err)
+	}
+	delete(r.Flags, "peer-cert-allowed-cn")
 	r.Flags["snapshot-count"] = "many"
 	if _, err := r.MemberConfig(); !errors.Is(err, ErrSource) {
 		t.Errorf("a non-number snapshot count: err = %v", err)

@@ -194,7 +194,11 @@ func (r MemberRun) MemberConfig() (agentapi.MemberConfig, error) {
 			CA:         r.ClientTLS.TrustedCAFile,
 			ServerCert: r.ClientTLS.CertFile, ServerKey: r.ClientTLS.KeyFile,
 			PeerCert: r.PeerTLS.CertFile, PeerKey: r.PeerTLS.KeyFile,
+			// The peer port keeps letting in what it let in: one name,
+			// or (etcd's default) any certificate of its CA.
+			PeerAllowedCN: r.Flags["peer-cert-allowed-cn"],
 		}
+		c.TLS.PeerAnyCN = c.TLS.PeerAllowedCN == ""
 	}
 	num := func(k string) (int64, error) {
 		v, ok := r.Flags[k]

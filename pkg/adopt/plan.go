@@ -380,7 +380,8 @@ func (e *Executor) record(run MemberRun) error {
 		ExtraFlags: cfg.ExtraFlags,
 	}
 	if t := cfg.TLS; t != nil {
-		a.TLS = &spec.AdoptedTLS{CA: t.CA, ServerCert: t.ServerCert, ServerKey: t.ServerKey, PeerCert: t.PeerCert, PeerKey: t.PeerKey}
+		a.TLS = &spec.AdoptedTLS{CA: t.CA, ServerCert: t.ServerCert, ServerKey: t.ServerKey, PeerCert: t.PeerCert, PeerKey: t.PeerKey,
+			PeerAllowedCN: t.PeerAllowedCN}
 	}
 	m.Adopted = a
 	return c.SaveSpec(next)

@@ -26,7 +26,8 @@ import (
 // server, peer and client certificates, and without it the client
 // certificate (Steward's, etcdctl's) would be accepted for raft traffic.
 // The name is read from the peer certificate file, so it follows whatever
-// certificate the member runs with.
+// certificate the member runs with. An adopted member keeps what it ran
+// with instead (TLSFiles.PeerAllowedCN, PeerAnyCN).
 func EtcdFlags(c agentapi.MemberConfig, cat *catalogue.Catalogue) ([]string, error) {
 	extra, err := cat.Flags(c.Version, c.ExtraFlags)
 	if err != nil {
@@ -73,17 +74,23 @@ func EtcdFlags(c agentapi.MemberConfig, cat *catalogue.Catalogue) ([]string, err
 		f = append(f, fmt.Sprintf("--election-timeout=%d", c.ElectionTimeoutMs))
 	}
 	if t := c.TLS; t != nil {
-		peerCN, err := commonName(t.PeerCert)
-		if err != nil {
-			return nil, fmt.Errorf("member %s: %w", c.Name, err)
-		}
 		f = append(f,
 			"--cert-file="+t.ServerCert, "--key-file="+t.ServerKey,
 			"--trusted-ca-file="+t.CA, "--client-cert-auth=true",
 			"--peer-cert-file="+t.PeerCert, "--peer-key-file="+t.PeerKey,
 			"--peer-trusted-ca-file="+t.CA, "--peer-client-cert-auth=true",
-			"--peer-cert-allowed-cn="+peerCN,
 		)
+		switch {
+		case t.PeerAnyCN:
+		case t.PeerAllowedCN != "":
+			f = append(f, "--peer-cert-allowed-cn="+t.PeerAllowedCN)
+		default:
+			peerCN, err := commonName(t.PeerCert)
+			if err != nil {
+				return nil, fmt.Errorf("member %s: %w", c.Name, err)
+			}
+			f = append(f, "--peer-cert-allowed-cn="+peerCN)
+		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(extra)) {
 		f = append(f, "--"+strings.TrimLeft(k, "-")+"="+extra[k])

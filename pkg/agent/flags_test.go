@@ -131,6 +131,16 @@ func TestEtcdFlagsPeerCN(t *testing.T) {
 			t.Errorf("%s: %v (err %v), want --peer-cert-allowed-cn=other-peer", v, f, err)
 		}
 	}
+	// An adopted member keeps what it ran with: one name, or none.
+	c.TLS.PeerAllowedCN = "node-a"
+	if f, err := EtcdFlags(c, cat); err != nil || !slices.Contains(f, "--peer-cert-allowed-cn=node-a") || slices.Contains(f, "--peer-cert-allowed-cn=other-peer") {
+		t.Errorf("PeerAllowedCN node-a: %v (err %v), want --peer-cert-allowed-cn=node-a alone", f, err)
+	}
+	c.TLS.PeerAllowedCN, c.TLS.PeerAnyCN = "", true
+	if f, err := EtcdFlags(c, cat); err != nil || slices.ContainsFunc(f, func(s string) bool { return strings.HasPrefix(s, "--peer-cert-allowed-cn") }) {
+		t.Errorf("PeerAnyCN: %v (err %v), want no --peer-cert-allowed-cn", f, err)
+	}
+	c.TLS.PeerAnyCN = false
 	c.TLS.PeerCert = filepath.Join(dir, "missing.crt")
 	if f, err := EtcdFlags(c, cat); err == nil || !strings.Contains(err.Error(), "peer certificate") {
 		t.Errorf("missing peer certificate: %v %v, want an error", f, err)

@@ -96,6 +96,16 @@ type TLSFiles struct {
 	PeerKey    string `json:"peerKey"`
 	ClientCert string `json:"clientCert"`
 	ClientKey  string `json:"clientKey"`
+	// PeerAllowedCN is the one common name the peer port accepts
+	// (--peer-cert-allowed-cn). Empty: the peer certificate's own common
+	// name (Steward issues one peer certificate for every member), unless
+	// PeerAnyCN.
+	PeerAllowedCN string `json:"peerAllowedCN,omitempty"`
+	// PeerAnyCN: the peer port accepts any certificate of its CA (no
+	// --peer-cert-allowed-cn), as an adopted member that ran without one
+	// did: kubeadm, for one, gives each member a peer certificate with a
+	// name of its own, which a restriction to one name would refuse.
+	PeerAnyCN bool `json:"peerAnyCN,omitempty"`
 }
 
 // Process states of a member as the agent sees it.

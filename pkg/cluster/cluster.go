@@ -309,7 +309,8 @@ func (c *Cluster) adoptedConfig(m spec.Member, cfg agentapi.MemberConfig) agenta
 	switch {
 	case a.TLS != nil:
 		cfg.TLS = &agentapi.TLSFiles{CA: a.TLS.CA, ServerCert: a.TLS.ServerCert, ServerKey: a.TLS.ServerKey,
-			PeerCert: a.TLS.PeerCert, PeerKey: a.TLS.PeerKey, ClientCert: cert, ClientKey: key}
+			PeerCert: a.TLS.PeerCert, PeerKey: a.TLS.PeerKey, ClientCert: cert, ClientKey: key,
+			PeerAllowedCN: a.TLS.PeerAllowedCN, PeerAnyCN: a.TLS.PeerAllowedCN == ""}
 	case !c.Spec.TLS.Disabled && !c.Spec.OperatorCerts():
 		// Steward took over issuing: the certificate directory's files.
 		f := pki.FilesIn(c.CertDir())

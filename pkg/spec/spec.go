@@ -433,6 +433,10 @@ type AdoptedTLS struct {
 	ServerKey  string `json:"serverKey"`
 	PeerCert   string `json:"peerCert"`
 	PeerKey    string `json:"peerKey"`
+	// PeerAllowedCN is the --peer-cert-allowed-cn the member ran with;
+	// empty when it ran without one (its peer port accepted any
+	// certificate of its CA), which the agent keeps.
+	PeerAllowedCN string `json:"peerAllowedCN,omitempty"`
 }
 
 // IsAdopted reports whether the member is an adopted member of an attached
