@@ -118,7 +118,7 @@ func NewRollbackPlan(c *cluster.Cluster, of *plan.Plan, now time.Time) (*plan.Pl
 func Rollback(ctx context.Context, c *cluster.Cluster) (*plan.Plan, error) {
 	store := c.Plans()
 	if store.Locked() {
-		return nil, plan.ErrLocked
+		return nil, fmt.Errorf("%w: `steward plan abort` stops it after its step, then `steward rollback` rolls a CA rotation back", plan.ErrLocked)
 	}
 	latest, err := store.Latest()
 	if errors.Is(err, plan.ErrNoPlan) {
