@@ -25,7 +25,7 @@ func NewCommand(g *cli.Globals) *cobra.Command {
   the old CA alone (on joined hosts too), the new CA moved aside; refused once the
   rotation's drop step began (docs/certificates.md);
 - otherwise: the etcd version before the last upgrade plan (docs/upgrades.md).`,
-		Args:  cobra.NoArgs,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := g.ClusterWithAgent(cmd)
 			if err != nil {
