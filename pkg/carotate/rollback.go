@@ -111,8 +111,9 @@ func NewRollbackPlan(c *cluster.Cluster, of *plan.Plan, now time.Time) (*plan.Pl
 	return p, nil
 }
 
-// Rollback plans the way back from the latest CA rotation (RollbackOf),
-// saves the plan and runs it. The rotation, when still active (failed or
+// Rollback plans the way back from the latest CA rotation (RollbackOf; the
+// one an aborted rollback, the latest plan, rolled back), saves the plan
+// and runs it. The rotation, when still active (failed or
 // interrupted), is marked aborted first, superseded by the rollback; once
 // the rollback is done it is marked rolled back.
 func Rollback(ctx context.Context, c *cluster.Cluster) (*plan.Plan, error) {
@@ -126,6 +127,13 @@ func Rollback(ctx context.Context, c *cluster.Cluster) (*plan.Plan, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	// An aborted rollback is planned again, from where it left the files:
+	// its steps are idempotent.
+	if latest != nil && latest.Kind == plan.KindCARotationRollback && latest.State == plan.Aborted && latest.Of != "" {
+		if latest, err = store.Get(latest.Of); err != nil {
+			return nil, fmt.Errorf("the CA rotation the aborted rollback rolled back: %w", err)
+		}
 	}
 	p, err := NewRollbackPlan(c, latest, time.Now())
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/plan"
@@ -317,5 +318,74 @@ func TestRollbackOnAJoinedHost(t *testing.T) {
 	}
 	if rs, err := c.RenewHosts(t.Context(), []string{"server"}, true, 20*time.Second); err != nil || len(rs) != 1 {
 		t.Errorf("renewing the host after the rollback: %+v, %v", rs, err)
+	}
+}
+
+// TestRollbackAgainAfterAbort: a rollback aborted after its first step is
+// planned again by the next Rollback (no member runs here: the served
+// certificates are not waited for), which rolls back the same rotation to
+// the end: the old CA alone, the new one moved aside, the rotation marked
+// rolled back and the new rollback done.
+func TestRollbackAgainAfterAbort(t *testing.T) {
+	dir := t.TempDir()
+	s, err := spec.NewDefault(spec.DefaultOptions{Members: 1, Version: binaries.EmbeddedVersion(), StewardDir: dir, FreePort: spec.FreePort("127.0.0.1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Save(filepath.Join(dir, spec.FileName)); err != nil {
+		t.Fatal(err)
+	}
+	c, err := cluster.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cd := c.CertDir()
+	if err := pki.Ensure(cd, s.Name, nil); err != nil {
+		t.Fatal(err)
+	}
+	oldCA, _ := os.ReadFile(filepath.Join(cd, pki.CACert))
+	if err := pki.RotationPrepare(cd, s.Name, pki.Validity{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := pki.RotationTrustBoth(cd); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pki.RotationReissue(cd, pki.Validity{}, nil, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	rot := rotationAt(t, 4, plan.Pending, plan.Aborted)
+	if err := c.Plans().Save(rot); err != nil {
+		t.Fatal(err)
+	}
+	first, err := NewRollbackPlan(c, rot, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.ID += "-first"
+	if err := (&RollbackExecutor{C: c}).Execute(t.Context(), first, &first.Steps[0]); err != nil {
+		t.Fatal(err)
+	}
+	first.Steps[0].State, first.State = plan.Done, plan.Aborted
+	if err := c.Plans().Save(first); err != nil {
+		t.Fatal(err)
+	}
+	p, err := Rollback(t.Context(), c)
+	if err != nil {
+		t.Fatalf("rollback after an aborted rollback: %v", err)
+	}
+	if p.ID == first.ID || p.Of != rot.ID {
+		t.Fatalf("the new rollback %s rolls back %q, want a new plan of %s", p.ID, p.Of, rot.ID)
+	}
+	if got, _ := c.Plans().Get(p.ID); got.State != plan.Done {
+		t.Errorf("the new rollback is %s, want done", got.State)
+	}
+	if got, _ := c.Plans().Get(rot.ID); got.State != plan.RolledBack {
+		t.Errorf("the rotation is %s, want rolled back", got.State)
+	}
+	if b, _ := os.ReadFile(filepath.Join(cd, pki.CACert)); !bytes.Equal(b, oldCA) {
+		t.Error("ca.crt is not the old CA alone")
+	}
+	if pki.RotationInProgress(cd) {
+		t.Error("ca-next.crt still there")
 	}
 }

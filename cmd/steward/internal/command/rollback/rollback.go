@@ -56,15 +56,16 @@ func rollbackHint(err error) error {
 }
 
 // caRollback reports whether `steward rollback` rolls back a CA rotation
-// for latest, the latest plan: one that did not finish, or the rollback of
-// one (whose refusals carotate.Rollback words). A finished rotation leaves
+// for latest, the latest plan: one that did not finish, or a rollback of
+// one that did not (resumed or, aborted, planned again; carotate.Rollback
+// words the refusals). A finished rotation leaves
 // the command to upgrades.
 func caRollback(latest *plan.Plan) bool {
 	switch latest.Kind {
 	case plan.KindCARotation:
 		return latest.State != plan.Done && latest.State != plan.RolledBack
 	case plan.KindCARotationRollback:
-		return latest.Active()
+		return latest.State != plan.Done
 	}
 	return false
 }

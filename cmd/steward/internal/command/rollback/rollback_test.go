@@ -51,7 +51,7 @@ func TestCARollback(t *testing.T) {
 		{plan.KindCARotationRollback, plan.Failed, true},
 		{plan.KindCARotationRollback, plan.Running, true},
 		{plan.KindCARotationRollback, plan.Done, false},
-		{plan.KindCARotationRollback, plan.Aborted, false},
+		{plan.KindCARotationRollback, plan.Aborted, true},
 		{plan.KindUpgrade, plan.Failed, false},
 		{plan.KindRollback, plan.Aborted, false},
 	} {
