@@ -168,7 +168,16 @@ func RunRollback(ctx context.Context, c *cluster.Cluster, id string) error {
 		return err
 	}
 	of.State, of.Error = plan.RolledBack, "rolled back by "+p.ID
-	return store.Save(of)
+	for i := range of.Steps {
+		if of.Steps[i].State == plan.Done {
+			of.Steps[i].State = plan.RolledBack
+		}
+	}
+	if err := store.Save(of); err != nil {
+		return err
+	}
+	// Save made the rotation the latest plan; the rollback is.
+	return store.Save(p)
 }
 
 // RollbackExecutor runs the steps of a CA rotation rollback plan.

@@ -382,6 +382,9 @@ func TestRollbackAgainAfterAbort(t *testing.T) {
 	if got, _ := c.Plans().Get(rot.ID); got.State != plan.RolledBack {
 		t.Errorf("the rotation is %s, want rolled back", got.State)
 	}
+	if latest, err := c.Plans().Latest(); err != nil || latest.ID != p.ID {
+		t.Errorf("the latest plan after the rollback: %+v, %v; want the rollback %s", latest, err, p.ID)
+	}
 	if b, _ := os.ReadFile(filepath.Join(cd, pki.CACert)); !bytes.Equal(b, oldCA) {
 		t.Error("ca.crt is not the old CA alone")
 	}
