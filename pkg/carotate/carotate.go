@@ -30,6 +30,12 @@
 //
 // Every step is idempotent: re-run after a crash, it finds its work done
 // or finishes it.
+//
+// A rotation stopped (aborted, failed or interrupted) before its drop step
+// is rolled back by a plan of its own (Rollback, kind ca-rotation-rollback,
+// `steward rollback`): every leaf issued by the old CA again, ca.crt the old
+// CA alone, the new CA moved aside, without a member restart. Once the drop
+// step began it is refused (ErrOldCADropped).
 package carotate
 
 import (

@@ -31,44 +31,7 @@ import (
 // the host (but for a previous certificate a crash left, dropped). With the host's agent gone, a step that needs it fails naming
 // the host.
 func TestFileStepsOnAJoinedHost(t *testing.T) {
-	dir, hostRoot := t.TempDir(), t.TempDir()
-	hostDir := filepath.Join(hostRoot, "pki")
-	s, err := spec.NewDefault(spec.DefaultOptions{Members: 1, Version: binaries.EmbeddedVersion(), StewardDir: dir, FreePort: spec.FreePort("127.0.0.1")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	certDir := s.CertDir(dir)
-	if err := pki.EnsureWith(certDir, s.Name, nil, pki.Validity{}); err != nil {
-		t.Fatal(err)
-	}
-	b, err := pki.IssueHost(certDir, s.Name, "cp-2", "127.0.0.1", pki.Validity{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pki.WriteHost(hostDir, b); err != nil {
-		t.Fatal(err)
-	}
-	a := agent.New(agent.Options{Dir: hostRoot, CertDir: hostDir, Log: slog.New(slog.DiscardHandler)})
-	tc, err := pki.AgentServerTLS(hostDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", tc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	s.Backup.Continuous = false
-	s.Agents = append(s.Agents, spec.Agent{Name: "cp-2", Host: "127.0.0.1", Port: ln.Addr().(*net.TCPAddr).Port})
-	if err := s.Save(filepath.Join(dir, spec.FileName)); err != nil {
-		t.Fatal(err)
-	}
-	c, err := cluster.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, certDir, hostDir, ln, srv := joinedHost(t)
 	oldCA, err := os.ReadFile(filepath.Join(certDir, pki.CACert))
 	if err != nil {
 		t.Fatal(err)
@@ -187,4 +150,50 @@ func TestFileStepsOnAJoinedHost(t *testing.T) {
 			t.Errorf("%s with the host's agent gone: %v, want an error naming host cp-2", kind, err)
 		}
 	}
+}
+
+// joinedHost makes a coordinator's directory (one local member, TLS) with
+// a joined host cp-2 whose real agent serves its API over mutual TLS from
+// hostDir, stopped at cleanup.
+func joinedHost(t *testing.T) (c *cluster.Cluster, certDir, hostDir string, ln net.Listener, srv *http.Server) {
+	t.Helper()
+	dir, hostRoot := t.TempDir(), t.TempDir()
+	hostDir = filepath.Join(hostRoot, "pki")
+	s, err := spec.NewDefault(spec.DefaultOptions{Members: 1, Version: binaries.EmbeddedVersion(), StewardDir: dir, FreePort: spec.FreePort("127.0.0.1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	certDir = s.CertDir(dir)
+	if err := pki.EnsureWith(certDir, s.Name, nil, pki.Validity{}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := pki.IssueHost(certDir, s.Name, "cp-2", "127.0.0.1", pki.Validity{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pki.WriteHost(hostDir, b); err != nil {
+		t.Fatal(err)
+	}
+	a := agent.New(agent.Options{Dir: hostRoot, CertDir: hostDir, Log: slog.New(slog.DiscardHandler)})
+	tc, err := pki.AgentServerTLS(hostDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err = tls.Listen("tcp", "127.0.0.1:0", tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv = &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	s.Backup.Continuous = false
+	s.Agents = append(s.Agents, spec.Agent{Name: "cp-2", Host: "127.0.0.1", Port: ln.Addr().(*net.TCPAddr).Port})
+	if err := s.Save(filepath.Join(dir, spec.FileName)); err != nil {
+		t.Fatal(err)
+	}
+	c, err = cluster.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, certDir, hostDir, ln, srv
 }

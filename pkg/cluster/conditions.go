@@ -275,7 +275,7 @@ func (c *Cluster) upgradeCondition() Condition {
 	}
 	what := fmt.Sprintf("%s plan %s (etcd %s to %s)", p.Kind, p.ID, p.From, p.To)
 	switch p.Kind {
-	case plan.KindCARotation, plan.KindCertsTakeOver:
+	case plan.KindCARotation, plan.KindCARotationRollback, plan.KindCertsTakeOver:
 		what = fmt.Sprintf("%s plan %s", p.Kind, p.ID)
 	case plan.KindAdopt, plan.KindAdoptUndo:
 		// Neither changes the version: name the member instead.

@@ -96,3 +96,28 @@ func (c *Cluster) RotateHostLeaves(ctx context.Context, timeout time.Duration) (
 	}
 	return c.renewHosts(ctx, hosts, pki.HostLeafNames, sign, true, timeout)
 }
+
+// RollbackHostLeaves is RotateHostLeaves' way back (a CA rotation rolled
+// back before it dropped the old CA): every joined host's leaves
+// (pki.HostLeafNames) that the next CA signed are reissued by the old CA
+// (pki.RollbackReissueHost: the host's key kept, the leaf alone), pushed
+// (PUT /v1/certs/NAME), waited for within timeout until the host's agent
+// and members serve them in live handshakes, and the previous ones
+// dropped. A leaf the old CA signed already is left alone (a re-run), and
+// its previous copy, if a crash left one, dropped once it is served. Every
+// host is tried; the failures are joined, each naming its host.
+func (c *Cluster) RollbackHostLeaves(ctx context.Context, timeout time.Duration) ([]pki.Renewal, error) {
+	hosts := c.remoteHosts()
+	if len(hosts) == 0 {
+		return nil, nil
+	}
+	if err := c.checkCoordinator(ctx); err != nil {
+		return nil, fmt.Errorf("CA rollback of the hosts' certificates: refusing to sign: %w", err)
+	}
+	v := c.Validity()
+	dir := c.CertDir()
+	sign := func(cur *x509.Certificate, now time.Time) ([]byte, bool, error) {
+		return pki.RollbackReissueHost(dir, v, cur, now)
+	}
+	return c.renewHosts(ctx, hosts, pki.HostLeafNames, sign, true, timeout)
+}

@@ -49,6 +49,10 @@ const (
 	KindRollback Kind = "rollback"
 	// KindCARotation replaces the cluster CA in phases (package carotate).
 	KindCARotation Kind = "ca-rotation"
+	// KindCARotationRollback brings a CA rotation stopped before it
+	// dropped the old CA back to the old CA alone (package carotate,
+	// `steward rollback`).
+	KindCARotationRollback Kind = "ca-rotation-rollback"
 	// KindAdopt hands a member of an attached cluster to an agent
 	// (package adopt).
 	KindAdopt Kind = "adopt"
@@ -79,7 +83,8 @@ type Plan struct {
 	// HealthTimeoutSeconds bounds each health, catch-up and version wait
 	// of a step (0: the executor's default).
 	HealthTimeoutSeconds int `json:"healthTimeoutSeconds,omitempty"`
-	// Of is, for a rollback, the ID of the plan it rolls back.
+	// Of is, for a rollback (of an upgrade or of a CA rotation), the ID of
+	// the plan it rolls back.
 	Of        string    `json:"of,omitempty"`
 	CreatedAt time.Time `json:"createdAt"`
 	UpdatedAt time.Time `json:"updatedAt"`

@@ -259,7 +259,8 @@ func issueClientCommand(g *cli.Globals) *cobra.Command {
 }
 
 func rotateCACommand(g *cli.Globals) *cobra.Command {
-	return &cobra.Command{
+	var rollback bool
+	cmd := &cobra.Command{
 		Use:   "rotate-ca",
 		Short: "Replace the cluster CA in phases, as a resumable plan (`steward plan show|resume|abort`)",
 		Long: `Replace the cluster CA without a moment where a member, the agent or a client that
@@ -277,7 +278,12 @@ updated: copy pki/clients/NAME.crt and pki/ca.crt again.
 Killed or failed halfway, ` + "`steward plan resume`" + ` finishes it and
 ` + "`steward plan abort`" + ` stops it. On a cluster with joined hosts, each host's ca.crt
 and leaves are replaced through its agent (its keys stay on the host) and its members
-restarted by it; a host that cannot be reached fails the step, naming it.`,
+restarted by it; a host that cannot be reached fails the step, naming it.
+
+With --rollback (as ` + "`steward rollback`" + ` does when the latest plan is an unfinished
+rotation): the rotation, aborted, failed or interrupted before its drop step, is
+rolled back by a plan of its own: every leaf issued by the old CA again, ca.crt the old
+CA alone, the new CA moved aside as pki/ca-next.*.aborted-SERIAL.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// Refused before the agent is started for it.
@@ -292,10 +298,16 @@ restarted by it; a host that cannot be reached fails the step, naming it.`,
 			if err != nil {
 				return err
 			}
-			_, err = carotate.Apply(cmd.Context(), c)
+			if rollback {
+				_, err = carotate.Rollback(cmd.Context(), c)
+			} else {
+				_, err = carotate.Apply(cmd.Context(), c)
+			}
 			return cli.PlanHint(err)
 		},
 	}
+	cmd.Flags().BoolVar(&rollback, "rollback", false, "roll back the latest CA rotation (stopped before its drop step) to the old CA, as a plan of its own")
+	return cmd
 }
 
 func takeOverCommand(g *cli.Globals) *cobra.Command {

@@ -1,5 +1,5 @@
 // Package plan is the `steward plan` command: show, resume and abort the
-// latest upgrade, rollback or CA rotation plan.
+// latest upgrade, rollback, CA rotation (or its rollback) or adopt plan.
 package plan
 
 import (
@@ -67,6 +67,12 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 					return fmt.Errorf("plan %s is %s: nothing to resume", p.ID, p.State)
 				}
 				return cli.PlanHint(carotate.Run(cmd.Context(), c, p.ID))
+			}
+			if p, err := c.Plans().Latest(); err == nil && p.Kind == plan.KindCARotationRollback {
+				if !p.Active() {
+					return fmt.Errorf("plan %s is %s: nothing to resume", p.ID, p.State)
+				}
+				return cli.PlanHint(carotate.RunRollback(cmd.Context(), c, p.ID))
 			}
 			_, err = upgrade.Resume(cmd.Context(), c)
 			return cli.PlanHint(err)

@@ -7,6 +7,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
+	"github.com/etcd-steward/steward/pkg/carotate"
+	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/upgrade"
 )
 
@@ -15,12 +17,25 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 	var o upgrade.Options
 	cmd := &cobra.Command{
 		Use:   "rollback",
-		Short: "Return the cluster to the etcd version it had before the last upgrade plan, as a plan of its own",
-		Args:  cobra.NoArgs,
+		Short: "Return the cluster to the etcd version it had before the last upgrade plan, or to its CA before a CA rotation that did not finish, as a plan of its own",
+		Long: `Plan the way back, as a plan of its own (` + "`steward plan show|resume|abort`" + `):
+
+- when the latest plan is a CA rotation that did not finish (aborted, failed or
+  interrupted) or the rollback of one: every leaf issued by the old CA again, ca.crt
+  the old CA alone (on joined hosts too), the new CA moved aside; refused once the
+  rotation's drop step began (docs/certificates.md);
+- otherwise: the etcd version before the last upgrade plan (docs/upgrades.md).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := g.ClusterWithAgent(cmd)
 			if err != nil {
 				return err
+			}
+			// The latest plan a CA rotation that has not finished (or the
+			// rollback of one): its way back, not an upgrade's.
+			if p, err := c.Plans().Latest(); err == nil && caRollback(p) {
+				_, err = carotate.Rollback(cmd.Context(), c)
+				return cli.PlanHint(err)
 			}
 			_, err = upgrade.Rollback(cmd.Context(), c, o)
 			return rollbackHint(err)
@@ -38,4 +53,19 @@ func rollbackHint(err error) error {
 	err = cli.PlanRefusalHint(err, upgrade.ErrOverridableChecks, "use --force to skip the checks marked overridable")
 	err = cli.Hint(err, upgrade.ErrNoOnlineDowngrade, "roll back with --strategy restore")
 	return cli.PlanHint(err)
+}
+
+// caRollback reports whether `steward rollback` rolls back a CA rotation
+// for latest, the latest plan: one that did not finish, or a rollback of
+// one that did not (resumed or, aborted, planned again; carotate.Rollback
+// words the refusals). A finished rotation leaves
+// the command to upgrades.
+func caRollback(latest *plan.Plan) bool {
+	switch latest.Kind {
+	case plan.KindCARotation:
+		return latest.State != plan.Done && latest.State != plan.RolledBack
+	case plan.KindCARotationRollback:
+		return latest.State != plan.Done
+	}
+	return false
 }

@@ -1,0 +1,255 @@
+package pki
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/etcd-steward/steward/internal/atomicfile"
+)
+
+// The way back from a CA rotation stopped before it dropped the old CA
+// (package carotate, plan kind ca-rotation-rollback): every leaf issued by
+// the old CA again (RollbackLeaves, RollbackReissueHost), ca.crt the old
+// CA alone (RollbackTrustOld), then the next CA moved aside
+// (RollbackRetire), after which renewals and issue-client work again.
+
+// ErrOldCADropped: the rotation installed the new CA as ca.key already
+// (its drop step began); the old CA is no longer the one Steward signs
+// with, and the rotation cannot be rolled back.
+var ErrOldCADropped = errors.New("the old CA was dropped (ca.key is the new CA's)")
+
+// AbortedSuffix prefixes the suffix the next CA's files are moved aside
+// with by RollbackRetire (ca-next.crt.aborted-SERIAL).
+const AbortedSuffix = ".aborted-"
+
+// rollbackCAs returns the old CA (ca.crt's first certificate, with ca.key)
+// and the next CA certificate (nil once retired). A ca.key that is the
+// next CA's is ErrOldCADropped.
+func rollbackCAs(dir string) (*x509.Certificate, *ecdsa.PrivateKey, *x509.Certificate, error) {
+	next, err := readCert(filepath.Join(dir, CANextCert))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, nil, nil, fmt.Errorf("CA rollback: next CA: %w", err)
+	}
+	if nextKey, err := readKey(filepath.Join(dir, CANextKey)); err == nil {
+		if curKey, err := readKey(filepath.Join(dir, CAKey)); err == nil && curKey.PublicKey.Equal(&nextKey.PublicKey) {
+			return nil, nil, nil, fmt.Errorf("CA rollback: %w", ErrOldCADropped)
+		}
+	}
+	old, oldKey, err := loadPair(filepath.Join(dir, CACert), filepath.Join(dir, CAKey))
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("CA rollback: the old CA (%s, %s): %w", CACert, CAKey, err)
+	}
+	if next != nil && samePublicKey(old, next) {
+		return nil, nil, nil, fmt.Errorf("CA rollback: %w", ErrOldCADropped)
+	}
+	return old, oldKey, next, nil
+}
+
+// RollbackLeaves makes the leaves named (every leaf when names is empty)
+// of dir the old CA's again, keys kept: a leaf the old CA signed is left
+// alone (idempotent); otherwise NAME.crt.prev is put back when the old CA
+// signed it, it matches the key and is valid at now with its renewal point
+// not reached, else the old CA (ca.key) reissues the leaf. The leaf
+// replaced (the next CA's) is kept as NAME.crt.prev until ForgetPrevious.
+// Every leaf is checked (key matches, signed by the old or the next CA)
+// before any is written.
+func RollbackLeaves(dir string, v Validity, names []string, now time.Time) ([]Renewal, error) {
+	v = v.WithDefaults()
+	old, oldKey, next, err := rollbackCAs(dir)
+	if err != nil {
+		return nil, err
+	}
+	ls, err := findLeaves(dir, names)
+	if err != nil {
+		return nil, fmt.Errorf("CA rollback: %w", err)
+	}
+	type due struct {
+		l    leaf
+		cert *x509.Certificate
+		key  *ecdsa.PrivateKey
+	}
+	var todo []due
+	for _, l := range ls {
+		c, k, err := loadLeaf(l.cert, l.key, nil)
+		if err != nil {
+			return nil, fmt.Errorf("CA rollback: %s: %w", l.name, err)
+		}
+		if c.CheckSignatureFrom(old) == nil {
+			continue
+		}
+		if next == nil || c.CheckSignatureFrom(next) != nil {
+			return nil, fmt.Errorf("CA rollback: %s (issuer %q): %w: signed by neither the old nor the next CA", l.name, c.Issuer.CommonName, ErrNotSignedByCA)
+		}
+		todo = append(todo, due{l, c, k})
+	}
+	var out []Renewal
+	for _, d := range todo {
+		cur, err := os.ReadFile(d.l.cert)
+		if err != nil {
+			return out, fmt.Errorf("CA rollback: %w", err)
+		}
+		data, nc := restorablePrev(d.l.cert+PrevSuffix, old, d.key, v, now)
+		if data == nil {
+			der, err := reissue(d.cert, &d.key.PublicKey, old, oldKey, v.Leaf, now)
+			if err != nil {
+				return out, fmt.Errorf("CA rollback: %s: %w", d.l.name, err)
+			}
+			if nc, err = x509.ParseCertificate(der); err != nil {
+				return out, fmt.Errorf("CA rollback: %s: %w", d.l.name, err)
+			}
+			data = pemCert(der)
+		}
+		// The next CA's leaf first, so a crash in between leaves NAME.crt
+		// as it was (a re-run reissues it from the old CA).
+		if err := atomicfile.WriteFile(d.l.cert+PrevSuffix, cur, 0o644); err != nil {
+			return out, fmt.Errorf("CA rollback: keep the next CA's %s: %w", d.l.name, err)
+		}
+		if err := atomicfile.WriteFile(d.l.cert, data, 0o644); err != nil {
+			return out, fmt.Errorf("CA rollback: write %s: %w", d.l.name, err)
+		}
+		out = append(out, Renewal{Name: d.l.name, File: d.l.cert, OldSerial: fmt.Sprintf("%x", d.cert.SerialNumber),
+			NewSerial: fmt.Sprintf("%x", nc.SerialNumber), NotAfter: nc.NotAfter.UTC()})
+	}
+	return out, nil
+}
+
+// restorablePrev returns the certificate file at path (the one a
+// rotation's reissue replaced) and its leaf when it can be served again:
+// the old CA signed it, it is for key, and it is valid at now with its
+// renewal point not reached. Otherwise nil.
+func restorablePrev(path string, old *x509.Certificate, key *ecdsa.PrivateKey, v Validity, now time.Time) ([]byte, *x509.Certificate) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil
+	}
+	c, chain, err := ParseLeafChainPEM(b)
+	if err != nil || len(chain) > 0 || c.CheckSignatureFrom(old) != nil {
+		return nil, nil
+	}
+	if pub, ok := c.PublicKey.(*ecdsa.PublicKey); !ok || !pub.Equal(&key.PublicKey) {
+		return nil, nil
+	}
+	if now.Before(c.NotBefore) || !now.Before(c.NotAfter) || v.Due(c, now) {
+		return nil, nil
+	}
+	return b, c
+}
+
+// RollbackReissueHost signs, with the old CA of a rotation being rolled
+// back in dir (the coordinator's ca.key), the reissue of cert, a leaf of a
+// joined host that keeps its key: a leaf alone, no CA after it. done is
+// true when the old CA signed cert already (a step re-run). cert must
+// otherwise be the next CA's (ErrNotSignedByCA).
+func RollbackReissueHost(dir string, v Validity, cert *x509.Certificate, now time.Time) (certPEM []byte, done bool, err error) {
+	v = v.WithDefaults()
+	old, oldKey, next, err := rollbackCAs(dir)
+	if err != nil {
+		return nil, false, err
+	}
+	if cert.CheckSignatureFrom(old) == nil {
+		return nil, true, nil
+	}
+	if next == nil || cert.CheckSignatureFrom(next) != nil || cert.IsCA {
+		return nil, false, fmt.Errorf("CA rollback: reissue %q (issuer %q): %w: signed by neither the old nor the next CA", cert.Subject.CommonName, cert.Issuer.CommonName, ErrNotSignedByCA)
+	}
+	pub, ok := cert.PublicKey.(*ecdsa.PublicKey)
+	if !ok {
+		return nil, false, fmt.Errorf("CA rollback: reissue %q: %w: not an ECDSA key", cert.Subject.CommonName, ErrUnparsable)
+	}
+	der, err := reissue(cert, pub, old, oldKey, v.Leaf, now)
+	if err != nil {
+		return nil, false, fmt.Errorf("CA rollback: reissue %q: %w", cert.Subject.CommonName, err)
+	}
+	return pemCert(der), false, nil
+}
+
+// RollbackTrustOld makes ca.crt the old CA alone (replaced in place by one
+// atomic rename), once every leaf of dir is the old CA's again (checked
+// first: nothing is written otherwise). The same file again changes
+// nothing.
+func RollbackTrustOld(dir string) error {
+	old, _, _, err := rollbackCAs(dir)
+	if err != nil {
+		return err
+	}
+	ls, err := findLeaves(dir, nil)
+	if err != nil {
+		return fmt.Errorf("CA rollback: %w", err)
+	}
+	for _, l := range ls {
+		c, err := readCert(l.cert)
+		if err != nil {
+			return fmt.Errorf("CA rollback: %s: %w", l.name, err)
+		}
+		if c.CheckSignatureFrom(old) != nil {
+			return fmt.Errorf("CA rollback: %s (issuer %q): %w (%q): the leaves are reissued from the old CA before it is trusted alone", l.name, c.Issuer.CommonName, ErrNotSignedByCA, old.Subject.CommonName)
+		}
+	}
+	b := pemCert(old.Raw)
+	if cur, err := os.ReadFile(filepath.Join(dir, CACert)); err == nil && bytes.Equal(cur, b) {
+		return nil
+	}
+	if err := atomicfile.WriteFile(filepath.Join(dir, CACert), b, 0o644); err != nil {
+		return fmt.Errorf("CA rollback: write the trust bundle: %w", err)
+	}
+	return nil
+}
+
+// RollbackRetire moves the next CA of a rolled-back rotation aside:
+// ca-cross.crt, ca-next.key and, last, ca-next.crt (whose presence is
+// RotationInProgress) get the suffix AbortedSuffix + the next CA's serial
+// in hex. Nothing is deleted. ca.crt must hold the old CA alone already
+// (RollbackTrustOld). Without ca-next.crt it was done (a re-run).
+func RollbackRetire(dir string) error {
+	next, err := readCert(filepath.Join(dir, CANextCert))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("CA rollback: next CA: %w", err)
+	}
+	old, _, _, err := rollbackCAs(dir)
+	if err != nil {
+		return err
+	}
+	if cas, err := readBundle(filepath.Join(dir, CACert)); err != nil || len(cas) != 1 || !cas[0].Equal(old) {
+		return fmt.Errorf("CA rollback: %s does not hold the old CA alone yet: the step that trusts the old CA alone runs first", CACert)
+	}
+	suffix := AbortedSuffix + next.SerialNumber.Text(16)
+	for _, n := range []string{CACross, CANextKey, CANextCert} {
+		if err := os.Rename(filepath.Join(dir, n), filepath.Join(dir, n+suffix)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("CA rollback: move %s aside: %w", n, err)
+		}
+	}
+	return atomicfile.SyncDir(dir)
+}
+
+// Unsettled returns, for each leaf named of dir whose NAME.crt.prev is
+// still there (a step that wrote it and was killed before it dropped the
+// copy), its current certificate as a Renewal: what a re-run waits to see
+// served before ForgetPrevious.
+func Unsettled(dir string, names []string) ([]Renewal, error) {
+	ls, err := findLeaves(dir, names)
+	if err != nil {
+		return nil, err
+	}
+	var out []Renewal
+	for _, l := range ls {
+		if _, err := os.Stat(l.cert + PrevSuffix); err != nil {
+			continue
+		}
+		c, err := readCert(l.cert)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", l.name, err)
+		}
+		s := fmt.Sprintf("%x", c.SerialNumber)
+		out = append(out, Renewal{Name: l.name, File: l.cert, OldSerial: s, NewSerial: s, NotAfter: c.NotAfter.UTC()})
+	}
+	return out, nil
+}
