@@ -203,15 +203,11 @@ type Executor struct {
 
 // Execute implements plan.Executor.
 func (e *Executor) Execute(ctx context.Context, p *plan.Plan, s *plan.Step) error {
-	c, err := cluster.Open(e.C.Dir)
+	c, wait, err := e.C.ForStep(p, e.HealthTimeout)
 	if err != nil {
 		return err
 	}
-	c.Progress = e.C.Progress
-	e.C = c
-	if p.HealthTimeoutSeconds > 0 {
-		e.HealthTimeout = time.Duration(p.HealthTimeoutSeconds) * time.Second
-	}
+	e.C, e.HealthTimeout = c, wait
 	var run MemberRun
 	if err := json.Unmarshal([]byte(p.Value(ValueRun)), &run); err != nil {
 		return fmt.Errorf("adopt plan %s: the member it records: %w", p.ID, err)

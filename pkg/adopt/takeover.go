@@ -263,15 +263,11 @@ type TakeOverExecutor struct {
 
 // Execute implements plan.Executor.
 func (e *TakeOverExecutor) Execute(ctx context.Context, p *plan.Plan, s *plan.Step) error {
-	c, err := cluster.Open(e.C.Dir)
+	c, wait, err := e.C.ForStep(p, e.HealthTimeout)
 	if err != nil {
 		return err
 	}
-	c.Progress = e.C.Progress
-	e.C = c
-	if p.HealthTimeoutSeconds > 0 {
-		e.HealthTimeout = time.Duration(p.HealthTimeoutSeconds) * time.Second
-	}
+	e.C, e.HealthTimeout = c, wait
 	switch s.Kind {
 	case StepTakeOverSwitch:
 		return e.switchMember(ctx, s.Member)

@@ -192,19 +192,15 @@ type RollbackExecutor struct {
 
 // Execute implements plan.Executor.
 func (e *RollbackExecutor) Execute(ctx context.Context, p *plan.Plan, s *plan.Step) error {
-	c, err := cluster.Open(e.C.Dir)
-	if err != nil {
-		return err
-	}
-	c.Progress = e.C.Progress
-	e.C = c
 	wait := defaultWait
 	if e.HealthTimeout > 0 {
 		wait = e.HealthTimeout
 	}
-	if p.HealthTimeoutSeconds > 0 {
-		wait = time.Duration(p.HealthTimeoutSeconds) * time.Second
+	c, wait, err := e.C.ForStep(p, wait)
+	if err != nil {
+		return err
 	}
+	e.C = c
 	// Every step writes the certificate directory: under the lock
 	// renewals hold, as the rotation's file steps.
 	lock, err := c.LockCertificates(ctx, 2*time.Minute)

@@ -78,3 +78,20 @@ func (c *Cluster) Handover(ctx context.Context) (*handover.Coordinator, error) {
 	}
 	return &handover.Coordinator{Store: store, Signer: signer, Dir: c.Dir}, nil
 }
+
+// ForStep reopens the cluster from its directory for one step of plan p,
+// keeping c's progress: a step must see what earlier steps saved in the
+// spec (versions, adopted members), in this process or in one killed
+// before it. It returns the plan's health timeout (HealthTimeoutSeconds,
+// `--health-timeout` when it was made) when set, else timeout.
+func (c *Cluster) ForStep(p *plan.Plan, timeout time.Duration) (*Cluster, time.Duration, error) {
+	n, err := Open(c.Dir)
+	if err != nil {
+		return nil, timeout, err
+	}
+	n.Progress = c.Progress
+	if p.HealthTimeoutSeconds > 0 {
+		timeout = time.Duration(p.HealthTimeoutSeconds) * time.Second
+	}
+	return n, timeout, nil
+}

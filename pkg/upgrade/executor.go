@@ -41,15 +41,11 @@ func (e *Executor) timeout() time.Duration {
 // Execute implements plan.Executor.
 func (e *Executor) Execute(ctx context.Context, p *plan.Plan, s *plan.Step) error {
 	// The spec may have changed (a step records versions in it).
-	c, err := cluster.Open(e.C.Dir)
+	c, wait, err := e.C.ForStep(p, e.HealthTimeout)
 	if err != nil {
 		return err
 	}
-	c.Progress = e.C.Progress
-	e.C = c
-	if p.HealthTimeoutSeconds > 0 {
-		e.HealthTimeout = time.Duration(p.HealthTimeoutSeconds) * time.Second
-	}
+	e.C, e.HealthTimeout = c, wait
 	switch s.Kind {
 	case StepPreflight:
 		return e.preflight(ctx, p, s)
