@@ -517,6 +517,51 @@ func TestAdoptResumeAfterKill(t *testing.T) {
 	workload.RequireKeys(t, fcli, w.Stop())
 }
 
+// TestAdoptPeerNames: a cluster whose members each have a peer certificate
+// named after them and no --peer-cert-allowed-cn (kubeadm's shape). Two of
+// its three members adopted one after the other under a writer, each
+// passing the adoption's health gate; leadership moved to the first, so
+// that raft traffic flows between the two adopted members; the agent runs
+// them without --peer-cert-allowed-cn, as they ran. The agent used to
+// restrict each adopted member's peer port to its own certificate's name,
+// which refused its peers' connections.
+func TestAdoptPeerNames(t *testing.T) {
+	f := harness.StartForeignClusterPeerNames(t, adoptVersion, 3)
+	fcli := f.MustClient()
+	e := harness.New(t)
+	e.MustRun(append(attachArgs(f), "--continuous")...)
+	s := e.Spec()
+	s.BinaryStore = e.Store
+	if err := s.Save(filepath.Join(e.Dir, spec.FileName)); err != nil {
+		t.Fatal(err)
+	}
+	w := workload.Start(t, fcli, workload.Options{Prefix: "/peernames", Interval: 10 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second})
+	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write", w.AckedAbove(100))
+	adopted := f.Members[:2]
+	for _, m := range adopted {
+		e.MustRun("adopt", "--pid", strconv.Itoa(m.PID()))
+	}
+	e.MustRun("leader", "move", "--to", adopted[0].Name)
+	st := e.WaitStatus(60*time.Second, "every member healthy, two adopted, "+adopted[0].Name+" leading", func(st *cluster.Status) bool {
+		return harness.Healthy(st) && st.Cluster.Leader == adopted[0].Name
+	})
+	for _, m := range adopted {
+		ms, _ := st.Member(m.Name)
+		if ms.PID == 0 {
+			t.Fatalf("%s has no agent-run process: %+v", m.Name, ms)
+		}
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", ms.PID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(cmdline), "peer-cert-allowed-cn") {
+			t.Errorf("%s runs with --peer-cert-allowed-cn, which it did not have: %q", m.Name, strings.ReplaceAll(string(cmdline), "\x00", " "))
+		}
+	}
+	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write under the adopted leader", w.AckedAbove(w.Acked()+200))
+	workload.RequireKeys(t, fcli, w.Stop())
+}
+
 // undoStaticPod adopts infra2 of f through a kubeadm-style static pod
 // manifest and undoes it: the manifest comes back to its path unchanged
 // (none kept in DIR/adopted/), the test playing the kubelet (none runs

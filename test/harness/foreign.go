@@ -88,7 +88,16 @@ func (f *ForeignCluster) Endpoints() []string {
 // Cleanup kills every member and removes the directory.
 func StartForeignCluster(tb testing.TB, version string, n int) *ForeignCluster {
 	tb.Helper()
-	return startForeign(tb, version, n, nil)
+	return startForeign(tb, version, n, nil, false)
+}
+
+// StartForeignClusterPeerNames is StartForeignCluster with a peer
+// certificate of its own for each member, named after it (CN infra1, ...),
+// and no --peer-cert-allowed-cn: the shape kubeadm gives a cluster, whose
+// peer certificates carry the node's name.
+func StartForeignClusterPeerNames(tb testing.TB, version string, n int) *ForeignCluster {
+	tb.Helper()
+	return startForeign(tb, version, n, nil, true)
 }
 
 // StartSibling starts another n-member cluster of f's version that shares
@@ -99,10 +108,10 @@ func (f *ForeignCluster) StartSibling(n int) *ForeignCluster {
 	f.TB.Helper()
 	p := ForeignPKI{CA: f.CAFile, CAKey: f.CAKeyFile, ClientCert: f.CertFile, ClientKey: f.KeyFile,
 		ServerCert: filepath.Join(f.Dir, "pki", "server.pem"), ServerKey: filepath.Join(f.Dir, "pki", "server-key.pem")}
-	return startForeign(f.TB, f.Version, n, &p)
+	return startForeign(f.TB, f.Version, n, &p, false)
 }
 
-func startForeign(tb testing.TB, version string, n int, shared *ForeignPKI) *ForeignCluster {
+func startForeign(tb testing.TB, version string, n int, shared *ForeignPKI, ownPeer bool) *ForeignCluster {
 	tb.Helper()
 	bin := filepath.Join(Store(tb), "etcd-v"+version, "etcd")
 	if _, err := os.Stat(bin); err != nil {
@@ -157,6 +166,13 @@ func startForeign(tb testing.TB, version string, n int, shared *ForeignPKI) *For
 		initial = append(initial, name+"="+m.PeerURL)
 	}
 	for _, m := range f.Members {
+		peerCert, peerKey := certs.ServerCert, certs.ServerKey
+		if ownPeer {
+			peerCert, peerKey = filepath.Join(dir, "pki", m.Name+"-peer.pem"), filepath.Join(dir, "pki", m.Name+"-peer-key.pem")
+			if err := writeForeignPeer(certs, m.Name, peerCert, peerKey); err != nil {
+				tb.Fatal(err)
+			}
+		}
 		m.Cmdline = []string{bin,
 			"--name=" + m.Name,
 			"--data-dir=" + m.DataDir,
@@ -169,7 +185,7 @@ func startForeign(tb testing.TB, version string, n int, shared *ForeignPKI) *For
 			"--initial-cluster-state=new",
 			"--cert-file=" + certs.ServerCert, "--key-file=" + certs.ServerKey,
 			"--trusted-ca-file=" + certs.CA, "--client-cert-auth",
-			"--peer-cert-file=" + certs.ServerCert, "--peer-key-file=" + certs.ServerKey,
+			"--peer-cert-file=" + peerCert, "--peer-key-file=" + peerKey,
 			"--peer-trusted-ca-file=" + certs.CA, "--peer-client-cert-auth",
 			"--snapshot-count=5000",
 		}
@@ -374,6 +390,56 @@ func WriteForeignPKI(dir, cn string) (ForeignPKI, error) {
 		return p, err
 	}
 	return p, nil
+}
+
+// writeForeignPeer writes a peer certificate of common name cn for
+// 127.0.0.1 (server and client usage), signed by p's CA, and its key.
+func writeForeignPeer(p ForeignPKI, cn, certFile, keyFile string) error {
+	caPEM, err := os.ReadFile(p.CA)
+	if err != nil {
+		return err
+	}
+	keyPEM, err := os.ReadFile(p.CAKey)
+	if err != nil {
+		return err
+	}
+	cb, _ := pem.Decode(caPEM)
+	kb, _ := pem.Decode(keyPEM)
+	if cb == nil || kb == nil {
+		return fmt.Errorf("foreign CA %s or its key %s: no PEM block", p.CA, p.CAKey)
+	}
+	caCert, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		return err
+	}
+	caKey, err := x509.ParseECPrivateKey(kb.Bytes)
+	if err != nil {
+		return err
+	}
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	t := &x509.Certificate{
+		SerialNumber: serial, Subject: pkix.Name{CommonName: cn},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(365 * 24 * time.Hour),
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.IPv6loopback}, DNSNames: []string{"localhost", cn},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, t, caCert, &k.PublicKey, caKey)
+	if err != nil {
+		return err
+	}
+	if err := writePEM(certFile, "CERTIFICATE", der, 0o644); err != nil {
+		return err
+	}
+	return writeKey(keyFile, k)
 }
 
 func writePEM(path, typ string, der []byte, mode os.FileMode) error {
