@@ -13,5 +13,5 @@ import (
 // race-built steward.)
 func TestMain(m *testing.M) {
 	harness.Race = false
-	os.Exit(m.Run())
+	os.Exit(harness.Main(m))
 }

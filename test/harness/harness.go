@@ -142,6 +142,18 @@ func Binary(tb testing.TB) string {
 	return buildPath
 }
 
+// Main runs the tests of a package whose tests build steward (Binary)
+// and then removes that build, whatever their result: TestMain calls it.
+// Every test and its cleanups have returned when m.Run does, so nothing
+// reads buildPath concurrently.
+func Main(m *testing.M) int {
+	code := m.Run()
+	if buildPath != "" {
+		_ = os.RemoveAll(filepath.Dir(buildPath))
+	}
+	return code
+}
+
 // Env is one test's Steward directory and binary. Its fields never change
 // after New, so a test's goroutines may share it (Run, Status, Client from
 // a writer goroutine); only the test's own goroutine may call the methods
