@@ -90,10 +90,6 @@ func RollbackLeaves(dir string, v Validity, names []string, now time.Time) ([]Re
 	}
 	var out []Renewal
 	for _, d := range todo {
-		cur, err := os.ReadFile(d.l.cert)
-		if err != nil {
-			return out, fmt.Errorf("CA rollback: %w", err)
-		}
 		data, nc := restorablePrev(d.l.cert+PrevSuffix, old, d.key, v, now)
 		if data == nil {
 			der, err := reissue(d.cert, &d.key.PublicKey, old, oldKey, v.Leaf, now)
@@ -105,16 +101,13 @@ func RollbackLeaves(dir string, v Validity, names []string, now time.Time) ([]Re
 			}
 			data = pemCert(der)
 		}
-		// The next CA's leaf first, so a crash in between leaves NAME.crt
-		// as it was (a re-run reissues it from the old CA).
-		if err := atomicfile.WriteFile(d.l.cert+PrevSuffix, cur, 0o644); err != nil {
-			return out, fmt.Errorf("CA rollback: keep the next CA's %s: %w", d.l.name, err)
+		// The next CA's leaf is kept first (a re-run after a crash
+		// reissues it from the old CA).
+		r, err := replaceLeaf(d.l.name, d.l.cert, d.cert, nc, data)
+		if err != nil {
+			return out, fmt.Errorf("CA rollback: %w", err)
 		}
-		if err := atomicfile.WriteFile(d.l.cert, data, 0o644); err != nil {
-			return out, fmt.Errorf("CA rollback: write %s: %w", d.l.name, err)
-		}
-		out = append(out, Renewal{Name: d.l.name, File: d.l.cert, OldSerial: fmt.Sprintf("%x", d.cert.SerialNumber),
-			NewSerial: fmt.Sprintf("%x", nc.SerialNumber), NotAfter: nc.NotAfter.UTC()})
+		out = append(out, r)
 	}
 	return out, nil
 }

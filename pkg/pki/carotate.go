@@ -181,18 +181,11 @@ func RotationReissue(dir string, v Validity, names []string, now time.Time) ([]R
 		if err != nil {
 			return out, fmt.Errorf("CA rotation: %s: %w", d.l.name, err)
 		}
-		old, err := os.ReadFile(d.l.cert)
+		r, err := replaceLeaf(d.l.name, d.l.cert, d.cert, nc, append(pemCert(der), cross...))
 		if err != nil {
 			return out, fmt.Errorf("CA rotation: %w", err)
 		}
-		if err := atomicfile.WriteFile(d.l.cert+PrevSuffix, old, 0o644); err != nil {
-			return out, fmt.Errorf("CA rotation: keep the previous %s: %w", d.l.name, err)
-		}
-		if err := atomicfile.WriteFile(d.l.cert, append(pemCert(der), cross...), 0o644); err != nil {
-			return out, fmt.Errorf("CA rotation: write %s: %w", d.l.name, err)
-		}
-		out = append(out, Renewal{Name: d.l.name, File: d.l.cert, OldSerial: fmt.Sprintf("%x", d.cert.SerialNumber),
-			NewSerial: fmt.Sprintf("%x", nc.SerialNumber), NotAfter: nc.NotAfter.UTC()})
+		out = append(out, r)
 	}
 	return out, nil
 }

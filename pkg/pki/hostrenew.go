@@ -11,8 +11,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/etcd-steward/steward/internal/atomicfile"
 )
 
 // HostLeafNames are the leaves of a joined host's certificate directory
@@ -149,20 +147,13 @@ func Install(dir, name string, certPEM []byte, now time.Time) (Renewal, error) {
 		return Renewal{}, fmt.Errorf("install %s: the certificate sent: %w (valid %s to %s, now %s)", name, ErrNotValidNow,
 			nc.NotBefore.UTC().Format(time.RFC3339), nc.NotAfter.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
 	}
-	old, err := os.ReadFile(certPath)
-	if err != nil {
-		return Renewal{}, fmt.Errorf("install %s: %w", name, err)
-	}
-	if err := atomicfile.WriteFile(certPath+PrevSuffix, old, 0o644); err != nil {
-		return Renewal{}, fmt.Errorf("install %s: keep the previous certificate: %w", name, err)
-	}
-	data := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: nc.Raw})
+	data := pemCert(nc.Raw)
 	for _, c := range chain {
 		data = append(data, pemCert(c.Raw)...)
 	}
-	if err := atomicfile.WriteFile(certPath, data, 0o644); err != nil {
+	r, err := replaceLeaf(name, certPath, cur, nc, data)
+	if err != nil {
 		return Renewal{}, fmt.Errorf("install %s: %w", name, err)
 	}
-	return Renewal{Name: name, File: certPath, OldSerial: fmt.Sprintf("%x", cur.SerialNumber),
-		NewSerial: fmt.Sprintf("%x", nc.SerialNumber), NotAfter: nc.NotAfter.UTC()}, nil
+	return r, nil
 }

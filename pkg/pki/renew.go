@@ -4,7 +4,6 @@ import (
 	"crypto/ecdsa"
 	"crypto/rand"
 	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"os"
@@ -109,20 +108,33 @@ func Renew(dir string, v Validity, names []string, force bool, now time.Time) ([
 		if err := nc.CheckSignatureFrom(ca); err != nil {
 			return out, fmt.Errorf("renew certificates: %s: %w: %v", d.l.name, ErrNotSignedByCA, err)
 		}
-		old, err := os.ReadFile(d.l.cert)
+		r, err := replaceLeaf(d.l.name, d.l.cert, d.cert, nc, pemCert(der))
 		if err != nil {
 			return out, fmt.Errorf("renew certificates: %w", err)
 		}
-		if err := atomicfile.WriteFile(d.l.cert+PrevSuffix, old, 0o644); err != nil {
-			return out, fmt.Errorf("renew certificates: keep the previous %s: %w", d.l.name, err)
-		}
-		if err := atomicfile.WriteFile(d.l.cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
-			return out, fmt.Errorf("renew certificates: write %s: %w", d.l.name, err)
-		}
-		out = append(out, Renewal{Name: d.l.name, File: d.l.cert, OldSerial: fmt.Sprintf("%x", d.cert.SerialNumber),
-			NewSerial: fmt.Sprintf("%x", nc.SerialNumber), NotAfter: nc.NotAfter.UTC()})
+		out = append(out, r)
 	}
 	return out, nil
+}
+
+// replaceLeaf writes data (the PEM of the leaf nc, then any CA
+// certificates served after it) as the certificate file path of the leaf
+// name, whose current certificate is cur. The file it replaces is kept
+// beside it first (PrevSuffix), so a crash between the two atomic writes
+// leaves the certificate as it was and a re-run redoes both.
+func replaceLeaf(name, path string, cur, nc *x509.Certificate, data []byte) (Renewal, error) {
+	old, err := os.ReadFile(path)
+	if err != nil {
+		return Renewal{}, err
+	}
+	if err := atomicfile.WriteFile(path+PrevSuffix, old, 0o644); err != nil {
+		return Renewal{}, fmt.Errorf("keep the previous %s: %w", name, err)
+	}
+	if err := atomicfile.WriteFile(path, data, 0o644); err != nil {
+		return Renewal{}, fmt.Errorf("write %s: %w", name, err)
+	}
+	return Renewal{Name: name, File: path, OldSerial: fmt.Sprintf("%x", cur.SerialNumber),
+		NewSerial: fmt.Sprintf("%x", nc.SerialNumber), NotAfter: nc.NotAfter.UTC()}, nil
 }
 
 // ForgetPrevious removes the copy of the certificate a renewal replaced
