@@ -28,6 +28,21 @@ import (
 	"github.com/etcd-steward/steward/test/workload"
 )
 
+// attachForAdopt attaches f with continuous backups (the local agent runs)
+// and points the spec's binary store at the test store, from which the
+// agent runs an adopted member's version.
+func attachForAdopt(t *testing.T, f *harness.ForeignCluster) *harness.Env {
+	t.Helper()
+	e := harness.New(t)
+	e.MustRun(append(attachArgs(f), "--continuous")...)
+	s := e.Spec()
+	s.BinaryStore = e.Store
+	if err := s.Save(filepath.Join(e.Dir, spec.FileName)); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
 // TestAdopt: a three-member etcd 3.5 cluster the test started itself
 // (plain flags, its own CA), attached with --continuous; an adopt while
 // infra2 is down is refused and changes nothing; an adoption of infra1
@@ -46,14 +61,7 @@ import (
 func TestAdopt(t *testing.T) {
 	f := harness.StartForeignCluster(t, adoptVersion, 3)
 	fcli := f.MustClient()
-	e := harness.New(t)
-	e.MustRun(append(attachArgs(f), "--continuous")...)
-	// The agent runs an adopted member's version from the binary store.
-	s := e.Spec()
-	s.BinaryStore = e.Store
-	if err := s.Save(filepath.Join(e.Dir, spec.FileName)); err != nil {
-		t.Fatal(err)
-	}
+	e := attachForAdopt(t, f)
 	old := f.Members[0]
 	before, err := fcli.MemberList(t.Context())
 	if err != nil {
@@ -230,13 +238,7 @@ func TestAdopt(t *testing.T) {
 func TestAdoptAll(t *testing.T) {
 	f := harness.StartForeignCluster(t, adoptVersion, 3)
 	fcli := f.MustClient()
-	e := harness.New(t)
-	e.MustRun(append(attachArgs(f), "--continuous")...)
-	s := e.Spec()
-	s.BinaryStore = e.Store
-	if err := s.Save(filepath.Join(e.Dir, spec.FileName)); err != nil {
-		t.Fatal(err)
-	}
+	e := attachForAdopt(t, f)
 	before, err := fcli.MemberList(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -470,13 +472,7 @@ spec:
 func TestAdoptResumeAfterKill(t *testing.T) {
 	f := harness.StartForeignCluster(t, adoptVersion, 3)
 	fcli := f.MustClient()
-	e := harness.New(t)
-	e.MustRun(append(attachArgs(f), "--continuous")...)
-	s := e.Spec()
-	s.BinaryStore = e.Store
-	if err := s.Save(filepath.Join(e.Dir, spec.FileName)); err != nil {
-		t.Fatal(err)
-	}
+	e := attachForAdopt(t, f)
 	old := f.Members[0]
 	oldPID := old.PID()
 	before, err := fcli.MemberList(t.Context())
@@ -528,13 +524,7 @@ func TestAdoptResumeAfterKill(t *testing.T) {
 func TestAdoptPeerNames(t *testing.T) {
 	f := harness.StartForeignClusterPeerNames(t, adoptVersion, 3)
 	fcli := f.MustClient()
-	e := harness.New(t)
-	e.MustRun(append(attachArgs(f), "--continuous")...)
-	s := e.Spec()
-	s.BinaryStore = e.Store
-	if err := s.Save(filepath.Join(e.Dir, spec.FileName)); err != nil {
-		t.Fatal(err)
-	}
+	e := attachForAdopt(t, f)
 	w := workload.Start(t, fcli, workload.Options{Prefix: "/peernames", Interval: 10 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second})
 	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write", w.AckedAbove(100))
 	adopted := f.Members[:2]
