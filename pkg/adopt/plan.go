@@ -60,8 +60,6 @@ var (
 	ErrNoAgent = errors.New("no agent on this machine in the spec")
 	// ErrAdopted: the member is adopted already.
 	ErrAdopted = errors.New("the member is adopted already")
-	// ErrSourceKind: the member's source cannot be taken over yet.
-	ErrSourceKind = errors.New("the member's source cannot be taken over yet")
 	// ErrNoBinary: the binary store lacks the etcd version the member
 	// runs, which its agent would start it with.
 	ErrNoBinary = errors.New("the member's etcd version is not in the binary store")
@@ -75,9 +73,6 @@ func NewPlan(ctx context.Context, c *cluster.Cluster, run MemberRun, now time.Ti
 	s := c.Spec
 	if !s.IsExternal() {
 		return nil, cluster.Refuse(ErrNotAttached, "cluster %s is not attached: Steward runs its members already", s.Name)
-	}
-	if run.Source.Kind == KindUnit {
-		return nil, cluster.Refuse(ErrSourceKind, "member %s is run by the systemd unit %s: adopting it (systemctl stop and disable) is not built yet; stop and disable the unit yourself, start the member by hand, and adopt it with --pid", run.Name, run.Source.Path)
 	}
 	m, ok := s.Member(run.Name)
 	if !ok {
@@ -112,6 +107,12 @@ func NewPlan(ctx context.Context, c *cluster.Cluster, run MemberRun, now time.Ti
 	if _, err := CheckAttached(ctx, c, run); err != nil {
 		return nil, err
 	}
+	var unit UnitState
+	if run.Source.Kind == KindUnit {
+		if unit, err = checkUnit(ctx, run.Source.Path); err != nil {
+			return nil, err
+		}
+	}
 	p := &plan.Plan{ID: plan.NewID(plan.KindAdopt, now), Kind: plan.KindAdopt, Strategy: "one member",
 		From: s.Version, To: s.Version, State: plan.Pending, CreatedAt: now.UTC()}
 	b, err := json.Marshal(run)
@@ -119,6 +120,10 @@ func NewPlan(ctx context.Context, c *cluster.Cluster, run MemberRun, now time.Ti
 		return nil, err
 	}
 	p.SetValue(ValueRun, string(b))
+	if run.Source.Kind == KindUnit {
+		p.SetValue(ValueUnit, UnitName(run.Source.Path))
+		p.SetValue(ValueUnitFileState, unit.UnitFileState)
+	}
 	pid := run.Source.PID
 	if pid == 0 {
 		if pid, err = FindProcess(run.DataDir, run.Name); err != nil && run.Source.Kind != KindManifest {
@@ -137,8 +142,15 @@ func NewPlan(ctx context.Context, c *cluster.Cluster, run MemberRun, now time.Ti
 	add(StepCheck, "check that every member is healthy and the data dir holds "+run.Name)
 	add(StepLeader, "move leadership away from "+run.Name+" if it leads")
 	old := "stop the old process of " + run.Name + " (SIGTERM) and wait until it exited"
-	if run.Source.Kind == KindManifest {
+	switch run.Source.Kind {
+	case KindManifest:
 		old = "move the static pod manifest " + run.Source.Path + " aside (kept for undo), then " + old
+	case KindUnit:
+		old = "stop the systemd unit " + UnitName(run.Source.Path) + " (systemctl stop)"
+		if args := unitCommand(false, UnitName(run.Source.Path), unit.UnitFileState); args != nil {
+			old = "disable the systemd unit " + UnitName(run.Source.Path) + " (it was " + unit.UnitFileState + ") and stop it"
+		}
+		old += ", and wait until its process exited"
 	}
 	add(StepStop, old)
 	add(StepRecord, "record "+run.Name+" in the spec as run by agent "+spec.LocalAgent+", with its data dir, URLs and certificates")
@@ -308,6 +320,14 @@ func (e *Executor) stopOld(ctx context.Context, p *plan.Plan, run MemberRun) err
 			c.Progress.Say("  moved %s to %s (kept for undo)", run.Source.Path, aside)
 		} else if !errors.Is(err, os.ErrNotExist) {
 			return err
+		}
+	}
+	if run.Source.Kind == KindUnit {
+		// systemd would restart a member killed under it (Restart=):
+		// the unit is stopped through systemd; a process it left is
+		// stopped below.
+		if err := stopUnit(ctx, c, p.Value(ValueUnit), p.Value(ValueUnitFileState)); err != nil {
+			return fmt.Errorf("stop the systemd unit of %s: %w", run.Name, err)
 		}
 	}
 	pid, _ := strconv.Atoi(p.Value(ValuePID))

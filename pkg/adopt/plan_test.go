@@ -48,8 +48,6 @@ func TestNewPlanRefusals(t *testing.T) {
 		want string
 	}{
 		{"not attached", attached(func(s *spec.Cluster) { s.External = nil }), run("m1", nil), ErrNotAttached, "is not attached"},
-		{"a systemd unit", attached(nil), run("m1", func(r *MemberRun) { r.Source = Source{Kind: KindUnit, Path: "/etc/systemd/system/etcd.service"} }),
-			ErrSourceKind, "adopt it with --pid"},
 		{"a member the spec does not know", attached(nil), run("m9", nil), ErrNotThisMember, "has no member m9"},
 		{"adopted already", attached(nil), run("m2", nil), ErrAdopted, "`steward adopt --undo m2`"},
 		{"no agent on this machine", attached(func(s *spec.Cluster) { s.Agents = nil }), run("m1", nil), ErrNoAgent, "attach with --continuous"},

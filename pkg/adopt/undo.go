@@ -73,8 +73,14 @@ func NewUndoPlan(c *cluster.Cluster, name string, now time.Time) (*plan.Plan, er
 	var run MemberRun
 	_ = json.Unmarshal([]byte(p.Value(ValueRun)), &run)
 	back := "restart the old process of " + name + " with its recorded command line, environment and working directory"
-	if run.Source.Kind == KindManifest {
+	switch run.Source.Kind {
+	case KindManifest:
 		back = "move the static pod manifest back to " + run.Source.Path + " (the kubelet starts the member)"
+	case KindUnit:
+		back = "start the systemd unit " + p.Value(ValueUnit)
+		if args := unitCommand(true, p.Value(ValueUnit), p.Value(ValueUnitFileState)); args != nil {
+			back = "enable the systemd unit " + p.Value(ValueUnit) + " again (it was " + p.Value(ValueUnitFileState) + ") and start it"
+		}
 	}
 	add(StepUndoGiveBack, back+", and wait until it is healthy")
 	return p, nil
@@ -138,7 +144,7 @@ func (e *Executor) undo(ctx context.Context, p *plan.Plan, s *plan.Step, run Mem
 		nm.Agent, nm.DataDir, nm.Adopted, nm.Version = "", "", nil, ""
 		return c.SaveSpec(next)
 	case StepUndoGiveBack:
-		if err := e.giveBack(p, run); err != nil {
+		if err := e.giveBack(ctx, p, run); err != nil {
 			return err
 		}
 		if err := e.waitHealthy(ctx, run.Name); err != nil {
@@ -149,11 +155,17 @@ func (e *Executor) undo(ctx context.Context, p *plan.Plan, s *plan.Step, run Mem
 	return fmt.Errorf("unknown step kind %q", s.Kind)
 }
 
-// giveBack moves a static pod's manifest back, or restarts the old
-// process as it ran (detached: its own session, its output to
+// giveBack moves a static pod's manifest back, starts a systemd unit again
+// (enabled again when it was), or restarts the old process as it ran (detached: its own session, its output to
 // DIR/adopted/NAME/etcd.log) unless a process runs the member already.
-func (e *Executor) giveBack(p *plan.Plan, run MemberRun) error {
+func (e *Executor) giveBack(ctx context.Context, p *plan.Plan, run MemberRun) error {
 	c := e.C
+	if run.Source.Kind == KindUnit {
+		if err := startUnit(ctx, c, p.Value(ValueUnit), p.Value(ValueUnitFileState)); err != nil {
+			return fmt.Errorf("give %s back to systemd: %w", run.Name, err)
+		}
+		return nil
+	}
 	if run.Source.Kind == KindManifest {
 		aside := p.Value(ValueManifestAside)
 		if aside == "" {

@@ -62,15 +62,17 @@ hold the member that cluster knows by that name. With --dry-run nothing is chang
 Without --dry-run, the member is taken over by a persisted plan (see
 ` + "`steward plan show`" + `): every member healthy, leadership moved away, the old
 process stopped (a static pod's manifest moved aside first, kept for
-undo), the member recorded in the spec as run by this machine's agent with
+undo; a systemd unit disabled when it was enabled, and stopped, through
+systemctl), the member recorded in the spec as run by this machine's agent with
 the data dir, URLs and certificates it had, started there, and waited for
-until healthy and caught up. Its member ID stays. A systemd unit (--unit)
-is not taken over yet.
+until healthy and caught up. Its member ID stays. With --unit, systemd must
+run the member from that file (its FragmentPath) and the unit be active.
 
 --undo NAME gives an adopted member (or one whose adoption stopped
 halfway) back: stopped under the agent (its data dir kept), external again
-in the spec, its static pod manifest moved back (the kubelet starts it) or
-its old process restarted with the command line, ETCD_* environment and
+in the spec, its static pod manifest moved back (the kubelet starts it),
+its systemd unit enabled again (when it was) and started, or its old
+process restarted with the command line, ETCD_* environment and
 working directory the adopt plan recorded.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
