@@ -47,7 +47,7 @@ var (
 	// from it would (or is not valid yet).
 	ErrCAValidity = errors.New("the CA is not valid for long enough")
 	// ErrPeerNames: the members' peer certificates have different common
-	// names; each member's peer port lets in only its own.
+	// names and a member's peer port lets in only one name.
 	ErrPeerNames = errors.New("the members' peer certificates have different common names")
 )
 
@@ -62,7 +62,8 @@ type TakeOverOptions struct {
 // the certificate's, the CA valid for a leaf's lifetime at least, and
 // every member's serving and peer certificate files and the operator's
 // client certificate signed by it, the members' trusted CA files holding
-// it alone, their peer certificates of one common name.
+// it alone, and their peer certificates of one common name when a member
+// restricts its peer port to one (--peer-cert-allowed-cn).
 func TakeOverCheck(ctx context.Context, c *cluster.Cluster, o TakeOverOptions, now time.Time) (*pki.CA, pki.TakeOverLeaves, error) {
 	var none pki.TakeOverLeaves
 	s := c.Spec
@@ -144,16 +145,33 @@ func TakeOverCheck(ctx context.Context, c *cluster.Cluster, o TakeOverOptions, n
 	if len(bad) > 0 {
 		return nil, none, cluster.Refuse(ErrCANotIssuer, "cannot take over the certificates of cluster %s with the CA %s (%s): %s; nothing was changed", s.Name, o.CACert, ca.Cert.Subject.CommonName, strings.Join(bad, "; "))
 	}
-	if len(peerCNs) != 1 {
+	// One peer certificate replaces the members', member by member: a
+	// member not switched yet must let it in. A member restricting its
+	// peer port to one name (--peer-cert-allowed-cn) lets in only that
+	// name, so Steward's certificate keeps it; members that restrict
+	// nothing (kubeadm's: a peer certificate per member, named after it)
+	// let in any certificate of the CA, and Steward's gets its own
+	// cluster-wide name (CLUSTER-peer), which the peer ports then require.
+	var restrict []string
+	for _, m := range s.Members {
+		if cn := m.Adopted.TLS.PeerAllowedCN; cn != "" {
+			restrict = append(restrict, fmt.Sprintf("%s lets in only %q", m.Name, cn))
+		}
+	}
+	switch {
+	case len(restrict) == 0:
+		l.Peer.CN = s.Name + "-peer"
+	case len(peerCNs) == 1:
+		for cn := range peerCNs {
+			l.Peer.CN = cn
+		}
+	default:
 		var parts []string
 		for cn, ms := range peerCNs {
 			parts = append(parts, fmt.Sprintf("%q (%s)", cn, strings.Join(ms, ", ")))
 		}
 		slices.Sort(parts)
-		return nil, none, cluster.Refuse(ErrPeerNames, "the peer certificates of cluster %s have different common names: %s; each member's peer port lets in only its own name (--peer-cert-allowed-cn), so Steward's one peer certificate cannot replace them member by member", s.Name, strings.Join(parts, ", "))
-	}
-	for cn := range peerCNs {
-		l.Peer.CN = cn
+		return nil, none, cluster.Refuse(ErrPeerNames, "the peer certificates of cluster %s have different common names: %s, and %s (--peer-cert-allowed-cn), so no one peer certificate of Steward's can replace them member by member; drop --peer-cert-allowed-cn from the members first, or give them one peer name", s.Name, strings.Join(parts, ", "), strings.Join(restrict, ", "))
 	}
 	for _, h := range []*[]string{&l.Server.Hosts, &l.Peer.Hosts} {
 		*h = append(*h, "127.0.0.1", "localhost")

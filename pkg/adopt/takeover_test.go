@@ -73,7 +73,8 @@ func writeFile(t *testing.T, p, s string) {
 // taken over already or not fully adopted; a key of another CA; a CA that
 // did not sign a member's peer certificate or the operator's client
 // certificate; the members trusting a second CA; a CA expiring within a
-// leaf's lifetime; peer certificates of different common names.
+// leaf's lifetime; peer certificates of different common names where a
+// member lets in only one.
 func TestTakeOverCheckRefusals(t *testing.T) {
 	files := t.TempDir()
 	op := newTestCA(t, files, "operator-ca", 2*365*24*time.Hour)
@@ -122,8 +123,10 @@ func TestTakeOverCheckRefusals(t *testing.T) {
 		{"another CA in the members' bundle", adopted(func(s *spec.Cluster) { s.Members[0].Adopted.TLS.CA = filepath.Join(files, "bundle.pem") }), opts,
 			ErrCANotIssuer, "1 other CA certificates"},
 		{"a CA expiring within a leaf's lifetime", adopted(nil), TakeOverOptions{CACert: short.file, CAKey: short.keyFile}, ErrCAValidity, "within the lifetime of a leaf"},
-		{"peer certificates of two names", adopted(func(s *spec.Cluster) { s.Members[1].Adopted.TLS.PeerCert = filepath.Join(files, "peer-b.pem") }), opts,
-			ErrPeerNames, `"etcd-peer-b" (m2)`},
+		{"peer certificates of two names, a member restricting", adopted(func(s *spec.Cluster) {
+			s.Members[1].Adopted.TLS.PeerCert = filepath.Join(files, "peer-b.pem")
+			s.Members[1].Adopted.TLS.PeerAllowedCN = "etcd-peer-b"
+		}), opts, ErrPeerNames, `"etcd-server" (m1), and m2 lets in only "etcd-peer-b"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ca, _, err := TakeOverCheck(t.Context(), tc.c, tc.o, time.Now())

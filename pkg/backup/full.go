@@ -63,26 +63,27 @@ func TakeFull(ctx context.Context, cli *clientv3.Client, s Store, o FullOptions)
 	}
 	defer sd.Remove()
 	tmp := sd.Path
-	// One pass over the stream: the raw database (to check), its hash
-	// (etcd's appended checksum), and the packed object (to store once
-	// every check passed).
-	raw := filepath.Join(tmp, "snapshot.db")
+	// One pass over the stream: its hash (etcd's appended checksum), the
+	// revisions read from the database as it streams by (a scan of its
+	// pages: the raw database is never written, so a backup writes the
+	// snapshot once), and the packed object (to store once every check
+	// passed).
 	packed := filepath.Join(tmp, "snapshot.pack")
-	rawSize, size, sum, err := streamSnapshot(ctx, cli, raw, packed, o.Key, level)
+	scan := datadir.NewRevisionScanner()
+	rawSize, size, sum, err := streamSnapshot(ctx, cli, scan, packed, o.Key, level)
 	if err != nil {
 		return Manifest{}, fmt.Errorf("snapshot from %s: %w", o.Member, err)
 	}
-	// The revision comes from the snapshot itself. The full consistency
-	// check (every page, every key) runs at verify and restore, not here:
-	// etcd's checksum and the stored object's SHA-256 protect the bytes, and
-	// skipping it doubles backup throughput.
-	st, err := InspectRevision(raw)
+	// The revision comes from the snapshot itself (what InspectRevision
+	// reads from a file). The full consistency check (every page, every
+	// key) runs at verify and restore, not here: etcd's checksum and the
+	// stored object's SHA-256 protect the bytes, and skipping it doubles
+	// backup throughput.
+	rev, compacted, err := scan.Result()
 	if err != nil {
-		return Manifest{}, fmt.Errorf("snapshot from %s: %w", o.Member, err)
+		return Manifest{}, fmt.Errorf("snapshot from %s: snapshot database: %w", o.Member, err)
 	}
-	// The raw copy is no longer needed: removed now, its pages are dropped
-	// before the kernel writes them back, while the object is synced.
-	_ = os.Remove(raw)
+	st := SnapshotInfo{Revision: rev, CompactRevision: compacted}
 	m := Manifest{
 		ID: NewID(KindFull, o.Now(), st.Revision), Kind: KindFull, ClusterID: o.ClusterID,
 		Member: o.Member, StartRevision: st.CompactRevision, EndRevision: st.Revision,
@@ -155,18 +156,19 @@ type chunk struct {
 	n   int    // bytes of buf that hold data
 }
 
-// streamSnapshot writes the member's snapshot to rawPath and, in the same
-// pass, its packed form (zstd at level, optionally encrypted) to
-// packedPath, and checks the SHA-256 that etcd appends to the stream (its
-// last 32 bytes). cli must be connected to exactly the member to back up.
+// streamSnapshot writes the member's snapshot database (without etcd's
+// checksum) to db and, in the same pass, its packed form (zstd at level,
+// optionally encrypted) to packedPath, and checks the SHA-256 that etcd
+// appends to the stream (its last 32 bytes). cli must be connected to
+// exactly the member to back up.
 //
 // Three stages run concurrently so that none waits for another: receive
-// (fills pooled 1 MiB buffers from the gRPC stream), raw (writes the raw
-// file and hashes it) and pack (compresses, encrypts, writes and hashes the
-// packed file). Bounded channels hand the buffers on; the pool caps memory
+// (fills pooled 1 MiB buffers from the gRPC stream), raw (hashes the
+// stream and writes the database to db) and pack (compresses, encrypts,
+// writes and hashes the packed file). Bounded channels hand the buffers on; the pool caps memory
 // at pipelineChunks buffers. The first error of any stage, or ctx ending,
 // cancels the others; every stage has returned before streamSnapshot does.
-func streamSnapshot(ctx context.Context, cli *clientv3.Client, rawPath, packedPath string, key *Key, level zstd.EncoderLevel) (rawSize, size int64, sum string, err error) {
+func streamSnapshot(ctx context.Context, cli *clientv3.Client, db io.Writer, packedPath string, key *Key, level zstd.EncoderLevel) (rawSize, size int64, sum string, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	rc, err := cli.Snapshot(ctx)
@@ -174,30 +176,25 @@ func streamSnapshot(ctx context.Context, cli *clientv3.Client, rawPath, packedPa
 		return 0, 0, "", err
 	}
 	defer rc.Close()
-	return writeSnapshot(ctx, cancel, rc, rawPath, packedPath, key, level)
+	return writeSnapshot(ctx, cancel, rc, db, packedPath, key, level)
 }
 
 // writeSnapshot runs streamSnapshot's pipeline over rc, which must return
 // from Read once ctx ends (as a gRPC stream opened with ctx does); cancel
 // cancels ctx.
-func writeSnapshot(ctx context.Context, cancel context.CancelFunc, rc io.Reader, rawPath, packedPath string, key *Key, level zstd.EncoderLevel) (rawSize, size int64, sum string, err error) {
-	raw, err := os.OpenFile(rawPath, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if err != nil {
-		return 0, 0, "", err
-	}
-	defer raw.Close()
+func writeSnapshot(ctx context.Context, cancel context.CancelFunc, rc io.Reader, db io.Writer, packedPath string, key *Key, level zstd.EncoderLevel) (rawSize, size int64, sum string, err error) {
 	packed, err := os.OpenFile(packedPath, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return 0, 0, "", err
 	}
 	defer packed.Close()
 	p := newPipeline(ctx, cancel)
-	h := &holdBackHash{h: sha256.New()}
+	h := &holdBackHash{h: sha256.New(), also: db}
 	var packN int64
 	var packSum string
 	p.run(func() error { return p.receive(rc) })
 	p.run(func() error {
-		// The raw stage owns raw, h and rawSize until the pipeline ends.
+		// The raw stage owns db, h and rawSize until the pipeline ends.
 		for {
 			var c chunk
 			var ok bool
@@ -208,9 +205,6 @@ func writeSnapshot(ctx context.Context, cancel context.CancelFunc, rc io.Reader,
 			}
 			if !ok {
 				break
-			}
-			if _, err := raw.Write(c.buf[:c.n]); err != nil {
-				return err
 			}
 			h.Write(c.buf[:c.n])
 			rawSize += int64(c.n)
@@ -231,7 +225,7 @@ func writeSnapshot(ctx context.Context, cancel context.CancelFunc, rc io.Reader,
 	if err := p.wait(); err != nil {
 		return rawSize, 0, "", fmt.Errorf("receive snapshot: %w", err)
 	}
-	// The temporary files are read back by this process only (page cache)
+	// The temporary file is read back by this process only (page cache)
 	// and the store syncs its own copy: no fsync here.
 	if rawSize < sha256.Size || (rawSize-sha256.Size)%512 != 0 {
 		return rawSize, 0, "", fmt.Errorf("snapshot of %d bytes carries no etcd checksum: the stream was cut short", rawSize)
@@ -383,21 +377,30 @@ func (r *pipeReader) WriteTo(w io.Writer) (int64, error) {
 
 // holdBackHash hashes everything written to it except the last 32 bytes,
 // which it keeps: the hash of a stream whose checksum is appended to it.
+// also (when set) gets the same bytes as h.
 type holdBackHash struct {
 	h    hash.Hash
+	also io.Writer
 	tail []byte
+}
+
+func (w *holdBackHash) pass(p []byte) {
+	w.h.Write(p)
+	if w.also != nil {
+		w.also.Write(p)
+	}
 }
 
 func (w *holdBackHash) Write(p []byte) (int, error) {
 	if len(p) >= sha256.Size {
-		w.h.Write(w.tail)
-		w.h.Write(p[:len(p)-sha256.Size])
+		w.pass(w.tail)
+		w.pass(p[:len(p)-sha256.Size])
 		w.tail = append(w.tail[:0], p[len(p)-sha256.Size:]...)
 		return len(p), nil
 	}
 	buf := append(append([]byte(nil), w.tail...), p...)
 	if len(buf) > sha256.Size {
-		w.h.Write(buf[:len(buf)-sha256.Size])
+		w.pass(buf[:len(buf)-sha256.Size])
 		buf = buf[len(buf)-sha256.Size:]
 	}
 	w.tail = buf

@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"github.com/etcd-steward/steward/pkg/datadir"
 	"io"
 	"os"
 	"path/filepath"
@@ -83,8 +84,9 @@ func TestWriteSnapshot(t *testing.T) {
 			}
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
-			rawPath, packedPath := filepath.Join(dir, "raw"), filepath.Join(dir, "packed")
-			rawSize, size, sum, err := writeSnapshot(ctx, cancel, bytes.NewReader(tc.stream), rawPath, packedPath, key, tc.level)
+			packedPath := filepath.Join(dir, "packed")
+			var db bytes.Buffer
+			rawSize, size, sum, err := writeSnapshot(ctx, cancel, bytes.NewReader(tc.stream), &db, packedPath, key, tc.level)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v, want one saying %q", err, tc.wantErr)
@@ -97,17 +99,14 @@ func TestWriteSnapshot(t *testing.T) {
 			if rawSize != int64(len(tc.stream)) {
 				t.Errorf("raw size %d, want %d", rawSize, len(tc.stream))
 			}
-			gotRaw, err := os.ReadFile(rawPath)
-			if err != nil {
-				t.Fatal(err)
+			if !bytes.Equal(db.Bytes(), tc.stream[:len(tc.stream)-32]) {
+				t.Error("the database written differs from the stream without its checksum")
 			}
-			if !bytes.Equal(gotRaw, tc.stream) {
-				t.Error("raw file differs from the stream")
+			if fi, err := os.Stat(packedPath); err != nil || fi.Mode().Perm() != 0o600 {
+				t.Errorf("%s: mode %v, err %v; want 0600", packedPath, fi.Mode().Perm(), err)
 			}
-			for _, p := range []string{rawPath, packedPath} {
-				if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != 0o600 {
-					t.Errorf("%s: mode %v, err %v; want 0600", p, fi.Mode().Perm(), err)
-				}
+			if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+				t.Errorf("the pipeline wrote %d files, want the packed object alone", len(ents))
 			}
 			obj, err := os.ReadFile(packedPath)
 			if err != nil {
@@ -161,7 +160,7 @@ func TestWriteSnapshotStopsEveryStage(t *testing.T) {
 			sr := &stallReader{ctx: ctx, r: bytes.NewReader(stream[:25*pipeChunkSize]), err: tc.fail, read: make(chan struct{})}
 			done := make(chan error, 1)
 			go func() {
-				_, _, _, err := writeSnapshot(ctx, cancel, sr, filepath.Join(dir, "raw"), filepath.Join(dir, "packed"), nil, zstd.SpeedDefault)
+				_, _, _, err := writeSnapshot(ctx, cancel, sr, io.Discard, filepath.Join(dir, "packed"), nil, zstd.SpeedDefault)
 				done <- err
 			}()
 			if tc.fail == nil {
@@ -233,7 +232,7 @@ func BenchmarkWriteSnapshot(b *testing.B) {
 				dir := b.TempDir()
 				ctx, cancel := context.WithCancel(b.Context())
 				var err error
-				_, size, _, err = writeSnapshot(ctx, cancel, bytes.NewReader(stream), filepath.Join(dir, "raw"), filepath.Join(dir, "packed"), nil, zl)
+				_, size, _, err = writeSnapshot(ctx, cancel, bytes.NewReader(stream), datadir.NewRevisionScanner(), filepath.Join(dir, "packed"), nil, zl)
 				cancel()
 				if err != nil {
 					b.Fatal(err)

@@ -37,7 +37,9 @@ import (
 // back, so each pair sees the same machine load; it logs every pair's
 // ratio and reports the median ratio and the stored size per level.
 // STEWARD_BENCH_SNAPSHOT_ROUNDS (default 3) sets the rounds,
-// STEWARD_BENCH_SNAPSHOT_KUBE_OBJECTS (default 20000) the config maps.
+// STEWARD_BENCH_SNAPSHOT_KUBE_OBJECTS (default 20000) the config maps,
+// STEWARD_BENCH_SNAPSHOT_PROFILE=DIR writes a CPU profile of each
+// `steward backup now` into DIR.
 func BenchmarkFullSnapshot(b *testing.B) {
 	b.Run("random", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
@@ -102,7 +104,13 @@ func compareSnapshots(b *testing.B, e *harness.Env) {
 			if err := s.Save(filepath.Join(e.Dir, spec.FileName)); err != nil {
 				b.Fatal(err)
 			}
-			sc := exec.Command(e.Bin, "backup", "now", "-o", "json", "--dir", e.Dir)
+			args := []string{"backup", "now", "-o", "json", "--dir", e.Dir}
+			if dir := os.Getenv("STEWARD_BENCH_SNAPSHOT_PROFILE"); dir != "" {
+				// Where steward's CPU goes (the hidden --cpu-profile).
+				name := fmt.Sprintf("%s-%d-%s.pprof", strings.ReplaceAll(b.Name(), "/", "-"), round, level)
+				args = append(args, "--cpu-profile", filepath.Join(dir, name))
+			}
+			sc := exec.Command(e.Bin, args...)
 			sc.Env = append(os.Environ(), "STEWARD_DIR=")
 			leaderBefore := processCPU(leader.PID)
 			start := time.Now()

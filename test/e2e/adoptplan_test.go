@@ -22,6 +22,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/adopt"
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/spec"
 	"github.com/etcd-steward/steward/test/harness"
@@ -520,11 +521,18 @@ func TestAdoptResumeAfterKill(t *testing.T) {
 // that raft traffic flows between the two adopted members; the agent runs
 // them without --peer-cert-allowed-cn, as they ran. The agent used to
 // restrict each adopted member's peer port to its own certificate's name,
-// which refused its peers' connections.
+// which refused its peers' connections. Then the third adopted and
+// Steward takes over issuing the certificates (takeOverCerts): refused
+// before for peer certificates of different names, it now issues one of
+// the cluster's own peer name, which members not switched yet let in.
 func TestAdoptPeerNames(t *testing.T) {
 	f := harness.StartForeignClusterPeerNames(t, adoptVersion, 3)
 	fcli := f.MustClient()
 	e := attachForAdopt(t, f)
+	before, err := fcli.MemberList(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
 	w := workload.Start(t, fcli, workload.Options{Prefix: "/peernames", Interval: 10 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second})
 	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write", w.AckedAbove(100))
 	adopted := f.Members[:2]
@@ -549,6 +557,15 @@ func TestAdoptPeerNames(t *testing.T) {
 		}
 	}
 	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write under the adopted leader", w.AckedAbove(w.Acked()+200))
+
+	// The third, then the certificates.
+	e.MustRun("adopt", "--pid", strconv.Itoa(f.Members[2].PID()))
+	takeOverCerts(t, e, f, (*etcdserverpb.MemberListResponse)(before))
+	peerCN, _, err := pki.CertNames(pki.FilesIn(filepath.Join(e.Dir, "pki")).PeerCert)
+	if err != nil || peerCN != e.Spec().Name+"-peer" {
+		t.Errorf("Steward's peer certificate after the take-over is named %q (%v), want the cluster's %s-peer", peerCN, err, e.Spec().Name)
+	}
+	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write after the take-over", w.AckedAbove(w.Acked()+200))
 	workload.RequireKeys(t, fcli, w.Stop())
 }
 

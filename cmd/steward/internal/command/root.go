@@ -43,6 +43,26 @@ func NewRootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	g.AddFlags(root)
+	// --cpu-profile FILE (hidden): a Go CPU profile of the whole command,
+	// for the benchmarks' "where the time goes" (docs/benchmarks.md), not
+	// for operations.
+	var profile string
+	var stopProfile func()
+	root.PersistentFlags().StringVar(&profile, "cpu-profile", "", "write a Go CPU profile (pprof) of the command to this file")
+	_ = root.PersistentFlags().MarkHidden("cpu-profile")
+	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if profile == "" {
+			return nil
+		}
+		var err error
+		stopProfile, err = cli.StartCPUProfile(profile)
+		return err
+	}
+	root.PersistentPostRun = func(*cobra.Command, []string) {
+		if stopProfile != nil {
+			stopProfile()
+		}
+	}
 	root.AddCommand(
 		initcluster.NewCommand(g),
 		up.NewCommand(g),

@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"runtime/pprof"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -43,7 +42,6 @@ type options struct {
 	chunkSize           int64
 	metricsAddr         string
 	protobuf            bool
-	cpuProfile          string // hidden: where the time goes (benchmarks)
 }
 
 func storageCommand(g *cli.Globals) *cobra.Command {
@@ -88,8 +86,6 @@ summary and make the exit status 1.`,
 	f.Int64Var(&o.chunkSize, "chunk-size", kmigrate.DefaultChunkSize, "objects per list request")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address (host:port) at /metrics while migrating (default: off)")
 	f.BoolVar(&o.protobuf, "protobuf", true, "read and write built-in resources in protobuf (false: JSON, as custom resources always are)")
-	f.StringVar(&o.cpuProfile, "cpu-profile", "", "write a Go CPU profile (pprof) of the migration to this file")
-	_ = f.MarkHidden("cpu-profile") // for benchmarks (docs/benchmarks.md), not operations
 	return cmd
 }
 
@@ -136,14 +132,6 @@ func run(cmd *cobra.Command, g *cli.Globals, o options) error {
 	defer stop()
 	go func() { <-ctx.Done(); stop() }() // a second signal kills as usual
 
-	if o.cpuProfile != "" {
-		stopProfile, err := startCPUProfile(o.cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer stopProfile()
-	}
-
 	stderr := cmd.ErrOrStderr()
 	var metrics *kmigrate.Metrics
 	if o.metricsAddr != "" {
@@ -177,23 +165,6 @@ func run(cmd *cobra.Command, g *cli.Globals, o options) error {
 		}
 	}
 	return err
-}
-
-// startCPUProfile starts a Go CPU profile written to path (mode 0600)
-// until stop is called.
-func startCPUProfile(path string) (stop func(), err error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("--cpu-profile: %w", err)
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("--cpu-profile %s: %w", path, err)
-	}
-	return func() {
-		pprof.StopCPUProfile()
-		f.Close()
-	}, nil
 }
 
 // serveMetrics serves reg at http://addr/metrics until shutdown is called.
