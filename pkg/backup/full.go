@@ -79,11 +79,10 @@ func TakeFull(ctx context.Context, cli *clientv3.Client, s Store, o FullOptions)
 	// key) runs at verify and restore, not here: etcd's checksum and the
 	// stored object's SHA-256 protect the bytes, and skipping it doubles
 	// backup throughput.
-	rev, compacted, err := scan.Result()
+	st, err := snapshotRevisions(ctx, scan, packed, o.Key, tmp)
 	if err != nil {
-		return Manifest{}, fmt.Errorf("snapshot from %s: snapshot database: %w", o.Member, err)
+		return Manifest{}, fmt.Errorf("snapshot from %s: %w", o.Member, err)
 	}
-	st := SnapshotInfo{Revision: rev, CompactRevision: compacted}
 	m := Manifest{
 		ID: NewID(KindFull, o.Now(), st.Revision), Kind: KindFull, ClusterID: o.ClusterID,
 		Member: o.Member, StartRevision: st.CompactRevision, EndRevision: st.Revision,
@@ -110,6 +109,53 @@ func TakeFull(ctx context.Context, cli *clientv3.Client, s Store, o FullOptions)
 		return m, err
 	}
 	return m, nil
+}
+
+// snapshotRevisions returns the revisions scan read from the database as it
+// streamed. When the scan could not read them (a page larger than it
+// keeps), the database is read from a file instead: the packed object at
+// packed (key: its encryption) unpacked into tmp, then removed.
+func snapshotRevisions(ctx context.Context, scan *datadir.RevisionScanner, packed string, key *Key, tmp string) (SnapshotInfo, error) {
+	rev, compacted, scanErr := scan.Result()
+	if scanErr == nil {
+		return SnapshotInfo{Revision: rev, CompactRevision: compacted}, nil
+	}
+	raw := filepath.Join(tmp, "snapshot.db")
+	defer os.Remove(raw)
+	if err := unpack(ctx, packed, key, raw); err != nil {
+		return SnapshotInfo{}, fmt.Errorf("snapshot database: %v; unpacking it to read it from a file: %w", scanErr, err)
+	}
+	return InspectRevision(raw)
+}
+
+// unpack decrypts (key: when set) and decompresses the packed object at src
+// into a new file dst (0600).
+func unpack(ctx context.Context, src string, key *Key, dst string) error {
+	f, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var r io.Reader = f
+	if key != nil {
+		if r, err = NewDecryptReader(r, key); err != nil {
+			return err
+		}
+	}
+	zr, err := zstd.NewReader(r)
+	if err != nil {
+		return err
+	}
+	defer zr.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, ctxReader{ctx, zr}); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 // Compression levels a full snapshot can be stored with (spec

@@ -6,9 +6,9 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
-	"github.com/etcd-steward/steward/pkg/datadir"
 	"io"
 	"os"
 	"path/filepath"
@@ -18,6 +18,9 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/zstd"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/etcd-steward/steward/pkg/datadir"
 )
 
 // snapshotStream is a stream as etcd sends it: a database whose length is
@@ -240,5 +243,80 @@ func BenchmarkWriteSnapshot(b *testing.B) {
 			}
 			b.ReportMetric(float64(size)/float64(len(stream)), "stored/raw")
 		})
+	}
+}
+
+// TestSnapshotRevisionsFallback: a database whose last revision's value
+// spans more pages than the stream scanner keeps (17 MiB): the scan
+// fails, and the revisions are read from the packed object unpacked
+// (encrypted here), the same as datadir.Revisions reads from the file;
+// the unpacked copy is removed.
+func TestSnapshotRevisionsFallback(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "db")
+	db, err := bolt.Open(p, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		kb, err := tx.CreateBucket([]byte("key"))
+		if err != nil {
+			return err
+		}
+		mb, err := tx.CreateBucket([]byte("meta"))
+		if err != nil {
+			return err
+		}
+		v := make([]byte, 8)
+		binary.BigEndian.PutUint64(v, 3)
+		if err := mb.Put([]byte("finishedCompactRev"), v); err != nil {
+			return err
+		}
+		for r := 1; r <= 10; r++ {
+			k := make([]byte, 17)
+			binary.BigEndian.PutUint64(k, uint64(r))
+			k[8] = '_'
+			size := 100
+			if r == 10 {
+				size = 17 << 20
+			}
+			if err := kb.Put(k, make([]byte, size)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stream bytes.Buffer
+	if err := db.View(func(tx *bolt.Tx) error { _, err := tx.WriteTo(&stream); return err }); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	wantRev, wantCompacted, err := datadir.Revisions(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(stream.Bytes())
+	stream.Write(sum[:])
+
+	dir := t.TempDir()
+	key := testKey(t)
+	packed := filepath.Join(dir, "snapshot.pack")
+	scan := datadir.NewRevisionScanner()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	if _, _, _, err := writeSnapshot(ctx, cancel, bytes.NewReader(stream.Bytes()), scan, packed, key, zstd.SpeedFastest); err != nil {
+		t.Fatal(err)
+	}
+	st, err := snapshotRevisions(t.Context(), scan, packed, key, dir)
+	if err != nil || st.Revision != wantRev || st.CompactRevision != wantCompacted {
+		t.Fatalf("snapshotRevisions = %+v, %v; want revision %d, compacted %d", st, err, wantRev, wantCompacted)
+	}
+	if _, _, err := scan.Result(); err == nil || !strings.Contains(err.Error(), "spans more than") {
+		t.Errorf("the scan itself: %v; want it to fail on the 17 MiB page", err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Errorf("%d files left in the scratch directory, want the packed object alone", len(ents))
 	}
 }

@@ -17,7 +17,8 @@ import (
 // Result. It keeps the meta pages, every branch page, every leaf page that
 // holds bucket headers or finishedCompactRev, and the last key of every
 // other leaf page: a few megabytes for a gigabyte of database. Its memory
-// follows the bytes written, never a size the input declares.
+// follows the bytes written, never a size the input declares: at most
+// maxScannedPage of the stream is buffered.
 //
 // bbolt's page layout (page.go, meta in db.go): a 16-byte header (id u64,
 // flags u16, count u16, overflow u32) then, for branch and leaf pages,
@@ -25,8 +26,11 @@ import (
 // from the element; integers little-endian.
 type RevisionScanner struct {
 	pageSize int
+	total    int64  // bytes written
+	next     int64  // the next page position to examine
 	off      int64  // stream offset of buf[0]
-	buf      []byte // bytes of pages not processed yet
+	buf      []byte // bytes from off on, not needed by examined positions
+	tooLarge map[uint64]bool // pages spanning more than maxScannedPage
 	metas    []scanMeta
 	branches map[uint64][]byte // branch pages, whole
 	buckets  map[uint64][]byte // leaf pages holding bucket headers, whole
@@ -48,7 +52,7 @@ const (
 	metaSize        = 64
 	minPageSize     = 1024
 	maxPageSize     = 64 << 10
-	maxScannedPage  = 1 << 30 // a page (with its overflow) larger than this is refused
+	maxScannedPage  = 16 << 20 // a page (with its overflow) larger than this is not kept
 	maxKeptKey      = 64      // a leaf's last key is kept up to this length (revisions are 17 or 18 bytes)
 	compactRevKey   = "finishedCompactRev"
 	keyBucketName   = "key"
@@ -70,7 +74,7 @@ type scanMeta struct {
 func NewRevisionScanner() *RevisionScanner {
 	return &RevisionScanner{
 		branches: map[uint64][]byte{}, buckets: map[uint64][]byte{},
-		lastKeys: map[uint64][]byte{}, compact: map[uint64][]byte{},
+		lastKeys: map[uint64][]byte{}, compact: map[uint64][]byte{}, tooLarge: map[uint64]bool{},
 	}
 }
 
@@ -88,12 +92,23 @@ func (s *RevisionScanner) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	s.buf = append(s.buf, p...)
+	s.total += int64(len(p))
 	s.process(false)
 	return len(p), nil
 }
 
-// process handles every complete page in buf; at end, leftover bytes are
-// an error.
+// process examines every page position whose bytes have arrived.
+//
+// A database file holds freed pages too, never cleared: a freed page's old
+// header may claim an overflow over pages now live, and the middle of an
+// old multi-page value may look like anything. So no position is skipped
+// on another page's word: every position N whose header says it is page N
+// (bbolt writes each page's own id into it) is read as a page with its
+// overflow, and the position after it is examined next all the same. The
+// tree walk of Result follows only live pointers, to positions whose
+// current bytes are the live page. A page spanning more than
+// maxScannedPage is not kept (a walk that needs it fails: the caller then
+// reads the database from a file).
 func (s *RevisionScanner) process(end bool) {
 	for s.err == nil {
 		if s.pageSize == 0 {
@@ -109,31 +124,43 @@ func (s *RevisionScanner) process(end bool) {
 			}
 			s.pageSize = int(ps)
 		}
-		if len(s.buf) < pageHeaderSize {
+		at := s.next*int64(s.pageSize) - s.off // of the position in buf
+		if int64(len(s.buf)) < at+int64(s.pageSize) {
 			break
 		}
-		overflow := binary.LittleEndian.Uint32(s.buf[12:])
+		h := s.buf[at:]
+		id := binary.LittleEndian.Uint64(h)
+		flags := binary.LittleEndian.Uint16(h[8:])
+		overflow := binary.LittleEndian.Uint32(h[12:])
 		size := (int64(overflow) + 1) * int64(s.pageSize)
-		if size > maxScannedPage {
-			s.fail("page %d spans %d bytes", s.off/int64(s.pageSize), size)
-			return
+		switch {
+		case id != uint64(s.next) || flags&(branchPageFlag|leafPageFlag|metaPageFlag) == 0:
+			// Not a page start (the middle of a multi-page page, a
+			// freelist page, or bytes nothing refers to).
+		case size > maxScannedPage:
+			s.tooLarge[uint64(s.next)] = true
+		case int64(len(s.buf)) < at+size:
+			if !end {
+				return // the rest of this page has not arrived
+			}
+			// The stream ends inside it: not a live page (Result's
+			// length check says so if it was).
+		default:
+			s.page(uint64(s.next), s.buf[at:at+size])
 		}
-		if int64(len(s.buf)) < size {
-			break
+		s.next++
+		// Drop what no position left to examine needs.
+		if drop := s.next*int64(s.pageSize) - s.off; drop > 0 && drop <= int64(len(s.buf)) {
+			s.buf = s.buf[drop:]
+			s.off += drop
 		}
-		s.page(uint64(s.off/int64(s.pageSize)), s.buf[:size])
-		s.off += size
-		s.buf = s.buf[size:]
 	}
 	// Keep buf from growing without end: move what is left to the front.
 	if cap(s.buf) > 4*maxPageSize && len(s.buf) < cap(s.buf)/4 {
 		s.buf = append([]byte(nil), s.buf...)
 	}
-	if end && s.err == nil && len(s.buf) > 0 && s.pageSize == 0 {
-		s.fail("the stream ends inside the first meta page (%d bytes)", len(s.buf))
-	}
-	if end && s.err == nil && len(s.buf) > 0 {
-		s.fail("the stream ends inside page %d (%d bytes left)", s.off/int64(s.pageSize), len(s.buf))
+	if end && s.err == nil && s.pageSize == 0 && s.total > 0 {
+		s.fail("the stream ends inside the first meta page (%d bytes)", s.total)
 	}
 }
 
@@ -250,8 +277,8 @@ func (s *RevisionScanner) Result() (rev, compacted int64, err error) {
 	if int(m.pageSize) != s.pageSize {
 		return 0, 0, s.fail("the meta page says pages of %d bytes, the first page %d", m.pageSize, s.pageSize)
 	}
-	if want := int64(m.highPgid) * int64(s.pageSize); s.off != want {
-		return 0, 0, s.fail("the database is %d bytes, its meta page says %d", s.off, want)
+	if want := int64(m.highPgid) * int64(s.pageSize); s.total != want {
+		return 0, 0, s.fail("the database is %d bytes, its meta page says %d", s.total, want)
 	}
 	kb, err := s.bucket(m.root, keyBucketName)
 	if err != nil {
@@ -280,6 +307,14 @@ func (s *RevisionScanner) Result() (rev, compacted int64, err error) {
 	return max(last, compacted, 1), compacted, nil
 }
 
+// missing fails a walk that needs page pgid of what, not kept.
+func (s *RevisionScanner) missing(what string, pgid uint64) error {
+	if s.tooLarge[pgid] {
+		return s.fail("page %d of the %s spans more than %d bytes", pgid, what, maxScannedPage)
+	}
+	return s.fail("page %d of the %s is not in the stream or malformed", pgid, what)
+}
+
 // maxDepth bounds a walk down a tree (a cycle in a malformed file).
 const maxDepth = 64
 
@@ -301,7 +336,7 @@ func (s *RevisionScanner) bucket(root uint64, name string) ([]byte, error) {
 			if _, leaf := s.lastKeys[pgid]; leaf {
 				return nil, nil // a leaf of no buckets: the root bucket is empty
 			}
-			return nil, s.fail("page %d of the root bucket is not in the stream or malformed", pgid)
+			return nil, s.missing("root bucket", pgid)
 		}
 		n := int(binary.LittleEndian.Uint16(p[10:]))
 		for i := range n {
@@ -381,7 +416,7 @@ func (s *RevisionScanner) lastKey(h []byte) ([]byte, error) {
 		}
 		k, ok := s.lastKeys[pgid]
 		if !ok {
-			return nil, s.fail("leaf page %d of the key bucket is not in the stream or malformed", pgid)
+			return nil, s.missing("key bucket", pgid)
 		}
 		return k, nil
 	}
@@ -420,7 +455,7 @@ func (s *RevisionScanner) compactRev(h []byte) ([]byte, error) {
 		}
 		if _, ok := s.lastKeys[pgid]; !ok {
 			if _, ok := s.buckets[pgid]; !ok {
-				return nil, s.fail("leaf page %d of the meta bucket is not in the stream or malformed", pgid)
+				return nil, s.missing("meta bucket", pgid)
 			}
 		}
 		return s.compact[pgid], nil

@@ -37,6 +37,10 @@ type scanDB struct {
 	deleteTo  int // delete revisions below this after writing (freed pages)
 	pageSize  int
 	buckets   int // extra buckets (members, lease, auth, ...)
+	// churn: after writing, delete every value with overflow pages, then
+	// write churn more revisions into the freed pages (whose old headers
+	// and old value bytes stay where nothing refers to them any more).
+	churn int
 }
 
 func (d scanDB) write(t *testing.T) string {
@@ -105,6 +109,48 @@ func (d scanDB) write(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	for round := 0; d.churn > 0 && round < 3; round++ {
+		err = db.Update(func(tx *bolt.Tx) error {
+			kb := tx.Bucket([]byte("key"))
+			var big [][]byte
+			c := kb.Cursor()
+			for k, v := c.First(); k != nil; k, v = c.Next() {
+				if len(v) > 4096 {
+					big = append(big, bytes.Clone(k))
+				}
+			}
+			for _, k := range big {
+				if err := kb.Delete(k); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = db.Update(func(tx *bolt.Tx) error {
+			kb := tx.Bucket([]byte("key"))
+			base := d.revs + round*d.churn
+			for r := base + 1; r <= base+d.churn; r++ {
+				size := 300 + rng.IntN(3000)
+				if r%7 == 0 {
+					size = 20000 + rng.IntN(100000)
+				}
+				v := make([]byte, size)
+				for i := range v {
+					v[i] = byte(rng.IntN(256))
+				}
+				if err := kb.Put(revKey(int64(r), 0, false), v); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 	if d.deleteTo > 0 {
 		err = db.Update(func(tx *bolt.Tx) error {
 			kb := tx.Bucket([]byte("key"))
@@ -169,6 +215,7 @@ func TestRevisionScanner(t *testing.T) {
 		{"overflow values", scanDB{revs: 600, valueSize: 500, bigEvery: 50, compacted: 100}},
 		{"last value overflows", scanDB{revs: 100, valueSize: 500, bigEvery: 100}},
 		{"freed pages", scanDB{revs: 5000, valueSize: 300, deleteTo: 4000, compacted: 4000}},
+		{"freed multi-page values, pages reused", scanDB{revs: 400, valueSize: 2000, bigEvery: 3, churn: 300, compacted: 3}},
 		{"16 KB pages", scanDB{revs: 5000, valueSize: 300, compacted: 10, pageSize: 16384}},
 		{"no meta bucket", scanDB{revs: 100, valueSize: 50, noMeta: true}},
 		{"compacted beyond the last key", scanDB{revs: 100, valueSize: 50, compacted: 500}},
@@ -218,7 +265,7 @@ func TestRevisionScannerRefusals(t *testing.T) {
 		want   string
 	}{
 		{"empty", nil, "no valid meta page"},
-		{"cut inside a page", good[:len(good)-100], "ends inside page"},
+		{"cut inside a page", good[:len(good)-100], "its meta page says"},
 		{"a page missing at the end", good[:len(good)-4096], "its meta page says"},
 		{"random bytes", bytes.Repeat([]byte{0x5a}, 64<<10), "page size"},
 		{"both meta pages broken", append(flip(16+20)[:4096], flip(4096 + 16 + 20)[4096:]...), "no valid meta page"},
