@@ -44,6 +44,41 @@ func attachForAdopt(t *testing.T, f *harness.ForeignCluster) *harness.Env {
 	return e
 }
 
+// memberID returns the member list and the ID of member name in it.
+func memberID(t *testing.T, list func(context.Context, ...clientv3.OpOption) (*clientv3.MemberListResponse, error), name string) (*clientv3.MemberListResponse, uint64) {
+	t.Helper()
+	resp, err := list(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range resp.Members {
+		if m.Name == name {
+			return resp, m.ID
+		}
+	}
+	t.Fatalf("no member %s in %v", name, resp.Members)
+	return nil, 0
+}
+
+// specSnapshot returns a check that a refused adopt changed nothing: the
+// spec as it is now, and no plan.
+func specSnapshot(t *testing.T, e *harness.Env) (unchanged func(what string)) {
+	t.Helper()
+	before, err := os.ReadFile(filepath.Join(e.Dir, spec.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(what string) {
+		t.Helper()
+		if after, err := os.ReadFile(filepath.Join(e.Dir, spec.FileName)); err != nil || string(after) != string(before) {
+			t.Errorf("%s changed the spec (%v)", what, err)
+		}
+		if _, err := plan.OpenStore(e.Dir).Latest(); !errors.Is(err, plan.ErrNoPlan) {
+			t.Errorf("%s left a plan: %v", what, err)
+		}
+	}
+}
+
 // TestAdopt: a three-member etcd 3.5 cluster the test started itself
 // (plain flags, its own CA), attached with --continuous; an adopt while
 // infra2 is down is refused and changes nothing; an adoption of infra1
@@ -64,24 +99,12 @@ func TestAdopt(t *testing.T) {
 	fcli := f.MustClient()
 	e := attachForAdopt(t, f)
 	old := f.Members[0]
-	before, err := fcli.MemberList(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var id uint64
-	for _, m := range before.Members {
-		if m.Name == old.Name {
-			id = m.ID
-		}
-	}
+	before, id := memberID(t, fcli.MemberList, old.Name)
 	w := workload.Start(t, fcli, workload.Options{Prefix: "/adopt", Interval: 10 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second})
 	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write", w.AckedAbove(100))
 
 	// An adopt while a member is down: one refusal, nothing changed.
-	specBefore, err := os.ReadFile(filepath.Join(e.Dir, spec.FileName))
-	if err != nil {
-		t.Fatal(err)
-	}
+	unchanged := specSnapshot(t, e)
 	f.Members[1].Stop()
 	e.WaitStatus(30*time.Second, f.Members[1].Name+" unhealthy", func(st *cluster.Status) bool {
 		n, _ := st.Member(f.Members[1].Name)
@@ -91,12 +114,7 @@ func TestAdopt(t *testing.T) {
 	if !strings.Contains(msg, "not every member of cluster") || !strings.Contains(msg, f.Members[1].Name) {
 		t.Errorf("adopt while %s is down: %s", f.Members[1].Name, msg)
 	}
-	if after, err := os.ReadFile(filepath.Join(e.Dir, spec.FileName)); err != nil || string(after) != string(specBefore) {
-		t.Errorf("the refused adopt changed the spec (%v)", err)
-	}
-	if _, err := plan.OpenStore(e.Dir).Latest(); !errors.Is(err, plan.ErrNoPlan) {
-		t.Errorf("the refused adopt left a plan: %v", err)
-	}
+	unchanged("the refused adopt")
 	if !old.Running() {
 		t.Errorf("the refused adopt stopped %s", old.Name)
 	}
@@ -578,16 +596,7 @@ func TestAdoptPeerNames(t *testing.T) {
 func undoStaticPod(t *testing.T, e *harness.Env, f *harness.ForeignCluster, list func(context.Context, ...clientv3.OpOption) (*clientv3.MemberListResponse, error)) {
 	t.Helper()
 	m := f.Members[1]
-	before, err := list(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var id uint64
-	for _, b := range before.Members {
-		if b.Name == m.Name {
-			id = b.ID
-		}
-	}
+	_, id := memberID(t, list, m.Name)
 	manifest := foreignManifest(t, f, m)
 	orig, err := os.ReadFile(manifest)
 	if err != nil {

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -17,7 +16,6 @@ import (
 	"github.com/etcd-steward/steward/pkg/adopt"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/plan"
-	"github.com/etcd-steward/steward/pkg/spec"
 	"github.com/etcd-steward/steward/test/harness"
 	"github.com/etcd-steward/steward/test/workload"
 )
@@ -128,25 +126,13 @@ func TestAdoptUnit(t *testing.T) {
 		t.Fatalf("after systemctl enable --now %s: %v", name, err)
 	}
 	e.WaitStatus(60*time.Second, "every member healthy, "+m.Name+" run by systemd", harness.Healthy)
-	before, err := fcli.MemberList(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var id uint64
-	for _, b := range before.Members {
-		if b.Name == m.Name {
-			id = b.ID
-		}
-	}
+	before, id := memberID(t, fcli.MemberList, m.Name)
 	w := workload.Start(t, fcli, workload.Options{Prefix: "/adoptunit", Interval: 10 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second})
 	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write", w.AckedAbove(100))
 
 	// A copy of the unit file, which systemd does not run: refused,
 	// nothing changed.
-	specBefore, err := os.ReadFile(filepath.Join(e.Dir, spec.FileName))
-	if err != nil {
-		t.Fatal(err)
-	}
+	unchanged := specSnapshot(t, e)
 	cp := filepath.Join(t.TempDir(), name)
 	if b, err := os.ReadFile(unit); err != nil || os.WriteFile(cp, b, 0o600) != nil {
 		t.Fatalf("copy the unit: %v", err)
@@ -155,12 +141,7 @@ func TestAdoptUnit(t *testing.T) {
 	if err == nil || !strings.Contains(se, "systemd runs "+name+" from "+unit+", not from "+cp) {
 		t.Errorf("adopt --unit with a copy systemd does not run: %v\n%s", err, se)
 	}
-	if after, err := os.ReadFile(filepath.Join(e.Dir, spec.FileName)); err != nil || string(after) != string(specBefore) {
-		t.Errorf("the refused adopt changed the spec (%v)", err)
-	}
-	if _, err := plan.OpenStore(e.Dir).Latest(); !errors.Is(err, plan.ErrNoPlan) {
-		t.Errorf("the refused adopt left a plan: %v", err)
-	}
+	unchanged("the refused adopt --unit")
 	if st, _ := sd.Systemctl("is-active", name); strings.TrimSpace(st) != "active" {
 		t.Errorf("after the refused adopt %s is %q", name, strings.TrimSpace(st))
 	}
