@@ -18,7 +18,8 @@ import (
 // holds bucket headers or finishedCompactRev, and the last key of every
 // other leaf page: a few megabytes for a gigabyte of database. Its memory
 // follows the bytes written, never a size the input declares: at most
-// maxScannedPage of the stream is buffered.
+// maxScannedPage of the stream is buffered, and it gives up rather than
+// keep more than twice the stream.
 //
 // bbolt's page layout (page.go, meta in db.go): a 16-byte header (id u64,
 // flags u16, count u16, overflow u32) then, for branch and leaf pages,
@@ -26,11 +27,12 @@ import (
 // from the element; integers little-endian.
 type RevisionScanner struct {
 	pageSize int
-	total    int64  // bytes written
-	next     int64  // the next page position to examine
-	off      int64  // stream offset of buf[0]
-	buf      []byte // bytes from off on, not needed by examined positions
+	total    int64           // bytes written
+	next     int64           // the next page position to examine
+	off      int64           // stream offset of buf[0]
+	buf      []byte          // bytes from off on, not needed by examined positions
 	tooLarge map[uint64]bool // pages spanning more than maxScannedPage
+	kept     int64           // bytes kept in the maps below
 	metas    []scanMeta
 	branches map[uint64][]byte // branch pages, whole
 	buckets  map[uint64][]byte // leaf pages holding bucket headers, whole
@@ -53,7 +55,7 @@ const (
 	minPageSize     = 1024
 	maxPageSize     = 64 << 10
 	maxScannedPage  = 16 << 20 // a page (with its overflow) larger than this is not kept
-	maxKeptKey      = 64      // a leaf's last key is kept up to this length (revisions are 17 or 18 bytes)
+	maxKeptKey      = 64       // a leaf's last key is kept up to this length (revisions are 17 or 18 bytes)
 	compactRevKey   = "finishedCompactRev"
 	keyBucketName   = "key"
 	metaBucketName  = "meta"
@@ -185,7 +187,7 @@ func (s *RevisionScanner) page(pgid uint64, p []byte) {
 		s.metas = append(s.metas, scanMeta{pageSize: binary.LittleEndian.Uint32(m[8:]), root: binary.LittleEndian.Uint64(m[16:]),
 			highPgid: binary.LittleEndian.Uint64(m[40:]), txid: binary.LittleEndian.Uint64(m[48:])})
 	case flags&branchPageFlag != 0:
-		s.branches[pgid] = bytes.Clone(p)
+		s.branches[pgid] = s.keep(p)
 	case flags&leafPageFlag != 0:
 		s.leaf(pgid, p)
 	}
@@ -204,11 +206,11 @@ func (s *RevisionScanner) leaf(pgid uint64, p []byte) {
 			return
 		}
 		if flags&bucketLeafFlag != 0 {
-			s.buckets[pgid] = bytes.Clone(p)
+			s.buckets[pgid] = s.keep(p)
 			return
 		}
 		if string(k) == compactRevKey {
-			s.compact[pgid] = bytes.Clone(v)
+			s.compact[pgid] = s.keep(v)
 		}
 		if i == n-1 {
 			last = k
@@ -220,7 +222,18 @@ func (s *RevisionScanner) leaf(pgid uint64, p []byte) {
 	if last == nil {
 		last = []byte{}
 	}
-	s.lastKeys[pgid] = bytes.Clone(last)
+	s.lastKeys[pgid] = s.keep(last)
+}
+
+// keep copies b for the maps. Pages that overlap (a stale header claiming
+// pages now used by others) could make the copies outgrow the stream: past
+// twice its size, the scan gives up (the caller reads the file instead).
+func (s *RevisionScanner) keep(b []byte) []byte {
+	s.kept += int64(len(b))
+	if s.kept > 2*s.total+maxPageSize {
+		s.fail("pages overlapping: %d bytes kept of a %d-byte stream", s.kept, s.total)
+	}
+	return bytes.Clone(b)
 }
 
 // leafElement returns element i of the leaf page p, ok false when it

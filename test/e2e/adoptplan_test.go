@@ -253,7 +253,8 @@ func TestAdopt(t *testing.T) {
 // `member replace` rebuilds one member;
 // no acknowledged write is lost throughout. Then `steward recover` after
 // every member stopped and two lost their WAL: reseeded from the third,
-// the keyspace of before, the operator's certificates still in use.
+// the keyspace of before, the operator's certificates still in use; then
+// recover's restore action after every WAL is lost (restoreAdopted).
 func TestAdoptAll(t *testing.T) {
 	f := harness.StartForeignCluster(t, adoptVersion, 3)
 	fcli := f.MustClient()
@@ -441,6 +442,49 @@ func TestAdoptAll(t *testing.T) {
 	for _, m := range preSpec.Members {
 		if n, _ := sp.Member(m.Name); !reflect.DeepEqual(n.Adopted, m.Adopted) || n.DataDir != m.DataDir {
 			t.Errorf("recover changed how %s runs (its certificates, settings or data dir): %+v, was %+v", m.Name, n.Adopted, m.Adopted)
+		}
+	}
+	restoreAdopted(t, e, fcli, want)
+}
+
+// restoreAdopted: recover's restore action on a fully adopted cluster.
+// Every member stopped hard and every WAL lost: `steward recover` restores
+// the latest backup (the agent's continuous backups since attach) onto
+// every member's own data dir, the old ones moved aside: every member
+// healthy under the agent, the keyspace want (nothing was written since),
+// the spec's adopted members unchanged (their certificates, settings and
+// data dirs), read through the operator's client.
+func restoreAdopted(t *testing.T, e *harness.Env, fcli *clientv3.Client, want workload.Digest) {
+	t.Helper()
+	preSpec := e.Spec()
+	names := preSpec.MemberNames()
+	e.MustRun("backup", "now")
+	for _, n := range names {
+		e.MustRun("member", "stop", n, "--force")
+	}
+	for _, n := range names {
+		m, _ := preSpec.Member(n)
+		if err := os.RemoveAll(filepath.Join(m.DataDir, "member", "wal")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, out := recoverJSON(t, e)
+	if rep.Action != "restore" || rep.RestoredFrom == "" {
+		t.Fatalf("recover of the adopted cluster with every WAL lost: want a restore; got %s", out)
+	}
+	e.WaitStatus(90*time.Second, "every member healthy under the agent after the restore", func(st *cluster.Status) bool {
+		for _, m := range st.Members {
+			if m.PID == 0 {
+				return false
+			}
+		}
+		return harness.Healthy(st)
+	})
+	workload.RequireEqual(t, "after recover's restore", workload.TakeDigest(t, fcli, "", 0), want)
+	sp := e.Spec()
+	for _, m := range preSpec.Members {
+		if n, _ := sp.Member(m.Name); !n.IsAdopted() || !reflect.DeepEqual(n.Adopted.TLS, m.Adopted.TLS) || n.DataDir != m.DataDir {
+			t.Errorf("recover's restore changed how %s runs (its certificates or data dir): %+v, was %+v", m.Name, n.Adopted, m.Adopted)
 		}
 	}
 }
