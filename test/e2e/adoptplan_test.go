@@ -287,14 +287,7 @@ func TestAdoptAll(t *testing.T) {
 	if sp := e.Spec(); !sp.AllAdopted() {
 		t.Errorf("after adopting every member the spec has not every member adopted: %+v", sp.Members)
 	}
-	e.WaitStatus(30*time.Second, "every member healthy under the agent", func(st *cluster.Status) bool {
-		for _, m := range st.Members {
-			if m.PID == 0 {
-				return false
-			}
-		}
-		return harness.Healthy(st)
-	})
+	e.WaitStatus(30*time.Second, "every member healthy under the agent", healthyUnderAgent)
 	after, err := fcli.MemberList(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -407,14 +400,7 @@ func TestAdoptAll(t *testing.T) {
 	if rep.Action != "reseed" || rep.Seed != names[2] || !slices.Equal(rep.Added, names[:2]) {
 		t.Fatalf("recover of the adopted cluster with two WALs lost: want %s reseeding, %v added; got %s", names[2], names[:2], out)
 	}
-	e.WaitStatus(60*time.Second, "every member healthy under the agent after recover", func(st *cluster.Status) bool {
-		for _, m := range st.Members {
-			if m.PID == 0 {
-				return false
-			}
-		}
-		return harness.Healthy(st)
-	})
+	e.WaitStatus(60*time.Second, "every member healthy under the agent after recover", healthyUnderAgent)
 	workload.RequireEqual(t, "after recover", workload.TakeDigest(t, fcli, "", 0), want)
 	recovered, err := fcli.MemberList(t.Context())
 	if err != nil {
@@ -447,6 +433,16 @@ func TestAdoptAll(t *testing.T) {
 	restoreAdopted(t, e, fcli, want)
 }
 
+// healthyUnderAgent: every member healthy and run by an agent (a pid).
+func healthyUnderAgent(st *cluster.Status) bool {
+	for _, m := range st.Members {
+		if m.PID == 0 {
+			return false
+		}
+	}
+	return harness.Healthy(st)
+}
+
 // restoreAdopted: recover's restore action on a fully adopted cluster.
 // Every member stopped hard and every WAL lost: `steward recover` restores
 // the latest backup (the agent's continuous backups since attach) onto
@@ -472,14 +468,7 @@ func restoreAdopted(t *testing.T, e *harness.Env, fcli *clientv3.Client, want wo
 	if rep.Action != "restore" || rep.RestoredFrom == "" {
 		t.Fatalf("recover of the adopted cluster with every WAL lost: want a restore; got %s", out)
 	}
-	e.WaitStatus(90*time.Second, "every member healthy under the agent after the restore", func(st *cluster.Status) bool {
-		for _, m := range st.Members {
-			if m.PID == 0 {
-				return false
-			}
-		}
-		return harness.Healthy(st)
-	})
+	e.WaitStatus(90*time.Second, "every member healthy under the agent after the restore", healthyUnderAgent)
 	workload.RequireEqual(t, "after recover's restore", workload.TakeDigest(t, fcli, "", 0), want)
 	sp := e.Spec()
 	for _, m := range preSpec.Members {
