@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -287,11 +286,7 @@ func TestRevisionScannerRefusals(t *testing.T) {
 // error without panicking, and what it keeps stays within the input's
 // size (memory follows the bytes written).
 func FuzzRevisionScanner(f *testing.F) {
-	dir, err := os.MkdirTemp("", "scan-seed-")
-	if err != nil {
-		f.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
+	dir := f.TempDir()
 	for i, d := range []scanDB{{revs: 3, valueSize: 10, compacted: 2}, {revs: 60, valueSize: 100, compacted: 50, buckets: 1}} {
 		p := filepath.Join(dir, string(rune('a'+i)))
 		db, err := bolt.Open(p, 0o600, &bolt.Options{PageSize: 1024})
