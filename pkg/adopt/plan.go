@@ -326,7 +326,7 @@ func (e *Executor) stopOld(ctx context.Context, p *plan.Plan, run MemberRun) err
 		// systemd would restart a member killed under it (Restart=):
 		// the unit is stopped through systemd; a process it left is
 		// stopped below.
-		if err := stopUnit(ctx, c, p.Value(ValueUnit), p.Value(ValueUnitFileState)); err != nil {
+		if err := switchUnit(ctx, c, false, p.Value(ValueUnit), p.Value(ValueUnitFileState)); err != nil {
 			return fmt.Errorf("stop the systemd unit of %s: %w", run.Name, err)
 		}
 	}

@@ -158,37 +158,35 @@ func unitCommand(enable bool, name, unitFileState string) []string {
 	return append(args, name)
 }
 
-// stopUnit disables the unit (when it was enabled, so that no boot or
-// dependency starts it again beside the agent's member) and stops it.
-// Both are no-ops when done already.
-func stopUnit(ctx context.Context, c *cluster.Cluster, name, unitFileState string) error {
-	if args := unitCommand(false, name, unitFileState); args != nil {
+// switchUnit hands the unit back (on) or takes it from systemd: on, it is
+// enabled again when it was enabled and started (for Type=notify,
+// systemctl returns once etcd said it is ready); off, it is disabled when
+// it was enabled (so that no boot or dependency starts it again beside
+// the agent's member) and stopped, its file kept for undo. Every call is a
+// no-op when done already.
+func switchUnit(ctx context.Context, c *cluster.Cluster, on bool, name, unitFileState string) error {
+	args := unitCommand(on, name, unitFileState)
+	if args != nil {
 		if _, err := systemctl(ctx, args...); err != nil {
 			return err
 		}
 	}
-	if _, err := systemctl(ctx, "stop", name); err != nil {
+	verb := "stop"
+	if on {
+		verb = "start"
+	}
+	if _, err := systemctl(ctx, verb, name); err != nil {
 		return err
 	}
-	c.Progress.Say("  systemd unit %s disabled and stopped (its file kept for undo)", name)
-	return nil
-}
-
-// startUnit enables the unit again when it was enabled and starts it
-// (for Type=notify, systemctl returns once etcd said it is ready).
-func startUnit(ctx context.Context, c *cluster.Cluster, name, unitFileState string) error {
-	if args := unitCommand(true, name, unitFileState); args != nil {
-		if _, err := systemctl(ctx, args...); err != nil {
-			return err
-		}
-	}
-	if _, err := systemctl(ctx, "start", name); err != nil {
-		return err
-	}
-	if _, enabled := runtimeFlag(unitFileState); enabled {
+	switch {
+	case on && args != nil:
 		c.Progress.Say("  systemd unit %s enabled again and started", name)
-	} else {
+	case on:
 		c.Progress.Say("  systemd unit %s started", name)
+	case args != nil:
+		c.Progress.Say("  systemd unit %s disabled and stopped (its file kept for undo)", name)
+	default:
+		c.Progress.Say("  systemd unit %s stopped (its file kept for undo)", name)
 	}
 	return nil
 }

@@ -156,12 +156,13 @@ func (e *Executor) undo(ctx context.Context, p *plan.Plan, s *plan.Step, run Mem
 }
 
 // giveBack moves a static pod's manifest back, starts a systemd unit again
-// (enabled again when it was), or restarts the old process as it ran (detached: its own session, its output to
-// DIR/adopted/NAME/etcd.log) unless a process runs the member already.
+// (enabled again when it was), or restarts the old process as it ran
+// (detached: its own session, its output to DIR/adopted/NAME/etcd.log)
+// unless a process runs the member already.
 func (e *Executor) giveBack(ctx context.Context, p *plan.Plan, run MemberRun) error {
 	c := e.C
 	if run.Source.Kind == KindUnit {
-		if err := startUnit(ctx, c, p.Value(ValueUnit), p.Value(ValueUnitFileState)); err != nil {
+		if err := switchUnit(ctx, c, true, p.Value(ValueUnit), p.Value(ValueUnitFileState)); err != nil {
 			return fmt.Errorf("give %s back to systemd: %w", run.Name, err)
 		}
 		return nil
