@@ -136,13 +136,7 @@ func unpack(ctx context.Context, src string, key *Key, dst string) error {
 		return err
 	}
 	defer f.Close()
-	var r io.Reader = f
-	if key != nil {
-		if r, err = NewDecryptReader(r, key); err != nil {
-			return err
-		}
-	}
-	zr, err := zstd.NewReader(r)
+	zr, err := plaintext(f, key)
 	if err != nil {
 		return err
 	}
@@ -156,6 +150,19 @@ func unpack(ctx context.Context, src string, key *Key, dst string) error {
 		return err
 	}
 	return out.Close()
+}
+
+// plaintext reads a packed object from r: decrypted with key when set,
+// then decompressed (one decoder goroutine, a window of 1 GiB at most).
+// Close the decoder after reading.
+func plaintext(r io.Reader, key *Key) (*zstd.Decoder, error) {
+	if key != nil {
+		var err error
+		if r, err = NewDecryptReader(r, key); err != nil {
+			return nil, err
+		}
+	}
+	return zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(1<<30))
 }
 
 // Compression levels a full snapshot can be stored with (spec
@@ -211,9 +218,10 @@ type chunk struct {
 // Three stages run concurrently so that none waits for another: receive
 // (fills pooled 1 MiB buffers from the gRPC stream), raw (hashes the
 // stream and writes the database to db) and pack (compresses, encrypts,
-// writes and hashes the packed file). Bounded channels hand the buffers on; the pool caps memory
-// at pipelineChunks buffers. The first error of any stage, or ctx ending,
-// cancels the others; every stage has returned before streamSnapshot does.
+// writes and hashes the packed file). Bounded channels hand the buffers
+// on; the pool caps memory at pipelineChunks buffers. The first error of
+// any stage, or ctx ending, cancels the others; every stage has returned
+// before streamSnapshot does.
 func streamSnapshot(ctx context.Context, cli *clientv3.Client, db io.Writer, packedPath string, key *Key, level zstd.EncoderLevel) (rawSize, size int64, sum string, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -579,14 +587,10 @@ func openObject(ctx context.Context, s Store, m Manifest, key *Key, tmpDir strin
 		removeTemp()
 		return nil, nil, nil, err
 	}
-	var pr io.Reader = pagecache.NewReader(f)
-	if m.Encryption != "" {
-		if pr, err = NewDecryptReader(pr, key); err != nil {
-			removeTemp()
-			return nil, nil, nil, fmt.Errorf("backup %s: %w", m.ID, err)
-		}
+	if m.Encryption == "" {
+		key = nil // a key given for a plain backup is not used
 	}
-	zr, err := zstd.NewReader(pr, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(1<<30))
+	zr, err := plaintext(pagecache.NewReader(f), key)
 	if err != nil {
 		removeTemp()
 		return nil, nil, nil, fmt.Errorf("backup %s: %w", m.ID, err)
