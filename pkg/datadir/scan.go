@@ -331,46 +331,28 @@ func (s *RevisionScanner) missing(what string, pgid uint64) error {
 // maxDepth bounds a walk down a tree (a cycle in a malformed file).
 const maxDepth = 64
 
-// bucket returns the header of the top-level bucket name (its value in
-// the root bucket's tree at root), nil when there is none.
-func (s *RevisionScanner) bucket(root uint64, name string) ([]byte, error) {
+// leafOf walks the tree of what from page root down its branch pages to
+// the leaf whose range holds key, or to the last leaf when key is nil (as
+// a cursor's Last), and returns that leaf's page id.
+func (s *RevisionScanner) leafOf(root uint64, key []byte, what string) (uint64, error) {
 	pgid := root
 	for range maxDepth {
-		if p, ok := s.branches[pgid]; ok {
-			child, err := s.descend(p, pgid, []byte(name))
-			if err != nil {
-				return nil, err
-			}
-			pgid = child
-			continue
-		}
-		p, ok := s.buckets[pgid]
+		p, ok := s.branches[pgid]
 		if !ok {
-			if _, leaf := s.lastKeys[pgid]; leaf {
-				return nil, nil // a leaf of no buckets: the root bucket is empty
-			}
-			return nil, s.missing("root bucket", pgid)
+			return pgid, nil
 		}
-		n := int(binary.LittleEndian.Uint16(p[10:]))
-		for i := range n {
-			flags, k, v, ok := leafElement(p, i)
-			if !ok {
-				return nil, s.fail("page %d: element %d outside the page", pgid, i)
-			}
-			if string(k) == name && flags&bucketLeafFlag != 0 {
-				if len(v) < bucketHeaderLen {
-					return nil, s.fail("bucket %q: header of %d bytes", name, len(v))
-				}
-				return v, nil
-			}
+		child, err := s.descend(p, pgid, key)
+		if err != nil {
+			return 0, err
 		}
-		return nil, nil
+		pgid = child
 	}
-	return nil, s.fail("the root bucket's tree is deeper than %d pages", maxDepth)
+	return 0, s.fail("the %s's tree is deeper than %d pages", what, maxDepth)
 }
 
 // descend returns the child of branch page p (pgid) whose range holds key:
-// the last element whose key is not above it (bbolt's search).
+// the last element whose key is not above it (bbolt's search); the last
+// element when key is nil.
 func (s *RevisionScanner) descend(p []byte, pgid uint64, key []byte) (uint64, error) {
 	n := int(binary.LittleEndian.Uint16(p[10:]))
 	if n == 0 {
@@ -382,13 +364,43 @@ func (s *RevisionScanner) descend(p []byte, pgid uint64, key []byte) (uint64, er
 		if !ok {
 			return 0, s.fail("page %d: element %d outside the page", pgid, i)
 		}
-		if bytes.Compare(k, key) > 0 {
+		if key != nil && bytes.Compare(k, key) > 0 {
 			break
 		}
 		idx = i
 	}
 	_, child, _ := branchElement(p, idx)
 	return child, nil
+}
+
+// bucket returns the header of the top-level bucket name (its value in
+// the root bucket's tree at root), nil when there is none.
+func (s *RevisionScanner) bucket(root uint64, name string) ([]byte, error) {
+	pgid, err := s.leafOf(root, []byte(name), "root bucket")
+	if err != nil {
+		return nil, err
+	}
+	p, ok := s.buckets[pgid]
+	if !ok {
+		if _, leaf := s.lastKeys[pgid]; leaf {
+			return nil, nil // a leaf of no buckets: the root bucket is empty
+		}
+		return nil, s.missing("root bucket", pgid)
+	}
+	n := int(binary.LittleEndian.Uint16(p[10:]))
+	for i := range n {
+		flags, k, v, ok := leafElement(p, i)
+		if !ok {
+			return nil, s.fail("page %d: element %d outside the page", pgid, i)
+		}
+		if string(k) == name && flags&bucketLeafFlag != 0 {
+			if len(v) < bucketHeaderLen {
+				return nil, s.fail("bucket %q: header of %d bytes", name, len(v))
+			}
+			return v, nil
+		}
+	}
+	return nil, nil
 }
 
 // inline returns a bucket's inline leaf page (its header's root is 0).
@@ -416,24 +428,15 @@ func (s *RevisionScanner) lastKey(h []byte) ([]byte, error) {
 		}
 		return k, nil
 	}
-	pgid := binary.LittleEndian.Uint64(h)
-	for range maxDepth {
-		if p, ok := s.branches[pgid]; ok {
-			n := int(binary.LittleEndian.Uint16(p[10:]))
-			_, child, ok := branchElement(p, n-1)
-			if n == 0 || !ok {
-				return nil, s.fail("branch page %d of the key bucket is malformed", pgid)
-			}
-			pgid = child
-			continue
-		}
-		k, ok := s.lastKeys[pgid]
-		if !ok {
-			return nil, s.missing("key bucket", pgid)
-		}
-		return k, nil
+	pgid, err := s.leafOf(binary.LittleEndian.Uint64(h), nil, "key bucket")
+	if err != nil {
+		return nil, err
 	}
-	return nil, s.fail("the key bucket's tree is deeper than %d pages", maxDepth)
+	k, ok := s.lastKeys[pgid]
+	if !ok {
+		return nil, s.missing("key bucket", pgid)
+	}
+	return k, nil
 }
 
 // compactRev returns the value of finishedCompactRev in the bucket with
@@ -456,22 +459,14 @@ func (s *RevisionScanner) compactRev(h []byte) ([]byte, error) {
 		}
 		return nil, nil
 	}
-	pgid := binary.LittleEndian.Uint64(h)
-	for range maxDepth {
-		if p, ok := s.branches[pgid]; ok {
-			child, err := s.descend(p, pgid, key)
-			if err != nil {
-				return nil, err
-			}
-			pgid = child
-			continue
-		}
-		if _, ok := s.lastKeys[pgid]; !ok {
-			if _, ok := s.buckets[pgid]; !ok {
-				return nil, s.missing("meta bucket", pgid)
-			}
-		}
-		return s.compact[pgid], nil
+	pgid, err := s.leafOf(binary.LittleEndian.Uint64(h), key, "meta bucket")
+	if err != nil {
+		return nil, err
 	}
-	return nil, s.fail("the meta bucket's tree is deeper than %d pages", maxDepth)
+	if _, ok := s.lastKeys[pgid]; !ok {
+		if _, ok := s.buckets[pgid]; !ok {
+			return nil, s.missing("meta bucket", pgid)
+		}
+	}
+	return s.compact[pgid], nil
 }
