@@ -79,6 +79,32 @@ func specSnapshot(t *testing.T, e *harness.Env) (unchanged func(what string)) {
 	}
 }
 
+// requireGivenBack: after `adopt --undo name` (how, for the messages: "the
+// undo", "the static pod's undo"), the spec has name external again, the
+// cluster is healthy with name external, the adopt plan planID is rolled
+// back, and name keeps its member ID id. It returns the member list.
+func requireGivenBack(t *testing.T, e *harness.Env, list func(context.Context, ...clientv3.OpOption) (*clientv3.MemberListResponse, error), name string, id uint64, planID, how string) *clientv3.MemberListResponse {
+	t.Helper()
+	if m, _ := e.Spec().Member(name); m.Agent != "" || m.Adopted != nil || m.DataDir != "" {
+		t.Errorf("after %s the spec has %s with agent %q, data dir %q, adopted %v; want it external", how, name, m.Agent, m.DataDir, m.Adopted != nil)
+	}
+	e.WaitStatus(30*time.Second, name+" healthy and external after "+how, func(st *cluster.Status) bool {
+		n, _ := st.Member(name)
+		return harness.Healthy(st) && n.Process == cluster.External
+	})
+	if was, err := plan.OpenStore(e.Dir).Get(planID); err != nil || was.State != plan.RolledBack {
+		t.Errorf("the adopt plan after %s: %v, %v; want rolled back", how, was, err)
+	}
+	after, err := list(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(after.Members, func(m *etcdserverpb.Member) bool { return m.Name == name && m.ID == id }) {
+		t.Errorf("after %s member %s no longer has ID %x: %v", how, name, id, after.Members)
+	}
+	return after
+}
+
 // TestAdopt: a three-member etcd 3.5 cluster the test started itself
 // (plain flags, its own CA), attached with --continuous; an adopt while
 // infra2 is down is refused and changes nothing; an adoption of infra1
@@ -215,23 +241,7 @@ func TestAdopt(t *testing.T) {
 	if args := proc.Cmdline(back); !slices.Equal(args, old.Cmdline) {
 		t.Errorf("%s restarted with %q, want its old command line %q", old.Name, args, old.Cmdline)
 	}
-	if m, _ := e.Spec().Member(old.Name); m.Agent != "" || m.Adopted != nil || m.DataDir != "" {
-		t.Errorf("after the undo the spec has %s with agent %q, data dir %q, adopted %v; want it external", old.Name, m.Agent, m.DataDir, m.Adopted != nil)
-	}
-	st = e.WaitStatus(30*time.Second, old.Name+" healthy and external after the undo", func(st *cluster.Status) bool {
-		n, _ := st.Member(old.Name)
-		return harness.Healthy(st) && n.Process == cluster.External
-	})
-	if was, err := plan.OpenStore(e.Dir).Get(p.ID); err != nil || was.State != plan.RolledBack {
-		t.Errorf("the adopt plan after its undo: %v, %v; want rolled back", was, err)
-	}
-	undone, err := fcli.MemberList(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.ContainsFunc(undone.Members, func(m *etcdserverpb.Member) bool { return m.Name == old.Name && m.ID == id }) {
-		t.Errorf("after the undo member %s no longer has ID %x: %v", old.Name, id, undone.Members)
-	}
+	requireGivenBack(t, e, fcli.MemberList, old.Name, id, p.ID, "the undo")
 	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write after the undo", w.AckedAbove(w.Acked()+100))
 	undoStaticPod(t, e, f, fcli.MemberList)
 	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write after the static pod's undo", w.AckedAbove(w.Acked()+100))
@@ -681,21 +691,5 @@ func undoStaticPod(t *testing.T, e *harness.Env, f *harness.ForeignCluster, list
 	if _, err := os.Stat(kept); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a copy of the manifest stays in %s after the undo (%v): the kubelet's is the one", kept, err)
 	}
-	if sm, _ := e.Spec().Member(m.Name); sm.Agent != "" || sm.Adopted != nil || sm.DataDir != "" {
-		t.Errorf("after the undo the spec has %s with agent %q, adopted %v", m.Name, sm.Agent, sm.Adopted != nil)
-	}
-	e.WaitStatus(30*time.Second, m.Name+" healthy and external after the static pod's undo", func(st *cluster.Status) bool {
-		n, _ := st.Member(m.Name)
-		return harness.Healthy(st) && n.Process == cluster.External
-	})
-	if was, err := plan.OpenStore(e.Dir).Get(p.ID); err != nil || was.State != plan.RolledBack {
-		t.Errorf("the static pod's adopt plan after its undo: %v, %v; want rolled back", was, err)
-	}
-	after, err := list(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.ContainsFunc(after.Members, func(a *etcdserverpb.Member) bool { return a.Name == m.Name && a.ID == id }) {
-		t.Errorf("after the static pod's undo member %s no longer has ID %x: %v", m.Name, id, after.Members)
-	}
+	requireGivenBack(t, e, list, m.Name, id, p.ID, "the static pod's undo")
 }

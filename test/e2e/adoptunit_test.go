@@ -5,13 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
-
-	"go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/etcd-steward/steward/pkg/adopt"
 	"github.com/etcd-steward/steward/pkg/cluster"
@@ -197,22 +194,9 @@ func TestAdoptUnit(t *testing.T) {
 	if _, err := underUnit(); err != nil {
 		t.Errorf("after the undo: %v", err)
 	}
-	if sm, _ := e.Spec().Member(m.Name); sm.Agent != "" || sm.Adopted != nil || sm.DataDir != "" {
-		t.Errorf("after the undo the spec has %s with agent %q, adopted %v", m.Name, sm.Agent, sm.Adopted != nil)
-	}
-	e.WaitStatus(30*time.Second, m.Name+" healthy and external after the undo", func(st *cluster.Status) bool {
-		n, _ := st.Member(m.Name)
-		return harness.Healthy(st) && n.Process == cluster.External
-	})
-	if was, err := plan.OpenStore(e.Dir).Get(p.ID); err != nil || was.State != plan.RolledBack {
-		t.Errorf("the adopt plan after its undo: %v, %v; want rolled back", was, err)
-	}
-	after, err := fcli.MemberList(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if after.Header.ClusterId != before.Header.ClusterId || !slices.ContainsFunc(after.Members, func(a *etcdserverpb.Member) bool { return a.Name == m.Name && a.ID == id }) {
-		t.Errorf("after the undo: cluster %x, members %v; want cluster %x with %s as %x", after.Header.ClusterId, after.Members, before.Header.ClusterId, m.Name, id)
+	after := requireGivenBack(t, e, fcli.MemberList, m.Name, id, p.ID, "the undo")
+	if after.Header.ClusterId != before.Header.ClusterId {
+		t.Errorf("after the undo: cluster %x, want %x", after.Header.ClusterId, before.Header.ClusterId)
 	}
 	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write after the undo", w.AckedAbove(w.Acked()+100))
 	workload.RequireKeys(t, fcli, w.Stop())

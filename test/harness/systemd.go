@@ -141,18 +141,26 @@ func (s *Systemd) MustSystemctl(t testing.TB, args ...string) string {
 	return out
 }
 
-// cgroup2Dirs lists the control groups of the cgroup2 hierarchy (not
-// mounted on the host: every controller is on cgroup v1), relative to
-// its root, deepest first.
-func cgroup2Dirs() ([]string, error) {
-	const list = `set -e
+// inCgroup2 runs the shell command cmd (with args as $1...) in the root of
+// the cgroup2 hierarchy, which the host does not mount (every controller
+// is on cgroup v1): mounted for the call in a mount namespace of its own.
+func inCgroup2(cmd string, args ...string) ([]byte, error) {
+	script := `set -e
 d=$(mktemp -d)
 mount -t cgroup2 none "$d"
-(cd "$d" && find . -mindepth 1 -depth -type d)
+status=0
+(cd "$d" && ` + cmd + `) || status=$?
 umount "$d"
 rmdir "$d"
+exit $status
 `
-	out, err := exec.Command("unshare", "--mount", "--", "sh", "-c", list).Output()
+	return exec.Command("unshare", append([]string{"--mount", "--", "sh", "-c", script, "sh"}, args...)...).Output()
+}
+
+// cgroup2Dirs lists the control groups of the cgroup2 hierarchy, relative
+// to its root, deepest first.
+func cgroup2Dirs() ([]string, error) {
+	out, err := inCgroup2("find . -mindepth 1 -depth -type d")
 	if err != nil {
 		return nil, err
 	}
@@ -185,8 +193,7 @@ func (s *Systemd) stop(t testing.TB, cmd *exec.Cmd, before []string) {
 		}
 		// Deepest first; a group whose processes are still exiting
 		// refuses (EBUSY) until the next round.
-		script := "set -e\nd=$(mktemp -d)\nmount -t cgroup2 none \"$d\"\ncd \"$d\"\nrmdir \"$@\" 2>/dev/null || true\ncd /\numount \"$d\"\nrmdir \"$d\"\n"
-		_ = exec.Command("unshare", append([]string{"--mount", "--", "sh", "-c", script, "sh"}, left...)...).Run()
+		_, _ = inCgroup2(`rmdir "$@" 2>/dev/null || true`, left...)
 		return fmt.Errorf("control groups left: %v", left)
 	})
 	if err != nil {
