@@ -220,7 +220,7 @@ func Compact(ctx context.Context, s Store, o CompactOptions) (CompactResult, err
 	}
 	crashpoint.Hit(CrashCompactAfterManifest)
 	// The store kept exactly the bytes checked above (size and SHA-256).
-	if err := ReadBack(ctx, s, o.Auth, m); err != nil {
+	if err := ReadBackFile(ctx, s, o.Auth, m, packed); err != nil {
 		return CompactResult{Backup: m, Digest: want}, fmt.Errorf("compact %s: %w", ch.Full.ID, err)
 	}
 	return CompactResult{Backup: m, Digest: want}, nil

@@ -70,7 +70,11 @@ func TakeFull(ctx context.Context, cli *clientv3.Client, s Store, o FullOptions)
 	// passed).
 	packed := filepath.Join(tmp, "snapshot.pack")
 	scan := datadir.NewRevisionScanner()
-	rawSize, size, sum, err := streamSnapshot(ctx, cli, scan, packed, o.Key, level)
+	// A local store keeps the packed file itself (PutFile syncs and links
+	// it): its write-back to disk runs while the snapshot streams, so that
+	// sync finds it written.
+	_, writeBack := s.(FilePutter)
+	rawSize, size, sum, err := streamSnapshot(ctx, cli, scan, packedFile{packed, writeBack}, o.Key, level)
 	if err != nil {
 		return Manifest{}, fmt.Errorf("snapshot from %s: %w", o.Member, err)
 	}
@@ -105,7 +109,7 @@ func TakeFull(ctx context.Context, cli *clientv3.Client, s Store, o FullOptions)
 	}
 	// Read back what was written, once per full backup: a store that
 	// acknowledged a write it did not keep is found now, not at restore.
-	if err := ReadBack(ctx, s, o.Auth, m); err != nil {
+	if err := ReadBackFile(ctx, s, o.Auth, m, packed); err != nil {
 		return m, err
 	}
 	return m, nil
@@ -211,18 +215,19 @@ type chunk struct {
 
 // streamSnapshot writes the member's snapshot database (without etcd's
 // checksum) to db and, in the same pass, its packed form (zstd at level,
-// optionally encrypted) to packedPath, and checks the SHA-256 that etcd
+// optionally encrypted) to the file packed names, and checks the SHA-256 that etcd
 // appends to the stream (its last 32 bytes). cli must be connected to
 // exactly the member to back up.
 //
 // Three stages run concurrently so that none waits for another: receive
 // (fills pooled 1 MiB buffers from the gRPC stream), raw (hashes the
 // stream and writes the database to db) and pack (compresses, encrypts,
-// writes and hashes the packed file). Bounded channels hand the buffers
+// writes and hashes the packed file, starting its write-back to disk as it
+// goes when packed.writeBack). Bounded channels hand the buffers
 // on; the pool caps memory at pipelineChunks buffers. The first error of
 // any stage, or ctx ending, cancels the others; every stage has returned
 // before streamSnapshot does.
-func streamSnapshot(ctx context.Context, cli *clientv3.Client, db io.Writer, packedPath string, key *Key, level zstd.EncoderLevel) (rawSize, size int64, sum string, err error) {
+func streamSnapshot(ctx context.Context, cli *clientv3.Client, db io.Writer, packed packedFile, key *Key, level zstd.EncoderLevel) (rawSize, size int64, sum string, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	rc, err := cli.Snapshot(ctx)
@@ -230,18 +235,22 @@ func streamSnapshot(ctx context.Context, cli *clientv3.Client, db io.Writer, pac
 		return 0, 0, "", err
 	}
 	defer rc.Close()
-	return writeSnapshot(ctx, cancel, rc, db, packedPath, key, level)
+	return writeSnapshot(ctx, cancel, rc, db, packed, key, level)
 }
 
 // writeSnapshot runs streamSnapshot's pipeline over rc, which must return
 // from Read once ctx ends (as a gRPC stream opened with ctx does); cancel
 // cancels ctx.
-func writeSnapshot(ctx context.Context, cancel context.CancelFunc, rc io.Reader, db io.Writer, packedPath string, key *Key, level zstd.EncoderLevel) (rawSize, size int64, sum string, err error) {
-	packed, err := os.OpenFile(packedPath, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+func writeSnapshot(ctx context.Context, cancel context.CancelFunc, rc io.Reader, db io.Writer, pf packedFile, key *Key, level zstd.EncoderLevel) (rawSize, size int64, sum string, err error) {
+	f, err := os.OpenFile(pf.path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return 0, 0, "", err
 	}
-	defer packed.Close()
+	defer f.Close()
+	var packed io.Writer = f
+	if pf.writeBack {
+		packed = pagecache.NewWriter(f)
+	}
 	p := newPipeline(ctx, cancel)
 	h := &holdBackHash{h: sha256.New(), also: db}
 	var packN int64
@@ -288,6 +297,14 @@ func writeSnapshot(ctx context.Context, cancel context.CancelFunc, rc io.Reader,
 		return rawSize, 0, "", errors.New("snapshot checksum mismatch: the data etcd sent does not match the SHA-256 it appended")
 	}
 	return rawSize, packN, packSum, nil
+}
+
+// packedFile is where streamSnapshot writes the packed object: a new file
+// at path. With writeBack, the file's write-back to disk is started as it
+// is written (pagecache.Writer), for a file that will be synced.
+type packedFile struct {
+	path      string
+	writeBack bool
 }
 
 // pipeline is the hand-off between streamSnapshot's stages.
@@ -640,6 +657,47 @@ func (c *cappedReader) Read(p []byte) (int, error) {
 // ReadBack reads a stored backup back from the store: its manifest must
 // verify and be m, and its object must have m's size and SHA-256.
 func ReadBack(ctx context.Context, s Store, auth *AuthKey, m Manifest) error {
+	if err := readBackManifest(ctx, s, auth, m); err != nil {
+		return err
+	}
+	return readBackObject(ctx, s, m)
+}
+
+// ReadBackFile is ReadBack for a backup whose object was stored from the
+// local file at path, whose bytes were hashed (m.SHA256) as they were
+// written to it. When the store holds that very file (a local store
+// hard-links it: HoldsFile), reading it again would be answered by the
+// page cache with the bytes just hashed, which proves nothing more than
+// that the stored name is that file with m's size: that is what is
+// checked then, without reading it. Any other store (S3, or a local one
+// on another file system, which copied the file) is read back in full.
+func ReadBackFile(ctx context.Context, s Store, auth *AuthKey, m Manifest, path string) error {
+	if err := readBackManifest(ctx, s, auth, m); err != nil {
+		return err
+	}
+	fh, ok := s.(fileHolder)
+	if !ok {
+		return readBackObject(ctx, s, m)
+	}
+	same, err := fh.HoldsFile(m.Object, path)
+	if err != nil {
+		return fmt.Errorf("read back backup %s from %s: %w", m.ID, s, err)
+	}
+	if !same {
+		return readBackObject(ctx, s, m)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("read back backup %s from %s: %w", m.ID, s, err)
+	}
+	if fi.Size() != m.Size {
+		return fmt.Errorf("read back backup %s from %s: the stored object holds %d bytes, %d were written", m.ID, s, fi.Size(), m.Size)
+	}
+	return nil
+}
+
+// readBackManifest checks that the stored manifest of m verifies and is m.
+func readBackManifest(ctx context.Context, s Store, auth *AuthKey, m Manifest) error {
 	got, err := readManifest(ctx, s, manifestName(m.Kind, m.ID), auth)
 	if err != nil {
 		return fmt.Errorf("read back backup %s from %s: %w", m.ID, s, err)
@@ -647,6 +705,12 @@ func ReadBack(ctx context.Context, s Store, auth *AuthKey, m Manifest) error {
 	if got.MAC != m.MAC {
 		return fmt.Errorf("read back backup %s from %s: the stored manifest is not the one written", m.ID, s)
 	}
+	return nil
+}
+
+// readBackObject reads m's object from the store and checks its size and
+// SHA-256.
+func readBackObject(ctx context.Context, s Store, m Manifest) error {
 	rc, err := s.Get(ctx, m.Object)
 	if err != nil {
 		return fmt.Errorf("read back backup %s: %w", m.ID, err)

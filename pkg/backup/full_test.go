@@ -89,7 +89,7 @@ func TestWriteSnapshot(t *testing.T) {
 			defer cancel()
 			packedPath := filepath.Join(dir, "packed")
 			var db bytes.Buffer
-			rawSize, size, sum, err := writeSnapshot(ctx, cancel, bytes.NewReader(tc.stream), &db, packedPath, key, tc.level)
+			rawSize, size, sum, err := writeSnapshot(ctx, cancel, bytes.NewReader(tc.stream), &db, packedFile{path: packedPath}, key, tc.level)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v, want one saying %q", err, tc.wantErr)
@@ -163,7 +163,7 @@ func TestWriteSnapshotStopsEveryStage(t *testing.T) {
 			sr := &stallReader{ctx: ctx, r: bytes.NewReader(stream[:25*pipeChunkSize]), err: tc.fail, read: make(chan struct{})}
 			done := make(chan error, 1)
 			go func() {
-				_, _, _, err := writeSnapshot(ctx, cancel, sr, io.Discard, filepath.Join(dir, "packed"), nil, zstd.SpeedDefault)
+				_, _, _, err := writeSnapshot(ctx, cancel, sr, io.Discard, packedFile{path: filepath.Join(dir, "packed")}, nil, zstd.SpeedDefault)
 				done <- err
 			}()
 			if tc.fail == nil {
@@ -235,7 +235,7 @@ func BenchmarkWriteSnapshot(b *testing.B) {
 				dir := b.TempDir()
 				ctx, cancel := context.WithCancel(b.Context())
 				var err error
-				_, size, _, err = writeSnapshot(ctx, cancel, bytes.NewReader(stream), datadir.NewRevisionScanner(), filepath.Join(dir, "packed"), nil, zl)
+				_, size, _, err = writeSnapshot(ctx, cancel, bytes.NewReader(stream), datadir.NewRevisionScanner(), packedFile{path: filepath.Join(dir, "packed")}, nil, zl)
 				cancel()
 				if err != nil {
 					b.Fatal(err)
@@ -306,7 +306,7 @@ func TestSnapshotRevisionsFallback(t *testing.T) {
 	scan := datadir.NewRevisionScanner()
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	if _, _, _, err := writeSnapshot(ctx, cancel, bytes.NewReader(stream.Bytes()), scan, packed, key, zstd.SpeedFastest); err != nil {
+	if _, _, _, err := writeSnapshot(ctx, cancel, bytes.NewReader(stream.Bytes()), scan, packedFile{path: packed}, key, zstd.SpeedFastest); err != nil {
 		t.Fatal(err)
 	}
 	st, err := snapshotRevisions(t.Context(), scan, packed, key, dir)

@@ -107,6 +107,12 @@ type FilePutter interface {
 	PutFile(ctx context.Context, name, path string) error
 }
 
+// fileHolder is a store that can tell whether an object is a given local
+// file (LocalStore, which hard-links what PutFile is given).
+type fileHolder interface {
+	HoldsFile(name, path string) (bool, error)
+}
+
 // PutFile syncs the file at path and hard-links it into place (atomic, and
 // an existing name is an error, as for Put): a full snapshot of hundreds
 // of megabytes is stored without a second copy. When path is on another
@@ -141,6 +147,24 @@ func (s *LocalStore) PutFile(ctx context.Context, name, path string) error {
 		return s.Put(ctx, name, f)
 	}
 	return atomicfile.SyncDir(filepath.Dir(p))
+}
+
+// HoldsFile reports whether the object name is the file at path itself
+// (the same inode: PutFile hard-linked it), not a copy.
+func (s *LocalStore) HoldsFile(name, path string) (bool, error) {
+	p, err := s.path(name)
+	if err != nil {
+		return false, err
+	}
+	stored, err := os.Stat(p)
+	if err != nil {
+		return false, err
+	}
+	written, err := os.Stat(path)
+	if err != nil {
+		return false, err
+	}
+	return os.SameFile(stored, written), nil
 }
 
 // Get opens an object.

@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
 )
 
 func TestLocalStorePutFile(t *testing.T) {
@@ -63,5 +66,102 @@ func TestLocalStorePutFile(t *testing.T) {
 				t.Errorf("List = %v, %v; want the one object", names, err)
 			}
 		})
+	}
+}
+
+// TestReadBackFile: a full backup stored from a local file is read back
+// without reading the object again only when the store holds that very
+// file (hard-linked) with the manifest's size; a copy in its place, a
+// file changed after it was stored, or a manifest replaced is found.
+func TestReadBackFile(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		after   func(t *testing.T, stored, src string) // what happens to the store after the put
+		wantErr string
+	}{
+		{name: "linked, intact"},
+		{name: "copied in place, intact", after: func(t *testing.T, stored, src string) {
+			b, err := os.ReadFile(stored)
+			if err != nil {
+				t.Fatal(err)
+			}
+			replaceFile(t, stored, b)
+		}},
+		{name: "copy in place with other bytes", after: func(t *testing.T, stored, src string) {
+			b, err := os.ReadFile(stored)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b[len(b)/2] ^= 1
+			replaceFile(t, stored, b)
+		}, wantErr: "with SHA-256"},
+		{name: "linked, cut short", after: func(t *testing.T, stored, src string) {
+			if err := os.Truncate(src, 100); err != nil {
+				t.Fatal(err)
+			}
+		}, wantErr: "holds 100 bytes"},
+		{name: "object gone", after: func(t *testing.T, stored, src string) {
+			if err := os.Remove(stored); err != nil {
+				t.Fatal(err)
+			}
+		}, wantErr: "no such file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			s, err := NewLocalStore(filepath.Join(dir, "store"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			src := filepath.Join(dir, "snapshot.pack")
+			f, err := os.OpenFile(src, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+			if err != nil {
+				t.Fatal(err)
+			}
+			size, sum, err := packStream(f, bytes.NewReader(bytes.Repeat([]byte("snapshot"), 10000)), nil, zstd.SpeedFastest)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			auth := NewAuthKey([32]byte{1})
+			m := Manifest{ID: NewID(KindFull, time.Now(), 7), Kind: KindFull, StartRevision: 1, EndRevision: 7,
+				RawSize: 80000, Size: size, SHA256: sum, Compression: "zstd", CreatedAt: time.Now().UTC()}
+			obj, err := os.Open(src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer obj.Close()
+			if err := putWithManifest(t.Context(), s, auth, &m, obj); err != nil {
+				t.Fatal(err)
+			}
+			if linked, err := s.HoldsFile(m.Object, src); err != nil || !linked {
+				t.Fatalf("HoldsFile = %v, %v after PutFile; want the file itself", linked, err)
+			}
+			if tc.after != nil {
+				tc.after(t, filepath.Join(s.Dir, m.Object), src)
+			}
+			err = ReadBackFile(t.Context(), s, auth, m, src)
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("err = %v, want one saying %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// replaceFile puts a new file with content b at path (another inode).
+func replaceFile(t *testing.T, path string, b []byte) {
+	t.Helper()
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
 	}
 }
