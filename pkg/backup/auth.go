@@ -133,12 +133,25 @@ func (k *AuthKey) Seal(m *Manifest) {
 
 var idPattern = regexp.MustCompile(`^[0-9]{8}T[0-9]{6}\.[0-9]{3}Z-(?:full-r([0-9]{1,19})|delta-r([0-9]{1,19})-([0-9]{1,19}))$`)
 
-// ObjectName is the one name a backup's object may have: derived from its
-// ID, kind and whether it is encrypted.
+// ObjectName is the one name a zstd-compressed backup's object may have:
+// derived from its ID, kind and whether it is encrypted.
 func ObjectName(kind, id string, encrypted bool) string {
-	ext := ".db.zst"
+	return objectName(kind, id, true, encrypted)
+}
+
+// objectOf is the one name m's object may have (ObjectName; a full backup
+// stored with compression "none" ends in .db, not .db.zst).
+func objectOf(m *Manifest) string {
+	return objectName(m.Kind, m.ID, m.Compression != CompressionNone, m.Encryption != "")
+}
+
+func objectName(kind, id string, zst, encrypted bool) string {
+	ext := ".db"
 	if kind == KindDelta {
-		ext = ".delta.zst"
+		ext = ".delta"
+	}
+	if zst {
+		ext += ".zst"
 	}
 	if encrypted {
 		ext += ".enc"
@@ -181,13 +194,21 @@ func checkManifest(m *Manifest) error {
 	if _, err := hex.DecodeString(m.SHA256); err != nil {
 		return bad("sha256 %q is not hex", m.SHA256)
 	}
-	if m.Compression != "zstd" {
+	switch {
+	case m.Compression == compressionZstd:
+	case m.Compression == CompressionNone && m.Kind == KindFull:
+		// A full backup stored as it is holds the database and etcd's
+		// checksum: exactly its raw size, before encryption.
+		if m.Encryption == "" && m.Size != m.RawSize {
+			return bad("an object stored without compression of %d bytes, raw size %d", m.Size, m.RawSize)
+		}
+	default:
 		return bad("compression %q", m.Compression)
 	}
 	if m.Encryption != "" && m.Encryption != encAlgorithm {
 		return bad("encryption %q", m.Encryption)
 	}
-	if want := ObjectName(m.Kind, m.ID, m.Encryption != ""); m.Object != want {
+	if want := objectOf(m); m.Object != want {
 		return bad("object %q is not the object of backup %s (%s)", m.Object, m.ID, want)
 	}
 	if m.CreatedAt.IsZero() {

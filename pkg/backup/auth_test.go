@@ -315,3 +315,49 @@ func TestDeltaReaderErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckManifestCompression: a full backup stored without compression
+// ("none") names an object ending in .db and, unencrypted, holds exactly
+// its raw size; "none" for a delta, a .db.zst name for it, another size,
+// and an unknown compression are each refused.
+func TestCheckManifestCompression(t *testing.T) {
+	full := func(change func(m *Manifest)) *Manifest {
+		m := &Manifest{
+			ID: "20260101T000000.000Z-full-r9", Kind: KindFull, StartRevision: 1, EndRevision: 9,
+			Size: 4128, RawSize: 4128, SHA256: strings.Repeat("ab", 32), Compression: CompressionNone,
+			CreatedAt: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), Object: "full/20260101T000000.000Z-full-r9.db",
+		}
+		change(m)
+		return m
+	}
+	for _, tc := range []struct {
+		name string
+		m    *Manifest
+		ok   bool
+	}{
+		{"none", full(func(*Manifest) {}), true},
+		{"none, encrypted", full(func(m *Manifest) {
+			m.Encryption, m.KeyID, m.Size = encAlgorithm, "k", 4200
+			m.Object += ".enc"
+		}), true},
+		{"zstd", full(func(m *Manifest) { m.Compression, m.Size, m.Object = "zstd", 300, m.Object+".zst" }), true},
+		{"none named .db.zst", full(func(m *Manifest) { m.Object += ".zst" }), false},
+		{"zstd named .db", full(func(m *Manifest) { m.Compression = "zstd" }), false},
+		{"none, size not the raw size", full(func(m *Manifest) { m.Size = 100 }), false},
+		{"none for a delta", full(func(m *Manifest) {
+			m.Kind, m.ID = KindDelta, "20260101T000000.000Z-delta-r1-9"
+			m.Object = "delta/" + m.ID + ".delta"
+		}), false},
+		{"unknown", full(func(m *Manifest) { m.Compression = "gzip" }), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := checkManifest(tc.m)
+			if tc.ok != (err == nil) {
+				t.Fatalf("checkManifest = %v, want ok %v", err, tc.ok)
+			}
+			if err != nil && !errors.Is(err, ErrBadManifest) {
+				t.Fatalf("%v, want ErrBadManifest", err)
+			}
+		})
+	}
+}

@@ -192,12 +192,12 @@ func Compact(ctx context.Context, s Store, o CompactOptions) (CompactResult, err
 		ID: NewID(KindFull, now, end), Kind: KindFull, ClusterID: ch.Full.ClusterID,
 		Member: ch.Full.Member, StartRevision: end, EndRevision: end,
 		EtcdVersion: ch.Full.EtcdVersion, RawSize: rawSize, SnapshotHash: info.Hash, TotalKeys: info.TotalKey,
-		Compression: "zstd", CreatedAt: now, Size: size, SHA256: sum, CompactedFrom: ch.Full.ID,
+		Compression: compressionOf(level), CreatedAt: now, Size: size, SHA256: sum, CompactedFrom: ch.Full.ID,
 	}
 	if o.Key != nil {
 		m.Encryption, m.KeyID = encAlgorithm, o.Key.ID()
 	}
-	m.Object = ObjectName(m.Kind, m.ID, m.Encryption != "")
+	m.Object = objectOf(&m)
 
 	// The object as it will be stored, read back through every check a
 	// restore makes (a store in the temporary dir holds it), must hold the

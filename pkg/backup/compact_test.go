@@ -180,8 +180,17 @@ func replayDigest(t *testing.T, s Store, key *Key, c Chain) string {
 // keyspace as the chain replayed; the chain itself is left in the store.
 // Plain and encrypted stores.
 func TestCompact(t *testing.T) {
-	for name, key := range map[string]*Key{"plain": nil, "encrypted": testKey(t)} {
-		t.Run(name, func(t *testing.T) {
+	for _, tc := range []struct {
+		name, compression string
+		key               *Key
+	}{
+		{name: "plain"},
+		{name: "encrypted", key: testKey(t)},
+		{name: "stored as it is", compression: CompressionNone},
+		{name: "stored as it is, encrypted", compression: CompressionNone, key: testKey(t)},
+	} {
+		key := tc.key
+		t.Run(tc.name, func(t *testing.T) {
 			ctx := t.Context()
 			auth := testAuthKey(3)
 			s, chain := compactStore(t, key, auth)
@@ -189,11 +198,14 @@ func TestCompact(t *testing.T) {
 				t.Fatalf("test chain: %d deltas to %d", len(chain.Deltas), chain.End)
 			}
 			want := replayDigest(t, s, key, chain)
-			res, err := Compact(ctx, s, CompactOptions{Chain: chain, Key: key, Auth: auth, TempDir: t.TempDir()})
+			res, err := Compact(ctx, s, CompactOptions{Chain: chain, Key: key, Auth: auth, TempDir: t.TempDir(), Compression: tc.compression})
 			if err != nil {
 				t.Fatal(err)
 			}
 			m := res.Backup
+			if wantC := map[bool]string{true: "none", false: "zstd"}[tc.compression == CompressionNone]; m.Compression != wantC {
+				t.Fatalf("compacted backup compression %q, want %q", m.Compression, wantC)
+			}
 			if m.Kind != KindFull || m.EndRevision != 50 || m.StartRevision != 50 || m.CompactedFrom != chain.Full.ID || m.SnapshotHash == 0 {
 				t.Fatalf("compacted manifest: %+v", m)
 			}

@@ -40,7 +40,7 @@ type FullOptions struct {
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// Compression is the zstd level: CompressionFastest (default),
-	// CompressionDefault or CompressionBetter.
+	// CompressionDefault or CompressionBetter; or CompressionNone.
 	Compression string
 }
 
@@ -83,7 +83,7 @@ func TakeFull(ctx context.Context, cli *clientv3.Client, s Store, o FullOptions)
 	// key) runs at verify and restore, not here: etcd's checksum and the
 	// stored object's SHA-256 protect the bytes, and skipping it doubles
 	// backup throughput.
-	st, err := snapshotRevisions(ctx, scan, packed, o.Key, tmp)
+	st, err := snapshotRevisions(ctx, scan, packed, compressionOf(level), o.Key, tmp)
 	if err != nil {
 		return Manifest{}, fmt.Errorf("snapshot from %s: %w", o.Member, err)
 	}
@@ -91,7 +91,7 @@ func TakeFull(ctx context.Context, cli *clientv3.Client, s Store, o FullOptions)
 		ID: NewID(KindFull, o.Now(), st.Revision), Kind: KindFull, ClusterID: o.ClusterID,
 		Member: o.Member, StartRevision: st.CompactRevision, EndRevision: st.Revision,
 		EtcdVersion: o.EtcdVersion, RawSize: rawSize, SnapshotHash: st.Hash, TotalKeys: st.TotalKey,
-		Compression: "zstd", CreatedAt: o.Now().UTC(), Size: size, SHA256: sum,
+		Compression: compressionOf(level), CreatedAt: o.Now().UTC(), Size: size, SHA256: sum,
 	}
 	if m.StartRevision < 1 {
 		m.StartRevision = 1
@@ -118,29 +118,30 @@ func TakeFull(ctx context.Context, cli *clientv3.Client, s Store, o FullOptions)
 // snapshotRevisions returns the revisions scan read from the database as it
 // streamed. When the scan could not read them (a page larger than it
 // keeps), the database is read from a file instead: the packed object at
-// packed (key: its encryption) unpacked into tmp, then removed.
-func snapshotRevisions(ctx context.Context, scan *datadir.RevisionScanner, packed string, key *Key, tmp string) (SnapshotInfo, error) {
+// packed (compression and key: how it was packed) unpacked into tmp, then
+// removed.
+func snapshotRevisions(ctx context.Context, scan *datadir.RevisionScanner, packed, compression string, key *Key, tmp string) (SnapshotInfo, error) {
 	rev, compacted, scanErr := scan.Result()
 	if scanErr == nil {
 		return SnapshotInfo{Revision: rev, CompactRevision: compacted}, nil
 	}
 	raw := filepath.Join(tmp, "snapshot.db")
 	defer os.Remove(raw)
-	if err := unpack(ctx, packed, key, raw); err != nil {
+	if err := unpack(ctx, packed, compression, key, raw); err != nil {
 		return SnapshotInfo{}, fmt.Errorf("snapshot database: %v; unpacking it to read it from a file: %w", scanErr, err)
 	}
 	return InspectRevision(raw)
 }
 
-// unpack decrypts (key: when set) and decompresses the packed object at src
-// into a new file dst (0600).
-func unpack(ctx context.Context, src string, key *Key, dst string) error {
+// unpack decrypts (key: when set) and decompresses (compression: a
+// manifest's) the packed object at src into a new file dst (0600).
+func unpack(ctx context.Context, src, compression string, key *Key, dst string) error {
 	f, err := os.Open(src)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	zr, err := plaintext(f, key)
+	zr, err := plaintext(f, compression, key)
 	if err != nil {
 		return err
 	}
@@ -157,16 +158,27 @@ func unpack(ctx context.Context, src string, key *Key, dst string) error {
 }
 
 // plaintext reads a packed object from r: decrypted with key when set,
-// then decompressed (one decoder goroutine, a window of 1 GiB at most).
-// Close the decoder after reading.
-func plaintext(r io.Reader, key *Key) (*zstd.Decoder, error) {
+// then decompressed as compression (a manifest's: "zstd", with one decoder
+// goroutine and a window of 1 GiB at most; or "none"). Close it after
+// reading.
+func plaintext(r io.Reader, compression string, key *Key) (io.ReadCloser, error) {
 	if key != nil {
 		var err error
 		if r, err = NewDecryptReader(r, key); err != nil {
 			return nil, err
 		}
 	}
-	return zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(1<<30))
+	switch compression {
+	case compressionZstd:
+		zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(1<<30))
+		if err != nil {
+			return nil, err
+		}
+		return zr.IOReadCloser(), nil
+	case CompressionNone:
+		return io.NopCloser(r), nil
+	}
+	return nil, fmt.Errorf("compression %q: %w", compression, ErrCompression)
 }
 
 // Compression levels a full snapshot can be stored with (spec
@@ -180,14 +192,27 @@ const (
 	CompressionDefault = "default"
 	// CompressionBetter is zstd's "better" level: smaller still, slower still.
 	CompressionBetter = "better"
+	// CompressionNone stores the database as it is (encrypted when a key is
+	// set): no CPU for compression while the snapshot streams, an object
+	// the size of the database. Its manifests say compression "none".
+	CompressionNone = "none"
 )
 
+// compressionZstd is the manifest's compression of an object compressed
+// with zstd, at any level.
+const compressionZstd = "zstd"
+
+// levelNone is the level CompressionLevel returns for CompressionNone:
+// not one of zstd's (they start at 1); packStream then writes no zstd
+// frame.
+const levelNone zstd.EncoderLevel = 0
+
 // ErrCompression: a compression level that is not one of CompressionFastest,
-// CompressionDefault or CompressionBetter.
+// CompressionDefault, CompressionBetter or CompressionNone.
 var ErrCompression = errors.New("unknown compression level")
 
 // CompressionLevel returns the zstd level named by a backup.compression
-// value ("" is CompressionFastest).
+// value ("" is CompressionFastest; CompressionNone is levelNone).
 func CompressionLevel(name string) (zstd.EncoderLevel, error) {
 	switch name {
 	case "", CompressionFastest:
@@ -196,8 +221,19 @@ func CompressionLevel(name string) (zstd.EncoderLevel, error) {
 		return zstd.SpeedDefault, nil
 	case CompressionBetter:
 		return zstd.SpeedBetterCompression, nil
+	case CompressionNone:
+		return levelNone, nil
 	}
-	return 0, fmt.Errorf("%q: %w (use fastest, default or better)", name, ErrCompression)
+	return 0, fmt.Errorf("%q: %w (use fastest, default, better or none)", name, ErrCompression)
+}
+
+// compressionOf is the manifest's compression of an object packed at
+// level: "none" for levelNone, else "zstd".
+func compressionOf(level zstd.EncoderLevel) string {
+	if level == levelNone {
+		return CompressionNone
+	}
+	return compressionZstd
 }
 
 // Pipeline of streamSnapshot: chunks of pipeChunkSize bytes, at most
@@ -519,7 +555,8 @@ func checkToWrite(ctx context.Context, path string) (SnapshotInfo, error) {
 	return inspectInChild(ctx, path, true)
 }
 
-// packStream compresses (zstd at level) and optionally encrypts src into dst.
+// packStream compresses (zstd at level; levelNone: not at all) and
+// optionally encrypts src into dst.
 func packStream(dst io.Writer, src io.Reader, key *Key, level zstd.EncoderLevel) (int64, string, error) {
 	h := sha256.New()
 	cw := &countWriter{w: io.MultiWriter(dst, h)}
@@ -532,15 +569,21 @@ func packStream(dst io.Writer, src io.Reader, key *Key, level zstd.EncoderLevel)
 		}
 		sink = enc
 	}
-	zw, err := zstd.NewWriter(sink, zstd.WithEncoderLevel(level))
-	if err != nil {
-		return 0, "", err
-	}
-	if _, err := io.Copy(zw, src); err != nil {
-		return 0, "", fmt.Errorf("compress: %w", err)
-	}
-	if err := zw.Close(); err != nil {
-		return 0, "", err
+	if level == levelNone {
+		if _, err := io.Copy(sink, src); err != nil {
+			return 0, "", fmt.Errorf("pack: %w", err)
+		}
+	} else {
+		zw, err := zstd.NewWriter(sink, zstd.WithEncoderLevel(level))
+		if err != nil {
+			return 0, "", err
+		}
+		if _, err := io.Copy(zw, src); err != nil {
+			return 0, "", fmt.Errorf("compress: %w", err)
+		}
+		if err := zw.Close(); err != nil {
+			return 0, "", err
+		}
 	}
 	if enc != nil {
 		if err := enc.Close(); err != nil {
@@ -607,7 +650,7 @@ func openObject(ctx context.Context, s Store, m Manifest, key *Key, tmpDir strin
 	if m.Encryption == "" {
 		key = nil // a key given for a plain backup is not used
 	}
-	zr, err := plaintext(pagecache.NewReader(f), key)
+	zr, err := plaintext(pagecache.NewReader(f), m.Compression, key)
 	if err != nil {
 		removeTemp()
 		return nil, nil, nil, fmt.Errorf("backup %s: %w", m.ID, err)
@@ -744,7 +787,7 @@ func putWithManifestHook(ctx context.Context, s Store, auth *AuthKey, m *Manifes
 	if auth == nil {
 		return fmt.Errorf("store backup %s: %w", m.ID, ErrNoAuthKey)
 	}
-	m.Object = ObjectName(m.Kind, m.ID, m.Encryption != "")
+	m.Object = objectOf(m)
 	auth.Seal(m)
 	if err := checkManifest(m); err != nil {
 		return fmt.Errorf("store backup %s: %w", m.ID, err)

@@ -68,11 +68,15 @@ func TestWriteSnapshot(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		stream  []byte
-		level   zstd.EncoderLevel
-		key     bool
-		wantErr string
+		level     zstd.EncoderLevel
+		key       bool
+		writeBack bool
+		wantErr   string
 	}{
 		{name: "fastest", stream: good, level: zstd.SpeedFastest},
+		{name: "fastest, written back as it goes", stream: good, level: zstd.SpeedFastest, writeBack: true},
+		{name: "none", stream: good, level: levelNone},
+		{name: "none, encrypted", stream: good, level: levelNone, key: true},
 		{name: "default, encrypted", stream: good, level: zstd.SpeedDefault, key: true},
 		{name: "better", stream: good, level: zstd.SpeedBetterCompression},
 		{name: "one byte flipped", stream: bad, level: zstd.SpeedFastest, wantErr: "checksum mismatch"},
@@ -89,7 +93,7 @@ func TestWriteSnapshot(t *testing.T) {
 			defer cancel()
 			packedPath := filepath.Join(dir, "packed")
 			var db bytes.Buffer
-			rawSize, size, sum, err := writeSnapshot(ctx, cancel, bytes.NewReader(tc.stream), &db, packedFile{path: packedPath}, key, tc.level)
+			rawSize, size, sum, err := writeSnapshot(ctx, cancel, bytes.NewReader(tc.stream), &db, packedFile{packedPath, tc.writeBack}, key, tc.level)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v, want one saying %q", err, tc.wantErr)
@@ -118,13 +122,10 @@ func TestWriteSnapshot(t *testing.T) {
 			if int64(len(obj)) != size || hexSHA256(obj) != sum {
 				t.Errorf("packed object: %d bytes, reported %d; SHA-256 reported %s", len(obj), size, sum)
 			}
-			var r io.Reader = bytes.NewReader(obj)
-			if key != nil {
-				if r, err = NewDecryptReader(r, key); err != nil {
-					t.Fatal(err)
-				}
+			if tc.level == levelNone && key == nil && !bytes.Equal(obj, tc.stream) {
+				t.Error("stored without compression, the object is not the stream")
 			}
-			zr, err := zstd.NewReader(r)
+			zr, err := plaintext(bytes.NewReader(obj), compressionOf(tc.level), key)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -226,7 +227,7 @@ func BenchmarkWriteSnapshot(b *testing.B) {
 			f.Close()
 		}
 	})
-	for _, level := range []string{CompressionFastest, CompressionDefault, CompressionBetter} {
+	for _, level := range []string{CompressionNone, CompressionFastest, CompressionDefault, CompressionBetter} {
 		b.Run(level, func(b *testing.B) {
 			zl, _ := CompressionLevel(level)
 			b.SetBytes(int64(len(stream)))
@@ -300,23 +301,31 @@ func TestSnapshotRevisionsFallback(t *testing.T) {
 	sum := sha256.Sum256(stream.Bytes())
 	stream.Write(sum[:])
 
-	dir := t.TempDir()
-	key := testKey(t)
-	packed := filepath.Join(dir, "snapshot.pack")
-	scan := datadir.NewRevisionScanner()
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	if _, _, _, err := writeSnapshot(ctx, cancel, bytes.NewReader(stream.Bytes()), scan, packedFile{path: packed}, key, zstd.SpeedFastest); err != nil {
-		t.Fatal(err)
-	}
-	st, err := snapshotRevisions(t.Context(), scan, packed, key, dir)
-	if err != nil || st.Revision != wantRev || st.CompactRevision != wantCompacted {
-		t.Fatalf("snapshotRevisions = %+v, %v; want revision %d, compacted %d", st, err, wantRev, wantCompacted)
-	}
-	if _, _, err := scan.Result(); err == nil || !strings.Contains(err.Error(), "spans more than") {
-		t.Errorf("the scan itself: %v; want it to fail on the 17 MiB page", err)
-	}
-	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
-		t.Errorf("%d files left in the scratch directory, want the packed object alone", len(ents))
+	for _, level := range []string{CompressionFastest, CompressionNone} {
+		t.Run(level, func(t *testing.T) {
+			zl, err := CompressionLevel(level)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			key := testKey(t)
+			packed := filepath.Join(dir, "snapshot.pack")
+			scan := datadir.NewRevisionScanner()
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			if _, _, _, err := writeSnapshot(ctx, cancel, bytes.NewReader(stream.Bytes()), scan, packedFile{path: packed}, key, zl); err != nil {
+				t.Fatal(err)
+			}
+			st, err := snapshotRevisions(t.Context(), scan, packed, compressionOf(zl), key, dir)
+			if err != nil || st.Revision != wantRev || st.CompactRevision != wantCompacted {
+				t.Fatalf("snapshotRevisions = %+v, %v; want revision %d, compacted %d", st, err, wantRev, wantCompacted)
+			}
+			if _, _, err := scan.Result(); err == nil || !strings.Contains(err.Error(), "spans more than") {
+				t.Errorf("the scan itself: %v; want it to fail on the 17 MiB page", err)
+			}
+			if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+				t.Errorf("%d files left in the scratch directory, want the packed object alone", len(ents))
+			}
+		})
 	}
 }

@@ -289,7 +289,7 @@ func PutDelta(ctx context.Context, s Store, key *Key, auth *AuthKey, d DeltaInfo
 		ID: fmt.Sprintf("%s-delta-r%d-%d", d.Now.UTC().Format("20060102T150405.000Z"), d.Start, d.End), Kind: KindDelta,
 		ClusterID: d.ClusterID, Member: d.Member, StartRevision: d.Start, EndRevision: d.End,
 		EtcdVersion: d.EtcdVersion, RawSize: int64(len(body)), TotalKeys: d.Events,
-		Compression: "zstd", CreatedAt: d.Now.UTC(),
+		Compression: compressionZstd, CreatedAt: d.Now.UTC(),
 	}
 	if key != nil {
 		m.Encryption, m.KeyID = encAlgorithm, key.ID()

@@ -87,8 +87,9 @@ func TestValidate(t *testing.T) {
 			c.Agents[0].MetricsAddress = strings.TrimPrefix(c.Members[1].PeerURL, "https://")
 		}, wantErr: "etcd-2 peerURL 127.0.0.1:20004: address already used by agent local's metricsAddress"},
 		{name: "backup compression better", edit: func(c *Cluster) { c.Backup.Compression = "better" }},
+		{name: "backup compression none", edit: func(c *Cluster) { c.Backup.Compression = "none" }},
 		{name: "backup compression unknown", edit: func(c *Cluster) { c.Backup.Compression = "max" },
-			wantErr: `backup.compression "max": use fastest, default or better`},
+			wantErr: `backup.compression "max": use fastest, default, better or none`},
 		{name: "attached", edit: attached(nil)},
 		{name: "attached: a version not in the store", edit: attached(func(c *Cluster) { c.Version = "3.5.9" })},
 		{name: "attached: etcd's member names", edit: attached(func(c *Cluster) { c.Members[0].Name = "cp-1.example.com" })},

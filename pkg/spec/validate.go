@@ -133,9 +133,9 @@ func (c *Cluster) Validate(o ValidateOptions) (warnings []string, err error) {
 		}
 	}
 	switch c.Backup.Compression {
-	case "", "fastest", "default", "better":
+	case "", "fastest", "default", "better", "none":
 	default:
-		bad("backup.compression %q: use fastest, default or better", c.Backup.Compression)
+		bad("backup.compression %q: use fastest, default, better or none", c.Backup.Compression)
 	}
 	if c.Backup.MaxDeltasPerFull < 0 || c.Backup.DeltaMaxAgeMs < 0 {
 		bad("backup.maxDeltasPerFull and backup.deltaMaxAgeMs must not be negative")

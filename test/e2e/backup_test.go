@@ -51,13 +51,19 @@ func backupNow(t *testing.T, e *harness.Env, args ...string) backup.Manifest {
 // revision it holds; verify catches a missing or wrong key; restore refuses
 // a running cluster and existing data (without --force), then rebuilds every
 // member with revisions bumped past anything a client saw and the old range
-// compacted.
+// compacted. For the second version the backup is stored without
+// compression (backup.compression none), and restores the same.
 func TestBackupRestore(t *testing.T) {
-	for _, v := range harness.Versions() {
+	for i, v := range harness.Versions() {
 		t.Run(v, func(t *testing.T) {
 			t.Parallel()
 			e := harness.New(t)
-			e.Up(3, v)
+			compression := backup.CompressionFastest
+			if i == 1 {
+				compression = backup.CompressionNone
+			}
+			e.WriteSpec(3, v, func(s *spec.Cluster) { s.Backup.Compression = compression })
+			e.MustRun("up")
 			cli := e.Client()
 			ctx := t.Context()
 			rev := putKeys(t, cli, "backup/", 500)
@@ -70,6 +76,10 @@ func TestBackupRestore(t *testing.T) {
 			if m.EndRevision != rev || m.ClusterID != st.Cluster.ID || m.Member != st.Cluster.Leader ||
 				m.Encryption != "aes-256-gcm" || m.KeyID == "" || m.EtcdVersion != v {
 				t.Fatalf("manifest %+v: want revision %d, cluster %s, leader %s, encrypted, etcd %s", m, rev, st.Cluster.ID, st.Cluster.Leader, v)
+			}
+			wantObject := map[string]string{backup.CompressionFastest: "zstd", backup.CompressionNone: "none"}[compression]
+			if m.Compression != wantObject || strings.Contains(m.Object, ".zst") != (compression != backup.CompressionNone) {
+				t.Fatalf("backup.compression %s: manifest compression %q, object %s", compression, m.Compression, m.Object)
 			}
 			e.WaitStatus(30*time.Second, "BackupReady", func(st *cluster.Status) bool {
 				c := harness.Cond(st, cluster.CondBackupReady)
