@@ -66,8 +66,8 @@ func TestWriteSnapshot(t *testing.T) {
 	bad := append([]byte(nil), good...)
 	bad[12345] ^= 1
 	for _, tc := range []struct {
-		name    string
-		stream  []byte
+		name      string
+		stream    []byte
 		level     zstd.EncoderLevel
 		key       bool
 		writeBack bool

@@ -29,14 +29,14 @@ import (
 )
 
 // BenchmarkFullSnapshot: `steward backup now` (stream, verify etcd's
-// checksum, read the revision, zstd, store with manifest, read back)
+// checksum, read the revision, zstd or not, store with manifest, read back)
 // against `etcdctl snapshot save` of the same member's database, on two
 // data sets: "random" (200 MB of random base64 values) and "kube" (config
 // maps written through a kube-apiserver: protobuf objects). Each round
 // runs, for every backup.compression level, steward then etcdctl, back to
 // back, so each pair sees the same machine load; it logs every pair's
 // ratio and reports the median ratio and the stored size per level.
-// STEWARD_BENCH_SNAPSHOT_ROUNDS (default 3) sets the rounds,
+// STEWARD_BENCH_SNAPSHOT_ROUNDS (default 5) sets the rounds,
 // STEWARD_BENCH_SNAPSHOT_KUBE_OBJECTS (default 20000) the config maps,
 // STEWARD_BENCH_SNAPSHOT_PROFILE=DIR writes a CPU profile of each
 // `steward backup now` into DIR.
@@ -94,10 +94,10 @@ func compareSnapshots(b *testing.B, e *harness.Env) {
 	}
 	env = append(env, "ETCDCTL_ENDPOINTS="+leader.ClientURLs[0])
 	dst := filepath.Join(e.Dir, "etcdctl.db")
-	levels := []string{backup.CompressionFastest, backup.CompressionDefault, backup.CompressionBetter}
+	levels := []string{backup.CompressionNone, backup.CompressionFastest, backup.CompressionDefault, backup.CompressionBetter}
 	ratios := map[string][]float64{}
 	stored := map[string]float64{}
-	for round := 1; round <= envInt("STEWARD_BENCH_SNAPSHOT_ROUNDS", 3); round++ {
+	for round := 1; round <= envInt("STEWARD_BENCH_SNAPSHOT_ROUNDS", 5); round++ {
 		for _, level := range levels {
 			s := e.Spec()
 			s.Backup.Compression = level
