@@ -314,10 +314,18 @@ func writeSnapshot(ctx context.Context, cancel context.CancelFunc, rc io.Reader,
 		close(p.toPack)
 		return nil
 	})
+	// Stored as it is and not encrypted, the object is the stream itself:
+	// its SHA-256 is the raw stage's hash continued over etcd's checksum
+	// (below), so the pack stage only writes.
+	asIs := level == levelNone && key == nil
 	p.run(func() error {
 		// The pack stage owns packed, packN and packSum until the pipeline
 		// ends.
 		var err error
+		if asIs {
+			packN, err = io.Copy(packed, &pipeReader{p: p})
+			return err
+		}
 		packN, packSum, err = packStream(packed, &pipeReader{p: p}, key, level)
 		return err
 	})
@@ -331,6 +339,13 @@ func writeSnapshot(ctx context.Context, cancel context.CancelFunc, rc io.Reader,
 	}
 	if !bytes.Equal(h.h.Sum(nil), h.tail) {
 		return rawSize, 0, "", errors.New("snapshot checksum mismatch: the data etcd sent does not match the SHA-256 it appended")
+	}
+	if asIs {
+		if packN != rawSize {
+			return rawSize, 0, "", fmt.Errorf("packed object of %d bytes, the stream had %d", packN, rawSize)
+		}
+		h.h.Write(h.tail) // Sum left h's state as it was
+		packSum = hex.EncodeToString(h.h.Sum(nil))
 	}
 	return rawSize, packN, packSum, nil
 }

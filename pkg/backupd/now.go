@@ -27,7 +27,7 @@ type Options struct {
 // Now takes a verified full snapshot from a healthy member (the leader
 // by default) and stores it with its manifest.
 func Now(ctx context.Context, c *cluster.Cluster, o Options) (backup.Manifest, error) {
-	st, err := c.Status(ctx)
+	st, err := c.LiveMembers(ctx)
 	if err != nil {
 		return backup.Manifest{}, err
 	}

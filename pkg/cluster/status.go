@@ -321,8 +321,27 @@ func (c *Cluster) clusterVersion(ctx context.Context, endpoint string) string {
 	return v.Cluster
 }
 
-// Status reports the cluster's state, merging what etcd and the agents say.
+// Status reports the cluster's state, merging what etcd and the agents say:
+// LiveMembers, then certificate renewal and the conditions.
 func (c *Cluster) Status(ctx context.Context) (*Status, error) {
+	st, err := c.LiveMembers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	if c.renews() {
+		st.CertificateRenewal, _ = c.renewalStatus(now)
+	}
+	st.Conditions = c.conditions(ctx, st, now)
+	return st, nil
+}
+
+// LiveMembers is Status without certificate renewal and conditions (which
+// read the backup store and handshake with every member for the
+// certificate it serves): the cluster and its members as etcd and the
+// agents see them, for a command that needs only the leader and the
+// members' health before it starts (`backup now`).
+func (c *Cluster) LiveMembers(ctx context.Context) (*Status, error) {
 	specMembers := c.Spec.Members
 	st := &Status{Cluster: ClusterStatus{Name: c.Spec.Name, SpecVersion: c.Spec.Version}}
 
@@ -551,11 +570,6 @@ func (c *Cluster) Status(ctx context.Context) (*Status, error) {
 	}
 	st.Cluster.VotingMembers, st.Cluster.Learners = countRoles(listed, probes)
 	sort.SliceStable(st.Members, func(i, j int) bool { return st.Members[i].Name < st.Members[j].Name })
-	now := time.Now()
-	if c.renews() {
-		st.CertificateRenewal, _ = c.renewalStatus(now)
-	}
-	st.Conditions = c.conditions(ctx, st, now)
 	return st, nil
 }
 
