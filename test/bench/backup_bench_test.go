@@ -37,6 +37,8 @@ import (
 // back, so each pair sees the same machine load; it logs every pair's
 // ratio and reports the median ratio and the stored size per level.
 // STEWARD_BENCH_SNAPSHOT_ROUNDS (default 5) sets the rounds,
+// STEWARD_BENCH_SNAPSHOT_LEVELS (default none,fastest,default,better) the
+// levels,
 // STEWARD_BENCH_SNAPSHOT_KUBE_OBJECTS (default 20000) the config maps,
 // STEWARD_BENCH_SNAPSHOT_PROFILE=DIR writes a CPU profile of each
 // `steward backup now` into DIR.
@@ -95,6 +97,9 @@ func compareSnapshots(b *testing.B, e *harness.Env) {
 	env = append(env, "ETCDCTL_ENDPOINTS="+leader.ClientURLs[0])
 	dst := filepath.Join(e.Dir, "etcdctl.db")
 	levels := []string{backup.CompressionNone, backup.CompressionFastest, backup.CompressionDefault, backup.CompressionBetter}
+	if l := os.Getenv("STEWARD_BENCH_SNAPSHOT_LEVELS"); l != "" {
+		levels = strings.Split(l, ",")
+	}
 	ratios := map[string][]float64{}
 	stored := map[string]float64{}
 	for round := 1; round <= envInt("STEWARD_BENCH_SNAPSHOT_ROUNDS", 5); round++ {
