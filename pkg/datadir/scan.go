@@ -31,6 +31,7 @@ type RevisionScanner struct {
 	next     int64           // the next page position to examine
 	off      int64           // stream offset of buf[0]
 	buf      []byte          // bytes from off on, not needed by examined positions
+	own      []byte          // the scanner's own storage for buf between writes
 	tooLarge map[uint64]bool // pages spanning more than maxScannedPage
 	kept     int64           // bytes kept in the maps below
 	metas    []scanMeta
@@ -89,14 +90,51 @@ func (s *RevisionScanner) fail(format string, a ...any) error {
 
 // Write implements io.Writer. It never fails the writer: an error is kept
 // for Result, and later bytes are ignored.
+//
+// p is examined where it lies when nothing is pending from earlier writes
+// (the usual case: a stream written in whole pages), and only what is
+// left of it (a page continuing in the next write) is copied; while bytes
+// are pending, only as many of p are copied as complete the page they
+// begin. Nothing of p is referred to after Write returns.
 func (s *RevisionScanner) Write(p []byte) (int, error) {
+	n := len(p)
 	if s.err != nil {
-		return len(p), nil
+		return n, nil
 	}
-	s.buf = append(s.buf, p...)
-	s.total += int64(len(p))
-	s.process(false)
-	return len(p), nil
+	s.total += int64(n)
+	for len(p) > 0 && s.err == nil {
+		if len(s.buf) == 0 {
+			s.buf = p
+			s.process(false)
+			s.buf = append(s.own[:0], s.buf...)
+			s.own = s.buf
+			return n, nil
+		}
+		take := min(len(p), max(s.needed()-len(s.buf), 1))
+		s.buf = append(s.buf, p[:take]...)
+		p = p[take:]
+		s.process(false)
+	}
+	return n, nil
+}
+
+// needed is how many bytes buf must hold for process to go past the
+// position it waits at: the first meta page's page size, a whole page,
+// or the whole of the page (with its overflow) that starts there.
+func (s *RevisionScanner) needed() int {
+	if s.pageSize == 0 {
+		return pageHeaderSize + 12
+	}
+	at := int(s.next*int64(s.pageSize) - s.off)
+	if len(s.buf) < at+pageHeaderSize {
+		return at + s.pageSize
+	}
+	h := s.buf[at:]
+	size := (int64(binary.LittleEndian.Uint32(h[12:])) + 1) * int64(s.pageSize)
+	if binary.LittleEndian.Uint64(h) != uint64(s.next) || size > maxScannedPage {
+		return at + s.pageSize
+	}
+	return at + int(size)
 }
 
 // process examines every page position whose bytes have arrived.

@@ -184,13 +184,21 @@ func snapshotOf(t *testing.T, p string) []byte {
 	return buf.Bytes()
 }
 
-// scan writes b to a scanner in pieces of random sizes (at most max).
+// scan writes b to a scanner in pieces of random sizes (at most max),
+// each from one buffer that is overwritten after every write, as the
+// backup pipeline reuses its buffers: a scanner that kept a reference to
+// what it was given reads garbage.
 func scan(b []byte, max int, seed uint64) (int64, int64, error) {
 	s := NewRevisionScanner()
 	rng := rand.New(rand.NewPCG(seed, 7))
+	piece := make([]byte, max)
 	for len(b) > 0 {
 		n := min(len(b), 1+rng.IntN(max))
-		s.Write(b[:n])
+		copy(piece, b[:n])
+		s.Write(piece[:n])
+		for i := range piece[:n] {
+			piece[i] = 0xa5
+		}
 		b = b[n:]
 	}
 	return s.Result()
