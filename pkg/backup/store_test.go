@@ -21,12 +21,7 @@ func TestLocalStorePutFile(t *testing.T) {
 		{name: "name taken", exists: true, wantErr: "already exists"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			s, err := NewLocalStore(filepath.Join(dir, "store"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			src := filepath.Join(dir, "snapshot.pack")
+			s, src := storeBeside(t)
 			want := bytes.Repeat([]byte("snapshot"), 1000)
 			if err := os.WriteFile(src, want, 0o644); err != nil {
 				t.Fatal(err)
@@ -37,7 +32,7 @@ func TestLocalStorePutFile(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			err = s.PutFile(t.Context(), "full/x.db.zst", src)
+			err := s.PutFile(t.Context(), "full/x.db.zst", src)
 			got, rerr := os.ReadFile(filepath.Join(s.Dir, "full", "x.db.zst"))
 			if rerr != nil {
 				t.Fatal(rerr)
@@ -107,12 +102,7 @@ func TestReadBackFile(t *testing.T) {
 		}, wantErr: "no such file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			s, err := NewLocalStore(filepath.Join(dir, "store"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			src := filepath.Join(dir, "snapshot.pack")
+			s, src := storeBeside(t)
 			f, err := os.OpenFile(src, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 			if err != nil {
 				t.Fatal(err)
@@ -164,4 +154,16 @@ func replaceFile(t *testing.T, path string, b []byte) {
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// storeBeside returns a local store and the path of a file to put into it,
+// on the same file system (PutFile links it).
+func storeBeside(t *testing.T) (*LocalStore, string) {
+	t.Helper()
+	dir := t.TempDir()
+	s, err := NewLocalStore(filepath.Join(dir, "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, filepath.Join(dir, "snapshot.pack")
 }
