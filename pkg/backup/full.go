@@ -251,9 +251,9 @@ type chunk struct {
 
 // streamSnapshot writes the member's snapshot database (without etcd's
 // checksum) to db and, in the same pass, its packed form (zstd at level,
-// optionally encrypted) to the file packed names, and checks the SHA-256 that etcd
-// appends to the stream (its last 32 bytes). cli must be connected to
-// exactly the member to back up.
+// or as it is; optionally encrypted) to the file packed names, and checks
+// the SHA-256 that etcd appends to the stream (its last 32 bytes). cli
+// must be connected to exactly the member to back up.
 //
 // Three stages run concurrently so that none waits for another: receive
 // (fills pooled 1 MiB buffers from the gRPC stream), raw (hashes the
