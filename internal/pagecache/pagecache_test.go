@@ -255,3 +255,63 @@ func randomReads(t *testing.T, b []byte) bool {
 	t.Fatalf("no map at %s in /proc/self/smaps", start)
 	return false
 }
+
+// TestDirectWriter: whole aligned blocks are written with O_DIRECT (where
+// the file system takes it), the first write that is not aligned switches
+// the file to buffered writes for good, and the file holds every byte
+// written in order either way.
+func TestDirectWriter(t *testing.T) {
+	block := make([]byte, 1<<20) // a large allocation: page-aligned
+	if !aligned(block, 0) {
+		t.Fatal("a 1 MiB allocation is not 4 KiB-aligned: the test cannot exercise O_DIRECT")
+	}
+	for i := range block {
+		block[i] = byte(i % 251)
+	}
+	for _, tc := range []struct {
+		name       string
+		writes     [][]byte
+		directThen []bool // Direct() after each write
+	}{
+		{"aligned blocks, then a tail", [][]byte{block, block, block[:1000]}, []bool{true, true, false}},
+		{"unaligned first", [][]byte{block[:100], block}, []bool{false, false}},
+		{"an aligned block at an unaligned offset", [][]byte{block[:512*3], block}, []bool{false, false}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "object")
+			f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			w := NewDirectWriter(f)
+			if !w.Direct() {
+				t.Fatalf("O_DIRECT refused on %s (its file system): the test cannot exercise it", path)
+			}
+			var want []byte
+			for i, p := range tc.writes {
+				if n, err := w.Write(p); err != nil || n != len(p) {
+					t.Fatalf("write %d: %d, %v", i, n, err)
+				}
+				want = append(want, p...)
+				if w.Direct() != tc.directThen[i] {
+					t.Errorf("after write %d: direct %v, want %v", i, w.Direct(), tc.directThen[i])
+				}
+				fl, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0)
+				if err != nil || (fl&unix.O_DIRECT != 0) != w.Direct() {
+					t.Errorf("after write %d: the file's O_DIRECT flag is %v, Direct() %v (err %v)", i, fl&unix.O_DIRECT != 0, w.Direct(), err)
+				}
+			}
+			if err := f.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			got, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("the file holds %d bytes, not the %d written", len(got), len(want))
+			}
+		})
+	}
+}

@@ -77,6 +77,7 @@ func TestWriteSnapshot(t *testing.T) {
 		{name: "fastest, written back as it goes", stream: good, level: zstd.SpeedFastest, writeBack: true},
 		{name: "none", stream: good, level: levelNone},
 		{name: "none, encrypted", stream: good, level: levelNone, key: true},
+		{name: "none, kept by a local store (O_DIRECT)", stream: good, level: levelNone, writeBack: true},
 		{name: "default, encrypted", stream: good, level: zstd.SpeedDefault, key: true},
 		{name: "better", stream: good, level: zstd.SpeedBetterCompression},
 		{name: "one byte flipped", stream: bad, level: zstd.SpeedFastest, wantErr: "checksum mismatch"},
