@@ -258,8 +258,8 @@ type chunk struct {
 // Three stages run concurrently so that none waits for another: receive
 // (fills pooled 1 MiB buffers from the gRPC stream), raw (hashes the
 // stream and writes the database to db) and pack (compresses, encrypts,
-// writes and hashes the packed file, starting its write-back to disk as it
-// goes when packed.writeBack). Bounded channels hand the buffers
+// writes and hashes the packed file, on its way to disk as it goes when
+// packed.writeBack). Bounded channels hand the buffers
 // on; the pool caps memory at pipelineChunks buffers. The first error of
 // any stage, or ctx ending, cancels the others; every stage has returned
 // before streamSnapshot does.
@@ -356,8 +356,10 @@ func writeSnapshot(ctx context.Context, cancel context.CancelFunc, rc io.Reader,
 }
 
 // packedFile is where streamSnapshot writes the packed object: a new file
-// at path. With writeBack, the file's write-back to disk is started as it
-// is written (pagecache.Writer), for a file that will be synced.
+// at path. writeBack is for a file that will be synced (a local store
+// keeps it): its write-back to disk is started as it is written
+// (pagecache.Writer), or, for an object stored as it is and unencrypted,
+// it is written with O_DIRECT (pagecache.DirectWriter).
 type packedFile struct {
 	path      string
 	writeBack bool
