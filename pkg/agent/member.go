@@ -385,11 +385,12 @@ func (m *member) loop() {
 
 		var p *process
 		var err error
+		fresh := false // the data dir was empty: p bootstraps a member
 		if adopt > 0 {
 			p = adoptProcess(adopt)
 			log.Info("adopted running member", "pid", adopt)
 		} else {
-			p, err = m.launch(cfg)
+			p, fresh, err = m.launch(cfg)
 		}
 		if err != nil {
 			log.Error("cannot start member", "err", err)
@@ -426,6 +427,17 @@ func (m *member) loop() {
 			log.Info("member stopped", "exit", p.exit)
 			m.mu.Unlock()
 			continue
+		}
+		if fresh {
+			// An etcd that exits before it wrote its WAL (a join whose
+			// peers did not answer, or refused it) leaves a member dir
+			// that launch's check would refuse for good. It began empty
+			// and holds nothing, so the next start bootstraps again.
+			if removed, err := datadir.DiscardFailedBootstrap(cfg.DataDir); err != nil {
+				log.Error("member exited during its bootstrap", "err", err)
+			} else if removed {
+				log.Warn("member exited during its bootstrap; removed what it left in its data dir, which was empty, so that the next start bootstraps again", "exit", p.exit)
+			}
 		}
 		if time.Since(m.startedAt) >= healthyRun {
 			m.consecutive = 0
@@ -467,28 +479,29 @@ func backoff(n int) time.Duration {
 	return d
 }
 
-// launch checks that the member can start and starts its process.
-func (m *member) launch(cfg agentapi.MemberConfig) (*process, error) {
+// launch checks that the member can start and starts its process. fresh
+// tells that the data dir was empty: the process bootstraps a member.
+func (m *member) launch(cfg agentapi.MemberConfig) (p *process, fresh bool, err error) {
 	ex, err := binaries.Open(cfg.BinaryStore).Resolve(cfg.Version)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if !ex.Embedded {
 		// The file run is the file imported (cached: hashed again only
 		// when the file changes).
 		if err := binaries.CheckRecorded(ex.Path); err != nil {
-			return nil, fmt.Errorf("refusing to start etcd %s: %w", cfg.Version, err)
+			return nil, false, fmt.Errorf("refusing to start etcd %s: %w", cfg.Version, err)
 		}
 	}
 	if rec, ok, err := datadir.ReadRecord(cfg.DataDir); err != nil {
-		return nil, err
+		return nil, false, err
 	} else if ok {
 		m.mu.Lock()
 		allow := cfg.AllowMinorDowngrade || m.downgradeOnce
 		m.downgradeOnce = false
 		m.mu.Unlock()
 		if err := CheckVersionStep(rec.Version, cfg.Version, allow); err != nil {
-			return nil, fmt.Errorf("refusing to start etcd %s on %s: %w", cfg.Version, cfg.DataDir, err)
+			return nil, false, fmt.Errorf("refusing to start etcd %s on %s: %w", cfg.Version, cfg.DataDir, err)
 		}
 	}
 	// Look at the data dir before etcd does: a dir with a member but no WAL
@@ -509,42 +522,42 @@ func (m *member) launch(cfg agentapi.MemberConfig) (*process, error) {
 	m.mu.Unlock()
 	m.a.log.Info("checked data dir", "member", cfg.Name, "finding", finding)
 	if f.State == datadir.Invalid {
-		return nil, fmt.Errorf("refusing to start: %s; rebuild it with `steward member replace %s` (or `steward recover` when a majority is lost)", f, cfg.Name)
+		return nil, false, fmt.Errorf("refusing to start: %s; rebuild it with `steward member replace %s` (or `steward recover` when a majority is lost)", f, cfg.Name)
 	}
 	if rec, ok, _ := datadir.ReadRecord(cfg.DataDir); ok && f.State == datadir.Empty {
 		// An empty data dir next to a version record is data that was lost,
 		// not a new member: started, etcd would bootstrap a blank member
 		// under the old identity.
-		return nil, fmt.Errorf("refusing to start: data dir %s is empty but etcd %s ran on it until %s: its data was lost; rebuild it with `steward member replace %s` (or `steward recover` when a majority is lost)",
+		return nil, false, fmt.Errorf("refusing to start: data dir %s is empty but etcd %s ran on it until %s: its data was lost; rebuild it with `steward member replace %s` (or `steward recover` when a majority is lost)",
 			cfg.DataDir, rec.Version, rec.UpdatedAt.Format(time.RFC3339), cfg.Name)
 	}
 	for _, u := range []struct{ what, raw string }{{"client URL", cfg.ClientURL}, {"peer URL", cfg.PeerURL}} {
 		if err := checkPortFree(u.raw); err != nil {
-			return nil, fmt.Errorf("%s %s: %w", u.what, u.raw, err)
+			return nil, false, fmt.Errorf("%s %s: %w", u.what, u.raw, err)
 		}
 	}
 	if err := os.MkdirAll(filepath.Dir(cfg.DataDir), 0o700); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if err := os.Mkdir(cfg.DataDir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-		return nil, err
+		return nil, false, err
 	}
 	if err := os.Chmod(cfg.DataDir, 0o700); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	logf, err := os.OpenFile(m.a.logPath(cfg.Name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("open member log: %w", err)
+		return nil, false, fmt.Errorf("open member log: %w", err)
 	}
 	defer logf.Close()
 	fmt.Fprintf(logf, runMarker+"%s etcd %s at %s ---\n", cfg.Name, cfg.Version, time.Now().UTC().Format(time.RFC3339))
 	cat, err := catalogue.Load(filepath.Join(m.a.opts.Dir, catalogue.FileName))
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	flags, err := EtcdFlags(cfg, cat)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	args := append(append([]string{}, ex.Args...), flags...)
 	cmd := exec.Command(ex.Path, args...)
@@ -555,9 +568,9 @@ func (m *member) launch(cfg agentapi.MemberConfig) (*process, error) {
 	cmd.Dir = filepath.Dir(cfg.DataDir)
 	// Own process group: a signal to the agent's terminal does not reach members.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	p, err := startProcess(cmd)
+	p, err = startProcess(cmd)
 	if err != nil {
-		return nil, fmt.Errorf("start %s: %w", ex.Path, err)
+		return nil, false, fmt.Errorf("start %s: %w", ex.Path, err)
 	}
 	m.mu.Lock()
 	m.binary = strings.TrimSpace(ex.Path + " " + strings.Join(ex.Args, " "))
@@ -566,7 +579,7 @@ func (m *member) launch(cfg agentapi.MemberConfig) (*process, error) {
 		m.a.log.Warn("write pid file", "member", cfg.Name, "err", err)
 	}
 	m.a.log.Info("started member", "member", cfg.Name, "version", cfg.Version, "pid", p.pid)
-	return p, nil
+	return p, f.State == datadir.Empty, nil
 }
 
 // awaitReady polls the member's /version endpoint until it answers with the

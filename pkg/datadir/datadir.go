@@ -70,6 +70,37 @@ func Check(dataDir string) Finding {
 	return f
 }
 
+// DiscardFailedBootstrap removes the member dir that an etcd which never
+// got past its bootstrap left in dataDir, and reports whether it did.
+//
+// etcd creates DATA/member, and its database in member/snap, before it
+// asks its peers for the cluster (joining) or checks its flags against
+// them; if that fails it exits, and the dir it leaves would make every
+// later start fail Check ("no WAL files"). Removing it loses nothing only
+// under two conditions, which the caller must hold: the data dir was
+// Empty when that process started (so everything in member/ is that
+// process's), and the process has exited. The third is checked here:
+// member/wal holds no WAL file. etcd writes its WAL (wal.Create, through
+// member/wal.tmp renamed into place) before raft runs, so without one it
+// recorded no entry and received no snapshot: whatever member/ holds is
+// also on the peers, or was never anywhere.
+func DiscardFailedBootstrap(dataDir string) (bool, error) {
+	member := filepath.Join(dataDir, "member")
+	if _, err := os.Stat(member); errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	wals, err := filepath.Glob(filepath.Join(member, "wal", "*.wal"))
+	if err != nil || len(wals) > 0 {
+		return false, err
+	}
+	if err := os.RemoveAll(member); err != nil {
+		return false, fmt.Errorf("remove %s, left by a member that failed its bootstrap: %w", member, err)
+	}
+	return true, nil
+}
+
 func invalid(f Finding, p string) Finding {
 	f.State, f.Problem = Invalid, p
 	return f

@@ -77,6 +77,52 @@ func TestCheck(t *testing.T) {
 	}
 }
 
+// TestDiscardFailedBootstrap: a member dir without a WAL file goes (with
+// its database, as etcd leaves it after a failed join), and the data dir
+// is Empty again; a member dir with a WAL file, one whose only WAL is
+// still in wal.tmp's rename, and a data dir without a member dir are
+// left as they are.
+func TestDiscardFailedBootstrap(t *testing.T) {
+	root := t.TempDir()
+	mk := func(name string, files ...string) string {
+		d := filepath.Join(root, name)
+		for _, f := range append([]string{"member/snap/.keep"}, files...) {
+			p := filepath.Join(d, f)
+			if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return d
+	}
+	failed := mk("failed", "member/snap/db")
+	os.MkdirAll(filepath.Join(failed, "member", "wal"), 0o700)
+	tests := []struct {
+		dir     string
+		removed bool
+		after   string // Check's state afterwards
+	}{
+		{failed, true, Empty},
+		{mk("tmp-only", "member/wal.tmp/0000000000000000-0000000000000000.wal"), true, Empty},
+		{mk("has-wal", "member/wal/0000000000000000-0000000000000000.wal"), false, Invalid},
+		{filepath.Join(root, "missing"), false, Empty},
+	}
+	for _, tt := range tests {
+		removed, err := DiscardFailedBootstrap(tt.dir)
+		if err != nil || removed != tt.removed {
+			t.Errorf("%s: removed %v, err %v; want removed %v", filepath.Base(tt.dir), removed, err, tt.removed)
+		}
+		if f := Check(tt.dir); f.State != tt.after {
+			t.Errorf("%s afterwards: %s, want %s", filepath.Base(tt.dir), f, tt.after)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(root, "has-wal", "member", "snap", ".keep")); err != nil {
+		t.Errorf("a member dir with a WAL file lost a file: %v", err)
+	}
+}
+
 func TestMemberID(t *testing.T) {
 	dir := t.TempDir()
 	md, err := (&etcdserverpb.Metadata{NodeID: 0x8e9e05c52164694d, ClusterID: 0xcdf818194e3a8c32}).Marshal()

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/spec"
@@ -232,4 +234,107 @@ func startFreshProbes(t *testing.T, e *harness.Env, endpoints []string) *userLoa
 	}
 	t.Cleanup(l.Stop)
 	return l
+}
+
+// TestJoinAfterFailedBootstrap: a member joining a cluster whose peers do
+// not answer its first start exits during etcd's bootstrap, leaving a
+// member dir without a WAL. Its agent clears that (the data dir was empty
+// when it started) and the next start joins once the peers are back,
+// where before the agent refused every later start ("no WAL files in
+// member/wal") and only a manual cleanup got the member going.
+func TestJoinAfterFailedBootstrap(t *testing.T) {
+	t.Parallel()
+	e := harness.New(t)
+	e.Up(1, harness.Versions()[0])
+	ctx := t.Context()
+	c, err := cluster.Open(e.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := c.Spec.Members[0]
+	free := spec.FreePort("127.0.0.1")
+	cp, err := free()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pp, err := free()
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheme := c.Spec.Scheme()
+	joiner := spec.Member{
+		Name: "etcd-2", Agent: first.Agent, DataDir: "members/etcd-2/data",
+		ClientURL: fmt.Sprintf("%s://127.0.0.1:%d", scheme, cp),
+		PeerURL:   fmt.Sprintf("%s://127.0.0.1:%d", scheme, pp),
+		Bootstrap: &spec.Bootstrap{InitialCluster: first.Name + "=" + first.PeerURL + ",etcd-2=" + fmt.Sprintf("%s://127.0.0.1:%d", scheme, pp)},
+	}
+	cli := e.Client()
+	if _, err := cli.MemberAddAsLearner(ctx, []string{joiner.PeerURL}); err != nil {
+		t.Fatal(err)
+	}
+	next := c.Spec.Clone()
+	next.Members = append(next.Members, joiner)
+	if err := c.SaveSpec(next); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.EnsureCerts(); err != nil {
+		t.Fatal(err)
+	}
+	// The only peer the joiner knows is down when it first starts.
+	e.MustRun("member", "stop", first.Name, "--force")
+	ac, err := c.Agent(first.Agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ac.PutMember(ctx, c.MemberConfig(joiner)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ac.Start(ctx, joiner.Name); err != nil {
+		t.Fatal(err)
+	}
+	harness.Eventually(t, time.Minute, 100*time.Millisecond, "the joiner to exit during its bootstrap", func() error {
+		ms, err := ac.Member(ctx, joiner.Name)
+		if err != nil {
+			return err
+		}
+		if ms.Restarts < 1 {
+			return fmt.Errorf("state %s, no exit yet", ms.State)
+		}
+		// etcd's own reason, from its log: it could not reach its peer.
+		if !strings.Contains(ms.LastExit, "cannot fetch cluster info") {
+			t.Fatalf("the joiner exited for another reason than an unreachable peer: %s", ms.LastExit)
+		}
+		return nil
+	})
+	e.MustRun("member", "start", first.Name)
+	harness.Eventually(t, 2*time.Minute, 200*time.Millisecond, "the joiner to join once its peer is back", func() error {
+		ms, err := ac.Member(ctx, joiner.Name)
+		if err != nil {
+			return err
+		}
+		if strings.Contains(ms.LastError, "refusing to start") {
+			t.Fatalf("the agent refused to start the joiner again: %s", ms.LastError)
+		}
+		if ms.State != agentapi.StateRunning {
+			return fmt.Errorf("state %s, restarts %d, last exit %q, last error %q", ms.State, ms.Restarts, ms.LastExit, ms.LastError)
+		}
+		return nil
+	})
+	harness.Eventually(t, time.Minute, 300*time.Millisecond, "the learner's promotion", func() error {
+		list, err := cli.MemberList(ctx)
+		if err != nil {
+			return err
+		}
+		for _, m := range list.Members {
+			if slices.Contains(m.PeerURLs, joiner.PeerURL) {
+				_, err := cli.MemberPromote(ctx, m.ID)
+				return err
+			}
+		}
+		return fmt.Errorf("no member with peer URL %s", joiner.PeerURL)
+	})
+	st := e.WaitStatus(time.Minute, "both members healthy", harness.Healthy)
+	if st.Cluster.VotingMembers != 2 {
+		t.Fatalf("%d voting members after the join, want 2", st.Cluster.VotingMembers)
+	}
 }
