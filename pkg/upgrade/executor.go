@@ -2,12 +2,14 @@ package upgrade
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
 	"time"
 
 	"github.com/coreos/go-semver/semver"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcd-steward/steward/pkg/agentapi"
@@ -351,8 +353,9 @@ func (e *Executor) waitCaughtUp(ctx context.Context, name, version string) error
 }
 
 // clusterVersion waits until every member runs s.Version, the cluster
-// version is its minor and no downgrade is in progress, then records
-// s.Version as the spec's version.
+// version is its minor and no downgrade is in progress (finishDowngrade
+// ends one that is complete), then records s.Version as the spec's
+// version.
 func (e *Executor) clusterVersion(ctx context.Context, s *plan.Step) error {
 	want := minorOf(s.Version) + ".0"
 	cli, err := e.C.Client()
@@ -369,12 +372,7 @@ func (e *Executor) clusterVersion(ctx context.Context, s *plan.Step) error {
 		if st.Cluster.Version != want {
 			return fmt.Sprintf("cluster version is %q", st.Cluster.Version)
 		}
-		return e.eachMember(ctx, cli, func(name string, r *clientv3.StatusResponse) string {
-			if r.DowngradeInfo != nil && r.DowngradeInfo.Enabled {
-				return name + ": etcd's downgrade is still enabled"
-			}
-			return ""
-		})
+		return e.finishDowngrade(ctx, cli, want)
 	})
 	if err != nil {
 		return err
@@ -384,6 +382,57 @@ func (e *Executor) clusterVersion(ctx context.Context, s *plan.Step) error {
 	}
 	e.Progress.Say("  cluster on %s (cluster version %s)", s.Version, want)
 	return nil
+}
+
+// finishDowngrade ends etcd's downgrade to version (the cluster version)
+// once every member runs it, and returns what is still pending ("" when
+// no downgrade is enabled on any member).
+//
+// etcd's leader ends a complete downgrade by itself, but only at its next
+// check (--downgrade-check-time, 5 s by default), and a cancel it proposes
+// while leadership moves times out and waits for the check after. Until
+// then a member that joins on the target version is refused: its
+// bootstrap asks its peers whether a downgrade is enabled and, if so,
+// accepts only a cluster version one minor above its own, so it exits with
+// "incompatible with current running cluster" (a `member replace` right
+// after a rollback to 3.5). The caller has seen every member on the target
+// and the cluster version at its minor, so the downgrade is complete and
+// cancelling it is what etcd's leader would do.
+//
+// 3.6 and later report the downgrade in each member's status; 3.5 does
+// not, so there the cancel itself tells ("no inflight downgrade job": none
+// was enabled).
+func (e *Executor) finishDowngrade(ctx context.Context, cli *clientv3.Client, version string) string {
+	enabled, unknown := "", false
+	if p := e.eachMember(ctx, cli, func(name string, r *clientv3.StatusResponse) string {
+		switch {
+		case r.DowngradeInfo == nil:
+			unknown = true
+		case r.DowngradeInfo.Enabled && enabled == "":
+			enabled = name
+		}
+		return ""
+	}); p != "" {
+		return p
+	}
+	if enabled == "" && !unknown {
+		return ""
+	}
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	_, err := cli.Downgrade(dctx, clientv3.DowngradeCancel, "")
+	cancel()
+	switch {
+	case err == nil:
+		e.Progress.Say("  every member runs cluster version %s: ended etcd's downgrade", version)
+	case errors.Is(err, rpctypes.ErrNoInflightDowngrade):
+	default:
+		return "end etcd's downgrade, complete on every member: " + err.Error()
+	}
+	if enabled != "" {
+		// Check again that every member applied the cancel.
+		return enabled + ": etcd's downgrade is still enabled"
+	}
+	return ""
 }
 
 // downgradeEnable validates and enables etcd's downgrade to the target's

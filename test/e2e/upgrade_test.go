@@ -1,9 +1,13 @@
 package e2e
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -75,11 +79,22 @@ func requireVersion(t *testing.T, st *cluster.Status, version, when string) {
 // plan and back to 3.5 with `steward rollback`, while a client writes
 // unique keys throughout: no acknowledged write is lost, every member ends
 // on the version it started with, and both plans are recorded.
+//
+// etcd's leaders here check for a complete downgrade only once an hour
+// (--downgrade-check-time), so each hop of the rollback ends etcd's
+// downgrade itself: without that, the 3.7 -> 3.6 hop would wait for it
+// until its timeout, and the member replaced right after the rollback
+// would be refused by its peers ("incompatible with current running
+// cluster": a 3.5 member may not join a cluster whose downgrade is
+// enabled), as it was once in CI when etcd's own check came late.
 func TestRollingUpgradeAndRollback(t *testing.T) {
 	t.Parallel()
 	vs := harness.Versions()
 	e := harness.New(t)
-	e.Up(3, vs[0])
+	e.WriteSpec(3, vs[0], func(s *spec.Cluster) {
+		s.Etcd.ExtraFlags = map[string]string{"experimental-downgrade-check-time": "1h"}
+	})
+	e.MustRun("up")
 	cli := e.Client()
 	w := workload.Start(t, cli, workload.Options{Prefix: "upgrade"})
 
@@ -104,9 +119,16 @@ func TestRollingUpgradeAndRollback(t *testing.T) {
 	}) {
 		return
 	}
-	t.Run("rollback to "+vs[0], func(t *testing.T) {
+	if !t.Run("rollback to "+vs[0], func(t *testing.T) {
 		e := e.For(t)
 		e.MustRun("rollback")
+		// The rollback ended etcd's downgrade (etcd's own check would
+		// come after an hour): every member says so to its peers.
+		for _, m := range e.Spec().Members {
+			if got := peerGet(t, e, m.PeerURL+"/downgrade/enabled"); got != "false" {
+				t.Errorf("%s answers %q to /downgrade/enabled after the rollback, want false", m.Name, got)
+			}
+		}
 		st := e.WaitStatus(time.Minute, "every member back on "+vs[0], harness.Healthy)
 		requireVersion(t, st, vs[0], "after the rollback")
 		if e.Spec().Version != vs[0] {
@@ -122,7 +144,50 @@ func TestRollingUpgradeAndRollback(t *testing.T) {
 			t.Fatalf("rollback plan: %s %s of %s", rb.Kind, rb.State, rb.Of)
 		}
 		t.Logf("through upgrade and rollback: %s", res)
+	}) {
+		return
+	}
+	t.Run("member replace right after the rollback", func(t *testing.T) {
+		e := e.For(t)
+		victim := e.Spec().Members[1].Name
+		e.MustRun("member", "replace", victim)
+		st := e.WaitStatus(time.Minute, "replaced member healthy", harness.Healthy)
+		requireVersion(t, st, vs[0], "after the replace")
+		if st.Cluster.VotingMembers != 3 {
+			t.Fatalf("%d voting members after the replace, want 3", st.Cluster.VotingMembers)
+		}
 	})
+}
+
+// peerGet asks a member's peer URL what its peers would (with the peer
+// certificate: the peer listener requires it) and returns the body.
+func peerGet(t *testing.T, e *harness.Env, url string) string {
+	t.Helper()
+	pki := filepath.Join(e.Dir, "pki")
+	cert, err := tls.LoadX509KeyPair(filepath.Join(pki, "peer.crt"), filepath.Join(pki, "peer.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := os.ReadFile(filepath.Join(pki, "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(ca)
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: roots},
+	}}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s %s (%v)", url, resp.Status, b, err)
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // TestUpgradeResumeAfterKill kills the steward process running a rolling
