@@ -101,6 +101,9 @@ type MemberStatus struct {
 	Restarts int    `json:"restarts"`
 	// DataDirVersion is the version last run successfully on the data dir.
 	DataDirVersion string `json:"dataDirVersion,omitempty"`
+	// DowngradeTarget is the version etcd's downgrade, enabled, goes to,
+	// as this member reports it (3.6 and later do; 3.5 does not).
+	DowngradeTarget string `json:"downgradeTarget,omitempty"`
 	// InSpec is false for a member etcd knows that the spec does not.
 	InSpec bool `json:"inSpec"`
 
@@ -461,6 +464,9 @@ func (c *Cluster) LiveMembers(ctx context.Context) (*Status, error) {
 			ms.Revision = s.Header.Revision
 			ms.RaftTerm = s.RaftTerm
 			ms.RaftAppliedIndex = s.RaftAppliedIndex
+			if d := s.DowngradeInfo; d != nil && d.Enabled {
+				ms.DowngradeTarget = d.TargetVersion
+			}
 			ms.Alarms = append(ms.Alarms, p.alarms...)
 			switch {
 			case s.IsLearner:

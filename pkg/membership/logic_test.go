@@ -3,6 +3,7 @@ package membership
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/etcd-steward/steward/pkg/cluster"
@@ -107,5 +108,22 @@ func TestPrivateLearner(t *testing.T) {
 				t.Errorf("privateLearner = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+func TestRequireNoDowngrade(t *testing.T) {
+	quiet := statusOf(cluster.MemberStatus{Name: "a", Healthy: true}, cluster.MemberStatus{Name: "b", Healthy: true})
+	if err := requireNoDowngrade(quiet, "add a member"); err != nil {
+		t.Fatalf("no member reports a downgrade: %v", err)
+	}
+	down := statusOf(cluster.MemberStatus{Name: "a", Healthy: true}, cluster.MemberStatus{Name: "b", Healthy: true, DowngradeTarget: "3.5.0"})
+	err := requireNoDowngrade(down, "replace a")
+	if !errors.Is(err, ErrDowngradeInProgress) {
+		t.Fatalf("a member reports a downgrade: got %v, want ErrDowngradeInProgress", err)
+	}
+	for _, want := range []string{"refusing to replace a", "downgrade to 3.5.0", "b says so", "plan resume"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("refusal %q does not say %q", err, want)
+		}
 	}
 }

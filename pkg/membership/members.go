@@ -25,6 +25,10 @@ import (
 // without a healthy quorum (their Force options override it).
 var ErrQuorumAtRisk = errors.New("the cluster would lose its healthy quorum")
 
+// ErrDowngradeInProgress refuses an add or replace while etcd's downgrade
+// is enabled: etcd lets no member join then (requireNoDowngrade).
+var ErrDowngradeInProgress = errors.New("etcd's downgrade is in progress")
+
 func agentNames(s *spec.Cluster) []string {
 	var out []string
 	for _, a := range s.Agents {
@@ -85,6 +89,9 @@ func Add(ctx context.Context, c *cluster.Cluster, name string, o AddOptions) (er
 		return err
 	}
 	if err := requireAllHealthy(st, "add a member"); err != nil {
+		return err
+	}
+	if err := requireNoDowngrade(st, "add a member"); err != nil {
 		return err
 	}
 	free := spec.FreePort("127.0.0.1")
@@ -502,6 +509,9 @@ func Replace(ctx context.Context, c *cluster.Cluster, name string, timeout time.
 		return fmt.Errorf("refusing to replace %s: the other members are not quorate (%d healthy, %d needed): %s",
 			name, healthyOthers, need, st.Unhealthy())
 	}
+	if err := requireNoDowngrade(st, "replace "+name); err != nil {
+		return err
+	}
 	ac, err := c.AgentFor(m)
 	if err != nil {
 		return err
@@ -751,6 +761,22 @@ func voterCounts(st *cluster.Status, exclude string) (voters, healthyOthers int)
 		}
 	}
 	return voters, healthyOthers
+}
+
+// requireNoDowngrade refuses a membership change that starts a new member
+// while etcd's downgrade is enabled: a member's bootstrap asks its peers
+// whether one is, and if so accepts only a cluster version one minor above
+// its own binary's, which the cluster cannot have (enabling the downgrade
+// set it to the target), so etcd would refuse to join whatever it runs.
+// Only 3.6 and later report the downgrade; a 3.5 member says nothing.
+func requireNoDowngrade(st *cluster.Status, what string) error {
+	for _, m := range st.Members {
+		if m.DowngradeTarget != "" {
+			return cluster.Refuse(ErrDowngradeInProgress, "refusing to %s: etcd's downgrade to %s is enabled (%s says so), and etcd lets no member join until it ends; finish the rollback (`steward plan resume`) first",
+				what, m.DowngradeTarget, m.Name)
+		}
+	}
+	return nil
 }
 
 func requireAllHealthy(st *cluster.Status, what string) error {

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -336,5 +337,79 @@ func TestJoinAfterFailedBootstrap(t *testing.T) {
 	st := e.WaitStatus(time.Minute, "both members healthy", harness.Healthy)
 	if st.Cluster.VotingMembers != 2 {
 		t.Fatalf("%d voting members after the join, want 2", st.Cluster.VotingMembers)
+	}
+}
+
+// TestJoinRefusedDuringDowngrade: while etcd's downgrade is enabled etcd
+// lets no member join (a joiner's peers accept only a cluster version one
+// minor above its binary's), so `member add` and `member replace` refuse
+// before they change anything: the spec, etcd's member list, the member
+// replaced (its process and data dir) stay as they were. Once the
+// downgrade is cancelled the replace goes through.
+func TestJoinRefusedDuringDowngrade(t *testing.T) {
+	t.Parallel()
+	vs := harness.Versions()
+	if len(vs) < 2 {
+		t.Fatalf("need two test versions, have %v", vs)
+	}
+	e := harness.New(t)
+	e.Up(3, vs[1])
+	ctx := t.Context()
+	cli := e.Client()
+	target := strings.Join(strings.Split(vs[0], ".")[:2], ".")
+	if _, err := cli.Downgrade(ctx, clientv3.DowngradeValidate, target); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Downgrade(ctx, clientv3.DowngradeEnable, target); err != nil {
+		t.Fatal(err)
+	}
+	victim := e.Spec().Members[1]
+	before, err := cli.MemberList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := e.MemberPID(victim.Name)
+	for _, args := range [][]string{{"member", "replace", victim.Name}, {"member", "add", "etcd-4"}} {
+		out := e.MustFail(args...)
+		if !strings.Contains(out, "downgrade to "+target) || !strings.Contains(out, "plan resume") {
+			t.Errorf("steward %s: the refusal does not name the downgrade and what to do:\n%s", strings.Join(args, " "), out)
+		}
+	}
+	after, err := cli.MemberList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after.Members) != len(before.Members) {
+		t.Fatalf("etcd has %d members after the refusals, had %d", len(after.Members), len(before.Members))
+	}
+	for i := range before.Members {
+		if before.Members[i].ID != after.Members[i].ID {
+			t.Fatalf("etcd's members changed: %v, then %v", before.Members, after.Members)
+		}
+	}
+	if n := len(e.Spec().Members); n != 3 {
+		t.Fatalf("the spec has %d members after the refusals, want 3", n)
+	}
+	if p := e.MemberPID(victim.Name); p != pid {
+		t.Fatalf("%s was restarted or stopped (pid %d, then %d)", victim.Name, pid, p)
+	}
+	if wals, _ := filepath.Glob(filepath.Join(e.Dir, victim.DataDir, "member", "wal", "*.wal")); len(wals) == 0 {
+		t.Fatalf("%s's data dir has no WAL file after the refused replace (moved aside?)", victim.Name)
+	}
+
+	if _, err := cli.Downgrade(ctx, clientv3.DowngradeCancel, ""); err != nil {
+		t.Fatal(err)
+	}
+	e.WaitStatus(time.Minute, "no member reporting the downgrade", func(st *cluster.Status) bool {
+		for _, m := range st.Members {
+			if m.DowngradeTarget != "" {
+				return false
+			}
+		}
+		return harness.Healthy(st)
+	})
+	e.MustRun("member", "replace", victim.Name)
+	if st := e.WaitStatus(time.Minute, "the replaced member healthy", harness.Healthy); st.Cluster.VotingMembers != 3 {
+		t.Fatalf("%d voting members after the replace, want 3", st.Cluster.VotingMembers)
 	}
 }
