@@ -21,7 +21,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/etcd-steward/steward/pkg/adopt"
-	"github.com/etcd-steward/steward/pkg/spec"
 	"github.com/etcd-steward/steward/test/harness"
 )
 
@@ -55,20 +54,12 @@ func startExternal(t *testing.T) *externalMember {
 	if err := os.MkdirAll(m.certDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	free := spec.FreePort("127.0.0.1")
-	cp, err := free()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pp, err := free()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.clientURL = fmt.Sprintf("http://127.0.0.1:%d", cp)
-	m.peerURL = fmt.Sprintf("http://127.0.0.1:%d", pp)
+	ports := harness.FreePorts(t, 2)
+	m.clientURL = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	m.peerURL = fmt.Sprintf("http://127.0.0.1:%d", ports[1])
 	// Listening on a second address too, as kubeadm's members listen on
 	// 127.0.0.1 for their API server besides the advertised address.
-	m.listenClient = m.clientURL + ",http://127.0.0.2:" + fmt.Sprint(cp)
+	m.listenClient = m.clientURL + ",http://127.0.0.2:" + fmt.Sprint(ports[0])
 	m.binary = filepath.Join(store, "etcd-v"+adoptVersion, "etcd")
 	cmd := exec.Command(m.binary,
 		"--name", "ext-1",

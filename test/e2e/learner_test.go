@@ -253,15 +253,8 @@ func TestJoinAfterFailedBootstrap(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := c.Spec.Members[0]
-	free := spec.FreePort("127.0.0.1")
-	cp, err := free()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pp, err := free()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ports := harness.FreePorts(t, 2)
+	cp, pp := ports[0], ports[1]
 	scheme := c.Spec.Scheme()
 	joiner := spec.Member{
 		Name: "etcd-2", Agent: first.Agent, DataDir: "members/etcd-2/data",

@@ -26,7 +26,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/etcd-steward/steward/pkg/pki"
-	"github.com/etcd-steward/steward/pkg/spec"
 )
 
 // ForeignCluster is an etcd cluster Steward did not create: the real etcd
@@ -140,17 +139,10 @@ func startForeign(tb testing.TB, version string, n int, shared *ForeignPKI, ownP
 	}
 	f.CAFile, f.CertFile, f.KeyFile, f.CAKeyFile = certs.CA, certs.ClientCert, certs.ClientKey, certs.CAKey
 
-	free := spec.FreePort("127.0.0.1")
+	ports := FreePorts(tb, 2*n)
 	var initial []string
 	for i := 1; i <= n; i++ {
-		cp, err := free()
-		if err != nil {
-			tb.Fatal(err)
-		}
-		pp, err := free()
-		if err != nil {
-			tb.Fatal(err)
-		}
+		cp, pp := ports[2*i-2], ports[2*i-1]
 		name := fmt.Sprintf("infra%d", i)
 		m := &ForeignMember{
 			Name:      name,

@@ -64,6 +64,22 @@ func RepoRoot(tb testing.TB) string {
 	}
 }
 
+// FreePorts returns n distinct ports that are free on 127.0.0.1 now
+// (spec.FreePort), failing the test when there are not.
+func FreePorts(tb testing.TB, n int) []int {
+	tb.Helper()
+	free := spec.FreePort("127.0.0.1")
+	ports := make([]int, n)
+	for i := range ports {
+		p, err := free()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		ports[i] = p
+	}
+	return ports
+}
+
 // Store returns the binary store holding the test versions. A missing
 // version fails the test: a skipped end-to-end test must not pass.
 //
