@@ -419,25 +419,31 @@ func (m *member) loop() {
 		<-p.done
 		cancel()
 		_ = os.Remove(m.a.pidPath(cfg.Name))
+		discardErr := ""
+		if fresh {
+			// An etcd that exits before it wrote its WAL (a join whose
+			// peers did not answer or refused it, or a stop during its
+			// bootstrap) leaves a member dir that launch's check would
+			// refuse for good. It began empty and holds nothing, so the
+			// next start bootstraps again. Done without mu: file I/O.
+			if removed, err := datadir.DiscardFailedBootstrap(cfg.DataDir); err != nil {
+				log.Error("member exited during its bootstrap", "err", err)
+				discardErr = err.Error()
+			} else if removed {
+				log.Warn("member exited during its bootstrap; removed what it left in its data dir, which was empty, so that the next start bootstraps again", "exit", p.exit)
+			}
+		}
 
 		m.mu.Lock()
 		m.proc = nil
 		m.runningCfg = nil
+		if discardErr != "" {
+			m.lastError = discardErr
+		}
 		if !m.desired {
 			log.Info("member stopped", "exit", p.exit)
 			m.mu.Unlock()
 			continue
-		}
-		if fresh {
-			// An etcd that exits before it wrote its WAL (a join whose
-			// peers did not answer, or refused it) leaves a member dir
-			// that launch's check would refuse for good. It began empty
-			// and holds nothing, so the next start bootstraps again.
-			if removed, err := datadir.DiscardFailedBootstrap(cfg.DataDir); err != nil {
-				log.Error("member exited during its bootstrap", "err", err)
-			} else if removed {
-				log.Warn("member exited during its bootstrap; removed what it left in its data dir, which was empty, so that the next start bootstraps again", "exit", p.exit)
-			}
 		}
 		if time.Since(m.startedAt) >= healthyRun {
 			m.consecutive = 0

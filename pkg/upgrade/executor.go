@@ -11,6 +11,8 @@ import (
 	"github.com/coreos/go-semver/semver"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/backupd"
@@ -363,6 +365,7 @@ func (e *Executor) clusterVersion(ctx context.Context, s *plan.Step) error {
 		return err
 	}
 	defer cli.Close()
+	cancelled := false
 	err = e.waitFor(ctx, "cluster version "+want, func(st *cluster.Status) string {
 		for _, m := range st.Members {
 			if m.Version != s.Version {
@@ -372,10 +375,13 @@ func (e *Executor) clusterVersion(ctx context.Context, s *plan.Step) error {
 		if st.Cluster.Version != want {
 			return fmt.Sprintf("cluster version is %q", st.Cluster.Version)
 		}
-		return e.finishDowngrade(ctx, cli, want)
+		return e.finishDowngrade(ctx, cli, want, &cancelled)
 	})
 	if err != nil {
 		return err
+	}
+	if cancelled {
+		e.Progress.Say("  every member runs %s: ended etcd's downgrade", s.Version)
 	}
 	if err := e.C.SetVersion(s.Version); err != nil {
 		return err
@@ -386,7 +392,8 @@ func (e *Executor) clusterVersion(ctx context.Context, s *plan.Step) error {
 
 // finishDowngrade ends etcd's downgrade to version (the cluster version)
 // once every member runs it, and returns what is still pending ("" when
-// no downgrade is enabled on any member).
+// no downgrade is enabled on any member). It sets *cancelled when it asked
+// etcd to end one.
 //
 // etcd's leader ends a complete downgrade by itself, but only at its next
 // check (--downgrade-check-time, 5 s by default), and a cancel it proposes
@@ -399,10 +406,15 @@ func (e *Executor) clusterVersion(ctx context.Context, s *plan.Step) error {
 // and the cluster version at its minor, so the downgrade is complete and
 // cancelling it is what etcd's leader would do.
 //
-// 3.6 and later report the downgrade in each member's status; 3.5 does
-// not, so there the cancel itself tells ("no inflight downgrade job": none
-// was enabled).
-func (e *Executor) finishDowngrade(ctx context.Context, cli *clientv3.Client, version string) string {
+// 3.6 and later report the downgrade in each member's status, and their
+// cancel always answers success (a failure is only logged), so the status
+// is what tells there. 3.5 reports nothing: its cancel answers "no
+// inflight downgrade job" when none was enabled. 3.4 has no downgrade at
+// all (nor the RPC).
+func (e *Executor) finishDowngrade(ctx context.Context, cli *clientv3.Client, version string, cancelled *bool) string {
+	if v, err := semver.NewVersion(version); err == nil && v.Major == 3 && v.Minor < 5 {
+		return ""
+	}
 	enabled, unknown := "", false
 	if p := e.eachMember(ctx, cli, func(name string, r *clientv3.StatusResponse) string {
 		switch {
@@ -423,8 +435,8 @@ func (e *Executor) finishDowngrade(ctx context.Context, cli *clientv3.Client, ve
 	cancel()
 	switch {
 	case err == nil:
-		e.Progress.Say("  every member runs cluster version %s: ended etcd's downgrade", version)
-	case errors.Is(err, rpctypes.ErrNoInflightDowngrade):
+		*cancelled = true
+	case errors.Is(err, rpctypes.ErrNoInflightDowngrade), status.Code(err) == codes.Unimplemented:
 	default:
 		return "end etcd's downgrade, complete on every member: " + err.Error()
 	}
