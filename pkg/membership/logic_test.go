@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/spec"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 )
@@ -113,17 +114,48 @@ func TestPrivateLearner(t *testing.T) {
 
 func TestRequireNoDowngrade(t *testing.T) {
 	quiet := statusOf(cluster.MemberStatus{Name: "a", Healthy: true}, cluster.MemberStatus{Name: "b", Healthy: true})
-	if err := requireNoDowngrade(quiet, "add a member"); err != nil {
-		t.Fatalf("no member reports a downgrade: %v", err)
+	if err := requireNoDowngrade(quiet, nil, "add a member"); err != nil {
+		t.Fatalf("no member reports a downgrade, no plan: %v", err)
 	}
 	down := statusOf(cluster.MemberStatus{Name: "a", Healthy: true}, cluster.MemberStatus{Name: "b", Healthy: true, DowngradeTarget: "3.5.0"})
-	err := requireNoDowngrade(down, "replace a")
+	err := requireNoDowngrade(down, nil, "replace a")
 	if !errors.Is(err, ErrDowngradeInProgress) {
 		t.Fatalf("a member reports a downgrade: got %v, want ErrDowngradeInProgress", err)
 	}
 	for _, want := range []string{"refusing to replace a", "downgrade to 3.5.0", "b says so", "plan resume"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("refusal %q does not say %q", err, want)
+		}
+	}
+
+	// 3.5 members report nothing: the plan tells.
+	step := func(kind string, state plan.State) plan.Step {
+		return plan.Step{Kind: kind, Version: "3.5.35", State: state}
+	}
+	rollback := func(state plan.State, steps ...plan.Step) *plan.Plan {
+		return &plan.Plan{ID: "rollback-1", Kind: plan.KindRollback, State: state, Steps: steps}
+	}
+	member := step("member", plan.Done)
+	tests := []struct {
+		name   string
+		p      *plan.Plan
+		refuse bool
+	}{
+		{"enabled, members swapped, stopped before the end", rollback(plan.Failed, step(StepDowngradeEnable, plan.Done), member, step(StepClusterVersion, plan.Failed)), true},
+		{"enabled, still running", rollback(plan.Running, step(StepDowngradeEnable, plan.Done), step(StepClusterVersion, plan.Pending)), true},
+		{"not enabled yet", rollback(plan.Failed, step(StepDowngradeEnable, plan.Failed), step(StepClusterVersion, plan.Pending)), false},
+		{"ended", rollback(plan.Running, step(StepDowngradeEnable, plan.Done), step(StepClusterVersion, plan.Done), step("preflight", plan.Pending)), false},
+		{"second hop enabled after the first ended", rollback(plan.Failed, step(StepDowngradeEnable, plan.Done), step(StepClusterVersion, plan.Done), step(StepDowngradeEnable, plan.Done), step(StepClusterVersion, plan.Pending)), true},
+		{"plan aborted", rollback(plan.Aborted, step(StepDowngradeEnable, plan.Done), step(StepClusterVersion, plan.Pending)), false},
+	}
+	for _, tt := range tests {
+		err := requireNoDowngrade(quiet, tt.p, "replace a")
+		if got := err != nil; got != tt.refuse {
+			t.Errorf("%s: refused %v (%v), want %v", tt.name, got, err, tt.refuse)
+			continue
+		}
+		if tt.refuse && (!errors.Is(err, ErrDowngradeInProgress) || !strings.Contains(err.Error(), "plan rollback-1 enabled etcd's downgrade to 3.5.35")) {
+			t.Errorf("%s: refusal %v does not name the plan and the target", tt.name, err)
 		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/datadir"
+	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -91,7 +92,11 @@ func Add(ctx context.Context, c *cluster.Cluster, name string, o AddOptions) (er
 	if err := requireAllHealthy(st, "add a member"); err != nil {
 		return err
 	}
-	if err := requireNoDowngrade(st, "add a member"); err != nil {
+	latest, err := latestPlan(c)
+	if err != nil {
+		return err
+	}
+	if err := requireNoDowngrade(st, latest, "add a member"); err != nil {
 		return err
 	}
 	free := spec.FreePort("127.0.0.1")
@@ -509,7 +514,11 @@ func Replace(ctx context.Context, c *cluster.Cluster, name string, timeout time.
 		return fmt.Errorf("refusing to replace %s: the other members are not quorate (%d healthy, %d needed): %s",
 			name, healthyOthers, need, st.Unhealthy())
 	}
-	if err := requireNoDowngrade(st, "replace "+name); err != nil {
+	latest, err := latestPlan(c)
+	if err != nil {
+		return err
+	}
+	if err := requireNoDowngrade(st, latest, "replace "+name); err != nil {
 		return err
 	}
 	ac, err := c.AgentFor(m)
@@ -763,20 +772,50 @@ func voterCounts(st *cluster.Status, exclude string) (voters, healthyOthers int)
 	return voters, healthyOthers
 }
 
+// The kinds of the plan steps that enable and end etcd's downgrade
+// (pkg/upgrade's planner names its StepDowngradeStart and
+// StepClusterVersion with them).
+const (
+	StepDowngradeEnable = "downgrade-enable"
+	StepClusterVersion  = "cluster-version"
+)
+
 // requireNoDowngrade refuses a membership change that starts a new member
 // while etcd's downgrade is enabled: a member's bootstrap asks its peers
 // whether one is, and if so accepts only a cluster version one minor above
 // its own binary's, which the cluster cannot have (enabling the downgrade
 // set it to the target), so etcd would refuse to join whatever it runs.
-// Only 3.6 and later report the downgrade; a 3.5 member says nothing.
-func requireNoDowngrade(st *cluster.Status, what string) error {
+// 3.6 and later members report the downgrade; 3.5 members say nothing, so
+// the latest plan (nil: none) tells too: one that enabled the downgrade
+// and has not reached the step that ends it.
+func requireNoDowngrade(st *cluster.Status, latest *plan.Plan, what string) error {
 	for _, m := range st.Members {
 		if m.DowngradeTarget != "" {
 			return cluster.Refuse(ErrDowngradeInProgress, "refusing to %s: etcd's downgrade to %s is enabled (%s says so), and etcd lets no member join until it ends; finish the rollback (`steward plan resume`) first",
 				what, m.DowngradeTarget, m.Name)
 		}
 	}
+	if latest == nil {
+		return nil
+	}
+	if s := latest.OpenSince(StepDowngradeEnable, StepClusterVersion); s != nil {
+		return cluster.Refuse(ErrDowngradeInProgress, "refusing to %s: plan %s enabled etcd's downgrade to %s and has not ended it yet, and etcd lets no member join until it ends; finish the plan (`steward plan resume`) first",
+			what, latest.ID, s.Version)
+	}
 	return nil
+}
+
+// latestPlan returns the Steward directory's latest plan, nil when there
+// is none.
+func latestPlan(c *cluster.Cluster) (*plan.Plan, error) {
+	p, err := c.Plans().Latest()
+	if errors.Is(err, plan.ErrNoPlan) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the plan store: %w", err)
+	}
+	return p, nil
 }
 
 func requireAllHealthy(st *cluster.Status, what string) error {

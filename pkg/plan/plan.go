@@ -127,6 +127,29 @@ func (p *Plan) Current() *Step {
 	return nil
 }
 
+// OpenSince returns, in a plan still active, the newest done step of kind
+// open that no later done step of kind close follows (nil when there is
+// none, or the plan is over): something a step began and a later step
+// ends, still begun. For example etcd's downgrade, which a rollback's
+// downgrade-enable step enables and its cluster-version step ends.
+func (p *Plan) OpenSince(open, close string) *Step {
+	if !p.Active() {
+		return nil
+	}
+	var begun *Step
+	for i := range p.Steps {
+		s := &p.Steps[i]
+		switch {
+		case s.State != Done:
+		case s.Kind == open:
+			begun = s
+		case s.Kind == close:
+			begun = nil
+		}
+	}
+	return begun
+}
+
 // Value returns a recorded value.
 func (p *Plan) Value(k string) string { return p.Values[k] }
 

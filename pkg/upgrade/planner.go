@@ -20,6 +20,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/catalogue"
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/membership"
 	"github.com/etcd-steward/steward/pkg/plan"
 )
 
@@ -42,9 +43,9 @@ const (
 	StepPreflight      = "preflight"
 	StepBackup         = "backup"
 	StepMember         = "member"
-	StepDowngradeStart = "downgrade-enable"
+	StepDowngradeStart = membership.StepDowngradeEnable
 	StepStorageVersion = "storage-version"
-	StepClusterVersion = "cluster-version"
+	StepClusterVersion = membership.StepClusterVersion
 	// StepOffline runs one member on an intermediate version on private
 	// ports until a write succeeds, then stops it (offline strategy).
 	StepOffline = "offline"

@@ -750,3 +750,56 @@ func TestIdleUpgradeTakesSnapshot(t *testing.T) {
 		t.Fatalf("plan %s: %s", p.State, out)
 	}
 }
+
+// TestReplaceRefusedMidRollback: a rollback to 3.5 whose process dies just
+// before its last step (the one that ends etcd's downgrade) leaves every
+// member on 3.5 and the downgrade enabled, which 3.5 members do not
+// report. `member replace` refuses from the plan before it changes
+// anything (etcd would refuse the join), and works once `plan resume` has
+// ended the downgrade. etcd's own check runs once an hour here, so nothing
+// but Steward ends it.
+func TestReplaceRefusedMidRollback(t *testing.T) {
+	t.Parallel()
+	vs := harness.Versions()
+	e := harness.New(t)
+	e.WriteSpec(3, vs[0], func(s *spec.Cluster) {
+		s.Etcd.ExtraFlags = map[string]string{"experimental-downgrade-check-time": "1h"}
+	})
+	e.MustRun("up")
+	e.MustRun("upgrade", "apply", "--to", vs[1])
+	killedAt := func(point string, args ...string) {
+		t.Helper()
+		so, se, err := e.RunEnv([]string{crashpoint.EnvVar + "=" + point}, args...)
+		if err == nil || !strings.Contains(se, "crashpoint: "+point+"\n") {
+			t.Fatalf("steward %s with %s=%s ended with %v; want it killed there\nstdout: %s\nstderr: %s", strings.Join(args, " "), crashpoint.EnvVar, point, err, so, se)
+		}
+	}
+	killedAt(crashpoint.Indexed(crashpoint.PlanStepBefore, 0), "rollback")
+	p := latestPlan(t, e)
+	last := len(p.Steps) - 1
+	if last < 1 || p.Steps[last].Kind != "cluster-version" {
+		t.Fatalf("rollback plan %s: last step %+v, want cluster-version", p.ID, p.Steps[last])
+	}
+	killedAt(crashpoint.Indexed(crashpoint.PlanStepBefore, last), "plan", "resume")
+	st := e.WaitStatus(time.Minute, "every member on "+vs[0], harness.Healthy)
+	requireVersion(t, st, vs[0], "with the rollback stopped before its last step")
+	for _, m := range e.Spec().Members {
+		if got := peerGet(t, e, m.PeerURL+"/downgrade/enabled"); got != "true" {
+			t.Fatalf("%s answers %q to /downgrade/enabled with the rollback stopped before its last step, want true", m.Name, got)
+		}
+	}
+	victim := e.Spec().Members[1]
+	pid := e.MemberPID(victim.Name)
+	out := e.MustFail("member", "replace", victim.Name)
+	if !strings.Contains(out, "plan "+p.ID+" enabled etcd's downgrade") || !strings.Contains(out, "plan resume") {
+		t.Errorf("the refusal does not name the plan and what to do:\n%s", out)
+	}
+	if got := e.MemberPID(victim.Name); got != pid {
+		t.Fatalf("%s was restarted or stopped by the refused replace (pid %d, then %d)", victim.Name, pid, got)
+	}
+	e.MustRun("plan", "resume")
+	e.MustRun("member", "replace", victim.Name)
+	if st := e.WaitStatus(time.Minute, "the replaced member healthy", harness.Healthy); st.Cluster.VotingMembers != 3 {
+		t.Fatalf("%d voting members after the replace, want 3", st.Cluster.VotingMembers)
+	}
+}
