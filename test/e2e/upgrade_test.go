@@ -91,10 +91,7 @@ func TestRollingUpgradeAndRollback(t *testing.T) {
 	t.Parallel()
 	vs := harness.Versions()
 	e := harness.New(t)
-	e.WriteSpec(3, vs[0], func(s *spec.Cluster) {
-		s.Etcd.ExtraFlags = map[string]string{"experimental-downgrade-check-time": "1h"}
-	})
-	e.MustRun("up")
+	upWithoutDowngradeCheck(e, vs[0])
 	cli := e.Client()
 	w := workload.Start(t, cli, workload.Options{Prefix: "upgrade"})
 
@@ -157,6 +154,16 @@ func TestRollingUpgradeAndRollback(t *testing.T) {
 			t.Fatalf("%d voting members after the replace, want 3", st.Cluster.VotingMembers)
 		}
 	})
+}
+
+// upWithoutDowngradeCheck starts three members of version whose etcd
+// checks for a complete downgrade only once an hour
+// (--downgrade-check-time): within a test, nothing but Steward ends one.
+func upWithoutDowngradeCheck(e *harness.Env, version string) {
+	e.WriteSpec(3, version, func(s *spec.Cluster) {
+		s.Etcd.ExtraFlags = map[string]string{"experimental-downgrade-check-time": "1h"}
+	})
+	e.MustRun("up")
 }
 
 // peerGet asks a member's peer URL what its peers would (with the peer
@@ -762,10 +769,7 @@ func TestReplaceRefusedMidRollback(t *testing.T) {
 	t.Parallel()
 	vs := harness.Versions()
 	e := harness.New(t)
-	e.WriteSpec(3, vs[0], func(s *spec.Cluster) {
-		s.Etcd.ExtraFlags = map[string]string{"experimental-downgrade-check-time": "1h"}
-	})
-	e.MustRun("up")
+	upWithoutDowngradeCheck(e, vs[0])
 	e.MustRun("upgrade", "apply", "--to", vs[1])
 	killedAt := func(point string, args ...string) {
 		t.Helper()
