@@ -79,16 +79,23 @@ func Check(dataDir string) Finding {
 // later start fail Check ("no WAL files"). Removing it loses nothing only
 // under two conditions, which the caller must hold: the data dir was
 // Empty when that process started (so everything in member/ is that
-// process's), and the process has exited. The third is checked here:
-// member/wal holds no WAL file. etcd writes its WAL (wal.Create, through
-// member/wal.tmp renamed into place) before raft runs, so without one it
-// recorded no entry and received no snapshot: whatever member/ holds is
-// also on the peers, or was never anywhere.
+// process's), and the process has exited. Two more are checked here.
+// The data dir has no version record: one is written when a member first
+// answers as ready, so a member that ever served (and may since have lost
+// its WAL files to a disk fault or a hand) keeps its database, the best
+// copy a recovery could have. And member/wal holds no WAL file. etcd
+// writes its WAL (wal.Create, through member/wal.tmp renamed into place)
+// before raft runs, so without one it recorded no entry and received no
+// snapshot: whatever member/ holds is also on the peers, or was never
+// anywhere.
 func DiscardFailedBootstrap(dataDir string) (bool, error) {
 	member := filepath.Join(dataDir, "member")
 	if _, err := os.Stat(member); errors.Is(err, os.ErrNotExist) {
 		return false, nil
 	} else if err != nil {
+		return false, err
+	}
+	if _, served, err := ReadRecord(dataDir); err != nil || served {
 		return false, err
 	}
 	wals, err := filepath.Glob(filepath.Join(member, "wal", "*.wal"))

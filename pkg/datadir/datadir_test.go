@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -79,9 +80,10 @@ func TestCheck(t *testing.T) {
 
 // TestDiscardFailedBootstrap: a member dir without a WAL file goes (with
 // its database, as etcd leaves it after a failed join), and the data dir
-// is Empty again; a member dir with a WAL file, one whose only WAL is
-// still in wal.tmp's rename, and a data dir without a member dir are
-// left as they are.
+// is Empty again, as does one whose only WAL is still in wal.tmp's
+// rename; a member dir with a WAL file, a data dir without a member dir,
+// and a member dir without a WAL file beside a version record (a member
+// that once served, then lost its WAL files) are left as they are.
 func TestDiscardFailedBootstrap(t *testing.T) {
 	root := t.TempDir()
 	mk := func(name string, files ...string) string {
@@ -99,6 +101,10 @@ func TestDiscardFailedBootstrap(t *testing.T) {
 	}
 	failed := mk("failed", "member/snap/db")
 	os.MkdirAll(filepath.Join(failed, "member", "wal"), 0o700)
+	served := mk("served", "member/snap/db")
+	if err := WriteRecord(served, "3.6.16", time.Now()); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		dir     string
 		removed bool
@@ -108,6 +114,7 @@ func TestDiscardFailedBootstrap(t *testing.T) {
 		{mk("tmp-only", "member/wal.tmp/0000000000000000-0000000000000000.wal"), true, Empty},
 		{mk("has-wal", "member/wal/0000000000000000-0000000000000000.wal"), false, Invalid},
 		{filepath.Join(root, "missing"), false, Empty},
+		{served, false, Invalid},
 	}
 	for _, tt := range tests {
 		removed, err := DiscardFailedBootstrap(tt.dir)
@@ -118,8 +125,10 @@ func TestDiscardFailedBootstrap(t *testing.T) {
 			t.Errorf("%s afterwards: %s, want %s", filepath.Base(tt.dir), f, tt.after)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(root, "has-wal", "member", "snap", ".keep")); err != nil {
-		t.Errorf("a member dir with a WAL file lost a file: %v", err)
+	for _, kept := range []string{"has-wal/member/snap/.keep", "served/member/snap/db"} {
+		if _, err := os.Stat(filepath.Join(root, kept)); err != nil {
+			t.Errorf("%s: %v", kept, err)
+		}
 	}
 }
 
