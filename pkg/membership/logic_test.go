@@ -122,10 +122,15 @@ func TestRequireNoDowngrade(t *testing.T) {
 	if !errors.Is(err, ErrDowngradeInProgress) {
 		t.Fatalf("a member reports a downgrade: got %v, want ErrDowngradeInProgress", err)
 	}
-	for _, want := range []string{"refusing to replace a", "downgrade to 3.5.0", "b says so", "plan resume"} {
+	// No open plan enabled it (etcdctl did, or its plan was aborted): the
+	// refusal says how to end it by hand, not to resume a plan.
+	for _, want := range []string{"refusing to replace a", "downgrade to 3.5.0", "b says so", "etcdctl downgrade cancel"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("refusal %q does not say %q", err, want)
 		}
+	}
+	if strings.Contains(err.Error(), "plan resume") {
+		t.Errorf("refusal %q points to a plan, and none is open", err)
 	}
 
 	// 3.5 members report nothing: the plan tells.
@@ -134,6 +139,17 @@ func TestRequireNoDowngrade(t *testing.T) {
 	}
 	rollback := func(state plan.State, steps ...plan.Step) *plan.Plan {
 		return &plan.Plan{ID: "rollback-1", Kind: plan.KindRollback, State: state, Steps: steps}
+	}
+	// A member reports the downgrade its plan enabled: resume that plan.
+	open := rollback(plan.Failed, step(StepDowngradeEnable, plan.Done), step(StepClusterVersion, plan.Failed))
+	err = requireNoDowngrade(down, open, "replace a")
+	for _, want := range []string{"b says so", "finish plan rollback-1", "steward plan resume"} {
+		if !errors.Is(err, ErrDowngradeInProgress) || !strings.Contains(err.Error(), want) {
+			t.Errorf("refusal %v under an open plan does not say %q", err, want)
+		}
+	}
+	if err := requireNoDowngrade(down, rollback(plan.Aborted, step(StepDowngradeEnable, plan.Done), step(StepClusterVersion, plan.Pending)), "replace a"); err == nil || strings.Contains(err.Error(), "plan resume") {
+		t.Errorf("a member reports a downgrade, its plan aborted: %v; want a refusal without plan resume", err)
 	}
 	member := step("member", plan.Done)
 	tests := []struct {

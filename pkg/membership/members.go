@@ -788,19 +788,29 @@ const (
 // 3.6 and later members report the downgrade; 3.5 members say nothing, so
 // the latest plan (nil: none) tells too: one that enabled the downgrade
 // and has not reached the step that ends it.
+//
+// The refusal names what ends it: the plan that enabled the downgrade
+// (resume it), or, when no open plan did (enabled by hand, or its plan
+// aborted), etcd's own cancel.
 func requireNoDowngrade(st *cluster.Status, latest *plan.Plan, what string) error {
+	var open *plan.Step
+	if latest != nil {
+		open = latest.OpenSince(StepDowngradeEnable, StepClusterVersion)
+	}
 	for _, m := range st.Members {
-		if m.DowngradeTarget != "" {
-			return cluster.Refuse(ErrDowngradeInProgress, "refusing to %s: etcd's downgrade to %s is enabled (%s says so), and etcd lets no member join until it ends; finish the rollback (`steward plan resume`) first",
-				what, m.DowngradeTarget, m.Name)
+		if m.DowngradeTarget == "" {
+			continue
 		}
+		if open != nil {
+			return cluster.Refuse(ErrDowngradeInProgress, "refusing to %s: etcd's downgrade to %s is enabled (%s says so), and etcd lets no member join until it ends; finish plan %s (`steward plan resume`) first",
+				what, m.DowngradeTarget, m.Name, latest.ID)
+		}
+		return cluster.Refuse(ErrDowngradeInProgress, "refusing to %s: etcd's downgrade to %s is enabled (%s says so) by no open Steward plan, and etcd lets no member join until it ends; end it with `etcdctl downgrade cancel` (or finish the downgrade) first",
+			what, m.DowngradeTarget, m.Name)
 	}
-	if latest == nil {
-		return nil
-	}
-	if s := latest.OpenSince(StepDowngradeEnable, StepClusterVersion); s != nil {
+	if open != nil {
 		return cluster.Refuse(ErrDowngradeInProgress, "refusing to %s: plan %s enabled etcd's downgrade to %s and has not ended it yet, and etcd lets no member join until it ends; finish the plan (`steward plan resume`) first",
-			what, latest.ID, s.Version)
+			what, latest.ID, open.Version)
 	}
 	return nil
 }
