@@ -535,6 +535,15 @@ func TestRecover(t *testing.T) {
 	}
 	t.Run("a majority's data lost: restore from backup", func(t *testing.T) {
 		e := e.For(t)
+		// A user's clients over every member's client URL throughout: the
+		// members recover re-adds join as learners, and none may be on
+		// the URL these clients use before it votes. They only read: the
+		// keyspace is compared with the backup's below.
+		var eps []string
+		for _, m := range e.Spec().Members {
+			eps = append(eps, m.ClientURL)
+		}
+		load, probes := startLearnerWatch(t, e, eps, false)
 		rep, out := recoverJSON(t, e)
 		if !strings.Contains(out, `"action": "restore"`) || !strings.Contains(out, "no WAL files") {
 			t.Fatalf("recover with lost data: %s", out)
@@ -552,6 +561,18 @@ func TestRecover(t *testing.T) {
 			t.Errorf("the fresh full snapshot %s of %s is not in the store", rep.FreshBackup, names[0])
 		}
 		st := e.WaitStatus(60*time.Second, "healthy after restore", harness.Healthy)
+		harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the user's requests to succeed after the recovery", func() error {
+			if ok, _ := load.result(); ok < 100 {
+				return fmt.Errorf("%d requests succeeded", ok)
+			}
+			if ok, _ := probes.result(); ok < 10 {
+				return fmt.Errorf("%d fresh clients' requests succeeded", ok)
+			}
+			return nil
+		})
+		load.Stop()
+		probes.Stop()
+		requireNoLearnerErrors(t, "recover", load, probes)
 		got := workload.TakeDigest(t, e.Client(), "", 0)
 		workload.RequireEqual(t, "recovered from backup", got, want)
 		if got.Head <= want.Head {
