@@ -596,7 +596,12 @@ func packStream(dst io.Writer, src io.Reader, key *Key, level zstd.EncoderLevel)
 			return 0, "", fmt.Errorf("pack: %w", err)
 		}
 	} else {
-		zw, err := zstd.NewWriter(sink, zstd.WithEncoderLevel(level))
+		// One goroutine: the pipeline already runs this stage beside the
+		// receive, and zstd's own concurrency (GOMAXPROCS by default)
+		// spent a third more CPU for the same bytes (its hand-offs and
+		// copies), CPU a two-core control plane takes from the leader
+		// serving the snapshot (docs/benchmarks.md).
+		zw, err := zstd.NewWriter(sink, zstd.WithEncoderLevel(level), zstd.WithEncoderConcurrency(1))
 		if err != nil {
 			return 0, "", err
 		}
