@@ -539,11 +539,7 @@ func TestRecover(t *testing.T) {
 		// members recover re-adds join as learners, and none may be on
 		// the URL these clients use before it votes. They only read: the
 		// keyspace is compared with the backup's below.
-		var eps []string
-		for _, m := range e.Spec().Members {
-			eps = append(eps, m.ClientURL)
-		}
-		load, probes := startLearnerWatch(t, e, eps, false)
+		load, probes := startLearnerWatch(t, e, e.Spec().ClientURLs(), false)
 		rep, out := recoverJSON(t, e)
 		if !strings.Contains(out, `"action": "restore"`) || !strings.Contains(out, "no WAL files") {
 			t.Fatalf("recover with lost data: %s", out)

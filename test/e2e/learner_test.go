@@ -141,10 +141,7 @@ func TestLearnerNeverOnClientURL(t *testing.T) {
 		t.Fatal(err)
 	}
 	newURL := fmt.Sprintf("%s://127.0.0.1:%d", s.Scheme(), cport)
-	var eps []string
-	for _, m := range s.Members {
-		eps = append(eps, m.ClientURL)
-	}
+	eps := s.ClientURLs()
 	// The user's client already knows the URL the new member gets; a
 	// fresh client per request on each URL (as a user running etcdctl
 	// does) connects at once, without a long-lived client's reconnect
