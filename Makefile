@@ -13,7 +13,7 @@ E2E_TIMEOUT   ?= 75m
 RACE          ?= -race
 # Unit tests: every package outside test/ (end-to-end tests, benchmarks
 # and their harness).
-UNIT_PKGS     := ./cmd/... ./internal/... ./pkg/...
+UNIT_PKGS     := ./cmd/... ./internal/... ./pkg/... ./hack/...
 DEMO_DIR      ?= $(CURDIR)/steward-data
 KUBE_VERSION  ?= v1.36.3
 # ARTIFACTS keeps what tests save with t.ArtifactDir() (go test -artifacts):

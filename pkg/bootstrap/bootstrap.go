@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -37,6 +38,11 @@ type UpOptions struct {
 	TLSOff bool
 	// BinaryStore is written into a new spec (empty: DIR/binaries).
 	BinaryStore string
+	// Address is the address a new spec's members listen on (empty:
+	// 127.0.0.1): an IP address of this machine, such as another loopback
+	// address (127.0.0.2) so that clusters on one machine never share a
+	// port. For an existing spec it must be its local members' address.
+	Address string
 	// StewardBinary is the executable that runs the agent (default: this one).
 	StewardBinary string
 	// Timeout bounds the wait for a healthy cluster.
@@ -44,7 +50,7 @@ type UpOptions struct {
 }
 
 // ErrNewClusterOnly refuses an UpOptions field that shapes a new spec
-// (Members, Version, TLSOff, BinaryStore) when it contradicts the spec the
+// (Members, Version, TLSOff, BinaryStore, Address) when it contradicts the spec the
 // Steward directory already holds.
 var ErrNewClusterOnly = errors.New("the option applies only to a new cluster")
 
@@ -53,6 +59,32 @@ var ErrNewClusterOnly = errors.New("the option applies only to a new cluster")
 type OptionError struct {
 	cluster.Refusal
 	Option string
+}
+
+// ErrAddress refuses an UpOptions.Address that is not an IP address this
+// machine can listen on.
+var ErrAddress = errors.New("not an address this machine can listen on")
+
+// checkAddress refuses an address members could not listen on, before
+// anything is written: an IP literal (not a name, which could resolve
+// elsewhere later) that this machine can bind now.
+func checkAddress(a string) error {
+	if a == "" {
+		return nil
+	}
+	ip := net.ParseIP(a)
+	if ip == nil {
+		return fmt.Errorf("address %q: %w: give an IP address such as 127.0.0.2, not a name or a URL", a, ErrAddress)
+	}
+	if ip.IsUnspecified() || ip.IsMulticast() {
+		return fmt.Errorf("address %s: %w: members need one address of their own, not %s", a, ErrAddress, map[bool]string{true: "the unspecified address", false: "a multicast address"}[ip.IsUnspecified()])
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(a, "0"))
+	if err != nil {
+		return fmt.Errorf("address %s: %w (%v): give one of this machine's addresses (any 127.x.y.z is one on Linux)", a, ErrAddress, err)
+	}
+	l.Close()
+	return nil
 }
 
 func newClusterOnly(option, format string, args ...any) error {
@@ -88,6 +120,9 @@ func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*clust
 		return nil, nil, fmt.Errorf("steward dir: %w", err)
 	}
 	specPath := filepath.Join(dir, spec.FileName)
+	if err := checkAddress(o.Address); err != nil {
+		return nil, nil, err
+	}
 	var s *spec.Cluster
 	if _, err := os.Stat(specPath); err == nil {
 		s, err = spec.Load(specPath)
@@ -108,6 +143,9 @@ func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*clust
 		if o.TLSOff != s.TLS.Disabled && o.TLSOff {
 			return nil, nil, newClusterOnly("TLSOff", "%s has TLS on; turning it off applies only to a new cluster", specPath)
 		}
+		if a := s.LocalAddress(); o.Address != "" && a != o.Address {
+			return nil, nil, newClusterOnly("Address", "%s has its members on %s; another address applies only to a new cluster", specPath, a)
+		}
 		if o.BinaryStore != "" && s.BinaryStoreDir(dir) != spec.Path(dir, o.BinaryStore) {
 			return nil, nil, newClusterOnly("BinaryStore", "%s uses the binary store %s; another store applies only to a new cluster (edit binaryStore in the spec)", specPath, s.BinaryStoreDir(dir))
 		}
@@ -123,9 +161,13 @@ func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*clust
 		if err != nil {
 			return nil, nil, err
 		}
+		host := o.Address
+		if host == "" {
+			host = spec.DefaultHost
+		}
 		s, err = spec.NewDefault(spec.DefaultOptions{
 			Members: o.Members, Version: nv, StewardDir: dir, TLSOff: o.TLSOff,
-			FreePort: spec.FreePort("127.0.0.1"),
+			Host: host, FreePort: spec.FreePort(host),
 		})
 		if err != nil {
 			return nil, nil, err

@@ -47,7 +47,8 @@ type AddOptions struct {
 	// Agent runs the new member: the host's name in a multi-host
 	// cluster (default: local, the agent on this machine).
 	Agent string
-	// ClientURL and PeerURL default to free ports on 127.0.0.1 for the
+	// ClientURL and PeerURL default to free ports on the local members'
+	// address (spec.Cluster.LocalAddress, 127.0.0.1 by default) for the
 	// local agent, and to the next unused pair from 2379/2380 (10 apart)
 	// on another host's address.
 	ClientURL, PeerURL string
@@ -99,13 +100,16 @@ func Add(ctx context.Context, c *cluster.Cluster, name string, o AddOptions) (er
 	if err := requireNoDowngrade(st, latest, "add a member"); err != nil {
 		return err
 	}
-	free := spec.FreePort("127.0.0.1")
+	// A local member listens where the local members do (a spec written
+	// by `up --address` keeps its clusters off each other's ports).
+	host := c.Spec.LocalAddress()
+	free := spec.FreePort(host)
 	if o.ClientURL == "" {
 		p, err := free()
 		if err != nil {
 			return err
 		}
-		o.ClientURL = fmt.Sprintf("%s://127.0.0.1:%d", c.Spec.Scheme(), p)
+		o.ClientURL = fmt.Sprintf("%s://%s", c.Spec.Scheme(), net.JoinHostPort(host, strconv.Itoa(p)))
 	}
 	if o.PeerURL == "" {
 		for {
@@ -113,7 +117,7 @@ func Add(ctx context.Context, c *cluster.Cluster, name string, o AddOptions) (er
 			if err != nil {
 				return err
 			}
-			if u := fmt.Sprintf("%s://127.0.0.1:%d", c.Spec.Scheme(), p); u != o.ClientURL {
+			if u := fmt.Sprintf("%s://%s", c.Spec.Scheme(), net.JoinHostPort(host, strconv.Itoa(p))); u != o.ClientURL {
 				o.PeerURL = u
 				break
 			}

@@ -371,6 +371,26 @@ func (c *Cluster) Uses(agent string) bool {
 	return false
 }
 
+// DefaultHost is the address a default spec's members listen on, and the
+// local agent's new members when its members give no other.
+const DefaultHost = "127.0.0.1"
+
+// LocalAddress is the host of the first client URL of a member the local
+// agent runs (a default spec's members share one), DefaultHost when no
+// member runs there or its URL has no host: where a new local member
+// listens by default.
+func (c *Cluster) LocalAddress() string {
+	for _, m := range c.Members {
+		if m.Agent != LocalAgent {
+			continue
+		}
+		if u, err := url.Parse(m.ClientURL); err == nil && u.Hostname() != "" {
+			return u.Hostname()
+		}
+	}
+	return DefaultHost
+}
+
 // MultiHost reports whether the spec places agents on other hosts.
 func (c *Cluster) MultiHost() bool {
 	for _, a := range c.Agents {
@@ -667,7 +687,7 @@ type DefaultOptions struct {
 	Version    string
 	StewardDir string
 	TLSOff     bool
-	// Host is the address members listen on (default 127.0.0.1).
+	// Host is the address members listen on (default DefaultHost).
 	Host string
 	// FreePort returns a port nobody listens on.
 	FreePort func() (int, error)
@@ -686,7 +706,7 @@ func NewDefault(o DefaultOptions) (*Cluster, error) {
 		o.Name = "steward"
 	}
 	if o.Host == "" {
-		o.Host = "127.0.0.1"
+		o.Host = DefaultHost
 	}
 	tok := make([]byte, 8)
 	if _, err := rand.Read(tok); err != nil {

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -65,10 +66,27 @@ func RepoRoot(tb testing.TB) string {
 }
 
 // FreePorts returns n distinct ports that are free on 127.0.0.1 now
-// (spec.FreePort), failing the test when there are not.
+// (spec.FreePort), failing the test when there are not. A test with an Env
+// draws from its own address instead (Env.FreePorts).
 func FreePorts(tb testing.TB, n int) []int {
 	tb.Helper()
-	free := spec.FreePort("127.0.0.1")
+	return freePorts(tb, "127.0.0.1", n)
+}
+
+// FreePorts returns n distinct ports free on the test's own address.
+func (e *Env) FreePorts(n int) []int {
+	e.TB.Helper()
+	return freePorts(e.TB, e.Addr, n)
+}
+
+// URL is scheme://Addr:port, a URL on the test's own address.
+func (e *Env) URL(scheme string, port int) string {
+	return scheme + "://" + net.JoinHostPort(e.Addr, strconv.Itoa(port))
+}
+
+func freePorts(tb testing.TB, host string, n int) []int {
+	tb.Helper()
+	free := spec.FreePort(host)
 	ports := make([]int, n)
 	for i := range ports {
 		p, err := free()
@@ -180,17 +198,22 @@ type Env struct {
 	Dir   string
 	Bin   string
 	Store string
+	// Addr is the test's own loopback address (LoopbackAddr): Up and
+	// WriteSpec put the members there, and FreePorts draws from it.
+	Addr string
 }
 
 // New returns an Env with a fresh, short Steward directory (Unix socket
-// paths are limited to about 100 bytes). Cleanup stops everything it ran.
+// paths are limited to about 100 bytes) and a loopback address of its own.
+// Cleanup stops everything it ran, then gives the address back.
 func New(tb testing.TB) *Env {
 	tb.Helper()
+	addr := LoopbackAddr(tb)
 	dir, err := os.MkdirTemp("", "stw-")
 	if err != nil {
 		tb.Fatal(err)
 	}
-	e := &Env{TB: tb, Dir: dir, Bin: Binary(tb), Store: Store(tb)}
+	e := &Env{TB: tb, Dir: dir, Bin: Binary(tb), Store: Store(tb), Addr: addr}
 	tb.Cleanup(e.cleanup)
 	return e
 }
@@ -293,14 +316,14 @@ func (e *Env) MustFail(args ...string) string {
 // Up starts an n-member cluster of etcd version v from the test store.
 func (e *Env) Up(n int, v string) {
 	e.TB.Helper()
-	e.MustRun("up", "--members", strconv.Itoa(n), "--version", v, "--binary-store", e.Store)
+	e.MustRun("up", "--members", strconv.Itoa(n), "--version", v, "--binary-store", e.Store, "--address", e.Addr)
 }
 
 // WriteSpec writes a spec of n members of etcd version (the test store's
 // binaries) before `steward up`, so a test can set options first.
 func (e *Env) WriteSpec(n int, version string, edit func(*spec.Cluster)) *spec.Cluster {
 	e.TB.Helper()
-	s, err := spec.NewDefault(spec.DefaultOptions{Members: n, Version: version, StewardDir: e.Dir, FreePort: spec.FreePort("127.0.0.1")})
+	s, err := spec.NewDefault(spec.DefaultOptions{Members: n, Version: version, StewardDir: e.Dir, Host: e.Addr, FreePort: spec.FreePort(e.Addr)})
 	if err != nil {
 		e.TB.Fatal(err)
 	}

@@ -34,8 +34,8 @@ func addCommand(g *cli.Globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&o.Agent, "host", "", "host (agent) that runs the new member (default: this machine's agent, local)")
 	cmd.Flags().StringVar(&o.Agent, "agent", "", "the same as --host")
-	cmd.Flags().StringVar(&o.ClientURL, "client-url", "", "client URL (default: a free port on 127.0.0.1; on another host, the next of 2379, 2389, ... on its address)")
-	cmd.Flags().StringVar(&o.PeerURL, "peer-url", "", "peer URL (default: a free port on 127.0.0.1; on another host, the next of 2380, 2390, ...)")
+	cmd.Flags().StringVar(&o.ClientURL, "client-url", "", "client URL (default: a free port on the local members' address, 127.0.0.1 unless up --address said otherwise; on another host, the next of 2379, 2389, ... on its address)")
+	cmd.Flags().StringVar(&o.PeerURL, "peer-url", "", "peer URL (default: a free port on the local members' address; on another host, the next of 2380, 2390, ...)")
 	cmd.Flags().DurationVar(&o.Timeout, "timeout", 10*time.Minute, "how long the learner may take to catch up")
 	return cmd
 }

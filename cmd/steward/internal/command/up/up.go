@@ -23,7 +23,7 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 		Use:   "up",
 		Short: "Start a local cluster (writing a default cluster.yaml when there is none) and wait until it is healthy",
 		Long: `Start the cluster of the Steward directory. Without a cluster.yaml, write a default
-one: N members on 127.0.0.1 with free ports, TLS on, the embedded etcd version unless
+one: N members on 127.0.0.1 (or --address) with free ports, TLS on, the embedded etcd version unless
 --version says otherwise. With an existing directory, start what is there again,
 keeping the data. Returns when every member is healthy and prints the endpoints.`,
 		Args: cobra.NoArgs,
@@ -57,6 +57,7 @@ keeping the data. Returns when every member is healthy and prints the endpoints.
 	cmd.Flags().StringVar(&o.Version, "version", "", "etcd version of a new cluster (default: the embedded version)")
 	cmd.Flags().BoolVar(&o.TLSOff, "insecure-no-tls", false, "write a new spec with TLS off (anyone reaching the ports owns the data)")
 	cmd.Flags().StringVar(&o.BinaryStore, "binary-store", "", "binary store of a new cluster (default DIR/binaries)")
+	cmd.Flags().StringVar(&o.Address, "address", "", "IP address the members of a new cluster listen on (default 127.0.0.1; another loopback address such as 127.0.0.2 keeps clusters on one machine off each other's ports)")
 	cmd.Flags().DurationVar(&o.Timeout, "timeout", 2*time.Minute, "how long to wait for a healthy cluster")
 	return cmd
 }
@@ -68,6 +69,7 @@ var newClusterFlags = map[string]string{
 	"Version":     "--version",
 	"TLSOff":      "--insecure-no-tls",
 	"BinaryStore": "--binary-store",
+	"Address":     "--address",
 }
 
 // upHint names the flag behind a refused option, and the command that
@@ -75,6 +77,9 @@ var newClusterFlags = map[string]string{
 func upHint(err error) error {
 	if oe, ok := errors.AsType[*bootstrap.OptionError](err); ok && newClusterFlags[oe.Option] != "" {
 		return fmt.Errorf("%s: %w", newClusterFlags[oe.Option], err)
+	}
+	if errors.Is(err, bootstrap.ErrAddress) {
+		return fmt.Errorf("--address: %w", err)
 	}
 	if errors.Is(err, spec.ErrTooFewMembers) {
 		return fmt.Errorf("--members: %w", err)

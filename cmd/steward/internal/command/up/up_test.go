@@ -28,6 +28,8 @@ func TestUpHint(t *testing.T) {
 		{option("Version", "v"), "--version: v", bootstrap.ErrNewClusterOnly},
 		{option("TLSOff", "t"), "--insecure-no-tls: t", bootstrap.ErrNewClusterOnly},
 		{option("BinaryStore", "b"), "--binary-store: b", bootstrap.ErrNewClusterOnly},
+		{option("Address", "a"), "--address: a", bootstrap.ErrNewClusterOnly},
+		{fmt.Errorf("address x: %w", bootstrap.ErrAddress), "--address: address x: not an address this machine can listen on", bootstrap.ErrAddress},
 		{fmt.Errorf("%w, got -1", spec.ErrTooFewMembers), "--members: a cluster needs at least one member, got -1", spec.ErrTooFewMembers},
 		{down, "member etcd-4: agent host2 does not answer at unix:///d/run/agent-host2.sock (connection refused): start it on its host (`steward agent --name host2`)", down.Err},
 	} {
