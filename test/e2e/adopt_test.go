@@ -209,6 +209,7 @@ spec:
 // member's and an empty one; `steward adopt --dry-run` prints the same
 // and the differences, and the member still serves.
 func TestAdoptDiscovery(t *testing.T) {
+	t.Parallel()
 	m := startExternal(t)
 	manifest := m.writeManifest(t)
 

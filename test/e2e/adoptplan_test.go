@@ -121,6 +121,7 @@ func requireGivenBack(t *testing.T, e *harness.Env, list func(context.Context, .
 // given back (undoStaticPod): the manifest moved back where the kubelet
 // reads it, the member run again from it.
 func TestAdopt(t *testing.T) {
+	t.Parallel()
 	f := harness.StartForeignCluster(t, adoptVersion, 3)
 	fcli := f.MustClient()
 	e := attachForAdopt(t, f)
@@ -266,6 +267,7 @@ func TestAdopt(t *testing.T) {
 // the keyspace of before, the operator's certificates still in use; then
 // recover's restore action after every WAL is lost (restoreAdopted).
 func TestAdoptAll(t *testing.T) {
+	t.Parallel()
 	f := harness.StartForeignCluster(t, adoptVersion, 3)
 	fcli := f.MustClient()
 	e := attachForAdopt(t, f)
@@ -532,6 +534,7 @@ spec:
 // local agent with its member ID and the cluster ID unchanged, and no
 // acknowledged write is lost.
 func TestAdoptResumeAfterKill(t *testing.T) {
+	t.Parallel()
 	f := harness.StartForeignCluster(t, adoptVersion, 3)
 	fcli := f.MustClient()
 	e := attachForAdopt(t, f)
@@ -587,6 +590,7 @@ func TestAdoptResumeAfterKill(t *testing.T) {
 // before for peer certificates of different names, it now issues one of
 // the cluster's own peer name, which members not switched yet let in.
 func TestAdoptPeerNames(t *testing.T) {
+	t.Parallel()
 	f := harness.StartForeignClusterPeerNames(t, adoptVersion, 3)
 	fcli := f.MustClient()
 	e := attachForAdopt(t, f)

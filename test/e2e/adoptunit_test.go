@@ -89,6 +89,7 @@ func unitCgroup(pid int) string {
 // its member ID; the adopt plan is rolled back; no acknowledged write is
 // lost.
 func TestAdoptUnit(t *testing.T) {
+	t.Parallel()
 	f := harness.StartForeignCluster(t, adoptVersion, 3)
 	sd := harness.StartSystemd(t)
 	fcli := f.MustClient()

@@ -39,6 +39,7 @@ func attachArgs(f *harness.ForeignCluster, endpoints ...string) []string {
 // defragmentation, a leader move, the user's certificates listed; a
 // command that needs the member processes is refused, pointing to adopt.
 func TestAttach(t *testing.T) {
+	t.Parallel()
 	f := harness.StartForeignCluster(t, "3.5.35", 3)
 	fcli := f.MustClient()
 	w := workload.Start(t, fcli, workload.Options{Prefix: "/attach", Interval: 20 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second})
@@ -207,6 +208,7 @@ func TestAttach(t *testing.T) {
 // trust, and a directory that already holds a cluster are each refused
 // with one error naming the problem, and the directory is left as it was.
 func TestAttachBadInput(t *testing.T) {
+	t.Parallel()
 	a := harness.StartForeignCluster(t, "3.5.35", 1)
 	b := a.StartSibling(1)
 	other, err := harness.WriteForeignPKI(t.TempDir(), "stranger")
@@ -308,6 +310,7 @@ func clusterID(t *testing.T, f *harness.ForeignCluster) string {
 // (`attach --metrics-address`) for every member, down while the operator
 // stops one; `backup gc` keeps what the restore needs.
 func TestAttachContinuous(t *testing.T) {
+	t.Parallel()
 	f := harness.StartForeignCluster(t, "3.5.35", 3)
 	fcli := f.MustClient()
 	e := harness.New(t)
@@ -400,6 +403,7 @@ func copyBackupKey(t *testing.T, from, to string) {
 // and `migrate storage` rewrites them through the API server, as on a
 // cluster Steward runs.
 func TestAttachKube(t *testing.T) {
+	t.Parallel()
 	f := harness.StartForeignCluster(t, "3.5.35", 1)
 	e := harness.New(t)
 	e.MustRun(attachArgs(f)...)

@@ -54,6 +54,7 @@ func backupNow(t *testing.T, e *harness.Env, args ...string) backup.Manifest {
 // compacted. For the second version the backup is stored without
 // compression (backup.compression none), and restores the same.
 func TestBackupRestore(t *testing.T) {
+	t.Parallel()
 	for i, v := range harness.Versions() {
 		t.Run(v, func(t *testing.T) {
 			t.Parallel()

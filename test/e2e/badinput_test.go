@@ -22,6 +22,7 @@ func exists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 // TestBadInput: each bad input gets one clear error and changes nothing.
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	v := binaries.EmbeddedVersion()
 
 	t.Run("invalid spec", func(t *testing.T) {

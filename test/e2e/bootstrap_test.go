@@ -25,6 +25,7 @@ func minor(v string) string {
 // TestBootstrapOneMember: a one-member cluster of each version starts, keeps
 // its data across down and up, and leaves no process behind.
 func TestBootstrapOneMember(t *testing.T) {
+	t.Parallel()
 	for _, v := range harness.Versions() {
 		t.Run(v, func(t *testing.T) {
 			t.Parallel()
@@ -88,6 +89,7 @@ func TestBootstrapOneMember(t *testing.T) {
 // minority and then a majority is down, and replacing a member whose data
 // dir was deleted.
 func TestThreeMembers(t *testing.T) {
+	t.Parallel()
 	for _, v := range harness.Versions() {
 		t.Run(v, func(t *testing.T) {
 			t.Parallel()

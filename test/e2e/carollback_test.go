@@ -43,6 +43,7 @@ import (
 // `steward certs rotate-ca` runs to the end. A second rollback is refused
 // once the rotation is done.
 func TestCARotationRollback(t *testing.T) {
+	t.Parallel()
 	vs := harness.Versions()
 	v := vs[len(vs)-1]
 	e := harness.New(t)
@@ -219,6 +220,7 @@ func TestCARotationRollback(t *testing.T) {
 // renewals work again (`steward certs renew --all`) and Steward reaches
 // every agent.
 func TestHostsCARotationRollback(t *testing.T) {
+	t.Parallel()
 	hs := harness.NewHosts(t, 3)
 	hs.Init("3.6.16")
 	hs.StartAgents()

@@ -27,6 +27,7 @@ import (
 // new CA, and a client presenting a certificate of the old CA is refused by
 // every member, while the same client with the reissued certificate works.
 func TestCARotationUnderWrites(t *testing.T) {
+	t.Parallel()
 	vs := harness.Versions()
 	v := vs[len(vs)-1]
 	e := harness.New(t)
@@ -111,6 +112,7 @@ func TestCARotationUnderWrites(t *testing.T) {
 // accepted. (The serving certificate, by contrast, is read at each
 // handshake: TestCertificates.)
 func TestEtcdReadsTrustedCAAtStart(t *testing.T) {
+	t.Parallel()
 	for _, v := range harness.Versions() {
 		t.Run(v, func(t *testing.T) {
 			e := harness.New(t)

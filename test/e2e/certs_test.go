@@ -54,6 +54,7 @@ func served(t *testing.T, pool *x509.CertPool, url string) (*x509.Certificate, e
 // each handshake: the experiment for 3.5, 3.6 and 3.7), and bad input
 // refused with one error, nothing replaced.
 func TestCertificates(t *testing.T) {
+	t.Parallel()
 	for _, v := range harness.Versions() {
 		t.Run(v, func(t *testing.T) {
 			e := harness.New(t)
@@ -246,6 +247,7 @@ func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
 // issue's full run is 3m and 10m (STEWARD_TEST_CERT_LIFETIME=3m
 // STEWARD_TEST_CERT_WATCH=10m, -timeout 15m).
 func TestCertRenewalUnderWrites(t *testing.T) {
+	t.Parallel()
 	lifetime := envDuration(t, "STEWARD_TEST_CERT_LIFETIME", 45*time.Second)
 	watch := envDuration(t, "STEWARD_TEST_CERT_WATCH", 75*time.Second)
 	v := harness.Versions()[len(harness.Versions())-1]

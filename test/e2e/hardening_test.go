@@ -26,6 +26,7 @@ import (
 // on one one-member cluster: each is refused with one clear error, or
 // handled, and nothing leaks or is left behind.
 func TestHardening(t *testing.T) {
+	t.Parallel()
 	v := binaries.EmbeddedVersion()
 
 	t.Run("up --members 0 is refused", func(t *testing.T) {

@@ -26,6 +26,7 @@ import (
 // and no write fails. Then, with a follower's host cut off, a renewal
 // renews the other hosts and reports the cut one (exit 1).
 func TestHostsCertRenewal(t *testing.T) {
+	t.Parallel()
 	hs := harness.NewHosts(t, 3)
 	hs.Init("3.6.16")
 	hs.StartAgents()

@@ -24,6 +24,7 @@ import (
 // completes it, the pre-flight passes and the upgrade runs every member on
 // its host's pushed copy.
 func TestHostsBinaries(t *testing.T) {
+	t.Parallel()
 	hs := harness.NewHosts(t, 3)
 	for _, h := range hs.Hosts {
 		h.OwnStore = true

@@ -36,6 +36,7 @@ import (
 // segment in the store overlaps another). After each heal the cluster
 // settles with every acknowledged write present.
 func TestHostsPartitions(t *testing.T) {
+	t.Parallel()
 	hs := harness.NewHosts(t, 3)
 	s3 := harness.StartS3At(t, hs.Net.Addr)
 	hs.Init("3.6.16", "--backup-s3-endpoint", s3.Endpoint, "--backup-s3-bucket", s3.Bucket,
@@ -211,6 +212,7 @@ func TestHostsPartitions(t *testing.T) {
 // TestHostsBadInput: each refusal of the multi-host path says what is wrong
 // in one error and changes nothing.
 func TestHostsBadInput(t *testing.T) {
+	t.Parallel()
 	hs := harness.NewHosts(t, 2)
 	hs.Init("3.6.16")
 	h1, h2 := hs.Hosts[0], hs.Hosts[1]
@@ -367,6 +369,7 @@ func etcdctl(e *harness.Env, v string) string { return filepath.Join(e.Store, "e
 // member, and resumes once the link is back. Every acknowledged write is
 // present at the end.
 func TestHostsUpgradeAndRollback(t *testing.T) {
+	t.Parallel()
 	vs := harness.Versions()
 	hs := harness.NewHosts(t, 3)
 	hs.Init(vs[0])
@@ -465,6 +468,7 @@ func TestHostsUpgradeAndRollback(t *testing.T) {
 // (`steward takeover`) and finishes the plan; the old coordinator, back,
 // refuses to act on its stale copy.
 func TestHostsCoordinatorLost(t *testing.T) {
+	t.Parallel()
 	vs := harness.Versions()
 	hs := harness.NewHosts(t, 3)
 	s3 := harness.StartS3At(t, hs.Net.Addr)
@@ -549,6 +553,7 @@ func TestHostsCoordinatorLost(t *testing.T) {
 // lost their data dirs come back on the same hosts with the exact
 // keyspace (`steward recover` reseeds from the third host's member).
 func TestHostsMembership(t *testing.T) {
+	t.Parallel()
 	hs := harness.NewHosts(t, 4)
 	h4 := hs.Hosts[3]
 	hs.MustRun(append([]string{"init", "--version", "3.6.16", "--binary-store", hs.Store}, hs.HostFlags()[:6]...)...)
@@ -652,6 +657,7 @@ func TestHostsMembership(t *testing.T) {
 // a third cut loses it (Ready False, no write succeeds); healing one host
 // brings quorum back with every acknowledged write.
 func TestHostsFive(t *testing.T) {
+	t.Parallel()
 	hs := harness.NewHosts(t, 5)
 	hs.Init("3.6.16")
 	hs.StartAgents()

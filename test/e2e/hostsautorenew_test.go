@@ -24,6 +24,7 @@ import (
 // was ever served expired, no write failed and no member restarted; `down`
 // stops the renewal process.
 func TestHostsCertAutoRenewal(t *testing.T) {
+	t.Parallel()
 	lifetime := envDuration(t, "STEWARD_TEST_CERT_LIFETIME", 60*time.Second)
 	watch := envDuration(t, "STEWARD_TEST_CERT_WATCH", 100*time.Second)
 	hs := harness.NewHosts(t, 3)

@@ -37,6 +37,7 @@ import (
 // while its reissued twin (same key) is accepted; Steward still reaches
 // every agent.
 func TestHostsCARotation(t *testing.T) {
+	t.Parallel()
 	hs := harness.NewHosts(t, 3)
 	hs.Init("3.6.16")
 	hs.StartAgents()

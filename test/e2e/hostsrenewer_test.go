@@ -32,6 +32,7 @@ import (
 // directory is refused at once; `down` stops it and status's state file
 // records the stop.
 func TestHostsRenewerRestart(t *testing.T) {
+	t.Parallel()
 	hs := harness.NewHosts(t, 1)
 	hs.Init("3.6.16")
 	s := hs.Spec()

@@ -76,6 +76,7 @@ const (
 // resource version") and re-listed by themselves, and a config map
 // created after the recovery reaches the informer's store.
 func TestKubernetesThroughLifecycle(t *testing.T) {
+	t.Parallel()
 	vs := harness.Versions()
 	if len(vs) < 3 {
 		t.Fatalf("need three test versions, have %v", vs)

@@ -106,6 +106,7 @@ func createEstablishedCRD(t *testing.T, ctx context.Context, dyn dynamic.Interfa
 // are stored in etcd under /registry at the revision the API reports as
 // their resourceVersion.
 func TestKubeAPIServerOnSteward(t *testing.T) {
+	t.Parallel()
 	e := harness.New(t)
 	e.Up(3, version36(t))
 	k := e.StartKubeAPIServer()

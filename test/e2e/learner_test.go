@@ -124,6 +124,7 @@ func userClient(t *testing.T, e *harness.Env, endpoints []string) *clientv3.Clie
 // add` and `member replace`: a member serves clients only once it votes,
 // so no request meets "rpc not supported for learner".
 func TestLearnerNeverOnClientURL(t *testing.T) {
+	t.Parallel()
 	vs := harness.Versions()
 	v := vs[len(vs)-1]
 	e := harness.New(t)

@@ -158,6 +158,7 @@ func metricValue(text, name, resource string) (float64, bool) {
 // is lost. Objects an admission policy refuses are reported with the
 // reason, and fail the command.
 func TestMigrateStorage(t *testing.T) {
+	t.Parallel()
 	e := harness.New(t)
 	e.Up(1, version36(t))
 	k := e.NewKubeAPIServer()

@@ -33,6 +33,7 @@ import (
 // the client certificate after the client's Finished), and the alert
 // arrives on the first read.
 func TestPeerPortTakesPeerCertsOnly(t *testing.T) {
+	t.Parallel()
 	for _, v := range harness.Versions() {
 		t.Run(v, func(t *testing.T) {
 			e := harness.New(t)

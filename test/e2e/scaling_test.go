@@ -15,6 +15,7 @@ import (
 // would); every acknowledged write must be readable at the end, and writes
 // must go on in every phase.
 func TestScaling(t *testing.T) {
+	t.Parallel()
 	for _, v := range harness.Versions() {
 		t.Run(v, func(t *testing.T) {
 			t.Parallel()

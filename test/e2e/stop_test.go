@@ -18,6 +18,7 @@ import (
 // every acknowledged write is readable through the stopped member once it
 // is back.
 func TestMemberStopDoesNotWaitForWatches(t *testing.T) {
+	t.Parallel()
 	vs := harness.Versions()
 	v := vs[len(vs)-1]
 	e := harness.New(t)

@@ -133,13 +133,29 @@ func Store(tb testing.TB) string {
 // returned (Do orders the two), so any test goroutine may call Binary.
 var (
 	buildOnce sync.Once
+	setGORACE sync.Once
 	buildPath string
 	buildErr  error
 )
 
 // Binary builds the steward binary once per test process: with the race
-// detector (go build -race) unless Race is false.
+// detector (go build -race) unless Race is false. STEWARD_TEST_BINARY names
+// one built already (make test builds it once for every end-to-end package,
+// with -race unless RACE is empty, and sets STEWARD_TEST_RACE to match).
 func Binary(tb testing.TB) string {
+	if p := os.Getenv("STEWARD_TEST_BINARY"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			tb.Fatalf("STEWARD_TEST_BINARY: %v (make test builds it)", err)
+		}
+		if Race {
+			setGORACE.Do(func() {
+				if os.Getenv("GORACE") == "" {
+					_ = os.Setenv("GORACE", GORACE)
+				}
+			})
+		}
+		return p
+	}
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "steward-bin-")
 		if err != nil {
