@@ -107,7 +107,7 @@ func startExternal(t *testing.T) *externalMember {
 	})
 	if err != nil {
 		log, _ := os.ReadFile(logPath)
-		t.Fatalf("the external member does not serve: %v; its log ends:\n%s", err, lastLines(string(log), 20))
+		t.Fatalf("the external member does not serve: %v; its log ends:\n%s", err, harness.LastLines(string(log), 20))
 	}
 	return m
 }

@@ -406,7 +406,7 @@ func TestAdoptAll(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rep, out := recoverJSON(t, e)
+	rep, out := harness.RecoverJSON(t, e)
 	if rep.Action != "reseed" || rep.Seed != names[2] || !slices.Equal(rep.Added, names[:2]) {
 		t.Fatalf("recover of the adopted cluster with two WALs lost: want %s reseeding, %v added; got %s", names[2], names[:2], out)
 	}
@@ -474,7 +474,7 @@ func restoreAdopted(t *testing.T, e *harness.Env, fcli *clientv3.Client, want wo
 			t.Fatal(err)
 		}
 	}
-	rep, out := recoverJSON(t, e)
+	rep, out := harness.RecoverJSON(t, e)
 	if rep.Action != "restore" || rep.RestoredFrom == "" {
 		t.Fatalf("recover of the adopted cluster with every WAL lost: want a restore; got %s", out)
 	}
@@ -525,7 +525,7 @@ spec:
 }
 
 // TestAdoptResumeAfterKill (issue 14): an adopt plan killed with SIGKILL
-// before and after every step's action in turn (killAtEveryStep: the first
+// before and after every step's action in turn (harness.KillAtEveryStep: the first
 // run is `steward adopt --pid`, every later one `steward plan resume`),
 // infra1 of an attached three-member etcd 3.5 cluster under a writer: at
 // the end the plan is done, the old process is gone, infra1 runs under the
@@ -544,7 +544,7 @@ func TestAdoptResumeAfterKill(t *testing.T) {
 	w := workload.Start(t, fcli, workload.Options{Prefix: "/adoptresume", Interval: 10 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second})
 	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write", w.AckedAbove(100))
 
-	killAtEveryStep(t, e, "adopt", "--pid", strconv.Itoa(oldPID))
+	harness.KillAtEveryStep(t, e, "adopt", "--pid", strconv.Itoa(oldPID))
 
 	if old.Running() {
 		t.Errorf("the old process %d of %s still runs after the adoption", oldPID, old.Name)

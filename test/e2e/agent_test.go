@@ -68,7 +68,7 @@ func TestSwapVersion(t *testing.T) {
 	if m, _ := st.Member(names[0]); m.PID == oldPID {
 		t.Error("member was not restarted for the swap")
 	}
-	if st.Cluster.Version != minor(v35)+".0" {
+	if st.Cluster.Version != harness.Minor(v35)+".0" {
 		t.Errorf("cluster version %s moved with one member upgraded", st.Cluster.Version)
 	}
 

@@ -336,10 +336,10 @@ func TestAttachContinuous(t *testing.T) {
 			}
 			want := fmt.Sprintf(`steward_member_up{agent="local",cluster=%q,member=%q} %d`, e.Spec().Name, name, up)
 			if !strings.Contains(body, want) {
-				return fmt.Errorf("no %s in\n%s", want, grepLines(body, "steward_member_up"))
+				return fmt.Errorf("no %s in\n%s", want, harness.GrepLines(body, "steward_member_up"))
 			}
 			if !strings.Contains(body, "steward_backup_recording{agent=\"local\"") {
-				return fmt.Errorf("no steward_backup_recording series in\n%s", grepLines(body, "steward_backup"))
+				return fmt.Errorf("no steward_backup_recording series in\n%s", harness.GrepLines(body, "steward_backup"))
 			}
 			return nil
 		}
@@ -365,7 +365,7 @@ func TestAttachContinuous(t *testing.T) {
 	res := w.Stop()
 	workload.RequireKeys(t, fcli, res)
 	want := workload.TakeDigest(t, fcli, "/cont", 0)
-	waitBackedUp(t, e, want.Head)
+	harness.WaitBackedUp(t, e, want.Head)
 	// gc on an attached cluster keeps what the restore below needs.
 	e.MustRun("backup", "gc")
 
@@ -416,11 +416,11 @@ func TestAttachKube(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if cm := resourceOf(inspectJSON(t, e), "configmaps"); cm.Objects < n {
+	if cm := harness.InspectResource(harness.InspectJSON(t, e), "configmaps"); cm.Objects < n {
 		t.Errorf("inspect storage-versions on the attached cluster: %d config maps, want at least %d", cm.Objects, n)
 	}
-	rep, _ := migrateReport(t, e, true, "--kubeconfig", k.Kubeconfig, "--resources", "configmaps", "--qps", "0")
-	if cm := migResource(rep, "configmaps"); cm.Result != kmigrate.ResultMigrated || cm.Migrated < n {
+	rep, _ := harness.MigrateReport(t, e, true, "--kubeconfig", k.Kubeconfig, "--resources", "configmaps", "--qps", "0")
+	if cm := harness.MigrateResource(rep, "configmaps"); cm.Result != kmigrate.ResultMigrated || cm.Migrated < n {
 		t.Errorf("migrate storage on the attached cluster: %+v", cm)
 	}
 }

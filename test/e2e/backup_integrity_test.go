@@ -51,9 +51,9 @@ func TestBackupForgedAndCorruptManifests(t *testing.T) {
 	e := harness.New(t)
 	e.Up(1, harness.Versions()[1])
 	cli := e.Client()
-	waitBackedUp(t, e, putKeys(t, cli, "before/", 10))
+	harness.WaitBackedUp(t, e, putKeys(t, cli, "before/", 10))
 	var full backup.Manifest
-	for _, m := range listBackups(t, e) {
+	for _, m := range harness.ListBackups(t, e) {
 		if m.Kind == backup.KindFull {
 			full = m
 		}
@@ -77,7 +77,7 @@ func TestBackupForgedAndCorruptManifests(t *testing.T) {
 	e.MustRun("up")
 	cli = e.Client()
 	rev := putKeys(t, cli, "after/", 10)
-	waitBackedUp(t, e, rev) // a delta holds the new writes
+	harness.WaitBackedUp(t, e, rev) // a delta holds the new writes
 	st := e.WaitStatus(30*time.Second, "BackupReady True past the new writes", func(st *cluster.Status) bool {
 		c := harness.Cond(st, cluster.CondBackupReady)
 		return c.Status == "True" && !strings.Contains(c.Message, "999999999999 stored")
@@ -132,7 +132,7 @@ func TestRestoreRefusesFalseDeltaRange(t *testing.T) {
 	e.Up(1, harness.Versions()[1])
 	cli := e.Client()
 	rev := putKeys(t, cli, "a/", 10)
-	waitBackedUp(t, e, rev)
+	harness.WaitBackedUp(t, e, rev)
 	// Single puts in quick succession: one segment of several revisions.
 	for i := 0; i < 20; i++ {
 		resp, err := cli.Put(t.Context(), fmt.Sprintf("b/%02d", i), "v")
@@ -141,11 +141,11 @@ func TestRestoreRefusesFalseDeltaRange(t *testing.T) {
 		}
 		rev = resp.Header.Revision
 	}
-	waitBackedUp(t, e, rev)
+	harness.WaitBackedUp(t, e, rev)
 	cli.Close()
 	e.MustRun("down")
 	var last backup.Manifest
-	for _, m := range listBackups(t, e) {
+	for _, m := range harness.ListBackups(t, e) {
 		if m.Kind == backup.KindDelta && m.EndRevision > last.EndRevision {
 			last = m
 		}
@@ -199,7 +199,7 @@ func TestBackupVerifyRefusesBomb(t *testing.T) {
 	cli := e.Client()
 	putKeys(t, cli, "k/", 5)
 	cli.Close()
-	full := backupNow(t, e)
+	full := harness.BackupNow(t, e)
 	obj := filepath.Join(e.Dir, "backups", full.Object)
 	f, err := os.OpenFile(obj, os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {

@@ -37,16 +37,6 @@ func putKeys(t *testing.T, cli *clientv3.Client, prefix string, n int) int64 {
 	return rev
 }
 
-func backupNow(t *testing.T, e *harness.Env, args ...string) backup.Manifest {
-	t.Helper()
-	var m backup.Manifest
-	out := e.MustRun(append([]string{"backup", "now", "-o", "json"}, args...)...)
-	if err := json.Unmarshal([]byte(out), &m); err != nil {
-		t.Fatalf("backup now output: %v\n%s", err, out)
-	}
-	return m
-}
-
 // TestBackupRestore, for each version: an encrypted full backup records the
 // revision it holds; verify catches a missing or wrong key; restore refuses
 // a running cluster and existing data (without --force), then rebuilds every
@@ -71,7 +61,7 @@ func TestBackupRestore(t *testing.T) {
 			if _, err := backup.GenerateKeyFile(key); err != nil {
 				t.Fatal(err)
 			}
-			m := backupNow(t, e, "--key-file", key)
+			m := harness.BackupNow(t, e, "--key-file", key)
 			st := e.Status()
 			if m.EndRevision != rev || m.ClusterID != st.Cluster.ID || m.Member != st.Cluster.Leader ||
 				m.Encryption != "aes-256-gcm" || m.KeyID == "" || m.EtcdVersion != v {
@@ -159,7 +149,7 @@ func TestBackupBadInput(t *testing.T) {
 	e := harness.New(t)
 	e.Up(1, newer)
 	putKeys(t, e.Client(), "k/", 100)
-	m := backupNow(t, e)
+	m := harness.BackupNow(t, e)
 	obj := filepath.Join(e.Dir, "backups", m.Object)
 	good, err := os.ReadFile(obj)
 	if err != nil {

@@ -17,11 +17,6 @@ import (
 	"github.com/etcd-steward/steward/test/harness"
 )
 
-func minor(v string) string {
-	p := strings.Split(v, ".")
-	return p[0] + "." + p[1]
-}
-
 // TestBootstrapOneMember: a one-member cluster of each version starts, keeps
 // its data across down and up, and leaves no process behind.
 func TestBootstrapOneMember(t *testing.T) {
@@ -38,8 +33,8 @@ func TestBootstrapOneMember(t *testing.T) {
 			if m.Role != "leader" || !m.Healthy || m.Version != v || m.Process != "Running" {
 				t.Fatalf("member: role %s healthy %v version %s process %s; want leader true %s Running", m.Role, m.Healthy, m.Version, m.Process, v)
 			}
-			if st.Cluster.Version != minor(v)+".0" {
-				t.Errorf("cluster version %q, want %s.0", st.Cluster.Version, minor(v))
+			if st.Cluster.Version != harness.Minor(v)+".0" {
+				t.Errorf("cluster version %q, want %s.0", st.Cluster.Version, harness.Minor(v))
 			}
 			if !strings.HasPrefix(m.ClientURLs[0], "https://") {
 				t.Errorf("client URL %s: TLS must be on by default", m.ClientURLs[0])
@@ -130,10 +125,10 @@ func checkBootstrapped(t *testing.T, st *cluster.Status, v string) {
 	if leaders != 1 || st.Cluster.Leader == "" {
 		t.Errorf("want exactly one leader, got %d (cluster leader %q)", leaders, st.Cluster.Leader)
 	}
-	if st.Cluster.ID == "" || st.Cluster.Version != minor(v)+".0" || !st.Cluster.Quorate {
+	if st.Cluster.ID == "" || st.Cluster.Version != harness.Minor(v)+".0" || !st.Cluster.Quorate {
 		t.Errorf("cluster: %+v", st.Cluster)
 	}
-	if minor(v) != "3.5" && st.Cluster.StorageVersion == "" {
+	if harness.Minor(v) != "3.5" && st.Cluster.StorageVersion == "" {
 		t.Errorf("etcd %s reports a storage version; status has none", v)
 	}
 	for typ, want := range map[string]string{cluster.CondReady: "True", cluster.CondAllMembersReady: "True", cluster.CondBackupReady: "True"} {
@@ -246,7 +241,7 @@ func checkConditions(t *testing.T, e *harness.Env) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitBackedUp(t, e, wr.Header.Revision)
+	harness.WaitBackedUp(t, e, wr.Header.Revision)
 	if out := e.MustFail("member", "stop", names[1]); !strings.Contains(out, "refusing to stop "+names[1]) {
 		t.Errorf("stop that loses quorum: %s", out)
 	}

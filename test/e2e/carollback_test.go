@@ -49,7 +49,7 @@ func TestCARotationRollback(t *testing.T) {
 	e.Up(3, v)
 	s := e.Spec()
 	dir := s.CertDir(e.Dir)
-	cli, oldCA, old := rotationClient(t, e)
+	cli, oldCA, old := harness.RotationClient(t, e)
 	w := workload.Start(t, cli, workload.Options{Prefix: "/carollback", Interval: 20 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second})
 	pids := map[string]int{}
 	for _, m := range s.Members {
@@ -77,9 +77,9 @@ func TestCARotationRollback(t *testing.T) {
 	}
 	clientsStep := 3
 	killed(crashpoint.Indexed(crashpoint.PlanStepAfter, clientsStep), "certs", "rotate-ca")
-	rot := latestPlan(t, e)
+	rot := harness.LatestPlan(t, e)
 	if rot.Kind != plan.KindCARotation || rot.Steps[clientsStep].Kind != carotate.StepClients {
-		t.Fatalf("after the kill: %s", stepStates(rot))
+		t.Fatalf("after the kill: %s", harness.StepStates(rot))
 	}
 	// The issued client as the new CA signed it: the leaf alone.
 	newWriter := filepath.Join(t.TempDir(), "writer-new.crt")
@@ -104,13 +104,13 @@ func TestCARotationRollback(t *testing.T) {
 	e.MustRun("plan", "abort")
 
 	killed(crashpoint.Indexed(crashpoint.PlanStepAfter, 1), "rollback")
-	if p := latestPlan(t, e); p.Kind != plan.KindCARotationRollback || p.State != plan.Running || p.Of != rot.ID {
-		t.Fatalf("after the kill in the rollback: %s (of %q)", stepStates(p), p.Of)
+	if p := harness.LatestPlan(t, e); p.Kind != plan.KindCARotationRollback || p.State != plan.Running || p.Of != rot.ID {
+		t.Fatalf("after the kill in the rollback: %s (of %q)", harness.StepStates(p), p.Of)
 	}
 	e.MustRun("plan", "resume")
-	rb := latestPlan(t, e)
+	rb := harness.LatestPlan(t, e)
 	if rb.Kind != plan.KindCARotationRollback || rb.State != plan.Done {
-		t.Fatalf("after the resume: %s", stepStates(rb))
+		t.Fatalf("after the resume: %s", harness.StepStates(rb))
 	}
 	if got, err := plan.OpenStore(e.Dir).Get(rot.ID); err != nil || got.State != plan.RolledBack {
 		t.Errorf("the rotation after its rollback: %+v, %v; want it rolled back", got, err)
@@ -186,8 +186,8 @@ func TestCARotationRollback(t *testing.T) {
 	e.MustRun("certs", "renew", "--all")
 	e.MustRun("certs", "issue-client", "late")
 	e.MustRun("certs", "rotate-ca")
-	if p := latestPlan(t, e); p.Kind != plan.KindCARotation || p.State != plan.Done {
-		t.Fatalf("the rotation after the rollback: %s", stepStates(p))
+	if p := harness.LatestPlan(t, e); p.Kind != plan.KindCARotation || p.State != plan.Done {
+		t.Fatalf("the rotation after the rollback: %s", harness.StepStates(p))
 	}
 	if ca, _ := os.ReadFile(filepath.Join(dir, pki.CACert)); bytes.Equal(ca, oldCA) || bytes.Equal(ca, next) {
 		t.Error("ca.crt after the second rotation is the old or the rolled-back CA")
@@ -230,7 +230,7 @@ func TestHostsCARotationRollback(t *testing.T) {
 	for _, m := range st.Members {
 		pids[m.Name] = m.PID
 	}
-	cli, oldCA, _ := rotationClient(t, hs.Env)
+	cli, oldCA, _ := harness.RotationClient(t, hs.Env)
 	w := workload.Start(t, cli, workload.Options{Prefix: "/hostscarollback", Interval: 20 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second})
 	harness.Eventually(t, 20*time.Second, 50*time.Millisecond, "writes acknowledged", w.AckedAbove(20))
 	oldCert, err := pki.ParseCertPEM(oldCA)
@@ -243,8 +243,8 @@ func TestHostsCARotationRollback(t *testing.T) {
 	if err == nil || !strings.Contains(se, "crashpoint: "+point+"\n") {
 		t.Fatalf("rotate-ca with %s: %v, want it killed there\nstdout: %s\nstderr: %s", point, err, so, se)
 	}
-	if p := latestPlan(t, hs.Env); p.Steps[2].Kind != carotate.StepReissue {
-		t.Fatalf("after the kill: %s", stepStates(p))
+	if p := harness.LatestPlan(t, hs.Env); p.Steps[2].Kind != carotate.StepReissue {
+		t.Fatalf("after the kill: %s", harness.StepStates(p))
 	}
 	for _, h := range hs.Hosts {
 		b, _ := os.ReadFile(filepath.Join(h.Dir, "pki", "server.crt"))
@@ -254,8 +254,8 @@ func TestHostsCARotationRollback(t *testing.T) {
 	}
 	hs.MustRun("plan", "abort")
 	hs.MustRun("rollback")
-	if p := latestPlan(t, hs.Env); p.Kind != plan.KindCARotationRollback || p.State != plan.Done {
-		t.Fatalf("after the rollback: %s", stepStates(p))
+	if p := harness.LatestPlan(t, hs.Env); p.Kind != plan.KindCARotationRollback || p.State != plan.Done {
+		t.Fatalf("after the rollback: %s", harness.StepStates(p))
 	}
 
 	st = hs.WaitStatus(time.Minute, "a healthy cluster after the rollback", harness.Healthy)

@@ -33,14 +33,14 @@ func TestCARotationUnderWrites(t *testing.T) {
 	e.Up(3, v)
 	s := e.Spec()
 	dir := s.CertDir(e.Dir)
-	cli, oldCA, old := rotationClient(t, e)
+	cli, oldCA, old := harness.RotationClient(t, e)
 	w := workload.Start(t, cli, workload.Options{Prefix: "/carotate", Interval: 20 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second})
 
-	killAtEveryStep(t, e, "certs", "rotate-ca")
+	harness.KillAtEveryStep(t, e, "certs", "rotate-ca")
 
-	p := latestPlan(t, e)
+	p := harness.LatestPlan(t, e)
 	if p.Kind != plan.KindCARotation || p.State != plan.Done {
-		t.Fatalf("latest plan: %s", stepStates(p))
+		t.Fatalf("latest plan: %s", harness.StepStates(p))
 	}
 	e.WaitStatus(time.Minute, "a healthy cluster after the rotation", harness.Healthy)
 	r := w.Stop()
@@ -161,32 +161,4 @@ func TestEtcdReadsTrustedCAAtStart(t *testing.T) {
 			}
 		})
 	}
-}
-
-// rotationClient issues the client certificate "writer" (recorded under
-// pki/clients, and a copy as the current CA issued it kept in old) and
-// returns a client of every member that re-reads pki/ca.crt and the
-// recorded certificate at each handshake, as a client that follows a CA
-// rotation does; with the CA file as it was before.
-func rotationClient(t *testing.T, e *harness.Env) (cli *clientv3.Client, oldCA []byte, old string) {
-	t.Helper()
-	s := e.Spec()
-	dir := s.CertDir(e.Dir)
-	oldCA, err := os.ReadFile(filepath.Join(dir, pki.CACert))
-	if err != nil {
-		t.Fatal(err)
-	}
-	old = filepath.Join(t.TempDir(), "old")
-	e.MustRun("certs", "issue-client", "writer", "--out", old)
-	var eps []string
-	for _, m := range s.Members {
-		eps = append(eps, m.ClientURL)
-	}
-	tc := harness.FollowingTLS(filepath.Join(dir, pki.CACert), filepath.Join(dir, pki.ClientsDir, "writer.crt"), filepath.Join(dir, pki.ClientsDir, "writer.key"))
-	cli, err = clientv3.New(clientv3.Config{Endpoints: eps, TLS: tc, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	return cli, oldCA, old
 }

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -20,21 +19,6 @@ import (
 	"github.com/etcd-steward/steward/test/harness"
 	"github.com/etcd-steward/steward/test/workload"
 )
-
-// certsList runs `steward certs list -o json` and maps each certificate by name.
-func certsList(e *harness.Env) map[string]pki.CertInfo {
-	e.TB.Helper()
-	out := e.MustRun("certs", "list", "-o", "json")
-	var inv []pki.CertInfo
-	if err := json.Unmarshal([]byte(out), &inv); err != nil {
-		e.TB.Fatalf("parse certs list: %v\n%s", err, out)
-	}
-	m := map[string]pki.CertInfo{}
-	for _, i := range inv {
-		m[i.Name] = i
-	}
-	return m
-}
 
 // served returns the serial the member's address presents in a new TLS
 // handshake.
@@ -68,7 +52,7 @@ func TestCertificates(t *testing.T) {
 
 			if !t.Run("inventory", func(t *testing.T) {
 				e := e.For(t)
-				inv := certsList(e)
+				inv := harness.CertsList(e)
 				for _, n := range []string{"ca", "server", "peer", "client"} {
 					if i, ok := inv[n]; !ok || i.File == "" || i.Serial == "" || i.Error != "" {
 						t.Fatalf("%s: %+v", n, i)
@@ -116,7 +100,7 @@ func TestCertificates(t *testing.T) {
 				if _, err := cli.Put(t.Context(), "/issued", "x"); err != nil {
 					t.Fatalf("put with the issued client certificate: %v", err)
 				}
-				if i := certsList(e)["clients/kube-apiserver"]; i.Subject != "kube-apiserver" || i.Remaining() > 100*time.Hour {
+				if i := harness.CertsList(e)["clients/kube-apiserver"]; i.Subject != "kube-apiserver" || i.Remaining() > 100*time.Hour {
 					t.Errorf("listed: %+v", i)
 				}
 				c := harness.Cond(e.Status(), cluster.CondCertificatesReady)
@@ -133,9 +117,9 @@ func TestCertificates(t *testing.T) {
 			if !t.Run("renew by hand", func(t *testing.T) {
 				e := e.For(t)
 				pid := e.MemberPID(m.Name)
-				before := certsList(e)
+				before := harness.CertsList(e)
 				e.MustRun("certs", "renew", "server", "peer")
-				after := certsList(e)
+				after := harness.CertsList(e)
 				for _, n := range []string{"server", "peer"} {
 					if after[n].Serial == before[n].Serial {
 						t.Errorf("%s not renewed", n)
@@ -171,7 +155,7 @@ func TestCertificates(t *testing.T) {
 				if err := os.WriteFile(rec, []byte("garbage"), 0o644); err != nil {
 					t.Fatal(err)
 				}
-				if i := certsList(e)["clients/kube-apiserver"]; !strings.Contains(i.Error, "does not parse") {
+				if i := harness.CertsList(e)["clients/kube-apiserver"]; !strings.Contains(i.Error, "does not parse") {
 					t.Errorf("listed: %+v", i)
 				}
 				if c := harness.Cond(e.Status(), cluster.CondCertificatesReady); c.Reason != "CertificateUnreadable" {
@@ -222,19 +206,6 @@ func mustRead(t *testing.T, p string) []byte {
 	return b
 }
 
-// envDuration reads a test parameter.
-func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		t.Fatalf("%s=%q: %v", name, v, err)
-	}
-	return d
-}
-
 // TestCertRenewalUnderWrites: leaves with a short lifetime on three members
 // under the acknowledged writer; the agents' renewal loop replaces every
 // serving certificate (client and peer port of each member, compared by
@@ -246,8 +217,8 @@ func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
 // issue's full run is 3m and 10m (STEWARD_TEST_CERT_LIFETIME=3m
 // STEWARD_TEST_CERT_WATCH=10m, -timeout 15m).
 func TestCertRenewalUnderWrites(t *testing.T) {
-	lifetime := envDuration(t, "STEWARD_TEST_CERT_LIFETIME", 45*time.Second)
-	watch := envDuration(t, "STEWARD_TEST_CERT_WATCH", 75*time.Second)
+	lifetime := harness.EnvDuration(t, "STEWARD_TEST_CERT_LIFETIME", 45*time.Second)
+	watch := harness.EnvDuration(t, "STEWARD_TEST_CERT_WATCH", 75*time.Second)
 	v := harness.Versions()[len(harness.Versions())-1]
 	e := harness.New(t)
 	e.WriteSpec(3, v, func(s *spec.Cluster) { s.TLS.LeafValidity = lifetime.String() })

@@ -44,7 +44,7 @@ func TestDeltaCompaction(t *testing.T) {
 	w := workload.Start(t, cli, workload.Options{Prefix: "compact", Timeout: time.Second, Interval: 5 * time.Millisecond})
 	var folded backup.Manifest
 	harness.Eventually(t, 90*time.Second, 250*time.Millisecond, "the backup leader to store a compacted full backup", func() error {
-		for _, m := range listBackups(t, e) {
+		for _, m := range harness.ListBackups(t, e) {
 			if m.Kind == backup.KindFull && m.CompactedFrom != "" {
 				folded = m
 				return nil
@@ -67,7 +67,7 @@ func TestDeltaCompaction(t *testing.T) {
 	if len(orphans) != len(objectsBefore)+1 {
 		t.Fatalf("after the crash: objects without a manifest %v (before: %v); want the killed compaction's", orphans, objectsBefore)
 	}
-	for _, m := range listBackups(t, e) {
+	for _, m := range harness.ListBackups(t, e) {
 		if strings.HasPrefix(orphans[len(orphans)-1], m.ID+".") {
 			t.Fatalf("the killed compaction's object %s is listed as backup %s", orphans[len(orphans)-1], m.ID)
 		}
@@ -76,10 +76,10 @@ func TestDeltaCompaction(t *testing.T) {
 
 	// Killed after its manifest: a listed backup, checked before it was
 	// stored, that verifies.
-	before := listBackups(t, e)
+	before := harness.ListBackups(t, e)
 	killedCompaction(t, e, backup.CrashCompactAfterManifest, folded.CompactedFrom)
 	var stored []string
-	for _, m := range listBackups(t, e) {
+	for _, m := range harness.ListBackups(t, e) {
 		if m.CompactedFrom == folded.CompactedFrom && !slices.ContainsFunc(before, func(b backup.Manifest) bool { return b.ID == m.ID }) {
 			stored = append(stored, m.ID)
 		}
@@ -102,7 +102,7 @@ func TestDeltaCompaction(t *testing.T) {
 	}
 
 	rev := putKeys(t, cli, "after/", 100)
-	waitBackedUp(t, e, rev)
+	harness.WaitBackedUp(t, e, rev)
 	want := workload.TakeDigest(t, cli, "", rev)
 
 	// Restores from the chain and from the compacted full backup agree.

@@ -22,7 +22,6 @@ import (
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/plan"
-	"github.com/etcd-steward/steward/pkg/recovery"
 	"github.com/etcd-steward/steward/pkg/restore"
 	"github.com/etcd-steward/steward/pkg/spec"
 	"github.com/etcd-steward/steward/test/harness"
@@ -85,61 +84,6 @@ func loadMixed(t *testing.T, cli *clientv3.Client, n int) int64 {
 	return rev
 }
 
-// listBackups returns `steward backup list -o json`, parsed.
-func listBackups(t *testing.T, e *harness.Env) []backup.Manifest {
-	t.Helper()
-	var ms []backup.Manifest
-	if err := json.Unmarshal([]byte(e.MustRun("backup", "list", "-o", "json")), &ms); err != nil {
-		t.Fatal(err)
-	}
-	return ms
-}
-
-// waitBackedUp polls until the backups hold revision rev (60 s at most).
-func waitBackedUp(t *testing.T, e *harness.Env, rev int64) {
-	t.Helper()
-	harness.Eventually(t, 60*time.Second, 50*time.Millisecond, fmt.Sprintf("backups to reach revision %d", rev), func() error {
-		so, se, err := e.Run("backup", "list", "-o", "json")
-		if err != nil {
-			return fmt.Errorf("steward backup list: %v: %s", err, strings.TrimSpace(se))
-		}
-		var ms []backup.Manifest
-		if err := json.Unmarshal([]byte(so), &ms); err != nil {
-			return fmt.Errorf("parse backup list: %v", err)
-		}
-		var end int64
-		for _, m := range ms {
-			end = max(end, m.EndRevision)
-		}
-		if end < rev {
-			return fmt.Errorf("%d backups, the newest revision backed up is %d", len(ms), end)
-		}
-		return nil
-	})
-}
-
-// removeDataDirs deletes the data dirs of members: their data is lost.
-func removeDataDirs(t *testing.T, e *harness.Env, members []spec.Member) {
-	t.Helper()
-	for _, m := range members {
-		if err := os.RemoveAll(filepath.Join(e.Dir, m.DataDir)); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// recoverJSON runs `steward recover -o json` and returns its report and
-// output.
-func recoverJSON(t *testing.T, e *harness.Env) (recovery.Report, string) {
-	t.Helper()
-	out := e.MustRun("recover", "-o", "json")
-	var rep recovery.Report
-	if err := json.Unmarshal([]byte(out), &rep); err != nil {
-		t.Fatalf("recover report: %v\n%s", err, out)
-	}
-	return rep, out
-}
-
 // TestContinuousBackup writes 50,000 keys with leases, deletes and
 // multi-key transactions while continuous backups run, then loses every
 // member's data and recovers (`steward recover`): no write acknowledged more
@@ -158,7 +102,7 @@ func TestContinuousBackup(t *testing.T) {
 		e := e.For(t)
 		rev := loadMixed(t, cli, 50000)
 		// Every revision reaches the store.
-		waitBackedUp(t, e, rev)
+		harness.WaitBackedUp(t, e, rev)
 		want = workload.TakeDigest(t, cli, "", rev)
 		if st := e.Status(); harness.Cond(st, cluster.CondBackupReady).Status != "True" {
 			t.Errorf("BackupReady while backups run: %+v", harness.Cond(st, cluster.CondBackupReady))
@@ -190,10 +134,10 @@ func TestContinuousBackup(t *testing.T) {
 		e.KillAll()
 		res = w.Stop()
 		cli.Close()
-		removeDataDirs(t, e, e.Spec().Members)
+		harness.RemoveDataDirs(t, e, e.Spec().Members)
 		// The chain the loss left: its full backup, for the point-in-time
 		// restore at the end (by then the recovered cluster has newer ones).
-		for _, m := range listBackups(t, e) {
+		for _, m := range harness.ListBackups(t, e) {
 			if m.Kind == backup.KindFull {
 				chainFull = m.ID
 			}
@@ -297,8 +241,8 @@ func TestDeltaBadInput(t *testing.T) {
 			t.Fatalf("only %d delta segments after 100 rounds of writes", len(deltas))
 		}
 		rev := putKeys(t, cli, fmt.Sprintf("round%03d/", round), 20)
-		waitBackedUp(t, e, rev)
-		ms := listBackups(t, e)
+		harness.WaitBackedUp(t, e, rev)
+		ms := harness.ListBackups(t, e)
 		deltas = deltas[:0]
 		for _, m := range ms {
 			if m.Kind == backup.KindDelta {
@@ -377,7 +321,7 @@ func TestS3Backup(t *testing.T) {
 	e.MustRun("up")
 	cli := e.Client()
 	rev := loadMixed(t, cli, 4000)
-	waitBackedUp(t, e, rev)
+	harness.WaitBackedUp(t, e, rev)
 	want := workload.TakeDigest(t, cli, "", rev)
 	objs, _ := filepath.Glob(filepath.Join(srv.Dir, srv.Bucket, "steward-e2e", "delta", "*.json"))
 	if len(objs) == 0 {
@@ -385,7 +329,7 @@ func TestS3Backup(t *testing.T) {
 	}
 	cli.Close()
 	e.MustRun("down")
-	removeDataDirs(t, e, e.Spec().Members)
+	harness.RemoveDataDirs(t, e, e.Spec().Members)
 	e.MustRun("backup", "verify", "--all")
 	e.MustRun("restore", "--to-revision", fmt.Sprint(want.Rev))
 	e.MustRun("up")
@@ -407,12 +351,12 @@ func TestBackupGC(t *testing.T) {
 	var rev int64
 	for i := 0; i < 3; i++ {
 		rev = putKeys(t, cli, fmt.Sprintf("gc%d/", i), 200)
-		waitBackedUp(t, e, rev)
-		backupNow(t, e)
+		harness.WaitBackedUp(t, e, rev)
+		harness.BackupNow(t, e)
 	}
 	rev = putKeys(t, cli, "gc-after/", 100)
-	waitBackedUp(t, e, rev)
-	before := listBackups(t, e)
+	harness.WaitBackedUp(t, e, rev)
+	before := harness.ListBackups(t, e)
 	var plan restore.GCResult
 	if err := json.Unmarshal([]byte(e.MustRun("backup", "gc", "--dry-run", "-o", "json")), &plan); err != nil {
 		t.Fatal(err)
@@ -420,12 +364,12 @@ func TestBackupGC(t *testing.T) {
 	if len(plan.Deleted) == 0 || len(plan.Kept) == 0 {
 		t.Fatalf("gc plan deletes %d, keeps %d", len(plan.Deleted), len(plan.Kept))
 	}
-	after := listBackups(t, e)
+	after := harness.ListBackups(t, e)
 	if len(after) != len(before) {
 		t.Fatalf("--dry-run deleted backups: %d -> %d", len(before), len(after))
 	}
 	e.MustRun("backup", "gc")
-	after = listBackups(t, e)
+	after = harness.ListBackups(t, e)
 	fulls := 0
 	for _, m := range after {
 		if m.Kind == backup.KindFull {
@@ -489,7 +433,7 @@ func TestRecover(t *testing.T) {
 		e.MustRun("member", "stop", names[2])
 		cli := e.Client(names[0], names[1])
 		rev := putKeys(t, cli, "recover2/", 300)
-		waitBackedUp(t, e, rev)
+		harness.WaitBackedUp(t, e, rev)
 		want = workload.TakeDigest(t, cli, "", rev)
 		cli.Close()
 		before = e.Status()
@@ -539,8 +483,8 @@ func TestRecover(t *testing.T) {
 		// members recover re-adds join as learners, and none may be on
 		// the URL these clients use before it votes. They only read: the
 		// keyspace is compared with the backup's below.
-		load, probes := startLearnerWatch(t, e, e.Spec().ClientURLs(), false)
-		rep, out := recoverJSON(t, e)
+		load, probes := harness.StartLearnerWatch(t, e, e.Spec().ClientURLs(), false)
+		rep, out := harness.RecoverJSON(t, e)
 		if !strings.Contains(out, `"action": "restore"`) || !strings.Contains(out, "no WAL files") {
 			t.Fatalf("recover with lost data: %s", out)
 		}
@@ -550,7 +494,7 @@ func TestRecover(t *testing.T) {
 			t.Fatalf("recover report: seed %q, added %v, fresh backup %q; want seed %s, then %v added", rep.Seed, rep.Added, rep.FreshBackup, names[0], names[1:])
 		}
 		fresh := false
-		for _, m := range listBackups(t, e) {
+		for _, m := range harness.ListBackups(t, e) {
 			fresh = fresh || m.ID == rep.FreshBackup && m.Kind == backup.KindFull && m.Member == names[0]
 		}
 		if !fresh {
@@ -558,17 +502,17 @@ func TestRecover(t *testing.T) {
 		}
 		st := e.WaitStatus(60*time.Second, "healthy after restore", harness.Healthy)
 		harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the user's requests to succeed after the recovery", func() error {
-			if ok, _ := load.result(); ok < 100 {
+			if ok, _ := load.Result(); ok < 100 {
 				return fmt.Errorf("%d requests succeeded", ok)
 			}
-			if ok, _ := probes.result(); ok < 10 {
+			if ok, _ := probes.Result(); ok < 10 {
 				return fmt.Errorf("%d fresh clients' requests succeeded", ok)
 			}
 			return nil
 		})
 		load.Stop()
 		probes.Stop()
-		requireNoLearnerErrors(t, "recover", load, probes)
+		harness.RequireNoLearnerErrors(t, "recover", load, probes)
 		got := workload.TakeDigest(t, e.Client(), "", 0)
 		workload.RequireEqual(t, "recovered from backup", got, want)
 		if got.Head <= want.Head {
@@ -611,11 +555,11 @@ func TestAutoRecovery(t *testing.T) {
 	e.MustRun("up")
 	cli := e.Client()
 	rev := putKeys(t, cli, "auto/", 500)
-	waitBackedUp(t, e, rev)
+	harness.WaitBackedUp(t, e, rev)
 	want := workload.TakeDigest(t, cli, "", rev)
 	cli.Close()
 	e.KillAll()
-	removeDataDirs(t, e, e.Spec().Members[:2])
+	harness.RemoveDataDirs(t, e, e.Spec().Members[:2])
 	// The restarted agent finds the majority without data, waits out the
 	// grace period and restores on its own.
 	_, _, _ = e.Run("up", "--timeout", "10s")
@@ -629,7 +573,7 @@ func TestAutoRecovery(t *testing.T) {
 			return err
 		}
 		if !strings.Contains(string(log), "automatic recovery done") {
-			return fmt.Errorf("agent.log does not say %q; it ends:\n%s", "automatic recovery done", lastLines(string(log), 5))
+			return fmt.Errorf("agent.log does not say %q; it ends:\n%s", "automatic recovery done", harness.LastLines(string(log), 5))
 		}
 		return nil
 	})
@@ -647,7 +591,7 @@ func TestStaleBackupCampaignRevoked(t *testing.T) {
 	e.Up(1, harness.Versions()[1])
 	ctx := t.Context()
 	cli := e.Client()
-	waitBackedUp(t, e, putKeys(t, cli, "before/", 10))
+	harness.WaitBackedUp(t, e, putKeys(t, cli, "before/", 10))
 	l, err := cli.Grant(ctx, 3600)
 	if err != nil {
 		t.Fatal(err)
@@ -660,7 +604,7 @@ func TestStaleBackupCampaignRevoked(t *testing.T) {
 	e.KillAll()
 	e.MustRun("up")
 	cli = e.Client()
-	waitBackedUp(t, e, putKeys(t, cli, "after/", 10))
+	harness.WaitBackedUp(t, e, putKeys(t, cli, "after/", 10))
 	if r, err := cli.Get(ctx, stale); err != nil || r.Count != 0 {
 		t.Fatalf("the stale campaign key is still there (%v, %v)", r, err)
 	}
@@ -687,9 +631,9 @@ func TestRecoverFromSurvivor(t *testing.T) {
 	// applied); the other two die with the host and lose their data.
 	e.MustRun("member", "stop", names[2], "--force")
 	e.KillAll()
-	removeDataDirs(t, e, e.Spec().Members[:2])
+	harness.RemoveDataDirs(t, e, e.Spec().Members[:2])
 	_, _, _ = e.Run("up", "--timeout", "10s")
-	rep, out := recoverJSON(t, e)
+	rep, out := harness.RecoverJSON(t, e)
 	if rep.Action != "reseed" || rep.Seed != names[2] || rep.RestoredFrom != "" || !slices.Equal(rep.Added, names[:2]) || rep.FreshBackup == "" {
 		t.Fatalf("recover with a survivor ahead of the backup: %s", out)
 	}
@@ -724,11 +668,11 @@ func TestRecoverResumesAfterKill(t *testing.T) {
 	e.MustRun("member", "stop", names[2])
 	cli := e.Client(names[0], names[1])
 	rev := putKeys(t, cli, "resume/", 300)
-	waitBackedUp(t, e, rev)
+	harness.WaitBackedUp(t, e, rev)
 	cli.Close()
 	seedDir := filepath.Join(e.Dir, e.Spec().Members[0].DataDir)
 	e.KillAll()
-	removeDataDirs(t, e, e.Spec().Members[:2])
+	harness.RemoveDataDirs(t, e, e.Spec().Members[:2])
 	_, _, _ = e.Run("up", "--timeout", "10s") // the agent again; quorum is lost
 
 	var journal []byte
@@ -799,7 +743,7 @@ func TestRecoverResumesAfterKill(t *testing.T) {
 	}
 	t.Run("recover resumes from the seed", func(t *testing.T) {
 		e := e.For(t)
-		rep, _ := recoverJSON(t, e)
+		rep, _ := harness.RecoverJSON(t, e)
 		if rep.Action != "resume" || rep.Seed != names[0] || !strings.Contains(string(journal), rep.RestoredFrom) || len(rep.Added) == 0 {
 			t.Fatalf("second recover: action %q, seed %q, restored from %q, added %v; want a resume of the journal %s", rep.Action, rep.Seed, rep.RestoredFrom, rep.Added, journal)
 		}
@@ -845,7 +789,7 @@ func TestBackupAcrossLeaderChanges(t *testing.T) {
 	}
 	res := w.Stop()
 	t.Log(res)
-	waitBackedUp(t, e, res.MaxRev)
+	harness.WaitBackedUp(t, e, res.MaxRev)
 	want := workload.TakeDigest(t, cli, "", res.MaxRev)
 	e.MustRun("backup", "verify", "--all")
 	cli.Close()
@@ -919,7 +863,7 @@ func TestBackupLeaderHandover(t *testing.T) {
 		// leader's member reaches the store.
 		moved := time.Now()
 		harness.Eventually(t, 60*time.Second, 100*time.Millisecond, "a delta recorded from "+to+" after the leader move", func() error {
-			ms := listBackups(t, e)
+			ms := harness.ListBackups(t, e)
 			by := map[string]int{}
 			for _, m := range ms {
 				if m.Kind == backup.KindDelta && m.CreatedAt.After(moved) {
@@ -935,8 +879,8 @@ func TestBackupLeaderHandover(t *testing.T) {
 	res := w.Stop()
 	t.Log(res)
 	rev := res.MaxRev
-	waitBackedUp(t, e, rev)
-	ms := listBackups(t, e)
+	harness.WaitBackedUp(t, e, rev)
+	ms := harness.ListBackups(t, e)
 	by := map[string]int{}
 	for _, m := range ms {
 		if m.Kind == backup.KindDelta {
@@ -987,12 +931,12 @@ func TestBackupCompactionAndTime(t *testing.T) {
 	cli := e.Client()
 	ctx := t.Context()
 	rev := putKeys(t, cli, "before/", 50)
-	waitBackedUp(t, e, rev)
+	harness.WaitBackedUp(t, e, rev)
 	time.Sleep(1100 * time.Millisecond) // a gap in wall time to restore into, not synchronisation
 	between := time.Now()
 	time.Sleep(1100 * time.Millisecond)
 	rev = putKeys(t, cli, "after/", 50)
-	waitBackedUp(t, e, rev)
+	harness.WaitBackedUp(t, e, rev)
 
 	// Backups stop (the agent dies and comes back with them off); writes
 	// go on and are compacted away.
@@ -1025,8 +969,8 @@ func TestBackupCompactionAndTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	rev = putKeys(t, cli, "later/", 20)
-	waitBackedUp(t, e, rev)
-	ms := listBackups(t, e)
+	harness.WaitBackedUp(t, e, rev)
+	ms := harness.ListBackups(t, e)
 	fullAfter := false
 	for _, m := range ms {
 		fullAfter = fullAfter || m.Kind == backup.KindFull && m.EndRevision >= compacted

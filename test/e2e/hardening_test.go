@@ -173,7 +173,7 @@ func TestHardening(t *testing.T) {
 	})
 
 	t.Run("a snapshot that panics bbolt fails verify cleanly", func(t *testing.T) {
-		m := backupNow(t, e)
+		m := harness.BackupNow(t, e)
 		// Replace the stored snapshot with one whose page header makes
 		// bbolt panic, re-hashed (etcd's appended SHA-256) and with the
 		// manifest's size and SHA-256 updated: only the database is bad.

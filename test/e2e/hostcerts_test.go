@@ -64,9 +64,9 @@ func TestHostsCertRenewal(t *testing.T) {
 	for _, round := range []string{"first", "second"} {
 		t.Run(round, func(t *testing.T) {
 			e := hs.Env.For(t)
-			before := certsList(e)
+			before := harness.CertsList(e)
 			rs := renew(t, e.MustRun("certs", "renew", "--all", "-o", "json"))
-			after := certsList(e)
+			after := harness.CertsList(e)
 			for _, h := range hs.Hosts {
 				for _, n := range pki.HostLeafNames {
 					r, ok := rs[h.Name+"/"+n]

@@ -89,7 +89,7 @@ func TestHostsBinaries(t *testing.T) {
 		if !strings.Contains(se, "pre-flight checks failed; nothing was changed") {
 			t.Errorf("want the pre-flight refusal: %s", se)
 		}
-		if _, err := readPlan(e); err == nil {
+		if _, err := harness.ReadPlan(e); err == nil {
 			t.Errorf("a refused upgrade left a plan")
 		}
 		for _, h := range hs.Hosts {
@@ -184,7 +184,7 @@ func TestHostsBinaries(t *testing.T) {
 		requireSameFiles(t, filepath.Join(local, "etcd-v3.7.3"), filepath.Join(hostStore(h3), "etcd-v3.7.3"))
 		e.MustRun("upgrade", "apply", "--to", "3.7.3")
 		st := e.WaitStatus(time.Minute, "every member on 3.7.3", harness.Healthy)
-		requireVersion(t, st, "3.7.3", "after the upgrade")
+		harness.RequireVersion(t, st, "3.7.3", "after the upgrade")
 		requireMembersRun(t, hs, st, "3.7.3")
 	})
 }

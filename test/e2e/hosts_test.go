@@ -70,7 +70,7 @@ func TestHostsPartitions(t *testing.T) {
 		t.Logf("BackupReady: %s", harness.Cond(st, cluster.CondBackupReady).Message)
 		// The coordinator sees every host's serving certificates through
 		// live handshakes (their files live on the hosts).
-		inv := certsList(e)
+		inv := harness.CertsList(e)
 		for _, m := range st.Members {
 			for _, port := range []string{"client", "peer"} {
 				if i := inv["member "+m.Name+" "+port]; i.Serial == "" || i.Error != "" || !slices.Contains(i.SANs, hs.Host(m.Agent).Addr) {
@@ -127,7 +127,7 @@ func TestHostsPartitions(t *testing.T) {
 		// request timeout whenever its balancer picks that one), and its
 		// writes are backed up.
 		rev := majority(t, hs, victim.Name)
-		waitBackedUp(t, e, rev)
+		harness.WaitBackedUp(t, e, rev)
 		if c := harness.Cond(e.Status(), cluster.CondBackupReady); c.Status != "True" {
 			t.Errorf("BackupReady with a follower's host cut off: %+v", c)
 		}
@@ -172,12 +172,12 @@ func TestHostsPartitions(t *testing.T) {
 			lm, _ := st.Member(st.Cluster.Leader)
 			return c.Status == "True" && lm.Agent != h.Name && strings.Contains(c.Message, "agent "+lm.Agent+" records every change")
 		})
-		waitBackedUp(t, e, rev)
+		harness.WaitBackedUp(t, e, rev)
 		h.Heal(t)
 		e.WaitStatus(time.Minute, "the old leader's host back", harness.Healthy)
 		// Once healed, the isolated agent's last uploads (if any landed)
 		// must not overlap the new leader's: one recorder at a time.
-		requireNoOverlap(t, listBackups(t, e))
+		requireNoOverlap(t, harness.ListBackups(t, e))
 	})
 
 	res := w.Stop()
@@ -187,14 +187,14 @@ func TestHostsPartitions(t *testing.T) {
 	t.Run("every host loses its data: recover restores from S3", func(t *testing.T) {
 		e := hs.Env.For(t)
 		want := workload.TakeDigest(t, cli, "", 0)
-		waitBackedUp(t, e, want.Rev)
+		harness.WaitBackedUp(t, e, want.Rev)
 		for _, m := range e.Spec().Members {
 			e.MustRun("member", "stop", "--force", m.Name)
 			if err := os.RemoveAll(filepath.Join(hs.Host(m.Agent).Dir, "members", m.Name, "data")); err != nil {
 				t.Fatal(err)
 			}
 		}
-		rep, out := recoverJSON(t, e)
+		rep, out := harness.RecoverJSON(t, e)
 		if rep.Action != "restore" || rep.Seed == "" || len(rep.Added) != 2 {
 			t.Fatalf("recover: want a restore from the backups into a seed and two members added: %s", out)
 		}
@@ -396,7 +396,7 @@ func TestHostsUpgradeAndRollback(t *testing.T) {
 		if !strings.Contains(msg, victim.Name) || !strings.Contains(msg, "nothing was changed") {
 			t.Errorf("the refusal does not name %s: %s", victim.Name, msg)
 		}
-		if _, err := readPlan(e); err == nil {
+		if _, err := harness.ReadPlan(e); err == nil {
 			t.Errorf("a refused upgrade left a plan")
 		}
 		h.Heal(t)
@@ -414,7 +414,7 @@ func TestHostsUpgradeAndRollback(t *testing.T) {
 		if err == nil || !strings.Contains(se, "crashpoint: plan-step-after:2") {
 			t.Fatalf("want the crash point to stop the plan: %v: %s", err, se)
 		}
-		p := latestPlan(t, e)
+		p := harness.LatestPlan(t, e)
 		var later plan.Step
 		for _, s := range p.Steps {
 			if s.Kind == "member" && s.Index > 2 {
@@ -426,7 +426,7 @@ func TestHostsUpgradeAndRollback(t *testing.T) {
 		h := hs.Host(m.Agent)
 		h.Cut(t)
 		msg := e.MustFail("plan", "resume")
-		p = latestPlan(t, e)
+		p = harness.LatestPlan(t, e)
 		cur := p.Current()
 		if p.State != plan.Failed || cur == nil || !strings.Contains(cur.Error, later.Member) {
 			t.Fatalf("plan %s, current step %+v; want failed naming %s (resume said: %s)", p.State, cur, later.Member, msg)
@@ -436,8 +436,8 @@ func TestHostsUpgradeAndRollback(t *testing.T) {
 		e.WaitStatus(time.Minute, "the healed host's member back", harness.Healthy)
 		e.MustRun("plan", "resume")
 		st := e.WaitStatus(time.Minute, "every member on "+vs[2], harness.Healthy)
-		requireVersion(t, st, vs[2], "after the upgrade")
-		up = latestPlan(t, e)
+		harness.RequireVersion(t, st, vs[2], "after the upgrade")
+		up = harness.LatestPlan(t, e)
 		if up.State != plan.Done || up.From != vs[0] || up.To != vs[2] {
 			t.Fatalf("upgrade plan: %s %s->%s", up.State, up.From, up.To)
 		}
@@ -448,8 +448,8 @@ func TestHostsUpgradeAndRollback(t *testing.T) {
 		e := hs.Env.For(t)
 		e.MustRun("rollback")
 		st := e.WaitStatus(time.Minute, "every member back on "+vs[0], harness.Healthy)
-		requireVersion(t, st, vs[0], "after the rollback")
-		rb := latestPlan(t, e)
+		harness.RequireVersion(t, st, vs[0], "after the rollback")
+		rb := harness.LatestPlan(t, e)
 		if rb.Kind != plan.KindRollback || rb.State != plan.Done || rb.Of != up.ID {
 			t.Fatalf("rollback plan: %s %s of %s", rb.Kind, rb.State, rb.Of)
 		}
@@ -482,7 +482,7 @@ func TestHostsCoordinatorLost(t *testing.T) {
 	if err == nil || !strings.Contains(se, "crashpoint: plan-step-after:2") {
 		t.Fatalf("want the coordinator killed mid-upgrade: %v: %s", err, se)
 	}
-	stale := latestPlan(t, hs.Env)
+	stale := harness.LatestPlan(t, hs.Env)
 
 	// Another machine: only the admin credentials (with the cluster backup
 	// key) and the store's address.
@@ -501,14 +501,14 @@ func TestHostsCoordinatorLost(t *testing.T) {
 	if !strings.Contains(out, "generation 2") || !strings.Contains(out, stale.ID) {
 		t.Fatalf("takeover: %s", out)
 	}
-	taken := latestPlan(t, next)
+	taken := harness.LatestPlan(t, next)
 	if taken.ID != stale.ID || taken.State != plan.Running || taken.Steps[2].State != plan.Running {
 		t.Fatalf("the plan taken over: %s %s, step 2 %s; want %s running with step 2 running (killed after acting)", taken.ID, taken.State, taken.Steps[2].State, stale.ID)
 	}
 	next.MustRun("plan", "resume")
 	st := next.WaitStatus(time.Minute, "every member on "+vs[2], harness.Healthy)
-	requireVersion(t, st, vs[2], "after the new coordinator finished the plan")
-	if p := latestPlan(t, next); p.State != plan.Done {
+	harness.RequireVersion(t, st, vs[2], "after the new coordinator finished the plan")
+	if p := harness.LatestPlan(t, next); p.State != plan.Done {
 		t.Fatalf("plan %s on the new coordinator", p.State)
 	}
 
@@ -517,7 +517,7 @@ func TestHostsCoordinatorLost(t *testing.T) {
 	if !strings.Contains(msg, "another coordinator took over: generation 2") {
 		t.Fatalf("the stale coordinator was not fenced: %s", msg)
 	}
-	if p := latestPlan(t, hs.Env); p.Steps[3].Attempts != stale.Steps[3].Attempts {
+	if p := harness.LatestPlan(t, hs.Env); p.Steps[3].Attempts != stale.Steps[3].Attempts {
 		t.Fatalf("the stale coordinator ran step 3 (attempts %d, were %d)", p.Steps[3].Attempts, stale.Steps[3].Attempts)
 	}
 	// Nor change the spec.
@@ -609,7 +609,7 @@ func TestHostsMembership(t *testing.T) {
 		e.MustRun("member", "stop", "--force", "etcd-1")
 		e.MustRun("member", "stop", "--force", "etcd-2")
 		e.WaitStatus(30*time.Second, "quorum lost", func(st *cluster.Status) bool { return !st.Cluster.Quorate })
-		rep, _ := recoverJSON(t, e)
+		rep, _ := harness.RecoverJSON(t, e)
 		if rep.Action != "restart" {
 			t.Fatalf("recover action %q, want restart: %+v", rep.Action, rep)
 		}
@@ -629,7 +629,7 @@ func TestHostsMembership(t *testing.T) {
 			}
 		}
 		e.WaitStatus(30*time.Second, "quorum lost", func(st *cluster.Status) bool { return !st.Cluster.Quorate })
-		rep, out := recoverJSON(t, e)
+		rep, out := harness.RecoverJSON(t, e)
 		if rep.Action != "reseed" || rep.Seed != "etcd-3" || len(rep.Added) != 2 {
 			t.Fatalf("recover: want a reseed from etcd-3 adding two members: %s", out)
 		}

@@ -24,8 +24,8 @@ import (
 // was ever served expired, no write failed and no member restarted; `down`
 // stops the renewal process.
 func TestHostsCertAutoRenewal(t *testing.T) {
-	lifetime := envDuration(t, "STEWARD_TEST_CERT_LIFETIME", 60*time.Second)
-	watch := envDuration(t, "STEWARD_TEST_CERT_WATCH", 100*time.Second)
+	lifetime := harness.EnvDuration(t, "STEWARD_TEST_CERT_LIFETIME", 60*time.Second)
+	watch := harness.EnvDuration(t, "STEWARD_TEST_CERT_WATCH", 100*time.Second)
 	hs := harness.NewHosts(t, 3)
 	hs.Init("3.6.16")
 	s := hs.Spec()
@@ -61,7 +61,7 @@ func TestHostsCertAutoRenewal(t *testing.T) {
 	serials := map[string]map[string]bool{} // name -> serials served
 	start := time.Now()
 	for time.Since(start) < watch {
-		inv := certsList(hs.Env)
+		inv := harness.CertsList(hs.Env)
 		now := time.Now()
 		for _, n := range watched {
 			i, ok := inv[n]

@@ -26,7 +26,7 @@ import (
 // joined hosts, under a writer that re-reads the coordinator's ca.crt and
 // its issued certificate at each connection, killed with SIGKILL before
 // and after every step's action in turn and resumed each time
-// (killAtEveryStepThen); after the kill that follows the hosts' leaves
+// (harness.KillAtEveryStepThen); after the kill that follows the hosts' leaves
 // reissued, the hosts trust both CAs, and a resume with a follower's host
 // cut off fails the step naming the host and leaves the plan resumable;
 // the next resume, once the host is back, goes on: no write fails and
@@ -44,7 +44,7 @@ func TestHostsCARotation(t *testing.T) {
 	hs.WaitStatus(time.Minute, "three healthy members on three hosts", harness.Healthy)
 	s := hs.Spec()
 	dir := s.CertDir(hs.Dir)
-	cli, oldCA, old := rotationClient(t, hs.Env)
+	cli, oldCA, old := harness.RotationClient(t, hs.Env)
 	// Attempts and timeout as TestHostsCertRenewal's: a write held up by
 	// the host cut off below is retried until the host is back.
 	w := workload.Start(t, cli, workload.Options{Prefix: "/hostscarotate", Interval: 20 * time.Millisecond, Attempts: 20, Timeout: 3 * time.Second})
@@ -84,18 +84,18 @@ func TestHostsCARotation(t *testing.T) {
 		if err == nil || !strings.Contains(se, "host "+victim.Name+": read its server certificate") || !strings.Contains(se, "unreachable") {
 			t.Fatalf("plan resume with host %s cut off: %v, stderr %s; want exit 1 naming the host", victim.Name, err, se)
 		}
-		if p := latestPlan(t, hs.Env); p.State != plan.Failed || p.Steps[k].State != plan.Failed || p.Steps[k].Attempts != 3 {
-			t.Fatalf("after the resume with a host cut off: %s", stepStates(p))
+		if p := harness.LatestPlan(t, hs.Env); p.State != plan.Failed || p.Steps[k].State != plan.Failed || p.Steps[k].Attempts != 3 {
+			t.Fatalf("after the resume with a host cut off: %s", harness.StepStates(p))
 		}
 		hs.WaitStatus(time.Minute, "healthy once the host is back", harness.Healthy)
 		return 1
 	}
-	killAtEveryStepThen(t, hs.Env, cutHost, "certs", "rotate-ca")
+	harness.KillAtEveryStepThen(t, hs.Env, cutHost, "certs", "rotate-ca")
 	if !cut {
 		t.Fatalf("the plan has no %s step: no resume ran with a host cut off", carotate.StepReissue)
 	}
-	if p := latestPlan(t, hs.Env); p.Kind != plan.KindCARotation || p.State != plan.Done {
-		t.Fatalf("latest plan: %s", stepStates(p))
+	if p := harness.LatestPlan(t, hs.Env); p.Kind != plan.KindCARotation || p.State != plan.Done {
+		t.Fatalf("latest plan: %s", harness.StepStates(p))
 	}
 	st := hs.WaitStatus(time.Minute, "a healthy cluster after the rotation", harness.Healthy)
 	harness.Eventually(t, 20*time.Second, 50*time.Millisecond, "writes acknowledged after the rotation", w.AckedAbove(w.Acked()+20))

@@ -87,7 +87,7 @@ func TestHostsRenewerRestart(t *testing.T) {
 		}
 		return nil
 	})
-	before := certsList(hs.Env)["member "+member+" client"].Serial
+	before := harness.CertsList(hs.Env)["member "+member+" client"].Serial
 
 	restarted := time.Now()
 	so, se, err := hs.Run("up")
@@ -107,7 +107,7 @@ func TestHostsRenewerRestart(t *testing.T) {
 		}
 		return nil
 	})
-	if after := certsList(hs.Env)["member "+member+" client"].Serial; after == before || after == "" {
+	if after := harness.CertsList(hs.Env)["member "+member+" client"].Serial; after == before || after == "" {
 		t.Errorf("member %s serves serial %s, the same as before the restart (%s)", member, after, before)
 	}
 

@@ -93,16 +93,6 @@ func (m *invModel) expected() kstorage.Report {
 	return inv.Report(kstorage.Source{})
 }
 
-func inspectJSON(t *testing.T, e *harness.Env, args ...string) kstorage.Report {
-	t.Helper()
-	out := e.MustRun(append([]string{"inspect", "storage-versions", "-o", "json"}, args...)...)
-	var rep kstorage.Report
-	if err := json.Unmarshal([]byte(out), &rep); err != nil {
-		t.Fatalf("inspect output: %v\n%s", err, out)
-	}
-	return rep
-}
-
 // sameInventory compares everything but the source.
 func sameInventory(t *testing.T, what string, got, want kstorage.Report) {
 	t.Helper()
@@ -112,15 +102,6 @@ func sameInventory(t *testing.T, what string, got, want kstorage.Report) {
 	if !bytes.Equal(g, w) {
 		t.Errorf("%s: inventory differs from the keys written\n got: %s\nwant: %s", what, g, w)
 	}
-}
-
-func resourceOf(rep kstorage.Report, name string) kstorage.ResourceReport {
-	for _, r := range rep.Resources {
-		if r.Resource == name {
-			return r
-		}
-	}
-	return kstorage.ResourceReport{}
 }
 
 func tmpInventoryDirs(t *testing.T, e *harness.Env) []string {
@@ -177,15 +158,15 @@ func TestInventory(t *testing.T) {
 	want := m.expected()
 
 	// The oracle itself, spelled out.
-	if cm := resourceOf(want, "configmaps"); cm.Objects != 2500 || len(cm.Versions) != 1 || cm.Versions[0].APIVersion != "v1" || cm.Versions[0].Format != kstorage.FormatProtobuf {
+	if cm := harness.InspectResource(want, "configmaps"); cm.Objects != 2500 || len(cm.Versions) != 1 || cm.Versions[0].APIVersion != "v1" || cm.Versions[0].Format != kstorage.FormatProtobuf {
 		t.Fatalf("expected config maps: %+v", cm)
 	}
-	if s := resourceOf(want, "secrets"); s.Objects != 3 || s.EncryptedObjects != 2 || len(s.Encryption) != 2 ||
+	if s := harness.InspectResource(want, "secrets"); s.Objects != 3 || s.EncryptedObjects != 2 || len(s.Encryption) != 2 ||
 		s.Encryption[0] != (kstorage.EncryptionReport{Provider: "aescbc", PrefixVersion: "v1", KeyName: "key1", Objects: 1, Bytes: int64(len("k8s:enc:aescbc:v1:key1:") + 200)}) ||
 		s.Encryption[1].Provider != "kms" || s.Encryption[1].PrefixVersion != "v2" || s.Encryption[1].KeyName != "kms-plugin" {
 		t.Fatalf("expected secrets: %+v", s)
 	}
-	if w := resourceOf(want, "widgets.example.com"); w.Objects != 2 || len(w.Versions) != 2 {
+	if w := harness.InspectResource(want, "widgets.example.com"); w.Objects != 2 || len(w.Versions) != 2 {
 		t.Fatalf("expected widgets: %+v", w)
 	}
 	if want.Totals.Objects != 2509 || want.OtherKeys.Objects != 1 {
@@ -193,7 +174,7 @@ func TestInventory(t *testing.T) {
 	}
 
 	t.Run("live cluster", func(t *testing.T) {
-		rep := inspectJSON(t, e)
+		rep := harness.InspectJSON(t, e)
 		if rep.Source.Type != "cluster" || rep.Source.Revision != m.rev || rep.Source.Cluster == "" {
 			t.Errorf("source %+v, want the cluster at revision %d", rep.Source, m.rev)
 		}
@@ -215,13 +196,13 @@ func TestInventory(t *testing.T) {
 		if !strings.Contains(se, "warning: 1 object is stored in API versions Kubernetes 1.25 no longer serves") {
 			t.Errorf("no warning on stderr: %s", se)
 		}
-		rep = inspectJSON(t, e, "--kubernetes-version", "v1.25.3")
+		rep = harness.InspectJSON(t, e, "--kubernetes-version", "v1.25.3")
 		rc := rep.RemovedAPIs
 		if rc == nil || rc.KubernetesVersion != "1.25" || rc.Objects != 1 || len(rc.Uses) != 1 || rc.UncheckedObjects != 2 ||
 			rc.Uses[0] != (kstorage.RemovedUse{Resource: "cronjobs", APIVersion: "batch/v1beta1", Kind: "CronJob", Objects: 1, RemovedIn: "1.25", Replacement: "batch/v1"}) {
 			t.Errorf("removed APIs for 1.25: %+v", rc)
 		}
-		if rc := inspectJSON(t, e, "--kubernetes-version", "1.24").RemovedAPIs; rc == nil || rc.Objects != 0 || rc.Uses == nil {
+		if rc := harness.InspectJSON(t, e, "--kubernetes-version", "1.24").RemovedAPIs; rc == nil || rc.Objects != 0 || rc.Uses == nil {
 			t.Errorf("removed APIs for 1.24: %+v", rc)
 		}
 		out := e.MustRun("inspect", "storage-versions", "-o", "yaml", "--prefix", "/other/")
@@ -249,7 +230,7 @@ func TestInventory(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := fileSum(t, snap)
-		rep := inspectJSON(t, e, "--snapshot", snap)
+		rep := harness.InspectJSON(t, e, "--snapshot", snap)
 		if rep.Source.Type != "snapshot" || rep.Source.Path != snap || rep.Source.Revision != m.rev {
 			t.Errorf("source %+v, want %s at revision %d", rep.Source, snap, m.rev)
 		}
@@ -262,13 +243,13 @@ func TestInventory(t *testing.T) {
 	}
 
 	t.Run("backup", func(t *testing.T) {
-		full := backupNow(t, e)
+		full := harness.BackupNow(t, e)
 		// Changes after the full backup reach the inventory through deltas.
 		m.txn(m.put("/registry/configmaps/ns-00/after-backup", invProto("v1", "ConfigMap", 10)))
 		m.txn(clientv3.OpDelete("/registry/secrets/default/plain"))
 		m.txn(m.put("/registry/cronjobs/default/nightly", invProto("batch/v1", "CronJob", 80)))
-		waitBackedUp(t, e, m.rev)
-		rep := inspectJSON(t, e, "--backup", full.ID)
+		harness.WaitBackedUp(t, e, m.rev)
+		rep := harness.InspectJSON(t, e, "--backup", full.ID)
 		if rep.Source.Type != "backup" || rep.Source.BackupID != full.ID || rep.Source.FullRevision != full.EndRevision ||
 			rep.Source.Revision != m.rev || rep.Source.DeltasApplied < 1 {
 			t.Errorf("source %+v, want backup %s at %d replayed to %d", rep.Source, full.ID, full.EndRevision, m.rev)
@@ -295,7 +276,7 @@ func TestInventory(t *testing.T) {
 		}
 		db.Close()
 		var delta string
-		for _, b := range listBackups(t, e) {
+		for _, b := range harness.ListBackups(t, e) {
 			if b.Kind == backup.KindDelta {
 				delta = b.ID
 			}
@@ -344,7 +325,7 @@ func TestInventory(t *testing.T) {
 		if !strings.Contains(out, "cannot read the live cluster") || !strings.Contains(out, "--snapshot FILE") {
 			t.Errorf("live cluster without quorum: %s", out)
 		}
-		sameInventory(t, "snapshot without quorum", inspectJSON(t, e, "--snapshot", snap), want)
+		sameInventory(t, "snapshot without quorum", harness.InspectJSON(t, e, "--snapshot", snap), want)
 	})
 }
 
@@ -512,7 +493,7 @@ func TestInventoryLiveScan(t *testing.T) {
 		}
 
 		// The command (1,000 keys a page) reads the same.
-		sameInventory(t, "steward inspect storage-versions", inspectJSON(t, e), want)
+		sameInventory(t, "steward inspect storage-versions", harness.InspectJSON(t, e), want)
 	})
 
 	t.Run("fixed revision", func(t *testing.T) {

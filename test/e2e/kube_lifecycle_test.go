@@ -193,7 +193,7 @@ func TestKubernetesThroughLifecycle(t *testing.T) {
 	if !rolling("upgrade "+vs[0]+" to "+vs[2], func(t *testing.T, e *harness.Env) {
 		e.MustRun("upgrade", "apply", "--to", vs[2])
 		st := e.WaitStatus(time.Minute, "every member on "+vs[2], harness.Healthy)
-		requireVersion(t, st, vs[2], "after the upgrade")
+		harness.RequireVersion(t, st, vs[2], "after the upgrade")
 	}) {
 		return
 	}
@@ -202,7 +202,7 @@ func TestKubernetesThroughLifecycle(t *testing.T) {
 	if !rolling("rollback to "+vs[0], func(t *testing.T, e *harness.Env) {
 		e.MustRun("rollback")
 		st := e.WaitStatus(time.Minute, "every member back on "+vs[0], harness.Healthy)
-		requireVersion(t, st, vs[0], "after the rollback")
+		harness.RequireVersion(t, st, vs[0], "after the rollback")
 	}) {
 		return
 	}
@@ -250,11 +250,11 @@ func TestKubernetesThroughLifecycle(t *testing.T) {
 		// The delta recorder keeps up within a second or so; wait until the
 		// objects are in the backup store (what a restore promises is what
 		// the store holds), then lose everything.
-		waitBackedUp(t, e, newest)
+		harness.WaitBackedUp(t, e, newest)
 		before := map[*lcRecorder]lcCounts{cms: cms.counts(), gadgets: gadgets.counts()}
 		preLossRV := max(before[cms].maxRV, before[gadgets].maxRV)
 		e.KillAll()
-		removeDataDirs(t, e, e.Spec().Members)
+		harness.RemoveDataDirs(t, e, e.Spec().Members)
 		lossAt := time.Now()
 		t.Logf("every member and the agent killed with SIGKILL and every data dir deleted; the newest resourceVersion the informer had seen: %d", preLossRV)
 		// The API writer runs from the loss on: its acknowledged writes are
@@ -268,12 +268,12 @@ func TestKubernetesThroughLifecycle(t *testing.T) {
 		} else {
 			t.Logf("steward up with every data dir lost fails as it should: %s", lcLastLine(se))
 		}
-		rep, out := recoverJSON(t, e)
+		rep, out := harness.RecoverJSON(t, e)
 		if rep.Action != "restore" || rep.RestoredFrom == "" {
 			t.Fatalf("recover after every data dir was lost: %s", out)
 		}
 		st := e.WaitStatus(time.Minute, "healthy after the recovery", harness.Healthy)
-		requireVersion(t, st, vs[0], "after the recovery")
+		harness.RequireVersion(t, st, vs[0], "after the recovery")
 		recoveredAt := time.Now()
 		t.Logf("recover: %s (restored from %s, newest backed-up revision %d) %s after the loss", rep.Action, rep.RestoredFrom, rep.NewestBackupRevision, recoveredAt.Sub(lossAt).Round(100*time.Millisecond))
 

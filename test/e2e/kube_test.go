@@ -276,7 +276,7 @@ func TestKubeAPIServerOnSteward(t *testing.T) {
 	// version as protobuf, the custom resource and its CRD as JSON, all
 	// plain; each resource counting exactly the keys etcd holds for it at
 	// the inventory's revision.
-	rep := inspectJSON(t, e)
+	rep := harness.InspectJSON(t, e)
 	if rep.Source.Type != "cluster" || rep.Prefix != "/registry" || rep.Totals.EncryptedObjects != 0 || rep.Totals.PlainObjects != rep.Totals.Objects {
 		t.Errorf("inventory: source %+v, prefix %s, totals %+v; want the cluster under /registry, nothing encrypted", rep.Source, rep.Prefix, rep.Totals)
 	}
@@ -294,7 +294,7 @@ func TestKubeAPIServerOnSteward(t *testing.T) {
 		// (kubernetes/kubernetes#82292), though it serves only v1.
 		{"customresourcedefinitions.apiextensions.k8s.io", "apiextensions.k8s.io/customresourcedefinitions", "apiextensions.k8s.io/v1beta1", "CustomResourceDefinition", kstorage.FormatJSON, 1},
 	} {
-		r := resourceOf(rep, w.resource)
+		r := harness.InspectResource(rep, w.resource)
 		if r.Path != w.path || r.Objects < w.atLeast || r.PlainObjects != r.Objects || r.EncryptedObjects != 0 || len(r.Encryption) != 0 ||
 			len(r.Versions) != 1 || r.Versions[0].APIVersion != w.apiVersion || r.Versions[0].Kind != w.kind || r.Versions[0].Format != w.format || r.Versions[0].Objects != r.Objects {
 			t.Errorf("inventory of %s: %+v; want at least %d plain objects at %s, all %s %s as %s", w.resource, r, w.atLeast, w.path, w.apiVersion, w.kind, w.format)

@@ -91,13 +91,13 @@ func TestLinearizableUpgradeRollback(t *testing.T) {
 	r := newLinRun(t, e)
 	if !r.op("upgrade "+vs[0]+" to "+vs[1], func(t *testing.T, e *harness.Env) {
 		e.MustRun("upgrade", "apply", "--to", vs[1])
-		requireVersion(t, e.WaitStatus(time.Minute, "every member on "+vs[1], harness.Healthy), vs[1], "after the upgrade")
+		harness.RequireVersion(t, e.WaitStatus(time.Minute, "every member on "+vs[1], harness.Healthy), vs[1], "after the upgrade")
 	}) {
 		return
 	}
 	r.op("rollback to "+vs[0], func(t *testing.T, e *harness.Env) {
 		e.MustRun("rollback")
-		requireVersion(t, e.WaitStatus(time.Minute, "every member back on "+vs[0], harness.Healthy), vs[0], "after the rollback")
+		harness.RequireVersion(t, e.WaitStatus(time.Minute, "every member back on "+vs[0], harness.Healthy), vs[0], "after the rollback")
 	})
 }
 
@@ -129,7 +129,7 @@ func TestLinearizableReplaceRecoverDefrag(t *testing.T) {
 		e.MustRun("member", "stop", names[0], "--force")
 		e.MustRun("member", "stop", names[1], "--force")
 		e.WaitStatus(30*time.Second, "quorum lost", func(st *cluster.Status) bool { return !st.Cluster.Quorate })
-		if rep, out := recoverJSON(t, e); rep.Action != "restart" {
+		if rep, out := harness.RecoverJSON(t, e); rep.Action != "restart" {
 			t.Fatalf("recover with the data intact: %s", out)
 		}
 		e.WaitStatus(time.Minute, "healthy after the restart", harness.Healthy)

@@ -52,7 +52,7 @@ func TestMetricsPrometheus(t *testing.T) {
 		}
 		for _, n := range names {
 			if want := fmt.Sprintf(`steward_member_up{agent="local",cluster=%q,member=%q} 1`, e.Spec().Name, n); !strings.Contains(body, want) {
-				return fmt.Errorf("no %s in\n%s", want, grepLines(body, "steward_member_up"))
+				return fmt.Errorf("no %s in\n%s", want, harness.GrepLines(body, "steward_member_up"))
 			}
 		}
 		for _, want := range []string{"steward_backup_newest_revision{", "steward_backup_last_full_age_seconds{", "steward_cluster_quorate{agent=\"local\"", "steward_certificate_expiry_timestamp_seconds{"} {
@@ -180,7 +180,7 @@ scrape_configs:
 		_ = logf.Close()
 		if t.Failed() {
 			b, _ := os.ReadFile(logf.Name())
-			t.Logf("prometheus.log (end):\n%s", lastLines(string(b), 30))
+			t.Logf("prometheus.log (end):\n%s", harness.LastLines(string(b), 30))
 		}
 	})
 	p := &promServer{base: "http://" + listen}
@@ -246,15 +246,4 @@ func (p *promServer) alerts(ctx context.Context, name string) ([]map[string]stri
 		out = append(out, l)
 	}
 	return out, nil
-}
-
-// grepLines returns the lines of s that contain sub.
-func grepLines(s, sub string) string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if strings.Contains(l, sub) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
 }

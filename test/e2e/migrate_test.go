@@ -49,30 +49,6 @@ var (
 	}
 )
 
-// migrateReport runs `steward migrate storage ARGS -o json` and parses its
-// summary; ok says whether the command must succeed.
-func migrateReport(t *testing.T, e *harness.Env, ok bool, args ...string) (kmigrate.Report, string) {
-	t.Helper()
-	so, se, err := e.Run(append([]string{"migrate", "storage", "-o", "json"}, args...)...)
-	if (err == nil) != ok {
-		t.Fatalf("steward migrate storage %s: exit error %v, want success %v\nstdout: %s\nstderr: %s", strings.Join(args, " "), err, ok, so, se)
-	}
-	var rep kmigrate.Report
-	if err := json.Unmarshal([]byte(so), &rep); err != nil {
-		t.Fatalf("migrate summary: %v\nstdout: %s\nstderr: %s", err, so, se)
-	}
-	return rep, se
-}
-
-func migResource(rep kmigrate.Report, name string) kmigrate.ResourceReport {
-	for _, r := range rep.Resources {
-		if r.Resource == name {
-			return r
-		}
-	}
-	return kmigrate.ResourceReport{}
-}
-
 // gadgetCRD is the gadgets CRD, whose versions are v1 (and v2); storage
 // names the stored one.
 func gadgetCRD(storage string, versions ...string) *unstructured.Unstructured {
@@ -226,14 +202,14 @@ resources:
 	k.ExtraArgs = append(k.ExtraArgs, "--encryption-provider-config="+encCfg)
 	k.Start()
 
-	before := inspectJSON(t, e)
-	cmInv := resourceOf(before, "configmaps")
+	before := harness.InspectJSON(t, e)
+	cmInv := harness.InspectResource(before, "configmaps")
 	// kube-apiserver rewrites a config map or two of kube-system at start:
 	// those are encrypted already.
 	if cmInv.PlainObjects < migConfigs || cmInv.EncryptedObjects > 5 {
 		t.Fatalf("inventory before the migration: %+v; want at least %d plain config maps", cmInv, migConfigs)
 	}
-	gInv := resourceOf(before, migGadgets)
+	gInv := harness.InspectResource(before, migGadgets)
 	if gInv.Objects != migGadgetsN || len(gInv.Versions) != 1 || gInv.Versions[0].APIVersion != migGroup+"/v1" {
 		t.Fatalf("inventory of gadgets before the migration: %+v", gInv)
 	}
@@ -299,7 +275,7 @@ current-context: c
 		if _, err := os.Stat(kmigrate.StatePath(e.Dir)); !os.IsNotExist(err) {
 			t.Errorf("a refused migration created its state database: %v", err)
 		}
-		if got := resourceOf(inspectJSON(t, e), "configmaps"); got.PlainObjects != cmInv.PlainObjects || got.EncryptedObjects != cmInv.EncryptedObjects {
+		if got := harness.InspectResource(harness.InspectJSON(t, e), "configmaps"); got.PlainObjects != cmInv.PlainObjects || got.EncryptedObjects != cmInv.EncryptedObjects {
 			t.Errorf("config maps after the refused runs: %+v, before: %+v", got, cmInv)
 		}
 	}) {
@@ -371,8 +347,8 @@ current-context: c
 		if err := json.Unmarshal(r.stdout.Bytes(), &rep); err != nil {
 			t.Fatalf("summary after SIGTERM: %v\n%s", err, r.stdout.String())
 		}
-		if cm := migResource(rep, "configmaps"); cm.Result != kmigrate.ResultInterrupted || cm.Migrated != 0 ||
-			migResource(rep, migGadgets).Result != kmigrate.ResultNotStarted ||
+		if cm := harness.MigrateResource(rep, "configmaps"); cm.Result != kmigrate.ResultInterrupted || cm.Migrated != 0 ||
+			harness.MigrateResource(rep, migGadgets).Result != kmigrate.ResultNotStarted ||
 			!strings.Contains(r.stderr.String(), "run the same command again to resume") {
 			t.Errorf("after SIGTERM: %+v\n%s", rep.Resources, r.stderr.String())
 		}
@@ -413,13 +389,13 @@ current-context: c
 		k.Stop()
 		k.Start()
 
-		rep, se := migrateReport(t, e, true, "--kubeconfig", k.Kubeconfig, "--resources", resources, "--qps", "0")
+		rep, se := harness.MigrateReport(t, e, true, "--kubeconfig", k.Kubeconfig, "--resources", resources, "--qps", "0")
 		t.Logf("resumed run:\n%s", se)
 		all, err := cs.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		cm := migResource(rep, "configmaps")
+		cm := harness.MigrateResource(rep, "configmaps")
 		if cm.Result != kmigrate.ResultMigrated || !cm.Resumed || cm.Failed != 0 || cm.ListRestarts != 1 ||
 			cm.Migrated+cm.Skipped != int64(len(all.Items)) || cm.ThisRun.Migrated <= 0 || cm.ThisRun.Migrated > int64(len(all.Items))-500 {
 			t.Errorf("config maps after the resume: %+v; want migrated, resumed, one list restart, %d objects in all, at least one chunk (500) done before the kill", cm, len(all.Items))
@@ -427,7 +403,7 @@ current-context: c
 		if !strings.Contains(se, "configmaps: resuming after") || !strings.Contains(se, "the continue token expired (410 Gone)") {
 			t.Errorf("stderr does not tell the resumption and the expired token:\n%s", se)
 		}
-		g := migResource(rep, migGadgets)
+		g := harness.MigrateResource(rep, migGadgets)
 		if g.Result != kmigrate.ResultMigrated || g.Resumed || g.Migrated != migGadgetsN || g.ThisRun.Migrated != migGadgetsN || g.Version != "v1" {
 			t.Errorf("gadgets: %+v", g)
 		}
@@ -436,7 +412,7 @@ current-context: c
 		}
 
 		// Every config map is now stored encrypted with key1.
-		after := resourceOf(inspectJSON(t, e), "configmaps")
+		after := harness.InspectResource(harness.InspectJSON(t, e), "configmaps")
 		if after.PlainObjects != 0 || after.EncryptedObjects != int64(len(all.Items)) || len(after.Encryption) != 1 ||
 			after.Encryption[0].Provider != "aescbc" || after.Encryption[0].KeyName != "key1" {
 			t.Errorf("config maps after the migration: %+v; want all %d encrypted with aescbc key1", after, len(all.Items))
@@ -452,7 +428,7 @@ current-context: c
 
 	if !t.Run("auto", func(t *testing.T) {
 		e := e.For(t)
-		rep, _ := migrateReport(t, e, true, "--kubeconfig", k.Kubeconfig, "--resources", resources, "--auto")
+		rep, _ := harness.MigrateReport(t, e, true, "--kubeconfig", k.Kubeconfig, "--resources", resources, "--auto")
 		for _, r := range rep.Resources {
 			if r.Result != kmigrate.ResultUpToDate || r.ThisRun.Migrated != 0 {
 				t.Errorf("--auto right after a migration: %+v", r)
@@ -478,22 +454,22 @@ current-context: c
 			}
 			return nil
 		})
-		rep, se := migrateReport(t, e, true, "--kubeconfig", k.Kubeconfig, "--resources", resources, "--auto")
+		rep, se := harness.MigrateReport(t, e, true, "--kubeconfig", k.Kubeconfig, "--resources", resources, "--auto")
 		t.Logf("--auto after the storage version change:\n%s", se)
-		if cm := migResource(rep, "configmaps"); cm.Result != kmigrate.ResultUpToDate || cm.ThisRun.Migrated != 0 {
+		if cm := harness.MigrateResource(rep, "configmaps"); cm.Result != kmigrate.ResultUpToDate || cm.ThisRun.Migrated != 0 {
 			t.Errorf("config maps: %+v", cm)
 		}
-		if g := migResource(rep, migGadgets); g.Result != kmigrate.ResultMigrated || g.ThisRun.Migrated != migGadgetsN || g.Resumed || g.Version != "v2" {
+		if g := harness.MigrateResource(rep, migGadgets); g.Result != kmigrate.ResultMigrated || g.ThisRun.Migrated != migGadgetsN || g.Resumed || g.Version != "v2" {
 			t.Errorf("gadgets: %+v", g)
 		}
-		gInv := resourceOf(inspectJSON(t, e), migGadgets)
+		gInv := harness.InspectResource(harness.InspectJSON(t, e), migGadgets)
 		if gInv.Objects != migGadgetsN || len(gInv.Versions) != 1 || gInv.Versions[0].APIVersion != migGroup+"/v2" {
 			t.Errorf("gadgets after --auto: %+v; want all %d stored as %s/v2", gInv, migGadgetsN, migGroup)
 		}
 
 		// --all: every stored resource that allows list, get and update, but
 		// events; then --auto (all resources) has nothing to do.
-		rep, se = migrateReport(t, e, true, "--kubeconfig", k.Kubeconfig, "--all", "--qps", "0", "--workers", "8")
+		rep, se = harness.MigrateReport(t, e, true, "--kubeconfig", k.Kubeconfig, "--all", "--qps", "0", "--workers", "8")
 		t.Logf("--all: %d resources, %d objects migrated\n%s", rep.Totals.Resources, rep.Totals.ThisRun.Migrated, se)
 		seen := map[string]bool{}
 		for _, r := range rep.Resources {
@@ -512,7 +488,7 @@ current-context: c
 				t.Errorf("--all migrated %s", not)
 			}
 		}
-		rep, _ = migrateReport(t, e, true, "--kubeconfig", k.Kubeconfig, "--auto")
+		rep, _ = harness.MigrateReport(t, e, true, "--kubeconfig", k.Kubeconfig, "--auto")
 		if rep.Totals.ThisRun.Migrated != 0 || rep.Totals.Resources != len(seen) {
 			t.Errorf("--auto after --all: %d of %d resources, %d objects migrated", rep.Totals.Resources, len(seen), rep.Totals.ThisRun.Migrated)
 		}
@@ -566,13 +542,13 @@ current-context: c
 				}
 			}
 		}()
-		rep, se := migrateReport(t, e, true, "--kubeconfig", k.Kubeconfig, "--resources", "configmaps", "--workers", "1", "--qps", "100")
+		rep, se := harness.MigrateReport(t, e, true, "--kubeconfig", k.Kubeconfig, "--resources", "configmaps", "--workers", "1", "--qps", "100")
 		close(stop)
 		<-done
 		if writeErr != nil {
 			t.Fatalf("writer: %v", writeErr)
 		}
-		cm := migResource(rep, "configmaps")
+		cm := harness.MigrateResource(rep, "configmaps")
 		t.Logf("%d conflicts, writer's last value %s\n%s", cm.Conflicts, last, se)
 		if cm.Result != kmigrate.ResultMigrated || cm.Failed != 0 || cm.ThisRun.Migrated < migConfigs {
 			t.Errorf("config maps: %+v", cm)
@@ -648,7 +624,7 @@ current-context: c
 		if err := json.Unmarshal([]byte(so), &rep); err != nil {
 			t.Fatalf("summary: %v\n%s", err, so)
 		}
-		cm := migResource(rep, "configmaps")
+		cm := harness.MigrateResource(rep, "configmaps")
 		if cm.Result != kmigrate.ResultFailed || cm.Failed != 3 || len(cm.Failures) != 3 || cm.Migrated < migConfigs {
 			t.Fatalf("config maps: %+v", cm)
 		}

@@ -62,7 +62,7 @@ func startSnapEtcd(t *testing.T, e *harness.Env, v, dataDir, name, peer string) 
 		select {
 		case <-s.done:
 			b, _ := os.ReadFile(dataDir + ".log")
-			return fmt.Errorf("etcd exited: %s", lastLines(string(b), 5))
+			return fmt.Errorf("etcd exited: %s", harness.LastLines(string(b), 5))
 		default:
 		}
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
@@ -213,7 +213,7 @@ func TestBackupExportEtcdutl(t *testing.T) {
 	e.Up(1, v)
 	cli := e.Client()
 	loadMixed(t, cli, 1000)
-	full := backupNow(t, e)
+	full := harness.BackupNow(t, e)
 	putKeys(t, cli, "more/", 300)
 	r, err := cli.Delete(t.Context(), "more/00007")
 	if err != nil {
@@ -222,7 +222,7 @@ func TestBackupExportEtcdutl(t *testing.T) {
 	target := r.Header.Revision
 	want := workload.TakeDigest(t, cli, "", target)
 	last := putKeys(t, cli, "later/", 100)
-	waitBackedUp(t, e, last)
+	harness.WaitBackedUp(t, e, last)
 
 	file := filepath.Join(e.Dir, "export.snapshot")
 	var res restore.Exported
@@ -247,7 +247,7 @@ func TestBackupExportEtcdutl(t *testing.T) {
 	// A delta exports at its own end revision: the newest, which ends
 	// after the full backup.
 	var delta backup.Manifest
-	for _, m := range listBackups(t, e) {
+	for _, m := range harness.ListBackups(t, e) {
 		if m.Kind == backup.KindDelta && m.EndRevision > full.EndRevision {
 			delta = m
 		}

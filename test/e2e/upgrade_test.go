@@ -28,53 +28,6 @@ import (
 	"github.com/etcd-steward/steward/test/workload"
 )
 
-func latestPlan(t *testing.T, e *harness.Env) plan.Plan {
-	t.Helper()
-	var p plan.Plan
-	if err := json.Unmarshal([]byte(e.MustRun("plan", "show", "-o", "json")), &p); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-// readPlan is latestPlan for polling: an error while no plan can be read.
-func readPlan(e *harness.Env) (plan.Plan, error) {
-	var p plan.Plan
-	so, se, err := e.Run("plan", "show", "-o", "json")
-	if err != nil {
-		return p, fmt.Errorf("steward plan show: %v: %s", err, strings.TrimSpace(se))
-	}
-	if err := json.Unmarshal([]byte(so), &p); err != nil {
-		return p, fmt.Errorf("parse the plan: %v\n%s", err, so)
-	}
-	return p, nil
-}
-
-// stepStates lists a plan's steps as index:kind:member=state, for a
-// failure message.
-func stepStates(p plan.Plan) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "plan %s %s:", p.ID, p.State)
-	for _, s := range p.Steps {
-		fmt.Fprintf(&b, " %d:%s", s.Index, s.Kind)
-		if s.Member != "" {
-			fmt.Fprintf(&b, ":%s", s.Member)
-		}
-		fmt.Fprintf(&b, "=%s", s.State)
-	}
-	return b.String()
-}
-
-// requireVersion fails unless every member runs version.
-func requireVersion(t *testing.T, st *cluster.Status, version, when string) {
-	t.Helper()
-	for _, m := range st.Members {
-		if m.Version != version {
-			t.Fatalf("%s %s runs %s, want %s", when, m.Name, m.Version, version)
-		}
-	}
-}
-
 // TestRollingUpgradeAndRollback: three members go 3.5 -> 3.6 -> 3.7 in one
 // plan and back to 3.5 with `steward rollback`, while a client writes
 // unique keys throughout: no acknowledged write is lost, every member ends
@@ -101,11 +54,11 @@ func TestRollingUpgradeAndRollback(t *testing.T) {
 		e := e.For(t)
 		e.MustRun("upgrade", "apply", "--to", vs[2])
 		st := e.WaitStatus(time.Minute, "every member on "+vs[2], harness.Healthy)
-		requireVersion(t, st, vs[2], "after the upgrade")
-		if st.Cluster.Version != minor(vs[2])+".0" || e.Spec().Version != vs[2] {
-			t.Fatalf("cluster version %s, spec version %s; want %s.0 and %s", st.Cluster.Version, e.Spec().Version, minor(vs[2]), vs[2])
+		harness.RequireVersion(t, st, vs[2], "after the upgrade")
+		if st.Cluster.Version != harness.Minor(vs[2])+".0" || e.Spec().Version != vs[2] {
+			t.Fatalf("cluster version %s, spec version %s; want %s.0 and %s", st.Cluster.Version, e.Spec().Version, harness.Minor(vs[2]), vs[2])
 		}
-		up = latestPlan(t, e)
+		up = harness.LatestPlan(t, e)
 		if up.State != plan.Done || up.Kind != plan.KindUpgrade || up.From != vs[0] || up.To != vs[2] {
 			t.Fatalf("upgrade plan: %s %s %s->%s", up.State, up.Kind, up.From, up.To)
 		}
@@ -132,7 +85,7 @@ func TestRollingUpgradeAndRollback(t *testing.T) {
 			return nil
 		})
 		st := e.WaitStatus(time.Minute, "every member back on "+vs[0], harness.Healthy)
-		requireVersion(t, st, vs[0], "after the rollback")
+		harness.RequireVersion(t, st, vs[0], "after the rollback")
 		if e.Spec().Version != vs[0] {
 			t.Fatalf("spec version %s after rollback", e.Spec().Version)
 		}
@@ -141,7 +94,7 @@ func TestRollingUpgradeAndRollback(t *testing.T) {
 			t.Fatalf("the writer made no progress (%d acknowledged before the rollback, %d in all)", mid, len(res.Acked))
 		}
 		workload.RequireKeys(t, cli, res)
-		rb := latestPlan(t, e)
+		rb := harness.LatestPlan(t, e)
 		if rb.Kind != plan.KindRollback || rb.State != plan.Done || rb.Of != up.ID {
 			t.Fatalf("rollback plan: %s %s of %s", rb.Kind, rb.State, rb.Of)
 		}
@@ -154,7 +107,7 @@ func TestRollingUpgradeAndRollback(t *testing.T) {
 		victim := e.Spec().Members[1].Name
 		e.MustRun("member", "replace", victim)
 		st := e.WaitStatus(time.Minute, "replaced member healthy", harness.Healthy)
-		requireVersion(t, st, vs[0], "after the replace")
+		harness.RequireVersion(t, st, vs[0], "after the replace")
 		if st.Cluster.VotingMembers != 3 {
 			t.Fatalf("%d voting members after the replace, want 3", st.Cluster.VotingMembers)
 		}
@@ -215,111 +168,10 @@ func TestUpgradeResumeAfterKill(t *testing.T) {
 	defer cli.Close()
 	w := workload.Start(t, cli, workload.Options{Prefix: "resume"})
 
-	killAtEveryStep(t, e, "upgrade", "apply", "--to", vs[2])
+	harness.KillAtEveryStep(t, e, "upgrade", "apply", "--to", vs[2])
 	st := e.WaitStatus(time.Minute, "a healthy cluster on "+vs[2], harness.Healthy)
-	requireVersion(t, st, vs[2], "after the kills and resumes")
+	harness.RequireVersion(t, st, vs[2], "after the kills and resumes")
 	workload.RequireKeys(t, cli, w.Stop())
-}
-
-// killAtEveryStep runs `steward ARGS` with the crash point
-// plan-step-before:0 armed (STEWARD_CRASHPOINT), then `steward plan resume`
-// once with each of plan-step-after:0, plan-step-before:1,
-// plan-step-after:1, ... armed, through the last step's after point: every
-// step is killed with SIGKILL once after it is recorded running and before
-// it acts, and once after it acted and before it is recorded done. Each run
-// must die at exactly its point (SIGKILL, "crashpoint: NAME" on stderr),
-// leaving the steps before it done, its step running with the attempts so
-// far and the later steps pending. A last `steward plan resume` with no
-// crash point finishes the plan. Every step then ran exactly three times:
-// killed before its action, killed after it, and by the run that went past
-// it (the next step's before point, or the last resume).
-func killAtEveryStep(t *testing.T, e *harness.Env, args ...string) {
-	t.Helper()
-	killAtEveryStepThen(t, e, nil, args...)
-}
-
-// killAtEveryStepThen is killAtEveryStep with then (if not nil) called
-// after each kill at a step's after point, with the plan as that kill left
-// it and the step's index k. then may run the plan further itself (a
-// resume made to fail); it returns how many more attempts it made of step
-// k, and must leave the steps after k pending (the next run, through the
-// next step's before point, re-runs step k once more). A step k then ran
-// three times plus what then added.
-func killAtEveryStepThen(t *testing.T, e *harness.Env, then func(p *plan.Plan, k int) int, args ...string) {
-	t.Helper()
-	store := plan.OpenStore(e.Dir)
-	const attemptsEach = 3
-	extra := map[int]int{} // attempts then made, by step index
-	// requireSteps fails unless the plan on disk is state, its steps
-	// before k done with attemptsEach attempts (plus extra), step k in
-	// stepState with attempts, and the steps after k pending and never
-	// attempted.
-	requireSteps := func(when string, state plan.State, k int, stepState plan.State, attempts int) *plan.Plan {
-		t.Helper()
-		p, err := store.Latest()
-		if err != nil {
-			t.Fatalf("%s: %v", when, err)
-		}
-		if p.State != state {
-			t.Fatalf("%s: plan %s is %s, want %s", when, p.ID, p.State, state)
-		}
-		for _, s := range p.Steps {
-			want, n := plan.Pending, 0
-			switch {
-			case s.Index < k:
-				want, n = plan.Done, attemptsEach+extra[s.Index]
-			case s.Index == k:
-				want, n = stepState, attempts
-			}
-			if s.State != want || s.Attempts != n {
-				t.Fatalf("%s: step %d (%s) is %s with %d attempt(s), want %s with %d", when, s.Index, s.Kind, s.State, s.Attempts, want, n)
-			}
-		}
-		return p
-	}
-	// crash runs steward with one crash point armed and requires that it
-	// died there, at step k, which then has the given attempts.
-	crash := func(point string, k, attempts int, args ...string) *plan.Plan {
-		t.Helper()
-		start := time.Now()
-		so, se, err := e.RunEnv([]string{crashpoint.EnvVar + "=" + point}, args...)
-		var ee *exec.ExitError
-		killed := errors.As(err, &ee)
-		if killed {
-			ws, ok := ee.Sys().(syscall.WaitStatus)
-			killed = ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
-		}
-		if !killed || strings.Count(se, "crashpoint: ") != 1 || !strings.Contains(se, "crashpoint: "+point+"\n") {
-			t.Fatalf("steward %s with %s=%s ended with %v; want it killed by SIGKILL at that point\nstdout: %s\nstderr: %s",
-				strings.Join(args, " "), crashpoint.EnvVar, point, err, so, se)
-		}
-		t.Logf("killed at %s after %s", point, time.Since(start).Round(time.Millisecond))
-		return requireSteps("killed at "+point, plan.Running, k, plan.Running, attempts)
-	}
-	before := func(k int) string { return crashpoint.Indexed(crashpoint.PlanStepBefore, k) }
-	after := func(k int) string { return crashpoint.Indexed(crashpoint.PlanStepAfter, k) }
-
-	// The first run saves the plan: its step count is known from here on.
-	p := crash(before(0), 0, 1, args...)
-	n := len(p.Steps)
-	if n == 0 {
-		t.Fatalf("plan %s has no steps", p.ID)
-	}
-	resume := []string{"plan", "resume"}
-	for k := 0; k < n; k++ {
-		if k > 0 {
-			crash(before(k), k, 1, resume...)
-		}
-		p = crash(after(k), k, 2, resume...)
-		if then != nil {
-			extra[k] = then(p, k)
-		}
-	}
-	e.MustRun(resume...)
-	// Every step done (k = n: none is left), each attempted attemptsEach
-	// times (plus what then added).
-	p = requireSteps("after the last resume", plan.Done, n, plan.Done, 0)
-	t.Logf("plan %s: %d steps, each killed before and after its action and run %d times (more: %v)", p.ID, n, attemptsEach, extra)
 }
 
 // TestRestoreUpgradeResumeAfterKill: the restore strategy on three members
@@ -335,9 +187,9 @@ func TestRestoreUpgradeResumeAfterKill(t *testing.T) {
 	cli := e.Client()
 	defer cli.Close()
 	w := workload.Start(t, cli, workload.Options{Prefix: "resume"})
-	killAtEveryStep(t, e, "upgrade", "apply", "--to", vs[2], "--strategy", "restore")
+	harness.KillAtEveryStep(t, e, "upgrade", "apply", "--to", vs[2], "--strategy", "restore")
 	st := e.WaitStatus(time.Minute, "a healthy cluster on "+vs[2], harness.Healthy)
-	requireVersion(t, st, vs[2], "after the kills and resumes")
+	harness.RequireVersion(t, st, vs[2], "after the kills and resumes")
 	workload.RequireKeys(t, cli, w.Stop())
 }
 
@@ -354,10 +206,10 @@ func TestOfflineUpgradeResumeAfterKill(t *testing.T) {
 	cli := e.Client()
 	defer cli.Close()
 	w := workload.Start(t, cli, workload.Options{Prefix: "resume"})
-	killAtEveryStep(t, e, "upgrade", "apply", "--to", vs[2])
+	harness.KillAtEveryStep(t, e, "upgrade", "apply", "--to", vs[2])
 	st := e.WaitStatus(time.Minute, "the member healthy on "+vs[2], harness.Healthy)
-	requireVersion(t, st, vs[2], "after the kills and resumes")
-	if p := latestPlan(t, e); p.Strategy != "offline" {
+	harness.RequireVersion(t, st, vs[2], "after the kills and resumes")
+	if p := harness.LatestPlan(t, e); p.Strategy != "offline" {
 		t.Fatalf("strategy %s, want offline", p.Strategy)
 	}
 	workload.RequireKeys(t, cli, w.Stop())
@@ -389,7 +241,7 @@ func TestHealthGateFailsThenResumes(t *testing.T) {
 		exited := make(chan error, 1)
 		go func() { exited <- cmd.Wait() }()
 		harness.Eventually(t, 3*time.Minute, 50*time.Millisecond, "the first member step (not "+victim+") to finish", func() error {
-			p, err := readPlan(e)
+			p, err := harness.ReadPlan(e)
 			if err != nil {
 				return err
 			}
@@ -401,7 +253,7 @@ func TestHealthGateFailsThenResumes(t *testing.T) {
 					break
 				}
 			}
-			return errors.New(stepStates(p))
+			return errors.New(harness.StepStates(p))
 		})
 		// --force: the follower being swapped may be down at this moment.
 		e.MustRun("member", "stop", "--force", victim)
@@ -411,7 +263,7 @@ func TestHealthGateFailsThenResumes(t *testing.T) {
 		if !strings.Contains(out.String(), "plan resume") {
 			t.Errorf("apply's error does not say how to go on: %s", out.String())
 		}
-		p := latestPlan(t, e)
+		p := harness.LatestPlan(t, e)
 		cur := p.Current()
 		if p.State != plan.Failed || cur == nil || cur.State != plan.Failed || !strings.Contains(cur.Error, victim) {
 			t.Fatalf("plan %s, current step %+v; want failed naming %s", p.State, cur, victim)
@@ -450,13 +302,13 @@ func TestHealthGateFailsThenResumes(t *testing.T) {
 		// health gate): poll at 10 ms, reading the agent's pid file rather
 		// than a whole status.
 		harness.Eventually(t, 3*time.Minute, 10*time.Millisecond, "a member step to run after the resume", func() error {
-			p, err := readPlan(e)
+			p, err := harness.ReadPlan(e)
 			if err != nil {
 				return err
 			}
 			c := p.Current()
 			if c == nil || c.Kind != "member" || c.State != plan.Running {
-				return errors.New(stepStates(p))
+				return errors.New(harness.StepStates(p))
 			}
 			b, _ := os.ReadFile(filepath.Join(e.Dir, "run", c.Member+".pid"))
 			pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
@@ -470,11 +322,11 @@ func TestHealthGateFailsThenResumes(t *testing.T) {
 		if err := <-rexited; err != nil {
 			t.Fatalf("resume after fixing the cause (and killing %s mid-step): %v\n%s", killedMember, err, rout.String())
 		}
-		if p := latestPlan(t, e); p.State != plan.Done {
+		if p := harness.LatestPlan(t, e); p.State != plan.Done {
 			t.Fatalf("plan %s after resume", p.State)
 		}
 		st := e.WaitStatus(time.Minute, "all members on "+vs[1], harness.Healthy)
-		requireVersion(t, st, vs[1], "after the resume")
+		harness.RequireVersion(t, st, vs[1], "after the resume")
 	})
 }
 
@@ -511,7 +363,7 @@ func TestUpgradePreflightRefusals(t *testing.T) {
 	}
 	e.MustRun("member", "start", names[2])
 	st := e.WaitStatus(time.Minute, "healthy again", harness.Healthy)
-	requireVersion(t, st, vs[1], "after refused plans")
+	harness.RequireVersion(t, st, vs[1], "after refused plans")
 	if e.Spec().Version != vs[1] {
 		t.Fatalf("a refused plan changed the spec version to %s", e.Spec().Version)
 	}
@@ -560,8 +412,8 @@ func TestOfflineUpgradeOneMember(t *testing.T) {
 		e := e.For(t)
 		e.MustRun("upgrade", "apply", "--to", vs[2])
 		st := e.WaitStatus(time.Minute, "the member on "+vs[2], harness.Healthy)
-		requireVersion(t, st, vs[2], "after the offline upgrade")
-		if p := latestPlan(t, e); p.State != plan.Done || p.Strategy != "offline" {
+		harness.RequireVersion(t, st, vs[2], "after the offline upgrade")
+		if p := harness.LatestPlan(t, e); p.State != plan.Done || p.Strategy != "offline" {
 			t.Fatalf("offline plan %s: state %s, strategy %s", p.ID, p.State, p.Strategy)
 		}
 		// The intermediate version ran, on a client port nobody was given.
@@ -587,7 +439,7 @@ func TestOfflineUpgradeOneMember(t *testing.T) {
 		e := e.For(t)
 		e.MustRun("rollback")
 		st := e.WaitStatus(time.Minute, "the member back on "+vs[0], harness.Healthy)
-		requireVersion(t, st, vs[0], "after the rollback")
+		harness.RequireVersion(t, st, vs[0], "after the rollback")
 		res := w.Stop()
 		workload.RequireKeys(t, cli, res)
 		t.Logf("%s (the offline strategy stops the only member)", res)
@@ -627,8 +479,8 @@ func testReplace(t *testing.T, n int, from, to, steps string) {
 		e := e.For(t)
 		e.MustRun("upgrade", "apply", "--to", to, "--strategy", "restore")
 		st := e.WaitStatus(time.Minute, "every member on "+to, harness.Healthy)
-		requireVersion(t, st, to, "after the upgrade by restore")
-		p = latestPlan(t, e)
+		harness.RequireVersion(t, st, to, "after the upgrade by restore")
+		p = harness.LatestPlan(t, e)
 		var kinds []string
 		for _, s := range p.Steps {
 			kinds = append(kinds, s.Kind)
@@ -716,8 +568,8 @@ func TestRollbackByRestore(t *testing.T) {
 		e := e.For(t)
 		e.MustRun("rollback", "--strategy", "restore")
 		st := e.WaitStatus(time.Minute, "every member back on "+vs[0], harness.Healthy)
-		requireVersion(t, st, vs[0], "after the rollback by restore")
-		rb := latestPlan(t, e)
+		harness.RequireVersion(t, st, vs[0], "after the rollback by restore")
+		rb := harness.LatestPlan(t, e)
 		if rb.Kind != plan.KindRollback || rb.State != plan.Done || rb.Strategy != "restore" || rb.Value("base-backup") == "" {
 			t.Fatalf("rollback plan %s: kind %s, state %s, strategy %s, base backup %q", rb.ID, rb.Kind, rb.State, rb.Strategy, rb.Value("base-backup"))
 		}
@@ -757,8 +609,8 @@ func TestIdleUpgradeTakesSnapshot(t *testing.T) {
 	e.Up(3, vs[1])
 	out := e.MustRun("upgrade", "apply", "--to", vs[2], "--health-timeout", "30s")
 	st := e.WaitStatus(time.Minute, "every member on "+vs[2], harness.Healthy)
-	requireVersion(t, st, vs[2], "after the idle upgrade")
-	if p := latestPlan(t, e); p.State != plan.Done {
+	harness.RequireVersion(t, st, vs[2], "after the idle upgrade")
+	if p := harness.LatestPlan(t, e); p.State != plan.Done {
 		t.Fatalf("plan %s: %s", p.State, out)
 	}
 }
@@ -784,14 +636,14 @@ func TestReplaceRefusedMidRollback(t *testing.T) {
 		}
 	}
 	killedAt(crashpoint.Indexed(crashpoint.PlanStepBefore, 0), "rollback")
-	p := latestPlan(t, e)
+	p := harness.LatestPlan(t, e)
 	last := len(p.Steps) - 1
 	if last < 1 || p.Steps[last].Kind != "cluster-version" {
 		t.Fatalf("rollback plan %s: steps %+v, want at least two, the last cluster-version", p.ID, p.Steps)
 	}
 	killedAt(crashpoint.Indexed(crashpoint.PlanStepBefore, last), "plan", "resume")
 	st := e.WaitStatus(time.Minute, "every member on "+vs[0], harness.Healthy)
-	requireVersion(t, st, vs[0], "with the rollback stopped before its last step")
+	harness.RequireVersion(t, st, vs[0], "with the rollback stopped before its last step")
 	for _, m := range e.Spec().Members {
 		if got := peerGet(t, e, m.PeerURL+"/downgrade/enabled"); got != "true" {
 			t.Fatalf("%s answers %q to /downgrade/enabled with the rollback stopped before its last step, want true", m.Name, got)

@@ -3,7 +3,6 @@ package e2e
 import (
 	"io"
 	"net"
-	"strings"
 	"sync"
 	"testing"
 
@@ -12,12 +11,6 @@ import (
 
 func clientWithPrefixSerializable() []clientv3.OpOption {
 	return []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSerializable()}
-}
-
-// lastLines returns the last n lines of s, for a failure message.
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // forward listens on addr (port 0: any free port) and copies every
