@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/etcd-steward/steward/internal/crashpoint"
 	"github.com/etcd-steward/steward/pkg/carotate"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/plan"
@@ -182,5 +183,110 @@ func TestHostsCARotation(t *testing.T) {
 		}
 	}
 	// Steward reaches every host's agent with its new admin certificate.
+	hs.MustRun("certs", "list")
+}
+
+// TestHostsCARotationRollback: three members on three joined hosts under
+// the writer that follows the coordinator's ca.crt; `steward certs
+// rotate-ca` killed once its reissue step acted (every host's leaves the
+// new CA's, every host trusting both CAs), `steward plan abort`, `steward
+// rollback`: no write fails and every acknowledged one is there; no member
+// restarted (the pids the agents report are unchanged); every host's
+// ca.crt is the coordinator's old CA alone, with no previous certificate
+// left; every member's client and peer port and every host's agent serves
+// a certificate the old CA signed itself, in a live handshake; the hosts'
+// renewals work again (`steward certs renew --all`) and Steward reaches
+// every agent.
+func TestHostsCARotationRollback(t *testing.T) {
+	hs := harness.NewHosts(t, 3)
+	hs.Init("3.6.16")
+	hs.StartAgents()
+	hs.MustRun("up")
+	st := hs.WaitStatus(time.Minute, "three healthy members on three hosts", harness.Healthy)
+	s := hs.Spec()
+	dir := s.CertDir(hs.Dir)
+	pids := map[string]int{}
+	for _, m := range st.Members {
+		pids[m.Name] = m.PID
+	}
+	cli, oldCA, _ := harness.RotationClient(t, hs.Env)
+	w := workload.Start(t, cli, workload.Options{Prefix: "/hostscarollback", Interval: 20 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second})
+	harness.Eventually(t, 20*time.Second, 50*time.Millisecond, "writes acknowledged", w.AckedAbove(20))
+	oldCert, err := pki.ParseCertPEM(oldCA)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	point := crashpoint.Indexed(crashpoint.PlanStepAfter, 2)
+	so, se, err := hs.RunEnv([]string{crashpoint.EnvVar + "=" + point}, "certs", "rotate-ca")
+	if err == nil || !strings.Contains(se, "crashpoint: "+point+"\n") {
+		t.Fatalf("rotate-ca with %s: %v, want it killed there\nstdout: %s\nstderr: %s", point, err, so, se)
+	}
+	if p := harness.LatestPlan(t, hs.Env); p.Steps[2].Kind != carotate.StepReissue {
+		t.Fatalf("after the kill: %s", harness.StepStates(p))
+	}
+	for _, h := range hs.Hosts {
+		b, _ := os.ReadFile(filepath.Join(h.Dir, "pki", "server.crt"))
+		if l, _, err := pki.ParseLeafChainPEM(b); err != nil || l.CheckSignatureFrom(oldCert) == nil {
+			t.Fatalf("host %s server certificate after the reissue step: still the old CA's (%v)", h.Name, err)
+		}
+	}
+	hs.MustRun("plan", "abort")
+	hs.MustRun("rollback")
+	if p := harness.LatestPlan(t, hs.Env); p.Kind != plan.KindCARotationRollback || p.State != plan.Done {
+		t.Fatalf("after the rollback: %s", harness.StepStates(p))
+	}
+
+	st = hs.WaitStatus(time.Minute, "a healthy cluster after the rollback", harness.Healthy)
+	harness.Eventually(t, 20*time.Second, 50*time.Millisecond, "writes acknowledged after the rollback", w.AckedAbove(w.Acked()+20))
+	r := w.Stop()
+	t.Logf("writer: %s", r)
+	if len(r.Failed) > 0 {
+		t.Errorf("%d writes failed, first: %+v", len(r.Failed), r.Failed[0])
+	}
+	workload.RequireKeys(t, cli, r)
+	for _, m := range st.Members {
+		if m.PID != pids[m.Name] {
+			t.Errorf("%s restarted (pid %d, was %d)", m.Name, m.PID, pids[m.Name])
+		}
+	}
+	if ca, _ := os.ReadFile(filepath.Join(dir, pki.CACert)); !bytes.Equal(ca, oldCA) {
+		t.Fatalf("the coordinator's ca.crt is not the old CA alone:\n%s", ca)
+	}
+	for _, h := range hs.Hosts {
+		if b, _ := os.ReadFile(filepath.Join(h.Dir, "pki", pki.CACert)); !bytes.Equal(b, oldCA) {
+			t.Errorf("host %s ca.crt is not the old CA alone:\n%s", h.Name, b)
+		}
+		if prev, _ := filepath.Glob(filepath.Join(h.Dir, "pki", "*"+pki.PrevSuffix)); len(prev) > 0 {
+			t.Errorf("host %s: previous certificates left: %v", h.Name, prev)
+		}
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(oldCert)
+	servedByOld := func(what, hostPort string) {
+		t.Helper()
+		c, err := pki.ServedCert(t.Context(), hostPort, pool, nil)
+		if err == nil && c.CheckSignatureFrom(oldCert) != nil {
+			err = errors.New("not signed by the old CA directly")
+		}
+		if err != nil {
+			t.Errorf("%s (%s) after the rollback: %v", what, hostPort, err)
+		}
+	}
+	for _, m := range s.Members {
+		for _, u := range []string{m.ClientURL, m.PeerURL} {
+			hp, err := spec.HostPort(u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			servedByOld("member "+m.Name, hp)
+		}
+	}
+	for _, a := range s.Agents {
+		if a.Remote() {
+			servedByOld("agent "+a.Name, strings.TrimPrefix(a.Endpoint(), "https://"))
+		}
+	}
+	hs.MustRun("certs", "renew", "--all")
 	hs.MustRun("certs", "list")
 }
