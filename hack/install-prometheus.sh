@@ -2,7 +2,7 @@
 # install-prometheus.sh: make sure prometheus and promtool are installed, for
 # the alert rules' unit tests (`promtool test rules`, pkg/metrics) and the
 # end-to-end test that scrapes a cluster with a real Prometheus
-# (test/e2e/metrics_test.go). Installs Debian's `prometheus` package (which
+# (test/e2e/core/metrics_test.go). Installs Debian's `prometheus` package (which
 # ships both) when either is missing; does nothing when both are there.
 #
 # Environment:

@@ -321,7 +321,7 @@ func stewardMigrate(b *testing.B, e *harness.Env, k *harness.KubeAPIServer, work
 	}
 	say("steward migrate storage: %d config maps in %s (CPU %s; kube-apiserver %s, etcd %s), max RSS %d MB; %s", rep.Resources[0].ThisRun.Migrated,
 		run.dur.Round(time.Millisecond), run.cpu.Round(time.Millisecond), run.apiCPU.Round(time.Millisecond), run.etcdCPU.Round(time.Millisecond),
-		run.maxRSS/1024, lastLines(errOut.String(), 1))
+		run.maxRSS/1024, harness.LastLines(errOut.String(), 1))
 	return run
 }
 
@@ -361,13 +361,13 @@ func kubectlReplace(b *testing.B, e *harness.Env, k *harness.KubeAPIServer, kube
 		b.Fatalf("kubectl get: %v\n%s", err, getErr.String())
 	}
 	if err := replace.Wait(); err != nil {
-		b.Fatalf("kubectl replace: %v\n%s", err, lastLines(repErr.String(), 10))
+		b.Fatalf("kubectl replace: %v\n%s", err, harness.LastLines(repErr.String(), 10))
 	}
 	run := migrateRun{dur: time.Since(start), cpu: cpuTime(get.ProcessState) + cpuTime(replace.ProcessState)}
 	run.apiCPU, run.etcdCPU = servers()
 	run.maxRSS = get.ProcessState.SysUsage().(*syscall.Rusage).Maxrss + replace.ProcessState.SysUsage().(*syscall.Rusage).Maxrss
 	if replaced < want {
-		b.Fatalf("kubectl replaced %d config maps, want %d\n%s", replaced, want, lastLines(repErr.String(), 10))
+		b.Fatalf("kubectl replaced %d config maps, want %d\n%s", replaced, want, harness.LastLines(repErr.String(), 10))
 	}
 	say("kubectl get | kubectl replace: %d config maps in %s (CPU %s; kube-apiserver %s, etcd %s), max RSS get %d MB + replace %d MB", replaced,
 		run.dur.Round(time.Millisecond), run.cpu.Round(time.Millisecond), run.apiCPU.Round(time.Millisecond), run.etcdCPU.Round(time.Millisecond),
@@ -379,12 +379,4 @@ func kubectlReplace(b *testing.B, e *harness.Env, k *harness.KubeAPIServer, kube
 // benchmark logs.
 func say(format string, a ...any) {
 	fmt.Fprintf(os.Stderr, "BenchmarkMigrateConfigMaps: "+format+"\n", a...)
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
