@@ -4,7 +4,10 @@
 // output of every failed test, and any line that is not JSON, such as a
 // build error); at the end it prints, as Markdown tables for
 // docs/testing.md, each package's wall time and the slowest top-level
-// tests. -save keeps the events in a file.
+// tests. A test's time is its own or, when larger, the sum of its direct
+// subtests' (a test whose subtests run in parallel reports about 0 s, its
+// function having returned before they ran). -save keeps the events in a
+// file.
 //
 //	go test -json ./test/... | go run ./hack/testtimes -save e2e.json
 //	go run ./hack/testtimes -quiet -n 20 < e2e.json
@@ -68,6 +71,10 @@ func run(in io.Reader, progress, out io.Writer, n int) error {
 	// outputs holds each running test's output until its result: printed
 	// when it fails, dropped when it passes.
 	outputs := map[[2]string]*strings.Builder{}
+	// subtests sums each top-level test's direct subtests' times: a test
+	// whose subtests are parallel reports about 0 s itself, as its
+	// function returned before they ran.
+	subtests := map[[2]string]float64{}
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	for sc.Scan() {
@@ -108,6 +115,9 @@ func run(in io.Reader, progress, out io.Writer, n int) error {
 			pkgs = append(pkgs, r)
 		case !strings.Contains(e.Test, "/"):
 			tests = append(tests, r)
+		case strings.Count(e.Test, "/") == 1:
+			top := [2]string{e.Package, e.Test[:strings.Index(e.Test, "/")]}
+			subtests[top] += e.Elapsed
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -129,11 +139,19 @@ func run(in io.Reader, progress, out io.Writer, n int) error {
 	for _, p := range pkgs {
 		fmt.Fprintf(out, "| %s | %s | %.0f |\n", short(p.pkg), p.action, p.elapsed)
 	}
+	for i, t := range tests {
+		tests[i].elapsed = max(t.elapsed, subtests[[2]string{t.pkg, t.test}])
+	}
 	var total float64
 	for _, t := range tests {
 		total += t.elapsed
 	}
-	sort.Slice(tests, func(i, j int) bool { return tests[i].elapsed > tests[j].elapsed })
+	sort.Slice(tests, func(i, j int) bool {
+		if tests[i].elapsed != tests[j].elapsed {
+			return tests[i].elapsed > tests[j].elapsed
+		}
+		return tests[i].pkg+tests[i].test < tests[j].pkg+tests[j].test
+	})
 	fmt.Fprintf(out, "\n%d tests, %.0f s of test time in all (a sum: tests run side by side overlap)\n\n", len(tests), total)
 	fmt.Fprintln(out, "| # | test | package | result | time (s) | share |")
 	fmt.Fprintln(out, "|---:|---|---|---|---:|---:|")

@@ -18,6 +18,9 @@ func TestRun(t *testing.T) {
 		`{"Action":"output","Package":"m/test/e2e/core","Test":"TestB","Output":"--- PASS: TestB (9.00s)\n"}`,
 		`{"Action":"pass","Package":"m/test/e2e/core","Test":"TestB/sub","Elapsed":8}`,
 		`{"Action":"pass","Package":"m/test/e2e/core","Test":"TestB","Elapsed":9}`,
+		`{"Action":"pass","Package":"m/test/e2e/core","Test":"TestC/a","Elapsed":1.5}`,
+		`{"Action":"pass","Package":"m/test/e2e/core","Test":"TestC/b","Elapsed":1.5}`,
+		`{"Action":"pass","Package":"m/test/e2e/core","Test":"TestC","Elapsed":0}`,
 		`# m/cmd/x`,
 		`{"Action":"fail","Package":"m/test/e2e/core","Elapsed":12}`,
 	}, "\n")
@@ -35,7 +38,7 @@ func TestRun(t *testing.T) {
 		t.Errorf("a passed test's output was printed:\n%s", p)
 	}
 	o := out.String()
-	if !strings.Contains(o, "| 1 | `TestB` | test/e2e/core | pass | 9.0 |") || !strings.Contains(o, "| 2 | `TestA` | test/e2e/core | fail | 3.0 |") || strings.Contains(o, "TestB/sub") {
+	if !strings.Contains(o, "| 1 | `TestB` | test/e2e/core | pass | 9.0 |") || !strings.Contains(o, "| 2 | `TestA` | test/e2e/core | fail | 3.0 |") || !strings.Contains(o, "| 3 | `TestC` | test/e2e/core | pass | 3.0 |") || strings.Contains(o, "TestB/sub") {
 		t.Errorf("tables:\n%s", o)
 	}
 	if err := run(strings.NewReader("hello\n"), &progress, &out, 20); err == nil {
