@@ -35,7 +35,7 @@ func TestCARotationUnderWrites(t *testing.T) {
 	s := e.Spec()
 	dir := s.CertDir(e.Dir)
 	cli, oldCA, old := harness.RotationClient(t, e)
-	w := workload.Start(t, cli, workload.Options{Prefix: "/carotate", Interval: 20 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second})
+	w := harness.UnderWrites(t, cli, workload.Options{Prefix: "/carotate", Interval: 20 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second}, harness.Expect{NoFailed: true})
 
 	harness.KillAtEveryStep(t, e, "certs", "rotate-ca")
 
@@ -44,15 +44,7 @@ func TestCARotationUnderWrites(t *testing.T) {
 		t.Fatalf("latest plan: %s", harness.StepStates(p))
 	}
 	e.WaitStatus(time.Minute, "a healthy cluster after the rotation", harness.Healthy)
-	r := w.Stop()
-	t.Logf("writer: %s", r)
-	if len(r.Failed) > 0 {
-		t.Errorf("%d writes failed, first: %+v", len(r.Failed), r.Failed[0])
-	}
-	if len(r.Acked) == 0 {
-		t.Error("no write was acknowledged")
-	}
-	workload.RequireKeys(t, cli, r)
+	w.Finish(t)
 
 	ca, err := os.ReadFile(filepath.Join(dir, pki.CACert))
 	if err != nil {

@@ -238,7 +238,7 @@ func TestCertRenewalUnderWrites(t *testing.T) {
 	// The writer's own client certificate outlives the test (the admin's
 	// is renewed under it; a client keeps the certificate it dialled with).
 	cli := e.IssuedClient("writer")
-	w := workload.Start(t, cli, workload.Options{Prefix: "/renewal", Interval: 20 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second})
+	w := harness.UnderWrites(t, cli, workload.Options{Prefix: "/renewal", Interval: 20 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second}, harness.Expect{NoFailed: true})
 
 	serials := map[string]map[string]bool{} // endpoint -> serials seen
 	deadline := time.Now().Add(watch)
@@ -260,20 +260,12 @@ func TestCertRenewalUnderWrites(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 	}
-	r := w.Stop()
-	t.Logf("writer: %s", r)
 	for u, ss := range serials {
 		if len(ss) < 3 {
 			t.Errorf("%s served %d certificates in %s, want the first and at least two renewals", u, len(ss), watch)
 		}
 	}
-	if len(r.Failed) > 0 {
-		t.Errorf("%d writes failed, first: %+v", len(r.Failed), r.Failed[0])
-	}
-	if len(r.Acked) == 0 {
-		t.Error("no write was acknowledged")
-	}
-	workload.RequireKeys(t, cli, r)
+	w.Finish(t)
 	for _, m := range s.Members {
 		if p := e.MemberPID(m.Name); p != pids[m.Name] {
 			t.Errorf("member %s restarted (pid %d, was %d)", m.Name, p, pids[m.Name])

@@ -49,8 +49,7 @@ func TestHostsCARotation(t *testing.T) {
 	cli, oldCA, old := harness.RotationClient(t, hs.Env)
 	// Attempts and timeout as TestHostsCertRenewal's: a write held up by
 	// the host cut off below is retried until the host is back.
-	w := workload.Start(t, cli, workload.Options{Prefix: "/hostscarotate", Interval: 20 * time.Millisecond, Attempts: 20, Timeout: 3 * time.Second})
-	harness.Eventually(t, 20*time.Second, 50*time.Millisecond, "writes acknowledged", w.AckedAbove(20))
+	w := harness.UnderWrites(t, cli, workload.Options{Prefix: "/hostscarotate", Interval: 20 * time.Millisecond, Attempts: 20, Timeout: 3 * time.Second}, harness.Expect{Acked: 20, Within: 20 * time.Second, NoFailed: true})
 
 	// Killed before and after every step's action and resumed each time.
 	// After the reissue step's kill (the hosts' leaves reissued, the step
@@ -101,15 +100,7 @@ func TestHostsCARotation(t *testing.T) {
 	}
 	st := hs.WaitStatus(time.Minute, "a healthy cluster after the rotation", harness.Healthy)
 	harness.Eventually(t, 20*time.Second, 50*time.Millisecond, "writes acknowledged after the rotation", w.AckedAbove(w.Acked()+20))
-	r := w.Stop()
-	t.Logf("writer: %s", r)
-	if len(r.Failed) > 0 {
-		t.Errorf("%d writes failed, first: %+v", len(r.Failed), r.Failed[0])
-	}
-	if len(r.Acked) == 0 {
-		t.Error("no write was acknowledged")
-	}
-	workload.RequireKeys(t, cli, r)
+	w.Finish(t)
 
 	ca, err := os.ReadFile(filepath.Join(dir, pki.CACert))
 	if err != nil {
@@ -212,8 +203,7 @@ func TestHostsCARotationRollback(t *testing.T) {
 		pids[m.Name] = m.PID
 	}
 	cli, oldCA, _ := harness.RotationClient(t, hs.Env)
-	w := workload.Start(t, cli, workload.Options{Prefix: "/hostscarollback", Interval: 20 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second})
-	harness.Eventually(t, 20*time.Second, 50*time.Millisecond, "writes acknowledged", w.AckedAbove(20))
+	w := harness.UnderWrites(t, cli, workload.Options{Prefix: "/hostscarollback", Interval: 20 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second}, harness.Expect{Acked: 20, Within: 20 * time.Second, NoFailed: true})
 	oldCert, err := pki.ParseCertPEM(oldCA)
 	if err != nil {
 		t.Fatal(err)
@@ -241,12 +231,7 @@ func TestHostsCARotationRollback(t *testing.T) {
 
 	st = hs.WaitStatus(time.Minute, "a healthy cluster after the rollback", harness.Healthy)
 	harness.Eventually(t, 20*time.Second, 50*time.Millisecond, "writes acknowledged after the rollback", w.AckedAbove(w.Acked()+20))
-	r := w.Stop()
-	t.Logf("writer: %s", r)
-	if len(r.Failed) > 0 {
-		t.Errorf("%d writes failed, first: %+v", len(r.Failed), r.Failed[0])
-	}
-	workload.RequireKeys(t, cli, r)
+	w.Finish(t)
 	for _, m := range st.Members {
 		if m.PID != pids[m.Name] {
 			t.Errorf("%s restarted (pid %d, was %d)", m.Name, m.PID, pids[m.Name])
