@@ -56,15 +56,10 @@ func TestCARotationUnderWrites(t *testing.T) {
 	if kept, _ := os.ReadFile(filepath.Join(dir, pki.CAOldCert)); !bytes.Equal(kept, oldCA) {
 		t.Error("the old CA is not kept as ca-old.crt")
 	}
-	pool, err := pki.CAPool(filepath.Join(dir, pki.CACert))
-	if err != nil {
-		t.Fatal(err)
-	}
+	newCA := harness.ReadCert(t, filepath.Join(dir, pki.CACert))
 	for _, m := range s.Members {
 		for _, u := range []string{m.ClientURL, m.PeerURL} {
-			if _, err := served(t, pool, u); err != nil {
-				t.Errorf("%s (%s) after the rotation: %v", u, m.Name, err)
-			}
+			harness.RequireServedBy(t, m.Name+" after the rotation", u, newCA)
 		}
 	}
 	// One member at a time: the old CA's client certificate is refused,
