@@ -127,8 +127,7 @@ func TestAdopt(t *testing.T) {
 	e := attachForAdopt(t, f)
 	old := f.Members[0]
 	before, id := memberID(t, fcli.MemberList, old.Name)
-	w := workload.Start(t, fcli, workload.Options{Prefix: "/adopt", Interval: 10 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second})
-	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write", w.AckedAbove(100))
+	w := harness.UnderWrites(t, fcli, workload.Options{Prefix: "/adopt", Interval: 10 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second}, harness.Expect{Acked: 100})
 
 	// An adopt while a member is down: one refusal, nothing changed.
 	unchanged := specSnapshot(t, e)
@@ -246,8 +245,7 @@ func TestAdopt(t *testing.T) {
 	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write after the undo", w.AckedAbove(w.Acked()+100))
 	undoStaticPod(t, e, f, fcli.MemberList)
 	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write after the static pod's undo", w.AckedAbove(w.Acked()+100))
-	res := w.Stop()
-	workload.RequireKeys(t, fcli, res)
+	res := w.Finish(t)
 	t.Logf("adopted %s (member %x) under %d acknowledged writes", old.Name, id, len(res.Acked))
 }
 
@@ -275,7 +273,7 @@ func TestAdoptAll(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := workload.Start(t, fcli, workload.Options{Prefix: "/adoptall", Interval: 10 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second})
+	w := harness.UnderWrites(t, fcli, workload.Options{Prefix: "/adoptall", Interval: 10 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second}, harness.Expect{})
 	var manifest string
 	for i, m := range f.Members {
 		if i == 1 {
@@ -377,8 +375,7 @@ func TestAdoptAll(t *testing.T) {
 		t.Errorf("after replace the spec no longer has every member adopted: %+v", ms.Members)
 	}
 	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write after the replace", w.AckedAbove(w.Acked()+100))
-	res := w.Stop()
-	workload.RequireKeys(t, fcli, res)
+	w.Finish(t)
 
 	// Disaster recovery on the adopted cluster: a backup taken, every
 	// member stopped hard (through its agent, which would restart a member
@@ -544,8 +541,7 @@ func TestAdoptResumeAfterKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := workload.Start(t, fcli, workload.Options{Prefix: "/adoptresume", Interval: 10 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second})
-	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write", w.AckedAbove(100))
+	w := harness.UnderWrites(t, fcli, workload.Options{Prefix: "/adoptresume", Interval: 10 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second}, harness.Expect{Acked: 100})
 
 	harness.KillAtEveryStep(t, e, "adopt", "--pid", strconv.Itoa(oldPID))
 
@@ -575,7 +571,7 @@ func TestAdoptResumeAfterKill(t *testing.T) {
 		}
 	}
 	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write after the adoption", w.AckedAbove(w.Acked()+100))
-	workload.RequireKeys(t, fcli, w.Stop())
+	w.Finish(t)
 }
 
 // TestAdoptPeerNames: a cluster whose members each have a peer certificate
@@ -598,8 +594,7 @@ func TestAdoptPeerNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := workload.Start(t, fcli, workload.Options{Prefix: "/peernames", Interval: 10 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second})
-	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write", w.AckedAbove(100))
+	w := harness.UnderWrites(t, fcli, workload.Options{Prefix: "/peernames", Interval: 10 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second}, harness.Expect{Acked: 100})
 	adopted := f.Members[:2]
 	for _, m := range adopted {
 		e.MustRun("adopt", "--pid", strconv.Itoa(m.PID()))
@@ -631,7 +626,7 @@ func TestAdoptPeerNames(t *testing.T) {
 		t.Errorf("Steward's peer certificate after the take-over is named %q (%v), want the cluster's %s-peer", peerCN, err, e.Spec().Name)
 	}
 	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write after the take-over", w.AckedAbove(w.Acked()+200))
-	workload.RequireKeys(t, fcli, w.Stop())
+	w.Finish(t)
 }
 
 // undoStaticPod adopts infra2 of f through a kubeadm-style static pod

@@ -125,8 +125,7 @@ func TestAdoptUnit(t *testing.T) {
 	}
 	e.WaitStatus(60*time.Second, "every member healthy, "+m.Name+" run by systemd", harness.Healthy)
 	before, id := memberID(t, fcli.MemberList, m.Name)
-	w := workload.Start(t, fcli, workload.Options{Prefix: "/adoptunit", Interval: 10 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second})
-	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write", w.AckedAbove(100))
+	w := harness.UnderWrites(t, fcli, workload.Options{Prefix: "/adoptunit", Interval: 10 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second}, harness.Expect{Acked: 100})
 
 	// A copy of the unit file, which systemd does not run: refused,
 	// nothing changed.
@@ -200,5 +199,5 @@ func TestAdoptUnit(t *testing.T) {
 		t.Errorf("after the undo: cluster %x, want %x", after.Header.ClusterId, before.Header.ClusterId)
 	}
 	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write after the undo", w.AckedAbove(w.Acked()+100))
-	workload.RequireKeys(t, fcli, w.Stop())
+	w.Finish(t)
 }

@@ -42,7 +42,7 @@ func TestAttach(t *testing.T) {
 	t.Parallel()
 	f := harness.StartForeignCluster(t, "3.5.35", 3)
 	fcli := f.MustClient()
-	w := workload.Start(t, fcli, workload.Options{Prefix: "/attach", Interval: 20 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second})
+	w := harness.UnderWrites(t, fcli, workload.Options{Prefix: "/attach", Interval: 20 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second}, harness.Expect{})
 	certBefore, err := os.ReadFile(f.CertFile)
 	if err != nil {
 		t.Fatal(err)
@@ -171,8 +171,7 @@ func TestAttach(t *testing.T) {
 	e.MustRun("leader", "move", "--to", to)
 	e.WaitStatus(30*time.Second, "leadership on "+to, func(st *cluster.Status) bool { return st.Cluster.Leader == to && harness.Healthy(st) })
 
-	res := w.Stop()
-	workload.RequireKeys(t, fcli, res)
+	w.Finish(t)
 
 	t.Log("Restore into a new cluster")
 	// The backup restored into a new cluster that Steward runs.
@@ -320,7 +319,7 @@ func TestAttachContinuous(t *testing.T) {
 	}
 	metricsAddr := "127.0.0.1:" + strconv.Itoa(port)
 	e.MustRun(append(attachArgs(f), "--continuous", "--metrics-address", metricsAddr)...)
-	w := workload.Start(t, fcli, workload.Options{Prefix: "/cont", Interval: 10 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second})
+	w := harness.UnderWrites(t, fcli, workload.Options{Prefix: "/cont", Interval: 10 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second}, harness.Expect{})
 	st := e.WaitStatus(60*time.Second, "BackupReady with the attached cluster", func(st *cluster.Status) bool {
 		return harness.Healthy(st) && harness.Cond(st, cluster.CondBackupReady).Status == "True"
 	})
@@ -365,8 +364,7 @@ func TestAttachContinuous(t *testing.T) {
 	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write", w.AckedAbove(100))
 	e.MustRun("leader", "move", "--to", to)
 	harness.Eventually(t, 30*time.Second, 100*time.Millisecond, "the writer to write after the leader move", w.AckedAbove(300))
-	res := w.Stop()
-	workload.RequireKeys(t, fcli, res)
+	w.Finish(t)
 	want := workload.TakeDigest(t, fcli, "/cont", 0)
 	harness.WaitBackedUp(t, e, want.Head)
 	// gc on an attached cluster keeps what the restore below needs.

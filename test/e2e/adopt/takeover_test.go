@@ -112,7 +112,7 @@ func takeOverCerts(t *testing.T, e *harness.Env, f *harness.ForeignCluster, befo
 	if st, err := os.Stat(pkiDir); err != nil || st.Mode().Perm() != 0o700 {
 		t.Errorf("pki/: %v, mode %v; want 0700", err, st.Mode())
 	}
-	opCA := readCertFile(t, f.CAFile)
+	opCA := harness.ReadCert(t, f.CAFile)
 	files := pki.FilesIn(pkiDir)
 	served := servedSerials(t, sp, files, opCA)
 	want := map[string]string{"client": serialOf(t, files.ServerCert), "peer": serialOf(t, files.PeerCert)}
@@ -132,7 +132,7 @@ func takeOverCerts(t *testing.T, e *harness.Env, f *harness.ForeignCluster, befo
 		}
 	}
 	e.MustRun("certs", "issue-client", "kube-apiserver")
-	if err := readCertFile(t, filepath.Join(pkiDir, "clients", "kube-apiserver.crt")).CheckSignatureFrom(opCA); err != nil {
+	if err := harness.ReadCert(t, filepath.Join(pkiDir, "clients", "kube-apiserver.crt")).CheckSignatureFrom(opCA); err != nil {
 		t.Errorf("the issued client certificate is not of the operator's CA: %v", err)
 	}
 	// The peer certificate keeps the operator's peer name, which every
@@ -151,8 +151,6 @@ func takeOverCerts(t *testing.T, e *harness.Env, f *harness.ForeignCluster, befo
 // each verified against ca.
 func servedSerials(t *testing.T, sp *spec.Cluster, f pki.Files, ca *x509.Certificate) map[string]string {
 	t.Helper()
-	pool := x509.NewCertPool()
-	pool.AddCert(ca)
 	client, err := tls.LoadX509KeyPair(f.ClientCert, f.ClientKey)
 	if err != nil {
 		t.Fatal(err)
@@ -167,13 +165,9 @@ func servedSerials(t *testing.T, sp *spec.Cluster, f pki.Files, ca *x509.Certifi
 			what, url string
 			cert      *tls.Certificate
 		}{{"client", m.ClientURL, &client}, {"peer", m.PeerURL, &peer}} {
-			hp, err := spec.HostPort(p.url)
-			if err != nil {
-				t.Fatal(err)
-			}
-			c, err := pki.ServedCert(t.Context(), hp, pool, p.cert)
+			c, err := harness.ServedBy(t, p.url, ca, p.cert)
 			if err != nil || c == nil {
-				t.Errorf("member %s %s port %s: %v", m.Name, p.what, hp, err)
+				t.Errorf("member %s %s port %s: %v", m.Name, p.what, p.url, err)
 				continue
 			}
 			if c.Issuer.CommonName != ca.Subject.CommonName {
@@ -183,15 +177,6 @@ func servedSerials(t *testing.T, sp *spec.Cluster, f pki.Files, ca *x509.Certifi
 		}
 	}
 	return out
-}
-
-func readCertFile(t *testing.T, path string) *x509.Certificate {
-	t.Helper()
-	c, err := pki.ParseCertFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
 }
 
 func serialOf(t *testing.T, path string) string {

@@ -49,7 +49,7 @@ func TestCARotationRollback(t *testing.T) {
 	s := e.Spec()
 	dir := s.CertDir(e.Dir)
 	cli, oldCA, old := harness.RotationClient(t, e)
-	w := workload.Start(t, cli, workload.Options{Prefix: "/carollback", Interval: 20 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second})
+	w := harness.UnderWrites(t, cli, workload.Options{Prefix: "/carollback", Interval: 20 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second}, harness.Expect{NoFailed: true})
 	pids := map[string]int{}
 	for _, m := range s.Members {
 		pids[m.Name] = e.MemberPID(m.Name)
@@ -138,16 +138,9 @@ func TestCARotationRollback(t *testing.T) {
 			t.Errorf("%s after the rollback: issuer %q, %d CA certificates after it (%v); want the old CA's leaf alone", n, l.Issuer.CommonName, len(chain), err)
 		}
 	}
-	pool, err := pki.CAPool(filepath.Join(old, pki.CACert))
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, m := range s.Members {
 		for _, u := range []string{m.ClientURL, m.PeerURL} {
-			c, err := served(t, pool, u)
-			if err != nil || c.CheckSignatureFrom(oldCert) != nil {
-				t.Errorf("%s (%s) after the rollback serves %v (%v), not a certificate of the old CA", u, m.Name, c, err)
-			}
+			harness.RequireServedBy(t, m.Name+" after the rollback (not a certificate of the old CA)", u, oldCert)
 		}
 	}
 	if pki.RotationInProgress(dir) {
@@ -192,15 +185,7 @@ func TestCARotationRollback(t *testing.T) {
 		t.Error("ca.crt after the second rotation is the old or the rolled-back CA")
 	}
 	e.WaitStatus(time.Minute, "a healthy cluster after the second rotation", harness.Healthy)
-	r := w.Stop()
-	t.Logf("writer: %s", r)
-	if len(r.Failed) > 0 {
-		t.Errorf("%d writes failed, first: %+v", len(r.Failed), r.Failed[0])
-	}
-	if len(r.Acked) == 0 {
-		t.Error("no write was acknowledged")
-	}
-	workload.RequireKeys(t, cli, r)
+	w.Finish(t)
 	if se := e.MustFail("certs", "rotate-ca", "--rollback"); !strings.Contains(se, "the CA rotation is done") {
 		t.Errorf("rollback of a finished rotation: %q", se)
 	}

@@ -35,7 +35,7 @@ func TestCARotationUnderWrites(t *testing.T) {
 	s := e.Spec()
 	dir := s.CertDir(e.Dir)
 	cli, oldCA, old := harness.RotationClient(t, e)
-	w := workload.Start(t, cli, workload.Options{Prefix: "/carotate", Interval: 20 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second})
+	w := harness.UnderWrites(t, cli, workload.Options{Prefix: "/carotate", Interval: 20 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second}, harness.Expect{NoFailed: true})
 
 	harness.KillAtEveryStep(t, e, "certs", "rotate-ca")
 
@@ -44,15 +44,7 @@ func TestCARotationUnderWrites(t *testing.T) {
 		t.Fatalf("latest plan: %s", harness.StepStates(p))
 	}
 	e.WaitStatus(time.Minute, "a healthy cluster after the rotation", harness.Healthy)
-	r := w.Stop()
-	t.Logf("writer: %s", r)
-	if len(r.Failed) > 0 {
-		t.Errorf("%d writes failed, first: %+v", len(r.Failed), r.Failed[0])
-	}
-	if len(r.Acked) == 0 {
-		t.Error("no write was acknowledged")
-	}
-	workload.RequireKeys(t, cli, r)
+	w.Finish(t)
 
 	ca, err := os.ReadFile(filepath.Join(dir, pki.CACert))
 	if err != nil {
@@ -64,15 +56,10 @@ func TestCARotationUnderWrites(t *testing.T) {
 	if kept, _ := os.ReadFile(filepath.Join(dir, pki.CAOldCert)); !bytes.Equal(kept, oldCA) {
 		t.Error("the old CA is not kept as ca-old.crt")
 	}
-	pool, err := pki.CAPool(filepath.Join(dir, pki.CACert))
-	if err != nil {
-		t.Fatal(err)
-	}
+	newCA := harness.ReadCert(t, filepath.Join(dir, pki.CACert))
 	for _, m := range s.Members {
 		for _, u := range []string{m.ClientURL, m.PeerURL} {
-			if _, err := served(t, pool, u); err != nil {
-				t.Errorf("%s (%s) after the rotation: %v", u, m.Name, err)
-			}
+			harness.RequireServedBy(t, m.Name+" after the rotation", u, newCA)
 		}
 	}
 	// One member at a time: the old CA's client certificate is refused,

@@ -1,7 +1,6 @@
 package certs_test
 
 import (
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
@@ -20,16 +19,6 @@ import (
 	"github.com/etcd-steward/steward/test/workload"
 )
 
-// served returns the serial the member's address presents in a new TLS
-// handshake.
-func served(t *testing.T, pool *x509.CertPool, url string) (*x509.Certificate, error) {
-	hp, err := spec.HostPort(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pki.ServedCert(t.Context(), hp, pool, nil)
-}
-
 // TestCertificates, on one member of each version: the inventory (files
 // and the live handshakes agree), a client certificate issued for a user of
 // etcd (it works, is listed, and CertificatesReady warns of its expiry
@@ -46,10 +35,7 @@ func TestCertificates(t *testing.T) {
 			s := e.Spec()
 			f := pki.FilesIn(s.CertDir(e.Dir))
 			m := s.Members[0]
-			pool, err := pki.CAPool(f.CA)
-			if err != nil {
-				t.Fatal(err)
-			}
+			ca := harness.ReadCert(t, f.CA)
 
 			if !t.Run("inventory", func(t *testing.T) {
 				e := e.For(t)
@@ -130,7 +116,7 @@ func TestCertificates(t *testing.T) {
 					}
 				}
 				for url, n := range map[string]string{m.ClientURL: "server", m.PeerURL: "peer"} {
-					c, err := served(t, pool, url)
+					c, err := harness.ServedBy(t, url, ca, nil)
 					if err != nil || fmt.Sprintf("%x", c.SerialNumber) != after[n].Serial {
 						t.Errorf("%s serves %v (%v), want the renewed %s", url, c.SerialNumber, err, after[n].Serial)
 					}
@@ -227,10 +213,7 @@ func TestCertRenewalUnderWrites(t *testing.T) {
 	e.MustRun("up")
 	s := e.Spec()
 	f := pki.FilesIn(s.CertDir(e.Dir))
-	pool, err := pki.CAPool(f.CA)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca := harness.ReadCert(t, f.CA)
 	pids := map[string]int{}
 	for _, m := range s.Members {
 		pids[m.Name] = e.MemberPID(m.Name)
@@ -238,14 +221,14 @@ func TestCertRenewalUnderWrites(t *testing.T) {
 	// The writer's own client certificate outlives the test (the admin's
 	// is renewed under it; a client keeps the certificate it dialled with).
 	cli := e.IssuedClient("writer")
-	w := workload.Start(t, cli, workload.Options{Prefix: "/renewal", Interval: 20 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second})
+	w := harness.UnderWrites(t, cli, workload.Options{Prefix: "/renewal", Interval: 20 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second}, harness.Expect{NoFailed: true})
 
 	serials := map[string]map[string]bool{} // endpoint -> serials seen
 	deadline := time.Now().Add(watch)
 	for time.Now().Before(deadline) {
 		for _, m := range s.Members {
 			for _, u := range []string{m.ClientURL, m.PeerURL} {
-				c, err := served(t, pool, u)
+				c, err := harness.ServedBy(t, u, ca, nil)
 				if err != nil {
 					t.Fatalf("%s (%s): %v", u, m.Name, err)
 				}
@@ -260,20 +243,12 @@ func TestCertRenewalUnderWrites(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 	}
-	r := w.Stop()
-	t.Logf("writer: %s", r)
 	for u, ss := range serials {
 		if len(ss) < 3 {
 			t.Errorf("%s served %d certificates in %s, want the first and at least two renewals", u, len(ss), watch)
 		}
 	}
-	if len(r.Failed) > 0 {
-		t.Errorf("%d writes failed, first: %+v", len(r.Failed), r.Failed[0])
-	}
-	if len(r.Acked) == 0 {
-		t.Error("no write was acknowledged")
-	}
-	workload.RequireKeys(t, cli, r)
+	w.Finish(t)
 	for _, m := range s.Members {
 		if p := e.MemberPID(m.Name); p != pids[m.Name] {
 			t.Errorf("member %s restarted (pid %d, was %d)", m.Name, p, pids[m.Name])

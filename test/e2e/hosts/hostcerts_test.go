@@ -48,8 +48,7 @@ func TestHostsCertRenewal(t *testing.T) {
 	}
 	cli := hs.Client()
 	defer cli.Close()
-	w := workload.Start(t, cli, workload.Options{Prefix: "hostcerts", Interval: 5 * time.Millisecond, Attempts: 20, Timeout: 3 * time.Second})
-	harness.Eventually(t, 20*time.Second, 50*time.Millisecond, "writes acknowledged", w.AckedAbove(50))
+	w := harness.UnderWrites(t, cli, workload.Options{Prefix: "hostcerts", Interval: 5 * time.Millisecond, Attempts: 20, Timeout: 3 * time.Second}, harness.Expect{Acked: 50, Within: 20 * time.Second, NoFailed: true})
 
 	renew := func(t *testing.T, out string) map[string]pki.Renewal {
 		var rs []pki.Renewal
@@ -131,15 +130,7 @@ func TestHostsCertRenewal(t *testing.T) {
 	// host is back before it stops, so no write is cut short by Stop.
 	st = hs.WaitStatus(time.Minute, "healthy after the renewals", harness.Healthy)
 	harness.Eventually(t, 30*time.Second, 50*time.Millisecond, "writes acknowledged after the heal", w.AckedAbove(w.Acked()+50))
-	r := w.Stop()
-	t.Logf("writer: %s", r)
-	if len(r.Failed) > 0 {
-		t.Errorf("%d writes failed, first: %+v", len(r.Failed), r.Failed[0])
-	}
-	if len(r.Acked) == 0 {
-		t.Error("no write was acknowledged")
-	}
-	workload.RequireKeys(t, cli, r)
+	w.Finish(t)
 	for _, m := range st.Members {
 		if m.PID != pids[m.Name] {
 			t.Errorf("member %s restarted (pid %d, was %d)", m.Name, m.PID, pids[m.Name])

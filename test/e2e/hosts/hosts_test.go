@@ -92,8 +92,7 @@ func TestHostsPartitions(t *testing.T) {
 
 	cli := hs.Client()
 	defer cli.Close()
-	w := workload.Start(t, cli, workload.Options{Prefix: "hosts", Interval: 5 * time.Millisecond, Attempts: 20, Timeout: 3 * time.Second})
-	harness.Eventually(t, 20*time.Second, 50*time.Millisecond, "writes acknowledged", w.AckedAbove(50))
+	w := harness.UnderWrites(t, cli, workload.Options{Prefix: "hosts", Interval: 5 * time.Millisecond, Attempts: 20, Timeout: 3 * time.Second}, harness.Expect{Acked: 50, Within: 20 * time.Second})
 
 	t.Run("follower host cut off", func(t *testing.T) {
 		e := hs.Env.For(t)
@@ -181,9 +180,7 @@ func TestHostsPartitions(t *testing.T) {
 		requireNoOverlap(t, harness.ListBackups(t, e))
 	})
 
-	res := w.Stop()
-	t.Logf("writer: %s", res)
-	workload.RequireKeys(t, cli, res)
+	res := w.Finish(t)
 
 	t.Run("every host loses its data: recover restores from S3", func(t *testing.T) {
 		e := hs.Env.For(t)
@@ -343,11 +340,9 @@ func majority(t *testing.T, hs *harness.Hosts, cut string) int64 {
 	}
 	cli := hs.Client(others...)
 	defer cli.Close()
-	w := workload.Start(t, cli, workload.Options{Prefix: "majority-" + cut + "-" + time.Now().Format("150405.000"), Attempts: 10, Timeout: 3 * time.Second})
-	harness.Eventually(t, 30*time.Second, 50*time.Millisecond, "writes on the majority side ("+strings.Join(others, ", ")+")", w.AckedAbove(50))
-	res := w.Stop()
-	workload.RequireKeys(t, cli, res)
-	return res.MaxRev
+	// The prefix names the cut members: the wait's timeout says which side failed.
+	w := harness.UnderWrites(t, cli, workload.Options{Prefix: "majority-" + cut + "-" + time.Now().Format("150405.000"), Attempts: 10, Timeout: 3 * time.Second}, harness.Expect{Acked: 50})
+	return w.Finish(t).MaxRev
 }
 
 func requireNotJoined(t *testing.T, dir string) {
@@ -378,7 +373,7 @@ func TestHostsUpgradeAndRollback(t *testing.T) {
 	hs.WaitStatus(time.Minute, "three healthy members on three hosts", harness.Healthy)
 	cli := hs.Client()
 	defer cli.Close()
-	w := workload.Start(t, cli, workload.Options{Prefix: "hosts-upgrade", Attempts: 20, Timeout: 3 * time.Second})
+	w := harness.UnderWrites(t, cli, workload.Options{Prefix: "hosts-upgrade", Attempts: 20, Timeout: 3 * time.Second}, harness.Expect{})
 
 	if !t.Run("refused with a host cut off", func(t *testing.T) {
 		e := hs.Env.For(t)
@@ -457,9 +452,7 @@ func TestHostsUpgradeAndRollback(t *testing.T) {
 			t.Fatalf("rollback plan: %s %s of %s", rb.Kind, rb.State, rb.Of)
 		}
 	})
-	res := w.Stop()
-	t.Logf("through the upgrade and rollback across hosts: %s", res)
-	workload.RequireKeys(t, cli, res)
+	w.Finish(t) // through the upgrade and rollback across hosts
 }
 
 // TestHostsCoordinatorLost: the coordinator dies halfway through an upgrade
@@ -480,7 +473,7 @@ func TestHostsCoordinatorLost(t *testing.T) {
 	hs.WaitStatus(time.Minute, "three healthy members on three hosts", harness.Healthy)
 	cli := hs.Client()
 	defer cli.Close()
-	w := workload.Start(t, cli, workload.Options{Prefix: "lost", Attempts: 20, Timeout: 3 * time.Second})
+	w := harness.UnderWrites(t, cli, workload.Options{Prefix: "lost", Attempts: 20, Timeout: 3 * time.Second}, harness.Expect{})
 
 	_, se, err := hs.RunEnv([]string{crashpoint.EnvVar + "=plan-step-after:2"}, "upgrade", "apply", "--to", vs[2])
 	if err == nil || !strings.Contains(se, "crashpoint: plan-step-after:2") {
@@ -540,9 +533,7 @@ func TestHostsCoordinatorLost(t *testing.T) {
 	if msg := hs.MustFail("certs", "renew", "--all"); !strings.Contains(msg, "refusing to sign: another coordinator took over: generation 2") {
 		t.Fatalf("the stale coordinator renewed the hosts' certificates: %s", msg)
 	}
-	res := w.Stop()
-	t.Logf("writer through the coordinator's loss: %s", res)
-	workload.RequireKeys(t, cli, res)
+	w.Finish(t) // through the coordinator's loss
 }
 
 // TestHostsMembership: membership work on members of other hosts, from
@@ -564,7 +555,7 @@ func TestHostsMembership(t *testing.T) {
 	hs.WaitStatus(time.Minute, "three healthy members on three hosts", harness.Healthy)
 	cli := hs.Client()
 	defer cli.Close()
-	w := workload.Start(t, cli, workload.Options{Prefix: "membership", Interval: 5 * time.Millisecond, Attempts: 20, Timeout: 3 * time.Second})
+	w := harness.UnderWrites(t, cli, workload.Options{Prefix: "membership", Interval: 5 * time.Millisecond, Attempts: 20, Timeout: 3 * time.Second}, harness.Expect{})
 
 	asides := func(h *harness.AgentHost, member, reason string) []string {
 		// The data dir, not its version record beside it (moved too).
@@ -606,8 +597,7 @@ func TestHostsMembership(t *testing.T) {
 	}) {
 		return
 	}
-	res := w.Stop()
-	workload.RequireKeys(t, cli, res)
+	res := w.Finish(t)
 
 	if !t.Run("quorum lost, data kept: recover restarts", func(t *testing.T) {
 		e := hs.Env.For(t)

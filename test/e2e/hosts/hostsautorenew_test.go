@@ -50,7 +50,7 @@ func TestHostsCertAutoRenewal(t *testing.T) {
 	// The writer's own client certificate outlives the test (a client
 	// keeps the certificate it dialled with).
 	cli := hs.IssuedClient("writer")
-	w := workload.Start(t, cli, workload.Options{Prefix: "/autorenew", Interval: 20 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second})
+	w := harness.UnderWrites(t, cli, workload.Options{Prefix: "/autorenew", Interval: 20 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second}, harness.Expect{NoFailed: true})
 
 	var watched []string // every serving certificate: members' ports, agents
 	for _, m := range st.Members {
@@ -79,8 +79,6 @@ func TestHostsCertAutoRenewal(t *testing.T) {
 		}
 		time.Sleep(2 * time.Second)
 	}
-	r := w.Stop()
-	t.Logf("writer: %s", r)
 	for _, n := range watched {
 		t.Logf("%s served %d certificates in %s", n, len(serials[n]), watch)
 	}
@@ -89,13 +87,7 @@ func TestHostsCertAutoRenewal(t *testing.T) {
 			t.Errorf("%s served %d certificates in %s, want the first and at least two renewals", n, len(serials[n]), watch)
 		}
 	}
-	if len(r.Failed) > 0 {
-		t.Errorf("%d writes failed, first: %+v", len(r.Failed), r.Failed[0])
-	}
-	if len(r.Acked) == 0 {
-		t.Error("no write was acknowledged")
-	}
-	workload.RequireKeys(t, cli, r)
+	w.Finish(t)
 	st = hs.Status()
 	for _, m := range st.Members {
 		if m.PID != pids[m.Name] {

@@ -3,8 +3,6 @@ package hosts_test
 import (
 	"bytes"
 	"context"
-	"crypto/x509"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,7 +16,6 @@ import (
 	"github.com/etcd-steward/steward/pkg/carotate"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/plan"
-	"github.com/etcd-steward/steward/pkg/spec"
 	"github.com/etcd-steward/steward/test/harness"
 	"github.com/etcd-steward/steward/test/workload"
 )
@@ -49,8 +46,7 @@ func TestHostsCARotation(t *testing.T) {
 	cli, oldCA, old := harness.RotationClient(t, hs.Env)
 	// Attempts and timeout as TestHostsCertRenewal's: a write held up by
 	// the host cut off below is retried until the host is back.
-	w := workload.Start(t, cli, workload.Options{Prefix: "/hostscarotate", Interval: 20 * time.Millisecond, Attempts: 20, Timeout: 3 * time.Second})
-	harness.Eventually(t, 20*time.Second, 50*time.Millisecond, "writes acknowledged", w.AckedAbove(20))
+	w := harness.UnderWrites(t, cli, workload.Options{Prefix: "/hostscarotate", Interval: 20 * time.Millisecond, Attempts: 20, Timeout: 3 * time.Second}, harness.Expect{Acked: 20, Within: 20 * time.Second, NoFailed: true})
 
 	// Killed before and after every step's action and resumed each time.
 	// After the reissue step's kill (the hosts' leaves reissued, the step
@@ -101,15 +97,7 @@ func TestHostsCARotation(t *testing.T) {
 	}
 	st := hs.WaitStatus(time.Minute, "a healthy cluster after the rotation", harness.Healthy)
 	harness.Eventually(t, 20*time.Second, 50*time.Millisecond, "writes acknowledged after the rotation", w.AckedAbove(w.Acked()+20))
-	r := w.Stop()
-	t.Logf("writer: %s", r)
-	if len(r.Failed) > 0 {
-		t.Errorf("%d writes failed, first: %+v", len(r.Failed), r.Failed[0])
-	}
-	if len(r.Acked) == 0 {
-		t.Error("no write was acknowledged")
-	}
-	workload.RequireKeys(t, cli, r)
+	w.Finish(t)
 
 	ca, err := os.ReadFile(filepath.Join(dir, pki.CACert))
 	if err != nil {
@@ -130,31 +118,17 @@ func TestHostsCARotation(t *testing.T) {
 			t.Errorf("host %s: previous certificates left: %v", h.Name, prev)
 		}
 	}
-	pool := x509.NewCertPool()
-	pool.AddCert(newCA)
-	servedByNew := func(what, hostPort string) {
-		t.Helper()
-		c, err := pki.ServedCert(t.Context(), hostPort, pool, nil)
-		if err == nil && c.CheckSignatureFrom(newCA) != nil {
-			err = errors.New("not signed by the new CA directly")
-		}
-		if err != nil {
-			t.Errorf("%s (%s) after the rotation: %v", what, hostPort, err)
-		}
-	}
+	// Every member's ports and every remote agent serve a certificate
+	// the new CA signed directly.
 	for _, m := range st.Members {
 		sm, _ := s.Member(m.Name)
 		for _, u := range []string{sm.ClientURL, sm.PeerURL} {
-			hp, err := spec.HostPort(u)
-			if err != nil {
-				t.Fatal(err)
-			}
-			servedByNew("member "+m.Name, hp)
+			harness.RequireServedBy(t, "member "+m.Name+" after the rotation", u, newCA)
 		}
 	}
 	for _, a := range s.Agents {
 		if a.Remote() {
-			servedByNew("agent "+a.Name, strings.TrimPrefix(a.Endpoint(), "https://"))
+			harness.RequireServedBy(t, "agent "+a.Name+" after the rotation", strings.TrimPrefix(a.Endpoint(), "https://"), newCA)
 		}
 	}
 	// The old CA's client certificate is refused by every member, the
@@ -212,8 +186,7 @@ func TestHostsCARotationRollback(t *testing.T) {
 		pids[m.Name] = m.PID
 	}
 	cli, oldCA, _ := harness.RotationClient(t, hs.Env)
-	w := workload.Start(t, cli, workload.Options{Prefix: "/hostscarollback", Interval: 20 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second})
-	harness.Eventually(t, 20*time.Second, 50*time.Millisecond, "writes acknowledged", w.AckedAbove(20))
+	w := harness.UnderWrites(t, cli, workload.Options{Prefix: "/hostscarollback", Interval: 20 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second}, harness.Expect{Acked: 20, Within: 20 * time.Second, NoFailed: true})
 	oldCert, err := pki.ParseCertPEM(oldCA)
 	if err != nil {
 		t.Fatal(err)
@@ -241,12 +214,7 @@ func TestHostsCARotationRollback(t *testing.T) {
 
 	st = hs.WaitStatus(time.Minute, "a healthy cluster after the rollback", harness.Healthy)
 	harness.Eventually(t, 20*time.Second, 50*time.Millisecond, "writes acknowledged after the rollback", w.AckedAbove(w.Acked()+20))
-	r := w.Stop()
-	t.Logf("writer: %s", r)
-	if len(r.Failed) > 0 {
-		t.Errorf("%d writes failed, first: %+v", len(r.Failed), r.Failed[0])
-	}
-	workload.RequireKeys(t, cli, r)
+	w.Finish(t)
 	for _, m := range st.Members {
 		if m.PID != pids[m.Name] {
 			t.Errorf("%s restarted (pid %d, was %d)", m.Name, m.PID, pids[m.Name])
@@ -263,30 +231,14 @@ func TestHostsCARotationRollback(t *testing.T) {
 			t.Errorf("host %s: previous certificates left: %v", h.Name, prev)
 		}
 	}
-	pool := x509.NewCertPool()
-	pool.AddCert(oldCert)
-	servedByOld := func(what, hostPort string) {
-		t.Helper()
-		c, err := pki.ServedCert(t.Context(), hostPort, pool, nil)
-		if err == nil && c.CheckSignatureFrom(oldCert) != nil {
-			err = errors.New("not signed by the old CA directly")
-		}
-		if err != nil {
-			t.Errorf("%s (%s) after the rollback: %v", what, hostPort, err)
-		}
-	}
 	for _, m := range s.Members {
 		for _, u := range []string{m.ClientURL, m.PeerURL} {
-			hp, err := spec.HostPort(u)
-			if err != nil {
-				t.Fatal(err)
-			}
-			servedByOld("member "+m.Name, hp)
+			harness.RequireServedBy(t, "member "+m.Name+" after the rollback", u, oldCert)
 		}
 	}
 	for _, a := range s.Agents {
 		if a.Remote() {
-			servedByOld("agent "+a.Name, strings.TrimPrefix(a.Endpoint(), "https://"))
+			harness.RequireServedBy(t, "agent "+a.Name+" after the rollback", strings.TrimPrefix(a.Endpoint(), "https://"), oldCert)
 		}
 	}
 	hs.MustRun("certs", "renew", "--all")
