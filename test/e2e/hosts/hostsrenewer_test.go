@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -100,11 +99,20 @@ func TestHostsRenewerRestart(t *testing.T) {
 		t.Fatalf("renewal pid %d after up (was %d), alive %v", second, first, proc.Alive(second))
 	}
 	// 40 s leaves are due 13 s before their end: the new process renews
-	// within about 30 s.
-	harness.Eventually(t, 60*time.Second, time.Second, "a renewal by the restarted process", func() error {
+	// within about 30 s. Status shows the last round only, and leaves
+	// issued a moment apart may be renewed in different rounds (seen on
+	// a loaded machine: agent and client in one round, server in the
+	// next), so the rounds the restarted process is seen to run add up.
+	renewed := map[string]bool{}
+	harness.Eventually(t, 90*time.Second, time.Second, "a renewal of h1/server by the restarted process", func() error {
 		rs, c := renewal(hs.Status())
-		if c.Status != "True" || rs.PID != second || !rs.LastRenewal.After(restarted) || !slices.Contains(rs.LastRenewed, "h1/server") {
-			return fmt.Errorf("pid %d, last renewal %s of %v: %+v", rs.PID, rs.LastRenewal, rs.LastRenewed, c)
+		if c.Status == "True" && rs.PID == second && rs.LastRenewal.After(restarted) {
+			for _, r := range rs.LastRenewed {
+				renewed[r] = true
+			}
+		}
+		if !renewed["h1/server"] {
+			return fmt.Errorf("pid %d, last renewal %s of %v (seen renewed since the restart: %v): %+v", rs.PID, rs.LastRenewal, rs.LastRenewed, renewed, c)
 		}
 		return nil
 	})
