@@ -127,9 +127,10 @@ var admitUpgrade = plan.Admission{Refuse: func(p *plan.Plan) error {
 	return plan.Refusef(p, "%s plan %s is %s%s: `steward plan resume` finishes it, `steward plan abort` stops it, `steward rollback` undoes it", p.Kind, p.ID, p.State, where)
 }}
 
-// admitRollback admits a rollback plan: there is a plan, and none open
-// but an upgrade (which the rollback supersedes) or an adoption (which
-// NewRollback refuses in words of its own, finding no upgrade to roll back).
+// admitRollback admits a rollback plan: there is a plan, and no CA
+// rotation, certificate take-over or rollback is open. An open upgrade is
+// superseded by the rollback; the adoptions are not waited for (as before
+// the registry; NewRollback judges what there is to roll back).
 var admitRollback = plan.Admission{NeedPlan: true, Refuse: func(p *plan.Plan) error {
 	switch p.Kind {
 	case plan.KindCARotation, plan.KindCertsTakeOver:
