@@ -182,12 +182,7 @@ func recordProcess(p *plan.Plan, pid int) error {
 // refuses while another plan is active.
 func Apply(ctx context.Context, c *cluster.Cluster, run MemberRun) (*plan.Plan, error) {
 	store := c.Plans()
-	if store.Locked() {
-		return nil, plan.ErrLocked
-	}
-	if latest, err := store.Latest(); err == nil && latest.Active() {
-		return nil, fmt.Errorf("%s plan %s is %s: `steward plan resume` finishes it, `steward plan abort` stops it", latest.Kind, latest.ID, latest.State)
-	} else if err != nil && !errors.Is(err, plan.ErrNoPlan) {
+	if _, err := plan.Admit(store, admitAdopt); err != nil {
 		return nil, err
 	}
 	p, err := NewPlan(ctx, c, run, time.Now())

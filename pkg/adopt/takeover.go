@@ -194,12 +194,7 @@ func TakeOverCheck(ctx context.Context, c *cluster.Cluster, o TakeOverOptions, n
 // the spec. The operator's files are read, never written or removed.
 func TakeOver(ctx context.Context, c *cluster.Cluster, o TakeOverOptions) (*plan.Plan, error) {
 	store := c.Plans()
-	if store.Locked() {
-		return nil, plan.ErrLocked
-	}
-	if latest, err := store.Latest(); err == nil && latest.Active() {
-		return nil, fmt.Errorf("%s plan %s is %s: `steward plan resume` finishes it, `steward plan abort` stops it", latest.Kind, latest.ID, latest.State)
-	} else if err != nil && !errors.Is(err, plan.ErrNoPlan) {
+	if _, err := plan.Admit(store, admitTakeOver); err != nil {
 		return nil, err
 	}
 	now := time.Now()

@@ -90,11 +90,8 @@ func NewUndoPlan(c *cluster.Cluster, name string, now time.Time) (*plan.Plan, er
 // it; the adopt plan it undoes is marked rolled back once it is done.
 func Undo(ctx context.Context, c *cluster.Cluster, name string) (*plan.Plan, error) {
 	store := c.Plans()
-	if store.Locked() {
-		return nil, plan.ErrLocked
-	}
-	if latest, err := store.Latest(); err == nil && latest.Active() && latest.Kind != plan.KindAdopt {
-		return nil, fmt.Errorf("%s plan %s is %s: `steward plan resume` finishes it, `steward plan abort` stops it", latest.Kind, latest.ID, latest.State)
+	if _, err := plan.Admit(store, admitUndo); err != nil {
+		return nil, err
 	}
 	p, err := NewUndoPlan(c, name, time.Now())
 	if err != nil {

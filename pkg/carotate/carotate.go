@@ -118,12 +118,7 @@ func restartOrder(c *cluster.Cluster, leader string) []string {
 // another plan is active.
 func Apply(ctx context.Context, c *cluster.Cluster) (*plan.Plan, error) {
 	store := c.Plans()
-	if store.Locked() {
-		return nil, plan.ErrLocked
-	}
-	if latest, err := store.Latest(); err == nil && latest.Active() {
-		return nil, fmt.Errorf("%s plan %s is %s: `steward plan resume` finishes it, `steward plan abort` stops it", latest.Kind, latest.ID, latest.State)
-	} else if err != nil && !errors.Is(err, plan.ErrNoPlan) {
+	if _, err := plan.Admit(store, admitRotation); err != nil {
 		return nil, err
 	}
 	leader := ""

@@ -118,13 +118,7 @@ func NewRollbackPlan(c *cluster.Cluster, of *plan.Plan, now time.Time) (*plan.Pl
 // the rollback is done it is marked rolled back.
 func Rollback(ctx context.Context, c *cluster.Cluster) (*plan.Plan, error) {
 	store := c.Plans()
-	if store.Locked() {
-		return nil, fmt.Errorf("%w: `steward plan abort` stops it after its step, then `steward rollback` rolls a CA rotation back", plan.ErrLocked)
-	}
-	latest, err := store.Latest()
-	if errors.Is(err, plan.ErrNoPlan) {
-		latest, err = nil, nil
-	}
+	latest, err := plan.Admit(store, admitRollback)
 	if err != nil {
 		return nil, err
 	}

@@ -156,7 +156,8 @@ func (c *Cluster) conditions(ctx context.Context, st *Status, now time.Time) []C
 			live = max(live, m.Revision)
 		}
 	}
-	conds := []Condition{ready, all, c.backupCondition(ctx, now, live), c.upgradeCondition(), c.certificatesCondition(ctx, now)}
+	conds := append([]Condition{ready, all, c.backupCondition(ctx, now, live)}, c.planConditions()...)
+	conds = append(conds, c.certificatesCondition(ctx, now))
 	if c.renews() {
 		_, cond := c.renewalStatus(now)
 		conds = append(conds, cond)
@@ -258,11 +259,38 @@ func (c *Cluster) RecordStatus(st *Status, now time.Time) error {
 
 // CondUpgradeInProgress is true while an upgrade, rollback or CA rotation
 // plan has work left: running, failed (waiting for resume or abort) or
-// interrupted.
+// interrupted. Each plan kind names the condition that reports it
+// (PlanKinds); today every kind names this one.
 const CondUpgradeInProgress = "UpgradeInProgress"
 
-// upgradeCondition reports the latest plan's state.
-func (c *Cluster) upgradeCondition() Condition {
+// planConditions reports the latest plan's state: one condition per type
+// the plan kinds name (CondUpgradeInProgress first, always there), the
+// latest plan's in the one its kind names (CondUpgradeInProgress for a
+// kind no package registered), the others without a plan.
+func (c *Cluster) planConditions() []Condition {
+	types := []string{CondUpgradeInProgress}
+	for _, t := range PlanKinds.Conditions() {
+		if t != CondUpgradeInProgress {
+			types = append(types, t)
+		}
+	}
+	latest := c.planCondition()
+	out := make([]Condition, len(types))
+	for i, t := range types {
+		out[i] = Condition{Type: t, Status: "False", Reason: "NoPlan", Message: "no plan"}
+		if t == CondUpgradeInProgress {
+			out[i].Message = "no upgrade or rollback plan"
+		}
+		if latest.Type == t {
+			out[i] = latest
+		}
+	}
+	return out
+}
+
+// planCondition reports the latest plan's state in the condition its kind
+// names.
+func (c *Cluster) planCondition() Condition {
 	cond := Condition{Type: CondUpgradeInProgress, Status: "False", Reason: "NoPlan", Message: "no upgrade or rollback plan"}
 	st := c.Plans()
 	p, err := st.Latest()
@@ -273,15 +301,9 @@ func (c *Cluster) upgradeCondition() Condition {
 		cond.Status, cond.Reason, cond.Message = "Unknown", "PlanUnreadable", err.Error()
 		return cond
 	}
-	what := fmt.Sprintf("%s plan %s (etcd %s to %s)", p.Kind, p.ID, p.From, p.To)
-	switch p.Kind {
-	case plan.KindCARotation, plan.KindCARotationRollback, plan.KindCertsTakeOver:
-		what = fmt.Sprintf("%s plan %s", p.Kind, p.ID)
-	case plan.KindAdopt, plan.KindAdoptUndo:
-		// Neither changes the version: name the member instead.
-		if len(p.Steps) > 0 {
-			what = fmt.Sprintf("%s plan %s (member %s)", p.Kind, p.ID, p.Steps[0].Member)
-		}
+	what, typ, ok := PlanKinds.Describe(p)
+	if ok {
+		cond.Type = typ
 	}
 	step := p.Current()
 	switch {

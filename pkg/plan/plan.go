@@ -20,6 +20,31 @@
 // lock (DIR/run/plan.lock) admits one runner, and an abort requested by
 // another process (AbortRequested) reaches the runner through Save, which
 // keeps it.
+//
+// # Plan kinds
+//
+// The engine runs every kind of plan (upgrade, rollback, CA rotation...)
+// the same way; what differs, each kind says once, in a KindSpec
+// registered in a Registry (registry.go): the Admission that admits a new
+// plan of the kind (Admit, the one check every plan start makes), how to
+// resume it (its Executor built, Run called), how `steward plan show` and
+// the status condition describe it, which condition reports it, and what
+// `steward rollback` starts for it. The commands and the conditions ask
+// the registry; none switches on kinds. The registry is generic over the
+// environment plans run in, because this package may not import the
+// cluster handle: pkg/cluster holds the one instance, cluster.PlanKinds.
+//
+// Adding a plan kind:
+//
+//  1. one package for it (an operation, above pkg/cluster): its Kind
+//     constant, its steps and their Executor, and the function that
+//     builds a plan, admits it (Admit with the kind's Admission), saves
+//     and runs it;
+//  2. in that package, one registration:
+//     func init() { cluster.PlanKinds.Register(plan.KindSpec[*cluster.Cluster]{...}) }
+//  3. one line importing that package in
+//     cmd/steward/internal/cli/plankinds.go, so that every command (and
+//     the agent's status) knows the kind; its test lists the kinds.
 package plan
 
 import (

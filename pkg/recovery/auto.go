@@ -7,6 +7,7 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/metrics"
+	"github.com/etcd-steward/steward/pkg/plan"
 )
 
 // RunAuto watches the cluster from an agent and, when the spec says
@@ -32,7 +33,7 @@ func RunAuto(ctx context.Context, dir, agentName string, log *slog.Logger) {
 		}
 		// An upgrade plan stops members on purpose (offline and restore
 		// strategies): recovering from a backup then would lose writes.
-		if p, err := c.Plans().Latest(); err == nil && p.Active() {
+		if _, err := plan.Admit(c.Plans(), admitRecovery); err != nil {
 			lostSince = time.Time{}
 			continue
 		}

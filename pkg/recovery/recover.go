@@ -20,6 +20,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/datadir"
 	"github.com/etcd-steward/steward/pkg/membership"
+	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/restore"
 	"github.com/etcd-steward/steward/pkg/spec"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -86,8 +87,8 @@ func Run(ctx context.Context, c *cluster.Cluster) (Report, error) {
 		return rep, err
 	}
 	defer lock.Release()
-	if p, err := c.Plans().Latest(); err == nil && p.Active() {
-		return rep, fmt.Errorf("refusing to recover: plan %s is %s and stops members on purpose; resume it (`steward plan resume`) or abort it (`steward plan abort`) first", p.ID, p.State)
+	if _, err := plan.Admit(c.Plans(), admitRecovery); err != nil {
+		return rep, err
 	}
 	if j != nil {
 		seed, ok := c.Spec.Member(j.Seed)
@@ -393,3 +394,11 @@ func isVoter(list []*etcdserverpb.Member, peerURL string) bool {
 }
 
 func recoverLockPath(c *cluster.Cluster) string { return filepath.Join(c.Dir, "run", "recover.lock") }
+
+// admitRecovery admits a recovery while no plan is open (a plan stops
+// members on purpose, and recovering from a backup then would lose
+// writes). The plan runner's lock and an unreadable plan store do not
+// refuse: recovery is for when things are broken.
+var admitRecovery = plan.Admission{SkipLock: true, IgnoreUnreadable: true, Refuse: func(p *plan.Plan) error {
+	return plan.Refusef(p, "refusing to recover: plan %s is %s and stops members on purpose; resume it (`steward plan resume`) or abort it (`steward plan abort`) first", p.ID, p.State)
+}}

@@ -2,7 +2,6 @@ package upgrade
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/etcd-steward/steward/pkg/cluster"
@@ -11,7 +10,7 @@ import (
 
 // Apply plans an upgrade to o.To, saves the plan and runs it.
 func Apply(ctx context.Context, c *cluster.Cluster, o Options) (*plan.Plan, error) {
-	if err := requireNoActivePlan(c.Plans()); err != nil {
+	if _, err := plan.Admit(c.Plans(), admitUpgrade); err != nil {
 		return nil, err
 	}
 	p, err := NewPlan(ctx, c, o)
@@ -50,18 +49,8 @@ func preflightFirstHop(ctx context.Context, c *cluster.Cluster, p *plan.Plan) er
 // interrupted) is superseded: it is marked aborted first.
 func Rollback(ctx context.Context, c *cluster.Cluster, o Options) (*plan.Plan, error) {
 	store := c.Plans()
-	if store.Locked() {
-		return nil, plan.ErrLocked
-	}
-	latest, err := store.Latest()
-	if err != nil {
+	if _, err := plan.Admit(store, admitRollback); err != nil {
 		return nil, err
-	}
-	if (latest.Kind == plan.KindCARotation || latest.Kind == plan.KindCertsTakeOver) && latest.Active() {
-		return nil, fmt.Errorf("%s plan %s is %s: `steward plan resume` finishes it, `steward plan abort` stops it", latest.Kind, latest.ID, latest.State)
-	}
-	if latest.Kind == plan.KindRollback && latest.Active() {
-		return nil, fmt.Errorf("rollback %s is %s: `steward plan resume` finishes it", latest.ID, latest.State)
 	}
 	p, up, err := NewRollback(ctx, c, o)
 	if err != nil {
@@ -77,21 +66,6 @@ func Rollback(ctx context.Context, c *cluster.Cluster, o Options) (*plan.Plan, e
 		}
 	}
 	return p, start(ctx, c, p)
-}
-
-// Resume runs the latest plan from its first step that is not done.
-func Resume(ctx context.Context, c *cluster.Cluster) (*plan.Plan, error) {
-	p, err := c.Plans().Latest()
-	if err != nil {
-		return nil, err
-	}
-	if !p.Active() {
-		return p, fmt.Errorf("plan %s is %s: nothing to resume", p.ID, p.State)
-	}
-	if p.Kind != plan.KindUpgrade && p.Kind != plan.KindRollback {
-		return p, fmt.Errorf("plan %s is a %s plan, not an upgrade or rollback", p.ID, p.Kind)
-	}
-	return p, run(ctx, c, p.ID)
 }
 
 // Abort stops the latest plan: at once when no process runs it, else after
@@ -143,24 +117,26 @@ func markRolledBack(store *plan.Store, id string) error {
 	return store.Save(p)
 }
 
-func requireNoActivePlan(store *plan.Store) error {
-	if store.Locked() {
-		return plan.ErrLocked
+// admitUpgrade admits an upgrade plan: no plan open, whatever its kind.
+var admitUpgrade = plan.Admission{Refuse: func(p *plan.Plan) error {
+	cur := p.Current()
+	where := ""
+	if cur != nil {
+		where = fmt.Sprintf(" at step %d (%s)", cur.Index, cur.Description)
 	}
-	p, err := store.Latest()
-	if errors.Is(err, plan.ErrNoPlan) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if p.Active() {
-		cur := p.Current()
-		where := ""
-		if cur != nil {
-			where = fmt.Sprintf(" at step %d (%s)", cur.Index, cur.Description)
-		}
-		return fmt.Errorf("%s plan %s is %s%s: `steward plan resume` finishes it, `steward plan abort` stops it, `steward rollback` undoes it", p.Kind, p.ID, p.State, where)
+	return plan.Refusef(p, "%s plan %s is %s%s: `steward plan resume` finishes it, `steward plan abort` stops it, `steward rollback` undoes it", p.Kind, p.ID, p.State, where)
+}}
+
+// admitRollback admits a rollback plan: there is a plan, and no CA
+// rotation, certificate take-over or rollback is open. An open upgrade is
+// superseded by the rollback; the adoptions are not waited for (as before
+// the registry; NewRollback judges what there is to roll back).
+var admitRollback = plan.Admission{NeedPlan: true, Refuse: func(p *plan.Plan) error {
+	switch p.Kind {
+	case plan.KindCARotation, plan.KindCertsTakeOver:
+		return plan.OpenRefusal(p)
+	case plan.KindRollback:
+		return plan.Refusef(p, "rollback %s is %s: `steward plan resume` finishes it", p.ID, p.State)
 	}
 	return nil
-}
+}}

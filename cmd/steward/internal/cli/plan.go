@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/plan"
 )
 
@@ -31,10 +32,16 @@ func PlanRefusalHint(err, kind error, hint string) error {
 	return Hint(err, kind, hint)
 }
 
-// PrintPlan writes a plan as a table of steps, or as JSON or YAML.
+// PrintPlan writes a plan as a table of steps, or as JSON or YAML. The
+// table's first line is the summary its kind gives (cluster.PlanKinds); a
+// plan of a kind no package registered is an error.
 func (g *Globals) PrintPlan(w io.Writer, p *plan.Plan) error {
+	summary, err := cluster.PlanKinds.Show(p)
+	if err != nil {
+		return err
+	}
 	if g.Output == "table" || g.Output == "" {
-		fmt.Fprintf(w, "plan %s: %s %s -> %s, strategy %s, %s\n", p.ID, p.Kind, p.From, p.To, p.Strategy, p.State)
+		fmt.Fprintf(w, "plan %s: %s\n", p.ID, summary)
 		if p.Error != "" {
 			fmt.Fprintf(w, "error: %s\n", p.Error)
 		}

@@ -8,8 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
-	"github.com/etcd-steward/steward/pkg/adopt"
-	"github.com/etcd-steward/steward/pkg/carotate"
+	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/upgrade"
 )
@@ -42,40 +41,33 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			// An adopt plan runs on an attached cluster, which refuses the
-			// other plans until every member is adopted.
-			if p, err := c.Plans().Latest(); err == nil && (p.Kind == plan.KindAdopt || p.Kind == plan.KindAdoptUndo) {
-				if !p.Active() {
-					return fmt.Errorf("plan %s is %s: nothing to resume", p.ID, p.State)
+			p, err := c.Plans().Latest()
+			if err != nil {
+				// No plan (or none readable): the cluster's own refusal
+				// first, as for a plan that runs on it.
+				if _, cerr := g.ClusterWithAgent(cmd); cerr != nil {
+					return cerr
+				}
+				return err
+			}
+			k, err := cluster.PlanKinds.For(p)
+			if err != nil {
+				return err
+			}
+			if k.Attached {
+				// A plan that runs on an attached cluster, which refuses
+				// ClusterWithAgent until every member is adopted: only this
+				// machine's agent.
+				if _, err := cluster.PlanKinds.Resumable(p); err != nil {
+					return err
 				}
 				if _, err := c.EnsureLocalAgent(cmd.Context(), ""); err != nil {
 					return fmt.Errorf("this machine's agent is not running and could not be started: %w (run it in the foreground with `steward agent --dir %s` to see why)", err, c.Dir)
 				}
-				return cli.PlanHint(adopt.Run(cmd.Context(), c, p.ID))
-			}
-			if c, err = g.ClusterWithAgent(cmd); err != nil {
+			} else if c, err = g.ClusterWithAgent(cmd); err != nil {
 				return err
 			}
-			if p, err := c.Plans().Latest(); err == nil && p.Kind == plan.KindCertsTakeOver {
-				if !p.Active() {
-					return fmt.Errorf("plan %s is %s: nothing to resume", p.ID, p.State)
-				}
-				return cli.PlanHint(adopt.RunTakeOver(cmd.Context(), c, p.ID))
-			}
-			if p, err := c.Plans().Latest(); err == nil && p.Kind == plan.KindCARotation {
-				if !p.Active() {
-					return fmt.Errorf("plan %s is %s: nothing to resume", p.ID, p.State)
-				}
-				return cli.PlanHint(carotate.Run(cmd.Context(), c, p.ID))
-			}
-			if p, err := c.Plans().Latest(); err == nil && p.Kind == plan.KindCARotationRollback {
-				if !p.Active() {
-					return fmt.Errorf("plan %s is %s: nothing to resume", p.ID, p.State)
-				}
-				return cli.PlanHint(carotate.RunRollback(cmd.Context(), c, p.ID))
-			}
-			_, err = upgrade.Resume(cmd.Context(), c)
-			return cli.PlanHint(err)
+			return cli.PlanHint(cluster.PlanKinds.Resume(cmd.Context(), c, p))
 		},
 	}
 	abort := &cobra.Command{

@@ -7,14 +7,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
-	"github.com/etcd-steward/steward/pkg/carotate"
+	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/upgrade"
 )
 
 // NewCommand returns the rollback command.
 func NewCommand(g *cli.Globals) *cobra.Command {
-	var o upgrade.Options
+	var o plan.UndoOptions
 	cmd := &cobra.Command{
 		Use:   "rollback",
 		Short: "Return the cluster to the etcd version it had before the last upgrade plan, or to its CA before a CA rotation that did not finish, as a plan of its own",
@@ -31,13 +31,18 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			// The latest plan a CA rotation that has not finished (or the
-			// rollback of one): its way back, not an upgrade's.
-			if p, err := c.Plans().Latest(); err == nil && caRollback(p) {
-				_, err = carotate.Rollback(cmd.Context(), c)
-				return cli.PlanHint(err)
+			// What rolls back the latest plan is its kind's to say (a CA
+			// rotation that did not finish: its rollback; else the last
+			// upgrade's).
+			latest, err := c.Plans().Latest()
+			if err != nil {
+				latest = nil // no plan: the default's refusal says so
 			}
-			_, err = upgrade.Rollback(cmd.Context(), c, o)
+			k, err := cluster.PlanKinds.UndoFor(latest)
+			if err != nil {
+				return err
+			}
+			_, err = k.Rollback(cmd.Context(), c, o)
 			return rollbackHint(err)
 		},
 	}
@@ -53,19 +58,4 @@ func rollbackHint(err error) error {
 	err = cli.PlanRefusalHint(err, upgrade.ErrOverridableChecks, "use --force to skip the checks marked overridable")
 	err = cli.Hint(err, upgrade.ErrNoOnlineDowngrade, "roll back with --strategy restore")
 	return cli.PlanHint(err)
-}
-
-// caRollback reports whether `steward rollback` rolls back a CA rotation
-// for latest, the latest plan: one that did not finish, or a rollback of
-// one that did not (resumed or, aborted, planned again; carotate.Rollback
-// words the refusals). A finished rotation leaves
-// the command to upgrades.
-func caRollback(latest *plan.Plan) bool {
-	switch latest.Kind {
-	case plan.KindCARotation:
-		return latest.State != plan.Done && latest.State != plan.RolledBack
-	case plan.KindCARotationRollback:
-		return latest.State != plan.Done
-	}
-	return false
 }

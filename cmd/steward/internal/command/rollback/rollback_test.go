@@ -33,30 +33,48 @@ func TestRollbackHint(t *testing.T) {
 	}
 }
 
-// TestCARollback: `steward rollback` rolls back a CA rotation when the
+// TestUndoFor: `steward rollback` rolls back a CA rotation when the
 // latest plan is one that did not finish, or an unfinished rollback of one
-// (whose refusals carotate words); anything else is left to upgrades.
-func TestCARollback(t *testing.T) {
+// (whose refusals carotate words); anything else (no plan too) is left to
+// upgrades. The registry (cluster.PlanKinds) says so from each kind's
+// registration.
+func TestUndoFor(t *testing.T) {
 	for _, tc := range []struct {
 		kind  plan.Kind
 		state plan.State
-		want  bool
+		want  plan.Kind
 	}{
-		{plan.KindCARotation, plan.Aborted, true},
-		{plan.KindCARotation, plan.Failed, true},
-		{plan.KindCARotation, plan.Running, true},
-		{plan.KindCARotation, plan.Pending, true},
-		{plan.KindCARotation, plan.Done, false},
-		{plan.KindCARotation, plan.RolledBack, false},
-		{plan.KindCARotationRollback, plan.Failed, true},
-		{plan.KindCARotationRollback, plan.Running, true},
-		{plan.KindCARotationRollback, plan.Done, false},
-		{plan.KindCARotationRollback, plan.Aborted, true},
-		{plan.KindUpgrade, plan.Failed, false},
-		{plan.KindRollback, plan.Aborted, false},
+		{plan.KindCARotation, plan.Aborted, plan.KindCARotationRollback},
+		{plan.KindCARotation, plan.Failed, plan.KindCARotationRollback},
+		{plan.KindCARotation, plan.Running, plan.KindCARotationRollback},
+		{plan.KindCARotation, plan.Pending, plan.KindCARotationRollback},
+		{plan.KindCARotation, plan.Done, plan.KindRollback},
+		{plan.KindCARotation, plan.RolledBack, plan.KindRollback},
+		{plan.KindCARotationRollback, plan.Failed, plan.KindCARotationRollback},
+		{plan.KindCARotationRollback, plan.Running, plan.KindCARotationRollback},
+		{plan.KindCARotationRollback, plan.Done, plan.KindRollback},
+		{plan.KindCARotationRollback, plan.Aborted, plan.KindCARotationRollback},
+		{plan.KindUpgrade, plan.Failed, plan.KindRollback},
+		{plan.KindUpgrade, plan.Done, plan.KindRollback},
+		{plan.KindRollback, plan.Aborted, plan.KindRollback},
+		{plan.KindAdopt, plan.Failed, plan.KindRollback},
+		{plan.KindAdoptUndo, plan.Done, plan.KindRollback},
+		{plan.KindCertsTakeOver, plan.Failed, plan.KindRollback},
 	} {
-		if got := caRollback(&plan.Plan{Kind: tc.kind, State: tc.state}); got != tc.want {
-			t.Errorf("caRollback(%s %s) = %v, want %v", tc.kind, tc.state, got, tc.want)
+		k, err := cluster.PlanKinds.UndoFor(&plan.Plan{ID: "p", Kind: tc.kind, State: tc.state})
+		if err != nil {
+			t.Errorf("UndoFor(%s %s): %v", tc.kind, tc.state, err)
+			continue
 		}
+		if k.Kind != tc.want {
+			t.Errorf("UndoFor(%s %s) = %s, want %s", tc.kind, tc.state, k.Kind, tc.want)
+		}
+	}
+	if k, err := cluster.PlanKinds.UndoFor(nil); err != nil || k.Kind != plan.KindRollback {
+		t.Errorf("UndoFor(no plan) = %v, %v; want the rollback of the last upgrade", k, err)
+	}
+	_, err := cluster.PlanKinds.UndoFor(&plan.Plan{ID: "p", Kind: "no-such-kind", State: plan.Failed})
+	if !errors.Is(err, plan.ErrUnknownKind) || !strings.Contains(err.Error(), "no-such-kind") {
+		t.Errorf("UndoFor(unknown kind) = %v, want an error naming it", err)
 	}
 }
