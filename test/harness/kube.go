@@ -51,8 +51,8 @@ type KubeAPIServer struct {
 
 	Bin        string // the kube-apiserver binary
 	Dir        string // temporary directory: keys, token file, certs, log, kubeconfig
-	Port       int    // secure port on 127.0.0.1
-	URL        string // https://127.0.0.1:PORT
+	Port       int    // secure port on the test's address (Env.Addr)
+	URL        string // https://ADDR:PORT
 	Token      string // admin bearer token (system:masters)
 	Kubeconfig string // kubeconfig for the admin token, written once ready
 	LogFile    string // the server's stdout and stderr, appended across restarts
@@ -113,12 +113,12 @@ func (e *Env) NewKubeAPIServer() *KubeAPIServer {
 	k.Kubeconfig = filepath.Join(dir, "kubeconfig")
 	tb.Cleanup(k.cleanup)
 
-	port, err := spec.FreePort("127.0.0.1")()
+	port, err := spec.FreePort(e.Addr)()
 	if err != nil {
 		tb.Fatal(err)
 	}
 	k.Port = port
-	k.URL = "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	k.URL = "https://" + net.JoinHostPort(e.Addr, strconv.Itoa(port))
 
 	// Service-account signing key (ECDSA P-256: ES256 tokens).
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -222,7 +222,7 @@ func (k *KubeAPIServer) Args() []string {
 	}
 	args := []string{
 		"--etcd-servers=" + strings.Join(servers, ","),
-		"--bind-address=127.0.0.1",
+		"--bind-address=" + k.e.Addr,
 		"--secure-port=" + strconv.Itoa(k.Port),
 		"--cert-dir=" + filepath.Join(k.Dir, "serving"),
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",

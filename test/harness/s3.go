@@ -36,11 +36,13 @@ func VersityGW(tb testing.TB) string {
 	return p
 }
 
-// StartS3 starts an S3 server with one bucket and a credentials file on
-// loopback; it stops when the test ends.
+// StartS3 starts an S3 server with one bucket and a credentials file on a
+// loopback address of its own; it stops when the test ends.
 func StartS3(tb testing.TB) *S3 {
 	tb.Helper()
-	return StartS3At(tb, "127.0.0.1")
+	// A loopback address of its own (LoopbackAddr), held until after
+	// the server stops (cleanups run last first).
+	return StartS3At(tb, LoopbackAddr(tb))
 }
 
 // StartS3At is StartS3 listening on host (for instance a Network's bridge
