@@ -48,7 +48,10 @@ type ForeignCluster struct {
 	CAFile, CertFile, KeyFile string
 	// CAKeyFile is the CA's private key (adopt may be given it).
 	CAKeyFile string
-	Members   []*ForeignMember
+	// Addr is the loopback address its members listen on
+	// (LoopbackAddr; a sibling shares it); its certificates cover it.
+	Addr    string
+	Members []*ForeignMember
 }
 
 // ForeignMember is one member of a ForeignCluster.
@@ -82,12 +85,13 @@ func (f *ForeignCluster) Endpoints() []string {
 }
 
 // StartForeignCluster starts an n-member etcd cluster of version v (from
-// the test store) on free loopback ports, with TLS on client and peer
+// the test store) on free ports of a loopback address of its own (Addr),
+// with TLS on client and peer
 // ports, and waits until every member serves a linearizable read.
 // Cleanup kills every member and removes the directory.
 func StartForeignCluster(tb testing.TB, version string, n int) *ForeignCluster {
 	tb.Helper()
-	return startForeign(tb, version, n, nil, false)
+	return startForeign(tb, version, n, nil, false, "")
 }
 
 // StartForeignClusterPeerNames is StartForeignCluster with a peer
@@ -96,7 +100,7 @@ func StartForeignCluster(tb testing.TB, version string, n int) *ForeignCluster {
 // peer certificates carry the node's name.
 func StartForeignClusterPeerNames(tb testing.TB, version string, n int) *ForeignCluster {
 	tb.Helper()
-	return startForeign(tb, version, n, nil, true)
+	return startForeign(tb, version, n, nil, true, "")
 }
 
 // StartSibling starts another n-member cluster of f's version that shares
@@ -107,11 +111,14 @@ func (f *ForeignCluster) StartSibling(n int) *ForeignCluster {
 	f.TB.Helper()
 	p := ForeignPKI{CA: f.CAFile, CAKey: f.CAKeyFile, ClientCert: f.CertFile, ClientKey: f.KeyFile,
 		ServerCert: filepath.Join(f.Dir, "pki", "server.pem"), ServerKey: filepath.Join(f.Dir, "pki", "server-key.pem")}
-	return startForeign(f.TB, f.Version, n, &p, false)
+	return startForeign(f.TB, f.Version, n, &p, false, f.Addr)
 }
 
-func startForeign(tb testing.TB, version string, n int, shared *ForeignPKI, ownPeer bool) *ForeignCluster {
+func startForeign(tb testing.TB, version string, n int, shared *ForeignPKI, ownPeer bool, addr string) *ForeignCluster {
 	tb.Helper()
+	if addr == "" {
+		addr = LoopbackAddr(tb)
+	}
 	bin := filepath.Join(Store(tb), "etcd-v"+version, "etcd")
 	if _, err := os.Stat(bin); err != nil {
 		tb.Fatalf("etcd %s is not in the test store: %v", version, err)
@@ -120,7 +127,7 @@ func startForeign(tb testing.TB, version string, n int, shared *ForeignPKI, ownP
 	if err != nil {
 		tb.Fatal(err)
 	}
-	f := &ForeignCluster{TB: tb, Dir: dir, Version: version, Token: "foreign-" + strconv.Itoa(os.Getpid()) + "-" + filepath.Base(dir)}
+	f := &ForeignCluster{TB: tb, Dir: dir, Version: version, Token: "foreign-" + strconv.Itoa(os.Getpid()) + "-" + filepath.Base(dir), Addr: addr}
 	tb.Cleanup(func() {
 		for _, m := range f.Members {
 			m.Kill()
@@ -134,20 +141,20 @@ func startForeign(tb testing.TB, version string, n int, shared *ForeignPKI, ownP
 	var certs ForeignPKI
 	if shared != nil {
 		certs = *shared
-	} else if certs, err = WriteForeignPKI(filepath.Join(dir, "pki"), "foreign-client"); err != nil {
+	} else if certs, err = WriteForeignPKI(filepath.Join(dir, "pki"), "foreign-client", addr); err != nil {
 		tb.Fatal(err)
 	}
 	f.CAFile, f.CertFile, f.KeyFile, f.CAKeyFile = certs.CA, certs.ClientCert, certs.ClientKey, certs.CAKey
 
-	ports := FreePorts(tb, 2*n)
+	ports := freePorts(tb, addr, 2*n)
 	var initial []string
 	for i := 1; i <= n; i++ {
 		cp, pp := ports[2*i-2], ports[2*i-1]
 		name := fmt.Sprintf("infra%d", i)
 		m := &ForeignMember{
 			Name:      name,
-			ClientURL: "https://127.0.0.1:" + strconv.Itoa(cp),
-			PeerURL:   "https://127.0.0.1:" + strconv.Itoa(pp),
+			ClientURL: "https://" + net.JoinHostPort(addr, strconv.Itoa(cp)),
+			PeerURL:   "https://" + net.JoinHostPort(addr, strconv.Itoa(pp)),
 			DataDir:   filepath.Join(dir, name, "data"),
 			LogFile:   filepath.Join(dir, name, "etcd.log"),
 		}
@@ -161,7 +168,7 @@ func startForeign(tb testing.TB, version string, n int, shared *ForeignPKI, ownP
 		peerCert, peerKey := certs.ServerCert, certs.ServerKey
 		if ownPeer {
 			peerCert, peerKey = filepath.Join(dir, "pki", m.Name+"-peer.pem"), filepath.Join(dir, "pki", m.Name+"-peer-key.pem")
-			if err := writeForeignPeer(certs, m.Name, peerCert, peerKey); err != nil {
+			if err := writeForeignPeer(certs, m.Name, peerCert, peerKey, addr); err != nil {
 				tb.Fatal(err)
 			}
 		}
@@ -317,11 +324,11 @@ type ForeignPKI struct {
 }
 
 // WriteForeignPKI writes into dir a CA of its own (ECDSA P-256, Go's
-// crypto only), a server certificate for 127.0.0.1 and localhost (server
+// crypto only), a server certificate for 127.0.0.1, localhost and addrs (server
 // and client usage: members use it on client and peer ports) and a client
 // certificate of common name cn, keys 0600. Tests use a second call to
 // make a certificate the cluster does not trust.
-func WriteForeignPKI(dir, cn string) (ForeignPKI, error) {
+func WriteForeignPKI(dir, cn string, addrs ...string) (ForeignPKI, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return ForeignPKI{}, err
 	}
@@ -375,7 +382,7 @@ func WriteForeignPKI(dir, cn string) (ForeignPKI, error) {
 		return writeKey(keyFile, k)
 	}
 	if err := leaf(2, "etcd-server", []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		[]net.IP{net.ParseIP("127.0.0.1"), net.IPv6loopback}, []string{"localhost"}, p.ServerCert, p.ServerKey); err != nil {
+		loopbackIPs(addrs...), []string{"localhost"}, p.ServerCert, p.ServerKey); err != nil {
 		return p, err
 	}
 	if err := leaf(3, cn, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, nil, nil, p.ClientCert, p.ClientKey); err != nil {
@@ -384,9 +391,20 @@ func WriteForeignPKI(dir, cn string) (ForeignPKI, error) {
 	return p, nil
 }
 
+// loopbackIPs is 127.0.0.1, ::1 and addrs, for a certificate's IP
+// addresses.
+func loopbackIPs(addrs ...string) []net.IP {
+	ips := []net.IP{net.ParseIP("127.0.0.1"), net.IPv6loopback}
+	for _, a := range addrs {
+		ips = append(ips, net.ParseIP(a))
+	}
+	return ips
+}
+
 // writeForeignPeer writes a peer certificate of common name cn for
-// 127.0.0.1 (server and client usage), signed by p's CA, and its key.
-func writeForeignPeer(p ForeignPKI, cn, certFile, keyFile string) error {
+// 127.0.0.1 and addr (server and client usage), signed by p's CA, and its
+// key.
+func writeForeignPeer(p ForeignPKI, cn, certFile, keyFile, addr string) error {
 	caPEM, err := os.ReadFile(p.CA)
 	if err != nil {
 		return err
@@ -422,7 +440,7 @@ func writeForeignPeer(p ForeignPKI, cn, certFile, keyFile string) error {
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(365 * 24 * time.Hour),
 		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.IPv6loopback}, DNSNames: []string{"localhost", cn},
+		IPAddresses: loopbackIPs(addr), DNSNames: []string{"localhost", cn},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, t, caCert, &k.PublicKey, caKey)
 	if err != nil {
