@@ -86,8 +86,8 @@ func (f *ForeignCluster) Endpoints() []string {
 
 // StartForeignCluster starts an n-member etcd cluster of version v (from
 // the test store) on free ports of a loopback address of its own (Addr),
-// with TLS on client and peer
-// ports, and waits until every member serves a linearizable read.
+// with TLS on client and peer ports, and waits until every member serves a
+// linearizable read.
 // Cleanup kills every member and removes the directory.
 func StartForeignCluster(tb testing.TB, version string, n int) *ForeignCluster {
 	tb.Helper()
