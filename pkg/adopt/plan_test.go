@@ -8,6 +8,7 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -60,7 +61,7 @@ func TestNewPlanRefusals(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := NewPlan(t.Context(), tc.c, tc.run, time.Now())
-			var r *cluster.Refusal
+			var r *refusal.Refusal
 			if p != nil || !errors.As(err, &r) || !errors.Is(err, tc.kind) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("NewPlan = %v, %v; want a refusal of kind %v containing %q", p, err, tc.kind, tc.want)
 			}

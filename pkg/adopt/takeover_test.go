@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -130,7 +131,7 @@ func TestTakeOverCheckRefusals(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ca, _, err := TakeOverCheck(t.Context(), tc.c, tc.o, time.Now())
-			var r *cluster.Refusal
+			var r *refusal.Refusal
 			if ca != nil || !errors.As(err, &r) || !errors.Is(err, tc.kind) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("TakeOverCheck = %v; want a refusal of kind %v containing %q", err, tc.kind, tc.want)
 			}

@@ -15,6 +15,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -46,10 +47,10 @@ func NewUndoPlan(c *cluster.Cluster, name string, now time.Time) (*plan.Plan, er
 		}
 	}
 	if of == nil {
-		return nil, cluster.Refuse(ErrNoAdoption, "no adopt plan of member %s in %s: there is nothing to give back", name, c.Dir)
+		return nil, refusal.New(ErrNoAdoption, "no adopt plan of member %s in %s: there is nothing to give back", name, c.Dir)
 	}
 	if of.State == plan.RolledBack {
-		return nil, cluster.Refuse(ErrNoAdoption, "the adoption of %s (plan %s) was undone already", name, of.ID)
+		return nil, refusal.New(ErrNoAdoption, "the adoption of %s (plan %s) was undone already", name, of.ID)
 	}
 	if of.Active() {
 		if store.Locked() {

@@ -24,6 +24,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/join"
 	"github.com/etcd-steward/steward/pkg/progress"
+	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -51,12 +52,12 @@ var ErrNewClusterOnly = errors.New("the option applies only to a new cluster")
 // OptionError is ErrNewClusterOnly for one UpOptions field, named by
 // Option; a command matches it (errors.As) to name its flag.
 type OptionError struct {
-	cluster.Refusal
+	refusal.Refusal
 	Option string
 }
 
 func newClusterOnly(option, format string, args ...any) error {
-	return &OptionError{Refusal: cluster.Refusal{Kind: ErrNewClusterOnly, Msg: fmt.Sprintf(format, args...)}, Option: option}
+	return &OptionError{Refusal: refusal.Refusal{Kind: ErrNewClusterOnly, Msg: fmt.Sprintf(format, args...)}, Option: option}
 }
 
 // AgentDownError: the agent of a member on another host does not answer;

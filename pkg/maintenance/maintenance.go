@@ -14,6 +14,7 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/progress"
+	"github.com/etcd-steward/steward/pkg/refusal"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -186,7 +187,7 @@ func Disarm(ctx context.Context, c *cluster.Cluster, o DisarmOptions) ([]Alarm, 
 		switch a.Alarm {
 		case pb.AlarmType_CORRUPT.String():
 			if !o.Force {
-				return nil, cluster.Refuse(ErrCorrupt, "member %s (%s) has a CORRUPT alarm: its data diverged from the others; replace it with `steward member replace %s`", a.MemberName, a.MemberID, a.MemberName)
+				return nil, refusal.New(ErrCorrupt, "member %s (%s) has a CORRUPT alarm: its data diverged from the others; replace it with `steward member replace %s`", a.MemberName, a.MemberID, a.MemberName)
 			}
 		case pb.AlarmType_NOSPACE.String():
 			nospace = true

@@ -19,6 +19,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/datadir"
 	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -407,7 +408,7 @@ func Remove(ctx context.Context, c *cluster.Cluster, name string, o RemoveOption
 		return err
 	}
 	if len(c.Spec.Members) == 1 {
-		return cluster.Refuse(ErrLastMember, "refusing to remove %s: it is the last member of the cluster", name)
+		return refusal.New(ErrLastMember, "refusing to remove %s: it is the last member of the cluster", name)
 	}
 	st, err := c.Status(ctx)
 	if err != nil {
@@ -420,7 +421,7 @@ func Remove(ctx context.Context, c *cluster.Cluster, name string, o RemoveOption
 		remaining--
 	}
 	if need := remaining/2 + 1; healthyOthers < need && !o.Force {
-		return cluster.Refuse(ErrQuorumAtRisk, "refusing to remove %s: the %d remaining voting members would need %d healthy for quorum but only %d are healthy (%s); fix them first",
+		return refusal.New(ErrQuorumAtRisk, "refusing to remove %s: the %d remaining voting members would need %d healthy for quorum but only %d are healthy (%s); fix them first",
 			name, remaining, need, healthyOthers, st.Unhealthy())
 	}
 	cli, err := clientExcluding(c, name)
@@ -688,7 +689,7 @@ func Stop(ctx context.Context, c *cluster.Cluster, name string, force bool) erro
 		t, _ := st.Member(name)
 		quorum := st.Cluster.VotingMembers/2 + 1
 		if h := st.HealthyVoters(); t.Healthy && t.Role != "learner" && h-1 < quorum {
-			return cluster.Refuse(ErrQuorumAtRisk, "refusing to stop %s: %d of %d voting members would stay healthy and quorum needs %d; the cluster would stop serving",
+			return refusal.New(ErrQuorumAtRisk, "refusing to stop %s: %d of %d voting members would stay healthy and quorum needs %d; the cluster would stop serving",
 				name, h-1, st.Cluster.VotingMembers, quorum)
 		}
 		// Stopping the leader leaves proposals waiting for an election
@@ -802,14 +803,14 @@ func requireNoDowngrade(st *cluster.Status, latest *plan.Plan, what string) erro
 			continue
 		}
 		if open != nil {
-			return cluster.Refuse(ErrDowngradeInProgress, "refusing to %s: etcd's downgrade to %s is enabled (%s says so), and etcd lets no member join until it ends; finish plan %s (`steward plan resume`) first",
+			return refusal.New(ErrDowngradeInProgress, "refusing to %s: etcd's downgrade to %s is enabled (%s says so), and etcd lets no member join until it ends; finish plan %s (`steward plan resume`) first",
 				what, m.DowngradeTarget, m.Name, latest.ID)
 		}
-		return cluster.Refuse(ErrDowngradeInProgress, "refusing to %s: etcd's downgrade to %s is enabled (%s says so) by no open Steward plan, and etcd lets no member join until it ends; end it with `etcdctl downgrade cancel` (or finish the downgrade) first",
+		return refusal.New(ErrDowngradeInProgress, "refusing to %s: etcd's downgrade to %s is enabled (%s says so) by no open Steward plan, and etcd lets no member join until it ends; end it with `etcdctl downgrade cancel` (or finish the downgrade) first",
 			what, m.DowngradeTarget, m.Name)
 	}
 	if open != nil {
-		return cluster.Refuse(ErrDowngradeInProgress, "refusing to %s: plan %s enabled etcd's downgrade to %s and has not ended it yet, and etcd lets no member join until it ends; finish the plan (`steward plan resume`) first",
+		return refusal.New(ErrDowngradeInProgress, "refusing to %s: plan %s enabled etcd's downgrade to %s and has not ended it yet, and etcd lets no member join until it ends; finish the plan (`steward plan resume`) first",
 			what, latest.ID, open.Version)
 	}
 	return nil

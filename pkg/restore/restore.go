@@ -14,6 +14,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/datadir"
+	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -88,7 +89,7 @@ var (
 // GapError refuses a restore past a gap in the delta chain; End is the
 // last revision before the gap, the newest one a restore can reach.
 type GapError struct {
-	cluster.Refusal
+	refusal.Refusal
 	End int64
 }
 
@@ -197,7 +198,7 @@ func prepare(ctx context.Context, c *cluster.Cluster, o Options, targets []spec.
 		}
 	}
 	if len(occupied) > 0 && !o.Force {
-		return prepared{full: full}, cluster.Refuse(ErrDataDirsHoldData, "refusing to restore: data dirs hold data: %v", occupied)
+		return prepared{full: full}, refusal.New(ErrDataDirsHoldData, "refusing to restore: data dirs hold data: %v", occupied)
 	}
 	p, err := src.fetch(ctx, filepath.Join(dir, "snapshot.db"))
 	if err != nil {
@@ -390,7 +391,7 @@ func pickChain(listing backup.Listing, store string, o Options) (backup.Manifest
 		return full, chain, fmt.Errorf("revision %d is outside the backed-up range: backups from %s reach revision %d", o.ToRevision, full.ID, chain.End)
 	}
 	if len(chain.GapAfter) > 0 && (o.ToRevision == 0 || o.ToRevision > chain.End) && o.ToTime.IsZero() {
-		return full, chain, &GapError{Refusal: cluster.Refusal{Kind: ErrChainGap, Msg: fmt.Sprintf("the delta chain after %s has a gap: revisions %d to %d are missing, and %d delta segments after the gap would be lost",
+		return full, chain, &GapError{Refusal: refusal.Refusal{Kind: ErrChainGap, Msg: fmt.Sprintf("the delta chain after %s has a gap: revisions %d to %d are missing, and %d delta segments after the gap would be lost",
 			full.ID, chain.End+1, chain.GapAfter[0].StartRevision-1, len(chain.GapAfter))}, End: chain.End}
 	}
 	return full, chain, nil

@@ -22,6 +22,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/membership"
 	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/refusal"
 )
 
 // Strategies.
@@ -286,7 +287,7 @@ func checkStrategy(strategy string, members int, hops []catalogue.Hop, base stri
 	case StrategyRolling:
 		for _, h := range hops {
 			if h.Kind == catalogue.Downgrade && !h.Online {
-				return cluster.Refuse(ErrNoOnlineDowngrade, "etcd %s has no online downgrade to %s: the rolling strategy cannot go back there, a restore can",
+				return refusal.New(ErrNoOnlineDowngrade, "etcd %s has no online downgrade to %s: the rolling strategy cannot go back there, a restore can",
 					minorOf(h.From), minorOf(h.To))
 			}
 		}

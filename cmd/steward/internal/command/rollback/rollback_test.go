@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/upgrade"
 )
 
@@ -17,8 +17,8 @@ func TestRollbackHint(t *testing.T) {
 		err  error
 		want string
 	}{
-		{cluster.Refuse(upgrade.ErrOverridableChecks, "pre-flight checks failed"), "pre-flight checks failed; use --force to skip the checks marked overridable"},
-		{cluster.Refuse(upgrade.ErrNoOnlineDowngrade, "etcd 3.5 has no online downgrade to 3.4"), "etcd 3.5 has no online downgrade to 3.4; roll back with --strategy restore"},
+		{refusal.New(upgrade.ErrOverridableChecks, "pre-flight checks failed"), "pre-flight checks failed; use --force to skip the checks marked overridable"},
+		{refusal.New(upgrade.ErrNoOnlineDowngrade, "etcd 3.5 has no online downgrade to 3.4"), "etcd 3.5 has no online downgrade to 3.4; roll back with --strategy restore"},
 	} {
 		got := rollbackHint(tc.err)
 		if got.Error() != tc.want {

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/etcd-steward/steward/pkg/bootstrap"
-	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -15,7 +15,7 @@ import (
 // starts it; every chain is kept.
 func TestUpHint(t *testing.T) {
 	option := func(name, msg string) error {
-		return &bootstrap.OptionError{Refusal: cluster.Refusal{Kind: bootstrap.ErrNewClusterOnly, Msg: msg}, Option: name}
+		return &bootstrap.OptionError{Refusal: refusal.Refusal{Kind: bootstrap.ErrNewClusterOnly, Msg: msg}, Option: name}
 	}
 	down := &bootstrap.AgentDownError{Member: "etcd-4", Agent: "host2", Address: "unix:///d/run/agent-host2.sock", Err: errors.New("connection refused")}
 	for _, tc := range []struct {
