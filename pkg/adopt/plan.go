@@ -195,7 +195,7 @@ func Apply(ctx context.Context, c *cluster.Cluster, run MemberRun) (*plan.Plan, 
 	if err != nil {
 		return nil, err
 	}
-	if err := store.Save(p); err != nil {
+	if err := store.Save(ctx, p); err != nil {
 		return nil, err
 	}
 	return p, Run(ctx, c, p.ID)
@@ -254,7 +254,7 @@ func (e *Executor) Execute(ctx context.Context, p *plan.Plan, s *plan.Step) erro
 		}
 		return e.stopOld(ctx, p, run)
 	case StepRecord:
-		return e.record(run)
+		return e.record(ctx, run)
 	case StepStart:
 		return e.start(ctx, run.Name)
 	}
@@ -372,7 +372,7 @@ func runsMember(pid int, run MemberRun) bool {
 
 // record writes the member into the spec as run by this machine's agent,
 // with the configuration it ran with.
-func (e *Executor) record(run MemberRun) error {
+func (e *Executor) record(ctx context.Context, run MemberRun) error {
 	c := e.C
 	cfg, err := run.MemberConfig()
 	if err != nil {
@@ -401,7 +401,7 @@ func (e *Executor) record(run MemberRun) error {
 			PeerAllowedCN: t.PeerAllowedCN}
 	}
 	m.Adopted = a
-	return c.SaveSpec(next)
+	return c.SaveSpec(ctx, next)
 }
 
 // start hands the member to its agent and waits until it is healthy and

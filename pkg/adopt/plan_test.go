@@ -73,18 +73,18 @@ func TestNewPlanRefusals(t *testing.T) {
 // undo, and one undone already is not undone twice.
 func TestNewUndoPlanRefusals(t *testing.T) {
 	c := &cluster.Cluster{Dir: t.TempDir(), Spec: &spec.Cluster{Name: "kube"}}
-	if _, err := NewUndoPlan(c, "m1", time.Now()); !errors.Is(err, ErrNoAdoption) || !strings.Contains(err.Error(), "no adopt plan of member m1") {
+	if _, err := NewUndoPlan(t.Context(), c, "m1", time.Now()); !errors.Is(err, ErrNoAdoption) || !strings.Contains(err.Error(), "no adopt plan of member m1") {
 		t.Errorf("undo without any plan: %v", err)
 	}
 	done := &plan.Plan{ID: "adopt-1", Kind: plan.KindAdopt, State: plan.RolledBack, CreatedAt: time.Now(),
 		Steps: []plan.Step{{Kind: StepCheck, Member: "m1", State: plan.Done}}}
-	if err := c.Plans().Save(done); err != nil {
+	if err := c.Plans().Save(t.Context(), done); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewUndoPlan(c, "m2", time.Now()); !errors.Is(err, ErrNoAdoption) {
+	if _, err := NewUndoPlan(t.Context(), c, "m2", time.Now()); !errors.Is(err, ErrNoAdoption) {
 		t.Errorf("undo of a member no plan adopted: %v", err)
 	}
-	if _, err := NewUndoPlan(c, "m1", time.Now()); !errors.Is(err, ErrNoAdoption) || !strings.Contains(err.Error(), "undone already") {
+	if _, err := NewUndoPlan(t.Context(), c, "m1", time.Now()); !errors.Is(err, ErrNoAdoption) || !strings.Contains(err.Error(), "undone already") {
 		t.Errorf("undo of an adoption undone already: %v", err)
 	}
 }

@@ -233,7 +233,7 @@ func TakeOver(ctx context.Context, c *cluster.Cluster, o TakeOverOptions) (*plan
 	}
 	p.Steps = append(p.Steps, plan.Step{Index: len(p.Steps), Kind: StepTakeOverRecord, State: plan.Pending,
 		Description: "drop the operator's certificate files from the spec: Steward issues and renews the certificates from now on"})
-	if err := store.Save(p); err != nil {
+	if err := store.Save(ctx, p); err != nil {
 		return nil, err
 	}
 	return p, RunTakeOver(ctx, c, p.ID)
@@ -314,7 +314,7 @@ func (e *TakeOverExecutor) switchMember(ctx context.Context, name string) error 
 		next := c.Spec.Clone()
 		nm, _ := next.Member(name)
 		nm.Adopted.TLS = want
-		if err := c.SaveSpec(next); err != nil {
+		if err := c.SaveSpec(ctx, next); err != nil {
 			return err
 		}
 		if m, err = c.Member(name); err != nil {
@@ -395,7 +395,7 @@ func (e *TakeOverExecutor) record(ctx context.Context) error {
 				next.Members[i].Adopted.TLS = nil
 			}
 		}
-		if err := c.SaveSpec(next); err != nil {
+		if err := c.SaveSpec(ctx, next); err != nil {
 			return err
 		}
 	}

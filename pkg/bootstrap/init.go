@@ -1,6 +1,7 @@
 package bootstrap
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -90,7 +91,7 @@ func Init(dir string, o InitOptions, say progress.Func) (*cluster.Cluster, []str
 // AddHost adds a host (one agent) to the spec and writes its join file. For
 // a host already in the spec at the same address it writes a new join file
 // (new certificates), for instance after the first one expired.
-func AddHost(c *cluster.Cluster, h spec.Host, port int, validity time.Duration) (string, error) {
+func AddHost(ctx context.Context, c *cluster.Cluster, h spec.Host, port int, validity time.Duration) (string, error) {
 	if c.Spec.TLS.Disabled {
 		return "", errors.New("hosts join over mutual TLS, and this cluster has TLS off")
 	}
@@ -115,7 +116,7 @@ func AddHost(c *cluster.Cluster, h spec.Host, port int, validity time.Duration) 
 	if err := writeJoin(c, a, validity); err != nil {
 		return "", err
 	}
-	if err := c.SaveSpec(s); err != nil {
+	if err := c.SaveSpec(ctx, s); err != nil {
 		// The host is not in the spec: its new join file goes too.
 		_ = os.Remove(JoinPath(c.Dir, h.Name))
 		return "", err

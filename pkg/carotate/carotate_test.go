@@ -110,7 +110,7 @@ func TestApplyRefusesWhileAPlanIsActive(t *testing.T) {
 	}
 	up := &plan.Plan{ID: "upgrade-1", Kind: plan.KindUpgrade, State: plan.Failed, CreatedAt: time.Now(),
 		Steps: []plan.Step{{Index: 0, Kind: "preflight", State: plan.Failed}}}
-	if err := c.Plans().Save(up); err != nil {
+	if err := c.Plans().Save(t.Context(), up); err != nil {
 		t.Fatal(err)
 	}
 	_, err = Apply(t.Context(), c)

@@ -141,11 +141,11 @@ func Rollback(ctx context.Context, c *cluster.Cluster) (*plan.Plan, error) {
 	}
 	if latest.Active() {
 		latest.State, latest.Error = plan.Aborted, "superseded by CA rotation rollback "+p.ID
-		if err := store.Save(latest); err != nil {
+		if err := store.Save(ctx, latest); err != nil {
 			return nil, err
 		}
 	}
-	if err := store.Save(p); err != nil {
+	if err := store.Save(ctx, p); err != nil {
 		return nil, err
 	}
 	return p, RunRollback(ctx, c, p.ID)
@@ -173,11 +173,11 @@ func RunRollback(ctx context.Context, c *cluster.Cluster, id string) error {
 			of.Steps[i].State = plan.RolledBack
 		}
 	}
-	if err := store.Save(of); err != nil {
+	if err := store.Save(ctx, of); err != nil {
 		return err
 	}
 	// Save made the rotation the latest plan; the rollback is.
-	return store.Save(p)
+	return store.Save(ctx, p)
 }
 
 // RollbackExecutor runs the steps of a CA rotation rollback plan.

@@ -181,13 +181,13 @@ func TestRollbackRefusalsChangeNothing(t *testing.T) {
 	}
 	check("with no plan", ErrNoRotationToRollBack, "there is no plan")
 	done := rotationAt(t, 99, plan.Pending, plan.Done)
-	if err := c.Plans().Save(done); err != nil {
+	if err := c.Plans().Save(t.Context(), done); err != nil {
 		t.Fatal(err)
 	}
 	check("of a rotation done", ErrRotationDone, done.ID)
 	running := rotationAt(t, 3, plan.Running, plan.Running)
 	running.ID += "-2"
-	if err := c.Plans().Save(running); err != nil {
+	if err := c.Plans().Save(t.Context(), running); err != nil {
 		t.Fatal(err)
 	}
 	lock, err := c.Plans().TryLock()
@@ -354,7 +354,7 @@ func TestRollbackAgainAfterAbort(t *testing.T) {
 		t.Fatal(err)
 	}
 	rot := rotationAt(t, 4, plan.Pending, plan.Aborted)
-	if err := c.Plans().Save(rot); err != nil {
+	if err := c.Plans().Save(t.Context(), rot); err != nil {
 		t.Fatal(err)
 	}
 	first, err := NewRollbackPlan(c, rot, time.Now())
@@ -366,7 +366,7 @@ func TestRollbackAgainAfterAbort(t *testing.T) {
 		t.Fatal(err)
 	}
 	first.Steps[0].State, first.State = plan.Done, plan.Aborted
-	if err := c.Plans().Save(first); err != nil {
+	if err := c.Plans().Save(t.Context(), first); err != nil {
 		t.Fatal(err)
 	}
 	p, err := Rollback(t.Context(), c)

@@ -177,7 +177,9 @@ func Add(ctx context.Context, c *cluster.Cluster, name string, o AddOptions) (er
 			return
 		}
 		c.Progress.Say("add failed; removing learner %s again", name)
-		uctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		// The undo runs even when ctx ended the add (Ctrl-C): a learner
+		// left behind blocks the next add, so it has 30 s of its own.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		var undo []string
 		if dataDir == "" {
@@ -200,7 +202,7 @@ func Add(ctx context.Context, c *cluster.Cluster, name string, o AddOptions) (er
 				c.Progress.Say("moved partial data dir to %s", aside)
 			}
 		}
-		if serr := c.SaveSpec(old); serr != nil {
+		if serr := c.SaveSpec(uctx, old); serr != nil {
 			undo = append(undo, "restore spec: "+serr.Error())
 		}
 		if len(undo) > 0 {
@@ -208,7 +210,7 @@ func Add(ctx context.Context, c *cluster.Cluster, name string, o AddOptions) (er
 		}
 	}()
 	next.Members[len(next.Members)-1].Bootstrap = &spec.Bootstrap{InitialCluster: initialClusterFrom(resp.Members, id, name)}
-	if err := c.SaveSpec(next); err != nil {
+	if err := c.SaveSpec(ctx, next); err != nil {
 		return err
 	}
 	nm, _ = c.Spec.Member(name)
@@ -472,7 +474,7 @@ func Remove(ctx context.Context, c *cluster.Cluster, name string, o RemoveOption
 			next.Members = append(next.Members, o)
 		}
 	}
-	if err := c.SaveSpec(next); err != nil {
+	if err := c.SaveSpec(ctx, next); err != nil {
 		return err
 	}
 	if c.OnOtherHost(m) {
@@ -642,7 +644,7 @@ func rejoin(ctx context.Context, c *cluster.Cluster, cli *clientv3.Client, ac *a
 	next := c.Spec.Clone()
 	nm, _ := next.Member(name)
 	nm.Bootstrap = &spec.Bootstrap{InitialCluster: initial}
-	if err := c.SaveSpec(next); err != nil {
+	if err := c.SaveSpec(ctx, next); err != nil {
 		return err
 	}
 	nm, _ = c.Spec.Member(name)

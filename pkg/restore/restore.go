@@ -312,7 +312,7 @@ func commit(ctx context.Context, c *cluster.Cluster, targets []spec.Member, stag
 			next.Members[i].Bootstrap = nil
 		}
 	}
-	return c.SaveSpec(next)
+	return c.SaveSpec(ctx, next)
 }
 
 // requireStopped fails when any member still runs.

@@ -72,7 +72,7 @@ func Rollback(ctx context.Context, c *cluster.Cluster, o Options) (*plan.Plan, e
 	}
 	if up.Active() {
 		up.State, up.Error = plan.Aborted, "superseded by rollback "+p.ID
-		if err := store.Save(up); err != nil {
+		if err := store.Save(ctx, up); err != nil {
 			return nil, err
 		}
 	}
@@ -96,16 +96,16 @@ func Resume(ctx context.Context, c *cluster.Cluster) (*plan.Plan, error) {
 
 // Abort stops the latest plan: at once when no process runs it, else after
 // the step in progress.
-func Abort(c *cluster.Cluster) (*plan.Plan, error) {
+func Abort(ctx context.Context, c *cluster.Cluster) (*plan.Plan, error) {
 	p, err := c.Plans().Latest()
 	if err != nil {
 		return nil, err
 	}
-	return plan.RequestAbort(c.Plans(), p.ID)
+	return plan.RequestAbort(ctx, c.Plans(), p.ID)
 }
 
 func start(ctx context.Context, c *cluster.Cluster, p *plan.Plan) error {
-	if err := c.Plans().Save(p); err != nil {
+	if err := c.Plans().Save(ctx, p); err != nil {
 		return err
 	}
 	return run(ctx, c, p.ID)
@@ -117,11 +117,11 @@ func run(ctx context.Context, c *cluster.Cluster, id string) error {
 	if err != nil {
 		return err
 	}
-	return markRolledBack(c.Plans(), id)
+	return markRolledBack(ctx, c.Plans(), id)
 }
 
 // markRolledBack marks the upgrade plan a finished rollback undid.
-func markRolledBack(store *plan.Store, id string) error {
+func markRolledBack(ctx context.Context, store *plan.Store, id string) error {
 	p, err := store.Get(id)
 	if err != nil || p.Kind != plan.KindRollback || p.State != plan.Done || p.Of == "" {
 		return err
@@ -136,11 +136,11 @@ func markRolledBack(store *plan.Store, id string) error {
 			up.Steps[i].State = plan.RolledBack
 		}
 	}
-	if err := store.Save(up); err != nil {
+	if err := store.Save(ctx, up); err != nil {
 		return err
 	}
 	// Save made the upgrade plan the latest; the rollback is the latest.
-	return store.Save(p)
+	return store.Save(ctx, p)
 }
 
 func requireNoActivePlan(store *plan.Store) error {
