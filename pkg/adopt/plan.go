@@ -187,7 +187,7 @@ func Apply(ctx context.Context, c *cluster.Cluster, run MemberRun) (*plan.Plan, 
 		return nil, plan.ErrLocked
 	}
 	if latest, err := store.Latest(); err == nil && latest.Active() {
-		return nil, fmt.Errorf("%s plan %s is %s: `steward plan resume` finishes it, `steward plan abort` stops it", latest.Kind, latest.ID, latest.State)
+		return nil, plan.RefuseActive(latest)
 	} else if err != nil && !errors.Is(err, plan.ErrNoPlan) {
 		return nil, err
 	}

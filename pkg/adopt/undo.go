@@ -95,7 +95,7 @@ func Undo(ctx context.Context, c *cluster.Cluster, name string) (*plan.Plan, err
 		return nil, plan.ErrLocked
 	}
 	if latest, err := store.Latest(); err == nil && latest.Active() && latest.Kind != plan.KindAdopt {
-		return nil, fmt.Errorf("%s plan %s is %s: `steward plan resume` finishes it, `steward plan abort` stops it", latest.Kind, latest.ID, latest.State)
+		return nil, plan.RefuseActive(latest)
 	}
 	p, err := NewUndoPlan(ctx, c, name, time.Now())
 	if err != nil {

@@ -54,7 +54,8 @@ type AttachOptions struct {
 
 // Refusals of Attach (refusal.Refusal kinds).
 var (
-	// ErrDirHoldsCluster: the Steward directory already holds a spec.
+	// ErrDirHoldsCluster: the Steward directory already holds a spec
+	// (Init refuses it too).
 	ErrDirHoldsCluster = errors.New("the Steward directory already holds a cluster")
 	// ErrMixedClusters: the endpoints answer with different cluster IDs.
 	ErrMixedClusters = errors.New("the endpoints belong to different clusters")

@@ -99,7 +99,7 @@ func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*clust
 			return nil, nil, err
 		}
 		if o.Members != 0 && o.Members != len(s.Members) {
-			return nil, nil, newClusterOnly("Members", "%s already describes %d members; the member count applies only to a new cluster (use `steward member add` or `remove`)", specPath, len(s.Members))
+			return nil, nil, newClusterOnly("Members", "%s already describes %d members; the member count applies only to a new cluster", specPath, len(s.Members))
 		}
 		if o.Version != "" {
 			if nv, err := binaries.NormalizeVersion(o.Version); err != nil || nv != s.Version {

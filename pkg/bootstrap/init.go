@@ -13,6 +13,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/join"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/progress"
+	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -35,12 +36,12 @@ func JoinPath(dir, host string) string { return filepath.Join(dir, "join", host+
 // Init writes a new multi-host cluster into the coordinator's directory:
 // the spec (members spread over the hosts), the CA and the admin client
 // certificate, and one join file per host. It refuses a directory that
-// already holds a spec, and writes the spec last, so a failed init leaves
+// already holds a spec (ErrDirHoldsCluster), and writes the spec last, so a failed init leaves
 // no cluster behind.
 func Init(dir string, o InitOptions, say progress.Func) (*cluster.Cluster, []string, error) {
 	specPath := filepath.Join(dir, spec.FileName)
 	if _, err := os.Stat(specPath); err == nil {
-		return nil, nil, fmt.Errorf("%s already exists: this directory holds a cluster (add hosts with `steward host add`, or init another --dir)", specPath)
+		return nil, nil, refusal.New(ErrDirHoldsCluster, "%s already exists: this directory holds a cluster", specPath)
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return nil, nil, err
 	}

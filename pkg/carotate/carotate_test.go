@@ -114,7 +114,7 @@ func TestApplyRefusesWhileAPlanIsActive(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = Apply(t.Context(), c)
-	if err == nil || !strings.Contains(err.Error(), "upgrade-1") || !strings.Contains(err.Error(), "steward plan resume") {
+	if ae, ok := errors.AsType[*plan.ActiveError](err); !ok || !ae.Abort || ae.Plan.ID != "upgrade-1" || err.Error() != "upgrade plan upgrade-1 is failed" {
 		t.Fatalf("Apply with a failed upgrade plan: %v", err)
 	}
 	if latest, err := c.Plans().Latest(); err != nil || latest.ID != "upgrade-1" {

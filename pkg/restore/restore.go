@@ -84,6 +84,9 @@ var (
 	// ErrSourceConflict: options that choose or read a backup from the
 	// store were given with a snapshot file to restore from.
 	ErrSourceConflict = errors.New("options for the backup store given with a snapshot file")
+	// ErrMembersRunning: a member still runs; the cluster must be stopped
+	// first (no option overrides it).
+	ErrMembersRunning = errors.New("members still run")
 )
 
 // GapError refuses a restore past a gap in the delta chain; End is the
@@ -315,7 +318,7 @@ func commit(ctx context.Context, c *cluster.Cluster, targets []spec.Member, stag
 	return c.SaveSpec(ctx, next)
 }
 
-// requireStopped fails when any member still runs.
+// requireStopped refuses (ErrMembersRunning) when any member still runs.
 func requireStopped(ctx context.Context, c *cluster.Cluster) error {
 	for _, a := range c.Spec.Agents {
 		ac, err := c.Agent(a.Name)
@@ -331,7 +334,7 @@ func requireStopped(ctx context.Context, c *cluster.Cluster) error {
 		}
 		for _, m := range ms {
 			if m.PID != 0 || m.State == agentapi.StateRunning || m.State == agentapi.StateStarting {
-				return fmt.Errorf("refusing to restore while member %s is running: stop the cluster first (`steward down`)", m.Name)
+				return refusal.New(ErrMembersRunning, "refusing to restore while member %s is running: stop the cluster first", m.Name)
 			}
 		}
 	}
@@ -342,7 +345,7 @@ func requireStopped(ctx context.Context, c *cluster.Cluster) error {
 		}
 		dd := spec.Path(c.Dir, m.DataDir)
 		if pid := processOnDataDir(dd); pid != 0 {
-			return fmt.Errorf("refusing to restore: process %d still runs member %s on %s: stop the cluster first (`steward down`)", pid, m.Name, dd)
+			return refusal.New(ErrMembersRunning, "refusing to restore: process %d still runs member %s on %s: stop the cluster first", pid, m.Name, dd)
 		}
 	}
 	return nil

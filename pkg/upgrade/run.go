@@ -58,10 +58,10 @@ func Rollback(ctx context.Context, c *cluster.Cluster, o Options) (*plan.Plan, e
 		return nil, err
 	}
 	if (latest.Kind == plan.KindCARotation || latest.Kind == plan.KindCertsTakeOver) && latest.Active() {
-		return nil, fmt.Errorf("%s plan %s is %s: `steward plan resume` finishes it, `steward plan abort` stops it", latest.Kind, latest.ID, latest.State)
+		return nil, plan.RefuseActive(latest)
 	}
 	if latest.Kind == plan.KindRollback && latest.Active() {
-		return nil, fmt.Errorf("rollback %s is %s: `steward plan resume` finishes it", latest.ID, latest.State)
+		return nil, &plan.ActiveError{Plan: latest, Name: "rollback " + latest.ID}
 	}
 	p, up, err := NewRollback(ctx, c, o)
 	if err != nil {
@@ -160,7 +160,7 @@ func requireNoActivePlan(store *plan.Store) error {
 		if cur != nil {
 			where = fmt.Sprintf(" at step %d (%s)", cur.Index, cur.Description)
 		}
-		return fmt.Errorf("%s plan %s is %s%s: `steward plan resume` finishes it, `steward plan abort` stops it, `steward rollback` undoes it", p.Kind, p.ID, p.State, where)
+		return &plan.ActiveError{Plan: p, At: where, Abort: true, Undo: true}
 	}
 	return nil
 }

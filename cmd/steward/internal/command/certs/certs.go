@@ -300,6 +300,7 @@ CA alone, the new CA moved aside as pki/ca-next.*.aborted-SERIAL.`,
 			}
 			if rollback {
 				_, err = carotate.Rollback(cmd.Context(), c)
+				err = cli.CARollbackHint(err)
 			} else {
 				_, err = carotate.Apply(cmd.Context(), c)
 			}

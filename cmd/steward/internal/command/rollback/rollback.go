@@ -35,7 +35,7 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 			// rollback of one): its way back, not an upgrade's.
 			if p, err := c.Plans().Latest(); err == nil && caRollback(p) {
 				_, err = carotate.Rollback(cmd.Context(), c)
-				return cli.PlanHint(err)
+				return cli.PlanHint(cli.CARollbackHint(err))
 			}
 			_, err = upgrade.Rollback(cmd.Context(), c, o)
 			return rollbackHint(err)
@@ -52,6 +52,7 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 func rollbackHint(err error) error {
 	err = cli.PlanRefusalHint(err, upgrade.ErrOverridableChecks, "use --force to skip the checks marked overridable")
 	err = cli.Hint(err, upgrade.ErrNoOnlineDowngrade, "roll back with --strategy restore")
+	err = cli.Advise(err, upgrade.ErrNoUpgrade, ": `steward plan show` lists the plans")
 	return cli.PlanHint(err)
 }
 

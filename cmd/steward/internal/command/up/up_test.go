@@ -10,7 +10,8 @@ import (
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
-// TestUpHint: a refused option gets its flag's name, a spec of no member
+// TestUpHint: a refused option gets its flag's name (a member count, the
+// commands that change it), a spec of no member
 // the --members flag, an agent that does not answer the command that
 // starts it; every chain is kept.
 func TestUpHint(t *testing.T) {
@@ -24,7 +25,7 @@ func TestUpHint(t *testing.T) {
 		is   error
 	}{
 		{option("Members", "/d/cluster.yaml already describes 3 members; the member count applies only to a new cluster"),
-			"--members: /d/cluster.yaml already describes 3 members; the member count applies only to a new cluster", bootstrap.ErrNewClusterOnly},
+			"--members: /d/cluster.yaml already describes 3 members; the member count applies only to a new cluster (use `steward member add` or `remove`)", bootstrap.ErrNewClusterOnly},
 		{option("Version", "v"), "--version: v", bootstrap.ErrNewClusterOnly},
 		{option("TLSOff", "t"), "--insecure-no-tls: t", bootstrap.ErrNewClusterOnly},
 		{option("BinaryStore", "b"), "--binary-store: b", bootstrap.ErrNewClusterOnly},
