@@ -31,6 +31,12 @@ var ErrQuorumAtRisk = errors.New("the cluster would lose its healthy quorum")
 // is enabled: etcd lets no member join then (requireNoDowngrade).
 var ErrDowngradeInProgress = errors.New("etcd's downgrade is in progress")
 
+// ErrDowngradeOfPlan is the ErrDowngradeInProgress (of the same text) of
+// a downgrade a plan enabled and has not ended: finishing that plan ends
+// it, and the refusal's message ends naming the plan, for the command to
+// say how.
+var ErrDowngradeOfPlan = fmt.Errorf("%w", ErrDowngradeInProgress)
+
 func agentNames(s *spec.Cluster) []string {
 	var out []string
 	for _, a := range s.Agents {
@@ -793,8 +799,8 @@ const (
 // and has not reached the step that ends it.
 //
 // The refusal names what ends it: the plan that enabled the downgrade
-// (resume it), or, when no open plan did (enabled by hand, or its plan
-// aborted), etcd's own cancel.
+// (finish it: ErrDowngradeOfPlan), or, when no open plan did (enabled by
+// hand, or its plan aborted), etcd's own cancel.
 func requireNoDowngrade(st *cluster.Status, latest *plan.Plan, what string) error {
 	var open *plan.Step
 	if latest != nil {
@@ -805,14 +811,14 @@ func requireNoDowngrade(st *cluster.Status, latest *plan.Plan, what string) erro
 			continue
 		}
 		if open != nil {
-			return refusal.New(ErrDowngradeInProgress, "refusing to %s: etcd's downgrade to %s is enabled (%s says so), and etcd lets no member join until it ends; finish plan %s (`steward plan resume`) first",
+			return refusal.New(ErrDowngradeOfPlan, "refusing to %s: etcd's downgrade to %s is enabled (%s says so), and etcd lets no member join until it ends; finish plan %s",
 				what, m.DowngradeTarget, m.Name, latest.ID)
 		}
 		return refusal.New(ErrDowngradeInProgress, "refusing to %s: etcd's downgrade to %s is enabled (%s says so) by no open Steward plan, and etcd lets no member join until it ends; end it with `etcdctl downgrade cancel` (or finish the downgrade) first",
 			what, m.DowngradeTarget, m.Name)
 	}
 	if open != nil {
-		return refusal.New(ErrDowngradeInProgress, "refusing to %s: plan %s enabled etcd's downgrade to %s and has not ended it yet, and etcd lets no member join until it ends; finish the plan (`steward plan resume`) first",
+		return refusal.New(ErrDowngradeOfPlan, "refusing to %s: plan %s enabled etcd's downgrade to %s and has not ended it yet, and etcd lets no member join until it ends; finish the plan",
 			what, latest.ID, open.Version)
 	}
 	return nil

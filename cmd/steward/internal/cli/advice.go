@@ -7,6 +7,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/carotate"
 	"github.com/etcd-steward/steward/pkg/kstorage"
+	"github.com/etcd-steward/steward/pkg/membership"
 	"github.com/etcd-steward/steward/pkg/restore"
 )
 
@@ -48,4 +49,11 @@ func BackupHint(err error) error {
 // `steward recover`, whose seed is restored.
 func StoppedHint(err error) error {
 	return Advise(err, restore.ErrMembersRunning, " (`steward down`)")
+}
+
+// DowngradeHint adds the command that finishes the plan whose downgrade
+// refuses a new member (membership.ErrDowngradeOfPlan), for `steward
+// member add`, `member replace` and `recover`, which replaces members.
+func DowngradeHint(err error) error {
+	return Advise(err, membership.ErrDowngradeOfPlan, " (`steward plan resume`) first")
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/carotate"
 	"github.com/etcd-steward/steward/pkg/kstorage"
+	"github.com/etcd-steward/steward/pkg/membership"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/restore"
@@ -84,6 +85,11 @@ func TestMovedAdvice(t *testing.T) {
 		{"no such backup", BackupHint(noSuch), `no backup "x" in ` + emptyStore.String() + ": list the backups with `steward backup list` (or name `latest`)"},
 		{"a delta named", BackupHint(refusal.New(kstorage.ErrNotFull, "backup d is a delta segment: name a full backup (the deltas after it are replayed)")),
 			"backup d is a delta segment: name a full backup (the deltas after it are replayed); list them with `steward backup list`"},
+		// A new member while a plan's downgrade is enabled.
+		{"downgrade of a plan", DowngradeHint(fmt.Errorf("quorum is back, but replacing m2 failed: %w", refusal.New(membership.ErrDowngradeOfPlan, "refusing to replace m2: plan rollback-1 enabled etcd's downgrade to 3.5.35 and has not ended it yet, and etcd lets no member join until it ends; finish the plan"))),
+			"quorum is back, but replacing m2 failed: refusing to replace m2: plan rollback-1 enabled etcd's downgrade to 3.5.35 and has not ended it yet, and etcd lets no member join until it ends; finish the plan (`steward plan resume`) first"},
+		{"downgrade by hand", DowngradeHint(refusal.New(membership.ErrDowngradeInProgress, "refusing to add a member: ...; end it with `etcdctl downgrade cancel` (or finish the downgrade) first")),
+			"refusing to add a member: ...; end it with `etcdctl downgrade cancel` (or finish the downgrade) first"},
 		// A restore while members run.
 		{"members run", StoppedHint(fmt.Errorf("restore: %w", refusal.New(restore.ErrMembersRunning, "refusing to restore while member m1 is running: stop the cluster first"))),
 			"restore: refusing to restore while member m1 is running: stop the cluster first (`steward down`)"},
