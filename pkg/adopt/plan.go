@@ -53,7 +53,8 @@ const (
 	pollInterval = 500 * time.Millisecond
 )
 
-// Refusals of an adopt plan (each a *refusal.Refusal).
+// Refusals of an adopt plan (each a *refusal.Refusal; the command says
+// what to do about ErrAdopted, ErrNoAgent and ErrNoBinary).
 var (
 	// ErrUnhealthy: a member of the cluster is unhealthy.
 	ErrUnhealthy = errors.New("a member of the cluster is unhealthy")
@@ -80,10 +81,10 @@ func NewPlan(ctx context.Context, c *cluster.Cluster, run MemberRun, now time.Ti
 		return nil, refusal.New(ErrNotThisMember, "cluster %s has no member %s (members: %v)", s.Name, run.Name, s.MemberNames())
 	}
 	if m.IsAdopted() {
-		return nil, refusal.New(ErrAdopted, "member %s is adopted already (agent %s); `steward adopt --undo %s` gives it back", m.Name, m.Agent, m.Name)
+		return nil, refusal.New(ErrAdopted, "member %s is adopted already (agent %s)", m.Name, m.Agent)
 	}
 	if a, ok := s.Agent(spec.LocalAgent); !ok || a.Remote() {
-		return nil, refusal.New(ErrNoAgent, "cluster %s has no agent on this machine to run member %s: attach with --continuous (it adds this machine's agent %q)", s.Name, run.Name, spec.LocalAgent)
+		return nil, refusal.New(ErrNoAgent, "cluster %s has no agent on this machine to run member %s", s.Name, run.Name)
 	}
 	if err := Check(run); err != nil {
 		return nil, err
@@ -100,7 +101,7 @@ func NewPlan(ctx context.Context, c *cluster.Cluster, run MemberRun, now time.Ti
 		version = s.Version
 	}
 	if _, err := binaries.Open(s.BinaryStoreDir(c.Dir)).Resolve(version); err != nil {
-		return nil, refusal.New(ErrNoBinary, "member %s runs etcd %s, which its agent would start it with, but %v; import that version (`steward binaries import`) before adopting", run.Name, version, err)
+		return nil, refusal.New(ErrNoBinary, "member %s runs etcd %s, which its agent would start it with, but %v", run.Name, version, err)
 	}
 	if err := healthy(ctx, c); err != nil {
 		return nil, err

@@ -50,14 +50,14 @@ func TestNewPlanRefusals(t *testing.T) {
 	}{
 		{"not attached", attached(func(s *spec.Cluster) { s.External = nil }), run("m1", nil), ErrNotAttached, "is not attached"},
 		{"a member the spec does not know", attached(nil), run("m9", nil), ErrNotThisMember, "has no member m9"},
-		{"adopted already", attached(nil), run("m2", nil), ErrAdopted, "`steward adopt --undo m2`"},
-		{"no agent on this machine", attached(func(s *spec.Cluster) { s.Agents = nil }), run("m1", nil), ErrNoAgent, "attach with --continuous"},
+		{"adopted already", attached(nil), run("m2", nil), ErrAdopted, "member m2 is adopted already (agent local)"},
+		{"no agent on this machine", attached(func(s *spec.Cluster) { s.Agents = nil }), run("m1", nil), ErrNoAgent, "cluster kube has no agent on this machine to run member m1"},
 		{"a flag Steward cannot keep", attached(nil), run("m1", func(r *MemberRun) { r.Flags = map[string]string{"unsafe-no-fsync": "true"} }),
 			ErrUnsupported, "--unsafe-no-fsync"},
 		{"a version the binary store lacks", attached(nil), run("m1", func(r *MemberRun) { r.Version = "3.4.99" }),
 			ErrNoBinary, "runs etcd 3.4.99, which its agent would start it with"},
 		{"the cluster's version when the member's is unknown", attached(func(s *spec.Cluster) { s.Version = "3.5.98" }), run("m1", nil),
-			ErrNoBinary, "import that version (`steward binaries import`)"},
+			ErrNoBinary, "member m1 runs etcd 3.5.98, which its agent would start it with, but etcd 3.5.98 is not in the binary store"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := NewPlan(t.Context(), tc.c, tc.run, time.Now())

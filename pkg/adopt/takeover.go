@@ -29,7 +29,9 @@ const (
 	StepTakeOverRecord = "certs-take-over-record"
 )
 
-// Refusals of a certificate take-over (each a *refusal.Refusal).
+// Refusals of a certificate take-over (each a *refusal.Refusal; the
+// command says what to do about ErrTakenOver, ErrNotAllAdopted and
+// ErrCAExpiresSoon).
 var (
 	// ErrNotAllAdopted: a member is still run by someone else.
 	ErrNotAllAdopted = errors.New("not every member is adopted")
@@ -47,6 +49,12 @@ var (
 	// ErrCAValidity: the CA expires before a leaf Steward would issue
 	// from it would (or is not valid yet).
 	ErrCAValidity = errors.New("the CA is not valid for long enough")
+	// ErrCAExpiresSoon is the ErrCAValidity (of the same text) of a CA
+	// that expires within a leaf's lifetime: renewing it is the way on.
+	ErrCAExpiresSoon = fmt.Errorf("%w", ErrCAValidity)
+	// ErrTakenOver is the ErrOwnCerts (of the same text) of a cluster
+	// whose certificates Steward took over already.
+	ErrTakenOver = fmt.Errorf("%w", ErrOwnCerts)
 	// ErrPeerNames: the members' peer certificates have different common
 	// names and a member's peer port lets in only one name.
 	ErrPeerNames = errors.New("the members' peer certificates have different common names")
@@ -74,7 +82,7 @@ func TakeOverCheck(ctx context.Context, c *cluster.Cluster, o TakeOverOptions, n
 	case s.TLS.Disabled:
 		return nil, none, refusal.New(ErrOwnCerts, "cluster %s runs without TLS: there are no certificates to take over", s.Name)
 	case !s.OperatorCerts():
-		return nil, none, refusal.New(ErrOwnCerts, "Steward took over issuing the certificates of cluster %s already (`steward certs list`)", s.Name)
+		return nil, none, refusal.New(ErrTakenOver, "Steward took over issuing the certificates of cluster %s already", s.Name)
 	case !s.AllAdopted():
 		var not []string
 		for _, m := range s.Members {
@@ -82,7 +90,7 @@ func TakeOverCheck(ctx context.Context, c *cluster.Cluster, o TakeOverOptions, n
 				not = append(not, m.Name)
 			}
 		}
-		return nil, none, refusal.New(ErrNotAllAdopted, "cluster %s still has members Steward does not run (%s): adopt every member first (`steward adopt`), then take over its certificates", s.Name, strings.Join(not, ", "))
+		return nil, none, refusal.New(ErrNotAllAdopted, "cluster %s still has members Steward does not run (%s)", s.Name, strings.Join(not, ", "))
 	}
 	for _, m := range s.Members {
 		if a, ok := s.Agent(m.Agent); ok && a.Remote() {
@@ -101,7 +109,7 @@ func TakeOverCheck(ctx context.Context, c *cluster.Cluster, o TakeOverOptions, n
 	case now.Before(ca.Cert.NotBefore):
 		return nil, none, refusal.New(ErrCAValidity, "the CA %s (%s) is not valid before %s", o.CACert, ca.Cert.Subject.CommonName, ca.Cert.NotBefore.UTC().Format(time.RFC3339))
 	case ca.Cert.NotAfter.Sub(now) < v.Leaf:
-		return nil, none, refusal.New(ErrCAValidity, "the CA %s (%s) expires %s, within the lifetime of a leaf Steward issues (%s, tls.leafValidity): renew the CA first (`steward certs rotate-ca` after the take-over replaces it), or shorten tls.leafValidity", o.CACert, ca.Cert.Subject.CommonName, ca.Cert.NotAfter.UTC().Format(time.RFC3339), v.Leaf)
+		return nil, none, refusal.New(ErrCAExpiresSoon, "the CA %s (%s) expires %s, within the lifetime of a leaf Steward issues (%s, tls.leafValidity)", o.CACert, ca.Cert.Subject.CommonName, ca.Cert.NotAfter.UTC().Format(time.RFC3339), v.Leaf)
 	}
 	// What the cluster runs with now: every file checked, all failures named.
 	var bad []string
