@@ -16,8 +16,10 @@ const module = "github.com/etcd-steward/steward"
 // The floors of docs/ARCHITECTURE.md, bottom up. A package may import its
 // own floor's packages only where a rule below says so, and lower floors.
 var (
-	// ground: small helpers with no Steward dependency at all.
-	ground = []string{"internal/atomicfile", "internal/filelock", "internal/proc", "internal/portcheck", "internal/crashpoint", "internal/dirmode", "internal/childenv", "internal/scratch", "internal/pagecache"}
+	// ground: small helpers with no Steward dependency at all; pkg/refusal
+	// (the error type of refusals) sits here so every floor above may use it.
+	ground = []string{"internal/atomicfile", "internal/filelock", "internal/proc", "internal/portcheck", "internal/crashpoint", "internal/dirmode", "internal/childenv", "internal/scratch", "internal/pagecache",
+		"pkg/refusal"}
 	// foundation: formats, stores and protocols; they know no cluster.
 	foundation = []string{"pkg/progress", "pkg/spec", "pkg/pki", "pkg/catalogue", "pkg/binaries", "pkg/datadir",
 		"pkg/backup", "pkg/plan", "pkg/agentapi", "pkg/kstorage", "pkg/kmigrate", "pkg/join", "pkg/handover"}
@@ -78,7 +80,7 @@ func rule(from, to string) string {
 	_, toOp := operations[to]
 	switch {
 	case in(ground, from):
-		return "the ground floor (internal/...) imports no Steward package"
+		return "the ground floor (internal/..., pkg/refusal) imports no Steward package"
 	case strings.HasPrefix(to, "cmd/"):
 		if from == commands && strings.HasPrefix(to, commands+"/") {
 			return "" // the root command assembles the tree
@@ -155,6 +157,7 @@ func TestRulesBite(t *testing.T) {
 		{commands + "/upgrade", commands + "/plan"},
 		{"pkg/backup", "pkg/cluster"},
 		{"internal/proc", "pkg/spec"},
+		{"pkg/refusal", "pkg/spec"},
 		{"pkg/membership", "pkg/restore"},
 		{"pkg/restore", "pkg/backupd"},
 		{"pkg/upgrade", "pkg/agent"},
@@ -170,6 +173,8 @@ func TestRulesBite(t *testing.T) {
 		{"pkg/recovery", "pkg/membership"},
 		{"pkg/membership", "pkg/cluster"},
 		{"pkg/agent", "pkg/datadir"},
+		{"pkg/spec", "pkg/refusal"},
+		{"pkg/agent", "pkg/refusal"},
 	} {
 		if why := rule(tc.from, tc.to); why != "" {
 			t.Errorf("%s importing %s is refused (%s); the rules allow it", tc.from, tc.to, why)

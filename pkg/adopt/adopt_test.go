@@ -13,7 +13,7 @@ import (
 	"go.etcd.io/etcd/server/v3/storage/wal"
 	"go.uber.org/zap"
 
-	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/refusal"
 )
 
 // files is a fake host file system for readFile.
@@ -105,7 +105,7 @@ no-such-key: 1
 		t.Run(tc.name, func(t *testing.T) {
 			got, ignored, cf, err := effective(tc.args, tc.env, conf)
 			if tc.wantErr != nil {
-				var r *cluster.Refusal
+				var r *refusal.Refusal
 				if !errors.Is(err, tc.wantErr) || !errors.As(err, &r) {
 					t.Fatalf("err = %v, want a refusal of %v", err, tc.wantErr)
 				}

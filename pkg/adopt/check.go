@@ -15,6 +15,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/datadir"
+	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -38,7 +39,7 @@ func CheckMember(r MemberRun, clusterID uint64, members []*etcdserverpb.Member) 
 			names = append(names, m.Name)
 		}
 		slices.Sort(names)
-		return 0, cluster.Refuse(ErrNotThisMember, "the cluster has no member named %s (it has %s): the %s describes a member of another cluster, or one not started yet",
+		return 0, refusal.New(ErrNotThisMember, "the cluster has no member named %s (it has %s): the %s describes a member of another cluster, or one not started yet",
 			r.Name, strings.Join(names, ", "), r.Source)
 	}
 	walDir := r.WALDir
@@ -47,14 +48,14 @@ func CheckMember(r MemberRun, clusterID uint64, members []*etcdserverpb.Member) 
 	}
 	id, cid, err := datadir.MemberID(walDir)
 	if err != nil {
-		return 0, cluster.Refuse(ErrNotThisMember, "data dir %s of member %s (%s) holds no member: %v", r.DataDir, r.Name, r.Source, err)
+		return 0, refusal.New(ErrNotThisMember, "data dir %s of member %s (%s) holds no member: %v", r.DataDir, r.Name, r.Source, err)
 	}
 	if clusterID != 0 && cid != clusterID {
-		return 0, cluster.Refuse(ErrNotThisMember, "data dir %s of member %s (%s) belongs to cluster %x, not to this cluster (%x): point the %s at the member's own data dir",
+		return 0, refusal.New(ErrNotThisMember, "data dir %s of member %s (%s) belongs to cluster %x, not to this cluster (%x): point the %s at the member's own data dir",
 			r.DataDir, r.Name, r.Source, cid, clusterID, r.Source.Kind)
 	}
 	if id != want.ID {
-		return 0, cluster.Refuse(ErrNotThisMember, "data dir %s holds member %x, but the cluster knows %s as member %x: the %s names another member's data dir; fix it before adopting",
+		return 0, refusal.New(ErrNotThisMember, "data dir %s holds member %x, but the cluster knows %s as member %x: the %s names another member's data dir; fix it before adopting",
 			r.DataDir, id, r.Name, want.ID, r.Source)
 	}
 	return id, nil
@@ -207,7 +208,7 @@ func (r MemberRun) MemberConfig() (agentapi.MemberConfig, error) {
 		}
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
-			return 0, cluster.Refuse(ErrSource, "member %s: --%s=%q is not a number", r.Name, k, v)
+			return 0, refusal.New(ErrSource, "member %s: --%s=%q is not a number", r.Name, k, v)
 		}
 		return n, nil
 	}
@@ -252,7 +253,7 @@ var ErrNotAttached = errors.New("no attached cluster to check the member against
 // is refused (ErrNotAttached): its members need no adopting.
 func CheckAttached(ctx context.Context, c *cluster.Cluster, r MemberRun) (uint64, error) {
 	if !c.Spec.IsExternal() {
-		return 0, cluster.Refuse(ErrNotAttached, "cluster %s in %s is run by Steward, not attached: its members need no adopting", c.Spec.Name, c.Dir)
+		return 0, refusal.New(ErrNotAttached, "cluster %s in %s is run by Steward, not attached: its members need no adopting", c.Spec.Name, c.Dir)
 	}
 	var clusterID uint64
 	if s := c.Spec.External.ClusterID; s != "" {
@@ -274,7 +275,7 @@ func CheckAttached(ctx context.Context, c *cluster.Cluster, r MemberRun) (uint64
 		return 0, fmt.Errorf("list the members of %s: %w", c.Spec.Name, err)
 	}
 	if clusterID != 0 && list.Header.ClusterId != clusterID {
-		return 0, cluster.Refuse(ErrNotThisMember, "the endpoints of %s now answer for cluster %x, not %x as when it was attached", c.Spec.Name, list.Header.ClusterId, clusterID)
+		return 0, refusal.New(ErrNotThisMember, "the endpoints of %s now answer for cluster %x, not %x as when it was attached", c.Spec.Name, list.Header.ClusterId, clusterID)
 	}
 	return CheckMember(r, clusterID, list.Members)
 }

@@ -15,10 +15,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/etcd-steward/steward/pkg/catalogue"
-	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/refusal"
 )
 
-// Sentinels of adopt's refusals (each wrapped in a *cluster.Refusal that
+// Sentinels of adopt's refusals (each wrapped in a *refusal.Refusal that
 // names the problem).
 var (
 	// ErrUnknownFlag: the member runs with a flag etcd does not know (or
@@ -97,21 +97,21 @@ func parseArgs(args []string) (map[string]string, error) {
 		a := args[i]
 		if a == "--" {
 			if i+1 < len(args) {
-				return nil, cluster.Refuse(ErrUnknownFlag, "etcd would refuse argument %q: it takes no arguments besides flags", args[i+1])
+				return nil, refusal.New(ErrUnknownFlag, "etcd would refuse argument %q: it takes no arguments besides flags", args[i+1])
 			}
 			break
 		}
 		if len(a) < 2 || a[0] != '-' {
-			return nil, cluster.Refuse(ErrUnknownFlag, "etcd would refuse argument %q: it takes no arguments besides flags", a)
+			return nil, refusal.New(ErrUnknownFlag, "etcd would refuse argument %q: it takes no arguments besides flags", a)
 		}
 		name := strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
 		name, val, hasVal := strings.Cut(name, "=")
 		if name == "" || strings.HasPrefix(name, "-") {
-			return nil, cluster.Refuse(ErrUnknownFlag, "etcd would refuse argument %q: not a flag", a)
+			return nil, refusal.New(ErrUnknownFlag, "etcd would refuse argument %q: not a flag", a)
 		}
 		known, isBool := knownFlag(name)
 		if !known {
-			return nil, cluster.Refuse(ErrUnknownFlag, "the member runs with --%s, a flag etcd does not know (Steward knows the flags of etcd 3.6 and the older spellings of its version catalogue): remove it before adopting the member", name)
+			return nil, refusal.New(ErrUnknownFlag, "the member runs with --%s, a flag etcd does not know (Steward knows the flags of etcd 3.6 and the older spellings of its version catalogue): remove it before adopting the member", name)
 		}
 		switch {
 		case hasVal:
@@ -121,7 +121,7 @@ func parseArgs(args []string) (map[string]string, error) {
 			i++
 			val = args[i]
 		default:
-			return nil, cluster.Refuse(ErrUnknownFlag, "flag --%s has no value", name)
+			return nil, refusal.New(ErrUnknownFlag, "flag --%s has no value", name)
 		}
 		out[name] = val
 	}
@@ -158,13 +158,13 @@ func envFlags(env []string) (flags map[string]string, ignored []string) {
 func configFileFlags(b []byte) (flags map[string]string, ignored []string, err error) {
 	var m map[string]any
 	if err := yaml.Unmarshal(b, &m); err != nil {
-		return nil, nil, cluster.Refuse(ErrSource, "etcd config file is not YAML: %v", err)
+		return nil, nil, refusal.New(ErrSource, "etcd config file is not YAML: %v", err)
 	}
 	flags = map[string]string{}
 	set := func(k string, v any) error {
 		s, err := scalar(v)
 		if err != nil {
-			return cluster.Refuse(ErrSource, "etcd config file key %s: %v", k, err)
+			return refusal.New(ErrSource, "etcd config file key %s: %v", k, err)
 		}
 		if known, _ := knownFlag(k); !known {
 			ignored = append(ignored, k)
@@ -187,7 +187,7 @@ func configFileFlags(b []byte) (flags map[string]string, ignored []string, err e
 		}
 		sub, ok := v.(map[string]any)
 		if !ok {
-			return nil, nil, cluster.Refuse(ErrSource, "etcd config file key %s is not a mapping", k)
+			return nil, nil, refusal.New(ErrSource, "etcd config file key %s is not a mapping", k)
 		}
 		for _, sk := range slices.Sorted(maps.Keys(sub)) {
 			name := prefix + sk
@@ -267,16 +267,16 @@ func effective(args, env []string, readConfig func(path string) ([]byte, error))
 		}
 		if len(both) > 0 {
 			sort.Strings(both)
-			return nil, nil, "", cluster.Refuse(ErrSource, "the member sets %s: etcd refuses to start with a flag given both ways (\"conflicting environment variable is shadowed by corresponding command-line flag\"); remove one of each", strings.Join(both, ", "))
+			return nil, nil, "", refusal.New(ErrSource, "the member sets %s: etcd refuses to start with a flag given both ways (\"conflicting environment variable is shadowed by corresponding command-line flag\"); remove one of each", strings.Join(both, ", "))
 		}
 		return flags, ignoredEnv, "", nil
 	}
 	if readConfig == nil {
-		return nil, nil, "", cluster.Refuse(ErrSource, "the member reads etcd config file %s, which cannot be read from here", configFile)
+		return nil, nil, "", refusal.New(ErrSource, "the member reads etcd config file %s, which cannot be read from here", configFile)
 	}
 	b, err := readConfig(configFile)
 	if err != nil {
-		return nil, nil, "", cluster.Refuse(ErrSource, "read the member's etcd config file: %v", err)
+		return nil, nil, "", refusal.New(ErrSource, "read the member's etcd config file: %v", err)
 	}
 	flags, ignored, err = configFileFlags(b)
 	if err != nil {

@@ -5,19 +5,19 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/refusal"
 )
 
 // Discovery reads files and processes Steward did not write: a manifest,
 // a unit, a command line and environment, an etcd config file. These fuzz
 // targets feed each parser arbitrary input; it must not panic, and a
-// refusal must be a *cluster.Refusal (one clear error, no Go trace).
+// refusal must be a *refusal.Refusal (one clear error, no Go trace).
 
 // refusalOrRun checks what a parser returned.
 func refusalOrRun(t *testing.T, r MemberRun, err error) {
 	t.Helper()
 	if err != nil {
-		var ref *cluster.Refusal
+		var ref *refusal.Refusal
 		if !errors.As(err, &ref) {
 			t.Fatalf("error %v (%T) is not a refusal", err, err)
 		}

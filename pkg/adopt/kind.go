@@ -29,6 +29,6 @@ var (
 		if p.Kind == plan.KindAdopt {
 			return nil
 		}
-		return plan.OpenRefusal(p)
+		return plan.RefuseActive(p)
 	}}
 )

@@ -11,7 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/refusal"
 )
 
 // KubeadmManifest is where kubeadm writes etcd's static pod manifest.
@@ -24,7 +24,7 @@ const KubeadmManifest = "/etc/kubernetes/manifests/etcd.yaml"
 func FromManifestFile(p string) (MemberRun, error) {
 	b, err := os.ReadFile(p)
 	if err != nil {
-		return MemberRun{}, cluster.Refuse(ErrSource, "read static pod manifest: %v", err)
+		return MemberRun{}, refusal.New(ErrSource, "read static pod manifest: %v", err)
 	}
 	return ParseManifest(b, p, os.ReadFile)
 }
@@ -35,10 +35,10 @@ func FromManifestFile(p string) (MemberRun, error) {
 func ParseManifest(b []byte, p string, readFile func(string) ([]byte, error)) (MemberRun, error) {
 	var pod corev1.Pod
 	if err := yaml.Unmarshal(b, &pod); err != nil {
-		return MemberRun{}, cluster.Refuse(ErrSource, "static pod manifest %s is not a pod: %v", p, err)
+		return MemberRun{}, refusal.New(ErrSource, "static pod manifest %s is not a pod: %v", p, err)
 	}
 	if pod.Kind != "Pod" {
-		return MemberRun{}, cluster.Refuse(ErrSource, "static pod manifest %s holds a %q, not a Pod", p, pod.Kind)
+		return MemberRun{}, refusal.New(ErrSource, "static pod manifest %s holds a %q, not a Pod", p, pod.Kind)
 	}
 	c, err := etcdContainer(pod, p)
 	if err != nil {
@@ -51,7 +51,7 @@ func ParseManifest(b []byte, p string, readFile func(string) ([]byte, error)) (M
 	var env []string
 	for _, e := range c.Env {
 		if e.ValueFrom != nil {
-			return MemberRun{}, cluster.Refuse(ErrSource, "static pod manifest %s: container %s takes %s from a reference (valueFrom), which a host cannot resolve: give the value", p, c.Name, e.Name)
+			return MemberRun{}, refusal.New(ErrSource, "static pod manifest %s: container %s takes %s from a reference (valueFrom), which a host cannot resolve: give the value", p, c.Name, e.Name)
 		}
 		env = append(env, e.Name+"="+e.Value)
 	}
@@ -90,9 +90,9 @@ func etcdContainer(pod corev1.Pod, p string) (corev1.Container, error) {
 	case 1:
 		return found[0], nil
 	case 0:
-		return corev1.Container{}, cluster.Refuse(ErrSource, "static pod manifest %s has no etcd container (none named etcd or running etcd)", p)
+		return corev1.Container{}, refusal.New(ErrSource, "static pod manifest %s has no etcd container (none named etcd or running etcd)", p)
 	}
-	return corev1.Container{}, cluster.Refuse(ErrSource, "static pod manifest %s has %d containers running etcd: Steward adopts one member at a time", p, len(found))
+	return corev1.Container{}, refusal.New(ErrSource, "static pod manifest %s has %d containers running etcd: Steward adopts one member at a time", p, len(found))
 }
 
 // hostPaths returns the translation of a container path to the host's:

@@ -17,6 +17,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/membership"
 	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -52,7 +53,8 @@ const (
 	pollInterval = 500 * time.Millisecond
 )
 
-// Refusals of an adopt plan (each a *cluster.Refusal).
+// Refusals of an adopt plan (each a *refusal.Refusal; the command says
+// what to do about ErrAdopted, ErrNoAgent and ErrNoBinary).
 var (
 	// ErrUnhealthy: a member of the cluster is unhealthy.
 	ErrUnhealthy = errors.New("a member of the cluster is unhealthy")
@@ -72,17 +74,17 @@ var (
 func NewPlan(ctx context.Context, c *cluster.Cluster, run MemberRun, now time.Time) (*plan.Plan, error) {
 	s := c.Spec
 	if !s.IsExternal() {
-		return nil, cluster.Refuse(ErrNotAttached, "cluster %s is not attached: Steward runs its members already", s.Name)
+		return nil, refusal.New(ErrNotAttached, "cluster %s is not attached: Steward runs its members already", s.Name)
 	}
 	m, ok := s.Member(run.Name)
 	if !ok {
-		return nil, cluster.Refuse(ErrNotThisMember, "cluster %s has no member %s (members: %v)", s.Name, run.Name, s.MemberNames())
+		return nil, refusal.New(ErrNotThisMember, "cluster %s has no member %s (members: %v)", s.Name, run.Name, s.MemberNames())
 	}
 	if m.IsAdopted() {
-		return nil, cluster.Refuse(ErrAdopted, "member %s is adopted already (agent %s); `steward adopt --undo %s` gives it back", m.Name, m.Agent, m.Name)
+		return nil, refusal.New(ErrAdopted, "member %s is adopted already (agent %s)", m.Name, m.Agent)
 	}
 	if a, ok := s.Agent(spec.LocalAgent); !ok || a.Remote() {
-		return nil, cluster.Refuse(ErrNoAgent, "cluster %s has no agent on this machine to run member %s: attach with --continuous (it adds this machine's agent %q)", s.Name, run.Name, spec.LocalAgent)
+		return nil, refusal.New(ErrNoAgent, "cluster %s has no agent on this machine to run member %s", s.Name, run.Name)
 	}
 	if err := Check(run); err != nil {
 		return nil, err
@@ -99,7 +101,7 @@ func NewPlan(ctx context.Context, c *cluster.Cluster, run MemberRun, now time.Ti
 		version = s.Version
 	}
 	if _, err := binaries.Open(s.BinaryStoreDir(c.Dir)).Resolve(version); err != nil {
-		return nil, cluster.Refuse(ErrNoBinary, "member %s runs etcd %s, which its agent would start it with, but %v; import that version (`steward binaries import`) before adopting", run.Name, version, err)
+		return nil, refusal.New(ErrNoBinary, "member %s runs etcd %s, which its agent would start it with, but %v", run.Name, version, err)
 	}
 	if err := healthy(ctx, c); err != nil {
 		return nil, err
@@ -164,11 +166,11 @@ func recordProcess(p *plan.Plan, pid int) error {
 	args := proc.Cmdline(pid)
 	env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
 	if err != nil {
-		return cluster.Refuse(ErrSource, "read the environment of process %d (run as its user or root): %v", pid, err)
+		return refusal.New(ErrSource, "read the environment of process %d (run as its user or root): %v", pid, err)
 	}
 	cwd, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/cwd")
 	if err != nil {
-		return cluster.Refuse(ErrSource, "read the working directory of process %d: %v", pid, err)
+		return refusal.New(ErrSource, "read the working directory of process %d: %v", pid, err)
 	}
 	a, _ := json.Marshal(args)
 	e, _ := json.Marshal(childenv.OfEtcd(splitNUL(env)))
@@ -189,7 +191,7 @@ func Apply(ctx context.Context, c *cluster.Cluster, run MemberRun) (*plan.Plan, 
 	if err != nil {
 		return nil, err
 	}
-	if err := store.Save(p); err != nil {
+	if err := store.Save(ctx, p); err != nil {
 		return nil, err
 	}
 	return p, Run(ctx, c, p.ID)
@@ -248,7 +250,7 @@ func (e *Executor) Execute(ctx context.Context, p *plan.Plan, s *plan.Step) erro
 		}
 		return e.stopOld(ctx, p, run)
 	case StepRecord:
-		return e.record(run)
+		return e.record(ctx, run)
 	case StepStart:
 		return e.start(ctx, run.Name)
 	}
@@ -262,7 +264,7 @@ func healthy(ctx context.Context, c *cluster.Cluster) error {
 		return fmt.Errorf("status of cluster %s: %w", c.Spec.Name, err)
 	}
 	if st.Cluster.HealthyMembers < len(st.Members) {
-		return cluster.Refuse(ErrUnhealthy, "not every member of cluster %s is healthy (%s): adopt one only while all are (`steward status`)", c.Spec.Name, st.Unhealthy())
+		return refusal.New(ErrUnhealthy, "not every member of cluster %s is healthy (%s): adopt one only while all are (`steward status`)", c.Spec.Name, st.Unhealthy())
 	}
 	return nil
 }
@@ -366,7 +368,7 @@ func runsMember(pid int, run MemberRun) bool {
 
 // record writes the member into the spec as run by this machine's agent,
 // with the configuration it ran with.
-func (e *Executor) record(run MemberRun) error {
+func (e *Executor) record(ctx context.Context, run MemberRun) error {
 	c := e.C
 	cfg, err := run.MemberConfig()
 	if err != nil {
@@ -395,7 +397,7 @@ func (e *Executor) record(run MemberRun) error {
 			PeerAllowedCN: t.PeerAllowedCN}
 	}
 	m.Adopted = a
-	return c.SaveSpec(next)
+	return c.SaveSpec(ctx, next)
 }
 
 // start hands the member to its agent and waits until it is healthy and

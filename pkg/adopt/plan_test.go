@@ -8,6 +8,7 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -49,18 +50,18 @@ func TestNewPlanRefusals(t *testing.T) {
 	}{
 		{"not attached", attached(func(s *spec.Cluster) { s.External = nil }), run("m1", nil), ErrNotAttached, "is not attached"},
 		{"a member the spec does not know", attached(nil), run("m9", nil), ErrNotThisMember, "has no member m9"},
-		{"adopted already", attached(nil), run("m2", nil), ErrAdopted, "`steward adopt --undo m2`"},
-		{"no agent on this machine", attached(func(s *spec.Cluster) { s.Agents = nil }), run("m1", nil), ErrNoAgent, "attach with --continuous"},
+		{"adopted already", attached(nil), run("m2", nil), ErrAdopted, "member m2 is adopted already (agent local)"},
+		{"no agent on this machine", attached(func(s *spec.Cluster) { s.Agents = nil }), run("m1", nil), ErrNoAgent, "cluster kube has no agent on this machine to run member m1"},
 		{"a flag Steward cannot keep", attached(nil), run("m1", func(r *MemberRun) { r.Flags = map[string]string{"unsafe-no-fsync": "true"} }),
 			ErrUnsupported, "--unsafe-no-fsync"},
 		{"a version the binary store lacks", attached(nil), run("m1", func(r *MemberRun) { r.Version = "3.4.99" }),
 			ErrNoBinary, "runs etcd 3.4.99, which its agent would start it with"},
 		{"the cluster's version when the member's is unknown", attached(func(s *spec.Cluster) { s.Version = "3.5.98" }), run("m1", nil),
-			ErrNoBinary, "import that version (`steward binaries import`)"},
+			ErrNoBinary, "member m1 runs etcd 3.5.98, which its agent would start it with, but etcd 3.5.98 is not in the binary store"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := NewPlan(t.Context(), tc.c, tc.run, time.Now())
-			var r *cluster.Refusal
+			var r *refusal.Refusal
 			if p != nil || !errors.As(err, &r) || !errors.Is(err, tc.kind) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("NewPlan = %v, %v; want a refusal of kind %v containing %q", p, err, tc.kind, tc.want)
 			}
@@ -72,18 +73,18 @@ func TestNewPlanRefusals(t *testing.T) {
 // undo, and one undone already is not undone twice.
 func TestNewUndoPlanRefusals(t *testing.T) {
 	c := &cluster.Cluster{Dir: t.TempDir(), Spec: &spec.Cluster{Name: "kube"}}
-	if _, err := NewUndoPlan(c, "m1", time.Now()); !errors.Is(err, ErrNoAdoption) || !strings.Contains(err.Error(), "no adopt plan of member m1") {
+	if _, err := NewUndoPlan(t.Context(), c, "m1", time.Now()); !errors.Is(err, ErrNoAdoption) || !strings.Contains(err.Error(), "no adopt plan of member m1") {
 		t.Errorf("undo without any plan: %v", err)
 	}
 	done := &plan.Plan{ID: "adopt-1", Kind: plan.KindAdopt, State: plan.RolledBack, CreatedAt: time.Now(),
 		Steps: []plan.Step{{Kind: StepCheck, Member: "m1", State: plan.Done}}}
-	if err := c.Plans().Save(done); err != nil {
+	if err := c.Plans().Save(t.Context(), done); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewUndoPlan(c, "m2", time.Now()); !errors.Is(err, ErrNoAdoption) {
+	if _, err := NewUndoPlan(t.Context(), c, "m2", time.Now()); !errors.Is(err, ErrNoAdoption) {
 		t.Errorf("undo of a member no plan adopted: %v", err)
 	}
-	if _, err := NewUndoPlan(c, "m1", time.Now()); !errors.Is(err, ErrNoAdoption) || !strings.Contains(err.Error(), "undone already") {
+	if _, err := NewUndoPlan(t.Context(), c, "m1", time.Now()); !errors.Is(err, ErrNoAdoption) || !strings.Contains(err.Error(), "undone already") {
 		t.Errorf("undo of an adoption undone already: %v", err)
 	}
 }

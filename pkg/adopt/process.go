@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/etcd-steward/steward/internal/proc"
-	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/refusal"
 )
 
 // FromProcess reads a running etcd process: /proc/PID/cmdline, environ
@@ -31,18 +31,18 @@ func readProcess(pid int) (MemberRun, error) {
 	dir := "/proc/" + strconv.Itoa(pid)
 	args := proc.Cmdline(pid)
 	if args == nil || !proc.Alive(pid) {
-		return MemberRun{}, cluster.Refuse(ErrSource, "no process %d", pid)
+		return MemberRun{}, refusal.New(ErrSource, "no process %d", pid)
 	}
 	if !isEtcd(args) {
-		return MemberRun{}, cluster.Refuse(ErrSource, "process %d runs %s, not etcd", pid, args[0])
+		return MemberRun{}, refusal.New(ErrSource, "process %d runs %s, not etcd", pid, args[0])
 	}
 	environ, err := os.ReadFile(dir + "/environ")
 	if err != nil {
-		return MemberRun{}, cluster.Refuse(ErrSource, "read the environment of process %d (run as its user or root): %v", pid, err)
+		return MemberRun{}, refusal.New(ErrSource, "read the environment of process %d (run as its user or root): %v", pid, err)
 	}
 	cwd, err := os.Readlink(dir + "/cwd")
 	if err != nil {
-		return MemberRun{}, cluster.Refuse(ErrSource, "read the working directory of process %d: %v", pid, err)
+		return MemberRun{}, refusal.New(ErrSource, "read the working directory of process %d: %v", pid, err)
 	}
 	r, err := ParseProcess(args, splitNUL(environ), cwd, pid, os.ReadFile)
 	if err != nil {
@@ -59,7 +59,7 @@ func readProcess(pid int) (MemberRun, error) {
 // an etcd config file the process names.
 func ParseProcess(args, env []string, cwd string, pid int, readFile func(string) ([]byte, error)) (MemberRun, error) {
 	if len(args) == 0 {
-		return MemberRun{}, cluster.Refuse(ErrSource, "process %d has no command line", pid)
+		return MemberRun{}, refusal.New(ErrSource, "process %d has no command line", pid)
 	}
 	readConfig := func(p string) ([]byte, error) {
 		if readFile == nil {
@@ -100,9 +100,9 @@ func FindProcess(dataDir, name string) (int, error) {
 	case 1:
 		return found[0], nil
 	case 0:
-		return 0, cluster.Refuse(ErrSource, "no etcd process runs with data dir %q and name %q", dataDir, name)
+		return 0, refusal.New(ErrSource, "no etcd process runs with data dir %q and name %q", dataDir, name)
 	}
-	return 0, cluster.Refuse(ErrSource, "%d etcd processes run with data dir %q and name %q: give the pid", len(found), dataDir, name)
+	return 0, refusal.New(ErrSource, "%d etcd processes run with data dir %q and name %q: give the pid", len(found), dataDir, name)
 }
 
 // isEtcd reports whether a command line runs etcd.

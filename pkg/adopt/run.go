@@ -23,7 +23,7 @@ import (
 
 	"go.etcd.io/etcd/server/v3/embed"
 
-	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/refusal"
 )
 
 // Kinds of Source.
@@ -139,7 +139,7 @@ func newRun(flags map[string]string, hostPath func(string) string, cwd string) (
 		}
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			return false, cluster.Refuse(ErrSource, "flag --%s=%q is not true or false", k, v)
+			return false, refusal.New(ErrSource, "flag --%s=%q is not true or false", k, v)
 		}
 		return b, nil
 	}
@@ -232,7 +232,7 @@ func Check(r MemberRun) error {
 		}
 	}
 	if len(problems) > 0 {
-		return cluster.Refuse(ErrUnsupported, "member %s (%s) runs with flags Steward cannot keep: %s", r.Name, r.Source, strings.Join(problems, "; "))
+		return refusal.New(ErrUnsupported, "member %s (%s) runs with flags Steward cannot keep: %s", r.Name, r.Source, strings.Join(problems, "; "))
 	}
 	return nil
 }

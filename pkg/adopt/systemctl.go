@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/refusal"
 )
 
 // Values an adopt plan of a member run by a systemd unit records.
@@ -93,20 +94,20 @@ func UnitName(p string) string { return filepath.Base(p) }
 func checkUnit(ctx context.Context, p string) (UnitState, error) {
 	name := UnitName(p)
 	if !strings.HasSuffix(name, ".service") {
-		return UnitState{}, cluster.Refuse(ErrSystemd, "%s is not a service unit (a NAME.service file): give the unit file systemd runs the member from", p)
+		return UnitState{}, refusal.New(ErrSystemd, "%s is not a service unit (a NAME.service file): give the unit file systemd runs the member from", p)
 	}
 	st, err := ShowUnit(ctx, name)
 	if err != nil {
-		return UnitState{}, cluster.Refuse(ErrSystemd, "ask systemd about %s (run adopt --unit on the member's host, as root, with systemd running): %v", name, err)
+		return UnitState{}, refusal.New(ErrSystemd, "ask systemd about %s (run adopt --unit on the member's host, as root, with systemd running): %v", name, err)
 	}
 	if st.LoadState != "loaded" {
-		return st, cluster.Refuse(ErrSystemd, "systemd has not loaded %s (load state %q): give the unit file systemd runs the member from", name, st.LoadState)
+		return st, refusal.New(ErrSystemd, "systemd has not loaded %s (load state %q): give the unit file systemd runs the member from", name, st.LoadState)
 	}
 	if !samePath(st.FragmentPath, p) {
-		return st, cluster.Refuse(ErrSystemd, "systemd runs %s from %s, not from %s: adopt --unit %s", name, st.FragmentPath, p, st.FragmentPath)
+		return st, refusal.New(ErrSystemd, "systemd runs %s from %s, not from %s: adopt --unit %s", name, st.FragmentPath, p, st.FragmentPath)
 	}
 	if st.ActiveState != "active" {
-		return st, cluster.Refuse(ErrSystemd, "%s is %s, not active: adopt only a member its unit runs (`systemctl start %s` first)", name, st.ActiveState, name)
+		return st, refusal.New(ErrSystemd, "%s is %s, not active: adopt only a member its unit runs (`systemctl start %s` first)", name, st.ActiveState, name)
 	}
 	return st, nil
 }

@@ -9,7 +9,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/refusal"
 )
 
 // FromUnitFile reads a systemd unit (etcd.service) at path, with its
@@ -19,13 +19,13 @@ import (
 func FromUnitFile(ctx context.Context, p string) (MemberRun, error) {
 	b, err := os.ReadFile(p)
 	if err != nil {
-		return MemberRun{}, cluster.Refuse(ErrSource, "read systemd unit: %v", err)
+		return MemberRun{}, refusal.New(ErrSource, "read systemd unit: %v", err)
 	}
 	var dropIns []DropIn
 	for _, dp := range DropInFiles(filepath.Base(p), UnitDropInDirs(p)) {
 		db, err := os.ReadFile(dp)
 		if err != nil {
-			return MemberRun{}, cluster.Refuse(ErrSource, "read drop-in of systemd unit %s: %v", p, err)
+			return MemberRun{}, refusal.New(ErrSource, "read drop-in of systemd unit %s: %v", p, err)
 		}
 		dropIns = append(dropIns, DropIn{Path: dp, Data: db})
 	}
@@ -161,7 +161,7 @@ func ParseUnit(b []byte, p string, readFile func(string) ([]byte, error), dropIn
 			}
 			words, err := splitWords(v, nil)
 			if err != nil {
-				return MemberRun{}, cluster.Refuse(ErrSource, "systemd unit %s: Environment=%s: %v", p, v, err)
+				return MemberRun{}, refusal.New(ErrSource, "systemd unit %s: Environment=%s: %v", p, v, err)
 			}
 			envAssign = append(envAssign, words...)
 		case "EnvironmentFile":
@@ -175,7 +175,7 @@ func ParseUnit(b []byte, p string, readFile func(string) ([]byte, error), dropIn
 		}
 	}
 	if execStart == "" {
-		return MemberRun{}, cluster.Refuse(ErrSource, "systemd unit %s has no ExecStart= in [Service]", p)
+		return MemberRun{}, refusal.New(ErrSource, "systemd unit %s has no ExecStart= in [Service]", p)
 	}
 	// The environment: files in order, then the unit's own assignments.
 	var env []string
@@ -193,7 +193,7 @@ func ParseUnit(b []byte, p string, readFile func(string) ([]byte, error), dropIn
 			if optional {
 				continue
 			}
-			return MemberRun{}, cluster.Refuse(ErrSource, "systemd unit %s: EnvironmentFile=%s: %v", p, f, err)
+			return MemberRun{}, refusal.New(ErrSource, "systemd unit %s: EnvironmentFile=%s: %v", p, f, err)
 		}
 		env = append(env, parseEnvFile(fb)...)
 	}
@@ -206,13 +206,13 @@ func ParseUnit(b []byte, p string, readFile func(string) ([]byte, error), dropIn
 	cmd := strings.TrimLeft(execStart, "-@+!:")
 	words, err := splitWords(cmd, lookup)
 	if err != nil {
-		return MemberRun{}, cluster.Refuse(ErrSource, "systemd unit %s: ExecStart=%s: %v", p, execStart, err)
+		return MemberRun{}, refusal.New(ErrSource, "systemd unit %s: ExecStart=%s: %v", p, execStart, err)
 	}
 	if len(words) == 0 {
-		return MemberRun{}, cluster.Refuse(ErrSource, "systemd unit %s: ExecStart= runs nothing", p)
+		return MemberRun{}, refusal.New(ErrSource, "systemd unit %s: ExecStart= runs nothing", p)
 	}
 	if filepath.Base(words[0]) != "etcd" {
-		return MemberRun{}, cluster.Refuse(ErrSource, "systemd unit %s runs %s, not etcd", p, words[0])
+		return MemberRun{}, refusal.New(ErrSource, "systemd unit %s runs %s, not etcd", p, words[0])
 	}
 	// A last environment value wins, as in systemd.
 	var dedup []string

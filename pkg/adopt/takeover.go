@@ -15,6 +15,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -28,7 +29,9 @@ const (
 	StepTakeOverRecord = "certs-take-over-record"
 )
 
-// Refusals of a certificate take-over (each a *cluster.Refusal).
+// Refusals of a certificate take-over (each a *refusal.Refusal; the
+// command says what to do about ErrTakenOver, ErrNotAllAdopted and
+// ErrCAExpiresSoon).
 var (
 	// ErrNotAllAdopted: a member is still run by someone else.
 	ErrNotAllAdopted = errors.New("not every member is adopted")
@@ -46,6 +49,12 @@ var (
 	// ErrCAValidity: the CA expires before a leaf Steward would issue
 	// from it would (or is not valid yet).
 	ErrCAValidity = errors.New("the CA is not valid for long enough")
+	// ErrCAExpiresSoon is the ErrCAValidity (of the same text) of a CA
+	// that expires within a leaf's lifetime: renewing it is the way on.
+	ErrCAExpiresSoon = fmt.Errorf("%w", ErrCAValidity)
+	// ErrTakenOver is the ErrOwnCerts (of the same text) of a cluster
+	// whose certificates Steward took over already.
+	ErrTakenOver = fmt.Errorf("%w", ErrOwnCerts)
 	// ErrPeerNames: the members' peer certificates have different common
 	// names and a member's peer port lets in only one name.
 	ErrPeerNames = errors.New("the members' peer certificates have different common names")
@@ -69,11 +78,11 @@ func TakeOverCheck(ctx context.Context, c *cluster.Cluster, o TakeOverOptions, n
 	s := c.Spec
 	switch {
 	case !s.IsExternal():
-		return nil, none, cluster.Refuse(ErrNotAttached, "cluster %s is not attached: Steward issues its certificates already", s.Name)
+		return nil, none, refusal.New(ErrNotAttached, "cluster %s is not attached: Steward issues its certificates already", s.Name)
 	case s.TLS.Disabled:
-		return nil, none, cluster.Refuse(ErrOwnCerts, "cluster %s runs without TLS: there are no certificates to take over", s.Name)
+		return nil, none, refusal.New(ErrOwnCerts, "cluster %s runs without TLS: there are no certificates to take over", s.Name)
 	case !s.OperatorCerts():
-		return nil, none, cluster.Refuse(ErrOwnCerts, "Steward took over issuing the certificates of cluster %s already (`steward certs list`)", s.Name)
+		return nil, none, refusal.New(ErrTakenOver, "Steward took over issuing the certificates of cluster %s already", s.Name)
 	case !s.AllAdopted():
 		var not []string
 		for _, m := range s.Members {
@@ -81,26 +90,26 @@ func TakeOverCheck(ctx context.Context, c *cluster.Cluster, o TakeOverOptions, n
 				not = append(not, m.Name)
 			}
 		}
-		return nil, none, cluster.Refuse(ErrNotAllAdopted, "cluster %s still has members Steward does not run (%s): adopt every member first (`steward adopt`), then take over its certificates", s.Name, strings.Join(not, ", "))
+		return nil, none, refusal.New(ErrNotAllAdopted, "cluster %s still has members Steward does not run (%s)", s.Name, strings.Join(not, ", "))
 	}
 	for _, m := range s.Members {
 		if a, ok := s.Agent(m.Agent); ok && a.Remote() {
-			return nil, none, cluster.Refuse(cluster.ErrNotAcrossHosts, "member %s runs on host %s: a certificate take-over is built for members of this machine's agent only", m.Name, a.Host)
+			return nil, none, refusal.New(cluster.ErrNotAcrossHosts, "member %s runs on host %s: a certificate take-over is built for members of this machine's agent only", m.Name, a.Host)
 		}
 		if m.Adopted.TLS == nil {
-			return nil, none, cluster.Refuse(ErrOwnCerts, "member %s runs without certificates: there are none to take over", m.Name)
+			return nil, none, refusal.New(ErrOwnCerts, "member %s runs without certificates: there are none to take over", m.Name)
 		}
 	}
 	ca, err := pki.LoadCA(o.CACert, o.CAKey)
 	if err != nil {
-		return nil, none, cluster.Refuse(ErrCA, "%v", err)
+		return nil, none, refusal.New(ErrCA, "%v", err)
 	}
 	v := c.Validity().WithDefaults()
 	switch {
 	case now.Before(ca.Cert.NotBefore):
-		return nil, none, cluster.Refuse(ErrCAValidity, "the CA %s (%s) is not valid before %s", o.CACert, ca.Cert.Subject.CommonName, ca.Cert.NotBefore.UTC().Format(time.RFC3339))
+		return nil, none, refusal.New(ErrCAValidity, "the CA %s (%s) is not valid before %s", o.CACert, ca.Cert.Subject.CommonName, ca.Cert.NotBefore.UTC().Format(time.RFC3339))
 	case ca.Cert.NotAfter.Sub(now) < v.Leaf:
-		return nil, none, cluster.Refuse(ErrCAValidity, "the CA %s (%s) expires %s, within the lifetime of a leaf Steward issues (%s, tls.leafValidity): renew the CA first (`steward certs rotate-ca` after the take-over replaces it), or shorten tls.leafValidity", o.CACert, ca.Cert.Subject.CommonName, ca.Cert.NotAfter.UTC().Format(time.RFC3339), v.Leaf)
+		return nil, none, refusal.New(ErrCAExpiresSoon, "the CA %s (%s) expires %s, within the lifetime of a leaf Steward issues (%s, tls.leafValidity)", o.CACert, ca.Cert.Subject.CommonName, ca.Cert.NotAfter.UTC().Format(time.RFC3339), v.Leaf)
 	}
 	// What the cluster runs with now: every file checked, all failures named.
 	var bad []string
@@ -143,7 +152,7 @@ func TakeOverCheck(ctx context.Context, c *cluster.Cluster, o TakeOverOptions, n
 		}
 	}
 	if len(bad) > 0 {
-		return nil, none, cluster.Refuse(ErrCANotIssuer, "cannot take over the certificates of cluster %s with the CA %s (%s): %s; nothing was changed", s.Name, o.CACert, ca.Cert.Subject.CommonName, strings.Join(bad, "; "))
+		return nil, none, refusal.New(ErrCANotIssuer, "cannot take over the certificates of cluster %s with the CA %s (%s): %s; nothing was changed", s.Name, o.CACert, ca.Cert.Subject.CommonName, strings.Join(bad, "; "))
 	}
 	// One peer certificate replaces the members', member by member: a
 	// member not switched yet must let it in. A member restricting its
@@ -171,7 +180,7 @@ func TakeOverCheck(ctx context.Context, c *cluster.Cluster, o TakeOverOptions, n
 			parts = append(parts, fmt.Sprintf("%q (%s)", cn, strings.Join(ms, ", ")))
 		}
 		slices.Sort(parts)
-		return nil, none, cluster.Refuse(ErrPeerNames, "the peer certificates of cluster %s have different common names: %s, and %s (--peer-cert-allowed-cn), so no one peer certificate of Steward's can replace them member by member; drop --peer-cert-allowed-cn from the members first, or give them one peer name", s.Name, strings.Join(parts, ", "), strings.Join(restrict, ", "))
+		return nil, none, refusal.New(ErrPeerNames, "the peer certificates of cluster %s have different common names: %s, and %s (--peer-cert-allowed-cn), so no one peer certificate of Steward's can replace them member by member; drop --peer-cert-allowed-cn from the members first, or give them one peer name", s.Name, strings.Join(parts, ", "), strings.Join(restrict, ", "))
 	}
 	for _, h := range []*[]string{&l.Server.Hosts, &l.Peer.Hosts} {
 		*h = append(*h, "127.0.0.1", "localhost")
@@ -227,7 +236,7 @@ func TakeOver(ctx context.Context, c *cluster.Cluster, o TakeOverOptions) (*plan
 	}
 	p.Steps = append(p.Steps, plan.Step{Index: len(p.Steps), Kind: StepTakeOverRecord, State: plan.Pending,
 		Description: "drop the operator's certificate files from the spec: Steward issues and renews the certificates from now on"})
-	if err := store.Save(p); err != nil {
+	if err := store.Save(ctx, p); err != nil {
 		return nil, err
 	}
 	return p, RunTakeOver(ctx, c, p.ID)
@@ -308,7 +317,7 @@ func (e *TakeOverExecutor) switchMember(ctx context.Context, name string) error 
 		next := c.Spec.Clone()
 		nm, _ := next.Member(name)
 		nm.Adopted.TLS = want
-		if err := c.SaveSpec(next); err != nil {
+		if err := c.SaveSpec(ctx, next); err != nil {
 			return err
 		}
 		if m, err = c.Member(name); err != nil {
@@ -389,7 +398,7 @@ func (e *TakeOverExecutor) record(ctx context.Context) error {
 				next.Members[i].Adopted.TLS = nil
 			}
 		}
-		if err := c.SaveSpec(next); err != nil {
+		if err := c.SaveSpec(ctx, next); err != nil {
 			return err
 		}
 	}

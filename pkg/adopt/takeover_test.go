@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -113,8 +114,8 @@ func TestTakeOverCheckRefusals(t *testing.T) {
 	}{
 		{"not attached", adopted(func(s *spec.Cluster) { s.External = nil }), opts, ErrNotAttached, "is not attached"},
 		{"without TLS", adopted(func(s *spec.Cluster) { s.TLS.Disabled = true }), opts, ErrOwnCerts, "without TLS"},
-		{"taken over already", adopted(func(s *spec.Cluster) { s.External.CAFile, s.External.CertFile, s.External.KeyFile = "", "", "" }), opts, ErrOwnCerts, "took over issuing"},
-		{"a member not adopted", adopted(func(s *spec.Cluster) { s.Members[1].Agent, s.Members[1].Adopted = "", nil }), opts, ErrNotAllAdopted, "(m2): adopt every member first"},
+		{"taken over already", adopted(func(s *spec.Cluster) { s.External.CAFile, s.External.CertFile, s.External.KeyFile = "", "", "" }), opts, ErrTakenOver, "took over issuing"},
+		{"a member not adopted", adopted(func(s *spec.Cluster) { s.Members[1].Agent, s.Members[1].Adopted = "", nil }), opts, ErrNotAllAdopted, "cluster kube still has members Steward does not run (m2)"},
 		{"the key of another CA", adopted(nil), TakeOverOptions{CACert: op.file, CAKey: other.keyFile}, ErrCA, "does not match"},
 		{"a CA that did not sign a peer certificate", adopted(func(s *spec.Cluster) { s.Members[1].Adopted.TLS.PeerCert = filepath.Join(files, "other-peer.pem") }), opts,
 			ErrCANotIssuer, "member m2's peer certificate"},
@@ -122,7 +123,7 @@ func TestTakeOverCheckRefusals(t *testing.T) {
 			ErrCANotIssuer, "the operator's client certificate"},
 		{"another CA in the members' bundle", adopted(func(s *spec.Cluster) { s.Members[0].Adopted.TLS.CA = filepath.Join(files, "bundle.pem") }), opts,
 			ErrCANotIssuer, "1 other CA certificates"},
-		{"a CA expiring within a leaf's lifetime", adopted(nil), TakeOverOptions{CACert: short.file, CAKey: short.keyFile}, ErrCAValidity, "within the lifetime of a leaf"},
+		{"a CA expiring within a leaf's lifetime", adopted(nil), TakeOverOptions{CACert: short.file, CAKey: short.keyFile}, ErrCAExpiresSoon, "within the lifetime of a leaf"},
 		{"peer certificates of two names, a member restricting", adopted(func(s *spec.Cluster) {
 			s.Members[1].Adopted.TLS.PeerCert = filepath.Join(files, "peer-b.pem")
 			s.Members[1].Adopted.TLS.PeerAllowedCN = "etcd-peer-b"
@@ -130,7 +131,7 @@ func TestTakeOverCheckRefusals(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ca, _, err := TakeOverCheck(t.Context(), tc.c, tc.o, time.Now())
-			var r *cluster.Refusal
+			var r *refusal.Refusal
 			if ca != nil || !errors.As(err, &r) || !errors.Is(err, tc.kind) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("TakeOverCheck = %v; want a refusal of kind %v containing %q", err, tc.kind, tc.want)
 			}

@@ -15,6 +15,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -33,7 +34,7 @@ var ErrNoAdoption = errors.New("no adoption of the member to undo")
 // before its adopt plan (not saved): the latest adopt plan of that member,
 // done or stopped halfway. An adopt plan still active is marked aborted
 // first (refused while a process runs it). It changes nothing else.
-func NewUndoPlan(c *cluster.Cluster, name string, now time.Time) (*plan.Plan, error) {
+func NewUndoPlan(ctx context.Context, c *cluster.Cluster, name string, now time.Time) (*plan.Plan, error) {
 	store := c.Plans()
 	plans, err := store.List()
 	if err != nil && !errors.Is(err, plan.ErrNoPlan) {
@@ -46,16 +47,16 @@ func NewUndoPlan(c *cluster.Cluster, name string, now time.Time) (*plan.Plan, er
 		}
 	}
 	if of == nil {
-		return nil, cluster.Refuse(ErrNoAdoption, "no adopt plan of member %s in %s: there is nothing to give back", name, c.Dir)
+		return nil, refusal.New(ErrNoAdoption, "no adopt plan of member %s in %s: there is nothing to give back", name, c.Dir)
 	}
 	if of.State == plan.RolledBack {
-		return nil, cluster.Refuse(ErrNoAdoption, "the adoption of %s (plan %s) was undone already", name, of.ID)
+		return nil, refusal.New(ErrNoAdoption, "the adoption of %s (plan %s) was undone already", name, of.ID)
 	}
 	if of.Active() {
 		if store.Locked() {
 			return nil, plan.ErrLocked
 		}
-		if _, err := plan.RequestAbort(store, of.ID); err != nil {
+		if _, err := plan.RequestAbort(ctx, store, of.ID); err != nil {
 			return nil, err
 		}
 	}
@@ -93,11 +94,11 @@ func Undo(ctx context.Context, c *cluster.Cluster, name string) (*plan.Plan, err
 	if _, err := plan.Admit(store, admitUndo); err != nil {
 		return nil, err
 	}
-	p, err := NewUndoPlan(c, name, time.Now())
+	p, err := NewUndoPlan(ctx, c, name, time.Now())
 	if err != nil {
 		return nil, err
 	}
-	if err := store.Save(p); err != nil {
+	if err := store.Save(ctx, p); err != nil {
 		return nil, err
 	}
 	return p, Run(ctx, c, p.ID)
@@ -139,7 +140,7 @@ func (e *Executor) undo(ctx context.Context, p *plan.Plan, s *plan.Step, run Mem
 		next := c.Spec.Clone()
 		nm, _ := next.Member(run.Name)
 		nm.Agent, nm.DataDir, nm.Adopted, nm.Version = "", "", nil, ""
-		return c.SaveSpec(next)
+		return c.SaveSpec(ctx, next)
 	case StepUndoGiveBack:
 		if err := e.giveBack(ctx, p, run); err != nil {
 			return err
@@ -147,7 +148,7 @@ func (e *Executor) undo(ctx context.Context, p *plan.Plan, s *plan.Step, run Mem
 		if err := e.waitHealthy(ctx, run.Name); err != nil {
 			return err
 		}
-		return markUndone(c.Plans(), p.Of)
+		return markUndone(ctx, c.Plans(), p.Of)
 	}
 	return fmt.Errorf("unknown step kind %q", s.Kind)
 }
@@ -234,7 +235,7 @@ func (e *Executor) waitHealthy(ctx context.Context, name string) error {
 }
 
 // markUndone marks the adopt plan an undo plan gave back rolled back.
-func markUndone(store *plan.Store, id string) error {
+func markUndone(ctx context.Context, store *plan.Store, id string) error {
 	if id == "" {
 		return nil
 	}
@@ -246,5 +247,5 @@ func markUndone(store *plan.Store, id string) error {
 		return nil
 	}
 	p.State = plan.RolledBack
-	return store.Save(p)
+	return store.Save(ctx, p)
 }

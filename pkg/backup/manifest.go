@@ -100,8 +100,11 @@ type Listing struct {
 	Ignored []Ignored
 }
 
+// ErrNoFullBackup: the store holds no (trusted) full backup to start from.
+var ErrNoFullBackup = errors.New("no full backup")
+
 // Find returns the backup with an ID, or the newest full backup for
-// "latest" (or "").
+// "latest" (or ""; ErrNoFullBackup without one).
 func (l Listing) Find(id, store string) (Manifest, error) {
 	if id == "latest" || id == "" {
 		for i := len(l.Backups) - 1; i >= 0; i-- {
@@ -109,7 +112,7 @@ func (l Listing) Find(id, store string) (Manifest, error) {
 				return l.Backups[i], nil
 			}
 		}
-		return Manifest{}, fmt.Errorf("no full backup in %s%s: take one with `steward backup now`", store, l.ignoredNote())
+		return Manifest{}, fmt.Errorf("%w in %s%s", ErrNoFullBackup, store, l.ignoredNote())
 	}
 	for _, m := range l.Backups {
 		if m.ID == id {

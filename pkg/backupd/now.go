@@ -10,6 +10,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/progress"
+	"github.com/etcd-steward/steward/pkg/refusal"
 )
 
 // ErrNoLeader refuses a backup from "the leader" while there is none
@@ -34,7 +35,7 @@ func Now(ctx context.Context, c *cluster.Cluster, o Options) (backup.Manifest, e
 	name := o.Member
 	if name == "" {
 		if st.Cluster.Leader == "" {
-			return backup.Manifest{}, cluster.Refuse(ErrNoLeader, "refusing to back up: the cluster has no leader (%s)", st.Unhealthy())
+			return backup.Manifest{}, refusal.New(ErrNoLeader, "refusing to back up: the cluster has no leader (%s)", st.Unhealthy())
 		}
 		name = st.Cluster.Leader
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/progress"
+	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -51,9 +52,10 @@ type AttachOptions struct {
 	StewardBinary string
 }
 
-// Refusals of Attach (cluster.Refusal kinds).
+// Refusals of Attach (refusal.Refusal kinds).
 var (
-	// ErrDirHoldsCluster: the Steward directory already holds a spec.
+	// ErrDirHoldsCluster: the Steward directory already holds a spec
+	// (Init refuses it too).
 	ErrDirHoldsCluster = errors.New("the Steward directory already holds a cluster")
 	// ErrMixedClusters: the endpoints answer with different cluster IDs.
 	ErrMixedClusters = errors.New("the endpoints belong to different clusters")
@@ -78,14 +80,14 @@ func checkMetricsAddress(o AttachOptions) error {
 		return nil
 	}
 	if !o.Continuous {
-		return cluster.Refuse(ErrMetricsAddress, "metrics address %s: the agent that serves metrics runs only with continuous backups", a)
+		return refusal.New(ErrMetricsAddress, "metrics address %s: the agent that serves metrics runs only with continuous backups", a)
 	}
 	host, port, err := net.SplitHostPort(a)
 	if err != nil || port == "" || host == "" {
-		return cluster.Refuse(ErrMetricsAddress, "metrics address %q is not HOST:PORT", a)
+		return refusal.New(ErrMetricsAddress, "metrics address %q is not HOST:PORT", a)
 	}
 	if !spec.IsLoopback(a) {
-		return cluster.Refuse(ErrMetricsAddress, "metrics address %s is not a loopback address: an attached cluster has no Steward certificate to serve metrics over HTTPS with", a)
+		return refusal.New(ErrMetricsAddress, "metrics address %s is not a loopback address: an attached cluster has no Steward certificate to serve metrics over HTTPS with", a)
 	}
 	return nil
 }
@@ -114,7 +116,7 @@ func Attach(ctx context.Context, dir string, o AttachOptions, say progress.Func)
 	}
 	specPath := filepath.Join(dir, spec.FileName)
 	if _, err := os.Stat(specPath); err == nil {
-		return nil, cluster.Refuse(ErrDirHoldsCluster, "%s already holds a cluster (%s): attach writes a new spec only into a directory without one", dir, specPath)
+		return nil, refusal.New(ErrDirHoldsCluster, "%s already holds a cluster (%s): attach writes a new spec only into a directory without one", dir, specPath)
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("check %s: %w", specPath, err)
 	}
@@ -130,7 +132,7 @@ func Attach(ctx context.Context, dir string, o AttachOptions, say progress.Func)
 	if tlsOn {
 		for _, f := range []*string{&o.CAFile, &o.CertFile, &o.KeyFile} {
 			if *f == "" {
-				return nil, cluster.Refuse(ErrCertificate, "the endpoints use TLS: a CA file, a client certificate and its key are needed to reach them")
+				return nil, refusal.New(ErrCertificate, "the endpoints use TLS: a CA file, a client certificate and its key are needed to reach them")
 			}
 			abs, err := filepath.Abs(*f)
 			if err != nil {
@@ -140,7 +142,7 @@ func Attach(ctx context.Context, dir string, o AttachOptions, say progress.Func)
 		}
 		tc, err = pki.ClientTLSFiles(o.CAFile, o.CertFile, o.KeyFile)
 		if err != nil {
-			return nil, cluster.Refuse(ErrCertificate, "cannot load the client certificate: %v", err)
+			return nil, refusal.New(ErrCertificate, "cannot load the client certificate: %v", err)
 		}
 	}
 
@@ -164,7 +166,7 @@ func Attach(ctx context.Context, dir string, o AttachOptions, say progress.Func)
 	list, err := cli.MemberList(lctx)
 	cancel()
 	if err != nil {
-		return nil, cluster.Refuse(ErrEndpoint, "list the members of cluster %x: %v", answers[0].clusterID, err)
+		return nil, refusal.New(ErrEndpoint, "list the members of cluster %x: %v", answers[0].clusterID, err)
 	}
 	s, err := externalSpec(o, answers, list, tlsOn)
 	if err != nil {
@@ -220,15 +222,15 @@ func checkEndpoints(raw []string) (eps []string, scheme string, err error) {
 		}
 	}
 	if len(eps) == 0 {
-		return nil, "", cluster.Refuse(ErrEndpoint, "no endpoint: give the client URLs of the cluster's members")
+		return nil, "", refusal.New(ErrEndpoint, "no endpoint: give the client URLs of the cluster's members")
 	}
 	for _, e := range eps {
 		u, perr := url.Parse(e)
 		if perr != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.Port() == "" || (u.Path != "" && u.Path != "/") {
-			return nil, "", cluster.Refuse(ErrEndpoint, "endpoint %q: want https://HOST:PORT (a member's client URL)", e)
+			return nil, "", refusal.New(ErrEndpoint, "endpoint %q: want https://HOST:PORT (a member's client URL)", e)
 		}
 		if scheme != "" && u.Scheme != scheme {
-			return nil, "", cluster.Refuse(ErrEndpoint, "endpoints %s and %s: mixed http and https; a cluster serves its clients one way", eps[0], e)
+			return nil, "", refusal.New(ErrEndpoint, "endpoints %s and %s: mixed http and https; a cluster serves its clients one way", eps[0], e)
 		}
 		scheme = u.Scheme
 	}
@@ -308,10 +310,10 @@ func judge(answers []answer) error {
 		}
 	}
 	if len(certErrs) > 0 {
-		return cluster.Refuse(ErrCertificate, "the certificate does not work against %s: the CA must be the one that signed the members' serving certificates, and the client certificate one the members trust", strings.Join(certErrs, "; "))
+		return refusal.New(ErrCertificate, "the certificate does not work against %s: the CA must be the one that signed the members' serving certificates, and the client certificate one the members trust", strings.Join(certErrs, "; "))
 	}
 	if len(other) > 0 {
-		return cluster.Refuse(ErrEndpoint, "no etcd answer from %s", strings.Join(other, "; "))
+		return refusal.New(ErrEndpoint, "no etcd answer from %s", strings.Join(other, "; "))
 	}
 	byID := map[uint64][]string{}
 	for _, a := range answers {
@@ -323,7 +325,7 @@ func judge(answers []answer) error {
 			parts = append(parts, fmt.Sprintf("cluster %x at %s", id, strings.Join(eps, ", ")))
 		}
 		sort.Strings(parts)
-		return cluster.Refuse(ErrMixedClusters, "the endpoints belong to %d different clusters: %s; attach one cluster at a time, with its own endpoints only", len(byID), strings.Join(parts, " and "))
+		return refusal.New(ErrMixedClusters, "the endpoints belong to %d different clusters: %s; attach one cluster at a time, with its own endpoints only", len(byID), strings.Join(parts, " and "))
 	}
 	return nil
 }
@@ -362,10 +364,10 @@ func externalSpec(o AttachOptions, answers []answer, list *clientv3.MemberListRe
 	}
 	for _, m := range list.Members {
 		if m.Name == "" || len(m.PeerURLs) == 0 {
-			return nil, cluster.Refuse(ErrEndpoint, "member %x of cluster %s has not started yet (it has no name): attach once every member has joined", m.ID, id)
+			return nil, refusal.New(ErrEndpoint, "member %x of cluster %s has not started yet (it has no name): attach once every member has joined", m.ID, id)
 		}
 		if m.IsLearner {
-			return nil, cluster.Refuse(ErrEndpoint, "member %s of cluster %s is a learner: attach once it is promoted", m.Name, id)
+			return nil, refusal.New(ErrEndpoint, "member %s of cluster %s is a learner: attach once it is promoted", m.Name, id)
 		}
 		client := given[m.ID]
 		if client == "" && len(m.ClientURLs) > 0 {

@@ -10,8 +10,8 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/progress"
+	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -75,7 +75,7 @@ func TestJudge(t *testing.T) {
 				}
 				return
 			}
-			var r *cluster.Refusal
+			var r *refusal.Refusal
 			if !errors.As(err, &r) || !errors.Is(err, tc.kind) {
 				t.Fatalf("got %v, want a refusal of kind %v", err, tc.kind)
 			}

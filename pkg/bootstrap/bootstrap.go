@@ -25,6 +25,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/join"
 	"github.com/etcd-steward/steward/pkg/progress"
+	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -57,7 +58,7 @@ var ErrNewClusterOnly = errors.New("the option applies only to a new cluster")
 // OptionError is ErrNewClusterOnly for one UpOptions field, named by
 // Option; a command matches it (errors.As) to name its flag.
 type OptionError struct {
-	cluster.Refusal
+	refusal.Refusal
 	Option string
 }
 
@@ -88,7 +89,7 @@ func checkAddress(a string) error {
 }
 
 func newClusterOnly(option, format string, args ...any) error {
-	return &OptionError{Refusal: cluster.Refusal{Kind: ErrNewClusterOnly, Msg: fmt.Sprintf(format, args...)}, Option: option}
+	return &OptionError{Refusal: refusal.Refusal{Kind: ErrNewClusterOnly, Msg: fmt.Sprintf(format, args...)}, Option: option}
 }
 
 // AgentDownError: the agent of a member on another host does not answer;
@@ -133,7 +134,7 @@ func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*clust
 			return nil, nil, err
 		}
 		if o.Members != 0 && o.Members != len(s.Members) {
-			return nil, nil, newClusterOnly("Members", "%s already describes %d members; the member count applies only to a new cluster (use `steward member add` or `remove`)", specPath, len(s.Members))
+			return nil, nil, newClusterOnly("Members", "%s already describes %d members; the member count applies only to a new cluster", specPath, len(s.Members))
 		}
 		if o.Version != "" {
 			if nv, err := binaries.NormalizeVersion(o.Version); err != nil || nv != s.Version {

@@ -1,6 +1,7 @@
 package bootstrap
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/join"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/progress"
+	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -34,12 +36,12 @@ func JoinPath(dir, host string) string { return filepath.Join(dir, "join", host+
 // Init writes a new multi-host cluster into the coordinator's directory:
 // the spec (members spread over the hosts), the CA and the admin client
 // certificate, and one join file per host. It refuses a directory that
-// already holds a spec, and writes the spec last, so a failed init leaves
+// already holds a spec (ErrDirHoldsCluster), and writes the spec last, so a failed init leaves
 // no cluster behind.
 func Init(dir string, o InitOptions, say progress.Func) (*cluster.Cluster, []string, error) {
 	specPath := filepath.Join(dir, spec.FileName)
 	if _, err := os.Stat(specPath); err == nil {
-		return nil, nil, fmt.Errorf("%s already exists: this directory holds a cluster (add hosts with `steward host add`, or init another --dir)", specPath)
+		return nil, nil, refusal.New(ErrDirHoldsCluster, "%s already exists: this directory holds a cluster", specPath)
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return nil, nil, err
 	}
@@ -90,7 +92,7 @@ func Init(dir string, o InitOptions, say progress.Func) (*cluster.Cluster, []str
 // AddHost adds a host (one agent) to the spec and writes its join file. For
 // a host already in the spec at the same address it writes a new join file
 // (new certificates), for instance after the first one expired.
-func AddHost(c *cluster.Cluster, h spec.Host, port int, validity time.Duration) (string, error) {
+func AddHost(ctx context.Context, c *cluster.Cluster, h spec.Host, port int, validity time.Duration) (string, error) {
 	if c.Spec.TLS.Disabled {
 		return "", errors.New("hosts join over mutual TLS, and this cluster has TLS off")
 	}
@@ -115,7 +117,7 @@ func AddHost(c *cluster.Cluster, h spec.Host, port int, validity time.Duration) 
 	if err := writeJoin(c, a, validity); err != nil {
 		return "", err
 	}
-	if err := c.SaveSpec(s); err != nil {
+	if err := c.SaveSpec(ctx, s); err != nil {
 		// The host is not in the spec: its new join file goes too.
 		_ = os.Remove(JoinPath(c.Dir, h.Name))
 		return "", err

@@ -130,7 +130,7 @@ func TakeOver(ctx context.Context, dir string, o TakeOverOptions, say progress.F
 	}
 	st := plan.OpenStore(dir) // no mirror: these are the copies
 	for _, p := range t.Plans {
-		if err := st.Save(p); err != nil {
+		if err := st.Save(ctx, p); err != nil {
 			return nil, err
 		}
 		say.Say("plan %s (%s %s -> %s): %s", p.ID, p.Kind, p.From, p.To, p.State)

@@ -129,7 +129,7 @@ func Apply(ctx context.Context, c *cluster.Cluster) (*plan.Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := store.Save(p); err != nil {
+	if err := store.Save(ctx, p); err != nil {
 		return nil, err
 	}
 	return p, Run(ctx, c, p.ID)

@@ -110,11 +110,11 @@ func TestApplyRefusesWhileAPlanIsActive(t *testing.T) {
 	}
 	up := &plan.Plan{ID: "upgrade-1", Kind: plan.KindUpgrade, State: plan.Failed, CreatedAt: time.Now(),
 		Steps: []plan.Step{{Index: 0, Kind: "preflight", State: plan.Failed}}}
-	if err := c.Plans().Save(up); err != nil {
+	if err := c.Plans().Save(t.Context(), up); err != nil {
 		t.Fatal(err)
 	}
 	_, err = Apply(t.Context(), c)
-	if err == nil || !strings.Contains(err.Error(), "upgrade-1") || !strings.Contains(err.Error(), "steward plan resume") {
+	if ae, ok := errors.AsType[*plan.ActiveError](err); !ok || !ae.Abort || ae.Plan.ID != "upgrade-1" || err.Error() != "upgrade plan upgrade-1 is failed" {
 		t.Fatalf("Apply with a failed upgrade plan: %v", err)
 	}
 	if latest, err := c.Plans().Latest(); err != nil || latest.ID != "upgrade-1" {

@@ -27,8 +27,10 @@ func init() {
 var admitRotation = plan.Admission{}
 
 // admitRollback admits a CA rotation rollback whatever the latest plan:
-// RollbackOf judges it (an active rotation is superseded).
+// RollbackOf judges it (an active rotation is superseded). While a process
+// runs a plan it refuses with ErrPlanRunning, for the command to say how
+// to stop it.
 var admitRollback = plan.Admission{
-	LockedAdvice: "`steward plan abort` stops it after its step, then `steward rollback` rolls a CA rotation back",
-	Refuse:       func(*plan.Plan) error { return nil },
+	Locked: ErrPlanRunning,
+	Refuse: func(*plan.Plan) error { return nil },
 }

@@ -54,12 +54,20 @@ var (
 	// ErrOldCADropped: the rotation's drop step began; the old CA is no
 	// longer ca.key.
 	ErrOldCADropped = errors.New("the old CA was dropped")
+	// ErrRolledBack: the latest CA rotation was rolled back already. It
+	// is an ErrNoRotationToRollBack, of the same text.
+	ErrRolledBack = fmt.Errorf("%w", ErrNoRotationToRollBack)
+	// ErrPlanRunning: a process runs a plan (plan.ErrLocked, of the same
+	// text); stopping it is the way to roll a CA rotation back.
+	ErrPlanRunning = fmt.Errorf("%w", plan.ErrLocked)
 )
 
 // RollbackOf checks that latest, the latest plan, is a CA rotation that can
 // be rolled back: stopped (aborted, failed, or interrupted: pending or
 // running with no process running it, which the caller checks) before its
-// drop step began. Otherwise it returns the refusal, one line saying what
+// drop step began. Otherwise it returns the refusal, one line saying why:
+// ErrNoRotationToRollBack (ErrRolledBack when it was rolled back
+// already), ErrRotationDone or ErrOldCADropped, for the command to say what
 // to do.
 func RollbackOf(latest *plan.Plan) error {
 	switch {
@@ -68,19 +76,19 @@ func RollbackOf(latest *plan.Plan) error {
 		if latest != nil {
 			what = fmt.Sprintf("the latest plan is %s plan %s (%s)", latest.Kind, latest.ID, latest.State)
 		}
-		return fmt.Errorf("%w: %s; `steward plan show` shows it", ErrNoRotationToRollBack, what)
+		return fmt.Errorf("%w: %s", ErrNoRotationToRollBack, what)
 	case latest.Kind == plan.KindCARotationRollback && latest.Active():
-		return fmt.Errorf("CA rotation rollback %s is %s: `steward plan resume` finishes it", latest.ID, latest.State)
+		return &plan.ActiveError{Plan: latest, Name: "CA rotation rollback " + latest.ID}
 	case latest.Kind == plan.KindCARotationRollback:
-		return fmt.Errorf("%w: the latest plan is CA rotation rollback %s (%s); `steward plan show` shows it", ErrNoRotationToRollBack, latest.ID, latest.State)
+		return fmt.Errorf("%w: the latest plan is CA rotation rollback %s (%s)", ErrNoRotationToRollBack, latest.ID, latest.State)
 	case latest.State == plan.Done:
-		return fmt.Errorf("%w (plan %s): its new CA is the CA; to change the CA again, run `steward certs rotate-ca`", ErrRotationDone, latest.ID)
+		return fmt.Errorf("%w (plan %s): its new CA is the CA", ErrRotationDone, latest.ID)
 	case latest.State == plan.RolledBack:
-		return fmt.Errorf("%w: CA rotation %s was rolled back already", ErrNoRotationToRollBack, latest.ID)
+		return fmt.Errorf("%w: CA rotation %s was rolled back already", ErrRolledBack, latest.ID)
 	}
 	for _, s := range latest.Steps {
 		if s.Kind == StepDrop && s.State != plan.Pending {
-			return fmt.Errorf("%w at step %d: `steward plan resume` finishes the rotation; to go back, run `steward certs rotate-ca` again after it", ErrOldCADropped, s.Index)
+			return fmt.Errorf("%w at step %d", ErrOldCADropped, s.Index)
 		}
 	}
 	return nil
@@ -115,7 +123,8 @@ func NewRollbackPlan(c *cluster.Cluster, of *plan.Plan, now time.Time) (*plan.Pl
 // one an aborted rollback, the latest plan, rolled back), saves the plan
 // and runs it. The rotation, when still active (failed or
 // interrupted), is marked aborted first, superseded by the rollback; once
-// the rollback is done it is marked rolled back.
+// the rollback is done it is marked rolled back. While a process runs a
+// plan it is refused (ErrPlanRunning).
 func Rollback(ctx context.Context, c *cluster.Cluster) (*plan.Plan, error) {
 	store := c.Plans()
 	latest, err := plan.Admit(store, admitRollback)
@@ -135,11 +144,11 @@ func Rollback(ctx context.Context, c *cluster.Cluster) (*plan.Plan, error) {
 	}
 	if latest.Active() {
 		latest.State, latest.Error = plan.Aborted, "superseded by CA rotation rollback "+p.ID
-		if err := store.Save(latest); err != nil {
+		if err := store.Save(ctx, latest); err != nil {
 			return nil, err
 		}
 	}
-	if err := store.Save(p); err != nil {
+	if err := store.Save(ctx, p); err != nil {
 		return nil, err
 	}
 	return p, RunRollback(ctx, c, p.ID)
@@ -167,11 +176,11 @@ func RunRollback(ctx context.Context, c *cluster.Cluster, id string) error {
 			of.Steps[i].State = plan.RolledBack
 		}
 	}
-	if err := store.Save(of); err != nil {
+	if err := store.Save(ctx, of); err != nil {
 		return err
 	}
 	// Save made the rotation the latest plan; the rollback is.
-	return store.Save(p)
+	return store.Save(ctx, p)
 }
 
 // RollbackExecutor runs the steps of a CA rotation rollback plan.

@@ -61,12 +61,12 @@ func TestRollbackOf(t *testing.T) {
 		{name: "never run", p: rotationAt(t, 0, plan.Pending, plan.Pending)},
 		{name: "no plan", err: ErrNoRotationToRollBack, text: "there is no plan"},
 		{name: "an upgrade", p: &plan.Plan{ID: "upgrade-1", Kind: plan.KindUpgrade, State: plan.Failed}, err: ErrNoRotationToRollBack, text: "upgrade plan upgrade-1"},
-		{name: "done", p: rotationAt(t, 99, plan.Pending, plan.Done), err: ErrRotationDone, text: "steward certs rotate-ca"},
-		{name: "rolled back", p: rotationAt(t, 2, plan.Pending, plan.RolledBack), err: ErrNoRotationToRollBack, text: "rolled back already"},
-		{name: "drop running", p: rotationAt(t, 4, plan.Running, plan.Running), err: ErrOldCADropped, text: "the old CA was dropped at step 4: `steward plan resume` finishes the rotation; to go back, run `steward certs rotate-ca` again after it"},
+		{name: "done", p: rotationAt(t, 99, plan.Pending, plan.Done), err: ErrRotationDone, text: "): its new CA is the CA"},
+		{name: "rolled back", p: rotationAt(t, 2, plan.Pending, plan.RolledBack), err: ErrRolledBack, text: "rolled back already"},
+		{name: "drop running", p: rotationAt(t, 4, plan.Running, plan.Running), err: ErrOldCADropped, text: "the old CA was dropped at step 4"},
 		{name: "drop failed", p: rotationAt(t, 4, plan.Failed, plan.Failed), err: ErrOldCADropped, text: "step 4"},
 		{name: "aborted in the restarts", p: rotationAt(t, 6, plan.Pending, plan.Aborted), err: ErrOldCADropped, text: "step 4"},
-		{name: "a rollback that failed", p: &plan.Plan{ID: "r-1", Kind: plan.KindCARotationRollback, State: plan.Failed}, text: "CA rotation rollback r-1 is failed: `steward plan resume` finishes it"},
+		{name: "a rollback that failed", p: &plan.Plan{ID: "r-1", Kind: plan.KindCARotationRollback, State: plan.Failed}, text: "CA rotation rollback r-1 is failed"},
 		{name: "a rollback done", p: &plan.Plan{ID: "r-1", Kind: plan.KindCARotationRollback, State: plan.Done}, err: ErrNoRotationToRollBack, text: "r-1"},
 	}
 	for _, tt := range tests {
@@ -181,20 +181,20 @@ func TestRollbackRefusalsChangeNothing(t *testing.T) {
 	}
 	check("with no plan", ErrNoRotationToRollBack, "there is no plan")
 	done := rotationAt(t, 99, plan.Pending, plan.Done)
-	if err := c.Plans().Save(done); err != nil {
+	if err := c.Plans().Save(t.Context(), done); err != nil {
 		t.Fatal(err)
 	}
 	check("of a rotation done", ErrRotationDone, done.ID)
 	running := rotationAt(t, 3, plan.Running, plan.Running)
 	running.ID += "-2"
-	if err := c.Plans().Save(running); err != nil {
+	if err := c.Plans().Save(t.Context(), running); err != nil {
 		t.Fatal(err)
 	}
 	lock, err := c.Plans().TryLock()
 	if err != nil {
 		t.Fatal(err)
 	}
-	check("of a rotation another process runs", plan.ErrLocked, "another steward process is running a plan")
+	check("of a rotation another process runs", ErrPlanRunning, "another steward process is running a plan")
 	lock.Release()
 }
 
@@ -354,7 +354,7 @@ func TestRollbackAgainAfterAbort(t *testing.T) {
 		t.Fatal(err)
 	}
 	rot := rotationAt(t, 4, plan.Pending, plan.Aborted)
-	if err := c.Plans().Save(rot); err != nil {
+	if err := c.Plans().Save(t.Context(), rot); err != nil {
 		t.Fatal(err)
 	}
 	first, err := NewRollbackPlan(c, rot, time.Now())
@@ -366,7 +366,7 @@ func TestRollbackAgainAfterAbort(t *testing.T) {
 		t.Fatal(err)
 	}
 	first.Steps[0].State, first.State = plan.Done, plan.Aborted
-	if err := c.Plans().Save(first); err != nil {
+	if err := c.Plans().Save(t.Context(), first); err != nil {
 		t.Fatal(err)
 	}
 	p, err := Rollback(t.Context(), c)

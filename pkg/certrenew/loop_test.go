@@ -115,7 +115,7 @@ func TestRoundSaysWhenARotationStalls(t *testing.T) {
 	store := plan.OpenStore(dir)
 	p := &plan.Plan{ID: "ca-rotation-1", Kind: plan.KindCARotation, State: plan.Running, CreatedAt: time.Now(),
 		Steps: []plan.Step{{Index: 0, Kind: "ca-prepare", State: plan.Done}, {Index: 1, Kind: "ca-trust", State: plan.Pending}}}
-	if err := store.Save(p); err != nil {
+	if err := store.Save(t.Context(), p); err != nil {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.DiscardHandler)
@@ -123,7 +123,7 @@ func TestRoundSaysWhenARotationStalls(t *testing.T) {
 		t.Fatalf("round under a running rotation: %v, want a quiet wait", err)
 	}
 	p.State = plan.Aborted
-	if err := store.Save(p); err != nil {
+	if err := store.Save(t.Context(), p); err != nil {
 		t.Fatal(err)
 	}
 	_, _, err := round(t.Context(), dir, log)

@@ -76,7 +76,10 @@ func (c *Cluster) ValidateSpec(s *spec.Cluster) ([]string, error) {
 func (c *Cluster) SpecPath() string { return filepath.Join(c.Dir, spec.FileName) }
 
 // SaveSpec validates and atomically writes a new spec, then adopts it.
-func (c *Cluster) SaveSpec(s *spec.Cluster) error {
+// The check that this is still the coordinator and the hand-over to the
+// hosts (a multi-host cluster) get at most 15 s of ctx; once ctx has ended
+// (the caller gave up) SaveSpec changes nothing and returns its error.
+func (c *Cluster) SaveSpec(ctx context.Context, s *spec.Cluster) error {
 	warnings, err := c.ValidateSpec(s)
 	if err != nil {
 		return err
@@ -84,9 +87,12 @@ func (c *Cluster) SaveSpec(s *spec.Cluster) error {
 	for _, w := range warnings {
 		c.Progress.Say("warning: %s", w)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	bctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	if err := c.checkCoordinator(ctx); err != nil {
+	if err := c.checkCoordinator(bctx); err != nil {
+		return fmt.Errorf("refusing to change the spec: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("refusing to change the spec: %w", err)
 	}
 	if err := s.Save(c.SpecPath()); err != nil {
@@ -95,7 +101,7 @@ func (c *Cluster) SaveSpec(s *spec.Cluster) error {
 	c.Spec = s
 	// Hosts keep a copy for the daemons beside their agents. A host that
 	// misses this one gets the spec with the next change or `steward up`.
-	if err := c.PushSpec(ctx); err != nil {
+	if err := c.PushSpec(bctx); err != nil {
 		c.Progress.Say("warning: %v", err)
 	}
 	return nil
@@ -105,7 +111,8 @@ func (c *Cluster) SaveSpec(s *spec.Cluster) error {
 // multi-host coordinator another machine took over from (`steward
 // takeover`): such a coordinator changes nothing and signs nothing. When
 // the store cannot tell, it warns and lets the caller go on (the store may
-// be down while the cluster still needs its coordinator).
+// be down while the cluster still needs its coordinator). A cancelled ctx
+// (the caller gave up) fails with its error, and no warning.
 func (c *Cluster) checkCoordinator(ctx context.Context) error {
 	if c.Spec == nil || !c.Spec.MultiHost() {
 		return nil
@@ -116,6 +123,9 @@ func (c *Cluster) checkCoordinator(ctx context.Context) error {
 	}
 	if errors.Is(err, handover.ErrSuperseded) {
 		return err
+	}
+	if err != nil && errors.Is(ctx.Err(), context.Canceled) {
+		return ctx.Err()
 	}
 	if err != nil {
 		c.Progress.Say("warning: cannot check that this is still the coordinator: %v", err)

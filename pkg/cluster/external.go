@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/pkg/pki"
+	"github.com/etcd-steward/steward/pkg/refusal"
 )
 
 // External is what status says in the agent and process columns of a
@@ -25,7 +26,7 @@ func (c *Cluster) RequireProcessControl(what string) error {
 	if !c.Spec.IsExternal() || c.Spec.AllAdopted() {
 		return nil
 	}
-	return &Refusal{Kind: ErrExternal, Msg: "cannot " + what + ": cluster " + c.Spec.Name + " is attached, Steward does not run its members (it only reaches them through the etcd API)"}
+	return &refusal.Refusal{Kind: ErrExternal, Msg: "cannot " + what + ": cluster " + c.Spec.Name + " is attached, Steward does not run its members (it only reaches them through the etcd API)"}
 }
 
 // ErrOperatorCerts is the Kind of the refusal to issue, renew or rotate
@@ -48,7 +49,7 @@ func (c *Cluster) RequireOwnCerts(what string) error {
 	if c.Spec.AllAdopted() {
 		hint += ", or hand Steward that CA's certificate and key (`steward certs take-over`)"
 	}
-	return &Refusal{Kind: ErrOperatorCerts, Msg: "cannot " + what + ": the certificates of cluster " + c.Spec.Name +
+	return &refusal.Refusal{Kind: ErrOperatorCerts, Msg: "cannot " + what + ": the certificates of cluster " + c.Spec.Name +
 		" are the operator's (it was attached): Steward does not hold their CA's key; " + hint}
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/pki"
+	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -25,7 +26,7 @@ func TestExternal(t *testing.T) {
 		"RequireProcessControl": c.RequireProcessControl("upgrade"),
 		"EnsureCerts":           c.EnsureCerts(),
 	} {
-		var r *Refusal
+		var r *refusal.Refusal
 		if !errors.As(err, &r) || !errors.Is(err, ErrExternal) || !strings.Contains(err.Error(), "cluster kube is attached") {
 			t.Errorf("%s: got %v, want a refusal of kind ErrExternal", what, err)
 		}
@@ -49,7 +50,7 @@ func TestExternal(t *testing.T) {
 		if adopted {
 			c.Spec.Members[0].Agent, c.Spec.Members[0].Adopted = "local", &spec.Adopted{}
 		}
-		var r *Refusal
+		var r *refusal.Refusal
 		if err := c.RequireOwnCerts("renew"); !errors.As(err, &r) || !errors.Is(err, ErrOperatorCerts) || !strings.Contains(err.Error(), "are the operator's") {
 			t.Errorf("adopted %v: RequireOwnCerts = %v, want a refusal of kind ErrOperatorCerts", adopted, err)
 		}

@@ -122,7 +122,7 @@ func (c *Cluster) RunIsolated(ctx context.Context, names []string, version strin
 			return errors.Join(werr, fmt.Errorf("stop member %s after its isolated run: %w", r.m.Name, err))
 		}
 		if werr == nil {
-			if err := c.RecordMemberVersion(r.m.Name, version); err != nil {
+			if err := c.RecordMemberVersion(ctx, r.m.Name, version); err != nil {
 				return err
 			}
 		}

@@ -11,7 +11,7 @@ import (
 
 // RecordMemberVersion records in the spec that a member's data runs
 // version (a per-member override while a plan is halfway).
-func (c *Cluster) RecordMemberVersion(name, version string) error {
+func (c *Cluster) RecordMemberVersion(ctx context.Context, name, version string) error {
 	m, err := c.Member(name)
 	if err != nil || c.Spec.VersionOf(m) == version {
 		return err
@@ -25,7 +25,7 @@ func (c *Cluster) RecordMemberVersion(name, version string) error {
 			}
 		}
 	}
-	if err := c.SaveSpec(s); err != nil {
+	if err := c.SaveSpec(ctx, s); err != nil {
 		return fmt.Errorf("record version %s for member %s: %w", version, name, err)
 	}
 	return nil
@@ -33,7 +33,7 @@ func (c *Cluster) RecordMemberVersion(name, version string) error {
 
 // SetVersion makes version the cluster's version in the spec and drops
 // per-member overrides that equal it.
-func (c *Cluster) SetVersion(version string) error {
+func (c *Cluster) SetVersion(ctx context.Context, version string) error {
 	s := c.Spec.Clone()
 	s.Version = version
 	for i := range s.Members {
@@ -41,19 +41,20 @@ func (c *Cluster) SetVersion(version string) error {
 			s.Members[i].Version = ""
 		}
 	}
-	return c.SaveSpec(s)
+	return c.SaveSpec(ctx, s)
 }
 
 // Plans returns the plan store of the Steward directory.
 //
 // On a multi-host cluster every save is also copied, signed, into the
 // backup store (package handover), where another coordinator takes over
-// (`steward takeover`); a save fails once another one did.
+// (`steward takeover`); a save fails once another one did. The copy gets
+// at most 30 s of the ctx given to Save.
 func (c *Cluster) Plans() *plan.Store {
 	st := plan.OpenStore(c.Dir)
 	if c.Spec != nil && c.Spec.MultiHost() {
-		st.Mirror = func(p *plan.Plan) error {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		st.Mirror = func(ctx context.Context, p *plan.Plan) error {
+			ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			defer cancel()
 			h, err := c.Handover(ctx)
 			if err != nil {

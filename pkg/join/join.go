@@ -147,8 +147,10 @@ func Parse(b []byte) (*File, error) {
 	return &f, nil
 }
 
-// Errors of Check and Apply a caller may want to tell apart.
+// Errors of Check and Apply a caller may want to tell apart (a command
+// says how to get a good file).
 var (
+	ErrIncomplete   = errors.New("join file is incomplete")
 	ErrExpired      = errors.New("join file expired")
 	ErrOtherCluster = errors.New("join file is for another cluster")
 	ErrNotThisHost  = errors.New("join file's host address is not on this machine")
@@ -159,11 +161,10 @@ var (
 // address one of localAddrs (this machine's; nil skips that check).
 func (f *File) Check(now time.Time, localAddrs []net.IP) error {
 	if f.Agent == "" || f.Host == "" || f.Port < 1 || f.Port > 65535 || f.ClusterToken == "" {
-		return fmt.Errorf("join file is incomplete (agent %q, host %q, port %d): write a new one with `steward host add`", f.Agent, f.Host, f.Port)
+		return fmt.Errorf("%w (agent %q, host %q, port %d)", ErrIncomplete, f.Agent, f.Host, f.Port)
 	}
 	if !now.Before(f.ExpiresAt) {
-		return fmt.Errorf("%w at %s (it is valid for %s after it is written): write a new one on the coordinator with `steward host add %s=%s`",
-			ErrExpired, f.ExpiresAt.Format(time.RFC3339), DefaultValidity, f.Agent, f.Host)
+		return fmt.Errorf("%w at %s (it is valid for %s after it is written)", ErrExpired, f.ExpiresAt.Format(time.RFC3339), DefaultValidity)
 	}
 	if localAddrs != nil {
 		ips, err := resolve(f.Host)
@@ -194,7 +195,7 @@ func Apply(dir string, f *File, now time.Time, localAddrs []net.IP) (*Identity, 
 	case err != nil:
 		return nil, err
 	case old.ClusterToken != f.ClusterToken:
-		return nil, fmt.Errorf("%w: %s already belongs to cluster %s (token %s), the file is for cluster %s (token %s); use another --dir for the other cluster",
+		return nil, fmt.Errorf("%w: %s already belongs to cluster %s (token %s), the file is for cluster %s (token %s)",
 			ErrOtherCluster, dir, old.Cluster, old.ClusterToken, f.Cluster, f.ClusterToken)
 	case old.Agent != f.Agent:
 		return nil, fmt.Errorf("%s is the directory of agent %s; the join file is for agent %s: use that host's own file", dir, old.Agent, f.Agent)

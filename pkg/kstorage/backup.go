@@ -2,11 +2,13 @@ package kstorage
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 
 	"github.com/etcd-steward/steward/internal/scratch"
 	"github.com/etcd-steward/steward/pkg/backup"
+	"github.com/etcd-steward/steward/pkg/refusal"
 )
 
 // BackupSnapshot is a full backup fetched into a private temporary
@@ -34,6 +36,14 @@ func (b *BackupSnapshot) Remove() error {
 	return b.dir.Remove()
 }
 
+// Refusals of FetchBackup, for the command to say how to list the backups.
+var (
+	// ErrNoBackup: no backup of the ID asked for.
+	ErrNoBackup = errors.New("no such backup")
+	// ErrNotFull: the backup asked for is a delta segment.
+	ErrNotFull = errors.New("not a full backup")
+)
+
 // FetchBackup fetches the full backup id (among the manifests lo trusts) ("latest" or "" for the newest)
 // from store into a new directory under tmpParent, verifying it as
 // `steward backup verify` does (size, SHA-256, key, etcd's checksum,
@@ -58,11 +68,11 @@ func FetchBackup(ctx context.Context, store backup.Store, key *backup.Key, lo ba
 	}
 	switch {
 	case !found && (id == "" || id == "latest"):
-		return nil, fmt.Errorf("no full backup in %s: take one with `steward backup now`", store)
+		return nil, fmt.Errorf("%w in %s", backup.ErrNoFullBackup, store)
 	case !found:
-		return nil, fmt.Errorf("no backup %q in %s: list the backups with `steward backup list` (or name `latest`)", id, store)
+		return nil, refusal.New(ErrNoBackup, "no backup %q in %s", id, store)
 	case full.Kind != backup.KindFull:
-		return nil, fmt.Errorf("backup %s is a %s segment: name a full backup (the deltas after it are replayed); list them with `steward backup list`", full.ID, full.Kind)
+		return nil, refusal.New(ErrNotFull, "backup %s is a %s segment: name a full backup (the deltas after it are replayed)", full.ID, full.Kind)
 	}
 	dir, err := scratch.New(tmpParent, "tmp-inventory-")
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/progress"
+	"github.com/etcd-steward/steward/pkg/refusal"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -161,6 +162,13 @@ func Alarms(ctx context.Context, c *cluster.Cluster) ([]Alarm, error) {
 // overrides it).
 var ErrCorrupt = errors.New("CORRUPT alarm raised")
 
+// CorruptError is the ErrCorrupt refusal of the alarm of member Member,
+// whose data must be rebuilt (a command names how).
+type CorruptError struct {
+	refusal.Refusal
+	Member string
+}
+
 // DisarmOptions configure Disarm.
 type DisarmOptions struct {
 	// Force disarms CORRUPT alarms too.
@@ -186,7 +194,8 @@ func Disarm(ctx context.Context, c *cluster.Cluster, o DisarmOptions) ([]Alarm, 
 		switch a.Alarm {
 		case pb.AlarmType_CORRUPT.String():
 			if !o.Force {
-				return nil, cluster.Refuse(ErrCorrupt, "member %s (%s) has a CORRUPT alarm: its data diverged from the others; replace it with `steward member replace %s`", a.MemberName, a.MemberID, a.MemberName)
+				return nil, &CorruptError{Refusal: refusal.Refusal{Kind: ErrCorrupt,
+					Msg: fmt.Sprintf("member %s (%s) has a CORRUPT alarm: its data diverged from the others", a.MemberName, a.MemberID)}, Member: a.MemberName}
 			}
 		case pb.AlarmType_NOSPACE.String():
 			nospace = true

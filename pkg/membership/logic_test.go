@@ -129,7 +129,7 @@ func TestRequireNoDowngrade(t *testing.T) {
 			t.Errorf("refusal %q does not say %q", err, want)
 		}
 	}
-	if strings.Contains(err.Error(), "plan resume") {
+	if errors.Is(err, ErrDowngradeOfPlan) || strings.Contains(err.Error(), "finish plan") {
 		t.Errorf("refusal %q points to a plan, and none is open", err)
 	}
 
@@ -143,12 +143,16 @@ func TestRequireNoDowngrade(t *testing.T) {
 	// A member reports the downgrade its plan enabled: resume that plan.
 	open := rollback(plan.Failed, step(StepDowngradeEnable, plan.Done), step(StepClusterVersion, plan.Failed))
 	err = requireNoDowngrade(down, open, "replace a")
-	for _, want := range []string{"b says so", "finish plan rollback-1", "steward plan resume"} {
-		if !errors.Is(err, ErrDowngradeInProgress) || !strings.Contains(err.Error(), want) {
+	for _, want := range []string{"b says so", "finish plan rollback-1"} {
+		if !errors.Is(err, ErrDowngradeOfPlan) || !strings.Contains(err.Error(), want) {
 			t.Errorf("refusal %v under an open plan does not say %q", err, want)
 		}
 	}
-	if err := requireNoDowngrade(down, rollback(plan.Aborted, step(StepDowngradeEnable, plan.Done), step(StepClusterVersion, plan.Pending)), "replace a"); err == nil || strings.Contains(err.Error(), "plan resume") {
+	// The command adds how to finish it (cli.DowngradeHint) after the end.
+	if !strings.HasSuffix(err.Error(), "; finish plan rollback-1") {
+		t.Errorf("refusal %q does not end naming the plan to finish", err)
+	}
+	if err := requireNoDowngrade(down, rollback(plan.Aborted, step(StepDowngradeEnable, plan.Done), step(StepClusterVersion, plan.Pending)), "replace a"); err == nil || errors.Is(err, ErrDowngradeOfPlan) || strings.Contains(err.Error(), "finish plan") {
 		t.Errorf("a member reports a downgrade, its plan aborted: %v; want a refusal without plan resume", err)
 	}
 	member := step("member", plan.Done)

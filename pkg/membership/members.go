@@ -19,6 +19,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/datadir"
 	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -29,6 +30,12 @@ var ErrQuorumAtRisk = errors.New("the cluster would lose its healthy quorum")
 // ErrDowngradeInProgress refuses an add or replace while etcd's downgrade
 // is enabled: etcd lets no member join then (requireNoDowngrade).
 var ErrDowngradeInProgress = errors.New("etcd's downgrade is in progress")
+
+// ErrDowngradeOfPlan is the ErrDowngradeInProgress (of the same text) of
+// a downgrade a plan enabled and has not ended: finishing that plan ends
+// it, and the refusal's message ends naming the plan, for the command to
+// say how.
+var ErrDowngradeOfPlan = fmt.Errorf("%w", ErrDowngradeInProgress)
 
 func agentNames(s *spec.Cluster) []string {
 	var out []string
@@ -180,7 +187,9 @@ func Add(ctx context.Context, c *cluster.Cluster, name string, o AddOptions) (er
 			return
 		}
 		c.Progress.Say("add failed; removing learner %s again", name)
-		uctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		// The undo runs even when ctx ended the add (Ctrl-C): a learner
+		// left behind blocks the next add, so it has 30 s of its own.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		var undo []string
 		if dataDir == "" {
@@ -203,7 +212,7 @@ func Add(ctx context.Context, c *cluster.Cluster, name string, o AddOptions) (er
 				c.Progress.Say("moved partial data dir to %s", aside)
 			}
 		}
-		if serr := c.SaveSpec(old); serr != nil {
+		if serr := c.SaveSpec(uctx, old); serr != nil {
 			undo = append(undo, "restore spec: "+serr.Error())
 		}
 		if len(undo) > 0 {
@@ -211,7 +220,7 @@ func Add(ctx context.Context, c *cluster.Cluster, name string, o AddOptions) (er
 		}
 	}()
 	next.Members[len(next.Members)-1].Bootstrap = &spec.Bootstrap{InitialCluster: initialClusterFrom(resp.Members, id, name)}
-	if err := c.SaveSpec(next); err != nil {
+	if err := c.SaveSpec(ctx, next); err != nil {
 		return err
 	}
 	nm, _ = c.Spec.Member(name)
@@ -411,7 +420,7 @@ func Remove(ctx context.Context, c *cluster.Cluster, name string, o RemoveOption
 		return err
 	}
 	if len(c.Spec.Members) == 1 {
-		return cluster.Refuse(ErrLastMember, "refusing to remove %s: it is the last member of the cluster", name)
+		return refusal.New(ErrLastMember, "refusing to remove %s: it is the last member of the cluster", name)
 	}
 	st, err := c.Status(ctx)
 	if err != nil {
@@ -424,7 +433,7 @@ func Remove(ctx context.Context, c *cluster.Cluster, name string, o RemoveOption
 		remaining--
 	}
 	if need := remaining/2 + 1; healthyOthers < need && !o.Force {
-		return cluster.Refuse(ErrQuorumAtRisk, "refusing to remove %s: the %d remaining voting members would need %d healthy for quorum but only %d are healthy (%s); fix them first",
+		return refusal.New(ErrQuorumAtRisk, "refusing to remove %s: the %d remaining voting members would need %d healthy for quorum but only %d are healthy (%s); fix them first",
 			name, remaining, need, healthyOthers, st.Unhealthy())
 	}
 	cli, err := clientExcluding(c, name)
@@ -475,7 +484,7 @@ func Remove(ctx context.Context, c *cluster.Cluster, name string, o RemoveOption
 			next.Members = append(next.Members, o)
 		}
 	}
-	if err := c.SaveSpec(next); err != nil {
+	if err := c.SaveSpec(ctx, next); err != nil {
 		return err
 	}
 	if c.OnOtherHost(m) {
@@ -645,7 +654,7 @@ func rejoin(ctx context.Context, c *cluster.Cluster, cli *clientv3.Client, ac *a
 	next := c.Spec.Clone()
 	nm, _ := next.Member(name)
 	nm.Bootstrap = &spec.Bootstrap{InitialCluster: initial}
-	if err := c.SaveSpec(next); err != nil {
+	if err := c.SaveSpec(ctx, next); err != nil {
 		return err
 	}
 	nm, _ = c.Spec.Member(name)
@@ -692,7 +701,7 @@ func Stop(ctx context.Context, c *cluster.Cluster, name string, force bool) erro
 		t, _ := st.Member(name)
 		quorum := st.Cluster.VotingMembers/2 + 1
 		if h := st.HealthyVoters(); t.Healthy && t.Role != "learner" && h-1 < quorum {
-			return cluster.Refuse(ErrQuorumAtRisk, "refusing to stop %s: %d of %d voting members would stay healthy and quorum needs %d; the cluster would stop serving",
+			return refusal.New(ErrQuorumAtRisk, "refusing to stop %s: %d of %d voting members would stay healthy and quorum needs %d; the cluster would stop serving",
 				name, h-1, st.Cluster.VotingMembers, quorum)
 		}
 		// Stopping the leader leaves proposals waiting for an election
@@ -794,8 +803,8 @@ const (
 // and has not reached the step that ends it.
 //
 // The refusal names what ends it: the plan that enabled the downgrade
-// (resume it), or, when no open plan did (enabled by hand, or its plan
-// aborted), etcd's own cancel.
+// (finish it: ErrDowngradeOfPlan), or, when no open plan did (enabled by
+// hand, or its plan aborted), etcd's own cancel.
 func requireNoDowngrade(st *cluster.Status, latest *plan.Plan, what string) error {
 	var open *plan.Step
 	if latest != nil {
@@ -806,14 +815,14 @@ func requireNoDowngrade(st *cluster.Status, latest *plan.Plan, what string) erro
 			continue
 		}
 		if open != nil {
-			return cluster.Refuse(ErrDowngradeInProgress, "refusing to %s: etcd's downgrade to %s is enabled (%s says so), and etcd lets no member join until it ends; finish plan %s (`steward plan resume`) first",
+			return refusal.New(ErrDowngradeOfPlan, "refusing to %s: etcd's downgrade to %s is enabled (%s says so), and etcd lets no member join until it ends; finish plan %s",
 				what, m.DowngradeTarget, m.Name, latest.ID)
 		}
-		return cluster.Refuse(ErrDowngradeInProgress, "refusing to %s: etcd's downgrade to %s is enabled (%s says so) by no open Steward plan, and etcd lets no member join until it ends; end it with `etcdctl downgrade cancel` (or finish the downgrade) first",
+		return refusal.New(ErrDowngradeInProgress, "refusing to %s: etcd's downgrade to %s is enabled (%s says so) by no open Steward plan, and etcd lets no member join until it ends; end it with `etcdctl downgrade cancel` (or finish the downgrade) first",
 			what, m.DowngradeTarget, m.Name)
 	}
 	if open != nil {
-		return cluster.Refuse(ErrDowngradeInProgress, "refusing to %s: plan %s enabled etcd's downgrade to %s and has not ended it yet, and etcd lets no member join until it ends; finish the plan (`steward plan resume`) first",
+		return refusal.New(ErrDowngradeOfPlan, "refusing to %s: plan %s enabled etcd's downgrade to %s and has not ended it yet, and etcd lets no member join until it ends; finish the plan",
 			what, latest.ID, open.Version)
 	}
 	return nil

@@ -12,8 +12,10 @@ type Admission struct {
 	// SkipLock admits while another process holds the runner's lock (the
 	// latest plan, then running, still refuses). Plan starts check it.
 	SkipLock bool
-	// LockedAdvice, when set, follows ErrLocked in the refusal ("%w: advice").
-	LockedAdvice string
+	// Locked, when set, is the refusal while another process holds the
+	// runner's lock (an error wrapping ErrLocked, which the command words
+	// advice for); nil: ErrLocked.
+	Locked error
 	// NeedPlan refuses a store with no plan at all (ErrNoPlan): a rollback
 	// needs the plan it rolls back.
 	NeedPlan bool
@@ -21,12 +23,14 @@ type Admission struct {
 	IgnoreUnreadable bool
 	// Refuse words the refusal of the latest plan, which is active, and
 	// returns nil to admit it (nil: every active plan refuses, with
-	// OpenRefusal).
+	// RefuseActive).
 	Refuse func(open *Plan) error
 }
 
-// OpenError is the refusal of an action because a plan is open; its
-// message is the refusal's whole text.
+// OpenError is the refusal of an action because a plan is open, worded by
+// the action (Refusef); its message is the refusal's whole text. The
+// refusal of a new plan is an *ActiveError instead, which the command
+// completes with its advice.
 type OpenError struct {
 	// Plan is the open plan.
 	Plan *Plan
@@ -40,21 +44,15 @@ func Refusef(open *Plan, format string, args ...any) error {
 	return &OpenError{Plan: open, Msg: fmt.Sprintf(format, args...)}
 }
 
-// OpenRefusal is the usual refusal of a plan start while open is active:
-// "KIND plan ID is STATE: `steward plan resume` finishes it, `steward
-// plan abort` stops it".
-func OpenRefusal(open *Plan) error {
-	return Refusef(open, "%s plan %s is %s: `steward plan resume` finishes it, `steward plan abort` stops it", open.Kind, open.ID, open.State)
-}
-
 // Admit applies a to the store: it returns the latest plan (nil when there
-// is none) and nil when a admits, else the refusal: ErrLocked (wrapped
-// with a.LockedAdvice), ErrNoPlan (a.NeedPlan), the store's read error, or
-// the *OpenError of a.Refuse for an active latest plan.
+// is none) and nil when a admits, else the refusal: ErrLocked (or
+// a.Locked), ErrNoPlan (a.NeedPlan), the store's read error, or the
+// refusal of a.Refuse for an active latest plan (by default the
+// *ActiveError of RefuseActive).
 func Admit(st *Store, a Admission) (*Plan, error) {
 	if !a.SkipLock && st.Locked() {
-		if a.LockedAdvice != "" {
-			return nil, fmt.Errorf("%w: %s", ErrLocked, a.LockedAdvice)
+		if a.Locked != nil {
+			return nil, a.Locked
 		}
 		return nil, ErrLocked
 	}
@@ -72,7 +70,7 @@ func Admit(st *Store, a Admission) (*Plan, error) {
 	}
 	refuse := a.Refuse
 	if refuse == nil {
-		refuse = OpenRefusal
+		refuse = RefuseActive
 	}
 	return latest, refuse(latest)
 }

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,11 +30,11 @@ func TestAdmit(t *testing.T) {
 		{name: "no plan, one needed", a: Admission{NeedPlan: true}, want: ErrNoPlan.Error(), is: ErrNoPlan},
 		{name: "done plan", latest: done, a: Admission{}},
 		{name: "open plan", latest: failed, a: Admission{},
-			want: "upgrade plan upgrade-1 is failed: `steward plan resume` finishes it, `steward plan abort` stops it"},
+			want: "upgrade plan upgrade-1 is failed"},
 		{name: "open plan, worded", latest: failed, a: Admission{Refuse: custom}, want: "custom upgrade-1"},
 		{name: "open plan, admitted", latest: failed, a: Admission{Refuse: open}},
 		{name: "locked", latest: done, locked: true, a: Admission{}, want: ErrLocked.Error(), is: ErrLocked},
-		{name: "locked, advice", latest: done, locked: true, a: Admission{LockedAdvice: "stop it first"},
+		{name: "locked, advice", latest: done, locked: true, a: Admission{Locked: fmt.Errorf("%w: stop it first", ErrLocked)},
 			want: ErrLocked.Error() + ": stop it first", is: ErrLocked},
 		{name: "locked, skipped", latest: done, locked: true, a: Admission{SkipLock: true}},
 		{name: "locked, skipped, open plan", latest: failed, locked: true, a: Admission{SkipLock: true, Refuse: custom}, want: "custom upgrade-1"},
@@ -46,7 +47,7 @@ func TestAdmit(t *testing.T) {
 			st := OpenStore(dir)
 			if tc.latest != nil {
 				p := *tc.latest
-				if err := st.Save(&p); err != nil {
+				if err := st.Save(t.Context(), &p); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -92,6 +93,13 @@ func TestAdmit(t *testing.T) {
 			}
 			if oe, ok := errors.AsType[*OpenError](err); ok && oe.Plan.ID != tc.latest.ID {
 				t.Errorf("OpenError names plan %s, want %s", oe.Plan.ID, tc.latest.ID)
+			}
+			// The default refusal is the typed one the commands add their
+			// advice to (the open plan may be stopped: Abort).
+			if tc.a.Refuse == nil && tc.latest != nil && tc.latest.Active() && !tc.locked {
+				if ae, ok := errors.AsType[*ActiveError](err); !ok || ae.Plan.ID != tc.latest.ID || !ae.Abort || ae.Undo {
+					t.Errorf("Admit = %#v, want the *ActiveError of plan %s, stoppable", err, tc.latest.ID)
+				}
 			}
 		})
 	}

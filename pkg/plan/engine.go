@@ -64,7 +64,7 @@ func Run(ctx context.Context, st *Store, id string, ex Executor, say progress.Fu
 		return fmt.Errorf("plan %s is %s: start a new plan instead", p.ID, p.State)
 	}
 	p.State, p.Error = Running, ""
-	if err := st.Save(p); err != nil {
+	if err := st.Save(ctx, p); err != nil {
 		return err
 	}
 	for i := range p.Steps {
@@ -76,7 +76,7 @@ func Run(ctx context.Context, st *Store, id string, ex Executor, say progress.Fu
 		if p.AbortRequested {
 			p.State = Aborted
 			say.Say("plan %s aborted before step %d", p.ID, s.Index)
-			if err := st.Save(p); err != nil {
+			if err := st.Save(ctx, p); err != nil {
 				return err
 			}
 			return ErrAborted
@@ -84,7 +84,7 @@ func Run(ctx context.Context, st *Store, id string, ex Executor, say progress.Fu
 		now := time.Now().UTC()
 		s.State, s.Error, s.StartedAt, s.EndedAt = Running, "", &now, nil
 		s.Attempts++
-		if err := st.Save(p); err != nil { // on disk before the step acts
+		if err := st.Save(ctx, p); err != nil { // on disk before the step acts
 			return err
 		}
 		say.Say("step %d/%d: %s", s.Index, len(p.Steps)-1, s.Description)
@@ -96,25 +96,25 @@ func Run(ctx context.Context, st *Store, id string, ex Executor, say progress.Fu
 			stepErr := &StepError{Plan: p.ID, Index: s.Index, Description: s.Description, Err: err}
 			s.State, s.Error = Failed, err.Error()
 			p.State, p.Error = Failed, stepErr.Error()
-			if saveErr := st.Save(p); saveErr != nil {
+			if saveErr := st.Save(ctx, p); saveErr != nil {
 				return errors.Join(stepErr, saveErr)
 			}
 			return stepErr
 		}
 		crashpoint.Hit(crashpoint.Indexed(crashpoint.PlanStepAfter, s.Index))
 		s.State = Done
-		if err := st.Save(p); err != nil {
+		if err := st.Save(ctx, p); err != nil {
 			return err
 		}
 	}
 	p.State = Done
 	say.Say("plan %s done", p.ID)
-	return st.Save(p)
+	return st.Save(ctx, p)
 }
 
 // RequestAbort marks the plan so the engine stops before its next step.
 // A plan that no process runs is marked aborted at once.
-func RequestAbort(st *Store, id string) (*Plan, error) {
+func RequestAbort(ctx context.Context, st *Store, id string) (*Plan, error) {
 	p, err := st.Get(id)
 	if err != nil {
 		return nil, err
@@ -126,5 +126,5 @@ func RequestAbort(st *Store, id string) (*Plan, error) {
 	if !st.Locked() {
 		p.State = Aborted
 	}
-	return p, st.Save(p)
+	return p, st.Save(ctx, p)
 }

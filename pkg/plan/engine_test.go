@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -39,7 +40,7 @@ func newPlan(t *testing.T, n int) (*Store, *Plan) {
 	for i := range n {
 		p.Steps = append(p.Steps, Step{Index: i, Kind: "k", Description: "step", State: Pending})
 	}
-	if err := st.Save(p); err != nil {
+	if err := st.Save(t.Context(), p); err != nil {
 		t.Fatal(err)
 	}
 	return st, p
@@ -118,7 +119,7 @@ func TestStepErrorWrapsCause(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			st, p := newPlan(t, 3)
 			p.Steps[1].Description = "swap etcd-2"
-			if err := st.Save(p); err != nil {
+			if err := st.Save(t.Context(), p); err != nil {
 				t.Fatal(err)
 			}
 			err := Run(t.Context(), st, p.ID, &recorder{fail: map[int]error{1: tc.stepErr}}, nil)
@@ -149,7 +150,7 @@ func TestCrashMidStep(t *testing.T) {
 	p.State = Running
 	p.Steps[0].State = Done
 	p.Steps[1].State = Running
-	if err := st.Save(p); err != nil {
+	if err := st.Save(t.Context(), p); err != nil {
 		t.Fatal(err)
 	}
 	r := &recorder{}
@@ -185,7 +186,7 @@ func TestAbort(t *testing.T) {
 	st, p := newPlan(t, 3)
 	r := &recorder{hook: func(_ *Plan, s *Step) {
 		if s.Index == 0 {
-			if _, err := RequestAbort(st, p.ID); err != nil {
+			if _, err := RequestAbort(t.Context(), st, p.ID); err != nil {
 				t.Error(err)
 			}
 		}
@@ -202,10 +203,10 @@ func TestAbort(t *testing.T) {
 	}
 	// Abort with no engine running: aborted at once; twice is an error.
 	st2, p2 := newPlan(t, 2)
-	if got, err := RequestAbort(st2, p2.ID); err != nil || got.State != Aborted {
+	if got, err := RequestAbort(t.Context(), st2, p2.ID); err != nil || got.State != Aborted {
 		t.Fatalf("abort idle plan: %v %+v", err, got)
 	}
-	if _, err := RequestAbort(st2, p2.ID); err == nil {
+	if _, err := RequestAbort(t.Context(), st2, p2.ID); err == nil {
 		t.Fatal("aborting an aborted plan must fail")
 	}
 }
@@ -335,5 +336,33 @@ func TestCrashPoints(t *testing.T) {
 				t.Fatalf("after resume: plan %s, step %d attempts %d; want done, 2", got.State, tc.step, got.Steps[tc.step].Attempts)
 			}
 		})
+	}
+}
+
+// TestMirrorGetsSaveContext: the Mirror runs with the context given to
+// Save, so a caller that gives up stops the copy; the plan is on disk all
+// the same, and Run passes its own context to every save.
+func TestMirrorGetsSaveContext(t *testing.T) {
+	type key struct{}
+	st, p := newPlan(t, 2)
+	var got []any
+	st.Mirror = func(ctx context.Context, _ *Plan) error {
+		got = append(got, ctx.Value(key{}))
+		return ctx.Err()
+	}
+	ctx, cancel := context.WithCancel(context.WithValue(t.Context(), key{}, "run"))
+	if err := Run(ctx, st, p.ID, &recorder{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) == 0 || slices.ContainsFunc(got, func(v any) bool { return v != "run" }) {
+		t.Errorf("the mirror saw the contexts %v; want Run's at every save", got)
+	}
+	cancel()
+	p.Values = map[string]string{"k": "v"}
+	if err := st.Save(ctx, p); !errors.Is(err, context.Canceled) {
+		t.Errorf("Save with a cancelled context: %v; want the mirror's context.Canceled", err)
+	}
+	if saved, err := st.Get(p.ID); err != nil || saved.Value("k") != "v" {
+		t.Errorf("the plan saved with a cancelled context is not on disk: %v, %v", saved, err)
 	}
 }

@@ -190,3 +190,31 @@ func (p *Plan) SetValue(k, v string) {
 func NewID(k Kind, t time.Time) string {
 	return fmt.Sprintf("%s-%s", k, t.UTC().Format("20060102T150405Z"))
 }
+
+// ActiveError refuses a new plan while another one is active (pending,
+// running, failed or interrupted), before anything is changed. Its message
+// names the plan and its state; what the operator may do with that plan
+// (finish it, always; stop it, when Abort; undo it, when Undo) is for the
+// command to word, with its own commands.
+type ActiveError struct {
+	Plan *Plan
+	// Name is how the message names the plan; empty: "KIND plan ID".
+	Name string
+	// At says where the plan stopped (" at step N (description)"), or is
+	// empty.
+	At string
+	// Abort: stopping the plan is a way on; Undo: rolling it back is.
+	Abort, Undo bool
+}
+
+func (e *ActiveError) Error() string {
+	name := e.Name
+	if name == "" {
+		name = fmt.Sprintf("%s plan %s", e.Plan.Kind, e.Plan.ID)
+	}
+	return fmt.Sprintf("%s is %s%s", name, e.Plan.State, e.At)
+}
+
+// RefuseActive returns the *ActiveError of active plan p that another plan may
+// stop (Abort).
+func RefuseActive(p *Plan) error { return &ActiveError{Plan: p, Abort: true} }

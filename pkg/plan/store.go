@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,11 +32,12 @@ var ErrNoPlan = errors.New("no upgrade or rollback plan in this Steward director
 // disk before Update returns.
 type Store struct {
 	dir string
-	// Mirror, when set, is called after each Save with the saved plan and
-	// its error fails the Save: a coordinator of a multi-host cluster
-	// keeps a copy where another can take over (package handover), and
-	// one that was superseded stops there, before a step acts.
-	Mirror func(*Plan) error
+	// Mirror, when set, is called after each Save with Save's ctx and the
+	// saved plan, and its error fails the Save: a coordinator of a
+	// multi-host cluster keeps a copy where another can take over
+	// (package handover), and one that was superseded stops there, before
+	// a step acts.
+	Mirror func(context.Context, *Plan) error
 }
 
 // OpenStore returns the plan store of a Steward directory.
@@ -59,8 +61,10 @@ func (s *Store) db(readOnly bool) (*bolt.DB, error) {
 
 // Save writes a plan and makes it the latest; it returns after the write
 // is on disk. An abort request is sticky: once another process recorded
-// one, saving a copy without it keeps it.
-func (s *Store) Save(p *Plan) error {
+// one, saving a copy without it keeps it. The local write does not depend
+// on ctx (a failed step is recorded after the caller gave up); the Mirror
+// gets ctx.
+func (s *Store) Save(ctx context.Context, p *Plan) error {
 	p.UpdatedAt = time.Now().UTC()
 	db, err := s.db(false)
 	if err != nil {
@@ -92,7 +96,7 @@ func (s *Store) Save(p *Plan) error {
 		return fmt.Errorf("save plan %s: %w", p.ID, err)
 	}
 	if s.Mirror != nil {
-		if err := s.Mirror(p); err != nil {
+		if err := s.Mirror(ctx, p); err != nil {
 			return fmt.Errorf("save plan %s: the copy for another coordinator: %w", p.ID, err)
 		}
 	}

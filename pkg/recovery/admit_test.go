@@ -29,7 +29,7 @@ func TestAdmitRecovery(t *testing.T) {
 			dir := t.TempDir()
 			st := plan.OpenStore(dir)
 			if tc.state != "" {
-				if err := st.Save(&plan.Plan{ID: "upgrade-1", Kind: plan.KindUpgrade, State: tc.state}); err != nil {
+				if err := st.Save(t.Context(), &plan.Plan{ID: "upgrade-1", Kind: plan.KindUpgrade, State: tc.state}); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/datadir"
+	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -83,12 +84,15 @@ var (
 	// ErrSourceConflict: options that choose or read a backup from the
 	// store were given with a snapshot file to restore from.
 	ErrSourceConflict = errors.New("options for the backup store given with a snapshot file")
+	// ErrMembersRunning: a member still runs; the cluster must be stopped
+	// first (no option overrides it).
+	ErrMembersRunning = errors.New("members still run")
 )
 
 // GapError refuses a restore past a gap in the delta chain; End is the
 // last revision before the gap, the newest one a restore can reach.
 type GapError struct {
-	cluster.Refusal
+	refusal.Refusal
 	End int64
 }
 
@@ -197,7 +201,7 @@ func prepare(ctx context.Context, c *cluster.Cluster, o Options, targets []spec.
 		}
 	}
 	if len(occupied) > 0 && !o.Force {
-		return prepared{full: full}, cluster.Refuse(ErrDataDirsHoldData, "refusing to restore: data dirs hold data: %v", occupied)
+		return prepared{full: full}, refusal.New(ErrDataDirsHoldData, "refusing to restore: data dirs hold data: %v", occupied)
 	}
 	p, err := src.fetch(ctx, filepath.Join(dir, "snapshot.db"))
 	if err != nil {
@@ -311,10 +315,10 @@ func commit(ctx context.Context, c *cluster.Cluster, targets []spec.Member, stag
 			next.Members[i].Bootstrap = nil
 		}
 	}
-	return c.SaveSpec(next)
+	return c.SaveSpec(ctx, next)
 }
 
-// requireStopped fails when any member still runs.
+// requireStopped refuses (ErrMembersRunning) when any member still runs.
 func requireStopped(ctx context.Context, c *cluster.Cluster) error {
 	for _, a := range c.Spec.Agents {
 		ac, err := c.Agent(a.Name)
@@ -330,7 +334,7 @@ func requireStopped(ctx context.Context, c *cluster.Cluster) error {
 		}
 		for _, m := range ms {
 			if m.PID != 0 || m.State == agentapi.StateRunning || m.State == agentapi.StateStarting {
-				return fmt.Errorf("refusing to restore while member %s is running: stop the cluster first (`steward down`)", m.Name)
+				return refusal.New(ErrMembersRunning, "refusing to restore while member %s is running: stop the cluster first", m.Name)
 			}
 		}
 	}
@@ -341,7 +345,7 @@ func requireStopped(ctx context.Context, c *cluster.Cluster) error {
 		}
 		dd := spec.Path(c.Dir, m.DataDir)
 		if pid := processOnDataDir(dd); pid != 0 {
-			return fmt.Errorf("refusing to restore: process %d still runs member %s on %s: stop the cluster first (`steward down`)", pid, m.Name, dd)
+			return refusal.New(ErrMembersRunning, "refusing to restore: process %d still runs member %s on %s: stop the cluster first", pid, m.Name, dd)
 		}
 	}
 	return nil
@@ -390,7 +394,7 @@ func pickChain(listing backup.Listing, store string, o Options) (backup.Manifest
 		return full, chain, fmt.Errorf("revision %d is outside the backed-up range: backups from %s reach revision %d", o.ToRevision, full.ID, chain.End)
 	}
 	if len(chain.GapAfter) > 0 && (o.ToRevision == 0 || o.ToRevision > chain.End) && o.ToTime.IsZero() {
-		return full, chain, &GapError{Refusal: cluster.Refusal{Kind: ErrChainGap, Msg: fmt.Sprintf("the delta chain after %s has a gap: revisions %d to %d are missing, and %d delta segments after the gap would be lost",
+		return full, chain, &GapError{Refusal: refusal.Refusal{Kind: ErrChainGap, Msg: fmt.Sprintf("the delta chain after %s has a gap: revisions %d to %d are missing, and %d delta segments after the gap would be lost",
 			full.ID, chain.End+1, chain.GapAfter[0].StartRevision-1, len(chain.GapAfter))}, End: chain.End}
 	}
 	return full, chain, nil

@@ -8,6 +8,7 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/refusal"
 )
 
 // A source is where the database a restore stages its data dirs from (or
@@ -63,7 +64,7 @@ func openStore(ctx context.Context, c *cluster.Cluster, o Options, verb string) 
 		}
 	}
 	if len(later) > 0 && !o.SkipUntrusted {
-		return s, cluster.Refuse(ErrUntrustedManifests, "refusing to %s from %s: %d newer manifests in the store are not trusted, and what they describe would be left out: %s",
+		return s, refusal.New(ErrUntrustedManifests, "refusing to %s from %s: %d newer manifests in the store are not trusted, and what they describe would be left out: %s",
 			verb, m.ID, len(later), strings.Join(later, "; "))
 	}
 	if verb != "restore" {
@@ -74,7 +75,7 @@ func openStore(ctx context.Context, c *cluster.Cluster, o Options, verb string) 
 		return s, err
 	}
 	if known != "" && m.ClusterID != known && !o.AllowOtherCluster {
-		return s, cluster.Refuse(ErrOtherCluster, "refusing to restore: backup %s is from etcd cluster %s, but this spec's cluster is %s",
+		return s, refusal.New(ErrOtherCluster, "refusing to restore: backup %s is from etcd cluster %s, but this spec's cluster is %s",
 			m.ID, m.ClusterID, known)
 	}
 	return s, nil
@@ -137,7 +138,7 @@ func openFile(c *cluster.Cluster, o Options) (*fileSource, error) {
 		}
 	}
 	if len(set) > 0 {
-		return nil, cluster.Refuse(ErrSourceConflict, "refusing to restore from snapshot file %s with %s: a snapshot file restores the one revision it holds, and these choose or read backups in the backup store",
+		return nil, refusal.New(ErrSourceConflict, "refusing to restore from snapshot file %s with %s: a snapshot file restores the one revision it holds, and these choose or read backups in the backup store",
 			o.FromSnapshot, strings.Join(set, ", "))
 	}
 	return &fileSource{c: c, path: o.FromSnapshot}, nil

@@ -794,17 +794,22 @@ type HostsOptions struct {
 	ClientPort, PeerPort, AgentPort int
 }
 
+// ErrNoHosts refuses a multi-host spec of no hosts (HostsOptions.Hosts).
+var ErrNoHosts = errors.New("no hosts: a multi-host spec needs at least one")
+
 // NewMultiHost builds a spec of members spread over hosts, one agent per
-// host, members placed round-robin in host order.
+// host, members placed round-robin in host order. It refuses no hosts
+// (ErrNoHosts) and fewer than one member (ErrTooFewMembers; 0 is one per
+// host).
 func NewMultiHost(o HostsOptions) (*Cluster, error) {
 	if len(o.Hosts) == 0 {
-		return nil, fmt.Errorf("no hosts: give at least one --host NAME=ADDRESS")
+		return nil, ErrNoHosts
 	}
 	if o.Members == 0 {
 		o.Members = len(o.Hosts)
 	}
 	if o.Members < 1 {
-		return nil, fmt.Errorf("--members must be at least 1, got %d", o.Members)
+		return nil, fmt.Errorf("%w, got %d", ErrTooFewMembers, o.Members)
 	}
 	if o.Name == "" {
 		o.Name = "steward"

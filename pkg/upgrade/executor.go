@@ -383,7 +383,7 @@ func (e *Executor) clusterVersion(ctx context.Context, s *plan.Step) error {
 	if cancelled {
 		e.Progress.Say("  every member runs %s: ended etcd's downgrade", s.Version)
 	}
-	if err := e.C.SetVersion(s.Version); err != nil {
+	if err := e.C.SetVersion(ctx, s.Version); err != nil {
 		return err
 	}
 	e.Progress.Say("  cluster on %s (cluster version %s)", s.Version, want)

@@ -14,7 +14,7 @@ import (
 // older minor than its data dir last ran (only during etcd's downgrade).
 // Both halves are idempotent.
 func SwapMemberVersion(ctx context.Context, c *cluster.Cluster, name, version string, allowDowngrade bool) error {
-	if err := c.RecordMemberVersion(name, version); err != nil {
+	if err := c.RecordMemberVersion(ctx, name, version); err != nil {
 		return err
 	}
 	m, err := c.Member(name) // as recorded

@@ -22,6 +22,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/membership"
 	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/refusal"
 )
 
 // Strategies.
@@ -286,7 +287,7 @@ func checkStrategy(strategy string, members int, hops []catalogue.Hop, base stri
 	case StrategyRolling:
 		for _, h := range hops {
 			if h.Kind == catalogue.Downgrade && !h.Online {
-				return cluster.Refuse(ErrNoOnlineDowngrade, "etcd %s has no online downgrade to %s: the rolling strategy cannot go back there, a restore can",
+				return refusal.New(ErrNoOnlineDowngrade, "etcd %s has no online downgrade to %s: the rolling strategy cannot go back there, a restore can",
 					minorOf(h.From), minorOf(h.To))
 			}
 		}
@@ -325,8 +326,12 @@ func memberOrder(c *cluster.Cluster, st *cluster.Status) []string {
 	return out
 }
 
+// ErrNoUpgrade: no upgrade plan that was not rolled back already, so no
+// rollback to plan; nothing is changed.
+var ErrNoUpgrade = errors.New("no upgrade plan to roll back")
+
 // NewRollback plans the way back to the version the cluster had before the
-// last upgrade plan.
+// last upgrade plan (ErrNoUpgrade without one).
 func NewRollback(ctx context.Context, c *cluster.Cluster, o Options) (*plan.Plan, *plan.Plan, error) {
 	store := c.Plans()
 	last, err := lastUpgrade(store)
@@ -363,7 +368,7 @@ func lastUpgrade(store *plan.Store) (*plan.Plan, error) {
 		}
 	}
 	if last == nil {
-		return nil, errors.New("no upgrade plan to roll back: `steward plan show` lists the plans")
+		return nil, ErrNoUpgrade
 	}
 	return last, nil
 }

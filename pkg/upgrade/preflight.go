@@ -14,6 +14,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/datadir"
+	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -177,7 +178,7 @@ var ErrOverridableChecks = errors.New("overridable pre-flight checks failed")
 
 // Refusal turns failed checks into an error; with force, overridable
 // failures are returned as warnings instead. The error is a
-// *cluster.Refusal of kind ErrOverridableChecks when an overridable check
+// *refusal.Refusal of kind ErrOverridableChecks when an overridable check
 // is among the failed ones.
 func Refusal(checks []Check, force bool) (warnings []string, err error) {
 	var problems []string
@@ -199,7 +200,7 @@ func Refusal(checks []Check, force bool) (warnings []string, err error) {
 	}
 	msg := "pre-flight checks failed; nothing was changed:\n  " + strings.Join(problems, "\n  ")
 	if overridable {
-		return warnings, cluster.Refuse(ErrOverridableChecks, "%s", msg)
+		return warnings, refusal.New(ErrOverridableChecks, "%s", msg)
 	}
 	return warnings, errors.New(msg)
 }

@@ -164,7 +164,7 @@ func ReplaceDataDirs(ctx context.Context, c *cluster.Cluster, o ReplaceOptions) 
 		next.Members[i].DataDir = newDataDir(next.Members[i].DataDir, o.Target)
 		next.Members[i].Bootstrap = nil
 	}
-	if err := c.SaveSpec(next); err != nil {
+	if err := c.SaveSpec(ctx, next); err != nil {
 		return rep, err
 	}
 	for _, m := range c.Spec.Members {

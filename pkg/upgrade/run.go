@@ -61,7 +61,7 @@ func Rollback(ctx context.Context, c *cluster.Cluster, o Options) (*plan.Plan, e
 	}
 	if up.Active() {
 		up.State, up.Error = plan.Aborted, "superseded by rollback "+p.ID
-		if err := store.Save(up); err != nil {
+		if err := store.Save(ctx, up); err != nil {
 			return nil, err
 		}
 	}
@@ -70,16 +70,16 @@ func Rollback(ctx context.Context, c *cluster.Cluster, o Options) (*plan.Plan, e
 
 // Abort stops the latest plan: at once when no process runs it, else after
 // the step in progress.
-func Abort(c *cluster.Cluster) (*plan.Plan, error) {
+func Abort(ctx context.Context, c *cluster.Cluster) (*plan.Plan, error) {
 	p, err := c.Plans().Latest()
 	if err != nil {
 		return nil, err
 	}
-	return plan.RequestAbort(c.Plans(), p.ID)
+	return plan.RequestAbort(ctx, c.Plans(), p.ID)
 }
 
 func start(ctx context.Context, c *cluster.Cluster, p *plan.Plan) error {
-	if err := c.Plans().Save(p); err != nil {
+	if err := c.Plans().Save(ctx, p); err != nil {
 		return err
 	}
 	return run(ctx, c, p.ID)
@@ -91,11 +91,11 @@ func run(ctx context.Context, c *cluster.Cluster, id string) error {
 	if err != nil {
 		return err
 	}
-	return markRolledBack(c.Plans(), id)
+	return markRolledBack(ctx, c.Plans(), id)
 }
 
 // markRolledBack marks the upgrade plan a finished rollback undid.
-func markRolledBack(store *plan.Store, id string) error {
+func markRolledBack(ctx context.Context, store *plan.Store, id string) error {
 	p, err := store.Get(id)
 	if err != nil || p.Kind != plan.KindRollback || p.State != plan.Done || p.Of == "" {
 		return err
@@ -110,11 +110,11 @@ func markRolledBack(store *plan.Store, id string) error {
 			up.Steps[i].State = plan.RolledBack
 		}
 	}
-	if err := store.Save(up); err != nil {
+	if err := store.Save(ctx, up); err != nil {
 		return err
 	}
 	// Save made the upgrade plan the latest; the rollback is the latest.
-	return store.Save(p)
+	return store.Save(ctx, p)
 }
 
 // admitUpgrade admits an upgrade plan: no plan open, whatever its kind.
@@ -124,7 +124,7 @@ var admitUpgrade = plan.Admission{Refuse: func(p *plan.Plan) error {
 	if cur != nil {
 		where = fmt.Sprintf(" at step %d (%s)", cur.Index, cur.Description)
 	}
-	return plan.Refusef(p, "%s plan %s is %s%s: `steward plan resume` finishes it, `steward plan abort` stops it, `steward rollback` undoes it", p.Kind, p.ID, p.State, where)
+	return &plan.ActiveError{Plan: p, At: where, Abort: true, Undo: true}
 }}
 
 // admitRollback admits a rollback plan: there is a plan, and no CA
@@ -134,9 +134,9 @@ var admitUpgrade = plan.Admission{Refuse: func(p *plan.Plan) error {
 var admitRollback = plan.Admission{NeedPlan: true, Refuse: func(p *plan.Plan) error {
 	switch p.Kind {
 	case plan.KindCARotation, plan.KindCertsTakeOver:
-		return plan.OpenRefusal(p)
+		return plan.RefuseActive(p)
 	case plan.KindRollback:
-		return plan.Refusef(p, "rollback %s is %s: `steward plan resume` finishes it", p.ID, p.State)
+		return &plan.ActiveError{Plan: p, Name: "rollback " + p.ID}
 	}
 	return nil
 }}

@@ -461,7 +461,7 @@ func TestRecover(t *testing.T) {
 		// refused until the plan is aborted, nothing moved.
 		failed := &plan.Plan{ID: plan.NewID(plan.KindUpgrade, time.Now()), Kind: plan.KindUpgrade, State: plan.Failed,
 			From: before.Members[0].Version, To: "3.7.3", Strategy: "offline", CreatedAt: time.Now()}
-		if err := plan.OpenStore(e.Dir).Save(failed); err != nil {
+		if err := plan.OpenStore(e.Dir).Save(t.Context(), failed); err != nil {
 			t.Fatal(err)
 		}
 		if out := e.MustFail("recover"); !strings.Contains(out, "plan "+failed.ID+" is failed") {

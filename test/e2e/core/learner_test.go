@@ -97,7 +97,7 @@ func TestJoinAfterFailedBootstrap(t *testing.T) {
 	}
 	next := c.Spec.Clone()
 	next.Members = append(next.Members, joiner)
-	if err := c.SaveSpec(next); err != nil {
+	if err := c.SaveSpec(ctx, next); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.EnsureCerts(); err != nil {

@@ -12,13 +12,24 @@ import (
 )
 
 // PlanHint adds what the operator does next to the error of a plan whose step
-// failed (a *plan.StepError in err's chain); other errors pass unchanged.
+// failed (a *plan.StepError in err's chain), and to the refusal of a new
+// plan while another is active (a *plan.ActiveError: the commands that
+// finish, stop or undo that one); other errors pass unchanged.
 func PlanHint(err error) error {
-	var stepErr *plan.StepError
-	if !errors.As(err, &stepErr) {
-		return err
+	if _, ok := errors.AsType[*plan.StepError](err); ok {
+		return fmt.Errorf("%w; fix the cause, then run `steward plan resume` (or `steward plan abort`)", err)
 	}
-	return fmt.Errorf("%w; fix the cause, then run `steward plan resume` (or `steward plan abort`)", err)
+	if ae, ok := errors.AsType[*plan.ActiveError](err); ok {
+		ways := ": `steward plan resume` finishes it"
+		if ae.Abort {
+			ways += ", `steward plan abort` stops it"
+		}
+		if ae.Undo {
+			ways += ", `steward rollback` undoes it"
+		}
+		return fmt.Errorf("%w%s", err, ways)
+	}
+	return err
 }
 
 // PlanRefusalHint adds hint to a refusal of kind met before the plan was

@@ -67,7 +67,8 @@ func TestPlanKindConditions(t *testing.T) {
 }
 
 // TestPlanKindAdmissions: each kind's admission against the latest plan,
-// with the refusals' words as the commands print them.
+// with the refusals' words as the commands print them (the library's
+// typed refusal, the command's advice added: PlanHint, CARollbackHint).
 func TestPlanKindAdmissions(t *testing.T) {
 	const std = ": `steward plan resume` finishes it, `steward plan abort` stops it"
 	latest := func(k plan.Kind, s plan.State) *plan.Plan {
@@ -112,7 +113,7 @@ func TestPlanKindAdmissions(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			st := plan.OpenStore(t.TempDir())
 			if tc.latest != nil {
-				if err := st.Save(tc.latest); err != nil {
+				if err := st.Save(t.Context(), tc.latest); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -121,6 +122,10 @@ func TestPlanKindAdmissions(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err = plan.Admit(st, s.Admission)
+			if err != nil && strings.Contains(err.Error(), "`steward ") {
+				t.Errorf("the library's refusal names a command: %q", err)
+			}
+			err = PlanHint(err)
 			switch {
 			case tc.want == "" && err != nil:
 				t.Errorf("refused: %v", err)
@@ -145,7 +150,7 @@ func TestPlanKindAdmissions(t *testing.T) {
 		if !errors.Is(err, plan.ErrLocked) {
 			t.Errorf("%s under the runner's lock: %v", k, err)
 		}
-		if k == plan.KindCARotationRollback && !strings.HasSuffix(err.Error(), ": `steward plan abort` stops it after its step, then `steward rollback` rolls a CA rotation back") {
+		if k == plan.KindCARotationRollback && !strings.HasSuffix(CARollbackHint(err).Error(), ": `steward plan abort` stops it after its step, then `steward rollback` rolls a CA rotation back") {
 			t.Errorf("%s under the runner's lock: %q", k, err)
 		}
 	}

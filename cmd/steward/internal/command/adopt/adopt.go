@@ -20,6 +20,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/progress"
+	"github.com/etcd-steward/steward/pkg/spec"
 )
 
 // Result is what `steward adopt --dry-run` prints (-o json|yaml).
@@ -174,7 +175,19 @@ func apply(cmd *cobra.Command, g *cli.Globals, run adopt.MemberRun) error {
 	for _, d := range diffs {
 		c.Progress.Say("difference: --%s now %s, under Steward %s", d.Flag, dash(d.Current), dash(d.Steward))
 	}
-	return runPlan(cmd, g, c, func() (*plan.Plan, error) { return adopt.Apply(cmd.Context(), c, run) })
+	return runPlan(cmd, g, c, func() (*plan.Plan, error) {
+		p, err := adopt.Apply(cmd.Context(), c, run)
+		return p, adoptHint(err, run.Name)
+	})
+}
+
+// adoptHint adds what to do about a refused adoption of member name: the
+// command that gives an adopted one back, the flag that adds this
+// machine's agent, the command that imports its version.
+func adoptHint(err error, name string) error {
+	err = cli.Advise(err, adopt.ErrAdopted, fmt.Sprintf("; `steward adopt --undo %s` gives it back", name))
+	err = cli.Advise(err, adopt.ErrNoAgent, fmt.Sprintf(": attach with --continuous (it adds this machine's agent %q)", spec.LocalAgent))
+	return cli.Advise(err, adopt.ErrNoBinary, "; import that version (`steward binaries import`) before adopting")
 }
 
 // runPlan starts this machine's agent (the adopted member runs under it),

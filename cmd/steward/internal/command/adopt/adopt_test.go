@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
+	adoptpkg "github.com/etcd-steward/steward/pkg/adopt"
+	"github.com/etcd-steward/steward/pkg/refusal"
 )
 
 const manifest = `kind: Pod
@@ -83,5 +85,26 @@ func TestAdoptCommand(t *testing.T) {
 				t.Errorf("differences %+v lack the dropped listener", r.Differences)
 			}
 		})
+	}
+}
+
+// TestAdoptHint: the refusals of an adoption read as they did when the
+// library named the commands and the flag: the command adds them.
+func TestAdoptHint(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{refusal.New(adoptpkg.ErrAdopted, "member m2 is adopted already (agent local)"),
+			"member m2 is adopted already (agent local); `steward adopt --undo m2` gives it back"},
+		{refusal.New(adoptpkg.ErrNoAgent, "cluster kube has no agent on this machine to run member m2"),
+			`cluster kube has no agent on this machine to run member m2: attach with --continuous (it adds this machine's agent "local")`},
+		{refusal.New(adoptpkg.ErrNoBinary, "member m2 runs etcd 3.5.98, which its agent would start it with, but it is missing"),
+			"member m2 runs etcd 3.5.98, which its agent would start it with, but it is missing; import that version (`steward binaries import`) before adopting"},
+		{refusal.New(adoptpkg.ErrUnhealthy, "not every member is healthy"), "not every member is healthy"},
+	} {
+		if got := adoptHint(tc.err, "m2"); got.Error() != tc.want {
+			t.Errorf("adoptHint = %q\nwant %q", got, tc.want)
+		}
 	}
 }

@@ -66,7 +66,7 @@ Later runs need only --dir.`,
 				}
 				id, err := join.Apply(dir, f, time.Now(), addrs)
 				if err != nil {
-					return err
+					return joinHint(err, f)
 				}
 				log.Info("joined cluster", "cluster", id.Cluster, "agent", id.Agent, "host", id.Host,
 					"note", "the join file holds this host's keys: delete "+joinFile)
@@ -188,4 +188,13 @@ run do it by passing --join through 'steward agent' by hand).`,
 	cmd.Flags().StringVar(&unitDir, "unit-dir", "/etc/systemd/system", "where systemd units go")
 	cmd.Flags().StringVar(&store, "binary-store", "", "binary store the agent runs members from (default DIR/binaries)")
 	return cmd
+}
+
+// joinHint adds to a refused join file how to get a good one: a new file
+// from the coordinator (`steward host add`), or another directory for
+// another cluster.
+func joinHint(err error, f *join.File) error {
+	err = cli.Advise(err, join.ErrIncomplete, ": write a new one with `steward host add`")
+	err = cli.Advise(err, join.ErrExpired, fmt.Sprintf(": write a new one on the coordinator with `steward host add %s=%s`", f.Agent, f.Host))
+	return cli.Advise(err, join.ErrOtherCluster, "; use another --dir for the other cluster")
 }

@@ -2,6 +2,7 @@
 package alarm
 
 import (
+	"errors"
 	"fmt"
 	"text/tabwriter"
 
@@ -41,8 +42,7 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 				return err
 			}
 			alarms, err := maintenance.Disarm(cmd.Context(), c, o)
-			err = cli.Hint(err, maintenance.ErrCorrupt, "use --force to disarm it anyway")
-			if err != nil {
+			if err = disarmHint(err); err != nil {
 				return err
 			}
 			return g.Print(cmd.OutOrStdout(), alarms, func(tw *tabwriter.Writer) { table(tw, alarms) })
@@ -58,4 +58,13 @@ func table(tw *tabwriter.Writer, alarms []maintenance.Alarm) {
 	for _, a := range alarms {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", a.MemberName, a.MemberID, a.Alarm)
 	}
+}
+
+// disarmHint adds to a refused disarm of a CORRUPT alarm the command that
+// rebuilds the member, and the flag that disarms it anyway.
+func disarmHint(err error) error {
+	if ce, ok := errors.AsType[*maintenance.CorruptError](err); ok {
+		err = fmt.Errorf("%w; replace it with `steward member replace %s`", err, ce.Member)
+	}
+	return cli.Hint(err, maintenance.ErrCorrupt, "use --force to disarm it anyway")
 }

@@ -68,7 +68,7 @@ backup leader does the same on its own when backup.compactAfter is set.`,
 			}
 			res, err := backupd.Compact(cmd.Context(), c, o)
 			if err != nil {
-				return err
+				return cli.BackupHint(err)
 			}
 			return g.Print(cmd.OutOrStdout(), res, func(tw *tabwriter.Writer) {
 				if !res.Compacted {
@@ -134,7 +134,7 @@ func verifyCommand(g *cli.Globals) *cobra.Command {
 			}
 			res, err := restore.Verify(cmd.Context(), c, id, keyFile, allowUnauthenticated)
 			if err != nil {
-				return err
+				return cli.BackupHint(err)
 			}
 			for i := range res {
 				if res[i].Err != nil {
@@ -233,7 +233,7 @@ written 0600 and atomically, and an existing file is never replaced.`,
 			o.Backup = args[0]
 			res, err := restore.Export(cmd.Context(), c, o)
 			err = cli.Hint(err, restore.ErrUntrustedManifests, "remove or repair them, use --allow-unauthenticated for manifests written before the cluster had its backup key, or --skip-untrusted to export without them")
-			err = cli.KeyHint(err)
+			err = cli.BackupHint(cli.KeyHint(err))
 			if errors.Is(err, restore.ErrBadRevision) {
 				err = fmt.Errorf("--to-revision: %w (leave it out to export the backup's own revision)", err)
 			}

@@ -300,6 +300,7 @@ CA alone, the new CA moved aside as pki/ca-next.*.aborted-SERIAL.`,
 			}
 			if rollback {
 				_, err = carotate.Rollback(cmd.Context(), c)
+				err = cli.CARollbackHint(err)
 			} else {
 				_, err = carotate.Apply(cmd.Context(), c)
 			}
@@ -342,7 +343,7 @@ Without --yes the checks run and nothing changes.`,
 			// again).
 			ca, l, err := adopt.TakeOverCheck(cmd.Context(), c, o, time.Now())
 			if err != nil {
-				return cli.Hint(err, adopt.ErrCA, "check --ca-cert and --ca-key")
+				return takeOverHint(err)
 			}
 			if !yes {
 				fmt.Fprintf(cmd.ErrOrStderr(), "the CA %s (expires %s) can take over the certificates of cluster %s: Steward would copy it into %s, issue a server certificate for %s and a peer certificate %q for %s from it, and restart each member with them\n",
@@ -355,7 +356,7 @@ Without --yes the checks run and nothing changes.`,
 			}
 			p, err := adopt.TakeOver(cmd.Context(), c, o)
 			if err != nil {
-				return cli.PlanHint(cli.Hint(err, adopt.ErrCA, "check --ca-cert and --ca-key"))
+				return cli.PlanHint(takeOverHint(err))
 			}
 			return g.PrintPlan(cmd.OutOrStdout(), p)
 		},
@@ -364,4 +365,14 @@ Without --yes the checks run and nothing changes.`,
 	cmd.Flags().StringVar(&o.CAKey, "ca-key", "", "the operator's CA key (PEM, ECDSA); copied into the certificate directory (0600)")
 	cmd.Flags().BoolVar(&yes, "yes", false, "consent: Steward issues the cluster's certificates from now on")
 	return cmd
+}
+
+// takeOverHint adds what to do about a refused certificate take-over: the
+// flags that name the CA, and the commands that show the certificates,
+// adopt the members or renew the CA.
+func takeOverHint(err error) error {
+	err = cli.Hint(err, adopt.ErrCA, "check --ca-cert and --ca-key")
+	err = cli.Advise(err, adopt.ErrTakenOver, " (`steward certs list`)")
+	err = cli.Advise(err, adopt.ErrNotAllAdopted, ": adopt every member first (`steward adopt`), then take over its certificates")
+	return cli.Advise(err, adopt.ErrCAExpiresSoon, ": renew the CA first (`steward certs rotate-ca` after the take-over replaces it), or shorten tls.leafValidity")
 }

@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
+	"github.com/etcd-steward/steward/pkg/adopt"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/pki"
+	"github.com/etcd-steward/steward/pkg/refusal"
 )
 
 // TestRenewWatchRefusesNames: --watch renews everything at its renewal
@@ -125,6 +127,30 @@ func TestTakeOverNeedsTheCAFiles(t *testing.T) {
 		}
 		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("take-over %v created %s", args, dir)
+		}
+	}
+}
+
+// TestTakeOverHint: the refusals of a certificate take-over read as they
+// did when the library named the commands: the command adds them.
+func TestTakeOverHint(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{refusal.New(adopt.ErrTakenOver, "Steward took over issuing the certificates of cluster kube already"),
+			"Steward took over issuing the certificates of cluster kube already (`steward certs list`)"},
+		{refusal.New(adopt.ErrNotAllAdopted, "cluster kube still has members Steward does not run (m2)"),
+			"cluster kube still has members Steward does not run (m2): adopt every member first (`steward adopt`), then take over its certificates"},
+		{refusal.New(adopt.ErrCAExpiresSoon, "the CA /ca.pem (ca) expires 2030-01-01T00:00:00Z, within the lifetime of a leaf Steward issues (8760h0m0s, tls.leafValidity)"),
+			"the CA /ca.pem (ca) expires 2030-01-01T00:00:00Z, within the lifetime of a leaf Steward issues (8760h0m0s, tls.leafValidity): renew the CA first (`steward certs rotate-ca` after the take-over replaces it), or shorten tls.leafValidity"},
+		{refusal.New(adopt.ErrOwnCerts, "cluster kube runs without TLS: there are no certificates to take over"),
+			"cluster kube runs without TLS: there are no certificates to take over"},
+		{refusal.New(adopt.ErrCAValidity, "the CA /ca.pem (ca) is not valid before 2030-01-01T00:00:00Z"),
+			"the CA /ca.pem (ca) is not valid before 2030-01-01T00:00:00Z"},
+	} {
+		if got := takeOverHint(tc.err); got.Error() != tc.want {
+			t.Errorf("takeOverHint = %q\nwant %q", got, tc.want)
 		}
 	}
 }

@@ -37,7 +37,7 @@ for instance after the first one expired.`,
 			if err := cli.ProcessControl(c, cmd.CommandPath()); err != nil {
 				return err
 			}
-			p, err := bootstrap.AddHost(c, h, port, validity)
+			p, err := bootstrap.AddHost(cmd.Context(), c, h, port, validity)
 			if err != nil {
 				return err
 			}

@@ -3,6 +3,7 @@
 package initcluster
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -57,8 +58,11 @@ Join files expire (--join-validity); 'steward host add NAME=ADDRESS' writes a ne
 			for _, w := range warnings {
 				fmt.Fprintln(errw, "warning:", w)
 			}
+			if errors.Is(err, spec.ErrTooFewMembers) {
+				return fmt.Errorf("--members must be at least 1, got %d", o.Members)
+			}
 			if err != nil {
-				return err
+				return cli.Advise(err, bootstrap.ErrDirHoldsCluster, " (add hosts with `steward host add`, or init another --dir)")
 			}
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "cluster %s: %d members on %d hosts, etcd %s\n", c.Spec.Name, len(c.Spec.Members), len(c.Spec.Agents), c.Spec.Version)

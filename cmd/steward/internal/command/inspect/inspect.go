@@ -55,7 +55,7 @@ command exits 0 whenever it could read the source.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := run(cmd, g, o); err != nil {
-				return cli.KeyHint(fmt.Errorf("inspect storage-versions: %w", err))
+				return cli.BackupHint(cli.KeyHint(fmt.Errorf("inspect storage-versions: %w", err)))
 			}
 			return nil
 		},

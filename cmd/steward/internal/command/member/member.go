@@ -29,7 +29,7 @@ func addCommand(g *cli.Globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return membership.Add(cmd.Context(), c, args[0], o)
+			return cli.DowngradeHint(membership.Add(cmd.Context(), c, args[0], o))
 		},
 	}
 	cmd.Flags().StringVar(&o.Agent, "host", "", "host (agent) that runs the new member (default: this machine's agent, local)")
@@ -75,7 +75,7 @@ func replaceCommand(g *cli.Globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return membership.Replace(cmd.Context(), c, args[0], timeout)
+			return cli.DowngradeHint(membership.Replace(cmd.Context(), c, args[0], timeout))
 		},
 	}
 	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long the new learner may take to catch up")

@@ -4,8 +4,8 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/membership"
+	"github.com/etcd-steward/steward/pkg/refusal"
 )
 
 // TestRemoveHint: each refusal of a remove gets what gets past it.
@@ -14,8 +14,8 @@ func TestRemoveHint(t *testing.T) {
 		err  error
 		want string
 	}{
-		{cluster.Refuse(membership.ErrQuorumAtRisk, "refusing to remove etcd-2: quorum"), "refusing to remove etcd-2: quorum; use --force to remove it anyway"},
-		{cluster.Refuse(membership.ErrLastMember, "refusing to remove etcd-1: it is the last member of the cluster"),
+		{refusal.New(membership.ErrQuorumAtRisk, "refusing to remove etcd-2: quorum"), "refusing to remove etcd-2: quorum; use --force to remove it anyway"},
+		{refusal.New(membership.ErrLastMember, "refusing to remove etcd-1: it is the last member of the cluster"),
 			"refusing to remove etcd-1: it is the last member of the cluster; use `steward down --purge` to delete the whole cluster"},
 	} {
 		got := removeHint(tc.err)

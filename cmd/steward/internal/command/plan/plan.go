@@ -79,7 +79,7 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			p, err := upgrade.Abort(c)
+			p, err := upgrade.Abort(cmd.Context(), c)
 			if err != nil {
 				return err
 			}

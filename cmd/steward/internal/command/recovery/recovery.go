@@ -29,6 +29,7 @@ A quorate cluster is left alone.`,
 				return err
 			}
 			rep, err := recovery.Run(cmd.Context(), c)
+			err = cli.DowngradeHint(cli.BackupHint(cli.StoppedHint(err)))
 			if perr := g.Print(cmd.OutOrStdout(), rep, func(tw *tabwriter.Writer) {
 				fmt.Fprintf(tw, "ACTION\t%s\nMESSAGE\t%s\n", rep.Action, rep.Message)
 				for _, f := range rep.DataDirs {

@@ -43,6 +43,7 @@ restored cluster with ` + "`steward up`" + `.`,
 			err = cli.Hint(err, restore.ErrDataDirsHoldData, "use --force to move them aside (they are kept, not deleted)")
 			err = cli.Hint(err, restore.ErrSourceConflict, "leave out --backup, --to-revision, --to-time, --key-file, --allow-unauthenticated and --skip-untrusted with --from-snapshot")
 			err = cli.KeyHint(err)
+			err = cli.BackupHint(cli.StoppedHint(err))
 			if errors.Is(err, restore.ErrBadRevision) {
 				err = fmt.Errorf("--to-revision: %w (leave it out to restore the newest backed-up revision)", err)
 			}

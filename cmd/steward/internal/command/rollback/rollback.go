@@ -52,10 +52,14 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 	return cmd
 }
 
-// rollbackHint adds the flag that gets past a refused rollback plan, and
-// what to do after a failed step.
+// rollbackHint adds the flag that gets past a refused rollback plan, the
+// commands that show, finish or stop the plans a refusal is about (of an
+// upgrade's rollback or a CA rotation's: whichever kind the registry
+// started), and what to do after a failed step.
 func rollbackHint(err error) error {
 	err = cli.PlanRefusalHint(err, upgrade.ErrOverridableChecks, "use --force to skip the checks marked overridable")
 	err = cli.Hint(err, upgrade.ErrNoOnlineDowngrade, "roll back with --strategy restore")
+	err = cli.Advise(err, upgrade.ErrNoUpgrade, ": `steward plan show` lists the plans")
+	err = cli.CARollbackHint(err)
 	return cli.PlanHint(err)
 }

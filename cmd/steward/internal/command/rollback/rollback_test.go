@@ -5,8 +5,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/etcd-steward/steward/pkg/carotate"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/upgrade"
 )
 
@@ -17,8 +19,8 @@ func TestRollbackHint(t *testing.T) {
 		err  error
 		want string
 	}{
-		{cluster.Refuse(upgrade.ErrOverridableChecks, "pre-flight checks failed"), "pre-flight checks failed; use --force to skip the checks marked overridable"},
-		{cluster.Refuse(upgrade.ErrNoOnlineDowngrade, "etcd 3.5 has no online downgrade to 3.4"), "etcd 3.5 has no online downgrade to 3.4; roll back with --strategy restore"},
+		{refusal.New(upgrade.ErrOverridableChecks, "pre-flight checks failed"), "pre-flight checks failed; use --force to skip the checks marked overridable"},
+		{refusal.New(upgrade.ErrNoOnlineDowngrade, "etcd 3.5 has no online downgrade to 3.4"), "etcd 3.5 has no online downgrade to 3.4; roll back with --strategy restore"},
 	} {
 		got := rollbackHint(tc.err)
 		if got.Error() != tc.want {
@@ -76,5 +78,38 @@ func TestUndoFor(t *testing.T) {
 	_, err := cluster.PlanKinds.UndoFor(&plan.Plan{ID: "p", Kind: "no-such-kind", State: plan.Failed})
 	if !errors.Is(err, plan.ErrUnknownKind) || !strings.Contains(err.Error(), "no-such-kind") {
 		t.Errorf("UndoFor(unknown kind) = %v, want an error naming it", err)
+	}
+}
+
+// TestRollbackRefusalAdvice: whichever kind the registry starts (an
+// upgrade's rollback or a CA rotation's), its refusals name no command,
+// and this command adds the advice the operator read before, letter for
+// letter.
+func TestRollbackRefusalAdvice(t *testing.T) {
+	failed := func(k plan.Kind, id string) *plan.Plan { return &plan.Plan{ID: id, Kind: k, State: plan.Failed} }
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"an open CA rotation, to an upgrade's rollback", plan.RefuseActive(failed(plan.KindCARotation, "ca-rotation-1")),
+			"ca-rotation plan ca-rotation-1 is failed: `steward plan resume` finishes it, `steward plan abort` stops it"},
+		{"an open rollback", &plan.ActiveError{Plan: failed(plan.KindRollback, "rollback-1"), Name: "rollback rollback-1"},
+			"rollback rollback-1 is failed: `steward plan resume` finishes it"},
+		{"no upgrade", upgrade.ErrNoUpgrade, "no upgrade plan to roll back: `steward plan show` lists the plans"},
+		{"an upgrade's rollback under the runner's lock", plan.ErrLocked, plan.ErrLocked.Error()},
+		{"a CA rotation's rollback under the runner's lock", carotate.ErrPlanRunning,
+			"another steward process is running a plan in this Steward directory: `steward plan abort` stops it after its step, then `steward rollback` rolls a CA rotation back"},
+		{"an open CA rotation rollback", carotate.RollbackOf(failed(plan.KindCARotationRollback, "r-1")),
+			"CA rotation rollback r-1 is failed: `steward plan resume` finishes it"},
+		{"a CA rotation done", carotate.RollbackOf(&plan.Plan{ID: "ca-rotation-1", Kind: plan.KindCARotation, State: plan.Done}),
+			"the CA rotation is done (plan ca-rotation-1): its new CA is the CA; to change the CA again, run `steward certs rotate-ca`"},
+	} {
+		if strings.Contains(tc.err.Error(), "`steward ") {
+			t.Errorf("%s: the library's refusal names a command: %q", tc.name, tc.err)
+		}
+		if got := rollbackHint(tc.err); got.Error() != tc.want {
+			t.Errorf("%s: %q\nwant %q", tc.name, got, tc.want)
+		}
 	}
 }

@@ -76,6 +76,10 @@ var newClusterFlags = map[string]string{
 // starts an agent that does not answer.
 func upHint(err error) error {
 	if oe, ok := errors.AsType[*bootstrap.OptionError](err); ok && newClusterFlags[oe.Option] != "" {
+		if oe.Option == "Members" {
+			// The count of an existing cluster changes member by member.
+			return fmt.Errorf("%s: %w (use `steward member add` or `remove`)", newClusterFlags[oe.Option], err)
+		}
 		return fmt.Errorf("%s: %w", newClusterFlags[oe.Option], err)
 	}
 	if errors.Is(err, bootstrap.ErrAddress) {

@@ -6,16 +6,17 @@ import (
 	"testing"
 
 	"github.com/etcd-steward/steward/pkg/bootstrap"
-	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
-// TestUpHint: a refused option gets its flag's name, a spec of no member
+// TestUpHint: a refused option gets its flag's name (a member count, the
+// commands that change it), a spec of no member
 // the --members flag, an agent that does not answer the command that
 // starts it; every chain is kept.
 func TestUpHint(t *testing.T) {
 	option := func(name, msg string) error {
-		return &bootstrap.OptionError{Refusal: cluster.Refusal{Kind: bootstrap.ErrNewClusterOnly, Msg: msg}, Option: name}
+		return &bootstrap.OptionError{Refusal: refusal.Refusal{Kind: bootstrap.ErrNewClusterOnly, Msg: msg}, Option: name}
 	}
 	down := &bootstrap.AgentDownError{Member: "etcd-4", Agent: "host2", Address: "unix:///d/run/agent-host2.sock", Err: errors.New("connection refused")}
 	for _, tc := range []struct {
@@ -24,7 +25,7 @@ func TestUpHint(t *testing.T) {
 		is   error
 	}{
 		{option("Members", "/d/cluster.yaml already describes 3 members; the member count applies only to a new cluster"),
-			"--members: /d/cluster.yaml already describes 3 members; the member count applies only to a new cluster", bootstrap.ErrNewClusterOnly},
+			"--members: /d/cluster.yaml already describes 3 members; the member count applies only to a new cluster (use `steward member add` or `remove`)", bootstrap.ErrNewClusterOnly},
 		{option("Version", "v"), "--version: v", bootstrap.ErrNewClusterOnly},
 		{option("TLSOff", "t"), "--insecure-no-tls: t", bootstrap.ErrNewClusterOnly},
 		{option("BinaryStore", "b"), "--binary-store: b", bootstrap.ErrNewClusterOnly},

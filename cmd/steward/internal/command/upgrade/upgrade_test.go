@@ -6,16 +6,16 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/upgrade"
 )
 
 // TestUpgradeHint: the refusals of planning get the flag that gets past
 // them; a refusal in a failed step gets only the resume advice.
 func TestUpgradeHint(t *testing.T) {
-	checks := cluster.Refuse(upgrade.ErrOverridableChecks, "pre-flight checks failed; nothing was changed:\n  stable-leader: leader changed (overridable)")
-	noOnline := cluster.Refuse(upgrade.ErrNoOnlineDowngrade, "etcd 3.5 has no online downgrade to 3.4: the rolling strategy cannot go back there, a restore can")
+	checks := refusal.New(upgrade.ErrOverridableChecks, "pre-flight checks failed; nothing was changed:\n  stable-leader: leader changed (overridable)")
+	noOnline := refusal.New(upgrade.ErrNoOnlineDowngrade, "etcd 3.5 has no online downgrade to 3.4: the rolling strategy cannot go back there, a restore can")
 	for _, tc := range []struct {
 		name string
 		err  error

@@ -1,4 +1,5 @@
-package cluster
+// Package refusal owns Refusal: an operation refused before it changed anything, of a kind a command recognises to add its own advice.
+package refusal
 
 import "fmt"
 
@@ -16,7 +17,7 @@ func (r *Refusal) Error() string { return r.Msg }
 // Unwrap makes errors.Is(err, r.Kind) hold.
 func (r *Refusal) Unwrap() error { return r.Kind }
 
-// Refuse returns a *Refusal of kind with a formatted message.
-func Refuse(kind error, format string, args ...any) error {
+// New returns a *Refusal of kind with a formatted message.
+func New(kind error, format string, args ...any) error {
 	return &Refusal{Kind: kind, Msg: fmt.Sprintf(format, args...)}
 }

@@ -1,0 +1,59 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/etcd-steward/steward/pkg/backup"
+	"github.com/etcd-steward/steward/pkg/carotate"
+	"github.com/etcd-steward/steward/pkg/kstorage"
+	"github.com/etcd-steward/steward/pkg/membership"
+	"github.com/etcd-steward/steward/pkg/restore"
+)
+
+// Advise appends advice to err when errors.Is(err, kind), word for word:
+// advice starts with its own separator (": ", "; ", " ("), so the result
+// reads as the library's message once read with the advice in it. It
+// still wraps err; nil and errors of other kinds pass unchanged.
+func Advise(err, kind error, advice string) error {
+	if err != nil && errors.Is(err, kind) {
+		return fmt.Errorf("%w%s", err, advice)
+	}
+	return err
+}
+
+// CARollbackHint adds to the refusals of a CA rotation rollback
+// (carotate.RollbackOf, carotate.Rollback) the commands that show, finish
+// or start the plans they are about, for `steward rollback` and `steward
+// certs rotate-ca --rollback`.
+func CARollbackHint(err error) error {
+	if errors.Is(err, carotate.ErrNoRotationToRollBack) && !errors.Is(err, carotate.ErrRolledBack) {
+		return fmt.Errorf("%w; `steward plan show` shows it", err)
+	}
+	err = Advise(err, carotate.ErrRotationDone, "; to change the CA again, run `steward certs rotate-ca`")
+	err = Advise(err, carotate.ErrOldCADropped, ": `steward plan resume` finishes the rotation; to go back, run `steward certs rotate-ca` again after it")
+	return Advise(err, carotate.ErrPlanRunning, ": `steward plan abort` stops it after its step, then `steward rollback` rolls a CA rotation back")
+}
+
+// BackupHint adds the `steward backup` commands that take or list backups
+// to the errors of finding one (no full backup, none of that ID, a delta
+// named), for the commands that read the backup store.
+func BackupHint(err error) error {
+	err = Advise(err, backup.ErrNoFullBackup, ": take one with `steward backup now`")
+	err = Advise(err, kstorage.ErrNoBackup, ": list the backups with `steward backup list` (or name `latest`)")
+	return Advise(err, kstorage.ErrNotFull, "; list them with `steward backup list`")
+}
+
+// StoppedHint adds the command that stops the cluster to a restore refused
+// while members run (restore.ErrMembersRunning), for `steward restore` and
+// `steward recover`, whose seed is restored.
+func StoppedHint(err error) error {
+	return Advise(err, restore.ErrMembersRunning, " (`steward down`)")
+}
+
+// DowngradeHint adds the command that finishes the plan whose downgrade
+// refuses a new member (membership.ErrDowngradeOfPlan), for `steward
+// member add`, `member replace` and `recover`, which replaces members.
+func DowngradeHint(err error) error {
+	return Advise(err, membership.ErrDowngradeOfPlan, " (`steward plan resume`) first")
+}
