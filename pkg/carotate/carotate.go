@@ -16,7 +16,13 @@
 //  6. one restart per member, leadership moved away first, each waiting
 //     until the member is healthy and caught up: etcd reads its trusted CA
 //     files only when it starts, so until it restarts it still accepts
-//     what the old CA signed.
+//     what the old CA signed;
+//  7. retire: once every member trusts the new CA alone, every leaf is
+//     served without the cross-signed CA (each file rewritten as the leaf
+//     alone, as on a fresh cluster; same certificate, same key), so a
+//     client trusting only the old CA stops verifying the members and the
+//     agents. A plan an older Steward wrote without this step gets it
+//     appended when it is resumed (amend).
 //
 // On a cluster with joined hosts each file step does the same for every
 // host through its agent's API after this machine's directory: step 2 and
@@ -24,7 +30,8 @@
 // host's server, peer, agent and client certificates from the new CA
 // (their keys stay on the host; GET and PUT /v1/certs/NAME) and waits
 // until they are served; step 6 restarts each member through its own
-// host's agent. A host that cannot be reached or refuses fails the step
+// host's agent; step 7 installs each host's leaves again without the
+// cross-signed CA (PUT /v1/certs/NAME) and waits until they are served. A host that cannot be reached or refuses fails the step
 // with an error naming it (the other hosts still done), and the plan
 // stays resumable.
 //
@@ -42,6 +49,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -54,12 +63,16 @@ import (
 
 // Step kinds of a CA rotation plan.
 const (
-	StepPrepare  = "ca-prepare"
-	StepTrust    = "ca-trust-both"
-	StepReissue  = "ca-reissue-leaves"
-	StepClients  = "ca-move-clients"
-	StepDrop     = "ca-drop-old"
-	StepRestart  = "ca-restart-member"
+	StepPrepare = "ca-prepare"
+	StepTrust   = "ca-trust-both"
+	StepReissue = "ca-reissue-leaves"
+	StepClients = "ca-move-clients"
+	StepDrop    = "ca-drop-old"
+	StepRestart = "ca-restart-member"
+	// StepRetire is the last step: the leaves served without the new CA
+	// cross-signed by the old one (a plan written before it existed gets
+	// it when resumed: amend).
+	StepRetire   = "ca-retire-cross"
 	defaultWait  = 2 * time.Minute
 	pollInterval = 500 * time.Millisecond
 )
@@ -92,7 +105,37 @@ func NewPlan(c *cluster.Cluster, leader string, now time.Time) (*plan.Plan, erro
 	for _, name := range restartOrder(c, leader) {
 		add(StepRestart, name, "restart "+name+" so that it trusts the new CA alone")
 	}
+	add(StepRetire, "", retireDescription(c))
 	return p, nil
+}
+
+// retireDescription describes the StepRetire step.
+func retireDescription(c *cluster.Cluster) string {
+	onHosts := ""
+	if hs := c.RemoteAgents(); len(hs) > 0 {
+		onHosts = " here and on the hosts " + strings.Join(hs, ", ")
+	}
+	return "serve every certificate without the new CA cross-signed by the old one" + onHosts + ": the old CA verifies them no more"
+}
+
+// amend brings a CA rotation plan written before StepRetire existed up to
+// date when it is resumed: the step is appended, pending, after the
+// restarts (their order, indexes and states untouched), so that the
+// resumed rotation ends as a new one does. A plan that has the step is
+// left alone.
+func amend(c *cluster.Cluster) func(*plan.Plan) bool {
+	return func(p *plan.Plan) bool {
+		if p.Kind != plan.KindCARotation {
+			return false
+		}
+		for _, s := range p.Steps {
+			if s.Kind == StepRetire {
+				return false
+			}
+		}
+		p.Steps = append(p.Steps, plan.Step{Index: len(p.Steps), Kind: StepRetire, Description: retireDescription(c), State: plan.Pending})
+		return true
+	}
 }
 
 // restartOrder is the order of the member restarts: the followers first,
@@ -135,9 +178,10 @@ func Apply(ctx context.Context, c *cluster.Cluster) (*plan.Plan, error) {
 	return p, Run(ctx, c, p.ID)
 }
 
-// Run runs the CA rotation plan id from its first step that is not done.
+// Run runs the CA rotation plan id from its first step that is not done;
+// a plan an older Steward wrote gets the steps it lacks first (amend).
 func Run(ctx context.Context, c *cluster.Cluster, id string) error {
-	return plan.Run(ctx, c.Plans(), id, &Executor{C: c, Progress: c.Progress}, c.Progress)
+	return plan.RunAmended(ctx, c.Plans(), id, &Executor{C: c, Progress: c.Progress}, amend(c), c.Progress)
 }
 
 // Executor runs the steps of a CA rotation plan.
@@ -204,6 +248,8 @@ func (e *Executor) Execute(ctx context.Context, p *plan.Plan, s *plan.Step) erro
 		return c.PushTrustBundle(ctx)
 	case StepRestart:
 		return e.restart(ctx, s.Member, restartedFirst(p, s.Index))
+	case StepRetire:
+		return e.retire(ctx, dir)
 	}
 	return fmt.Errorf("unknown step kind %q", s.Kind)
 }
@@ -263,6 +309,33 @@ func (e *Executor) reissue(dir string, want []string) error {
 		e.Progress.Say("  %s reissued by the new CA (serial %s)", r.Name, r.NewSerial)
 	}
 	return err
+}
+
+// retire serves every leaf without the cross-signed CA: this machine's
+// files rewritten as the leaf alone, then each joined host's through its
+// agent (waited for until served), then a live handshake with every
+// member's client and peer port and every host's agent until the old CA
+// alone verifies none of them. Each part finds its work done on a re-run.
+func (e *Executor) retire(ctx context.Context, dir string) error {
+	names, err := pki.RotationRetireCross(dir)
+	for _, n := range names {
+		e.Progress.Say("  %s served without the cross-signed CA", n)
+	}
+	if err != nil {
+		return err
+	}
+	rs, err := e.C.RetireHostCross(ctx, e.wait())
+	for _, r := range rs {
+		e.Progress.Say("  host %s: %s served without the cross-signed CA", r.Host, r.Name)
+	}
+	if err != nil {
+		return err
+	}
+	old := filepath.Join(dir, pki.CAOldCert)
+	if _, err := os.Stat(old); err != nil {
+		return nil // no old CA kept to check against (not a rotation's drop)
+	}
+	return e.C.WaitOldCARetired(ctx, old, e.wait())
 }
 
 // restart restarts one member through its agent, leadership moved away

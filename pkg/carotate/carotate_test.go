@@ -1,6 +1,7 @@
 package carotate
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -15,7 +16,8 @@ import (
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
-// TestNewPlan: the phases in order, one restart per member after the drop;
+// TestNewPlan: the phases in order, one restart per member after the drop,
+// the cross-signed CA retired last;
 // a cluster without TLS is refused; one with joined hosts names them in
 // the steps that work on the hosts.
 func TestNewPlan(t *testing.T) {
@@ -43,15 +45,15 @@ func TestNewPlan(t *testing.T) {
 		leader string
 	}{
 		{name: "three members", want: []string{StepPrepare, StepTrust, StepReissue, StepClients, StepDrop,
-			StepRestart + ":etcd-1", StepRestart + ":etcd-2", StepRestart + ":etcd-3"}},
+			StepRestart + ":etcd-1", StepRestart + ":etcd-2", StepRestart + ":etcd-3", StepRetire}},
 		{name: "leader restarted last", leader: "etcd-1", want: []string{StepPrepare, StepTrust, StepReissue, StepClients, StepDrop,
-			StepRestart + ":etcd-2", StepRestart + ":etcd-3", StepRestart + ":etcd-1"}},
+			StepRestart + ":etcd-2", StepRestart + ":etcd-3", StepRestart + ":etcd-1", StepRetire}},
 		{name: "no TLS", edit: func(s *spec.Cluster) { s.TLS.Disabled = true }, error: ErrTLSDisabled},
 		{name: "joined host", edit: func(s *spec.Cluster) {
 			s.Agents = append(s.Agents, spec.Agent{Name: "h2", Host: "10.0.0.2", Port: 2378})
 			s.Members[2].Agent = "h2"
 		}, want: []string{StepPrepare, StepTrust, StepReissue, StepClients, StepDrop,
-			StepRestart + ":etcd-1", StepRestart + ":etcd-2", StepRestart + ":etcd-3"}, desc: "h2"},
+			StepRestart + ":etcd-1", StepRestart + ":etcd-2", StepRestart + ":etcd-3", StepRetire}, desc: "h2"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -78,7 +80,7 @@ func TestNewPlan(t *testing.T) {
 					k += ":" + s.Member
 				}
 				got = append(got, k)
-				if tt.desc != "" && (s.Kind == StepTrust || s.Kind == StepReissue || s.Kind == StepDrop) && !strings.Contains(s.Description, tt.desc) {
+				if tt.desc != "" && (s.Kind == StepTrust || s.Kind == StepReissue || s.Kind == StepDrop || s.Kind == StepRetire) && !strings.Contains(s.Description, tt.desc) {
 					t.Errorf("step %d (%s) does not name %s: %q", i, s.Kind, tt.desc, s.Description)
 				}
 			}
@@ -223,3 +225,69 @@ func TestOneTransferPerRotation(t *testing.T) {
 		}
 	}
 }
+
+// TestOldPlanResumes: a rotation plan an older Steward wrote (no
+// ca-retire-cross step), stopped in its restarts, gets the retire step
+// appended when resumed and runs it last; the steps done stay done and
+// their indexes unchanged. A plan that has the step, or another kind, is
+// left alone.
+func TestOldPlanResumes(t *testing.T) {
+	dir := t.TempDir()
+	s, err := spec.NewDefault(spec.DefaultOptions{Members: 3, Version: "3.6.0", StewardDir: dir, FreePort: spec.FreePort("127.0.0.1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster.Cluster{Dir: dir, Spec: s}
+	p, err := NewPlan(c, "", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The plan as the old code wrote it: no retire step.
+	p.Steps = p.Steps[:len(p.Steps)-1]
+	n := len(p.Steps)
+	for i := range p.Steps[:n-1] {
+		p.Steps[i].State, p.Steps[i].Attempts = plan.Done, 1
+	}
+	p.State = plan.Failed
+	store := c.Plans()
+	if err := store.Save(t.Context(), p); err != nil {
+		t.Fatal(err)
+	}
+	var ran []string
+	ex := execFunc(func(_ *plan.Plan, st *plan.Step) error {
+		ran = append(ran, st.Kind)
+		return nil
+	})
+	if err := plan.RunAmended(t.Context(), store, p.ID, ex, amend(c), nil); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{StepRestart, StepRetire}; strings.Join(ran, ",") != strings.Join(want, ",") {
+		t.Fatalf("ran %v, want %v", ran, want)
+	}
+	got, err := store.Get(p.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != plan.Done || len(got.Steps) != n+1 {
+		t.Fatalf("after the resume: %s with %d steps, want done with %d", got.State, len(got.Steps), n+1)
+	}
+	last := got.Steps[n]
+	if last.Index != n || last.Kind != StepRetire || last.State != plan.Done || last.Description == "" {
+		t.Errorf("the appended step: %+v", last)
+	}
+	for i := range got.Steps[:n-1] {
+		if got.Steps[i].Attempts != 1 || got.Steps[i].Index != i {
+			t.Errorf("step %d changed: %+v", i, got.Steps[i])
+		}
+	}
+	if amend(c)(got) {
+		t.Error("a plan with the retire step amended again")
+	}
+	if amend(c)(&plan.Plan{Kind: plan.KindCARotationRollback, Steps: []plan.Step{{Kind: StepRollbackLeaves}}}) {
+		t.Error("a rollback plan amended")
+	}
+}
+
+type execFunc func(*plan.Plan, *plan.Step) error
+
+func (f execFunc) Execute(_ context.Context, p *plan.Plan, s *plan.Step) error { return f(p, s) }

@@ -26,8 +26,9 @@ import (
 // trust both, reissue, clients, drop) on a coordinator with a joined host
 // whose real agent serves its API over mutual TLS: the host ends trusting
 // the new CA alone, each of its leaves reissued by the new CA with its key
-// kept and the cross-signed CA after it, no previous certificate left, and
-// its agent serving the new one; each step run again changes nothing on
+// kept, served without the cross-signed CA once the last step retired it
+// (the old CA alone no longer verifies the agent), no previous certificate
+// left, and its agent serving the new one; each step run again changes nothing on
 // the host (but for a previous certificate a crash left, dropped). With the host's agent gone, a step that needs it fails naming
 // the host.
 func TestFileStepsOnAJoinedHost(t *testing.T) {
@@ -121,8 +122,8 @@ func TestFileStepsOnAJoinedHost(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if leaf.CheckSignatureFrom(newCA) != nil || len(chain) != 1 {
-			t.Errorf("host %s: issuer %q, %d CA certificates after it; want the new CA's, then the cross-signed CA", n, leaf.Issuer.CommonName, len(chain))
+		if leaf.CheckSignatureFrom(newCA) != nil || len(chain) != 0 {
+			t.Errorf("host %s: issuer %q, %d CA certificates after it; want the new CA's alone (the cross-signed CA retired)", n, leaf.Issuer.CommonName, len(chain))
 		}
 		if k, _ := os.ReadFile(filepath.Join(hostDir, n+".key")); !bytes.Equal(k, keys[n]) {
 			t.Errorf("host %s.key changed", n)
@@ -135,6 +136,17 @@ func TestFileStepsOnAJoinedHost(t *testing.T) {
 	pool.AddCert(newCA)
 	if got, err := pki.ServedCert(t.Context(), ln.Addr().String(), pool, nil); err != nil || got.CheckSignatureFrom(newCA) != nil {
 		t.Errorf("the host's agent serves %v (%v), not a certificate of the new CA", got, err)
+	}
+	// The old CA alone no longer verifies what the agent serves: the
+	// cross-signed CA is not served after its leaf any more.
+	oldCert, err := pki.ParseCertPEM(oldCA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldPool := x509.NewCertPool()
+	oldPool.AddCert(oldCert)
+	if got, err := pki.ServedCert(t.Context(), ln.Addr().String(), oldPool, nil); got == nil || err == nil {
+		t.Errorf("the host's agent serves %v verified by the old CA alone (%v) after the rotation", got, err)
 	}
 
 	// A second rotation with the host's agent gone: the steps that reach

@@ -44,6 +44,13 @@ func (c *Cluster) Certificates(ctx context.Context) ([]pki.CertInfo, error) {
 // servedCerts reads the certificates the members and remote agents serve,
 // concurrently, each handshake within 2 seconds (the probes of status take as long).
 func (c *Cluster) servedCerts(ctx context.Context) []pki.CertInfo {
+	return c.servedCertsVerified(ctx, "")
+}
+
+// servedCertsVerified is servedCerts with the served chains verified
+// against the CA file caFile instead of the cluster CA ("": the cluster
+// CA).
+func (c *Cluster) servedCertsVerified(ctx context.Context, caFile string) []pki.CertInfo {
 	type target struct{ name, addr string }
 	var ts []target
 	for _, m := range c.Spec.Members {
@@ -66,7 +73,10 @@ func (c *Cluster) servedCerts(ctx context.Context) []pki.CertInfo {
 		f.PeerCert, f.PeerKey = f.ClientCert, f.ClientKey
 	}
 	out := make([]pki.CertInfo, len(ts))
-	pool, err := pki.CAPool(f.CA)
+	if caFile == "" {
+		caFile = f.CA
+	}
+	pool, err := pki.CAPool(caFile)
 	if err != nil {
 		for i, t := range ts {
 			out[i] = pki.CertInfo{Name: t.name, Endpoint: t.addr, Error: err.Error()}

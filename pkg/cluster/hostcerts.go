@@ -75,7 +75,7 @@ func (c *Cluster) RenewHosts(ctx context.Context, names []string, force bool, ti
 	}
 	v := c.Validity()
 	dir := c.CertDir()
-	renew := func(cur *x509.Certificate, now time.Time) ([]byte, bool, error) {
+	renew := func(cur *x509.Certificate, _ []*x509.Certificate, now time.Time) ([]byte, bool, error) {
 		if !force && !v.WithDefaults().Due(cur, now) {
 			return nil, true, nil
 		}
@@ -101,9 +101,10 @@ func (c *Cluster) hostLeafCN(agent, leaf string) string {
 	}
 }
 
-// hostSigner returns the reissue of a host's current leaf cur (PEM, what
-// the host installs), or skip when it needs none.
-type hostSigner func(cur *x509.Certificate, now time.Time) (certPEM []byte, skip bool, err error)
+// hostSigner returns the reissue of a host's current leaf cur, which the
+// host serves followed by the CA certificates chain (PEM, what the host
+// installs), or skip when it needs none.
+type hostSigner func(cur *x509.Certificate, chain []*x509.Certificate, now time.Time) (certPEM []byte, skip bool, err error)
 
 // renewHosts runs renewHost on every host in turn (until ctx ends) and
 // joins the failures, each naming its host.
@@ -151,14 +152,14 @@ func (c *Cluster) renewHost(ctx context.Context, h spec.Agent, leaves []string, 
 		if err != nil {
 			return out, fmt.Errorf("read its %s certificate: %w", name, err)
 		}
-		cur, _, err := pki.ParseLeafChainPEM([]byte(f.PEM))
+		cur, chain, err := pki.ParseLeafChainPEM([]byte(f.PEM))
 		if err != nil {
 			return out, fmt.Errorf("its %s certificate: %w", name, err)
 		}
 		if want := c.hostLeafCN(h.Name, name); cur.Subject.CommonName != want {
 			return out, fmt.Errorf("its %s certificate is for %q, not %q: not reissued", name, cur.Subject.CommonName, want)
 		}
-		certPEM, skip, err := sign(cur, time.Now())
+		certPEM, skip, err := sign(cur, chain, time.Now())
 		if skip && err == nil {
 			if settle {
 				settled = append(settled, pki.Renewal{Host: h.Name, Name: name, NewSerial: fmt.Sprintf("%x", cur.SerialNumber)})

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/etcd-steward/steward/pkg/agentapi"
@@ -90,7 +92,7 @@ func (c *Cluster) RotateHostLeaves(ctx context.Context, timeout time.Duration) (
 	}
 	v := c.Validity()
 	dir := c.CertDir()
-	sign := func(cur *x509.Certificate, now time.Time) ([]byte, bool, error) {
+	sign := func(cur *x509.Certificate, _ []*x509.Certificate, now time.Time) ([]byte, bool, error) {
 		certPEM, _, done, err := pki.RotationReissueHost(dir, v, cur, now)
 		return certPEM, done, err
 	}
@@ -116,8 +118,62 @@ func (c *Cluster) RollbackHostLeaves(ctx context.Context, timeout time.Duration)
 	}
 	v := c.Validity()
 	dir := c.CertDir()
-	sign := func(cur *x509.Certificate, now time.Time) ([]byte, bool, error) {
+	sign := func(cur *x509.Certificate, _ []*x509.Certificate, now time.Time) ([]byte, bool, error) {
 		return pki.RollbackReissueHost(dir, v, cur, now)
 	}
 	return c.renewHosts(ctx, hosts, pki.HostLeafNames, sign, true, timeout)
+}
+
+// RetireHostCross is the last step of a CA rotation on the joined hosts,
+// once every member was restarted trusting the new CA alone: each host's
+// leaves (pki.HostLeafNames), served until now followed by the new CA
+// cross-signed by the old one, are installed again as the leaf alone
+// (pki.RotationRetireCrossHost; PUT /v1/certs/NAME: the same certificate
+// and key), waited for within timeout until the host's agent and members
+// serve them, and their previous copies dropped. A leaf already alone is
+// left as it is (a re-run), and its previous copy, if a crash left one,
+// dropped. Every host is tried; the failures are joined, each naming its
+// host.
+func (c *Cluster) RetireHostCross(ctx context.Context, timeout time.Duration) ([]pki.Renewal, error) {
+	hosts := c.remoteHosts()
+	if len(hosts) == 0 {
+		return nil, nil
+	}
+	if err := c.checkCoordinator(ctx); err != nil {
+		return nil, fmt.Errorf("CA rotation of the hosts' certificates: refusing: %w", err)
+	}
+	dir := c.CertDir()
+	sign := func(cur *x509.Certificate, chain []*x509.Certificate, _ time.Time) ([]byte, bool, error) {
+		return pki.RotationRetireCrossHost(dir, cur, chain)
+	}
+	return c.renewHosts(ctx, hosts, pki.HostLeafNames, sign, true, timeout)
+}
+
+// WaitOldCARetired waits within timeout until no member (client and peer
+// port) and no joined host's agent serves, in a new TLS handshake, a chain
+// that the CA in oldCAFile (a finished rotation's old CA, pki/ca-old.crt)
+// verifies as the only root: the end of a CA rotation, once the leaves are
+// served without the cross-signed CA. A member that does not answer is
+// skipped (it loads its files when it starts).
+func (c *Cluster) WaitOldCARetired(ctx context.Context, oldCAFile string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		var bad []string
+		for _, ci := range c.servedCertsVerified(ctx, oldCAFile) {
+			if ci.Serial != "" && ci.Error == "" {
+				bad = append(bad, fmt.Sprintf("%s (serial %s)", ci.Name, ci.Serial))
+			}
+		}
+		if len(bad) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			slices.Sort(bad)
+			return fmt.Errorf("the old CA (%s) still verifies what these serve after %s: %s", oldCAFile, timeout, strings.Join(bad, ", "))
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
 }

@@ -317,3 +317,63 @@ func samePublicKey(a, b *x509.Certificate) bool {
 	pb, ok2 := b.PublicKey.(*ecdsa.PublicKey)
 	return ok && ok2 && pa.Equal(pb)
 }
+
+// ErrOldCANotDropped: the cross-signed CA is retired only once the rotation
+// made the new CA the CA (RotationDrop); nothing is changed.
+var ErrOldCANotDropped = errors.New("the old CA is not dropped yet (" + CANextCert + " exists): the cross-signed CA stays served until the rotation's drop and restarts are done")
+
+// RotationRetireCross ends a CA rotation, once every member was restarted
+// trusting the new CA alone: each leaf of dir (server, peer, client, agent,
+// clients/NAME) written as the leaf followed by CA certificates (the new CA
+// cross-signed by the old one, RotationReissue) is rewritten as the leaf
+// alone, as a fresh cluster's leaves are, so that whoever trusts only the
+// old CA verifies them no more. The leaf and its key do not change: each
+// file is replaced by one atomic rename, and etcd and the agent read their
+// certificate file at every handshake. Every leaf is checked first (no
+// rotation in progress: ErrOldCANotDropped; the leaf signed by a CA of
+// ca.crt: ErrNotSignedByCA) and nothing is written on a refusal. A leaf
+// already alone is left as it is, so a re-run after a crash finishes the
+// work. It returns the names of the files rewritten.
+func RotationRetireCross(dir string) ([]string, error) {
+	if RotationInProgress(dir) {
+		return nil, fmt.Errorf("CA rotation: retire the cross-signed CA: %w", ErrOldCANotDropped)
+	}
+	cas, err := readBundle(filepath.Join(dir, CACert))
+	if err != nil {
+		return nil, fmt.Errorf("CA rotation: retire the cross-signed CA: %w", err)
+	}
+	ls, err := leaves(dir)
+	if err != nil {
+		return nil, fmt.Errorf("CA rotation: retire the cross-signed CA: %w", err)
+	}
+	type due struct {
+		l    leaf
+		cert *x509.Certificate
+	}
+	var todo []due
+	for _, l := range ls {
+		b, err := os.ReadFile(l.cert)
+		if err != nil {
+			return nil, fmt.Errorf("CA rotation: retire the cross-signed CA: %w", err)
+		}
+		c, chain, err := ParseLeafChainPEM(b)
+		if err != nil {
+			return nil, fmt.Errorf("CA rotation: retire the cross-signed CA: %s: %w", l.cert, err)
+		}
+		if len(chain) == 0 {
+			continue
+		}
+		if signerIn(c, cas) == nil {
+			return nil, fmt.Errorf("CA rotation: retire the cross-signed CA: %s (issuer %q): %w (%s)", l.cert, c.Issuer.CommonName, ErrNotSignedByCA, names(cas))
+		}
+		todo = append(todo, due{l, c})
+	}
+	var out []string
+	for _, d := range todo {
+		if err := atomicfile.WriteFile(d.l.cert, pemCert(d.cert.Raw), 0o644); err != nil {
+			return out, fmt.Errorf("CA rotation: retire the cross-signed CA: write %s: %w", d.l.name, err)
+		}
+		out = append(out, d.l.name)
+	}
+	return out, nil
+}

@@ -363,3 +363,159 @@ func TestInventoryDuringRotation(t *testing.T) {
 		t.Errorf("the bundle's second CA (%s) is not the next CA (%s)", got["ca#2"].Serial, next.SerialNumber.Text(16))
 	}
 }
+
+// TestRotationRetireCross: the last phase of a rotation on files. Refused
+// while the old CA is not dropped (nothing written); after the drop every
+// leaf (server, peer, client, an issued client) is rewritten as the leaf
+// alone, as a fresh directory's leaves are: the same certificate and key,
+// verified by the new CA alone and no longer by the old CA alone, no
+// certificate the old CA signed left in the file. A second run changes
+// nothing. A leaf another CA signed is refused with nothing written; the
+// host variant does the same for a joined host's leaf.
+func TestRotationRetireCross(t *testing.T) {
+	dir := t.TempDir()
+	if err := Ensure(dir, "c1", []string{"10.0.0.1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := IssueClient(dir, "c1", "writer", 0, "", Validity{}); err != nil {
+		t.Fatal(err)
+	}
+	leafFiles := []string{ServerCert, PeerCert, ClientCert, filepath.Join(ClientsDir, "writer.crt")}
+	fresh := map[string]int{}
+	for _, n := range leafFiles {
+		b, _ := os.ReadFile(filepath.Join(dir, n))
+		fresh[n] = bytes.Count(b, []byte("BEGIN CERTIFICATE"))
+	}
+	oldCAFile := filepath.Join(t.TempDir(), "old-ca.crt")
+	oldCAPEM, _ := os.ReadFile(filepath.Join(dir, CACert))
+	if err := os.WriteFile(oldCAFile, oldCAPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	oldCA, err := ParseCertPEM(oldCAPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := RotationPrepare(dir, "c1", Validity{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := RotationTrustBoth(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := RotationReissue(dir, Validity{}, nil, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	snapshot := func() map[string]string {
+		out := map[string]string{}
+		for _, n := range append(leafFiles, CACert, CANextCert) {
+			b, _ := os.ReadFile(filepath.Join(dir, n))
+			out[n] = string(b)
+		}
+		return out
+	}
+	before := snapshot()
+	if names, err := RotationRetireCross(dir); !errors.Is(err, ErrOldCANotDropped) || len(names) != 0 {
+		t.Fatalf("retire before the drop: %v, %v; want ErrOldCANotDropped", names, err)
+	}
+	for k, v := range snapshot() {
+		if before[k] != v {
+			t.Errorf("the refused retire changed %s", k)
+		}
+	}
+	if err := RotationDrop(dir); err != nil {
+		t.Fatal(err)
+	}
+	// After the drop (and the restarts) the leaves still carry the
+	// cross-signed CA: the old CA alone verifies them.
+	served := map[string]*x509.Certificate{}
+	for _, n := range leafFiles {
+		leaf, inter := chainOf(t, filepath.Join(dir, n))
+		if err := verifies(leaf, inter, poolOf(t, oldCAFile)); err != nil {
+			t.Fatalf("%s before the retire step does not verify against the old CA: %v", n, err)
+		}
+		served[n] = leaf
+	}
+	names, err := RotationRetireCross(dir)
+	if err != nil || len(names) != len(leafFiles) {
+		t.Fatalf("retire: %v, %v; want the %d leaves", names, err, len(leafFiles))
+	}
+	after := snapshot()
+	if again, err := RotationRetireCross(dir); err != nil || len(again) != 0 {
+		t.Fatalf("retire again: %v, %v; want nothing to do", again, err)
+	}
+	for k, v := range snapshot() {
+		if after[k] != v {
+			t.Errorf("a second retire changed %s", k)
+		}
+	}
+	newCAFile := filepath.Join(dir, CACert)
+	for _, n := range leafFiles {
+		b, _ := os.ReadFile(filepath.Join(dir, n))
+		if c := bytes.Count(b, []byte("BEGIN CERTIFICATE")); c != 1 || c != fresh[n] {
+			t.Errorf("%s holds %d certificates after the retire step, want the leaf alone as a fresh directory's (%d)", n, c, fresh[n])
+		}
+		leaf, chain, err := ParseLeafChainPEM(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !leaf.Equal(served[n]) {
+			t.Errorf("%s: the leaf changed (serial %x, was %x)", n, leaf.SerialNumber, served[n].SerialNumber)
+		}
+		for _, c := range append([]*x509.Certificate{leaf}, chain...) {
+			if c.CheckSignatureFrom(oldCA) == nil {
+				t.Errorf("%s still holds %q, which the old CA signed", n, c.Subject.CommonName)
+			}
+		}
+		if err := verifies(leaf, nil, poolOf(t, newCAFile)); err != nil {
+			t.Errorf("%s does not verify against the new CA alone: %v", n, err)
+		}
+		if err := verifies(leaf, nil, poolOf(t, oldCAFile)); err == nil {
+			t.Errorf("%s still verifies against the old CA alone", n)
+		}
+		if _, err := tls.LoadX509KeyPair(filepath.Join(dir, n), filepath.Join(dir, n[:len(n)-len(".crt")]+".key")); err != nil {
+			t.Errorf("%s: %v", n, err)
+		}
+	}
+
+	// The host variant: a leaf with the cross-signed CA after it becomes
+	// the leaf alone; one alone is done; another CA's is refused.
+	crossPEM, _ := os.ReadFile(filepath.Join(dir, CACross))
+	cross, err := ParseCertPEM(crossPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, done, err := RotationRetireCrossHost(dir, served[ServerCert], []*x509.Certificate{cross})
+	if err != nil || done || !bytes.Equal(got, pemCert(served[ServerCert].Raw)) {
+		t.Errorf("host retire: done %v, %v, %q; want the leaf alone", done, err, got)
+	}
+	if _, done, err := RotationRetireCrossHost(dir, served[ServerCert], nil); err != nil || !done {
+		t.Errorf("host retire of a leaf alone: done %v, %v; want done", done, err)
+	}
+	other := t.TempDir()
+	if err := Ensure(other, "c2", nil); err != nil {
+		t.Fatal(err)
+	}
+	foreign, _ := chainOf(t, filepath.Join(other, ServerCert))
+	if _, _, err := RotationRetireCrossHost(dir, foreign, []*x509.Certificate{cross}); !errors.Is(err, ErrNotSignedByCA) {
+		t.Errorf("host retire of another CA's leaf: %v, want ErrNotSignedByCA", err)
+	}
+
+	// A leaf file of another CA with a CA certificate after it: refused,
+	// nothing written (not even the leaves that would pass).
+	fb, _ := os.ReadFile(filepath.Join(other, ServerCert))
+	fk, _ := os.ReadFile(filepath.Join(other, "server.key"))
+	if err := os.WriteFile(filepath.Join(dir, ClientsDir, "alien.crt"), append(fb, crossPEM...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ClientsDir, "alien.key"), fk, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ServerCert), []byte(before[ServerCert]), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if names, err := RotationRetireCross(dir); !errors.Is(err, ErrNotSignedByCA) || len(names) != 0 {
+		t.Errorf("retire with another CA's leaf: %v, %v; want ErrNotSignedByCA", names, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, ServerCert)); string(b) != before[ServerCert] {
+		t.Error("a refused retire rewrote server.crt")
+	}
+}

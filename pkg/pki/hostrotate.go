@@ -242,3 +242,27 @@ func trustedKey(c *x509.Certificate, cas []*x509.Certificate) bool {
 	}
 	return false
 }
+
+// RotationRetireCrossHost is RotationRetireCross for a leaf of a joined
+// host: cur, followed on the host by the CA certificates chain, becomes cur
+// alone. It returns the PEM the host installs (PUT /v1/certs/NAME: the same
+// leaf, its key unchanged), or done when chain is empty (a re-run). It
+// refuses while the rotation in dir (the coordinator's) has not dropped the
+// old CA (ErrOldCANotDropped), and a leaf the CA of dir's ca.crt did not
+// sign (ErrNotSignedByCA).
+func RotationRetireCrossHost(dir string, cur *x509.Certificate, chain []*x509.Certificate) (certPEM []byte, done bool, err error) {
+	if len(chain) == 0 {
+		return nil, true, nil
+	}
+	if RotationInProgress(dir) {
+		return nil, false, fmt.Errorf("CA rotation: retire the cross-signed CA: %w", ErrOldCANotDropped)
+	}
+	cas, err := readBundle(filepath.Join(dir, CACert))
+	if err != nil {
+		return nil, false, fmt.Errorf("CA rotation: retire the cross-signed CA: %w", err)
+	}
+	if signerIn(cur, cas) == nil || cur.IsCA {
+		return nil, false, fmt.Errorf("CA rotation: retire the cross-signed CA: %q (issuer %q): %w (%s)", cur.Subject.CommonName, cur.Issuer.CommonName, ErrNotSignedByCA, names(cas))
+	}
+	return pemCert(cur.Raw), false, nil
+}

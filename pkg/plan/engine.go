@@ -47,6 +47,18 @@ func (e *StepError) Unwrap() error { return e.Err }
 // plan-step-before:N once it is recorded running, before it acts, and
 // plan-step-after:N once it acted without error, before it is recorded done.
 func Run(ctx context.Context, st *Store, id string, ex Executor, say progress.Func) error {
+	return RunAmended(ctx, st, id, ex, nil, say)
+}
+
+// RunAmended is Run with amend (if not nil) called, under the runner's
+// lock, on a plan about to run (not done, aborted or rolled back) before
+// any step: a kind whose steps changed since the plan was written brings
+// a plan an older Steward saved up to date (adds the steps it lacks,
+// pending), returning true when it changed the plan, which is then saved
+// before its first step that is not done runs. It must not touch steps
+// already done, and must be idempotent (a resume after a kill amends the
+// plan it amended, on disk, again).
+func RunAmended(ctx context.Context, st *Store, id string, ex Executor, amend func(*Plan) bool, say progress.Func) error {
 	lock, err := st.TryLock()
 	if err != nil {
 		return err
@@ -62,6 +74,9 @@ func Run(ctx context.Context, st *Store, id string, ex Executor, say progress.Fu
 		return nil
 	case Aborted, RolledBack:
 		return fmt.Errorf("plan %s is %s: start a new plan instead", p.ID, p.State)
+	}
+	if amend != nil && amend(p) {
+		say.Say("plan %s brought up to date: %d steps", p.ID, len(p.Steps))
 	}
 	p.State, p.Error = Running, ""
 	if err := st.Save(ctx, p); err != nil {

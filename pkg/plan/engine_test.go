@@ -366,3 +366,47 @@ func TestMirrorGetsSaveContext(t *testing.T) {
 		t.Errorf("the plan saved with a cancelled context is not on disk: %v, %v", saved, err)
 	}
 }
+
+// TestRunAmended: amend sees a plan about to run, under the lock, and what
+// it adds is saved before the first step runs and then run in order after
+// the steps done already; a done plan is not amended.
+func TestRunAmended(t *testing.T) {
+	st, p := newPlan(t, 2)
+	p.Steps[0].State = Done
+	p.State = Failed
+	if err := st.Save(t.Context(), p); err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	amend := func(p *Plan) bool {
+		calls++
+		if len(p.Steps) == 3 {
+			return false
+		}
+		p.Steps = append(p.Steps, Step{Index: 2, Kind: "added", Description: "added", State: Pending})
+		return true
+	}
+	r := &recorder{hook: func(_ *Plan, s *Step) {
+		if s.Index != 1 {
+			return
+		}
+		// Saved before the first step ran.
+		got, err := st.Get(p.ID)
+		if err != nil || len(got.Steps) != 3 {
+			t.Errorf("plan on disk when step 1 runs: %+v, %v; want the added step", got, err)
+		}
+	}}
+	if err := RunAmended(context.Background(), st, p.ID, r, amend, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(r.ran, []int{1, 2}) {
+		t.Fatalf("ran %v, want [1 2]", r.ran)
+	}
+	got, _ := st.Get(p.ID)
+	if got.State != Done || len(got.Steps) != 3 || got.Steps[2].State != Done || got.Steps[0].Attempts != 0 {
+		t.Fatalf("after the run: %+v", got)
+	}
+	if err := RunAmended(context.Background(), st, p.ID, &recorder{}, amend, nil); err != nil || calls != 1 {
+		t.Fatalf("a done plan: %v, amend called %d times; want once in all", err, calls)
+	}
+}

@@ -24,8 +24,12 @@ import (
 // client certificate in pki/clients) writes throughout: no write fails, and
 // every acknowledged one is there. At the end ca.crt is the new CA alone
 // (the old kept as ca-old.crt), every member serves a certificate of the
-// new CA, and a client presenting a certificate of the old CA is refused by
-// every member, while the same client with the reissued certificate works.
+// new CA without the cross-signed CA after it (the old CA alone verifies
+// no member's client or peer port, the new CA alone does; every leaf file
+// is the leaf alone), a client presenting a certificate of the old CA is
+// refused by every member, while the same client with the reissued
+// certificate works, and a client trusting only the old CA refuses every
+// member.
 func TestCARotationUnderWrites(t *testing.T) {
 	t.Parallel()
 	vs := harness.Versions()
@@ -57,16 +61,33 @@ func TestCARotationUnderWrites(t *testing.T) {
 		t.Error("the old CA is not kept as ca-old.crt")
 	}
 	newCA := harness.ReadCert(t, filepath.Join(dir, pki.CACert))
+	oldCert, err := pki.ParseCertPEM(oldCA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The rotation's last step retired the cross-signed CA: every
+	// member's client and peer port serves its leaf alone, which the new
+	// CA alone verifies and the old CA alone does not (Go and `openssl
+	// verify` of the served chain). The local agent serves its API on a
+	// Unix socket, without TLS: there is no chain of it to check here
+	// (TestHostsCARotation checks the joined hosts' agents).
 	for _, m := range s.Members {
 		for _, u := range []string{m.ClientURL, m.PeerURL} {
 			harness.RequireServedBy(t, m.Name+" after the rotation", u, newCA)
+			harness.RequireOldCARetired(t, m.Name+" after the rotation", u, oldCert, newCA)
+		}
+	}
+	for _, n := range []string{pki.ServerCert, pki.PeerCert, pki.ClientCert, filepath.Join(pki.ClientsDir, "writer.crt")} {
+		if b, _ := os.ReadFile(filepath.Join(dir, n)); bytes.Count(b, []byte("BEGIN CERTIFICATE")) != 1 {
+			t.Errorf("%s after the rotation holds %d certificates, want the leaf alone", n, bytes.Count(b, []byte("BEGIN CERTIFICATE")))
 		}
 	}
 	// One member at a time: the old CA's client certificate is refused,
-	// the reissued one (same key) accepted, both with the old CA as the
-	// only root (the members serve the new CA cross-signed by the old).
-	get := func(ep, cert, key string) error {
-		tc, err := pki.ClientTLSFiles(filepath.Join(old, pki.CACert), cert, key)
+	// the reissued one (same key) accepted with the new CA as the client's
+	// root; with the old CA as its only root the client refuses the
+	// member (the cross-signed CA is no longer served).
+	get := func(ep, caFile, cert, key string) error {
+		tc, err := pki.ClientTLSFiles(caFile, cert, key)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -80,12 +101,16 @@ func TestCARotationUnderWrites(t *testing.T) {
 		_, err = c.Get(ctx, "/carotate", clientv3.WithPrefix(), clientv3.WithCountOnly())
 		return err
 	}
+	oldCAFile, newCAFile := filepath.Join(old, pki.CACert), filepath.Join(dir, pki.CACert)
 	for _, m := range s.Members {
-		if err := get(m.ClientURL, filepath.Join(old, "writer.crt"), filepath.Join(old, "writer.key")); err == nil {
+		if err := get(m.ClientURL, newCAFile, filepath.Join(old, "writer.crt"), filepath.Join(old, "writer.key")); err == nil {
 			t.Errorf("%s accepted a client certificate of the old CA after the rotation", m.Name)
 		}
-		if err := get(m.ClientURL, filepath.Join(dir, pki.ClientsDir, "writer.crt"), filepath.Join(old, "writer.key")); err != nil {
-			t.Errorf("%s refused the reissued client certificate (old CA as the client's root): %v", m.Name, err)
+		if err := get(m.ClientURL, newCAFile, filepath.Join(dir, pki.ClientsDir, "writer.crt"), filepath.Join(old, "writer.key")); err != nil {
+			t.Errorf("%s refused the reissued client certificate (new CA as the client's root): %v", m.Name, err)
+		}
+		if err := get(m.ClientURL, oldCAFile, filepath.Join(dir, pki.ClientsDir, "writer.crt"), filepath.Join(old, "writer.key")); err == nil {
+			t.Errorf("a client trusting only the old CA still verifies %s after the rotation", m.Name)
 		}
 	}
 	// Steward itself (admin certificate, agent API) works on the new CA.

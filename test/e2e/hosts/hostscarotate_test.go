@@ -31,7 +31,10 @@ import (
 // every acknowledged one is there; every host's ca.crt is the
 // coordinator's new CA alone; every member's client and peer port and
 // every host's agent serves a certificate the new CA signed in a live
-// handshake; a client certificate of the old CA is refused by every member
+// handshake, without the cross-signed CA (the old CA alone verifies none
+// of them, by Go and by `openssl verify`; every host leaf file is the
+// leaf alone); a client trusting only the old CA refuses every member; a
+// client certificate of the old CA is refused by every member
 // while its reissued twin (same key) is accepted; Steward still reaches
 // every agent.
 func TestHostsCARotation(t *testing.T) {
@@ -120,22 +123,40 @@ func TestHostsCARotation(t *testing.T) {
 	}
 	// Every member's ports and every remote agent serve a certificate
 	// the new CA signed directly.
+	// ... without the cross-signed CA after it (the rotation's last step
+	// retired it): the new CA alone verifies each served chain, the old CA
+	// alone does not (Go and `openssl verify`), and no certificate the old
+	// CA issued is in it.
+	oldCert, err := pki.ParseCertPEM(oldCA)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, m := range st.Members {
 		sm, _ := s.Member(m.Name)
 		for _, u := range []string{sm.ClientURL, sm.PeerURL} {
 			harness.RequireServedBy(t, "member "+m.Name+" after the rotation", u, newCA)
+			harness.RequireOldCARetired(t, "member "+m.Name+" after the rotation", u, oldCert, newCA)
 		}
 	}
 	for _, a := range s.Agents {
 		if a.Remote() {
-			harness.RequireServedBy(t, "agent "+a.Name+" after the rotation", strings.TrimPrefix(a.Endpoint(), "https://"), newCA)
+			addr := strings.TrimPrefix(a.Endpoint(), "https://")
+			harness.RequireServedBy(t, "agent "+a.Name+" after the rotation", addr, newCA)
+			harness.RequireOldCARetired(t, "agent "+a.Name+" after the rotation", addr, oldCert, newCA)
+		}
+	}
+	for _, h := range hs.Hosts {
+		for _, n := range pki.HostLeafNames {
+			if b, _ := os.ReadFile(filepath.Join(h.Dir, "pki", n+".crt")); bytes.Count(b, []byte("BEGIN CERTIFICATE")) != 1 {
+				t.Errorf("host %s %s.crt after the rotation holds %d certificates, want the leaf alone", h.Name, n, bytes.Count(b, []byte("BEGIN CERTIFICATE")))
+			}
 		}
 	}
 	// The old CA's client certificate is refused by every member, the
-	// reissued one (same key) accepted, both with the old CA as the
-	// client's only root (the members serve the new CA cross-signed by it).
-	get := func(ep, cert, key string) error {
-		tc, err := pki.ClientTLSFiles(filepath.Join(old, pki.CACert), cert, key)
+	// reissued one (same key) accepted with the new CA as the client's
+	// root; a client trusting only the old CA refuses every member.
+	get := func(ep, caFile, cert, key string) error {
+		tc, err := pki.ClientTLSFiles(caFile, cert, key)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -149,12 +170,16 @@ func TestHostsCARotation(t *testing.T) {
 		_, err = c.Get(ctx, "/hostscarotate", clientv3.WithPrefix(), clientv3.WithCountOnly())
 		return err
 	}
+	oldCAFile, newCAFile := filepath.Join(old, pki.CACert), filepath.Join(dir, pki.CACert)
 	for _, m := range s.Members {
-		if err := get(m.ClientURL, filepath.Join(old, "writer.crt"), filepath.Join(old, "writer.key")); err == nil {
+		if err := get(m.ClientURL, newCAFile, filepath.Join(old, "writer.crt"), filepath.Join(old, "writer.key")); err == nil {
 			t.Errorf("%s accepted a client certificate of the old CA after the rotation", m.Name)
 		}
-		if err := get(m.ClientURL, filepath.Join(dir, pki.ClientsDir, "writer.crt"), filepath.Join(old, "writer.key")); err != nil {
-			t.Errorf("%s refused the reissued client certificate (old CA as the client's root): %v", m.Name, err)
+		if err := get(m.ClientURL, newCAFile, filepath.Join(dir, pki.ClientsDir, "writer.crt"), filepath.Join(old, "writer.key")); err != nil {
+			t.Errorf("%s refused the reissued client certificate (new CA as the client's root): %v", m.Name, err)
+		}
+		if err := get(m.ClientURL, oldCAFile, filepath.Join(dir, pki.ClientsDir, "writer.crt"), filepath.Join(old, "writer.key")); err == nil {
+			t.Errorf("a client trusting only the old CA still verifies %s after the rotation", m.Name)
 		}
 	}
 	// Steward reaches every host's agent with its new admin certificate.
