@@ -22,7 +22,7 @@ var (
 		"pkg/refusal"}
 	// foundation: formats, stores and protocols; they know no cluster.
 	foundation = []string{"pkg/progress", "pkg/spec", "pkg/pki", "pkg/catalogue", "pkg/binaries", "pkg/datadir",
-		"pkg/backup", "pkg/plan", "pkg/agentapi", "pkg/kstorage", "pkg/kmigrate", "pkg/join", "pkg/handover"}
+		"pkg/backup", "pkg/plan", "pkg/memberrt", "pkg/memberrt/memberrttest", "pkg/agentapi", "pkg/kstorage", "pkg/kmigrate", "pkg/join", "pkg/handover"}
 	// operations on a cluster, each above the handle (pkg/cluster), and
 	// the operations each may call.
 	operations = map[string][]string{
@@ -39,6 +39,13 @@ var (
 		"pkg/adopt":       {"pkg/membership"}, // discovery; the adopt plan moves leadership before it stops the old process
 	}
 	commands = "cmd/steward/internal/command"
+	// agentClients are the operations that still call the agent's client
+	// (pkg/agentapi) directly; every other operation reaches members
+	// through the runtime seam (pkg/memberrt, cluster.Runtime). The list
+	// may only shrink: a package converted leaves it (TestAgentClients
+	// fails on an entry that no longer imports pkg/agentapi), and none is
+	// added.
+	agentClients = []string{"pkg/adopt", "pkg/bootstrap", "pkg/restore"}
 )
 
 type pkg struct {
@@ -109,6 +116,8 @@ func rule(from, to string) string {
 		return "the cluster handle imports no operation (they build on it) and not the agent (it talks to agents through pkg/agentapi)"
 	case operations[from] != nil || isOperation(from):
 		switch {
+		case to == "pkg/agentapi" && !in(agentClients, from):
+			return "operations reach members through the runtime seam (pkg/memberrt, cluster.Runtime/RuntimeFor), not the agent's client"
 		case in(ground, to), in(foundation, to), to == "pkg/cluster":
 			return ""
 		case to == "pkg/agent" && from == "pkg/bootstrap":
@@ -161,6 +170,9 @@ func TestRulesBite(t *testing.T) {
 		{"pkg/membership", "pkg/restore"},
 		{"pkg/restore", "pkg/backupd"},
 		{"pkg/upgrade", "pkg/agent"},
+		{"pkg/upgrade", "pkg/agentapi"},
+		{"pkg/membership", "pkg/agentapi"},
+		{"pkg/recovery", "pkg/agentapi"},
 		{"pkg/spec", commands + "/up"},
 	} {
 		if rule(tc.from, tc.to) == "" {
@@ -175,9 +187,26 @@ func TestRulesBite(t *testing.T) {
 		{"pkg/agent", "pkg/datadir"},
 		{"pkg/spec", "pkg/refusal"},
 		{"pkg/agent", "pkg/refusal"},
+		{"pkg/upgrade", "pkg/memberrt"},
+		{"pkg/restore", "pkg/agentapi"},
+		{"pkg/cluster", "pkg/agentapi"},
 	} {
 		if why := rule(tc.from, tc.to); why != "" {
 			t.Errorf("%s importing %s is refused (%s); the rules allow it", tc.from, tc.to, why)
+		}
+	}
+}
+
+// TestAgentClients: every operation allowed the agent's client still uses
+// it, so a converted package leaves the list and the list only shrinks.
+func TestAgentClients(t *testing.T) {
+	g := graph(t)
+	for _, p := range agentClients {
+		if !isOperation(p) {
+			t.Errorf("%s in agentClients is not an operation", p)
+		}
+		if !slices.Contains(g[p], "pkg/agentapi") {
+			t.Errorf("%s no longer imports pkg/agentapi: remove it from agentClients", p)
 		}
 	}
 }

@@ -18,13 +18,17 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/pkg/binaries"
+	"github.com/etcd-steward/steward/pkg/memberrt"
 )
+
+var _ memberrt.Runtime = (*Client)(nil)
 
 // ErrUnreachable means the agent did not answer: it is not running, or its
 // socket is stale.
 var ErrUnreachable = errors.New("agent unreachable")
 
-// Client talks to one agent.
+// Client talks to one agent. It is the first runtime of members
+// (memberrt.Runtime): the agent runs them as processes on its host.
 type Client struct {
 	address string
 	// name and host name a remote agent in errors; empty for a local one
@@ -408,6 +412,12 @@ type APIError struct {
 }
 
 func (e *APIError) Error() string { return e.Message }
+
+// Is makes the agent's 404 match memberrt.ErrNotFound: the agent does not
+// know the member.
+func (e *APIError) Is(target error) bool {
+	return target == memberrt.ErrNotFound && e.Status == http.StatusNotFound
+}
 
 // IsNotFound reports whether err is the agent saying a member is unknown.
 func IsNotFound(err error) bool {

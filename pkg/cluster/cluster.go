@@ -22,6 +22,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/handover"
+	"github.com/etcd-steward/steward/pkg/memberrt"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/progress"
 	"github.com/etcd-steward/steward/pkg/spec"
@@ -35,6 +36,10 @@ type Cluster struct {
 	Spec *spec.Cluster
 	// Progress receives one line per step of long operations; nil discards.
 	Progress progress.Func
+	// Runtimes, when set, hands out the runtime of an agent's members in
+	// place of the agent's client (Runtime): a test's in-memory runtime.
+	// ForStep keeps it.
+	Runtimes func(agent string) (memberrt.Runtime, error)
 }
 
 // ErrNoSpec means the Steward directory holds no cluster spec.
@@ -225,6 +230,24 @@ func (c *Cluster) Agent(name string) (*agentapi.Client, error) {
 // AgentFor returns the client of the agent that runs a member.
 func (c *Cluster) AgentFor(m spec.Member) (*agentapi.Client, error) {
 	return c.Agent(m.Agent)
+}
+
+// Runtime returns the runtime of the named agent's members: the agent's
+// client (Agent), unless Runtimes says otherwise.
+func (c *Cluster) Runtime(agent string) (memberrt.Runtime, error) {
+	if c.Runtimes != nil {
+		return c.Runtimes(agent)
+	}
+	ac, err := c.Agent(agent)
+	if err != nil {
+		return nil, err
+	}
+	return ac, nil
+}
+
+// RuntimeFor returns the runtime that runs a member (AgentFor's twin).
+func (c *Cluster) RuntimeFor(m spec.Member) (memberrt.Runtime, error) {
+	return c.Runtime(m.Agent)
 }
 
 // MemberConfig builds the agent's run config of a spec member.

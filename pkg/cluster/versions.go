@@ -90,7 +90,7 @@ func (c *Cluster) ForStep(p *plan.Plan, timeout time.Duration) (*Cluster, time.D
 	if err != nil {
 		return nil, timeout, err
 	}
-	n.Progress = c.Progress
+	n.Progress, n.Runtimes = c.Progress, c.Runtimes
 	if p.HealthTimeoutSeconds > 0 {
 		timeout = time.Duration(p.HealthTimeoutSeconds) * time.Second
 	}

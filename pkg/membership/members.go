@@ -15,9 +15,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcd-steward/steward/internal/portcheck"
-	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/datadir"
+	"github.com/etcd-steward/steward/pkg/memberrt"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/spec"
@@ -156,7 +156,7 @@ func Add(ctx context.Context, c *cluster.Cluster, name string, o AddOptions) (er
 			}
 		}
 	}
-	ac, err := c.Agent(o.Agent)
+	ac, err := c.Runtime(o.Agent)
 	if err != nil {
 		return err
 	}
@@ -265,7 +265,7 @@ func privateLearner(members []*pb.Member, peerURL string) bool {
 // which answers all but serializable reads with "rpc not supported for
 // learner"; serveClients moves it to its real client URL once it votes. It
 // returns the client URL the learner listens on.
-func startLearner(ctx context.Context, c *cluster.Cluster, ac *agentapi.Client, m spec.Member, private bool) (string, error) {
+func startLearner(ctx context.Context, c *cluster.Cluster, ac memberrt.Runtime, m spec.Member, private bool) (string, error) {
 	cfg := c.MemberConfig(m)
 	if _, err := ac.PutMember(ctx, cfg); err != nil {
 		return "", fmt.Errorf("configure member %s: %w", m.Name, err)
@@ -291,7 +291,7 @@ func startLearner(ctx context.Context, c *cluster.Cluster, ac *agentapi.Client, 
 // agent stops it (no client knows its private URL, so nothing waits on
 // it), takes its real config and starts it again. The other voters keep
 // quorum meanwhile (startLearner's caller makes sure of it).
-func serveClients(ctx context.Context, c *cluster.Cluster, ac *agentapi.Client, m spec.Member) error {
+func serveClients(ctx context.Context, c *cluster.Cluster, ac memberrt.Runtime, m spec.Member) error {
 	if _, err := ac.Stop(ctx, m.Name); err != nil {
 		return fmt.Errorf("stop member %s on its private client URL: %w", m.Name, err)
 	}
@@ -314,7 +314,7 @@ func promoteWhenReady(ctx context.Context, c *cluster.Cluster, cli *clientv3.Cli
 	err := cluster.Poll(ctx, 300*time.Millisecond, func(ctx context.Context) (bool, error) {
 		// A member that cannot start will not catch up: fail fast.
 		m, _ := c.Spec.Member(name)
-		if ac, err := c.AgentFor(*m); err == nil {
+		if ac, err := c.RuntimeFor(*m); err == nil {
 			if as, err := ac.Member(ctx, name); err == nil && (as.State == "Failed" || as.State == "CrashLoopBackOff") {
 				return false, fmt.Errorf("member %s is %s: %s %s", name, as.State, as.LastError, as.LastExit)
 			}
@@ -466,14 +466,14 @@ func Remove(ctx context.Context, c *cluster.Cluster, name string, o RemoveOption
 		c.Progress.Say("removed %s (%x) from the cluster", name, id)
 	}
 	remoteAside := ""
-	if ac, err := c.AgentFor(m); err == nil {
+	if ac, err := c.RuntimeFor(m); err == nil {
 		if c.OnOtherHost(m) {
 			// Its agent stops it and moves its data dir aside there.
 			remoteAside, err = ac.DeleteMemberAside(ctx, name, "removed")
 		} else {
 			err = ac.DeleteMember(ctx, name)
 		}
-		if err != nil && !agentapi.IsNotFound(err) {
+		if err != nil && !memberrt.IsNotFound(err) {
 			return fmt.Errorf("member %s was removed from etcd but its agent could not stop it: %w", name, err)
 		}
 	}
@@ -534,7 +534,7 @@ func Replace(ctx context.Context, c *cluster.Cluster, name string, timeout time.
 	if err := requireNoDowngrade(st, latest, "replace "+name); err != nil {
 		return err
 	}
-	ac, err := c.AgentFor(m)
+	ac, err := c.RuntimeFor(m)
 	if err != nil {
 		return err
 	}
@@ -552,7 +552,7 @@ func Replace(ctx context.Context, c *cluster.Cluster, name string, timeout time.
 		}
 	}
 	c.Progress.Say("stopping %s", name)
-	if _, err := ac.Stop(ctx, name); err != nil && !agentapi.IsNotFound(err) {
+	if _, err := ac.Stop(ctx, name); err != nil && !memberrt.IsNotFound(err) {
 		return fmt.Errorf("stop member %s: %w", name, err)
 	}
 	return Rejoin(ctx, c, cli, ac, m, timeout)
@@ -565,7 +565,7 @@ func Replace(ctx context.Context, c *cluster.Cluster, name string, timeout time.
 // attempt is reused. The learner listens on a private client URL and moves
 // to its own once it votes, unless restarting it then would stop the
 // cluster (privateLearner).
-func Rejoin(ctx context.Context, c *cluster.Cluster, cli *clientv3.Client, ac *agentapi.Client, m spec.Member, timeout time.Duration) error {
+func Rejoin(ctx context.Context, c *cluster.Cluster, cli *clientv3.Client, ac memberrt.Runtime, m spec.Member, timeout time.Duration) error {
 	return rejoin(ctx, c, cli, ac, m, timeout, false)
 }
 
@@ -575,7 +575,7 @@ func Rejoin(ctx context.Context, c *cluster.Cluster, cli *clientv3.Client, ac *a
 // member added beside a single voter serves no client as a learner either.
 // Once enough members vote that one can restart without stopping the
 // cluster (three), ServeClients moves each to its client URL.
-func RejoinPrivate(ctx context.Context, c *cluster.Cluster, cli *clientv3.Client, ac *agentapi.Client, m spec.Member, timeout time.Duration) error {
+func RejoinPrivate(ctx context.Context, c *cluster.Cluster, cli *clientv3.Client, ac memberrt.Runtime, m spec.Member, timeout time.Duration) error {
 	return rejoin(ctx, c, cli, ac, m, timeout, true)
 }
 
@@ -585,7 +585,7 @@ func RejoinPrivate(ctx context.Context, c *cluster.Cluster, cli *clientv3.Client
 // is healthy there. It does nothing when its agent already has it on its
 // client URL. The other voters must keep quorum while it restarts.
 func ServeClients(ctx context.Context, c *cluster.Cluster, m spec.Member) error {
-	ac, err := c.AgentFor(m)
+	ac, err := c.RuntimeFor(m)
 	if err != nil {
 		return err
 	}
@@ -602,7 +602,7 @@ func ServeClients(ctx context.Context, c *cluster.Cluster, m spec.Member) error 
 	return c.WaitMemberHealthy(ctx, m.Name, time.Minute)
 }
 
-func rejoin(ctx context.Context, c *cluster.Cluster, cli *clientv3.Client, ac *agentapi.Client, m spec.Member, timeout time.Duration, stayPrivate bool) error {
+func rejoin(ctx context.Context, c *cluster.Cluster, cli *clientv3.Client, ac memberrt.Runtime, m spec.Member, timeout time.Duration, stayPrivate bool) error {
 	name := m.Name
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	list, err := cli.MemberList(lctx)
@@ -713,7 +713,7 @@ func Stop(ctx context.Context, c *cluster.Cluster, name string, force bool) erro
 			}
 		}
 	}
-	ac, err := c.AgentFor(m)
+	ac, err := c.RuntimeFor(m)
 	if err != nil {
 		return err
 	}
@@ -727,7 +727,7 @@ func Start(ctx context.Context, c *cluster.Cluster, name string) error {
 	if err != nil {
 		return err
 	}
-	ac, err := c.AgentFor(m)
+	ac, err := c.RuntimeFor(m)
 	if err != nil {
 		return err
 	}

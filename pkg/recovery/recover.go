@@ -15,10 +15,10 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/internal/filelock"
-	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/backupd"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/datadir"
+	"github.com/etcd-steward/steward/pkg/memberrt"
 	"github.com/etcd-steward/steward/pkg/membership"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/restore"
@@ -99,7 +99,7 @@ func Run(ctx context.Context, c *cluster.Cluster) (Report, error) {
 			if sm, _ := st.Member(seed.Name); sm.Healthy {
 				return rep, resumeRecovery(ctx, c, &rep, j)
 			}
-			if err := membership.Stop(ctx, c, seed.Name, true); err != nil && !agentapi.IsNotFound(err) {
+			if err := membership.Stop(ctx, c, seed.Name, true); err != nil && !memberrt.IsNotFound(err) {
 				return rep, fmt.Errorf("stop %s: %w", seed.Name, err)
 			}
 			f, err := c.CheckDataDir(ctx, *seed)
@@ -121,7 +121,7 @@ func Run(ctx context.Context, c *cluster.Cluster) (Report, error) {
 	}
 	c.Progress.Say("quorum lost (%s); stopping every member to inspect its data", st.Unhealthy())
 	for _, m := range c.Spec.Members {
-		if err := membership.Stop(ctx, c, m.Name, true); err != nil && !agentapi.IsNotFound(err) {
+		if err := membership.Stop(ctx, c, m.Name, true); err != nil && !memberrt.IsNotFound(err) {
 			return rep, fmt.Errorf("stop %s: %w", m.Name, err)
 		}
 	}
@@ -318,11 +318,11 @@ func finishRecovery(ctx context.Context, c *cluster.Cluster, rep *Report, j *rec
 			continue
 		}
 		c.Progress.Say("adding %s as a learner; it receives the restored data from %s", mem.Name, seed.Name)
-		ac, err := c.AgentFor(mem)
+		ac, err := c.RuntimeFor(mem)
 		if err == nil {
 			// Stopped by Recover; but after a crash its agent may have
 			// started it again, with data of the old cluster.
-			if _, err = ac.Stop(ctx, mem.Name); agentapi.IsNotFound(err) {
+			if _, err = ac.Stop(ctx, mem.Name); memberrt.IsNotFound(err) {
 				err = nil
 			}
 		}

@@ -14,9 +14,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/backupd"
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/memberrt"
 	"github.com/etcd-steward/steward/pkg/membership"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/progress"
@@ -265,8 +265,8 @@ func (e *Executor) start(ctx context.Context, s *plan.Step) error {
 	for _, m := range e.C.Spec.Members {
 		// Asked of the agent, not of etcd: members that are all stopped
 		// would make every etcd call wait for its dial timeout.
-		if ac, err := e.C.AgentFor(m); err == nil {
-			if ms, err := ac.Member(ctx, m.Name); err == nil && ms.State == agentapi.StateRunning && ms.Version == s.Version {
+		if ac, err := e.C.RuntimeFor(m); err == nil {
+			if ms, err := ac.Member(ctx, m.Name); err == nil && ms.State == memberrt.StateRunning && ms.Version == s.Version {
 				continue // started by an earlier attempt
 			}
 		}

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/memberrt"
 )
 
 // SwapMemberVersion records in the spec that a member runs version, then
@@ -21,7 +21,7 @@ func SwapMemberVersion(ctx context.Context, c *cluster.Cluster, name, version st
 	if err != nil {
 		return err
 	}
-	ac, err := c.AgentFor(m)
+	ac, err := c.RuntimeFor(m)
 	if err != nil {
 		return err
 	}
@@ -30,7 +30,7 @@ func SwapMemberVersion(ctx context.Context, c *cluster.Cluster, name, version st
 	if _, err := ac.PutMember(ctx, c.MemberConfig(m)); err != nil {
 		return fmt.Errorf("configure member %s: %w", name, err)
 	}
-	if _, err := ac.SwapVersion(ctx, name, agentapi.VersionRequest{Version: version, AllowMinorDowngrade: allowDowngrade}); err != nil {
+	if _, err := ac.SwapVersion(ctx, name, memberrt.VersionRequest{Version: version, AllowMinorDowngrade: allowDowngrade}); err != nil {
 		return fmt.Errorf("swap member %s to etcd %s: %w", name, version, err)
 	}
 	return nil
@@ -45,7 +45,7 @@ func SnapshotMember(ctx context.Context, c *cluster.Cluster, name, version strin
 	if err != nil {
 		return err
 	}
-	ac, err := c.AgentFor(m)
+	ac, err := c.RuntimeFor(m)
 	if err != nil {
 		return err
 	}
@@ -54,7 +54,7 @@ func SnapshotMember(ctx context.Context, c *cluster.Cluster, name, version strin
 	if _, err := ac.PutMember(ctx, cfg); err != nil {
 		return fmt.Errorf("configure member %s for a snapshot: %w", name, err)
 	}
-	_, err = ac.SwapVersion(ctx, name, agentapi.VersionRequest{Version: version, AllowMinorDowngrade: true})
+	_, err = ac.SwapVersion(ctx, name, memberrt.VersionRequest{Version: version, AllowMinorDowngrade: true})
 	if err != nil {
 		return fmt.Errorf("restart member %s on %s for a snapshot: %w", name, version, err)
 	}

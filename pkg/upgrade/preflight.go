@@ -10,10 +10,10 @@ import (
 
 	"github.com/coreos/go-semver/semver"
 
-	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/datadir"
+	"github.com/etcd-steward/steward/pkg/memberrt"
 	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
@@ -142,9 +142,9 @@ func Preflight(ctx context.Context, c *cluster.Cluster, from, to string) ([]Chec
 			if !a.Remote() || !c.Spec.Uses(a.Name) {
 				continue
 			}
-			ac, err := c.Agent(a.Name)
+			ac, err := c.Runtime(a.Name)
 			if err == nil {
-				var bc agentapi.BinaryCheck
+				var bc memberrt.BinaryCheck
 				if bc, err = ac.CheckBinary(ctx, h.To); err == nil && bc.Problem != "" {
 					err = errors.New(bc.Problem)
 				}
@@ -223,7 +223,7 @@ func v2storeProblem(ctx context.Context, c *cluster.Cluster, store *binaries.Sto
 	if c.OnOtherHost(m) {
 		// The data dir and the etcdutl that checks it are on that host:
 		// its agent runs the check there.
-		ac, err := c.Agent(m.Agent)
+		ac, err := c.Runtime(m.Agent)
 		if err != nil {
 			return err.Error()
 		}

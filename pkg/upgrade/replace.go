@@ -90,7 +90,7 @@ func ReplaceDataDirs(ctx context.Context, c *cluster.Cluster, o ReplaceOptions) 
 	}
 	names := c.Spec.MemberNames()
 	for _, m := range c.Spec.Members {
-		ac, err := c.AgentFor(m)
+		ac, err := c.RuntimeFor(m)
 		if err != nil {
 			return rep, err
 		}
@@ -168,7 +168,7 @@ func ReplaceDataDirs(ctx context.Context, c *cluster.Cluster, o ReplaceOptions) 
 		return rep, err
 	}
 	for _, m := range c.Spec.Members {
-		ac, err := c.AgentFor(m)
+		ac, err := c.RuntimeFor(m)
 		if err != nil {
 			return rep, err
 		}
