@@ -34,10 +34,10 @@ var (
 		"pkg/metrics":     nil,
 		"pkg/backupd":     {"pkg/restore", "pkg/metrics"}, // garbage collection after a full snapshot; counting uploads and failures
 		"pkg/certrenew":   nil,
-		"pkg/carotate":    {"pkg/membership", "pkg/rolling"}, // leadership moved before a member restarts
+		"pkg/carotate":    {"pkg/rolling"}, // member restarts one at a time, leadership moved first
 		"pkg/recovery":    {"pkg/membership", "pkg/restore", "pkg/backupd", "pkg/metrics"},
 		"pkg/upgrade":     {"pkg/membership", "pkg/restore", "pkg/backupd", "pkg/rolling"},
-		"pkg/adopt":       {"pkg/membership", "pkg/rolling"}, // discovery; the adopt plan moves leadership before it stops the old process
+		"pkg/adopt":       {"pkg/rolling"}, // the adopt plan moves leadership before it stops the old process; take-over restarts
 	}
 	commands = "cmd/steward/internal/command"
 	// agentClients are the operations that still call the agent's client
