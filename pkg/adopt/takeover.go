@@ -231,9 +231,19 @@ func TakeOver(ctx context.Context, c *cluster.Cluster, o TakeOverOptions) (*plan
 	c.Progress.Say("imported the CA %s into %s and issued the server (%s), peer (%s) and admin client certificates from it", ca.Cert.Subject.CommonName, dir, strings.Join(leaves.Server.Hosts, ","), leaves.Peer.CN)
 	p := &plan.Plan{ID: plan.NewID(plan.KindCertsTakeOver, now), Kind: plan.KindCertsTakeOver, Strategy: "rolling",
 		From: c.Spec.Version, To: c.Spec.Version, State: plan.Pending, CreatedAt: now.UTC()}
+	// The members in spec order, the leader last (rolling.Order): with
+	// pendingSwitches, one leadership transfer in all.
+	var names []string
 	for _, m := range c.Spec.Members {
-		p.Steps = append(p.Steps, plan.Step{Index: len(p.Steps), Kind: StepTakeOverSwitch, Member: m.Name, State: plan.Pending,
-			Description: "restart " + m.Name + " with Steward's certificate files (leadership moved away first) and wait until it is healthy and caught up"})
+		names = append(names, m.Name)
+	}
+	leader := ""
+	if st, err := c.Status(ctx); err == nil {
+		leader = st.Cluster.Leader
+	}
+	for _, name := range rolling.Order(names, leader) {
+		p.Steps = append(p.Steps, plan.Step{Index: len(p.Steps), Kind: StepTakeOverSwitch, Member: name, State: plan.Pending,
+			Description: "restart " + name + " with Steward's certificate files (leadership moved away first) and wait until it is healthy and caught up"})
 	}
 	p.Steps = append(p.Steps, plan.Step{Index: len(p.Steps), Kind: StepTakeOverRecord, State: plan.Pending,
 		Description: "drop the operator's certificate files from the spec: Steward issues and renews the certificates from now on"})
