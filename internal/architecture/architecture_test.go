@@ -26,17 +26,18 @@ var (
 	// operations on a cluster, each above the handle (pkg/cluster), and
 	// the operations each may call.
 	operations = map[string][]string{
-		"pkg/membership":  nil,
-		"pkg/maintenance": nil,
+		"pkg/rolling":     nil, // acting on members one at a time, leadership moved first
+		"pkg/membership":  {"pkg/rolling"},
+		"pkg/maintenance": {"pkg/rolling"},
 		"pkg/restore":     nil,
 		"pkg/bootstrap":   nil,
 		"pkg/metrics":     nil,
 		"pkg/backupd":     {"pkg/restore", "pkg/metrics"}, // garbage collection after a full snapshot; counting uploads and failures
 		"pkg/certrenew":   nil,
-		"pkg/carotate":    {"pkg/membership"}, // leadership moved before a member restarts
+		"pkg/carotate":    {"pkg/rolling"}, // member restarts one at a time, leadership moved first
 		"pkg/recovery":    {"pkg/membership", "pkg/restore", "pkg/backupd", "pkg/metrics"},
-		"pkg/upgrade":     {"pkg/membership", "pkg/restore", "pkg/backupd"},
-		"pkg/adopt":       {"pkg/membership"}, // discovery; the adopt plan moves leadership before it stops the old process
+		"pkg/upgrade":     {"pkg/membership", "pkg/restore", "pkg/backupd", "pkg/rolling"},
+		"pkg/adopt":       {"pkg/rolling"}, // the adopt plan moves leadership before it stops the old process; take-over restarts
 	}
 	commands = "cmd/steward/internal/command"
 	// agentClients are the operations that still call the agent's client

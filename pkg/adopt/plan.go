@@ -15,9 +15,9 @@ import (
 	"github.com/etcd-steward/steward/internal/proc"
 	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/cluster"
-	"github.com/etcd-steward/steward/pkg/membership"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/refusal"
+	"github.com/etcd-steward/steward/pkg/rolling"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -263,36 +263,27 @@ func healthy(ctx context.Context, c *cluster.Cluster) error {
 	if err != nil {
 		return fmt.Errorf("status of cluster %s: %w", c.Spec.Name, err)
 	}
+	return allHealthy(c, st)
+}
+
+// allHealthy is healthy's gate on a status at hand.
+func allHealthy(c *cluster.Cluster, st *cluster.Status) error {
 	if st.Cluster.HealthyMembers < len(st.Members) {
 		return refusal.New(ErrUnhealthy, "not every member of cluster %s is healthy (%s): adopt one only while all are (`steward status`)", c.Spec.Name, st.Unhealthy())
 	}
 	return nil
 }
 
+// moveLeader moves leadership away from member name when it leads, to the
+// member the one rule picks (rolling.Transferee; nothing pending: the
+// plan acts on this member alone).
 func (e *Executor) moveLeader(ctx context.Context, name string) error {
 	c := e.C
 	st, err := c.Status(ctx)
 	if err != nil {
 		return err
 	}
-	if st.Cluster.Leader != name || len(st.Members) < 2 {
-		return nil
-	}
-	to := ""
-	for _, o := range st.Members {
-		if o.Name != name && o.Healthy && o.Role != "learner" {
-			to = o.Name
-			break
-		}
-	}
-	if to == "" {
-		return fmt.Errorf("%s leads and no other healthy voting member can take over", name)
-	}
-	if err := membership.MoveLeader(ctx, c, to); err != nil {
-		return err
-	}
-	c.Progress.Say("  moved leadership from %s to %s", name, to)
-	return nil
+	return rolling.MoveAway(ctx, rolling.Of(c), st, name, nil, c.Progress)
 }
 
 // stopOld moves a static pod's manifest aside (the kubelet would restart

@@ -16,6 +16,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/refusal"
+	"github.com/etcd-steward/steward/pkg/rolling"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -230,9 +231,19 @@ func TakeOver(ctx context.Context, c *cluster.Cluster, o TakeOverOptions) (*plan
 	c.Progress.Say("imported the CA %s into %s and issued the server (%s), peer (%s) and admin client certificates from it", ca.Cert.Subject.CommonName, dir, strings.Join(leaves.Server.Hosts, ","), leaves.Peer.CN)
 	p := &plan.Plan{ID: plan.NewID(plan.KindCertsTakeOver, now), Kind: plan.KindCertsTakeOver, Strategy: "rolling",
 		From: c.Spec.Version, To: c.Spec.Version, State: plan.Pending, CreatedAt: now.UTC()}
+	// The members in spec order, the leader last (rolling.Order): with
+	// pendingSwitches, one leadership transfer in all.
+	var names []string
 	for _, m := range c.Spec.Members {
-		p.Steps = append(p.Steps, plan.Step{Index: len(p.Steps), Kind: StepTakeOverSwitch, Member: m.Name, State: plan.Pending,
-			Description: "restart " + m.Name + " with Steward's certificate files (leadership moved away first) and wait until it is healthy and caught up"})
+		names = append(names, m.Name)
+	}
+	leader := ""
+	if st, err := c.Status(ctx); err == nil {
+		leader = st.Cluster.Leader
+	}
+	for _, name := range rolling.Order(names, leader) {
+		p.Steps = append(p.Steps, plan.Step{Index: len(p.Steps), Kind: StepTakeOverSwitch, Member: name, State: plan.Pending,
+			Description: "restart " + name + " with Steward's certificate files (leadership moved away first) and wait until it is healthy and caught up"})
 	}
 	p.Steps = append(p.Steps, plan.Step{Index: len(p.Steps), Kind: StepTakeOverRecord, State: plan.Pending,
 		Description: "drop the operator's certificate files from the spec: Steward issues and renews the certificates from now on"})
@@ -292,7 +303,7 @@ func (e *TakeOverExecutor) Execute(ctx context.Context, p *plan.Plan, s *plan.St
 	e.C, e.HealthTimeout = c, wait
 	switch s.Kind {
 	case StepTakeOverSwitch:
-		return e.switchMember(ctx, s.Member)
+		return e.switchMember(ctx, s.Member, pendingSwitches(p, s.Index))
 	case StepTakeOverRecord:
 		return e.record(ctx)
 	}
@@ -301,8 +312,10 @@ func (e *TakeOverExecutor) Execute(ctx context.Context, p *plan.Plan, s *plan.St
 
 // switchMember points the member's adopted certificate files at Steward's
 // in the spec, and restarts it with them unless its client port serves
-// Steward's server certificate already.
-func (e *TakeOverExecutor) switchMember(ctx context.Context, name string) error {
+// Steward's server certificate already: a rolling turn (health gate,
+// leadership moved away to a member not in pending, the switches still to
+// come, restart, caught up).
+func (e *TakeOverExecutor) switchMember(ctx context.Context, name string, pending []string) error {
 	c := e.C
 	m, err := c.Member(name)
 	if err != nil {
@@ -327,37 +340,59 @@ func (e *TakeOverExecutor) switchMember(ctx context.Context, name string) error 
 	if serves(ctx, c, m, f) {
 		return nil
 	}
-	if err := healthy(ctx, c); err != nil {
-		return err
-	}
-	if err := (&Executor{C: c}).moveLeader(ctx, name); err != nil {
-		return err
-	}
-	ac, err := c.AgentFor(m)
+	st, err := c.Status(ctx)
 	if err != nil {
-		return err
+		return fmt.Errorf("status of cluster %s: %w", c.Spec.Name, err)
 	}
-	if _, err := ac.PutMember(ctx, c.MemberConfig(m)); err != nil {
-		return fmt.Errorf("configure member %s on agent %s: %w", name, m.Agent, err)
+	pid := 0
+	turn := rolling.Action{
+		Gate: func(st *cluster.Status, _ string) error { return allHealthy(c, st) },
+		Act: func(ctx context.Context, _ *cluster.Status, name string) error {
+			ac, err := c.AgentFor(m)
+			if err != nil {
+				return err
+			}
+			if _, err := ac.PutMember(ctx, c.MemberConfig(m)); err != nil {
+				return fmt.Errorf("configure member %s on agent %s: %w", name, m.Agent, err)
+			}
+			ms, err := ac.Restart(ctx, name)
+			if err != nil {
+				return fmt.Errorf("restart member %s: %w", name, err)
+			}
+			pid = ms.PID
+			return nil
+		},
+		CaughtUp: func(ctx context.Context, name string) error {
+			wait := e.HealthTimeout
+			if wait <= 0 {
+				wait = defaultWait
+			}
+			wctx, cancel := context.WithTimeout(ctx, wait)
+			defer cancel()
+			if err := c.WaitCaughtUp(wctx, name, pid, pollInterval); err != nil {
+				return fmt.Errorf("health gate after restarting %s with Steward's certificates: waited %s: %w", name, wait, err)
+			}
+			if !serves(ctx, c, m, f) {
+				return fmt.Errorf("member %s restarted but does not serve Steward's server certificate %s", name, f.ServerCert)
+			}
+			c.Progress.Say("  %s restarted with Steward's certificates, healthy and caught up", name)
+			return nil
+		},
+		Progress: c.Progress,
 	}
-	ms, err := ac.Restart(ctx, name)
-	if err != nil {
-		return fmt.Errorf("restart member %s: %w", name, err)
+	return turn.Member(ctx, rolling.Of(c), st, name, pending)
+}
+
+// pendingSwitches is the members of the switch steps after step index
+// that are not done, in order, for rolling.Transferee.
+func pendingSwitches(p *plan.Plan, index int) []string {
+	var out []string
+	for _, s := range p.Steps {
+		if s.Kind == StepTakeOverSwitch && s.Index > index && s.State != plan.Done {
+			out = append(out, s.Member)
+		}
 	}
-	wait := e.HealthTimeout
-	if wait <= 0 {
-		wait = defaultWait
-	}
-	wctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	if err := c.WaitCaughtUp(wctx, name, ms.PID, pollInterval); err != nil {
-		return fmt.Errorf("health gate after restarting %s with Steward's certificates: waited %s: %w", name, wait, err)
-	}
-	if !serves(ctx, c, m, f) {
-		return fmt.Errorf("member %s restarted but does not serve Steward's server certificate %s", name, f.ServerCert)
-	}
-	c.Progress.Say("  %s restarted with Steward's certificates, healthy and caught up", name)
-	return nil
+	return out
 }
 
 // serves reports whether the member's client port presents the server

@@ -55,10 +55,10 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/pkg/cluster"
-	"github.com/etcd-steward/steward/pkg/membership"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/progress"
+	"github.com/etcd-steward/steward/pkg/rolling"
 )
 
 // Step kinds of a CA rotation plan.
@@ -143,18 +143,14 @@ func amend(c *cluster.Cluster) func(*plan.Plan) bool {
 // the leader while it runs, and raft drops those a follower forwarded
 // without a word, so that their clients wait for their own timeout
 // (docs/upgrades.md): restarting the leader last, after handing leadership
-// to a member already restarted (transferee), makes one transfer in all.
+// to a member already restarted (rolling.Transferee over pendingRestarts),
+// makes one transfer in all.
 func restartOrder(c *cluster.Cluster, leader string) []string {
-	var out []string
+	var names []string
 	for _, m := range c.Spec.Members {
-		if m.Name != leader {
-			out = append(out, m.Name)
-		}
+		names = append(names, m.Name)
 	}
-	if _, ok := c.Spec.Member(leader); ok {
-		out = append(out, leader)
-	}
-	return out
+	return rolling.Order(names, leader)
 }
 
 // Apply plans a CA rotation, saves the plan and runs it. It refuses while
@@ -247,35 +243,28 @@ func (e *Executor) Execute(ctx context.Context, p *plan.Plan, s *plan.Step) erro
 		}
 		return c.PushTrustBundle(ctx)
 	case StepRestart:
-		return e.restart(ctx, s.Member, restartedFirst(p, s.Index))
+		return e.restart(ctx, s.Member, pendingRestarts(p, s.Index))
 	case StepRetire:
 		return e.retire(ctx, dir)
 	}
 	return fmt.Errorf("unknown step kind %q", s.Kind)
 }
 
-// restartedFirst ranks the members that may take leadership from a member
-// restarted at step index: a member whose restart is done ranks above
-// every other (it needs no transfer again), then a member whose restart
-// comes later ranks above one whose restart comes sooner, so that the
-// leadership given away is not taken back before the plan ends. The
-// order leader last (restartOrder) then makes one transfer in all; a
-// leader that changed since the plan was made costs at most one more.
-func restartedFirst(p *plan.Plan, index int) map[string]int {
-	rank := map[string]int{}
-	n := len(p.Steps)
+// pendingRestarts is the members of the restart steps after step index
+// that are not done, in order: rolling.Transferee ranks a member restarted
+// already above them (it needs no transfer again), and a later one above a
+// sooner one, so that the leadership given away is not taken back before
+// the plan ends. The order leader last (restartOrder) then makes one
+// transfer in all; a leader that changed since the plan was made costs at
+// most one more.
+func pendingRestarts(p *plan.Plan, index int) []string {
+	var out []string
 	for _, s := range p.Steps {
-		if s.Kind != StepRestart || s.Index == index {
-			continue
-		}
-		switch {
-		case s.Index < index && s.State == plan.Done:
-			rank[s.Member] = 2 * n // restarted already
-		case s.Index > index:
-			rank[s.Member] = s.Index // later is better
+		if s.Kind == StepRestart && s.Index > index && s.State != plan.Done {
+			out = append(out, s.Member)
 		}
 	}
-	return rank
+	return out
 }
 
 // wait is the bound of a health gate or of the wait for a host's leaves
@@ -339,51 +328,40 @@ func (e *Executor) retire(ctx context.Context, dir string) error {
 }
 
 // restart restarts one member through its agent, leadership moved away
-// first, and waits until the new process is healthy and has applied what
-// the leader had when it came back.
-//
-// rank orders the members that may take leadership over (restartedFirst):
-// the highest rank that is healthy wins.
-func (e *Executor) restart(ctx context.Context, name string, rank map[string]int) error {
+// first (rolling: to a member not in pending, the restarts still to come),
+// and waits until the new process is healthy and has applied what the
+// leader had when it came back.
+func (e *Executor) restart(ctx context.Context, name string, pending []string) error {
 	c := e.C
 	m, err := c.Member(name)
 	if err != nil {
 		return err
 	}
-	st, err := c.Status(ctx)
-	if err != nil {
-		return err
-	}
-	if st.Cluster.Leader == name && len(st.Members) > 1 {
-		to, best := "", -1
-		for _, o := range st.Members {
-			if o.Name != name && o.Healthy && o.Role != "learner" && rank[o.Name] > best {
-				to, best = o.Name, rank[o.Name]
+	pid := 0
+	turn := rolling.Action{
+		Act: func(ctx context.Context, _ *cluster.Status, name string) error {
+			ac, err := c.AgentFor(m)
+			if err != nil {
+				return err
 			}
-		}
-		if to == "" {
-			return fmt.Errorf("%s leads and no other healthy voting member can take over", name)
-		}
-		if err := membership.MoveLeader(ctx, c, to); err != nil {
-			return err
-		}
-		e.Progress.Say("  moved leadership from %s to %s", name, to)
+			ms, err := ac.Restart(ctx, name)
+			if err != nil {
+				return fmt.Errorf("restart member %s: %w", name, err)
+			}
+			pid = ms.PID
+			return nil
+		},
+		CaughtUp: func(ctx context.Context, name string) error {
+			wait := e.wait()
+			wctx, cancel := context.WithTimeout(ctx, wait)
+			defer cancel()
+			if err := c.WaitCaughtUp(wctx, name, pid, pollInterval); err != nil {
+				return fmt.Errorf("health gate after restarting %s: waited %s: %w", name, wait, err)
+			}
+			e.Progress.Say("  %s restarted and healthy", name)
+			return nil
+		},
+		Progress: e.Progress,
 	}
-	ac, err := c.AgentFor(m)
-	if err != nil {
-		return err
-	}
-	ms, err := ac.Restart(ctx, name)
-	if err != nil {
-		return fmt.Errorf("restart member %s: %w", name, err)
-	}
-	pid := ms.PID
-	wait := e.wait()
-	wctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	if err := c.WaitCaughtUp(wctx, name, pid, pollInterval); err != nil {
-		return fmt.Errorf("health gate after restarting %s: waited %s: %w", name, wait, err)
-	}
-	e.Progress.Say("  %s restarted and healthy", name)
-	return nil
+	return turn.Member(ctx, rolling.Of(c), nil, name, pending)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/rolling"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -179,8 +180,8 @@ func TestFileStepsWaitForARenewal(t *testing.T) {
 }
 
 // TestOneTransferPerRotation runs the restart steps of a plan on a model
-// of leadership (the leader's restart hands it to the healthy member
-// restartedFirst ranks highest) and counts the transfers: one, whoever
+// of leadership (the leader's restart hands it to the member
+// rolling.Transferee picks over pendingRestarts) and counts the transfers: one, whoever
 // leads when the plan is made, and at most two when the leader changed
 // since (the plan then restarts it before the new one).
 func TestOneTransferPerRotation(t *testing.T) {
@@ -195,14 +196,11 @@ func TestOneTransferPerRotation(t *testing.T) {
 		for i := range p.Steps {
 			st := &p.Steps[i]
 			if st.Kind == StepRestart && st.Member == leader {
-				rank := restartedFirst(p, st.Index)
-				to, best := "", -1
+				status := &cluster.Status{}
 				for _, m := range s.Members {
-					if m.Name != leader && rank[m.Name] > best {
-						to, best = m.Name, rank[m.Name]
-					}
+					status.Members = append(status.Members, cluster.MemberStatus{Name: m.Name, Healthy: true, InSpec: true, Role: "follower"})
 				}
-				leader = to
+				leader = rolling.Transferee(status, leader, pendingRestarts(p, st.Index))
 				transfers++
 			}
 			st.State = plan.Done

@@ -8,13 +8,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strconv"
 	"time"
 
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/progress"
 	"github.com/etcd-steward/steward/pkg/refusal"
+	"github.com/etcd-steward/steward/pkg/rolling"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -39,74 +39,84 @@ type DefragOptions struct {
 
 // Defrag defragments every member one at a time, followers first and the
 // leader last, only while every member is healthy; it stops at the first
-// member that is not and says why.
+// member that is not and says why. It is a roll (rolling.Action.Each) that
+// keeps leadership where it is.
 func Defrag(ctx context.Context, c *cluster.Cluster, o DefragOptions) ([]DefragResult, error) {
 	if o.Timeout == 0 {
 		o.Timeout = 10 * time.Minute
 	}
-	st, err := c.Status(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if err := requireDefragHealth(st, o.AllowAlarms); err != nil {
-		return []DefragResult{}, err
-	}
-	order := make([]cluster.MemberStatus, 0, len(st.Members))
-	for _, m := range st.Members {
-		if m.Name != st.Cluster.Leader {
-			order = append(order, m)
-		}
-	}
-	sort.SliceStable(order, func(i, j int) bool { return order[i].Name < order[j].Name })
-	if l, ok := st.Member(st.Cluster.Leader); ok {
-		order = append(order, l)
-	}
 	results := []DefragResult{}
-	for i, m := range order {
-		if i > 0 {
-			// Re-check before each member: never defragment while another
-			// member is unhealthy.
-			st, err := c.Status(ctx)
+	var (
+		m     cluster.MemberStatus // the member of the turn
+		id    uint64
+		start time.Time
+		turns int
+	)
+	turn := rolling.Action{
+		// Re-check before each member: never defragment while another
+		// member is unhealthy.
+		Gate: func(st *cluster.Status, name string) error {
+			turns++
+			err := requireDefragHealth(st, o.AllowAlarms)
+			if err != nil && turns > 1 {
+				return fmt.Errorf("defragmentation stopped before %s: %w", name, err)
+			}
+			return err
+		},
+		// Defragmentation does not stop the member: its raft loop keeps
+		// heartbeating, so the leader keeps leading (the leader last is
+		// the whole of its leadership rule) and no transfer adds an
+		// election's wait.
+		KeepLeader: true,
+		Act: func(ctx context.Context, st *cluster.Status, name string) error {
+			var ok bool
+			if m, ok = st.Member(name); !ok {
+				return fmt.Errorf("refusing to defragment %s: it is not in the cluster", name)
+			}
+			var err error
+			id, err = strconv.ParseUint(m.ID, 16, 64)
 			if err != nil {
-				return results, err
+				return fmt.Errorf("refusing to defragment %s: it has no valid member ID %q", m.Name, m.ID)
 			}
-			if err := requireDefragHealth(st, o.AllowAlarms); err != nil {
-				return results, fmt.Errorf("defragmentation stopped before %s: %w", m.Name, err)
+			// Defragment blocks the member it reaches: make sure the member on
+			// the URL is m, not another one behind an alias or a reused port.
+			if _, err := c.EndpointStatus(ctx, m.Name, id, m.ClientURLs[0]); err != nil {
+				return fmt.Errorf("refusing to defragment %s: %w", m.Name, err)
 			}
-		}
-		id, err := strconv.ParseUint(m.ID, 16, 64)
-		if err != nil {
-			return results, fmt.Errorf("refusing to defragment %s: it has no valid member ID %q", m.Name, m.ID)
-		}
-		// Defragment blocks the member it reaches: make sure the member on
-		// the URL is m, not another one behind an alias or a reused port.
-		if _, err := c.EndpointStatus(ctx, m.Name, id, m.ClientURLs[0]); err != nil {
-			return results, fmt.Errorf("refusing to defragment %s: %w", m.Name, err)
-		}
-		c.Progress.Say("defragmenting %s (%s, db %s)", m.Name, m.Role, progress.Bytes(m.DBSize))
-		start := time.Now()
-		cli, err := c.Client(m.ClientURLs...)
-		if err != nil {
-			return results, err
-		}
-		dctx, cancel := context.WithTimeout(ctx, o.Timeout)
-		_, err = cli.Defragment(dctx, m.ClientURLs[0])
-		cancel()
-		cli.Close()
-		if err != nil {
-			return results, fmt.Errorf("defragment %s: %w", m.Name, err)
-		}
-		if err := c.WaitMemberHealthy(ctx, m.Name, time.Minute); err != nil && !o.AllowAlarms {
-			return results, fmt.Errorf("defragmentation stopped: %w", err)
-		}
-		r := DefragResult{Member: m.Name, DBSizeFrom: m.DBSize, Duration: time.Since(start)}
-		if s, err := c.EndpointStatus(ctx, m.Name, id, m.ClientURLs[0]); err == nil {
-			r.DBSizeTo = s.DbSize
-		}
-		c.Progress.Say("  %s: %s -> %s in %s", m.Name, progress.Bytes(r.DBSizeFrom), progress.Bytes(r.DBSizeTo), r.Duration.Round(time.Millisecond))
-		results = append(results, r)
+			c.Progress.Say("defragmenting %s (%s, db %s)", m.Name, m.Role, progress.Bytes(m.DBSize))
+			start = time.Now()
+			cli, err := c.Client(m.ClientURLs...)
+			if err != nil {
+				return err
+			}
+			dctx, cancel := context.WithTimeout(ctx, o.Timeout)
+			_, err = cli.Defragment(dctx, m.ClientURLs[0])
+			cancel()
+			cli.Close()
+			if err != nil {
+				return fmt.Errorf("defragment %s: %w", m.Name, err)
+			}
+			return nil
+		},
+		CaughtUp: func(ctx context.Context, name string) error {
+			if err := c.WaitMemberHealthy(ctx, name, time.Minute); err != nil && !o.AllowAlarms {
+				return fmt.Errorf("defragmentation stopped: %w", err)
+			}
+			r := DefragResult{Member: name, DBSizeFrom: m.DBSize, Duration: time.Since(start)}
+			if s, err := c.EndpointStatus(ctx, name, id, m.ClientURLs[0]); err == nil {
+				r.DBSizeTo = s.DbSize
+			}
+			c.Progress.Say("  %s: %s -> %s in %s", name, progress.Bytes(r.DBSizeFrom), progress.Bytes(r.DBSizeTo), r.Duration.Round(time.Millisecond))
+			results = append(results, r)
+			return nil
+		},
 	}
-	return results, nil
+	// Every member of the status, in its order (by name), the leader last.
+	err := turn.Each(ctx, rolling.Of(c), nil)
+	if err != nil && turns == 0 {
+		return nil, err // no status to gate on
+	}
+	return results, err
 }
 
 func requireDefragHealth(st *cluster.Status, allowAlarms bool) error {

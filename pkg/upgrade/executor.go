@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,10 +17,10 @@ import (
 	"github.com/etcd-steward/steward/pkg/backupd"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/memberrt"
-	"github.com/etcd-steward/steward/pkg/membership"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/progress"
 	"github.com/etcd-steward/steward/pkg/restore"
+	"github.com/etcd-steward/steward/pkg/rolling"
 )
 
 // Executor runs plan steps against a cluster. Every step converges: run
@@ -142,16 +142,6 @@ func (e *Executor) member(ctx context.Context, p *plan.Plan, s *plan.Step) error
 		e.Progress.Say("  %s already runs %s", s.Member, s.Version)
 		return e.recordMemberVersion(ctx, s)
 	}
-	if st.Cluster.Leader == s.Member && len(st.Members) > 1 {
-		to := transferee(st, s.Member, s.Version, nextSteps(p, s.Index))
-		if to == "" {
-			return fmt.Errorf("%s leads and no other healthy voting member can take over", s.Member)
-		}
-		if err := membership.MoveLeader(ctx, e.C, to); err != nil {
-			return err
-		}
-		e.Progress.Say("  moved leadership from %s to %s", s.Member, to)
-	}
 	// An older minor may start only when the cluster already works at
 	// that minor: etcd's downgrade is enabled, or the cluster version
 	// never advanced past it (an upgrade stopped halfway).
@@ -160,14 +150,21 @@ func (e *Executor) member(ctx context.Context, p *plan.Plan, s *plan.Step) error
 		tv := semver.New(s.Version)
 		allow = cv.Major == tv.Major && cv.Minor <= tv.Minor
 	}
-	if err := e.snapshotFirst(ctx, p, ms, s.Version); err != nil {
-		return err
+	turn := rolling.Action{
+		Act: func(ctx context.Context, _ *cluster.Status, name string) error {
+			if err := e.snapshotFirst(ctx, p, ms, s.Version); err != nil {
+				return err
+			}
+			if err := SwapMemberVersion(ctx, e.C, name, s.Version, allow); err != nil {
+				return err
+			}
+			e.Progress.Say("  %s restarted on %s", name, s.Version)
+			return nil
+		},
+		CaughtUp: func(ctx context.Context, name string) error { return e.waitCaughtUp(ctx, name, s.Version) },
+		Progress: e.Progress,
 	}
-	if err := SwapMemberVersion(ctx, e.C, s.Member, s.Version, allow); err != nil {
-		return err
-	}
-	e.Progress.Say("  %s restarted on %s", s.Member, s.Version)
-	return e.waitCaughtUp(ctx, s.Member, s.Version)
+	return turn.Member(ctx, rolling.Of(e.C), st, s.Member, pending(st, p, s.Index))
 }
 
 // snapshotFirst makes the member take a raft snapshot on the version its
@@ -297,45 +294,33 @@ func (e *Executor) recordMemberVersion(ctx context.Context, s *plan.Step) error 
 	return SwapMemberVersion(ctx, e.C, s.Member, s.Version, false)
 }
 
-// transferee picks the member a leader about to be swapped hands
-// leadership to: a healthy voter, preferably one already on the target
-// version, and among those the one whose own member step comes last in
-// what is left of the plan (none left is best). Each hop swaps the leader
-// last, so handing leadership to the member swapped first in the next hop
-// would cost that hop a second transfer: with this choice a plan makes one
-// transfer per hop and none for a follower's step. next maps a member to
-// the index of its next member step (nextSteps).
-func transferee(st *cluster.Status, exclude, version string, next map[string]int) string {
-	pick, pickOnVersion, pickNext := "", false, -1
-	for _, m := range st.Members {
-		if m.Name == exclude || !m.Healthy || m.Role == "learner" {
+// pending is the members of the member steps after step index, in
+// order, for rolling.Transferee: a member whose later steps all go to the
+// version it runs already is left out (those steps find it done and
+// restart nothing, so leadership handed to it stays).
+func pending(st *cluster.Status, p *plan.Plan, index int) []string {
+	var out []string
+	for _, s := range p.Steps[index+1:] {
+		if s.Kind != StepMember || slices.Contains(out, s.Member) {
 			continue
 		}
-		onVersion := m.Version == version
-		n, ok := next[m.Name]
-		if !ok {
-			n = math.MaxInt
+		if ms, ok := st.Member(s.Member); ok && !needsStep(p, index, s.Member, ms.Version) {
+			continue
 		}
-		better := pick == "" ||
-			(onVersion && !pickOnVersion) ||
-			(onVersion == pickOnVersion && n > pickNext)
-		if better {
-			pick, pickOnVersion, pickNext = m.Name, onVersion, n
-		}
+		out = append(out, s.Member)
 	}
-	return pick
+	return out
 }
 
-// nextSteps maps each member to the index of its first member step after
-// step index after in p.
-func nextSteps(p *plan.Plan, after int) map[string]int {
-	next := map[string]int{}
-	for _, s := range p.Steps[after+1:] {
-		if _, seen := next[s.Member]; s.Kind == StepMember && !seen {
-			next[s.Member] = s.Index
+// needsStep reports whether a member step after index takes member to a
+// version other than the one it runs.
+func needsStep(p *plan.Plan, index int, member, runs string) bool {
+	for _, s := range p.Steps[index+1:] {
+		if s.Kind == StepMember && s.Member == member && s.Version != runs {
+			return true
 		}
 	}
-	return next
+	return false
 }
 
 func (e *Executor) waitCaughtUp(ctx context.Context, name, version string) error {

@@ -23,6 +23,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/membership"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/refusal"
+	"github.com/etcd-steward/steward/pkg/rolling"
 )
 
 // Strategies.
@@ -314,16 +315,11 @@ func checkStrategy(strategy string, members int, hops []catalogue.Hop, base stri
 // The executor moves leadership away from whichever member it swaps, so a
 // leader change after planning costs a move, not availability.
 func memberOrder(c *cluster.Cluster, st *cluster.Status) []string {
-	var out []string
+	var names []string
 	for _, m := range c.Spec.Members {
-		if m.Name != st.Cluster.Leader {
-			out = append(out, m.Name)
-		}
+		names = append(names, m.Name)
 	}
-	if _, ok := c.Spec.Member(st.Cluster.Leader); ok {
-		out = append(out, st.Cluster.Leader)
-	}
-	return out
+	return rolling.Order(names, st.Cluster.Leader)
 }
 
 // ErrNoUpgrade: no upgrade plan that was not rolled back already, so no

@@ -6,11 +6,13 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/rolling"
 )
 
 // TestTransfersPerHop runs the leader hand-over of the executor's member
-// steps over rolling plans (the planner's shape: the leader at planning
-// time swapped last, every other hop in reverse) and counts leadership
+// steps (rolling.Transferee over pending) over rolling plans (the
+// planner's shape: the leader at planning time swapped last, every other
+// hop in reverse) and counts leadership
 // transfers: one per hop, none for a follower's step. Handing leadership to
 // the member swapped first in the next hop made a two-hop plan transfer
 // three times.
@@ -45,7 +47,7 @@ func TestTransfersPerHop(t *testing.T) {
 			}
 			st := &cluster.Status{}
 			for _, m := range tc.members {
-				st.Members = append(st.Members, cluster.MemberStatus{Name: m, Healthy: true, Role: "follower", Version: "3.4.23"})
+				st.Members = append(st.Members, cluster.MemberStatus{Name: m, Healthy: true, InSpec: true, Role: "follower", Version: "3.4.23"})
 			}
 			transfers := 0
 			for i := range p.Steps {
@@ -54,7 +56,7 @@ func TestTransfersPerHop(t *testing.T) {
 					continue
 				}
 				if s.Member == leader {
-					to := transferee(st, s.Member, s.Version, nextSteps(p, i))
+					to := rolling.Transferee(st, s.Member, pending(st, p, i))
 					if to == "" {
 						t.Fatalf("step %d: no transferee", i)
 					}
@@ -74,21 +76,32 @@ func TestTransfersPerHop(t *testing.T) {
 	}
 }
 
-// TestTransfereePrefersTargetVersion: a member already on the target
-// version wins over one whose next step is further away; unhealthy members
-// and learners are never picked.
-func TestTransfereePrefersTargetVersion(t *testing.T) {
+// TestPendingLeavesOutDone: pending lists the members of later member
+// steps in order, once each, but not a member whose later steps all go to
+// the version it runs (they restart nothing), so the rule prefers it.
+func TestPendingLeavesOutDone(t *testing.T) {
 	st := &cluster.Status{Members: []cluster.MemberStatus{
-		{Name: "a", Healthy: true, Role: "follower", Version: "3.6.16"},
-		{Name: "b", Healthy: true, Role: "follower", Version: "3.5.35"},
-		{Name: "c", Healthy: true, Role: "leader", Version: "3.5.35"},
-		{Name: "d", Healthy: false, Role: "follower", Version: "3.6.16"},
-		{Name: "e", Healthy: true, Role: "learner", Version: "3.6.16"},
+		{Name: "a", Healthy: true, InSpec: true, Role: "follower", Version: "3.6.16", RaftAppliedIndex: 1},
+		{Name: "b", Healthy: true, InSpec: true, Role: "follower", Version: "3.5.35", RaftAppliedIndex: 9},
+		{Name: "c", Healthy: true, InSpec: true, Role: "leader", Version: "3.5.35"},
+		{Name: "d", Healthy: false, InSpec: true, Role: "follower", Version: "3.6.16"},
+		{Name: "e", Healthy: true, InSpec: true, Role: "learner", Version: "3.6.16"},
 	}}
-	if got := transferee(st, "c", "3.6.16", map[string]int{"a": 5, "b": 9}); got != "a" {
-		t.Fatalf("transferee %q, want a (on the target version)", got)
+	p := &plan.Plan{}
+	for _, m := range []string{"c", "a", "b", "a"} {
+		p.Steps = append(p.Steps, plan.Step{Index: len(p.Steps), Kind: StepMember, Member: m, Version: "3.6.16"})
 	}
-	if got := transferee(st, "c", "3.7.3", map[string]int{"a": 5}); got != "b" {
-		t.Fatalf("transferee %q, want b (no step left)", got)
+	if got, want := pending(st, p, 0), []string{"b"}; !slices.Equal(got, want) {
+		t.Fatalf("pending = %v, want %v", got, want)
+	}
+	if got := rolling.Transferee(st, "c", pending(st, p, 0)); got != "a" {
+		t.Fatalf("transferee %q, want a (on the target version, nothing left to do)", got)
+	}
+	p.Steps[3].Version = "3.7.3"
+	if got, want := pending(st, p, 0), []string{"a", "b"}; !slices.Equal(got, want) {
+		t.Fatalf("pending = %v, want %v", got, want)
+	}
+	if got := rolling.Transferee(st, "c", pending(st, p, 0)); got != "b" {
+		t.Fatalf("transferee %q, want b (its turn comes after a's)", got)
 	}
 }
