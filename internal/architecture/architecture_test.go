@@ -46,7 +46,7 @@ var (
 	// may only shrink: a package converted leaves it (TestAgentClients
 	// fails on an entry that no longer imports pkg/agentapi), and none is
 	// added.
-	agentClients = []string{"pkg/adopt", "pkg/bootstrap", "pkg/restore"}
+	agentClients = []string{"pkg/bootstrap", "pkg/restore"}
 )
 
 type pkg struct {

@@ -12,9 +12,9 @@ import (
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 
-	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/datadir"
+	"github.com/etcd-steward/steward/pkg/memberrt"
 	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
@@ -178,8 +178,8 @@ var fields = []string{"quota-backend-bytes", "auto-compaction-mode", "auto-compa
 // holds, and every other flag as an extra flag where Steward allows it.
 // Steward's own client certificate and the binary store are the caller's
 // to fill in. Differences of its flags show what is lost.
-func (r MemberRun) MemberConfig() (agentapi.MemberConfig, error) {
-	c := agentapi.MemberConfig{
+func (r MemberRun) MemberConfig() (memberrt.MemberConfig, error) {
+	c := memberrt.MemberConfig{
 		Name: r.Name, Version: r.Version, DataDir: r.DataDir,
 		InitialCluster: r.InitialCluster, InitialClusterState: r.InitialClusterState,
 		InitialClusterToken: r.InitialClusterToken,
@@ -191,7 +191,7 @@ func (r MemberRun) MemberConfig() (agentapi.MemberConfig, error) {
 		c.PeerURL = r.InitialAdvertisePeerURLs[0]
 	}
 	if r.ClientTLS.CertFile != "" || r.PeerTLS.CertFile != "" {
-		c.TLS = &agentapi.TLSFiles{
+		c.TLS = &memberrt.TLSFiles{
 			CA:         r.ClientTLS.TrustedCAFile,
 			ServerCert: r.ClientTLS.CertFile, ServerKey: r.ClientTLS.KeyFile,
 			PeerCert: r.PeerTLS.CertFile, PeerKey: r.PeerTLS.KeyFile,
@@ -214,20 +214,20 @@ func (r MemberRun) MemberConfig() (agentapi.MemberConfig, error) {
 	}
 	var err error
 	if c.QuotaBackendBytes, err = num("quota-backend-bytes"); err != nil {
-		return agentapi.MemberConfig{}, err
+		return memberrt.MemberConfig{}, err
 	}
 	snap, err := num("snapshot-count")
 	if err != nil {
-		return agentapi.MemberConfig{}, err
+		return memberrt.MemberConfig{}, err
 	}
 	c.SnapshotCount = uint64(max(snap, 0))
 	hb, err := num("heartbeat-interval")
 	if err != nil {
-		return agentapi.MemberConfig{}, err
+		return memberrt.MemberConfig{}, err
 	}
 	el, err := num("election-timeout")
 	if err != nil {
-		return agentapi.MemberConfig{}, err
+		return memberrt.MemberConfig{}, err
 	}
 	c.HeartbeatIntervalMs, c.ElectionTimeoutMs = int(hb), int(el)
 	c.AutoCompactionMode, c.AutoCompactionRetention = r.Flags["auto-compaction-mode"], r.Flags["auto-compaction-retention"]

@@ -399,7 +399,7 @@ func (e *Executor) start(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	ac, err := c.AgentFor(m)
+	ac, err := c.RuntimeFor(m)
 	if err != nil {
 		return err
 	}

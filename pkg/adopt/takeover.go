@@ -348,7 +348,7 @@ func (e *TakeOverExecutor) switchMember(ctx context.Context, name string, pendin
 	turn := rolling.Action{
 		Gate: func(st *cluster.Status, _ string) error { return allHealthy(c, st) },
 		Act: func(ctx context.Context, _ *cluster.Status, name string) error {
-			ac, err := c.AgentFor(m)
+			ac, err := c.RuntimeFor(m)
 			if err != nil {
 				return err
 			}
@@ -438,7 +438,7 @@ func (e *TakeOverExecutor) record(ctx context.Context) error {
 		}
 	}
 	for _, m := range c.Spec.Members {
-		ac, err := c.AgentFor(m)
+		ac, err := c.RuntimeFor(m)
 		if err != nil {
 			return err
 		}

@@ -12,8 +12,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/memberrt"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/spec"
@@ -117,7 +117,7 @@ func (e *Executor) undo(ctx context.Context, p *plan.Plan, s *plan.Step, run Mem
 		if m.Agent == "" {
 			return nil
 		}
-		ac, err := c.AgentFor(m)
+		ac, err := c.RuntimeFor(m)
 		if err != nil {
 			return err
 		}
@@ -125,7 +125,7 @@ func (e *Executor) undo(ctx context.Context, p *plan.Plan, s *plan.Step, run Mem
 		if err != nil {
 			return fmt.Errorf("members of agent %s: %w", m.Agent, err)
 		}
-		if !slices.ContainsFunc(ms, func(x agentapi.MemberStatus) bool { return x.Name == run.Name }) {
+		if !slices.ContainsFunc(ms, func(x memberrt.MemberStatus) bool { return x.Name == run.Name }) {
 			return nil
 		}
 		if err := ac.DeleteMember(ctx, run.Name); err != nil {

@@ -340,7 +340,7 @@ func (e *Executor) restart(ctx context.Context, name string, pending []string) e
 	pid := 0
 	turn := rolling.Action{
 		Act: func(ctx context.Context, _ *cluster.Status, name string) error {
-			ac, err := c.AgentFor(m)
+			ac, err := c.RuntimeFor(m)
 			if err != nil {
 				return err
 			}
