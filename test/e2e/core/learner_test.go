@@ -34,11 +34,7 @@ func TestLearnerNeverOnClientURL(t *testing.T) {
 		}
 	}
 	s := e.Spec()
-	cport, err := spec.FreePort("127.0.0.1")()
-	if err != nil {
-		t.Fatal(err)
-	}
-	newURL := fmt.Sprintf("%s://127.0.0.1:%d", s.Scheme(), cport)
+	newURL := e.URL(s.Scheme(), e.FreePorts(1)[0])
 	eps := s.ClientURLs()
 	// The user's client already knows the URL the new member gets; a
 	// fresh client per request on each URL (as a user running etcdctl
@@ -82,14 +78,14 @@ func TestJoinAfterFailedBootstrap(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := c.Spec.Members[0]
-	ports := harness.FreePorts(t, 2)
-	cp, pp := ports[0], ports[1]
+	ports := e.FreePorts(2)
 	scheme := c.Spec.Scheme()
+	peerURL := e.URL(scheme, ports[1])
 	joiner := spec.Member{
 		Name: "etcd-2", Agent: first.Agent, DataDir: "members/etcd-2/data",
-		ClientURL: fmt.Sprintf("%s://127.0.0.1:%d", scheme, cp),
-		PeerURL:   fmt.Sprintf("%s://127.0.0.1:%d", scheme, pp),
-		Bootstrap: &spec.Bootstrap{InitialCluster: first.Name + "=" + first.PeerURL + ",etcd-2=" + fmt.Sprintf("%s://127.0.0.1:%d", scheme, pp)},
+		ClientURL: e.URL(scheme, ports[0]),
+		PeerURL:   peerURL,
+		Bootstrap: &spec.Bootstrap{InitialCluster: first.Name + "=" + first.PeerURL + ",etcd-2=" + peerURL},
 	}
 	cli := e.Client()
 	if _, err := cli.MemberAddAsLearner(ctx, []string{joiner.PeerURL}); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -31,11 +32,7 @@ func TestMetricsPrometheus(t *testing.T) {
 	t.Parallel()
 	promBin := prometheusBinary(t)
 	e := harness.New(t)
-	port, err := spec.FreePort("127.0.0.1")()
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := "127.0.0.1:" + strconv.Itoa(port)
+	addr := net.JoinHostPort(e.Addr, strconv.Itoa(e.FreePorts(1)[0]))
 	e.WriteSpec(3, binaries.EmbeddedVersion(), func(s *spec.Cluster) { s.Agents[0].MetricsAddress = addr })
 	e.MustRun("up")
 	names := e.Spec().MemberNames()
