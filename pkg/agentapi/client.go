@@ -418,9 +418,3 @@ func (e *APIError) Error() string { return e.Message }
 func (e *APIError) Is(target error) bool {
 	return target == memberrt.ErrNotFound && e.Status == http.StatusNotFound
 }
-
-// IsNotFound reports whether err is the agent saying a member is unknown.
-func IsNotFound(err error) bool {
-	var ae *APIError
-	return errors.As(err, &ae) && ae.Status == http.StatusNotFound
-}
