@@ -133,10 +133,21 @@ func Store(tb testing.TB) string {
 // returned (Do orders the two), so any test goroutine may call Binary.
 var (
 	buildOnce sync.Once
-	setGORACE sync.Once
+	goraceSet sync.Once
 	buildPath string
 	buildErr  error
 )
+
+// setGORACE sets GORACE (unless the caller did) once per test process:
+// every steward process the tests start inherits it: those of Run, the
+// agents they start, and the tests' own exec.Command(e.Bin, ...).
+func setGORACE() {
+	goraceSet.Do(func() {
+		if os.Getenv("GORACE") == "" {
+			_ = os.Setenv("GORACE", GORACE)
+		}
+	})
+}
 
 // Binary builds the steward binary once per test process: with the race
 // detector (go build -race) unless Race is false. STEWARD_TEST_BINARY names
@@ -148,11 +159,7 @@ func Binary(tb testing.TB) string {
 			tb.Fatalf("STEWARD_TEST_BINARY: %v (make test builds it)", err)
 		}
 		if Race {
-			setGORACE.Do(func() {
-				if os.Getenv("GORACE") == "" {
-					_ = os.Setenv("GORACE", GORACE)
-				}
-			})
+			setGORACE()
 		}
 		return p
 	}
@@ -166,12 +173,7 @@ func Binary(tb testing.TB) string {
 		args := []string{"build"}
 		if Race {
 			args = append(args, "-race")
-			// Every steward process the tests start inherits it: those
-			// of Run, the agents they start, and the tests' own
-			// exec.Command(e.Bin, ...).
-			if os.Getenv("GORACE") == "" {
-				_ = os.Setenv("GORACE", GORACE)
-			}
+			setGORACE()
 		}
 		cmd := exec.Command("go", append(args, "-o", buildPath, "./cmd/steward")...)
 		cmd.Dir = RepoRoot(tb)
