@@ -94,8 +94,7 @@ func (h handle) MoveLeader(ctx context.Context, to string) error     { return Mo
 type Action struct {
 	// Gate runs on a fresh status before each member's turn and stops the
 	// roll with its error (nil: no gate; the previous turn's CaughtUp,
-	// cluster.CatchUp, already requires every member healthy). Healthy is
-	// the shared one.
+	// cluster.CatchUp, already requires every member healthy).
 	Gate func(st *cluster.Status, name string) error
 	// KeepLeader leaves leadership where it is: for an action that does
 	// not stop the member (defragmentation), whose raft loop keeps
@@ -113,18 +112,6 @@ type Action struct {
 // ErrNoTransferee: the member acted on leads and no other member can take
 // over (Transferee found none).
 var ErrNoTransferee = errors.New("no other healthy voting member can take over")
-
-// Healthy is the shared gate: the cluster has quorum and every member is
-// healthy.
-func Healthy(st *cluster.Status, name string) error {
-	if !st.Cluster.Quorate {
-		return fmt.Errorf("the cluster has no quorum: %s", st.Unhealthy())
-	}
-	if st.Cluster.HealthyMembers < len(st.Members) {
-		return fmt.Errorf("not every member is healthy: %s", st.Unhealthy())
-	}
-	return nil
-}
 
 // Member is one member's turn: the gate on st (fetched when nil),
 // leadership moved to Transferee(st, name, pending) when name leads

@@ -3,6 +3,7 @@ package rolling
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -119,7 +120,10 @@ func (f *fake) action() Action {
 	return Action{
 		Gate: func(st *cluster.Status, name string) error {
 			f.log = append(f.log, "gate "+name)
-			return Healthy(st, name)
+			if st.Cluster.HealthyMembers < len(st.Members) {
+				return fmt.Errorf("not every member is healthy: %s", st.Unhealthy())
+			}
+			return nil
 		},
 		Act: func(_ context.Context, _ *cluster.Status, name string) error {
 			f.log = append(f.log, "act "+name)
