@@ -28,13 +28,7 @@ import (
 // returned with the error.
 func ServedBy(tb testing.TB, addr string, ca *x509.Certificate, client *tls.Certificate) (*x509.Certificate, error) {
 	tb.Helper()
-	hp := addr
-	if strings.Contains(addr, "://") {
-		var err error
-		if hp, err = spec.HostPort(addr); err != nil {
-			tb.Fatal(err)
-		}
-	}
+	hp := servedAddr(tb, addr)
 	pool := x509.NewCertPool()
 	pool.AddCert(ca)
 	c, err := pki.ServedCert(tb.Context(), hp, pool, client)
@@ -55,6 +49,19 @@ func RequireServedBy(tb testing.TB, what, addr string, ca *x509.Certificate) *x5
 		tb.Errorf("%s (%s) serves %v: %v", what, addr, serial(c), err)
 	}
 	return c
+}
+
+// servedAddr is addr as host:port: a URL's host and port, or addr itself.
+func servedAddr(tb testing.TB, addr string) string {
+	tb.Helper()
+	if !strings.Contains(addr, "://") {
+		return addr
+	}
+	hp, err := spec.HostPort(addr)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return hp
 }
 
 func serial(c *x509.Certificate) string {
@@ -80,13 +87,7 @@ func ReadCert(tb testing.TB, path string) *x509.Certificate {
 // shows its chain).
 func ServedChain(tb testing.TB, addr string, client *tls.Certificate) ([]*x509.Certificate, error) {
 	tb.Helper()
-	hp := addr
-	if strings.Contains(addr, "://") {
-		var err error
-		if hp, err = spec.HostPort(addr); err != nil {
-			tb.Fatal(err)
-		}
-	}
+	hp := servedAddr(tb, addr)
 	var chain []*x509.Certificate
 	tc := &tls.Config{
 		MinVersion:         tls.VersionTLS12,
