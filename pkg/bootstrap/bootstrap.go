@@ -80,11 +80,10 @@ func checkAddress(a string) error {
 	if ip.IsUnspecified() || ip.IsMulticast() {
 		return fmt.Errorf("address %s: %w: members need one address of their own, not %s", a, ErrAddress, map[bool]string{true: "the unspecified address", false: "a multicast address"}[ip.IsUnspecified()])
 	}
-	l, err := net.Listen("tcp", net.JoinHostPort(a, "0"))
-	if err != nil {
+	// Port 0 is never busy: only an address of no interface fails.
+	if err := portcheck.Free(net.JoinHostPort(a, "0")); err != nil {
 		return fmt.Errorf("address %s: %w (%v): give one of this machine's addresses (any 127.x.y.z is one on Linux)", a, ErrAddress, err)
 	}
-	l.Close()
 	return nil
 }
 
