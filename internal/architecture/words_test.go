@@ -31,7 +31,7 @@ var commandWords = map[string]int{
 	"pkg/upgrade/planner.go":    1, // mixed versions, also a preflight step's error
 	"pkg/cluster/conditions.go": 2, // plan conditions of `steward status`
 	"pkg/cluster/renewer.go":    2, // the renewal condition of `steward status`
-	"pkg/certrenew/loop.go":     2, // the renewal loop's last error, shown by status
+	"pkg/certs/renewloop.go":    2, // the renewal loop's last error, shown by status
 	"pkg/handover/handover.go":  2, // ErrSuperseded, also inside plan steps
 	// Joined into longer messages, where the advice sits in the middle.
 	"pkg/membership/members.go": 4, // a replace to re-run, also inside recovery's messages

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/etcd-steward/steward/pkg/certs"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/plan"
@@ -212,7 +213,7 @@ func TakeOver(ctx context.Context, c *cluster.Cluster, o TakeOverOptions) (*plan
 	if err != nil {
 		return nil, err
 	}
-	lock, err := c.LockCertificates(ctx, time.Minute)
+	lock, err := certs.Lock(ctx, c, time.Minute)
 	if err != nil {
 		return nil, err
 	}

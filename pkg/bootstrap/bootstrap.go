@@ -22,6 +22,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/agent"
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/binaries"
+	"github.com/etcd-steward/steward/pkg/certs"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/join"
 	"github.com/etcd-steward/steward/pkg/progress"
@@ -273,7 +274,7 @@ func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*clust
 	// here): with no agent on this machine, whose renewal loop would do it,
 	// a renewal process of its own renews them at their renewal point.
 	c.Progress = say
-	if _, err := c.EnsureRenewer(ctx, o.StewardBinary); err != nil {
+	if _, err := certs.EnsureRenewer(ctx, c, o.StewardBinary); err != nil {
 		return nil, warnings, err
 	}
 	wctx, cancel := context.WithTimeout(ctx, o.Timeout)
@@ -381,7 +382,7 @@ func stopOrphans(ctx context.Context, dir string, say progress.Func) error {
 			_ = os.Remove(p)
 			continue
 		}
-		if filepath.Base(p) == cluster.RenewerPIDFile {
+		if filepath.Base(p) == certs.RenewerPIDFile {
 			say.Say("stopping certificate renewal (pid %d)", pid)
 		} else {
 			say.Say("stopping orphaned process %d (%s)", pid, filepath.Base(p))

@@ -54,6 +54,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/etcd-steward/steward/pkg/certs"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/plan"
@@ -202,7 +203,7 @@ func (e *Executor) Execute(ctx context.Context, p *plan.Plan, s *plan.Step) erro
 		// The file steps hold the lock renewals hold: a renewal that began
 		// before the rotation (signing with the old CA) must not write over
 		// a leaf a step reissued.
-		lock, err := c.LockCertificates(ctx, 2*time.Minute)
+		lock, err := certs.Lock(ctx, c, 2*time.Minute)
 		if err != nil {
 			return fmt.Errorf("CA rotation: %w", err)
 		}
@@ -215,12 +216,12 @@ func (e *Executor) Execute(ctx context.Context, p *plan.Plan, s *plan.Step) erro
 		if err := pki.RotationTrustBoth(dir); err != nil {
 			return err
 		}
-		return c.PushTrustBundle(ctx)
+		return certs.PushTrustBundle(ctx, c)
 	case StepReissue:
 		if err := e.reissue(dir, []string{"server", "peer", "agent"}); err != nil {
 			return err
 		}
-		rs, err := c.RotateHostLeaves(ctx, e.wait())
+		rs, err := certs.RotateHostLeaves(ctx, c, e.wait())
 		for _, r := range rs {
 			e.Progress.Say("  host %s: %s reissued by the new CA (serial %s)", r.Host, r.Name, r.NewSerial)
 		}
@@ -241,7 +242,7 @@ func (e *Executor) Execute(ctx context.Context, p *plan.Plan, s *plan.Step) erro
 		if err := pki.RotationDrop(dir); err != nil {
 			return err
 		}
-		return c.PushTrustBundle(ctx)
+		return certs.PushTrustBundle(ctx, c)
 	case StepRestart:
 		return e.restart(ctx, s.Member, pendingRestarts(p, s.Index))
 	case StepRetire:
@@ -313,7 +314,7 @@ func (e *Executor) retire(ctx context.Context, dir string) error {
 	if err != nil {
 		return err
 	}
-	rs, err := e.C.RetireHostCross(ctx, e.wait())
+	rs, err := certs.RetireHostCross(ctx, e.C, e.wait())
 	for _, r := range rs {
 		e.Progress.Say("  host %s: %s served without the cross-signed CA", r.Host, r.Name)
 	}
@@ -324,7 +325,7 @@ func (e *Executor) retire(ctx context.Context, dir string) error {
 	if _, err := os.Stat(old); err != nil {
 		return nil // no old CA kept to check against (not a rotation's drop)
 	}
-	return e.C.WaitOldCARetired(ctx, old, e.wait())
+	return certs.WaitOldCARetired(ctx, e.C, old, e.wait())
 }
 
 // restart restarts one member through its agent, leadership moved away

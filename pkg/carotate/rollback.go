@@ -30,6 +30,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/etcd-steward/steward/pkg/certs"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/plan"
@@ -206,7 +207,7 @@ func (e *RollbackExecutor) Execute(ctx context.Context, p *plan.Plan, s *plan.St
 	e.C = c
 	// Every step writes the certificate directory: under the lock
 	// renewals hold, as the rotation's file steps.
-	lock, err := c.LockCertificates(ctx, 2*time.Minute)
+	lock, err := certs.Lock(ctx, c, 2*time.Minute)
 	if err != nil {
 		return fmt.Errorf("CA rotation rollback: %w", err)
 	}
@@ -225,7 +226,7 @@ func (e *RollbackExecutor) Execute(ctx context.Context, p *plan.Plan, s *plan.St
 				return fmt.Errorf("CA rotation rollback: %w", err)
 			}
 		}
-		if err := c.WaitServed(ctx, rs, wait); err != nil {
+		if err := certs.WaitServed(ctx, c, rs, wait); err != nil {
 			return fmt.Errorf("CA rotation rollback: %w", err)
 		}
 		for _, r := range rs {
@@ -233,7 +234,7 @@ func (e *RollbackExecutor) Execute(ctx context.Context, p *plan.Plan, s *plan.St
 				return fmt.Errorf("CA rotation rollback: %w", err)
 			}
 		}
-		hrs, err := c.RollbackHostLeaves(ctx, wait)
+		hrs, err := certs.RollbackHostLeaves(ctx, c, wait)
 		for _, r := range hrs {
 			e.Progress.Say("  host %s: %s issued by the old CA again (serial %s)", r.Host, r.Name, r.NewSerial)
 		}
@@ -255,7 +256,7 @@ func (e *RollbackExecutor) Execute(ctx context.Context, p *plan.Plan, s *plan.St
 		if err := pki.RollbackTrustOld(dir); err != nil {
 			return err
 		}
-		return c.PushTrustBundle(ctx)
+		return certs.PushTrustBundle(ctx, c)
 	case StepRetireNext:
 		return pki.RollbackRetire(dir)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/pkg/binaries"
+	"github.com/etcd-steward/steward/pkg/certs"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/plan"
@@ -316,7 +317,7 @@ func TestRollbackOnAJoinedHost(t *testing.T) {
 	if b, _ := os.ReadFile(aside[0]); !bytes.Equal(b, next) {
 		t.Error("the file moved aside is not the new CA")
 	}
-	if rs, err := c.RenewHosts(t.Context(), []string{"server"}, true, 20*time.Second); err != nil || len(rs) != 1 {
+	if rs, err := certs.RenewHosts(t.Context(), c, []string{"server"}, true, 20*time.Second); err != nil || len(rs) != 1 {
 		t.Errorf("renewing the host after the rollback: %+v, %v", rs, err)
 	}
 }
