@@ -39,7 +39,7 @@ var commandWords = map[string]int{
 	"pkg/recovery/journal.go":   1,
 	"pkg/spec/validate.go":      3, // one line of a list of validation problems
 	"pkg/adopt/plan.go":         1, // the health gate, also a plan step
-	"pkg/pki/carotate.go":       1, // ErrRotationInProgress, met by many commands and the agent
+	"pkg/pki/rotationfiles.go":  1, // ErrRotationInProgress, met by many commands and the agent
 	"pkg/cluster/external.go":   2, // RequireOwnCerts, met by every certificate command
 	"pkg/cluster/status.go":     1, // a member answering for another, met by every command
 	// Returned by an agent over its API, then shown by the CLI.

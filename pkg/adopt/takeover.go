@@ -75,8 +75,8 @@ type TakeOverOptions struct {
 // client certificate signed by it, the members' trusted CA files holding
 // it alone, and their peer certificates of one common name when a member
 // restricts its peer port to one (--peer-cert-allowed-cn).
-func TakeOverCheck(ctx context.Context, c *cluster.Cluster, o TakeOverOptions, now time.Time) (*pki.CA, pki.TakeOverLeaves, error) {
-	var none pki.TakeOverLeaves
+func TakeOverCheck(ctx context.Context, c *cluster.Cluster, o TakeOverOptions, now time.Time) (*pki.CA, certs.TakeOverLeaves, error) {
+	var none certs.TakeOverLeaves
 	s := c.Spec
 	switch {
 	case !s.IsExternal():
@@ -120,7 +120,7 @@ func TakeOverCheck(ctx context.Context, c *cluster.Cluster, o TakeOverOptions, n
 		bad = append(bad, "the operator's client certificate "+err.Error())
 	}
 	peerCNs := map[string][]string{}
-	l := pki.TakeOverLeaves{Server: pki.Leaf{CN: s.Name + "-server"}}
+	l := certs.TakeOverLeaves{Server: certs.Leaf{CN: s.Name + "-server"}}
 	for _, m := range s.Members {
 		t := m.Adopted.TLS
 		for _, f := range []struct{ what, file string }{{"serving", t.ServerCert}, {"peer", t.PeerCert}} {
@@ -220,10 +220,10 @@ func TakeOver(ctx context.Context, c *cluster.Cluster, o TakeOverOptions) (*plan
 	dir := c.CertDir()
 	err = moveAsideOtherCA(c, dir, ca, now)
 	if err == nil {
-		err = pki.ImportCA(dir, ca)
+		err = certs.ImportCA(dir, ca)
 	}
 	if err == nil {
-		err = pki.IssueTakeOver(dir, leaves, c.Validity())
+		err = certs.IssueTakeOver(dir, leaves, c.Validity())
 	}
 	lock.Release()
 	if err != nil {

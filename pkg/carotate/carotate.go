@@ -211,9 +211,9 @@ func (e *Executor) Execute(ctx context.Context, p *plan.Plan, s *plan.Step) erro
 	}
 	switch s.Kind {
 	case StepPrepare:
-		return pki.RotationPrepare(dir, c.Spec.Name, c.Validity())
+		return certs.RotationPrepare(dir, c.Spec.Name, c.Validity())
 	case StepTrust:
-		if err := pki.RotationTrustBoth(dir); err != nil {
+		if err := certs.RotationTrustBoth(dir); err != nil {
 			return err
 		}
 		return certs.PushTrustBundle(ctx, c)
@@ -239,7 +239,7 @@ func (e *Executor) Execute(ctx context.Context, p *plan.Plan, s *plan.Step) erro
 		}
 		return e.reissue(dir, clients)
 	case StepDrop:
-		if err := pki.RotationDrop(dir); err != nil {
+		if err := certs.RotationDrop(dir); err != nil {
 			return err
 		}
 		return certs.PushTrustBundle(ctx, c)
@@ -294,7 +294,7 @@ func (e *Executor) reissue(dir string, want []string) error {
 	if len(names) == 0 {
 		return nil
 	}
-	rs, err := pki.RotationReissue(dir, e.C.Validity(), names, time.Now())
+	rs, err := certs.RotationReissue(dir, e.C.Validity(), names, time.Now())
 	for _, r := range rs {
 		e.Progress.Say("  %s reissued by the new CA (serial %s)", r.Name, r.NewSerial)
 	}
@@ -307,7 +307,7 @@ func (e *Executor) reissue(dir string, want []string) error {
 // member's client and peer port and every host's agent until the old CA
 // alone verifies none of them. Each part finds its work done on a re-run.
 func (e *Executor) retire(ctx context.Context, dir string) error {
-	names, err := pki.RotationRetireCross(dir)
+	names, err := certs.RotationRetireCross(dir)
 	for _, n := range names {
 		e.Progress.Say("  %s served without the cross-signed CA", n)
 	}

@@ -222,7 +222,7 @@ func (e *RollbackExecutor) Execute(ctx context.Context, p *plan.Plan, s *plan.St
 		// see served: each waited for, then its previous copy dropped.
 		var rs []pki.Renewal
 		if names := e.present(dir, []string{"server", "peer", "agent"}); len(names) > 0 {
-			if rs, err = pki.Unsettled(dir, names); err != nil {
+			if rs, err = certs.Unsettled(dir, names); err != nil {
 				return fmt.Errorf("CA rotation rollback: %w", err)
 			}
 		}
@@ -253,12 +253,12 @@ func (e *RollbackExecutor) Execute(ctx context.Context, p *plan.Plan, s *plan.St
 		_, err = e.rollback(dir, clients)
 		return err
 	case StepTrustOld:
-		if err := pki.RollbackTrustOld(dir); err != nil {
+		if err := certs.RollbackTrustOld(dir); err != nil {
 			return err
 		}
 		return certs.PushTrustBundle(ctx, c)
 	case StepRetireNext:
-		return pki.RollbackRetire(dir)
+		return certs.RollbackRetire(dir)
 	}
 	return fmt.Errorf("unknown step kind %q", s.Kind)
 }
@@ -284,7 +284,7 @@ func (e *RollbackExecutor) rollback(dir string, want []string) ([]pki.Renewal, e
 	if len(names) == 0 {
 		return nil, nil
 	}
-	rs, err := pki.RollbackLeaves(dir, e.C.Validity(), names, time.Now())
+	rs, err := certs.RollbackLeaves(dir, e.C.Validity(), names, time.Now())
 	for _, r := range rs {
 		e.Progress.Say("  %s issued by the old CA again (serial %s)", r.Name, r.NewSerial)
 	}

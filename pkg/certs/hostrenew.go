@@ -27,7 +27,7 @@ const hostCallTimeout = 10 * time.Second
 // force, all: the host's current certificate is read from its agent
 // (GET /v1/certs/NAME over mutual TLS, the agent's identity checked), checked
 // against the CA and the identity the leaf must have, reissued with the
-// same key (pki.Reissue), and pushed to the agent (PUT /v1/certs/NAME),
+// same key (Reissue), and pushed to the agent (PUT /v1/certs/NAME),
 // which checks it and installs it keeping the previous one. Then the
 // coordinator waits, within timeout, until new TLS handshakes with the
 // host's agent and its members' client and peer ports present the new
@@ -80,7 +80,7 @@ func RenewHosts(ctx context.Context, c *cluster.Cluster, names []string, force b
 		if !force && !v.WithDefaults().Due(cur, now) {
 			return nil, true, nil
 		}
-		certPEM, _, err := pki.Reissue(dir, v, cur, now)
+		certPEM, _, err := Reissue(dir, v, cur, now)
 		return certPEM, false, err
 	}
 	return renewHosts(ctx, c, hosts, leaves, renew, false, timeout)

@@ -69,7 +69,7 @@ func PushTrustBundle(ctx context.Context, c *cluster.Cluster) error {
 
 // RotateHostLeaves reissues the leaves of every joined host
 // (pki.HostLeafNames) from the next CA of the CA rotation in this
-// machine's certificate directory (pki.RotationReissueHost: the host's
+// machine's certificate directory (RotationReissueHost: the host's
 // key kept, the leaf followed by the next CA cross-signed by the old one,
 // so a member that still trusts the old CA alone verifies it), pushes them
 // (PUT /v1/certs/NAME), waits within timeout until the host's agent and
@@ -88,7 +88,7 @@ func RotateHostLeaves(ctx context.Context, c *cluster.Cluster, timeout time.Dura
 	v := c.Validity()
 	dir := c.CertDir()
 	sign := func(cur *x509.Certificate, _ []*x509.Certificate, now time.Time) ([]byte, bool, error) {
-		certPEM, _, done, err := pki.RotationReissueHost(dir, v, cur, now)
+		certPEM, _, done, err := RotationReissueHost(dir, v, cur, now)
 		return certPEM, done, err
 	}
 	return renewHosts(ctx, c, hosts, pki.HostLeafNames, sign, true, timeout)
@@ -97,7 +97,7 @@ func RotateHostLeaves(ctx context.Context, c *cluster.Cluster, timeout time.Dura
 // RollbackHostLeaves is RotateHostLeaves' way back (a CA rotation rolled
 // back before it dropped the old CA): every joined host's leaves
 // (pki.HostLeafNames) that the next CA signed are reissued by the old CA
-// (pki.RollbackReissueHost: the host's key kept, the leaf alone), pushed
+// (RollbackReissueHost: the host's key kept, the leaf alone), pushed
 // (PUT /v1/certs/NAME), waited for within timeout until the host's agent
 // and members serve them in live handshakes, and the previous ones
 // dropped. A leaf the old CA signed already is left alone (a re-run), and
@@ -114,7 +114,7 @@ func RollbackHostLeaves(ctx context.Context, c *cluster.Cluster, timeout time.Du
 	v := c.Validity()
 	dir := c.CertDir()
 	sign := func(cur *x509.Certificate, _ []*x509.Certificate, now time.Time) ([]byte, bool, error) {
-		return pki.RollbackReissueHost(dir, v, cur, now)
+		return RollbackReissueHost(dir, v, cur, now)
 	}
 	return renewHosts(ctx, c, hosts, pki.HostLeafNames, sign, true, timeout)
 }
@@ -123,7 +123,7 @@ func RollbackHostLeaves(ctx context.Context, c *cluster.Cluster, timeout time.Du
 // once every member was restarted trusting the new CA alone: each host's
 // leaves (pki.HostLeafNames), served until now followed by the new CA
 // cross-signed by the old one, are installed again as the leaf alone
-// (pki.RotationRetireCrossHost; PUT /v1/certs/NAME: the same certificate
+// (RotationRetireCrossHost; PUT /v1/certs/NAME: the same certificate
 // and key), waited for within timeout until the host's agent and members
 // serve them, and their previous copies dropped. A leaf already alone is
 // left as it is (a re-run), and its previous copy, if a crash left one,
@@ -139,7 +139,7 @@ func RetireHostCross(ctx context.Context, c *cluster.Cluster, timeout time.Durat
 	}
 	dir := c.CertDir()
 	sign := func(cur *x509.Certificate, chain []*x509.Certificate, _ time.Time) ([]byte, bool, error) {
-		return pki.RotationRetireCrossHost(dir, cur, chain)
+		return RotationRetireCrossHost(dir, cur, chain)
 	}
 	return renewHosts(ctx, c, hosts, pki.HostLeafNames, sign, true, timeout)
 }

@@ -65,7 +65,7 @@ func HostLeaves(c *cluster.Cluster) ([]string, error) {
 }
 
 // Renew renews the leaves of this machine's certificate directory
-// (pki.Renew: the named ones, or all; only those due unless force), then
+// (RenewDir: the named ones, or all; only those due unless force), then
 // waits until every member on this machine serves the renewed server and
 // peer certificates in new TLS handshakes (etcd loads its certificate files
 // at each handshake), and only then drops the previous certificates kept
@@ -88,7 +88,7 @@ func Renew(ctx context.Context, c *cluster.Cluster, names []string, force bool, 
 		return nil, fmt.Errorf("renew certificates: %w", err)
 	}
 	defer lock.Release()
-	rs, err := pki.Renew(c.CertDir(), c.Validity(), names, force, time.Now())
+	rs, err := RenewDir(c.CertDir(), c.Validity(), names, force, time.Now())
 	if err != nil || len(rs) == 0 {
 		return rs, err
 	}

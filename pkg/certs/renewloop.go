@@ -1,7 +1,7 @@
 // The automatic renewal of leaf certificates that each agent runs beside
 // its supervisor (RunRenewal): before a leaf of its host reaches
 // the end of its lifetime (at the spec's renewal point, tls.renewBefore),
-// the loop reissues it with the same key and names (pki.Renew), writes the
+// the loop reissues it with the same key and names (RenewDir), writes the
 // certificate file with one atomic rename, waits until the members on this
 // host serve it in new TLS handshakes (etcd loads its certificate files at
 // each handshake: no member restarts), and then drops the previous
