@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -213,23 +211,9 @@ func TakeOver(ctx context.Context, c *cluster.Cluster, o TakeOverOptions) (*plan
 	if err != nil {
 		return nil, err
 	}
-	lock, err := certs.Lock(ctx, c, time.Minute)
-	if err != nil {
+	if err := certs.TakeOver(ctx, c, ca, leaves, now); err != nil {
 		return nil, err
 	}
-	dir := c.CertDir()
-	err = moveAsideOtherCA(c, dir, ca, now)
-	if err == nil {
-		err = certs.ImportCA(dir, ca)
-	}
-	if err == nil {
-		err = certs.IssueTakeOver(dir, leaves, c.Validity())
-	}
-	lock.Release()
-	if err != nil {
-		return nil, err
-	}
-	c.Progress.Say("imported the CA %s into %s and issued the server (%s), peer (%s) and admin client certificates from it", ca.Cert.Subject.CommonName, dir, strings.Join(leaves.Server.Hosts, ","), leaves.Peer.CN)
 	p := &plan.Plan{ID: plan.NewID(plan.KindCertsTakeOver, now), Kind: plan.KindCertsTakeOver, Strategy: "rolling",
 		From: c.Spec.Version, To: c.Spec.Version, State: plan.Pending, CreatedAt: now.UTC()}
 	// The members in spec order, the leader last (rolling.Order): with
@@ -252,33 +236,6 @@ func TakeOver(ctx context.Context, c *cluster.Cluster, o TakeOverOptions) (*plan
 		return nil, err
 	}
 	return p, RunTakeOver(ctx, c, p.ID)
-}
-
-// moveAsideOtherCA moves a certificate set of Steward's own (a CA other
-// than ca, with the leaves it signed) out of the way, into
-// pki/before-take-over-TIME/: nothing is deleted.
-func moveAsideOtherCA(c *cluster.Cluster, dir string, ca *pki.CA, now time.Time) error {
-	b, err := os.ReadFile(filepath.Join(dir, pki.CACert))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if holds, _, _ := ca.Trusts(filepath.Join(dir, pki.CACert)); holds && len(b) > 0 {
-		return nil
-	}
-	aside := filepath.Join(dir, "before-take-over-"+now.UTC().Format("20060102T150405Z"))
-	if err := os.MkdirAll(aside, 0o700); err != nil {
-		return err
-	}
-	for _, f := range []string{pki.CACert, pki.CAKey, pki.ServerCert, pki.ServerKey, pki.PeerCert, pki.PeerKey, pki.ClientCert, pki.ClientKey} {
-		if err := os.Rename(filepath.Join(dir, f), filepath.Join(aside, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("move Steward's own certificates aside: %w", err)
-		}
-	}
-	c.Progress.Say("moved the certificates of another CA in %s aside into %s", dir, aside)
-	return nil
 }
 
 // RunTakeOver runs the take-over plan id from its first step not done.

@@ -2,6 +2,7 @@ package certs
 
 import (
 	"bytes"
+	"context"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
@@ -9,9 +10,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/etcd-steward/steward/internal/atomicfile"
+	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/pki"
 )
 
@@ -101,5 +104,59 @@ func IssueTakeOver(dir string, l TakeOverLeaves, v pki.Validity) error {
 			return fmt.Errorf("take-over certificates: issue %s: %w", f.cert, err)
 		}
 	}
+	return nil
+}
+
+// TakeOver puts the operator's CA (ca, checked by the caller: adopt's
+// TakeOverCheck) in charge of the certificate directory of c, under the
+// certificate lock (Lock): any certificate set of Steward's own signed by
+// another CA is moved aside first (moveAsideOtherCA), the CA imported
+// (ImportCA) and the leaves issued from it (IssueTakeOver). Each part
+// leaves what is done already as it is, so a take-over resumed redoes
+// nothing.
+func TakeOver(ctx context.Context, c *cluster.Cluster, ca *pki.CA, leaves TakeOverLeaves, now time.Time) error {
+	lock, err := Lock(ctx, c, time.Minute)
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
+	dir := c.CertDir()
+	if err := moveAsideOtherCA(c, dir, ca, now); err != nil {
+		return err
+	}
+	if err := ImportCA(dir, ca); err != nil {
+		return err
+	}
+	if err := IssueTakeOver(dir, leaves, c.Validity()); err != nil {
+		return err
+	}
+	c.Progress.Say("imported the CA %s into %s and issued the server (%s), peer (%s) and admin client certificates from it", ca.Cert.Subject.CommonName, dir, strings.Join(leaves.Server.Hosts, ","), leaves.Peer.CN)
+	return nil
+}
+
+// moveAsideOtherCA moves a certificate set of Steward's own (a CA other
+// than ca, with the leaves it signed) out of the way, into
+// pki/before-take-over-TIME/: nothing is deleted.
+func moveAsideOtherCA(c *cluster.Cluster, dir string, ca *pki.CA, now time.Time) error {
+	b, err := os.ReadFile(filepath.Join(dir, pki.CACert))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if holds, _, _ := ca.Trusts(filepath.Join(dir, pki.CACert)); holds && len(b) > 0 {
+		return nil
+	}
+	aside := filepath.Join(dir, "before-take-over-"+now.UTC().Format("20060102T150405Z"))
+	if err := os.MkdirAll(aside, 0o700); err != nil {
+		return err
+	}
+	for _, f := range []string{pki.CACert, pki.CAKey, pki.ServerCert, pki.ServerKey, pki.PeerCert, pki.PeerKey, pki.ClientCert, pki.ClientKey} {
+		if err := os.Rename(filepath.Join(dir, f), filepath.Join(aside, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("move Steward's own certificates aside: %w", err)
+		}
+	}
+	c.Progress.Say("moved the certificates of another CA in %s aside into %s", dir, aside)
 	return nil
 }
