@@ -57,8 +57,7 @@ func rollbackCAs(dir string) (*x509.Certificate, *ecdsa.PrivateKey, *x509.Certif
 // Every leaf is checked (key matches, signed by the old or the next CA)
 // before any is written.
 func RollbackLeaves(dir string, v pki.Validity, names []string, now time.Time) ([]pki.Renewal, error) {
-	v = v.WithDefaults()
-	old, oldKey, next, err := rollbackCAs(dir)
+	sel, err := rollback(dir, v, now)
 	if err != nil {
 		return nil, err
 	}
@@ -66,47 +65,7 @@ func RollbackLeaves(dir string, v pki.Validity, names []string, now time.Time) (
 	if err != nil {
 		return nil, fmt.Errorf("CA rollback: %w", err)
 	}
-	type due struct {
-		l    pki.LeafFiles
-		cert *x509.Certificate
-		key  *ecdsa.PrivateKey
-	}
-	var todo []due
-	for _, l := range ls {
-		c, k, err := pki.LoadLeaf(l.Cert, l.Key, nil)
-		if err != nil {
-			return nil, fmt.Errorf("CA rollback: %s: %w", l.Name, err)
-		}
-		if c.CheckSignatureFrom(old) == nil {
-			continue
-		}
-		if next == nil || c.CheckSignatureFrom(next) != nil {
-			return nil, fmt.Errorf("CA rollback: %s (issuer %q): %w: signed by neither the old nor the next CA", l.Name, c.Issuer.CommonName, pki.ErrNotSignedByCA)
-		}
-		todo = append(todo, due{l, c, k})
-	}
-	var out []pki.Renewal
-	for _, d := range todo {
-		data, nc := restorablePrev(d.l.Cert+pki.PrevSuffix, old, d.key, v, now)
-		if data == nil {
-			der, err := pki.ReissueBy(d.cert, &d.key.PublicKey, old, oldKey, v.Leaf, now)
-			if err != nil {
-				return out, fmt.Errorf("CA rollback: %s: %w", d.l.Name, err)
-			}
-			if nc, err = x509.ParseCertificate(der); err != nil {
-				return out, fmt.Errorf("CA rollback: %s: %w", d.l.Name, err)
-			}
-			data = pki.PEM(der)
-		}
-		// The next CA's leaf is kept first (a re-run after a crash
-		// reissues it from the old CA).
-		r, err := pki.ReplaceLeaf(d.l.Name, d.l.Cert, d.cert, nc, data)
-		if err != nil {
-			return out, fmt.Errorf("CA rollback: %w", err)
-		}
-		out = append(out, r)
-	}
-	return out, nil
+	return sel.leaves(ls, now)
 }
 
 // restorablePrev returns the certificate file at path (the one a
@@ -137,26 +96,12 @@ func restorablePrev(path string, old *x509.Certificate, key *ecdsa.PrivateKey, v
 // true when the old CA signed cert already (a step re-run). cert must
 // otherwise be the next CA's (ErrNotSignedByCA).
 func RollbackReissueHost(dir string, v pki.Validity, cert *x509.Certificate, now time.Time) (certPEM []byte, done bool, err error) {
-	v = v.WithDefaults()
-	old, oldKey, next, err := rollbackCAs(dir)
+	sel, err := rollback(dir, v, now)
 	if err != nil {
 		return nil, false, err
 	}
-	if cert.CheckSignatureFrom(old) == nil {
-		return nil, true, nil
-	}
-	if next == nil || cert.CheckSignatureFrom(next) != nil || cert.IsCA {
-		return nil, false, fmt.Errorf("CA rollback: reissue %q (issuer %q): %w: signed by neither the old nor the next CA", cert.Subject.CommonName, cert.Issuer.CommonName, pki.ErrNotSignedByCA)
-	}
-	pub, ok := cert.PublicKey.(*ecdsa.PublicKey)
-	if !ok {
-		return nil, false, fmt.Errorf("CA rollback: reissue %q: %w: not an ECDSA key", cert.Subject.CommonName, pki.ErrUnparsable)
-	}
-	der, err := pki.ReissueBy(cert, pub, old, oldKey, v.Leaf, now)
-	if err != nil {
-		return nil, false, fmt.Errorf("CA rollback: reissue %q: %w", cert.Subject.CommonName, err)
-	}
-	return pki.PEM(der), false, nil
+	certPEM, _, done, err = sel.leaf(fmt.Sprintf("reissue %q", cert.Subject.CommonName), cert, now)
+	return certPEM, done, err
 }
 
 // RollbackTrustOld makes ca.crt the old CA alone (replaced in place by one

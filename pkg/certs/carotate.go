@@ -104,62 +104,15 @@ func RotationTrustBoth(dir string) error {
 // already signed is left alone (idempotent). Every leaf is checked (key
 // matches, signed by the current or the next CA) before any is written.
 func RotationReissue(dir string, v pki.Validity, names []string, now time.Time) ([]pki.Renewal, error) {
-	v = v.WithDefaults()
 	ls, err := pki.FindLeaves(dir, names)
 	if err != nil {
 		return nil, fmt.Errorf("CA rotation: %w", err)
 	}
-	cur, err := pki.ParseCertFile(filepath.Join(dir, pki.CACert))
+	sel, err := rotation(dir, v)
 	if err != nil {
-		return nil, fmt.Errorf("CA rotation: current CA: %w", err)
+		return nil, err
 	}
-	next, nextKey, err := pki.LoadPair(filepath.Join(dir, pki.CANextCert), filepath.Join(dir, pki.CANextKey))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("CA rotation: %w", ErrNoRotation)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("CA rotation: next CA: %w", err)
-	}
-	cross, err := os.ReadFile(filepath.Join(dir, pki.CACross))
-	if err != nil {
-		return nil, fmt.Errorf("CA rotation: cross-signed CA: %w", err)
-	}
-	type due struct {
-		l    pki.LeafFiles
-		cert *x509.Certificate
-		key  *ecdsa.PrivateKey
-	}
-	var todo []due
-	for _, l := range ls {
-		c, k, err := pki.LoadLeaf(l.Cert, l.Key, nil)
-		if err != nil {
-			return nil, fmt.Errorf("CA rotation: %s: %w", l.Name, err)
-		}
-		if c.CheckSignatureFrom(next) == nil {
-			continue
-		}
-		if err := c.CheckSignatureFrom(cur); err != nil {
-			return nil, fmt.Errorf("CA rotation: %s (issuer %q): %w: %v", l.Name, c.Issuer.CommonName, pki.ErrNotSignedByCA, err)
-		}
-		todo = append(todo, due{l, c, k})
-	}
-	var out []pki.Renewal
-	for _, d := range todo {
-		der, err := pki.ReissueBy(d.cert, &d.key.PublicKey, next, nextKey, v.Leaf, now)
-		if err != nil {
-			return out, fmt.Errorf("CA rotation: %s: %w", d.l.Name, err)
-		}
-		nc, err := x509.ParseCertificate(der)
-		if err != nil {
-			return out, fmt.Errorf("CA rotation: %s: %w", d.l.Name, err)
-		}
-		r, err := pki.ReplaceLeaf(d.l.Name, d.l.Cert, d.cert, nc, append(pki.PEM(der), cross...))
-		if err != nil {
-			return out, fmt.Errorf("CA rotation: %w", err)
-		}
-		out = append(out, r)
-	}
-	return out, nil
+	return sel.leaves(ls, now)
 }
 
 // RotationDrop makes the next CA the CA: the old pair is kept as

@@ -1,12 +1,8 @@
 package certs
 
 import (
-	"crypto/ecdsa"
 	"crypto/x509"
-	"encoding/pem"
-	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -20,34 +16,12 @@ import (
 // leaf the CA signed (ErrNotSignedByCA otherwise); without the CA key it is
 // ErrNoCAKey. It returns the renewal PEM-encoded and parsed.
 func Reissue(dir string, v pki.Validity, cert *x509.Certificate, now time.Time) ([]byte, *x509.Certificate, error) {
-	v = v.WithDefaults()
-	ca, err := pki.ParseCertFile(filepath.Join(dir, pki.CACert))
+	sel, err := renewal(dir, fmt.Sprintf("reissue %q", cert.Subject.CommonName), v, true, now)
 	if err != nil {
-		return nil, nil, fmt.Errorf("reissue %q: CA: %w", cert.Subject.CommonName, err)
+		return nil, nil, err
 	}
-	if err := cert.CheckSignatureFrom(ca); err != nil || cert.IsCA {
-		return nil, nil, fmt.Errorf("reissue %q (issuer %q): %w (%q)", cert.Subject.CommonName, cert.Issuer.CommonName, pki.ErrNotSignedByCA, ca.Subject.CommonName)
-	}
-	pub, ok := cert.PublicKey.(*ecdsa.PublicKey)
-	if !ok {
-		return nil, nil, fmt.Errorf("reissue %q: %w: not an ECDSA key", cert.Subject.CommonName, pki.ErrUnparsable)
-	}
-	caKey, err := pki.ReadKey(filepath.Join(dir, pki.CAKey))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil, fmt.Errorf("reissue %q: %w (%s): renew it where the CA key is", cert.Subject.CommonName, pki.ErrNoCAKey, filepath.Join(dir, pki.CAKey))
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("reissue %q: CA key: %w", cert.Subject.CommonName, err)
-	}
-	der, err := pki.ReissueBy(cert, pub, ca, caKey, v.Leaf, now)
-	if err != nil {
-		return nil, nil, fmt.Errorf("reissue %q: %w", cert.Subject.CommonName, err)
-	}
-	nc, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, nil, fmt.Errorf("reissue %q: %w", cert.Subject.CommonName, err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nc, nil
+	certPEM, nc, _, err := sel.leaf("", cert, now)
+	return certPEM, nc, err
 }
 
 // RotationReissueHost signs, with the next CA of a rotation in dir (the
@@ -57,41 +31,11 @@ func Reissue(dir string, v pki.Validity, cert *x509.Certificate, now time.Time) 
 // already (a step re-run). cert must otherwise be signed by the current CA
 // (ErrNotSignedByCA).
 func RotationReissueHost(dir string, v pki.Validity, cert *x509.Certificate, now time.Time) (certPEM []byte, nc *x509.Certificate, done bool, err error) {
-	v = v.WithDefaults()
-	next, nextKey, err := pki.LoadPair(filepath.Join(dir, pki.CANextCert), filepath.Join(dir, pki.CANextKey))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil, false, fmt.Errorf("CA rotation: %w", ErrNoRotation)
-	}
+	sel, err := rotation(dir, v)
 	if err != nil {
-		return nil, nil, false, fmt.Errorf("CA rotation: next CA: %w", err)
+		return nil, nil, false, err
 	}
-	if cert.CheckSignatureFrom(next) == nil {
-		return nil, nil, true, nil
-	}
-	cur, err := pki.ParseCertFile(filepath.Join(dir, pki.CACert))
-	if err != nil {
-		return nil, nil, false, fmt.Errorf("CA rotation: current CA: %w", err)
-	}
-	if err := cert.CheckSignatureFrom(cur); err != nil || cert.IsCA {
-		return nil, nil, false, fmt.Errorf("CA rotation: reissue %q (issuer %q): %w (%q)", cert.Subject.CommonName, cert.Issuer.CommonName, pki.ErrNotSignedByCA, cur.Subject.CommonName)
-	}
-	pub, ok := cert.PublicKey.(*ecdsa.PublicKey)
-	if !ok {
-		return nil, nil, false, fmt.Errorf("CA rotation: reissue %q: %w: not an ECDSA key", cert.Subject.CommonName, pki.ErrUnparsable)
-	}
-	cross, err := os.ReadFile(filepath.Join(dir, pki.CACross))
-	if err != nil {
-		return nil, nil, false, fmt.Errorf("CA rotation: cross-signed CA: %w", err)
-	}
-	der, err := pki.ReissueBy(cert, pub, next, nextKey, v.Leaf, now)
-	if err != nil {
-		return nil, nil, false, fmt.Errorf("CA rotation: reissue %q: %w", cert.Subject.CommonName, err)
-	}
-	nc, err = x509.ParseCertificate(der)
-	if err != nil {
-		return nil, nil, false, fmt.Errorf("CA rotation: reissue %q: %w", cert.Subject.CommonName, err)
-	}
-	return append(pki.PEM(der), cross...), nc, false, nil
+	return sel.leaf(fmt.Sprintf("reissue %q", cert.Subject.CommonName), cert, now)
 }
 
 // RotationRetireCrossHost is RotationRetireCross for a leaf of a joined
