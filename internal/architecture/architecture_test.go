@@ -175,6 +175,9 @@ func TestRulesBite(t *testing.T) {
 		{"pkg/membership", "pkg/agentapi"},
 		{"pkg/recovery", "pkg/agentapi"},
 		{"pkg/spec", commands + "/up"},
+		{"pkg/upgrade", "pkg/certs"},
+		{"pkg/cluster", "pkg/certs"},
+		{"pkg/agent", "pkg/certs"},
 	} {
 		if rule(tc.from, tc.to) == "" {
 			t.Errorf("%s importing %s is allowed; the rules say it must not be", tc.from, tc.to)
@@ -191,6 +194,8 @@ func TestRulesBite(t *testing.T) {
 		{"pkg/upgrade", "pkg/memberrt"},
 		{"pkg/restore", "pkg/agentapi"},
 		{"pkg/cluster", "pkg/agentapi"},
+		{"pkg/carotate", "pkg/certs"},
+		{"pkg/adopt", "pkg/certs"},
 	} {
 		if why := rule(tc.from, tc.to); why != "" {
 			t.Errorf("%s importing %s is refused (%s); the rules allow it", tc.from, tc.to, why)
