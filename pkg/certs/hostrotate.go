@@ -16,7 +16,7 @@ import (
 )
 
 // The joined hosts' part of a CA rotation (package carotate): the caller
-// holds the certificate lock (LockCertificates) and has done the same work
+// holds the certificate lock (Lock) and has done the same work
 // in this machine's certificate directory first.
 
 // remoteHosts returns the spec's agents on joined hosts.

@@ -57,14 +57,14 @@ func HostLeafPath(dir, name string) (string, error) {
 }
 
 // Install replaces the host leaf name (HostLeafNames) of the certificate
-// directory dir with certPEM, a renewal the coordinator signed (Reissue).
+// directory dir with certPEM, a renewal the coordinator signed (pkg/certs.Reissue).
 // Every check comes before anything is written: the certificate parses
 // (ErrUnparsable), is for the key already in NAME.key (ErrKeyMismatch),
 // has the subject of the certificate it replaces (ErrNotSameLeaf), was
 // signed by a CA of the bundle in dir (ErrNotSignedByCA; during a CA
 // rotation, the next CA, followed by that CA cross-signed by the old one,
 // the only CA certificates accepted after the leaf) and is valid at now
-// (ErrNotValidNow). Then, as Renew does, the current certificate is kept
+// (ErrNotValidNow). Then, as a renewal does (pkg/certs.RenewDir), the current certificate is kept
 // as NAME.crt.prev and NAME.crt replaced by one atomic rename; the key
 // file is not touched. ForgetPrevious drops the copy once the new serial
 // is served.

@@ -15,7 +15,7 @@ import (
 )
 
 // A CA rotation of a cluster with joined hosts: the coordinator signs
-// the hosts' leaves with the next CA (RotationReissueHost) and pushes
+// the hosts' leaves with the next CA (pkg/certs.RotationReissueHost) and pushes
 // them (Install accepts the leaf followed by the cross-signed CA), and
 // pushes its trust bundle, ca.crt, to each host (InstallTrustBundle).
 

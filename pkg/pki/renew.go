@@ -20,7 +20,8 @@ import (
 // a live handshake (ForgetPrevious).
 const PrevSuffix = ".prev"
 
-// Renewal is one leaf Renew replaced.
+// Renewal is one leaf a renewal, a CA rotation or its rollback replaced
+// (ReplaceLeaf, Install).
 type Renewal struct {
 	// Host is the agent of the host whose certificate it is, when not
 	// this machine's (a renewal the coordinator pushed to a joined host).
@@ -111,7 +112,7 @@ type ClientFiles struct {
 // IssueClient issues a client certificate (client auth only, common name
 // name) for a user of etcd such as kube-apiserver, from the CA in dir,
 // valid for lifetime (v.Leaf when zero), and records it in dir/clients
-// (NAME.crt, NAME.key 0600), where Inventory lists it and Renew renews it.
+// (NAME.crt, NAME.key 0600), where Inventory lists it and a renewal renews it.
 // A client of that name already issued is reissued with a new key. With
 // out set, the CA, certificate and key are also copied there (directory
 // 0700, key 0600) and the copies are returned.

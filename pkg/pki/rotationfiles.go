@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 )
 
-// Files of a CA rotation (RotationPrepare ... RotationDrop), beside ca.crt
+// Files of a CA rotation (pkg/certs: RotationPrepare ... RotationDrop), beside ca.crt
 // and ca.key in the certificate directory.
 const (
 	// CANextCert and CANextKey are the new CA while the rotation runs.
@@ -35,5 +35,5 @@ func RotationInProgress(dir string) bool {
 }
 
 // AbortedSuffix prefixes the suffix the next CA's files are moved aside
-// with by RollbackRetire (ca-next.crt.aborted-SERIAL).
+// with by pkg/certs.RollbackRetire (ca-next.crt.aborted-SERIAL).
 const AbortedSuffix = ".aborted-"

@@ -91,7 +91,7 @@ Later runs need only --dir.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			// The continuous backup loop, automatic recovery and the
-			// certificate renewal (pkg/certrenew) run beside
+			// certificate renewal (pkg/certs.RunRenewal) run beside
 			// the supervisor, from the cluster spec of this directory (on a
 			// host of a multi-host cluster, the copy the coordinator hands
 			// over; they wait quietly until there is one). The backup loop
