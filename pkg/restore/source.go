@@ -98,11 +98,14 @@ func (s *storeSource) fetch(ctx context.Context, dst string) (prepared, error) {
 	}
 	p.revision, p.deltas = m.EndRevision, len(s.chain.Deltas)
 	if len(s.chain.Deltas) > 0 {
-		s.c.Progress.Say("replaying %d delta segments (revisions %d to %d)", len(s.chain.Deltas), m.EndRevision+1, s.chain.End)
+		s.c.Progress.Say("%s", replaying(m, s.chain, o))
 		p.revision, err = backup.Apply(ctx, s.store, key, dst, m.EndRevision, s.chain.Deltas,
 			backup.ApplyOptions{ToRevision: o.ToRevision, ToTime: o.ToTime})
 		if err != nil {
 			return p, err
+		}
+		if msg := replayed(m, p.revision, o); msg != "" {
+			s.c.Progress.Say("%s", msg)
 		}
 	}
 	if o.ToRevision > 0 && p.revision != o.ToRevision {
