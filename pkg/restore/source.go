@@ -29,6 +29,9 @@ type storeSource struct {
 	full  backup.Manifest
 	chain backup.Chain
 	o     Options
+	// listing is what the store held, for a refusal that names another
+	// backup (lowerStorageVersion).
+	listing backup.Listing
 }
 
 // openStore picks the chain o asks for and checks what can refuse it
@@ -49,7 +52,7 @@ func openStore(ctx context.Context, c *cluster.Cluster, o Options, verb string) 
 		c.Progress.Say("ignored %s", i)
 	}
 	m, chain, err := pickChain(listing, store.String(), o)
-	s := &storeSource{c: c, store: store, full: m, chain: chain, o: o}
+	s := &storeSource{c: c, store: store, full: m, chain: chain, o: o, listing: listing}
 	if err != nil {
 		return s, err
 	}
