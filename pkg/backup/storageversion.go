@@ -22,7 +22,7 @@ var (
 // ErrStorageTooNew: a database's storage version is more than one minor
 // newer than the etcd it is to run under; etcd downgrades one minor at a
 // time, and so does LowerStorageVersion.
-var ErrStorageTooNew = errors.New("storage version too new")
+var ErrStorageTooNew = errors.New("written by a newer etcd")
 
 // StorageVersion is what LowerStorageVersion found and did.
 type StorageVersion struct {
@@ -75,11 +75,11 @@ func LowerStorageVersion(path, target string) (StorageVersion, error) {
 		}
 		switch {
 		case maj != tmaj:
-			return fmt.Errorf("%w: storage version %s is of another major version than etcd %s", ErrStorageTooNew, sv.From, target)
+			return fmt.Errorf("%w: its storage version %s is of another major version than etcd %s", ErrStorageTooNew, sv.From, target)
 		case mi <= tmin:
 			return nil
 		case mi > tmin+1:
-			return fmt.Errorf("%w: storage version %s is %d minors newer than etcd %s, and etcd lowers a database's storage version one minor at a time",
+			return fmt.Errorf("%w: its storage version %s is %d minors newer than etcd %s, and etcd lowers a database's storage version one minor at a time",
 				ErrStorageTooNew, sv.From, mi-tmin, target)
 		}
 		to := fmt.Sprintf("%d.%d.0", tmaj, tmin)
@@ -109,6 +109,9 @@ func LowerStorageVersion(path, target string) (StorageVersion, error) {
 	})
 	if cerr := db.Close(); err == nil {
 		err = cerr
+	}
+	if errors.Is(err, ErrStorageTooNew) {
+		return sv, err // about the database's version, not this file
 	}
 	if err != nil {
 		return sv, fmt.Errorf("lower storage version of %s: %w", path, err)

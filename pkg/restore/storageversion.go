@@ -35,7 +35,7 @@ func lowerStorageVersion(c *cluster.Cluster, p prepared, targets []spec.Member, 
 	}
 	sv, err := backup.LowerStorageVersion(p.snapshot, target)
 	if errors.Is(err, backup.ErrStorageTooNew) {
-		return refusal.New(ErrBackupTooNew, "refusing to restore %s: %v; etcd %s (the version of the restored members) cannot start on it: %s",
+		return refusal.New(ErrBackupTooNew, "refusing to restore %s: %v, so etcd %s (the restored members' version) cannot start on it: %s",
 			p.from, err, target, olderSource(src, target))
 	}
 	if err != nil {
@@ -61,7 +61,7 @@ func olderSource(src source, target string) string {
 		for i := len(s.listing.Backups) - 1; i >= 0; i-- {
 			m := s.listing.Backups[i]
 			if maj, mi := minorOf(m.EtcdVersion); m.Kind == backup.KindFull && m.ID != s.full.ID && maj == tmaj && mi >= 0 && mi <= tmin+1 {
-				return fmt.Sprintf("restore backup %s instead (taken by etcd %s, the newest %d.%d can start on; later writes are not in it), or run the restored members on etcd %d.%d or later",
+				return fmt.Sprintf("restore backup %s instead (taken by etcd %s, the newest full backup %d.%d can start on; the deltas after it are replayed as usual), or run the restored members on etcd %d.%d or later",
 					m.ID, m.EtcdVersion, tmaj, tmin, tmaj, tmin+1)
 			}
 		}

@@ -103,10 +103,13 @@ func TestRestoreAfterRollback(t *testing.T) {
 		before, _ := filepath.Glob(filepath.Join(e.Dir, "members", "*", "data*"))
 		out := e.MustFail("restore", "--force", "--backup", newer.ID)
 		t.Logf("refused: %s", out)
-		for _, want := range []string{"refusing to restore " + newer.ID, "storage version " + harness.Minor(vs[2]) + ".0", "etcd " + vs[0], "restore backup "} {
+		for _, want := range []string{"refusing to restore " + newer.ID, "storage version " + harness.Minor(vs[2]) + ".0", "etcd " + vs[0], "restore backup ", "name the older backup with --backup ID"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("refusal does not say %q:\n%s", want, out)
 			}
+		}
+		if strings.Contains(out, "tmp-restore-") {
+			t.Errorf("refusal names the restore's temporary file:\n%s", out)
 		}
 		after, _ := filepath.Glob(filepath.Join(e.Dir, "members", "*", "data*"))
 		if len(after) != len(before) {

@@ -40,6 +40,7 @@ restored cluster with ` + "`steward up`" + `.`,
 			_, err = restore.Run(cmd.Context(), c, o)
 			err = cli.Hint(err, restore.ErrOtherCluster, "use --allow-other-cluster to build this cluster from it anyway")
 			err = cli.Hint(err, restore.ErrUntrustedManifests, "remove or repair them, use --allow-unauthenticated for manifests written before the cluster had its backup key, or --skip-untrusted to restore without them")
+			err = cli.Hint(err, restore.ErrBackupTooNew, "name the older backup with --backup ID")
 			err = cli.Hint(err, restore.ErrDataDirsHoldData, "use --force to move them aside (they are kept, not deleted)")
 			err = cli.Hint(err, restore.ErrSourceConflict, "leave out --backup, --to-revision, --to-time, --key-file, --allow-unauthenticated and --skip-untrusted with --from-snapshot")
 			err = cli.KeyHint(err)
