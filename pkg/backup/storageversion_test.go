@@ -2,6 +2,7 @@ package backup
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -111,4 +112,47 @@ func TestLowerStorageVersion(t *testing.T) {
 	if _, err := LowerStorageVersion(svDB(t, "3.7.0", ""), "latest"); err == nil {
 		t.Error("a target that is no version was accepted")
 	}
+}
+
+// FuzzLowerStorageVersion: whatever versions a database holds (they are
+// read from disk) and whatever the target, LowerStorageVersion does not
+// panic, refuses without writing, and when it lowers leaves the target's
+// minor (or, for 3.5, no storage version).
+func FuzzLowerStorageVersion(f *testing.F) {
+	for _, s := range [][3]string{
+		{"3.7.0", "3.7.0", "3.6.16"}, {"3.6.0", "3.6.0", "3.5.35"}, {"3.7.0", "3.7.0", "3.5.35"},
+		{"", "3.5.0", "3.6.16"}, {"garbage", "3.7.0", "3.6.16"}, {"3.-1.0", "x", "3.6"}, {"99999999999999999999.1.0", "", "3.6.16"},
+	} {
+		f.Add(s[0], s[1], s[2])
+	}
+	f.Fuzz(func(t *testing.T, storage, cluster, target string) {
+		if storage == "" && cluster == "" {
+			return // nothing to write: svDB leaves the fields out
+		}
+		path := svDB(t, storage, cluster)
+		sv, err := LowerStorageVersion(path, target)
+		s, c := svRead(t, path)
+		switch {
+		case err != nil && (s != orNone(storage) || c != orNone(cluster)):
+			t.Fatalf("refused (%v) but wrote: storage %q cluster %q", err, s, c)
+		case err == nil && !sv.Lowered && (s != orNone(storage) || c != orNone(cluster)):
+			t.Fatalf("not lowered but wrote: storage %q cluster %q", s, c)
+		case err == nil && sv.Lowered:
+			maj, mi, _ := minorOf(target)
+			want := fmt.Sprintf("%d.%d.0", maj, mi)
+			if maj == 3 && mi < 6 {
+				want = "<none>"
+			}
+			if s != want {
+				t.Fatalf("lowered to storage %q, want %q", s, want)
+			}
+		}
+	})
+}
+
+func orNone(v string) string {
+	if v == "" {
+		return "<none>"
+	}
+	return v
 }

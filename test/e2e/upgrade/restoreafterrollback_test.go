@@ -23,7 +23,9 @@ import (
 // holding every acknowledged write: the restore lowers the storage and
 // cluster versions as etcd's downgrade does. The same backup into 3.5 (two
 // minors older) is refused before anything changes, naming a backup that
-// 3.5 can start on.
+// 3.5 can start on. `inspect storage-versions --backup` reads the full
+// snapshot recover took after its restore (the restore's marker record in
+// it).
 func TestRestoreAfterRollback(t *testing.T) {
 	t.Parallel()
 	vs := harness.Versions()
@@ -69,6 +71,13 @@ func TestRestoreAfterRollback(t *testing.T) {
 		cli := e.Client()
 		workload.RequireKeys(t, cli, res)
 		cli.Close()
+		// The fresh full snapshot holds the empty record the restore wrote
+		// at the bumped revision: inspect reads it as backup verify does.
+		if rep.FreshBackup == "" {
+			t.Fatalf("recover took no fresh full snapshot: %s", out)
+		}
+		e.MustRun("backup", "verify", rep.FreshBackup)
+		e.MustRun("inspect", "storage-versions", "--backup", rep.FreshBackup)
 	}) {
 		return
 	}
