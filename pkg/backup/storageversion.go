@@ -24,6 +24,10 @@ var (
 // time, and so does LowerStorageVersion.
 var ErrStorageTooNew = errors.New("written by a newer etcd")
 
+// errUnchanged rolls LowerStorageVersion's transaction back when there is
+// nothing to lower.
+var errUnchanged = errors.New("unchanged")
+
 // StorageVersion is what LowerStorageVersion found and did.
 type StorageVersion struct {
 	// From is the database's storage version as it was ("3.7.0"; "" for a
@@ -67,7 +71,7 @@ func LowerStorageVersion(path, target string) (StorageVersion, error) {
 		sv.From = string(mb.Get(storageVersionKey))
 		sv.To = sv.From
 		if sv.From == "" {
-			return nil // written by 3.5: no storage version; any 3.5 or later opens it
+			return errUnchanged // written by 3.5: no storage version; any 3.5 or later opens it
 		}
 		maj, mi, err := minorOf(sv.From)
 		if err != nil {
@@ -77,7 +81,7 @@ func LowerStorageVersion(path, target string) (StorageVersion, error) {
 		case maj != tmaj:
 			return fmt.Errorf("%w: its storage version %s is of another major version than etcd %s", ErrStorageTooNew, sv.From, target)
 		case mi <= tmin:
-			return nil
+			return errUnchanged
 		case mi > tmin+1:
 			return fmt.Errorf("%w: its storage version %s is %d minors newer than etcd %s, and etcd lowers a database's storage version one minor at a time",
 				ErrStorageTooNew, sv.From, mi-tmin, target)
@@ -109,6 +113,9 @@ func LowerStorageVersion(path, target string) (StorageVersion, error) {
 	})
 	if cerr := db.Close(); err == nil {
 		err = cerr
+	}
+	if errors.Is(err, errUnchanged) {
+		return sv, nil // rolled back: nothing written, not even a commit
 	}
 	if errors.Is(err, ErrStorageTooNew) {
 		return sv, err // about the database's version, not this file
