@@ -261,10 +261,17 @@ func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*clust
 				say.Say("note: member %s runs with an older config; `steward member stop %s` then `start` applies the spec", m.Name, m.Name)
 			}
 		}
+		// Running before this up (not started a moment ago by the agent
+		// this up started): Start leaves it as it is.
+		wasRunning := !started && (running[m.Name] && m.Agent == spec.LocalAgent || ms.State == agentapi.StateRunning)
 		if _, err := ac.Start(ctx, m.Name); err != nil {
 			return nil, warnings, fmt.Errorf("start member %s: %w", m.Name, err)
 		}
-		say.Say("started member %s (%s)", m.Name, m.ClientURL)
+		if wasRunning {
+			say.Say("member %s was already running (%s)", m.Name, m.ClientURL)
+		} else {
+			say.Say("started member %s (%s)", m.Name, m.ClientURL)
+		}
 	}
 	// The hosts' copies of the spec: their backup loops run from it.
 	if err := c.PushSpec(ctx); err != nil {

@@ -198,7 +198,7 @@ DIR/status/certrenew.json, which ` + "`steward status`" + ` reports (Certificate
 		},
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "renew every leaf certificate")
-	cmd.Flags().BoolVar(&watch, "watch", false, "renew automatically at the renewal point until stopped (what `steward up` runs on a multi-host coordinator without a local agent)")
+	cmd.Flags().BoolVar(&watch, "watch", false, "renew automatically at the renewal point until stopped (what steward up runs on a multi-host coordinator without a local agent)")
 	cmd.Flags().DurationVar(&timeout, "timeout", time.Minute, "how long to wait for the members to serve the renewed certificates")
 	return cmd
 }
