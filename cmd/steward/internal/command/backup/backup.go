@@ -30,7 +30,7 @@ func nowCommand(g *cli.Globals) *cobra.Command {
 		Short: "Take a verified full snapshot now (from the leader unless --member)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.Cluster(cmd)
+			c, err := g.RunningCluster(cmd, "take a backup")
 			if err != nil {
 				return err
 			}

@@ -24,7 +24,7 @@ and says why: defragmenting blocks a member, and blocking one while another is d
 can cost quorum.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.Cluster(cmd)
+			c, err := g.RunningCluster(cmd, "defragment")
 			if err != nil {
 				return err
 			}
