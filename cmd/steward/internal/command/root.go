@@ -17,6 +17,7 @@ import (
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/down"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/env"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/etcd"
+	"github.com/etcd-steward/steward/cmd/steward/internal/command/etcdctl"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/host"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/initcluster"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/inspect"
@@ -69,6 +70,7 @@ func NewRootCommand() *cobra.Command {
 		attach.NewCommand(g),
 		down.NewCommand(g),
 		env.NewCommand(g),
+		etcdctl.NewCommand(g),
 		status.NewCommand(g),
 		member.NewCommand(g),
 		leader.NewCommand(g),
