@@ -29,7 +29,11 @@ func TestEtcdctl(t *testing.T) {
 					s.BinaryStore = "" // DIR/binaries: empty
 				}
 			})
-			e.MustRun("up")
+			// up names the binary as it was run (the harness runs it by
+			// its path), not a `steward` the shell may not find.
+			if out := e.MustRun("up"); !strings.Contains(out, "etcdctl: "+e.Bin+" etcdctl --dir "+e.Dir) || !strings.Contains(out, e.Bin+" env --dir "+e.Dir) {
+				t.Errorf("up does not name the binary as it was run (%s):\n%s", e.Bin, out)
+			}
 			if out := e.MustRun("etcdctl", "version"); !strings.Contains(out, "etcdctl version: "+tc.version) {
 				t.Errorf("etcdctl version, want %s:\n%s", tc.version, out)
 			}
