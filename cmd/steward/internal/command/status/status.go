@@ -105,9 +105,11 @@ func dash(s string) string {
 	return s
 }
 
+// size is a member's database size in the table: IEC units (cli.Bytes),
+// "-" when the member did not say.
 func size(n int64) string {
 	if n == 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%.1f MB", float64(n)/1e6)
+	return cli.Bytes(n)
 }
