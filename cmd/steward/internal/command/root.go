@@ -3,6 +3,9 @@
 package command
 
 import (
+	"fmt"
+	"strings"
+
 	"github.com/spf13/cobra"
 
 	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
@@ -64,6 +67,9 @@ func NewRootCommand() *cobra.Command {
 			stopProfile()
 		}
 	}
+	// A flag error for the output format spelled as its own flag
+	// (--json, as kubectl users type it) names -o.
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return outputFlagHint(err) })
 	root.AddCommand(
 		initcluster.NewCommand(g),
 		up.NewCommand(g),
@@ -93,4 +99,15 @@ func NewRootCommand() *cobra.Command {
 		etcd.NewCommand(),
 	)
 	return root
+}
+
+// outputFlagHint adds to cobra's "unknown flag: --json" (--yaml, --table)
+// the flag that selects the output format.
+func outputFlagHint(err error) error {
+	for _, f := range []string{"json", "yaml", "table"} {
+		if msg := err.Error(); msg == "unknown flag: --"+f || strings.HasPrefix(msg, "unknown flag: --"+f+"=") {
+			return fmt.Errorf("%w: the output format is -o %s (--output %s)", err, f, f)
+		}
+	}
+	return err
 }
