@@ -76,7 +76,7 @@ func TestMovedAdvice(t *testing.T) {
 		{"rotation done", CARollbackHint(carotate.RollbackOf(rotation(plan.Done, plan.Done))),
 			"the CA rotation is done (plan ca-rotation-1): its new CA is the CA; to change the CA again, run `steward certs rotate-ca`"},
 		{"old CA dropped", CARollbackHint(carotate.RollbackOf(rotation(plan.Failed, plan.Failed))),
-			"the old CA was dropped at step 1: `steward plan resume` finishes the rotation; to go back, run `steward certs rotate-ca` again after it"},
+			"the old CA was dropped at step 2: `steward plan resume` finishes the rotation; to go back, run `steward certs rotate-ca` again after it"},
 		{"a plan runs", CARollbackHint(carotate.ErrPlanRunning),
 			"another steward process is running a plan in this Steward directory: `steward plan abort` stops it after its step, then `steward rollback` rolls a CA rotation back"},
 		{"a plan runs elsewhere", CARollbackHint(plan.ErrLocked), plan.ErrLocked.Error()},
