@@ -45,6 +45,10 @@ type UpOptions struct {
 	// address (127.0.0.2) so that clusters on one machine never share a
 	// port. For an existing spec it must be its local members' address.
 	Address string
+	// NoMetrics writes a new spec whose agent serves no Prometheus
+	// metrics (by default it serves them on loopback: spec.NewDefault).
+	// For an existing spec it must not contradict the spec's agent.
+	NoMetrics bool
 	// StewardBinary is the executable that runs the agent (default: this one).
 	StewardBinary string
 	// Timeout bounds the wait for a healthy cluster.
@@ -150,6 +154,9 @@ func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*clust
 		if o.BinaryStore != "" && s.BinaryStoreDir(dir) != spec.Path(dir, o.BinaryStore) {
 			return nil, nil, newClusterOnly("BinaryStore", "%s uses the binary store %s; another store applies only to a new cluster (edit binaryStore in the spec)", specPath, s.BinaryStoreDir(dir))
 		}
+		if a, ok := s.Agent(spec.LocalAgent); ok && o.NoMetrics && a.MetricsAddress != "" {
+			return nil, nil, newClusterOnly("NoMetrics", "%s has the agent serve metrics at %s; turning them off applies only to a new cluster (remove metricsAddress from the spec)", specPath, a.MetricsAddress)
+		}
 	} else {
 		if o.Members == 0 {
 			o.Members = 3
@@ -168,7 +175,7 @@ func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*clust
 		}
 		s, err = spec.NewDefault(spec.DefaultOptions{
 			Members: o.Members, Version: nv, StewardDir: dir, TLSOff: o.TLSOff,
-			Host: host, FreePort: spec.FreePort(host),
+			Host: host, FreePort: spec.FreePort(host), NoMetrics: o.NoMetrics,
 		})
 		if err != nil {
 			return nil, nil, err

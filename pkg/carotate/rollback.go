@@ -89,7 +89,7 @@ func RollbackOf(latest *plan.Plan) error {
 	}
 	for _, s := range latest.Steps {
 		if s.Kind == StepDrop && s.State != plan.Pending {
-			return fmt.Errorf("%w at step %d", ErrOldCADropped, s.Index)
+			return fmt.Errorf("%w at step %d", ErrOldCADropped, s.Number())
 		}
 	}
 	return nil

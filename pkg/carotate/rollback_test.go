@@ -64,9 +64,9 @@ func TestRollbackOf(t *testing.T) {
 		{name: "an upgrade", p: &plan.Plan{ID: "upgrade-1", Kind: plan.KindUpgrade, State: plan.Failed}, err: ErrNoRotationToRollBack, text: "upgrade plan upgrade-1"},
 		{name: "done", p: rotationAt(t, 99, plan.Pending, plan.Done), err: ErrRotationDone, text: "): its new CA is the CA"},
 		{name: "rolled back", p: rotationAt(t, 2, plan.Pending, plan.RolledBack), err: ErrRolledBack, text: "rolled back already"},
-		{name: "drop running", p: rotationAt(t, 4, plan.Running, plan.Running), err: ErrOldCADropped, text: "the old CA was dropped at step 4"},
-		{name: "drop failed", p: rotationAt(t, 4, plan.Failed, plan.Failed), err: ErrOldCADropped, text: "step 4"},
-		{name: "aborted in the restarts", p: rotationAt(t, 6, plan.Pending, plan.Aborted), err: ErrOldCADropped, text: "step 4"},
+		{name: "drop running", p: rotationAt(t, 4, plan.Running, plan.Running), err: ErrOldCADropped, text: "the old CA was dropped at step 5"},
+		{name: "drop failed", p: rotationAt(t, 4, plan.Failed, plan.Failed), err: ErrOldCADropped, text: "step 5"},
+		{name: "aborted in the restarts", p: rotationAt(t, 6, plan.Pending, plan.Aborted), err: ErrOldCADropped, text: "step 5"},
 		{name: "a rollback that failed", p: &plan.Plan{ID: "r-1", Kind: plan.KindCARotationRollback, State: plan.Failed}, text: "CA rotation rollback r-1 is failed"},
 		{name: "a rollback done", p: &plan.Plan{ID: "r-1", Kind: plan.KindCARotationRollback, State: plan.Done}, err: ErrNoRotationToRollBack, text: "r-1"},
 	}

@@ -66,13 +66,28 @@ func Open(dir string) (*Cluster, error) {
 // ValidateSpec validates a spec for this Steward directory (binary versions
 // resolved in its store) and returns its warnings.
 func (c *Cluster) ValidateSpec(s *spec.Cluster) ([]string, error) {
+	w, err := c.validate(s)
+	if err != nil {
+		return w, fmt.Errorf("invalid cluster spec %s:\n%w", filepath.Join(c.Dir, spec.FileName), err)
+	}
+	return w, nil
+}
+
+func (c *Cluster) validate(s *spec.Cluster) ([]string, error) {
 	store := binaries.Open(s.BinaryStoreDir(c.Dir))
-	w, err := s.Validate(spec.ValidateOptions{KnownVersion: func(v string) error {
+	return s.Validate(spec.ValidateOptions{KnownVersion: func(v string) error {
 		_, err := store.Resolve(v)
 		return err
 	}})
+}
+
+// ValidateChange is ValidateSpec for a spec a command proposes (member
+// add, a version recorded): its refusal says the change was refused and
+// the spec file left as it is, not that the file is broken.
+func (c *Cluster) ValidateChange(s *spec.Cluster) ([]string, error) {
+	w, err := c.validate(s)
 	if err != nil {
-		return w, fmt.Errorf("invalid cluster spec %s:\n%w", filepath.Join(c.Dir, spec.FileName), err)
+		return w, fmt.Errorf("change refused: the spec it would write is not valid (%s is unchanged):\n%w", filepath.Join(c.Dir, spec.FileName), err)
 	}
 	return w, nil
 }
@@ -85,7 +100,7 @@ func (c *Cluster) SpecPath() string { return filepath.Join(c.Dir, spec.FileName)
 // hosts (a multi-host cluster) get at most 15 s of ctx; once ctx has ended
 // (the caller gave up) SaveSpec changes nothing and returns its error.
 func (c *Cluster) SaveSpec(ctx context.Context, s *spec.Cluster) error {
-	warnings, err := c.ValidateSpec(s)
+	warnings, err := c.ValidateChange(s)
 	if err != nil {
 		return err
 	}

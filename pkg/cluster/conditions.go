@@ -336,7 +336,7 @@ func (c *Cluster) planCondition() Condition {
 		cond.Status, cond.Reason = "True", "Running"
 		cond.Message = what
 		if step != nil {
-			cond.Message += fmt.Sprintf(": step %d/%d, %s", step.Index, len(p.Steps)-1, step.Description)
+			cond.Message += fmt.Sprintf(": step %d/%d, %s", step.Number(), len(p.Steps), step.Description)
 		}
 	default:
 		cond.Reason = "Plan" + stateWord(p.State)

@@ -71,6 +71,9 @@ type ClusterStatus struct {
 	HealthyMembers int `json:"healthyMembers"`
 	// SpecVersion is the etcd version the spec asks for.
 	SpecVersion string `json:"specVersion"`
+	// Stopped: the whole cluster is stopped (ErrStopped); nothing was
+	// probed beyond the agent's socket and the members' client ports.
+	Stopped bool `json:"stopped,omitempty"`
 }
 
 // MemberStatus describes one member.

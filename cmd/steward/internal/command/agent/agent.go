@@ -24,6 +24,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/backupd"
 	"github.com/etcd-steward/steward/pkg/certs"
+	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/join"
 	"github.com/etcd-steward/steward/pkg/metrics"
 	"github.com/etcd-steward/steward/pkg/pki"
@@ -121,7 +122,12 @@ Later runs need only --dir.`,
 			mdone := make(chan struct{})
 			go func() {
 				defer close(mdone)
+				// A cluster.yaml the loops cannot read is logged once,
+				// with its path, beside the metrics server.
+				var wg sync.WaitGroup
+				wg.Go(func() { (&cluster.SpecWatch{Dir: dir, Log: log.With("component", "spec")}).Run(mctx) })
 				metrics.Run(mctx, dir, o.Name, log.With("component", "metrics"))
+				wg.Wait()
 			}()
 			defer func() { mcancel(); <-mdone }()
 			stopBackups := sync.OnceFunc(func() { bcancel(); <-done })

@@ -25,7 +25,7 @@ deltas (old data dirs moved aside), started, and a fresh full snapshot taken.
 A quorate cluster is left alone.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.ClusterWithAgent(cmd)
+			c, err := g.ClusterStartingAgent(cmd)
 			if err != nil {
 				return err
 			}
