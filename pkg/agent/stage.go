@@ -58,6 +58,10 @@ func (a *Agent) StageDataDir(ctx context.Context, name string, req agentapi.Stag
 	if req.InitialCluster == "" || len(req.SHA256) != 64 {
 		return "", badRequest{fmt.Errorf("stage request for %s: initialCluster and the snapshot's sha256 are required", name)}
 	}
+	ids, err := datadir.ParseIdentity(req.MemberIDs, req.ClusterID)
+	if err != nil {
+		return "", badRequest{fmt.Errorf("stage request for %s: %w", name, err)}
+	}
 	tmp, err := os.MkdirTemp(a.opts.Dir, "tmp-stage-")
 	if err != nil {
 		return "", err
@@ -85,7 +89,7 @@ func (a *Agent) StageDataDir(ctx context.Context, name string, req agentapi.Stag
 	out := cfg.DataDir + stagedSuffix + time.Now().UTC().Format("20060102T150405.000Z")
 	if err := datadir.FromSnapshot(datadir.FromSnapshotOptions{
 		Snapshot: snap, Name: cfg.Name, PeerURL: cfg.PeerURL,
-		InitialCluster: req.InitialCluster, Token: cfg.InitialClusterToken,
+		InitialCluster: req.InitialCluster, Token: cfg.InitialClusterToken, IDs: ids,
 		Move: true, // our own temporary copy, removed below anyway
 	}, out); err != nil {
 		return "", err

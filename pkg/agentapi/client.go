@@ -144,7 +144,7 @@ func (c *Client) DataDir(ctx context.Context, name string, out any) error {
 
 // StageDataDir sends the snapshot at path to stage a data dir for a stopped
 // member on the agent's host; it returns the staged dir.
-func (c *Client) StageDataDir(ctx context.Context, name, snapshot, initialCluster string) (string, error) {
+func (c *Client) StageDataDir(ctx context.Context, name, snapshot string, to memberrt.StageTarget) (string, error) {
 	f, err := os.Open(snapshot)
 	if err != nil {
 		return "", err
@@ -157,7 +157,7 @@ func (c *Client) StageDataDir(ctx context.Context, name, snapshot, initialCluste
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return "", err
 	}
-	hdr, err := json.Marshal(StageRequest{InitialCluster: initialCluster, SHA256: hex.EncodeToString(h.Sum(nil))})
+	hdr, err := json.Marshal(StageRequest{InitialCluster: to.InitialCluster, MemberIDs: to.MemberIDs, ClusterID: to.ClusterID, SHA256: hex.EncodeToString(h.Sum(nil))})
 	if err != nil {
 		return "", err
 	}

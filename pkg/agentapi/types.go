@@ -143,10 +143,16 @@ type Aside struct {
 
 // StageRequest goes with a snapshot sent to stage a member's data dir
 // (header X-Steward-Stage, JSON): the cluster the member is restored into
-// and the snapshot's SHA-256 (hex), which the agent checks.
+// and the snapshot's SHA-256 (hex), which the agent checks. MemberIDs and
+// ClusterID (memberrt.StageTarget) are sent only when the restored
+// cluster keeps IDs its initial cluster does not derive: an agent older
+// than them refuses the unknown fields (400) rather than staging a data
+// dir with other IDs than its peers'.
 type StageRequest struct {
-	InitialCluster string `json:"initialCluster"`
-	SHA256         string `json:"sha256"`
+	InitialCluster string            `json:"initialCluster"`
+	MemberIDs      map[string]string `json:"memberIDs,omitempty"`
+	ClusterID      string            `json:"clusterID,omitempty"`
+	SHA256         string            `json:"sha256"`
 }
 
 // Staged names a data dir the agent staged (or, in a commit request, the

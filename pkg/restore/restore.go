@@ -226,7 +226,12 @@ func prepare(ctx context.Context, c *cluster.Cluster, o Options, targets []spec.
 func stage(ctx context.Context, c *cluster.Cluster, p prepared, targets []spec.Member) (map[string]string, error) {
 	stamp := time.Now().UTC().Format("20060102T150405.000Z")
 	staged := map[string]string{}
-	initial := c.Spec.InitialCluster()
+	ids, err := keptIdentity(ctx, c, p)
+	if err != nil {
+		return nil, fmt.Errorf("the IDs the restored cluster keeps: %w", err)
+	}
+	c.Progress.Say("%s", describeIdentity(ids))
+	to := stageTarget(c, ids)
 	undo := func() {
 		for _, mem := range targets {
 			d, ok := staged[mem.Name]
@@ -249,7 +254,7 @@ func stage(ctx context.Context, c *cluster.Cluster, p prepared, targets []spec.M
 		if c.OnOtherHost(mem) {
 			var ac *agentapi.Client
 			if ac, err = c.AgentFor(mem); err == nil {
-				out, err = ac.StageDataDir(ctx, mem.Name, p.snapshot, initial)
+				out, err = ac.StageDataDir(ctx, mem.Name, p.snapshot, to)
 			}
 			if err != nil {
 				err = fmt.Errorf("on host %s: %w", mem.Agent, err)
@@ -263,7 +268,7 @@ func stage(ctx context.Context, c *cluster.Cluster, p prepared, targets []spec.M
 				// file no one needs after it) instead of a copy.
 				err = datadir.FromSnapshot(datadir.FromSnapshotOptions{
 					Snapshot: p.snapshot, Name: mem.Name, PeerURL: mem.PeerURL,
-					InitialCluster: initial, Token: c.Spec.Token, Move: i == len(targets)-1,
+					InitialCluster: to.InitialCluster, Token: c.Spec.Token, IDs: ids, Move: i == len(targets)-1,
 				}, out)
 			}
 		}
