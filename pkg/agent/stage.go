@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/scratch"
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/datadir"
 	"github.com/etcd-steward/steward/pkg/spec"
@@ -62,12 +63,13 @@ func (a *Agent) StageDataDir(ctx context.Context, name string, req agentapi.Stag
 	if err != nil {
 		return "", badRequest{fmt.Errorf("stage request for %s: %w", name, err)}
 	}
-	tmp, err := os.MkdirTemp(a.opts.Dir, "tmp-stage-")
+	// Held while it stages; a killed stage's copy is swept by the next.
+	sd, err := scratch.New(a.opts.Dir, "tmp-stage-")
 	if err != nil {
 		return "", err
 	}
-	defer os.RemoveAll(tmp)
-	snap := filepath.Join(tmp, "snapshot.db")
+	defer sd.Remove()
+	snap := filepath.Join(sd.Path, "snapshot.db")
 	f, err := os.OpenFile(snap, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return "", err
@@ -84,6 +86,13 @@ func (a *Agent) StageDataDir(ctx context.Context, name string, req agentapi.Stag
 		return "", badRequest{fmt.Errorf("the snapshot for %s arrived with sha256 %s, not %s: nothing was staged", name, got, req.SHA256)}
 	}
 	if err := os.MkdirAll(filepath.Dir(cfg.DataDir), 0o700); err != nil {
+		return "", err
+	}
+	// What an earlier restore staged for this member and never put in
+	// place (killed): its own output, never user data. A stage request
+	// comes from a restore holding the coordinator's restore lock, which
+	// stages each member once, so no restore running owns another.
+	if err := datadir.RemoveStaged(cfg.DataDir, func(p string) { a.log.Info("removed a data dir an interrupted restore staged", "member", name, "staged", p) }); err != nil {
 		return "", err
 	}
 	out := cfg.DataDir + stagedSuffix + time.Now().UTC().Format("20060102T150405.000Z")

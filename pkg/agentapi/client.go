@@ -178,6 +178,18 @@ func (c *Client) DiscardStaged(ctx context.Context, name, staged string) error {
 	return c.do(ctx, http.MethodPost, "/v1/members/"+name+"/datadir/discard", Staged{Staged: staged}, nil)
 }
 
+// Kept lists the kept copies of data dirs on the agent's host, as JSON
+// (package datadir's []Kept). An agent older than the endpoint answers
+// 404.
+func (c *Client) Kept(ctx context.Context, out any) error {
+	return c.do(ctx, http.MethodGet, "/v1/kept", nil, out)
+}
+
+// RemoveKept removes one kept copy of a data dir on the agent's host.
+func (c *Client) RemoveKept(ctx context.Context, path string) error {
+	return c.do(ctx, http.MethodPost, "/v1/kept/remove", KeptPath{Path: path}, nil)
+}
+
 // FreePort asks for a free TCP port on a member's host address.
 func (c *Client) FreePort(ctx context.Context, name string) (int, error) {
 	var out Port

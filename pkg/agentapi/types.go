@@ -15,6 +15,8 @@
 //	POST   /v1/members/{name}/datadir/commit Staged -> Aside: the staged data dir in place, the old aside
 //	POST   /v1/members/{name}/datadir/discard Staged: remove a staged data dir
 //	GET    /v1/members/{name}/freeport  Port: a free port on the member's host address
+//	GET    /v1/kept                    the kept copies of data dirs on the host ([]datadir.Kept)
+//	POST   /v1/kept/remove             KeptPath: remove one kept copy (400 for anything not named as one)
 //	POST   /v1/members/{name}/start    start (and keep running)
 //	POST   /v1/members/{name}/stop     stop gracefully (and keep stopped)
 //	POST   /v1/members/{name}/kill     stop at once with SIGKILL (and keep stopped)
@@ -159,6 +161,12 @@ type StageRequest struct {
 // one to commit or discard).
 type Staged struct {
 	Staged string `json:"staged"`
+}
+
+// KeptPath names a kept copy of a data dir on the agent's host
+// (DATADIR.KIND-STAMP, package datadir's Kept) to remove.
+type KeptPath struct {
+	Path string `json:"path"`
 }
 
 // Port is a free TCP port on the agent's host.
