@@ -92,7 +92,9 @@ func (a *Agent) StageDataDir(ctx context.Context, name string, req agentapi.Stag
 	// place (killed): its own output, never user data. A stage request
 	// comes from a restore holding the coordinator's restore lock, which
 	// stages each member once, so no restore running owns another.
-	if err := datadir.RemoveStaged(cfg.DataDir, func(p string) { a.log.Info("removed a data dir an interrupted restore staged", "member", name, "staged", p) }); err != nil {
+	if err := datadir.RemoveStaged(cfg.DataDir, func(p string) {
+		a.log.Info("removed a data dir an interrupted restore staged", "member", name, "staged", p)
+	}); err != nil {
 		return "", err
 	}
 	out := cfg.DataDir + stagedSuffix + time.Now().UTC().Format("20060102T150405.000Z")

@@ -240,7 +240,7 @@ func pruneBusy(c *cluster.Cluster) error {
 	// recovery's journal (pkg/recovery, journal.go): an unfinished
 	// recovery, resumed by the next `recover`.
 	if _, err := os.Stat(filepath.Join(c.Dir, "status", "recovery.json")); err == nil {
-		return refusal.New(ErrPruneBusy, "refusing to prune kept copies: a recovery is unfinished (%s); finish it with `steward recover` first", filepath.Join(c.Dir, "status", "recovery.json"))
+		return refusal.New(ErrPruneBusy, "refusing to prune kept copies: a recovery is unfinished (its journal %s is there): finish the recovery first", filepath.Join(c.Dir, "status", "recovery.json"))
 	}
 	_, err := plan.Admit(c.Plans(), plan.Admission{
 		Locked: refusal.New(ErrPruneBusy, "refusing to prune kept copies: a plan is running"),
