@@ -23,39 +23,68 @@ import (
 // caller computes it once and gives it to each), and no two members share
 // an ID.
 //
-// The cluster ID is the one recorded for this spec (KnownClusterID, seen
-// on the live cluster), else fallback (the backup's, hex; "" for none).
-// Each member's ID is, in this order:
+// The cluster ID is, in this order: the one recorded for this spec
+// (KnownClusterID, seen on the live cluster) when a member's WAL records
+// it too; the one every member's WAL that reads records, when they agree
+// (the cluster as it ran last, should the record be stale); the recorded
+// one; fallback (hex, the backup's; "" for none). Each member's ID is,
+// in this order:
 //
 //   - the one its current data dir's WAL records, when that WAL is of the
-//     same cluster (here, or through its agent: datadir.Finding). This is
-//     the member as it ran last, after any add, replace or promotion;
-//   - the one the snapshot's members bucket records under its name (or,
-//     for a member added that never started and has no name there, under
-//     its peer URL): snap is nil when the snapshot is not of this cluster
-//     (a snapshot file, another cluster's backup);
+//     chosen cluster (here, or through its agent: datadir.Finding). This
+//     is the member as it ran last, after any add, replace or promotion;
+//   - the one snap (the snapshot's members bucket) records under its name
+//     (or, for a member added that never started and has no name there,
+//     under its peer URL), when snapCluster (hex) is the chosen cluster:
+//     "" for a snapshot that may be another cluster's (a snapshot file);
 //   - none: derived from its peer URL and the token, which is the ID of a
 //     member of the initial cluster.
 //
 // A member whose data dir cannot be read (its host unreachable) falls to
 // the next source; IDs that two members would share are refused.
-func (c *Cluster) KeptIdentity(ctx context.Context, fallback string, snap []datadir.SnapshotMember) (*datadir.Identity, error) {
-	cidHex, err := c.KnownClusterID()
+func (c *Cluster) KeptIdentity(ctx context.Context, fallback, snapCluster string, snap []datadir.SnapshotMember) (*datadir.Identity, error) {
+	knownHex, err := c.KnownClusterID()
 	if err != nil {
 		return nil, err
 	}
-	if cidHex == "" {
-		cidHex = fallback
+	known, _ := datadir.ParseID(knownHex)
+	type walID struct{ member, cluster uint64 }
+	wals := map[string]walID{}
+	knownSeen, agree, first := false, true, uint64(0)
+	for _, m := range c.Spec.Members {
+		mid, cid := c.walIDs(ctx, m)
+		if mid == 0 || cid == 0 {
+			continue
+		}
+		wals[m.Name] = walID{mid, cid}
+		knownSeen = knownSeen || cid == known
+		if first == 0 {
+			first = cid
+		}
+		agree = agree && cid == first
 	}
 	id := &datadir.Identity{Members: map[string]uint64{}}
-	if cidHex != "" {
-		if id.Cluster, err = datadir.ParseID(cidHex); err != nil {
-			return nil, fmt.Errorf("the recorded cluster ID: %w", err)
+	switch {
+	case known != 0 && knownSeen:
+		id.Cluster = known
+	case len(wals) > 0 && agree:
+		id.Cluster = first
+	case known != 0:
+		id.Cluster = known
+	case fallback != "":
+		if id.Cluster, err = datadir.ParseID(fallback); err != nil {
+			return nil, fmt.Errorf("the backup's cluster ID: %w", err)
 		}
+	}
+	if sc, err := datadir.ParseID(snapCluster); err != nil || sc != id.Cluster {
+		snap = nil
 	}
 	owner := map[uint64]string{}
 	for _, m := range c.Spec.Members {
-		v := c.walMemberID(ctx, m, id.Cluster)
+		var v uint64
+		if w, ok := wals[m.Name]; ok && w.cluster == id.Cluster {
+			v = w.member
+		}
 		if v == 0 {
 			v = snapshotMemberID(snap, m)
 		}
@@ -74,33 +103,26 @@ func (c *Cluster) KeptIdentity(ctx context.Context, fallback string, snap []data
 	return id, nil
 }
 
-// walMemberID is the member ID m's data dir's WAL records when it is of
-// cluster cid (any cluster when cid is 0), else 0.
-func (c *Cluster) walMemberID(ctx context.Context, m spec.Member, cid uint64) uint64 {
-	var mid, wcid string
-	if c.OnOtherHost(m) {
-		f, err := c.CheckDataDir(ctx, m)
-		if err != nil {
-			return 0
-		}
-		mid, wcid = f.MemberID, f.ClusterID
-	} else {
+// walIDs are the member and cluster IDs m's data dir's WAL records (here
+// or through its agent), or zeros.
+func (c *Cluster) walIDs(ctx context.Context, m spec.Member) (member, cluster uint64) {
+	if !c.OnOtherHost(m) {
 		v, vc, err := datadir.MemberID(datadir.WALDir(spec.Path(c.Dir, m.DataDir)))
 		if err != nil {
-			return 0
+			return 0, 0
 		}
-		mid, wcid = types.ID(v).String(), types.ID(vc).String()
+		return v, vc
 	}
-	v, err := datadir.ParseID(mid)
+	f, err := c.CheckDataDir(ctx, m)
 	if err != nil {
-		return 0
+		return 0, 0
 	}
-	if cid != 0 {
-		if w, err := datadir.ParseID(wcid); err != nil || w != cid {
-			return 0
-		}
+	v, err1 := datadir.ParseID(f.MemberID)
+	vc, err2 := datadir.ParseID(f.ClusterID)
+	if err1 != nil || err2 != nil {
+		return 0, 0
 	}
-	return v
+	return v, vc
 }
 
 // snapshotMemberID is the ID snap records for m: by name, or by peer URL

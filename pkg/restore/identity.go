@@ -14,20 +14,18 @@ import (
 
 // keptIdentity is the etcd IDs the restored data dirs keep
 // (cluster.KeptIdentity): the snapshot's members count only when it is a
-// backup of this spec's cluster (a snapshot file, or another cluster's
-// backup restored with AllowOtherCluster, may name other members).
+// backup of the cluster whose IDs are kept (a snapshot file, or another
+// cluster's backup restored with AllowOtherCluster, may name other
+// members).
 func keptIdentity(ctx context.Context, c *cluster.Cluster, p prepared) (*datadir.Identity, error) {
-	known, err := c.KnownClusterID()
-	if err != nil {
-		return nil, err
-	}
 	var snap []datadir.SnapshotMember
-	if p.full.ID != "" && p.full.ClusterID != "" && (known == "" || p.full.ClusterID == known) {
+	if p.full.ID != "" && p.full.ClusterID != "" {
+		var err error
 		if snap, err = datadir.SnapshotMembers(p.snapshot); err != nil {
 			return nil, err
 		}
 	}
-	return c.KeptIdentity(ctx, p.full.ClusterID, snap)
+	return c.KeptIdentity(ctx, p.full.ClusterID, p.full.ClusterID, snap)
 }
 
 // stageTarget is what each member's data dir is staged for: the spec's

@@ -136,7 +136,7 @@ func ReplaceDataDirs(ctx context.Context, c *cluster.Cluster, o ReplaceOptions) 
 	// The IDs the members' WALs record: the new data dirs keep them
 	// (members added at run time have IDs the initial cluster does not
 	// derive).
-	ids, err := c.KeptIdentity(ctx, "", nil)
+	ids, err := c.KeptIdentity(ctx, "", "", nil)
 	if err != nil {
 		return rep, err
 	}
