@@ -12,6 +12,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/datadir"
 	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/progress"
 	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
@@ -220,7 +221,7 @@ func PruneLeftovers(ctx context.Context, c *cluster.Cluster, keep int) (Leftover
 		if l.Host != "" {
 			where = " on host " + l.Host
 		}
-		c.Progress.Say("removed %s%s (%s)", l.Path, where, HumanBytes(l.Bytes))
+		c.Progress.Say("removed %s%s (%s)", l.Path, where, progress.Bytes(l.Bytes))
 	}
 	return out, firstErr
 }
@@ -283,18 +284,4 @@ func keptDirsHere(c *cluster.Cluster) ([]string, func(string) string) {
 		}
 		return ""
 	}
-}
-
-// HumanBytes is a size in binary units, one decimal (B, KiB, MiB, GiB).
-func HumanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit && exp < 3; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGT"[exp])
 }

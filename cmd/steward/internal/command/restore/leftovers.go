@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
+	"github.com/etcd-steward/steward/pkg/progress"
 	"github.com/etcd-steward/steward/pkg/restore"
 )
 
@@ -78,13 +79,13 @@ func leftoversTable(tw *tabwriter.Writer, l restore.Leftovers, pruned bool) {
 		if c.Reason != "" {
 			action += " (" + c.Reason + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Kind, member, host, c.Created.Format(time.RFC3339), restore.HumanBytes(c.Bytes), action, c.Path)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Kind, member, host, c.Created.Format(time.RFC3339), progress.Bytes(c.Bytes), action, c.Path)
 	}
 	verb := "a prune would free"
 	if pruned {
 		verb = "freed"
 	}
-	fmt.Fprintf(tw, "\n%d copies, %s; %s %s\n", len(l.Copies), restore.HumanBytes(l.Bytes), verb, restore.HumanBytes(l.Reclaim))
+	fmt.Fprintf(tw, "\n%d copies, %s; %s %s\n", len(l.Copies), progress.Bytes(l.Bytes), verb, progress.Bytes(l.Reclaim))
 	for _, u := range l.Unlisted {
 		fmt.Fprintf(tw, "not listed: %s\n", u)
 	}
