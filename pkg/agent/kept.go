@@ -17,17 +17,22 @@ import (
 // each member's data dir, and under DIR/members/* (where a removed
 // member's, which the agent forgot, stays); keptMember names the member of
 // a data dir path.
-func (a *Agent) keptDirs() (dirs []string, member func(string) string) {
+func (a *Agent) keptDirs() (dirs []string, memberOf func(string) string) {
 	byDir := map[string]string{}
 	a.mu.Lock()
+	ms := make(map[string]*member, len(a.members))
 	for name, m := range a.members {
+		ms[name] = m
+	}
+	a.mu.Unlock()
+	// Each member's lock after the agent's is let go: never both held.
+	for name, m := range ms {
 		m.mu.Lock()
 		dd := filepath.Clean(m.cfg.DataDir)
 		m.mu.Unlock()
 		byDir[dd] = name
 		dirs = append(dirs, filepath.Dir(dd))
 	}
-	a.mu.Unlock()
 	root := filepath.Join(a.opts.Dir, "members")
 	if ents, err := os.ReadDir(root); err == nil {
 		for _, e := range ents {
