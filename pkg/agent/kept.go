@@ -15,7 +15,7 @@ import (
 
 // keptDirs are the directories kept copies live in on this host: beside
 // each member's data dir, and under DIR/members/* (where a removed
-// member's, which the agent forgot, stays); keptMember names the member of
+// member's, which the agent forgot, stays); memberOf names the member of
 // a data dir path.
 func (a *Agent) keptDirs() (dirs []string, memberOf func(string) string) {
 	byDir := map[string]string{}

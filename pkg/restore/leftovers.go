@@ -71,6 +71,20 @@ func removeStagedHere(c *cluster.Cluster) error {
 	return nil
 }
 
+// sayKeptHere tells how much the kept copies of this machine's data dirs
+// take, so that their growth is seen at each restore.
+func sayKeptHere(c *cluster.Cluster) {
+	ks, err := datadir.FindKept(keptDirsHere(c))
+	if err != nil || len(ks) == 0 {
+		return
+	}
+	var n int64
+	for _, k := range ks {
+		n += k.Bytes
+	}
+	c.Progress.Say("%d copies of data dirs are kept aside on this machine, %s in all (the newest of each member is never pruned)", len(ks), progress.Bytes(n))
+}
+
 // Leftover is a kept copy where it lives.
 type Leftover struct {
 	datadir.Kept

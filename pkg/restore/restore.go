@@ -339,7 +339,11 @@ func commit(ctx context.Context, c *cluster.Cluster, targets []spec.Member, stag
 			next.Members[i].Bootstrap = nil
 		}
 	}
-	return c.SaveSpec(ctx, next)
+	if err := c.SaveSpec(ctx, next); err != nil {
+		return err
+	}
+	sayKeptHere(c)
+	return nil
 }
 
 // requireStopped refuses (ErrMembersRunning) when any member still runs.

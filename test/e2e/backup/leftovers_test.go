@@ -84,6 +84,9 @@ func TestRestoreLeftovers(t *testing.T) {
 	if err != nil {
 		t.Fatalf("restore after the kill: %v\n%s", err, se)
 	}
+	if !strings.Contains(se, "3 copies of data dirs are kept aside on this machine") {
+		t.Errorf("restore did not say how much its kept copies take:\n%s", se)
+	}
 	for _, s := range staged {
 		if !strings.Contains(se, "removed "+s) {
 			t.Errorf("restore did not say it removed %s:\n%s", s, se)
