@@ -22,6 +22,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/agent"
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/binaries"
+	"github.com/etcd-steward/steward/pkg/certs"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/join"
 	"github.com/etcd-steward/steward/pkg/progress"
@@ -260,10 +261,17 @@ func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*clust
 				say.Say("note: member %s runs with an older config; `steward member stop %s` then `start` applies the spec", m.Name, m.Name)
 			}
 		}
+		// Running before this up (not started a moment ago by the agent
+		// this up started): Start leaves it as it is.
+		wasRunning := !started && (running[m.Name] && m.Agent == spec.LocalAgent || ms.State == agentapi.StateRunning)
 		if _, err := ac.Start(ctx, m.Name); err != nil {
 			return nil, warnings, fmt.Errorf("start member %s: %w", m.Name, err)
 		}
-		say.Say("started member %s (%s)", m.Name, m.ClientURL)
+		if wasRunning {
+			say.Say("member %s was already running (%s)", m.Name, m.ClientURL)
+		} else {
+			say.Say("started member %s (%s)", m.Name, m.ClientURL)
+		}
 	}
 	// The hosts' copies of the spec: their backup loops run from it.
 	if err := c.PushSpec(ctx); err != nil {
@@ -273,7 +281,7 @@ func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*clust
 	// here): with no agent on this machine, whose renewal loop would do it,
 	// a renewal process of its own renews them at their renewal point.
 	c.Progress = say
-	if _, err := c.EnsureRenewer(ctx, o.StewardBinary); err != nil {
+	if _, err := certs.EnsureRenewer(ctx, c, o.StewardBinary); err != nil {
 		return nil, warnings, err
 	}
 	wctx, cancel := context.WithTimeout(ctx, o.Timeout)
@@ -381,7 +389,7 @@ func stopOrphans(ctx context.Context, dir string, say progress.Func) error {
 			_ = os.Remove(p)
 			continue
 		}
-		if filepath.Base(p) == cluster.RenewerPIDFile {
+		if filepath.Base(p) == certs.RenewerPIDFile {
 			say.Say("stopping certificate renewal (pid %d)", pid)
 		} else {
 			say.Say("stopping orphaned process %d (%s)", pid, filepath.Base(p))

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/pkg/binaries"
+	"github.com/etcd-steward/steward/pkg/certs"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/plan"
@@ -142,10 +143,10 @@ func TestRollbackRefusalsChangeNothing(t *testing.T) {
 	if err := pki.Ensure(c.CertDir(), s.Name, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := pki.RotationPrepare(c.CertDir(), s.Name, pki.Validity{}); err != nil {
+	if err := certs.RotationPrepare(c.CertDir(), s.Name, pki.Validity{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := pki.RotationTrustBoth(c.CertDir()); err != nil {
+	if err := certs.RotationTrustBoth(c.CertDir()); err != nil {
 		t.Fatal(err)
 	}
 	snapshot := func() map[string]string {
@@ -316,7 +317,7 @@ func TestRollbackOnAJoinedHost(t *testing.T) {
 	if b, _ := os.ReadFile(aside[0]); !bytes.Equal(b, next) {
 		t.Error("the file moved aside is not the new CA")
 	}
-	if rs, err := c.RenewHosts(t.Context(), []string{"server"}, true, 20*time.Second); err != nil || len(rs) != 1 {
+	if rs, err := certs.RenewHosts(t.Context(), c, []string{"server"}, true, 20*time.Second); err != nil || len(rs) != 1 {
 		t.Errorf("renewing the host after the rollback: %+v, %v", rs, err)
 	}
 }
@@ -344,13 +345,13 @@ func TestRollbackAgainAfterAbort(t *testing.T) {
 		t.Fatal(err)
 	}
 	oldCA, _ := os.ReadFile(filepath.Join(cd, pki.CACert))
-	if err := pki.RotationPrepare(cd, s.Name, pki.Validity{}); err != nil {
+	if err := certs.RotationPrepare(cd, s.Name, pki.Validity{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := pki.RotationTrustBoth(cd); err != nil {
+	if err := certs.RotationTrustBoth(cd); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pki.RotationReissue(cd, pki.Validity{}, nil, time.Now()); err != nil {
+	if _, err := certs.RotationReissue(cd, pki.Validity{}, nil, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	rot := rotationAt(t, 4, plan.Pending, plan.Aborted)

@@ -94,7 +94,7 @@ func (c *Cluster) SaveSpec(ctx context.Context, s *spec.Cluster) error {
 	}
 	bctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	if err := c.checkCoordinator(bctx); err != nil {
+	if err := c.CheckCoordinator(bctx); err != nil {
 		return fmt.Errorf("refusing to change the spec: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -112,13 +112,13 @@ func (c *Cluster) SaveSpec(ctx context.Context, s *spec.Cluster) error {
 	return nil
 }
 
-// checkCoordinator fails with handover.ErrSuperseded when this is a
+// CheckCoordinator fails with handover.ErrSuperseded when this is a
 // multi-host coordinator another machine took over from (`steward
 // takeover`): such a coordinator changes nothing and signs nothing. When
 // the store cannot tell, it warns and lets the caller go on (the store may
 // be down while the cluster still needs its coordinator). A cancelled ctx
 // (the caller gave up) fails with its error, and no warning.
-func (c *Cluster) checkCoordinator(ctx context.Context) error {
+func (c *Cluster) CheckCoordinator(ctx context.Context) error {
 	if c.Spec == nil || !c.Spec.MultiHost() {
 		return nil
 	}

@@ -230,7 +230,7 @@ func prepare(ctx context.Context, c *cluster.Cluster, o Options, targets []spec.
 	if p.bumped, err = backup.BumpRevision(p.snapshot, int64(o.BumpRevision)); err != nil {
 		return p, err
 	}
-	return p, nil
+	return p, lowerStorageVersion(c, p, targets, src)
 }
 
 // stage writes each target's new data dir beside its real one

@@ -29,6 +29,9 @@ type storeSource struct {
 	full  backup.Manifest
 	chain backup.Chain
 	o     Options
+	// listing is what the store held, for a refusal that names another
+	// backup (lowerStorageVersion).
+	listing backup.Listing
 }
 
 // openStore picks the chain o asks for and checks what can refuse it
@@ -49,7 +52,7 @@ func openStore(ctx context.Context, c *cluster.Cluster, o Options, verb string) 
 		c.Progress.Say("ignored %s", i)
 	}
 	m, chain, err := pickChain(listing, store.String(), o)
-	s := &storeSource{c: c, store: store, full: m, chain: chain, o: o}
+	s := &storeSource{c: c, store: store, full: m, chain: chain, o: o, listing: listing}
 	if err != nil {
 		return s, err
 	}
@@ -98,11 +101,14 @@ func (s *storeSource) fetch(ctx context.Context, dst string) (prepared, error) {
 	}
 	p.revision, p.deltas = m.EndRevision, len(s.chain.Deltas)
 	if len(s.chain.Deltas) > 0 {
-		s.c.Progress.Say("replaying %d delta segments (revisions %d to %d)", len(s.chain.Deltas), m.EndRevision+1, s.chain.End)
+		s.c.Progress.Say("%s", replaying(m, s.chain, o))
 		p.revision, err = backup.Apply(ctx, s.store, key, dst, m.EndRevision, s.chain.Deltas,
 			backup.ApplyOptions{ToRevision: o.ToRevision, ToTime: o.ToTime})
 		if err != nil {
 			return p, err
+		}
+		if msg := replayed(m, p.revision, o); msg != "" {
+			s.c.Progress.Say("%s", msg)
 		}
 	}
 	if o.ToRevision > 0 && p.revision != o.ToRevision {
