@@ -9,7 +9,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/crashpoint"
 	"github.com/etcd-steward/steward/internal/proc"
+	"github.com/etcd-steward/steward/internal/scratch"
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/cluster"
@@ -123,14 +125,27 @@ func Run(ctx context.Context, c *cluster.Cluster, o Options) (backup.Manifest, e
 			targets = append(targets, m)
 		}
 	}
-	if err := requireStopped(ctx, c); err != nil {
-		return backup.Manifest{}, err
-	}
-	tmp, err := os.MkdirTemp(c.Dir, "tmp-restore-")
+	lock, err := lockRestore(c, "restore")
 	if err != nil {
 		return backup.Manifest{}, err
 	}
-	defer os.RemoveAll(tmp)
+	defer lock.Release()
+	if err := requireStopped(ctx, c); err != nil {
+		return backup.Manifest{}, err
+	}
+	// Held while the restore runs. A killed restore's is swept by the next
+	// at once (scratch's minimum age is for a maker that has not locked
+	// its directory yet: no restore can be one while this one holds the
+	// restore lock).
+	if _, err := scratch.Sweep(c.Dir, "tmp-restore-", time.Now().Add(scratch.MinAge)); err != nil {
+		return backup.Manifest{}, err
+	}
+	sd, err := scratch.New(c.Dir, "tmp-restore-")
+	if err != nil {
+		return backup.Manifest{}, err
+	}
+	defer sd.Remove()
+	tmp := sd.Path
 	p, err := prepare(ctx, c, o, targets, tmp)
 	if err != nil {
 		return p.full, err
@@ -226,7 +241,15 @@ func prepare(ctx context.Context, c *cluster.Cluster, o Options, targets []spec.
 func stage(ctx context.Context, c *cluster.Cluster, p prepared, targets []spec.Member) (map[string]string, error) {
 	stamp := time.Now().UTC().Format("20060102T150405.000Z")
 	staged := map[string]string{}
-	initial := c.Spec.InitialCluster()
+	if err := removeStagedHere(c); err != nil {
+		return nil, err
+	}
+	ids, err := keptIdentity(ctx, c, p)
+	if err != nil {
+		return nil, fmt.Errorf("the IDs the restored cluster keeps: %w", err)
+	}
+	c.Progress.Say("%s", describeIdentity(ids))
+	to := stageTarget(c, ids)
 	undo := func() {
 		for _, mem := range targets {
 			d, ok := staged[mem.Name]
@@ -249,7 +272,7 @@ func stage(ctx context.Context, c *cluster.Cluster, p prepared, targets []spec.M
 		if c.OnOtherHost(mem) {
 			var ac *agentapi.Client
 			if ac, err = c.AgentFor(mem); err == nil {
-				out, err = ac.StageDataDir(ctx, mem.Name, p.snapshot, initial)
+				out, err = ac.StageDataDir(ctx, mem.Name, p.snapshot, to)
 			}
 			if err != nil {
 				err = fmt.Errorf("on host %s: %w", mem.Agent, err)
@@ -263,7 +286,7 @@ func stage(ctx context.Context, c *cluster.Cluster, p prepared, targets []spec.M
 				// file no one needs after it) instead of a copy.
 				err = datadir.FromSnapshot(datadir.FromSnapshotOptions{
 					Snapshot: p.snapshot, Name: mem.Name, PeerURL: mem.PeerURL,
-					InitialCluster: initial, Token: c.Spec.Token, Move: i == len(targets)-1,
+					InitialCluster: to.InitialCluster, Token: c.Spec.Token, IDs: ids, Move: i == len(targets)-1,
 				}, out)
 			}
 		}
@@ -273,6 +296,7 @@ func stage(ctx context.Context, c *cluster.Cluster, p prepared, targets []spec.M
 		}
 		staged[mem.Name] = out
 		c.Progress.Say("restored %s into a new data dir", mem.Name)
+		crashpoint.Hit(crashpoint.Indexed(crashpoint.RestoreStaged, i))
 	}
 	return staged, nil
 }
@@ -315,7 +339,11 @@ func commit(ctx context.Context, c *cluster.Cluster, targets []spec.Member, stag
 			next.Members[i].Bootstrap = nil
 		}
 	}
-	return c.SaveSpec(ctx, next)
+	if err := c.SaveSpec(ctx, next); err != nil {
+		return err
+	}
+	sayKeptHere(c)
+	return nil
 }
 
 // requireStopped refuses (ErrMembersRunning) when any member still runs.

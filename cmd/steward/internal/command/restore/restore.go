@@ -64,6 +64,7 @@ restored cluster with ` + "`steward up`" + `.`,
 	cmd.Flags().Int64Var(&o.ToRevision, "to-revision", 0, "restore the keyspace as it was at this revision (default: the newest backed up)")
 	cmd.Flags().Var(timeFlag{&o.ToTime}, "to-time", "restore the keyspace as it was at this `TIME` (RFC 3339, e.g. 2026-11-21T13:00:00Z)")
 	cmd.Flags().Uint64Var(&o.BumpRevision, "bump-revision", restore.DefaultBumpRevision, "added to the restored revision; must exceed the writes made after the backup")
+	cmd.AddCommand(leftoversCommand(g))
 	return cmd
 }
 
