@@ -92,6 +92,13 @@ func (c *Cluster) SaveSpec(ctx context.Context, s *spec.Cluster) error {
 	for _, w := range warnings {
 		c.Progress.Say("warning: %s", w)
 	}
+	// A CA file that does not verify the S3 server is refused now, not
+	// at the first backup on some host.
+	if w, err := c.CheckS3CA(ctx, s); err != nil {
+		return fmt.Errorf("refusing to change the spec: %w", err)
+	} else if w != "" {
+		c.Progress.Say("warning: %s", w)
+	}
 	bctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	if err := c.CheckCoordinator(bctx); err != nil {
