@@ -84,7 +84,7 @@ func LoadCABundle(file string) (*x509.CertPool, error) {
 	}
 	certs, err := ParseCABundle(b)
 	if err != nil {
-		return nil, fmt.Errorf("%w: S3 CA file %s: %v", ErrS3CA, file, err)
+		return nil, caError(ErrS3CA, "S3 CA file %s: %v", file, err)
 	}
 	pool := x509.NewCertPool()
 	for _, c := range certs {
@@ -96,12 +96,12 @@ func LoadCABundle(file string) (*x509.CertPool, error) {
 func readCABundle(file string) ([]byte, error) {
 	f, err := os.Open(file)
 	if err != nil {
-		return nil, fmt.Errorf("%w: S3 CA file: %v", ErrS3CA, err)
+		return nil, caError(ErrS3CA, "S3 CA file %s: %v", file, errors.Unwrap(err))
 	}
 	defer f.Close()
 	b, err := io.ReadAll(io.LimitReader(f, MaxCABundle+1))
 	if err != nil {
-		return nil, fmt.Errorf("%w: S3 CA file %s: %v", ErrS3CA, file, err)
+		return nil, caError(ErrS3CA, "S3 CA file %s: %v", file, err)
 	}
 	return b, nil
 }
@@ -123,14 +123,14 @@ func s3TLSConfig(pool *x509.CertPool) *tls.Config {
 func CheckS3Server(ctx context.Context, endpoint, caFile string, timeout time.Duration) error {
 	pool, err := LoadCABundle(caFile)
 	if err != nil {
-		return err
+		return caError(ErrS3CA, "%v: it cannot verify the S3 server %s", err, endpoint)
 	}
 	u, err := url.Parse(endpoint)
 	if err != nil || u.Host == "" {
 		return fmt.Errorf("s3 endpoint %q: want https://host[:port]", endpoint)
 	}
 	if u.Scheme != "https" {
-		return fmt.Errorf("%w: S3 CA file %s is set, but the endpoint %s is not https://: use https, or drop the CA file", ErrS3CA, caFile, endpoint)
+		return caError(ErrS3CA, "S3 CA file %s is set, but the endpoint %s is not https://: use https, or drop the CA file", caFile, endpoint)
 	}
 	addr := u.Host
 	if u.Port() == "" {
@@ -141,7 +141,7 @@ func CheckS3Server(ctx context.Context, endpoint, caFile string, timeout time.Du
 	var d net.Dialer
 	raw, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return fmt.Errorf("%w: check S3 CA file %s against %s: %v", ErrS3Unreachable, caFile, endpoint, err)
+		return caError(ErrS3Unreachable, "check S3 CA file %s against %s: %v", caFile, endpoint, err)
 	}
 	defer raw.Close()
 	cfg := s3TLSConfig(pool)
@@ -169,11 +169,11 @@ func CheckS3Server(ctx context.Context, endpoint, caFile string, timeout time.Du
 	case errors.As(err, &inv):
 		what = "the server's certificate is invalid: " + inv.Error()
 	case ctx.Err() != nil:
-		return fmt.Errorf("%w: check S3 CA file %s against %s: no TLS handshake within %s", ErrS3Unreachable, caFile, endpoint, timeout)
+		return caError(ErrS3Unreachable, "check S3 CA file %s against %s: no TLS handshake within %s", caFile, endpoint, timeout)
 	default:
 		what = "TLS handshake failed (does the server speak https?): " + what
 	}
-	return fmt.Errorf("%w: S3 CA file %s does not verify the S3 server %s: %s", ErrS3CA, caFile, endpoint, what)
+	return caError(ErrS3CA, "S3 CA file %s does not verify the S3 server %s: %s", caFile, endpoint, what)
 }
 
 func certNames(c *x509.Certificate) string {
@@ -189,3 +189,17 @@ func certNames(c *x509.Certificate) string {
 	}
 	return strings.Join(names, ", ")
 }
+
+// s3CAError is an error of CheckS3Server or LoadCABundle: its message
+// alone, matching its kind (ErrS3CA, ErrS3Unreachable) with errors.Is.
+type s3CAError struct {
+	kind error
+	msg  string
+}
+
+func caError(kind error, format string, args ...any) error {
+	return &s3CAError{kind: kind, msg: fmt.Sprintf(format, args...)}
+}
+
+func (e *s3CAError) Error() string        { return e.msg }
+func (e *s3CAError) Is(target error) bool { return target == e.kind }
