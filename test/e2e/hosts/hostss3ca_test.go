@@ -114,8 +114,11 @@ func TestHostsS3PrivateCA(t *testing.T) {
 	}
 	cli.Close()
 
-	e.MustRun("down")
-	e.MustRun("restore", "--force")
+	// Stopped on their hosts (`down` stops this machine's agent only).
+	for _, m := range e.Spec().Members {
+		e.MustRun("member", "stop", "--force", m.Name)
+	}
+	t.Logf("restore: %s", e.MustRun("restore", "--force"))
 	e.MustRun("up")
 	e.WaitStatus(time.Minute, "healthy after the restore from S3", harness.Healthy)
 	after := hs.Client()
