@@ -118,7 +118,11 @@ func TestHostsS3PrivateCA(t *testing.T) {
 	for _, m := range e.Spec().Members {
 		e.MustRun("member", "stop", "--force", m.Name)
 	}
-	t.Logf("restore: %s", e.MustRun("restore", "--force"))
+	_, se, err := e.Run("restore", "--force")
+	if err != nil || !strings.Contains(se, "restored 3 members from") {
+		t.Fatalf("restore from the bucket: %v: %s", err, se)
+	}
+	t.Logf("restore: %s", se)
 	e.MustRun("up")
 	e.WaitStatus(time.Minute, "healthy after the restore from S3", harness.Healthy)
 	after := hs.Client()
