@@ -125,6 +125,12 @@ type ClusterFiles struct {
 	Spec string `json:"spec"`
 	// S3Credentials is the content of backup.s3.credentialsFile.
 	S3Credentials string `json:"s3Credentials,omitempty"`
+	// S3CA is the content of backup.s3.caFile: the PEM bundle of CA
+	// certificates the host trusts for the S3 server instead of its
+	// system roots. An agent that predates the field refuses a
+	// hand-over carrying it (400, unknown field), so a host never falls
+	// back to its system roots; it is sent only when the spec names one.
+	S3CA string `json:"s3CA,omitempty"`
 	// BackupKey is the content of backup.encryptionKeyFile.
 	BackupKey string `json:"backupKey,omitempty"`
 	// BackupAuthKey is the content of the coordinator's cluster backup key

@@ -188,6 +188,13 @@ func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*clust
 	if err != nil {
 		return nil, warnings, err
 	}
+	// A backup.s3.caFile that does not verify the S3 server: refused
+	// before anything is written or started.
+	if w, err := c.CheckS3CA(ctx, s); err != nil {
+		return nil, warnings, err
+	} else if w != "" {
+		warnings = append(warnings, w)
+	}
 	if _, err := os.Stat(specPath); errors.Is(err, os.ErrNotExist) {
 		if err := s.Save(specPath); err != nil {
 			return nil, warnings, err

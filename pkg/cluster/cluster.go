@@ -96,8 +96,9 @@ func (c *Cluster) ValidateChange(s *spec.Cluster) ([]string, error) {
 func (c *Cluster) SpecPath() string { return filepath.Join(c.Dir, spec.FileName) }
 
 // SaveSpec validates and atomically writes a new spec, then adopts it.
-// The check that this is still the coordinator and the hand-over to the
-// hosts (a multi-host cluster) get at most 15 s of ctx; once ctx has ended
+// A backup.s3.caFile that does not verify the S3 server is refused
+// (CheckS3CA). That check, the one that this is still the coordinator and
+// the hand-over to the hosts (a multi-host cluster) get at most 15 s of ctx; once ctx has ended
 // (the caller gave up) SaveSpec changes nothing and returns its error.
 func (c *Cluster) SaveSpec(ctx context.Context, s *spec.Cluster) error {
 	warnings, err := c.ValidateChange(s)
@@ -109,6 +110,13 @@ func (c *Cluster) SaveSpec(ctx context.Context, s *spec.Cluster) error {
 	}
 	bctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
+	// A CA file that does not verify the S3 server is refused now, not
+	// at the first backup on some host.
+	if w, err := c.CheckS3CA(bctx, s); err != nil {
+		return fmt.Errorf("refusing to change the spec: %w", err)
+	} else if w != "" {
+		c.Progress.Say("warning: %s", w)
+	}
 	if err := c.CheckCoordinator(bctx); err != nil {
 		return fmt.Errorf("refusing to change the spec: %w", err)
 	}
