@@ -31,6 +31,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -94,6 +95,9 @@ type Host struct {
 	linkDown bool // Cut
 	portOff  bool // CutSilently
 	delayed  bool // Delay: a netem qdisc on both ends
+	// delayRules: DelayLink made the table of redirect rules in the
+	// namespace (and registered its removal).
+	delayRules bool
 }
 
 // NewNetwork creates a bridge with the address SUBNET.1/24 in the root
@@ -434,7 +438,10 @@ func removeNetns(ns string) error {
 		if err != nil {
 			return fmt.Errorf("ip netns pids %s: %v", ns, err)
 		}
-		pids := strings.Fields(string(out))
+		// Never this process: a thread of it may be in the namespace a
+		// moment (Host.InNetns), and ip lists the process then.
+		self := strconv.Itoa(os.Getpid())
+		pids := slices.DeleteFunc(strings.Fields(string(out)), func(p string) bool { return p == self })
 		if len(pids) == 0 {
 			return nil
 		}
