@@ -15,20 +15,11 @@ import (
 	"github.com/etcd-steward/steward/test/harness"
 )
 
-// hostDelay is the one-way delay between two hosts that
-// BenchmarkHostsRollingUpgrade asks for. Host.Delay(d) puts netem on both
-// ends of a host's veth pair, so a packet from one delayed host to another
-// is delayed twice: each host gets hostDelay/2. That is the usual `netem
-// delay 2ms` on every host's interface: 2 ms one way between two hosts
-// (4 ms round trip), 2 ms round trip between a host and the coordinator.
-const hostDelay = 2 * time.Millisecond
-
 // BenchmarkHostsRollingUpgrade: the rolling upgrade of
 // BenchmarkRollingUpgrade (3.5 -> 3.6 -> 3.7, one client writing 1 KiB
 // values through every member throughout) on three hosts (network
 // namespaces, one agent each, the coordinator and the client in the root
-// namespace), with hostDelay between hosts where the kernel has netem,
-// against the same upgrade on one host in the same run: duration, client
+// namespace), against the same upgrade on one host in the same run: duration, client
 // errors by kind, longest write stall, p50/p99. Then, on the three hosts,
 // the time from cutting a follower's host off to `steward status -o json`
 // on the coordinator reporting it, for both ways of cutting: link down
@@ -53,7 +44,6 @@ func BenchmarkHostsRollingUpgrade(b *testing.B) {
 		b.Logf("load average after the one-host run: %s", loadavg())
 
 		hs := harness.NewHosts(b, 3)
-		delayed := delayHosts(b, hs)
 		hs.Init(from)
 		hs.StartAgents()
 		hs.MustRun("up")
@@ -65,27 +55,11 @@ func BenchmarkHostsRollingUpgrade(b *testing.B) {
 		silent := detectCut(b, hs, "frames dropped (CutSilently)", (*harness.Host).CutSilently)
 		b.Logf("load average at the end: %s", loadavg())
 
-		b.ReportMetric(boolMetric(delayed), "delay-applied")
 		one.report(b, "one-host")
 		three.report(b, "three-hosts")
 		link.report(b, "cut-link")
 		silent.report(b, "cut-silent")
 	}
-}
-
-// delayHosts delays every host's link so that two hosts are hostDelay
-// apart, and says whether it could: without the kernel's netem qdisc
-// (Host.Delay would fail the benchmark) it logs why and returns false.
-func delayHosts(b *testing.B, hs *harness.Hosts) bool {
-	if err := harness.CheckNetem(); err != nil {
-		b.Logf("no %s delay between hosts, measuring without it: %v", hostDelay, err)
-		return false
-	}
-	for _, h := range hs.Hosts {
-		h.Delay(b, hostDelay/2)
-	}
-	b.Logf("hosts %s apart (Host.Delay(%s) on each)", hostDelay, hostDelay/2)
-	return true
 }
 
 // upgradeRun is what one client saw during `steward upgrade apply`.
@@ -313,13 +287,6 @@ func (d detection) report(b *testing.B, prefix string) {
 	}
 	b.Logf("%s: %d status calls in %s; the last took %s (%q); one on the healthy cluster took %s",
 		d.how, d.polls, cutWindow, d.last.Round(time.Millisecond), d.lastMsg, d.healthy.Round(time.Millisecond))
-}
-
-func boolMetric(v bool) float64 {
-	if v {
-		return 1
-	}
-	return 0
 }
 
 // loadavg is the machine's load average (1, 5, 15 minutes), for the log:

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -84,16 +85,8 @@ func pingPong(t *testing.T, c net.Conn, n int) []time.Duration {
 		}
 		rtts = append(rtts, time.Since(start))
 	}
-	sortDurations(rtts)
+	slices.Sort(rtts)
 	return rtts
-}
-
-func sortDurations(d []time.Duration) {
-	for i := 1; i < len(d); i++ {
-		for j := i; j > 0 && d[j] < d[j-1]; j-- {
-			d[j], d[j-1] = d[j-1], d[j]
-		}
-	}
 }
 
 // TestDelayProxyDelay: a round trip through the proxy takes 2D (D each

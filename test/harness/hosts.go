@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -202,4 +203,27 @@ func (h *AgentHost) cleanup() {
 	} else {
 		tb.Logf("keeping %s", h.Dir)
 	}
+}
+
+// DelayPeers delays every peer link between two hosts by d each way: for
+// each member of the spec (Init first) and each other host, that host's
+// connections to the member's peer URL go through a DelayProxy
+// (Host.DelayLink). A round trip between two members on different hosts
+// then takes 2d more; members on one host, clients and agents are not
+// delayed. It returns the links, whose proxies count what went through.
+func (hs *Hosts) DelayPeers(tb testing.TB, d time.Duration) []*DelayedLink {
+	tb.Helper()
+	var links []*DelayedLink
+	for _, m := range hs.Spec().Members {
+		u, err := url.Parse(m.PeerURL)
+		if err != nil {
+			tb.Fatalf("member %s: peer URL %q: %v", m.Name, m.PeerURL, err)
+		}
+		for _, h := range hs.Hosts {
+			if h.Name != m.Agent {
+				links = append(links, h.DelayLink(tb, u.Host, d))
+			}
+		}
+	}
+	return links
 }

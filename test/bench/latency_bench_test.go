@@ -1,0 +1,108 @@
+package bench
+
+import (
+	"fmt"
+	"net"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/test/harness"
+)
+
+// peerDelays are the one-way delays between hosts of
+// BenchmarkHostsLatencyUpgrade: a round trip between two members on
+// different hosts takes twice as long.
+var peerDelays = []time.Duration{2 * time.Millisecond, 20 * time.Millisecond}
+
+// BenchmarkHostsLatencyUpgrade: the rolling upgrade of
+// BenchmarkHostsRollingUpgrade (3.5 -> 3.6 -> 3.7, one client writing 1 KiB
+// values through every member throughout) on one host, then on three hosts
+// with each of peerDelays between them, in the same run and from the same
+// empty cluster: duration, client errors by kind, longest stall, p50/p99.
+//
+// The delay is a userspace proxy on every peer link between two hosts
+// (Hosts.DelayPeers: the kernel has no netem qdisc), D each way; clients
+// and agents (the root namespace) are not delayed. Before the members
+// start, the benchmark measures a round trip through every link (an echo
+// server on the member's peer address) and fails if one is under 2D; after
+// the upgrade, it fails if a link carried no connection of etcd's.
+func BenchmarkHostsLatencyUpgrade(b *testing.B) {
+	vs := harness.Versions()
+	from, to := vs[0], vs[2]
+	for range b.N {
+		b.Logf("load average at the start: %s", loadavg())
+		e := harness.New(b)
+		e.WriteSpec(3, from, func(s *spec.Cluster) { s.Backup.Continuous = false })
+		e.MustRun("up")
+		one := timedUpgrade(b, e, to)
+		e.MustRun("down")
+		b.Logf("load average after the one-host run: %s", loadavg())
+		one.report(b, "one-host")
+
+		for _, d := range peerDelays {
+			side := fmt.Sprintf("delay-%gms", float64(d)/float64(time.Millisecond))
+			hs := harness.NewHosts(b, 3)
+			hs.Init(from)
+			links := hs.DelayPeers(b, d)
+			rtt := checkPeerDelay(b, hs, links, d)
+			hs.StartAgents()
+			hs.MustRun("up")
+			hs.WaitStatus(time.Minute, "three healthy members on three hosts", harness.Healthy)
+			r := timedUpgrade(b, hs.Env, to)
+			var conns, bytes, full int64
+			for _, l := range links {
+				s := l.Proxy.Stats()
+				if s.Conns == 0 || s.Bytes == 0 {
+					b.Fatalf("%s: no etcd traffic went through the link from host %s to %s (%+v): the delay was not applied",
+						side, l.From.Name, l.Target, s)
+				}
+				conns, bytes, full = conns+s.Conns, bytes+s.Bytes, full+s.QueueFull
+			}
+			hs.MustRun("down")
+			b.Logf("load average after the %s run: %s", side, loadavg())
+			r.report(b, side)
+			b.ReportMetric(ms(rtt), side+"-peer-rtt-ms")
+			b.ReportMetric(float64(conns), side+"-proxied-conns")
+			b.ReportMetric(float64(bytes)/(1<<20), side+"-proxied-MiB")
+			b.ReportMetric(float64(full), side+"-proxy-queue-full")
+			b.Logf("%s: %d peer connections through %d delayed links, %.1f MiB, the queue full %d times",
+				side, conns, len(links), float64(bytes)/(1<<20), full)
+		}
+	}
+}
+
+// checkPeerDelay measures round trips through every delayed link (from its
+// host to an echo server on the member's peer address, before the member
+// listens there) and fails the benchmark if one is under 2d: the delay is
+// not applied. It returns the median of the links' medians.
+func checkPeerDelay(b *testing.B, hs *harness.Hosts, links []*harness.DelayedLink, d time.Duration) time.Duration {
+	b.Helper()
+	var meds []time.Duration
+	for _, l := range links {
+		host, _, _ := net.SplitHostPort(l.Target)
+		var to *harness.Host
+		for _, h := range hs.Hosts {
+			if h.Addr == host {
+				to = h.Host
+			}
+		}
+		if to == nil {
+			b.Fatalf("no host has the address of %s", l.Target)
+		}
+		rtts, err := l.From.MeasureRTT(b, to, l.Target, 20)
+		if err != nil {
+			b.Fatalf("round trip from host %s to %s: %v", l.From.Name, l.Target, err)
+		}
+		med := rtts[len(rtts)/2]
+		b.Logf("round trips from host %s to %s through the proxy: min %s, median %s, max %s (want 2 x %s)",
+			l.From.Name, l.Target, rtts[0].Round(10*time.Microsecond), med.Round(10*time.Microsecond), rtts[len(rtts)-1].Round(10*time.Microsecond), d)
+		if rtts[0] < 2*d {
+			b.Fatalf("round trip from host %s to %s took %s, under 2 x %s: the delay is not applied", l.From.Name, l.Target, rtts[0], d)
+		}
+		meds = append(meds, med)
+	}
+	slices.Sort(meds)
+	return meds[len(meds)/2]
+}
