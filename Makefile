@@ -35,7 +35,7 @@ ARTIFACTS     ?= $(CURDIR)/test-artifacts
 # FUZZTIME is how long `make fuzz` fuzzes each target (hack/fuzz-targets).
 FUZZTIME      ?= 10m
 
-.PHONY: all build etcd-binaries s3-server kube-apiserver prometheus test test-unit test-e2e test-e2e-run fuzz bench demo demo-down vet clean
+.PHONY: all build etcd-binaries s3-server kube-apiserver prometheus nftables test test-unit test-e2e test-e2e-run fuzz bench demo demo-down vet clean
 
 all: build
 
@@ -62,13 +62,19 @@ kube-apiserver:
 prometheus:
 	./hack/install-prometheus.sh
 
+## nftables: install nft (Debian's package) when missing; the delayed links
+## between test hosts (test/harness/delaylink.go) put their redirect rules
+## in the hosts' namespaces with it.
+nftables:
+	./hack/install-nftables.sh
+
 vet:
 	$(GO) vet ./...
 
 ## test: the whole suite: unit tests under the race detector, then the
 ## end-to-end tests (test/...) against real etcd processes of every version
 ## in $(ETCD_VERSIONS), run by a race-built steward (docs/testing.md).
-test: etcd-binaries s3-server kube-apiserver prometheus vet
+test: etcd-binaries s3-server kube-apiserver prometheus nftables vet
 	STEWARD_TEST_STORE=$(STORE) $(GO) test $(RACE) -count=1 -parallel 1 -timeout $(TEST_TIMEOUT) $(UNIT_PKGS)
 	$(MAKE) --no-print-directory test-e2e-run
 
@@ -83,7 +89,7 @@ test-e2e-run:
 test-unit:
 	$(GO) test $(RACE) -count=1 -short $(UNIT_PKGS)
 
-test-e2e: etcd-binaries s3-server kube-apiserver prometheus
+test-e2e: etcd-binaries s3-server kube-apiserver prometheus nftables
 	mkdir -p $(ARTIFACTS)
 	STEWARD_TEST_STORE=$(STORE) STEWARD_TEST_RACE=$(if $(RACE),1,0) $(GO) test -count=1 -timeout $(E2E_TIMEOUT) -artifacts -outputdir $(ARTIFACTS) -v ./test/e2e/...
 
@@ -95,7 +101,7 @@ fuzz:
 
 ## bench: the benchmarks recorded in docs/benchmarks.md (steward built
 ## without the race detector: test/bench's TestMain).
-bench: etcd-binaries s3-server kube-apiserver prometheus
+bench: etcd-binaries s3-server kube-apiserver prometheus nftables
 	STEWARD_TEST_STORE=$(STORE) $(GO) test -count=1 -v -timeout 150m -run '^$$' -bench . -benchtime 1x ./test/bench/...
 
 ## demo: build Steward and start a local three-member cluster on the
