@@ -22,6 +22,7 @@ package harness
 //     once every goroutine of the proxy has ended.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -190,11 +191,11 @@ func (p *DelayProxy) pipe(dst, src net.Conn, abort func(), aborted <-chan struct
 	go func() {
 		defer close(readDone)
 		defer close(q)
+		buf := make([]byte, delayChunkBytes)
 		for {
-			b := make([]byte, delayChunkBytes)
-			n, err := src.Read(b)
+			n, err := src.Read(buf)
 			if n > 0 {
-				c := chunk{b: b[:n], due: time.Now().Add(p.Delay)}
+				c := chunk{b: bytes.Clone(buf[:n]), due: time.Now().Add(p.Delay)}
 				select {
 				case q <- c:
 				default:
