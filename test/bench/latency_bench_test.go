@@ -1,9 +1,11 @@
 package bench
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,6 +30,11 @@ var peerDelays = []time.Duration{2 * time.Millisecond, 20 * time.Millisecond}
 // start, the benchmark measures a round trip through every link (an echo
 // server on the member's peer address) and fails if one is under 2D; after
 // the upgrade, it fails if a link carried no connection of etcd's.
+//
+// Then, on each side's upgraded cluster, without the upgrade: the median of
+// sequential writes through the leader's endpoint alone and through a
+// follower's alone (writesVia), to tell how many one-way trips between
+// hosts a write pays on either.
 func BenchmarkHostsLatencyUpgrade(b *testing.B) {
 	vs := harness.Versions()
 	from, to := vs[0], vs[2]
@@ -37,9 +44,11 @@ func BenchmarkHostsLatencyUpgrade(b *testing.B) {
 		e.WriteSpec(3, from, func(s *spec.Cluster) { s.Backup.Continuous = false })
 		e.MustRun("up")
 		one := timedUpgrade(b, e, to)
+		oneVia := writesVia(b, e)
 		e.MustRun("down")
 		b.Logf("load average after the one-host run: %s", loadavg())
 		one.report(b, "one-host")
+		oneVia.report(b, "one-host")
 
 		for _, d := range peerDelays {
 			side := fmt.Sprintf("delay-%gms", float64(d)/float64(time.Millisecond))
@@ -51,6 +60,7 @@ func BenchmarkHostsLatencyUpgrade(b *testing.B) {
 			hs.MustRun("up")
 			hs.WaitStatus(time.Minute, "three healthy members on three hosts", harness.Healthy)
 			r := timedUpgrade(b, hs.Env, to)
+			via := writesVia(b, hs.Env)
 			var conns, bytes, full int64
 			for _, l := range links {
 				s := l.Proxy.Stats()
@@ -63,6 +73,7 @@ func BenchmarkHostsLatencyUpgrade(b *testing.B) {
 			hs.MustRun("down")
 			b.Logf("load average after the %s run: %s", side, loadavg())
 			r.report(b, side)
+			via.report(b, side)
 			b.ReportMetric(ms(rtt), side+"-peer-rtt-ms")
 			b.ReportMetric(float64(conns), side+"-proxied-conns")
 			b.ReportMetric(float64(bytes)/(1<<20), side+"-proxied-MiB")
@@ -105,4 +116,62 @@ func checkPeerDelay(b *testing.B, hs *harness.Hosts, links []*harness.DelayedLin
 	}
 	slices.Sort(meds)
 	return meds[len(meds)/2]
+}
+
+// viaWrites is the median latency of sequential writes through one
+// member's endpoint: the leader's, and a follower's.
+type viaWrites struct {
+	leader, follower time.Duration
+}
+
+// viaWriteCount is how many writes writesVia makes through each member.
+const viaWriteCount = 60
+
+// writesVia makes viaWriteCount sequential 1 KiB writes through the
+// leader's client URL alone, then as many through a follower's alone, and
+// returns the median of each. Through the leader a write pays one round
+// trip between members (append to a follower, its acknowledgement); through
+// a follower also the forwarding of the proposal to the leader and the
+// leader's word that it committed: twice as many trips between hosts.
+func writesVia(b *testing.B, e *harness.Env) viaWrites {
+	b.Helper()
+	st := e.Status()
+	var leader, follower string
+	for _, m := range st.Members {
+		switch {
+		case m.Role == "leader":
+			leader = m.Name
+		case follower == "":
+			follower = m.Name
+		}
+	}
+	if leader == "" || follower == "" {
+		b.Fatalf("no leader and follower to write through: %+v", st.Members)
+	}
+	med := func(member string) time.Duration {
+		cli := e.Client(member)
+		defer cli.Close()
+		val := strings.Repeat("v", 1024)
+		var d []time.Duration
+		for i := range viaWriteCount {
+			ctx, cancel := context.WithTimeout(b.Context(), 10*time.Second)
+			start := time.Now()
+			_, err := cli.Put(ctx, fmt.Sprintf("via/%s/%d", member, i), val)
+			cancel()
+			if err != nil {
+				b.Fatalf("write through %s: %v", member, err)
+			}
+			d = append(d, time.Since(start))
+		}
+		slices.Sort(d)
+		return d[len(d)/2]
+	}
+	return viaWrites{leader: med(leader), follower: med(follower)}
+}
+
+func (v viaWrites) report(b *testing.B, side string) {
+	b.ReportMetric(ms(v.leader), side+"-via-leader-p50-ms")
+	b.ReportMetric(ms(v.follower), side+"-via-follower-p50-ms")
+	b.Logf("%s: %d sequential writes through the leader alone: median %.1f ms; through a follower alone: median %.1f ms",
+		side, viaWriteCount, ms(v.leader), ms(v.follower))
 }
