@@ -34,6 +34,9 @@ KUBE_VERSION  ?= v1.36.3
 ARTIFACTS     ?= $(CURDIR)/test-artifacts
 # FUZZTIME is how long `make fuzz` fuzzes each target (hack/fuzz-targets).
 FUZZTIME      ?= 10m
+# BENCH selects the benchmarks `make bench` runs (go test -bench), all by
+# default: `make bench BENCH=BenchmarkHostsLatencyUpgrade` runs one.
+BENCH         ?= .
 
 .PHONY: all build etcd-binaries s3-server kube-apiserver prometheus nftables test test-unit test-e2e test-e2e-run fuzz bench demo demo-down vet clean
 
@@ -102,7 +105,7 @@ fuzz:
 ## bench: the benchmarks recorded in docs/benchmarks.md (steward built
 ## without the race detector: test/bench's TestMain).
 bench: etcd-binaries s3-server kube-apiserver prometheus nftables
-	STEWARD_TEST_STORE=$(STORE) $(GO) test -count=1 -v -timeout 150m -run '^$$' -bench . -benchtime 1x ./test/bench/...
+	STEWARD_TEST_STORE=$(STORE) $(GO) test -count=1 -v -timeout 150m -run '^$$' -bench '$(BENCH)' -benchtime 1x ./test/bench/...
 
 ## demo: build Steward and start a local three-member cluster on the
 ## embedded etcd version. `make demo-down` stops it. A new demo cluster

@@ -3,7 +3,8 @@ package harness
 // Hosts: Linux network namespaces on this machine, so an end-to-end test can
 // run one Steward agent per "host", each with its own address, cut hosts
 // off (Host.Cut, Host.CutSilently) and, where the kernel has netem, slow
-// their links (Host.Delay).
+// their links (Host.Delay); without netem, Host.DelayLink (delaylink.go)
+// delays a host's connections to an address through a userspace proxy.
 //
 // A Network is a bridge in the root namespace with the address SUBNET.1/24
 // (the test process, a coordinator or an S3 server in the root namespace
