@@ -194,13 +194,16 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 	// newest full backup streamed from a member (not folded from a chain by
 	// a compaction), is what the schedule counts from: compaction bounds
 	// restore time, the schedule keeps fresh snapshots of the cluster itself.
+	// Only the current timeline's backups continue a chain: a restore
+	// began a new timeline, whose first backup is a full snapshot.
+	timeline := c.Lineage()
 	var lastFull, lastSnapshot *backup.Manifest
 	next := int64(0)
 	deltasSinceFull := 0 // guarded by r.mu once the recorder runs
 	var chainBytes int64 // stored bytes of those deltas; guarded by r.mu like deltasSinceFull
 	for i := range all {
 		m := all[i]
-		if m.ClusterID != status.Cluster.ID {
+		if m.ClusterID != status.Cluster.ID || m.TimelineID() != timeline.TimelineID() {
 			continue
 		}
 		if m.Kind == backup.KindFull && (lastFull == nil || m.EndRevision >= lastFull.EndRevision) {
@@ -215,7 +218,7 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 	}
 	r.update(false, func(st *backup.LoopStatus) {
 		for _, m := range all {
-			if m.ClusterID != status.Cluster.ID {
+			if m.ClusterID != status.Cluster.ID || m.TimelineID() != timeline.TimelineID() {
 				continue
 			}
 			// LastFull is what the schedule counts from: the newest
@@ -298,6 +301,7 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 	rec := backup.NewRecorder(backup.RecorderOptions{
 		Fence: lease.fence,
 		Store: store, Key: key, Auth: auth, ClusterID: status.Cluster.ID, EtcdVersion: leader.Version, Member: leader.Name,
+		Lineage: timeline,
 		MaxAge: time.Duration(c.Spec.Backup.DeltaMaxAgeMs) * time.Millisecond,
 		OnUpload: func(m backup.Manifest) {
 			metrics.BackupUploaded(metrics.KindDelta, m.Size)

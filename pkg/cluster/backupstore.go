@@ -88,3 +88,13 @@ func (c *Cluster) onJoinedHost() bool {
 	cn, err := pki.CommonName(pki.FilesIn(c.CertDir()).ClientCert)
 	return err == nil && cn != pki.AdminCN
 }
+
+// Lineage is the cluster's current timeline as backups record it (the
+// spec's Timeline; the zero Lineage, timeline 1, when none is recorded).
+func (c *Cluster) Lineage() backup.Lineage {
+	t := c.Spec.Timeline
+	if t == nil || t.ID <= 1 {
+		return backup.Lineage{}
+	}
+	return backup.Lineage{Timeline: t.ID, ParentTimeline: t.Parent, BranchRevision: t.BranchRevision}
+}

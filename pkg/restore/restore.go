@@ -26,9 +26,16 @@ type Options struct {
 	KeyFile string
 	// Force moves existing data dirs aside instead of refusing.
 	Force bool
-	// BumpRevision is added to the restored revision so that no client
-	// ever sees a revision go backwards; the old range is marked compacted.
+	// BumpRevision is the safety margin for writes made after the last
+	// backup: etcd resumes this far above the highest revision the cluster
+	// ever served or stored on any timeline (every trusted backup, the
+	// timelines' history, the data dirs replaced), so no client ever sees
+	// a revision twice or going backwards; older ones are marked compacted.
 	BumpRevision uint64
+	// Timeline restores the newest point (or ToRevision / ToTime) of this
+	// timeline (0: the one the cluster is on). A point at or before its
+	// branch revision is read from its parent.
+	Timeline int64
 	// ToRevision restores the keyspace as it was at this revision (0: the
 	// newest backed-up revision).
 	ToRevision int64
@@ -84,6 +91,12 @@ var (
 	// ErrSourceConflict: options that choose or read a backup from the
 	// store were given with a snapshot file to restore from.
 	ErrSourceConflict = errors.New("options for the backup store given with a snapshot file")
+	// ErrConflictingTargets: options that each choose the point to restore
+	// were given together (a revision and a time; a backup ID and a
+	// timeline).
+	ErrConflictingTargets = errors.New("conflicting restore targets")
+	// ErrUnknownTimeline: the timeline asked for is not in the store.
+	ErrUnknownTimeline = errors.New("unknown timeline")
 	// ErrMembersRunning: a member still runs; the cluster must be stopped
 	// first (no option overrides it).
 	ErrMembersRunning = errors.New("members still run")
@@ -109,8 +122,8 @@ type GapError struct {
 // aside, never deleting it, put the new one in place, and make the restored
 // members initial members in the spec).
 func Run(ctx context.Context, c *cluster.Cluster, o Options) (backup.Manifest, error) {
-	if o.ToRevision < 0 {
-		return backup.Manifest{}, fmt.Errorf("target revision %d: %w: etcd revisions start at 1", o.ToRevision, ErrBadRevision)
+	if err := checkTarget(o); err != nil {
+		return backup.Manifest{}, err
 	}
 	targets := c.Spec.Members
 	if len(o.Members) > 0 {
@@ -139,16 +152,39 @@ func Run(ctx context.Context, c *cluster.Cluster, o Options) (backup.Manifest, e
 	if err != nil {
 		return p.full, err
 	}
-	if err := commit(ctx, c, targets, staged); err != nil {
+	if err := commit(ctx, c, targets, staged, p.timeline); err != nil {
 		return p.full, err
 	}
 	then := "start the cluster with `steward up`"
 	if len(targets) < len(c.Spec.Members) {
 		then = "the other members' data dirs were left as they are"
 	}
-	c.Progress.Say("restored %d members from %s at revision %d (etcd resumes above revision %d; older ones are marked compacted); %s",
-		len(targets), p.from, p.revision, p.bumped, then)
+	branched := "from a snapshot file"
+	if p.timeline.Parent != 0 {
+		branched = fmt.Sprintf("branched off timeline %d at revision %d", p.timeline.Parent, p.timeline.BranchRevision)
+	}
+	c.Progress.Say("restored %d members from %s at revision %d on a new timeline %d, %s (etcd resumes above revision %d, above every revision served before; older ones are marked compacted); %s",
+		len(targets), p.from, p.revision, p.timeline.ID, branched, p.bumped, then)
 	return p.full, nil
+}
+
+// checkTarget refuses a target that cannot be restored, before anything
+// is read or changed.
+func checkTarget(o Options) error {
+	if o.ToRevision < 0 {
+		return fmt.Errorf("target revision %d: %w: etcd revisions start at 1", o.ToRevision, ErrBadRevision)
+	}
+	if o.ToRevision > 0 && !o.ToTime.IsZero() {
+		return refusal.New(ErrConflictingTargets, "refusing to restore to revision %d and to time %s at once: each chooses the point to restore; give one",
+			o.ToRevision, o.ToTime.UTC().Format(time.RFC3339))
+	}
+	if o.Timeline < 0 {
+		return refusal.New(ErrUnknownTimeline, "refusing to restore timeline %d: timelines are numbered from 1", o.Timeline)
+	}
+	if o.Timeline != 0 && o.Backup != "" && o.Backup != "latest" {
+		return refusal.New(ErrConflictingTargets, "refusing to restore backup %s of timeline %d: a backup ID names its own timeline; give one", o.Backup, o.Timeline)
+	}
+	return nil
 }
 
 // prepared is the snapshot prepare built: the source's database with its
@@ -160,6 +196,9 @@ type prepared struct {
 	snapshot string // database file, etcd's appended hash stripped
 	revision int64  // the restored keyspace's revision
 	bumped   int64  // the revision etcd resumes above
+	// timeline is the new timeline the restore begins (recorded in the
+	// store by prepare, in the spec by commit).
+	timeline spec.Timeline
 }
 
 // prepare checks everything that can refuse the restore, then builds the
@@ -167,12 +206,17 @@ type prepared struct {
 func prepare(ctx context.Context, c *cluster.Cluster, o Options, targets []spec.Member, dir string) (prepared, error) {
 	var src source
 	var full backup.Manifest // the chosen full backup, also on a refusal
+	var hist backup.History  // every timeline known, and the highest revision
+	var highest int64        // ever stored or served on any
+	var store backup.Store   // where the new timeline is recorded (nil: nowhere)
+	var parent int64         // the timeline restored (0: a snapshot file)
 	if o.FromSnapshot != "" {
 		f, err := openFile(c, o)
 		if err != nil {
 			return prepared{}, err
 		}
 		src = f
+		hist, highest, store = fileHistory(ctx, c)
 	} else {
 		s, err := openStore(ctx, c, o, "restore")
 		if err != nil {
@@ -182,6 +226,7 @@ func prepare(ctx context.Context, c *cluster.Cluster, o Options, targets []spec.
 			return prepared{full: full}, err
 		}
 		src, full = s, s.full
+		hist, highest, store, parent = s.history, s.highest, s.store, s.full.TimelineID()
 	}
 	var occupied []string
 	for _, mem := range targets {
@@ -200,6 +245,9 @@ func prepare(ctx context.Context, c *cluster.Cluster, o Options, targets []spec.
 			occupied = append(occupied, dd)
 		}
 	}
+	// What the live cluster served after its last backup is in the data
+	// dirs a restore replaces: their revisions count as served.
+	highest = max(highest, dataDirRevisions(ctx, c))
 	if len(occupied) > 0 && !o.Force {
 		return prepared{full: full}, refusal.New(ErrDataDirsHoldData, "refusing to restore: data dirs hold data: %v", occupied)
 	}
@@ -211,11 +259,74 @@ func prepare(ctx context.Context, c *cluster.Cluster, o Options, targets []spec.
 		o.BumpRevision = DefaultBumpRevision
 	}
 	// Bumped once in the shared snapshot, not by etcd's restore per member
-	// (which reads the whole database to find the newest revision).
-	if p.bumped, err = backup.BumpRevision(p.snapshot, int64(o.BumpRevision)); err != nil {
+	// (which reads the whole database to find the newest revision): above
+	// the highest revision served on any timeline, not just the restored
+	// one, so a restore to an early revision never goes backwards.
+	if p.bumped, err = backup.BumpRevisionAbove(p.snapshot, highest, int64(o.BumpRevision)); err != nil {
 		return p, err
 	}
+	p.timeline = spec.Timeline{ID: max(hist.Newest(), c.Spec.TimelineID()) + 1, StartRevision: p.bumped}
+	if parent != 0 {
+		p.timeline.Parent, p.timeline.BranchRevision = parent, p.revision
+	}
+	if store != nil {
+		// Recorded before any data dir changes: the number is taken and the
+		// start revision counts for every later restore, even if this one
+		// stops before its commit.
+		auth, err := c.BackupAuthKey()
+		if err != nil {
+			return p, err
+		}
+		rec := backup.TimelineRecord{
+			Lineage:       backup.Lineage{Timeline: p.timeline.ID, ParentTimeline: p.timeline.Parent, BranchRevision: p.timeline.BranchRevision},
+			StartRevision: p.bumped, ClusterID: full.ClusterID, Source: p.from, CreatedAt: time.Now().UTC(),
+		}
+		if full.ID != "" {
+			rec.Source = full.ID
+		}
+		if err := backup.PutTimeline(ctx, store, auth, &rec); err != nil {
+			return p, err
+		}
+	}
 	return p, nil
+}
+
+// fileHistory is what the backup store knows of the timelines, for a
+// restore from a snapshot file: its history and highest revision, and the
+// store to record the new timeline in. An unreachable store is reported
+// and left out (the data dirs' revisions and the margin still count).
+func fileHistory(ctx context.Context, c *cluster.Cluster) (backup.History, int64, backup.Store) {
+	store, err := c.BackupStore(ctx)
+	if err == nil {
+		var l backup.Listing
+		if l, err = c.Backups(ctx, store, false); err == nil {
+			var h backup.History
+			if h, err = loadHistory(ctx, c, store, l.Backups); err == nil {
+				return h, backup.HighestRevision(l.Backups, h), store
+			}
+		}
+	}
+	c.Progress.Say("warning: the backup store's timelines are not known (%v): the new timeline is not recorded there", err)
+	h := backup.BuildHistory(nil, nil)
+	if t := c.Spec.Timeline; t != nil {
+		return h, t.StartRevision, nil
+	}
+	return h, 0, nil
+}
+
+// dataDirRevisions is the highest revision in the spec's members' data
+// dirs (those a restore replaces, and those it leaves): the writes the
+// cluster served after its last backup. A data dir that cannot be read
+// counts nothing (the margin covers it).
+func dataDirRevisions(ctx context.Context, c *cluster.Cluster) int64 {
+	var top int64
+	for _, mem := range c.Spec.Members {
+		f, err := c.CheckDataDir(ctx, mem)
+		if err == nil && f.State == datadir.Valid {
+			top = max(top, f.Revision)
+		}
+	}
+	return top
 }
 
 // stage writes each target's new data dir beside its real one
@@ -281,7 +392,7 @@ func stage(ctx context.Context, c *cluster.Cluster, p prepared, targets []spec.M
 // place (by its agent for a member on another host), then records the
 // restored members as initial members of the restored cluster in the spec.
 // A failure names where the data waits.
-func commit(ctx context.Context, c *cluster.Cluster, targets []spec.Member, staged map[string]string) error {
+func commit(ctx context.Context, c *cluster.Cluster, targets []spec.Member, staged map[string]string, tl spec.Timeline) error {
 	for _, mem := range targets {
 		if c.OnOtherHost(mem) {
 			ac, err := c.AgentFor(mem)
@@ -315,6 +426,7 @@ func commit(ctx context.Context, c *cluster.Cluster, targets []spec.Member, stag
 			next.Members[i].Bootstrap = nil
 		}
 	}
+	next.Timeline = &tl
 	return c.SaveSpec(ctx, next)
 }
 
@@ -353,7 +465,9 @@ func requireStopped(ctx context.Context, c *cluster.Cluster) error {
 
 // pickChain chooses the full backup and the deltas to restore: the named
 // backup (or the newest full one) with every delta after it; or, with
-// --to-revision or --to-time, the newest full backup at or before the target.
+// a target revision or time, the newest full backup at or before the target.
+// openStore hands it the backups of one timeline (a named backup: all, and
+// its chain stays on its timeline).
 // A gap in the chain that later deltas would have filled is refused rather
 // than silently dropping them.
 func pickChain(listing backup.Listing, store string, o Options) (backup.Manifest, backup.Chain, error) {
@@ -374,7 +488,7 @@ func pickChain(listing backup.Listing, store string, o Options) (backup.Manifest
 			if m.Kind != backup.KindFull {
 				continue
 			}
-			if (o.ToRevision > 0 && m.EndRevision <= o.ToRevision) || (!o.ToTime.IsZero() && !m.CreatedAt.After(o.ToTime)) {
+			if (o.ToRevision == 0 || m.EndRevision <= o.ToRevision) && (o.ToTime.IsZero() || !m.CreatedAt.After(o.ToTime)) {
 				full, found = m, true
 			}
 		}
