@@ -71,6 +71,12 @@ type ClusterStatus struct {
 	HealthyMembers int `json:"healthyMembers"`
 	// SpecVersion is the etcd version the spec asks for.
 	SpecVersion string `json:"specVersion"`
+	// Timeline is the history the cluster serves (spec.Timeline: 1 until
+	// the first restore, each restore begins a new one); Parent and
+	// BranchRevision where it branched off (docs/backup.md#timelines).
+	Timeline       int64 `json:"timeline"`
+	ParentTimeline int64 `json:"parentTimeline,omitempty"`
+	BranchRevision int64 `json:"branchRevision,omitempty"`
 }
 
 // MemberStatus describes one member.
@@ -346,7 +352,10 @@ func (c *Cluster) Status(ctx context.Context) (*Status, error) {
 // members' health before it starts (`backup now`).
 func (c *Cluster) LiveMembers(ctx context.Context) (*Status, error) {
 	specMembers := c.Spec.Members
-	st := &Status{Cluster: ClusterStatus{Name: c.Spec.Name, SpecVersion: c.Spec.Version}}
+	st := &Status{Cluster: ClusterStatus{Name: c.Spec.Name, SpecVersion: c.Spec.Version, Timeline: c.Spec.TimelineID()}}
+	if t := c.Spec.Timeline; t != nil {
+		st.Cluster.ParentTimeline, st.Cluster.BranchRevision = t.Parent, t.BranchRevision
+	}
 
 	// Probe every spec member in parallel.
 	probes := make([]probe, len(specMembers))
