@@ -302,7 +302,7 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 		Fence: lease.fence,
 		Store: store, Key: key, Auth: auth, ClusterID: status.Cluster.ID, EtcdVersion: leader.Version, Member: leader.Name,
 		Lineage: timeline,
-		MaxAge: time.Duration(c.Spec.Backup.DeltaMaxAgeMs) * time.Millisecond,
+		MaxAge:  time.Duration(c.Spec.Backup.DeltaMaxAgeMs) * time.Millisecond,
 		OnUpload: func(m backup.Manifest) {
 			metrics.BackupUploaded(metrics.KindDelta, m.Size)
 			chainFull, compactDue := false, false
