@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -212,6 +213,9 @@ func TestTimelines(t *testing.T) {
 	}
 	if st := e.Status(); st.Cluster.Timeline != 1 {
 		t.Fatalf("a refused restore changed the timeline to %d", st.Cluster.Timeline)
+	}
+	if aside, _ := filepath.Glob(filepath.Join(e.Dir, "members", "*", "data.pre-restore-*")); len(aside) > 0 {
+		t.Fatalf("a refused restore moved data dirs aside: %v", aside)
 	}
 
 	// Timeline 2: the newest point of timeline 1.
