@@ -68,7 +68,7 @@ restored cluster with ` + "`steward up`" + `.`,
 	cmd.Flags().BoolVar(&o.AllowUnauthenticated, "allow-unauthenticated", false, "also trust backup manifests without a MAC (written before the cluster had its backup key); never ones whose MAC fails")
 	cmd.Flags().Int64Var(&o.ToRevision, "to-revision", 0, "restore the keyspace as it was at this revision (default: the newest backed up)")
 	cmd.Flags().Var(timeFlag{&o.ToTime}, "to-time", "restore the keyspace as it was at this time (RFC 3339, e.g. 2026-11-21T13:00:00Z)")
-	cmd.Flags().Int64Var(&o.Timeline, "timeline", 0, "restore this timeline's newest point (or --to-revision/--to-time on it) instead of the one the cluster is on (`backup list` shows them)")
+	cmd.Flags().Int64Var(&o.Timeline, "timeline", 0, "restore timeline `N` (its newest point, or --to-revision/--to-time on it) instead of the one the cluster is on; steward backup list shows each backup's")
 	cmd.Flags().Uint64Var(&o.BumpRevision, "bump-revision", restore.DefaultBumpRevision, "margin above the highest revision ever served or backed up, on any timeline, that etcd resumes above; must exceed the writes made after the last backup")
 	return cmd
 }
