@@ -99,9 +99,13 @@ bench: etcd-binaries s3-server kube-apiserver prometheus
 	STEWARD_TEST_STORE=$(STORE) $(GO) test -count=1 -v -timeout 150m -run '^$$' -bench . -benchtime 1x ./test/bench/...
 
 ## demo: build Steward and start a local three-member cluster on the
-## embedded etcd version. `make demo-down` stops it.
+## embedded etcd version. `make demo-down` stops it. A new demo cluster
+## uses the binary store `make etcd-binaries` fills ($(STORE)), so the
+## versions it built are there for `steward upgrade` and `steward etcdctl`
+## (one store, not a second one in $(DEMO_DIR)/binaries); an existing demo
+## directory keeps the store its spec names.
 demo: build
-	./$(BIN) up --dir $(DEMO_DIR)
+	./$(BIN) up --dir $(DEMO_DIR) $(if $(wildcard $(DEMO_DIR)/cluster.yaml),,--binary-store $(STORE))
 	./$(BIN) status --dir $(DEMO_DIR)
 
 demo-down:

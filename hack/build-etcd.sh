@@ -7,7 +7,8 @@
 # stored version without a manifest is imported again (--force).
 #
 # A version whose cached binaries already report the right version is not
-# rebuilt. The etcd server module cannot be `go install`ed directly (its
+# rebuilt. A version that fails to build does not stop the others: every
+# version built is imported, then the script exits 1 naming the failed ones. The etcd server module cannot be `go install`ed directly (its
 # go.mod has replace directives), so each version gets a tiny wrapper module
 # that requires the released modules and builds their main packages.
 #
@@ -94,27 +95,50 @@ EOF
 	echo "build-etcd: built $v in $out"
 }
 
+# Build every version, and import every one built, even when another
+# fails: a failed version is named at the end and the script exits
+# non-zero, but the versions built before and after it are usable. Each
+# build runs in a subshell with errexit of its own (errexit does not apply
+# inside a function called as an `if` condition).
+built=()
+failed=()
 for v in "$@"; do
-	build_one "$v"
+	set +e
+	(set -e; build_one "$v")
+	rc=$?
+	set -e
+	case "$v" in v*) ;; *) v="v$v" ;; esac
+	if [ "$rc" -eq 0 ]; then
+		built+=("$v")
+	else
+		echo "build-etcd: building $v failed (exit $rc)" >&2
+		failed+=("$v")
+	fi
 done
 
-if [ "${NO_IMPORT:-}" = "1" ]; then
-	exit 0
-fi
-if [ ! -x "$steward" ]; then
-	(cd "$root" && make build)
-fi
-for v in "$@"; do
-	case "$v" in v*) ;; *) v="v$v" ;; esac
-	# A version directory without a manifest (a store laid out by hand or
-	# by an older script) cannot be checked before launch, and Steward
-	# refuses to run its binaries: import it again, which writes the
-	# manifest. --force sets the unrecorded directory aside
-	# (etcd-vX.Y.Z.replaced-*), never deletes it.
-	force=""
-	if [ -d "$store/etcd-$v" ] && [ ! -f "$store/etcd-$v/manifest.json" ]; then
-		echo "build-etcd: $store/etcd-$v has no manifest.json: importing $v again to record its SHA-256"
-		force="--force"
+if [ "${NO_IMPORT:-}" != "1" ] && [ "${#built[@]}" -gt 0 ]; then
+	if [ ! -x "$steward" ]; then
+		(cd "$root" && make build)
 	fi
-	"$steward" binaries import --store "$store" --version "$v" $force "$cache/$v"
-done
+	for v in "${built[@]}"; do
+		# A version directory without a manifest (a store laid out by hand or
+		# by an older script) cannot be checked before launch, and Steward
+		# refuses to run its binaries: import it again, which writes the
+		# manifest. --force sets the unrecorded directory aside
+		# (etcd-vX.Y.Z.replaced-*), never deletes it.
+		force=""
+		if [ -d "$store/etcd-$v" ] && [ ! -f "$store/etcd-$v/manifest.json" ]; then
+			echo "build-etcd: $store/etcd-$v has no manifest.json: importing $v again to record its SHA-256"
+			force="--force"
+		fi
+		if ! "$steward" binaries import --store "$store" --version "$v" $force "$cache/$v"; then
+			echo "build-etcd: importing $v into $store failed" >&2
+			failed+=("$v")
+		fi
+	done
+fi
+
+if [ "${#failed[@]}" -gt 0 ]; then
+	echo "build-etcd: failed: ${failed[*]} (the others are built$([ "${NO_IMPORT:-}" = 1 ] || echo " and imported into $store"))" >&2
+	exit 1
+fi

@@ -3,15 +3,27 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
+	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command"
 )
 
 func main() {
-	if err := command.NewRootCommand().Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "Error:", err)
-		os.Exit(1)
+	err := command.NewRootCommand().Execute()
+	if err == nil {
+		return
 	}
+	code := 1
+	var ee *cli.ExitError
+	if errors.As(err, &ee) {
+		code = ee.Code
+		err = ee.Err
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "Error:", err)
+	}
+	os.Exit(code)
 }

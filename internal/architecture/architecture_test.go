@@ -30,14 +30,14 @@ var (
 		"pkg/membership":  {"pkg/rolling"},
 		"pkg/maintenance": {"pkg/rolling"},
 		"pkg/restore":     nil,
-		"pkg/bootstrap":   nil,
+		"pkg/certs":       nil,           // the certificate room: renewal, CA rotation's file and host work, take-over
+		"pkg/bootstrap":   {"pkg/certs"}, // the coordinator's renewal process, started by up
 		"pkg/metrics":     nil,
 		"pkg/backupd":     {"pkg/restore", "pkg/metrics"}, // garbage collection after a full snapshot; counting uploads and failures
-		"pkg/certrenew":   nil,
-		"pkg/carotate":    {"pkg/rolling"}, // member restarts one at a time, leadership moved first
+		"pkg/carotate":    {"pkg/rolling", "pkg/certs"},   // member restarts one at a time, leadership moved first; the certificate work
 		"pkg/recovery":    {"pkg/membership", "pkg/restore", "pkg/backupd", "pkg/metrics"},
 		"pkg/upgrade":     {"pkg/membership", "pkg/restore", "pkg/backupd", "pkg/rolling"},
-		"pkg/adopt":       {"pkg/rolling"}, // the adopt plan moves leadership before it stops the old process; take-over restarts
+		"pkg/adopt":       {"pkg/rolling", "pkg/certs"}, // the adopt plan moves leadership before it stops the old process; take-over restarts; its certificates
 	}
 	commands = "cmd/steward/internal/command"
 	// agentClients are the operations that still call the agent's client
@@ -175,6 +175,9 @@ func TestRulesBite(t *testing.T) {
 		{"pkg/membership", "pkg/agentapi"},
 		{"pkg/recovery", "pkg/agentapi"},
 		{"pkg/spec", commands + "/up"},
+		{"pkg/upgrade", "pkg/certs"},
+		{"pkg/cluster", "pkg/certs"},
+		{"pkg/agent", "pkg/certs"},
 	} {
 		if rule(tc.from, tc.to) == "" {
 			t.Errorf("%s importing %s is allowed; the rules say it must not be", tc.from, tc.to)
@@ -191,6 +194,8 @@ func TestRulesBite(t *testing.T) {
 		{"pkg/upgrade", "pkg/memberrt"},
 		{"pkg/restore", "pkg/agentapi"},
 		{"pkg/cluster", "pkg/agentapi"},
+		{"pkg/carotate", "pkg/certs"},
+		{"pkg/adopt", "pkg/certs"},
 	} {
 		if why := rule(tc.from, tc.to); why != "" {
 			t.Errorf("%s importing %s is refused (%s); the rules allow it", tc.from, tc.to, why)

@@ -31,7 +31,7 @@ var commandWords = map[string]int{
 	"pkg/upgrade/planner.go":    1, // mixed versions, also a preflight step's error
 	"pkg/cluster/conditions.go": 2, // plan conditions of `steward status`
 	"pkg/cluster/renewer.go":    2, // the renewal condition of `steward status`
-	"pkg/certrenew/loop.go":     2, // the renewal loop's last error, shown by status
+	"pkg/certs/renewloop.go":    2, // the renewal loop's last error, shown by status
 	"pkg/handover/handover.go":  2, // ErrSuperseded, also inside plan steps
 	// Joined into longer messages, where the advice sits in the middle.
 	"pkg/membership/members.go": 4, // a replace to re-run, also inside recovery's messages
@@ -39,7 +39,7 @@ var commandWords = map[string]int{
 	"pkg/recovery/journal.go":   1,
 	"pkg/spec/validate.go":      3, // one line of a list of validation problems
 	"pkg/adopt/plan.go":         1, // the health gate, also a plan step
-	"pkg/pki/carotate.go":       1, // ErrRotationInProgress, met by many commands and the agent
+	"pkg/pki/rotationfiles.go":  1, // ErrRotationInProgress, met by many commands and the agent
 	"pkg/cluster/external.go":   2, // RequireOwnCerts, met by every certificate command
 	"pkg/cluster/status.go":     1, // a member answering for another, met by every command
 	// Returned by an agent over its API, then shown by the CLI.

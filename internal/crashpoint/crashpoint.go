@@ -21,9 +21,13 @@
 //   - backup-compact-before-manifest  in a delta compaction (pkg/backup),
 //     after the new full backup's object is stored, before its manifest;
 //   - backup-compact-after-manifest   after that manifest is stored, before
-//     it is read back.
+//     it is read back;
+//   - restore-staged:N  in a restore (pkg/restore), after the data dir of
+//     its N-th target member (from 0, in spec order) is staged, before the
+//     next is staged or any is committed.
 //
-// N is the step's index, as `steward plan show` lists it.
+// N is the step's index, as `steward plan show` lists it (for a plan's
+// points).
 package crashpoint
 
 import (
@@ -46,6 +50,9 @@ const (
 	// PlanStepAfter is hit after a step acted without error, before it is
 	// recorded done.
 	PlanStepAfter = "plan-step-after"
+	// RestoreStaged is hit in a restore after a member's data dir is
+	// staged, before the next member's is staged or any is committed.
+	RestoreStaged = "restore-staged"
 )
 
 // Indexed returns the name of a repeating point's i-th instance: "POINT:I".

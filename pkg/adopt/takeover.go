@@ -6,12 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/etcd-steward/steward/pkg/certs"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/plan"
@@ -74,8 +73,8 @@ type TakeOverOptions struct {
 // client certificate signed by it, the members' trusted CA files holding
 // it alone, and their peer certificates of one common name when a member
 // restricts its peer port to one (--peer-cert-allowed-cn).
-func TakeOverCheck(ctx context.Context, c *cluster.Cluster, o TakeOverOptions, now time.Time) (*pki.CA, pki.TakeOverLeaves, error) {
-	var none pki.TakeOverLeaves
+func TakeOverCheck(ctx context.Context, c *cluster.Cluster, o TakeOverOptions, now time.Time) (*pki.CA, certs.TakeOverLeaves, error) {
+	var none certs.TakeOverLeaves
 	s := c.Spec
 	switch {
 	case !s.IsExternal():
@@ -119,7 +118,7 @@ func TakeOverCheck(ctx context.Context, c *cluster.Cluster, o TakeOverOptions, n
 		bad = append(bad, "the operator's client certificate "+err.Error())
 	}
 	peerCNs := map[string][]string{}
-	l := pki.TakeOverLeaves{Server: pki.Leaf{CN: s.Name + "-server"}}
+	l := certs.TakeOverLeaves{Server: certs.Leaf{CN: s.Name + "-server"}}
 	for _, m := range s.Members {
 		t := m.Adopted.TLS
 		for _, f := range []struct{ what, file string }{{"serving", t.ServerCert}, {"peer", t.PeerCert}} {
@@ -212,23 +211,9 @@ func TakeOver(ctx context.Context, c *cluster.Cluster, o TakeOverOptions) (*plan
 	if err != nil {
 		return nil, err
 	}
-	lock, err := c.LockCertificates(ctx, time.Minute)
-	if err != nil {
+	if err := certs.TakeOver(ctx, c, ca, leaves, now); err != nil {
 		return nil, err
 	}
-	dir := c.CertDir()
-	err = moveAsideOtherCA(c, dir, ca, now)
-	if err == nil {
-		err = pki.ImportCA(dir, ca)
-	}
-	if err == nil {
-		err = pki.IssueTakeOver(dir, leaves, c.Validity())
-	}
-	lock.Release()
-	if err != nil {
-		return nil, err
-	}
-	c.Progress.Say("imported the CA %s into %s and issued the server (%s), peer (%s) and admin client certificates from it", ca.Cert.Subject.CommonName, dir, strings.Join(leaves.Server.Hosts, ","), leaves.Peer.CN)
 	p := &plan.Plan{ID: plan.NewID(plan.KindCertsTakeOver, now), Kind: plan.KindCertsTakeOver, Strategy: "rolling",
 		From: c.Spec.Version, To: c.Spec.Version, State: plan.Pending, CreatedAt: now.UTC()}
 	// The members in spec order, the leader last (rolling.Order): with
@@ -251,33 +236,6 @@ func TakeOver(ctx context.Context, c *cluster.Cluster, o TakeOverOptions) (*plan
 		return nil, err
 	}
 	return p, RunTakeOver(ctx, c, p.ID)
-}
-
-// moveAsideOtherCA moves a certificate set of Steward's own (a CA other
-// than ca, with the leaves it signed) out of the way, into
-// pki/before-take-over-TIME/: nothing is deleted.
-func moveAsideOtherCA(c *cluster.Cluster, dir string, ca *pki.CA, now time.Time) error {
-	b, err := os.ReadFile(filepath.Join(dir, pki.CACert))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if holds, _, _ := ca.Trusts(filepath.Join(dir, pki.CACert)); holds && len(b) > 0 {
-		return nil
-	}
-	aside := filepath.Join(dir, "before-take-over-"+now.UTC().Format("20060102T150405Z"))
-	if err := os.MkdirAll(aside, 0o700); err != nil {
-		return err
-	}
-	for _, f := range []string{pki.CACert, pki.CAKey, pki.ServerCert, pki.ServerKey, pki.PeerCert, pki.PeerKey, pki.ClientCert, pki.ClientKey} {
-		if err := os.Rename(filepath.Join(dir, f), filepath.Join(aside, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("move Steward's own certificates aside: %w", err)
-		}
-	}
-	c.Progress.Say("moved the certificates of another CA in %s aside into %s", dir, aside)
-	return nil
 }
 
 // RunTakeOver runs the take-over plan id from its first step not done.

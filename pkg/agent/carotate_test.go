@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/pkg/agentapi"
+	"github.com/etcd-steward/steward/pkg/certs"
 	"github.com/etcd-steward/steward/pkg/pki"
 )
 
@@ -24,7 +25,7 @@ import (
 func TestHostCARotation(t *testing.T) {
 	coord, hostDir, srv := hostCertAgent(t)
 	oldCA := readCertFile(t, filepath.Join(coord, pki.CACert))
-	if err := pki.RotationPrepare(coord, "c", pki.Validity{}); err != nil {
+	if err := certs.RotationPrepare(coord, "c", pki.Validity{}); err != nil {
 		t.Fatal(err)
 	}
 	next := readCertFile(t, filepath.Join(coord, pki.CANextCert))
@@ -58,7 +59,7 @@ func TestHostCARotation(t *testing.T) {
 	refused("a leaf", string(mustRead(t, filepath.Join(hostDir, "server.crt"))), "is not a CA certificate")
 
 	// Step 1: both CAs.
-	if err := pki.RotationTrustBoth(coord); err != nil {
+	if err := certs.RotationTrustBoth(coord); err != nil {
 		t.Fatal(err)
 	}
 	both := string(mustRead(t, filepath.Join(coord, pki.CACert)))
@@ -90,7 +91,7 @@ func TestHostCARotation(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		certPEM, nc, done, err := pki.RotationReissueHost(coord, pki.Validity{}, cur, time.Now())
+		certPEM, nc, done, err := certs.RotationReissueHost(coord, pki.Validity{}, cur, time.Now())
 		if err != nil || done {
 			t.Fatalf("reissue %s: done %v, %v", name, done, err)
 		}
@@ -116,13 +117,13 @@ func TestHostCARotation(t *testing.T) {
 			}
 		}
 		// A re-run finds it done.
-		if _, _, done, err := pki.RotationReissueHost(coord, pki.Validity{}, leaf, time.Now()); err != nil || !done {
+		if _, _, done, err := certs.RotationReissueHost(coord, pki.Validity{}, leaf, time.Now()); err != nil || !done {
 			t.Errorf("reissue %s again: done %v, %v", name, done, err)
 		}
 	}
 
 	// Step 4: the new CA alone.
-	if err := pki.RotationDrop(coord); err != nil {
+	if err := certs.RotationDrop(coord); err != nil {
 		t.Fatal(err)
 	}
 	if code, r, out := putCA(string(mustRead(t, filepath.Join(coord, pki.CACert)))); code != http.StatusOK || !r.Changed || len(r.CAs) != 1 {

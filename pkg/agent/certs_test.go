@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/pkg/agentapi"
+	"github.com/etcd-steward/steward/pkg/certs"
 	"github.com/etcd-steward/steward/pkg/pki"
 )
 
@@ -110,7 +111,7 @@ func TestInstallHostCert(t *testing.T) {
 			}
 			oldPEM, _ := os.ReadFile(filepath.Join(hostDir, name+".crt"))
 			keyBefore, _ := os.ReadFile(filepath.Join(hostDir, name+".key"))
-			newPEM, nc, err := pki.Reissue(coord, pki.Validity{Leaf: time.Hour, RenewBefore: 20 * time.Minute}, cur, time.Now())
+			newPEM, nc, err := certs.Reissue(coord, pki.Validity{Leaf: time.Hour, RenewBefore: 20 * time.Minute}, cur, time.Now())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -154,11 +155,11 @@ func TestInstallHostCertRefusals(t *testing.T) {
 	serverKey := readKeyFile(t, filepath.Join(hostDir, "server.key"))
 	ca := readCertFile(t, filepath.Join(coord, pki.CACert))
 	caKey := readKeyFile(t, filepath.Join(coord, pki.CAKey))
-	peerRenewal, _, err := pki.Reissue(coord, pki.Validity{}, readCertFile(t, filepath.Join(hostDir, "peer.crt")), now)
+	peerRenewal, _, err := certs.Reissue(coord, pki.Validity{}, readCertFile(t, filepath.Join(hostDir, "peer.crt")), now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	serverRenewal, _, err := pki.Reissue(coord, pki.Validity{}, server, now)
+	serverRenewal, _, err := certs.Reissue(coord, pki.Validity{}, server, now)
 	if err != nil {
 		t.Fatal(err)
 	}

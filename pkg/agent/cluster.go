@@ -11,6 +11,7 @@ import (
 
 	"github.com/etcd-steward/steward/internal/atomicfile"
 	"github.com/etcd-steward/steward/pkg/agentapi"
+	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
@@ -25,6 +26,7 @@ const (
 	secretsDir        = "secrets"
 	s3CredentialsFile = "secrets/s3-credentials"
 	backupKeyFile     = "secrets/backup.key"
+	s3CAFile          = "secrets/s3-ca.pem"
 )
 
 // ErrOtherBackupAuthKey: a spec hand-over carries another cluster backup
@@ -58,9 +60,21 @@ func (a *Agent) SetCluster(f agentapi.ClusterFiles) error {
 		if f.S3Credentials != "" {
 			s3.CredentialsFile = s3CredentialsFile
 		}
-		// A private CA for the S3 server is not handed over yet: the
-		// host's system roots are used.
-		s3.CAFile = ""
+		// A private CA for the S3 server comes with the spec, checked
+		// here (PEM certificates only); a spec naming one without it
+		// (a coordinator that does not send it) is refused rather than
+		// leaving this host on its system roots.
+		switch {
+		case s3.CAFile != "" && f.S3CA == "":
+			return badRequest{fmt.Errorf("the spec names backup.s3.caFile %s but its content was not sent: this host would check the S3 server against its system roots; hand the spec over from a coordinator of this agent's version or newer", s3.CAFile)}
+		case f.S3CA != "":
+			if _, err := backup.ParseCABundle([]byte(f.S3CA)); err != nil {
+				return badRequest{fmt.Errorf("the S3 CA bundle sent with the spec (backup.s3.caFile %s): %w", s3.CAFile, err)}
+			}
+			s3.CAFile = s3CAFile
+		}
+	} else if f.S3CA != "" {
+		return badRequest{errors.New("an S3 CA bundle was sent with a spec that has no backup.s3")}
 	}
 	s.Backup.EncryptionKeyFile = ""
 	if f.BackupKey != "" {
@@ -82,7 +96,7 @@ func (a *Agent) SetCluster(f agentapi.ClusterFiles) error {
 	for _, sf := range []struct {
 		path, data string
 		keep       bool // a key earlier backups may need: moved aside, never deleted
-	}{{s3CredentialsFile, f.S3Credentials, false}, {backupKeyFile, f.BackupKey, true}} {
+	}{{s3CredentialsFile, f.S3Credentials, false}, {s3CAFile, f.S3CA, false}, {backupKeyFile, f.BackupKey, true}} {
 		p := filepath.Join(a.opts.Dir, sf.path)
 		if sf.keep {
 			if have, err := os.ReadFile(p); err == nil && string(have) != sf.data {

@@ -31,6 +31,7 @@ var fuzzRequests = []struct {
 	{"commit/discard", 1 << 16, func() any { return new(agentapi.Staged) }},
 	{"v2 store check", 1 << 16, func() any { return new(agentapi.V2StoreRequest) }},
 	{"cluster files", 1 << 20, func() any { return new(agentapi.ClusterFiles) }},
+	{"kept copy", 1 << 16, func() any { return new(agentapi.KeptPath) }},
 }
 
 // decodeFuzz runs decodeBody on body as a handler would.
@@ -56,6 +57,7 @@ func FuzzDecodeBody(f *testing.F) {
 	f.Add(uint8(3), []byte(`{"staged":"/d/etcd-1.staged-20261124"}`))
 	f.Add(uint8(4), []byte(`{"version":"3.6.16"}`))
 	f.Add(uint8(5), []byte(`{"spec":"bmFtZTogeA==","files":{"ca.crt":"eA=="}}`))
+	f.Add(uint8(6), []byte(`{"path":"/d/members/etcd-1/data.pre-restore-20261127T100000.000Z"}`))
 	f.Fuzz(func(t *testing.T, kind uint8, body []byte) {
 		rq := fuzzRequests[int(kind)%len(fuzzRequests)]
 		v := rq.new()

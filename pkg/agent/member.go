@@ -534,8 +534,7 @@ func (m *member) launch(cfg agentapi.MemberConfig) (p *process, fresh bool, err 
 		// An empty data dir next to a version record is data that was lost,
 		// not a new member: started, etcd would bootstrap a blank member
 		// under the old identity.
-		return nil, false, fmt.Errorf("refusing to start: data dir %s is empty but etcd %s ran on it until %s: its data was lost; rebuild it with `steward member replace %s` (or `steward recover` when a majority is lost)",
-			cfg.DataDir, rec.Version, rec.UpdatedAt.Format(time.RFC3339), cfg.Name)
+		return nil, false, lostDataError(cfg.DataDir, cfg.Name, rec)
 	}
 	for _, u := range []struct{ what, raw string }{{"client URL", cfg.ClientURL}, {"peer URL", cfg.PeerURL}} {
 		if err := checkPortFree(u.raw); err != nil {
@@ -759,4 +758,13 @@ func shorten(s string) string {
 		return s[:600] + "..."
 	}
 	return s
+}
+
+// lostDataError refuses to start a member whose data dir is empty beside
+// its version record. The record is written each time a start of etcd
+// answers (awaitReady), so its time is the last start, not the
+// last moment etcd ran.
+func lostDataError(dataDir, name string, rec datadir.VersionRecord) error {
+	return fmt.Errorf("refusing to start: data dir %s is empty, but etcd %s was started on it (last at %s, by its version record): its data was lost; rebuild it with `steward member replace %s` (or `steward recover` when a majority is lost)",
+		dataDir, rec.Version, rec.UpdatedAt.Format(time.RFC3339), name)
 }

@@ -145,6 +145,18 @@ func (a *Agent) Handler() http.Handler {
 		}
 		reply(w, nil, a.DiscardStaged(name, req.Staged))
 	}))
+	mux.HandleFunc("GET /v1/kept", func(w http.ResponseWriter, r *http.Request) {
+		ks, err := a.Kept()
+		reply(w, ks, err)
+	})
+	mux.HandleFunc("POST /v1/kept/remove", func(w http.ResponseWriter, r *http.Request) {
+		var req agentapi.KeptPath
+		if err := decodeBody(w, r, 1<<16, &req); err != nil {
+			reply(w, nil, badRequest{fmt.Errorf("decode remove request: %w", err)})
+			return
+		}
+		reply(w, nil, a.RemoveKept(req.Path))
+	})
 	mux.HandleFunc("GET /v1/members/{name}/freeport", named(func(w http.ResponseWriter, r *http.Request, name string) {
 		p, err := a.FreePort(name)
 		reply(w, agentapi.Port{Port: p}, err)

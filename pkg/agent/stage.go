@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/scratch"
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/datadir"
 	"github.com/etcd-steward/steward/pkg/spec"
@@ -58,12 +59,17 @@ func (a *Agent) StageDataDir(ctx context.Context, name string, req agentapi.Stag
 	if req.InitialCluster == "" || len(req.SHA256) != 64 {
 		return "", badRequest{fmt.Errorf("stage request for %s: initialCluster and the snapshot's sha256 are required", name)}
 	}
-	tmp, err := os.MkdirTemp(a.opts.Dir, "tmp-stage-")
+	ids, err := datadir.ParseIdentity(req.MemberIDs, req.ClusterID)
+	if err != nil {
+		return "", badRequest{fmt.Errorf("stage request for %s: %w", name, err)}
+	}
+	// Held while it stages; a killed stage's copy is swept by the next.
+	sd, err := scratch.New(a.opts.Dir, "tmp-stage-")
 	if err != nil {
 		return "", err
 	}
-	defer os.RemoveAll(tmp)
-	snap := filepath.Join(tmp, "snapshot.db")
+	defer sd.Remove()
+	snap := filepath.Join(sd.Path, "snapshot.db")
 	f, err := os.OpenFile(snap, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return "", err
@@ -82,10 +88,19 @@ func (a *Agent) StageDataDir(ctx context.Context, name string, req agentapi.Stag
 	if err := os.MkdirAll(filepath.Dir(cfg.DataDir), 0o700); err != nil {
 		return "", err
 	}
+	// What an earlier restore staged for this member and never put in
+	// place (killed): its own output, never user data. A stage request
+	// comes from a restore holding the coordinator's restore lock, which
+	// stages each member once, so no restore running owns another.
+	if err := datadir.RemoveStaged(cfg.DataDir, func(p string) {
+		a.log.Info("removed a data dir an interrupted restore staged", "member", name, "staged", p)
+	}); err != nil {
+		return "", err
+	}
 	out := cfg.DataDir + stagedSuffix + time.Now().UTC().Format("20060102T150405.000Z")
 	if err := datadir.FromSnapshot(datadir.FromSnapshotOptions{
 		Snapshot: snap, Name: cfg.Name, PeerURL: cfg.PeerURL,
-		InitialCluster: req.InitialCluster, Token: cfg.InitialClusterToken,
+		InitialCluster: req.InitialCluster, Token: cfg.InitialClusterToken, IDs: ids,
 		Move: true, // our own temporary copy, removed below anyway
 	}, out); err != nil {
 		return "", err

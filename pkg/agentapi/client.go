@@ -144,7 +144,7 @@ func (c *Client) DataDir(ctx context.Context, name string, out any) error {
 
 // StageDataDir sends the snapshot at path to stage a data dir for a stopped
 // member on the agent's host; it returns the staged dir.
-func (c *Client) StageDataDir(ctx context.Context, name, snapshot, initialCluster string) (string, error) {
+func (c *Client) StageDataDir(ctx context.Context, name, snapshot string, to memberrt.StageTarget) (string, error) {
 	f, err := os.Open(snapshot)
 	if err != nil {
 		return "", err
@@ -157,7 +157,7 @@ func (c *Client) StageDataDir(ctx context.Context, name, snapshot, initialCluste
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return "", err
 	}
-	hdr, err := json.Marshal(StageRequest{InitialCluster: initialCluster, SHA256: hex.EncodeToString(h.Sum(nil))})
+	hdr, err := json.Marshal(StageRequest{InitialCluster: to.InitialCluster, MemberIDs: to.MemberIDs, ClusterID: to.ClusterID, SHA256: hex.EncodeToString(h.Sum(nil))})
 	if err != nil {
 		return "", err
 	}
@@ -176,6 +176,18 @@ func (c *Client) CommitDataDir(ctx context.Context, name, staged string) (string
 // DiscardStaged removes a data dir the agent staged.
 func (c *Client) DiscardStaged(ctx context.Context, name, staged string) error {
 	return c.do(ctx, http.MethodPost, "/v1/members/"+name+"/datadir/discard", Staged{Staged: staged}, nil)
+}
+
+// Kept lists the kept copies of data dirs on the agent's host, as JSON
+// (package datadir's []Kept). An agent older than the endpoint answers
+// 404.
+func (c *Client) Kept(ctx context.Context, out any) error {
+	return c.do(ctx, http.MethodGet, "/v1/kept", nil, out)
+}
+
+// RemoveKept removes one kept copy of a data dir on the agent's host.
+func (c *Client) RemoveKept(ctx context.Context, path string) error {
+	return c.do(ctx, http.MethodPost, "/v1/kept/remove", KeptPath{Path: path}, nil)
 }
 
 // FreePort asks for a free TCP port on a member's host address.

@@ -15,6 +15,8 @@
 //	POST   /v1/members/{name}/datadir/commit Staged -> Aside: the staged data dir in place, the old aside
 //	POST   /v1/members/{name}/datadir/discard Staged: remove a staged data dir
 //	GET    /v1/members/{name}/freeport  Port: a free port on the member's host address
+//	GET    /v1/kept                    the kept copies of data dirs on the host ([]datadir.Kept)
+//	POST   /v1/kept/remove             KeptPath: remove one kept copy (400 for anything not named as one)
 //	POST   /v1/members/{name}/start    start (and keep running)
 //	POST   /v1/members/{name}/stop     stop gracefully (and keep stopped)
 //	POST   /v1/members/{name}/kill     stop at once with SIGKILL (and keep stopped)
@@ -123,6 +125,12 @@ type ClusterFiles struct {
 	Spec string `json:"spec"`
 	// S3Credentials is the content of backup.s3.credentialsFile.
 	S3Credentials string `json:"s3Credentials,omitempty"`
+	// S3CA is the content of backup.s3.caFile: the PEM bundle of CA
+	// certificates the host trusts for the S3 server instead of its
+	// system roots. An agent that predates the field refuses a
+	// hand-over carrying it (400, unknown field), so a host never falls
+	// back to its system roots; it is sent only when the spec names one.
+	S3CA string `json:"s3CA,omitempty"`
 	// BackupKey is the content of backup.encryptionKeyFile.
 	BackupKey string `json:"backupKey,omitempty"`
 	// BackupAuthKey is the content of the coordinator's cluster backup key
@@ -143,16 +151,28 @@ type Aside struct {
 
 // StageRequest goes with a snapshot sent to stage a member's data dir
 // (header X-Steward-Stage, JSON): the cluster the member is restored into
-// and the snapshot's SHA-256 (hex), which the agent checks.
+// and the snapshot's SHA-256 (hex), which the agent checks. MemberIDs and
+// ClusterID (memberrt.StageTarget) are sent only when the restored
+// cluster keeps IDs its initial cluster does not derive: an agent older
+// than them refuses the unknown fields (400) rather than staging a data
+// dir with other IDs than its peers'.
 type StageRequest struct {
-	InitialCluster string `json:"initialCluster"`
-	SHA256         string `json:"sha256"`
+	InitialCluster string            `json:"initialCluster"`
+	MemberIDs      map[string]string `json:"memberIDs,omitempty"`
+	ClusterID      string            `json:"clusterID,omitempty"`
+	SHA256         string            `json:"sha256"`
 }
 
 // Staged names a data dir the agent staged (or, in a commit request, the
 // one to commit or discard).
 type Staged struct {
 	Staged string `json:"staged"`
+}
+
+// KeptPath names a kept copy of a data dir on the agent's host
+// (DATADIR.KIND-STAMP, package datadir's Kept) to remove.
+type KeptPath struct {
+	Path string `json:"path"`
 }
 
 // Port is a free TCP port on the agent's host.

@@ -308,3 +308,18 @@ func FuzzDeltaReader(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseCABundle: any bytes (a CA bundle from disk or from a
+// coordinator) are parsed without panicking, and what is accepted is at
+// least one certificate.
+func FuzzParseCABundle(f *testing.F) {
+	f.Add([]byte("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"))
+	f.Add([]byte("not pem"))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		certs, err := ParseCABundle(b)
+		if err == nil && len(certs) == 0 {
+			t.Fatal("accepted a bundle without a certificate")
+		}
+	})
+}

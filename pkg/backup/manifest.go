@@ -126,7 +126,64 @@ func (l Listing) Find(id, store string) (Manifest, error) {
 	for _, m := range l.Backups {
 		ids = append(ids, m.ID)
 	}
-	return Manifest{}, fmt.Errorf("no backup %q in %s (have: %s)%s", id, store, strings.Join(ids, ", "), l.ignoredNote())
+	if len(ids) == 0 {
+		return Manifest{}, fmt.Errorf("%w: no backup %q in %s: it holds none%s", ErrUnknownBackup, id, store, l.ignoredNote())
+	}
+	return Manifest{}, &unknownBackup{msg: fmt.Sprintf("no backup %q in %s: it holds %d, the nearest %s%s",
+		id, store, len(ids), strings.Join(Nearest(id, ids, nearestShown), ", "), l.ignoredNote())}
+}
+
+// ErrUnknownBackup: Find found no backup of the ID asked for. Its message
+// counts the backups and names the few nearest IDs, never the whole list
+// (a store holds hundreds); commands add the one that lists them.
+var ErrUnknownBackup = errors.New("no such backup")
+
+type unknownBackup struct{ msg string }
+
+func (e *unknownBackup) Error() string        { return e.msg }
+func (e *unknownBackup) Is(target error) bool { return target == ErrUnknownBackup }
+
+// nearestShown is how many IDs an unknown ID's refusal names.
+const nearestShown = 3
+
+// Nearest returns up to n of ids nearest to id: the fewest single-byte
+// edits (Levenshtein distance) first, ties in the order given.
+func Nearest(id string, ids []string, n int) []string {
+	type cand struct {
+		id   string
+		dist int
+	}
+	cs := make([]cand, len(ids))
+	for i, x := range ids {
+		cs[i] = cand{x, editDistance(id, x)}
+	}
+	sort.SliceStable(cs, func(i, j int) bool { return cs[i].dist < cs[j].dist })
+	var out []string
+	for i := 0; i < len(cs) && i < n; i++ {
+		out = append(out, cs[i].id)
+	}
+	return out
+}
+
+// editDistance is the Levenshtein distance of two strings, by bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // ignoredNote says what was ignored, for an error message.

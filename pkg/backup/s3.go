@@ -3,8 +3,6 @@ package backup
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -31,7 +29,8 @@ type S3Config struct {
 	Prefix          string `json:"prefix,omitempty"`
 	Region          string `json:"region,omitempty"`
 	CredentialsFile string `json:"credentialsFile,omitempty"`
-	// CAFile is a PEM bundle to trust for a server with a private CA.
+	// CAFile is a PEM bundle of the CA certificates to trust for a server
+	// with a private CA, instead of the system roots.
 	CAFile string `json:"caFile,omitempty"`
 }
 
@@ -64,15 +63,12 @@ func NewS3Store(ctx context.Context, cfg S3Config) (*S3Store, error) {
 		BucketLookup: minio.BucketLookupPath,
 	}
 	if cfg.CAFile != "" {
-		pem, err := os.ReadFile(cfg.CAFile)
+		// The bundle's certificates are the only roots (LoadCABundle).
+		pool, err := LoadCABundle(cfg.CAFile)
 		if err != nil {
-			return nil, fmt.Errorf("s3 CA file: %w", err)
+			return nil, err
 		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("s3 CA file %s holds no certificate", cfg.CAFile)
-		}
-		opts.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
+		opts.Transport = &http.Transport{TLSClientConfig: s3TLSConfig(pool)}
 	}
 	c, err := minio.New(u.Host, opts)
 	if err != nil {

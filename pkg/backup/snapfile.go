@@ -81,9 +81,15 @@ func copyCheckingHash(w io.Writer, r io.Reader, name string) error {
 	if hb.err != nil {
 		return fmt.Errorf("copy snapshot file %s: %w", name, hb.err)
 	}
-	if n < sha256.Size || (n-sha256.Size)%snapshotPage != 0 {
-		return fmt.Errorf("%s: %w: its size (%d bytes) leaves no room for the SHA-256 `etcdctl snapshot save` appends (a cut copy, or not a snapshot file)",
-			name, ErrSnapshotHash, n)
+	if n < sha256.Size {
+		return fmt.Errorf("%s: %w: at %d bytes it is shorter than the %d-byte SHA-256 `etcdctl snapshot save` appends (not a snapshot file)",
+			name, ErrSnapshotHash, n, sha256.Size)
+	}
+	if (n-sha256.Size)%snapshotPage != 0 {
+		// etcdutl's hasChecksum: a database is whole pages, so a file with
+		// the hash appended is 32 bytes past a multiple of 512.
+		return fmt.Errorf("%s: %w: its size (%d bytes) is not whole %d-byte database pages followed by the %d-byte SHA-256 `etcdctl snapshot save` appends (a bare database without the hash, a cut copy, or not a snapshot file)",
+			name, ErrSnapshotHash, n, snapshotPage, sha256.Size)
 	}
 	if got := h.Sum(nil); !bytes.Equal(got, hb.tail) {
 		return fmt.Errorf("%s: %w: its content hashes to %s, but it ends with %s (the file is corrupt or was altered)",

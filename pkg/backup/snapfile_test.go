@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -73,16 +74,17 @@ func TestImportSnapshotRefuses(t *testing.T) {
 		name    string
 		content []byte // nil: no file
 		want    error
+		says    string // in the error, when set
 	}{
-		{"a byte of the database flipped", flip(5000), ErrSnapshotHash},
-		{"a byte of the first page flipped", flip(0), ErrSnapshotHash},
-		{"a byte of the hash flipped", flip(len(good) - 1), ErrSnapshotHash},
-		{"a bare database, no hash", body, ErrSnapshotHash},
-		{"cut short", good[:len(good)-100], ErrSnapshotHash},
-		{"empty", []byte{}, ErrSnapshotHash},
-		{"shorter than a hash", []byte("etcd"), ErrSnapshotHash},
-		{"re-hashed, bbolt panics on it", rehashed("p2-o8-vff.db"), ErrMalformedSnapshot},
-		{"missing", nil, fs.ErrNotExist},
+		{"a byte of the database flipped", flip(5000), ErrSnapshotHash, "its content hashes to"},
+		{"a byte of the first page flipped", flip(0), ErrSnapshotHash, ""},
+		{"a byte of the hash flipped", flip(len(good) - 1), ErrSnapshotHash, ""},
+		{"a bare database, no hash", body, ErrSnapshotHash, "is not whole 512-byte database pages followed by the 32-byte SHA-256"},
+		{"cut short", good[:len(good)-100], ErrSnapshotHash, "a cut copy"},
+		{"empty", []byte{}, ErrSnapshotHash, "at 0 bytes it is shorter than the 32-byte SHA-256"},
+		{"shorter than a hash", []byte("etcd"), ErrSnapshotHash, "at 4 bytes it is shorter"},
+		{"re-hashed, bbolt panics on it", rehashed("p2-o8-vff.db"), ErrMalformedSnapshot, ""},
+		{"missing", nil, fs.ErrNotExist, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -98,6 +100,12 @@ func TestImportSnapshotRefuses(t *testing.T) {
 			_, err := ImportSnapshot(t.Context(), src, dst)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("ImportSnapshot = %v; want an error wrapping %v", err, tc.want)
+			}
+			if tc.says != "" && !strings.Contains(err.Error(), tc.says) {
+				t.Errorf("ImportSnapshot = %v; want it to say %q", err, tc.says)
+			}
+			if strings.Contains(err.Error(), "room for") {
+				t.Errorf("ImportSnapshot = %v: the check is of page alignment, not room", err)
 			}
 			if ents, _ := os.ReadDir(filepath.Dir(dst)); len(ents) != 0 {
 				t.Errorf("a refused snapshot left %v", ents)

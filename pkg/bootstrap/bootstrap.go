@@ -22,6 +22,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/agent"
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/binaries"
+	"github.com/etcd-steward/steward/pkg/certs"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/join"
 	"github.com/etcd-steward/steward/pkg/progress"
@@ -44,6 +45,10 @@ type UpOptions struct {
 	// address (127.0.0.2) so that clusters on one machine never share a
 	// port. For an existing spec it must be its local members' address.
 	Address string
+	// NoMetrics writes a new spec whose agent serves no Prometheus
+	// metrics (by default it serves them on loopback: spec.NewDefault).
+	// For an existing spec it must not contradict the spec's agent.
+	NoMetrics bool
 	// StewardBinary is the executable that runs the agent (default: this one).
 	StewardBinary string
 	// Timeout bounds the wait for a healthy cluster.
@@ -149,6 +154,9 @@ func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*clust
 		if o.BinaryStore != "" && s.BinaryStoreDir(dir) != spec.Path(dir, o.BinaryStore) {
 			return nil, nil, newClusterOnly("BinaryStore", "%s uses the binary store %s; another store applies only to a new cluster (edit binaryStore in the spec)", specPath, s.BinaryStoreDir(dir))
 		}
+		if a, ok := s.Agent(spec.LocalAgent); ok && o.NoMetrics && a.MetricsAddress != "" {
+			return nil, nil, newClusterOnly("NoMetrics", "%s has the agent serve metrics at %s; turning them off applies only to a new cluster (remove metricsAddress from the spec)", specPath, a.MetricsAddress)
+		}
 	} else {
 		if o.Members == 0 {
 			o.Members = 3
@@ -167,7 +175,7 @@ func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*clust
 		}
 		s, err = spec.NewDefault(spec.DefaultOptions{
 			Members: o.Members, Version: nv, StewardDir: dir, TLSOff: o.TLSOff,
-			Host: host, FreePort: spec.FreePort(host),
+			Host: host, FreePort: spec.FreePort(host), NoMetrics: o.NoMetrics,
 		})
 		if err != nil {
 			return nil, nil, err
@@ -179,6 +187,13 @@ func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*clust
 	warnings, err := c.ValidateSpec(s)
 	if err != nil {
 		return nil, warnings, err
+	}
+	// A backup.s3.caFile that does not verify the S3 server: refused
+	// before anything is written or started.
+	if w, err := c.CheckS3CA(ctx, s); err != nil {
+		return nil, warnings, err
+	} else if w != "" {
+		warnings = append(warnings, w)
 	}
 	if _, err := os.Stat(specPath); errors.Is(err, os.ErrNotExist) {
 		if err := s.Save(specPath); err != nil {
@@ -260,10 +275,17 @@ func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*clust
 				say.Say("note: member %s runs with an older config; `steward member stop %s` then `start` applies the spec", m.Name, m.Name)
 			}
 		}
+		// Running before this up (not started a moment ago by the agent
+		// this up started): Start leaves it as it is.
+		wasRunning := !started && (running[m.Name] && m.Agent == spec.LocalAgent || ms.State == agentapi.StateRunning)
 		if _, err := ac.Start(ctx, m.Name); err != nil {
 			return nil, warnings, fmt.Errorf("start member %s: %w", m.Name, err)
 		}
-		say.Say("started member %s (%s)", m.Name, m.ClientURL)
+		if wasRunning {
+			say.Say("member %s was already running (%s)", m.Name, m.ClientURL)
+		} else {
+			say.Say("started member %s (%s)", m.Name, m.ClientURL)
+		}
 	}
 	// The hosts' copies of the spec: their backup loops run from it.
 	if err := c.PushSpec(ctx); err != nil {
@@ -273,7 +295,7 @@ func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*clust
 	// here): with no agent on this machine, whose renewal loop would do it,
 	// a renewal process of its own renews them at their renewal point.
 	c.Progress = say
-	if _, err := c.EnsureRenewer(ctx, o.StewardBinary); err != nil {
+	if _, err := certs.EnsureRenewer(ctx, c, o.StewardBinary); err != nil {
 		return nil, warnings, err
 	}
 	wctx, cancel := context.WithTimeout(ctx, o.Timeout)
@@ -381,7 +403,7 @@ func stopOrphans(ctx context.Context, dir string, say progress.Func) error {
 			_ = os.Remove(p)
 			continue
 		}
-		if filepath.Base(p) == cluster.RenewerPIDFile {
+		if filepath.Base(p) == certs.RenewerPIDFile {
 			say.Say("stopping certificate renewal (pid %d)", pid)
 		} else {
 			say.Say("stopping orphaned process %d (%s)", pid, filepath.Base(p))

@@ -37,8 +37,9 @@ func JoinPath(dir, host string) string { return filepath.Join(dir, "join", host+
 // the spec (members spread over the hosts), the CA and the admin client
 // certificate, and one join file per host. It refuses a directory that
 // already holds a spec (ErrDirHoldsCluster), and writes the spec last, so a failed init leaves
-// no cluster behind.
-func Init(dir string, o InitOptions, say progress.Func) (*cluster.Cluster, []string, error) {
+// no cluster behind. A backup.s3.caFile that does not verify the S3
+// server is refused before anything is written (cluster.CheckS3CA).
+func Init(ctx context.Context, dir string, o InitOptions, say progress.Func) (*cluster.Cluster, []string, error) {
 	specPath := filepath.Join(dir, spec.FileName)
 	if _, err := os.Stat(specPath); err == nil {
 		return nil, nil, refusal.New(ErrDirHoldsCluster, "%s already exists: this directory holds a cluster", specPath)
@@ -67,6 +68,11 @@ func Init(dir string, o InitOptions, say progress.Func) (*cluster.Cluster, []str
 	warnings, err := c.ValidateSpec(s)
 	if err != nil {
 		return nil, warnings, err
+	}
+	if w, err := c.CheckS3CA(ctx, s); err != nil {
+		return nil, warnings, err
+	} else if w != "" {
+		warnings = append(warnings, w)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, warnings, fmt.Errorf("steward dir: %w", err)

@@ -54,6 +54,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/etcd-steward/steward/pkg/certs"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/plan"
@@ -202,7 +203,7 @@ func (e *Executor) Execute(ctx context.Context, p *plan.Plan, s *plan.Step) erro
 		// The file steps hold the lock renewals hold: a renewal that began
 		// before the rotation (signing with the old CA) must not write over
 		// a leaf a step reissued.
-		lock, err := c.LockCertificates(ctx, 2*time.Minute)
+		lock, err := certs.Lock(ctx, c, 2*time.Minute)
 		if err != nil {
 			return fmt.Errorf("CA rotation: %w", err)
 		}
@@ -210,17 +211,17 @@ func (e *Executor) Execute(ctx context.Context, p *plan.Plan, s *plan.Step) erro
 	}
 	switch s.Kind {
 	case StepPrepare:
-		return pki.RotationPrepare(dir, c.Spec.Name, c.Validity())
+		return certs.RotationPrepare(dir, c.Spec.Name, c.Validity())
 	case StepTrust:
-		if err := pki.RotationTrustBoth(dir); err != nil {
+		if err := certs.RotationTrustBoth(dir); err != nil {
 			return err
 		}
-		return c.PushTrustBundle(ctx)
+		return certs.PushTrustBundle(ctx, c)
 	case StepReissue:
 		if err := e.reissue(dir, []string{"server", "peer", "agent"}); err != nil {
 			return err
 		}
-		rs, err := c.RotateHostLeaves(ctx, e.wait())
+		rs, err := certs.RotateHostLeaves(ctx, c, e.wait())
 		for _, r := range rs {
 			e.Progress.Say("  host %s: %s reissued by the new CA (serial %s)", r.Host, r.Name, r.NewSerial)
 		}
@@ -238,10 +239,10 @@ func (e *Executor) Execute(ctx context.Context, p *plan.Plan, s *plan.Step) erro
 		}
 		return e.reissue(dir, clients)
 	case StepDrop:
-		if err := pki.RotationDrop(dir); err != nil {
+		if err := certs.RotationDrop(dir); err != nil {
 			return err
 		}
-		return c.PushTrustBundle(ctx)
+		return certs.PushTrustBundle(ctx, c)
 	case StepRestart:
 		return e.restart(ctx, s.Member, pendingRestarts(p, s.Index))
 	case StepRetire:
@@ -293,7 +294,7 @@ func (e *Executor) reissue(dir string, want []string) error {
 	if len(names) == 0 {
 		return nil
 	}
-	rs, err := pki.RotationReissue(dir, e.C.Validity(), names, time.Now())
+	rs, err := certs.RotationReissue(dir, e.C.Validity(), names, time.Now())
 	for _, r := range rs {
 		e.Progress.Say("  %s reissued by the new CA (serial %s)", r.Name, r.NewSerial)
 	}
@@ -306,14 +307,14 @@ func (e *Executor) reissue(dir string, want []string) error {
 // member's client and peer port and every host's agent until the old CA
 // alone verifies none of them. Each part finds its work done on a re-run.
 func (e *Executor) retire(ctx context.Context, dir string) error {
-	names, err := pki.RotationRetireCross(dir)
+	names, err := certs.RotationRetireCross(dir)
 	for _, n := range names {
 		e.Progress.Say("  %s served without the cross-signed CA", n)
 	}
 	if err != nil {
 		return err
 	}
-	rs, err := e.C.RetireHostCross(ctx, e.wait())
+	rs, err := certs.RetireHostCross(ctx, e.C, e.wait())
 	for _, r := range rs {
 		e.Progress.Say("  host %s: %s served without the cross-signed CA", r.Host, r.Name)
 	}
@@ -324,7 +325,7 @@ func (e *Executor) retire(ctx context.Context, dir string) error {
 	if _, err := os.Stat(old); err != nil {
 		return nil // no old CA kept to check against (not a rotation's drop)
 	}
-	return e.C.WaitOldCARetired(ctx, old, e.wait())
+	return certs.WaitOldCARetired(ctx, e.C, old, e.wait())
 }
 
 // restart restarts one member through its agent, leadership moved away

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/pkg/binaries"
+	"github.com/etcd-steward/steward/pkg/certs"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/plan"
@@ -148,7 +149,7 @@ func TestFileStepsWaitForARenewal(t *testing.T) {
 	if err := pki.Ensure(c.CertDir(), s.Name, nil); err != nil {
 		t.Fatal(err)
 	}
-	lock, err := c.LockCertificates(t.Context(), 0)
+	lock, err := certs.Lock(t.Context(), c, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

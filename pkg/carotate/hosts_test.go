@@ -16,6 +16,7 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/agent"
 	"github.com/etcd-steward/steward/pkg/binaries"
+	"github.com/etcd-steward/steward/pkg/certs"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/plan"
@@ -93,7 +94,7 @@ func TestFileStepsOnAJoinedHost(t *testing.T) {
 		if st.Kind == StepTrust {
 			// A forced renewal of the hosts by the old CA would undo the
 			// rotation's work: refused while it runs, nothing pushed.
-			if _, err := c.RenewHosts(t.Context(), nil, true, time.Second); !errors.Is(err, pki.ErrRotationInProgress) {
+			if _, err := certs.RenewHosts(t.Context(), c, nil, true, time.Second); !errors.Is(err, pki.ErrRotationInProgress) {
 				t.Errorf("RenewHosts during the rotation: %v, want pki.ErrRotationInProgress", err)
 			}
 			if after := snapshot(); after["server.crt"] != before["server.crt"] {

@@ -30,6 +30,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/etcd-steward/steward/pkg/certs"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/plan"
@@ -88,7 +89,7 @@ func RollbackOf(latest *plan.Plan) error {
 	}
 	for _, s := range latest.Steps {
 		if s.Kind == StepDrop && s.State != plan.Pending {
-			return fmt.Errorf("%w at step %d", ErrOldCADropped, s.Index)
+			return fmt.Errorf("%w at step %d", ErrOldCADropped, s.Number())
 		}
 	}
 	return nil
@@ -206,7 +207,7 @@ func (e *RollbackExecutor) Execute(ctx context.Context, p *plan.Plan, s *plan.St
 	e.C = c
 	// Every step writes the certificate directory: under the lock
 	// renewals hold, as the rotation's file steps.
-	lock, err := c.LockCertificates(ctx, 2*time.Minute)
+	lock, err := certs.Lock(ctx, c, 2*time.Minute)
 	if err != nil {
 		return fmt.Errorf("CA rotation rollback: %w", err)
 	}
@@ -221,11 +222,11 @@ func (e *RollbackExecutor) Execute(ctx context.Context, p *plan.Plan, s *plan.St
 		// see served: each waited for, then its previous copy dropped.
 		var rs []pki.Renewal
 		if names := e.present(dir, []string{"server", "peer", "agent"}); len(names) > 0 {
-			if rs, err = pki.Unsettled(dir, names); err != nil {
+			if rs, err = certs.Unsettled(dir, names); err != nil {
 				return fmt.Errorf("CA rotation rollback: %w", err)
 			}
 		}
-		if err := c.WaitServed(ctx, rs, wait); err != nil {
+		if err := certs.WaitServed(ctx, c, rs, wait); err != nil {
 			return fmt.Errorf("CA rotation rollback: %w", err)
 		}
 		for _, r := range rs {
@@ -233,7 +234,7 @@ func (e *RollbackExecutor) Execute(ctx context.Context, p *plan.Plan, s *plan.St
 				return fmt.Errorf("CA rotation rollback: %w", err)
 			}
 		}
-		hrs, err := c.RollbackHostLeaves(ctx, wait)
+		hrs, err := certs.RollbackHostLeaves(ctx, c, wait)
 		for _, r := range hrs {
 			e.Progress.Say("  host %s: %s issued by the old CA again (serial %s)", r.Host, r.Name, r.NewSerial)
 		}
@@ -252,12 +253,12 @@ func (e *RollbackExecutor) Execute(ctx context.Context, p *plan.Plan, s *plan.St
 		_, err = e.rollback(dir, clients)
 		return err
 	case StepTrustOld:
-		if err := pki.RollbackTrustOld(dir); err != nil {
+		if err := certs.RollbackTrustOld(dir); err != nil {
 			return err
 		}
-		return c.PushTrustBundle(ctx)
+		return certs.PushTrustBundle(ctx, c)
 	case StepRetireNext:
-		return pki.RollbackRetire(dir)
+		return certs.RollbackRetire(dir)
 	}
 	return fmt.Errorf("unknown step kind %q", s.Kind)
 }
@@ -283,7 +284,7 @@ func (e *RollbackExecutor) rollback(dir string, want []string) ([]pki.Renewal, e
 	if len(names) == 0 {
 		return nil, nil
 	}
-	rs, err := pki.RollbackLeaves(dir, e.C.Validity(), names, time.Now())
+	rs, err := certs.RollbackLeaves(dir, e.C.Validity(), names, time.Now())
 	for _, r := range rs {
 		e.Progress.Say("  %s issued by the old CA again (serial %s)", r.Name, r.NewSerial)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/pkg/binaries"
+	"github.com/etcd-steward/steward/pkg/certs"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/plan"
@@ -63,9 +64,9 @@ func TestRollbackOf(t *testing.T) {
 		{name: "an upgrade", p: &plan.Plan{ID: "upgrade-1", Kind: plan.KindUpgrade, State: plan.Failed}, err: ErrNoRotationToRollBack, text: "upgrade plan upgrade-1"},
 		{name: "done", p: rotationAt(t, 99, plan.Pending, plan.Done), err: ErrRotationDone, text: "): its new CA is the CA"},
 		{name: "rolled back", p: rotationAt(t, 2, plan.Pending, plan.RolledBack), err: ErrRolledBack, text: "rolled back already"},
-		{name: "drop running", p: rotationAt(t, 4, plan.Running, plan.Running), err: ErrOldCADropped, text: "the old CA was dropped at step 4"},
-		{name: "drop failed", p: rotationAt(t, 4, plan.Failed, plan.Failed), err: ErrOldCADropped, text: "step 4"},
-		{name: "aborted in the restarts", p: rotationAt(t, 6, plan.Pending, plan.Aborted), err: ErrOldCADropped, text: "step 4"},
+		{name: "drop running", p: rotationAt(t, 4, plan.Running, plan.Running), err: ErrOldCADropped, text: "the old CA was dropped at step 5"},
+		{name: "drop failed", p: rotationAt(t, 4, plan.Failed, plan.Failed), err: ErrOldCADropped, text: "step 5"},
+		{name: "aborted in the restarts", p: rotationAt(t, 6, plan.Pending, plan.Aborted), err: ErrOldCADropped, text: "step 5"},
 		{name: "a rollback that failed", p: &plan.Plan{ID: "r-1", Kind: plan.KindCARotationRollback, State: plan.Failed}, text: "CA rotation rollback r-1 is failed"},
 		{name: "a rollback done", p: &plan.Plan{ID: "r-1", Kind: plan.KindCARotationRollback, State: plan.Done}, err: ErrNoRotationToRollBack, text: "r-1"},
 	}
@@ -142,10 +143,10 @@ func TestRollbackRefusalsChangeNothing(t *testing.T) {
 	if err := pki.Ensure(c.CertDir(), s.Name, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := pki.RotationPrepare(c.CertDir(), s.Name, pki.Validity{}); err != nil {
+	if err := certs.RotationPrepare(c.CertDir(), s.Name, pki.Validity{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := pki.RotationTrustBoth(c.CertDir()); err != nil {
+	if err := certs.RotationTrustBoth(c.CertDir()); err != nil {
 		t.Fatal(err)
 	}
 	snapshot := func() map[string]string {
@@ -316,7 +317,7 @@ func TestRollbackOnAJoinedHost(t *testing.T) {
 	if b, _ := os.ReadFile(aside[0]); !bytes.Equal(b, next) {
 		t.Error("the file moved aside is not the new CA")
 	}
-	if rs, err := c.RenewHosts(t.Context(), []string{"server"}, true, 20*time.Second); err != nil || len(rs) != 1 {
+	if rs, err := certs.RenewHosts(t.Context(), c, []string{"server"}, true, 20*time.Second); err != nil || len(rs) != 1 {
 		t.Errorf("renewing the host after the rollback: %+v, %v", rs, err)
 	}
 }
@@ -344,13 +345,13 @@ func TestRollbackAgainAfterAbort(t *testing.T) {
 		t.Fatal(err)
 	}
 	oldCA, _ := os.ReadFile(filepath.Join(cd, pki.CACert))
-	if err := pki.RotationPrepare(cd, s.Name, pki.Validity{}); err != nil {
+	if err := certs.RotationPrepare(cd, s.Name, pki.Validity{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := pki.RotationTrustBoth(cd); err != nil {
+	if err := certs.RotationTrustBoth(cd); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pki.RotationReissue(cd, pki.Validity{}, nil, time.Now()); err != nil {
+	if _, err := certs.RotationReissue(cd, pki.Validity{}, nil, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	rot := rotationAt(t, 4, plan.Pending, plan.Aborted)

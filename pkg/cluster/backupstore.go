@@ -98,3 +98,28 @@ func (c *Cluster) Lineage() backup.Lineage {
 	}
 	return backup.Lineage{Timeline: t.ID, ParentTimeline: t.Parent, BranchRevision: t.BranchRevision}
 }
+
+// S3CACheckTimeout bounds CheckS3CA's connection and handshake.
+const S3CACheckTimeout = 10 * time.Second
+
+// CheckS3CA checks, before a spec is written (init, up, SaveSpec), that
+// s's backup.s3.caFile verifies its S3 server, so a wrong CA is refused
+// then and not at the first backup on some host. Nothing to check without
+// a caFile. A CA file that is missing, unreadable, not PEM certificates or
+// does not verify the server fails (wrapping backup.ErrS3CA); a server
+// that cannot be reached now is not a reason to refuse: the returned
+// warning says it was not checked.
+func (c *Cluster) CheckS3CA(ctx context.Context, s *spec.Cluster) (warning string, err error) {
+	s3 := s.Backup.S3
+	if s3 == nil || s3.CAFile == "" {
+		return "", nil
+	}
+	err = backup.CheckS3Server(ctx, s3.Endpoint, spec.Path(c.Dir, s3.CAFile), S3CACheckTimeout)
+	if errors.Is(err, backup.ErrS3Unreachable) {
+		return fmt.Sprintf("backup.s3.caFile not checked: %v", err), nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("backup.s3.caFile: %w", err)
+	}
+	return "", nil
+}

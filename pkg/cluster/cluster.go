@@ -66,13 +66,28 @@ func Open(dir string) (*Cluster, error) {
 // ValidateSpec validates a spec for this Steward directory (binary versions
 // resolved in its store) and returns its warnings.
 func (c *Cluster) ValidateSpec(s *spec.Cluster) ([]string, error) {
+	w, err := c.validate(s)
+	if err != nil {
+		return w, fmt.Errorf("invalid cluster spec %s:\n%w", filepath.Join(c.Dir, spec.FileName), err)
+	}
+	return w, nil
+}
+
+func (c *Cluster) validate(s *spec.Cluster) ([]string, error) {
 	store := binaries.Open(s.BinaryStoreDir(c.Dir))
-	w, err := s.Validate(spec.ValidateOptions{KnownVersion: func(v string) error {
+	return s.Validate(spec.ValidateOptions{KnownVersion: func(v string) error {
 		_, err := store.Resolve(v)
 		return err
 	}})
+}
+
+// ValidateChange is ValidateSpec for a spec a command proposes (member
+// add, a version recorded): its refusal says the change was refused and
+// the spec file left as it is, not that the file is broken.
+func (c *Cluster) ValidateChange(s *spec.Cluster) ([]string, error) {
+	w, err := c.validate(s)
 	if err != nil {
-		return w, fmt.Errorf("invalid cluster spec %s:\n%w", filepath.Join(c.Dir, spec.FileName), err)
+		return w, fmt.Errorf("change refused: the spec it would write is not valid (%s is unchanged):\n%w", filepath.Join(c.Dir, spec.FileName), err)
 	}
 	return w, nil
 }
@@ -81,11 +96,12 @@ func (c *Cluster) ValidateSpec(s *spec.Cluster) ([]string, error) {
 func (c *Cluster) SpecPath() string { return filepath.Join(c.Dir, spec.FileName) }
 
 // SaveSpec validates and atomically writes a new spec, then adopts it.
-// The check that this is still the coordinator and the hand-over to the
-// hosts (a multi-host cluster) get at most 15 s of ctx; once ctx has ended
+// A backup.s3.caFile that does not verify the S3 server is refused
+// (CheckS3CA). That check, the one that this is still the coordinator and
+// the hand-over to the hosts (a multi-host cluster) get at most 15 s of ctx; once ctx has ended
 // (the caller gave up) SaveSpec changes nothing and returns its error.
 func (c *Cluster) SaveSpec(ctx context.Context, s *spec.Cluster) error {
-	warnings, err := c.ValidateSpec(s)
+	warnings, err := c.ValidateChange(s)
 	if err != nil {
 		return err
 	}
@@ -94,7 +110,14 @@ func (c *Cluster) SaveSpec(ctx context.Context, s *spec.Cluster) error {
 	}
 	bctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	if err := c.checkCoordinator(bctx); err != nil {
+	// A CA file that does not verify the S3 server is refused now, not
+	// at the first backup on some host.
+	if w, err := c.CheckS3CA(bctx, s); err != nil {
+		return fmt.Errorf("refusing to change the spec: %w", err)
+	} else if w != "" {
+		c.Progress.Say("warning: %s", w)
+	}
+	if err := c.CheckCoordinator(bctx); err != nil {
 		return fmt.Errorf("refusing to change the spec: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -112,13 +135,13 @@ func (c *Cluster) SaveSpec(ctx context.Context, s *spec.Cluster) error {
 	return nil
 }
 
-// checkCoordinator fails with handover.ErrSuperseded when this is a
+// CheckCoordinator fails with handover.ErrSuperseded when this is a
 // multi-host coordinator another machine took over from (`steward
 // takeover`): such a coordinator changes nothing and signs nothing. When
 // the store cannot tell, it warns and lets the caller go on (the store may
 // be down while the cluster still needs its coordinator). A cancelled ctx
 // (the caller gave up) fails with its error, and no warning.
-func (c *Cluster) checkCoordinator(ctx context.Context) error {
+func (c *Cluster) CheckCoordinator(ctx context.Context) error {
 	if c.Spec == nil || !c.Spec.MultiHost() {
 		return nil
 	}

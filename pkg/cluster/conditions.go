@@ -58,10 +58,7 @@ func (c *Cluster) backupCondition(ctx context.Context, now time.Time, liveRevisi
 			cond.Message = fmt.Sprintf("the last full snapshot is %s old: two scheduled ones (%q) were missed", now.Sub(bs.LastFull).Round(time.Second), c.Spec.Backup.FullSchedule)
 		case bs.Recording:
 			cond.Status, cond.Reason = "True", "IncrementalBackupSucceeded"
-			cond.Message = fmt.Sprintf("agent %s records every change: revisions up to %d stored", bs.Agent, bs.NextRevision-1)
-			if !bs.LastUpload.IsZero() {
-				cond.Message += fmt.Sprintf(", last upload %s ago", now.Sub(bs.LastUpload).Round(time.Second))
-			}
+			cond.Message = recordingMessage(bs, liveRevision, now)
 		default:
 			cond.Reason, cond.Message = "BackupNotStarted", "the backup loop runs but is not recording yet"
 		}
@@ -113,6 +110,28 @@ func (c *Cluster) backupCondition(ctx context.Context, now time.Time, liveRevisi
 		return cond
 	}
 	return cond
+}
+
+// recordingMessage says what a recording loop has stored against where
+// the cluster is now (liveRevision, 0 when unknown): the stored revision
+// is the end of the last upload, so with the cluster's own beside it and
+// the upload's age the message is current, not a revision long passed.
+func recordingMessage(bs backup.LoopStatus, liveRevision int64, now time.Time) string {
+	stored := bs.NextRevision - 1
+	var msg string
+	switch {
+	case liveRevision > 0 && stored >= liveRevision:
+		msg = fmt.Sprintf("agent %s records every change: every revision up to the cluster's %d stored", bs.Agent, liveRevision)
+	case liveRevision > 0:
+		msg = fmt.Sprintf("agent %s records every change: revisions up to %d stored, the cluster is at %d (revisions %d to %d are in the segment being recorded)",
+			bs.Agent, stored, liveRevision, stored+1, liveRevision)
+	default:
+		msg = fmt.Sprintf("agent %s records every change: revisions up to %d stored", bs.Agent, stored)
+	}
+	if !bs.LastUpload.IsZero() {
+		msg += fmt.Sprintf(", last upload %s ago", now.Sub(bs.LastUpload).Round(time.Second))
+	}
+	return msg
 }
 
 // fullOverdue reports whether two scheduled full snapshots were missed.
@@ -317,7 +336,7 @@ func (c *Cluster) planCondition() Condition {
 		cond.Status, cond.Reason = "True", "Running"
 		cond.Message = what
 		if step != nil {
-			cond.Message += fmt.Sprintf(": step %d/%d, %s", step.Index, len(p.Steps)-1, step.Description)
+			cond.Message += fmt.Sprintf(": step %d/%d, %s", step.Number(), len(p.Steps), step.Description)
 		}
 	default:
 		cond.Reason = "Plan" + stateWord(p.State)

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -45,6 +47,17 @@ func (c *Cluster) PushSpec(ctx context.Context) error {
 		}
 		f.S3Credentials = string(creds)
 	}
+	if s3 := c.Spec.Backup.S3; s3 != nil && s3.CAFile != "" {
+		p := spec.Path(c.Dir, s3.CAFile)
+		ca, err := os.ReadFile(p)
+		if err == nil {
+			_, err = backup.ParseCABundle(ca)
+		}
+		if err != nil {
+			return fmt.Errorf("hand the spec to the hosts: S3 CA file %s: %w", p, err)
+		}
+		f.S3CA = string(ca)
+	}
 	if kf := c.Spec.Backup.EncryptionKeyFile; kf != "" {
 		if err := backup.CheckKeyFileMode(spec.Path(c.Dir, kf)); err != nil {
 			return fmt.Errorf("hand the spec to the hosts: %w", err)
@@ -70,7 +83,7 @@ func (c *Cluster) PushSpec(ctx context.Context) error {
 	c.eachRemoteAgent(func(a spec.Agent, ac *agentapi.Client, err error) {
 		if err == nil {
 			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			err = ac.PutCluster(pctx, f)
+			err = oldAgentS3CA(ac.PutCluster(pctx, f))
 			cancel()
 		}
 		if err != nil {
@@ -80,6 +93,18 @@ func (c *Cluster) PushSpec(ctx context.Context) error {
 		}
 	})
 	return errors.Join(append(errs, copyErr)...)
+}
+
+// oldAgentS3CA names the cause when an agent that predates the S3 CA
+// hand-over (agentapi.ClusterFiles.S3CA) refuses the field: that host
+// keeps its previous copy of the spec, and is never left checking the S3
+// server against its system roots.
+func oldAgentS3CA(err error) error {
+	var ae *agentapi.APIError
+	if errors.As(err, &ae) && ae.Status == http.StatusBadRequest && strings.Contains(ae.Message, `unknown field "s3CA"`) {
+		return fmt.Errorf("its agent predates backup.s3.caFile (it cannot take the S3 server's CA, and keeps its previous copy of the spec): upgrade Steward on that host: %w", err)
+	}
+	return err
 }
 
 // Admin reports whether this machine holds the admin client certificate,

@@ -2,10 +2,8 @@ package cluster
 
 import (
 	"errors"
-	"io/fs"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -87,42 +85,4 @@ func TestRenewalRunning(t *testing.T) {
 	if rs, err := c.Renewal(now); err != nil || rs.Running || rs.PID != 0 {
 		t.Errorf("no state file: %+v, %v", rs, err)
 	}
-}
-
-// TestHoldRenewer: the first renewal process of a directory holds it and
-// records its pid; a second is refused (ErrRenewerRunning) and changes
-// nothing; after release the pid file is gone and the directory can be
-// held again.
-func TestHoldRenewer(t *testing.T) {
-	c := multiHostCluster(t, false, true)
-	pidFile := c.Dir + "/run/" + RenewerPIDFile
-	release, err := c.HoldRenewer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := strconv.Itoa(os.Getpid()) + "\n"
-	if b, err := os.ReadFile(pidFile); err != nil || string(b) != want {
-		t.Fatalf("pid file %q (%v), want %q", b, err, want)
-	}
-	if fi, err := os.Stat(pidFile); err != nil || fi.Mode().Perm() != 0o600 {
-		t.Errorf("pid file mode: %v %v", fi.Mode().Perm(), err)
-	}
-	if r2, err := c.HoldRenewer(); !errors.Is(err, ErrRenewerRunning) {
-		if r2 != nil {
-			r2()
-		}
-		t.Fatalf("second HoldRenewer: %v, want ErrRenewerRunning", err)
-	}
-	if b, err := os.ReadFile(pidFile); err != nil || string(b) != want {
-		t.Errorf("pid file after the refused second: %q (%v)", b, err)
-	}
-	release()
-	if _, err := os.Stat(pidFile); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("pid file after release: %v", err)
-	}
-	release, err = c.HoldRenewer()
-	if err != nil {
-		t.Fatalf("HoldRenewer after release: %v", err)
-	}
-	release()
 }

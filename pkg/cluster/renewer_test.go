@@ -2,15 +2,9 @@ package cluster
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
-	"sync"
-	"syscall"
 	"testing"
 
-	"github.com/etcd-steward/steward/internal/proc"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
@@ -67,81 +61,4 @@ func TestNeedsRenewer(t *testing.T) {
 			}
 		})
 	}
-}
-
-// TestEnsureRenewer: the renewal process is started once (a second call
-// finds it by its pid file), its pid file names it; one that exits at
-// start is reported with its log and leaves no pid file.
-func TestEnsureRenewer(t *testing.T) {
-	t.Run("exits at start", func(t *testing.T) {
-		c := multiHostCluster(t, false, true)
-		exe := filepath.Join(t.TempDir(), "steward")
-		if err := os.WriteFile(exe, []byte("#!/bin/sh\necho \"refused: $*\" >&2\nexit 1\n"), 0o700); err != nil {
-			t.Fatal(err)
-		}
-		started, err := c.EnsureRenewer(t.Context(), exe)
-		if started || err == nil || !strings.Contains(err.Error(), "certificate renewal exited at start") || !strings.Contains(err.Error(), "refused: certs renew --watch --dir "+c.Dir) {
-			t.Fatalf("EnsureRenewer = %v, %v; want the exit reported with its log", started, err)
-		}
-		if _, err := os.Stat(filepath.Join(c.Dir, "run", RenewerPIDFile)); !os.IsNotExist(err) {
-			t.Errorf("pid file left: %v", err)
-		}
-	})
-	t.Run("started once", func(t *testing.T) {
-		c := multiHostCluster(t, false, true)
-		exe := filepath.Join(t.TempDir(), "steward")
-		if err := os.WriteFile(exe, []byte("#!/bin/sh\nwhile :; do sleep 0.1; done\n"), 0o700); err != nil {
-			t.Fatal(err)
-		}
-		started, err := c.EnsureRenewer(t.Context(), exe)
-		if !started || err != nil {
-			t.Fatalf("EnsureRenewer = %v, %v", started, err)
-		}
-		pid := c.RenewerPID()
-		if pid == 0 {
-			t.Fatal("no running renewer found after a start")
-		}
-		t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
-		if args := strings.Join(proc.Cmdline(pid), " "); !strings.Contains(args, "certs renew --watch --dir "+c.Dir) {
-			t.Errorf("renewer runs %q", args)
-		}
-		if again, err := c.EnsureRenewer(t.Context(), exe); again || err != nil {
-			t.Errorf("second EnsureRenewer = %v, %v; want the running one kept", again, err)
-		}
-		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-	})
-	t.Run("two at once start one", func(t *testing.T) {
-		c := multiHostCluster(t, false, true)
-		exe := filepath.Join(t.TempDir(), "steward")
-		if err := os.WriteFile(exe, []byte("#!/bin/sh\nwhile :; do sleep 0.1; done\n"), 0o700); err != nil {
-			t.Fatal(err)
-		}
-		var wg sync.WaitGroup
-		results := make([]bool, 2)
-		errs := make([]error, 2)
-		for i := range 2 {
-			wg.Go(func() { results[i], errs[i] = c.EnsureRenewer(t.Context(), exe) })
-		}
-		wg.Wait()
-		t.Cleanup(func() { _ = exec.Command("pkill", "-KILL", "-f", exe).Run() }) // every one started, even a stray
-		n := 0
-		for i := range 2 {
-			if errs[i] != nil {
-				t.Errorf("EnsureRenewer %d: %v", i, errs[i])
-			}
-			if results[i] {
-				n++
-			}
-		}
-		if n != 1 {
-			t.Errorf("%d renewers started by two concurrent calls, want 1", n)
-		}
-		// Every process running the script is the one the pid file names.
-		out, _ := exec.Command("pgrep", "-f", exe).Output()
-		if pids := strings.Fields(string(out)); len(pids) != 1 || pids[0] != strconv.Itoa(c.RenewerPID()) {
-			t.Errorf("renewer processes %v, want only the one in the pid file (%d)", pids, c.RenewerPID())
-		}
-	})
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -123,5 +124,41 @@ func TestSaveSpecContext(t *testing.T) {
 	}
 	if _, err := os.Stat(local.SpecPath()); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("single-host SaveSpec with a cancelled context wrote the spec: %v", err)
+	}
+}
+
+// TestSaveSpecRefusalWording: a proposed change that would make the spec
+// invalid is refused as a change, with the file named as unchanged, not
+// as "invalid cluster spec FILE" (which read as if the file on disk were
+// broken); the file is left as it was.
+func TestSaveSpecRefusalWording(t *testing.T) {
+	dir := t.TempDir()
+	port := 21000
+	s, err := spec.NewDefault(spec.DefaultOptions{Members: 2, Version: binaries.EmbeddedVersion(), StewardDir: dir, Host: "127.0.0.1",
+		FreePort: func() (int, error) { port++; return port, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Save(filepath.Join(dir, spec.FileName)); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(filepath.Join(dir, spec.FileName))
+	c, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := c.Spec.Clone()
+	next.Members = append(next.Members, spec.Member{Name: "etcd-3", Agent: spec.LocalAgent,
+		ClientURL: next.Members[0].ClientURL, PeerURL: "https://127.0.0.1:21999", DataDir: "members/etcd-3/data"})
+	err = c.SaveSpec(t.Context(), next)
+	if err == nil {
+		t.Fatal("a spec with a client URL used twice was saved")
+	}
+	msg := err.Error()
+	if strings.Contains(msg, "invalid cluster spec") || !strings.Contains(msg, "change refused") || !strings.Contains(msg, "is unchanged") || !strings.Contains(msg, "address already used by") {
+		t.Errorf("refusal of a proposed change: %s", msg)
+	}
+	if after, _ := os.ReadFile(filepath.Join(dir, spec.FileName)); string(after) != string(before) {
+		t.Error("the spec file changed although the change was refused")
 	}
 }

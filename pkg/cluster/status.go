@@ -77,6 +77,9 @@ type ClusterStatus struct {
 	Timeline       int64 `json:"timeline"`
 	ParentTimeline int64 `json:"parentTimeline,omitempty"`
 	BranchRevision int64 `json:"branchRevision,omitempty"`
+	// Stopped: the whole cluster is stopped (ErrStopped); nothing was
+	// probed beyond the agent's socket and the members' client ports.
+	Stopped bool `json:"stopped,omitempty"`
 }
 
 // MemberStatus describes one member.
@@ -345,6 +348,17 @@ func (c *Cluster) Status(ctx context.Context) (*Status, error) {
 	return st, nil
 }
 
+// specStatus is what the cluster's status takes from the spec alone: its
+// name, the version asked for and the timeline it is on (also for a
+// stopped cluster, StoppedStatus).
+func (c *Cluster) specStatus() ClusterStatus {
+	cs := ClusterStatus{Name: c.Spec.Name, SpecVersion: c.Spec.Version, Timeline: c.Spec.TimelineID()}
+	if t := c.Spec.Timeline; t != nil {
+		cs.ParentTimeline, cs.BranchRevision = t.Parent, t.BranchRevision
+	}
+	return cs
+}
+
 // LiveMembers is Status without certificate renewal and conditions (which
 // read the backup store and handshake with every member for the
 // certificate it serves): the cluster and its members as etcd and the
@@ -352,10 +366,7 @@ func (c *Cluster) Status(ctx context.Context) (*Status, error) {
 // members' health before it starts (`backup now`).
 func (c *Cluster) LiveMembers(ctx context.Context) (*Status, error) {
 	specMembers := c.Spec.Members
-	st := &Status{Cluster: ClusterStatus{Name: c.Spec.Name, SpecVersion: c.Spec.Version, Timeline: c.Spec.TimelineID()}}
-	if t := c.Spec.Timeline; t != nil {
-		st.Cluster.ParentTimeline, st.Cluster.BranchRevision = t.Parent, t.BranchRevision
-	}
+	st := &Status{Cluster: c.specStatus()}
 
 	// Probe every spec member in parallel.
 	probes := make([]probe, len(specMembers))

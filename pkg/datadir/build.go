@@ -37,6 +37,14 @@ type FromSnapshotOptions struct {
 	// the cluster it belongs to (they fix the member and cluster IDs).
 	Name, PeerURL         string
 	InitialCluster, Token string
+	// IDs, when set, keeps a cluster's etcd IDs: the member ID of each
+	// member of InitialCluster named in it, and the cluster ID (0: derived
+	// from the member IDs, as etcd derives it at a bootstrap). A member
+	// it does not name, or a nil IDs, gets the ID etcd derives for an
+	// initial member (its peer URLs and Token), which is what a cluster
+	// bootstrapped with InitialCluster has; a member added at run time
+	// got another from etcd, which only IDs keeps.
+	IDs *Identity
 	// Move renames Snapshot into the data dir instead of copying it: for a
 	// caller's own temporary file that no other member needs. Once moved,
 	// it is gone (on a later failure, removed with the rest of out). A
@@ -94,6 +102,11 @@ func fromSnapshot(o FromSnapshotOptions, out string) error {
 	cl, err := membership.NewClusterFromURLsMap(lg, o.Token, ics)
 	if err != nil {
 		return err
+	}
+	if o.IDs != nil {
+		if cl, err = o.IDs.apply(lg, cl); err != nil {
+			return err
+		}
 	}
 	self := cl.MemberByName(o.Name)
 	if self == nil {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	"go.etcd.io/etcd/client/pkg/v3/types"
 )
 
 // States of a data dir.
@@ -29,6 +30,11 @@ type Finding struct {
 	State    string `json:"state"`
 	Revision int64  `json:"revision,omitempty"`
 	Problem  string `json:"problem,omitempty"`
+	// MemberID and ClusterID are the IDs the WAL's metadata records (hex,
+	// as etcd prints them), when it has one that reads: what a restore
+	// keeps (an agent before them leaves them out).
+	MemberID  string `json:"memberID,omitempty"`
+	ClusterID string `json:"clusterID,omitempty"`
 }
 
 func (f Finding) String() string {
@@ -61,6 +67,9 @@ func Check(dataDir string) Finding {
 	}
 	if fi.Size() == 0 {
 		return invalid(f, "database member/snap/db is empty")
+	}
+	if id, cid, err := MemberID(filepath.Join(member, "wal")); err == nil {
+		f.MemberID, f.ClusterID = types.ID(id).String(), types.ID(cid).String()
 	}
 	rev, err := Revision(db)
 	if err != nil {

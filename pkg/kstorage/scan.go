@@ -231,6 +231,9 @@ func ScanSnapshot(ctx context.Context, path string, inv *Inventory) (SnapshotInf
 					return err
 				}
 			}
+			if isRestoreMarker(k, v) {
+				continue
+			}
 			key, value, ok := decodeKeyValue(v)
 			if !ok {
 				return fmt.Errorf("%s: revision %d holds a malformed key-value record", path, rev)
@@ -258,6 +261,15 @@ func ScanSnapshot(ctx context.Context, path string, inv *Inventory) (SnapshotInf
 		return info, err
 	}
 	return info, nil
+}
+
+// isRestoreMarker says a record is the one a restore writes at the bumped
+// revision (etcdutl's --bump-revision, backup.BumpRevision): an empty
+// value under a put's key of sub-revision 0. It holds no key; etcd's own
+// writes never leave a record empty (every KeyValue has its key), so this
+// exact shape, and no other empty record, is skipped.
+func isRestoreMarker(k, v []byte) bool {
+	return len(v) == 0 && len(k) == revBytes && k[8] == '_' && binary.BigEndian.Uint64(k[9:]) == 0
 }
 
 // revBytes is the length of etcd's revision key: 8 bytes main revision,

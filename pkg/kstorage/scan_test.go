@@ -13,6 +13,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+
+	"github.com/etcd-steward/steward/pkg/backup"
 )
 
 // event is one revision of etcd's key bucket.
@@ -247,4 +249,78 @@ func equalJSON(t *testing.T, a, b any) bool {
 		t.Fatal(err)
 	}
 	return bytes.Equal(ja, jb)
+}
+
+// TestScanSnapshotRestoreMarker: a restore (backup.BumpRevision, as
+// etcdutl's --bump-revision) writes an empty record at the bumped
+// revision; a snapshot of the restored cluster holds it, as its newest
+// revision or below the writes made after the restore. It is no key, so it
+// is skipped; an empty record anywhere else (a deletion's key, a
+// sub-revision) is still malformed.
+func TestScanSnapshotRestoreMarker(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "db")
+	writeEtcdDB(t, p, 0, history())
+	bumped, err := backup.BumpRevision(p, 1_000_000_000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv := NewInventory("/registry/")
+	info, err := ScanSnapshot(context.Background(), p, inv)
+	if err != nil {
+		t.Fatalf("a restored database: %v", err)
+	}
+	if info.Revision != bumped {
+		t.Errorf("revision %d, want the bumped %d", info.Revision, bumped)
+	}
+	wantHistoryReport(t, inv.Report(Source{Type: "snapshot", Revision: info.Revision}))
+
+	// Writes after the restore: the marker is no longer the newest record.
+	after := filepath.Join(t.TempDir(), "db")
+	evs := append(history(), event{rev: bumped + 1, key: "/registry/configmaps/ns/d", value: cmV1})
+	writeEtcdDB(t, after, 0, evs)
+	putRaw(t, after, revKey(bumped, 0, false), nil)
+	inv = NewInventory("/registry/")
+	if info, err = ScanSnapshot(context.Background(), after, inv); err != nil {
+		t.Fatalf("a restored database written to since: %v", err)
+	}
+	if info.Revision != bumped+1 || inv.Report(Source{}).Totals.Objects != 5 {
+		t.Errorf("written to since the restore: revision %d, %d objects; want %d and 5", info.Revision, inv.Report(Source{}).Totals.Objects, bumped+1)
+	}
+
+	for name, k := range map[string][]byte{
+		"empty deletion":    revKey(bumped+5, 0, true),
+		"empty sub-revison": revKey(bumped+5, 1, false),
+	} {
+		bad := filepath.Join(t.TempDir(), "db")
+		writeEtcdDB(t, bad, 0, history())
+		putRaw(t, bad, k, nil)
+		if _, err := ScanSnapshot(context.Background(), bad, NewInventory("/registry/")); err == nil || !strings.Contains(err.Error(), "malformed key-value record") {
+			t.Errorf("%s: %v, want a malformed record", name, err)
+		}
+	}
+}
+
+// revKey is etcd's key of a revision ('t' appended for a deletion).
+func revKey(main, sub int64, del bool) []byte {
+	k := make([]byte, 17, 18)
+	binary.BigEndian.PutUint64(k, uint64(main))
+	k[8] = '_'
+	binary.BigEndian.PutUint64(k[9:], uint64(sub))
+	if del {
+		k = append(k, 't')
+	}
+	return k
+}
+
+// putRaw writes one record into the key bucket as it is.
+func putRaw(t *testing.T, path string, k, v []byte) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("key")).Put(k, v) }); err != nil {
+		t.Fatal(err)
+	}
 }

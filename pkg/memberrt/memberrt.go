@@ -29,6 +29,17 @@ import (
 // runtime that say so match it (errors.Is).
 var ErrNotFound = errors.New("member not found")
 
+// StageTarget is the cluster a staged data dir is for: the initial
+// cluster (every member's name=peerURL) and, when the cluster keeps IDs
+// its initial cluster does not derive (members added at run time), each
+// member's ID and the cluster ID, in hex as etcd prints them
+// (datadir.Identity).
+type StageTarget struct {
+	InitialCluster string            `json:"initialCluster"`
+	MemberIDs      map[string]string `json:"memberIDs,omitempty"`
+	ClusterID      string            `json:"clusterID,omitempty"`
+}
+
 // IsNotFound reports whether err says the runtime does not know a member.
 func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
 
@@ -65,7 +76,7 @@ type Runtime interface {
 	// snapshot file at path snapshot (a local file) and returns the staged
 	// dir; CommitDataDir puts it in place of the member's, the old one
 	// moved aside (returned); DiscardStaged removes it.
-	StageDataDir(ctx context.Context, name, snapshot, initialCluster string) (string, error)
+	StageDataDir(ctx context.Context, name, snapshot string, to StageTarget) (string, error)
 	CommitDataDir(ctx context.Context, name, staged string) (string, error)
 	DiscardStaged(ctx context.Context, name, staged string) error
 

@@ -136,7 +136,7 @@ func Add(ctx context.Context, c *cluster.Cluster, name string, o AddOptions) (er
 		Name: name, Agent: o.Agent, ClientURL: o.ClientURL, PeerURL: o.PeerURL,
 		DataDir: "members/" + name + "/data",
 	})
-	if _, err := c.ValidateSpec(next); err != nil {
+	if _, err := c.ValidateChange(next); err != nil {
 		return err
 	}
 	// On this machine, check the data dir and ports before anything

@@ -6,7 +6,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -48,43 +47,6 @@ func ParseCertPEM(b []byte) (*x509.Certificate, error) {
 	return c, nil
 }
 
-// Reissue signs, with the CA of the certificate directory dir, a renewal of
-// cert: a leaf of another host, which keeps its key (the host holds it).
-// The renewal keeps cert's subject, names, usages and public key, and gets
-// a new serial and v.Leaf of lifetime (cut at the CA's). cert must be a
-// leaf the CA signed (ErrNotSignedByCA otherwise); without the CA key it is
-// ErrNoCAKey. It returns the renewal PEM-encoded and parsed.
-func Reissue(dir string, v Validity, cert *x509.Certificate, now time.Time) ([]byte, *x509.Certificate, error) {
-	v = v.WithDefaults()
-	ca, err := readCert(filepath.Join(dir, CACert))
-	if err != nil {
-		return nil, nil, fmt.Errorf("reissue %q: CA: %w", cert.Subject.CommonName, err)
-	}
-	if err := cert.CheckSignatureFrom(ca); err != nil || cert.IsCA {
-		return nil, nil, fmt.Errorf("reissue %q (issuer %q): %w (%q)", cert.Subject.CommonName, cert.Issuer.CommonName, ErrNotSignedByCA, ca.Subject.CommonName)
-	}
-	pub, ok := cert.PublicKey.(*ecdsa.PublicKey)
-	if !ok {
-		return nil, nil, fmt.Errorf("reissue %q: %w: not an ECDSA key", cert.Subject.CommonName, ErrUnparsable)
-	}
-	caKey, err := readKey(filepath.Join(dir, CAKey))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil, fmt.Errorf("reissue %q: %w (%s): renew it where the CA key is", cert.Subject.CommonName, ErrNoCAKey, filepath.Join(dir, CAKey))
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("reissue %q: CA key: %w", cert.Subject.CommonName, err)
-	}
-	der, err := reissue(cert, pub, ca, caKey, v.Leaf, now)
-	if err != nil {
-		return nil, nil, fmt.Errorf("reissue %q: %w", cert.Subject.CommonName, err)
-	}
-	nc, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, nil, fmt.Errorf("reissue %q: %w", cert.Subject.CommonName, err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nc, nil
-}
-
 // HostLeafPath returns the certificate file of a host leaf (HostLeafNames)
 // in dir, or ErrUnknownCert for any other name.
 func HostLeafPath(dir, name string) (string, error) {
@@ -95,14 +57,14 @@ func HostLeafPath(dir, name string) (string, error) {
 }
 
 // Install replaces the host leaf name (HostLeafNames) of the certificate
-// directory dir with certPEM, a renewal the coordinator signed (Reissue).
+// directory dir with certPEM, a renewal the coordinator signed (pkg/certs.Reissue).
 // Every check comes before anything is written: the certificate parses
 // (ErrUnparsable), is for the key already in NAME.key (ErrKeyMismatch),
 // has the subject of the certificate it replaces (ErrNotSameLeaf), was
 // signed by a CA of the bundle in dir (ErrNotSignedByCA; during a CA
 // rotation, the next CA, followed by that CA cross-signed by the old one,
 // the only CA certificates accepted after the leaf) and is valid at now
-// (ErrNotValidNow). Then, as Renew does, the current certificate is kept
+// (ErrNotValidNow). Then, as a renewal does (pkg/certs.RenewDir), the current certificate is kept
 // as NAME.crt.prev and NAME.crt replaced by one atomic rename; the key
 // file is not touched. ForgetPrevious drops the copy once the new serial
 // is served.

@@ -2,7 +2,6 @@ package pki
 
 import (
 	"bytes"
-	"crypto/ecdsa"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
@@ -16,7 +15,7 @@ import (
 )
 
 // A CA rotation of a cluster with joined hosts: the coordinator signs
-// the hosts' leaves with the next CA (RotationReissueHost) and pushes
+// the hosts' leaves with the next CA (pkg/certs.RotationReissueHost) and pushes
 // them (Install accepts the leaf followed by the cross-signed CA), and
 // pushes its trust bundle, ca.crt, to each host (InstallTrustBundle).
 
@@ -109,50 +108,6 @@ func names(cas []*x509.Certificate) string {
 	return strings.Join(out, ", ")
 }
 
-// RotationReissueHost signs, with the next CA of a rotation in dir (the
-// coordinator's), the reissue of cert, a leaf of a joined host that keeps
-// its key. It returns the leaf followed by the cross-signed next CA (what
-// the host installs and serves), or done when the next CA signed cert
-// already (a step re-run). cert must otherwise be signed by the current CA
-// (ErrNotSignedByCA).
-func RotationReissueHost(dir string, v Validity, cert *x509.Certificate, now time.Time) (certPEM []byte, nc *x509.Certificate, done bool, err error) {
-	v = v.WithDefaults()
-	next, nextKey, err := loadPair(filepath.Join(dir, CANextCert), filepath.Join(dir, CANextKey))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil, false, fmt.Errorf("CA rotation: %w", ErrNoRotation)
-	}
-	if err != nil {
-		return nil, nil, false, fmt.Errorf("CA rotation: next CA: %w", err)
-	}
-	if cert.CheckSignatureFrom(next) == nil {
-		return nil, nil, true, nil
-	}
-	cur, err := readCert(filepath.Join(dir, CACert))
-	if err != nil {
-		return nil, nil, false, fmt.Errorf("CA rotation: current CA: %w", err)
-	}
-	if err := cert.CheckSignatureFrom(cur); err != nil || cert.IsCA {
-		return nil, nil, false, fmt.Errorf("CA rotation: reissue %q (issuer %q): %w (%q)", cert.Subject.CommonName, cert.Issuer.CommonName, ErrNotSignedByCA, cur.Subject.CommonName)
-	}
-	pub, ok := cert.PublicKey.(*ecdsa.PublicKey)
-	if !ok {
-		return nil, nil, false, fmt.Errorf("CA rotation: reissue %q: %w: not an ECDSA key", cert.Subject.CommonName, ErrUnparsable)
-	}
-	cross, err := os.ReadFile(filepath.Join(dir, CACross))
-	if err != nil {
-		return nil, nil, false, fmt.Errorf("CA rotation: cross-signed CA: %w", err)
-	}
-	der, err := reissue(cert, pub, next, nextKey, v.Leaf, now)
-	if err != nil {
-		return nil, nil, false, fmt.Errorf("CA rotation: reissue %q: %w", cert.Subject.CommonName, err)
-	}
-	nc, err = x509.ParseCertificate(der)
-	if err != nil {
-		return nil, nil, false, fmt.Errorf("CA rotation: reissue %q: %w", cert.Subject.CommonName, err)
-	}
-	return append(pemCert(der), cross...), nc, false, nil
-}
-
 // TrustBundle says what InstallTrustBundle did.
 type TrustBundle struct {
 	// File is the bundle's path on the host.
@@ -241,28 +196,4 @@ func trustedKey(c *x509.Certificate, cas []*x509.Certificate) bool {
 		}
 	}
 	return false
-}
-
-// RotationRetireCrossHost is RotationRetireCross for a leaf of a joined
-// host: cur, followed on the host by the CA certificates chain, becomes cur
-// alone. It returns the PEM the host installs (PUT /v1/certs/NAME: the same
-// leaf, its key unchanged), or done when chain is empty (a re-run). It
-// refuses while the rotation in dir (the coordinator's) has not dropped the
-// old CA (ErrOldCANotDropped), and a leaf the CA of dir's ca.crt did not
-// sign (ErrNotSignedByCA).
-func RotationRetireCrossHost(dir string, cur *x509.Certificate, chain []*x509.Certificate) (certPEM []byte, done bool, err error) {
-	if len(chain) == 0 {
-		return nil, true, nil
-	}
-	if RotationInProgress(dir) {
-		return nil, false, fmt.Errorf("CA rotation: retire the cross-signed CA: %w", ErrOldCANotDropped)
-	}
-	cas, err := readBundle(filepath.Join(dir, CACert))
-	if err != nil {
-		return nil, false, fmt.Errorf("CA rotation: retire the cross-signed CA: %w", err)
-	}
-	if signerIn(cur, cas) == nil || cur.IsCA {
-		return nil, false, fmt.Errorf("CA rotation: retire the cross-signed CA: %q (issuer %q): %w (%s)", cur.Subject.CommonName, cur.Issuer.CommonName, ErrNotSignedByCA, names(cas))
-	}
-	return pemCert(cur.Raw), false, nil
 }

@@ -282,7 +282,7 @@ func ServedCert(ctx context.Context, addr string, pool *x509.CertPool, client *t
 }
 
 // Names lists the names of the leaves in dir (server, peer, client, agent,
-// clients/NAME): what Renew accepts.
+// clients/NAME): what a renewal accepts (pkg/certs.RenewDir).
 func Names(dir string) ([]string, error) {
 	ls, err := leaves(dir)
 	if err != nil {

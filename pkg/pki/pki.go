@@ -4,8 +4,12 @@
 //
 // Lifetimes come from a Validity (the spec's tls fields). The inventory
 // (Inventory, ServedCert) reads what there is, in files and in live TLS
-// handshakes; Renew reissues leaves with their key kept; IssueClient issues
-// client certificates for the users of etcd.
+// handshakes; IssueClient issues client certificates for the users of
+// etcd. A joined host's side of its certificates is here too: Install (a
+// leaf the coordinator reissued), InstallTrustBundle. pki is x509 and files
+// only: when to renew, rotate the CA, roll a rotation back or take over
+// certificates is the certificate lifecycle's (pkg/certs), which builds on
+// the tools of tools.go (ReissueBy: the one reissue with one signer).
 //
 // Invariant: private keys are written 0600 and never logged. Certificates are
 // reissued (with the same CA and key) when a host appears that they do not

@@ -189,10 +189,6 @@ func TestEnsureRefusesBadFiles(t *testing.T) {
 			if !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.file) {
 				t.Fatalf("Ensure: %v, want %v naming %s", err, tt.want, tt.file)
 			}
-			_, err = Renew(dir, Validity{}, nil, true, time.Now())
-			if !errors.Is(err, tt.want) {
-				t.Fatalf("Renew: %v, want %v", err, tt.want)
-			}
 			if after := snapshot(t, dir); !maps.Equal(before, after) {
 				t.Fatal("a file was replaced or added after the refusal")
 			}
@@ -232,60 +228,6 @@ func snapshot(t *testing.T, dir string) map[string]string {
 		t.Fatal(err)
 	}
 	return out
-}
-
-// TestRenew: due leaves are renewed (same subject, names, key; new serial),
-// the previous certificate kept beside until ForgetPrevious; named leaves
-// and force; no CA key refused.
-func TestRenew(t *testing.T) {
-	dir := t.TempDir()
-	if err := EnsureWith(dir, "c1", []string{"10.0.0.1"}, Validity{}); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := Renew(dir, Validity{}, nil, false, time.Now()); err != nil || len(got) != 0 {
-		t.Fatalf("nothing due: %v %v", got, err)
-	}
-	old := mustCert(t, filepath.Join(dir, PeerCert))
-	oldKey, _ := os.ReadFile(filepath.Join(dir, PeerKey))
-	// A year later every default leaf is due.
-	got, err := Renew(dir, Validity{}, nil, false, time.Now().Add(300*24*time.Hour))
-	if err != nil || len(got) != 3 {
-		t.Fatalf("renew all due: %v %v", got, err)
-	}
-	nc := mustCert(t, filepath.Join(dir, PeerCert))
-	if nc.SerialNumber.Cmp(old.SerialNumber) == 0 || nc.Subject.CommonName != old.Subject.CommonName || nc.VerifyHostname("10.0.0.1") != nil {
-		t.Fatalf("renewed peer: serial %x cn %s", nc.SerialNumber, nc.Subject.CommonName)
-	}
-	if k, _ := os.ReadFile(filepath.Join(dir, PeerKey)); string(k) != string(oldKey) {
-		t.Error("renewal changed the key")
-	}
-	if _, err := ClientTLS(dir); err != nil {
-		t.Errorf("renewed client pair: %v", err)
-	}
-	if prev := mustCert(t, filepath.Join(dir, PeerCert+PrevSuffix)); prev.SerialNumber.Cmp(old.SerialNumber) != 0 {
-		t.Error("the previous certificate was not kept")
-	}
-	for _, r := range got {
-		if err := ForgetPrevious(r); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := os.Stat(filepath.Join(dir, PeerCert+PrevSuffix)); !errors.Is(err, os.ErrNotExist) {
-		t.Error("ForgetPrevious left the previous certificate")
-	}
-	got, err = Renew(dir, Validity{}, []string{"server"}, true, time.Now())
-	if err != nil || len(got) != 1 || got[0].Name != "server" {
-		t.Fatalf("renew server by name: %v %v", got, err)
-	}
-	if _, err := Renew(dir, Validity{}, []string{"nope"}, true, time.Now()); !errors.Is(err, ErrUnknownCert) {
-		t.Errorf("unknown name: %v", err)
-	}
-	if err := os.Remove(filepath.Join(dir, CAKey)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Renew(dir, Validity{}, nil, true, time.Now()); !errors.Is(err, ErrNoCAKey) {
-		t.Errorf("without the CA key: %v", err)
-	}
 }
 
 // TestInventoryAndIssueClient: the inventory lists the CA, the leaves and
@@ -379,7 +321,24 @@ func TestServedCert(t *testing.T) {
 	if err != nil || got.SerialNumber.Cmp(mustCert(t, f.ServerCert).SerialNumber) != 0 {
 		t.Fatalf("served: %v", err)
 	}
-	if _, err := Renew(dir, Validity{}, []string{"server"}, true, time.Now()); err != nil {
+	// Renewed (pkg/certs.RenewDir's reissue): the next handshake serves it.
+	ca, caKey, err := loadPair(f.CA, filepath.Join(dir, CAKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, key, err := loadLeaf(f.ServerCert, f.ServerKey, ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := reissue(cur, &key.PublicKey, ca, caKey, time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := replaceLeaf("server", f.ServerCert, cur, nc, pemCert(der)); err != nil {
 		t.Fatal(err)
 	}
 	got, err = ServedCert(t.Context(), ln.Addr().String(), pool, nil)

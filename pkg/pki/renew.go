@@ -20,7 +20,8 @@ import (
 // a live handshake (ForgetPrevious).
 const PrevSuffix = ".prev"
 
-// Renewal is one leaf Renew replaced.
+// Renewal is one leaf a renewal, a CA rotation or its rollback replaced
+// (ReplaceLeaf, Install).
 type Renewal struct {
 	// Host is the agent of the host whose certificate it is, when not
 	// this machine's (a renewal the coordinator pushed to a joined host).
@@ -30,91 +31,6 @@ type Renewal struct {
 	OldSerial string    `json:"oldSerial"`
 	NewSerial string    `json:"newSerial"`
 	NotAfter  time.Time `json:"notAfter"`
-}
-
-// Renew reissues leaves of the certificate directory dir with the CA there:
-// the leaves named (server, peer, client, agent, clients/NAME), or every
-// leaf when names is empty; only those at or past their renewal point
-// unless force. A renewed certificate keeps its subject, names, usages and
-// key, and gets a new serial and v.Leaf of lifetime; the key file is not
-// touched, so the certificate file is the one file that changes, by one
-// atomic rename, after the new certificate was checked against the key and
-// the CA. The certificate it replaced stays beside it (PrevSuffix) until
-// ForgetPrevious.
-//
-// Every leaf is checked before any is written: a file that does not parse,
-// a key that does not match, a leaf the CA did not sign, a missing CA key
-// (ErrNoCAKey) or an unknown name is refused and nothing is replaced; so
-// is any renewal while a CA rotation runs (ErrRotationInProgress).
-func Renew(dir string, v Validity, names []string, force bool, now time.Time) ([]Renewal, error) {
-	v = v.WithDefaults()
-	if err := v.Check(); err != nil {
-		return nil, fmt.Errorf("renew certificates: %w", err)
-	}
-	ls, err := findLeaves(dir, names)
-	if err != nil {
-		return nil, fmt.Errorf("renew certificates: %w", err)
-	}
-	if RotationInProgress(dir) {
-		return nil, fmt.Errorf("renew certificates: %w", ErrRotationInProgress)
-	}
-	ca, err := readCert(filepath.Join(dir, CACert))
-	if err != nil {
-		return nil, fmt.Errorf("renew certificates: CA: %w", err)
-	}
-	type due struct {
-		l    leaf
-		cert *x509.Certificate
-		key  *ecdsa.PrivateKey
-	}
-	var todo []due
-	for _, l := range ls {
-		c, k, err := loadLeaf(l.cert, l.key, ca)
-		if err != nil {
-			return nil, fmt.Errorf("renew certificates: %s: %w", l.name, err)
-		}
-		if force || v.Due(c, now) {
-			todo = append(todo, due{l, c, k})
-		}
-	}
-	if len(todo) == 0 {
-		return nil, nil
-	}
-	caKey, err := readKey(filepath.Join(dir, CAKey))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("renew certificates: %w (%s): renew them where the CA key is", ErrNoCAKey, filepath.Join(dir, CAKey))
-	}
-	if err != nil {
-		return nil, fmt.Errorf("renew certificates: CA key: %w", err)
-	}
-	if pub, ok := ca.PublicKey.(*ecdsa.PublicKey); !ok || !pub.Equal(&caKey.PublicKey) {
-		return nil, fmt.Errorf("renew certificates: %s: %w in %s", filepath.Join(dir, CAKey), ErrKeyMismatch, filepath.Join(dir, CACert))
-	}
-	var out []Renewal
-	for _, d := range todo {
-		der, err := reissue(d.cert, &d.key.PublicKey, ca, caKey, v.Leaf, now)
-		if err != nil {
-			return out, fmt.Errorf("renew certificates: %s: %w", d.l.name, err)
-		}
-		nc, err := x509.ParseCertificate(der)
-		if err != nil {
-			return out, fmt.Errorf("renew certificates: %s: %w", d.l.name, err)
-		}
-		// What etcd will load at its next handshake: checked before it
-		// replaces a working certificate.
-		if pub, ok := nc.PublicKey.(*ecdsa.PublicKey); !ok || !pub.Equal(&d.key.PublicKey) {
-			return out, fmt.Errorf("renew certificates: %s: %w", d.l.name, ErrKeyMismatch)
-		}
-		if err := nc.CheckSignatureFrom(ca); err != nil {
-			return out, fmt.Errorf("renew certificates: %s: %w: %v", d.l.name, ErrNotSignedByCA, err)
-		}
-		r, err := replaceLeaf(d.l.name, d.l.cert, d.cert, nc, pemCert(der))
-		if err != nil {
-			return out, fmt.Errorf("renew certificates: %w", err)
-		}
-		out = append(out, r)
-	}
-	return out, nil
 }
 
 // replaceLeaf writes data (the PEM of the leaf nc, then any CA
@@ -196,7 +112,7 @@ type ClientFiles struct {
 // IssueClient issues a client certificate (client auth only, common name
 // name) for a user of etcd such as kube-apiserver, from the CA in dir,
 // valid for lifetime (v.Leaf when zero), and records it in dir/clients
-// (NAME.crt, NAME.key 0600), where Inventory lists it and Renew renews it.
+// (NAME.crt, NAME.key 0600), where Inventory lists it and a renewal renews it.
 // A client of that name already issued is reissued with a new key. With
 // out set, the CA, certificate and key are also copied there (directory
 // 0700, key 0600) and the copies are returned.

@@ -9,11 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
-	"time"
-
-	"github.com/etcd-steward/steward/internal/atomicfile"
 )
 
 // Refusals of a certificate take-over's CA (LoadCA).
@@ -114,95 +110,6 @@ func (ca *CA) Trusts(bundleFile string) (holds bool, others int, err error) {
 		}
 	}
 	return holds, others, nil
-}
-
-// Leaf is the subject common name and names (DNS names, IP addresses) of
-// a leaf to issue.
-type Leaf struct {
-	CN    string
-	Hosts []string
-}
-
-// TakeOverLeaves are the leaves a take-over issues from the operator's CA.
-type TakeOverLeaves struct {
-	Server, Peer Leaf
-}
-
-// ErrOtherCA: the certificate directory holds a CA other than the one
-// being imported.
-var ErrOtherCA = errors.New("the certificate directory holds another CA")
-
-// ImportCA makes ca the CA of the certificate directory dir (created 0700):
-// ca.key (0600) written before ca.crt. A directory that holds this CA
-// already is left as it is (a take-over resumed); one that holds another
-// is refused (ErrOtherCA).
-func ImportCA(dir string, ca *CA) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("import CA: %w", err)
-	}
-	if err := os.Chmod(dir, 0o700); err != nil {
-		return fmt.Errorf("import CA: %w", err)
-	}
-	if have, err := readCert(filepath.Join(dir, CACert)); err == nil {
-		if !bytes.Equal(have.Raw, ca.Cert.Raw) {
-			return fmt.Errorf("import CA: %w (%s, %s)", ErrOtherCA, filepath.Join(dir, CACert), have.Subject.CommonName)
-		}
-		key, err := readKey(filepath.Join(dir, CAKey))
-		if err == nil && key.Equal(ca.Key) {
-			return nil
-		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("import CA: %w", err)
-	}
-	kb, err := x509.MarshalECPrivateKey(ca.Key)
-	if err != nil {
-		return fmt.Errorf("import CA: %w", err)
-	}
-	if err := atomicfile.WriteFile(filepath.Join(dir, CAKey), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
-		return fmt.Errorf("import CA: %w", err)
-	}
-	if err := atomicfile.WriteFile(filepath.Join(dir, CACert), ca.PEM, 0o644); err != nil {
-		return fmt.Errorf("import CA: %w", err)
-	}
-	return nil
-}
-
-// IssueTakeOver issues, from the CA in dir (ImportCA), the server and peer
-// certificates l names (server and client usage, as EnsureWith's) and the
-// admin client certificate (AdminCN), each with a new key (0600) and
-// v.Leaf of lifetime. A leaf already there, signed by the CA, naming at
-// least l's names and not due is kept (a take-over resumed).
-func IssueTakeOver(dir string, l TakeOverLeaves, v Validity) error {
-	v = v.WithDefaults()
-	caCert, caKey, err := loadPair(filepath.Join(dir, CACert), filepath.Join(dir, CAKey))
-	if err != nil {
-		return fmt.Errorf("take-over certificates: CA: %w", err)
-	}
-	both := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
-	for _, f := range []struct {
-		cert, key, cn string
-		usage         []x509.ExtKeyUsage
-		hosts         []string
-	}{
-		{ServerCert, ServerKey, l.Server.CN, both, l.Server.Hosts},
-		{PeerCert, PeerKey, l.Peer.CN, both, l.Peer.Hosts},
-		{ClientCert, ClientKey, AdminCN, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, nil},
-	} {
-		certPath, keyPath := filepath.Join(dir, f.cert), filepath.Join(dir, f.key)
-		if c, _, err := loadLeaf(certPath, keyPath, caCert); err == nil && c.Subject.CommonName == f.cn && covers(c, f.hosts) && !v.Due(c, time.Now()) {
-			continue
-		}
-		hosts := slices.Clone(f.hosts)
-		slices.Sort(hosts)
-		der, key, err := sign(caCert, caKey, nil, f.cn, f.usage, slices.Compact(hosts), v.Leaf)
-		if err != nil {
-			return fmt.Errorf("take-over certificates: issue %s: %w", f.cert, err)
-		}
-		if err := writePair(certPath, keyPath, der, key, true); err != nil {
-			return fmt.Errorf("take-over certificates: issue %s: %w", f.cert, err)
-		}
-	}
-	return nil
 }
 
 // CertNames returns the DNS names and IP addresses a certificate file's first

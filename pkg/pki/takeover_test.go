@@ -9,11 +9,9 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
-	"maps"
 	"math/big"
 	"os"
 	"path/filepath"
-	"slices"
 	"testing"
 	"time"
 )
@@ -79,82 +77,6 @@ func TestLoadCA(t *testing.T) {
 		if _, err := LoadCA(tc.cert, tc.key); !errors.Is(err, tc.want) {
 			t.Errorf("%s: LoadCA = %v, want %v", tc.name, err, tc.want)
 		}
-	}
-}
-
-// TestImportAndIssueTakeOver: the CA is imported (key 0600, directory
-// 0700), the leaves carry the names and common names asked for and chain
-// to it; a second run (a resumed take-over) changes nothing; a directory
-// holding another CA is refused. A leaf reissued later by EnsureWith keeps
-// its common name and names (the peer name the members let in).
-func TestImportAndIssueTakeOver(t *testing.T) {
-	cp, kp, caCert, _ := operatorCA(t, t.TempDir(), true)
-	ca, err := LoadCA(cp, kp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(t.TempDir(), "pki")
-	l := TakeOverLeaves{
-		Server: Leaf{CN: "kube-server", Hosts: []string{"127.0.0.1", "etcd.example.com", "localhost"}},
-		Peer:   Leaf{CN: "etcd-peer", Hosts: []string{"127.0.0.1", "localhost"}},
-	}
-	if err := ImportCA(dir, ca); err != nil {
-		t.Fatal(err)
-	}
-	if err := IssueTakeOver(dir, l, Validity{}); err != nil {
-		t.Fatal(err)
-	}
-	for p, want := range map[string]os.FileMode{dir: 0o700, filepath.Join(dir, CAKey): 0o600, filepath.Join(dir, ServerKey): 0o600, filepath.Join(dir, PeerKey): 0o600, filepath.Join(dir, ClientKey): 0o600} {
-		if st, err := os.Stat(p); err != nil || st.Mode().Perm() != want {
-			t.Errorf("%s: %v, want mode %v", p, err, want)
-		}
-	}
-	for f, want := range map[string]string{ServerCert: "kube-server", PeerCert: "etcd-peer", ClientCert: AdminCN} {
-		c := mustCert(t, filepath.Join(dir, f))
-		if c.Subject.CommonName != want || c.CheckSignatureFrom(caCert) != nil {
-			t.Errorf("%s: common name %q (want %q), signed by the operator's CA: %v", f, c.Subject.CommonName, want, c.CheckSignatureFrom(caCert))
-		}
-	}
-	if s := mustCert(t, filepath.Join(dir, ServerCert)); s.VerifyHostname("etcd.example.com") != nil || s.VerifyHostname("127.0.0.1") != nil {
-		t.Errorf("server certificate names %v %v", s.DNSNames, s.IPAddresses)
-	}
-	before := snapshot(t, dir)
-	if err := ImportCA(dir, ca); err != nil {
-		t.Fatal(err)
-	}
-	if err := IssueTakeOver(dir, l, Validity{}); err != nil {
-		t.Fatal(err)
-	}
-	if after := snapshot(t, dir); !maps.Equal(before, after) {
-		t.Errorf("a second take-over changed %v", slices.Sorted(maps.Keys(after)))
-	}
-	otherCert, otherKey, _, _ := operatorCA(t, t.TempDir(), true)
-	other, err := LoadCA(otherCert, otherKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ImportCA(dir, other); !errors.Is(err, ErrOtherCA) {
-		t.Errorf("ImportCA over another CA = %v, want ErrOtherCA", err)
-	}
-	if after := snapshot(t, dir); !maps.Equal(before, after) {
-		t.Error("a refused import changed the directory")
-	}
-
-	// A new member's address: EnsureWith reissues with the same key and
-	// keeps the peer's common name and every name it had.
-	if err := EnsureWith(dir, "kube", []string{"10.0.0.7"}, Validity{}); err != nil {
-		t.Fatal(err)
-	}
-	p := mustCert(t, filepath.Join(dir, PeerCert))
-	if p.Subject.CommonName != "etcd-peer" || p.VerifyHostname("10.0.0.7") != nil {
-		t.Errorf("reissued peer certificate: %q, names %v", p.Subject.CommonName, p.IPAddresses)
-	}
-	if s := mustCert(t, filepath.Join(dir, ServerCert)); s.VerifyHostname("etcd.example.com") != nil || s.VerifyHostname("10.0.0.7") != nil {
-		t.Errorf("reissued server certificate lost a name: %v %v", s.DNSNames, s.IPAddresses)
-	}
-	// No client may take the peer name.
-	if _, err := IssueClient(dir, "kube", "etcd-peer", 0, "", Validity{}); !errors.Is(err, ErrBadClientName) {
-		t.Errorf("IssueClient with the peer certificate's name = %v, want ErrBadClientName", err)
 	}
 }
 

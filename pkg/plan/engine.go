@@ -33,7 +33,7 @@ type StepError struct {
 }
 
 func (e *StepError) Error() string {
-	return fmt.Sprintf("step %d (%s) failed: %v", e.Index, e.Description, e.Err)
+	return fmt.Sprintf("step %d (%s) failed: %v", e.Index+1, e.Description, e.Err)
 }
 
 // Unwrap returns the step's error.
@@ -90,7 +90,7 @@ func RunAmended(ctx context.Context, st *Store, id string, ex Executor, amend fu
 		// An abort requested by another process reaches p through Save.
 		if p.AbortRequested {
 			p.State = Aborted
-			say.Say("plan %s aborted before step %d", p.ID, s.Index)
+			say.Say("plan %s aborted before step %d", p.ID, s.Number())
 			if err := st.Save(ctx, p); err != nil {
 				return err
 			}
@@ -102,7 +102,8 @@ func RunAmended(ctx context.Context, st *Store, id string, ex Executor, amend fu
 		if err := st.Save(ctx, p); err != nil { // on disk before the step acts
 			return err
 		}
-		say.Say("step %d/%d: %s", s.Index, len(p.Steps)-1, s.Description)
+		// Counted from 1 ("step 1/6" ... "6/6"), as the table shows them.
+		say.Say("step %d/%d: %s", s.Number(), len(p.Steps), s.Description)
 		crashpoint.Hit(crashpoint.Indexed(crashpoint.PlanStepBefore, s.Index))
 		err := ex.Execute(ctx, p, s)
 		end := time.Now().UTC()

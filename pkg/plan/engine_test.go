@@ -75,7 +75,7 @@ func TestFailureThenResume(t *testing.T) {
 	st, p := newPlan(t, 3)
 	r := &recorder{fail: map[int]error{1: errors.New("member etcd-2 not healthy")}}
 	err := Run(context.Background(), st, p.ID, r, nil)
-	if err == nil || !strings.Contains(err.Error(), "step 1") {
+	if err == nil || !strings.Contains(err.Error(), "step 2 (") {
 		t.Fatalf("error %v", err)
 	}
 	got, _ := st.Get(p.ID)
@@ -112,9 +112,9 @@ func TestStepErrorWrapsCause(t *testing.T) {
 		stepErr error
 		wantMsg string
 	}{
-		{"sentinel", errSentinel, "step 1 (swap etcd-2) failed: member etcd-2 not healthy"},
-		{"wrapped sentinel", fmt.Errorf("health gate: %w", errSentinel), "step 1 (swap etcd-2) failed: health gate: member etcd-2 not healthy"},
-		{"twice wrapped", fmt.Errorf("step: %w", fmt.Errorf("health gate: %w", errSentinel)), "step 1 (swap etcd-2) failed: step: health gate: member etcd-2 not healthy"},
+		{"sentinel", errSentinel, "step 2 (swap etcd-2) failed: member etcd-2 not healthy"},
+		{"wrapped sentinel", fmt.Errorf("health gate: %w", errSentinel), "step 2 (swap etcd-2) failed: health gate: member etcd-2 not healthy"},
+		{"twice wrapped", fmt.Errorf("step: %w", fmt.Errorf("health gate: %w", errSentinel)), "step 2 (swap etcd-2) failed: step: health gate: member etcd-2 not healthy"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st, p := newPlan(t, 3)
@@ -408,5 +408,49 @@ func TestRunAmended(t *testing.T) {
 	}
 	if err := RunAmended(context.Background(), st, p.ID, &recorder{}, amend, nil); err != nil || calls != 1 {
 		t.Fatalf("a done plan: %v, amend called %d times; want once in all", err, calls)
+	}
+}
+
+// TestProgressCountsFromOne: a plan of six steps says "step 1/6" to
+// "step 6/6" (it said "step 0/5" to "5/5"), as the table numbers them.
+func TestProgressCountsFromOne(t *testing.T) {
+	st, p := newPlan(t, 6)
+	var lines []string
+	say := func(format string, args ...any) { lines = append(lines, fmt.Sprintf(format, args...)) }
+	if err := Run(context.Background(), st, p.ID, &recorder{}, say); err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for i := 1; i <= 6; i++ {
+		want = append(want, fmt.Sprintf("step %d/6: step", i))
+	}
+	if len(lines) > 0 {
+		lines = lines[:len(lines)-1] // "plan ... done"
+	}
+	if !slices.Equal(lines, want) {
+		t.Errorf("progress lines %q, want %q", lines, want)
+	}
+	if n := p.Steps[5].Number(); n != 6 {
+		t.Errorf("the last of six steps is number %d", n)
+	}
+}
+
+// TestShowVersionsDowngrade: an upgrade plan to an older version is shown
+// as the downgrade it is (its steps say downgrade; the title said upgrade).
+func TestShowVersionsDowngrade(t *testing.T) {
+	down := &Plan{ID: "u-1", Kind: KindUpgrade, From: "3.6.16", To: "3.5.35", Strategy: "rolling", State: Pending}
+	if got := ShowVersions(down); !strings.HasPrefix(got, "downgrade 3.6.16 -> 3.5.35") {
+		t.Errorf("ShowVersions = %q", got)
+	}
+	if got := DescribeVersions(down); !strings.HasPrefix(got, "downgrade plan u-1") {
+		t.Errorf("DescribeVersions = %q", got)
+	}
+	up := &Plan{ID: "u-2", Kind: KindUpgrade, From: "3.6.16", To: "3.10.0", Strategy: "rolling", State: Pending}
+	if got := ShowVersions(up); !strings.HasPrefix(got, "upgrade 3.6.16 -> 3.10.0") {
+		t.Errorf("ShowVersions = %q", got)
+	}
+	rb := &Plan{ID: "r-1", Kind: KindRollback, From: "3.7.3", To: "3.6.16"}
+	if got := ShowVersions(rb); !strings.HasPrefix(got, "rollback ") {
+		t.Errorf("ShowVersions of a rollback = %q", got)
 	}
 }

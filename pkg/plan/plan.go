@@ -119,8 +119,14 @@ type Plan struct {
 	Values map[string]string `json:"values,omitempty"`
 }
 
+// Number is the step's place counted from 1, as every table, progress
+// line and message shows it: the steps of a plan of six are 1 to 6.
+func (s Step) Number() int { return s.Index + 1 }
+
 // Step is one action of a plan.
 type Step struct {
+	// Index is the step's place from 0 (JSON, crash points); people
+	// read Number.
 	Index int    `json:"index"`
 	Kind  string `json:"kind"`
 	// Member is the member the step acts on, when it acts on one.

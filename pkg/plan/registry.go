@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -205,13 +207,45 @@ func (r *Registry[E]) UndoFor(latest *Plan) (*KindSpec[E], error) {
 // ShowVersions is the summary `plan show` prints by default: "KIND FROM ->
 // TO, strategy STRATEGY, STATE".
 func ShowVersions(p *Plan) string {
-	return fmt.Sprintf("%s %s -> %s, strategy %s, %s", p.Kind, p.From, p.To, p.Strategy, p.State)
+	return fmt.Sprintf("%s %s -> %s, strategy %s, %s", versionsWord(p), p.From, p.To, p.Strategy, p.State)
+}
+
+// versionsWord is what a plan that changes etcd's version does: its kind,
+// except an upgrade plan to an older version (`upgrade plan --to 3.5.35`
+// on 3.6), which is a downgrade, as its steps say.
+func versionsWord(p *Plan) string {
+	if p.Kind == KindUpgrade && olderVersion(p.To, p.From) {
+		return "downgrade"
+	}
+	return string(p.Kind)
+}
+
+// olderVersion reports whether version a (3.MINOR.PATCH) is older than b;
+// false when either does not parse.
+func olderVersion(a, b string) bool {
+	pa, pb := versionParts(a), versionParts(b)
+	if pa == nil || pb == nil {
+		return false
+	}
+	return slices.Compare(pa, pb) < 0
+}
+
+func versionParts(v string) []int {
+	var out []int
+	for f := range strings.SplitSeq(strings.TrimPrefix(v, "v"), ".") {
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			return nil
+		}
+		out = append(out, n)
+	}
+	return out
 }
 
 // DescribeVersions names a plan that changes etcd's version: "KIND plan ID
 // (etcd FROM to TO)".
 func DescribeVersions(p *Plan) string {
-	return fmt.Sprintf("%s plan %s (etcd %s to %s)", p.Kind, p.ID, p.From, p.To)
+	return fmt.Sprintf("%s plan %s (etcd %s to %s)", versionsWord(p), p.ID, p.From, p.To)
 }
 
 // DescribeKind names a plan by its kind and ID alone: "KIND plan ID".

@@ -9,7 +9,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/crashpoint"
 	"github.com/etcd-steward/steward/internal/proc"
+	"github.com/etcd-steward/steward/internal/scratch"
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/cluster"
@@ -136,14 +138,27 @@ func Run(ctx context.Context, c *cluster.Cluster, o Options) (backup.Manifest, e
 			targets = append(targets, m)
 		}
 	}
-	if err := requireStopped(ctx, c); err != nil {
-		return backup.Manifest{}, err
-	}
-	tmp, err := os.MkdirTemp(c.Dir, "tmp-restore-")
+	lock, err := lockRestore(c, "restore")
 	if err != nil {
 		return backup.Manifest{}, err
 	}
-	defer os.RemoveAll(tmp)
+	defer lock.Release()
+	if err := requireStopped(ctx, c); err != nil {
+		return backup.Manifest{}, err
+	}
+	// Held while the restore runs. A killed restore's is swept by the next
+	// at once (scratch's minimum age is for a maker that has not locked
+	// its directory yet: no restore can be one while this one holds the
+	// restore lock).
+	if _, err := scratch.Sweep(c.Dir, "tmp-restore-", time.Now().Add(scratch.MinAge)); err != nil {
+		return backup.Manifest{}, err
+	}
+	sd, err := scratch.New(c.Dir, "tmp-restore-")
+	if err != nil {
+		return backup.Manifest{}, err
+	}
+	defer sd.Remove()
+	tmp := sd.Path
 	p, err := prepare(ctx, c, o, targets, tmp)
 	if err != nil {
 		return p.full, err
@@ -246,6 +261,11 @@ func prepare(ctx context.Context, c *cluster.Cluster, o Options, targets []spec.
 	if p.bumped, err = backup.BumpRevisionAbove(p.snapshot, highest, int64(o.BumpRevision)); err != nil {
 		return p, err
 	}
+	// A backup of a newer etcd is lowered (or refused) before the new
+	// timeline is recorded: a refusal changes nothing outside dir.
+	if err := lowerStorageVersion(c, p, targets, src); err != nil {
+		return p, err
+	}
 	p.timeline = spec.Timeline{ID: max(hist.Newest(), c.Spec.TimelineID()) + 1, StartRevision: p.bumped}
 	if parent != 0 {
 		p.timeline.Parent, p.timeline.BranchRevision = parent, p.revision
@@ -264,7 +284,15 @@ func prepare(ctx context.Context, c *cluster.Cluster, o Options, targets []spec.
 func stage(ctx context.Context, c *cluster.Cluster, p prepared, targets []spec.Member) (map[string]string, error) {
 	stamp := time.Now().UTC().Format("20060102T150405.000Z")
 	staged := map[string]string{}
-	initial := c.Spec.InitialCluster()
+	if err := removeStagedHere(c); err != nil {
+		return nil, err
+	}
+	ids, err := keptIdentity(ctx, c, p)
+	if err != nil {
+		return nil, fmt.Errorf("the IDs the restored cluster keeps: %w", err)
+	}
+	c.Progress.Say("%s", describeIdentity(ids))
+	to := stageTarget(c, ids)
 	undo := func() {
 		for _, mem := range targets {
 			d, ok := staged[mem.Name]
@@ -287,7 +315,7 @@ func stage(ctx context.Context, c *cluster.Cluster, p prepared, targets []spec.M
 		if c.OnOtherHost(mem) {
 			var ac *agentapi.Client
 			if ac, err = c.AgentFor(mem); err == nil {
-				out, err = ac.StageDataDir(ctx, mem.Name, p.snapshot, initial)
+				out, err = ac.StageDataDir(ctx, mem.Name, p.snapshot, to)
 			}
 			if err != nil {
 				err = fmt.Errorf("on host %s: %w", mem.Agent, err)
@@ -301,7 +329,7 @@ func stage(ctx context.Context, c *cluster.Cluster, p prepared, targets []spec.M
 				// file no one needs after it) instead of a copy.
 				err = datadir.FromSnapshot(datadir.FromSnapshotOptions{
 					Snapshot: p.snapshot, Name: mem.Name, PeerURL: mem.PeerURL,
-					InitialCluster: initial, Token: c.Spec.Token, Move: i == len(targets)-1,
+					InitialCluster: to.InitialCluster, Token: c.Spec.Token, IDs: ids, Move: i == len(targets)-1,
 				}, out)
 			}
 		}
@@ -311,6 +339,7 @@ func stage(ctx context.Context, c *cluster.Cluster, p prepared, targets []spec.M
 		}
 		staged[mem.Name] = out
 		c.Progress.Say("restored %s into a new data dir", mem.Name)
+		crashpoint.Hit(crashpoint.Indexed(crashpoint.RestoreStaged, i))
 	}
 	return staged, nil
 }
@@ -354,7 +383,11 @@ func commit(ctx context.Context, c *cluster.Cluster, targets []spec.Member, stag
 		}
 	}
 	next.Timeline = &tl
-	return c.SaveSpec(ctx, next)
+	if err := c.SaveSpec(ctx, next); err != nil {
+		return err
+	}
+	sayKeptHere(c)
+	return nil
 }
 
 // requireStopped refuses (ErrMembersRunning) when any member still runs.

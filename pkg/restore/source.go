@@ -34,6 +34,9 @@ type storeSource struct {
 	// highest revision they show was ever stored or served.
 	history backup.History
 	highest int64
+	// listing is what the store held, for a refusal that names another
+	// backup (lowerStorageVersion).
+	listing backup.Listing
 }
 
 // openStore picks the chain o asks for and checks what can refuse it
@@ -78,7 +81,7 @@ func openStore(ctx context.Context, c *cluster.Cluster, o Options, verb string) 
 	}
 	m, chain, err := pickChain(view, store.String(), o)
 	s := &storeSource{c: c, store: store, full: m, chain: chain, o: o, history: hist,
-		highest: backup.HighestRevision(listing.Backups, hist)}
+		highest: backup.HighestRevision(listing.Backups, hist), listing: listing}
 	if err != nil {
 		return s, err
 	}
@@ -171,11 +174,14 @@ func (s *storeSource) fetch(ctx context.Context, dst string) (prepared, error) {
 	}
 	p.revision, p.deltas = m.EndRevision, len(s.chain.Deltas)
 	if len(s.chain.Deltas) > 0 {
-		s.c.Progress.Say("replaying %d delta segments (revisions %d to %d)", len(s.chain.Deltas), m.EndRevision+1, s.chain.End)
+		s.c.Progress.Say("%s", replaying(m, s.chain, o))
 		p.revision, err = backup.Apply(ctx, s.store, key, dst, m.EndRevision, s.chain.Deltas,
 			backup.ApplyOptions{ToRevision: o.ToRevision, ToTime: o.ToTime})
 		if err != nil {
 			return p, err
+		}
+		if msg := replayed(m, p.revision, o); msg != "" {
+			s.c.Progress.Say("%s", msg)
 		}
 	}
 	if o.ToRevision > 0 && o.ToTime.IsZero() && p.revision != o.ToRevision {

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/etcd-steward/steward/pkg/backup"
 )
 
 // TestOpenFileRefusesStoreOptions: options that choose or read backups in
@@ -75,5 +77,39 @@ func TestCheckTargetRefusesConflicts(t *testing.T) {
 				t.Fatalf("checkTarget: %v, want %v with %q", err, tc.kind, tc.want)
 			}
 		})
+	}
+}
+
+// TestReplaying: the progress line names the range a restore replays (to
+// its target revision, from the segments that hold it), not the chain's.
+func TestReplaying(t *testing.T) {
+	full := backup.Manifest{ID: "f", Kind: backup.KindFull, EndRevision: 1000000060}
+	seg := func(start, end int64) backup.Manifest {
+		return backup.Manifest{Kind: "delta", StartRevision: start, EndRevision: end}
+	}
+	chain := backup.Chain{Full: full, End: 1000000104, Deltas: []backup.Manifest{
+		seg(1000000061, 1000000062), seg(1000000063, 1000000067), seg(1000000068, 1000000090), seg(1000000091, 1000000104)}}
+	at := time.Date(2026, 11, 27, 21, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name string
+		o    Options
+		want string
+	}{
+		{"latest", Options{}, "replaying 4 delta segments (revisions 1000000061 to 1000000104)"},
+		{"to a revision", Options{ToRevision: 1000000067}, "replaying 2 delta segments (revisions 1000000061 to 1000000067)"},
+		{"to the first revision of a segment", Options{ToRevision: 1000000068}, "replaying 3 delta segments (revisions 1000000061 to 1000000068)"},
+		{"to the full backup's", Options{ToRevision: 1000000060}, "replaying nothing: revision 1000000060 is the full backup's own"},
+		{"to a time", Options{ToTime: at}, "replaying the delta segments from revision 1000000061 up to 2026-11-27T21:00:00Z (the chain's 4 segments reach revision 1000000104)"},
+		{"to a time on a timeline branched at a revision", Options{ToTime: at, ToRevision: 1000000090}, "replaying the delta segments from revision 1000000061 up to 2026-11-27T21:00:00Z, at most to revision 1000000090 (the chain's 4 segments reach revision 1000000104)"},
+	} {
+		if got := replaying(full, chain, tc.o); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+	if got, want := replayed(full, 1000000070, Options{ToTime: at}), "replayed revisions 1000000061 to 1000000070, the last written at or before 2026-11-27T21:00:00Z"; got != want {
+		t.Errorf("after a replay to a time: %q, want %q", got, want)
+	}
+	if got := replayed(full, 1000000067, Options{ToRevision: 1000000067}); got != "" {
+		t.Errorf("after a replay to a revision: %q, want nothing more", got)
 	}
 }

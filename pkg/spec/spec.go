@@ -718,6 +718,10 @@ type DefaultOptions struct {
 	Host string
 	// FreePort returns a port nobody listens on.
 	FreePort func() (int, error)
+	// NoMetrics leaves the local agent's metricsAddress empty: no
+	// Prometheus metrics. By default the agent serves them on loopback
+	// (DefaultMetricsAddress's rule).
+	NoMetrics bool
 }
 
 // ErrTooFewMembers refuses a default spec of fewer than one member
@@ -783,6 +787,22 @@ func NewDefault(o DefaultOptions) (*Cluster, error) {
 			PeerURL:   fmt.Sprintf("%s://%s", scheme, net.JoinHostPort(o.Host, fmt.Sprint(pp))),
 			DataDir:   filepath.Join("members", name, "data"),
 		})
+	}
+	if !o.NoMetrics {
+		// Metrics on by default, as etcd's are, on loopback (plain HTTP
+		// for a Prometheus on this machine): the members' address when it
+		// is a loopback one (clusters side by side on 127.0.0.2, .3...
+		// never share it), else 127.0.0.1; the port picked free here and
+		// kept in the spec, as the members' ports are.
+		mhost, free := o.Host, port
+		if !IsLoopback(net.JoinHostPort(o.Host, "0")) {
+			mhost, free = DefaultHost, FreePort(DefaultHost)
+		}
+		mp, err := free()
+		if err != nil {
+			return nil, err
+		}
+		c.Agents[0].MetricsAddress = net.JoinHostPort(mhost, strconv.Itoa(mp))
 	}
 	return c, nil
 }

@@ -408,3 +408,38 @@ func attached(edit func(*Cluster)) func(*Cluster) {
 		}
 	}
 }
+
+// TestNewDefaultMetrics: a default spec's agent serves metrics on loopback:
+// the members' address when it is a loopback one, else 127.0.0.1, at a
+// port no member uses; NoMetrics leaves the address empty.
+func TestNewDefaultMetrics(t *testing.T) {
+	next := 30000
+	free := func() (int, error) { next++; return next, nil }
+	for _, tc := range []struct {
+		host, want string
+	}{
+		{"127.0.0.7", "127.0.0.7:"},
+		{"10.1.2.3", "127.0.0.1:"},
+	} {
+		s, err := NewDefault(DefaultOptions{Members: 3, Version: "3.6.16", StewardDir: "/d", Host: tc.host, FreePort: free})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := s.Agents[0].MetricsAddress
+		if !strings.HasPrefix(a, tc.want) {
+			t.Errorf("host %s: metricsAddress %q, want %sPORT", tc.host, a, tc.want)
+		}
+		for _, m := range s.Members {
+			if strings.HasSuffix(m.ClientURL, a[strings.LastIndex(a, ":"):]) || strings.HasSuffix(m.PeerURL, a[strings.LastIndex(a, ":"):]) {
+				t.Errorf("host %s: metrics port %s also a member's (%s %s)", tc.host, a, m.ClientURL, m.PeerURL)
+			}
+		}
+		if _, err := s.Validate(ValidateOptions{}); err != nil {
+			t.Errorf("host %s: default spec invalid: %v", tc.host, err)
+		}
+	}
+	s, err := NewDefault(DefaultOptions{Members: 1, Version: "3.6.16", StewardDir: "/d", Host: "127.0.0.1", FreePort: free, NoMetrics: true})
+	if err != nil || s.Agents[0].MetricsAddress != "" {
+		t.Errorf("NoMetrics: metricsAddress %q, %v", s.Agents[0].MetricsAddress, err)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/datadir"
 	"github.com/etcd-steward/steward/pkg/memberrt"
+	"github.com/etcd-steward/steward/pkg/progress"
 	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
@@ -100,8 +101,8 @@ func Preflight(ctx context.Context, c *cluster.Cluster, from, to string) ([]Chec
 		quota = spec.DefaultQuotaBackendBytes
 	}
 	add(CheckDBSize, true, when(maxDB*100 > quota*dbQuotaPercent,
-		fmt.Sprintf("database is %d MB, over %d%% of the %d MB quota: compact and defragment first", maxDB>>20, dbQuotaPercent, quota>>20)),
-		fmt.Sprintf("database %d MB of %d MB quota", maxDB>>20, quota>>20))
+		fmt.Sprintf("database is %s, over %d%% of the %s quota: compact and defragment first", progress.Bytes(maxDB), dbQuotaPercent, progress.Bytes(quota))),
+		fmt.Sprintf("database %s of %s quota", progress.Bytes(maxDB), progress.Bytes(quota)))
 
 	// Room for a backup and a copy of the data.
 	need := 2 * uint64(maxDB)
@@ -109,8 +110,8 @@ func Preflight(ctx context.Context, c *cluster.Cluster, from, to string) ([]Chec
 	if err := syscall.Statfs(c.Dir, &fs); err == nil {
 		free := fs.Bavail * uint64(fs.Bsize)
 		add(CheckDisk, true, when(free < need,
-			fmt.Sprintf("%d MB free in %s, %d MB needed for a backup and a data copy", free>>20, c.Dir, need>>20)),
-			fmt.Sprintf("%d MB free, %d MB needed", free>>20, need>>20))
+			fmt.Sprintf("%s free in %s, %s needed for a backup and a data copy", progress.Bytes(int64(free)), c.Dir, progress.Bytes(int64(need)))),
+			fmt.Sprintf("%s free, %s needed", progress.Bytes(int64(free)), progress.Bytes(int64(need))))
 	}
 
 	// Binaries present and verified, and extra flags spelled for every

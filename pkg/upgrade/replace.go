@@ -133,6 +133,13 @@ func ReplaceDataDirs(ctx context.Context, c *cluster.Cluster, o ReplaceOptions) 
 	}
 	c.Progress.Say("restoring every member from the database of %s (applied index %d, revision %d)", source, applied, rep.Revision)
 	initial := c.Spec.InitialCluster()
+	// The IDs the members' WALs record: the new data dirs keep them
+	// (members added at run time have IDs the initial cluster does not
+	// derive).
+	ids, err := c.KeptIdentity(ctx, "", "", nil)
+	if err != nil {
+		return rep, err
+	}
 	for _, m := range c.Spec.Members {
 		nd := rep.New[m.Name]
 		// Ours alone: the spec never named it, so etcd never ran on it.
@@ -147,7 +154,7 @@ func ReplaceDataDirs(ctx context.Context, c *cluster.Cluster, o ReplaceOptions) 
 		// FromSnapshot does not check one.
 		err := datadir.FromSnapshot(datadir.FromSnapshotOptions{
 			Snapshot: snapPath, Name: m.Name, PeerURL: m.PeerURL,
-			InitialCluster: initial, Token: c.Spec.Token,
+			InitialCluster: initial, Token: c.Spec.Token, IDs: ids,
 		}, staging)
 		if err != nil {
 			return rep, err

@@ -122,7 +122,7 @@ var admitUpgrade = plan.Admission{Refuse: func(p *plan.Plan) error {
 	cur := p.Current()
 	where := ""
 	if cur != nil {
-		where = fmt.Sprintf(" at step %d (%s)", cur.Index, cur.Description)
+		where = fmt.Sprintf(" at step %d (%s)", cur.Number(), cur.Description)
 	}
 	return &plan.ActiveError{Plan: p, At: where, Abort: true, Undo: true}
 }}

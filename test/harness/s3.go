@@ -2,6 +2,7 @@ package harness
 
 import (
 	"bytes"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -21,6 +23,9 @@ type S3 struct {
 	Bucket          string
 	CredentialsFile string
 	Dir             string
+	// CAFile is the PEM bundle of the private CA that signed the server's
+	// certificate (StartS3TLSAt); empty for a plain-HTTP server.
+	CAFile string
 }
 
 // VersityGW returns the versitygw binary built by hack/build-versitygw.sh;
@@ -49,6 +54,19 @@ func StartS3(tb testing.TB) *S3 {
 // address, which every host of a multi-host test reaches).
 func StartS3At(tb testing.TB, host string) *S3 {
 	tb.Helper()
+	return startS3(tb, host, false)
+}
+
+// StartS3TLSAt is StartS3At serving https with a certificate for host
+// signed by a CA of its own (pkg/pki), whose certificate is S3.CAFile: a
+// server no system root verifies.
+func StartS3TLSAt(tb testing.TB, host string) *S3 {
+	tb.Helper()
+	return startS3(tb, host, true)
+}
+
+func startS3(tb testing.TB, host string, withTLS bool) *S3 {
+	tb.Helper()
 	bin := VersityGW(tb)
 	dir, err := os.MkdirTemp("", "s3-")
 	if err != nil {
@@ -68,7 +86,27 @@ func StartS3At(tb testing.TB, host string) *S3 {
 	// out is written by exec's copying goroutine until Wait returns; read
 	// it only after exited is closed.
 	var out bytes.Buffer
-	cmd := exec.Command(bin, "--port", addr, "--access", ak, "--secret", sk, "posix", root)
+	args := []string{"--port", addr, "--access", ak, "--secret", sk}
+	endpoint := "http://" + addr
+	var caFile string
+	client := http.DefaultClient
+	if withTLS {
+		pkiDir := filepath.Join(dir, "pki")
+		if err := pki.Ensure(pkiDir, "s3-private-ca", []string{host}); err != nil {
+			tb.Fatal(err)
+		}
+		f := pki.FilesIn(pkiDir)
+		args = append(args, "--cert", f.ServerCert, "--key", f.ServerKey)
+		endpoint = "https://" + addr
+		caFile = f.CA
+		pool, err := pki.CAPool(f.CA)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		client = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	}
+	args = append(args, "posix", root)
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
@@ -84,18 +122,17 @@ func StartS3At(tb testing.TB, host string) *S3 {
 	if err := os.WriteFile(creds, []byte(fmt.Sprintf("AWS_ACCESS_KEY_ID=%s\nAWS_SECRET_ACCESS_KEY=%s\n", ak, sk)), 0o600); err != nil {
 		tb.Fatal(err)
 	}
-	endpoint := "http://" + addr
 	Eventually(tb, 20*time.Second, 50*time.Millisecond, "versitygw to answer on "+addr, func() error {
 		select {
 		case <-exited:
 			tb.Fatalf("versitygw exited at start: %s", out.String())
 		default:
 		}
-		resp, err := http.Get(endpoint)
+		resp, err := client.Get(endpoint)
 		if err == nil {
 			resp.Body.Close()
 		}
 		return err
 	})
-	return &S3{Endpoint: endpoint, Bucket: bucket, CredentialsFile: creds, Dir: root}
+	return &S3{Endpoint: endpoint, Bucket: bucket, CredentialsFile: creds, Dir: root, CAFile: caFile}
 }

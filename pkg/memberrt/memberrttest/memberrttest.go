@@ -233,7 +233,7 @@ func (r *Runtime) SwapVersion(ctx context.Context, name string, req memberrt.Ver
 	return r.set(name, memberrt.StateRunning, req.Version)
 }
 
-func (r *Runtime) StageDataDir(ctx context.Context, name, snapshot, initialCluster string) (string, error) {
+func (r *Runtime) StageDataDir(ctx context.Context, name, snapshot string, _ memberrt.StageTarget) (string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.call("StageDataDir", name, snapshot); err != nil {

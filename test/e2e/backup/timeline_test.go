@@ -211,7 +211,7 @@ func TestTimelines(t *testing.T) {
 	if out := e.MustFail("restore", "--force", "--timeline", "9"); !strings.Contains(out, "unknown timeline 9") || !strings.Contains(out, "backup list") {
 		t.Errorf("restore --timeline 9: %s", out)
 	}
-	if st := e.Status(); st.Cluster.Timeline != 1 {
+	if st := e.StoppedStatus(); st.Cluster.Timeline != 1 {
 		t.Fatalf("a refused restore changed the timeline to %d", st.Cluster.Timeline)
 	}
 	if aside, _ := filepath.Glob(filepath.Join(e.Dir, "members", "*", "data.pre-restore-*")); len(aside) > 0 {

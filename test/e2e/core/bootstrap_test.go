@@ -77,6 +77,10 @@ func TestBootstrapOneMember(t *testing.T) {
 			if got := e.Status().Members[0].DataDirVersion; got != v {
 				t.Errorf("data dir version record %q, want %s", got, v)
 			}
+			// up on the running cluster starts nothing, and says so.
+			if _, se, err := e.Run("up"); err != nil || !strings.Contains(se, "member "+s.Members[0].Name+" was already running") || strings.Contains(se, "started member") {
+				t.Errorf("up on a running cluster: %v; want it to say the member was already running:\n%s", err, se)
+			}
 		})
 	}
 }

@@ -3,6 +3,7 @@ package hosts_test
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -22,6 +23,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/join"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/restore"
 	"github.com/etcd-steward/steward/test/harness"
 	"github.com/etcd-steward/steward/test/workload"
 )
@@ -539,7 +541,9 @@ func TestHostsCoordinatorLost(t *testing.T) {
 // TestHostsMembership: membership work on members of other hosts, from
 // the coordinator: a host added later gets a member and loses it again
 // (its data dir moved aside on that host), a member is replaced (its old
-// data dir moved aside on its host), quorum lost with data intact comes
+// data dir moved aside on its host), those kept copies are listed with
+// their sizes through the hosts' agents and an older one pruned on its
+// host (`restore leftovers`, GET /v1/kept, POST /v1/kept/remove), quorum lost with data intact comes
 // back by `steward recover` restarting the members, and two hosts that
 // lost their data dirs come back on the same hosts with the exact
 // keyspace (`steward recover` reseeds from the third host's member).
@@ -593,6 +597,52 @@ func TestHostsMembership(t *testing.T) {
 		e.WaitStatus(time.Minute, "etcd-2 back", harness.Healthy)
 		if a := asides(hs.Host("h2"), "etcd-2", "replaced"); len(a) != 1 {
 			t.Fatalf("the replaced member's data dir on h2 was not moved aside: %v", a)
+		}
+	}) {
+		return
+	}
+	if !t.Run("kept copies on the hosts listed and pruned", func(t *testing.T) {
+		e := hs.Env.For(t)
+		// An older replaced copy beside etcd-2's on h2, as an earlier
+		// replace would have left.
+		h2 := hs.Host("h2")
+		older := filepath.Join(h2.Dir, "members", "etcd-2", "data.replaced-20200101T000000.000Z")
+		if err := os.MkdirAll(filepath.Join(older, "member"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(older, "member", "db"), make([]byte, 8192), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		list := func(args ...string) restore.Leftovers {
+			var l restore.Leftovers
+			out := e.MustRun(append([]string{"restore", "leftovers", "-o", "json"}, args...)...)
+			if err := json.Unmarshal([]byte(out), &l); err != nil {
+				t.Fatalf("restore leftovers: %v\n%s", err, out)
+			}
+			return l
+		}
+		l := list()
+		got := map[string]string{}
+		for _, c := range l.Copies {
+			if c.Bytes <= 0 {
+				t.Errorf("copy %+v: no size", c)
+			}
+			got[c.Host+" "+c.Member+" "+c.Kind+" "+filepath.Base(c.Path)] = c.Action
+		}
+		removed, replaced := asides(h4, "etcd-4", "removed"), asides(h2, "etcd-2", "replaced")
+		if len(l.Unlisted) != 0 || len(l.Copies) != 3 || got["h4 etcd-4 removed "+filepath.Base(removed[0])] != "keep" ||
+			got["h2 etcd-2 replaced "+filepath.Base(older)] != "remove" {
+			t.Fatalf("leftovers across hosts: %v (unlisted %v), want etcd-4's removed copy on h4 and etcd-2's two replaced copies on h2, the older marked remove", got, l.Unlisted)
+		}
+		p := list("--prune")
+		if _, err := os.Stat(older); err == nil {
+			t.Errorf("the older copy on h2 is still there after the prune: %+v", p)
+		}
+		if a := asides(h2, "etcd-2", "replaced"); !slices.Equal(a, replaced[len(replaced)-1:]) {
+			t.Errorf("replaced copies on h2 after the prune: %v, want the newest alone %v", a, replaced[len(replaced)-1:])
+		}
+		if a := asides(h4, "etcd-4", "removed"); len(a) != 1 {
+			t.Errorf("the newest copy on h4 was removed: %v", a)
 		}
 	}) {
 		return

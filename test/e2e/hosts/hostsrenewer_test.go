@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/internal/proc"
+	"github.com/etcd-steward/steward/pkg/certs"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/spec"
 	"github.com/etcd-steward/steward/test/harness"
@@ -55,7 +56,7 @@ func TestHostsRenewerRestart(t *testing.T) {
 		}
 		return st.CertificateRenewal, harness.Cond(st, cluster.CondCertificateRenewal)
 	}
-	pidFile := filepath.Join(hs.Dir, "run", cluster.RenewerPIDFile)
+	pidFile := filepath.Join(hs.Dir, "run", certs.RenewerPIDFile)
 	first := readPID(t, pidFile)
 	harness.Eventually(t, 30*time.Second, 500*time.Millisecond, "status reporting the renewal running", func() error {
 		rs, c := renewal(hs.Status())

@@ -41,6 +41,7 @@ func CARollbackHint(err error) error {
 func BackupHint(err error) error {
 	err = Advise(err, backup.ErrNoFullBackup, ": take one with `steward backup now`")
 	err = Advise(err, kstorage.ErrNoBackup, ": list the backups with `steward backup list` (or name `latest`)")
+	err = Advise(err, backup.ErrUnknownBackup, "; `steward backup list` lists them (or name `latest`)")
 	return Advise(err, kstorage.ErrNotFull, "; list them with `steward backup list`")
 }
 

@@ -47,6 +47,7 @@ func TestMovedAdvice(t *testing.T) {
 	_, noFull := kstorage.FetchBackup(t.Context(), emptyStore, nil, backup.ListOptions{}, "latest", t.TempDir())
 	_, noSuch := kstorage.FetchBackup(t.Context(), emptyStore, nil, backup.ListOptions{}, "x", t.TempDir())
 	_, listNoFull := backup.Listing{}.Find("latest", "/d/backups")
+	_, unknownID := backup.Listing{Backups: []backup.Manifest{{ID: "a1"}, {ID: "b1"}}}.Find("b2", "/d/backups")
 	for _, tc := range []struct {
 		name string
 		got  error
@@ -75,7 +76,7 @@ func TestMovedAdvice(t *testing.T) {
 		{"rotation done", CARollbackHint(carotate.RollbackOf(rotation(plan.Done, plan.Done))),
 			"the CA rotation is done (plan ca-rotation-1): its new CA is the CA; to change the CA again, run `steward certs rotate-ca`"},
 		{"old CA dropped", CARollbackHint(carotate.RollbackOf(rotation(plan.Failed, plan.Failed))),
-			"the old CA was dropped at step 1: `steward plan resume` finishes the rotation; to go back, run `steward certs rotate-ca` again after it"},
+			"the old CA was dropped at step 2: `steward plan resume` finishes the rotation; to go back, run `steward certs rotate-ca` again after it"},
 		{"a plan runs", CARollbackHint(carotate.ErrPlanRunning),
 			"another steward process is running a plan in this Steward directory: `steward plan abort` stops it after its step, then `steward rollback` rolls a CA rotation back"},
 		{"a plan runs elsewhere", CARollbackHint(plan.ErrLocked), plan.ErrLocked.Error()},
@@ -83,6 +84,7 @@ func TestMovedAdvice(t *testing.T) {
 		{"no full backup", BackupHint(listNoFull), "no full backup in /d/backups: take one with `steward backup now`"},
 		{"no full backup to inspect", BackupHint(noFull), "no full backup in " + emptyStore.String() + ": take one with `steward backup now`"},
 		{"no such backup", BackupHint(noSuch), `no backup "x" in ` + emptyStore.String() + ": list the backups with `steward backup list` (or name `latest`)"},
+		{"unknown ID", BackupHint(unknownID), `no backup "b2" in /d/backups: it holds 2, the nearest b1, a1; ` + "`steward backup list` lists them (or name `latest`)"},
 		{"a delta named", BackupHint(refusal.New(kstorage.ErrNotFull, "backup d is a delta segment: name a full backup (the deltas after it are replayed)")),
 			"backup d is a delta segment: name a full backup (the deltas after it are replayed); list them with `steward backup list`"},
 		// A new member while a plan's downgrade is enabled.

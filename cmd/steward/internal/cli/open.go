@@ -42,9 +42,12 @@ func NoSpecHint(err error, dir string) error {
 
 // ClusterWithAgent is Cluster for commands that work on member processes:
 // it also starts this machine's agent when the spec has one and it is not
-// running (after `steward down` or a reboot), as `steward up` does. The
-// agent starts the members it last ran. An attached cluster, whose
-// members Steward does not run, is refused (ProcessControl).
+// running while members still run (the agent was killed). A stopped
+// cluster (cluster.ErrStopped: after `steward down` or a reboot) is
+// refused instead, naming `steward up`: the agent starts the members it
+// last ran, so starting it would start the whole cluster as a side effect
+// of, say, `member add`. An attached cluster, whose members Steward does
+// not run, is refused (ProcessControl).
 func (g *Globals) ClusterWithAgent(cmd interface {
 	ErrOrStderr() io.Writer
 	Context() context.Context
@@ -57,10 +60,61 @@ func (g *Globals) ClusterWithAgent(cmd interface {
 	if err := ProcessControl(c, cmd.CommandPath()); err != nil {
 		return nil, err
 	}
-	if _, err := c.EnsureLocalAgent(cmd.Context(), ""); err != nil {
-		return nil, fmt.Errorf("this machine's agent is not running and could not be started: %w (run it in the foreground with `steward agent --dir %s` to see why)", err, c.Dir)
+	if err := UpHint(c.RequireRunning(cmd.Context(), "run `"+cmd.CommandPath()+"`"), c.Dir); err != nil {
+		return nil, err
+	}
+	return c, ensureAgent(cmd.Context(), c)
+}
+
+// ClusterStartingAgent is ClusterWithAgent for the commands whose purpose
+// is to bring members back, so a stopped cluster is theirs to start:
+// `steward recover` (a reboot after quorum loss) and `steward plan
+// resume` (a plan cut by a power loss).
+func (g *Globals) ClusterStartingAgent(cmd interface {
+	ErrOrStderr() io.Writer
+	Context() context.Context
+	CommandPath() string
+}) (*cluster.Cluster, error) {
+	c, err := g.Cluster(cmd)
+	if err != nil {
+		return nil, err
+	}
+	if err := ProcessControl(c, cmd.CommandPath()); err != nil {
+		return nil, err
+	}
+	return c, ensureAgent(cmd.Context(), c)
+}
+
+func ensureAgent(ctx context.Context, c *cluster.Cluster) error {
+	if _, err := c.EnsureLocalAgent(ctx, ""); err != nil {
+		return fmt.Errorf("this machine's agent is not running and could not be started: %w (run it in the foreground with `steward agent --dir %s` to see why)", err, c.Dir)
+	}
+	return nil
+}
+
+// RunningCluster is Cluster for commands that talk to the running members
+// (`backup now`, `defrag`, `leader move`): a stopped cluster is refused at
+// once in one line naming `steward up`, instead of every member's
+// connection error after its timeout. what says what the command does
+// ("take a backup").
+func (g *Globals) RunningCluster(cmd interface {
+	ErrOrStderr() io.Writer
+	Context() context.Context
+}, what string) (*cluster.Cluster, error) {
+	c, err := g.Cluster(cmd)
+	if err != nil {
+		return nil, err
+	}
+	if err := UpHint(c.RequireRunning(cmd.Context(), what), c.Dir); err != nil {
+		return nil, err
 	}
 	return c, nil
+}
+
+// UpHint adds to cluster.ErrStopped the command that starts the cluster
+// of the Steward directory dir.
+func UpHint(err error, dir string) error {
+	return Advise(err, cluster.ErrStopped, fmt.Sprintf("; start it with `steward up --dir %s`", dir))
 }
 
 // ProcessControl refuses the command (its path, "steward member add") on

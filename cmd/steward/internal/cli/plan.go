@@ -60,7 +60,7 @@ func (g *Globals) PrintPlan(w io.Writer, p *plan.Plan) error {
 	return g.Print(w, p, func(tw *tabwriter.Writer) {
 		fmt.Fprintln(tw, "STEP\tSTATE\tKIND\tMEMBER\tVERSION\tSTARTED\tENDED\tDESCRIPTION\tERROR")
 		for _, s := range p.Steps {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Index, s.State, s.Kind, dash(s.Member), s.Version,
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Number(), s.State, s.Kind, dash(s.Member), s.Version,
 				clock(s.StartedAt), clock(s.EndedAt), s.Description, dash(s.Error))
 		}
 	})

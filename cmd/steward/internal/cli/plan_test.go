@@ -23,8 +23,8 @@ func TestPlanHint(t *testing.T) {
 	}{
 		{"nil", nil, "", nil, false},
 		{"other error", other, other.Error(), other, false},
-		{"step error", stepErr, "step 3 (swap etcd-2) failed: member etcd-2 not healthy; fix the cause, then run `steward plan resume` (or `steward plan abort`)", cause, true},
-		{"wrapped step error", fmt.Errorf("rollback: %w", stepErr), "rollback: step 3 (swap etcd-2) failed: member etcd-2 not healthy; fix the cause, then run `steward plan resume` (or `steward plan abort`)", cause, true},
+		{"step error", stepErr, "step 4 (swap etcd-2) failed: member etcd-2 not healthy; fix the cause, then run `steward plan resume` (or `steward plan abort`)", cause, true},
+		{"wrapped step error", fmt.Errorf("rollback: %w", stepErr), "rollback: step 4 (swap etcd-2) failed: member etcd-2 not healthy; fix the cause, then run `steward plan resume` (or `steward plan abort`)", cause, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := PlanHint(tc.err)

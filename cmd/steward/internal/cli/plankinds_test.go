@@ -83,8 +83,8 @@ func TestPlanKindAdmissions(t *testing.T) {
 	}{
 		{plan.KindUpgrade, nil, ""},
 		{plan.KindUpgrade, latest(plan.KindUpgrade, plan.Done), ""},
-		{plan.KindUpgrade, latest(plan.KindUpgrade, plan.Failed), "upgrade plan upgrade-1 is failed at step 1 (swap etcd-1): `steward plan resume` finishes it, `steward plan abort` stops it, `steward rollback` undoes it"},
-		{plan.KindUpgrade, latest(plan.KindAdopt, plan.Running), "adopt plan adopt-1 is running at step 1 (swap etcd-1): `steward plan resume` finishes it, `steward plan abort` stops it, `steward rollback` undoes it"},
+		{plan.KindUpgrade, latest(plan.KindUpgrade, plan.Failed), "upgrade plan upgrade-1 is failed at step 2 (swap etcd-1): `steward plan resume` finishes it, `steward plan abort` stops it, `steward rollback` undoes it"},
+		{plan.KindUpgrade, latest(plan.KindAdopt, plan.Running), "adopt plan adopt-1 is running at step 2 (swap etcd-1): `steward plan resume` finishes it, `steward plan abort` stops it, `steward rollback` undoes it"},
 		{plan.KindRollback, nil, plan.ErrNoPlan.Error()},
 		{plan.KindRollback, latest(plan.KindUpgrade, plan.Failed), ""},
 		{plan.KindRollback, latest(plan.KindAdopt, plan.Failed), ""},

@@ -3,6 +3,9 @@
 package command
 
 import (
+	"fmt"
+	"strings"
+
 	"github.com/spf13/cobra"
 
 	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
@@ -17,6 +20,7 @@ import (
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/down"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/env"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/etcd"
+	"github.com/etcd-steward/steward/cmd/steward/internal/command/etcdctl"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/host"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/initcluster"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/inspect"
@@ -63,12 +67,16 @@ func NewRootCommand() *cobra.Command {
 			stopProfile()
 		}
 	}
+	// A flag error for the output format spelled as its own flag
+	// (--json, as kubectl users type it) names -o.
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return outputFlagHint(err) })
 	root.AddCommand(
 		initcluster.NewCommand(g),
 		up.NewCommand(g),
 		attach.NewCommand(g),
 		down.NewCommand(g),
 		env.NewCommand(g),
+		etcdctl.NewCommand(g),
 		status.NewCommand(g),
 		member.NewCommand(g),
 		leader.NewCommand(g),
@@ -91,4 +99,15 @@ func NewRootCommand() *cobra.Command {
 		etcd.NewCommand(),
 	)
 	return root
+}
+
+// outputFlagHint adds to cobra's "unknown flag: --json" (--yaml, --table)
+// the flag that selects the output format.
+func outputFlagHint(err error) error {
+	for _, f := range []string{"json", "yaml", "table"} {
+		if msg := err.Error(); msg == "unknown flag: --"+f || strings.HasPrefix(msg, "unknown flag: --"+f+"=") {
+			return fmt.Errorf("%w: the output format is -o %s (--output %s)", err, f, f)
+		}
+	}
+	return err
 }

@@ -1,6 +1,9 @@
 package command
 
 import (
+	"errors"
+	"io"
+	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
@@ -25,4 +28,23 @@ func TestRootHooksOnly(t *testing.T) {
 		}
 	}
 	walk(root)
+}
+
+// TestOutputFlagHint: --json (as kubectl and etcdctl users type it) is
+// refused naming -o json; before, cobra's "unknown flag: --json" alone.
+func TestOutputFlagHint(t *testing.T) {
+	for _, args := range [][]string{{"status", "--json"}, {"backup", "list", "--yaml"}} {
+		root := NewRootCommand()
+		root.SetArgs(args)
+		root.SetOut(io.Discard)
+		root.SetErr(io.Discard)
+		err := root.Execute()
+		want := "-o " + strings.TrimPrefix(args[len(args)-1], "--")
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "unknown flag") {
+			t.Errorf("steward %s: %v, want the hint %q", strings.Join(args, " "), err, want)
+		}
+	}
+	if err := outputFlagHint(errors.New("unknown flag: --jsonx")); err.Error() != "unknown flag: --jsonx" {
+		t.Errorf("another flag got the hint: %v", err)
+	}
 }

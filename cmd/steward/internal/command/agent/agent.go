@@ -23,7 +23,8 @@ import (
 	agentpkg "github.com/etcd-steward/steward/pkg/agent"
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/backupd"
-	"github.com/etcd-steward/steward/pkg/certrenew"
+	"github.com/etcd-steward/steward/pkg/certs"
+	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/join"
 	"github.com/etcd-steward/steward/pkg/metrics"
 	"github.com/etcd-steward/steward/pkg/pki"
@@ -91,7 +92,7 @@ Later runs need only --dir.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			// The continuous backup loop, automatic recovery and the
-			// certificate renewal (pkg/certrenew) run beside
+			// certificate renewal (pkg/certs.RunRenewal) run beside
 			// the supervisor, from the cluster spec of this directory (on a
 			// host of a multi-host cluster, the copy the coordinator hands
 			// over; they wait quietly until there is one). The backup loop
@@ -110,7 +111,7 @@ Later runs need only --dir.`,
 				}()
 				go func() {
 					defer wg.Done()
-					certrenew.Run(bctx, dir, log.With("component", "certificates"))
+					certs.RunRenewal(bctx, dir, log.With("component", "certificates"))
 				}()
 				backupd.Run(bctx, dir, o.Name, log.With("component", "backup"))
 				wg.Wait()
@@ -121,7 +122,12 @@ Later runs need only --dir.`,
 			mdone := make(chan struct{})
 			go func() {
 				defer close(mdone)
+				// A cluster.yaml the loops cannot read is logged once,
+				// with its path, beside the metrics server.
+				var wg sync.WaitGroup
+				wg.Go(func() { (&cluster.SpecWatch{Dir: dir, Log: log.With("component", "spec")}).Run(mctx) })
 				metrics.Run(mctx, dir, o.Name, log.With("component", "metrics"))
+				wg.Wait()
 			}()
 			defer func() { mcancel(); <-mdone }()
 			stopBackups := sync.OnceFunc(func() { bcancel(); <-done })

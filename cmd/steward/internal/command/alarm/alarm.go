@@ -20,7 +20,7 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 		Short: "List raised alarms",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.Cluster(cmd)
+			c, err := g.RunningCluster(cmd, "list alarms")
 			if err != nil {
 				return err
 			}
@@ -37,7 +37,7 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 		Short: "Clear alarms; for NOSPACE, compact and defragment first so the alarm does not return",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.Cluster(cmd)
+			c, err := g.RunningCluster(cmd, "disarm alarms")
 			if err != nil {
 				return err
 			}

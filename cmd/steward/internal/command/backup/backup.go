@@ -30,7 +30,7 @@ func nowCommand(g *cli.Globals) *cobra.Command {
 		Short: "Take a verified full snapshot now (from the leader unless --member)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.Cluster(cmd)
+			c, err := g.RunningCluster(cmd, "take a backup")
 			if err != nil {
 				return err
 			}
@@ -75,8 +75,8 @@ backup leader does the same on its own when backup.compactAfter is set.`,
 					fmt.Fprintf(tw, "nothing compacted: %s\n", res.Reason)
 					return
 				}
-				fmt.Fprintln(tw, "FROM\tDELTAS\tDELTA BYTES\tNEW BACKUP\tREVISION\tDIGEST")
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%s\n", res.From, res.Deltas, res.DeltaBytes, res.Backup.ID, res.Backup.EndRevision, res.Digest)
+				fmt.Fprintln(tw, "FROM\tDELTAS\tDELTA SIZE\tNEW BACKUP\tREVISION\tDIGEST")
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\n", res.From, res.Deltas, cli.Bytes(res.DeltaBytes), res.Backup.ID, res.Backup.EndRevision, res.Digest)
 			})
 		},
 	}
@@ -179,7 +179,7 @@ func table(tw *tabwriter.Writer, ms []backup.Manifest) {
 		if m.ParentTimeline != 0 {
 			tl += fmt.Sprintf(" (from %d at %d)", m.ParentTimeline, m.BranchRevision)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", m.ID, m.Kind, tl, m.StartRevision, m.EndRevision, m.Size,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Kind, tl, m.StartRevision, m.EndRevision, cli.Bytes(m.Size),
 			m.CreatedAt.Format(time.RFC3339), m.EtcdVersion, m.ClusterID, enc)
 	}
 }
@@ -254,7 +254,7 @@ written 0600 and atomically, and an existing file is never replaced.`,
 			}
 			return g.Print(cmd.OutOrStdout(), res, func(tw *tabwriter.Writer) {
 				fmt.Fprintln(tw, "FILE\tBACKUP\tDELTAS\tREVISION\tSIZE\tSHA256")
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\n", res.File, res.Backup, res.Deltas, res.Revision, res.Size, res.SHA256)
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", res.File, res.Backup, res.Deltas, res.Revision, cli.Bytes(res.Size), res.SHA256)
 			})
 		},
 	}

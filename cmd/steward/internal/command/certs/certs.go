@@ -21,8 +21,7 @@ import (
 	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
 	"github.com/etcd-steward/steward/pkg/adopt"
 	"github.com/etcd-steward/steward/pkg/carotate"
-	"github.com/etcd-steward/steward/pkg/certrenew"
-	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/certs"
 	"github.com/etcd-steward/steward/pkg/pki"
 )
 
@@ -134,16 +133,16 @@ DIR/status/certrenew.json, which ` + "`steward status`" + ` reports (Certificate
 				}
 				// One renewal process per directory, whoever started it
 				// (`steward up`, systemd): it records its pid for them.
-				release, err := c.HoldRenewer()
+				release, err := certs.HoldRenewer(c)
 				if err != nil {
-					return cli.Hint(err, cluster.ErrRenewerRunning, "it renews this directory's certificates already; to replace it, stop it first (`systemctl stop steward-certrenew` under systemd, else `kill` that pid)")
+					return cli.Hint(err, certs.ErrRenewerRunning, "it renews this directory's certificates already; to replace it, stop it first (`systemctl stop steward-certrenew` under systemd, else `kill` that pid)")
 				}
 				defer release()
 				ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 				defer stop()
 				log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 				log.Info("certificate renewal started", "dir", dir, "pid", os.Getpid())
-				certrenew.Run(ctx, dir, log.With("component", "certificates"))
+				certs.RunRenewal(ctx, dir, log.With("component", "certificates"))
 				log.Info("certificate renewal stopped")
 				return nil
 			}
@@ -158,7 +157,7 @@ DIR/status/certrenew.json, which ` + "`steward status`" + ` reports (Certificate
 				return err
 			}
 			if all {
-				if names, err = c.HostLeaves(); err != nil {
+				if names, err = certs.HostLeaves(c); err != nil {
 					return err
 				}
 			}
@@ -167,7 +166,7 @@ DIR/status/certrenew.json, which ` + "`steward status`" + ` reports (Certificate
 			// lock for a moment: wait for it rather than fail.
 			deadline := time.Now().Add(timeout)
 			rs, err := retryWhileRunning(cmd.Context(), deadline, func() ([]pki.Renewal, error) {
-				return c.RenewCerts(cmd.Context(), names, true, timeout)
+				return certs.Renew(cmd.Context(), c, names, true, timeout)
 			})
 			err = cli.Hint(err, pki.ErrUnknownCert, "name one listed by `steward certs list`")
 			if err != nil {
@@ -181,7 +180,7 @@ DIR/status/certrenew.json, which ` + "`steward status`" + ` reports (Certificate
 				hostNames = nil
 			}
 			hrs, herr := retryWhileRunning(cmd.Context(), deadline, func() ([]pki.Renewal, error) {
-				return c.RenewHosts(cmd.Context(), hostNames, true, timeout)
+				return certs.RenewHosts(cmd.Context(), c, hostNames, true, timeout)
 			})
 			rs = append(rs, hrs...)
 			if rs == nil {
@@ -199,18 +198,18 @@ DIR/status/certrenew.json, which ` + "`steward status`" + ` reports (Certificate
 		},
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "renew every leaf certificate")
-	cmd.Flags().BoolVar(&watch, "watch", false, "renew automatically at the renewal point until stopped (what `steward up` runs on a multi-host coordinator without a local agent)")
+	cmd.Flags().BoolVar(&watch, "watch", false, "renew automatically at the renewal point until stopped (what steward up runs on a multi-host coordinator without a local agent)")
 	cmd.Flags().DurationVar(&timeout, "timeout", time.Minute, "how long to wait for the members to serve the renewed certificates")
 	return cmd
 }
 
 // retryWhileRunning calls renew again, every 200 ms until deadline, while
 // it finds another renewal of the directory running
-// (cluster.ErrRenewalRunning: it then did nothing).
+// (certs.ErrRenewalRunning: it then did nothing).
 func retryWhileRunning(ctx context.Context, deadline time.Time, renew func() ([]pki.Renewal, error)) ([]pki.Renewal, error) {
 	for {
 		rs, err := renew()
-		if !errors.Is(err, cluster.ErrRenewalRunning) || time.Now().After(deadline) {
+		if !errors.Is(err, certs.ErrRenewalRunning) || time.Now().After(deadline) {
 			return rs, err
 		}
 		select {

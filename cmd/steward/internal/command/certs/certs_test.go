@@ -12,7 +12,7 @@ import (
 
 	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
 	"github.com/etcd-steward/steward/pkg/adopt"
-	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/certs"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/refusal"
 )
@@ -38,7 +38,7 @@ func TestRenewWatchRefusesNames(t *testing.T) {
 // running is tried again until it gets its turn or the deadline passes;
 // any other outcome is returned at once.
 func TestRetryWhileRunning(t *testing.T) {
-	running := fmt.Errorf("renew certificates: %w: another renewal of /d/pki is running", cluster.ErrRenewalRunning)
+	running := fmt.Errorf("renew certificates: %w: another renewal of /d/pki is running", certs.ErrRenewalRunning)
 	done := []pki.Renewal{{Name: "server"}}
 	for _, tc := range []struct {
 		name     string
@@ -49,7 +49,7 @@ func TestRetryWhileRunning(t *testing.T) {
 	}{
 		{name: "free", busy: 0, deadline: time.Second, calls: 1},
 		{name: "held twice", busy: 2, deadline: 5 * time.Second, calls: 3},
-		{name: "held past the deadline", busy: 100, deadline: 300 * time.Millisecond, calls: 3, wantErr: cluster.ErrRenewalRunning},
+		{name: "held past the deadline", busy: 100, deadline: 300 * time.Millisecond, calls: 3, wantErr: certs.ErrRenewalRunning},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			calls := 0

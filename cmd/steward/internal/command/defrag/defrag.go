@@ -24,7 +24,7 @@ and says why: defragmenting blocks a member, and blocking one while another is d
 can cost quorum.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.Cluster(cmd)
+			c, err := g.RunningCluster(cmd, "defragment")
 			if err != nil {
 				return err
 			}
@@ -33,7 +33,7 @@ can cost quorum.`,
 			if perr := g.Print(cmd.OutOrStdout(), res, func(tw *tabwriter.Writer) {
 				fmt.Fprintln(tw, "MEMBER\tDB BEFORE\tDB AFTER\tDURATION")
 				for _, r := range res {
-					fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", r.Member, r.DBSizeFrom, r.DBSizeTo, r.Duration.Round(time.Millisecond))
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Member, cli.Bytes(r.DBSizeFrom), cli.Bytes(r.DBSizeTo), r.Duration.Round(time.Millisecond))
 				}
 			}); perr != nil && err == nil {
 				return perr

@@ -54,7 +54,7 @@ Join files expire (--join-validity); 'steward host add NAME=ADDRESS' writes a ne
 				return err
 			}
 			errw := cmd.ErrOrStderr()
-			c, warnings, err := bootstrap.Init(dir, o, progress.To(errw))
+			c, warnings, err := bootstrap.Init(cmd.Context(), dir, o, progress.To(errw))
 			for _, w := range warnings {
 				fmt.Fprintln(errw, "warning:", w)
 			}

@@ -218,21 +218,21 @@ func table(w io.Writer, rep kstorage.Report) {
 		fmt.Fprintf(w, "Cluster %s at revision %d", s.Cluster, s.Revision)
 	}
 	fmt.Fprintf(w, ", keys under %s/\n\n", rep.Prefix)
-	fmt.Fprintln(w, "RESOURCE\tAPI VERSION\tKIND\tFORMAT\tOBJECTS\tBYTES\tENCRYPTED")
+	fmt.Fprintln(w, "RESOURCE\tAPI VERSION\tKIND\tFORMAT\tOBJECTS\tSIZE\tENCRYPTED")
 	for _, r := range rep.Resources {
 		for _, v := range r.Versions {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%s\n", r.Resource, dash(v.APIVersion), dash(v.Kind), v.Format, v.Objects, v.Bytes, "no")
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.Resource, dash(v.APIVersion), dash(v.Kind), v.Format, v.Objects, cli.Bytes(v.Bytes), "no")
 		}
 		for _, e := range r.Encryption {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%s\n", r.Resource, "?", "?", kstorage.FormatEncrypted, e.Objects, e.Bytes,
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.Resource, "?", "?", kstorage.FormatEncrypted, e.Objects, cli.Bytes(e.Bytes),
 				strings.Join([]string{e.Provider, e.PrefixVersion, dash(e.KeyName)}, ":"))
 		}
 	}
 	if o := rep.OtherKeys; o.Objects > 0 {
-		fmt.Fprintf(w, "(other keys)\t-\t-\t-\t%d\t%d\t-\n", o.Objects, o.Bytes)
+		fmt.Fprintf(w, "(other keys)\t-\t-\t-\t%d\t%s\t-\n", o.Objects, cli.Bytes(o.Bytes))
 	}
 	t := rep.Totals
-	fmt.Fprintf(w, "TOTAL (%d resources)\t\t\t\t%d\t%d\t%d encrypted\n", t.Resources, t.Objects, t.Bytes, t.EncryptedObjects)
+	fmt.Fprintf(w, "TOTAL (%d resources)\t\t\t\t%d\t%s\t%d encrypted\n", t.Resources, t.Objects, cli.Bytes(t.Bytes), t.EncryptedObjects)
 	if rc := rep.RemovedAPIs; rc != nil {
 		fmt.Fprintln(w)
 		if len(rc.Uses) == 0 {

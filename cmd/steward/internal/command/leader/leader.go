@@ -2,6 +2,8 @@
 package leader
 
 import (
+	"fmt"
+
 	"github.com/spf13/cobra"
 
 	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
@@ -15,9 +17,16 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 	move := &cobra.Command{
 		Use:   "move --to NAME",
 		Short: "Hand leadership to a healthy voting member and wait until it leads",
-		Args:  cobra.NoArgs,
+		// A member named as an argument is the likeliest slip: point to
+		// --to rather than cobra's "unknown command".
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return fmt.Errorf("leader move takes the member with --to, not as an argument: `steward leader move --to %s`", args[0])
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.Cluster(cmd)
+			c, err := g.RunningCluster(cmd, "move the leader")
 			if err != nil {
 				return err
 			}

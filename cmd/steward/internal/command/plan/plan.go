@@ -64,7 +64,7 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 				if _, err := c.EnsureLocalAgent(cmd.Context(), ""); err != nil {
 					return fmt.Errorf("this machine's agent is not running and could not be started: %w (run it in the foreground with `steward agent --dir %s` to see why)", err, c.Dir)
 				}
-			} else if c, err = g.ClusterWithAgent(cmd); err != nil {
+			} else if c, err = g.ClusterStartingAgent(cmd); err != nil {
 				return err
 			}
 			return cli.PlanHint(cluster.PlanKinds.Resume(cmd.Context(), c, p))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
 	"github.com/etcd-steward/steward/pkg/recovery"
+	"github.com/etcd-steward/steward/pkg/restore"
 )
 
 // NewCommand returns the recover command.
@@ -24,12 +25,13 @@ deltas (old data dirs moved aside), started, and a fresh full snapshot taken.
 A quorate cluster is left alone.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.ClusterWithAgent(cmd)
+			c, err := g.ClusterStartingAgent(cmd)
 			if err != nil {
 				return err
 			}
 			rep, err := recovery.Run(cmd.Context(), c)
 			err = cli.DowngradeHint(cli.BackupHint(cli.StoppedHint(err)))
+			err = cli.Hint(err, restore.ErrBackupTooNew, "restore the older backup with `steward restore --force --backup ID`, then `steward up`")
 			if perr := g.Print(cmd.OutOrStdout(), rep, func(tw *tabwriter.Writer) {
 				fmt.Fprintf(tw, "ACTION\t%s\nMESSAGE\t%s\n", rep.Action, rep.Message)
 				for _, f := range rep.DataDirs {

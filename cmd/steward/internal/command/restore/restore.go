@@ -44,6 +44,11 @@ restored cluster with ` + "`steward up`" + `.`,
 			_, err = restore.Run(cmd.Context(), c, o)
 			err = cli.Hint(err, restore.ErrOtherCluster, "use --allow-other-cluster to build this cluster from it anyway")
 			err = cli.Hint(err, restore.ErrUntrustedManifests, "remove or repair them, use --allow-unauthenticated for manifests written before the cluster had its backup key, or --skip-untrusted to restore without them")
+			tooNew := "name the older backup with --backup ID"
+			if o.Timeline != 0 {
+				tooNew += " (in place of --timeline: a backup ID names its own timeline)"
+			}
+			err = cli.Hint(err, restore.ErrBackupTooNew, tooNew)
 			err = cli.Hint(err, restore.ErrDataDirsHoldData, "use --force to move them aside (they are kept, not deleted)")
 			err = cli.Hint(err, restore.ErrSourceConflict, "leave out --backup, --to-revision, --to-time, --timeline, --key-file, --allow-unauthenticated and --skip-untrusted with --from-snapshot")
 			err = cli.Hint(err, restore.ErrConflictingTargets, "give one of --to-revision and --to-time, and --timeline only without --backup")
@@ -60,16 +65,17 @@ restored cluster with ` + "`steward up`" + `.`,
 		},
 	}
 	cmd.Flags().StringVar(&o.Backup, "backup", "latest", "backup ID, or latest")
-	cmd.Flags().StringVar(&o.FromSnapshot, "from-snapshot", "", "restore from this snapshot file (written by `etcdctl snapshot save`) instead of the backup store")
+	cmd.Flags().StringVar(&o.FromSnapshot, "from-snapshot", "", "restore from the snapshot `FILE` etcdctl snapshot save wrote, instead of the backup store")
 	cmd.Flags().StringVar(&o.KeyFile, "key-file", "", "decryption key (default: the spec's backup.encryptionKeyFile)")
 	cmd.Flags().BoolVar(&o.Force, "force", false, "move existing data dirs aside instead of refusing")
 	cmd.Flags().BoolVar(&o.AllowOtherCluster, "allow-other-cluster", false, "restore a backup of another etcd cluster than the one last seen for this spec")
 	cmd.Flags().BoolVar(&o.SkipUntrusted, "skip-untrusted", false, "restore even though newer manifests in the store are not trusted, leaving out what they describe")
 	cmd.Flags().BoolVar(&o.AllowUnauthenticated, "allow-unauthenticated", false, "also trust backup manifests without a MAC (written before the cluster had its backup key); never ones whose MAC fails")
 	cmd.Flags().Int64Var(&o.ToRevision, "to-revision", 0, "restore the keyspace as it was at this revision (default: the newest backed up)")
-	cmd.Flags().Var(timeFlag{&o.ToTime}, "to-time", "restore the keyspace as it was at this time (RFC 3339, e.g. 2026-11-21T13:00:00Z)")
+	cmd.Flags().Var(timeFlag{&o.ToTime}, "to-time", "restore the keyspace as it was at this `TIME` (RFC 3339, e.g. 2026-11-21T13:00:00Z)")
 	cmd.Flags().Int64Var(&o.Timeline, "timeline", 0, "restore timeline `N` (its newest point, or --to-revision/--to-time on it) instead of the one the cluster is on; steward backup list shows each backup's")
 	cmd.Flags().Uint64Var(&o.BumpRevision, "bump-revision", restore.DefaultBumpRevision, "margin above the highest revision ever served or backed up, on any timeline, that etcd resumes above; must exceed the writes made after the last backup")
+	cmd.AddCommand(leftoversCommand(g))
 	return cmd
 }
 

@@ -24,12 +24,19 @@ the conditions (Ready, AllMembersReady, BackupReady, UpgradeInProgress,
 CertificatesReady and, where Steward renews the certificates, CertificateRenewal:
 whether the renewal loop runs). -o json and -o yaml field names are stable;
 docs/cli.md lists them. The command succeeds whenever it could
-report; read the conditions to decide whether the cluster is well.`,
+report; read the conditions to decide whether the cluster is well. A stopped
+cluster (this machine's agent not running and no member answering) is reported
+in one line naming ` + "`steward up`" + ` and exits 1, as etcdctl endpoint health does when
+no endpoint is healthy (-o json and -o yaml still print the status, with
+cluster.stopped true).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := g.Cluster(cmd)
 			if err != nil {
 				return err
+			}
+			if c.Stopped(cmd.Context()) {
+				return stopped(g, cmd, c)
 			}
 			st, err := c.Status(cmd.Context())
 			if err != nil {
@@ -44,6 +51,21 @@ report; read the conditions to decide whether the cluster is well.`,
 			return g.Print(cmd.OutOrStdout(), st, func(tw *tabwriter.Writer) { table(tw, st) })
 		},
 	}
+}
+
+// stopped reports a stopped cluster: one line in the table form, the
+// status (cluster.stopped true) in JSON and YAML with the line on stderr;
+// exit code 1 either way.
+func stopped(g *cli.Globals, cmd *cobra.Command, c *cluster.Cluster) error {
+	line := cli.UpHint(c.StoppedError(""), c.Dir)
+	if g.Output == "table" {
+		fmt.Fprintln(cmd.OutOrStdout(), line)
+		return &cli.ExitError{Code: 1}
+	}
+	if err := g.Print(cmd.OutOrStdout(), c.StoppedStatus(time.Now()), nil); err != nil {
+		return err
+	}
+	return &cli.ExitError{Code: 1, Err: line}
 }
 
 func table(tw *tabwriter.Writer, st *cluster.Status) {
@@ -87,9 +109,11 @@ func dash(s string) string {
 	return s
 }
 
+// size is a member's database size in the table: IEC units (cli.Bytes),
+// "-" when the member did not say.
 func size(n int64) string {
 	if n == 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%.1f MB", float64(n)/1e6)
+	return cli.Bytes(n)
 }

@@ -4,6 +4,7 @@ package up
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -24,7 +25,8 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 		Short: "Start a local cluster (writing a default cluster.yaml when there is none) and wait until it is healthy",
 		Long: `Start the cluster of the Steward directory. Without a cluster.yaml, write a default
 one: N members on 127.0.0.1 (or --address) with free ports, TLS on, the embedded etcd version unless
---version says otherwise. With an existing directory, start what is there again,
+--version says otherwise, and the agent serving Prometheus metrics on the members' loopback
+address at a free port (--no-metrics: none). With an existing directory, start what is there again,
 keeping the data. Returns when every member is healthy and prints the endpoints.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -49,7 +51,10 @@ keeping the data. Returns when every member is healthy and prints the endpoints.
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "cluster %s is healthy: %d members, etcd %s\n", c.Spec.Name, len(c.Spec.Members), c.Spec.Version)
 			fmt.Fprintf(out, "endpoints: %s\n", strings.Join(c.Spec.ClientURLs(), ","))
-			fmt.Fprintf(out, "connect with: eval \"$(steward env --dir %s)\"\n", dir)
+			// The binary as the user typed it (bin/steward, ./steward, a
+			// path), so the lines can be pasted as they are.
+			fmt.Fprintf(out, "etcdctl: %s etcdctl --dir %s endpoint status -w table\n", os.Args[0], dir)
+			fmt.Fprintf(out, "or: eval \"$(%s env --dir %s)\"\n", os.Args[0], dir)
 			return nil
 		},
 	}
@@ -58,6 +63,7 @@ keeping the data. Returns when every member is healthy and prints the endpoints.
 	cmd.Flags().BoolVar(&o.TLSOff, "insecure-no-tls", false, "write a new spec with TLS off (anyone reaching the ports owns the data)")
 	cmd.Flags().StringVar(&o.BinaryStore, "binary-store", "", "binary store of a new cluster (default DIR/binaries)")
 	cmd.Flags().StringVar(&o.Address, "address", "", "IP address the members of a new cluster listen on (default 127.0.0.1; another loopback address such as 127.0.0.2 keeps clusters on one machine off each other's ports)")
+	cmd.Flags().BoolVar(&o.NoMetrics, "no-metrics", false, "write a new spec whose agent serves no Prometheus metrics (by default: on loopback, at the spec's agents[].metricsAddress)")
 	cmd.Flags().DurationVar(&o.Timeout, "timeout", 2*time.Minute, "how long to wait for a healthy cluster")
 	return cmd
 }
@@ -70,6 +76,7 @@ var newClusterFlags = map[string]string{
 	"TLSOff":      "--insecure-no-tls",
 	"BinaryStore": "--binary-store",
 	"Address":     "--address",
+	"NoMetrics":   "--no-metrics",
 }
 
 // upHint names the flag behind a refused option, and the command that

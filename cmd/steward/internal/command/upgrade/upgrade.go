@@ -3,6 +3,8 @@
 package upgrade
 
 import (
+	"fmt"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -17,8 +19,13 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 	var o upgrade.Options
 	planCmd := &cobra.Command{
 		Use:   "plan --to VERSION",
-		Short: "Compute the steps from the live cluster to VERSION (nothing is changed)",
-		Args:  cobra.NoArgs,
+		Short: "Compute the steps from the live cluster to VERSION and run the pre-flight checks (nothing is changed)",
+		Long: `Compute the steps from the live cluster to VERSION and run the pre-flight checks
+of the whole path (binaries of every version on the way, health, alarms, leader,
+database size, disk space, flags). Nothing is changed. A failed check is shown
+with the plan and the command exits 1: ` + "`steward upgrade apply`" + ` would refuse the
+plan (a check marked overridable is skipped by apply --force).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := g.Cluster(cmd)
 			if err != nil {
@@ -31,7 +38,27 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 			if err != nil {
 				return upgradeHint(err)
 			}
-			return g.PrintPlan(cmd.OutOrStdout(), p)
+			checks, err := upgrade.Preflight(cmd.Context(), c, p.From, p.To)
+			if err != nil {
+				return upgradeHint(err)
+			}
+			if err := g.PrintPlan(cmd.OutOrStdout(), p); err != nil {
+				return err
+			}
+			if g.Output == "table" {
+				if err := g.Print(cmd.OutOrStdout(), checks, func(tw *tabwriter.Writer) {
+					fmt.Fprintln(tw, "\nPRE-FLIGHT CHECK\tOK\tOVERRIDABLE\tMESSAGE")
+					for _, ch := range checks {
+						fmt.Fprintf(tw, "%s\t%v\t%v\t%s\n", ch.Name, ch.OK, ch.Overridable, ch.Message)
+					}
+				}); err != nil {
+					return err
+				}
+			}
+			if _, err := upgrade.Refusal(checks, false); err != nil {
+				return upgradeHint(fmt.Errorf("`steward upgrade apply` would refuse this plan: %w", err))
+			}
+			return nil
 		},
 	}
 	apply := &cobra.Command{

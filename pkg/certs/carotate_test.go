@@ -1,4 +1,4 @@
-package pki
+package certs
 
 import (
 	"bytes"
@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/etcd-steward/steward/pkg/pki"
 )
 
 // chainOf reads a certificate file: the leaf and the certificates after it.
@@ -42,7 +44,7 @@ func chainOf(t *testing.T, path string) (*x509.Certificate, *x509.CertPool) {
 
 func poolOf(t *testing.T, path string) *x509.CertPool {
 	t.Helper()
-	p, err := CAPool(path)
+	p, err := pki.CAPool(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,32 +64,32 @@ func verifies(leaf *x509.Certificate, inter, roots *x509.CertPool) error {
 // changes nothing the second time.
 func TestRotation(t *testing.T) {
 	dir := t.TempDir()
-	if err := Ensure(dir, "c1", []string{"10.0.0.1"}); err != nil {
+	if err := pki.Ensure(dir, "c1", []string{"10.0.0.1"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := IssueClient(dir, "c1", "writer", 0, "", Validity{}); err != nil {
+	if _, err := pki.IssueClient(dir, "c1", "writer", 0, "", pki.Validity{}); err != nil {
 		t.Fatal(err)
 	}
 	oldCAFile := filepath.Join(t.TempDir(), "old-ca.crt")
-	oldCA, _ := os.ReadFile(filepath.Join(dir, CACert))
+	oldCA, _ := os.ReadFile(filepath.Join(dir, pki.CACert))
 	if err := os.WriteFile(oldCAFile, oldCA, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	oldClient, _ := os.ReadFile(filepath.Join(dir, ClientsDir, "writer.crt"))
+	oldClient, _ := os.ReadFile(filepath.Join(dir, pki.ClientsDir, "writer.crt"))
 
 	for range 2 {
-		if err := RotationPrepare(dir, "c1", Validity{}); err != nil {
+		if err := RotationPrepare(dir, "c1", pki.Validity{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	next, _ := os.ReadFile(filepath.Join(dir, CANextCert))
-	if err := RotationPrepare(dir, "c1", Validity{}); err != nil {
+	next, _ := os.ReadFile(filepath.Join(dir, pki.CANextCert))
+	if err := RotationPrepare(dir, "c1", pki.Validity{}); err != nil {
 		t.Fatal(err)
 	}
-	if again, _ := os.ReadFile(filepath.Join(dir, CANextCert)); !bytes.Equal(again, next) {
+	if again, _ := os.ReadFile(filepath.Join(dir, pki.CANextCert)); !bytes.Equal(again, next) {
 		t.Fatal("a second prepare replaced the next CA")
 	}
-	if st, err := os.Stat(filepath.Join(dir, CANextKey)); err != nil || st.Mode().Perm() != 0o600 {
+	if st, err := os.Stat(filepath.Join(dir, pki.CANextKey)); err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("next CA key: %v %v, want mode 0600", st, err)
 	}
 	for range 2 {
@@ -95,24 +97,24 @@ func TestRotation(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	bundle, _ := os.ReadFile(filepath.Join(dir, CACert))
+	bundle, _ := os.ReadFile(filepath.Join(dir, pki.CACert))
 	if !bytes.Equal(bundle, append(oldCA, next...)) {
 		t.Fatalf("ca.crt is not old + new:\n%s", bundle)
 	}
-	rs, err := RotationReissue(dir, Validity{}, nil, time.Now())
+	rs, err := RotationReissue(dir, pki.Validity{}, nil, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(rs) != 4 { // server, peer, client, clients/writer
 		t.Fatalf("reissued %d leaves, want 4: %+v", len(rs), rs)
 	}
-	if rs, err := RotationReissue(dir, Validity{}, nil, time.Now()); err != nil || len(rs) != 0 {
+	if rs, err := RotationReissue(dir, pki.Validity{}, nil, time.Now()); err != nil || len(rs) != 0 {
 		t.Fatalf("second reissue: %+v, %v; want nothing to do", rs, err)
 	}
-	nextFile := filepath.Join(dir, CANextCert)
-	for _, n := range []string{ServerCert, PeerCert, ClientCert, filepath.Join(ClientsDir, "writer.crt")} {
+	nextFile := filepath.Join(dir, pki.CANextCert)
+	for _, n := range []string{pki.ServerCert, pki.PeerCert, pki.ClientCert, filepath.Join(pki.ClientsDir, "writer.crt")} {
 		leaf, inter := chainOf(t, filepath.Join(dir, n))
-		for _, roots := range []string{oldCAFile, nextFile, filepath.Join(dir, CACert)} {
+		for _, roots := range []string{oldCAFile, nextFile, filepath.Join(dir, pki.CACert)} {
 			if err := verifies(leaf, inter, poolOf(t, roots)); err != nil {
 				t.Errorf("%s does not verify against %s: %v", n, filepath.Base(roots), err)
 			}
@@ -124,13 +126,13 @@ func TestRotation(t *testing.T) {
 
 	// While the rotation runs, the leaves of the next CA are accepted, and
 	// anything to issue or renew is refused with one error.
-	if err := Ensure(dir, "c1", []string{"10.0.0.1"}); err != nil {
+	if err := pki.Ensure(dir, "c1", []string{"10.0.0.1"}); err != nil {
 		t.Errorf("ensure during the rotation, nothing to issue: %v", err)
 	}
-	if err := Ensure(dir, "c1", []string{"10.0.0.2"}); !errors.Is(err, ErrRotationInProgress) {
+	if err := pki.Ensure(dir, "c1", []string{"10.0.0.2"}); !errors.Is(err, pki.ErrRotationInProgress) {
 		t.Errorf("ensure during the rotation with a new host: %v, want ErrRotationInProgress", err)
 	}
-	if _, err := Renew(dir, Validity{}, nil, true, time.Now()); !errors.Is(err, ErrRotationInProgress) {
+	if _, err := RenewDir(dir, pki.Validity{}, nil, true, time.Now()); !errors.Is(err, pki.ErrRotationInProgress) {
 		t.Errorf("renew during the rotation: %v, want ErrRotationInProgress", err)
 	}
 
@@ -139,31 +141,31 @@ func TestRotation(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if ca, _ := os.ReadFile(filepath.Join(dir, CACert)); !bytes.Equal(ca, next) {
+	if ca, _ := os.ReadFile(filepath.Join(dir, pki.CACert)); !bytes.Equal(ca, next) {
 		t.Fatalf("ca.crt after the drop is not the new CA alone:\n%s", ca)
 	}
-	if kept, _ := os.ReadFile(filepath.Join(dir, CAOldCert)); !bytes.Equal(kept, oldCA) {
+	if kept, _ := os.ReadFile(filepath.Join(dir, pki.CAOldCert)); !bytes.Equal(kept, oldCA) {
 		t.Fatal("the old CA is not kept as ca-old.crt")
 	}
-	if st, err := os.Stat(filepath.Join(dir, CAOldKey)); err != nil || st.Mode().Perm() != 0o600 {
+	if st, err := os.Stat(filepath.Join(dir, pki.CAOldKey)); err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("old CA key: %v %v, want mode 0600", st, err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, CANextCert)); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(dir, pki.CANextCert)); !os.IsNotExist(err) {
 		t.Fatalf("ca-next.crt still there after the drop: %v", err)
 	}
-	leaf, inter := chainOf(t, filepath.Join(dir, ServerCert))
-	if err := verifies(leaf, inter, poolOf(t, filepath.Join(dir, CACert))); err != nil {
+	leaf, inter := chainOf(t, filepath.Join(dir, pki.ServerCert))
+	if err := verifies(leaf, inter, poolOf(t, filepath.Join(dir, pki.CACert))); err != nil {
 		t.Errorf("server certificate against the new CA: %v", err)
 	}
 	oc := filepath.Join(t.TempDir(), "old.crt")
 	if err := os.WriteFile(oc, oldClient, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if ol, _ := chainOf(t, oc); verifies(ol, nil, poolOf(t, filepath.Join(dir, CACert))) == nil {
+	if ol, _ := chainOf(t, oc); verifies(ol, nil, poolOf(t, filepath.Join(dir, pki.CACert))) == nil {
 		t.Error("a client certificate of the old CA still verifies against ca.crt after the drop")
 	}
 	// The new CA and its key work as the CA: a forced renewal signs with it.
-	if rs, err := Renew(dir, Validity{}, []string{"server"}, true, time.Now()); err != nil || len(rs) != 1 {
+	if rs, err := RenewDir(dir, pki.Validity{}, []string{"server"}, true, time.Now()); err != nil || len(rs) != 1 {
 		t.Fatalf("renew after the rotation: %+v, %v", rs, err)
 	}
 }
@@ -172,20 +174,20 @@ func TestRotation(t *testing.T) {
 // changing nothing.
 func TestRotationRefusals(t *testing.T) {
 	dir := t.TempDir()
-	if err := Ensure(dir, "c1", nil); err != nil {
+	if err := pki.Ensure(dir, "c1", nil); err != nil {
 		t.Fatal(err)
 	}
-	before, _ := os.ReadFile(filepath.Join(dir, CACert))
+	before, _ := os.ReadFile(filepath.Join(dir, pki.CACert))
 	if err := RotationTrustBoth(dir); err == nil {
 		t.Error("trust both without a next CA: no error")
 	}
-	if _, err := RotationReissue(dir, Validity{}, nil, time.Now()); err == nil {
+	if _, err := RotationReissue(dir, pki.Validity{}, nil, time.Now()); err == nil {
 		t.Error("reissue without a next CA: no error")
 	}
 	if err := RotationDrop(dir); err == nil {
 		t.Error("drop without a next CA: no error")
 	}
-	if after, _ := os.ReadFile(filepath.Join(dir, CACert)); !bytes.Equal(before, after) {
+	if after, _ := os.ReadFile(filepath.Join(dir, pki.CACert)); !bytes.Equal(before, after) {
 		t.Error("a refused step changed ca.crt")
 	}
 }
@@ -197,12 +199,12 @@ func TestRotationRefusals(t *testing.T) {
 func TestAgentServerTLSReadsCAPerHandshake(t *testing.T) {
 	dir, other := t.TempDir(), t.TempDir()
 	for _, d := range []string{dir, other} {
-		if err := Ensure(d, "c1", nil); err != nil {
+		if err := pki.Ensure(d, "c1", nil); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// The agent serves the server pair (server auth) as its own.
-	for from, to := range map[string]string{ServerCert: AgentCert, ServerKey: AgentKey} {
+	for from, to := range map[string]string{pki.ServerCert: pki.AgentCert, pki.ServerKey: pki.AgentKey} {
 		b, err := os.ReadFile(filepath.Join(dir, from))
 		if err != nil {
 			t.Fatal(err)
@@ -211,11 +213,11 @@ func TestAgentServerTLSReadsCAPerHandshake(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	srv, err := AgentServerTLS(dir)
+	srv, err := pki.AgentServerTLS(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := FilesIn(other)
+	o := pki.FilesIn(other)
 	pair, err := tls.LoadX509KeyPair(o.ClientCert, o.ClientKey)
 	if err != nil {
 		t.Fatal(err)
@@ -239,18 +241,18 @@ func TestAgentServerTLSReadsCAPerHandshake(t *testing.T) {
 		serr := <-errc
 		return errors.Join(serr, cerr)
 	}
-	ca, _ := os.ReadFile(filepath.Join(dir, CACert))
+	ca, _ := os.ReadFile(filepath.Join(dir, pki.CACert))
 	oca, _ := os.ReadFile(o.CA)
 	if handshake() == nil {
 		t.Fatal("the agent accepted an admin certificate of another CA")
 	}
-	if err := os.WriteFile(filepath.Join(dir, CACert), append(ca, oca...), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, pki.CACert), append(ca, oca...), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := handshake(); err != nil {
 		t.Fatalf("the agent refused an admin certificate of a CA added to ca.crt: %v", err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, CACert), ca, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, pki.CACert), ca, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if handshake() == nil {
@@ -266,46 +268,46 @@ func TestAgentServerTLSReadsCAPerHandshake(t *testing.T) {
 // refused while a rotation runs (the old CA would sign them).
 func TestRotationAfterInterruptedDrop(t *testing.T) {
 	dir := t.TempDir()
-	if err := Ensure(dir, "c1", []string{"10.0.0.1"}); err != nil {
+	if err := pki.Ensure(dir, "c1", []string{"10.0.0.1"}); err != nil {
 		t.Fatal(err)
 	}
-	first, _ := os.ReadFile(filepath.Join(dir, CACert))
-	if err := RotationPrepare(dir, "c1", Validity{}); err != nil {
+	first, _ := os.ReadFile(filepath.Join(dir, pki.CACert))
+	if err := RotationPrepare(dir, "c1", pki.Validity{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := RotationTrustBoth(dir); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := IssueClient(dir, "c1", "late", 0, "", Validity{}); !errors.Is(err, ErrRotationInProgress) {
+	if _, err := pki.IssueClient(dir, "c1", "late", 0, "", pki.Validity{}); !errors.Is(err, pki.ErrRotationInProgress) {
 		t.Errorf("issue-client during a rotation: %v, want ErrRotationInProgress", err)
 	}
-	if _, err := IssueHost(dir, "c1", "h9", "10.0.0.9", Validity{}); !errors.Is(err, ErrRotationInProgress) {
+	if _, err := pki.IssueHost(dir, "c1", "h9", "10.0.0.9", pki.Validity{}); !errors.Is(err, pki.ErrRotationInProgress) {
 		t.Errorf("host certificates during a rotation: %v, want ErrRotationInProgress", err)
 	}
-	if _, err := RotationReissue(dir, Validity{}, nil, time.Now()); err != nil {
+	if _, err := RotationReissue(dir, pki.Validity{}, nil, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	next, _ := os.ReadFile(filepath.Join(dir, CANextCert))
+	next, _ := os.ReadFile(filepath.Join(dir, pki.CANextCert))
 	// The interrupted drop: the old pair kept, the new key installed,
 	// ca.crt still the bundle.
-	oldCert, oldKey, err := loadPair(filepath.Join(dir, CACert), filepath.Join(dir, CAKey))
+	oldCert, oldKey, err := pki.LoadPair(filepath.Join(dir, pki.CACert), filepath.Join(dir, pki.CAKey))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := writePair(filepath.Join(dir, CAOldCert), filepath.Join(dir, CAOldKey), oldCert.Raw, oldKey, true); err != nil {
+	if err := pki.WritePair(filepath.Join(dir, pki.CAOldCert), filepath.Join(dir, pki.CAOldKey), oldCert.Raw, oldKey, true); err != nil {
 		t.Fatal(err)
 	}
-	kb, _ := os.ReadFile(filepath.Join(dir, CANextKey))
-	if err := os.WriteFile(filepath.Join(dir, CAKey), kb, 0o600); err != nil {
+	kb, _ := os.ReadFile(filepath.Join(dir, pki.CANextKey))
+	if err := os.WriteFile(filepath.Join(dir, pki.CAKey), kb, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := RotationPrepare(dir, "c1", Validity{}); err != nil {
+	if err := RotationPrepare(dir, "c1", pki.Validity{}); err != nil {
 		t.Fatalf("prepare after an interrupted drop: %v", err)
 	}
-	if kept, _ := os.ReadFile(filepath.Join(dir, CAOldCert)); !bytes.Equal(kept, first) {
+	if kept, _ := os.ReadFile(filepath.Join(dir, pki.CAOldCert)); !bytes.Equal(kept, first) {
 		t.Fatal("the first rotation's old CA is not kept as ca-old.crt")
 	}
-	if ca, _ := os.ReadFile(filepath.Join(dir, CACert)); !bytes.Equal(ca, next) {
+	if ca, _ := os.ReadFile(filepath.Join(dir, pki.CACert)); !bytes.Equal(ca, next) {
 		t.Fatalf("the interrupted drop was not finished: ca.crt is not the first rotation's new CA:\n%s", ca)
 	}
 	// The prepare went on to a second rotation; its drop keeps the first
@@ -316,10 +318,10 @@ func TestRotationAfterInterruptedDrop(t *testing.T) {
 	if err := RotationDrop(dir); err != nil {
 		t.Fatal(err)
 	}
-	if kept, _ := os.ReadFile(filepath.Join(dir, CAOldCert)); !bytes.Equal(kept, next) {
+	if kept, _ := os.ReadFile(filepath.Join(dir, pki.CAOldCert)); !bytes.Equal(kept, next) {
 		t.Error("ca-old.crt after the second rotation is not the second rotation's old CA")
 	}
-	aside, _ := filepath.Glob(filepath.Join(dir, CAOldCert+".*"))
+	aside, _ := filepath.Glob(filepath.Join(dir, pki.CAOldCert+".*"))
 	if len(aside) != 1 {
 		t.Fatalf("the first rotation's old CA moved aside: %v, want one file", aside)
 	}
@@ -333,24 +335,24 @@ func TestRotationAfterInterruptedDrop(t *testing.T) {
 // bundle and the next one, so their expiry is seen too.
 func TestInventoryDuringRotation(t *testing.T) {
 	dir := t.TempDir()
-	if err := Ensure(dir, "c1", nil); err != nil {
+	if err := pki.Ensure(dir, "c1", nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := RotationPrepare(dir, "c1", Validity{}); err != nil {
+	if err := RotationPrepare(dir, "c1", pki.Validity{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := RotationTrustBoth(dir); err != nil {
 		t.Fatal(err)
 	}
-	inv, err := Inventory(dir)
+	inv, err := pki.Inventory(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := map[string]CertInfo{}
+	got := map[string]pki.CertInfo{}
 	for _, i := range inv {
 		got[i.Name] = i
 	}
-	next, err := readCert(filepath.Join(dir, CANextCert))
+	next, err := pki.ParseCertFile(filepath.Join(dir, pki.CANextCert))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,39 +376,39 @@ func TestInventoryDuringRotation(t *testing.T) {
 // host variant does the same for a joined host's leaf.
 func TestRotationRetireCross(t *testing.T) {
 	dir := t.TempDir()
-	if err := Ensure(dir, "c1", []string{"10.0.0.1"}); err != nil {
+	if err := pki.Ensure(dir, "c1", []string{"10.0.0.1"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := IssueClient(dir, "c1", "writer", 0, "", Validity{}); err != nil {
+	if _, err := pki.IssueClient(dir, "c1", "writer", 0, "", pki.Validity{}); err != nil {
 		t.Fatal(err)
 	}
-	leafFiles := []string{ServerCert, PeerCert, ClientCert, filepath.Join(ClientsDir, "writer.crt")}
+	leafFiles := []string{pki.ServerCert, pki.PeerCert, pki.ClientCert, filepath.Join(pki.ClientsDir, "writer.crt")}
 	fresh := map[string]int{}
 	for _, n := range leafFiles {
 		b, _ := os.ReadFile(filepath.Join(dir, n))
 		fresh[n] = bytes.Count(b, []byte("BEGIN CERTIFICATE"))
 	}
 	oldCAFile := filepath.Join(t.TempDir(), "old-ca.crt")
-	oldCAPEM, _ := os.ReadFile(filepath.Join(dir, CACert))
+	oldCAPEM, _ := os.ReadFile(filepath.Join(dir, pki.CACert))
 	if err := os.WriteFile(oldCAFile, oldCAPEM, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	oldCA, err := ParseCertPEM(oldCAPEM)
+	oldCA, err := pki.ParseCertPEM(oldCAPEM)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := RotationPrepare(dir, "c1", Validity{}); err != nil {
+	if err := RotationPrepare(dir, "c1", pki.Validity{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := RotationTrustBoth(dir); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := RotationReissue(dir, Validity{}, nil, time.Now()); err != nil {
+	if _, err := RotationReissue(dir, pki.Validity{}, nil, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	snapshot := func() map[string]string {
 		out := map[string]string{}
-		for _, n := range append(leafFiles, CACert, CANextCert) {
+		for _, n := range append(leafFiles, pki.CACert, pki.CANextCert) {
 			b, _ := os.ReadFile(filepath.Join(dir, n))
 			out[n] = string(b)
 		}
@@ -447,13 +449,13 @@ func TestRotationRetireCross(t *testing.T) {
 			t.Errorf("a second retire changed %s", k)
 		}
 	}
-	newCAFile := filepath.Join(dir, CACert)
+	newCAFile := filepath.Join(dir, pki.CACert)
 	for _, n := range leafFiles {
 		b, _ := os.ReadFile(filepath.Join(dir, n))
 		if c := bytes.Count(b, []byte("BEGIN CERTIFICATE")); c != 1 || c != fresh[n] {
 			t.Errorf("%s holds %d certificates after the retire step, want the leaf alone as a fresh directory's (%d)", n, c, fresh[n])
 		}
-		leaf, chain, err := ParseLeafChainPEM(b)
+		leaf, chain, err := pki.ParseLeafChainPEM(b)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -478,44 +480,44 @@ func TestRotationRetireCross(t *testing.T) {
 
 	// The host variant: a leaf with the cross-signed CA after it becomes
 	// the leaf alone; one alone is done; another CA's is refused.
-	crossPEM, _ := os.ReadFile(filepath.Join(dir, CACross))
-	cross, err := ParseCertPEM(crossPEM)
+	crossPEM, _ := os.ReadFile(filepath.Join(dir, pki.CACross))
+	cross, err := pki.ParseCertPEM(crossPEM)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, done, err := RotationRetireCrossHost(dir, served[ServerCert], []*x509.Certificate{cross})
-	if err != nil || done || !bytes.Equal(got, pemCert(served[ServerCert].Raw)) {
+	got, done, err := RotationRetireCrossHost(dir, served[pki.ServerCert], []*x509.Certificate{cross})
+	if err != nil || done || !bytes.Equal(got, pki.PEM(served[pki.ServerCert].Raw)) {
 		t.Errorf("host retire: done %v, %v, %q; want the leaf alone", done, err, got)
 	}
-	if _, done, err := RotationRetireCrossHost(dir, served[ServerCert], nil); err != nil || !done {
+	if _, done, err := RotationRetireCrossHost(dir, served[pki.ServerCert], nil); err != nil || !done {
 		t.Errorf("host retire of a leaf alone: done %v, %v; want done", done, err)
 	}
 	other := t.TempDir()
-	if err := Ensure(other, "c2", nil); err != nil {
+	if err := pki.Ensure(other, "c2", nil); err != nil {
 		t.Fatal(err)
 	}
-	foreign, _ := chainOf(t, filepath.Join(other, ServerCert))
-	if _, _, err := RotationRetireCrossHost(dir, foreign, []*x509.Certificate{cross}); !errors.Is(err, ErrNotSignedByCA) {
+	foreign, _ := chainOf(t, filepath.Join(other, pki.ServerCert))
+	if _, _, err := RotationRetireCrossHost(dir, foreign, []*x509.Certificate{cross}); !errors.Is(err, pki.ErrNotSignedByCA) {
 		t.Errorf("host retire of another CA's leaf: %v, want ErrNotSignedByCA", err)
 	}
 
 	// A leaf file of another CA with a CA certificate after it: refused,
 	// nothing written (not even the leaves that would pass).
-	fb, _ := os.ReadFile(filepath.Join(other, ServerCert))
+	fb, _ := os.ReadFile(filepath.Join(other, pki.ServerCert))
 	fk, _ := os.ReadFile(filepath.Join(other, "server.key"))
-	if err := os.WriteFile(filepath.Join(dir, ClientsDir, "alien.crt"), append(fb, crossPEM...), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, pki.ClientsDir, "alien.crt"), append(fb, crossPEM...), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, ClientsDir, "alien.key"), fk, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, pki.ClientsDir, "alien.key"), fk, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, ServerCert), []byte(before[ServerCert]), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, pki.ServerCert), []byte(before[pki.ServerCert]), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if names, err := RotationRetireCross(dir); !errors.Is(err, ErrNotSignedByCA) || len(names) != 0 {
+	if names, err := RotationRetireCross(dir); !errors.Is(err, pki.ErrNotSignedByCA) || len(names) != 0 {
 		t.Errorf("retire with another CA's leaf: %v, %v; want ErrNotSignedByCA", names, err)
 	}
-	if b, _ := os.ReadFile(filepath.Join(dir, ServerCert)); string(b) != before[ServerCert] {
+	if b, _ := os.ReadFile(filepath.Join(dir, pki.ServerCert)); string(b) != before[pki.ServerCert] {
 		t.Error("a refused retire rewrote server.crt")
 	}
 }

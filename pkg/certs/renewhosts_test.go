@@ -1,4 +1,4 @@
-package certrenew
+package certs
 
 import (
 	"crypto/tls"

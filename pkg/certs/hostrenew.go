@@ -1,4 +1,4 @@
-package cluster
+package certs
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/internal/filelock"
+	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
@@ -26,7 +27,7 @@ const hostCallTimeout = 10 * time.Second
 // force, all: the host's current certificate is read from its agent
 // (GET /v1/certs/NAME over mutual TLS, the agent's identity checked), checked
 // against the CA and the identity the leaf must have, reissued with the
-// same key (pki.Reissue), and pushed to the agent (PUT /v1/certs/NAME),
+// same key (Reissue), and pushed to the agent (PUT /v1/certs/NAME),
 // which checks it and installs it keeping the previous one. Then the
 // coordinator waits, within timeout, until new TLS handshakes with the
 // host's agent and its members' client and peer ports present the new
@@ -39,11 +40,11 @@ const hostCallTimeout = 10 * time.Second
 // over from (`steward takeover`) is refused (handover.ErrSuperseded) before
 // it signs anything, and so is a renewal while a CA rotation runs
 // (pki.ErrRotationInProgress: the rotation reissues the hosts' leaves).
-func (c *Cluster) RenewHosts(ctx context.Context, names []string, force bool, timeout time.Duration) ([]pki.Renewal, error) {
+func RenewHosts(ctx context.Context, c *cluster.Cluster, names []string, force bool, timeout time.Duration) ([]pki.Renewal, error) {
 	if c.Spec.TLS.Disabled {
 		return nil, errors.New("renew host certificates: TLS is off in the spec")
 	}
-	hosts := c.remoteHosts()
+	hosts := remoteHosts(c)
 	if len(hosts) == 0 {
 		return nil, nil
 	}
@@ -54,7 +55,7 @@ func (c *Cluster) RenewHosts(ctx context.Context, names []string, force bool, ti
 			return nil, nil
 		}
 	}
-	lock, err := filelock.TryLock(c.certLockPath())
+	lock, err := filelock.TryLock(certLockPath(c))
 	if errors.Is(err, filelock.ErrHeld) {
 		return nil, fmt.Errorf("renew host certificates: %w: another renewal of %s is running", ErrRenewalRunning, c.CertDir())
 	}
@@ -70,7 +71,7 @@ func (c *Cluster) RenewHosts(ctx context.Context, names []string, force bool, ti
 	// A coordinator another machine took over from signs nothing: the new
 	// one renews the hosts' leaves (its own loop), and two signers would
 	// race each other's pushes.
-	if err := c.checkCoordinator(ctx); err != nil {
+	if err := c.CheckCoordinator(ctx); err != nil {
 		return nil, fmt.Errorf("renew host certificates: refusing to sign: %w", err)
 	}
 	v := c.Validity()
@@ -79,16 +80,16 @@ func (c *Cluster) RenewHosts(ctx context.Context, names []string, force bool, ti
 		if !force && !v.WithDefaults().Due(cur, now) {
 			return nil, true, nil
 		}
-		certPEM, _, err := pki.Reissue(dir, v, cur, now)
+		certPEM, _, err := Reissue(dir, v, cur, now)
 		return certPEM, false, err
 	}
-	return c.renewHosts(ctx, hosts, leaves, renew, false, timeout)
+	return renewHosts(ctx, c, hosts, leaves, renew, false, timeout)
 }
 
 // hostLeafCN is the common name leaf of host agent must have
 // (pki.IssueHost): a certificate a host returns for it that names another
 // identity is not reissued.
-func (c *Cluster) hostLeafCN(agent, leaf string) string {
+func hostLeafCN(c *cluster.Cluster, agent, leaf string) string {
 	switch leaf {
 	case "server":
 		return c.Spec.Name + "-server"
@@ -108,10 +109,10 @@ type hostSigner func(cur *x509.Certificate, chain []*x509.Certificate, now time.
 
 // renewHosts runs renewHost on every host in turn (until ctx ends) and
 // joins the failures, each naming its host.
-func (c *Cluster) renewHosts(ctx context.Context, hosts []spec.Agent, leaves []string, sign hostSigner, settle bool, timeout time.Duration) ([]pki.Renewal, error) {
+func renewHosts(ctx context.Context, c *cluster.Cluster, hosts []spec.Agent, leaves []string, sign hostSigner, settle bool, timeout time.Duration) ([]pki.Renewal, error) {
 	var out []pki.Renewal
 	err := eachHost(ctx, hosts, func(h spec.Agent) error {
-		rs, err := c.renewHost(ctx, h, leaves, sign, settle, timeout)
+		rs, err := renewHost(ctx, c, h, leaves, sign, settle, timeout)
 		out = append(out, rs...)
 		return err
 	})
@@ -139,7 +140,7 @@ func eachHost(ctx context.Context, hosts []spec.Agent, fn func(spec.Agent) error
 // sign skips (done already: a re-run) are waited for and their previous
 // copies dropped too, so a re-run after a crash between the push and the
 // drop leaves none behind.
-func (c *Cluster) renewHost(ctx context.Context, h spec.Agent, leaves []string, sign hostSigner, settle bool, timeout time.Duration) ([]pki.Renewal, error) {
+func renewHost(ctx context.Context, c *cluster.Cluster, h spec.Agent, leaves []string, sign hostSigner, settle bool, timeout time.Duration) ([]pki.Renewal, error) {
 	ac, err := c.Agent(h.Name)
 	if err != nil {
 		return nil, err
@@ -156,7 +157,7 @@ func (c *Cluster) renewHost(ctx context.Context, h spec.Agent, leaves []string, 
 		if err != nil {
 			return out, fmt.Errorf("its %s certificate: %w", name, err)
 		}
-		if want := c.hostLeafCN(h.Name, name); cur.Subject.CommonName != want {
+		if want := hostLeafCN(c, h.Name, name); cur.Subject.CommonName != want {
 			return out, fmt.Errorf("its %s certificate is for %q, not %q: not reissued", name, cur.Subject.CommonName, want)
 		}
 		certPEM, skip, err := sign(cur, chain, time.Now())
@@ -181,7 +182,7 @@ func (c *Cluster) renewHost(ctx context.Context, h spec.Agent, leaves []string, 
 	if len(all) == 0 {
 		return nil, nil
 	}
-	if err := c.waitHostServed(ctx, h, all, timeout); err != nil {
+	if err := waitHostServed(ctx, c, h, all, timeout); err != nil {
 		return out, err
 	}
 	for _, r := range all {
@@ -199,7 +200,7 @@ func (c *Cluster) renewHost(ctx context.Context, h spec.Agent, leaves []string, 
 // its members' client and peer ports present the renewed agent, server and
 // peer certificates of rs (a member that does not run is skipped: it
 // loads the new files when it starts).
-func (c *Cluster) waitHostServed(ctx context.Context, h spec.Agent, rs []pki.Renewal, timeout time.Duration) error {
+func waitHostServed(ctx context.Context, c *cluster.Cluster, h spec.Agent, rs []pki.Renewal, timeout time.Duration) error {
 	want := map[string]string{} // served name -> serial
 	for _, r := range rs {
 		switch r.Name {
@@ -217,7 +218,7 @@ func (c *Cluster) waitHostServed(ctx context.Context, h spec.Agent, rs []pki.Ren
 	if len(want) == 0 {
 		return nil
 	}
-	return c.pollServed(ctx, timeout, "the host keeps the previous certificates beside them", func(ci pki.CertInfo) string {
+	return pollServed(ctx, c, timeout, "the host keeps the previous certificates beside them", func(ci pki.CertInfo) string {
 		serial, ok := want[ci.Name]
 		if !ok || (ci.Serial == "" && strings.HasPrefix(ci.Name, "member ")) || ci.Serial == serial {
 			return ""

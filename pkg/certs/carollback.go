@@ -1,4 +1,4 @@
-package pki
+package certs
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/internal/atomicfile"
+	"github.com/etcd-steward/steward/pkg/pki"
 )
 
 // The way back from a CA rotation stopped before it dropped the old CA
@@ -24,28 +25,24 @@ import (
 // with, and the rotation cannot be rolled back.
 var ErrOldCADropped = errors.New("the old CA was dropped (ca.key is the new CA's)")
 
-// AbortedSuffix prefixes the suffix the next CA's files are moved aside
-// with by RollbackRetire (ca-next.crt.aborted-SERIAL).
-const AbortedSuffix = ".aborted-"
-
 // rollbackCAs returns the old CA (ca.crt's first certificate, with ca.key)
 // and the next CA certificate (nil once retired). A ca.key that is the
 // next CA's is ErrOldCADropped.
 func rollbackCAs(dir string) (*x509.Certificate, *ecdsa.PrivateKey, *x509.Certificate, error) {
-	next, err := readCert(filepath.Join(dir, CANextCert))
+	next, err := pki.ParseCertFile(filepath.Join(dir, pki.CANextCert))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, nil, nil, fmt.Errorf("CA rollback: next CA: %w", err)
 	}
-	if nextKey, err := readKey(filepath.Join(dir, CANextKey)); err == nil {
-		if curKey, err := readKey(filepath.Join(dir, CAKey)); err == nil && curKey.PublicKey.Equal(&nextKey.PublicKey) {
+	if nextKey, err := pki.ReadKey(filepath.Join(dir, pki.CANextKey)); err == nil {
+		if curKey, err := pki.ReadKey(filepath.Join(dir, pki.CAKey)); err == nil && curKey.PublicKey.Equal(&nextKey.PublicKey) {
 			return nil, nil, nil, fmt.Errorf("CA rollback: %w", ErrOldCADropped)
 		}
 	}
-	old, oldKey, err := loadPair(filepath.Join(dir, CACert), filepath.Join(dir, CAKey))
+	old, oldKey, err := pki.LoadPair(filepath.Join(dir, pki.CACert), filepath.Join(dir, pki.CAKey))
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("CA rollback: the old CA (%s, %s): %w", CACert, CAKey, err)
+		return nil, nil, nil, fmt.Errorf("CA rollback: the old CA (%s, %s): %w", pki.CACert, pki.CAKey, err)
 	}
-	if next != nil && samePublicKey(old, next) {
+	if next != nil && pki.SamePublicKey(old, next) {
 		return nil, nil, nil, fmt.Errorf("CA rollback: %w", ErrOldCADropped)
 	}
 	return old, oldKey, next, nil
@@ -59,69 +56,28 @@ func rollbackCAs(dir string) (*x509.Certificate, *ecdsa.PrivateKey, *x509.Certif
 // replaced (the next CA's) is kept as NAME.crt.prev until ForgetPrevious.
 // Every leaf is checked (key matches, signed by the old or the next CA)
 // before any is written.
-func RollbackLeaves(dir string, v Validity, names []string, now time.Time) ([]Renewal, error) {
-	v = v.WithDefaults()
-	old, oldKey, next, err := rollbackCAs(dir)
+func RollbackLeaves(dir string, v pki.Validity, names []string, now time.Time) ([]pki.Renewal, error) {
+	sel, err := rollback(dir, v, now)
 	if err != nil {
 		return nil, err
 	}
-	ls, err := findLeaves(dir, names)
+	ls, err := pki.FindLeaves(dir, names)
 	if err != nil {
 		return nil, fmt.Errorf("CA rollback: %w", err)
 	}
-	type due struct {
-		l    leaf
-		cert *x509.Certificate
-		key  *ecdsa.PrivateKey
-	}
-	var todo []due
-	for _, l := range ls {
-		c, k, err := loadLeaf(l.cert, l.key, nil)
-		if err != nil {
-			return nil, fmt.Errorf("CA rollback: %s: %w", l.name, err)
-		}
-		if c.CheckSignatureFrom(old) == nil {
-			continue
-		}
-		if next == nil || c.CheckSignatureFrom(next) != nil {
-			return nil, fmt.Errorf("CA rollback: %s (issuer %q): %w: signed by neither the old nor the next CA", l.name, c.Issuer.CommonName, ErrNotSignedByCA)
-		}
-		todo = append(todo, due{l, c, k})
-	}
-	var out []Renewal
-	for _, d := range todo {
-		data, nc := restorablePrev(d.l.cert+PrevSuffix, old, d.key, v, now)
-		if data == nil {
-			der, err := reissue(d.cert, &d.key.PublicKey, old, oldKey, v.Leaf, now)
-			if err != nil {
-				return out, fmt.Errorf("CA rollback: %s: %w", d.l.name, err)
-			}
-			if nc, err = x509.ParseCertificate(der); err != nil {
-				return out, fmt.Errorf("CA rollback: %s: %w", d.l.name, err)
-			}
-			data = pemCert(der)
-		}
-		// The next CA's leaf is kept first (a re-run after a crash
-		// reissues it from the old CA).
-		r, err := replaceLeaf(d.l.name, d.l.cert, d.cert, nc, data)
-		if err != nil {
-			return out, fmt.Errorf("CA rollback: %w", err)
-		}
-		out = append(out, r)
-	}
-	return out, nil
+	return sel.leaves(ls, now)
 }
 
 // restorablePrev returns the certificate file at path (the one a
 // rotation's reissue replaced) and its leaf when it can be served again:
 // the old CA signed it, it is for key, and it is valid at now with its
 // renewal point not reached. Otherwise nil.
-func restorablePrev(path string, old *x509.Certificate, key *ecdsa.PrivateKey, v Validity, now time.Time) ([]byte, *x509.Certificate) {
+func restorablePrev(path string, old *x509.Certificate, key *ecdsa.PrivateKey, v pki.Validity, now time.Time) ([]byte, *x509.Certificate) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, nil
 	}
-	c, chain, err := ParseLeafChainPEM(b)
+	c, chain, err := pki.ParseLeafChainPEM(b)
 	if err != nil || len(chain) > 0 || c.CheckSignatureFrom(old) != nil {
 		return nil, nil
 	}
@@ -139,27 +95,13 @@ func restorablePrev(path string, old *x509.Certificate, key *ecdsa.PrivateKey, v
 // joined host that keeps its key: a leaf alone, no CA after it. done is
 // true when the old CA signed cert already (a step re-run). cert must
 // otherwise be the next CA's (ErrNotSignedByCA).
-func RollbackReissueHost(dir string, v Validity, cert *x509.Certificate, now time.Time) (certPEM []byte, done bool, err error) {
-	v = v.WithDefaults()
-	old, oldKey, next, err := rollbackCAs(dir)
+func RollbackReissueHost(dir string, v pki.Validity, cert *x509.Certificate, now time.Time) (certPEM []byte, done bool, err error) {
+	sel, err := rollback(dir, v, now)
 	if err != nil {
 		return nil, false, err
 	}
-	if cert.CheckSignatureFrom(old) == nil {
-		return nil, true, nil
-	}
-	if next == nil || cert.CheckSignatureFrom(next) != nil || cert.IsCA {
-		return nil, false, fmt.Errorf("CA rollback: reissue %q (issuer %q): %w: signed by neither the old nor the next CA", cert.Subject.CommonName, cert.Issuer.CommonName, ErrNotSignedByCA)
-	}
-	pub, ok := cert.PublicKey.(*ecdsa.PublicKey)
-	if !ok {
-		return nil, false, fmt.Errorf("CA rollback: reissue %q: %w: not an ECDSA key", cert.Subject.CommonName, ErrUnparsable)
-	}
-	der, err := reissue(cert, pub, old, oldKey, v.Leaf, now)
-	if err != nil {
-		return nil, false, fmt.Errorf("CA rollback: reissue %q: %w", cert.Subject.CommonName, err)
-	}
-	return pemCert(der), false, nil
+	certPEM, _, done, err = sel.leaf(fmt.Sprintf("reissue %q", cert.Subject.CommonName), cert, now)
+	return certPEM, done, err
 }
 
 // RollbackTrustOld makes ca.crt the old CA alone (replaced in place by one
@@ -171,24 +113,24 @@ func RollbackTrustOld(dir string) error {
 	if err != nil {
 		return err
 	}
-	ls, err := findLeaves(dir, nil)
+	ls, err := pki.FindLeaves(dir, nil)
 	if err != nil {
 		return fmt.Errorf("CA rollback: %w", err)
 	}
 	for _, l := range ls {
-		c, err := readCert(l.cert)
+		c, err := pki.ParseCertFile(l.Cert)
 		if err != nil {
-			return fmt.Errorf("CA rollback: %s: %w", l.name, err)
+			return fmt.Errorf("CA rollback: %s: %w", l.Name, err)
 		}
 		if c.CheckSignatureFrom(old) != nil {
-			return fmt.Errorf("CA rollback: %s (issuer %q): %w (%q): the leaves are reissued from the old CA before it is trusted alone", l.name, c.Issuer.CommonName, ErrNotSignedByCA, old.Subject.CommonName)
+			return fmt.Errorf("CA rollback: %s (issuer %q): %w (%q): the leaves are reissued from the old CA before it is trusted alone", l.Name, c.Issuer.CommonName, pki.ErrNotSignedByCA, old.Subject.CommonName)
 		}
 	}
-	b := pemCert(old.Raw)
-	if cur, err := os.ReadFile(filepath.Join(dir, CACert)); err == nil && bytes.Equal(cur, b) {
+	b := pki.PEM(old.Raw)
+	if cur, err := os.ReadFile(filepath.Join(dir, pki.CACert)); err == nil && bytes.Equal(cur, b) {
 		return nil
 	}
-	if err := atomicfile.WriteFile(filepath.Join(dir, CACert), b, 0o644); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dir, pki.CACert), b, 0o644); err != nil {
 		return fmt.Errorf("CA rollback: write the trust bundle: %w", err)
 	}
 	return nil
@@ -200,7 +142,7 @@ func RollbackTrustOld(dir string) error {
 // in hex. Nothing is deleted. ca.crt must hold the old CA alone already
 // (RollbackTrustOld). Without ca-next.crt it was done (a re-run).
 func RollbackRetire(dir string) error {
-	next, err := readCert(filepath.Join(dir, CANextCert))
+	next, err := pki.ParseCertFile(filepath.Join(dir, pki.CANextCert))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
@@ -211,11 +153,11 @@ func RollbackRetire(dir string) error {
 	if err != nil {
 		return err
 	}
-	if cas, err := readBundle(filepath.Join(dir, CACert)); err != nil || len(cas) != 1 || !cas[0].Equal(old) {
-		return fmt.Errorf("CA rollback: %s does not hold the old CA alone yet: the step that trusts the old CA alone runs first", CACert)
+	if cas, err := pki.ReadBundle(filepath.Join(dir, pki.CACert)); err != nil || len(cas) != 1 || !cas[0].Equal(old) {
+		return fmt.Errorf("CA rollback: %s does not hold the old CA alone yet: the step that trusts the old CA alone runs first", pki.CACert)
 	}
-	suffix := AbortedSuffix + next.SerialNumber.Text(16)
-	for _, n := range []string{CACross, CANextKey, CANextCert} {
+	suffix := pki.AbortedSuffix + next.SerialNumber.Text(16)
+	for _, n := range []string{pki.CACross, pki.CANextKey, pki.CANextCert} {
 		if err := os.Rename(filepath.Join(dir, n), filepath.Join(dir, n+suffix)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("CA rollback: move %s aside: %w", n, err)
 		}
@@ -227,22 +169,22 @@ func RollbackRetire(dir string) error {
 // still there (a step that wrote it and was killed before it dropped the
 // copy), its current certificate as a Renewal: what a re-run waits to see
 // served before ForgetPrevious.
-func Unsettled(dir string, names []string) ([]Renewal, error) {
-	ls, err := findLeaves(dir, names)
+func Unsettled(dir string, names []string) ([]pki.Renewal, error) {
+	ls, err := pki.FindLeaves(dir, names)
 	if err != nil {
 		return nil, err
 	}
-	var out []Renewal
+	var out []pki.Renewal
 	for _, l := range ls {
-		if _, err := os.Stat(l.cert + PrevSuffix); err != nil {
+		if _, err := os.Stat(l.Cert + pki.PrevSuffix); err != nil {
 			continue
 		}
-		c, err := readCert(l.cert)
+		c, err := pki.ParseCertFile(l.Cert)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", l.name, err)
+			return nil, fmt.Errorf("%s: %w", l.Name, err)
 		}
 		s := fmt.Sprintf("%x", c.SerialNumber)
-		out = append(out, Renewal{Name: l.name, File: l.cert, OldSerial: s, NewSerial: s, NotAfter: c.NotAfter.UTC()})
+		out = append(out, pki.Renewal{Name: l.Name, File: l.Cert, OldSerial: s, NewSerial: s, NotAfter: c.NotAfter.UTC()})
 	}
 	return out, nil
 }

@@ -1,4 +1,4 @@
-package certrenew
+package certs
 
 import (
 	"crypto/x509"
@@ -109,7 +109,7 @@ func contains(s, sub string) bool { return strings.Contains(s, sub) }
 func TestRoundSaysWhenARotationStalls(t *testing.T) {
 	dir, s, v := shortLivedDir(t)
 	certDir := s.CertDir(dir)
-	if err := pki.RotationPrepare(certDir, s.Name, v); err != nil {
+	if err := RotationPrepare(certDir, s.Name, v); err != nil {
 		t.Fatal(err)
 	}
 	store := plan.OpenStore(dir)

@@ -1,4 +1,4 @@
-package pki
+package certs
 
 import (
 	"bytes"
@@ -7,7 +7,6 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"os"
@@ -15,56 +14,29 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/internal/atomicfile"
+	"github.com/etcd-steward/steward/pkg/pki"
 )
-
-// Files of a CA rotation (RotationPrepare ... RotationDrop), beside ca.crt
-// and ca.key in the certificate directory.
-const (
-	// CANextCert and CANextKey are the new CA while the rotation runs.
-	CANextCert = "ca-next.crt"
-	CANextKey  = "ca-next.key"
-	// CACross is the new CA's certificate signed by the old CA: served
-	// after every leaf the new CA issues, so a peer that trusts only the
-	// old CA (a client, a member that loaded its CA pool at start) still
-	// verifies it.
-	CACross = "ca-cross.crt"
-	// CAOldCert and CAOldKey keep the old CA once the new one replaced it
-	// (never deleted by Steward).
-	CAOldCert = "ca-old.crt"
-	CAOldKey  = "ca-old.key"
-)
-
-// ErrRotationInProgress: leaves cannot be renewed or issued while a CA
-// rotation runs (its plan reissues them); the plan is finished first.
-var ErrRotationInProgress = errors.New("a CA rotation is in progress (" + CANextCert + " exists): `steward plan resume` finishes it, then certificates are issued and renewed again")
-
-// RotationInProgress reports whether dir holds the next CA of a rotation
-// that has not dropped the old one yet.
-func RotationInProgress(dir string) bool {
-	_, err := os.Stat(filepath.Join(dir, CANextCert))
-	return err == nil
-}
 
 // ErrNoRotation: a rotation step runs, and no new CA was prepared.
-var ErrNoRotation = errors.New("no CA rotation in progress (no " + CANextCert + ")")
+var ErrNoRotation = errors.New("no CA rotation in progress (no " + pki.CANextCert + ")")
 
 // RotationPrepare creates the next CA (CANextCert, CANextKey) and its
 // certificate cross-signed by the current CA (CACross), unless they are
 // there already (idempotent: the next CA of an interrupted rotation is
 // kept). The new CA's subject differs from the old one's by its serial
 // number attribute, so both can be trusted side by side.
-func RotationPrepare(dir, clusterName string, v Validity) error {
+func RotationPrepare(dir, clusterName string, v pki.Validity) error {
 	v = v.WithDefaults()
 	if err := finishInterruptedDrop(dir); err != nil {
 		return err
 	}
-	oldCert, oldKey, err := loadPair(filepath.Join(dir, CACert), filepath.Join(dir, CAKey))
+	oldCert, oldKey, err := pki.LoadPair(filepath.Join(dir, pki.CACert), filepath.Join(dir, pki.CAKey))
 	if err != nil {
 		return fmt.Errorf("CA rotation: current CA: %w", err)
 	}
-	next, nextKey, err := loadPair(filepath.Join(dir, CANextCert), filepath.Join(dir, CANextKey))
+	next, nextKey, err := pki.LoadPair(filepath.Join(dir, pki.CANextCert), filepath.Join(dir, pki.CANextKey))
 	if errors.Is(err, os.ErrNotExist) {
-		next, nextKey, err = newCAFiles(filepath.Join(dir, CANextCert), filepath.Join(dir, CANextKey), pkix.Name{
+		next, nextKey, err = newCAFiles(filepath.Join(dir, pki.CANextCert), filepath.Join(dir, pki.CANextKey), pkix.Name{
 			CommonName: clusterName + "-ca", Organization: []string{"steward"},
 			SerialNumber: time.Now().UTC().Format("20060102T150405Z"),
 		}, v.CA)
@@ -72,7 +44,7 @@ func RotationPrepare(dir, clusterName string, v Validity) error {
 	if err != nil {
 		return fmt.Errorf("CA rotation: next CA: %w", err)
 	}
-	if c, err := readCert(filepath.Join(dir, CACross)); err == nil && c.CheckSignatureFrom(oldCert) == nil && samePublicKey(c, next) {
+	if c, err := pki.ParseCertFile(filepath.Join(dir, pki.CACross)); err == nil && c.CheckSignatureFrom(oldCert) == nil && pki.SamePublicKey(c, next) {
 		return nil
 	}
 	notAfter := next.NotAfter
@@ -80,7 +52,7 @@ func RotationPrepare(dir, clusterName string, v Validity) error {
 		notAfter = oldCert.NotAfter
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber:          serial(),
+		SerialNumber:          pki.NewSerial(),
 		Subject:               next.Subject,
 		SubjectKeyId:          next.SubjectKeyId,
 		NotBefore:             next.NotBefore,
@@ -93,7 +65,7 @@ func RotationPrepare(dir, clusterName string, v Validity) error {
 	if err != nil {
 		return fmt.Errorf("CA rotation: cross-sign the next CA: %w", err)
 	}
-	if err := atomicfile.WriteFile(filepath.Join(dir, CACross), pemCert(der), 0o644); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dir, pki.CACross), pki.PEM(der), 0o644); err != nil {
 		return fmt.Errorf("CA rotation: %w", err)
 	}
 	return nil
@@ -104,22 +76,22 @@ func RotationPrepare(dir, clusterName string, v Validity) error {
 // file is replaced in place by one atomic rename, so whoever reads it at
 // each new connection trusts both from then on.
 func RotationTrustBoth(dir string) error {
-	cur, _, err := loadPair(filepath.Join(dir, CACert), filepath.Join(dir, CAKey))
+	cur, _, err := pki.LoadPair(filepath.Join(dir, pki.CACert), filepath.Join(dir, pki.CAKey))
 	if err != nil {
 		return fmt.Errorf("CA rotation: current CA: %w", err)
 	}
-	next, err := readCert(filepath.Join(dir, CANextCert))
+	next, err := pki.ParseCertFile(filepath.Join(dir, pki.CANextCert))
 	if errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("CA rotation: %w", ErrNoRotation)
 	}
 	if err != nil {
 		return fmt.Errorf("CA rotation: %w", err)
 	}
-	b := append(pemCert(cur.Raw), pemCert(next.Raw)...)
-	if old, err := os.ReadFile(filepath.Join(dir, CACert)); err == nil && bytes.Equal(old, b) {
+	b := append(pki.PEM(cur.Raw), pki.PEM(next.Raw)...)
+	if old, err := os.ReadFile(filepath.Join(dir, pki.CACert)); err == nil && bytes.Equal(old, b) {
 		return nil
 	}
-	if err := atomicfile.WriteFile(filepath.Join(dir, CACert), b, 0o644); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dir, pki.CACert), b, 0o644); err != nil {
 		return fmt.Errorf("CA rotation: write the trust bundle: %w", err)
 	}
 	return nil
@@ -131,63 +103,16 @@ func RotationTrustBoth(dir string) error {
 // the old CA only, the new only, or both verify it. A leaf the next CA
 // already signed is left alone (idempotent). Every leaf is checked (key
 // matches, signed by the current or the next CA) before any is written.
-func RotationReissue(dir string, v Validity, names []string, now time.Time) ([]Renewal, error) {
-	v = v.WithDefaults()
-	ls, err := findLeaves(dir, names)
+func RotationReissue(dir string, v pki.Validity, names []string, now time.Time) ([]pki.Renewal, error) {
+	ls, err := pki.FindLeaves(dir, names)
 	if err != nil {
 		return nil, fmt.Errorf("CA rotation: %w", err)
 	}
-	cur, err := readCert(filepath.Join(dir, CACert))
+	sel, err := rotation(dir, v)
 	if err != nil {
-		return nil, fmt.Errorf("CA rotation: current CA: %w", err)
+		return nil, err
 	}
-	next, nextKey, err := loadPair(filepath.Join(dir, CANextCert), filepath.Join(dir, CANextKey))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("CA rotation: %w", ErrNoRotation)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("CA rotation: next CA: %w", err)
-	}
-	cross, err := os.ReadFile(filepath.Join(dir, CACross))
-	if err != nil {
-		return nil, fmt.Errorf("CA rotation: cross-signed CA: %w", err)
-	}
-	type due struct {
-		l    leaf
-		cert *x509.Certificate
-		key  *ecdsa.PrivateKey
-	}
-	var todo []due
-	for _, l := range ls {
-		c, k, err := loadLeaf(l.cert, l.key, nil)
-		if err != nil {
-			return nil, fmt.Errorf("CA rotation: %s: %w", l.name, err)
-		}
-		if c.CheckSignatureFrom(next) == nil {
-			continue
-		}
-		if err := c.CheckSignatureFrom(cur); err != nil {
-			return nil, fmt.Errorf("CA rotation: %s (issuer %q): %w: %v", l.name, c.Issuer.CommonName, ErrNotSignedByCA, err)
-		}
-		todo = append(todo, due{l, c, k})
-	}
-	var out []Renewal
-	for _, d := range todo {
-		der, err := reissue(d.cert, &d.key.PublicKey, next, nextKey, v.Leaf, now)
-		if err != nil {
-			return out, fmt.Errorf("CA rotation: %s: %w", d.l.name, err)
-		}
-		nc, err := x509.ParseCertificate(der)
-		if err != nil {
-			return out, fmt.Errorf("CA rotation: %s: %w", d.l.name, err)
-		}
-		r, err := replaceLeaf(d.l.name, d.l.cert, d.cert, nc, append(pemCert(der), cross...))
-		if err != nil {
-			return out, fmt.Errorf("CA rotation: %w", err)
-		}
-		out = append(out, r)
-	}
-	return out, nil
+	return sel.leaves(ls, now)
 }
 
 // RotationDrop makes the next CA the CA: the old pair is kept as
@@ -197,9 +122,9 @@ func RotationReissue(dir string, v Validity, names []string, now time.Time) ([]R
 // the work; a rotation already dropped (no CANextCert, ca.crt one
 // certificate) is left alone.
 func RotationDrop(dir string) error {
-	next, nextKey, err := loadPair(filepath.Join(dir, CANextCert), filepath.Join(dir, CANextKey))
+	next, nextKey, err := pki.LoadPair(filepath.Join(dir, pki.CANextCert), filepath.Join(dir, pki.CANextKey))
 	if errors.Is(err, os.ErrNotExist) {
-		if _, err := os.Stat(filepath.Join(dir, CAOldCert)); err == nil {
+		if _, err := os.Stat(filepath.Join(dir, pki.CAOldCert)); err == nil {
 			return nil // dropped already
 		}
 		return fmt.Errorf("CA rotation: %w", ErrNoRotation)
@@ -207,36 +132,36 @@ func RotationDrop(dir string) error {
 	if err != nil {
 		return fmt.Errorf("CA rotation: next CA: %w", err)
 	}
-	curKey, err := readKey(filepath.Join(dir, CAKey))
+	curKey, err := pki.ReadKey(filepath.Join(dir, pki.CAKey))
 	if err != nil {
 		return fmt.Errorf("CA rotation: current CA key: %w", err)
 	}
 	if !curKey.PublicKey.Equal(&nextKey.PublicKey) {
-		cur, err := readCert(filepath.Join(dir, CACert))
+		cur, err := pki.ParseCertFile(filepath.Join(dir, pki.CACert))
 		if err != nil {
 			return fmt.Errorf("CA rotation: current CA: %w", err)
 		}
 		if err := keepOldCA(dir, cur); err != nil {
 			return fmt.Errorf("CA rotation: keep an earlier rotation's old CA: %w", err)
 		}
-		if err := writePair(filepath.Join(dir, CAOldCert), filepath.Join(dir, CAOldKey), cur.Raw, curKey, true); err != nil {
+		if err := pki.WritePair(filepath.Join(dir, pki.CAOldCert), filepath.Join(dir, pki.CAOldKey), cur.Raw, curKey, true); err != nil {
 			return fmt.Errorf("CA rotation: keep the old CA: %w", err)
 		}
 		if err := atomicfile.SyncDir(dir); err != nil {
 			return fmt.Errorf("CA rotation: %w", err)
 		}
-		kb, err := os.ReadFile(filepath.Join(dir, CANextKey))
+		kb, err := os.ReadFile(filepath.Join(dir, pki.CANextKey))
 		if err != nil {
 			return fmt.Errorf("CA rotation: %w", err)
 		}
-		if err := atomicfile.WriteFile(filepath.Join(dir, CAKey), kb, 0o600); err != nil {
+		if err := atomicfile.WriteFile(filepath.Join(dir, pki.CAKey), kb, 0o600); err != nil {
 			return fmt.Errorf("CA rotation: install the new CA key: %w", err)
 		}
 	}
-	if err := atomicfile.WriteFile(filepath.Join(dir, CACert), pemCert(next.Raw), 0o644); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dir, pki.CACert), pki.PEM(next.Raw), 0o644); err != nil {
 		return fmt.Errorf("CA rotation: install the new CA: %w", err)
 	}
-	for _, n := range []string{CANextCert, CANextKey} {
+	for _, n := range []string{pki.CANextCert, pki.CANextKey} {
 		if err := os.Remove(filepath.Join(dir, n)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("CA rotation: %w", err)
 		}
@@ -250,11 +175,11 @@ func RotationDrop(dir string) error {
 // matches the bundle's first certificate, which no other step could load.
 // Anything else is left alone.
 func finishInterruptedDrop(dir string) error {
-	nextKey, err := readKey(filepath.Join(dir, CANextKey))
+	nextKey, err := pki.ReadKey(filepath.Join(dir, pki.CANextKey))
 	if err != nil {
 		return nil // no rotation prepared (or unreadable: the caller says)
 	}
-	curKey, err := readKey(filepath.Join(dir, CAKey))
+	curKey, err := pki.ReadKey(filepath.Join(dir, pki.CAKey))
 	if err != nil || !curKey.PublicKey.Equal(&nextKey.PublicKey) {
 		return nil
 	}
@@ -268,12 +193,12 @@ func finishInterruptedDrop(dir string) error {
 // (suffixed with the old certificate's serial) before a later rotation
 // keeps its own old CA there: Steward never deletes a CA.
 func keepOldCA(dir string, cur *x509.Certificate) error {
-	prev, err := readCert(filepath.Join(dir, CAOldCert))
+	prev, err := pki.ParseCertFile(filepath.Join(dir, pki.CAOldCert))
 	if err != nil || prev.Equal(cur) {
 		return nil // none, or this rotation's own (a re-run)
 	}
 	suffix := "." + prev.SerialNumber.Text(16)
-	for _, n := range []string{CAOldCert, CAOldKey} {
+	for _, n := range []string{pki.CAOldCert, pki.CAOldKey} {
 		if err := os.Rename(filepath.Join(dir, n), filepath.Join(dir, n+suffix)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
@@ -289,9 +214,9 @@ func newCAFiles(certPath, keyPath string, name pkix.Name, lifetime time.Duration
 		return nil, nil, err
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber:          serial(),
+		SerialNumber:          pki.NewSerial(),
 		Subject:               name,
-		NotBefore:             time.Now().Add(-backdate(lifetime)),
+		NotBefore:             time.Now().Add(-pki.Backdate(lifetime)),
 		NotAfter:              time.Now().Add(lifetime),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
 		BasicConstraintsValid: true,
@@ -301,26 +226,16 @@ func newCAFiles(certPath, keyPath string, name pkix.Name, lifetime time.Duration
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := writePair(certPath, keyPath, der, key, true); err != nil {
+	if err := pki.WritePair(certPath, keyPath, der, key, true); err != nil {
 		return nil, nil, err
 	}
 	cert, err := x509.ParseCertificate(der)
 	return cert, key, err
 }
 
-func pemCert(der []byte) []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-}
-
-func samePublicKey(a, b *x509.Certificate) bool {
-	pa, ok := a.PublicKey.(*ecdsa.PublicKey)
-	pb, ok2 := b.PublicKey.(*ecdsa.PublicKey)
-	return ok && ok2 && pa.Equal(pb)
-}
-
 // ErrOldCANotDropped: the cross-signed CA is retired only once the rotation
 // made the new CA the CA (RotationDrop); nothing is changed.
-var ErrOldCANotDropped = errors.New("the old CA is not dropped yet (" + CANextCert + " exists): the cross-signed CA stays served until the rotation's drop and restarts are done")
+var ErrOldCANotDropped = errors.New("the old CA is not dropped yet (" + pki.CANextCert + " exists): the cross-signed CA stays served until the rotation's drop and restarts are done")
 
 // RotationRetireCross ends a CA rotation, once every member was restarted
 // trusting the new CA alone: each leaf of dir (server, peer, client, agent,
@@ -335,45 +250,45 @@ var ErrOldCANotDropped = errors.New("the old CA is not dropped yet (" + CANextCe
 // already alone is left as it is, so a re-run after a crash finishes the
 // work. It returns the names of the files rewritten.
 func RotationRetireCross(dir string) ([]string, error) {
-	if RotationInProgress(dir) {
+	if pki.RotationInProgress(dir) {
 		return nil, fmt.Errorf("CA rotation: retire the cross-signed CA: %w", ErrOldCANotDropped)
 	}
-	cas, err := readBundle(filepath.Join(dir, CACert))
+	cas, err := pki.ReadBundle(filepath.Join(dir, pki.CACert))
 	if err != nil {
 		return nil, fmt.Errorf("CA rotation: retire the cross-signed CA: %w", err)
 	}
-	ls, err := leaves(dir)
+	ls, err := pki.FindLeaves(dir, nil)
 	if err != nil {
 		return nil, fmt.Errorf("CA rotation: retire the cross-signed CA: %w", err)
 	}
 	type due struct {
-		l    leaf
+		l    pki.LeafFiles
 		cert *x509.Certificate
 	}
 	var todo []due
 	for _, l := range ls {
-		b, err := os.ReadFile(l.cert)
+		b, err := os.ReadFile(l.Cert)
 		if err != nil {
 			return nil, fmt.Errorf("CA rotation: retire the cross-signed CA: %w", err)
 		}
-		c, chain, err := ParseLeafChainPEM(b)
+		c, chain, err := pki.ParseLeafChainPEM(b)
 		if err != nil {
-			return nil, fmt.Errorf("CA rotation: retire the cross-signed CA: %s: %w", l.cert, err)
+			return nil, fmt.Errorf("CA rotation: retire the cross-signed CA: %s: %w", l.Cert, err)
 		}
 		if len(chain) == 0 {
 			continue
 		}
-		if signerIn(c, cas) == nil {
-			return nil, fmt.Errorf("CA rotation: retire the cross-signed CA: %s (issuer %q): %w (%s)", l.cert, c.Issuer.CommonName, ErrNotSignedByCA, names(cas))
+		if pki.SignerIn(c, cas) == nil {
+			return nil, fmt.Errorf("CA rotation: retire the cross-signed CA: %s (issuer %q): %w (%s)", l.Cert, c.Issuer.CommonName, pki.ErrNotSignedByCA, pki.CANames(cas))
 		}
 		todo = append(todo, due{l, c})
 	}
 	var out []string
 	for _, d := range todo {
-		if err := atomicfile.WriteFile(d.l.cert, pemCert(d.cert.Raw), 0o644); err != nil {
-			return out, fmt.Errorf("CA rotation: retire the cross-signed CA: write %s: %w", d.l.name, err)
+		if err := atomicfile.WriteFile(d.l.Cert, pki.PEM(d.cert.Raw), 0o644); err != nil {
+			return out, fmt.Errorf("CA rotation: retire the cross-signed CA: write %s: %w", d.l.Name, err)
 		}
-		out = append(out, d.l.name)
+		out = append(out, d.l.Name)
 	}
 	return out, nil
 }

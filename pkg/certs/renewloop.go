@@ -1,7 +1,7 @@
-// Package certrenew is the automatic renewal of leaf certificates that
-// each agent runs beside its supervisor: before a leaf of its host reaches
+// The automatic renewal of leaf certificates that each agent runs beside
+// its supervisor (RunRenewal): before a leaf of its host reaches
 // the end of its lifetime (at the spec's renewal point, tls.renewBefore),
-// the loop reissues it with the same key and names (pki.Renew), writes the
+// the loop reissues it with the same key and names (RenewDir), writes the
 // certificate file with one atomic rename, waits until the members on this
 // host serve it in new TLS handshakes (etcd loads its certificate files at
 // each handshake: no member restarts), and then drops the previous
@@ -12,10 +12,11 @@
 // renews that directory's certificates (every member of a single-host
 // cluster) and, one host after the other, the due leaves of the joined
 // hosts, which it reissues with the keys the hosts keep and hands to their
-// agents (cluster.RenewHosts). An agent of a joined host cannot sign: it
+// agents (RenewHosts). An agent of a joined host cannot sign: it
 // reports that its host's certificates are due if the coordinator has not
 // renewed them by their renewal point (see docs/certificates.md).
-package certrenew
+
+package certs
 
 import (
 	"context"
@@ -30,14 +31,14 @@ import (
 	"github.com/etcd-steward/steward/pkg/pki"
 )
 
-// Run renews the certificates of the Steward directory dir until ctx is
+// RunRenewal renews the certificates of the Steward directory dir until ctx is
 // done. It checks every tenth of the renewal margin (at least every
 // second, at most every minute). It records that it is alive, and what it
 // did, in the directory's renewal state (cluster.RenewalStatePath: every
 // cluster.RenewalHeartbeat, and after each round), which `steward status`
 // reports (cluster.CondCertificateRenewal); when ctx is done it records
 // that it stopped.
-func Run(ctx context.Context, dir string, log *slog.Logger) {
+func RunRenewal(ctx context.Context, dir string, log *slog.Logger) {
 	rec := newRecorder(dir, os.Getpid(), time.Now())
 	hbDone := make(chan struct{})
 	go func() {
@@ -93,7 +94,7 @@ func renewDue(ctx context.Context, dir string) (time.Duration, []pki.Renewal, er
 	}
 	v := c.Validity().WithDefaults()
 	wait := min(max(v.RenewBefore/10, time.Second), time.Minute)
-	names, err := c.HostLeaves()
+	names, err := HostLeaves(c)
 	if err != nil {
 		return wait, rs, err
 	}
@@ -101,13 +102,13 @@ func renewDue(ctx context.Context, dir string) (time.Duration, []pki.Renewal, er
 	// come well before the renewed certificates would be due again.
 	served := min(max(v.RenewBefore/2, 5*time.Second), time.Minute)
 	if len(names) > 0 {
-		rs, err = c.RenewCerts(ctx, names, false, served)
+		rs, err = Renew(ctx, c, names, false, served)
 	}
-	if !errors.Is(err, cluster.ErrRenewalRunning) && hasCAKey(c) {
+	if !errors.Is(err, ErrRenewalRunning) && hasCAKey(c) {
 		// The coordinator's machine: it also renews the joined hosts'
 		// leaves, which it signs and hands to their agents (even when a
 		// local member did not serve its renewal in time).
-		hrs, herr := c.RenewHosts(ctx, nil, false, served)
+		hrs, herr := RenewHosts(ctx, c, nil, false, served)
 		rs = append(rs, hrs...)
 		err = errors.Join(err, herr)
 	}
@@ -120,7 +121,7 @@ func renewDue(ctx context.Context, dir string) (time.Duration, []pki.Renewal, er
 		}
 		return wait, rs, nil
 	}
-	if errors.Is(err, cluster.ErrRenewalRunning) {
+	if errors.Is(err, ErrRenewalRunning) {
 		return wait, rs, nil // another renewal
 	}
 	if errors.Is(err, pki.ErrNoCAKey) {

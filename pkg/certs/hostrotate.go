@@ -1,4 +1,4 @@
-package cluster
+package certs
 
 import (
 	"context"
@@ -10,17 +10,17 @@ import (
 	"strings"
 	"time"
 
-	"github.com/etcd-steward/steward/pkg/agentapi"
+	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
 // The joined hosts' part of a CA rotation (package carotate): the caller
-// holds the certificate lock (LockCertificates) and has done the same work
+// holds the certificate lock (Lock) and has done the same work
 // in this machine's certificate directory first.
 
 // remoteHosts returns the spec's agents on joined hosts.
-func (c *Cluster) remoteHosts() []spec.Agent {
+func remoteHosts(c *cluster.Cluster) []spec.Agent {
 	var hosts []spec.Agent
 	for _, a := range c.Spec.Agents {
 		if a.Remote() {
@@ -37,12 +37,12 @@ func (c *Cluster) remoteHosts() []spec.Agent {
 // same bundle again changes nothing, so a re-run is safe). Every host is
 // tried; those that fail (unreachable: each call waits at most 10 s; a
 // refusal) are returned in the joined error, each naming its host.
-func (c *Cluster) PushTrustBundle(ctx context.Context) error {
-	hosts := c.remoteHosts()
+func PushTrustBundle(ctx context.Context, c *cluster.Cluster) error {
+	hosts := remoteHosts(c)
 	if len(hosts) == 0 {
 		return nil
 	}
-	if err := c.checkCoordinator(ctx); err != nil {
+	if err := c.CheckCoordinator(ctx); err != nil {
 		return fmt.Errorf("push the trust bundle: refusing: %w", err)
 	}
 	b, err := os.ReadFile(filepath.Join(c.CertDir(), pki.CACert))
@@ -50,7 +50,13 @@ func (c *Cluster) PushTrustBundle(ctx context.Context) error {
 		return fmt.Errorf("push the trust bundle: %w", err)
 	}
 	return eachHost(ctx, hosts, func(h spec.Agent) error {
-		tb, err := c.pushTrustBundle(ctx, h, b)
+		ac, err := c.Agent(h.Name)
+		if err != nil {
+			return err
+		}
+		cctx, cancel := context.WithTimeout(ctx, hostCallTimeout)
+		tb, err := ac.PutTrustBundle(cctx, b)
+		cancel()
 		if err != nil {
 			return fmt.Errorf("install the trust bundle: %w", err)
 		}
@@ -61,20 +67,9 @@ func (c *Cluster) PushTrustBundle(ctx context.Context) error {
 	})
 }
 
-// pushTrustBundle hands bundle to host h's agent (PushTrustBundle).
-func (c *Cluster) pushTrustBundle(ctx context.Context, h spec.Agent, bundle []byte) (agentapi.TrustBundle, error) {
-	ac, err := c.Agent(h.Name)
-	if err != nil {
-		return agentapi.TrustBundle{}, err
-	}
-	cctx, cancel := context.WithTimeout(ctx, hostCallTimeout)
-	defer cancel()
-	return ac.PutTrustBundle(cctx, bundle)
-}
-
 // RotateHostLeaves reissues the leaves of every joined host
 // (pki.HostLeafNames) from the next CA of the CA rotation in this
-// machine's certificate directory (pki.RotationReissueHost: the host's
+// machine's certificate directory (RotationReissueHost: the host's
 // key kept, the leaf followed by the next CA cross-signed by the old one,
 // so a member that still trusts the old CA alone verifies it), pushes them
 // (PUT /v1/certs/NAME), waits within timeout until the host's agent and
@@ -82,71 +77,71 @@ func (c *Cluster) pushTrustBundle(ctx context.Context, h spec.Agent, bundle []by
 // leaf the next CA signed already is left alone (a re-run), and its
 // previous copy, if a crash left one, dropped once it is served. Every host is
 // tried; the failures are joined, each naming its host.
-func (c *Cluster) RotateHostLeaves(ctx context.Context, timeout time.Duration) ([]pki.Renewal, error) {
-	hosts := c.remoteHosts()
+func RotateHostLeaves(ctx context.Context, c *cluster.Cluster, timeout time.Duration) ([]pki.Renewal, error) {
+	hosts := remoteHosts(c)
 	if len(hosts) == 0 {
 		return nil, nil
 	}
-	if err := c.checkCoordinator(ctx); err != nil {
+	if err := c.CheckCoordinator(ctx); err != nil {
 		return nil, fmt.Errorf("CA rotation of the hosts' certificates: refusing to sign: %w", err)
 	}
 	v := c.Validity()
 	dir := c.CertDir()
 	sign := func(cur *x509.Certificate, _ []*x509.Certificate, now time.Time) ([]byte, bool, error) {
-		certPEM, _, done, err := pki.RotationReissueHost(dir, v, cur, now)
+		certPEM, _, done, err := RotationReissueHost(dir, v, cur, now)
 		return certPEM, done, err
 	}
-	return c.renewHosts(ctx, hosts, pki.HostLeafNames, sign, true, timeout)
+	return renewHosts(ctx, c, hosts, pki.HostLeafNames, sign, true, timeout)
 }
 
 // RollbackHostLeaves is RotateHostLeaves' way back (a CA rotation rolled
 // back before it dropped the old CA): every joined host's leaves
 // (pki.HostLeafNames) that the next CA signed are reissued by the old CA
-// (pki.RollbackReissueHost: the host's key kept, the leaf alone), pushed
+// (RollbackReissueHost: the host's key kept, the leaf alone), pushed
 // (PUT /v1/certs/NAME), waited for within timeout until the host's agent
 // and members serve them in live handshakes, and the previous ones
 // dropped. A leaf the old CA signed already is left alone (a re-run), and
 // its previous copy, if a crash left one, dropped once it is served. Every
 // host is tried; the failures are joined, each naming its host.
-func (c *Cluster) RollbackHostLeaves(ctx context.Context, timeout time.Duration) ([]pki.Renewal, error) {
-	hosts := c.remoteHosts()
+func RollbackHostLeaves(ctx context.Context, c *cluster.Cluster, timeout time.Duration) ([]pki.Renewal, error) {
+	hosts := remoteHosts(c)
 	if len(hosts) == 0 {
 		return nil, nil
 	}
-	if err := c.checkCoordinator(ctx); err != nil {
+	if err := c.CheckCoordinator(ctx); err != nil {
 		return nil, fmt.Errorf("CA rollback of the hosts' certificates: refusing to sign: %w", err)
 	}
 	v := c.Validity()
 	dir := c.CertDir()
 	sign := func(cur *x509.Certificate, _ []*x509.Certificate, now time.Time) ([]byte, bool, error) {
-		return pki.RollbackReissueHost(dir, v, cur, now)
+		return RollbackReissueHost(dir, v, cur, now)
 	}
-	return c.renewHosts(ctx, hosts, pki.HostLeafNames, sign, true, timeout)
+	return renewHosts(ctx, c, hosts, pki.HostLeafNames, sign, true, timeout)
 }
 
 // RetireHostCross is the last step of a CA rotation on the joined hosts,
 // once every member was restarted trusting the new CA alone: each host's
 // leaves (pki.HostLeafNames), served until now followed by the new CA
 // cross-signed by the old one, are installed again as the leaf alone
-// (pki.RotationRetireCrossHost; PUT /v1/certs/NAME: the same certificate
+// (RotationRetireCrossHost; PUT /v1/certs/NAME: the same certificate
 // and key), waited for within timeout until the host's agent and members
 // serve them, and their previous copies dropped. A leaf already alone is
 // left as it is (a re-run), and its previous copy, if a crash left one,
 // dropped. Every host is tried; the failures are joined, each naming its
 // host.
-func (c *Cluster) RetireHostCross(ctx context.Context, timeout time.Duration) ([]pki.Renewal, error) {
-	hosts := c.remoteHosts()
+func RetireHostCross(ctx context.Context, c *cluster.Cluster, timeout time.Duration) ([]pki.Renewal, error) {
+	hosts := remoteHosts(c)
 	if len(hosts) == 0 {
 		return nil, nil
 	}
-	if err := c.checkCoordinator(ctx); err != nil {
+	if err := c.CheckCoordinator(ctx); err != nil {
 		return nil, fmt.Errorf("CA rotation of the hosts' certificates: refusing: %w", err)
 	}
 	dir := c.CertDir()
 	sign := func(cur *x509.Certificate, chain []*x509.Certificate, _ time.Time) ([]byte, bool, error) {
-		return pki.RotationRetireCrossHost(dir, cur, chain)
+		return RotationRetireCrossHost(dir, cur, chain)
 	}
-	return c.renewHosts(ctx, hosts, pki.HostLeafNames, sign, true, timeout)
+	return renewHosts(ctx, c, hosts, pki.HostLeafNames, sign, true, timeout)
 }
 
 // WaitOldCARetired waits within timeout until no member (client and peer
@@ -155,11 +150,11 @@ func (c *Cluster) RetireHostCross(ctx context.Context, timeout time.Duration) ([
 // verifies as the only root: the end of a CA rotation, once the leaves are
 // served without the cross-signed CA. A member that does not answer is
 // skipped (it loads its files when it starts).
-func (c *Cluster) WaitOldCARetired(ctx context.Context, oldCAFile string, timeout time.Duration) error {
+func WaitOldCARetired(ctx context.Context, c *cluster.Cluster, oldCAFile string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		var bad []string
-		for _, ci := range c.servedCertsVerified(ctx, oldCAFile) {
+		for _, ci := range c.ServedCerts(ctx, oldCAFile) {
 			if ci.Serial != "" && ci.Error == "" {
 				bad = append(bad, fmt.Sprintf("%s (serial %s)", ci.Name, ci.Serial))
 			}

@@ -1,4 +1,4 @@
-package pki
+package certs
 
 import (
 	"bytes"
@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/etcd-steward/steward/pkg/pki"
 )
 
 // TestRotationRollback: a rotation stopped after its leaves were reissued
@@ -24,68 +26,68 @@ import (
 // against ca.crt.
 func TestRotationRollback(t *testing.T) {
 	dir := t.TempDir()
-	if err := Ensure(dir, "c1", []string{"10.0.0.1"}); err != nil {
+	if err := pki.Ensure(dir, "c1", []string{"10.0.0.1"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := IssueClient(dir, "c1", "writer", 0, "", Validity{}); err != nil {
+	if _, err := pki.IssueClient(dir, "c1", "writer", 0, "", pki.Validity{}); err != nil {
 		t.Fatal(err)
 	}
-	oldCA, _ := os.ReadFile(filepath.Join(dir, CACert))
-	oldServer, _ := os.ReadFile(filepath.Join(dir, ServerCert))
-	oldPeer, _ := os.ReadFile(filepath.Join(dir, PeerCert))
-	if err := RotationPrepare(dir, "c1", Validity{}); err != nil {
+	oldCA, _ := os.ReadFile(filepath.Join(dir, pki.CACert))
+	oldServer, _ := os.ReadFile(filepath.Join(dir, pki.ServerCert))
+	oldPeer, _ := os.ReadFile(filepath.Join(dir, pki.PeerCert))
+	if err := RotationPrepare(dir, "c1", pki.Validity{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := RotationTrustBoth(dir); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := RotationReissue(dir, Validity{}, nil, time.Now()); err != nil {
+	if _, err := RotationReissue(dir, pki.Validity{}, nil, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	next, _ := os.ReadFile(filepath.Join(dir, CANextCert))
-	nextKey, _ := os.ReadFile(filepath.Join(dir, CANextKey))
-	cross, _ := os.ReadFile(filepath.Join(dir, CACross))
-	newWriter, _ := os.ReadFile(filepath.Join(dir, ClientsDir, "writer.crt"))
+	next, _ := os.ReadFile(filepath.Join(dir, pki.CANextCert))
+	nextKey, _ := os.ReadFile(filepath.Join(dir, pki.CANextKey))
+	cross, _ := os.ReadFile(filepath.Join(dir, pki.CACross))
+	newWriter, _ := os.ReadFile(filepath.Join(dir, pki.ClientsDir, "writer.crt"))
 	// The peer's previous copy lost: it is reissued by the old CA instead.
-	if err := os.Remove(filepath.Join(dir, PeerCert+PrevSuffix)); err != nil {
+	if err := os.Remove(filepath.Join(dir, pki.PeerCert+pki.PrevSuffix)); err != nil {
 		t.Fatal(err)
 	}
 
-	bundle, _ := os.ReadFile(filepath.Join(dir, CACert))
-	if err := RollbackTrustOld(dir); !errors.Is(err, ErrNotSignedByCA) {
+	bundle, _ := os.ReadFile(filepath.Join(dir, pki.CACert))
+	if err := RollbackTrustOld(dir); !errors.Is(err, pki.ErrNotSignedByCA) {
 		t.Errorf("trust the old CA alone before the leaves: %v, want ErrNotSignedByCA", err)
 	}
 	if err := RollbackRetire(dir); err == nil {
 		t.Error("retire the next CA before ca.crt is the old CA alone: no error")
 	}
-	if b, _ := os.ReadFile(filepath.Join(dir, CACert)); !bytes.Equal(b, bundle) {
+	if b, _ := os.ReadFile(filepath.Join(dir, pki.CACert)); !bytes.Equal(b, bundle) {
 		t.Fatal("a refused rollback step changed ca.crt")
 	}
-	if !RotationInProgress(dir) {
+	if !pki.RotationInProgress(dir) {
 		t.Fatal("a refused retire moved the next CA")
 	}
 
-	rs, err := RollbackLeaves(dir, Validity{}, nil, time.Now())
+	rs, err := RollbackLeaves(dir, pki.Validity{}, nil, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(rs) != 4 { // server, peer, client, clients/writer
 		t.Fatalf("rolled back %d leaves, want 4: %+v", len(rs), rs)
 	}
-	if rs, err := RollbackLeaves(dir, Validity{}, nil, time.Now()); err != nil || len(rs) != 0 {
+	if rs, err := RollbackLeaves(dir, pki.Validity{}, nil, time.Now()); err != nil || len(rs) != 0 {
 		t.Fatalf("second rollback of the leaves: %+v, %v; want nothing to do", rs, err)
 	}
-	if b, _ := os.ReadFile(filepath.Join(dir, ServerCert)); !bytes.Equal(b, oldServer) {
+	if b, _ := os.ReadFile(filepath.Join(dir, pki.ServerCert)); !bytes.Equal(b, oldServer) {
 		t.Error("server.crt is not its previous copy put back")
 	}
-	if b, _ := os.ReadFile(filepath.Join(dir, PeerCert)); bytes.Equal(b, oldPeer) {
+	if b, _ := os.ReadFile(filepath.Join(dir, pki.PeerCert)); bytes.Equal(b, oldPeer) {
 		t.Error("peer.crt is its first copy, which was removed: want a reissue")
 	}
 	oldCAFile := filepath.Join(t.TempDir(), "old-ca.crt")
 	if err := os.WriteFile(oldCAFile, oldCA, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range []string{ServerCert, PeerCert, ClientCert, filepath.Join(ClientsDir, "writer.crt")} {
+	for _, n := range []string{pki.ServerCert, pki.PeerCert, pki.ClientCert, filepath.Join(pki.ClientsDir, "writer.crt")} {
 		b, _ := os.ReadFile(filepath.Join(dir, n))
 		if c := strings.Count(string(b), "BEGIN CERTIFICATE"); c != 1 {
 			t.Errorf("%s holds %d certificates, want the leaf alone", n, c)
@@ -97,7 +99,7 @@ func TestRotationRollback(t *testing.T) {
 		if _, err := tls.LoadX509KeyPair(filepath.Join(dir, n), filepath.Join(dir, n[:len(n)-len(".crt")]+".key")); err != nil {
 			t.Errorf("%s: %v", n, err)
 		}
-		if prev, _ := os.ReadFile(filepath.Join(dir, n+PrevSuffix)); !bytes.Contains(prev, cross) {
+		if prev, _ := os.ReadFile(filepath.Join(dir, n+pki.PrevSuffix)); !bytes.Contains(prev, cross) {
 			t.Errorf("%s.prev is not the next CA's leaf", n)
 		}
 	}
@@ -107,7 +109,7 @@ func TestRotationRollback(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if b, _ := os.ReadFile(filepath.Join(dir, CACert)); !bytes.Equal(b, oldCA) {
+	if b, _ := os.ReadFile(filepath.Join(dir, pki.CACert)); !bytes.Equal(b, oldCA) {
 		t.Fatalf("ca.crt is not the old CA alone:\n%s", b)
 	}
 	// The next CA's leaf alone (no cross-signed CA after it) is refused.
@@ -115,7 +117,7 @@ func TestRotationRollback(t *testing.T) {
 	if err := os.WriteFile(nw, newWriter, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if leaf, _ := chainOf(t, nw); verifies(leaf, nil, poolOf(t, filepath.Join(dir, CACert))) == nil {
+	if leaf, _ := chainOf(t, nw); verifies(leaf, nil, poolOf(t, filepath.Join(dir, pki.CACert))) == nil {
 		t.Error("a leaf of the rolled-back CA verifies against ca.crt")
 	}
 
@@ -124,11 +126,11 @@ func TestRotationRollback(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if RotationInProgress(dir) {
+	if pki.RotationInProgress(dir) {
 		t.Fatal("ca-next.crt still there after the retire")
 	}
-	for name, want := range map[string][]byte{CANextCert: next, CANextKey: nextKey, CACross: cross} {
-		aside, _ := filepath.Glob(filepath.Join(dir, name+AbortedSuffix+"*"))
+	for name, want := range map[string][]byte{pki.CANextCert: next, pki.CANextKey: nextKey, pki.CACross: cross} {
+		aside, _ := filepath.Glob(filepath.Join(dir, name+pki.AbortedSuffix+"*"))
 		if len(aside) != 1 {
 			t.Errorf("%s moved aside: %v, want one file", name, aside)
 			continue
@@ -136,23 +138,23 @@ func TestRotationRollback(t *testing.T) {
 		if b, _ := os.ReadFile(aside[0]); !bytes.Equal(b, want) {
 			t.Errorf("%s is not the next CA's %s", aside[0], name)
 		}
-		if name == CANextKey {
+		if name == pki.CANextKey {
 			if st, err := os.Stat(aside[0]); err != nil || st.Mode().Perm() != 0o600 {
 				t.Errorf("the next CA key moved aside: %v %v, want mode 0600", st, err)
 			}
 		}
 	}
-	if rs, err := Renew(dir, Validity{}, nil, true, time.Now()); err != nil || len(rs) != 4 {
+	if rs, err := RenewDir(dir, pki.Validity{}, nil, true, time.Now()); err != nil || len(rs) != 4 {
 		t.Errorf("renew after the rollback: %+v, %v", rs, err)
 	}
-	if _, err := IssueClient(dir, "c1", "late", 0, "", Validity{}); err != nil {
+	if _, err := pki.IssueClient(dir, "c1", "late", 0, "", pki.Validity{}); err != nil {
 		t.Errorf("issue-client after the rollback: %v", err)
 	}
 	// A later rotation runs: a new next CA, not the retired one.
-	if err := RotationPrepare(dir, "c1", Validity{}); err != nil {
+	if err := RotationPrepare(dir, "c1", pki.Validity{}); err != nil {
 		t.Fatal(err)
 	}
-	if b, _ := os.ReadFile(filepath.Join(dir, CANextCert)); bytes.Equal(b, next) {
+	if b, _ := os.ReadFile(filepath.Join(dir, pki.CANextCert)); bytes.Equal(b, next) {
 		t.Error("a later rotation reused the retired next CA")
 	}
 }
@@ -166,34 +168,34 @@ func TestRollbackAfterInterruptedDrop(t *testing.T) {
 		state func(t *testing.T, dir string)
 	}{
 		{"next key installed", func(t *testing.T, dir string) {
-			kb, _ := os.ReadFile(filepath.Join(dir, CANextKey))
-			if err := os.WriteFile(filepath.Join(dir, CAKey), kb, 0o600); err != nil {
+			kb, _ := os.ReadFile(filepath.Join(dir, pki.CANextKey))
+			if err := os.WriteFile(filepath.Join(dir, pki.CAKey), kb, 0o600); err != nil {
 				t.Fatal(err)
 			}
 		}},
 		{"next CA installed", func(t *testing.T, dir string) {
-			kb, _ := os.ReadFile(filepath.Join(dir, CANextKey))
-			cb, _ := os.ReadFile(filepath.Join(dir, CANextCert))
-			if err := os.WriteFile(filepath.Join(dir, CAKey), kb, 0o600); err != nil {
+			kb, _ := os.ReadFile(filepath.Join(dir, pki.CANextKey))
+			cb, _ := os.ReadFile(filepath.Join(dir, pki.CANextCert))
+			if err := os.WriteFile(filepath.Join(dir, pki.CAKey), kb, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			if err := os.WriteFile(filepath.Join(dir, CACert), cb, 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join(dir, pki.CACert), cb, 0o644); err != nil {
 				t.Fatal(err)
 			}
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			if err := Ensure(dir, "c1", nil); err != nil {
+			if err := pki.Ensure(dir, "c1", nil); err != nil {
 				t.Fatal(err)
 			}
-			if err := RotationPrepare(dir, "c1", Validity{}); err != nil {
+			if err := RotationPrepare(dir, "c1", pki.Validity{}); err != nil {
 				t.Fatal(err)
 			}
 			if err := RotationTrustBoth(dir); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := RotationReissue(dir, Validity{}, nil, time.Now()); err != nil {
+			if _, err := RotationReissue(dir, pki.Validity{}, nil, time.Now()); err != nil {
 				t.Fatal(err)
 			}
 			tc.state(t, dir)
@@ -209,7 +211,7 @@ func TestRollbackAfterInterruptedDrop(t *testing.T) {
 				return out
 			}
 			before := snap()
-			if _, err := RollbackLeaves(dir, Validity{}, nil, time.Now()); !errors.Is(err, ErrOldCADropped) {
+			if _, err := RollbackLeaves(dir, pki.Validity{}, nil, time.Now()); !errors.Is(err, ErrOldCADropped) {
 				t.Errorf("RollbackLeaves: %v, want ErrOldCADropped", err)
 			}
 			if err := RollbackTrustOld(dir); !errors.Is(err, ErrOldCADropped) {

@@ -1,4 +1,4 @@
-package certrenew
+package certs
 
 import (
 	"context"
@@ -98,7 +98,7 @@ func nextRenewal(dir string) time.Time {
 	if err != nil || c.Spec.TLS.Disabled || c.Spec.OperatorCerts() {
 		return time.Time{}
 	}
-	names, err := c.HostLeaves()
+	names, err := HostLeaves(c)
 	if err != nil {
 		return time.Time{}
 	}

@@ -1,4 +1,4 @@
-package certrenew
+package certs
 
 import (
 	"context"
@@ -40,7 +40,7 @@ func TestRunRecordsState(t *testing.T) {
 	start := time.Now()
 	go func() {
 		defer close(done)
-		Run(ctx, dir, slog.New(slog.DiscardHandler))
+		RunRenewal(ctx, dir, slog.New(slog.DiscardHandler))
 	}()
 	defer func() { cancel(); <-done }()
 
