@@ -27,12 +27,15 @@ type Chain struct {
 }
 
 // BuildChain picks, from every manifest of a store, the deltas that continue
-// full. Deltas of other clusters are ignored; overlapping deltas (a backup
+// full. Deltas of other clusters and of other timelines are ignored; overlapping deltas (a backup
 // leader handover) are trimmed, not an error.
 func BuildChain(all []Manifest, full Manifest) Chain {
 	var ds []Manifest
 	newerFull := int64(0)
 	for _, m := range all {
+		if m.TimelineID() != full.TimelineID() {
+			continue // a chain never mixes timelines
+		}
 		switch {
 		case m.Kind == KindDelta && m.ClusterID == full.ClusterID && m.EndRevision > full.EndRevision:
 			ds = append(ds, m)

@@ -116,6 +116,13 @@ func canonicalManifest(m *Manifest) []byte {
 		// Only when set, so manifests written before the field verify.
 		f("compactedFrom", m.CompactedFrom)
 	}
+	if m.Lineage != (Lineage{}) {
+		// Only when set, so manifests written before timelines verify
+		// (they are of timeline 1).
+		i("timeline", m.Timeline)
+		i("parentTimeline", m.ParentTimeline)
+		i("branchRevision", m.BranchRevision)
+	}
 	return []byte(b.String())
 }
 
@@ -216,6 +223,9 @@ func checkManifest(m *Manifest) error {
 	}
 	if f := idPattern.FindStringSubmatch(m.CompactedFrom); m.CompactedFrom != "" && (m.Kind != KindFull || f == nil || f[1] == "") {
 		return bad("compactedFrom %q does not name a full backup", m.CompactedFrom)
+	}
+	if err := m.Lineage.check(); err != nil {
+		return bad("%v", err)
 	}
 	return nil
 }

@@ -24,6 +24,14 @@ import (
 // one is the newest. It also counts an already recorded compaction, which
 // may be newer than every remaining key (a compacted-away tombstone).
 func BumpRevision(path string, amount int64) (int64, error) {
+	return BumpRevisionAbove(path, 0, amount)
+}
+
+// BumpRevisionAbove is BumpRevision from the higher of the database's
+// newest revision and floor: a restore passes the highest revision the
+// cluster ever served or stored on any timeline, so the restored etcd
+// resumes above all of them, not just above the revision it restored.
+func BumpRevisionAbove(path string, floor, amount int64) (int64, error) {
 	if amount <= 0 {
 		return 0, fmt.Errorf("bump revision: amount %d must be positive", amount)
 	}
@@ -39,7 +47,7 @@ func BumpRevision(path string, amount int64) (int64, error) {
 		return 0, fmt.Errorf("bump revision: open %s: %w", path, err)
 	}
 	var bumped int64
-	err = db.Update(func(tx *bolt.Tx) error {
+	err = db.Update(func(tx *bolt.Tx) (err error) {
 		kb, mb := tx.Bucket([]byte("key")), tx.Bucket([]byte("meta"))
 		if kb == nil || mb == nil {
 			return fmt.Errorf("%s is not an etcd database (no key or meta bucket)", path)
@@ -53,7 +61,9 @@ func BumpRevision(path string, amount int64) (int64, error) {
 				newest = max(newest, int64(binary.BigEndian.Uint64(v)))
 			}
 		}
-		bumped = newest + amount
+		if bumped, err = ResumeRevision(max(newest, floor), 0, amount); err != nil {
+			return err
+		}
 		if err := kb.Put(revBytes(bumped), []byte{}); err != nil {
 			return err
 		}

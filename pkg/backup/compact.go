@@ -193,6 +193,7 @@ func Compact(ctx context.Context, s Store, o CompactOptions) (CompactResult, err
 		Member: ch.Full.Member, StartRevision: end, EndRevision: end,
 		EtcdVersion: ch.Full.EtcdVersion, RawSize: rawSize, SnapshotHash: info.Hash, TotalKeys: info.TotalKey,
 		Compression: compressionOf(level), CreatedAt: now, Size: size, SHA256: sum, CompactedFrom: ch.Full.ID,
+		Lineage: ch.Full.Lineage, // the chain's timeline
 	}
 	if o.Key != nil {
 		m.Encryption, m.KeyID = encAlgorithm, o.Key.ID()

@@ -183,11 +183,13 @@ func TestCompact(t *testing.T) {
 	for _, tc := range []struct {
 		name, compression string
 		key               *Key
+		lineage           Lineage // the chain's timeline (zero: 1)
 	}{
 		{name: "plain"},
 		{name: "encrypted", key: testKey(t)},
 		{name: "stored as it is", compression: CompressionNone},
 		{name: "stored as it is, encrypted", compression: CompressionNone, key: testKey(t)},
+		{name: "a chain of timeline 3", lineage: Lineage{Timeline: 3, ParentTimeline: 1, BranchRevision: 5}},
 	} {
 		key := tc.key
 		t.Run(tc.name, func(t *testing.T) {
@@ -198,6 +200,7 @@ func TestCompact(t *testing.T) {
 				t.Fatalf("test chain: %d deltas to %d", len(chain.Deltas), chain.End)
 			}
 			want := replayDigest(t, s, key, chain)
+			chain.Full.Lineage = tc.lineage
 			res, err := Compact(ctx, s, CompactOptions{Chain: chain, Key: key, Auth: auth, TempDir: t.TempDir(), Compression: tc.compression})
 			if err != nil {
 				t.Fatal(err)
@@ -208,6 +211,9 @@ func TestCompact(t *testing.T) {
 			}
 			if m.Kind != KindFull || m.EndRevision != 50 || m.StartRevision != 50 || m.CompactedFrom != chain.Full.ID || m.SnapshotHash == 0 {
 				t.Fatalf("compacted manifest: %+v", m)
+			}
+			if m.Lineage != tc.lineage {
+				t.Fatalf("compacted backup of timeline %+v, want the chain's %+v", m.Lineage, tc.lineage)
 			}
 			if (m.Encryption != "") != (key != nil) {
 				t.Fatalf("compacted backup encryption %q with key %v", m.Encryption, key != nil)

@@ -31,6 +31,8 @@ type FullOptions struct {
 	Member string
 	// ClusterID and EtcdVersion are recorded in the manifest.
 	ClusterID, EtcdVersion string
+	// Lineage is the cluster's current timeline, recorded in the manifest.
+	Lineage Lineage
 	// Key, when set, encrypts the backup.
 	Key *Key
 	// Auth is the cluster backup key that authenticates the manifest
@@ -93,6 +95,7 @@ func TakeFull(ctx context.Context, cli *clientv3.Client, s Store, o FullOptions)
 		Member: o.Member, StartRevision: st.CompactRevision, EndRevision: st.Revision,
 		EtcdVersion: o.EtcdVersion, RawSize: rawSize, SnapshotHash: st.Hash, TotalKeys: st.TotalKey,
 		Compression: compressionOf(level), CreatedAt: o.Now().UTC(), Size: size, SHA256: sum,
+		Lineage: o.Lineage,
 	}
 	if m.StartRevision < 1 {
 		m.StartRevision = 1

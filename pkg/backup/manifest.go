@@ -51,6 +51,9 @@ type Manifest struct {
 	// the ID of the full backup the chain started from ("" for a snapshot
 	// of a member).
 	CompactedFrom string `json:"compactedFrom,omitempty"`
+	// Lineage is the timeline the backup belongs to (timeline.go); a
+	// manifest without it is of timeline 1.
+	Lineage
 	// Format is ManifestFormat for an authenticated manifest, 0 for one
 	// written before manifests were authenticated.
 	Format int `json:"format,omitempty"`

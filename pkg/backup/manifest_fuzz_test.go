@@ -48,6 +48,8 @@ func FuzzParseManifest(f *testing.F) {
 		sealed(KindFull, 10, 99, true),
 		sealed(KindDelta, 43, 60, false),
 		sealed(KindDelta, 61, 61, true),
+		onTimeline(sealed(KindFull, 2000000001, 2000000001, false), Lineage{Timeline: 3, ParentTimeline: 1, BranchRevision: 60}, k),
+		onTimeline(sealed(KindDelta, 2000000002, 2000000009, true), Lineage{Timeline: 4}, k),
 	} {
 		valid[string(canonicalManifest(&m))] = true
 		b, err := json.Marshal(m)
@@ -65,6 +67,7 @@ func FuzzParseManifest(f *testing.F) {
 	}
 	f.Add([]byte(`{}`))
 	f.Add([]byte(`{"id":"x","kind":"full","object":"../../etc/passwd"}`))
+	f.Add([]byte(`{"timeline":2,"parentTimeline":5,"branchRevision":-1}`))
 	f.Add([]byte(`null`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := ParseManifest(b, k)
@@ -93,4 +96,11 @@ func FuzzParseManifest(f *testing.F) {
 			t.Fatalf("object %q outside its kind's folder", m.Object)
 		}
 	})
+}
+
+// onTimeline reseals m on a timeline.
+func onTimeline(m Manifest, l Lineage, k *AuthKey) Manifest {
+	m.Lineage = l
+	k.Seal(&m)
+	return m
 }

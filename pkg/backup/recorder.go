@@ -21,6 +21,8 @@ type RecorderOptions struct {
 	Auth                   *AuthKey
 	ClusterID, EtcdVersion string
 	Member                 string
+	// Lineage is the cluster's current timeline, recorded in each manifest.
+	Lineage Lineage
 	// A segment is closed and uploaded when it holds MaxEvents events or
 	// MaxBytes bytes, or when its first event is MaxAge old (the recovery
 	// point objective: keep it well under a second).
@@ -259,7 +261,7 @@ func (r *Recorder) flush(ctx context.Context) error {
 		return err
 	}
 	m, err := PutDelta(ctx, r.o.Store, r.o.Key, r.o.Auth, DeltaInfo{
-		ClusterID: r.o.ClusterID, Member: r.o.Member, EtcdVersion: r.o.EtcdVersion,
+		ClusterID: r.o.ClusterID, Member: r.o.Member, EtcdVersion: r.o.EtcdVersion, Lineage: r.o.Lineage,
 		Start: s.start, End: s.end, Events: s.w.Events, Now: r.o.Now(),
 	}, s.buf.Bytes())
 	if err != nil {
@@ -276,6 +278,7 @@ func (r *Recorder) flush(ctx context.Context) error {
 // DeltaInfo describes a delta segment for PutDelta.
 type DeltaInfo struct {
 	ClusterID, Member, EtcdVersion string
+	Lineage                        Lineage
 	// Start and End are the first and last revision of its events.
 	Start, End int64
 	Events     int
@@ -289,7 +292,7 @@ func PutDelta(ctx context.Context, s Store, key *Key, auth *AuthKey, d DeltaInfo
 		ID: fmt.Sprintf("%s-delta-r%d-%d", d.Now.UTC().Format("20060102T150405.000Z"), d.Start, d.End), Kind: KindDelta,
 		ClusterID: d.ClusterID, Member: d.Member, StartRevision: d.Start, EndRevision: d.End,
 		EtcdVersion: d.EtcdVersion, RawSize: int64(len(body)), TotalKeys: d.Events,
-		Compression: compressionZstd, CreatedAt: d.Now.UTC(),
+		Compression: compressionZstd, CreatedAt: d.Now.UTC(), Lineage: d.Lineage,
 	}
 	if key != nil {
 		m.Encryption, m.KeyID = encAlgorithm, key.ID()

@@ -22,17 +22,44 @@ type Retention struct {
 // daily ones for a week.
 var DefaultRetention = Retention{KeepLast: 3, KeepHourly: 24, KeepDaily: 7}
 
-// PlanRetention decides what garbage collection deletes. Invariants: the
-// newest full backup and its whole chain are always kept, and a delta is
-// deleted only when no kept full backup's chain uses it, so no delta is ever
-// left without its full backup. Manifests of other clusters are kept.
-func PlanRetention(all []Manifest, r Retention, now time.Time) (keep, del []Manifest) {
+// PlanRetention decides what garbage collection deletes, per cluster and
+// timeline. Invariants: the newest full backup of each timeline and its
+// whole chain are always kept, and a delta is deleted only when no kept
+// full backup's chain uses it, so no delta is ever left without its full
+// backup. Each timeline's branch point is kept on its parent (the newest
+// full backup of the parent at or before the branch revision, and the
+// deltas after it up to the branch revision): what a restore of that
+// timeline reads when it has no full backup of its own, or goes back
+// before its start. branches names timelines no manifest names yet (the
+// cluster's current one, just restored). Manifests of other clusters are
+// kept as their own groups.
+func PlanRetention(all []Manifest, r Retention, now time.Time, branches ...Lineage) (keep, del []Manifest) {
 	if r.KeepLast < 1 {
 		r.KeepLast = 1
 	}
-	byCluster := map[string][]Manifest{}
+	type group struct {
+		cluster  string
+		timeline int64
+	}
+	byCluster := map[group][]Manifest{}
 	for _, m := range all {
-		byCluster[m.ClusterID] = append(byCluster[m.ClusterID], m)
+		g := group{m.ClusterID, m.TimelineID()}
+		byCluster[g] = append(byCluster[g], m)
+	}
+	// Branch points to keep: every lineage a manifest or the caller names.
+	pinned := map[string]bool{}
+	for _, l := range append(lineagesOf(all), branches...) {
+		if l.ParentTimeline == 0 {
+			continue
+		}
+		for _, ms := range byCluster {
+			if len(ms) == 0 || ms[0].TimelineID() != l.ParentTimeline {
+				continue
+			}
+			for _, id := range branchPoint(ms, l.BranchRevision) {
+				pinned[id] = true
+			}
+		}
 	}
 	for _, ms := range byCluster {
 		var fulls []Manifest
@@ -85,7 +112,7 @@ func PlanRetention(all []Manifest, r Retention, now time.Time) (keep, del []Mani
 			if m.Kind == KindDelta && m.StartRevision > newest.EndRevision {
 				needed[m.ID] = true
 			}
-			if needed[m.ID] {
+			if needed[m.ID] || pinned[m.ID] {
 				keep = append(keep, m)
 			} else {
 				del = append(del, m)
@@ -95,6 +122,41 @@ func PlanRetention(all []Manifest, r Retention, now time.Time) (keep, del []Mani
 	sort.Slice(keep, func(i, j int) bool { return keep[i].ID < keep[j].ID })
 	sort.Slice(del, func(i, j int) bool { return del[i].ID < del[j].ID })
 	return keep, del
+}
+
+// lineagesOf returns the distinct lineages the manifests carry.
+func lineagesOf(all []Manifest) []Lineage {
+	seen := map[Lineage]bool{}
+	var out []Lineage
+	for _, m := range all {
+		if !seen[m.Lineage] {
+			seen[m.Lineage] = true
+			out = append(out, m.Lineage)
+		}
+	}
+	return out
+}
+
+// branchPoint names what restoring ms's timeline at revision rev reads:
+// the newest full backup at or before rev and the deltas of its chain that
+// start at or before rev.
+func branchPoint(ms []Manifest, rev int64) []string {
+	var full *Manifest
+	for i, m := range ms {
+		if m.Kind == KindFull && m.EndRevision <= rev && (full == nil || m.EndRevision > full.EndRevision) {
+			full = &ms[i]
+		}
+	}
+	if full == nil {
+		return nil
+	}
+	ids := []string{full.ID}
+	for _, d := range BuildChain(ms, *full).Deltas {
+		if d.StartRevision <= rev {
+			ids = append(ids, d.ID)
+		}
+	}
+	return ids
 }
 
 // Collect deletes what PlanRetention says, manifest first: a crash halfway

@@ -75,7 +75,12 @@ func Compact(ctx context.Context, c *cluster.Cluster, o CompactOptions) (Compact
 	if err != nil {
 		return CompactResult{}, err
 	}
-	full, err := listing.Find(o.Backup, store.String())
+	find := listing
+	if o.Backup == "" || o.Backup == "latest" {
+		// The newest full backup of the cluster's current timeline.
+		find.Backups = backup.OnTimeline(listing.Backups, c.Lineage().TimelineID())
+	}
+	full, err := find.Find(o.Backup, store.String())
 	if err != nil {
 		return CompactResult{}, err
 	}

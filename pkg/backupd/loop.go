@@ -194,30 +194,28 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 	// newest full backup streamed from a member (not folded from a chain by
 	// a compaction), is what the schedule counts from: compaction bounds
 	// restore time, the schedule keeps fresh snapshots of the cluster itself.
+	// Only the current timeline's backups continue a chain: a restore
+	// began a new timeline, whose first backup is a full snapshot.
+	timeline := c.Lineage()
+	mine := ownChains(all, status.Cluster.ID, timeline.TimelineID())
 	var lastFull, lastSnapshot *backup.Manifest
 	next := int64(0)
 	deltasSinceFull := 0 // guarded by r.mu once the recorder runs
 	var chainBytes int64 // stored bytes of those deltas; guarded by r.mu like deltasSinceFull
-	for i := range all {
-		m := all[i]
-		if m.ClusterID != status.Cluster.ID {
-			continue
-		}
+	for i := range mine {
+		m := mine[i]
 		if m.Kind == backup.KindFull && (lastFull == nil || m.EndRevision >= lastFull.EndRevision) {
-			lastFull = &all[i]
+			lastFull = &mine[i]
 		}
 		if m.Kind == backup.KindFull && m.CompactedFrom == "" && (lastSnapshot == nil || m.CreatedAt.After(lastSnapshot.CreatedAt)) {
-			lastSnapshot = &all[i]
+			lastSnapshot = &mine[i]
 		}
 		if m.EndRevision+1 > next {
 			next = m.EndRevision + 1
 		}
 	}
 	r.update(false, func(st *backup.LoopStatus) {
-		for _, m := range all {
-			if m.ClusterID != status.Cluster.ID {
-				continue
-			}
+		for _, m := range mine {
 			// LastFull is what the schedule counts from: the newest
 			// snapshot of a member, not a compaction (LastCompaction).
 			if m.Kind == backup.KindFull && m.CompactedFrom == "" && m.CreatedAt.After(st.LastFull) {
@@ -298,7 +296,8 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 	rec := backup.NewRecorder(backup.RecorderOptions{
 		Fence: lease.fence,
 		Store: store, Key: key, Auth: auth, ClusterID: status.Cluster.ID, EtcdVersion: leader.Version, Member: leader.Name,
-		MaxAge: time.Duration(c.Spec.Backup.DeltaMaxAgeMs) * time.Millisecond,
+		Lineage: timeline,
+		MaxAge:  time.Duration(c.Spec.Backup.DeltaMaxAgeMs) * time.Millisecond,
 		OnUpload: func(m backup.Manifest) {
 			metrics.BackupUploaded(metrics.KindDelta, m.Size)
 			chainFull, compactDue := false, false
@@ -385,6 +384,19 @@ func liveRevision(st *cluster.Status) int64 {
 		}
 	}
 	return rev
+}
+
+// ownChains keeps the backups the loop may continue: of this cluster, on
+// its current timeline (a restore began a new one: its first backup is a
+// full snapshot, never a delta after another timeline's chain).
+func ownChains(all []backup.Manifest, clusterID string, timeline int64) []backup.Manifest {
+	var out []backup.Manifest
+	for _, m := range all {
+		if m.ClusterID == clusterID && m.TimelineID() == timeline {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // trusted keeps the authenticated manifests of this cluster that the live

@@ -2,6 +2,7 @@ package backupd
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -58,5 +59,29 @@ func TestBehindRevision(t *testing.T) {
 	old := []revSample{{now.Add(-lagWindow - time.Second), 7}, {now.Add(-time.Second), 10}}
 	if got := behindRevision(old, now); got != 7 {
 		t.Errorf("got %d, want 7", got)
+	}
+}
+
+// TestOwnChains: the loop continues only its cluster's chains on the
+// current timeline; another timeline's newer full backup (an abandoned
+// history) or another cluster's is never continued.
+func TestOwnChains(t *testing.T) {
+	t2 := backup.Lineage{Timeline: 2, ParentTimeline: 1, BranchRevision: 100}
+	t3 := backup.Lineage{Timeline: 3, ParentTimeline: 1, BranchRevision: 60}
+	all := []backup.Manifest{
+		{ID: "t1-full", Kind: backup.KindFull, ClusterID: "c1", EndRevision: 100},
+		{ID: "t2-full", Kind: backup.KindFull, ClusterID: "c1", EndRevision: 1_000_000_101, Lineage: t2},
+		{ID: "t3-full", Kind: backup.KindFull, ClusterID: "c1", EndRevision: 2_000_000_101, Lineage: t3},
+		{ID: "t3-delta", Kind: backup.KindDelta, ClusterID: "c1", StartRevision: 2_000_000_102, EndRevision: 2_000_000_110, Lineage: t3},
+		{ID: "other-t3", Kind: backup.KindFull, ClusterID: "c2", EndRevision: 5, Lineage: t3},
+	}
+	for tl, want := range map[int64][]string{1: {"t1-full"}, 2: {"t2-full"}, 3: {"t3-full", "t3-delta"}, 4: nil} {
+		var got []string
+		for _, m := range ownChains(all, "c1", tl) {
+			got = append(got, m.ID)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("timeline %d: %v, want %v", tl, got, want)
+		}
 	}
 }

@@ -70,7 +70,7 @@ func Now(ctx context.Context, c *cluster.Cluster, o Options) (backup.Manifest, e
 	c.Progress.Say("streaming a snapshot from %s (db %s)", name, progress.Bytes(m.DBSize))
 	man, err := backup.TakeFull(ctx, cli, store, backup.FullOptions{
 		Member: name, ClusterID: st.Cluster.ID, EtcdVersion: m.Version, Key: key, Auth: auth, TempDir: tmp,
-		Compression: c.Spec.Backup.Compression,
+		Compression: c.Spec.Backup.Compression, Lineage: c.Lineage(),
 	})
 	if err != nil {
 		return backup.Manifest{}, err

@@ -89,6 +89,16 @@ func (c *Cluster) onJoinedHost() bool {
 	return err == nil && cn != pki.AdminCN
 }
 
+// Lineage is the cluster's current timeline as backups record it (the
+// spec's Timeline; the zero Lineage, timeline 1, when none is recorded).
+func (c *Cluster) Lineage() backup.Lineage {
+	t := c.Spec.Timeline
+	if t == nil || t.ID <= 1 {
+		return backup.Lineage{}
+	}
+	return backup.Lineage{Timeline: t.ID, ParentTimeline: t.Parent, BranchRevision: t.BranchRevision}
+}
+
 // S3CACheckTimeout bounds CheckS3CA's connection and handshake.
 const S3CACheckTimeout = 10 * time.Second
 

@@ -71,6 +71,12 @@ type ClusterStatus struct {
 	HealthyMembers int `json:"healthyMembers"`
 	// SpecVersion is the etcd version the spec asks for.
 	SpecVersion string `json:"specVersion"`
+	// Timeline is the history the cluster serves (spec.Timeline: 1 until
+	// the first restore, each restore begins a new one); Parent and
+	// BranchRevision where it branched off (docs/backup.md#timelines).
+	Timeline       int64 `json:"timeline"`
+	ParentTimeline int64 `json:"parentTimeline,omitempty"`
+	BranchRevision int64 `json:"branchRevision,omitempty"`
 	// Stopped: the whole cluster is stopped (ErrStopped); nothing was
 	// probed beyond the agent's socket and the members' client ports.
 	Stopped bool `json:"stopped,omitempty"`
@@ -342,6 +348,17 @@ func (c *Cluster) Status(ctx context.Context) (*Status, error) {
 	return st, nil
 }
 
+// specStatus is what the cluster's status takes from the spec alone: its
+// name, the version asked for and the timeline it is on (also for a
+// stopped cluster, StoppedStatus).
+func (c *Cluster) specStatus() ClusterStatus {
+	cs := ClusterStatus{Name: c.Spec.Name, SpecVersion: c.Spec.Version, Timeline: c.Spec.TimelineID()}
+	if t := c.Spec.Timeline; t != nil {
+		cs.ParentTimeline, cs.BranchRevision = t.Parent, t.BranchRevision
+	}
+	return cs
+}
+
 // LiveMembers is Status without certificate renewal and conditions (which
 // read the backup store and handshake with every member for the
 // certificate it serves): the cluster and its members as etcd and the
@@ -349,7 +366,7 @@ func (c *Cluster) Status(ctx context.Context) (*Status, error) {
 // members' health before it starts (`backup now`).
 func (c *Cluster) LiveMembers(ctx context.Context) (*Status, error) {
 	specMembers := c.Spec.Members
-	st := &Status{Cluster: ClusterStatus{Name: c.Spec.Name, SpecVersion: c.Spec.Version}}
+	st := &Status{Cluster: c.specStatus()}
 
 	// Probe every spec member in parallel.
 	probes := make([]probe, len(specMembers))

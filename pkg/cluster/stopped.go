@@ -88,7 +88,8 @@ func accepts(ctx context.Context, raw string) bool {
 // without probing: every member's process Stopped, Ready and
 // AllMembersReady False with reason ClusterStopped.
 func (c *Cluster) StoppedStatus(now time.Time) *Status {
-	st := &Status{Cluster: ClusterStatus{Name: c.Spec.Name, SpecVersion: c.Spec.Version, Stopped: true, VotingMembers: len(c.Spec.Members)}}
+	st := &Status{Cluster: c.specStatus()}
+	st.Cluster.Stopped, st.Cluster.VotingMembers = true, len(c.Spec.Members)
 	for _, m := range c.Spec.Members {
 		st.Members = append(st.Members, MemberStatus{
 			Name: m.Name, ClientURLs: []string{m.ClientURL}, PeerURLs: []string{m.PeerURL},

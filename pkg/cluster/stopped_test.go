@@ -38,6 +38,16 @@ func TestStopped(t *testing.T) {
 	if !st.Cluster.Stopped || len(st.Members) != 3 || st.Members[0].Process != ProcessStopped {
 		t.Errorf("StoppedStatus: %+v", st)
 	}
+	// The timeline it is on, from the spec: a cluster stopped after a
+	// restore (as a restore leaves it) still says which.
+	s.Timeline = &spec.Timeline{ID: 3, Parent: 2, BranchRevision: 70, StartRevision: 1_000_000_080}
+	if st := c.StoppedStatus(time.Now()); st.Cluster.Timeline != 3 || st.Cluster.ParentTimeline != 2 || st.Cluster.BranchRevision != 70 {
+		t.Errorf("StoppedStatus of a cluster on timeline 3 (from 2 at revision 70): %+v", st.Cluster)
+	}
+	s.Timeline = nil
+	if st := c.StoppedStatus(time.Now()); st.Cluster.Timeline != 1 {
+		t.Errorf("StoppedStatus of a cluster never restored: timeline %d, want 1", st.Cluster.Timeline)
+	}
 	if cond, _ := st.Condition(CondReady); cond.Status != "False" || cond.Reason != ReasonClusterStopped {
 		t.Errorf("Ready of a stopped cluster: %+v", cond)
 	}

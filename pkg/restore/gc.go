@@ -17,8 +17,9 @@ type GCResult struct {
 	Ignored []string `json:"ignored"`
 }
 
-// Collect applies the spec's retention to the backup store: it keeps
-// the newest full backup with its whole chain, the last N full backups and
+// Collect applies the spec's retention to the backup store, per timeline
+// (backup.PlanRetention): it keeps each timeline's newest full backup with
+// its whole chain, every timeline's branch point on its parent, the last N full backups and
 // the hourly and daily ones, each with the deltas that continue it, and
 // deletes the rest. It never leaves a delta without its full backup. Only
 // authenticated manifests are considered; it deletes nothing else.
@@ -33,7 +34,9 @@ func Collect(ctx context.Context, c *cluster.Cluster, dryRun bool) (GCResult, er
 	}
 	all := listing.Backups
 	r := c.Spec.Backup.Retention
-	keep, del := backup.PlanRetention(all, backup.Retention{KeepLast: r.KeepLast, KeepHourly: r.KeepHourly, KeepDaily: r.KeepDaily}, time.Now())
+	// Per timeline; the current one's branch point on its parent is kept
+	// even before the timeline has a backup of its own.
+	keep, del := backup.PlanRetention(all, backup.Retention{KeepLast: r.KeepLast, KeepHourly: r.KeepHourly, KeepDaily: r.KeepDaily}, time.Now(), c.Lineage())
 	res := GCResult{Kept: []string{}, Deleted: []string{}, DryRun: dryRun, Ignored: []string{}}
 	for _, i := range listing.Ignored {
 		// Never deleted: a manifest that is not trusted names nothing

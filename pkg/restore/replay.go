@@ -14,6 +14,12 @@ import (
 func replaying(full backup.Manifest, chain backup.Chain, o Options) string {
 	from := full.EndRevision + 1
 	if !o.ToTime.IsZero() {
+		if o.ToRevision > 0 && o.ToRevision < chain.End {
+			// A time on a timeline read from its ancestor: bounded by the
+			// branch revision too (openStore resolves it).
+			return fmt.Sprintf("replaying the delta segments from revision %d up to %s, at most to revision %d (the chain's %d segments reach revision %d)",
+				from, o.ToTime.UTC().Format(time.RFC3339), o.ToRevision, len(chain.Deltas), chain.End)
+		}
 		return fmt.Sprintf("replaying the delta segments from revision %d up to %s (the chain's %d segments reach revision %d)",
 			from, o.ToTime.UTC().Format(time.RFC3339), len(chain.Deltas), chain.End)
 	}

@@ -28,9 +28,16 @@ type Options struct {
 	KeyFile string
 	// Force moves existing data dirs aside instead of refusing.
 	Force bool
-	// BumpRevision is added to the restored revision so that no client
-	// ever sees a revision go backwards; the old range is marked compacted.
+	// BumpRevision is the safety margin for writes made after the last
+	// backup: etcd resumes this far above the highest revision the cluster
+	// ever served or stored on any timeline (every trusted backup, the
+	// timelines' history, the data dirs replaced), so no client ever sees
+	// a revision twice or going backwards; older ones are marked compacted.
 	BumpRevision uint64
+	// Timeline restores the newest point (or ToRevision / ToTime) of this
+	// timeline (0: the one the cluster is on). A point at or before its
+	// branch revision is read from its parent.
+	Timeline int64
 	// ToRevision restores the keyspace as it was at this revision (0: the
 	// newest backed-up revision).
 	ToRevision int64
@@ -86,6 +93,12 @@ var (
 	// ErrSourceConflict: options that choose or read a backup from the
 	// store were given with a snapshot file to restore from.
 	ErrSourceConflict = errors.New("options for the backup store given with a snapshot file")
+	// ErrConflictingTargets: options that each choose the point to restore
+	// were given together (a revision and a time; a backup ID and a
+	// timeline).
+	ErrConflictingTargets = errors.New("conflicting restore targets")
+	// ErrUnknownTimeline: the timeline asked for is not in the store.
+	ErrUnknownTimeline = errors.New("unknown timeline")
 	// ErrMembersRunning: a member still runs; the cluster must be stopped
 	// first (no option overrides it).
 	ErrMembersRunning = errors.New("members still run")
@@ -111,8 +124,8 @@ type GapError struct {
 // aside, never deleting it, put the new one in place, and make the restored
 // members initial members in the spec).
 func Run(ctx context.Context, c *cluster.Cluster, o Options) (backup.Manifest, error) {
-	if o.ToRevision < 0 {
-		return backup.Manifest{}, fmt.Errorf("target revision %d: %w: etcd revisions start at 1", o.ToRevision, ErrBadRevision)
+	if err := checkTarget(o); err != nil {
+		return backup.Manifest{}, err
 	}
 	targets := c.Spec.Members
 	if len(o.Members) > 0 {
@@ -154,15 +167,19 @@ func Run(ctx context.Context, c *cluster.Cluster, o Options) (backup.Manifest, e
 	if err != nil {
 		return p.full, err
 	}
-	if err := commit(ctx, c, targets, staged); err != nil {
+	if err := commit(ctx, c, targets, staged, p.timeline); err != nil {
 		return p.full, err
 	}
 	then := "start the cluster with `steward up`"
 	if len(targets) < len(c.Spec.Members) {
 		then = "the other members' data dirs were left as they are"
 	}
-	c.Progress.Say("restored %d members from %s at revision %d (etcd resumes above revision %d; older ones are marked compacted); %s",
-		len(targets), p.from, p.revision, p.bumped, then)
+	branched := "from a snapshot file"
+	if p.timeline.Parent != 0 {
+		branched = fmt.Sprintf("branched off timeline %d at revision %d", p.timeline.Parent, p.timeline.BranchRevision)
+	}
+	c.Progress.Say("restored %d members from %s at revision %d on a new timeline %d, %s (etcd resumes above revision %d, above every revision served before; older ones are marked compacted); %s",
+		len(targets), p.from, p.revision, p.timeline.ID, branched, p.bumped, then)
 	return p.full, nil
 }
 
@@ -175,6 +192,9 @@ type prepared struct {
 	snapshot string // database file, etcd's appended hash stripped
 	revision int64  // the restored keyspace's revision
 	bumped   int64  // the revision etcd resumes above
+	// timeline is the new timeline the restore begins (recorded in the
+	// store by prepare, in the spec by commit).
+	timeline spec.Timeline
 }
 
 // prepare checks everything that can refuse the restore, then builds the
@@ -182,12 +202,17 @@ type prepared struct {
 func prepare(ctx context.Context, c *cluster.Cluster, o Options, targets []spec.Member, dir string) (prepared, error) {
 	var src source
 	var full backup.Manifest // the chosen full backup, also on a refusal
+	var hist backup.History  // every timeline known, and the highest revision
+	var highest int64        // ever stored or served on any
+	var store backup.Store   // where the new timeline is recorded (nil: nowhere)
+	var parent int64         // the timeline restored (0: a snapshot file)
 	if o.FromSnapshot != "" {
 		f, err := openFile(c, o)
 		if err != nil {
 			return prepared{}, err
 		}
 		src = f
+		hist, highest, store = fileHistory(ctx, c)
 	} else {
 		s, err := openStore(ctx, c, o, "restore")
 		if err != nil {
@@ -197,6 +222,7 @@ func prepare(ctx context.Context, c *cluster.Cluster, o Options, targets []spec.
 			return prepared{full: full}, err
 		}
 		src, full = s, s.full
+		hist, highest, store, parent = s.history, s.highest, s.store, s.full.TimelineID()
 	}
 	var occupied []string
 	for _, mem := range targets {
@@ -215,6 +241,9 @@ func prepare(ctx context.Context, c *cluster.Cluster, o Options, targets []spec.
 			occupied = append(occupied, dd)
 		}
 	}
+	// What the live cluster served after its last backup is in the data
+	// dirs a restore replaces: their revisions count as served.
+	highest = max(highest, dataDirRevisions(ctx, c))
 	if len(occupied) > 0 && !o.Force {
 		return prepared{full: full}, refusal.New(ErrDataDirsHoldData, "refusing to restore: data dirs hold data: %v", occupied)
 	}
@@ -226,11 +255,25 @@ func prepare(ctx context.Context, c *cluster.Cluster, o Options, targets []spec.
 		o.BumpRevision = DefaultBumpRevision
 	}
 	// Bumped once in the shared snapshot, not by etcd's restore per member
-	// (which reads the whole database to find the newest revision).
-	if p.bumped, err = backup.BumpRevision(p.snapshot, int64(o.BumpRevision)); err != nil {
+	// (which reads the whole database to find the newest revision): above
+	// the highest revision served on any timeline, not just the restored
+	// one, so a restore to an early revision never goes backwards.
+	if p.bumped, err = backup.BumpRevisionAbove(p.snapshot, highest, int64(o.BumpRevision)); err != nil {
 		return p, err
 	}
-	return p, lowerStorageVersion(c, p, targets, src)
+	// A backup of a newer etcd is lowered (or refused) before the new
+	// timeline is recorded: a refusal changes nothing outside dir.
+	if err := lowerStorageVersion(c, p, targets, src); err != nil {
+		return p, err
+	}
+	p.timeline = spec.Timeline{ID: max(hist.Newest(), c.Spec.TimelineID()) + 1, StartRevision: p.bumped}
+	if parent != 0 {
+		p.timeline.Parent, p.timeline.BranchRevision = parent, p.revision
+	}
+	// Recorded before any data dir changes: the number is taken and the
+	// start revision counts for every later restore, even if this one
+	// stops before its commit.
+	return p, recordTimeline(ctx, c, store, p, full)
 }
 
 // stage writes each target's new data dir beside its real one
@@ -305,7 +348,7 @@ func stage(ctx context.Context, c *cluster.Cluster, p prepared, targets []spec.M
 // place (by its agent for a member on another host), then records the
 // restored members as initial members of the restored cluster in the spec.
 // A failure names where the data waits.
-func commit(ctx context.Context, c *cluster.Cluster, targets []spec.Member, staged map[string]string) error {
+func commit(ctx context.Context, c *cluster.Cluster, targets []spec.Member, staged map[string]string, tl spec.Timeline) error {
 	for _, mem := range targets {
 		if c.OnOtherHost(mem) {
 			ac, err := c.AgentFor(mem)
@@ -339,6 +382,7 @@ func commit(ctx context.Context, c *cluster.Cluster, targets []spec.Member, stag
 			next.Members[i].Bootstrap = nil
 		}
 	}
+	next.Timeline = &tl
 	if err := c.SaveSpec(ctx, next); err != nil {
 		return err
 	}
@@ -381,7 +425,9 @@ func requireStopped(ctx context.Context, c *cluster.Cluster) error {
 
 // pickChain chooses the full backup and the deltas to restore: the named
 // backup (or the newest full one) with every delta after it; or, with
-// --to-revision or --to-time, the newest full backup at or before the target.
+// a target revision or time, the newest full backup at or before the target.
+// openStore hands it the backups of one timeline (a named backup: all, and
+// its chain stays on its timeline).
 // A gap in the chain that later deltas would have filled is refused rather
 // than silently dropping them.
 func pickChain(listing backup.Listing, store string, o Options) (backup.Manifest, backup.Chain, error) {
@@ -402,7 +448,7 @@ func pickChain(listing backup.Listing, store string, o Options) (backup.Manifest
 			if m.Kind != backup.KindFull {
 				continue
 			}
-			if (o.ToRevision > 0 && m.EndRevision <= o.ToRevision) || (!o.ToTime.IsZero() && !m.CreatedAt.After(o.ToTime)) {
+			if (o.ToRevision == 0 || m.EndRevision <= o.ToRevision) && (o.ToTime.IsZero() || !m.CreatedAt.After(o.ToTime)) {
 				full, found = m, true
 			}
 		}

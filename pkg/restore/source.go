@@ -2,6 +2,7 @@ package restore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path"
 	"strings"
@@ -28,7 +29,11 @@ type storeSource struct {
 	store backup.Store
 	full  backup.Manifest
 	chain backup.Chain
-	o     Options
+	o     Options // with the target resolved onto the timeline read
+	// history is every timeline the store and the spec know; highest the
+	// highest revision they show was ever stored or served.
+	history backup.History
+	highest int64
 	// listing is what the store held, for a refusal that names another
 	// backup (lowerStorageVersion).
 	listing backup.Listing
@@ -51,8 +56,32 @@ func openStore(ctx context.Context, c *cluster.Cluster, o Options, verb string) 
 	for _, i := range listing.Ignored {
 		c.Progress.Say("ignored %s", i)
 	}
-	m, chain, err := pickChain(listing, store.String(), o)
-	s := &storeSource{c: c, store: store, full: m, chain: chain, o: o, listing: listing}
+	hist, err := loadHistory(ctx, c, store, listing.Backups)
+	if err != nil {
+		return nil, err
+	}
+	view := listing
+	if o.Backup == "" || o.Backup == "latest" {
+		// The newest point of a timeline (the cluster's current one unless
+		// o.Timeline names another), or the target on it, which may lie on
+		// an ancestor timeline.
+		asked := o.Timeline
+		if asked == 0 {
+			asked = currentTimeline(c, hist)
+		}
+		tg, err := backup.Resolve(listing.Backups, hist, asked, o.ToRevision, o.ToTime)
+		if err != nil {
+			return nil, refusalOf(err)
+		}
+		if tg.Via != 0 {
+			c.Progress.Say("timeline %d has no backup at that point: restoring timeline %d (its ancestor) at revision %d", tg.Via, tg.Timeline, tg.ToRevision)
+		}
+		o.ToRevision, o.ToTime = tg.ToRevision, tg.ToTime
+		view.Backups = backup.OnTimeline(listing.Backups, tg.Timeline)
+	}
+	m, chain, err := pickChain(view, store.String(), o)
+	s := &storeSource{c: c, store: store, full: m, chain: chain, o: o, history: hist,
+		highest: backup.HighestRevision(listing.Backups, hist), listing: listing}
 	if err != nil {
 		return s, err
 	}
@@ -84,6 +113,50 @@ func openStore(ctx context.Context, c *cluster.Cluster, o Options, verb string) 
 	return s, nil
 }
 
+// loadHistory reads the store's timeline history objects (trusted ones:
+// the others are reported and never used) and adds the spec's current
+// timeline.
+func loadHistory(ctx context.Context, c *cluster.Cluster, store backup.Store, backups []backup.Manifest) (backup.History, error) {
+	auth, err := c.BackupAuthKey()
+	if err != nil {
+		return nil, err
+	}
+	records, ignored, err := backup.ListTimelines(ctx, store, auth)
+	if err != nil {
+		return nil, err
+	}
+	for _, i := range ignored {
+		c.Progress.Say("ignored %s", i)
+	}
+	var extra []backup.TimelineRecord
+	if t := c.Spec.Timeline; t != nil && t.ID > 1 {
+		extra = append(extra, backup.TimelineRecord{Lineage: c.Lineage(), StartRevision: t.StartRevision})
+	}
+	return backup.BuildHistory(backups, records, extra...), nil
+}
+
+// currentTimeline is the timeline the cluster is on: the spec's, or,
+// when the spec records none (a new Steward directory restoring a store
+// that has branched), the newest one in the store.
+func currentTimeline(c *cluster.Cluster, h backup.History) int64 {
+	if c.Spec.Timeline != nil {
+		return c.Spec.TimelineID()
+	}
+	if n := h.Newest(); n > 1 {
+		c.Progress.Say("this spec records no timeline: reading the newest in the store, timeline %d", n)
+		return n
+	}
+	return 1
+}
+
+// refusalOf makes an unknown timeline a refusal (ErrUnknownTimeline).
+func refusalOf(err error) error {
+	if errors.Is(err, backup.ErrUnknownTimeline) {
+		return refusal.New(ErrUnknownTimeline, "refusing to restore: %v", err)
+	}
+	return err
+}
+
 // fetch downloads and verifies the full backup, then replays the deltas
 // up to the target into it.
 func (s *storeSource) fetch(ctx context.Context, dst string) (prepared, error) {
@@ -111,7 +184,7 @@ func (s *storeSource) fetch(ctx context.Context, dst string) (prepared, error) {
 			s.c.Progress.Say("%s", msg)
 		}
 	}
-	if o.ToRevision > 0 && p.revision != o.ToRevision {
+	if o.ToRevision > 0 && o.ToTime.IsZero() && p.revision != o.ToRevision {
 		return p, fmt.Errorf("revision %d is outside the backed-up range: the chain from %s reaches revision %d", o.ToRevision, m.ID, p.revision)
 	}
 	p.from = fmt.Sprintf("%s and %d deltas", m.ID, p.deltas)
@@ -135,6 +208,7 @@ func openFile(c *cluster.Cluster, o Options) (*fileSource, error) {
 		{"a backup ID", o.Backup != "" && o.Backup != "latest"},
 		{"a target revision", o.ToRevision != 0},
 		{"a target time", !o.ToTime.IsZero()},
+		{"a timeline", o.Timeline != 0},
 		{"a key file", o.KeyFile != ""},
 		{"trusting unauthenticated manifests", o.AllowUnauthenticated},
 		{"skipping untrusted manifests", o.SkipUntrusted},

@@ -53,13 +53,18 @@ func lowerStorageVersion(c *cluster.Cluster, p prepared, targets []spec.Member, 
 }
 
 // olderSource says what a restore into etcd target can use instead: the
-// newest full backup in the store an etcd at most one minor newer took.
+// newest full backup in the store an etcd at most one minor newer took,
+// on the timeline of the backup refused (one of another timeline would
+// restore another history).
 func olderSource(src source, target string) string {
 	tmaj, tmin := minorOf(target)
 	s, ok := src.(*storeSource)
 	if ok {
 		for i := len(s.listing.Backups) - 1; i >= 0; i-- {
 			m := s.listing.Backups[i]
+			if m.TimelineID() != s.full.TimelineID() {
+				continue
+			}
 			if maj, mi := minorOf(m.EtcdVersion); m.Kind == backup.KindFull && m.ID != s.full.ID && maj == tmaj && mi >= 0 && mi <= tmin+1 {
 				return fmt.Sprintf("restore backup %s instead (taken by etcd %s, the newest full backup %d.%d can start on; the deltas after it are replayed as usual), or run the restored members on etcd %d.%d or later",
 					m.ID, m.EtcdVersion, tmaj, tmin, tmaj, tmin+1)

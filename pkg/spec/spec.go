@@ -53,6 +53,33 @@ type Cluster struct {
 	// (written by `steward attach`): its members run under no agent, and
 	// Steward reaches them with the operator's own client certificate.
 	External *External `json:"external,omitempty"`
+	// Timeline is the history the cluster serves, written by every restore
+	// (and recovery that restores): each begins a new timeline branched off
+	// the one restored (docs/backup.md#timelines). nil is timeline 1. It is
+	// state, not configuration: the spec carries it so that every host's
+	// backup loop tags what it stores with the timeline the commands see.
+	Timeline *Timeline `json:"timeline,omitempty"`
+}
+
+// Timeline is the cluster's current timeline (backup.Lineage and
+// backup.TimelineRecord in the backup store say the same).
+type Timeline struct {
+	// ID is the timeline's number (1: the first history).
+	ID int64 `json:"id"`
+	// Parent is the timeline it branched off and BranchRevision the last
+	// revision they share (0 for a restore from a snapshot file).
+	Parent         int64 `json:"parent,omitempty"`
+	BranchRevision int64 `json:"branchRevision,omitempty"`
+	// StartRevision is the revision etcd resumed above after the restore.
+	StartRevision int64 `json:"startRevision,omitempty"`
+}
+
+// TimelineID is the cluster's current timeline: 1 when none is recorded.
+func (c *Cluster) TimelineID() int64 {
+	if c.Timeline == nil || c.Timeline.ID < 1 {
+		return 1
+	}
+	return c.Timeline.ID
 }
 
 // External describes an attached cluster: one whose member processes

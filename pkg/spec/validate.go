@@ -137,6 +137,9 @@ func (c *Cluster) Validate(o ValidateOptions) (warnings []string, err error) {
 	default:
 		bad("backup.compression %q: use fastest, default, better or none", c.Backup.Compression)
 	}
+	if tl := c.Timeline; tl != nil && (tl.ID < 1 || tl.Parent < 0 || tl.Parent >= tl.ID || tl.BranchRevision < 0 || tl.StartRevision < tl.BranchRevision) {
+		bad("timeline %+v contradicts itself (a restore writes it: id at least 1, parent an older timeline, startRevision at or above branchRevision); restore it from the backup store's timelines/ history or remove it", *tl)
+	}
 	if c.Backup.MaxDeltasPerFull < 0 || c.Backup.DeltaMaxAgeMs < 0 {
 		bad("backup.maxDeltasPerFull and backup.deltaMaxAgeMs must not be negative")
 	}

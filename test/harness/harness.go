@@ -366,6 +366,19 @@ func (e *Env) Status() *cluster.Status {
 	return &st
 }
 
+// StoppedStatus returns `steward status -o json` of a stopped cluster
+// (exit 1, cluster.stopped true: what the spec alone says), parsed; any
+// other outcome fails the test.
+func (e *Env) StoppedStatus() *cluster.Status {
+	e.TB.Helper()
+	so, se, err := e.Run("status", "-o", "json")
+	var st cluster.Status
+	if exitCode(err) != 1 || json.Unmarshal([]byte(so), &st) != nil || !st.Cluster.Stopped {
+		e.TB.Fatalf("status -o json of a stopped cluster: %v, want exit 1 and cluster.stopped%s\nstdout: %s\nstderr: %s", err, raceExit(err, se), so, se)
+	}
+	return &st
+}
+
 // WaitStatus polls status until ok returns true, and fails the test with
 // the last status (or the last error of `steward status`) when it does not
 // within timeout.

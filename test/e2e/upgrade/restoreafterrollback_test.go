@@ -110,6 +110,10 @@ func TestRestoreAfterRollback(t *testing.T) {
 			t.Fatal(err)
 		}
 		before, _ := filepath.Glob(filepath.Join(e.Dir, "members", "*", "data*"))
+		// The refusal comes before the new timeline is recorded: no
+		// timeline number is taken (recover and restore above took 2 and 3).
+		timelines := filepath.Join(s.BackupStoreDir(e.Dir), "timelines", "*.json")
+		tlBefore, _ := filepath.Glob(timelines)
 		out := e.MustFail("restore", "--force", "--backup", newer.ID)
 		t.Logf("refused: %s", out)
 		for _, want := range []string{"refusing to restore " + newer.ID, "storage version " + harness.Minor(vs[2]) + ".0", "etcd " + vs[0], "restore backup ", "name the older backup with --backup ID"} {
@@ -123,6 +127,9 @@ func TestRestoreAfterRollback(t *testing.T) {
 		after, _ := filepath.Glob(filepath.Join(e.Dir, "members", "*", "data*"))
 		if len(after) != len(before) {
 			t.Errorf("a refused restore changed the data dirs: %v, then %v", before, after)
+		}
+		if tlAfter, _ := filepath.Glob(timelines); len(tlBefore) < 2 || len(tlAfter) != len(tlBefore) {
+			t.Errorf("timelines in the store: %v before the refused restore, then %v (want the two the recover and the restore began, unchanged)", tlBefore, tlAfter)
 		}
 	})
 }

@@ -103,6 +103,11 @@ func listCommand(g *cli.Globals) *cobra.Command {
 			if ms == nil {
 				ms = []backup.Manifest{}
 			}
+			// Every backup names its timeline, also the first (manifests
+			// written before timelines carry none).
+			for i := range ms {
+				ms[i].Timeline = ms[i].TimelineID()
+			}
 			// Untrusted manifests are named on stderr; the JSON list on
 			// stdout keeps its shape.
 			for _, i := range l.Ignored {
@@ -164,13 +169,17 @@ func verifyCommand(g *cli.Globals) *cobra.Command {
 }
 
 func table(tw *tabwriter.Writer, ms []backup.Manifest) {
-	fmt.Fprintln(tw, "ID\tKIND\tSTART REV\tEND REV\tSIZE\tCREATED\tETCD\tCLUSTER ID\tENCRYPTED")
+	fmt.Fprintln(tw, "ID\tKIND\tTIMELINE\tSTART REV\tEND REV\tSIZE\tCREATED\tETCD\tCLUSTER ID\tENCRYPTED")
 	for _, m := range ms {
 		enc := "-"
 		if m.Encryption != "" {
 			enc = m.Encryption + " (key " + m.KeyID + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Kind, m.StartRevision, m.EndRevision, cli.Bytes(m.Size),
+		tl := fmt.Sprint(m.TimelineID())
+		if m.ParentTimeline != 0 {
+			tl += fmt.Sprintf(" (from %d at %d)", m.ParentTimeline, m.BranchRevision)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Kind, tl, m.StartRevision, m.EndRevision, cli.Bytes(m.Size),
 			m.CreatedAt.Format(time.RFC3339), m.EtcdVersion, m.ClusterID, enc)
 	}
 }

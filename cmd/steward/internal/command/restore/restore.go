@@ -22,9 +22,13 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 deltas after it, or, with --from-snapshot, from a snapshot file saved by
 ` + "`etcdctl snapshot save`" + ` (of any etcd cluster). The backup is fetched and
 verified first; a snapshot file must end with the SHA-256 of its content, as
-etcdutl checks, and pass bbolt's consistency check. Revisions are bumped (--bump-revision) and
-the old range is marked compacted, so no client sees a revision go backwards and
-watchers re-list instead of silently missing changes. Existing data dirs are
+etcdutl checks, and pass bbolt's consistency check. Every restore begins a new
+timeline branched off the one restored; latest is the newest point of the
+timeline the cluster is on (--timeline chooses another). etcd resumes
+--bump-revision above the highest revision ever served or backed up on any
+timeline, and the old range is marked compacted, so no client sees a revision
+twice or going backwards and watchers re-list instead of silently missing
+changes. Existing data dirs are
 refused unless --force, which moves them aside (never deletes them). Start the
 restored cluster with ` + "`steward up`" + `.`,
 		Args: cobra.NoArgs,
@@ -40,9 +44,15 @@ restored cluster with ` + "`steward up`" + `.`,
 			_, err = restore.Run(cmd.Context(), c, o)
 			err = cli.Hint(err, restore.ErrOtherCluster, "use --allow-other-cluster to build this cluster from it anyway")
 			err = cli.Hint(err, restore.ErrUntrustedManifests, "remove or repair them, use --allow-unauthenticated for manifests written before the cluster had its backup key, or --skip-untrusted to restore without them")
-			err = cli.Hint(err, restore.ErrBackupTooNew, "name the older backup with --backup ID")
+			tooNew := "name the older backup with --backup ID"
+			if o.Timeline != 0 {
+				tooNew += " (in place of --timeline: a backup ID names its own timeline)"
+			}
+			err = cli.Hint(err, restore.ErrBackupTooNew, tooNew)
 			err = cli.Hint(err, restore.ErrDataDirsHoldData, "use --force to move them aside (they are kept, not deleted)")
-			err = cli.Hint(err, restore.ErrSourceConflict, "leave out --backup, --to-revision, --to-time, --key-file, --allow-unauthenticated and --skip-untrusted with --from-snapshot")
+			err = cli.Hint(err, restore.ErrSourceConflict, "leave out --backup, --to-revision, --to-time, --timeline, --key-file, --allow-unauthenticated and --skip-untrusted with --from-snapshot")
+			err = cli.Hint(err, restore.ErrConflictingTargets, "give one of --to-revision and --to-time, and --timeline only without --backup")
+			err = cli.Hint(err, restore.ErrUnknownTimeline, "`steward backup list` shows each backup's timeline; leave out --timeline to restore the one the cluster is on")
 			err = cli.KeyHint(err)
 			err = cli.BackupHint(cli.StoppedHint(err))
 			if errors.Is(err, restore.ErrBadRevision) {
@@ -63,7 +73,8 @@ restored cluster with ` + "`steward up`" + `.`,
 	cmd.Flags().BoolVar(&o.AllowUnauthenticated, "allow-unauthenticated", false, "also trust backup manifests without a MAC (written before the cluster had its backup key); never ones whose MAC fails")
 	cmd.Flags().Int64Var(&o.ToRevision, "to-revision", 0, "restore the keyspace as it was at this revision (default: the newest backed up)")
 	cmd.Flags().Var(timeFlag{&o.ToTime}, "to-time", "restore the keyspace as it was at this `TIME` (RFC 3339, e.g. 2026-11-21T13:00:00Z)")
-	cmd.Flags().Uint64Var(&o.BumpRevision, "bump-revision", restore.DefaultBumpRevision, "added to the restored revision; must exceed the writes made after the backup")
+	cmd.Flags().Int64Var(&o.Timeline, "timeline", 0, "restore timeline `N` (its newest point, or --to-revision/--to-time on it) instead of the one the cluster is on; steward backup list shows each backup's")
+	cmd.Flags().Uint64Var(&o.BumpRevision, "bump-revision", restore.DefaultBumpRevision, "margin above the highest revision ever served or backed up, on any timeline, that etcd resumes above; must exceed the writes made after the last backup")
 	cmd.AddCommand(leftoversCommand(g))
 	return cmd
 }

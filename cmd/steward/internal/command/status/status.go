@@ -70,9 +70,13 @@ func stopped(g *cli.Globals, cmd *cobra.Command, c *cluster.Cluster) error {
 
 func table(tw *tabwriter.Writer, st *cluster.Status) {
 	cs := st.Cluster
-	fmt.Fprintf(tw, "CLUSTER\tID\tVERSION\tSTORAGE\tLEADER\tQUORATE\tMEMBERS\n")
-	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%v\t%d voting, %d learners, %d healthy\n\n",
-		cs.Name, dash(cs.ID), dash(cs.Version), dash(cs.StorageVersion), dash(cs.Leader), cs.Quorate,
+	tl := fmt.Sprint(cs.Timeline)
+	if cs.ParentTimeline != 0 {
+		tl += fmt.Sprintf(" (from %d at revision %d)", cs.ParentTimeline, cs.BranchRevision)
+	}
+	fmt.Fprintf(tw, "CLUSTER\tID\tVERSION\tSTORAGE\tLEADER\tQUORATE\tTIMELINE\tMEMBERS\n")
+	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%v\t%s\t%d voting, %d learners, %d healthy\n\n",
+		cs.Name, dash(cs.ID), dash(cs.Version), dash(cs.StorageVersion), dash(cs.Leader), cs.Quorate, tl,
 		cs.VotingMembers, cs.Learners, cs.HealthyMembers)
 	fmt.Fprintf(tw, "NAME\tID\tROLE\tHEALTHY\tVERSION\tPROCESS\tDB SIZE\tIN USE\tREVISION\tTERM\tAPPLIED\tALARMS\tCLIENT URL\tLAST ERROR\n")
 	for _, m := range st.Members {

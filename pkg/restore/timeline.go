@@ -1,0 +1,96 @@
+package restore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/etcd-steward/steward/pkg/backup"
+	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/datadir"
+	"github.com/etcd-steward/steward/pkg/refusal"
+)
+
+// A restore's part in timelines (docs/backup.md#timelines; the formats
+// and the pure logic are pkg/backup/timeline.go): it checks the target,
+// reads the history (source.go: loadHistory, currentTimeline), resumes
+// above the highest revision ever served (prepare), records the new
+// timeline in the store (recordTimeline, before any data dir changes) and
+// in the spec (commit).
+
+// checkTarget refuses a target that cannot be restored, before anything
+// is read or changed.
+func checkTarget(o Options) error {
+	if o.ToRevision < 0 {
+		return fmt.Errorf("target revision %d: %w: etcd revisions start at 1", o.ToRevision, ErrBadRevision)
+	}
+	if o.ToRevision > 0 && !o.ToTime.IsZero() {
+		return refusal.New(ErrConflictingTargets, "refusing to restore to revision %d and to time %s at once: each chooses the point to restore; give one",
+			o.ToRevision, o.ToTime.UTC().Format(time.RFC3339))
+	}
+	if o.Timeline < 0 {
+		return refusal.New(ErrUnknownTimeline, "refusing to restore timeline %d: timelines are numbered from 1", o.Timeline)
+	}
+	if o.Timeline != 0 && o.Backup != "" && o.Backup != "latest" {
+		return refusal.New(ErrConflictingTargets, "refusing to restore backup %s of timeline %d: a backup ID names its own timeline; give one", o.Backup, o.Timeline)
+	}
+	return nil
+}
+
+// fileHistory is what the backup store knows of the timelines, for a
+// restore from a snapshot file: its history and highest revision, and the
+// store to record the new timeline in. An unreachable store is reported
+// and left out (the data dirs' revisions and the margin still count).
+func fileHistory(ctx context.Context, c *cluster.Cluster) (backup.History, int64, backup.Store) {
+	store, err := c.BackupStore(ctx)
+	if err == nil {
+		var l backup.Listing
+		if l, err = c.Backups(ctx, store, false); err == nil {
+			var h backup.History
+			if h, err = loadHistory(ctx, c, store, l.Backups); err == nil {
+				return h, backup.HighestRevision(l.Backups, h), store
+			}
+		}
+	}
+	c.Progress.Say("warning: the backup store's timelines are not known (%v): the new timeline is not recorded there", err)
+	h := backup.BuildHistory(nil, nil)
+	if t := c.Spec.Timeline; t != nil {
+		return h, t.StartRevision, nil
+	}
+	return h, 0, nil
+}
+
+// dataDirRevisions is the highest revision in the spec's members' data
+// dirs (those a restore replaces, and those it leaves): the writes the
+// cluster served after its last backup. A data dir that cannot be read
+// counts nothing (the margin covers it).
+func dataDirRevisions(ctx context.Context, c *cluster.Cluster) int64 {
+	var top int64
+	for _, mem := range c.Spec.Members {
+		f, err := c.CheckDataDir(ctx, mem)
+		if err == nil && f.State == datadir.Valid {
+			top = max(top, f.Revision)
+		}
+	}
+	return top
+}
+
+// recordTimeline writes the new timeline's history object into store (nil:
+// the store is unreachable, for a snapshot file: nothing is recorded).
+func recordTimeline(ctx context.Context, c *cluster.Cluster, store backup.Store, p prepared, full backup.Manifest) error {
+	if store == nil {
+		return nil
+	}
+	auth, err := c.BackupAuthKey()
+	if err != nil {
+		return err
+	}
+	rec := backup.TimelineRecord{
+		Lineage:       backup.Lineage{Timeline: p.timeline.ID, ParentTimeline: p.timeline.Parent, BranchRevision: p.timeline.BranchRevision},
+		StartRevision: p.bumped, ClusterID: full.ClusterID, Source: p.from, CreatedAt: time.Now().UTC(),
+	}
+	if full.ID != "" {
+		rec.Source = full.ID
+	}
+	return backup.PutTimeline(ctx, store, auth, &rec)
+}
