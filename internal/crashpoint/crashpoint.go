@@ -22,6 +22,10 @@
 //     after the new full backup's object is stored, before its manifest;
 //   - backup-compact-after-manifest   after that manifest is stored, before
 //     it is read back;
+//   - replace-built:N  in the replace step of an upgrade or rollback by
+//     restore (pkg/upgrade), after the new data dir of the N-th member (from
+//     0, in spec order) is built, on its host, before the next is built or
+//     the spec names them;
 //   - restore-staged:N  in a restore (pkg/restore), after the data dir of
 //     its N-th target member (from 0, in spec order) is staged, before the
 //     next is staged or any is committed.
@@ -53,6 +57,9 @@ const (
 	// RestoreStaged is hit in a restore after a member's data dir is
 	// staged, before the next member's is staged or any is committed.
 	RestoreStaged = "restore-staged"
+	// ReplaceBuilt is hit in an upgrade or rollback by restore after a
+	// member's new data dir is built (on its host), before the next is.
+	ReplaceBuilt = "replace-built"
 )
 
 // Indexed returns the name of a repeating point's i-th instance: "POINT:I".

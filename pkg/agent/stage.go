@@ -13,6 +13,7 @@ import (
 
 	"github.com/etcd-steward/steward/internal/scratch"
 	"github.com/etcd-steward/steward/pkg/agentapi"
+	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/datadir"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
@@ -63,6 +64,11 @@ func (a *Agent) StageDataDir(ctx context.Context, name string, req agentapi.Stag
 	if err != nil {
 		return "", badRequest{fmt.Errorf("stage request for %s: %w", name, err)}
 	}
+	if req.Version != "" {
+		if v, err := binaries.NormalizeVersion(req.Version); err != nil || v != req.Version {
+			return "", badRequest{fmt.Errorf("stage request for %s: version record %q: want an etcd version such as 3.6.4", name, req.Version)}
+		}
+	}
 	// Held while it stages; a killed stage's copy is swept by the next.
 	sd, err := scratch.New(a.opts.Dir, "tmp-stage-")
 	if err != nil {
@@ -105,8 +111,52 @@ func (a *Agent) StageDataDir(ctx context.Context, name string, req agentapi.Stag
 	}, out); err != nil {
 		return "", err
 	}
+	if req.Version != "" {
+		if err := datadir.WriteRecord(out, req.Version, time.Now()); err != nil {
+			_ = os.RemoveAll(out)
+			return "", err
+		}
+	}
 	a.log.Info("staged a restored data dir", "member", name, "staged", out)
 	return out, nil
+}
+
+// Applied reads the applied and committed index of stopped member name's
+// data dir (datadir.Applied).
+func (a *Agent) Applied(name string) (agentapi.AppliedIndex, error) {
+	cfg, err := a.stoppedConfig(name, "reading its applied index")
+	if err != nil {
+		return agentapi.AppliedIndex{}, err
+	}
+	applied, committed, err := datadir.Applied(cfg.DataDir)
+	if err != nil {
+		return agentapi.AppliedIndex{}, badRequest{err}
+	}
+	return agentapi.AppliedIndex{Applied: applied, Committed: committed}, nil
+}
+
+// OpenDatabase opens stopped member name's database (member/snap/db) for
+// a copy and returns it with its SHA-256 (hex) and size: the source of an
+// upgrade by restore, which the coordinator stages every member from.
+func (a *Agent) OpenDatabase(name string) (*os.File, string, int64, error) {
+	cfg, err := a.stoppedConfig(name, "copying its database")
+	if err != nil {
+		return nil, "", 0, err
+	}
+	f, err := os.Open(filepath.Join(cfg.DataDir, "member", "snap", "db"))
+	if err != nil {
+		return nil, "", 0, badRequest{fmt.Errorf("database of %s: %w", name, err)}
+	}
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err == nil {
+		_, err = f.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		f.Close()
+		return nil, "", 0, err
+	}
+	return f, hex.EncodeToString(h.Sum(nil)), n, nil
 }
 
 // stagedOf checks that staged is a data dir this agent staged for member
