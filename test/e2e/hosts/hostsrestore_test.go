@@ -3,9 +3,12 @@ package hosts_test
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcd-steward/steward/internal/crashpoint"
 	"github.com/etcd-steward/steward/pkg/plan"
@@ -87,4 +90,40 @@ func TestHostsUpgradeByRestore(t *testing.T) {
 		harness.Eventually(t, time.Minute, 100*time.Millisecond, "writes after the rollback", w.RevAbove(rev))
 	})
 	w.Finish(t) // every acknowledged write, through both restores across hosts
+}
+
+// TestHostsOfflineUpgrade: a single member on another host goes 3.5 ->
+// 3.7 with the offline strategy: on 3.6 on a private client port until a
+// raft snapshot is written (its agent reports it: the data dir is on that
+// host), then on 3.7. The keyspace is the same afterwards.
+func TestHostsOfflineUpgrade(t *testing.T) {
+	t.Parallel()
+	vs := harness.Versions()
+	hs := harness.NewHosts(t, 1)
+	hs.Init(vs[0])
+	hs.StartAgents()
+	hs.MustRun("up")
+	hs.WaitStatus(time.Minute, "one healthy member on another host", harness.Healthy)
+	cli := hs.Client()
+	defer cli.Close()
+	for i := range 50 {
+		if _, err := cli.Put(t.Context(), "offline/"+strconv.Itoa(i), strconv.Itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hs.MustRun("upgrade", "apply", "--to", vs[2], "--strategy", "offline")
+	st := hs.WaitStatus(time.Minute, "the member healthy on "+vs[2], harness.Healthy)
+	harness.RequireVersion(t, st, vs[2], "after the offline upgrade")
+	p := harness.LatestPlan(t, hs.Env)
+	m := hs.Spec().Members[0]
+	if p.State != plan.Done || p.Strategy != "offline" || p.Value("snapshot."+m.Name) != vs[1] {
+		t.Fatalf("plan %s: state %s, strategy %s, snapshot on %q (want %s)", p.ID, p.State, p.Strategy, p.Value("snapshot."+m.Name), vs[1])
+	}
+	r, err := cli.Get(t.Context(), "offline/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Kvs) != 50 {
+		t.Fatalf("%d keys after the offline upgrade, want 50", len(r.Kvs))
+	}
 }
