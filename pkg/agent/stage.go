@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -112,6 +113,7 @@ func (a *Agent) StageDataDir(ctx context.Context, name string, req agentapi.Stag
 		return "", err
 	}
 	if req.Version != "" {
+		// Beside the staged dir; the commit moves it with the dir.
 		if err := datadir.WriteRecord(out, req.Version, time.Now()); err != nil {
 			_ = os.RemoveAll(out)
 			return "", err
@@ -191,6 +193,11 @@ func (a *Agent) CommitDataDir(name, staged string) (string, error) {
 	if err := os.Rename(staged, dataDir); err != nil {
 		return aside, fmt.Errorf("put restored data dir of %s in place: %w (it waits in %s)", name, err, staged)
 	}
+	// The version record a stage wrote goes with its dir (the old dir's
+	// went aside with it).
+	if err := os.Rename(datadir.RecordPath(staged), datadir.RecordPath(dataDir)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return aside, fmt.Errorf("put the version record of the restored data dir of %s in place: %w", name, err)
+	}
 	return aside, nil
 }
 
@@ -199,5 +206,11 @@ func (a *Agent) DiscardStaged(name, staged string) error {
 	if _, err := a.stagedOf(name, staged); err != nil {
 		return err
 	}
-	return os.RemoveAll(staged)
+	if err := os.RemoveAll(staged); err != nil {
+		return err
+	}
+	if err := os.Remove(datadir.RecordPath(staged)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
 }

@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcd-steward/steward/internal/crashpoint"
+	"github.com/etcd-steward/steward/pkg/datadir"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/test/harness"
 	"github.com/etcd-steward/steward/test/workload"
@@ -46,6 +47,15 @@ func TestHostsUpgradeByRestore(t *testing.T) {
 		}
 		if got := e.Spec(); got.Members[0].DataDir != before.Members[0].DataDir {
 			t.Fatalf("the spec names new data dirs before every member's was built: %s", got.Members[0].DataDir)
+		}
+		// The first two members' new data dirs were built on their hosts,
+		// with version records saying the version their database ran on.
+		for _, m := range before.Members[:2] {
+			nd := filepath.Join(hs.Host(m.Agent).Dir, m.DataDir+"-v"+vs[1])
+			rec, ok, err := datadir.ReadRecord(nd)
+			if _, serr := os.Stat(filepath.Join(nd, "member", "snap", "db")); serr != nil || !ok || err != nil || rec.Version != vs[0] {
+				t.Fatalf("member %s: new data dir %s on host %s: %v; version record %+v %v %v", m.Name, nd, m.Agent, serr, rec, ok, err)
+			}
 		}
 		e.MustRun("plan", "resume")
 		st := e.WaitStatus(time.Minute, "every member healthy on "+vs[1], harness.Healthy)
