@@ -23,8 +23,9 @@ import (
 // (copied from the source member's host) and each host's agent builds its
 // member's new data dir; the coordinator is killed in the replace step
 // after the second member's new data dir was built, and `plan resume`
-// converges. Every acknowledged write is there at the end, and the old
-// data dirs stay on their hosts.
+// converges; the rollback's coordinator is killed after the first member's
+// new data dir was built, and resumed too. Every acknowledged write is
+// there at the end, and the old data dirs stay on their hosts.
 func TestHostsUpgradeByRestore(t *testing.T) {
 	t.Parallel()
 	vs := harness.Versions()
@@ -84,9 +85,16 @@ func TestHostsUpgradeByRestore(t *testing.T) {
 	}) {
 		return
 	}
-	t.Run("rollback by restore to "+vs[0], func(t *testing.T) {
+	t.Run("rollback by restore to "+vs[0]+", coordinator killed mid-replace", func(t *testing.T) {
 		e := hs.Env.For(t)
-		e.MustRun("rollback", "--strategy", "restore")
+		// Killed after the first member's new data dir (the backup with
+		// the keyspace grafted in) was built on its host.
+		point := crashpoint.Indexed(crashpoint.ReplaceBuilt, 0)
+		_, se, err := e.RunEnv([]string{crashpoint.EnvVar + "=" + point}, "rollback", "--strategy", "restore")
+		if err == nil || !strings.Contains(se, "crashpoint: "+point) {
+			t.Fatalf("want the coordinator killed at %s: %v: %s", point, err, se)
+		}
+		e.MustRun("plan", "resume")
 		st := e.WaitStatus(time.Minute, "every member back on "+vs[0], harness.Healthy)
 		harness.RequireVersion(t, st, vs[0], "after the rollback by restore")
 		rb := harness.LatestPlan(t, e)
