@@ -26,6 +26,8 @@
 //     restore (pkg/upgrade), after the new data dir of the N-th member (from
 //     0, in spec order) is built, on its host, before the next is built or
 //     the spec names them;
+//   - agent-stage-staged  in an agent, after it staged a data dir for a
+//     stage request (a restore, an upgrade by restore), before it answers;
 //   - restore-staged:N  in a restore (pkg/restore), after the data dir of
 //     its N-th target member (from 0, in spec order) is staged, before the
 //     next is staged or any is committed.
@@ -61,6 +63,11 @@ const (
 	// member's new data dir is built (on its host), before the next is.
 	ReplaceBuilt = "replace-built"
 )
+
+// AgentStageStaged is hit in an agent (pkg/agent) after it staged a data
+// dir for a stage request (and wrote its version record), before it
+// answers.
+const AgentStageStaged = "agent-stage-staged"
 
 // Indexed returns the name of a repeating point's i-th instance: "POINT:I".
 func Indexed(point string, i int) string { return point + ":" + strconv.Itoa(i) }

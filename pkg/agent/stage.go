@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/crashpoint"
 	"github.com/etcd-steward/steward/internal/scratch"
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/binaries"
@@ -120,6 +121,7 @@ func (a *Agent) StageDataDir(ctx context.Context, name string, req agentapi.Stag
 		}
 	}
 	a.log.Info("staged a restored data dir", "member", name, "staged", out)
+	crashpoint.Hit(crashpoint.AgentStageStaged)
 	return out, nil
 }
 

@@ -23,9 +23,11 @@ import (
 // (copied from the source member's host) and each host's agent builds its
 // member's new data dir; the coordinator is killed in the replace step
 // after the second member's new data dir was built, and `plan resume`
-// converges; the rollback's coordinator is killed after the first member's
-// new data dir was built, and resumed too. Every acknowledged write is
-// there at the end, and the old data dirs stay on their hosts.
+// converges. In the rollback, the second member's agent is killed once it
+// staged that member's new data dir (the step fails naming its host), and,
+// on the resume, the coordinator after the first member's was built again;
+// the next resume converges. Every acknowledged write is there at the end,
+// and the old data dirs stay on their hosts.
 func TestHostsUpgradeByRestore(t *testing.T) {
 	t.Parallel()
 	vs := harness.Versions()
@@ -38,6 +40,7 @@ func TestHostsUpgradeByRestore(t *testing.T) {
 	defer cli.Close()
 	w := harness.UnderWrites(t, cli, workload.Options{Prefix: "hosts-restore", Attempts: 20, Timeout: 3 * time.Second}, harness.Expect{})
 	before := hs.Spec()
+	var upgradedDir string // the first member's data dir after the upgrade
 
 	if !t.Run("upgrade by restore to "+vs[1]+", coordinator killed mid-replace", func(t *testing.T) {
 		e := hs.Env.For(t)
@@ -65,8 +68,9 @@ func TestHostsUpgradeByRestore(t *testing.T) {
 		if p.State != plan.Done || p.Strategy != "restore" || p.To != vs[1] {
 			t.Fatalf("upgrade plan %s: state %s, strategy %s, to %s", p.ID, p.State, p.Strategy, p.To)
 		}
-		after := e.Spec()
-		for i, m := range after.Members {
+		upgraded := e.Spec()
+		upgradedDir = upgraded.Members[0].DataDir
+		for i, m := range upgraded.Members {
 			old := before.Members[i]
 			if !strings.HasSuffix(m.DataDir, "-v"+vs[1]) {
 				t.Errorf("member %s: data dir %s, want a new one for %s", m.Name, m.DataDir, vs[1])
@@ -85,12 +89,33 @@ func TestHostsUpgradeByRestore(t *testing.T) {
 	}) {
 		return
 	}
-	t.Run("rollback by restore to "+vs[0]+", coordinator killed mid-replace", func(t *testing.T) {
+	t.Run("rollback by restore to "+vs[0]+", an agent and the coordinator killed mid-replace", func(t *testing.T) {
 		e := hs.Env.For(t)
-		// Killed after the first member's new data dir (the backup with
-		// the keyspace grafted in) was built on its host.
+		// The second member's agent dies once it has staged that member's
+		// new data dir (the backup with the keyspace grafted in), before
+		// it answers: the step fails naming its host.
+		second := before.Members[1]
+		h := hs.Host(second.Agent)
+		h.KillAgent()
+		h.Env = []string{crashpoint.EnvVar + "=" + crashpoint.AgentStageStaged}
+		h.StartAgent(t, "")
+		e.WaitStatus(time.Minute, "healthy with the restarted agent", harness.Healthy)
+		msg := e.MustFail("rollback", "--strategy", "restore")
+		if !strings.Contains(msg, second.Name) || !strings.Contains(msg, "host "+second.Agent) {
+			t.Fatalf("the failed step does not name %s on host %s: %s", second.Name, second.Agent, msg)
+		}
+		if log, _ := os.ReadFile(filepath.Join(h.Dir, "logs", "agent-"+h.Name+".log")); !strings.Contains(string(log), "crashpoint: "+crashpoint.AgentStageStaged) {
+			t.Fatalf("the agent of host %s was not killed at %s: %s", h.Name, crashpoint.AgentStageStaged, msg)
+		}
+		if sp := e.Spec(); sp.Version != vs[1] || sp.Members[0].DataDir != upgradedDir {
+			t.Fatalf("the spec changed before every new data dir was built: %+v", e.Spec().Members[0])
+		}
+		h.Env = nil
+		h.StartAgent(t, "")
+		// Then the coordinator is killed after the first member's new data
+		// dir was built again, and resumed.
 		point := crashpoint.Indexed(crashpoint.ReplaceBuilt, 0)
-		_, se, err := e.RunEnv([]string{crashpoint.EnvVar + "=" + point}, "rollback", "--strategy", "restore")
+		_, se, err := e.RunEnv([]string{crashpoint.EnvVar + "=" + point}, "plan", "resume")
 		if err == nil || !strings.Contains(se, "crashpoint: "+point) {
 			t.Fatalf("want the coordinator killed at %s: %v: %s", point, err, se)
 		}
