@@ -22,6 +22,12 @@
 //     after the new full backup's object is stored, before its manifest;
 //   - backup-compact-after-manifest   after that manifest is stored, before
 //     it is read back;
+//   - replace-built:N  in the replace step of an upgrade or rollback by
+//     restore (pkg/upgrade), after the new data dir of the N-th member (from
+//     0, in spec order) is built, on its host, before the next is built or
+//     the spec names them;
+//   - agent-stage-staged  in an agent, after it staged a data dir for a
+//     stage request (a restore, an upgrade by restore), before it answers;
 //   - restore-staged:N  in a restore (pkg/restore), after the data dir of
 //     its N-th target member (from 0, in spec order) is staged, before the
 //     next is staged or any is committed.
@@ -53,7 +59,15 @@ const (
 	// RestoreStaged is hit in a restore after a member's data dir is
 	// staged, before the next member's is staged or any is committed.
 	RestoreStaged = "restore-staged"
+	// ReplaceBuilt is hit in an upgrade or rollback by restore after a
+	// member's new data dir is built (on its host), before the next is.
+	ReplaceBuilt = "replace-built"
 )
+
+// AgentStageStaged is hit in an agent (pkg/agent) after it staged a data
+// dir for a stage request (and wrote its version record), before it
+// answers.
+const AgentStageStaged = "agent-stage-staged"
 
 // Indexed returns the name of a repeating point's i-th instance: "POINT:I".
 func Indexed(point string, i int) string { return point + ":" + strconv.Itoa(i) }

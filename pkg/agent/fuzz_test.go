@@ -2,12 +2,17 @@ package agent
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -132,4 +137,89 @@ func FuzzPutMember(f *testing.F) {
 			t.Fatalf("PUT answered %d: %s", rec.Code, rec.Body)
 		}
 	})
+}
+
+// FuzzStageHeader sends arbitrary X-Steward-Stage headers (SHA replaced by
+// the body's SHA-256, so the fuzzer reaches the staging itself) with
+// arbitrary snapshot bodies to a stopped member's stage endpoint.
+// Property: the agent answers (no panic); a refused stage leaves nothing
+// beside the data dir (no staged dir, no version record) and no scratch
+// directory; an accepted one leaves one staged dir, with a version record
+// exactly when the header asked for one.
+func FuzzStageHeader(f *testing.F) {
+	f.Add(`{"initialCluster":"etcd-1=http://127.0.0.1:2380","sha256":"SHA"}`, []byte("not a database"))
+	f.Add(`{"initialCluster":"etcd-1=http://127.0.0.1:2380","version":"3.6.16","sha256":"SHA"}`, []byte{})
+	f.Add(`{"initialCluster":"etcd-1=http://127.0.0.1:2380","version":"v3.6","sha256":"SHA"}`, []byte("x"))
+	f.Add(`{"initialCluster":"etcd-1=http://127.0.0.1:2380","memberIDs":{"etcd-1":"zz"},"sha256":"SHA"}`, []byte("x"))
+	f.Add(`{"initialCluster":"etcd-1=http://127.0.0.1:2380","dataDir":"/elsewhere","sha256":"SHA"}`, []byte("x"))
+	f.Fuzz(func(t *testing.T, header string, body []byte) {
+		if resolves(header) {
+			return // a DNS name in the initial cluster: etcd's restore resolves it, which a fuzz run does not wait for
+		}
+		root := t.TempDir()
+		a := New(Options{Dir: filepath.Join(root, "steward"), Log: slog.New(slog.DiscardHandler)})
+		for _, d := range []string{a.membersDir(), filepath.Join(a.opts.Dir, "logs"), a.runDir()} {
+			if err := os.MkdirAll(d, 0o700); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cfg := baseConfig()
+		cfg.DataDir = filepath.Join(root, "steward", "members", cfg.Name, "data")
+		h := a.Handler()
+		put := httptest.NewRecorder()
+		b, _ := json.Marshal(cfg)
+		h.ServeHTTP(put, httptest.NewRequest(http.MethodPut, "/v1/members/"+cfg.Name, bytes.NewReader(b)))
+		if put.Code != http.StatusOK {
+			t.Fatalf("put member: %d %s", put.Code, put.Body)
+		}
+		sum := sha256.Sum256(body)
+		req := httptest.NewRequest(http.MethodPut, "/v1/members/"+cfg.Name+"/datadir/stage", bytes.NewReader(body))
+		req.Header.Set("X-Steward-Stage", strings.ReplaceAll(header, "SHA", hex.EncodeToString(sum[:])))
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		staged, _ := filepath.Glob(cfg.DataDir + ".restoring-*")
+		scratch, _ := filepath.Glob(filepath.Join(root, "steward", "tmp-stage-*"))
+		if len(scratch) != 0 {
+			t.Fatalf("answered %d and left %v", rec.Code, scratch)
+		}
+		if rec.Code != http.StatusOK {
+			if len(staged) != 0 {
+				t.Fatalf("a refused stage (%d %s) left %v", rec.Code, rec.Body, staged)
+			}
+			return
+		}
+		var out agentapi.Staged
+		if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || out.Staged == "" {
+			t.Fatalf("200 without a staged dir: %s", rec.Body)
+		}
+		var req2 agentapi.StageRequest
+		_ = json.Unmarshal([]byte(req.Header.Get("X-Steward-Stage")), &req2)
+		want := []string{out.Staged}
+		if req2.Version != "" {
+			want = append(want, out.Staged+".version")
+		}
+		if !slices.Equal(staged, want) {
+			t.Fatalf("an accepted stage left %v, want %v", staged, want)
+		}
+	})
+}
+
+// resolves reports whether a stage header's initial cluster names a host
+// that is not an IP address (etcd's restore would look it up).
+func resolves(header string) bool {
+	var req agentapi.StageRequest
+	if json.Unmarshal([]byte(header), &req) != nil {
+		return false
+	}
+	for pair := range strings.SplitSeq(req.InitialCluster, ",") {
+		_, raw, _ := strings.Cut(pair, "=")
+		u, err := url.Parse(raw)
+		if err != nil {
+			continue
+		}
+		if h := u.Hostname(); h != "" && net.ParseIP(h) == nil {
+			return true
+		}
+	}
+	return false
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -144,6 +145,24 @@ func (a *Agent) Handler() http.Handler {
 			return
 		}
 		reply(w, nil, a.DiscardStaged(name, req.Staged))
+	}))
+	mux.HandleFunc("GET /v1/members/{name}/datadir/applied", named(func(w http.ResponseWriter, r *http.Request, name string) {
+		ai, err := a.Applied(name)
+		reply(w, ai, err)
+	}))
+	mux.HandleFunc("GET /v1/members/{name}/datadir/db", named(func(w http.ResponseWriter, r *http.Request, name string) {
+		f, sum, n, err := a.OpenDatabase(name)
+		if err != nil {
+			reply(w, nil, err)
+			return
+		}
+		defer f.Close()
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
+		w.Header().Set("X-Steward-SHA256", sum)
+		if _, err := io.CopyN(w, f, n); err != nil {
+			a.log.Warn("sending a member's database", "member", name, "err", err)
+		}
 	}))
 	mux.HandleFunc("GET /v1/kept", func(w http.ResponseWriter, r *http.Request) {
 		ks, err := a.Kept()

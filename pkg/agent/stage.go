@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,8 +12,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/crashpoint"
 	"github.com/etcd-steward/steward/internal/scratch"
 	"github.com/etcd-steward/steward/pkg/agentapi"
+	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/datadir"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
@@ -63,6 +66,11 @@ func (a *Agent) StageDataDir(ctx context.Context, name string, req agentapi.Stag
 	if err != nil {
 		return "", badRequest{fmt.Errorf("stage request for %s: %w", name, err)}
 	}
+	if req.Version != "" {
+		if v, err := binaries.NormalizeVersion(req.Version); err != nil || v != req.Version {
+			return "", badRequest{fmt.Errorf("stage request for %s: version record %q: want an etcd version such as 3.6.4", name, req.Version)}
+		}
+	}
 	// Held while it stages; a killed stage's copy is swept by the next.
 	sd, err := scratch.New(a.opts.Dir, "tmp-stage-")
 	if err != nil {
@@ -105,8 +113,54 @@ func (a *Agent) StageDataDir(ctx context.Context, name string, req agentapi.Stag
 	}, out); err != nil {
 		return "", err
 	}
+	if req.Version != "" {
+		// Beside the staged dir; the commit moves it with the dir.
+		if err := datadir.WriteRecord(out, req.Version, time.Now()); err != nil {
+			_ = os.RemoveAll(out)
+			return "", err
+		}
+	}
 	a.log.Info("staged a restored data dir", "member", name, "staged", out)
+	crashpoint.Hit(crashpoint.AgentStageStaged)
 	return out, nil
+}
+
+// Applied reads the applied and committed index of stopped member name's
+// data dir (datadir.Applied).
+func (a *Agent) Applied(name string) (agentapi.AppliedIndex, error) {
+	cfg, err := a.stoppedConfig(name, "reading its applied index")
+	if err != nil {
+		return agentapi.AppliedIndex{}, err
+	}
+	applied, committed, err := datadir.Applied(cfg.DataDir)
+	if err != nil {
+		return agentapi.AppliedIndex{}, badRequest{err}
+	}
+	return agentapi.AppliedIndex{Applied: applied, Committed: committed}, nil
+}
+
+// OpenDatabase opens stopped member name's database (member/snap/db) for
+// a copy and returns it with its SHA-256 (hex) and size: the source of an
+// upgrade by restore, which the coordinator stages every member from.
+func (a *Agent) OpenDatabase(name string) (*os.File, string, int64, error) {
+	cfg, err := a.stoppedConfig(name, "copying its database")
+	if err != nil {
+		return nil, "", 0, err
+	}
+	f, err := os.Open(filepath.Join(cfg.DataDir, "member", "snap", "db"))
+	if err != nil {
+		return nil, "", 0, badRequest{fmt.Errorf("database of %s: %w", name, err)}
+	}
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err == nil {
+		_, err = f.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		f.Close()
+		return nil, "", 0, err
+	}
+	return f, hex.EncodeToString(h.Sum(nil)), n, nil
 }
 
 // stagedOf checks that staged is a data dir this agent staged for member
@@ -141,6 +195,11 @@ func (a *Agent) CommitDataDir(name, staged string) (string, error) {
 	if err := os.Rename(staged, dataDir); err != nil {
 		return aside, fmt.Errorf("put restored data dir of %s in place: %w (it waits in %s)", name, err, staged)
 	}
+	// The version record a stage wrote goes with its dir (the old dir's
+	// went aside with it).
+	if err := os.Rename(datadir.RecordPath(staged), datadir.RecordPath(dataDir)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return aside, fmt.Errorf("put the version record of the restored data dir of %s in place: %w", name, err)
+	}
 	return aside, nil
 }
 
@@ -149,5 +208,11 @@ func (a *Agent) DiscardStaged(name, staged string) error {
 	if _, err := a.stagedOf(name, staged); err != nil {
 		return err
 	}
-	return os.RemoveAll(staged)
+	if err := os.RemoveAll(staged); err != nil {
+		return err
+	}
+	if err := os.Remove(datadir.RecordPath(staged)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
 }

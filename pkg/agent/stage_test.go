@@ -2,11 +2,17 @@ package agent
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/etcd-steward/steward/pkg/agentapi"
 )
 
 // The data-dir endpoints act only on what belongs to the member: a commit
@@ -62,5 +68,72 @@ func TestDataDirEndpointsRefuse(t *testing.T) {
 	}
 	if m, _ := filepath.Glob(filepath.Join(root, "steward", "tmp-stage-*")); len(m) != 0 {
 		t.Fatalf("left a temporary directory: %v", m)
+	}
+}
+
+// The endpoints of an upgrade by restore across hosts: the agent reports
+// the capability; a stopped member's database is served with its SHA-256;
+// a running member's database, a member without one and a version record
+// that is no etcd version are refused (400) and stage nothing.
+func TestRebuildEndpoints(t *testing.T) {
+	root, a, srv := apiAgent(t)
+	if !slices.Contains(a.Info().Capabilities, agentapi.CapRebuildDataDirs) {
+		t.Fatalf("the agent reports %v, not %s", a.Info().Capabilities, agentapi.CapRebuildDataDirs)
+	}
+	cfg := baseConfig()
+	cfg.DataDir = filepath.Join(root, "steward", "members", cfg.Name, "data")
+	if code, body := call(t, srv, http.MethodPut, "/v1/members/"+cfg.Name, configJSON(t, cfg)); code != http.StatusOK {
+		t.Fatalf("put member: %d %s", code, body)
+	}
+	for _, p := range []string{"applied", "db"} {
+		if code, body := call(t, srv, http.MethodGet, "/v1/members/"+cfg.Name+"/datadir/"+p, ""); code != http.StatusBadRequest || !strings.Contains(body, cfg.Name) {
+			t.Errorf("%s of a member without a database: %d %s, want 400 naming it", p, code, body)
+		}
+	}
+	db := filepath.Join(cfg.DataDir, "member", "snap", "db")
+	if err := os.MkdirAll(filepath.Dir(db), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	content := []byte("a stopped member's database")
+	if err := os.WriteFile(db, content, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+"/v1/members/"+cfg.Name+"/datadir/db", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	sum := sha256.Sum256(content)
+	if resp.StatusCode != http.StatusOK || !bytes.Equal(got, content) || resp.Header.Get("X-Steward-SHA256") != hex.EncodeToString(sum[:]) {
+		t.Fatalf("database: %d %q sha256 %q", resp.StatusCode, got, resp.Header.Get("X-Steward-SHA256"))
+	}
+
+	// A version record that is no etcd version stages nothing.
+	req, _ = http.NewRequestWithContext(t.Context(), http.MethodPut, srv.URL+"/v1/members/"+cfg.Name+"/datadir/stage", bytes.NewReader(content))
+	req.Header.Set("X-Steward-Stage", `{"initialCluster":"`+cfg.Name+`=`+cfg.PeerURL+`","version":"v3.6","sha256":"`+hex.EncodeToString(sum[:])+`"}`)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "v3.6") {
+		t.Fatalf("a bad version record: %d %s, want 400 naming it", resp.StatusCode, body)
+	}
+	if m, _ := filepath.Glob(cfg.DataDir + ".restoring-*"); len(m) != 0 {
+		t.Fatalf("staged anyway: %v", m)
+	}
+
+	// A member that is to run is not read.
+	m, _ := a.member(cfg.Name)
+	m.mu.Lock()
+	m.desired = true
+	m.mu.Unlock()
+	for _, p := range []string{"applied", "db"} {
+		if code, body := call(t, srv, http.MethodGet, "/v1/members/"+cfg.Name+"/datadir/"+p, ""); code != http.StatusBadRequest || !strings.Contains(body, "stop it") {
+			t.Errorf("%s of a running member: %d %s, want 400", p, code, body)
+		}
 	}
 }

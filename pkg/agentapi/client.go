@@ -157,7 +157,7 @@ func (c *Client) StageDataDir(ctx context.Context, name, snapshot string, to mem
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return "", err
 	}
-	hdr, err := json.Marshal(StageRequest{InitialCluster: to.InitialCluster, MemberIDs: to.MemberIDs, ClusterID: to.ClusterID, SHA256: hex.EncodeToString(h.Sum(nil))})
+	hdr, err := json.Marshal(StageRequest{InitialCluster: to.InitialCluster, MemberIDs: to.MemberIDs, ClusterID: to.ClusterID, Version: to.Version, SHA256: hex.EncodeToString(h.Sum(nil))})
 	if err != nil {
 		return "", err
 	}
@@ -176,6 +176,66 @@ func (c *Client) CommitDataDir(ctx context.Context, name, staged string) (string
 // DiscardStaged removes a data dir the agent staged.
 func (c *Client) DiscardStaged(ctx context.Context, name, staged string) error {
 	return c.do(ctx, http.MethodPost, "/v1/members/"+name+"/datadir/discard", Staged{Staged: staged}, nil)
+}
+
+// Applied reads a stopped member's applied and committed index.
+func (c *Client) Applied(ctx context.Context, name string) (AppliedIndex, error) {
+	var out AppliedIndex
+	return out, c.do(ctx, http.MethodGet, "/v1/members/"+name+"/datadir/applied", nil, &out)
+}
+
+// FetchDatabase copies a stopped member's database to the local file dst
+// (0600, created: dst must not exist), checked against the SHA-256 the
+// agent sends; on any failure dst is removed.
+func (c *Client) FetchDatabase(ctx context.Context, name, dst string) (err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/v1/members/"+name+"/datadir/db", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if c.name != "" {
+			return &UnreachableError{Agent: c.name, Host: c.host, Address: c.address, Err: unwrapURL(err)}
+		}
+		return fmt.Errorf("%w at %s: %v", ErrUnreachable, c.address, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+		var e Error
+		if json.Unmarshal(b, &e) == nil && e.Error != "" {
+			return &APIError{Status: resp.StatusCode, Message: e.Error}
+		}
+		return &APIError{Status: resp.StatusCode, Message: strings.TrimSpace(string(b))}
+	}
+	want := resp.Header.Get("X-Steward-SHA256")
+	if len(want) != 64 {
+		return fmt.Errorf("agent %s: the database of %s came without its SHA-256", c.address, name)
+	}
+	f, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			os.Remove(dst)
+		}
+	}()
+	h := sha256.New()
+	_, err = io.Copy(io.MultiWriter(f, h), resp.Body)
+	if serr := f.Sync(); err == nil {
+		err = serr
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("agent %s: receive the database of %s: %w", c.address, name, err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != want {
+		return fmt.Errorf("agent %s: the database of %s arrived with SHA-256 %s, not %s", c.address, name, got, want)
+	}
+	return nil
 }
 
 // Kept lists the kept copies of data dirs on the agent's host, as JSON

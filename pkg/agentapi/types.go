@@ -14,6 +14,8 @@
 //	PUT    /v1/members/{name}/datadir/stage  snapshot body, X-Steward-Stage: StageRequest -> Staged
 //	POST   /v1/members/{name}/datadir/commit Staged -> Aside: the staged data dir in place, the old aside
 //	POST   /v1/members/{name}/datadir/discard Staged: remove a staged data dir
+//	GET    /v1/members/{name}/datadir/applied AppliedIndex of a stopped member's database and WAL
+//	GET    /v1/members/{name}/datadir/db     a stopped member's database (application/octet-stream, X-Steward-SHA256: hex)
 //	GET    /v1/members/{name}/freeport  Port: a free port on the member's host address
 //	GET    /v1/kept                    the kept copies of data dirs on the host ([]datadir.Kept)
 //	POST   /v1/kept/remove             KeptPath: remove one kept copy (400 for anything not named as one)
@@ -89,7 +91,22 @@ type AgentInfo struct {
 	StewardDir          string    `json:"stewardDir"`
 	EmbeddedEtcdVersion string    `json:"embeddedEtcdVersion"`
 	StartedAt           time.Time `json:"startedAt"`
+	// Capabilities name what this agent can do beyond the endpoints every
+	// agent serves (Cap*); an agent older than the field reports none.
+	Capabilities []string `json:"capabilities,omitempty"`
 }
+
+// Capabilities an agent reports (AgentInfo.Capabilities).
+const (
+	// CapRebuildDataDirs: the agent serves a stopped member's applied
+	// index and database (datadir/applied, datadir/db) and stages a data
+	// dir with a version record (StageRequest.Version): what the offline
+	// and restore upgrade strategies need of a member's host.
+	CapRebuildDataDirs = "rebuild-datadirs"
+)
+
+// AppliedIndex is a stopped member's applied and committed index.
+type AppliedIndex = memberrt.AppliedIndex
 
 // Results of a push (BinaryPush.Result).
 const (
@@ -160,7 +177,11 @@ type StageRequest struct {
 	InitialCluster string            `json:"initialCluster"`
 	MemberIDs      map[string]string `json:"memberIDs,omitempty"`
 	ClusterID      string            `json:"clusterID,omitempty"`
-	SHA256         string            `json:"sha256"`
+	// Version, when set, is written as the staged dir's version record
+	// (memberrt.StageTarget.Version); an agent without
+	// CapRebuildDataDirs refuses it as an unknown field.
+	Version string `json:"version,omitempty"`
+	SHA256  string `json:"sha256"`
 }
 
 // Staged names a data dir the agent staged (or, in a commit request, the

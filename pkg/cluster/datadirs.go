@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
+	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/datadir"
+	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -53,24 +56,48 @@ func (c *Cluster) MoveDataDirAside(ctx context.Context, m spec.Member, reason st
 	return aside, nil
 }
 
-// ErrNotAcrossHosts refuses an operation that builds data dirs on this
-// machine's file system (a restore, a recovery from a seed, the offline and
-// restore upgrade strategies) for members on other hosts: it is not built
-// across hosts yet, and doing it here would write where no member reads.
+// ErrNotAcrossHosts refuses an operation that is built for members of
+// this machine's agent only (a certificate take-over of an adopted
+// cluster) for members on other hosts.
 var ErrNotAcrossHosts = errors.New("not supported for members on other hosts yet")
 
-// RequireHere fails with ErrNotAcrossHosts, naming the members and their
-// hosts, when any of members runs on another host. what names the
-// operation.
-func (c *Cluster) RequireHere(what string, members ...spec.Member) error {
-	var far []string
+// CapRebuildDataDirs is what an agent must report for the upgrade
+// strategies that rebuild data dirs (offline, restore) on its host.
+const CapRebuildDataDirs = agentapi.CapRebuildDataDirs
+
+// ErrAgentTooOld refuses an operation that needs of a host's agent what
+// its version cannot do (it does not report the capability,
+// agentapi.AgentInfo.Capabilities).
+var ErrAgentTooOld = errors.New("agent too old")
+
+// RequireCapability fails with ErrAgentTooOld, naming each host and its
+// members, when the agent of any of members on another host does not
+// report capability (an agentapi.Cap* constant), or with the error of an
+// agent that does not answer. It asks before anything changes; what names
+// the operation. Members of this machine's agent are not asked: it is this
+// steward.
+func (c *Cluster) RequireCapability(ctx context.Context, what, capability string, members ...spec.Member) error {
+	asked := map[string]bool{}
+	var old []string
 	for _, m := range members {
-		if c.OnOtherHost(m) {
-			far = append(far, m.Name+" on host "+m.Agent)
+		if !c.OnOtherHost(m) || asked[m.Agent] {
+			continue
+		}
+		asked[m.Agent] = true
+		ac, err := c.AgentFor(m)
+		if err != nil {
+			return err
+		}
+		info, err := ac.Info(ctx)
+		if err != nil {
+			return fmt.Errorf("%s: ask the agent on host %s what it can do: %w; nothing was changed", what, m.Agent, err)
+		}
+		if !slices.Contains(info.Capabilities, capability) {
+			old = append(old, fmt.Sprintf("host %s (member %s)", m.Agent, m.Name))
 		}
 	}
-	if len(far) == 0 {
+	if len(old) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%s: %w (%s): it builds data dirs on this machine; nothing was changed", what, ErrNotAcrossHosts, strings.Join(far, ", "))
+	return refusal.New(ErrAgentTooOld, "%s: the agent on %s runs a steward that cannot do it (it does not report %q); nothing was changed", what, strings.Join(old, ", "), capability)
 }

@@ -67,9 +67,6 @@ func (c *Cluster) RunIsolated(ctx context.Context, names []string, version strin
 		}
 		cfg := c.MemberConfig(m)
 		cfg.Version = version
-		if c.OnOtherHost(m) && o.Snapshot {
-			return c.RequireHere("an isolated run with a snapshot", m)
-		}
 		if cfg.ClientURL, err = c.PrivateClientURL(ctx, m); err != nil {
 			return err
 		}
@@ -81,6 +78,19 @@ func (c *Cluster) RunIsolated(ctx context.Context, names []string, version strin
 		endpoints = append(endpoints, cfg.ClientURL)
 	}
 	started := time.Now()
+	// A member on another host: its agent reports the newest raft
+	// snapshot's time by that host's clock; one newer than before the run
+	// is this run's.
+	before := map[string]time.Time{}
+	for _, r := range runs {
+		if o.Snapshot && c.OnOtherHost(r.m) {
+			ms, err := r.ac.Member(ctx, r.m.Name)
+			if err != nil {
+				return fmt.Errorf("member %s on host %s: %w", r.m.Name, r.m.Agent, err)
+			}
+			before[r.m.Name] = ms.NewestSnapshot
+		}
+	}
 	var werr error
 	for _, r := range runs {
 		if _, err := r.ac.PutMember(ctx, r.cfg); err != nil {
@@ -110,7 +120,11 @@ func (c *Cluster) RunIsolated(ctx context.Context, names []string, version strin
 	}
 	for _, r := range runs {
 		if werr == nil && o.Snapshot {
-			if err := WaitSnapshot(ctx, r.cfg.DataDir, started, o.Timeout); err != nil {
+			wait := func() error { return WaitSnapshot(ctx, r.cfg.DataDir, started, o.Timeout) }
+			if c.OnOtherHost(r.m) {
+				wait = func() error { return waitSnapshotOf(ctx, r.ac, r.m.Name, before[r.m.Name], o.Timeout) }
+			}
+			if err := wait(); err != nil {
 				werr = fmt.Errorf("member %s on etcd %s: %w", r.m.Name, version, err)
 			}
 		}
@@ -246,6 +260,21 @@ func (c *Cluster) probeWrite(ctx context.Context, endpoints []string, timeout ti
 	})
 	if err != nil {
 		return fmt.Errorf("no write succeeded within %s: %v", timeout, last)
+	}
+	return nil
+}
+
+// waitSnapshotOf waits until the agent reports a raft snapshot of member
+// name newer than before.
+func waitSnapshotOf(ctx context.Context, ac *agentapi.Client, name string, before time.Time, timeout time.Duration) error {
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	err := Poll(wctx, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
+		ms, err := ac.Member(ctx, name)
+		return err == nil && ms.NewestSnapshot.After(before), nil
+	})
+	if err != nil {
+		return fmt.Errorf("its agent reported no raft snapshot newer than %s within %s", before.Format(time.RFC3339Nano), timeout)
 	}
 	return nil
 }

@@ -5,7 +5,8 @@
 // cluster handle hands one out with Cluster.Runtime and RuntimeFor). It
 // holds only what operations call on members: their configs and states,
 // start, stop, kill, restart, a version swap, the data dir work of a
-// restore (stage, commit, discard) and of a removal (delete aside), and
+// restore (stage, commit, discard; the applied index and a copy of a
+// stopped member's database) and of a removal (delete aside), and
 // the checks an upgrade makes first (a binary for a version, a data dir's
 // v2 store). Logs are left out: the agent serves no endpoint for them
 // (MemberStatus.LogFile names the file on its host).
@@ -38,6 +39,19 @@ type StageTarget struct {
 	InitialCluster string            `json:"initialCluster"`
 	MemberIDs      map[string]string `json:"memberIDs,omitempty"`
 	ClusterID      string            `json:"clusterID,omitempty"`
+	// Version, when set, is written as the staged dir's version record
+	// (the etcd version its data was last run on): an upgrade by restore
+	// says the version the database came from, so the one-minor rule
+	// holds from there. A restore leaves it empty (no record).
+	Version string `json:"version,omitempty"`
+}
+
+// AppliedIndex compares what a stopped member's database holds with what
+// its WAL committed (datadir.Applied): its database alone is complete
+// only when Applied >= Committed.
+type AppliedIndex struct {
+	Applied   uint64 `json:"applied"`
+	Committed uint64 `json:"committed"`
 }
 
 // IsNotFound reports whether err says the runtime does not know a member.
@@ -79,6 +93,13 @@ type Runtime interface {
 	StageDataDir(ctx context.Context, name, snapshot string, to StageTarget) (string, error)
 	CommitDataDir(ctx context.Context, name, staged string) (string, error)
 	DiscardStaged(ctx context.Context, name, staged string) error
+	// Applied reads a stopped member's applied and committed index;
+	// FetchDatabase copies its database (member/snap/db) to the local
+	// file dst (0600), checked against the digest the runtime sends. An
+	// upgrade by restore picks the database that applied the most and
+	// stages every member's new data dir from it.
+	Applied(ctx context.Context, name string) (AppliedIndex, error)
+	FetchDatabase(ctx context.Context, name, dst string) error
 
 	// CheckBinary says whether the runtime can run etcd version;
 	// CheckV2Store runs etcd version's v2 store check on a copy of a

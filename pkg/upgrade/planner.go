@@ -95,7 +95,7 @@ func NewPlan(ctx context.Context, c *cluster.Cluster, o Options) (*plan.Plan, er
 	if err != nil {
 		return nil, err
 	}
-	return build(c, st, plan.KindUpgrade, from, to, o, false)
+	return build(ctx, c, st, plan.KindUpgrade, from, to, o, false)
 }
 
 // uniformVersion returns the one version every member runs, or an error
@@ -124,7 +124,7 @@ func uniformVersion(c *cluster.Cluster, st *cluster.Status) (string, error) {
 // build turns the catalogue's path into steps. revert first brings members
 // that run ahead of from back to it (a rollback of a plan that stopped
 // halfway).
-func build(c *cluster.Cluster, st *cluster.Status, kind plan.Kind, from, to string, o Options, revert bool) (*plan.Plan, error) {
+func build(ctx context.Context, c *cluster.Cluster, st *cluster.Status, kind plan.Kind, from, to string, o Options, revert bool) (*plan.Plan, error) {
 	cat, err := Catalogue(c.Dir)
 	if err != nil {
 		return nil, err
@@ -144,7 +144,9 @@ func build(c *cluster.Cluster, st *cluster.Status, kind plan.Kind, from, to stri
 		return nil, err
 	}
 	if strategy != StrategyRolling {
-		if err := c.RequireHere("the "+strategy+" strategy", c.Spec.Members...); err != nil {
+		// Each member's host builds its new data dir (or runs it on
+		// private ports): its agent must be able to.
+		if err := c.RequireCapability(ctx, "the "+strategy+" strategy", cluster.CapRebuildDataDirs, c.Spec.Members...); err != nil {
 			return nil, err
 		}
 	}
@@ -344,7 +346,7 @@ func NewRollback(ctx context.Context, c *cluster.Cluster, o Options) (*plan.Plan
 	}
 	o.To = last.From
 	o.baseBackup = last.Value("backup")
-	p, err := build(c, st, plan.KindRollback, from, last.From, o, mixed)
+	p, err := build(ctx, c, st, plan.KindRollback, from, last.From, o, mixed)
 	if err != nil {
 		return nil, nil, fmt.Errorf("roll back %s: %w", last.ID, err)
 	}

@@ -8,9 +8,12 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/crashpoint"
+	"github.com/etcd-steward/steward/internal/scratch"
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/datadir"
+	"github.com/etcd-steward/steward/pkg/memberrt"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -39,7 +42,8 @@ type ReplaceReport struct {
 	Source string `json:"source"`
 	// Revision is the revision of that database.
 	Revision int64 `json:"revision"`
-	// Old and New map each member to its old and new data dir.
+	// Old and New map each member to its old and new data dir (HOST:DIR
+	// for a member on another host, as its agent resolves DIR).
 	Old map[string]string `json:"old"`
 	New map[string]string `json:"new"`
 }
@@ -71,9 +75,15 @@ func newDataDir(current, target string) string {
 // database, and the member that applied the most is the source; as a last
 // check it must have applied every entry any member's WAL committed.
 //
+// Across hosts: the database is prepared once, here (a source on another
+// host is copied from its agent, its SHA-256 checked), and each member's
+// new data dir is built on its own host by its runtime, which stages it
+// beside the new dir's path and commits it there (buildOnHost): every
+// member holds the same database, and no byte of an old data dir changes.
+//
 // Idempotent: when the spec already names the new dirs, it does nothing; a
 // half-built new dir (never named by the spec, so never started) is
-// rebuilt.
+// rebuilt (on another host, the earlier one is moved aside, not deleted).
 func ReplaceDataDirs(ctx context.Context, c *cluster.Cluster, o ReplaceOptions) (ReplaceReport, error) {
 	rep := ReplaceReport{Old: map[string]string{}, New: map[string]string{}}
 	done := true
@@ -83,6 +93,11 @@ func ReplaceDataDirs(ctx context.Context, c *cluster.Cluster, o ReplaceOptions) 
 			done = false
 		}
 		rep.Old[m.Name], rep.New[m.Name] = spec.Path(c.Dir, m.DataDir), spec.Path(c.Dir, nd)
+		if c.OnOtherHost(m) {
+			// Where its host's agent resolves them (relative: to the
+			// agent's directory there).
+			rep.Old[m.Name], rep.New[m.Name] = m.Agent+":"+m.DataDir, m.Agent+":"+nd
+		}
 	}
 	if done {
 		c.Progress.Say("every member already has its new data dir")
@@ -105,7 +120,7 @@ func ReplaceDataDirs(ctx context.Context, c *cluster.Cluster, o ReplaceOptions) 
 	if err := c.RunIsolated(ctx, names, o.Version, cluster.IsolatedOptions{Timeout: o.Timeout}); err != nil {
 		return rep, err
 	}
-	source, applied, err := mostApplied(c)
+	source, applied, err := mostApplied(ctx, c)
 	if err != nil {
 		return rep, err
 	}
@@ -113,19 +128,33 @@ func ReplaceDataDirs(ctx context.Context, c *cluster.Cluster, o ReplaceOptions) 
 		return rep, fmt.Errorf("no member's database holds every committed entry after replaying the WAL; nothing was replaced, the old data dirs are as they were")
 	}
 	src, _ := c.Spec.Member(source)
+	// Held while it runs; a killed run's copy is swept by the next.
+	tmp, err := scratch.New(c.Dir, "tmp-replace-")
+	if err != nil {
+		return rep, err
+	}
+	defer tmp.Remove()
 	srcDB := filepath.Join(spec.Path(c.Dir, src.DataDir), "member", "snap", "db")
+	if c.OnOtherHost(*src) {
+		// Prepared once, here: every member's new data dir holds this one
+		// database, whichever host it is built on.
+		rt, err := c.RuntimeFor(*src)
+		if err != nil {
+			return rep, err
+		}
+		srcDB = filepath.Join(tmp.Path, "source.db")
+		if err := rt.FetchDatabase(ctx, source, srcDB); err != nil {
+			return rep, fmt.Errorf("copy the database of %s from host %s: %w; nothing was replaced, the old data dirs are as they were", source, src.Agent, err)
+		}
+		c.Progress.Say("copied the database of %s from host %s", source, src.Agent)
+	}
 	if rep.Revision, err = datadir.Revision(srcDB); err != nil {
 		return rep, fmt.Errorf("database of %s: %w", source, err)
 	}
 	rep.Source = source
 	snapPath, record := srcDB, o.Version
 	if o.BaseBackup != "" {
-		tmp, err := os.MkdirTemp(c.Dir, "tmp-replace-")
-		if err != nil {
-			return rep, err
-		}
-		defer os.RemoveAll(tmp)
-		if snapPath, err = graftOntoBackup(ctx, c, o.BaseBackup, srcDB, tmp); err != nil {
+		if snapPath, err = graftOntoBackup(ctx, c, o.BaseBackup, srcDB, tmp.Path); err != nil {
 			return rep, err
 		}
 		record = o.BaseVersion
@@ -140,7 +169,14 @@ func ReplaceDataDirs(ctx context.Context, c *cluster.Cluster, o ReplaceOptions) 
 	if err != nil {
 		return rep, err
 	}
-	for _, m := range c.Spec.Members {
+	for i, m := range c.Spec.Members {
+		if c.OnOtherHost(m) {
+			if err := buildOnHost(ctx, c, m, o.Target, snapPath, ids, record); err != nil {
+				return rep, err
+			}
+			crashpoint.Hit(crashpoint.Indexed(crashpoint.ReplaceBuilt, i))
+			continue
+		}
 		nd := rep.New[m.Name]
 		// Ours alone: the spec never named it, so etcd never ran on it.
 		if err := os.RemoveAll(nd); err != nil {
@@ -165,6 +201,7 @@ func ReplaceDataDirs(ctx context.Context, c *cluster.Cluster, o ReplaceOptions) 
 		if err := datadir.WriteRecord(nd, record, time.Now()); err != nil {
 			return rep, err
 		}
+		crashpoint.Hit(crashpoint.Indexed(crashpoint.ReplaceBuilt, i))
 	}
 	next := c.Spec.Clone()
 	for i := range next.Members {
@@ -189,23 +226,76 @@ func ReplaceDataDirs(ctx context.Context, c *cluster.Cluster, o ReplaceOptions) 
 
 // mostApplied returns the stopped member whose database applied the most,
 // provided it applied every entry any member's WAL committed (a write is
-// acknowledged only after it was committed); "" when none did.
-func mostApplied(c *cluster.Cluster) (string, uint64, error) {
+// acknowledged only after it was committed); "" when none did. A member on
+// another host is asked through its runtime.
+func mostApplied(ctx context.Context, c *cluster.Cluster) (string, uint64, error) {
 	best, bestApplied, maxCommitted := "", uint64(0), uint64(0)
 	for _, m := range c.Spec.Members {
-		applied, committed, err := datadir.Applied(spec.Path(c.Dir, m.DataDir))
+		var ai memberrt.AppliedIndex
+		var err error
+		if c.OnOtherHost(m) {
+			var rt memberrt.Runtime
+			if rt, err = c.RuntimeFor(m); err == nil {
+				ai, err = rt.Applied(ctx, m.Name)
+			}
+			if err != nil {
+				err = fmt.Errorf("on host %s: %w", m.Agent, err)
+			}
+		} else {
+			ai.Applied, ai.Committed, err = datadir.Applied(spec.Path(c.Dir, m.DataDir))
+		}
 		if err != nil {
 			return "", 0, fmt.Errorf("member %s: %w", m.Name, err)
 		}
-		maxCommitted = max(maxCommitted, committed)
-		if best == "" || applied > bestApplied {
-			best, bestApplied = m.Name, applied
+		maxCommitted = max(maxCommitted, ai.Committed)
+		if best == "" || ai.Applied > bestApplied {
+			best, bestApplied = m.Name, ai.Applied
 		}
 	}
 	if bestApplied < maxCommitted {
 		return "", 0, nil
 	}
 	return best, bestApplied, nil
+}
+
+// buildOnHost builds member m's new data dir (its data dir named for
+// target) on its own host, through its runtime, from the local database
+// file snapshot: the runtime is given the new dir in m's config for the
+// time it stages the dir beside it and commits it in place, then the old
+// config back, so the runtime's config differs from the spec's only
+// while one member is built. The member is stopped (the replace killed
+// it); its old data dir is not touched. A new dir an earlier attempt
+// built (never started: the spec did not name it) is moved aside by the
+// commit, not deleted.
+func buildOnHost(ctx context.Context, c *cluster.Cluster, m spec.Member, target, snapshot string, ids *datadir.Identity, record string) error {
+	rt, err := c.RuntimeFor(m)
+	if err != nil {
+		return err
+	}
+	nm := m
+	nm.DataDir = newDataDir(m.DataDir, target)
+	nm.Bootstrap = nil
+	members, cid := ids.Hex()
+	to := memberrt.StageTarget{InitialCluster: c.Spec.InitialCluster(), MemberIDs: members, ClusterID: cid, Version: record}
+	if _, err := rt.PutMember(ctx, c.MemberConfig(nm)); err != nil {
+		return fmt.Errorf("point member %s on host %s at its new data dir: %w", m.Name, m.Agent, err)
+	}
+	staged, err := rt.StageDataDir(ctx, m.Name, snapshot, to)
+	if err == nil {
+		var aside string
+		if aside, err = rt.CommitDataDir(ctx, m.Name, staged); err == nil && aside != "" {
+			c.Progress.Say("moved a new data dir an earlier attempt built for %s on host %s to %s", m.Name, m.Agent, aside)
+		}
+	}
+	// The spec still names the old dir until every member is built.
+	if _, perr := rt.PutMember(ctx, c.MemberConfig(m)); err == nil && perr != nil {
+		err = perr
+	}
+	if err != nil {
+		return fmt.Errorf("build the new data dir of %s on host %s: %w", m.Name, m.Agent, err)
+	}
+	c.Progress.Say("restored %s into a new data dir on host %s", m.Name, m.Agent)
+	return nil
 }
 
 // graftOntoBackup fetches and verifies full backup id into dir, and grafts

@@ -37,6 +37,9 @@ type AgentHost struct {
 	// members run before `up`: a member of the embedded version would
 	// otherwise run the race-built steward binary (see Store).
 	OwnStore bool
+	// Env, set before StartAgent, is added to the agent's environment (a
+	// crash point of the agent, say: crashpoint.EnvVar).
+	Env []string
 	// tb is the test that made the host: the agent lives as long as it
 	// does, even when a subtest starts it.
 	tb    testing.TB
@@ -139,6 +142,9 @@ func (h *AgentHost) StartAgent(tb testing.TB, joinFile string) {
 	defer logf.Close()
 	cmd := h.Command(context.Background(), h.e.Bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	if len(h.Env) > 0 {
+		cmd.Env = append(os.Environ(), h.Env...)
+	}
 	h.agent = h.Start(h.tb, cmd)
 	sock := agent.SocketPathFor(h.Dir, h.Name)
 	Eventually(tb, 20*time.Second, 100*time.Millisecond, "agent of host "+h.Name+" serves", func() error {

@@ -265,6 +265,28 @@ func (r *Runtime) DiscardStaged(ctx context.Context, name, staged string) error 
 	return r.call("DiscardStaged", name, staged)
 }
 
+// Applied reports zero indexes: the fake holds no data.
+func (r *Runtime) Applied(ctx context.Context, name string) (memberrt.AppliedIndex, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.call("Applied", name); err != nil {
+		return memberrt.AppliedIndex{}, err
+	}
+	_, err := r.get(name)
+	return memberrt.AppliedIndex{}, err
+}
+
+// FetchDatabase writes nothing: the fake holds no data.
+func (r *Runtime) FetchDatabase(ctx context.Context, name, dst string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.call("FetchDatabase", name, dst); err != nil {
+		return err
+	}
+	_, err := r.get(name)
+	return err
+}
+
 func (r *Runtime) CheckBinary(ctx context.Context, version string) (memberrt.BinaryCheck, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

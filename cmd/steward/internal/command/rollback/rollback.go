@@ -58,6 +58,7 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 // started), and what to do after a failed step.
 func rollbackHint(err error) error {
 	err = cli.PlanRefusalHint(err, upgrade.ErrOverridableChecks, "use --force to skip the checks marked overridable")
+	err = cli.Hint(err, cluster.ErrAgentTooOld, "upgrade steward on that host and restart its agent, or use --strategy rolling")
 	err = cli.Hint(err, upgrade.ErrNoOnlineDowngrade, "roll back with --strategy restore")
 	err = cli.Advise(err, upgrade.ErrNoUpgrade, ": `steward plan show` lists the plans")
 	err = cli.CARollbackHint(err)

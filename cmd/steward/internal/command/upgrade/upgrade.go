@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
+	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/upgrade"
 )
 
@@ -89,6 +90,7 @@ plan (a check marked overridable is skipped by apply --force).`,
 // to do after a failed step.
 func upgradeHint(err error) error {
 	err = cli.PlanRefusalHint(err, upgrade.ErrOverridableChecks, "use --force to skip the checks marked overridable")
+	err = cli.Hint(err, cluster.ErrAgentTooOld, "upgrade steward on that host and restart its agent, or use --strategy rolling")
 	err = cli.Hint(err, upgrade.ErrNoOnlineDowngrade, "roll back with `steward rollback --strategy restore`")
 	return cli.PlanHint(err)
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/upgrade"
@@ -24,6 +25,8 @@ func TestUpgradeHint(t *testing.T) {
 	}{
 		{"overridable checks", checks, "(overridable); use --force to skip the checks marked overridable", upgrade.ErrOverridableChecks},
 		{"no online downgrade", noOnline, "a restore can; roll back with `steward rollback --strategy restore`", upgrade.ErrNoOnlineDowngrade},
+		{"agent too old", refusal.New(cluster.ErrAgentTooOld, "the restore strategy: the agent on host cp-2 (member etcd-2) runs a steward that cannot do it (it does not report \"rebuild-datadirs\"); nothing was changed"),
+			"nothing was changed; upgrade steward on that host and restart its agent, or use --strategy rolling", cluster.ErrAgentTooOld},
 		{"checks in a step", &plan.StepError{Plan: "u1", Index: 4, Description: "pre-flight checks", Err: checks},
 			"(overridable); fix the cause, then run `steward plan resume` (or `steward plan abort`)", upgrade.ErrOverridableChecks},
 	} {
