@@ -178,9 +178,15 @@ func ReplaceDataDirs(ctx context.Context, c *cluster.Cluster, o ReplaceOptions) 
 			continue
 		}
 		nd := rep.New[m.Name]
-		// Ours alone: the spec never named it, so etcd never ran on it.
-		if err := os.RemoveAll(nd); err != nil {
+		// Not ours alone: an earlier plan may have left a data dir by this
+		// name that etcd ran on (upgrade by restore to V, rollback by
+		// restore, upgrade by restore to V again), or an earlier attempt
+		// of this plan built it. Moved aside, never deleted, as on another
+		// host (listed and pruned by `restore leftovers`).
+		if aside, err := datadir.MoveAside(nd, "pre-restore"); err != nil {
 			return rep, err
+		} else if aside != "" {
+			c.Progress.Say("moved %s's earlier %s aside to %s", m.Name, nd, aside)
 		}
 		staging := nd + ".restoring"
 		if err := os.RemoveAll(staging); err != nil {

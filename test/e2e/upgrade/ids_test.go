@@ -2,6 +2,8 @@ package upgrade_test
 
 import (
 	"maps"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -49,5 +51,52 @@ func TestRestoreUpgradeKeepsIDs(t *testing.T) {
 	}
 	if a, b := ids(after), ids(before); !maps.Equal(a, b) {
 		t.Errorf("member IDs %v after the upgrade by restore, %v before", a, b)
+	}
+}
+
+// TestRestoreUpgradeKeepsEarlierDataDir: an upgrade by restore to V, a
+// rollback by restore and an upgrade by restore to V again name the same
+// new data dir (DATADIR-vV) as the first plan, whose dir etcd ran on and
+// which was kept. The third plan moves it aside (DATADIR-vV.pre-restore-*)
+// instead of deleting it, as it does on another host; before, it was
+// removed outright.
+func TestRestoreUpgradeKeepsEarlierDataDir(t *testing.T) {
+	t.Parallel()
+	vs := harness.Versions()
+	e := harness.New(t)
+	e.Up(1, vs[1])
+	cli := e.Client()
+	e.MustRun("upgrade", "apply", "--to", vs[2], "--strategy", "restore")
+	e.WaitStatus(time.Minute, "the member on "+vs[2], harness.Healthy)
+	first := filepath.Join(e.Dir, e.Spec().Members[0].DataDir)
+	if _, err := cli.Put(t.Context(), "written-on", vs[2]); err != nil {
+		t.Fatal(err)
+	}
+	e.MustRun("rollback", "--strategy", "restore")
+	e.WaitStatus(time.Minute, "the member back on "+vs[1], harness.Healthy)
+	if _, err := os.Stat(filepath.Join(first, "member")); err != nil {
+		t.Fatalf("the first upgrade's data dir is not kept after the rollback: %v", err)
+	}
+	e.MustRun("upgrade", "apply", "--to", vs[2], "--strategy", "restore")
+	e.WaitStatus(time.Minute, "the member on "+vs[2]+" again", harness.Healthy)
+	if got := filepath.Join(e.Dir, e.Spec().Members[0].DataDir); got != first {
+		t.Fatalf("the second upgrade by restore names data dir %s, the first named %s", got, first)
+	}
+	aside, err := filepath.Glob(first + ".pre-restore-*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := false
+	for _, d := range aside {
+		if _, err := os.Stat(filepath.Join(d, "member", "snap", "db")); err == nil {
+			kept = true
+		}
+	}
+	if !kept {
+		t.Fatalf("the first upgrade's data dir %s, which etcd ran on, is gone: nothing moved aside (%v)", first, aside)
+	}
+	r, err := cli.Get(t.Context(), "written-on")
+	if err != nil || len(r.Kvs) != 1 || string(r.Kvs[0].Value) != vs[2] {
+		t.Fatalf("a write made on %s: %v %v", vs[2], r, err)
 	}
 }
