@@ -89,7 +89,17 @@ type AgentInfo struct {
 	StewardDir          string    `json:"stewardDir"`
 	EmbeddedEtcdVersion string    `json:"embeddedEtcdVersion"`
 	StartedAt           time.Time `json:"startedAt"`
+	// Capabilities names what this agent can do that older agents cannot
+	// (Cap...); an agent older than the field reports none.
+	Capabilities []string `json:"capabilities,omitempty"`
 }
+
+// CapRecoveryCoordinated: on a host of a multi-host cluster whose spec
+// says recovery.mode auto, the agent leaves the automatic recovery to the
+// coordinator. An older agent runs it itself when it is the spec's first
+// agent, from one host's view: a coordinator refuses to hand it such a
+// spec (cluster.CheckAgentsCan).
+const CapRecoveryCoordinated = "recovery-auto-coordinated"
 
 // Results of a push (BinaryPush.Result).
 const (
