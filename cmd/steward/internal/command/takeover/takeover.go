@@ -65,7 +65,7 @@ that was running. Should the old coordinator come back, it stops before its next
 				}
 			}
 			if t.RecoveryJournal != nil {
-				fmt.Fprint(cmd.OutOrStdout(), "; a recovery is unfinished: `steward recover` finishes it (with recovery.mode auto, `steward up` starts the process that does)")
+				fmt.Fprint(cmd.OutOrStdout(), "; a recovery is unfinished: `steward recover` finishes it")
 			}
 			fmt.Fprintln(cmd.OutOrStdout())
 			return nil
