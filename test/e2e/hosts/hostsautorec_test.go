@@ -196,4 +196,83 @@ func TestHostsAutoRecovery(t *testing.T) {
 		workload.RequireEqual(t, "keyspace after two hosts lost their data", workload.TakeDigest(t, after, "", 0), want)
 		noHostActs(t)
 	})
+	if t.Failed() {
+		return
+	}
+
+	t.Run("coordinator killed mid-recovery: the one that takes over resumes it", func(t *testing.T) {
+		e := hs.Env.For(t)
+		st := e.Status()
+		want := workload.TakeDigest(t, hs.Client(), "", 0)
+		harness.WaitBackedUp(t, e, want.Rev)
+		for _, n := range []string{"1", "2"} {
+			h := hs.Host("h" + n)
+			m, _ := st.Member("etcd-" + n)
+			if err := os.RemoveAll(filepath.Join(h.Dir, "members", m.Name, "data")); err != nil {
+				t.Fatal(err)
+			}
+			if err := syscall.Kill(m.PID, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Once the seed runs alone and its fresh snapshot is recorded
+		// (the journal, copied to the store, says so), the coordinator's
+		// process dies mid-recovery: its machine is lost.
+		journal := filepath.Join(hs.Dir, "status", "recovery.json")
+		harness.Eventually(t, 3*time.Minute, 20*time.Millisecond, "the recovery past its seed's fresh snapshot", func() error {
+			b, err := os.ReadFile(journal)
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(string(b), `"freshBackup"`) {
+				return fmt.Errorf("journal %s", b)
+			}
+			return nil
+		})
+		pidb, err := os.ReadFile(filepath.Join(hs.Dir, "run", "certrenew.pid"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pid int
+		if _, err := fmt.Sscan(string(pidb), &pid); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(journal); err != nil {
+			t.Fatalf("the recovery finished before its coordinator was killed: %v", err)
+		}
+		t.Logf("coordinator's process %d killed mid-recovery", pid)
+
+		pkiCopy := t.TempDir()
+		for _, f := range []string{"ca.crt", "client.crt", "client.key", "backup-auth.key"} {
+			b, err := os.ReadFile(filepath.Join(hs.Dir, "pki", f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(pkiCopy, f), b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		next := harness.New(t)
+		out := next.MustRun("takeover", "--pki", pkiCopy, "--binary-store", next.Store,
+			"--backup-s3-endpoint", s3.Endpoint, "--backup-s3-bucket", s3.Bucket,
+			"--backup-s3-credentials-file", s3.CredentialsFile, "--backup-s3-prefix", "autorec")
+		if !strings.Contains(out, "generation 2") || !strings.Contains(out, "a recovery is unfinished") {
+			t.Fatalf("takeover: %s", out)
+		}
+		rep, out := harness.RecoverJSON(t, next)
+		if rep.Action != "resume" || rep.Seed != "etcd-3" {
+			t.Fatalf("recover on the new coordinator: want the recovery resumed from etcd-3: %s", out)
+		}
+		next.WaitStatus(2*time.Minute, "three voters on the same hosts", func(st *cluster.Status) bool {
+			return harness.Healthy(st) && st.Cluster.VotingMembers == 3
+		})
+		if _, err := os.Stat(filepath.Join(next.Dir, "status", "recovery.json")); err == nil {
+			t.Errorf("the new coordinator's journal is left after the recovery finished")
+		}
+		workload.RequireEqual(t, "keyspace after the recovery resumed by the new coordinator", workload.TakeDigest(t, next.Client(), "", 0), want)
+		noHostActs(t)
+	})
 }
