@@ -410,10 +410,7 @@ func (c *Coordinator) Take(ctx context.Context, accept func(specYAML []byte) err
 	if journal != "" {
 		// Checked before anything is claimed: a refused takeover claims
 		// nothing.
-		var j struct {
-			Seed string `json:"seed"`
-		}
-		if err := json.Unmarshal([]byte(journal), &j); err != nil || j.Seed == "" {
+		if err := checkJournal(journal); err != nil {
 			return nil, fmt.Errorf("the copy of the recovery journal in %s is not a journal (%v): nothing was claimed", c.Store, err)
 		}
 		out.RecoveryJournal = []byte(journal)
@@ -428,4 +425,19 @@ func (c *Coordinator) Take(ctx context.Context, accept func(specYAML []byte) err
 		return nil, err
 	}
 	return out, nil
+}
+
+// checkJournal accepts a recovery journal copy: a JSON object naming its
+// seed (pkg/recovery reads the rest).
+func checkJournal(journal string) error {
+	var j struct {
+		Seed string `json:"seed"`
+	}
+	if err := json.Unmarshal([]byte(journal), &j); err != nil {
+		return err
+	}
+	if j.Seed == "" {
+		return errors.New("it names no seed")
+	}
+	return nil
 }
