@@ -38,6 +38,32 @@ func TestHostsAutoRecovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	hs.StartAgents()
+	// A host whose agent cannot be asked whether it leaves the recovery
+	// to the coordinator: `up` is refused naming it, before anything
+	// starts.
+	specBefore, err := os.ReadFile(filepath.Join(hs.Dir, spec.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs.Host("h1").Cut(t)
+	msg := hs.MustFail("up")
+	hs.Host("h1").Heal(t)
+	for _, want := range []string{"recovery.mode auto", "host h1 (" + hs.Host("h1").Addr + ")", "nothing was changed"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("up with h1 cut off: %q lacks %q", msg, want)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(hs.Dir, spec.FileName)); string(b) != string(specBefore) {
+		t.Errorf("the refused up changed the spec")
+	}
+	for _, h := range hs.Hosts {
+		if _, err := os.Stat(filepath.Join(h.Dir, "members")); err == nil {
+			t.Errorf("the refused up started a member on host %s", h.Name)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(hs.Dir, "run", "certrenew.pid")); err == nil {
+		t.Errorf("the refused up started the coordinator's process")
+	}
 	if so, se, err := hs.Run("up"); err != nil || !strings.Contains(se, "started certificate renewal of the hosts") {
 		t.Fatalf("up: %v; want the coordinator's process started\nstdout: %s\nstderr: %s", err, so, se)
 	}
