@@ -37,7 +37,7 @@ var commandWords = map[string]int{
 	"pkg/membership/members.go": 4, // a replace to re-run, also inside recovery's messages
 	"pkg/recovery/recover.go":   7, // `steward recover` to re-run, in the middle of its errors
 	"pkg/recovery/journal.go":   1,
-	"pkg/spec/validate.go":      3, // one line of a list of validation problems
+	"pkg/spec/validate.go":      2, // one line of a list of validation problems
 	"pkg/adopt/plan.go":         1, // the health gate, also a plan step
 	"pkg/pki/rotationfiles.go":  1, // ErrRotationInProgress, met by many commands and the agent
 	"pkg/cluster/external.go":   2, // RequireOwnCerts, met by every certificate command

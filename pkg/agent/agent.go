@@ -315,7 +315,7 @@ func (a *Agent) Info() agentapi.AgentInfo {
 	return agentapi.AgentInfo{
 		Name: a.opts.Name, PID: os.Getpid(), StewardDir: a.opts.Dir,
 		EmbeddedEtcdVersion: binaries.EmbeddedVersion(), StartedAt: a.startedAt,
-		Capabilities: []string{agentapi.CapRebuildDataDirs},
+		Capabilities: []string{agentapi.CapRebuildDataDirs, agentapi.CapRecoveryCoordinated},
 	}
 }
 

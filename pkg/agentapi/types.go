@@ -103,6 +103,12 @@ const (
 	// dir with a version record (StageRequest.Version): what the offline
 	// and restore upgrade strategies need of a member's host.
 	CapRebuildDataDirs = "rebuild-datadirs"
+	// CapRecoveryCoordinated: on a host of a multi-host cluster whose spec
+	// says recovery.mode auto, the agent leaves the automatic recovery to
+	// the coordinator. An older agent runs it itself when it is the spec's
+	// first agent, from one host's view: a coordinator refuses to hand it
+	// such a spec (cluster.CheckAgentsCan).
+	CapRecoveryCoordinated = "recovery-auto-coordinated"
 )
 
 // AppliedIndex is a stopped member's applied and committed index.

@@ -195,6 +195,11 @@ func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*clust
 	} else if w != "" {
 		warnings = append(warnings, w)
 	}
+	// A recovery mode a host's agent cannot do: refused before anything
+	// is written or started, naming the host.
+	if err := c.CheckAgentsCan(ctx, s); err != nil {
+		return nil, warnings, err
+	}
 	if _, err := os.Stat(specPath); errors.Is(err, os.ErrNotExist) {
 		if err := s.Save(specPath); err != nil {
 			return nil, warnings, err

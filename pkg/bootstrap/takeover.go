@@ -135,6 +135,18 @@ func TakeOver(ctx context.Context, dir string, o TakeOverOptions, say progress.F
 		}
 		say.Say("plan %s (%s %s -> %s): %s", p.ID, p.Kind, p.From, p.To, p.State)
 	}
+	if t.RecoveryJournal != nil {
+		// A recovery the lost coordinator left unfinished: the next
+		// `steward recover` here (or the automatic recovery) resumes it
+		// from its seed instead of finding the seed quorate.
+		if err := os.MkdirAll(filepath.Join(dir, "status"), 0o700); err != nil {
+			return nil, err
+		}
+		if err := atomicfile.WriteFile(filepath.Join(dir, "status", "recovery.json"), t.RecoveryJournal, 0o600); err != nil {
+			return nil, err
+		}
+		say.Say("a recovery is unfinished: its journal was copied from the store")
+	}
 	if err := s.Save(specPath); err != nil {
 		return nil, err
 	}

@@ -157,6 +157,7 @@ func (c *Cluster) conditions(ctx context.Context, st *Status, now time.Time) []C
 		ready.Message = fmt.Sprintf("no linearizable read succeeded: %d of %d voting members needed; %s",
 			quorum, st.Cluster.VotingMembers, st.Unhealthy())
 	}
+	ready.Message += st.AutoRecovery.note(st.Cluster.Quorate)
 	all := Condition{Type: CondAllMembersReady, Status: "True", Reason: "AllMembersReady",
 		Message: fmt.Sprintf("all %d members healthy", len(st.Members))}
 	if st.Cluster.HealthyMembers < len(st.Members) {

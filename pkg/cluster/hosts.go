@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -168,4 +169,57 @@ func (c *Cluster) eachRemoteAgent(f func(a spec.Agent, ac *agentapi.Client, err 
 		}()
 	}
 	wg.Wait()
+}
+
+// ErrAgentCannot means a host's agent cannot do what the spec asks of it
+// (an older Steward there).
+var ErrAgentCannot = errors.New("a host's agent cannot do what the spec asks")
+
+// CheckAgentsCan refuses a multi-host spec s that asks of a host's agent
+// what its version cannot do: recovery.mode auto needs every host's agent
+// to leave the recovery to the coordinator (agentapi.CapRecoveryCoordinated);
+// an older one would recover from its own host's view. Every host is
+// asked (a host whose agent does not answer cannot be checked, and is
+// refused too); the refusal names each host and changes nothing.
+func (c *Cluster) CheckAgentsCan(ctx context.Context, s *spec.Cluster) error {
+	if s == nil || !s.MultiHost() || s.Recovery.Mode != "auto" {
+		return nil
+	}
+	sc := &Cluster{Dir: c.Dir, Spec: s}
+	var (
+		mu   sync.Mutex
+		errs []string
+	)
+	sc.eachRemoteAgent(func(a spec.Agent, ac *agentapi.Client, err error) {
+		var info agentapi.AgentInfo
+		if err == nil {
+			ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			info, err = ac.Info(ictx)
+			cancel()
+		}
+		msg := autoRecoveryCannot(a, info, err)
+		if msg == "" {
+			return
+		}
+		mu.Lock()
+		errs = append(errs, msg)
+		mu.Unlock()
+	})
+	if len(errs) == 0 {
+		return nil
+	}
+	slices.Sort(errs)
+	return fmt.Errorf("%w: recovery.mode auto: %s; nothing was changed (or keep recovery.mode manual)", ErrAgentCannot, strings.Join(errs, "; "))
+}
+
+// autoRecoveryCannot says why host a's agent, which answered info or err,
+// cannot take part in automatic recovery across hosts; "" when it can.
+func autoRecoveryCannot(a spec.Agent, info agentapi.AgentInfo, err error) string {
+	switch {
+	case err != nil:
+		return fmt.Sprintf("host %s (%s): its agent cannot be asked whether it leaves automatic recovery to the coordinator: %v", a.Name, a.Host, err)
+	case !slices.Contains(info.Capabilities, agentapi.CapRecoveryCoordinated):
+		return fmt.Sprintf("host %s (%s): its agent is older than automatic recovery across hosts (it would recover from its own host's view): upgrade Steward on that host", a.Name, a.Host)
+	}
+	return ""
 }

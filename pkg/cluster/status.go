@@ -35,6 +35,9 @@ type Status struct {
 	// (CondCertificateRenewal); absent with TLS off and for an attached
 	// cluster, whose certificates Steward does not renew.
 	CertificateRenewal *RenewalStatus `json:"certificateRenewal,omitempty"`
+	// AutoRecovery is the latest decision and action of this directory's
+	// automatic recovery (recovery.mode auto); absent when it never ran.
+	AutoRecovery *AutoRecoveryState `json:"autoRecovery,omitempty"`
 }
 
 // AgentStatus is one agent as a status probe reached it.
@@ -344,6 +347,7 @@ func (c *Cluster) Status(ctx context.Context) (*Status, error) {
 	if c.renews() {
 		st.CertificateRenewal, _ = c.renewalStatus(now)
 	}
+	st.AutoRecovery, _ = ReadAutoRecovery(c.Dir)
 	st.Conditions = c.conditions(ctx, st, now)
 	return st, nil
 }

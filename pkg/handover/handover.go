@@ -10,6 +10,7 @@
 //	coordinator/owner/GGGGGGGGGG            the owner record of generation G
 //	coordinator/spec/GGGGGGGGGG-SSSSSSSSSSSSSSSSSSS   a spec copy
 //	coordinator/plans/ID/GGGGGGGGGG-SSSSSSSSSSSSSSSSSSS  a plan state copy
+//	coordinator/recovery/GGGGGGGGGG-SSSSSSSSSSSSSSSSSSS  the recovery journal ("" once finished)
 //
 // S is the nanosecond time of the write: the newest copy of the highest
 // generation wins. Every object is an envelope: the payload and an ECDSA
@@ -304,6 +305,22 @@ func (c *Coordinator) SavePlan(ctx context.Context, p *plan.Plan) error {
 	return c.prune(ctx, dir, 3)
 }
 
+// SaveRecovery writes a copy of the recovery journal (pkg/recovery's
+// status/recovery.json, as JSON), or "" once the recovery finished, so a
+// coordinator that takes over resumes a recovery the lost one left
+// unfinished. Like SavePlan, it fails with ErrSuperseded on a stale
+// coordinator.
+func (c *Coordinator) SaveRecovery(ctx context.Context, journal []byte) error {
+	g, err := c.generation(ctx)
+	if err != nil {
+		return err
+	}
+	if err := c.write(ctx, prefix+"recovery/"+stamp(g), "recovery", string(journal)); err != nil {
+		return err
+	}
+	return c.prune(ctx, prefix+"recovery/", 3)
+}
+
 // prune keeps the newest keep objects under dir.
 func (c *Coordinator) prune(ctx context.Context, dir string, keep int) error {
 	names, err := c.Store.List(ctx, dir)
@@ -342,10 +359,13 @@ func (c *Coordinator) newest(ctx context.Context, dir, kind string, v any) (stri
 
 // TakeOver is what a new coordinator found and claimed.
 type TakeOver struct {
-	Spec       []byte
-	Plans      []*plan.Plan
-	Generation int64
-	Previous   Owner
+	Spec  []byte
+	Plans []*plan.Plan
+	// RecoveryJournal is the newest verified copy of the recovery journal
+	// when a recovery was left unfinished; nil otherwise.
+	RecoveryJournal []byte
+	Generation      int64
+	Previous        Owner
 }
 
 // Take reads the newest verified spec and plan copies, lets accept refuse
@@ -383,6 +403,18 @@ func (c *Coordinator) Take(ctx context.Context, accept func(specYAML []byte) err
 		out.Plans = append(out.Plans, &p)
 	}
 	sort.Slice(out.Plans, func(i, j int) bool { return out.Plans[i].UpdatedAt.Before(out.Plans[j].UpdatedAt) })
+	var journal string
+	if _, err := c.newest(ctx, prefix+"recovery/", "recovery", &journal); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("recovery journal: %w", err)
+	}
+	if journal != "" {
+		// Checked before anything is claimed: a refused takeover claims
+		// nothing.
+		if err := checkJournal(journal); err != nil {
+			return nil, fmt.Errorf("the copy of the recovery journal in %s is not a journal (%v): nothing was claimed", c.Store, err)
+		}
+		out.RecoveryJournal = []byte(journal)
+	}
 	if accept != nil {
 		if err := accept(out.Spec); err != nil {
 			return nil, err
@@ -393,4 +425,19 @@ func (c *Coordinator) Take(ctx context.Context, accept func(specYAML []byte) err
 		return nil, err
 	}
 	return out, nil
+}
+
+// checkJournal accepts a recovery journal copy: a JSON object naming its
+// seed (pkg/recovery reads the rest).
+func checkJournal(journal string) error {
+	var j struct {
+		Seed string `json:"seed"`
+	}
+	if err := json.Unmarshal([]byte(journal), &j); err != nil {
+		return err
+	}
+	if j.Seed == "" {
+		return errors.New("it names no seed")
+	}
+	return nil
 }

@@ -148,3 +148,48 @@ func TestCopiesSurviveAdminRenewal(t *testing.T) {
 		t.Fatal("another CA's admin took over")
 	}
 }
+
+// TestRecoveryJournalHandedOver: the newest verified journal copy reaches
+// the coordinator that takes over; a forged one is ignored; a finished
+// recovery ("" written last) hands over none; a stale coordinator cannot
+// write one.
+func TestRecoveryJournalHandedOver(t *testing.T) {
+	ctx := t.Context()
+	store, err := backup.NewLocalStore(filepath.Join(t.TempDir(), "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := signer(t, "c1")
+	old := &Coordinator{Store: store, Signer: s, Dir: t.TempDir()}
+	if err := old.SaveSpec(ctx, []byte("name: c1\n")); err != nil {
+		t.Fatal(err)
+	}
+	journal := []byte(`{"seed":"etcd-3","seededAt":"2026-11-27T22:00:00Z"}`)
+	if err := old.SaveRecovery(ctx, journal); err != nil {
+		t.Fatal(err)
+	}
+	forger, _ := signer(t, "c1")
+	f := &Coordinator{Store: store, Signer: forger, Dir: t.TempDir()}
+	if err := f.write(ctx, prefix+"recovery/"+stamp(9), "recovery", `{"seed":"etcd-1"}`); err != nil {
+		t.Fatal(err)
+	}
+	next := &Coordinator{Store: store, Signer: s, Dir: t.TempDir()}
+	got, err := next.Take(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got.RecoveryJournal) != string(journal) {
+		t.Fatalf("journal handed over: %q, want %q", got.RecoveryJournal, journal)
+	}
+	if err := old.SaveRecovery(ctx, nil); !errors.Is(err, ErrSuperseded) {
+		t.Fatalf("stale coordinator's journal copy: %v", err)
+	}
+	// The new coordinator finishes it: nothing to hand over then.
+	if err := next.SaveRecovery(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	third := &Coordinator{Store: store, Signer: s, Dir: t.TempDir()}
+	if got, err := third.Take(ctx, nil); err != nil || got.RecoveryJournal != nil {
+		t.Fatalf("after the recovery finished: %q %v", got.RecoveryJournal, err)
+	}
+}

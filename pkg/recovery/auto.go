@@ -2,23 +2,40 @@ package recovery
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/handover"
 	"github.com/etcd-steward/steward/pkg/metrics"
 	"github.com/etcd-steward/steward/pkg/plan"
 )
 
-// RunAuto watches the cluster from an agent and, when the spec says
-// recovery: auto, runs Recover once quorum has been lost for the grace
-// period, unless an upgrade or rollback plan is active, and resumes a
-// recovery that was interrupted (recoveryJournal). Only the first agent of
-// the spec acts, so two agents never recover at once. It returns when ctx
-// ends.
+// autoInterval is how often RunAuto looks at the cluster.
+const autoInterval = 5 * time.Second
+
+// RunAuto watches the cluster and, when the spec says recovery: auto, runs
+// Recover once quorum has been lost for the grace period, unless an upgrade
+// or rollback plan is active, and resumes a recovery that was interrupted
+// (recoveryJournal). It returns when ctx ends.
+//
+// Who acts: on one host, only the spec's first agent (agentName), so two
+// agents never recover at once. On a multi-host cluster, only the
+// coordinator's directory (cluster.Admin: its agent, or the `certs renew
+// --watch` process `steward up` starts there; agentName is then not used),
+// and only when Decide proves quorum lost everywhere for the whole grace
+// period, and only while no other coordinator took over. A host's agent
+// never acts. The recover lock (Run) admits one recovery per directory, and
+// the journal lets the next run resume one that was interrupted.
+//
+// Each round's decision and each action, with their reasons, are recorded
+// in DIR/status/autorecovery.json (cluster.AutoRecoveryState), which
+// `steward status` shows; each action is counted in metrics.RecoveryAction.
 func RunAuto(ctx context.Context, dir, agentName string, log *slog.Logger) {
-	var lostSince, lastResume time.Time
-	tick := time.NewTicker(5 * time.Second)
+	a := &autoLoop{dir: dir, agent: agentName, log: log}
+	tick := time.NewTicker(autoInterval)
 	defer tick.Stop()
 	for {
 		select {
@@ -26,57 +43,186 @@ func RunAuto(ctx context.Context, dir, agentName string, log *slog.Logger) {
 			return
 		case <-tick.C:
 		}
-		c, err := cluster.Open(dir)
-		if err != nil || c.Spec.Recovery.Mode != "auto" || len(c.Spec.Agents) == 0 || c.Spec.Agents[0].Name != agentName {
-			lostSince = time.Time{}
-			continue
-		}
-		// An upgrade plan stops members on purpose (offline and restore
-		// strategies): recovering from a backup then would lose writes.
-		if _, err := plan.Admit(c.Plans(), admitRecovery); err != nil {
-			lostSince = time.Time{}
-			continue
-		}
-		// A recovery that stopped after its seed took over (a crash, an
-		// unreachable host) is finished without waiting for quorum loss:
-		// the seed alone is quorate, and the members it lacks would
-		// otherwise never be added. At most once a minute.
-		if j, err := readRecoveryJournal(c); err == nil && j != nil {
-			if time.Since(lastResume) >= time.Minute {
-				lastResume = time.Now()
-				log.Warn("an unfinished recovery is recorded: resuming it", "seed", j.Seed, "restoredFrom", j.RestoredFrom)
-				rep, err := Run(ctx, c)
-				metrics.RecoveryAction(rep.Action, err)
-				if err != nil {
-					log.Error("resuming the recovery failed", "err", err)
-				} else {
-					log.Info("automatic recovery done", "action", rep.Action, "message", rep.Message)
-				}
-			}
-			lostSince = time.Time{}
-			continue
-		}
-		st, err := c.Status(ctx)
-		if err != nil || st.Cluster.Quorate {
-			lostSince = time.Time{}
-			continue
-		}
-		if lostSince.IsZero() {
-			lostSince = time.Now()
-			log.Warn("quorum lost; automatic recovery after the grace period", "grace", c.Spec.Recovery.GracePeriodSeconds)
-			continue
-		}
-		if time.Since(lostSince) < time.Duration(c.Spec.Recovery.GracePeriodSeconds)*time.Second {
-			continue
-		}
-		log.Warn("quorum lost for the whole grace period: recovering")
-		rep, err := Run(ctx, c)
-		metrics.RecoveryAction(rep.Action, err)
-		if err != nil {
-			log.Error("automatic recovery failed", "err", err)
-		} else {
-			log.Info("automatic recovery done", "action", rep.Action, "message", rep.Message)
-		}
-		lostSince = time.Time{}
+		a.round(ctx)
 	}
+}
+
+// autoLoop is one RunAuto's state; only its goroutine uses it.
+type autoLoop struct {
+	dir, agent string
+	log        *slog.Logger
+	lostSince  time.Time // quorum first seen lost (zero while quorate)
+	// provenSince is when Decide first proved quorum lost everywhere (a
+	// multi-host cluster; zero otherwise).
+	provenSince time.Time
+	lastResume  time.Time
+}
+
+func (a *autoLoop) reset() { a.lostSince, a.provenSince = time.Time{}, time.Time{} }
+
+// record writes the round's decision, keeping the last action.
+func (a *autoLoop) record(decision, reason string) {
+	st, _ := cluster.ReadAutoRecovery(a.dir)
+	if st == nil {
+		st = &cluster.AutoRecoveryState{}
+	}
+	if st.Decision == decision && st.Reason == reason && st.LostSince.Equal(a.lostSince) {
+		return
+	}
+	st.Decision, st.Reason, st.DecidedAt, st.LostSince = decision, reason, time.Now().UTC(), a.lostSince
+	if err := cluster.WriteAutoRecovery(a.dir, st); err != nil {
+		a.log.Error("record the automatic recovery's decision", "err", err)
+	}
+}
+
+// act runs Run, recording it before (running) and after, and counts it.
+func (a *autoLoop) act(ctx context.Context, c *cluster.Cluster, decision, reason string) {
+	st, _ := cluster.ReadAutoRecovery(a.dir)
+	if st == nil {
+		st = &cluster.AutoRecoveryState{}
+	}
+	if c.Spec.MultiHost() {
+		// A coordinator another machine took over from acts no more.
+		if err := a.fenced(ctx, c); err != nil {
+			a.record("wait", err.Error())
+			return
+		}
+	}
+	now := time.Now().UTC()
+	st.Decision, st.Reason, st.DecidedAt, st.LostSince = decision, reason, now, a.lostSince
+	st.LastAction = &cluster.AutoRecoveryAction{Action: "recover", Reason: reason, Started: now, Result: "running"}
+	if err := cluster.WriteAutoRecovery(a.dir, st); err != nil {
+		// Acting unrecorded would leave status without its reason.
+		a.log.Error("record the automatic recovery's action; not acting", "err", err)
+		return
+	}
+	a.log.Warn("automatic recovery", "decision", decision, "reason", reason)
+	c.Progress = func(format string, args ...any) { a.log.Info(fmt.Sprintf(format, args...)) }
+	rep, err := Run(ctx, c)
+	metrics.RecoveryAction(rep.Action, err)
+	st.LastAction.Action, st.LastAction.Finished, st.LastAction.Message = rep.Action, time.Now().UTC(), rep.Message
+	st.LastAction.Result = "success"
+	if err != nil {
+		st.LastAction.Result, st.LastAction.Error = "failure", err.Error()
+		a.log.Error("automatic recovery failed", "action", rep.Action, "err", err)
+	} else {
+		a.log.Info("automatic recovery done", "action", rep.Action, "message", rep.Message)
+	}
+	if err := cluster.WriteAutoRecovery(a.dir, st); err != nil {
+		a.log.Error("record the automatic recovery's result", "err", err)
+	}
+	a.reset()
+}
+
+func (a *autoLoop) round(ctx context.Context) {
+	c, err := cluster.Open(a.dir)
+	if err != nil || c.Spec.Recovery.Mode != "auto" || len(c.Spec.Agents) == 0 {
+		a.reset()
+		return
+	}
+	multi := c.Spec.MultiHost()
+	if multi {
+		// A host's copy of the spec: its agent never acts (docs/hosts.md).
+		if !c.Admin() {
+			a.reset()
+			return
+		}
+	} else if c.Spec.Agents[0].Name != a.agent {
+		a.reset()
+		return
+	}
+	// An upgrade plan stops members on purpose (offline and restore
+	// strategies): recovering from a backup then would lose writes.
+	if _, err := plan.Admit(c.Plans(), admitRecovery); err != nil {
+		a.reset()
+		a.record("wait", err.Error())
+		return
+	}
+	// A recovery that stopped after its seed took over (a crash, an
+	// unreachable host) is finished without waiting for quorum loss:
+	// the seed alone is quorate, and the members it lacks would
+	// otherwise never be added. At most once a minute.
+	if j, err := readRecoveryJournal(c); err == nil && j != nil {
+		if time.Since(a.lastResume) >= time.Minute {
+			a.lastResume = time.Now()
+			a.act(ctx, c, "resume", fmt.Sprintf("an unfinished recovery is recorded (seed %s, %s): resuming it", j.Seed, j.origin()))
+		}
+		a.reset()
+		return
+	}
+	st, err := c.Status(ctx)
+	if err != nil {
+		a.reset()
+		return
+	}
+	if st.Cluster.Quorate {
+		if !a.lostSince.IsZero() {
+			a.log.Info("quorum is back; no recovery")
+		}
+		a.reset()
+		a.record("none", "the cluster is quorate")
+		return
+	}
+	grace := time.Duration(c.Spec.Recovery.GracePeriodSeconds) * time.Second
+	if a.lostSince.IsZero() {
+		a.lostSince = time.Now().UTC()
+		a.log.Warn("quorum lost; automatic recovery after the grace period", "grace", grace)
+	}
+	reason := "quorum lost as seen from this agent"
+	since := a.lostSince
+	if multi {
+		d := Decide(Observe(st, c))
+		reason = d.Reason
+		if !d.Act {
+			a.provenSince = time.Time{}
+			a.record("wait", reason)
+			return
+		}
+		if a.provenSince.IsZero() {
+			a.provenSince = time.Now().UTC()
+		}
+		since = a.provenSince
+	}
+	if left := grace - time.Since(since); left > 0 {
+		a.record("wait", fmt.Sprintf("%s; acting after the grace period of %s (%s left)", reason, grace, left.Round(time.Second)))
+		return
+	}
+	a.act(ctx, c, "act", fmt.Sprintf("%s, for the whole grace period of %s", reason, grace))
+}
+
+// fenced fails when another coordinator took over (handover.ErrSuperseded)
+// or when the store cannot tell: acting on a stale directory could run a
+// second recovery beside the new coordinator's.
+func (a *autoLoop) fenced(ctx context.Context, c *cluster.Cluster) error {
+	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	h, err := c.Handover(hctx)
+	if err == nil {
+		err = h.Check(hctx)
+	}
+	if errors.Is(err, handover.ErrSuperseded) {
+		return fmt.Errorf("not acting: %w", err)
+	}
+	if err != nil {
+		return fmt.Errorf("not acting: cannot check that this is still the coordinator: %w", err)
+	}
+	return nil
+}
+
+// Observe turns a status into Decide's input: for each member of the
+// spec, whether its agent answered and its process state.
+func Observe(st *cluster.Status, c *cluster.Cluster) Observation {
+	reach := map[string]bool{}
+	for _, ag := range st.Agents {
+		reach[ag.Name] = ag.Reachable
+	}
+	o := Observation{Quorate: st.Cluster.Quorate}
+	for _, m := range c.Spec.Members {
+		v := MemberView{Name: m.Name, Agent: m.Agent, AgentReachable: reach[m.Agent]}
+		if ms, ok := st.Member(m.Name); ok {
+			v.Process, v.Healthy = ms.Process, ms.Healthy
+		}
+		o.Members = append(o.Members, v)
+	}
+	return o
 }

@@ -1,6 +1,7 @@
 package recovery
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/etcd-steward/steward/internal/atomicfile"
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/handover"
 )
 
 // recoveryJournal records a recovery (from backup, or from a survivor's own
@@ -59,7 +61,7 @@ func readRecoveryJournal(c *cluster.Cluster) (*recoveryJournal, error) {
 	return &j, nil
 }
 
-func writeRecoveryJournal(c *cluster.Cluster, j *recoveryJournal) error {
+func writeRecoveryJournal(ctx context.Context, c *cluster.Cluster, j *recoveryJournal) error {
 	if err := os.MkdirAll(filepath.Dir(recoveryJournalPath(c)), 0o700); err != nil {
 		return err
 	}
@@ -67,12 +69,42 @@ func writeRecoveryJournal(c *cluster.Cluster, j *recoveryJournal) error {
 	if err != nil {
 		return err
 	}
-	return atomicfile.WriteFile(recoveryJournalPath(c), append(b, '\n'), 0o600)
+	b = append(b, '\n')
+	if err := atomicfile.WriteFile(recoveryJournalPath(c), b, 0o600); err != nil {
+		return err
+	}
+	return copyRecoveryJournal(ctx, c, b)
 }
 
-func removeRecoveryJournal(c *cluster.Cluster) error {
+func removeRecoveryJournal(ctx context.Context, c *cluster.Cluster) error {
 	if err := os.Remove(recoveryJournalPath(c)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove recovery journal: %w", err)
 	}
-	return atomicfile.SyncDir(filepath.Dir(recoveryJournalPath(c)))
+	if err := atomicfile.SyncDir(filepath.Dir(recoveryJournalPath(c))); err != nil {
+		return err
+	}
+	return copyRecoveryJournal(ctx, c, nil)
+}
+
+// copyRecoveryJournal copies the journal (nil: none, the recovery
+// finished) into the backup store for a coordinator that takes over
+// (handover.SaveRecovery), on a multi-host cluster. A coordinator another
+// took over from fails here (handover.ErrSuperseded) and goes no further;
+// a store that cannot be written is a warning: the local journal still
+// resumes the recovery here.
+func copyRecoveryJournal(ctx context.Context, c *cluster.Cluster, b []byte) error {
+	if c.Spec == nil || !c.Spec.MultiHost() {
+		return nil
+	}
+	h, err := c.Handover(ctx)
+	if err == nil {
+		err = h.SaveRecovery(ctx, b)
+	}
+	if errors.Is(err, handover.ErrSuperseded) {
+		return fmt.Errorf("refusing to go on with the recovery: %w", err)
+	}
+	if err != nil {
+		c.Progress.Say("warning: copy the recovery journal for another coordinator: %v", err)
+	}
+	return nil
 }

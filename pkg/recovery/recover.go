@@ -116,7 +116,7 @@ func Run(ctx context.Context, c *cluster.Cluster) (Report, error) {
 		}
 		if st.Cluster.Quorate {
 			rep.Message = "the cluster is quorate: nothing to recover; the journal of an unfinished recovery was dropped"
-			return rep, removeRecoveryJournal(c)
+			return rep, removeRecoveryJournal(ctx, c)
 		}
 	}
 	c.Progress.Say("quorum lost (%s); stopping every member to inspect its data", st.Unhealthy())
@@ -252,7 +252,7 @@ func recoverFromSeed(ctx context.Context, c *cluster.Cluster, rep *Report, seed 
 		return fmt.Errorf("make %s a cluster of one: %w (re-run `steward recover`: %s)", seed.Name, err, again)
 	}
 	j := &recoveryJournal{Seed: seed.Name, RestoredFrom: rep.RestoredFrom, SeededAt: time.Now().UTC()}
-	if err := writeRecoveryJournal(c, j); err != nil {
+	if err := writeRecoveryJournal(ctx, c, j); err != nil {
 		return fmt.Errorf("%s is a cluster of one, but the recovery journal was not written: %w (re-run `steward recover`)", seed.Name, err)
 	}
 	return finishRecovery(ctx, c, rep, j)
@@ -290,7 +290,7 @@ func finishRecovery(ctx context.Context, c *cluster.Cluster, rep *Report, j *rec
 		}
 		c.Progress.Say("fresh full snapshot %s of the seed (revision %d)", full.ID, full.EndRevision)
 		j.FreshBackup = full.ID
-		if err := writeRecoveryJournal(c, j); err != nil {
+		if err := writeRecoveryJournal(ctx, c, j); err != nil {
 			return err
 		}
 	}
@@ -371,7 +371,7 @@ func finishRecovery(ctx context.Context, c *cluster.Cluster, rep *Report, j *rec
 		return fmt.Errorf("the cluster is back (%s, %s; added %v), but %d members could not be added: %w; once their hosts are fixed, re-run `steward recover` (or `steward member replace NAME` for each of %v)",
 			seed.Name, j.origin(), rep.Added, len(failed), errors.Join(errs...), failed)
 	}
-	if err := removeRecoveryJournal(c); err != nil {
+	if err := removeRecoveryJournal(ctx, c); err != nil {
 		return err
 	}
 	rep.Message = fmt.Sprintf("%s (%s) made a cluster of one, took the fresh full snapshot %s, then added %d members as learners and promoted them; old data dirs were moved aside",

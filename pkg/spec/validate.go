@@ -368,9 +368,6 @@ func (c *Cluster) Validate(o ValidateOptions) (warnings []string, err error) {
 					strings.Join(on, ", "), a.Name, len(on)))
 			}
 		}
-		if c.Recovery.Mode == "auto" {
-			bad("recovery.mode auto: automatic recovery does not run across hosts yet; use manual (`steward recover` from the coordinator)")
-		}
 		if c.Backup.Continuous && c.Backup.S3 == nil && !c.Backup.StoreShared {
 			bad("backup: continuous backups of a multi-host cluster need a store every host reaches: set backup.s3, or backup.storeShared: true when backup.store is a shared file system mounted at the same path on every host")
 		}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/carotate"
 	"github.com/etcd-steward/steward/pkg/certs"
 	"github.com/etcd-steward/steward/pkg/pki"
+	"github.com/etcd-steward/steward/pkg/recovery"
 )
 
 // NewCommand returns the certs command.
@@ -142,7 +144,14 @@ DIR/status/certrenew.json, which ` + "`steward status`" + ` reports (Certificate
 				defer stop()
 				log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 				log.Info("certificate renewal started", "dir", dir, "pid", os.Getpid())
+				// The coordinator's automatic recovery of a multi-host
+				// cluster (recovery.mode auto) runs beside the renewal:
+				// this is the process that runs on the coordinator
+				// between commands (docs/hosts.md).
+				var wg sync.WaitGroup
+				wg.Go(func() { recovery.RunAuto(ctx, dir, "", log.With("component", "recovery")) })
 				certs.RunRenewal(ctx, dir, log.With("component", "certificates"))
+				wg.Wait()
 				log.Info("certificate renewal stopped")
 				return nil
 			}

@@ -64,6 +64,9 @@ that was running. Should the old coordinator come back, it stops before its next
 					fmt.Fprintf(cmd.OutOrStdout(), "; plan %s is %s: `steward plan resume` finishes it", p.ID, p.State)
 				}
 			}
+			if t.RecoveryJournal != nil {
+				fmt.Fprint(cmd.OutOrStdout(), "; a recovery is unfinished: `steward recover` finishes it")
+			}
 			fmt.Fprintln(cmd.OutOrStdout())
 			return nil
 		},

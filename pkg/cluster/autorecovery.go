@@ -1,0 +1,100 @@
+package cluster
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/etcd-steward/steward/internal/atomicfile"
+)
+
+// AutoRecoveryStateFile is the file, under DIR/status, in which the
+// automatic recovery of a directory (pkg/recovery.RunAuto) records its
+// latest decision and its latest action, each with its reason. `steward
+// status` shows them in the Ready condition's message and under
+// autoRecovery. Written atomically by the one RunAuto of the directory.
+const AutoRecoveryStateFile = "autorecovery.json"
+
+// AutoRecoveryState is what AutoRecoveryStateFile holds. Its JSON field
+// names are stable (`steward status -o json`, autoRecovery).
+type AutoRecoveryState struct {
+	// Decision is the latest round's: "none" (quorate), "wait" (quorum
+	// lost, but not proven lost everywhere, or within the grace period),
+	// "act" or "resume".
+	Decision  string    `json:"decision"`
+	Reason    string    `json:"reason"`
+	DecidedAt time.Time `json:"decidedAt"`
+	// LostSince is when this loop first saw quorum lost (zero while
+	// quorate).
+	LostSince time.Time `json:"lostSince,omitzero"`
+	// LastAction is the latest recovery this loop ran, if any.
+	LastAction *AutoRecoveryAction `json:"lastAction,omitempty"`
+}
+
+// AutoRecoveryAction is one recovery RunAuto ran.
+type AutoRecoveryAction struct {
+	// Action is recovery.Report.Action (restart, reseed, restore, resume,
+	// none).
+	Action   string    `json:"action"`
+	Reason   string    `json:"reason"`
+	Started  time.Time `json:"started"`
+	Finished time.Time `json:"finished,omitzero"`
+	// Result is "running", "success" or "failure"; Error, the failure.
+	Result  string `json:"result"`
+	Error   string `json:"error,omitempty"`
+	Message string `json:"message,omitempty"`
+}
+
+// AutoRecoveryStatePath is the state file of directory dir.
+func AutoRecoveryStatePath(dir string) string {
+	return filepath.Join(dir, "status", AutoRecoveryStateFile)
+}
+
+// ReadAutoRecovery returns the recorded state, nil when there is none.
+func ReadAutoRecovery(dir string) (*AutoRecoveryState, error) {
+	b, err := os.ReadFile(AutoRecoveryStatePath(dir))
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var s AutoRecoveryState
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("%s: %w", AutoRecoveryStatePath(dir), err)
+	}
+	return &s, nil
+}
+
+// WriteAutoRecovery records s atomically (0600, in a 0700 directory).
+func WriteAutoRecovery(dir string, s *AutoRecoveryState) error {
+	if err := os.MkdirAll(filepath.Join(dir, "status"), 0o700); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(AutoRecoveryStatePath(dir), append(b, '\n'), 0o600)
+}
+
+// autoRecoveryNote is what the Ready condition's message adds: the latest
+// decision while quorum is lost, and the latest action.
+func (s *AutoRecoveryState) note(quorate bool) string {
+	if s == nil {
+		return ""
+	}
+	out := ""
+	if !quorate && s.Decision != "" && s.Decision != "none" {
+		out = fmt.Sprintf("; automatic recovery (%s at %s): %s", s.Decision, s.DecidedAt.UTC().Format(time.RFC3339), s.Reason)
+	}
+	if a := s.LastAction; a != nil {
+		out += fmt.Sprintf("; last automatic recovery: %s, %s, started %s (%s)", a.Action, a.Result, a.Started.UTC().Format(time.RFC3339), a.Reason)
+		if a.Error != "" {
+			out += ": " + a.Error
+		}
+	}
+	return out
+}

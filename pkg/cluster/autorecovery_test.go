@@ -1,0 +1,60 @@
+package cluster
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/etcd-steward/steward/pkg/agentapi"
+	"github.com/etcd-steward/steward/pkg/spec"
+)
+
+// TestAutoRecoveryCannot: a host whose agent predates automatic recovery
+// across hosts (no capability), or does not answer, is named with its
+// address and what to do; a current agent passes.
+func TestAutoRecoveryCannot(t *testing.T) {
+	a := spec.Agent{Name: "cp-2", Host: "10.0.0.12"}
+	if msg := autoRecoveryCannot(a, agentapi.AgentInfo{Capabilities: []string{agentapi.CapRecoveryCoordinated}}, nil); msg != "" {
+		t.Errorf("a current agent refused: %s", msg)
+	}
+	msg := autoRecoveryCannot(a, agentapi.AgentInfo{Name: "cp-2"}, nil)
+	for _, want := range []string{"host cp-2 (10.0.0.12)", "older than automatic recovery across hosts", "upgrade Steward on that host"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("old agent: %q lacks %q", msg, want)
+		}
+	}
+	msg = autoRecoveryCannot(a, agentapi.AgentInfo{}, errors.New("connection refused"))
+	if !strings.Contains(msg, "host cp-2 (10.0.0.12)") || !strings.Contains(msg, "connection refused") {
+		t.Errorf("unreachable agent: %q", msg)
+	}
+}
+
+// TestAutoRecoveryState: the state file round-trips, and the Ready
+// message carries the decision only while quorum is lost, the last
+// action always.
+func TestAutoRecoveryState(t *testing.T) {
+	dir := t.TempDir()
+	if s, err := ReadAutoRecovery(dir); s != nil || err != nil {
+		t.Fatalf("no file: %v %v", s, err)
+	}
+	at := time.Date(2026, 11, 27, 22, 0, 0, 0, time.UTC)
+	s := &AutoRecoveryState{Decision: "wait", Reason: "the agents of etcd-1 (agent h1) do not answer", DecidedAt: at}
+	if err := WriteAutoRecovery(dir, s); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadAutoRecovery(dir)
+	if err != nil || got.Reason != s.Reason || !got.DecidedAt.Equal(at) {
+		t.Fatalf("read back %+v %v", got, err)
+	}
+	if n := got.note(true); n != "" {
+		t.Errorf("quorate, no action: %q", n)
+	}
+	if n := got.note(false); !strings.Contains(n, "automatic recovery (wait at 2026-11-27T22:00:00Z): the agents of etcd-1") {
+		t.Errorf("quorum lost: %q", n)
+	}
+	got.LastAction = &AutoRecoveryAction{Action: "reseed", Result: "success", Started: at, Reason: "quorum lost everywhere"}
+	if n := got.note(true); !strings.Contains(n, "last automatic recovery: reseed, success, started 2026-11-27T22:00:00Z (quorum lost everywhere)") {
+		t.Errorf("after an action: %q", n)
+	}
+}

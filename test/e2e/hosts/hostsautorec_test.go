@@ -1,0 +1,304 @@
+package hosts_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/test/harness"
+	"github.com/etcd-steward/steward/test/workload"
+)
+
+// TestHostsAutoRecovery: recovery.mode auto on three hosts (S3 backups),
+// where the coordinator's own process (`certs renew --watch`, which `up`
+// starts) is the one actor (docs/hosts.md, "Automatic recovery across
+// hosts"). A follower's host cut off alone: the majority stays quorate and
+// nothing recovers anywhere; healed, the member rejoins. Two hosts cut off:
+// the coordinator sees quorum lost but cannot reach their agents, so it
+// waits and says why; healed, quorum is back with no recovery. Two hosts
+// lose their data dirs while their agents run: with no command, the
+// coordinator recovers (its agents report the two members not running)
+// and the cluster is healthy with the exact keyspace; status shows the
+// action and its reason. No host's agent ever acts.
+func TestHostsAutoRecovery(t *testing.T) {
+	t.Parallel()
+	hs := harness.NewHosts(t, 3)
+	s3 := harness.StartS3At(t, hs.Net.Addr)
+	hs.Init("3.6.16", "--backup-s3-endpoint", s3.Endpoint, "--backup-s3-bucket", s3.Bucket,
+		"--backup-s3-credentials-file", s3.CredentialsFile, "--backup-s3-prefix", "autorec")
+	s := hs.Spec()
+	s.Recovery = spec.Recovery{Mode: "auto", GracePeriodSeconds: 5}
+	if err := s.Save(filepath.Join(hs.Dir, spec.FileName)); err != nil {
+		t.Fatal(err)
+	}
+	hs.StartAgents()
+	// A host whose agent cannot be asked whether it leaves the recovery
+	// to the coordinator: `up` is refused naming it, before anything
+	// starts.
+	specBefore, err := os.ReadFile(filepath.Join(hs.Dir, spec.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs.Host("h1").Cut(t)
+	msg := hs.MustFail("up")
+	hs.Host("h1").Heal(t)
+	for _, want := range []string{"recovery.mode auto", "host h1 (" + hs.Host("h1").Addr + ")", "nothing was changed"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("up with h1 cut off: %q lacks %q", msg, want)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(hs.Dir, spec.FileName)); string(b) != string(specBefore) {
+		t.Errorf("the refused up changed the spec")
+	}
+	for _, h := range hs.Hosts {
+		if _, err := os.Stat(filepath.Join(h.Dir, "members")); err == nil {
+			t.Errorf("the refused up started a member on host %s", h.Name)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(hs.Dir, "run", "certrenew.pid")); err == nil {
+		t.Errorf("the refused up started the coordinator's process")
+	}
+	if so, se, err := hs.Run("up"); err != nil || !strings.Contains(se, "started certificate renewal of the hosts") {
+		t.Fatalf("up: %v; want the coordinator's process started\nstdout: %s\nstderr: %s", err, so, se)
+	}
+	hs.WaitStatus(time.Minute, "three healthy members on three hosts", harness.Healthy)
+	grace := 5 * time.Second
+
+	// noHostActs: no host's agent recorded a decision or a journal.
+	noHostActs := func(t *testing.T) {
+		t.Helper()
+		for _, h := range hs.Hosts {
+			for _, f := range []string{cluster.AutoRecoveryStateFile, "recovery.json"} {
+				if _, err := os.Stat(filepath.Join(h.Dir, "status", f)); err == nil {
+					t.Errorf("host %s has status/%s: a host's agent took part in the recovery", h.Name, f)
+				}
+			}
+		}
+	}
+	// noAction polls for d that the coordinator ran no recovery.
+	noAction := func(t *testing.T, d time.Duration) *cluster.AutoRecoveryState {
+		t.Helper()
+		var last *cluster.AutoRecoveryState
+		err := harness.Poll(d, 500*time.Millisecond, func() error {
+			st, err := cluster.ReadAutoRecovery(hs.Dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st != nil && st.LastAction != nil {
+				t.Fatalf("a recovery ran: %+v", st.LastAction)
+			}
+			last = st
+			return fmt.Errorf("still no action") // keep polling for d
+		})
+		if err == nil {
+			t.Fatal("poll ended early")
+		}
+		return last
+	}
+	memberIDs := func(st *cluster.Status) map[string]string {
+		ids := map[string]string{}
+		for _, m := range st.Members {
+			ids[m.Name] = m.ID
+		}
+		return ids
+	}
+
+	cli := hs.Client()
+	for i := range 200 {
+		if _, err := cli.Put(t.Context(), fmt.Sprintf("autorec/%03d", i), strings.Repeat("v", 100)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Run("a host cut off alone: no recovery, it rejoins", func(t *testing.T) {
+		e := hs.Env.For(t)
+		st := e.Status()
+		before := memberIDs(st)
+		var victim cluster.MemberStatus
+		for _, m := range st.Members {
+			if m.Role == "follower" {
+				victim = m
+				break
+			}
+		}
+		h := hs.Host(victim.Agent)
+		h.Cut(t)
+		e.WaitStatus(30*time.Second, "the cut host reported, quorum kept", func(st *cluster.Status) bool {
+			return harness.Cond(st, cluster.CondReady).Status == "True" && harness.Cond(st, cluster.CondAllMembersReady).Status == "False"
+		})
+		if st := noAction(t, 4*grace); st == nil || st.Decision != "none" {
+			t.Errorf("decision with the majority quorate: %+v", st)
+		}
+		h.Heal(t)
+		st = e.WaitStatus(time.Minute, "the cut host's member back", harness.Healthy)
+		if after := memberIDs(st); fmt.Sprint(after) != fmt.Sprint(before) {
+			t.Errorf("member IDs changed: %v, were %v", after, before)
+		}
+		noHostActs(t)
+	})
+	if t.Failed() {
+		return
+	}
+
+	t.Run("two hosts cut off: the coordinator cannot prove quorum lost, it waits", func(t *testing.T) {
+		e := hs.Env.For(t)
+		before := memberIDs(e.Status())
+		cut := []*harness.AgentHost{hs.Hosts[0], hs.Hosts[1]}
+		for _, h := range cut {
+			h.Cut(t)
+		}
+		e.WaitStatus(30*time.Second, "quorum lost as seen from the coordinator", func(st *cluster.Status) bool { return !st.Cluster.Quorate })
+		st := noAction(t, 4*grace)
+		if st == nil || st.Decision != "wait" || !strings.Contains(st.Reason, "do not answer") {
+			t.Errorf("decision with two hosts unreachable: %+v", st)
+		}
+		// status says so in Ready's message.
+		if c := harness.Cond(e.Status(), cluster.CondReady); !strings.Contains(c.Message, "automatic recovery (wait") || !strings.Contains(c.Message, "do not answer") {
+			t.Errorf("Ready: %+v", c)
+		}
+		for _, h := range cut {
+			h.Heal(t)
+		}
+		st2 := e.WaitStatus(time.Minute, "quorum back once healed", harness.Healthy)
+		if after := memberIDs(st2); fmt.Sprint(after) != fmt.Sprint(before) {
+			t.Errorf("member IDs changed: %v, were %v", after, before)
+		}
+		noAction(t, 2*grace)
+		noHostActs(t)
+	})
+	if t.Failed() {
+		return
+	}
+
+	t.Run("two hosts lose their data: recovered without a command", func(t *testing.T) {
+		e := hs.Env.For(t)
+		want := workload.TakeDigest(t, cli, "", 0)
+		harness.WaitBackedUp(t, e, want.Rev)
+		st := e.Status()
+		lost := time.Now()
+		for _, n := range []string{"1", "2"} {
+			h := hs.Host("h" + n)
+			m, _ := st.Member("etcd-" + n)
+			if err := os.RemoveAll(filepath.Join(h.Dir, "members", m.Name, "data")); err != nil {
+				t.Fatal(err)
+			}
+			// The agent restarts it and refuses: its data is lost.
+			if err := syscall.Kill(m.PID, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var ar *cluster.AutoRecoveryState
+		harness.Eventually(t, 5*time.Minute, time.Second, "an automatic recovery that succeeded", func() error {
+			var err error
+			if ar, err = cluster.ReadAutoRecovery(hs.Dir); err != nil {
+				return err
+			}
+			if ar == nil || ar.LastAction == nil || ar.LastAction.Result != "success" {
+				return fmt.Errorf("state %+v", ar)
+			}
+			return nil
+		})
+		a := ar.LastAction
+		t.Logf("recovered by %s in %s: %s (%s)", a.Action, time.Since(lost).Round(time.Second), a.Message, a.Reason)
+		if (a.Action != "reseed" && a.Action != "restore") || !strings.Contains(a.Reason, "2 of 3 members reported not running by their own agents") {
+			t.Errorf("last action %+v", a)
+		}
+		st = e.WaitStatus(2*time.Minute, "three voters on the same hosts", func(st *cluster.Status) bool {
+			return harness.Healthy(st) && st.Cluster.VotingMembers == 3
+		})
+		if c := harness.Cond(st, cluster.CondReady); !strings.Contains(c.Message, "last automatic recovery: "+a.Action+", success") {
+			t.Errorf("Ready does not show the recovery: %+v", c)
+		}
+		if st.AutoRecovery == nil || st.AutoRecovery.LastAction == nil {
+			t.Errorf("status autoRecovery: %+v", st.AutoRecovery)
+		}
+		after := hs.Client()
+		workload.RequireEqual(t, "keyspace after two hosts lost their data", workload.TakeDigest(t, after, "", 0), want)
+		noHostActs(t)
+	})
+	if t.Failed() {
+		return
+	}
+
+	t.Run("coordinator killed mid-recovery: the one that takes over resumes it", func(t *testing.T) {
+		e := hs.Env.For(t)
+		st := e.Status()
+		want := workload.TakeDigest(t, hs.Client(), "", 0)
+		harness.WaitBackedUp(t, e, want.Rev)
+		for _, n := range []string{"1", "2"} {
+			h := hs.Host("h" + n)
+			m, _ := st.Member("etcd-" + n)
+			if err := os.RemoveAll(filepath.Join(h.Dir, "members", m.Name, "data")); err != nil {
+				t.Fatal(err)
+			}
+			if err := syscall.Kill(m.PID, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Once the seed runs alone and its fresh snapshot is recorded
+		// (the journal, copied to the store, says so), the coordinator's
+		// process dies mid-recovery: its machine is lost.
+		journal := filepath.Join(hs.Dir, "status", "recovery.json")
+		harness.Eventually(t, 3*time.Minute, 20*time.Millisecond, "the recovery past its seed's fresh snapshot", func() error {
+			b, err := os.ReadFile(journal)
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(string(b), `"freshBackup"`) {
+				return fmt.Errorf("journal %s", b)
+			}
+			return nil
+		})
+		pidb, err := os.ReadFile(filepath.Join(hs.Dir, "run", "certrenew.pid"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pid int
+		if _, err := fmt.Sscan(string(pidb), &pid); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(journal); err != nil {
+			t.Fatalf("the recovery finished before its coordinator was killed: %v", err)
+		}
+		t.Logf("coordinator's process %d killed mid-recovery", pid)
+
+		pkiCopy := t.TempDir()
+		for _, f := range []string{"ca.crt", "client.crt", "client.key", "backup-auth.key"} {
+			b, err := os.ReadFile(filepath.Join(hs.Dir, "pki", f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(pkiCopy, f), b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		next := harness.New(t)
+		out := next.MustRun("takeover", "--pki", pkiCopy, "--binary-store", next.Store,
+			"--backup-s3-endpoint", s3.Endpoint, "--backup-s3-bucket", s3.Bucket,
+			"--backup-s3-credentials-file", s3.CredentialsFile, "--backup-s3-prefix", "autorec")
+		if !strings.Contains(out, "generation 2") || !strings.Contains(out, "a recovery is unfinished") {
+			t.Fatalf("takeover: %s", out)
+		}
+		rep, out := harness.RecoverJSON(t, next)
+		if rep.Action != "resume" || rep.Seed != "etcd-3" {
+			t.Fatalf("recover on the new coordinator: want the recovery resumed from etcd-3: %s", out)
+		}
+		next.WaitStatus(2*time.Minute, "three voters on the same hosts", func(st *cluster.Status) bool {
+			return harness.Healthy(st) && st.Cluster.VotingMembers == 3
+		})
+		if _, err := os.Stat(filepath.Join(next.Dir, "status", "recovery.json")); err == nil {
+			t.Errorf("the new coordinator's journal is left after the recovery finished")
+		}
+		workload.RequireEqual(t, "keyspace after the recovery resumed by the new coordinator", workload.TakeDigest(t, next.Client(), "", 0), want)
+		noHostActs(t)
+	})
+}
