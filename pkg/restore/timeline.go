@@ -76,8 +76,11 @@ func dataDirRevisions(ctx context.Context, c *cluster.Cluster) int64 {
 }
 
 // recordTimeline writes the new timeline's history object into store (nil:
-// the store is unreachable, for a snapshot file: nothing is recorded).
-func recordTimeline(ctx context.Context, c *cluster.Cluster, store backup.Store, p prepared, full backup.Manifest) error {
+// the store is unreachable, for a snapshot file: nothing is recorded) and
+// keeps it in p for markCommitted. It names the cluster ID the restored
+// data dirs keep (a snapshot file's restore keeps the recorded one), or
+// the backup's when none is kept.
+func recordTimeline(ctx context.Context, c *cluster.Cluster, store backup.Store, p *prepared, full backup.Manifest) error {
 	if store == nil {
 		return nil
 	}
@@ -89,8 +92,33 @@ func recordTimeline(ctx context.Context, c *cluster.Cluster, store backup.Store,
 		Lineage:       backup.Lineage{Timeline: p.timeline.ID, ParentTimeline: p.timeline.Parent, BranchRevision: p.timeline.BranchRevision},
 		StartRevision: p.bumped, ClusterID: full.ClusterID, Source: p.from, CreatedAt: time.Now().UTC(),
 	}
+	if _, cid := p.ids.Hex(); cid != "" {
+		rec.ClusterID = cid
+	}
 	if full.ID != "" {
 		rec.Source = full.ID
 	}
-	return backup.PutTimeline(ctx, store, auth, &rec)
+	if err := backup.PutTimeline(ctx, store, auth, &rec); err != nil {
+		return err
+	}
+	p.record, p.store = &rec, store
+	return nil
+}
+
+// markCommitted writes the new timeline's commit marker once the restore
+// committed (the data dirs in place, the spec naming the timeline): only
+// then can a spec that records no timeline take it as current. A failure
+// is reported, not returned: the restore is done, and this spec names the
+// timeline.
+func markCommitted(ctx context.Context, c *cluster.Cluster, p prepared) {
+	if p.record == nil {
+		return
+	}
+	auth, err := c.BackupAuthKey()
+	if err == nil {
+		err = backup.PutTimelineCommit(ctx, p.store, auth, *p.record, time.Now())
+	}
+	if err != nil {
+		c.Progress.Say("warning: the restore is complete and this spec names timeline %d, but marking it committed in the backup store failed (%v): a Steward directory without this spec takes it as current only once it has a backup", p.timeline.ID, err)
+	}
 }
