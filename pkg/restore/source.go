@@ -172,7 +172,7 @@ func refusalOf(err error) error {
 	case errors.Is(err, backup.ErrUnknownTimeline):
 		return refusal.New(ErrUnknownTimeline, "refusing to restore: %v", err)
 	case errors.Is(err, backup.ErrAbandonedTimeline):
-		return refusal.New(ErrAbandonedTimeline, "refusing to restore: %v; restore that point on its parent instead", err)
+		return refusal.New(ErrAbandonedTimeline, "refusing to restore: %v", err)
 	}
 	return err
 }
