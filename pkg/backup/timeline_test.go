@@ -122,11 +122,16 @@ func TestBuildChainStaysOnTimeline(t *testing.T) {
 }
 
 // TestHighestRevision: every trusted backup on every timeline and every
-// timeline's start count; an unauthenticated manifest (which could claim
+// timeline's start count (an abandoned timeline's too: its restore may
+// have got as far as serving); an unauthenticated manifest (which could claim
 // any number) does not; the margin is added above the highest, refused
 // past int64.
 func TestHighestRevision(t *testing.T) {
 	all, h := branched()
+	if got := HighestRevision(all, h); got != 3_000_000_120 {
+		t.Errorf("highest %d, want 3000000120 (abandoned timeline 4's start)", got)
+	}
+	delete(h, 4)
 	if got := HighestRevision(all, h); got != 2_000_000_120 {
 		t.Errorf("highest %d, want 2000000120 (timeline 3's start)", got)
 	}
