@@ -15,8 +15,11 @@ import (
 // and the pure logic are pkg/backup/timeline.go): it checks the target,
 // reads the history (source.go: loadHistory, currentTimeline), resumes
 // above the highest revision ever served (prepare), records the new
-// timeline in the store (recordTimeline, before any data dir changes) and
-// in the spec (commit).
+// timeline in the store (recordTimeline, before any data dir changes), in
+// the spec (commit), and marks it committed in the store (markCommitted,
+// after the commit). Invariant: a spec without a timeline reads the newest
+// committed timeline (currentTimeline), never one whose restore stopped
+// before its commit.
 
 // checkTarget refuses a target that cannot be restored, before anything
 // is read or changed.
