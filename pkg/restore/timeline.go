@@ -91,6 +91,7 @@ func recordTimeline(ctx context.Context, c *cluster.Cluster, store backup.Store,
 	if err != nil {
 		return err
 	}
+	healCommit(ctx, c, store, auth)
 	rec := backup.TimelineRecord{
 		Lineage:       backup.Lineage{Timeline: p.timeline.ID, ParentTimeline: p.timeline.Parent, BranchRevision: p.timeline.BranchRevision},
 		StartRevision: p.bumped, ClusterID: full.ClusterID, Source: p.from, CreatedAt: time.Now().UTC(),
@@ -123,5 +124,29 @@ func markCommitted(ctx context.Context, c *cluster.Cluster, p prepared) {
 	}
 	if err != nil {
 		c.Progress.Say("warning: the restore is complete and this spec names timeline %d, but marking it committed in the backup store failed (%v): a Steward directory without this spec takes it as current only once it has a backup", p.timeline.ID, err)
+	}
+}
+
+// healCommit writes the commit marker of the spec's timeline when the
+// store holds its record without one: a restore that stopped between its
+// commit and its marker, or one by a Steward before markers. The spec
+// names it, so its restore committed. A failure is reported, not
+// returned: the restore does not depend on it.
+func healCommit(ctx context.Context, c *cluster.Cluster, store backup.Store, auth *backup.AuthKey) {
+	t := c.Spec.Timeline
+	if t == nil || t.ID < 2 {
+		return
+	}
+	records, _, err := backup.ListTimelines(ctx, store, auth)
+	for _, r := range records {
+		if r.Timeline != t.ID || r.Committed {
+			continue
+		}
+		if err = backup.PutTimelineCommit(ctx, store, auth, r, time.Now()); err == nil {
+			c.Progress.Say("marked timeline %d, the one this spec names, committed in the backup store (its marker was missing)", t.ID)
+		}
+	}
+	if err != nil {
+		c.Progress.Say("warning: marking timeline %d, the one this spec names, committed in the backup store: %v", t.ID, err)
 	}
 }

@@ -82,7 +82,8 @@ func TestCurrentTimelineSkipsAbandoned(t *testing.T) {
 // current one by fallback once its commit marker is in the store, or once
 // it has a backup of its own (a store written by a Steward before
 // markers); the spec's timeline is current whatever the store holds; an
-// abandoned timeline without backups is refused when asked for, and a
+// abandoned timeline without backups is refused when asked for; the
+// spec's timeline gets its missing marker from the next restore; and a
 // marker that does not match its record is ignored and reported.
 func TestTimelineCommitSelection(t *testing.T) {
 	ctx := t.Context()
@@ -147,7 +148,16 @@ func TestTimelineCommitSelection(t *testing.T) {
 	if _, err := backup.Resolve(withOld, h, 4, 0, time.Time{}); err != nil {
 		t.Errorf("Resolve of the spec's timeline 4: %v", err)
 	}
+	// The next restore from this spec writes timeline 4's missing marker
+	// (healCommit), so a spec without a timeline takes it too.
+	healCommit(ctx, c, store, auth)
 	c.Spec.Timeline = nil
+	if h, err = loadHistory(ctx, c, store, withOld); err != nil {
+		t.Fatal(err)
+	}
+	if got := currentTimeline(c, h); got != 4 {
+		t.Fatalf("current timeline after timeline 4's marker was healed: %d, want 4", got)
+	}
 
 	// A marker bound to another record (copied over timeline 5's name) is
 	// ignored and reported, and marks nothing.
@@ -162,7 +172,7 @@ func TestTimelineCommitSelection(t *testing.T) {
 		t.Fatalf("ListTimelines with a mismatched marker = %d records, ignored %+v, %v", len(recs), ign, err)
 	}
 	for _, r := range recs {
-		if want := r.Timeline == 2; r.Committed != want {
+		if want := r.Timeline == 2 || r.Timeline == 4; r.Committed != want {
 			t.Errorf("timeline %d committed %v, want %v (%+v)", r.Timeline, r.Committed, want, r5)
 		}
 	}
