@@ -2,6 +2,7 @@ package backup
 
 import (
 	"bytes"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"strconv"
@@ -103,4 +104,41 @@ func onTimeline(m Manifest, l Lineage, k *AuthKey) Manifest {
 	m.Lineage = l
 	k.Seal(&m)
 	return m
+}
+
+// FuzzParseTimelineCommit reads a commit marker as it comes out of a
+// store. Beyond never panicking: what it accepts is a marker the key
+// sealed, named after the timeline it marks; an error is one of the
+// manifest errors and returns no marker.
+func FuzzParseTimelineCommit(f *testing.F) {
+	k := testAuthKey(9)
+	valid := map[string]bool{}
+	r := TimelineRecord{Lineage: Lineage{Timeline: 2, ParentTimeline: 1, BranchRevision: 60}, StartRevision: 1_000_000_060, CreatedAt: tlNow}
+	k.SealTimeline(&r)
+	c := TimelineCommit{Format: ManifestFormat, Timeline: 2, StartRevision: r.StartRevision, RecordMAC: r.MAC, CommittedAt: tlNow, MACKeyID: k.ID()}
+	c.MAC = hex.EncodeToString(k.commitMAC(&c))
+	valid[string(canonicalCommit(&c))] = true
+	b, _ := json.Marshal(c)
+	f.Add(TimelineCommitObject(2), b)
+	f.Add(TimelineCommitObject(3), b)
+	f.Add("timelines/00000002.committed", []byte(`{"timeline":2}`))
+	f.Add("timelines/../x.committed", []byte(`{}`))
+	f.Fuzz(func(t *testing.T, name string, b []byte) {
+		c, err := ParseTimelineCommit(name, b, k)
+		switch {
+		case err == nil:
+			if !valid[string(canonicalCommit(&c))] {
+				t.Fatalf("accepted a marker the key never sealed: %s", b)
+			}
+			if name != TimelineCommitObject(c.Timeline) {
+				t.Fatalf("accepted marker of timeline %d named %q", c.Timeline, name)
+			}
+		case errors.Is(err, ErrBadManifest), errors.Is(err, ErrBadMAC), errors.Is(err, ErrUnknownKey):
+			if c != (TimelineCommit{}) {
+				t.Fatalf("refused (%v) but returned marker %+v", err, c)
+			}
+		default:
+			t.Fatalf("error outside the manifest errors: %v", err)
+		}
+	})
 }

@@ -34,9 +34,25 @@ import (
 //     cluster backup key: it names the timeline's parent, branch and start
 //     even before the timeline has a backup of its own, and keeps a second
 //     restore from reusing its number;
+//   - the restore writes the record before any data dir changes, so a
+//     restore that stops before its commit leaves a record of a timeline
+//     the cluster never served (abandoned). Once the restored data dirs
+//     are in place and the spec names the timeline, it writes the
+//     timeline's commit marker, timelines/NNNNNNNN.committed
+//     (TimelineCommit, authenticated and bound to the record's MAC; an
+//     older Steward's listing skips it, as it is not a .json);
 //   - the cluster's current timeline is in the spec (spec.Timeline), which
 //     the coordinator hands to every host, so the backup loop on whichever
 //     host leads tags what it stores with the timeline every command sees.
+//
+// A timeline is committed (TimelineRecord.Committed) when its commit
+// marker verifies, when it has a backup of its own (the loop tags only the
+// spec's timeline, which only a commit writes: so a record of an older
+// Steward, which wrote no marker, counts once the cluster backed up on
+// it), when the spec names it, and always for timeline 1. Only a committed
+// timeline can be the current one by fallback (History.Latest), and an
+// abandoned one without a backup cannot be restored (Resolve:
+// ErrAbandonedTimeline): it holds nothing of its own.
 //
 // Invariants: a chain (a full backup and its deltas) never mixes
 // timelines; `latest` is the newest point of the current timeline; a
@@ -95,6 +111,11 @@ type TimelineRecord struct {
 	CreatedAt time.Time `json:"createdAt"`
 	MACKeyID  string    `json:"macKeyID"`
 	MAC       string    `json:"mac"`
+	// Committed is not stored in the record: the restore that began the
+	// timeline committed (its marker verifies, it has backups of its own,
+	// or the spec names it; always for timeline 1). Set by ListTimelines
+	// and BuildHistory.
+	Committed bool `json:"-"`
 }
 
 // TimelinePrefix is where history objects live in the store.
@@ -104,6 +125,102 @@ var timelineName = regexp.MustCompile(`^timelines/([0-9]{8})\.json$`)
 
 // TimelineObject is the name of timeline n's history object.
 func TimelineObject(n int64) string { return fmt.Sprintf("%s%08d.json", TimelinePrefix, n) }
+
+var commitName = regexp.MustCompile(`^timelines/([0-9]{8})\.committed$`)
+
+// TimelineCommitObject is the name of timeline n's commit marker.
+func TimelineCommitObject(n int64) string {
+	return fmt.Sprintf("%s%08d.committed", TimelinePrefix, n)
+}
+
+// TimelineCommit is a timeline's commit marker in the store
+// (timelines/NNNNNNNN.committed): written by the restore that began the
+// timeline once its data dirs are in place and the spec names it. It is
+// bound to the timeline's record (its start revision and MAC), so it
+// cannot mark another record committed. Its JSON field names are stable.
+type TimelineCommit struct {
+	Format        int       `json:"format"`
+	Timeline      int64     `json:"timeline"`
+	StartRevision int64     `json:"startRevision"`
+	RecordMAC     string    `json:"recordMAC"`
+	CommittedAt   time.Time `json:"committedAt"`
+	MACKeyID      string    `json:"macKeyID"`
+	MAC           string    `json:"mac"`
+}
+
+func canonicalCommit(c *TimelineCommit) []byte {
+	var b strings.Builder
+	b.WriteString("steward-timeline-committed\n")
+	f := func(name, v string) { b.WriteString(name + "=" + strconv.Quote(v) + "\n") }
+	f("format", strconv.Itoa(c.Format))
+	f("timeline", strconv.FormatInt(c.Timeline, 10))
+	f("startRevision", strconv.FormatInt(c.StartRevision, 10))
+	f("recordMAC", c.RecordMAC)
+	f("committedAt", c.CommittedAt.UTC().Format(time.RFC3339Nano))
+	f("macKeyID", c.MACKeyID)
+	return []byte(b.String())
+}
+
+func (k *AuthKey) commitMAC(c *TimelineCommit) []byte {
+	h := hmac.New(sha256.New, k.b[:])
+	h.Write(canonicalCommit(c))
+	return h.Sum(nil)
+}
+
+// ParseTimelineCommit parses a stored commit marker and checks it: its
+// name, its fields, and its MAC under key (ErrBadManifest, ErrUnknownKey,
+// ErrBadMAC; a marker without a MAC is ErrBadManifest: none was ever
+// written). Whether it matches its record is the caller's (ListTimelines).
+// A pure function of its input.
+func ParseTimelineCommit(name string, b []byte, key *AuthKey) (TimelineCommit, error) {
+	var c TimelineCommit
+	if err := json.Unmarshal(b, &c); err != nil {
+		return TimelineCommit{}, fmt.Errorf("%w: %v", ErrBadManifest, err)
+	}
+	g := commitName.FindStringSubmatch(name)
+	if g == nil {
+		return TimelineCommit{}, fmt.Errorf("%w: %q is not a timeline's commit marker", ErrBadManifest, name)
+	}
+	if n, _ := strconv.ParseInt(g[1], 10, 64); n != c.Timeline || n < 2 {
+		return TimelineCommit{}, fmt.Errorf("%w: %s marks timeline %d", ErrBadManifest, name, c.Timeline)
+	}
+	if c.StartRevision < 1 || c.RecordMAC == "" || c.CommittedAt.IsZero() || c.MAC == "" || c.Format != ManifestFormat {
+		return TimelineCommit{}, fmt.Errorf("%w: commit marker of timeline %d is incomplete", ErrBadManifest, c.Timeline)
+	}
+	if key == nil {
+		return TimelineCommit{}, fmt.Errorf("%w: no cluster backup key to check it with", ErrUnknownKey)
+	}
+	if c.MACKeyID != key.ID() {
+		return TimelineCommit{}, fmt.Errorf("%w: written under backup key %s, the cluster's is %s", ErrUnknownKey, c.MACKeyID, key.ID())
+	}
+	got, err := hex.DecodeString(c.MAC)
+	if err != nil || !hmac.Equal(got, key.commitMAC(&c)) {
+		return TimelineCommit{}, fmt.Errorf("%w: the MAC does not match its content (forged or modified)", ErrBadMAC)
+	}
+	return c, nil
+}
+
+// PutTimelineCommit stores the commit marker of r (a record as sealed by
+// PutTimeline or read by ListTimelines), authenticated under key.
+func PutTimelineCommit(ctx context.Context, s Store, key *AuthKey, r TimelineRecord, at time.Time) error {
+	if key == nil {
+		return errors.New("mark a timeline committed: no cluster backup key")
+	}
+	if r.MAC == "" {
+		return fmt.Errorf("mark timeline %d committed: its record is not sealed", r.Timeline)
+	}
+	c := TimelineCommit{Format: ManifestFormat, Timeline: r.Timeline, StartRevision: r.StartRevision, RecordMAC: r.MAC,
+		CommittedAt: at.UTC(), MACKeyID: key.ID()}
+	c.MAC = hex.EncodeToString(key.commitMAC(&c))
+	b, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := s.Put(ctx, TimelineCommitObject(r.Timeline), strings.NewReader(string(b))); err != nil {
+		return fmt.Errorf("mark timeline %d committed in %s: %w", r.Timeline, s, err)
+	}
+	return nil
+}
 
 func canonicalTimeline(r *TimelineRecord) []byte {
 	var b strings.Builder
@@ -197,7 +314,8 @@ func PutTimeline(ctx context.Context, s Store, key *AuthKey, r *TimelineRecord) 
 }
 
 // ListTimelines returns the trusted history objects of the store, by
-// number, and those it ignored (untrusted ones are never used).
+// number, each Committed when its commit marker verifies and matches it,
+// and those it ignored (untrusted records and markers are never used).
 func ListTimelines(ctx context.Context, s Store, key *AuthKey) ([]TimelineRecord, []Ignored, error) {
 	names, err := s.List(ctx, TimelinePrefix)
 	if err != nil {
@@ -205,11 +323,20 @@ func ListTimelines(ctx context.Context, s Store, key *AuthKey) ([]TimelineRecord
 	}
 	var out []TimelineRecord
 	var ign []Ignored
+	var markers []string
 	for _, n := range names {
+		if strings.HasPrefix(n, TimelinePrefix) && strings.HasSuffix(n, ".committed") {
+			markers = append(markers, n)
+			continue
+		}
 		if !strings.HasPrefix(n, TimelinePrefix) || !strings.HasSuffix(n, ".json") {
 			continue
 		}
-		r, err := readTimeline(ctx, s, n, key)
+		b, err := readSmall(ctx, s, n)
+		var r TimelineRecord
+		if err == nil {
+			r, err = ParseTimeline(n, b, key)
+		}
 		if err != nil {
 			ign = append(ign, Ignored{Name: n, Reason: err.Error(), Err: err})
 			continue
@@ -217,20 +344,32 @@ func ListTimelines(ctx context.Context, s Store, key *AuthKey) ([]TimelineRecord
 		out = append(out, r)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Timeline < out[j].Timeline })
+	for _, n := range markers {
+		b, err := readSmall(ctx, s, n)
+		var c TimelineCommit
+		if err == nil {
+			c, err = ParseTimelineCommit(n, b, key)
+		}
+		if err == nil {
+			i := sort.Search(len(out), func(i int) bool { return out[i].Timeline >= c.Timeline })
+			if i < len(out) && out[i].Timeline == c.Timeline && out[i].MAC == c.RecordMAC && out[i].StartRevision == c.StartRevision {
+				out[i].Committed = true
+				continue
+			}
+			err = fmt.Errorf("%w: it marks a record of timeline %d that is not in the store or not trusted", ErrBadManifest, c.Timeline)
+		}
+		ign = append(ign, Ignored{Name: n, Reason: err.Error(), Err: err})
+	}
 	return out, ign, nil
 }
 
-func readTimeline(ctx context.Context, s Store, name string, key *AuthKey) (TimelineRecord, error) {
+func readSmall(ctx context.Context, s Store, name string) ([]byte, error) {
 	rc, err := s.Get(ctx, name)
 	if err != nil {
-		return TimelineRecord{}, err
+		return nil, err
 	}
 	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, 1<<16))
-	if err != nil {
-		return TimelineRecord{}, err
-	}
-	return ParseTimeline(name, b, key)
+	return io.ReadAll(io.LimitReader(rc, 1<<16))
 }
 
 // History is what is known of every timeline: its lineage and where it
@@ -238,14 +377,17 @@ func readTimeline(ctx context.Context, s Store, name string, key *AuthKey) (Time
 type History map[int64]TimelineRecord
 
 // BuildHistory gathers the timelines the backups, the history objects and
-// extra (the spec's current timeline) name. Timeline 1 is always there.
+// extra (the spec's current timeline: pass it Committed) name. Timeline 1
+// is always there, committed; so is every timeline with a backup of its
+// own (only a committed timeline is ever backed up).
 func BuildHistory(backups []Manifest, records []TimelineRecord, extra ...TimelineRecord) History {
-	h := History{1: {Lineage: Lineage{Timeline: 1}}}
+	h := History{1: {Lineage: Lineage{Timeline: 1}, Committed: true}}
 	add := func(r TimelineRecord) {
 		id := r.TimelineID()
 		r.Timeline = id
 		if old, ok := h[id]; ok {
 			r.StartRevision = max(r.StartRevision, old.StartRevision)
+			r.Committed = r.Committed || old.Committed
 			if old.ParentTimeline != 0 {
 				r.Lineage = old.Lineage // the first seen wins (records first)
 			}
@@ -259,14 +401,32 @@ func BuildHistory(backups []Manifest, records []TimelineRecord, extra ...Timelin
 		add(r)
 	}
 	for _, m := range backups {
-		if _, ok := h[m.TimelineID()]; !ok {
-			add(TimelineRecord{Lineage: m.Lineage})
-		}
+		add(TimelineRecord{Lineage: m.Lineage, Committed: true})
 	}
 	return h
 }
 
-// Newest is the highest timeline number known.
+// Latest is the newest committed timeline: the current one for a spec
+// that records none (a cluster never restored, a new Steward directory
+// restoring a store). Abandoned is every newer timeline skipped: begun by
+// a restore that never committed (no marker, no backup of its own).
+func (h History) Latest() (latest int64, abandoned []int64) {
+	latest = 1
+	for _, id := range h.IDs() {
+		if h[id].Committed {
+			latest = id
+		}
+	}
+	for _, id := range h.IDs() {
+		if id > latest {
+			abandoned = append(abandoned, id)
+		}
+	}
+	return latest, abandoned
+}
+
+// Newest is the highest timeline number known, committed or not: the next
+// restore's timeline is numbered above it.
 func (h History) Newest() int64 {
 	n := int64(1)
 	for id := range h {
@@ -288,6 +448,10 @@ func (h History) IDs() []int64 {
 // ErrUnknownTimeline: the timeline asked for is not in the store's history.
 var ErrUnknownTimeline = errors.New("unknown timeline")
 
+// ErrAbandonedTimeline: the timeline asked for was begun by a restore that
+// never committed, and has no backup of its own: it holds nothing.
+var ErrAbandonedTimeline = errors.New("abandoned timeline")
+
 // Target is where on the branched history a restore goes: the timeline
 // whose backups it reads and the point on it (0 / zero: its newest).
 type Target struct {
@@ -305,11 +469,21 @@ type Target struct {
 // branch revision is on its parent (and so on up); a timeline without a
 // full backup of its own is restored from its parent at the branch
 // revision. A revision after the branch revision but before the timeline's
-// start was never served on it and is refused.
+// start was never served on it and is refused; so is a timeline whose
+// restore never committed, unless it has backups of its own
+// (ErrAbandonedTimeline).
 func Resolve(backups []Manifest, h History, t, toRevision int64, toTime time.Time) (Target, error) {
 	asked := t
 	if _, ok := h[t]; !ok {
 		return Target{}, fmt.Errorf("%w %d: the store knows timelines %s", ErrUnknownTimeline, t, joinIDs(h.IDs()))
+	}
+	if l := h[t]; !l.Committed && len(OnTimeline(backups, t)) == 0 {
+		from := "a snapshot file"
+		if l.ParentTimeline != 0 {
+			from = fmt.Sprintf("timeline %d at revision %d", l.ParentTimeline, l.BranchRevision)
+		}
+		return Target{}, fmt.Errorf("%w %d: the restore that began it stopped before its commit, and it has no backup of its own (it would restore %s)",
+			ErrAbandonedTimeline, t, from)
 	}
 	for range len(h) + 1 {
 		l := h[t]

@@ -28,7 +28,10 @@ func man(kind string, l Lineage, start, end int64, at time.Duration) Manifest {
 //
 //	timeline 1: full 10, deltas 11-50, full 50, deltas 51-100
 //	timeline 2 (off 1 at 100, starts at 1e9+100): full, deltas to 1e9+120
-//	timeline 3 (off 1 at 30, starts at 2e9+120): no backup yet (a record)
+//	timeline 3 (off 1 at 30, starts at 2e9+120): no backup yet (a record,
+//	committed)
+//	timeline 4 (off 2 at 1e9+110, starts at 3e9+120): a record whose
+//	restore stopped before its commit (abandoned)
 func branched() ([]Manifest, History) {
 	t1, t2 := Lineage{}, Lineage{Timeline: 2, ParentTimeline: 1, BranchRevision: 100}
 	all := []Manifest{
@@ -40,8 +43,9 @@ func branched() ([]Manifest, History) {
 		man(KindFull, t2, 1, 1_000_000_101, -2*time.Hour),
 		man(KindDelta, t2, 1_000_000_102, 1_000_000_120, -2*time.Hour+time.Minute),
 	}
-	rec := TimelineRecord{Lineage: Lineage{Timeline: 3, ParentTimeline: 1, BranchRevision: 30}, StartRevision: 2_000_000_120}
-	return all, BuildHistory(all, []TimelineRecord{{Lineage: t2, StartRevision: 1_000_000_100}, rec})
+	rec := TimelineRecord{Lineage: Lineage{Timeline: 3, ParentTimeline: 1, BranchRevision: 30}, StartRevision: 2_000_000_120, Committed: true}
+	ab := TimelineRecord{Lineage: Lineage{Timeline: 4, ParentTimeline: 2, BranchRevision: 1_000_000_110}, StartRevision: 3_000_000_120}
+	return all, BuildHistory(all, []TimelineRecord{{Lineage: t2, StartRevision: 1_000_000_100}, rec, ab})
 }
 
 // TestResolve: where a restore of a timeline reads from, across branches.
@@ -64,7 +68,8 @@ func TestResolve(t *testing.T) {
 		{"timeline 3 without a backup: its branch point", 3, 0, time.Time{}, Target{Timeline: 1, ToRevision: 30, Via: 3}, ""},
 		{"timeline 3 early", 3, 12, time.Time{}, Target{Timeline: 1, ToRevision: 12, Via: 3}, ""},
 		{"timeline 2 by time before its first full", 2, 0, tlNow.Add(-150 * time.Minute), Target{Timeline: 1, ToRevision: 100, ToTime: tlNow.Add(-150 * time.Minute), Via: 2}, ""},
-		{"unknown timeline", 9, 0, time.Time{}, Target{}, "unknown timeline 9: the store knows timelines 1, 2, 3"},
+		{"unknown timeline", 9, 0, time.Time{}, Target{}, "unknown timeline 9: the store knows timelines 1, 2, 3, 4"},
+		{"abandoned timeline", 4, 0, time.Time{}, Target{}, "abandoned timeline 4: the restore that began it stopped before its commit, and it has no backup of its own (it would restore timeline 2 at revision 1000000110)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := Resolve(all, h, tc.timeline, tc.rev, tc.at)
@@ -81,6 +86,20 @@ func TestResolve(t *testing.T) {
 	}
 	if _, err := Resolve(all, h, 9, 0, time.Time{}); !errors.Is(err, ErrUnknownTimeline) {
 		t.Errorf("unknown timeline: %v, want ErrUnknownTimeline", err)
+	}
+	if _, err := Resolve(all, h, 4, 0, time.Time{}); !errors.Is(err, ErrAbandonedTimeline) {
+		t.Errorf("abandoned timeline: %v, want ErrAbandonedTimeline", err)
+	}
+	// The newest committed timeline is 3; 4 is left out.
+	if n, ab := h.Latest(); n != 3 || len(ab) != 1 || ab[0] != 4 {
+		t.Errorf("Latest = %d, %v; want 3, [4]", n, ab)
+	}
+	// An abandoned timeline with a backup of its own (the loop tagged
+	// it: the spec named it) counts as committed.
+	on4 := man(KindFull, Lineage{Timeline: 4, ParentTimeline: 2, BranchRevision: 1_000_000_110}, 1, 3_000_000_130, -time.Hour)
+	h4 := BuildHistory(append(all, on4), []TimelineRecord{h[2], h[3], h[4]})
+	if n, ab := h4.Latest(); n != 4 || len(ab) != 0 {
+		t.Errorf("Latest with a backup on timeline 4 = %d, %v; want 4", n, ab)
 	}
 	// Parents in a cycle (never written by Steward: a record's parent is
 	// older) end in an error, not a loop.
@@ -103,11 +122,16 @@ func TestBuildChainStaysOnTimeline(t *testing.T) {
 }
 
 // TestHighestRevision: every trusted backup on every timeline and every
-// timeline's start count; an unauthenticated manifest (which could claim
+// timeline's start count (an abandoned timeline's too: its restore may
+// have got as far as serving); an unauthenticated manifest (which could claim
 // any number) does not; the margin is added above the highest, refused
 // past int64.
 func TestHighestRevision(t *testing.T) {
 	all, h := branched()
+	if got := HighestRevision(all, h); got != 3_000_000_120 {
+		t.Errorf("highest %d, want 3000000120 (abandoned timeline 4's start)", got)
+	}
+	delete(h, 4)
 	if got := HighestRevision(all, h); got != 2_000_000_120 {
 		t.Errorf("highest %d, want 2000000120 (timeline 3's start)", got)
 	}

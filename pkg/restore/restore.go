@@ -99,6 +99,9 @@ var (
 	ErrConflictingTargets = errors.New("conflicting restore targets")
 	// ErrUnknownTimeline: the timeline asked for is not in the store.
 	ErrUnknownTimeline = errors.New("unknown timeline")
+	// ErrAbandonedTimeline: the timeline asked for was begun by a restore
+	// that stopped before its commit and has no backup of its own.
+	ErrAbandonedTimeline = errors.New("abandoned timeline")
 	// ErrMembersRunning: a member still runs; the cluster must be stopped
 	// first (no option overrides it).
 	ErrMembersRunning = errors.New("members still run")
@@ -170,6 +173,7 @@ func Run(ctx context.Context, c *cluster.Cluster, o Options) (backup.Manifest, e
 	if err := commit(ctx, c, targets, staged, p.timeline); err != nil {
 		return p.full, err
 	}
+	markCommitted(ctx, c, p)
 	then := "start the cluster with `steward up`"
 	if len(targets) < len(c.Spec.Members) {
 		then = "the other members' data dirs were left as they are"
@@ -193,8 +197,15 @@ type prepared struct {
 	revision int64  // the restored keyspace's revision
 	bumped   int64  // the revision etcd resumes above
 	// timeline is the new timeline the restore begins (recorded in the
-	// store by prepare, in the spec by commit).
+	// store by prepare, in the spec by commit, marked committed in the
+	// store after it).
 	timeline spec.Timeline
+	// record is timeline's record as stored (nil: none, the store was
+	// unreachable), and store where.
+	record *backup.TimelineRecord
+	store  backup.Store
+	// ids are the etcd IDs the restored data dirs keep.
+	ids *datadir.Identity
 }
 
 // prepare checks everything that can refuse the restore, then builds the
@@ -266,14 +277,19 @@ func prepare(ctx context.Context, c *cluster.Cluster, o Options, targets []spec.
 	if err := lowerStorageVersion(c, p, targets, src); err != nil {
 		return p, err
 	}
+	// The IDs kept, before the record (which names the cluster ID kept).
+	if p.ids, err = keptIdentity(ctx, c, p); err != nil {
+		return p, fmt.Errorf("the IDs the restored cluster keeps: %w", err)
+	}
+	// Numbered above every timeline known, abandoned ones too.
 	p.timeline = spec.Timeline{ID: max(hist.Newest(), c.Spec.TimelineID()) + 1, StartRevision: p.bumped}
 	if parent != 0 {
 		p.timeline.Parent, p.timeline.BranchRevision = parent, p.revision
 	}
 	// Recorded before any data dir changes: the number is taken and the
 	// start revision counts for every later restore, even if this one
-	// stops before its commit.
-	return p, recordTimeline(ctx, c, store, p, full)
+	// stops before its commit (then it stays abandoned: no commit marker).
+	return p, recordTimeline(ctx, c, store, &p, full)
 }
 
 // stage writes each target's new data dir beside its real one
@@ -287,10 +303,7 @@ func stage(ctx context.Context, c *cluster.Cluster, p prepared, targets []spec.M
 	if err := removeStagedHere(c); err != nil {
 		return nil, err
 	}
-	ids, err := keptIdentity(ctx, c, p)
-	if err != nil {
-		return nil, fmt.Errorf("the IDs the restored cluster keeps: %w", err)
-	}
+	ids := p.ids
 	c.Progress.Say("%s", describeIdentity(ids))
 	to := stageTarget(c, ids)
 	undo := func() {

@@ -130,29 +130,49 @@ func loadHistory(ctx context.Context, c *cluster.Cluster, store backup.Store, ba
 	}
 	var extra []backup.TimelineRecord
 	if t := c.Spec.Timeline; t != nil && t.ID > 1 {
-		extra = append(extra, backup.TimelineRecord{Lineage: c.Lineage(), StartRevision: t.StartRevision})
+		// The spec names it: its restore committed (a record of an older
+		// Steward has no commit marker).
+		extra = append(extra, backup.TimelineRecord{Lineage: c.Lineage(), StartRevision: t.StartRevision, Committed: true})
 	}
 	return backup.BuildHistory(backups, records, extra...), nil
 }
 
 // currentTimeline is the timeline the cluster is on: the spec's, or,
-// when the spec records none (a new Steward directory restoring a store
-// that has branched), the newest one in the store.
+// when the spec records none (a cluster never restored, a new Steward
+// directory restoring a store that has branched), the newest committed
+// one in the store (backup.History.Latest). A timeline whose restore
+// stopped before its commit was never served: taking it would restore its
+// branch point and leave out every write after it on its parent.
 func currentTimeline(c *cluster.Cluster, h backup.History) int64 {
 	if c.Spec.Timeline != nil {
 		return c.Spec.TimelineID()
 	}
-	if n := h.Newest(); n > 1 {
-		c.Progress.Say("this spec records no timeline: reading the newest in the store, timeline %d", n)
-		return n
+	n, abandoned := h.Latest()
+	if len(abandoned) > 0 {
+		c.Progress.Say("left out timelines %s: begun by restores that stopped before their commit (never served, no backup of their own)", joinIDs(abandoned))
 	}
-	return 1
+	if n > 1 {
+		c.Progress.Say("this spec records no timeline: reading the newest committed one in the store, timeline %d", n)
+	}
+	return n
 }
 
-// refusalOf makes an unknown timeline a refusal (ErrUnknownTimeline).
+func joinIDs(ids []int64) string {
+	s := make([]string, len(ids))
+	for i, id := range ids {
+		s[i] = fmt.Sprint(id)
+	}
+	return strings.Join(s, ", ")
+}
+
+// refusalOf makes an unknown or abandoned timeline a refusal
+// (ErrUnknownTimeline, ErrAbandonedTimeline).
 func refusalOf(err error) error {
-	if errors.Is(err, backup.ErrUnknownTimeline) {
+	switch {
+	case errors.Is(err, backup.ErrUnknownTimeline):
 		return refusal.New(ErrUnknownTimeline, "refusing to restore: %v", err)
+	case errors.Is(err, backup.ErrAbandonedTimeline):
+		return refusal.New(ErrAbandonedTimeline, "refusing to restore: %v", err)
 	}
 	return err
 }

@@ -15,8 +15,11 @@ import (
 // and the pure logic are pkg/backup/timeline.go): it checks the target,
 // reads the history (source.go: loadHistory, currentTimeline), resumes
 // above the highest revision ever served (prepare), records the new
-// timeline in the store (recordTimeline, before any data dir changes) and
-// in the spec (commit).
+// timeline in the store (recordTimeline, before any data dir changes), in
+// the spec (commit), and marks it committed in the store (markCommitted,
+// after the commit). Invariant: a spec without a timeline reads the newest
+// committed timeline (currentTimeline), never one whose restore stopped
+// before its commit.
 
 // checkTarget refuses a target that cannot be restored, before anything
 // is read or changed.
@@ -76,8 +79,11 @@ func dataDirRevisions(ctx context.Context, c *cluster.Cluster) int64 {
 }
 
 // recordTimeline writes the new timeline's history object into store (nil:
-// the store is unreachable, for a snapshot file: nothing is recorded).
-func recordTimeline(ctx context.Context, c *cluster.Cluster, store backup.Store, p prepared, full backup.Manifest) error {
+// the store is unreachable, for a snapshot file: nothing is recorded) and
+// keeps it in p for markCommitted. It names the cluster ID the restored
+// data dirs keep (a snapshot file's restore keeps the recorded one), or
+// the backup's when none is kept.
+func recordTimeline(ctx context.Context, c *cluster.Cluster, store backup.Store, p *prepared, full backup.Manifest) error {
 	if store == nil {
 		return nil
 	}
@@ -85,12 +91,62 @@ func recordTimeline(ctx context.Context, c *cluster.Cluster, store backup.Store,
 	if err != nil {
 		return err
 	}
+	healCommit(ctx, c, store, auth)
 	rec := backup.TimelineRecord{
 		Lineage:       backup.Lineage{Timeline: p.timeline.ID, ParentTimeline: p.timeline.Parent, BranchRevision: p.timeline.BranchRevision},
 		StartRevision: p.bumped, ClusterID: full.ClusterID, Source: p.from, CreatedAt: time.Now().UTC(),
 	}
+	if _, cid := p.ids.Hex(); cid != "" {
+		rec.ClusterID = cid
+	}
 	if full.ID != "" {
 		rec.Source = full.ID
 	}
-	return backup.PutTimeline(ctx, store, auth, &rec)
+	if err := backup.PutTimeline(ctx, store, auth, &rec); err != nil {
+		return err
+	}
+	p.record, p.store = &rec, store
+	return nil
+}
+
+// markCommitted writes the new timeline's commit marker once the restore
+// committed (the data dirs in place, the spec naming the timeline): only
+// then can a spec that records no timeline take it as current. A failure
+// is reported, not returned: the restore is done, and this spec names the
+// timeline.
+func markCommitted(ctx context.Context, c *cluster.Cluster, p prepared) {
+	if p.record == nil {
+		return
+	}
+	auth, err := c.BackupAuthKey()
+	if err == nil {
+		err = backup.PutTimelineCommit(ctx, p.store, auth, *p.record, time.Now())
+	}
+	if err != nil {
+		c.Progress.Say("warning: the restore is complete and this spec names timeline %d, but marking it committed in the backup store failed (%v): a Steward directory without this spec takes it as current only once it has a backup", p.timeline.ID, err)
+	}
+}
+
+// healCommit writes the commit marker of the spec's timeline when the
+// store holds its record without one: a restore that stopped between its
+// commit and its marker, or one by a Steward before markers. The spec
+// names it, so its restore committed. A failure is reported, not
+// returned: the restore does not depend on it.
+func healCommit(ctx context.Context, c *cluster.Cluster, store backup.Store, auth *backup.AuthKey) {
+	t := c.Spec.Timeline
+	if t == nil || t.ID < 2 {
+		return
+	}
+	records, _, err := backup.ListTimelines(ctx, store, auth)
+	for _, r := range records {
+		if r.Timeline != t.ID || r.Committed {
+			continue
+		}
+		if err = backup.PutTimelineCommit(ctx, store, auth, r, time.Now()); err == nil {
+			c.Progress.Say("marked timeline %d, the one this spec names, committed in the backup store (its marker was missing)", t.ID)
+		}
+	}
+	if err != nil {
+		c.Progress.Say("warning: marking timeline %d, the one this spec names, committed in the backup store: %v", t.ID, err)
+	}
 }

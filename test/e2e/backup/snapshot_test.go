@@ -198,6 +198,20 @@ func TestRestoreFromEtcdctlSnapshot(t *testing.T) {
 	if r, err := cli.Get(ctx, "mine/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || r.Count != 0 {
 		t.Errorf("the Steward cluster's own keys after the restore: %v %v, want none", r, err)
 	}
+	// The new timeline's record names the cluster ID the restore kept
+	// (before: empty, as a snapshot file names no backup).
+	var rec backup.TimelineRecord
+	b, err := os.ReadFile(filepath.Join(e.Spec().BackupStoreDir(e.Dir), backup.TimelineObject(2)))
+	if err == nil {
+		err = json.Unmarshal(b, &rec)
+	}
+	st, serr := cli.Status(ctx, cli.Endpoints()[0])
+	if serr != nil {
+		t.Fatal(serr)
+	}
+	if cid := fmt.Sprintf("%x", st.Header.ClusterId); err != nil || rec.ClusterID != cid {
+		t.Errorf("timeline 2's record %+v (%v): want the cluster ID kept, %s", rec, err, cid)
+	}
 }
 
 // TestBackupExportEtcdutl: a Steward cluster with continuous backups; a

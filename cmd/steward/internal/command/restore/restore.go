@@ -52,6 +52,7 @@ restored cluster with ` + "`steward up`" + `.`,
 			err = cli.Hint(err, restore.ErrDataDirsHoldData, "use --force to move them aside (they are kept, not deleted)")
 			err = cli.Hint(err, restore.ErrSourceConflict, "leave out --backup, --to-revision, --to-time, --timeline, --key-file, --allow-unauthenticated and --skip-untrusted with --from-snapshot")
 			err = cli.Hint(err, restore.ErrConflictingTargets, "give one of --to-revision and --to-time, and --timeline only without --backup")
+			err = cli.Hint(err, restore.ErrAbandonedTimeline, "to restore the point it would, give that timeline and revision with --timeline and --to-revision; leave out --timeline to restore the one the cluster is on")
 			err = cli.Hint(err, restore.ErrUnknownTimeline, "`steward backup list` shows each backup's timeline; leave out --timeline to restore the one the cluster is on")
 			err = cli.KeyHint(err)
 			err = cli.BackupHint(cli.StoppedHint(err))
