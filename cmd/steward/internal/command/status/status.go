@@ -95,6 +95,18 @@ func table(tw *tabwriter.Writer, st *cluster.Status) {
 		for _, a := range st.Agents {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\n", a.Name, dash(a.Host), a.Endpoint, a.Reachable, dash(a.Error))
 		}
+		// A line per host whose binary store is not in step with this one.
+		header := false
+		for _, a := range st.Agents {
+			if a.Binaries == nil || a.Binaries.State == cluster.BinariesInStep {
+				continue
+			}
+			if !header {
+				fmt.Fprintf(tw, "\nHOST\tBINARIES\tDIFFERENCE\n")
+				header = true
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", a.Name, a.Binaries.State, a.Binaries.Summary())
+		}
 	}
 	fmt.Fprintf(tw, "\nCONDITION\tSTATUS\tREASON\tSINCE\tMESSAGE\n")
 	for _, c := range st.Conditions {

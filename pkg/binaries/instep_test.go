@@ -1,0 +1,83 @@
+package binaries
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+)
+
+func TestCompareStores(t *testing.T) {
+	sv := func(v, etcd string) StoredVersion {
+		return StoredVersion{Version: v, Files: map[string]string{"etcd": etcd, "etcdctl": "ctl-" + etcd}}
+	}
+	ref := []StoredVersion{sv("3.5.35", "a"), sv("3.6.16", "b"), sv("3.7.3", "c")}
+	for _, tc := range []struct {
+		name     string
+		ref      []StoredVersion
+		required []string
+		host     []StoredVersion
+		want     StoreDiff
+	}{
+		{name: "in step", ref: ref, required: []string{"3.6.16"}, host: ref},
+		{name: "extra versions on the host are fine", ref: ref[:1], host: ref},
+		{name: "lacking, in version order", ref: ref, host: []StoredVersion{sv("3.6.16", "b")},
+			want: StoreDiff{Lacking: []string{"3.5.35", "3.7.3"}}},
+		{name: "another build under the same version", ref: ref, host: []StoredVersion{sv("3.5.35", "a"), sv("3.6.16", "x"), sv("3.7.3", "c")},
+			want: StoreDiff{Different: []string{"3.6.16"}}},
+		{name: "another etcdctl only", ref: ref[:1], host: []StoredVersion{{Version: "3.5.35", Files: map[string]string{"etcd": "a", "etcdctl": "other"}}},
+			want: StoreDiff{Different: []string{"3.5.35"}}},
+		{name: "a tool only one side has is no difference", ref: ref[:1], host: []StoredVersion{{Version: "3.5.35", Files: map[string]string{"etcd": "a"}}}},
+		{name: "unreadable manifest on the host", ref: ref[:1], host: []StoredVersion{{Version: "3.5.35", Problem: "read manifest: no such file"}},
+			want: StoreDiff{Different: []string{"3.5.35"}}},
+		{name: "unreadable manifest on the reference is not compared", ref: []StoredVersion{{Version: "3.5.35", Problem: "bad"}}, host: []StoredVersion{sv("3.5.35", "z")}},
+		{name: "the spec's version without a reference copy", ref: ref[:1], required: []string{"3.6.16", "3.5.35"}, host: ref[:1],
+			want: StoreDiff{Lacking: []string{"3.6.16"}}},
+		{name: "empty host", ref: ref, required: []string{"3.6.16"},
+			want: StoreDiff{Lacking: []string{"3.5.35", "3.6.16", "3.7.3"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := CompareStores(tc.ref, tc.required, tc.host)
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("got %+v, want %+v", got, tc.want)
+			}
+			if got.InStep() != (len(tc.want.Lacking)+len(tc.want.Different) == 0) {
+				t.Errorf("InStep %v for %+v", got.InStep(), got)
+			}
+		})
+	}
+}
+
+func TestStored(t *testing.T) {
+	dir := t.TempDir()
+	s := Open(dir)
+	if got, err := s.Stored(); err != nil || len(got) != 0 {
+		t.Fatalf("empty store: %v, %v", got, err)
+	}
+	mk := func(v, manifest string) {
+		d := filepath.Join(dir, DirPrefix+v)
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if manifest != "" {
+			if err := os.WriteFile(filepath.Join(d, ManifestName), []byte(manifest), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	mk("3.6.16", `{"version":"3.6.16","files":{"etcd":"aa","etcdutl":"bb"}}`)
+	mk("3.5.35", "")
+	mk("3.7.3", `{"version":"3.7.3","files":{}}`)
+	if err := os.MkdirAll(filepath.Join(dir, ".import-x"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Stored()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || got[0].Version != "3.5.35" || got[0].Problem == "" ||
+		got[1].Version != "3.6.16" || got[1].Problem != "" || !reflect.DeepEqual(got[1].Files, map[string]string{"etcd": "aa", "etcdutl": "bb"}) ||
+		got[2].Version != "3.7.3" || got[2].Problem == "" {
+		t.Errorf("Stored: %+v", got)
+	}
+}
