@@ -164,13 +164,17 @@ func Preflight(ctx context.Context, c *cluster.Cluster, from, to string) ([]Chec
 				differing = append(differing, a.Name)
 			}
 		}
+		// One push per kind of fix: a plain one for the hosts lacking the
+		// version, a forced one (the host's copy kept aside) for another
+		// build.
+		push := func(hosts []string, force string) string {
+			return fmt.Sprintf("`steward binaries push %s --host %s%s`", h.To, strings.Join(hosts, " --host "), force)
+		}
 		if len(lacking) > 0 {
-			binProblems = append(binProblems, fmt.Sprintf("push etcd %s to those hosts from this machine's store with `steward binaries push %s --host %s`",
-				h.To, h.To, strings.Join(lacking, " --host ")))
+			binProblems = append(binProblems, fmt.Sprintf("push etcd %s to those hosts from this machine's store with %s", h.To, push(lacking, "")))
 		}
 		if len(differing) > 0 {
-			binProblems = append(binProblems, fmt.Sprintf("replace their copy with this machine's (theirs is kept aside) with `steward binaries push %s --host %s --force`",
-				h.To, strings.Join(differing, " --host ")))
+			binProblems = append(binProblems, fmt.Sprintf("replace their copy of etcd %s with this machine's (theirs is kept aside) with %s", h.To, push(differing, " --force")))
 		}
 	}
 	list := strings.Join(versions, ", ")
