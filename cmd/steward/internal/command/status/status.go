@@ -22,7 +22,9 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 database size, revision, raft term and index, alarms, process state, last error) and
 the conditions (Ready, AllMembersReady, BackupReady, UpgradeInProgress,
 CertificatesReady and, where Steward renews the certificates, CertificateRenewal:
-whether the renewal loop runs). -o json and -o yaml field names are stable;
+whether the renewal loop runs; with agents on other hosts, BinariesInStep: whether
+each host's binary store holds the spec's version and every version of this
+machine's store, the same build, with a line per host that differs). -o json and -o yaml field names are stable;
 docs/cli.md lists them. The command succeeds whenever it could
 report; read the conditions to decide whether the cluster is well. A stopped
 cluster (this machine's agent not running and no member answering) is reported
