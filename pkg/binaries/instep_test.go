@@ -1,6 +1,7 @@
 package binaries
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -80,4 +81,43 @@ func TestStored(t *testing.T) {
 		got[2].Version != "3.7.3" || got[2].Problem == "" {
 		t.Errorf("Stored: %+v", got)
 	}
+}
+
+// FuzzCompareStores: a host's listing (GET /v1/binaries, decoded as the
+// coordinator does) compared with a fixed reference never panics; every
+// version it reports is the reference's or required, each once, in one
+// list only, in ascending order; a listing equal to the reference is in
+// step.
+func FuzzCompareStores(f *testing.F) {
+	f.Add([]byte(`[{"version":"3.6.16","files":{"etcd":"b"}}]`))
+	f.Add([]byte(`[{"version":"3.5.35","files":{"etcd":"a","etcdctl":"x"}},{"version":"3.5.35","files":null,"problem":"p"}]`))
+	f.Add([]byte(`[{"version":"../x","files":{"etcd":""}}]`))
+	ref := []StoredVersion{
+		{Version: "3.5.35", Files: map[string]string{"etcd": "a", "etcdctl": "c"}},
+		{Version: "3.6.16", Files: map[string]string{"etcd": "b"}},
+	}
+	required := []string{"3.7.3", "3.6.16"}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var host []StoredVersion
+		if json.Unmarshal(data, &host) != nil {
+			return
+		}
+		d := CompareStores(ref, required, host)
+		allowed := map[string]bool{"3.5.35": true, "3.6.16": true, "3.7.3": true}
+		seen := map[string]bool{}
+		for _, l := range [][]string{d.Lacking, d.Different} {
+			for i, v := range l {
+				if !allowed[v] || seen[v] {
+					t.Fatalf("%+v: %q reported twice or not asked for", d, v)
+				}
+				seen[v] = true
+				if i > 0 && !lessVersion(l[i-1], v) {
+					t.Fatalf("%+v: not in ascending order", d)
+				}
+			}
+		}
+		if !CompareStores(ref, nil, ref).InStep() {
+			t.Fatal("the reference is not in step with itself")
+		}
+	})
 }
