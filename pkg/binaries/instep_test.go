@@ -1,7 +1,9 @@
 package binaries
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -120,4 +122,36 @@ func FuzzCompareStores(f *testing.F) {
 			t.Fatal("the reference is not in step with itself")
 		}
 	})
+}
+
+// TestReceiveReplacingDamaged: a stored copy of the same etcd that no
+// longer verifies is refused by Receive (ErrDamaged) and replaced by
+// ReceiveReplacing, the damaged directory kept aside.
+func TestReceiveReplacingDamaged(t *testing.T) {
+	ctx := t.Context()
+	_, bundle := sentStore(t)
+	dst := Open(filepath.Join(t.TempDir(), "binaries"))
+	if _, _, err := dst.Receive(ctx, testVersion, bytes.NewReader(bundle)); err != nil {
+		t.Fatal(err)
+	}
+	util := filepath.Join(dst.Dir, "etcd-v"+testVersion, "etcdutl")
+	if err := os.WriteFile(util, []byte("damaged"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := dst.Receive(ctx, testVersion, bytes.NewReader(bundle)); !errors.Is(err, ErrDamaged) {
+		t.Fatalf("Receive over a damaged copy: %v, want ErrDamaged", err)
+	}
+	if _, installed, err := dst.ReceiveReplacing(ctx, testVersion, bytes.NewReader(bundle)); err != nil || !installed {
+		t.Fatalf("ReceiveReplacing over a damaged copy: installed %v, %v", installed, err)
+	}
+	if res, err := dst.Verify(ctx, testVersion); err != nil || !res.OK {
+		t.Fatalf("Verify after the replacement = %+v, %v", res, err)
+	}
+	aside, _ := filepath.Glob(filepath.Join(dst.Dir, "etcd-v"+testVersion+".replaced-*"))
+	if len(aside) != 1 {
+		t.Fatalf("kept aside: %v, want the damaged copy", aside)
+	}
+	if b, err := os.ReadFile(filepath.Join(aside[0], "etcdutl")); err != nil || string(b) != "damaged" {
+		t.Errorf("the copy aside: %q, %v", b, err)
+	}
 }
