@@ -221,3 +221,81 @@ func TestPushRejectsBadNames(t *testing.T) {
 		t.Fatalf("PUT of a good bundle: %d %s", code, body)
 	}
 }
+
+// TestListBinariesAndReplace: the agent lists its store with the sums its
+// manifests record; another build under the same version is refused by a
+// plain push and replaced by a replacing one, the host's copy kept aside;
+// the listing then shows the sender's sums. An agent without the listing
+// (an older steward: 404) is ErrNotServed.
+func TestListBinariesAndReplace(t *testing.T) {
+	ctx := context.Background()
+	_, a, _ := apiAgent(t)
+	c, _ := socketClient(t, a)
+	src := sourceStore(t)
+	want, _ := src.Sums(pushVersion)
+
+	if l, err := c.ListBinaries(ctx); err != nil || len(l.Versions) != 0 || l.Store != filepath.Join(a.opts.Dir, "binaries") {
+		t.Fatalf("list of an empty store = %+v, %v", l, err)
+	}
+
+	// Another build of the same version, imported on the host itself.
+	other := filepath.Join(t.TempDir(), "etcd-v"+pushVersion)
+	if err := os.Mkdir(other, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	otherEtcd := append(fakeTool("etcd"), []byte("# another build\n")...)
+	if err := os.WriteFile(filepath.Join(other, "etcd"), otherEtcd, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	host := binaries.Open(filepath.Join(a.opts.Dir, "binaries"))
+	if _, err := host.Import(ctx, other, binaries.ImportOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.ListBinaries(ctx)
+	if err != nil || len(l.Versions) != 1 || l.Versions[0].Version != pushVersion || l.Versions[0].Files["etcd"] != sum(otherEtcd) {
+		t.Fatalf("list = %+v, %v", l, err)
+	}
+	local, _ := src.Stored()
+	if d := binaries.CompareStores(local, nil, l.Versions); len(d.Different) != 1 || d.Different[0] != pushVersion {
+		t.Errorf("compare: %+v, want %s different", d, pushVersion)
+	}
+
+	if _, err := c.PushBinary(ctx, src, pushVersion); err == nil || !strings.Contains(err.Error(), binaries.ErrDifferentBinary.Error()) {
+		t.Fatalf("plain push over another build: %v, want refused", err)
+	}
+	res, err := c.PushBinaryReplacing(ctx, src, pushVersion)
+	if err != nil || res.Result != agentapi.PushInstalled {
+		t.Fatalf("replacing push = %+v, %v", res, err)
+	}
+	if l, err = c.ListBinaries(ctx); err != nil || len(l.Versions) != 1 || l.Versions[0].Files["etcd"] != want["etcd"] || l.Versions[0].Files["etcdutl"] != want["etcdutl"] {
+		t.Fatalf("list after the replacing push = %+v, %v", l, err)
+	}
+	aside, _ := filepath.Glob(filepath.Join(host.Dir, "etcd-v"+pushVersion+".replaced-*"))
+	if len(aside) != 1 {
+		t.Fatalf("the host's copy was not kept aside: %v", aside)
+	}
+	if b, err := os.ReadFile(filepath.Join(aside[0], "etcd")); err != nil || string(b) != string(otherEtcd) {
+		t.Errorf("kept aside: %q, %v", b, err)
+	}
+	// Again: the same build is present, nothing replaced.
+	if res, err := c.PushBinaryReplacing(ctx, src, pushVersion); err != nil || res.Result != agentapi.PushPresent {
+		t.Errorf("second replacing push = %+v, %v", res, err)
+	}
+
+	// An older agent answers 404 to the listing.
+	sock := filepath.Join(t.TempDir(), "old.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.NotFoundHandler()}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	old, err := agentapi.NewClient("unix://" + sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.ListBinaries(ctx); !errors.Is(err, agentapi.ErrNotServed) {
+		t.Errorf("listing of an older agent: %v, want ErrNotServed", err)
+	}
+}

@@ -180,6 +180,10 @@ func (a *Agent) Handler() http.Handler {
 		p, err := a.FreePort(name)
 		reply(w, agentapi.Port{Port: p}, err)
 	}))
+	mux.HandleFunc("GET /v1/binaries", func(w http.ResponseWriter, r *http.Request) {
+		l, err := a.ListBinaries()
+		reply(w, l, err)
+	})
 	mux.HandleFunc("GET /v1/binaries/{version}", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, a.CheckBinary(r.Context(), r.PathValue("version")), nil)
 	})
@@ -192,7 +196,7 @@ func (a *Agent) Handler() http.Handler {
 			return
 		}
 		body := http.MaxBytesReader(w, r.Body, binaries.MaxBundleSize)
-		res, err := a.ReceiveBinary(r.Context(), v, body)
+		res, err := a.ReceiveBinary(r.Context(), v, body, r.URL.Query().Get("replace") == "true")
 		if err != nil {
 			// Read what the client still sends, so that it reads this
 			// answer rather than a connection reset (bounded by the limit).

@@ -294,6 +294,23 @@ func (c *Client) CheckBinary(ctx context.Context, version string) (BinaryCheck, 
 	return out, c.do(ctx, http.MethodGet, "/v1/binaries/"+url.PathEscape(version), nil, &out)
 }
 
+// ErrNotServed: the agent does not serve the endpoint asked (an agent
+// older than it). Callers report what it would have said as unknown.
+var ErrNotServed = errors.New("the agent does not serve this (an older steward)")
+
+// ListBinaries asks for the versions in the agent's binary store with the
+// SHA-256 their manifests record (GET /v1/binaries). An agent older than
+// the endpoint answers 404: the error wraps ErrNotServed.
+func (c *Client) ListBinaries(ctx context.Context) (BinaryList, error) {
+	var out BinaryList
+	err := c.do(ctx, http.MethodGet, "/v1/binaries", nil, &out)
+	var ae *APIError
+	if errors.As(err, &ae) && (ae.Status == http.StatusNotFound || ae.Status == http.StatusMethodNotAllowed) {
+		return out, fmt.Errorf("%w: %w", ErrNotServed, err)
+	}
+	return out, err
+}
+
 var errRequestEnded = errors.New("request ended")
 
 // PushBinary makes etcd version of the local store available to the agent:
@@ -302,6 +319,19 @@ var errRequestEnded = errors.New("request ended")
 // only when all verify). When the agent's check already finds a verified
 // copy of the same etcd, nothing is sent and the result is PushPresent.
 func (c *Client) PushBinary(ctx context.Context, store *binaries.Store, version string) (BinaryPush, error) {
+	return c.pushBinary(ctx, store, version, false)
+}
+
+// PushBinaryReplacing is PushBinary that replaces a different etcd the
+// agent stores under the version (another build), or a damaged copy, with
+// the local one (PUT /v1/binaries/{version}?replace=true; the agent moves
+// its old directory aside). An agent older than the parameter ignores it
+// and refuses the different copy as before.
+func (c *Client) PushBinaryReplacing(ctx context.Context, store *binaries.Store, version string) (BinaryPush, error) {
+	return c.pushBinary(ctx, store, version, true)
+}
+
+func (c *Client) pushBinary(ctx context.Context, store *binaries.Store, version string, replace bool) (BinaryPush, error) {
 	v, err := binaries.NormalizeVersion(version)
 	if err != nil {
 		return BinaryPush{}, err
@@ -332,7 +362,11 @@ func (c *Client) PushBinary(ctx context.Context, store *binaries.Store, version 
 		written <- err
 	}()
 	var out BinaryPush
-	err = c.send(ctx, http.MethodPut, "/v1/binaries/"+url.PathEscape(v), "application/x-tar", pr, &out)
+	path := "/v1/binaries/" + url.PathEscape(v)
+	if replace {
+		path += "?replace=true"
+	}
+	err = c.send(ctx, http.MethodPut, path, "application/x-tar", pr, &out)
 	// The transport may stop reading early (an answer before the end, a
 	// broken connection): unblock the writer.
 	pr.CloseWithError(errRequestEnded)

@@ -25,6 +25,7 @@
 //	POST   /v1/members/{name}/restart  stop then start
 //	POST   /v1/members/{name}/version  VersionRequest: swap binary version, restart
 //	POST   /v1/members/{name}/check-v2store  V2StoreRequest -> V2StoreCheck
+//	GET    /v1/binaries                BinaryList: the versions in the host's store with their recorded SHA-256
 //	GET    /v1/binaries/{version}      BinaryCheck: can this host run that version
 //	PUT    /v1/cluster                 ClusterFiles: the spec (and backup secrets) the host's daemons use
 //	GET    /v1/backup/status           the host's backup loop reports (JSON objects as written)
@@ -32,7 +33,7 @@
 //	PUT    /v1/certs/{name}            a renewal of it (PEM) -> CertRenewal; checked against the key and the CA (400 otherwise)
 //	DELETE /v1/certs/{name}/prev       drop the previous certificate kept beside the renewal
 //	PUT    /v1/ca                      the coordinator's trust bundle (PEM CA certificates) -> TrustBundle; checked against the host's leaves and the caller (400 otherwise)
-//	PUT    /v1/binaries/{version}      a bundle (application/x-tar) -> BinaryPush: store that version
+//	PUT    /v1/binaries/{version}      a bundle (application/x-tar) -> BinaryPush: store that version (?replace=true: over another build)
 //	POST   /v1/shutdown                stop every member and exit
 //
 // Errors are JSON {"error": "..."} with a 4xx or 5xx status.
@@ -59,6 +60,7 @@ package agentapi
 import (
 	"time"
 
+	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/memberrt"
 )
 
@@ -132,6 +134,14 @@ type BinaryPush struct {
 	Tools  []string `json:"tools"`
 	// Result is PushInstalled or PushPresent.
 	Result string `json:"result"`
+}
+
+// BinaryList is the agent's binary store: each version with the SHA-256
+// its manifest records (binaries.Store.Stored). The embedded version is
+// not listed: every steward binary carries it.
+type BinaryList struct {
+	Store    string                   `json:"store"`
+	Versions []binaries.StoredVersion `json:"versions"`
 }
 
 // V2StoreRequest names the etcd version whose etcdutl checks the v2 store.

@@ -178,6 +178,20 @@ func (c *countWriter) Write(p []byte) (int, error) {
 // that fails verification (ErrDamaged). A verified stored copy of the same
 // etcd makes Receive a no-op: installed is false.
 func (s *Store) Receive(ctx context.Context, version string, r io.Reader) (b Binary, installed bool, err error) {
+	return s.receive(ctx, version, r, false)
+}
+
+// ReceiveReplacing is Receive that replaces a different etcd stored under
+// the version, or a damaged copy of the same one, instead of refusing it:
+// the stored directory is moved aside (etcd-vX.Y.Z.replaced-TIME) only
+// once the pushed copy is checked, and the pushed one renamed into place.
+// A coordinator pushing with replacement brings a host's copy in step with
+// its own.
+func (s *Store) ReceiveReplacing(ctx context.Context, version string, r io.Reader) (b Binary, installed bool, err error) {
+	return s.receive(ctx, version, r, true)
+}
+
+func (s *Store) receive(ctx context.Context, version string, r io.Reader, replace bool) (b Binary, installed bool, err error) {
 	v, err := NormalizeVersion(version)
 	if err != nil {
 		return Binary{}, false, fmt.Errorf("receive etcd: %w: %w", ErrBadBundle, err)
@@ -262,7 +276,7 @@ func (s *Store) Receive(ctx context.Context, version string, r io.Reader) (b Bin
 	if m.Source != "" {
 		source = sourcePushPrefix + m.Source
 	}
-	return s.install(ctx, tmp, v, source, got, installOptions{verifyExisting: true})
+	return s.install(ctx, tmp, v, source, got, installOptions{verifyExisting: true, force: replace})
 }
 
 // readBundleManifest reads and checks a bundle's first entry.

@@ -225,20 +225,26 @@ func (s *Store) install(ctx context.Context, tmp, v, source string, files map[st
 		case err == nil:
 			old, rerr := readManifest(dest)
 			oldSum := old.Files[toolEtcd]
-			if rerr == nil && oldSum == files[toolEtcd] {
+			same := rerr == nil && oldSum == files[toolEtcd]
+			if same {
+				var problems []string
 				if opt.verifyExisting {
-					if problems := s.check(ctx, v, dest); len(problems) > 0 {
-						return Binary{}, false, fmt.Errorf("%w: %s holds the same etcd (sha256 %s) but fails verification: %s; move it aside and try again",
-							ErrDamaged, dest, oldSum, strings.Join(problems, "; "))
-					}
+					problems = s.check(ctx, v, dest)
 				}
-				b, err := s.describe(v)
-				return b, false, err
+				if len(problems) == 0 {
+					b, err := s.describe(v)
+					return b, false, err
+				}
+				if !opt.force {
+					return Binary{}, false, fmt.Errorf("%w: %s holds the same etcd (sha256 %s) but fails verification: %s; move it aside and try again",
+						ErrDamaged, dest, oldSum, strings.Join(problems, "; "))
+				}
+				// Forced over a damaged copy of the same etcd: replace it.
 			}
 			if oldSum == "" {
 				oldSum = "unknown"
 			}
-			if !opt.force {
+			if !same && !opt.force {
 				return Binary{}, false, fmt.Errorf("%w: %s holds etcd sha256 %s, importing %s", ErrDifferentBinary, dest, oldSum, files[toolEtcd])
 			}
 			if restore, err = s.setAside(dest); err != nil {

@@ -23,6 +23,10 @@ type PushOptions struct {
 	Hosts []string
 	// Timeout bounds each host's push (default 10 minutes).
 	Timeout time.Duration
+	// Replace replaces another build a host stores under the version (or
+	// a damaged copy) with this store's, the host's old copy moved aside;
+	// without it such a host refuses the push.
+	Replace bool
 }
 
 // Results of one host's push (HostPush.Result).
@@ -136,7 +140,7 @@ func (c *Cluster) PushBinary(ctx context.Context, version string, opt PushOption
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			start := time.Now()
-			out, err := c.pushOne(ctx, hp.Host, store, v, opt.Timeout)
+			out, err := c.pushOne(ctx, hp.Host, store, v, opt.Timeout, opt.Replace)
 			hp.Duration = time.Since(start)
 			mu.Lock()
 			defer mu.Unlock()
@@ -170,12 +174,15 @@ func (c *Cluster) PushBinary(ctx context.Context, version string, opt PushOption
 }
 
 // pushOne pushes version to one host's agent within timeout.
-func (c *Cluster) pushOne(ctx context.Context, host string, store *binaries.Store, v string, timeout time.Duration) (agentapi.BinaryPush, error) {
+func (c *Cluster) pushOne(ctx context.Context, host string, store *binaries.Store, v string, timeout time.Duration, replace bool) (agentapi.BinaryPush, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	ac, err := c.Agent(host)
 	if err != nil {
 		return agentapi.BinaryPush{}, err
+	}
+	if replace {
+		return ac.PushBinaryReplacing(ctx, store, v)
 	}
 	return ac.PushBinary(ctx, store, v)
 }

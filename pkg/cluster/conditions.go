@@ -178,6 +178,9 @@ func (c *Cluster) conditions(ctx context.Context, st *Status, now time.Time) []C
 	}
 	conds := append([]Condition{ready, all, c.backupCondition(ctx, now, live)}, c.planConditions()...)
 	conds = append(conds, c.certificatesCondition(ctx, now))
+	if cond, ok := binariesCondition(st.Agents); ok {
+		conds = append(conds, cond)
+	}
 	if c.renews() {
 		_, cond := c.renewalStatus(now)
 		conds = append(conds, cond)

@@ -52,6 +52,9 @@ type AgentStatus struct {
 	// MetricsURL is where Prometheus scrapes the agent (the spec's
 	// metricsAddress); empty when it serves no metrics.
 	MetricsURL string `json:"metricsURL,omitempty"`
+	// Binaries is how the host's binary store compares with this
+	// machine's (binstep.go); absent for an agent on this machine.
+	Binaries *HostBinaries `json:"binaries,omitempty"`
 }
 
 // ClusterStatus describes the cluster as a whole.
@@ -339,9 +342,20 @@ func (c *Cluster) clusterVersion(ctx context.Context, endpoint string) string {
 // Status reports the cluster's state, merging what etcd and the agents say:
 // LiveMembers, then certificate renewal and the conditions.
 func (c *Cluster) Status(ctx context.Context) (*Status, error) {
+	// The hosts' binary stores, asked alongside the members' probes.
+	var bins map[string]*HostBinaries
+	binsDone := make(chan struct{})
+	go func() {
+		defer close(binsDone)
+		bins = c.hostBinaries(ctx)
+	}()
 	st, err := c.LiveMembers(ctx)
+	<-binsDone
 	if err != nil {
 		return nil, err
+	}
+	for i := range st.Agents {
+		st.Agents[i].Binaries = bins[st.Agents[i].Name]
 	}
 	now := time.Now()
 	if c.renews() {

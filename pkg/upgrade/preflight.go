@@ -137,15 +137,18 @@ func Preflight(ctx context.Context, c *cluster.Cluster, from, to string) ([]Chec
 		if _, err := cat.Flags(h.To, c.Spec.Etcd.ExtraFlags); err != nil {
 			flagProblems = append(flagProblems, err.Error())
 		}
-		// Every other host that runs a member runs it from its own store.
-		var lacking []string
+		// Every other host that runs a member runs it from its own store,
+		// the same build as this machine's (the etcd SHA-256 of both
+		// manifests; the embedded version has no stored copy to compare).
+		localSums, _ := store.Sums(h.To)
+		var lacking, differing []string
 		for _, a := range c.Spec.Agents {
 			if !a.Remote() || !c.Spec.Uses(a.Name) {
 				continue
 			}
 			ac, err := c.Runtime(a.Name)
+			var bc memberrt.BinaryCheck
 			if err == nil {
-				var bc memberrt.BinaryCheck
 				if bc, err = ac.CheckBinary(ctx, h.To); err == nil && bc.Problem != "" {
 					err = errors.New(bc.Problem)
 				}
@@ -153,11 +156,25 @@ func Preflight(ctx context.Context, c *cluster.Cluster, from, to string) ([]Chec
 			if err != nil {
 				binProblems = append(binProblems, fmt.Sprintf("host %s: %v", a.Name, err))
 				lacking = append(lacking, a.Name)
+				continue
+			}
+			if there := bc.Files["etcd"]; localSums["etcd"] != "" && there != "" && there != localSums["etcd"] {
+				binProblems = append(binProblems, fmt.Sprintf("host %s: etcd %s in the binary store %s is another build than this machine's (sha256 %s there, %s here)",
+					a.Name, h.To, bc.Store, short(there), short(localSums["etcd"])))
+				differing = append(differing, a.Name)
 			}
 		}
+		// One push per kind of fix: a plain one for the hosts lacking the
+		// version, a forced one (the host's copy kept aside) for another
+		// build.
+		push := func(hosts []string, force string) string {
+			return fmt.Sprintf("`steward binaries push %s --host %s%s`", h.To, strings.Join(hosts, " --host "), force)
+		}
 		if len(lacking) > 0 {
-			binProblems = append(binProblems, fmt.Sprintf("push etcd %s to those hosts from this machine's store with `steward binaries push %s --host %s`",
-				h.To, h.To, strings.Join(lacking, " --host ")))
+			binProblems = append(binProblems, fmt.Sprintf("push etcd %s to those hosts from this machine's store with %s", h.To, push(lacking, "")))
+		}
+		if len(differing) > 0 {
+			binProblems = append(binProblems, fmt.Sprintf("replace their copy of etcd %s with this machine's (theirs is kept aside) with %s", h.To, push(differing, " --force")))
 		}
 	}
 	list := strings.Join(versions, ", ")
@@ -204,6 +221,14 @@ func Refusal(checks []Check, force bool) (warnings []string, err error) {
 		return warnings, refusal.New(ErrOverridableChecks, "%s", msg)
 	}
 	return warnings, errors.New(msg)
+}
+
+// short is the start of a SHA-256, enough to tell two apart.
+func short(sum string) string {
+	if len(sum) > 12 {
+		return sum[:12]
+	}
+	return sum
 }
 
 func when(cond bool, msg string) string {

@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
+	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/test/harness"
 )
@@ -23,6 +26,13 @@ import (
 // pre-flight names only that host; after the heal, `binaries push --host`
 // completes it, the pre-flight passes and the upgrade runs every member on
 // its host's pushed copy.
+//
+// Binaries in step: status shows (JSON agents[].binaries, condition
+// BinariesInStep, a table line per host) every host lacking the versions of
+// the coordinator's store; another build of 3.7.3 imported on h2 is shown
+// as different and named by the pre-flight with `binaries push 3.7.3 --host
+// h2 --force`, which a plain push refuses and the forced one fixes (h2's
+// copy kept aside); after the pushes status shows every host in step.
 func TestHostsBinaries(t *testing.T) {
 	t.Parallel()
 	hs := harness.NewHosts(t, 3)
@@ -78,6 +88,14 @@ func TestHostsBinaries(t *testing.T) {
 		}
 		st := e.WaitStatus(time.Minute, "three healthy members", harness.Healthy)
 		requireMembersRun(t, hs, st, "3.6.16")
+
+		// The coordinator's store (the test store) holds 3.5.35 and 3.7.3
+		// too: status shows every host lacking them.
+		requireBinaries(t, e, map[string]cluster.HostBinaries{
+			"h1": {State: cluster.BinariesDiffer, StoreDiff: binaries.StoreDiff{Lacking: []string{"3.5.35", "3.7.3"}}},
+			"h2": {State: cluster.BinariesDiffer, StoreDiff: binaries.StoreDiff{Lacking: []string{"3.5.35", "3.7.3"}}},
+			"h3": {State: cluster.BinariesDiffer, StoreDiff: binaries.StoreDiff{Lacking: []string{"3.5.35", "3.7.3"}}},
+		})
 	})
 	if t.Failed() {
 		return
@@ -162,10 +180,45 @@ func TestHostsBinaries(t *testing.T) {
 		}
 		e.WaitStatus(time.Minute, "h3's member back", harness.Healthy)
 
+		// h2's operator imports another build of 3.7.3 over the pushed
+		// one (the same release with a byte more: etcd --version still
+		// says 3.7.3, its SHA-256 differs): the host's manifest records
+		// the other sum, as after any import of another build.
+		other := filepath.Join(t.TempDir(), "etcd-v3.7.3")
+		if err := os.Mkdir(other, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		for _, tool := range []string{"etcd", "etcdctl", "etcdutl"} {
+			b, err := os.ReadFile(filepath.Join(hs.Store, "etcd-v3.7.3", tool))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tool == "etcd" {
+				b = append(b, 0)
+			}
+			if err := os.WriteFile(filepath.Join(other, tool), b, 0o700); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := binaries.Open(hostStore(hs.Host("h2"))).Import(t.Context(), other, binaries.ImportOptions{Force: true}); err != nil {
+			t.Fatal(err)
+		}
+
+		requireBinaries(t, e, map[string]cluster.HostBinaries{
+			"h1": {State: cluster.BinariesDiffer, StoreDiff: binaries.StoreDiff{Lacking: []string{"3.5.35"}}},
+			"h2": {State: cluster.BinariesDiffer, StoreDiff: binaries.StoreDiff{Lacking: []string{"3.5.35"}, Different: []string{"3.7.3"}}},
+			"h3": {State: cluster.BinariesDiffer, StoreDiff: binaries.StoreDiff{Lacking: []string{"3.5.35", "3.7.3"}}},
+		})
+
 		se = e.MustFail("upgrade", "apply", "--to", "3.7.3")
-		if !strings.Contains(se, "host h3: etcd 3.7.3 is not in the binary store") || strings.Contains(se, "host h1:") || strings.Contains(se, "host h2:") ||
+		t.Logf("refusal: %s", se)
+		if !strings.Contains(se, "host h3: etcd 3.7.3 is not in the binary store") || strings.Contains(se, "host h1:") ||
 			!strings.Contains(se, "`steward binaries push 3.7.3 --host h3`") {
-			t.Errorf("pre-flight after the partial push, want only h3 named: %s", se)
+			t.Errorf("pre-flight after the partial push, want h3 named lacking 3.7.3: %s", se)
+		}
+		if !strings.Contains(se, "host h2: etcd 3.7.3 in the binary store "+hostStore(hs.Host("h2"))+" is another build than this machine's") ||
+			!strings.Contains(se, "`steward binaries push 3.7.3 --host h2 --force`") {
+			t.Errorf("pre-flight does not name h2's other build and its push: %s", se)
 		}
 	})
 	if t.Failed() {
@@ -183,6 +236,33 @@ func TestHostsBinaries(t *testing.T) {
 			t.Errorf("push to h3 only: %+v\nstderr: %s", res, se)
 		}
 		requireSameFiles(t, filepath.Join(local, "etcd-v3.7.3"), filepath.Join(hostStore(h3), "etcd-v3.7.3"))
+
+		// h2 holds another build: a plain push is refused and says how
+		// to replace it; the forced one keeps h2's copy aside.
+		h2 := hs.Host("h2")
+		se = e.MustFail("binaries", "push", "3.7.3", "--host", "h2")
+		if !strings.Contains(se, "a different etcd binary is stored under this version") || !strings.Contains(se, "`steward binaries push 3.7.3 --host h2 --force`") {
+			t.Errorf("plain push over another build: %s", se)
+		}
+		if res := pushResult(t, e.MustRun("binaries", "push", "3.7.3", "--host", "h2", "--force", "-o", "json")); len(res.Hosts) != 1 || res.Hosts[0].Result != cluster.PushInstalled {
+			t.Errorf("forced push to h2: %+v", res)
+		}
+		requireSameFiles(t, filepath.Join(hs.Store, "etcd-v3.7.3"), filepath.Join(hostStore(h2), "etcd-v3.7.3"))
+		// Two copies aside: the pushed one the operator's import replaced,
+		// then the other build the forced push replaced (the newest).
+		aside, _ := filepath.Glob(filepath.Join(hostStore(h2), "etcd-v3.7.3.replaced-*"))
+		sort.Strings(aside)
+		if len(aside) != 2 {
+			t.Errorf("h2's copies kept aside: %v, want 2", aside)
+		} else if b, err := os.ReadFile(filepath.Join(aside[1], "etcd")); err != nil || len(b) == 0 || b[len(b)-1] != 0 {
+			t.Errorf("the newest copy aside %s is not h2's other build (%v)", aside[1], err)
+		}
+		// And 3.5.35 everywhere: status is clean.
+		e.MustRun("binaries", "push", "3.5.35")
+		requireBinaries(t, e, map[string]cluster.HostBinaries{
+			"h1": {State: cluster.BinariesInStep}, "h2": {State: cluster.BinariesInStep}, "h3": {State: cluster.BinariesInStep},
+		})
+
 		e.MustRun("upgrade", "apply", "--to", "3.7.3")
 		st := e.WaitStatus(time.Minute, "every member on 3.7.3", harness.Healthy)
 		harness.RequireVersion(t, st, "3.7.3", "after the upgrade")
@@ -212,6 +292,51 @@ func requireMembersRun(t *testing.T, hs *harness.Hosts, st *cluster.Status, vers
 		if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", ms.PID)); err != nil || exe != want {
 			t.Errorf("member %s (pid %d) runs %q (%v), want %s", m.Name, ms.PID, exe, err, want)
 		}
+	}
+}
+
+// requireBinaries fails unless status (JSON) compares every host's binary
+// store as want says, the BinariesInStep condition agrees, and the table
+// has a line for each host that differs, and none for one in step.
+func requireBinaries(t *testing.T, e *harness.Env, want map[string]cluster.HostBinaries) {
+	t.Helper()
+	st := e.Status()
+	inStep := true
+	for _, a := range st.Agents {
+		w, ok := want[a.Name]
+		if !ok {
+			continue
+		}
+		inStep = inStep && w.State == cluster.BinariesInStep
+		if a.Binaries == nil || !reflect.DeepEqual(*a.Binaries, w) {
+			t.Errorf("status: host %s binaries %+v, want %+v", a.Name, a.Binaries, w)
+		}
+	}
+	cond := harness.Cond(st, cluster.CondBinariesInStep)
+	if wantStatus := map[bool]string{true: "True", false: "False"}[inStep]; cond.Status != wantStatus {
+		t.Errorf("condition %s: %+v, want %s", cluster.CondBinariesInStep, cond, wantStatus)
+	}
+	table := e.MustRun("status")
+	for name, w := range want {
+		line := ""
+		if w.State != cluster.BinariesInStep {
+			line = name + " " + w.State + " " + w.Summary()
+		}
+		found := false
+		for _, l := range strings.Split(table, "\n") {
+			if strings.Join(strings.Fields(l), " ") == line {
+				found = true
+			}
+			if f := strings.Fields(l); line == "" && len(f) > 1 && f[0] == name && (f[1] == cluster.BinariesDiffer || f[1] == cluster.BinariesUnknown) {
+				t.Errorf("status table has a binaries line for %s, in step: %q", name, l)
+			}
+		}
+		if line != "" && !found {
+			t.Errorf("status table has no line %q:\n%s", line, table)
+		}
+	}
+	if t.Failed() {
+		t.Logf("status:\n%s", table)
 	}
 }
 

@@ -210,7 +210,11 @@ each one against the SHA-256 of this store's manifest and etcd --version
 against VERSION, and only then makes the version visible; a refused push
 leaves the host's store as it was. A host that already holds a verified copy
 of the same etcd receives nothing; one holding a different etcd under
-VERSION refuses it. This machine's copy is verified first.
+VERSION (another build) refuses it unless --force is given: then the host's
+copy is moved aside (etcd-vVERSION.replaced-TIME in its store) and this
+machine's put in its place, so that every host runs the same build (what
+` + "`steward status`" + ` reports as BinariesInStep). This machine's copy is
+verified first.
 
 Hosts are pushed to several at once, with a line each on stderr. The
 command exits non-zero naming the hosts (and their addresses) the version
@@ -245,6 +249,7 @@ did not reach; the others keep it: run it again with --host for those.`,
 	}
 	cmd.Flags().StringArrayVar(&opt.Hosts, "host", nil, "push to this host only (an agent name in the spec; repeatable; default: every other host)")
 	cmd.Flags().DurationVar(&opt.Timeout, "timeout", 10*time.Minute, "how long each host's push may take")
+	cmd.Flags().BoolVar(&opt.Replace, "force", false, "replace a different etcd (another build) a host stores under the version; its copy is kept aside")
 	return cmd
 }
 
@@ -259,6 +264,10 @@ func pushHint(err error, res *cluster.PushResult, version, storeFlag string) err
 	}
 	for _, h := range res.Failed() {
 		again += " --host " + h
+	}
+	// The agents' refusals arrive as text: look for the different build.
+	if strings.Contains(err.Error(), binaries.ErrDifferentBinary.Error()) {
+		return cli.Hint(err, cluster.ErrPushIncomplete, "a host holding another build under the version takes this one with `"+again+" --force` (its copy is kept aside)")
 	}
 	return cli.Hint(err, cluster.ErrPushIncomplete, "once they answer, run `"+again+"`")
 }

@@ -22,7 +22,9 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 database size, revision, raft term and index, alarms, process state, last error) and
 the conditions (Ready, AllMembersReady, BackupReady, UpgradeInProgress,
 CertificatesReady and, where Steward renews the certificates, CertificateRenewal:
-whether the renewal loop runs). -o json and -o yaml field names are stable;
+whether the renewal loop runs; with agents on other hosts, BinariesInStep: whether
+each host's binary store holds the spec's version and every version of this
+machine's store, the same build, with a line per host that differs). -o json and -o yaml field names are stable;
 docs/cli.md lists them. The command succeeds whenever it could
 report; read the conditions to decide whether the cluster is well. A stopped
 cluster (this machine's agent not running and no member answering) is reported
@@ -94,6 +96,18 @@ func table(tw *tabwriter.Writer, st *cluster.Status) {
 		fmt.Fprintf(tw, "\nHOST\tADDRESS\tAGENT\tREACHABLE\tERROR\n")
 		for _, a := range st.Agents {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\n", a.Name, dash(a.Host), a.Endpoint, a.Reachable, dash(a.Error))
+		}
+		// A line per host whose binary store is not in step with this one.
+		header := false
+		for _, a := range st.Agents {
+			if a.Binaries == nil || a.Binaries.State == cluster.BinariesInStep {
+				continue
+			}
+			if !header {
+				fmt.Fprintf(tw, "\nHOST\tBINARIES\tDIFFERENCE\n")
+				header = true
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", a.Name, a.Binaries.State, a.Binaries.Summary())
 		}
 	}
 	fmt.Fprintf(tw, "\nCONDITION\tSTATUS\tREASON\tSINCE\tMESSAGE\n")

@@ -1,0 +1,151 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/etcd-steward/steward/pkg/agentapi"
+	"github.com/etcd-steward/steward/pkg/binaries"
+)
+
+// Binaries kept in step across hosts: a status asks every agent on another
+// host for the versions of its store (agentapi.Client.ListBinaries, in
+// parallel with the other probes and bounded by probeTimeout) and compares
+// them with this machine's store (binaries.CompareStores): a host must
+// hold the spec's version and every version this store holds, each with
+// the same SHA-256. AgentStatus.Binaries carries the outcome per host and
+// CondBinariesInStep sums it up. Agents on this machine run from this
+// store and are not compared.
+
+// CondBinariesInStep: every other host's binary store holds what this
+// machine's does (docs/status.md). Present only when the spec has agents
+// on other hosts.
+const CondBinariesInStep = "BinariesInStep"
+
+// States of a host's store (HostBinaries.State).
+const (
+	BinariesInStep  = "inStep"
+	BinariesDiffer  = "differs"
+	BinariesUnknown = "unknown"
+)
+
+// HostBinaries is how a host's binary store compares with this machine's.
+// Its JSON field names are stable.
+type HostBinaries struct {
+	// State is BinariesInStep, BinariesDiffer or BinariesUnknown (the
+	// agent did not answer, or is older than the listing).
+	State string `json:"state"`
+	binaries.StoreDiff
+	// Error says why the state is unknown.
+	Error string `json:"error,omitempty"`
+}
+
+// Summary is the host's difference in words ("" when in step).
+func (h HostBinaries) Summary() string {
+	var parts []string
+	if len(h.Lacking) > 0 {
+		parts = append(parts, "lacks etcd "+strings.Join(h.Lacking, ", "))
+	}
+	if len(h.Different) > 0 {
+		parts = append(parts, "holds another build of etcd "+strings.Join(h.Different, ", "))
+	}
+	if h.State == BinariesUnknown {
+		parts = append(parts, "unknown: "+h.Error)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// hostBinaries compares the store of every agent on another host with this
+// machine's, concurrently, each bounded by probeTimeout. It returns nil
+// when there is no such agent, or this machine may not ask them.
+func (c *Cluster) hostBinaries(ctx context.Context) map[string]*HostBinaries {
+	remote := c.RemoteAgents()
+	if len(remote) == 0 || !c.Admin() {
+		return nil
+	}
+	out := make(map[string]*HostBinaries, len(remote))
+	local, lerr := binaries.Open(c.Spec.BinaryStoreDir(c.Dir)).Stored()
+	var required []string
+	if v := c.Spec.Version; v != "" && v != binaries.EmbeddedVersion() {
+		required = []string{v}
+	}
+	var mu sync.Mutex // guards out
+	var wg sync.WaitGroup
+	for _, name := range remote {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			hb := &HostBinaries{State: BinariesUnknown}
+			ac, err := c.Agent(name)
+			var l agentapi.BinaryList
+			if err == nil {
+				actx, cancel := context.WithTimeout(ctx, probeTimeout)
+				l, err = ac.ListBinaries(actx)
+				cancel()
+			}
+			switch {
+			case lerr != nil:
+				hb.Error = "this machine's binary store: " + lerr.Error()
+			case errors.Is(err, agentapi.ErrNotServed):
+				hb.Error = "the agent does not list its binaries (an older steward)"
+			case err != nil:
+				hb.Error = ShortErr(err)
+				var ue *agentapi.UnreachableError
+				if errors.As(err, &ue) {
+					hb.Error = ue.Short()
+				}
+			default:
+				hb.StoreDiff = binaries.CompareStores(local, required, l.Versions)
+				hb.State = BinariesInStep
+				if !hb.InStep() {
+					hb.State = BinariesDiffer
+				}
+			}
+			mu.Lock()
+			out[name] = hb
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// binariesCondition sums up the hosts' stores: False naming each host that
+// differs, Unknown when none differs but some could not be compared, True
+// otherwise.
+func binariesCondition(agents []AgentStatus) (Condition, bool) {
+	var differ, unknown []string
+	n := 0
+	for _, a := range agents {
+		if a.Binaries == nil {
+			continue
+		}
+		n++
+		switch a.Binaries.State {
+		case BinariesDiffer:
+			differ = append(differ, fmt.Sprintf("host %s %s", a.Name, a.Binaries.Summary()))
+		case BinariesUnknown:
+			unknown = append(unknown, fmt.Sprintf("host %s: %s", a.Name, a.Binaries.Error))
+		}
+	}
+	if n == 0 {
+		return Condition{}, false
+	}
+	cond := Condition{Type: CondBinariesInStep, Status: "True", Reason: "BinariesInStep",
+		Message: fmt.Sprintf("the binary stores of %d host(s) hold every version of this machine's, with the same SHA-256", n)}
+	switch {
+	case len(differ) > 0:
+		cond.Status, cond.Reason = "False", "BinariesDiffer"
+		cond.Message = strings.Join(differ, "; ") + ": push this machine's copy to them"
+		if len(unknown) > 0 {
+			cond.Message += "; not compared: " + strings.Join(unknown, "; ")
+		}
+	case len(unknown) > 0:
+		cond.Status, cond.Reason = "Unknown", "BinariesUnknown"
+		cond.Message = "not compared: " + strings.Join(unknown, "; ")
+	}
+	return cond, true
+}
