@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"os"
 	"path/filepath"
 
 	"github.com/etcd-steward/steward/pkg/datadir"
@@ -31,25 +30,8 @@ func (a *Agent) keptDirs() (dirs []string, memberOf func(string) string) {
 		dd := filepath.Clean(m.cfg.DataDir)
 		m.mu.Unlock()
 		byDir[dd] = name
-		dirs = append(dirs, filepath.Dir(dd))
 	}
-	root := filepath.Join(a.opts.Dir, "members")
-	if ents, err := os.ReadDir(root); err == nil {
-		for _, e := range ents {
-			if e.IsDir() {
-				dirs = append(dirs, filepath.Join(root, e.Name()))
-			}
-		}
-	}
-	return dirs, func(dd string) string {
-		if n, ok := byDir[filepath.Clean(dd)]; ok {
-			return n
-		}
-		if filepath.Dir(filepath.Dir(dd)) == root {
-			return filepath.Base(filepath.Dir(dd))
-		}
-		return ""
-	}
+	return datadir.KeptDirs(a.opts.Dir, byDir)
 }
 
 // Kept lists the kept copies on this host.

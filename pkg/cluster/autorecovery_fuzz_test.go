@@ -51,7 +51,6 @@ func FuzzReadAutoRecovery(f *testing.F) {
 	})
 }
 
-
 // normalize drops monotonic clock readings and locations for comparison.
 func normalize(s *AutoRecoveryState) AutoRecoveryState {
 	c := *s

@@ -65,6 +65,37 @@ func ParseKeptName(name string) (base, kind string, created time.Time, ok bool) 
 	return m[1], m[2], t, true
 }
 
+// KeptDirs are the directories kept copies of a Steward directory's
+// members live in: beside each data dir (byDir maps a member's cleaned,
+// absolute data dir to its name), and stewardDir/members/* (a removed
+// member's, no longer named anywhere, stays there); memberOf names the
+// member a data dir path belongs to ("" for none). Used by the coordinator
+// for this machine's members and by each agent for its host's.
+func KeptDirs(stewardDir string, byDir map[string]string) (dirs []string, memberOf func(dataDir string) string) {
+	for dd := range byDir {
+		dirs = append(dirs, filepath.Dir(dd))
+	}
+	slices.Sort(dirs)
+	dirs = slices.Compact(dirs)
+	root := filepath.Join(stewardDir, "members")
+	if ents, err := os.ReadDir(root); err == nil {
+		for _, e := range ents {
+			if e.IsDir() {
+				dirs = append(dirs, filepath.Join(root, e.Name()))
+			}
+		}
+	}
+	return dirs, func(dd string) string {
+		if n, ok := byDir[filepath.Clean(dd)]; ok {
+			return n
+		}
+		if filepath.Dir(filepath.Dir(dd)) == root {
+			return filepath.Base(filepath.Dir(dd))
+		}
+		return ""
+	}
+}
+
 // FindKept lists the kept copies directly inside dirs (each read once;
 // a missing one holds none), oldest first. member names the member a data
 // dir path belongs to ("" when unknown). A version record moved with a

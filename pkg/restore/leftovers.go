@@ -272,30 +272,11 @@ func pruneBusy(c *cluster.Cluster) error {
 // dir path belongs to.
 func keptDirsHere(c *cluster.Cluster) ([]string, func(string) string) {
 	byDir := map[string]string{}
-	var dirs []string
 	for _, m := range c.Spec.Members {
 		if c.OnOtherHost(m) || m.DataDir == "" {
 			continue
 		}
-		dd := filepath.Clean(spec.Path(c.Dir, m.DataDir))
-		byDir[dd] = m.Name
-		dirs = append(dirs, filepath.Dir(dd))
+		byDir[filepath.Clean(spec.Path(c.Dir, m.DataDir))] = m.Name
 	}
-	root := filepath.Join(c.Dir, "members")
-	if ents, err := os.ReadDir(root); err == nil {
-		for _, e := range ents {
-			if e.IsDir() {
-				dirs = append(dirs, filepath.Join(root, e.Name()))
-			}
-		}
-	}
-	return dirs, func(dd string) string {
-		if n, ok := byDir[filepath.Clean(dd)]; ok {
-			return n
-		}
-		if filepath.Dir(filepath.Dir(dd)) == root {
-			return filepath.Base(filepath.Dir(dd))
-		}
-		return ""
-	}
+	return datadir.KeptDirs(c.Dir, byDir)
 }
