@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/crashpoint"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/memberrt"
 	"github.com/etcd-steward/steward/pkg/membership"
@@ -75,6 +76,7 @@ func rebuildSeed(ctx context.Context, c *cluster.Cluster, j *recoveryJournal) er
 		if _, err := restore.Run(ctx, c, restore.Options{FromMember: seed.Name, Force: true, Members: []string{seed.Name}}); err != nil {
 			return fmt.Errorf("rebuild %s from its own database: %w (re-run the recovery: it resumes from %s)", seed.Name, err, seed.Name)
 		}
+		crashpoint.Hit(crashpoint.RecoverReseedRebuilt)
 	}
 	c.Progress.Say("%s: running its rebuilt data dir alone with --force-new-cluster until a write commits", seed.Name)
 	if err := c.RunIsolated(ctx, []string{seed.Name}, c.Spec.VersionOf(*seed), cluster.IsolatedOptions{ForceNewCluster: true, Timeout: 2 * time.Minute}); err != nil {

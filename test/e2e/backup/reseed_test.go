@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/crashpoint"
 	"github.com/etcd-steward/steward/pkg/spec"
 	"github.com/etcd-steward/steward/test/harness"
 )
@@ -20,7 +22,8 @@ import (
 // them). The watch and the reads, held across the quorum loss
 // (reconnecting, re-listing after a compaction error), must never see a
 // revision twice or going backwards: the seed resumes above every
-// revision served, on a new timeline. Every write the seed acknowledged
+// revision served, on a new timeline. The recovery is killed twice in
+// its rebuild of the seed and resumes each time. Every write the seed acknowledged
 // is present on every member (the learners receive the seed's snapshot,
 // not a replay of an older log), the cluster ID and the seed's member ID
 // are kept, and its old data dir is moved aside.
@@ -55,9 +58,18 @@ func TestReseedRevisionsNeverGoBack(t *testing.T) {
 	e.KillAll()
 	harness.RemoveDataDirs(t, e, e.Spec().Members[:2])
 	_, _, _ = e.Run("up", "--timeout", "10s")
+	// The recovery is killed twice: while the seed's new data dir is
+	// staged (before the old one is moved aside), then, resumed, right
+	// after the rebuilt data dir is committed. Each re-run resumes.
+	for _, point := range []string{crashpoint.Indexed(crashpoint.RestoreStaged, 0), crashpoint.RecoverReseedRebuilt} {
+		_, se, err := e.RunEnv([]string{crashpoint.EnvVar + "=" + point}, "recover")
+		if err == nil || !strings.Contains(se, "crashpoint: "+point) {
+			t.Fatalf("recover with %s: %v, want it killed there\n%s", point, err, se)
+		}
+	}
 	rep, out := harness.RecoverJSON(t, e)
-	if rep.Action != "reseed" || rep.Seed != names[2] || rep.RestoredFrom != "" || !slices.Equal(rep.Added, names[:2]) {
-		t.Fatalf("recover: want a reseed from %s adding %v: %s", names[2], names[:2], out)
+	if rep.Action != "resume" || rep.Seed != names[2] || rep.RestoredFrom != "" || !slices.Equal(rep.Added, names[:2]) {
+		t.Fatalf("recover after two kills: want the reseed from %s resumed, adding %v: %s", names[2], names[:2], out)
 	}
 	st := e.WaitStatus(time.Minute, "healthy after the reseed", harness.Healthy)
 
@@ -93,9 +105,11 @@ func TestReseedRevisionsNeverGoBack(t *testing.T) {
 		}
 		mc.Close()
 	}
-	if st.Cluster.Timeline != before.Cluster.Timeline+1 || st.Cluster.ParentTimeline != before.Cluster.Timeline || st.Cluster.BranchRevision < full.EndRevision {
+	// The first, killed rebuild took a timeline number (recorded in the
+	// store before staging); the second one's is the cluster's.
+	if st.Cluster.Timeline != before.Cluster.Timeline+2 || st.Cluster.ParentTimeline != before.Cluster.Timeline || st.Cluster.BranchRevision < full.EndRevision {
 		t.Errorf("status after the reseed: timeline %d (parent %d at %d), want %d branched off %d at or after %d",
-			st.Cluster.Timeline, st.Cluster.ParentTimeline, st.Cluster.BranchRevision, before.Cluster.Timeline+1, before.Cluster.Timeline, full.EndRevision)
+			st.Cluster.Timeline, st.Cluster.ParentTimeline, st.Cluster.BranchRevision, before.Cluster.Timeline+2, before.Cluster.Timeline, full.EndRevision)
 	}
 	if st.Cluster.ID != before.Cluster.ID || st.Cluster.VotingMembers != 3 {
 		t.Errorf("after the reseed: cluster %s (was %s), %d voters", st.Cluster.ID, before.Cluster.ID, st.Cluster.VotingMembers)
@@ -103,7 +117,11 @@ func TestReseedRevisionsNeverGoBack(t *testing.T) {
 	if was, _ := before.Member(names[2]); was.ID != st.Members[2].ID {
 		t.Errorf("the seed's member ID changed: %s, was %s", st.Members[2].ID, was.ID)
 	}
-	if aside, _ := filepath.Glob(filepath.Join(e.Dir, filepath.Dir(e.Spec().Members[2].DataDir), "data.pre-restore-*")); len(aside) == 0 {
-		t.Errorf("the seed's old data dir was not kept aside")
+	seedDir := filepath.Join(e.Dir, filepath.Dir(e.Spec().Members[2].DataDir))
+	if aside, _ := filepath.Glob(filepath.Join(seedDir, "data.pre-restore-*Z")); len(aside) != 1 {
+		t.Errorf("the seed's old data dir kept aside: %v, want one", aside)
+	}
+	if staged, _ := filepath.Glob(filepath.Join(seedDir, "data.restoring-*")); len(staged) != 0 {
+		t.Errorf("the killed rebuild's staged data dir is still there: %v", staged)
 	}
 }
