@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/etcd-steward/steward/internal/crashpoint"
 	"github.com/etcd-steward/steward/pkg/spec"
 	"github.com/etcd-steward/steward/test/harness"
@@ -100,6 +102,15 @@ func TestReseedRevisionsNeverGoBack(t *testing.T) {
 	want := append(slices.Clone(kept), after...)
 	for _, n := range names {
 		mc := e.Client(n)
+		// Each member serves the seed's history from above the bump, not
+		// a replay of an older raft log into an empty store.
+		resp, err := mc.Get(t.Context(), "rs/", clientv3.WithPrefix(), clientv3.WithSerializable(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Header.Revision < end || resp.Count != int64(len(want)) {
+			t.Errorf("member %s serves revision %d with %d keys under rs/, want revision %d or later with %d", n, resp.Header.Revision, resp.Count, end, len(want))
+		}
 		if have := hasKeys(t, mc, append(slices.Clone(want), "rs/lost-00")...); !slices.Equal(have, want) {
 			t.Errorf("member %s after the reseed holds %d of the %d keys wanted (and lost-00: %v)", n, len(have), len(want), slices.Contains(have, "rs/lost-00"))
 		}
