@@ -31,6 +31,10 @@
 //   - restore-staged:N  in a restore (pkg/restore), after the data dir of
 //     its N-th target member (from 0, in spec order) is staged, before the
 //     next is staged or any is committed.
+//   - recover-reseed-rebuilt  in a recovery's reseed (pkg/recovery), after
+//     the seed's data dir was rebuilt from its own database and committed
+//     (the spec names the new timeline), before the rebuilt seed runs with
+//     --force-new-cluster and the recovery journal records the rebuild.
 //
 // N is the step's index, as `steward plan show` lists it (for a plan's
 // points).
@@ -68,6 +72,10 @@ const (
 // dir for a stage request (and wrote its version record), before it
 // answers.
 const AgentStageStaged = "agent-stage-staged"
+
+// RecoverReseedRebuilt is hit in a recovery's reseed after the seed's
+// rebuilt data dir is committed, before the journal records it.
+const RecoverReseedRebuilt = "recover-reseed-rebuilt"
 
 // Indexed returns the name of a repeating point's i-th instance: "POINT:I".
 func Indexed(point string, i int) string { return point + ":" + strconv.Itoa(i) }

@@ -31,12 +31,20 @@ type recoveryJournal struct {
 	RestoredFrom string    `json:"restoredFrom,omitempty"` // "" for a survivor's own data
 	FreshBackup  string    `json:"freshBackup,omitempty"`
 	SeededAt     time.Time `json:"seededAt"`
+	// Reseeding: a reseed's seed (a survivor, RestoredFrom "") is not yet
+	// rebuilt above every revision served (reseed.go); a resume rebuilds
+	// it first. FromTimeline is the spec's timeline before the rebuild
+	// (when the spec's differs, the rebuild committed); Timeline, the one
+	// the rebuild began.
+	Reseeding    bool  `json:"reseeding,omitempty"`
+	FromTimeline int64 `json:"fromTimeline,omitempty"`
+	Timeline     int64 `json:"timeline,omitempty"`
 }
 
 // origin says where the seed's data came from, for messages.
 func (j *recoveryJournal) origin() string {
 	if j.RestoredFrom == "" {
-		return "its own data, the newest of the survivors"
+		return "its own data, the newest of the survivors, rebuilt above every revision served"
 	}
 	return "restored from " + j.RestoredFrom + " and its deltas"
 }

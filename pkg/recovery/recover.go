@@ -110,6 +110,12 @@ func Run(ctx context.Context, c *cluster.Cluster) (Report, error) {
 				rep.DataDirs = append(rep.DataDirs, f)
 				return rep, resumeRecovery(ctx, c, &rep, j)
 			}
+			if j.Reseeding {
+				// Its old data is kept aside (the rebuild moves it, never
+				// deletes it); restoring a backup instead would lose the
+				// writes only it holds.
+				return rep, fmt.Errorf("the unfinished recovery of %s was rebuilding %s from its own data, but its data dir is not usable now (%s): its old data dir is kept beside it as a pre-restore copy; put that back in place, then re-run the recovery", j.SeededAt.Format(time.RFC3339), j.Seed, f)
+			}
 			c.Progress.Say("the unfinished recovery of %s seeded %s, but its data dir is not usable now (%s)", j.SeededAt.Format(time.RFC3339), j.Seed, f)
 		} else {
 			c.Progress.Say("the unfinished recovery of %s seeded %s, which is no longer in the spec", j.SeededAt.Format(time.RFC3339), j.Seed)
@@ -236,17 +242,19 @@ func Run(ctx context.Context, c *cluster.Cluster) (Report, error) {
 // interrupted recovery resumes there (resumeRecovery).
 func recoverFromSeed(ctx context.Context, c *cluster.Cluster, rep *Report, seed spec.Member, fromBackup bool) error {
 	rep.Seed = seed.Name
-	if fromBackup {
-		m, err := restore.Run(ctx, c, restore.Options{Force: true, Members: []string{seed.Name}})
-		if err != nil {
-			return fmt.Errorf("restore: %w", err)
-		}
-		rep.RestoredFrom = m.ID
-	}
-	again := "the restore is repeated"
 	if !fromBackup {
-		again = "its data is kept"
+		j, err := reseed(ctx, c, seed)
+		if err != nil {
+			return err
+		}
+		return finishRecovery(ctx, c, rep, j)
 	}
+	m, err := restore.Run(ctx, c, restore.Options{Force: true, Members: []string{seed.Name}})
+	if err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	rep.RestoredFrom = m.ID
+	again := "the restore is repeated"
 	c.Progress.Say("%s: running it alone with --force-new-cluster on a private client port until a write commits", seed.Name)
 	if err := c.RunIsolated(ctx, []string{seed.Name}, c.Spec.VersionOf(seed), cluster.IsolatedOptions{ForceNewCluster: true, Timeout: 2 * time.Minute}); err != nil {
 		return fmt.Errorf("make %s a cluster of one: %w (re-run `steward recover`: %s)", seed.Name, err, again)
@@ -265,6 +273,11 @@ func resumeRecovery(ctx context.Context, c *cluster.Cluster, rep *Report, j *rec
 	rep.Seed, rep.RestoredFrom, rep.FreshBackup = j.Seed, j.RestoredFrom, j.FreshBackup
 	c.Progress.Say("resuming the recovery of %s: %s (%s) holds the cluster on its own; it is not restored again (that would lose the writes it took since)",
 		j.SeededAt.Format(time.RFC3339), j.Seed, j.origin())
+	if j.Reseeding {
+		if err := rebuildSeed(ctx, c, j); err != nil {
+			return err
+		}
+	}
 	return finishRecovery(ctx, c, rep, j)
 }
 

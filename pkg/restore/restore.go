@@ -61,6 +61,12 @@ type Options struct {
 	// ToTime, KeyFile, AllowUnauthenticated and SkipUntrusted, which choose
 	// and read from the store, are refused with it (ErrSourceConflict).
 	FromSnapshot string
+	// FromMember restores from this stopped member's own database
+	// (recovery's reseed: a survivor's data, with every committed entry
+	// applied) instead of a backup or a file: the new timeline branches off
+	// the cluster's current one at the member's revision. Options that
+	// choose or read a backup are refused with it (ErrSourceConflict).
+	FromMember string
 	// Members restricts the restore to these members' data dirs (empty:
 	// every member). The others' data dirs are left as they are. Each
 	// restored member still records the whole spec as its initial cluster,
@@ -217,14 +223,26 @@ func prepare(ctx context.Context, c *cluster.Cluster, o Options, targets []spec.
 	var highest int64        // ever stored or served on any
 	var store backup.Store   // where the new timeline is recorded (nil: nowhere)
 	var parent int64         // the timeline restored (0: a snapshot file)
-	if o.FromSnapshot != "" {
+	switch {
+	case o.FromMember != "":
+		m, err := openMember(c, o)
+		if err != nil {
+			return prepared{}, err
+		}
+		src = m
+		hist, highest, store = fileHistory(ctx, c)
+		// The member served the spec's current timeline (not the store's
+		// newest, which may be one a killed rebuild recorded and never
+		// served).
+		parent = c.Spec.TimelineID()
+	case o.FromSnapshot != "":
 		f, err := openFile(c, o)
 		if err != nil {
 			return prepared{}, err
 		}
 		src = f
 		hist, highest, store = fileHistory(ctx, c)
-	} else {
+	default:
 		s, err := openStore(ctx, c, o, "restore")
 		if err != nil {
 			if s != nil {
