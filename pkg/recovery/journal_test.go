@@ -15,7 +15,7 @@ import (
 func TestJournalReseeding(t *testing.T) {
 	c := &cluster.Cluster{Dir: t.TempDir()}
 	j := &recoveryJournal{Seed: "etcd-3", SeededAt: time.Now().UTC().Truncate(time.Second), Reseeding: true, FromTimeline: 1}
-	if err := writeRecoveryJournal(c, j); err != nil {
+	if err := writeRecoveryJournal(t.Context(), c, j); err != nil {
 		t.Fatal(err)
 	}
 	got, err := readRecoveryJournal(c)
@@ -33,7 +33,7 @@ func TestJournalReseeding(t *testing.T) {
 	if err != nil || got.Reseeding || got.FromTimeline != 0 || got.RestoredFrom != "full-r100" {
 		t.Fatalf("an older journal read as %+v, %v", got, err)
 	}
-	if err := removeRecoveryJournal(c); err != nil {
+	if err := removeRecoveryJournal(t.Context(), c); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := readRecoveryJournal(c); got != nil || err != nil {

@@ -51,7 +51,7 @@ func reseed(ctx context.Context, c *cluster.Cluster, seed spec.Member) (*recover
 		return nil, fmt.Errorf("make %s a cluster of one: %w (its data is kept: re-run the recovery)", seed.Name, err)
 	}
 	j := &recoveryJournal{Seed: seed.Name, SeededAt: time.Now().UTC(), Reseeding: true, FromTimeline: c.Spec.TimelineID()}
-	if err := writeRecoveryJournal(c, j); err != nil {
+	if err := writeRecoveryJournal(ctx, c, j); err != nil {
 		return nil, fmt.Errorf("%s is a cluster of one, but the recovery journal was not written: %w (re-run the recovery)", seed.Name, err)
 	}
 	return j, rebuildSeed(ctx, c, j)
@@ -83,5 +83,5 @@ func rebuildSeed(ctx context.Context, c *cluster.Cluster, j *recoveryJournal) er
 		return fmt.Errorf("make the rebuilt %s a cluster of one: %w (re-run the recovery: it resumes from %s)", seed.Name, err, seed.Name)
 	}
 	j.Reseeding, j.Timeline = false, c.Spec.TimelineID()
-	return writeRecoveryJournal(c, j)
+	return writeRecoveryJournal(ctx, c, j)
 }
