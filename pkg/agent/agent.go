@@ -163,30 +163,36 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	defer unlock()
-	_ = os.Remove(a.opts.Socket)
-	ln, err := net.Listen("unix", a.opts.Socket)
-	if err != nil {
-		return fmt.Errorf("agent: listen on %s: %w", a.opts.Socket, err)
-	}
-	if err := os.Chmod(a.opts.Socket, 0o600); err != nil {
-		ln.Close()
-		return fmt.Errorf("agent: %w", err)
-	}
 	if err := a.loadMembers(); err != nil {
-		ln.Close()
 		return err
 	}
+	// The mutual-TLS listener first, the socket last: a caller that finds
+	// the socket answering (the local commands, the tests' hosts) finds
+	// the agent API of another host's agent listening too.
 	var tlsLn net.Listener
 	if a.opts.Listen != "" {
 		if a.opts.TLS == nil {
-			ln.Close()
 			return fmt.Errorf("agent: listening on %s needs TLS", a.opts.Listen)
 		}
 		tlsLn, err = tls.Listen("tcp", a.opts.Listen, a.opts.TLS)
 		if err != nil {
-			ln.Close()
 			return fmt.Errorf("agent: listen on %s: %w", a.opts.Listen, err)
 		}
+	}
+	_ = os.Remove(a.opts.Socket)
+	ln, err := net.Listen("unix", a.opts.Socket)
+	if err != nil {
+		if tlsLn != nil {
+			tlsLn.Close()
+		}
+		return fmt.Errorf("agent: listen on %s: %w", a.opts.Socket, err)
+	}
+	if err := os.Chmod(a.opts.Socket, 0o600); err != nil {
+		ln.Close()
+		if tlsLn != nil {
+			tlsLn.Close()
+		}
+		return fmt.Errorf("agent: %w", err)
 	}
 	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)}

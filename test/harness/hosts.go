@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -154,10 +155,14 @@ func (h *AgentHost) StartAgent(tb testing.TB, joinFile string) {
 			return fmt.Errorf("agent exited: %v: %s", h.agent.Wait(), b)
 		default:
 		}
-		if _, err := os.Stat(sock); err != nil {
+		// Dialled, not just found: a killed agent leaves its socket file
+		// behind, which refuses connections until the new agent listens
+		// (after its mutual-TLS listener: pkg/agent).
+		c, err := net.DialTimeout("unix", sock, time.Second)
+		if err != nil {
 			return err
 		}
-		return nil
+		return c.Close()
 	})
 }
 
