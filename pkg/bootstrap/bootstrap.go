@@ -197,7 +197,7 @@ func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*clust
 	}
 	// A recovery mode a host's agent cannot do: refused before anything
 	// is written or started, naming the host.
-	if err := c.CheckAgentsCan(ctx, s); err != nil {
+	if err := c.CheckAgentsCan(ctx, nil, s); err != nil {
 		return nil, warnings, err
 	}
 	if _, err := os.Stat(specPath); errors.Is(err, os.ErrNotExist) {

@@ -117,7 +117,7 @@ func (c *Cluster) SaveSpec(ctx context.Context, s *spec.Cluster) error {
 	} else if w != "" {
 		c.Progress.Say("warning: %s", w)
 	}
-	if err := c.CheckAgentsCan(bctx, s); err != nil {
+	if err := c.CheckAgentsCan(bctx, c.Spec, s); err != nil {
 		return fmt.Errorf("refusing to change the spec: %w", err)
 	}
 	if err := c.CheckCoordinator(bctx); err != nil {

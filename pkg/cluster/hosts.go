@@ -178,14 +178,21 @@ var ErrAgentCannot = errors.New("a host's agent cannot do what the spec asks")
 // CheckAgentsCan refuses a multi-host spec s that asks of a host's agent
 // what its version cannot do: recovery.mode auto needs every host's agent
 // to leave the recovery to the coordinator (agentapi.CapRecoveryCoordinated);
-// an older one would recover from its own host's view. Every host is
-// asked (a host whose agent does not answer cannot be checked, and is
-// refused too); the refusal names each host and changes nothing.
-func (c *Cluster) CheckAgentsCan(ctx context.Context, s *spec.Cluster) error {
-	if s == nil || !s.MultiHost() || s.Recovery.Mode != "auto" {
+// an older one would recover from its own host's view. prev is the spec s
+// replaces (nil for a new cluster): only the agents agentsToAsk names are
+// asked, so a change that neither turns recovery.mode to auto nor adds a
+// host asks nobody, and one host down does not block the changes that
+// recover or replace it. A host whose agent does not answer cannot be
+// checked, and is refused too; the refusal names each host and changes
+// nothing.
+func (c *Cluster) CheckAgentsCan(ctx context.Context, prev, s *spec.Cluster) error {
+	ask := agentsToAsk(prev, s)
+	if len(ask) == 0 {
 		return nil
 	}
-	sc := &Cluster{Dir: c.Dir, Spec: s}
+	cs := *s
+	cs.Agents = ask
+	sc := &Cluster{Dir: c.Dir, Spec: &cs}
 	var (
 		mu   sync.Mutex
 		errs []string
@@ -210,6 +217,30 @@ func (c *Cluster) CheckAgentsCan(ctx context.Context, s *spec.Cluster) error {
 	}
 	slices.Sort(errs)
 	return fmt.Errorf("%w: recovery.mode auto: %s; nothing was changed (or keep recovery.mode manual)", ErrAgentCannot, strings.Join(errs, "; "))
+}
+
+// agentsToAsk is the remote agents of s whose capability for automatic
+// recovery CheckAgentsCan asks, when s replaces prev (nil: a new cluster):
+// none unless s is a multi-host spec with recovery.mode auto; every one
+// when prev's mode was not auto; else those prev did not have (by name,
+// host and port: an agent moved to another host is a new one).
+func agentsToAsk(prev, s *spec.Cluster) []spec.Agent {
+	if s == nil || !s.MultiHost() || s.Recovery.Mode != "auto" {
+		return nil
+	}
+	var ask []spec.Agent
+	for _, a := range s.Agents {
+		if !a.Remote() {
+			continue
+		}
+		if prev != nil && prev.Recovery.Mode == "auto" && slices.ContainsFunc(prev.Agents, func(p spec.Agent) bool {
+			return p.Name == a.Name && p.Host == a.Host && p.Port == a.Port
+		}) {
+			continue
+		}
+		ask = append(ask, a)
+	}
+	return ask
 }
 
 // autoRecoveryCannot says why host a's agent, which answered info or err,
