@@ -62,18 +62,45 @@ type Report struct {
 // A recovery interrupted after its seed became a cluster of one (see
 // recoveryJournal) is resumed, never restored again. Apart from that, a
 // quorate cluster is left alone.
+//
+// The journal and the status are read again once recover.lock is held:
+// a recovery that finished between the first look and the lock leaves
+// nothing to do, and acting on the first look would recover the cluster
+// it just brought back.
 func Run(ctx context.Context, c *cluster.Cluster) (Report, error) {
-	rep := Report{Action: "none", DataDirs: []datadir.Finding{}}
+	return run(ctx, c, runDeps{view: readView})
+}
+
+// runDeps are what Run reads from running processes (the journal beside
+// the cluster's status), apart so the order of its checks under
+// recover.lock is tested without processes.
+type runDeps struct {
+	view func(ctx context.Context, c *cluster.Cluster) (*recoveryJournal, *cluster.Status, error)
+}
+
+// readView reads the recovery journal and the cluster's status.
+func readView(ctx context.Context, c *cluster.Cluster) (*recoveryJournal, *cluster.Status, error) {
 	j, err := readRecoveryJournal(c)
 	if err != nil {
-		return rep, err
+		return nil, nil, err
 	}
 	st, err := c.Status(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return j, st, nil
+}
+
+const quorateMessage = "the cluster is quorate: nothing to recover (replace single members with `steward member replace`)"
+
+func run(ctx context.Context, c *cluster.Cluster, d runDeps) (Report, error) {
+	rep := Report{Action: "none", DataDirs: []datadir.Finding{}}
+	j, st, err := d.view(ctx, c)
 	if err != nil {
 		return rep, err
 	}
 	if st.Cluster.Quorate && j == nil {
-		rep.Message = "the cluster is quorate: nothing to recover (replace single members with `steward member replace`)"
+		rep.Message = quorateMessage
 		return rep, nil
 	}
 	// One recovery at a time (a manual one and the agent's automatic one
@@ -89,6 +116,15 @@ func Run(ctx context.Context, c *cluster.Cluster) (Report, error) {
 	defer lock.Release()
 	if _, err := plan.Admit(c.Plans(), admitRecovery); err != nil {
 		return rep, err
+	}
+	// Another recovery may have run between the look above and the lock:
+	// act on what is true now, not on what was.
+	if j, st, err = d.view(ctx, c); err != nil {
+		return rep, err
+	}
+	if st.Cluster.Quorate && j == nil {
+		rep.Message = quorateMessage
+		return rep, nil
 	}
 	if j != nil {
 		seed, ok := c.Spec.Member(j.Seed)
