@@ -145,6 +145,18 @@ func (a *autoLoop) round(ctx context.Context) {
 	if j, err := readRecoveryJournal(c); err == nil && j != nil {
 		if time.Since(a.lastResume) >= time.Minute {
 			a.lastResume = time.Now()
+			// A stale journal (Reseeding while quorate): logged and left
+			// for the operator, never resumed (staleReseed).
+			if j.Reseeding {
+				if st, err := c.Status(ctx); err == nil {
+					if err := staleReseed(c, j, st.Cluster.Quorate); err != nil {
+						a.log.Error("not resuming the recorded recovery", "err", err)
+						a.record("wait", err.Error())
+						a.reset()
+						return
+					}
+				}
+			}
 			a.act(ctx, c, "resume", fmt.Sprintf("an unfinished recovery is recorded (seed %s, %s): resuming it", j.Seed, j.origin()))
 		}
 		a.reset()

@@ -47,6 +47,25 @@ type Report struct {
 	Message  string   `json:"message"`
 }
 
+// ErrStaleJournal: the recovery journal records a rebuild from a
+// survivor's own data (Reseeding) while the cluster is quorate, which that
+// rebuild cannot be: Run refuses to resume it and leaves the journal.
+var ErrStaleJournal = errors.New("the recovery journal is stale")
+
+// staleReseed fails with ErrStaleJournal when journal j records a reseed
+// not yet rebuilt (Reseeding) while the cluster is quorate. Until the
+// rebuild ends, the seed runs only on private ports (reseed.go), so a
+// quorate cluster is not that rebuild: the journal is an old copy (one
+// written by a takeover, say), and resuming it would stop every member of
+// a healthy cluster and force a new cluster from the seed. Nothing is
+// changed; the journal stays for the operator to look at.
+func staleReseed(c *cluster.Cluster, j *recoveryJournal, quorate bool) error {
+	if j == nil || !j.Reseeding || !quorate {
+		return nil
+	}
+	return fmt.Errorf("%w: %s records a rebuild of %s from its own data (%s, not finished), but the cluster is quorate, which it cannot be during that rebuild (the seed serves no client then); resuming would stop every member of a healthy cluster, so nothing was changed: check the cluster's health, then move the journal aside", ErrStaleJournal, recoveryJournalPath(c), j.Seed, j.SeededAt.Format(time.RFC3339))
+}
+
 // Run brings back a cluster that lost quorum, following DEP-01:
 //
 //   - when a majority of members still have valid data (a WAL and a
@@ -125,6 +144,9 @@ func run(ctx context.Context, c *cluster.Cluster, d runDeps) (Report, error) {
 	if st.Cluster.Quorate && j == nil {
 		rep.Message = quorateMessage
 		return rep, nil
+	}
+	if err := staleReseed(c, j, st.Cluster.Quorate); err != nil {
+		return rep, err
 	}
 	if j != nil {
 		seed, ok := c.Spec.Member(j.Seed)

@@ -3,7 +3,9 @@ package recovery
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/etcd-steward/steward/internal/filelock"
 	"github.com/etcd-steward/steward/pkg/cluster"
@@ -63,5 +65,35 @@ func TestRunRereadsUnderLock(t *testing.T) {
 	}
 	if len(f.locked) != 2 || f.locked[0] || !f.locked[1] {
 		t.Fatalf("views read with recover.lock held: %v, want [false true]", f.locked)
+	}
+}
+
+// TestRunRefusesStaleReseed: a journal recording an unfinished rebuild
+// from a survivor's own data while the cluster is quorate is stale (the
+// seed serves no client during that rebuild): Run refuses with
+// ErrStaleJournal and keeps the journal, instead of dropping or resuming
+// it (which would stop every member of a healthy cluster).
+func TestRunRefusesStaleReseed(t *testing.T) {
+	c := testCluster(t)
+	j := &recoveryJournal{Seed: "etcd-9", SeededAt: time.Now().UTC(), Reseeding: true}
+	if err := writeRecoveryJournal(t.Context(), c, j); err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeViews{t: t, views: []fakeView{{j: j, quorate: true}}}
+	rep, err := run(t.Context(), c, runDeps{view: f.view})
+	if !errors.Is(err, ErrStaleJournal) || rep.Action != "none" {
+		t.Fatalf("run = %+v, %v; want ErrStaleJournal and nothing done", rep, err)
+	}
+	for _, want := range []string{"etcd-9", "quorate", "nothing was changed", recoveryJournalPath(c)} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if got, err := readRecoveryJournal(c); err != nil || got == nil {
+		t.Fatalf("journal after the refusal: %v, %v; want it kept", got, err)
+	}
+	// A reseed journal while quorum is lost is a real one: not stale.
+	if err := staleReseed(c, j, false); err != nil {
+		t.Fatalf("staleReseed without quorum: %v", err)
 	}
 }

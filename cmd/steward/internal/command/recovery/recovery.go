@@ -31,6 +31,7 @@ A quorate cluster is left alone.`,
 			}
 			rep, err := recovery.Run(cmd.Context(), c)
 			err = cli.DowngradeHint(cli.BackupHint(cli.StoppedHint(err)))
+			err = cli.Advise(err, recovery.ErrStaleJournal, " (`steward status` shows the members' health)")
 			err = cli.Hint(err, restore.ErrBackupTooNew, "restore the older backup with `steward restore --force --backup ID`, then `steward up`")
 			if perr := g.Print(cmd.OutOrStdout(), rep, func(tw *tabwriter.Writer) {
 				fmt.Fprintf(tw, "ACTION\t%s\nMESSAGE\t%s\n", rep.Action, rep.Message)
