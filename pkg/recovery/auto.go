@@ -83,7 +83,7 @@ func (a *autoLoop) act(ctx context.Context, c *cluster.Cluster, decision, reason
 	}
 	if c.Spec.MultiHost() {
 		// A coordinator another machine took over from acts no more.
-		if err := a.fenced(ctx, c); err != nil {
+		if err := fence(ctx, c); err != nil {
 			a.record("wait", err.Error())
 			return
 		}
@@ -202,10 +202,12 @@ func (a *autoLoop) round(ctx context.Context) {
 	a.act(ctx, c, "act", fmt.Sprintf("%s, for the whole grace period of %s", reason, grace))
 }
 
-// fenced fails when another coordinator took over (handover.ErrSuperseded)
+// fence fails when another coordinator took over (handover.ErrSuperseded)
 // or when the store cannot tell: acting on a stale directory could run a
-// second recovery beside the new coordinator's.
-func (a *autoLoop) fenced(ctx context.Context, c *cluster.Cluster) error {
+// second recovery beside the new coordinator's. The automatic loop checks
+// it before it records acting, and Run under recover.lock, before it stops
+// any member (a manual recovery too), for a multi-host spec.
+func fence(ctx context.Context, c *cluster.Cluster) error {
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	h, err := c.Handover(hctx)

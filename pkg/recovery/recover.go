@@ -87,7 +87,7 @@ func staleReseed(c *cluster.Cluster, j *recoveryJournal, quorate bool) error {
 // nothing to do, and acting on the first look would recover the cluster
 // it just brought back.
 func Run(ctx context.Context, c *cluster.Cluster) (Report, error) {
-	return run(ctx, c, runDeps{view: readView})
+	return run(ctx, c, runDeps{view: readView, fence: fence})
 }
 
 // runDeps are what Run reads from running processes (the journal beside
@@ -95,6 +95,9 @@ func Run(ctx context.Context, c *cluster.Cluster) (Report, error) {
 // recover.lock is tested without processes.
 type runDeps struct {
 	view func(ctx context.Context, c *cluster.Cluster) (*recoveryJournal, *cluster.Status, error)
+	// fence fails when this directory is no longer the coordinator of a
+	// multi-host cluster (fence).
+	fence func(ctx context.Context, c *cluster.Cluster) error
 }
 
 // readView reads the recovery journal and the cluster's status.
@@ -144,6 +147,14 @@ func run(ctx context.Context, c *cluster.Cluster, d runDeps) (Report, error) {
 	if st.Cluster.Quorate && j == nil {
 		rep.Message = quorateMessage
 		return rep, nil
+	}
+	// A coordinator another machine took over from changes nothing: the
+	// check comes before any member is stopped, for `steward recover` as
+	// for the automatic loop (which also checks before it records acting).
+	if c.Spec.MultiHost() {
+		if err := d.fence(ctx, c); err != nil {
+			return rep, err
+		}
 	}
 	if err := staleReseed(c, j, st.Cluster.Quorate); err != nil {
 		return rep, err

@@ -3,12 +3,14 @@ package recovery
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/etcd-steward/steward/internal/filelock"
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/handover"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -95,5 +97,36 @@ func TestRunRefusesStaleReseed(t *testing.T) {
 	// A reseed journal while quorum is lost is a real one: not stale.
 	if err := staleReseed(c, j, false); err != nil {
 		t.Fatalf("staleReseed without quorum: %v", err)
+	}
+}
+
+// TestRunFencedUnderLock: for a multi-host spec, Run checks that this
+// directory is still the coordinator once recover.lock is held and before
+// it stops any member, so a manual recovery on a coordinator another
+// machine took over from refuses with handover.ErrSuperseded, changing
+// nothing (with no member stopped, and the journal kept).
+func TestRunFencedUnderLock(t *testing.T) {
+	c := testCluster(t)
+	c.Spec.Agents = []spec.Agent{{Name: "cp-1", Host: "10.0.0.1", Port: 2381}}
+	c.Spec.Members = []spec.Member{{Name: "etcd-1", Agent: "cp-1"}}
+	j := &recoveryJournal{Seed: "etcd-1", SeededAt: time.Now().UTC()}
+	if err := writeRecoveryJournal(t.Context(), c, j); err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeViews{t: t, views: []fakeView{{j: j, quorate: false}}}
+	var fencedLocked []bool
+	superseded := func(_ context.Context, c *cluster.Cluster) error {
+		fencedLocked = append(fencedLocked, lockHeld(t, c))
+		return fmt.Errorf("not acting: %w: generation 2", handover.ErrSuperseded)
+	}
+	rep, err := run(t.Context(), c, runDeps{view: f.view, fence: superseded})
+	if !errors.Is(err, handover.ErrSuperseded) || rep.Action != "none" {
+		t.Fatalf("run = %+v, %v; want handover.ErrSuperseded and nothing done", rep, err)
+	}
+	if len(fencedLocked) != 1 || !fencedLocked[0] {
+		t.Fatalf("fence checked with recover.lock held: %v, want [true]", fencedLocked)
+	}
+	if got, err := readRecoveryJournal(c); err != nil || got == nil {
+		t.Fatalf("journal after the refusal: %v, %v; want it kept", got, err)
 	}
 }
