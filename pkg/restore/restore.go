@@ -299,8 +299,13 @@ func prepare(ctx context.Context, c *cluster.Cluster, o Options, targets []spec.
 	if p.ids, err = keptIdentity(ctx, c, p); err != nil {
 		return p, fmt.Errorf("the IDs the restored cluster keeps: %w", err)
 	}
-	// Numbered above every timeline known, abandoned ones too.
-	p.timeline = spec.Timeline{ID: max(hist.Newest(), c.Spec.TimelineID()) + 1, StartRevision: p.bumped}
+	// Numbered above every timeline known, abandoned ones too, and above
+	// every record name in the store, untrusted ones too.
+	id, err := newTimelineID(ctx, c, store, hist)
+	if err != nil {
+		return p, err
+	}
+	p.timeline = spec.Timeline{ID: id, StartRevision: p.bumped}
 	if parent != 0 {
 		p.timeline.Parent, p.timeline.BranchRevision = parent, p.revision
 	}
