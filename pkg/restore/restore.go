@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/atomicfile"
 	"github.com/etcd-steward/steward/internal/crashpoint"
 	"github.com/etcd-steward/steward/internal/proc"
 	"github.com/etcd-steward/steward/internal/scratch"
@@ -410,6 +411,9 @@ func commit(ctx context.Context, c *cluster.Cluster, targets []spec.Member, stag
 		}
 		if err := os.Rename(staged[mem.Name], dd); err != nil {
 			return fmt.Errorf("put restored data dir of %s in place: %w (it waits in %s)", mem.Name, err, staged[mem.Name])
+		}
+		if err := atomicfile.SyncDir(filepath.Dir(dd)); err != nil {
+			return fmt.Errorf("put restored data dir of %s in place: %w", mem.Name, err)
 		}
 	}
 	next := c.Spec.Clone()
