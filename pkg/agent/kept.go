@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"path/filepath"
 
 	"github.com/etcd-steward/steward/pkg/datadir"
@@ -41,9 +42,16 @@ func (a *Agent) Kept() ([]datadir.Kept, error) {
 }
 
 // RemoveKept removes one kept copy on this host (datadir.RemoveKept: only
-// a directory named as one, beside a member's data dir).
+// a directory named as one, beside a member's data dir). Invariant: only a
+// copy of a data dir whose member this agent knows (a member's, or a
+// removed member's under DIR/members): a kept-style name in a shared
+// parent dir that belongs to no member (another cluster's) is refused.
 func (a *Agent) RemoveKept(path string) error {
-	dirs, _ := a.keptDirs()
+	dirs, memberOf := a.keptDirs()
+	path = filepath.Clean(path)
+	if base, _, _, ok := datadir.ParseKeptName(filepath.Base(path)); ok && memberOf(filepath.Join(filepath.Dir(path), base)) == "" {
+		return badRequest{fmt.Errorf("%s is a copy of %s, the data dir of no member this agent runs: not removed", path, filepath.Join(filepath.Dir(path), base))}
+	}
 	if err := datadir.RemoveKept(path, dirs); err != nil {
 		return badRequest{err}
 	}

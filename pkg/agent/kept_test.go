@@ -54,13 +54,36 @@ func TestKeptEndpoints(t *testing.T) {
 		t.Fatalf("GET /v1/kept: %v", got)
 	}
 
-	for _, bad := range []string{cfg.DataDir, filepath.Join(root, "elsewhere.pre-restore-20261127T100000.000Z"), pre + "/member"} {
+	// Another cluster's copy beside a member's data dir in a shared parent
+	// dir (/srv/etcd/a-1 and /srv/etcd/b-1): listed with no member, and
+	// never removed.
+	cfg2 := cfg
+	cfg2.Name = "a-1"
+	cfg2.DataDir = filepath.Join(root, "shared", "a-1")
+	if code, body := call(t, srv, http.MethodPut, "/v1/members/"+cfg2.Name, configJSON(t, cfg2)); code != http.StatusOK {
+		t.Fatalf("put member: %d %s", code, body)
+	}
+	foreign := mk(filepath.Join(root, "shared", "b-1.pre-restore-20261127T080000.000Z"))
+	code, body = call(t, srv, http.MethodGet, "/v1/kept", "")
+	ks = nil
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &ks) != nil || len(ks) != 4 {
+		t.Fatalf("GET /v1/kept with another cluster's copy: %d %s", code, body)
+	}
+	for _, k := range ks {
+		if k.Path == foreign && k.Member != "" {
+			t.Errorf("another cluster's copy listed as member %q's", k.Member)
+		}
+	}
+
+	for _, bad := range []string{cfg.DataDir, filepath.Join(root, "elsewhere.pre-restore-20261127T100000.000Z"), pre + "/member", foreign} {
 		if code, body := call(t, srv, http.MethodPost, "/v1/kept/remove", `{"path":"`+bad+`"}`); code != http.StatusBadRequest {
 			t.Errorf("remove %s: %d %s, want 400", bad, code, body)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(pre, "member")); err != nil {
-		t.Fatalf("a refused removal removed something: %v", err)
+	for _, p := range []string{filepath.Join(pre, "member"), filepath.Join(foreign, "member")} {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("a refused removal removed something: %v", err)
+		}
 	}
 	if code, body := call(t, srv, http.MethodPost, "/v1/kept/remove", `{"path":"`+removed+`"}`); code != http.StatusOK {
 		t.Fatalf("remove %s: %d %s", removed, code, body)

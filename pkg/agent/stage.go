@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/atomicfile"
 	"github.com/etcd-steward/steward/internal/crashpoint"
 	"github.com/etcd-steward/steward/internal/scratch"
 	"github.com/etcd-steward/steward/pkg/agentapi"
@@ -200,8 +201,18 @@ func (a *Agent) CommitDataDir(name, staged string) (string, error) {
 	if err := os.Rename(datadir.RecordPath(staged), datadir.RecordPath(dataDir)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return aside, fmt.Errorf("put the version record of the restored data dir of %s in place: %w", name, err)
 	}
+	// Durable before the coordinator records the commit: a power loss
+	// must not put the old data dir back under a spec naming the new
+	// timeline.
+	if err := syncDir(filepath.Dir(dataDir)); err != nil {
+		return aside, fmt.Errorf("put restored data dir of %s in place: %w", name, err)
+	}
 	return aside, nil
 }
+
+// syncDir makes renames inside a directory durable (a variable so a test
+// can see it called: the fsync itself is not observable).
+var syncDir = atomicfile.SyncDir
 
 // DiscardStaged removes a data dir this agent staged (never anything else).
 func (a *Agent) DiscardStaged(name, staged string) error {

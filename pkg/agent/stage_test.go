@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/etcd-steward/steward/pkg/agentapi"
+	"github.com/etcd-steward/steward/pkg/datadir"
 )
 
 // The data-dir endpoints act only on what belongs to the member: a commit
@@ -135,5 +136,51 @@ func TestRebuildEndpoints(t *testing.T) {
 		if code, body := call(t, srv, http.MethodGet, "/v1/members/"+cfg.Name+"/datadir/"+p, ""); code != http.StatusBadRequest || !strings.Contains(body, "stop it") {
 			t.Errorf("%s of a running member: %d %s, want 400", p, code, body)
 		}
+	}
+}
+
+// TestCommitDataDir: a commit moves the member's data dir aside
+// (pre-restore), puts the staged one and its version record in place, and
+// syncs the parent dir after the renames, so a power loss cannot undo a
+// commit the coordinator then records. The fsync itself is not
+// observable in a test: syncDir is swapped to see it called with the
+// parent after the last rename; before the fix it was not. Not parallel:
+// it swaps a package variable.
+func TestCommitDataDir(t *testing.T) {
+	root, a, srv := apiAgent(t)
+	cfg := baseConfig()
+	cfg.DataDir = filepath.Join(root, "steward", "members", cfg.Name, "data")
+	staged := cfg.DataDir + ".restoring-20261127T100000.000Z"
+	for _, d := range []string{filepath.Join(cfg.DataDir, "member", "old"), filepath.Join(staged, "member", "new")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(datadir.RecordPath(staged), []byte("{}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := call(t, srv, http.MethodPut, "/v1/members/"+cfg.Name, configJSON(t, cfg)); code != http.StatusOK {
+		t.Fatalf("put member: %d %s", code, body)
+	}
+	var synced []string
+	real := syncDir
+	syncDir = func(d string) error {
+		if _, err := os.Stat(datadir.RecordPath(cfg.DataDir)); err == nil {
+			synced = append(synced, d) // after the last rename
+		}
+		return real(d)
+	}
+	t.Cleanup(func() { syncDir = real })
+	aside, err := a.CommitDataDir(cfg.Name, staged)
+	if err != nil || !strings.HasPrefix(aside, cfg.DataDir+".pre-restore-") {
+		t.Fatalf("CommitDataDir = %q, %v", aside, err)
+	}
+	for _, p := range []string{filepath.Join(cfg.DataDir, "member", "new"), filepath.Join(aside, "member", "old"), datadir.RecordPath(cfg.DataDir)} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("after the commit: %v", err)
+		}
+	}
+	if len(synced) != 1 || synced[0] != filepath.Dir(cfg.DataDir) {
+		t.Fatalf("synced after the last rename: %q, want the parent %s once", synced, filepath.Dir(cfg.DataDir))
 	}
 }

@@ -126,6 +126,28 @@ var timelineName = regexp.MustCompile(`^timelines/([0-9]{8})\.json$`)
 // TimelineObject is the name of timeline n's history object.
 func TimelineObject(n int64) string { return fmt.Sprintf("%s%08d.json", TimelinePrefix, n) }
 
+// TakenTimeline is the highest number an object of the store named like a
+// timeline's history object (timelines/NNNNNNNN.json) carries, trusted or
+// not (0: none). PutTimeline never replaces an object, so a new timeline
+// is numbered above it: numbered from the trusted records only, one record
+// under another key or with a bad MAC would make every later restore take
+// its number and fail to record it.
+func TakenTimeline(ctx context.Context, s Store) (int64, error) {
+	names, err := s.List(ctx, TimelinePrefix)
+	if err != nil {
+		return 0, fmt.Errorf("list timelines in %s: %w", s, err)
+	}
+	var top int64
+	for _, n := range names {
+		if g := timelineName.FindStringSubmatch(n); g != nil {
+			if v, err := strconv.ParseInt(g[1], 10, 64); err == nil {
+				top = max(top, v)
+			}
+		}
+	}
+	return top, nil
+}
+
 var commitName = regexp.MustCompile(`^timelines/([0-9]{8})\.committed$`)
 
 // TimelineCommitObject is the name of timeline n's commit marker.

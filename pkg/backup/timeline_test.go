@@ -278,6 +278,10 @@ func TestTimelineRecords(t *testing.T) {
 	if err != nil || len(got) != 1 || len(ign) != 1 || !errors.Is(ign[0].Err, ErrUnknownKey) {
 		t.Fatalf("with a record under another key: %+v, ignored %+v, %v", got, ign, err)
 	}
+	// Its number is taken all the same: PutTimeline never replaces it.
+	if n, err := TakenTimeline(ctx, s); err != nil || n != 3 {
+		t.Fatalf("TakenTimeline = %d, %v; want 3 (the record under another key)", n, err)
+	}
 	if _, err := ParseTimeline(TimelineObject(4), mustJSON(t, r), k); !errors.Is(err, ErrBadManifest) {
 		t.Errorf("timeline 2's record stored as timeline 4's: %v, want ErrBadManifest", err)
 	}

@@ -25,6 +25,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
 
+	"github.com/etcd-steward/steward/internal/atomicfile"
 	"github.com/etcd-steward/steward/internal/pagecache"
 )
 
@@ -319,8 +320,17 @@ func MoveAside(dataDir, why string) (string, error) {
 	if err := os.Rename(RecordPath(dataDir), RecordPath(dst)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return dst, fmt.Errorf("move version record of %s aside: %w", dataDir, err)
 	}
+	// Durable before the caller records what it did: a power loss must
+	// not undo the renames.
+	if err := syncDir(filepath.Dir(dataDir)); err != nil {
+		return dst, fmt.Errorf("move data dir %s aside: %w", dataDir, err)
+	}
 	return dst, nil
 }
+
+// syncDir makes renames inside a directory durable (a variable so a test
+// can see it called: the fsync itself is not observable).
+var syncDir = atomicfile.SyncDir
 
 // RequireEmpty fails when dir exists and holds anything.
 func RequireEmpty(dir string) error {

@@ -157,13 +157,19 @@ func ListLeftovers(ctx context.Context, c *cluster.Cluster, keep int) (Leftovers
 // ErrBadKeep: a keep below 1 (the newest copy is always kept).
 var ErrBadKeep = errors.New("not a number of copies to keep")
 
-// decide marks each copy remove or keep: a staged dir is removed (a
-// restore's own output), and of the other kinds the newest keep of each
-// data dir's kind are kept.
+// decide marks each copy remove or keep: a copy of no member of this
+// spec (Member "": a kept-style name in a shared parent dir, such as
+// another cluster's) is always kept, a staged dir is removed (a restore's
+// own output), and of the other kinds the newest keep of each data dir's
+// kind are kept.
 func decide(ls []Leftover, keep int) {
 	newer := map[string]int{} // host, data dir and kind: copies newer than this one
 	for i := len(ls) - 1; i >= 0; i-- {
 		l := &ls[i]
+		if l.Member == "" {
+			l.Action, l.Reason = "keep", "not a data dir of this spec"
+			continue
+		}
 		if l.Kind == datadir.KindRestoring {
 			l.Action, l.Reason = "remove", ""
 			continue

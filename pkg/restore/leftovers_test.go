@@ -19,7 +19,14 @@ import (
 func TestDecide(t *testing.T) {
 	at := func(h int) time.Time { return time.Date(2026, 11, 27, h, 0, 0, 0, time.UTC) }
 	mk := func(host, dd, kind string, h int) Leftover {
-		return Leftover{Host: host, Kept: datadir.Kept{Kind: kind, DataDir: dd, Created: at(h)}}
+		return Leftover{Host: host, Kept: datadir.Kept{Kind: kind, Member: "m", DataDir: dd, Created: at(h)}}
+	}
+	// Copies of no member of this spec (another cluster's, in a shared
+	// parent dir): kept whatever their kind or age.
+	foreign := func(kind string, h int) Leftover {
+		l := mk("", "/d/shared/b-1", kind, h)
+		l.Member = ""
+		return l
 	}
 	ls := []Leftover{
 		mk("", "/d/m1/data", datadir.KindPreRestore, 1),
@@ -28,21 +35,24 @@ func TestDecide(t *testing.T) {
 		mk("", "/d/m1/data", datadir.KindReplaced, 1),
 		mk("h2", "/d/m1/data", datadir.KindPreRestore, 1), // another host's same path
 		mk("", "/d/m2/data", datadir.KindRestoring, 4),
+		foreign(datadir.KindRestoring, 5),
+		foreign(datadir.KindPreRestore, 1),
+		foreign(datadir.KindPreRestore, 2),
 	}
 	for _, tt := range []struct {
 		keep int
 		want []string // in the order of ls
 	}{
-		{1, []string{"remove", "remove", "keep", "keep", "keep", "remove"}},
-		{2, []string{"remove", "keep", "keep", "keep", "keep", "remove"}},
-		{5, []string{"keep", "keep", "keep", "keep", "keep", "remove"}},
+		{1, []string{"remove", "remove", "keep", "keep", "keep", "remove", "keep", "keep", "keep"}},
+		{2, []string{"remove", "keep", "keep", "keep", "keep", "remove", "keep", "keep", "keep"}},
+		{5, []string{"keep", "keep", "keep", "keep", "keep", "remove", "keep", "keep", "keep"}},
 	} {
 		c := append([]Leftover(nil), ls...)
 		sortNewestLast(c)
 		decide(c, tt.keep)
 		for i, l := range ls {
 			for _, d := range c {
-				if d.Host == l.Host && d.Kind == l.Kind && d.Created.Equal(l.Created) && d.Action != tt.want[i] {
+				if d.Host == l.Host && d.DataDir == l.DataDir && d.Kind == l.Kind && d.Created.Equal(l.Created) && d.Action != tt.want[i] {
 					t.Errorf("keep %d: %q %s %s %v: %s (%s), want %s", tt.keep, d.Host, d.DataDir, d.Kind, d.Created, d.Action, d.Reason, tt.want[i])
 				}
 			}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/atomicfile"
 	"github.com/etcd-steward/steward/internal/crashpoint"
 	"github.com/etcd-steward/steward/internal/proc"
 	"github.com/etcd-steward/steward/internal/scratch"
@@ -299,8 +300,13 @@ func prepare(ctx context.Context, c *cluster.Cluster, o Options, targets []spec.
 	if p.ids, err = keptIdentity(ctx, c, p); err != nil {
 		return p, fmt.Errorf("the IDs the restored cluster keeps: %w", err)
 	}
-	// Numbered above every timeline known, abandoned ones too.
-	p.timeline = spec.Timeline{ID: max(hist.Newest(), c.Spec.TimelineID()) + 1, StartRevision: p.bumped}
+	// Numbered above every timeline known, abandoned ones too, and above
+	// every record name in the store, untrusted ones too.
+	id, err := newTimelineID(ctx, c, store, hist)
+	if err != nil {
+		return p, err
+	}
+	p.timeline = spec.Timeline{ID: id, StartRevision: p.bumped}
 	if parent != 0 {
 		p.timeline.Parent, p.timeline.BranchRevision = parent, p.revision
 	}
@@ -405,6 +411,9 @@ func commit(ctx context.Context, c *cluster.Cluster, targets []spec.Member, stag
 		}
 		if err := os.Rename(staged[mem.Name], dd); err != nil {
 			return fmt.Errorf("put restored data dir of %s in place: %w (it waits in %s)", mem.Name, err, staged[mem.Name])
+		}
+		if err := atomicfile.SyncDir(filepath.Dir(dd)); err != nil {
+			return fmt.Errorf("put restored data dir of %s in place: %w", mem.Name, err)
 		}
 	}
 	next := c.Spec.Clone()

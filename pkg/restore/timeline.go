@@ -63,6 +63,22 @@ func fileHistory(ctx context.Context, c *cluster.Cluster) (backup.History, int64
 	return h, 0, nil
 }
 
+// newTimelineID is the number of the timeline a restore begins: above
+// every timeline known (hist, abandoned ones too), the spec's, and every
+// history object name in store (nil: none known), trusted or not, since
+// PutTimeline never replaces one.
+func newTimelineID(ctx context.Context, c *cluster.Cluster, store backup.Store, hist backup.History) (int64, error) {
+	n := max(hist.Newest(), c.Spec.TimelineID())
+	if store != nil {
+		taken, err := backup.TakenTimeline(ctx, store)
+		if err != nil {
+			return 0, fmt.Errorf("the timeline numbers taken in the backup store: %w", err)
+		}
+		n = max(n, taken)
+	}
+	return n + 1, nil
+}
+
 // dataDirRevisions is the highest revision in the spec's members' data
 // dirs (those a restore replaces, and those it leaves): the writes the
 // cluster served after its last backup. A data dir that cannot be read

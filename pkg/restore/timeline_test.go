@@ -177,3 +177,34 @@ func TestTimelineCommitSelection(t *testing.T) {
 		}
 	}
 }
+
+// TestNewTimelineAboveUntrusted: a history object the cluster's key does
+// not verify (another key's record of timeline 2) is never used, but its
+// number is taken: PutTimeline never replaces it. Before the fix the new
+// timeline was numbered from the trusted records only (2), so every later
+// restore failed recording it ("already exists") after fetching and
+// bumping.
+func TestNewTimelineAboveUntrusted(t *testing.T) {
+	ctx := t.Context()
+	c, store, auth, _ := testCluster(t)
+	other, err := (&cluster.Cluster{Dir: t.TempDir(), Spec: &spec.Cluster{}}).BackupAuthKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	abandon(t, store, other, 2, 60)
+	h, err := loadHistory(ctx, c, store, timeline1())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Newest() != 1 {
+		t.Fatalf("the untrusted record counts in the history: newest %d, want 1", h.Newest())
+	}
+	id, err := newTimelineID(ctx, c, store, h)
+	if err != nil || id != 3 {
+		t.Fatalf("new timeline = %d, %v; want 3 (2's name is taken by a record under another key)", id, err)
+	}
+	abandon(t, store, auth, id, 60)
+	if id, err := newTimelineID(ctx, c, nil, h); err != nil || id != 2 {
+		t.Errorf("without a store: %d, %v; want 2", id, err)
+	}
+}
