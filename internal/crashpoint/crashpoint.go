@@ -30,7 +30,12 @@
 //     stage request (a restore, an upgrade by restore), before it answers;
 //   - restore-staged:N  in a restore (pkg/restore), after the data dir of
 //     its N-th target member (from 0, in spec order) is staged, before the
-//     next is staged or any is committed.
+//     next is staged or any is committed;
+//   - restore-committed:N  in a restore's commit (pkg/restore), after the
+//     N-th target member's (from 0, in spec order) restored data dir is in
+//     place (on its host), before the next member's or the spec; the
+//     marker of an unfinished commit (DIR/status/restore-pending.json)
+//     exists then;
 //   - recover-reseed-rebuilt  in a recovery's reseed (pkg/recovery), after
 //     the seed's data dir was rebuilt from its own database and committed
 //     (the spec names the new timeline), before the rebuilt seed runs with
@@ -63,6 +68,9 @@ const (
 	// RestoreStaged is hit in a restore after a member's data dir is
 	// staged, before the next member's is staged or any is committed.
 	RestoreStaged = "restore-staged"
+	// RestoreCommitted is hit in a restore's commit after a member's
+	// restored data dir is put in place, before the next member's.
+	RestoreCommitted = "restore-committed"
 	// ReplaceBuilt is hit in an upgrade or rollback by restore after a
 	// member's new data dir is built (on its host), before the next is.
 	ReplaceBuilt = "replace-built"

@@ -137,6 +137,11 @@ func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*clust
 		if err := (&cluster.Cluster{Dir: dir, Spec: s}).RequireProcessControl("start its members"); err != nil {
 			return nil, nil, err
 		}
+		// Members of a restore stopped in its commit must not start: the
+		// old ones would overwrite the restored (cluster.RestorePendingFile).
+		if err := cluster.RequireNoRestorePending(dir, "start the members"); err != nil {
+			return nil, nil, err
+		}
 		if o.Members != 0 && o.Members != len(s.Members) {
 			return nil, nil, newClusterOnly("Members", "%s already describes %d members; the member count applies only to a new cluster", specPath, len(s.Members))
 		}

@@ -117,6 +117,11 @@ const quorateMessage = "the cluster is quorate: nothing to recover (replace sing
 
 func run(ctx context.Context, c *cluster.Cluster, d runDeps) (Report, error) {
 	rep := Report{Action: "none", DataDirs: []datadir.Finding{}}
+	// Members of a restore stopped in its commit must not start: the
+	// old ones would overwrite the restored (cluster.RestorePendingFile).
+	if err := cluster.RequireNoRestorePending(c.Dir, "recover the cluster"); err != nil {
+		return rep, err
+	}
 	j, st, err := d.view(ctx, c)
 	if err != nil {
 		return rep, err

@@ -385,8 +385,39 @@ func stage(ctx context.Context, c *cluster.Cluster, p prepared, targets []spec.M
 // place (by its agent for a member on another host), then records the
 // restored members as initial members of the restored cluster in the spec.
 // A failure names where the data waits.
+//
+// Before the first data dir moves, it writes the marker of an unfinished
+// commit (cluster.RestorePendingFile), removed only once the spec is
+// saved: while some members hold restored data dirs and others old ones
+// of the same cluster, nothing may start them (see the marker's
+// invariant). A failure says the restore must be run again.
 func commit(ctx context.Context, c *cluster.Cluster, targets []spec.Member, staged map[string]string, tl spec.Timeline) error {
-	for _, mem := range targets {
+	names := make([]string, len(targets))
+	for i, mem := range targets {
+		names[i] = mem.Name
+	}
+	if err := cluster.WriteRestorePending(c.Dir, cluster.RestorePending{Timeline: tl.ID, Members: names, StartedAt: time.Now().UTC()}); err != nil {
+		return fmt.Errorf("record the restore's commit before it begins: %w", err)
+	}
+	if err := commitDataDirs(ctx, c, targets, staged, tl); err != nil {
+		return interruptedError{err}
+	}
+	return cluster.RemoveRestorePending(c.Dir)
+}
+
+// interruptedError is a commit's failure: also cluster.ErrRestoreInterrupted,
+// as the marker it leaves says.
+type interruptedError struct{ err error }
+
+func (e interruptedError) Error() string {
+	return e.err.Error() + "; some data dirs may be restored and others not, and members refuse to start until the restore is run again to finish it"
+}
+
+func (e interruptedError) Unwrap() []error { return []error{e.err, cluster.ErrRestoreInterrupted} }
+
+// commitDataDirs is commit's work, under its marker.
+func commitDataDirs(ctx context.Context, c *cluster.Cluster, targets []spec.Member, staged map[string]string, tl spec.Timeline) error {
+	for i, mem := range targets {
 		if c.OnOtherHost(mem) {
 			ac, err := c.AgentFor(mem)
 			if err != nil {
@@ -399,6 +430,7 @@ func commit(ctx context.Context, c *cluster.Cluster, targets []spec.Member, stag
 			if aside != "" {
 				c.Progress.Say("moved old data dir of %s on host %s to %s", mem.Name, mem.Agent, aside)
 			}
+			crashpoint.Hit(crashpoint.Indexed(crashpoint.RestoreCommitted, i))
 			continue
 		}
 		dd := spec.Path(c.Dir, mem.DataDir)
@@ -415,6 +447,7 @@ func commit(ctx context.Context, c *cluster.Cluster, targets []spec.Member, stag
 		if err := atomicfile.SyncDir(filepath.Dir(dd)); err != nil {
 			return fmt.Errorf("put restored data dir of %s in place: %w", mem.Name, err)
 		}
+		crashpoint.Hit(crashpoint.Indexed(crashpoint.RestoreCommitted, i))
 	}
 	next := c.Spec.Clone()
 	for i := range next.Members {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/carotate"
+	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/kstorage"
 	"github.com/etcd-steward/steward/pkg/membership"
 	"github.com/etcd-steward/steward/pkg/restore"
@@ -57,4 +58,11 @@ func StoppedHint(err error) error {
 // member add`, `member replace` and `recover`, which replaces members.
 func DowngradeHint(err error) error {
 	return Advise(err, membership.ErrDowngradeOfPlan, " (`steward plan resume`) first")
+}
+
+// RestorePendingHint adds how to finish a restore stopped in its commit
+// (cluster.ErrRestoreInterrupted, also in the failure of a commit), for
+// `steward up`, `steward recover` and `steward restore`.
+func RestorePendingHint(err error) error {
+	return Advise(err, cluster.ErrRestoreInterrupted, ": run steward restore --force again (the same options) to finish it")
 }

@@ -30,7 +30,7 @@ A quorate cluster is left alone.`,
 				return err
 			}
 			rep, err := recovery.Run(cmd.Context(), c)
-			err = cli.DowngradeHint(cli.BackupHint(cli.StoppedHint(err)))
+			err = cli.RestorePendingHint(cli.DowngradeHint(cli.BackupHint(cli.StoppedHint(err))))
 			err = cli.Advise(err, recovery.ErrStaleJournal, " (`steward status` shows the members' health)")
 			err = cli.Hint(err, restore.ErrBackupTooNew, "restore the older backup with `steward restore --force --backup ID`, then `steward up`")
 			if perr := g.Print(cmd.OutOrStdout(), rep, func(tw *tabwriter.Writer) {

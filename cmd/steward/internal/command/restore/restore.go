@@ -55,7 +55,7 @@ restored cluster with ` + "`steward up`" + `.`,
 			err = cli.Hint(err, restore.ErrAbandonedTimeline, "to restore the point it would, give that timeline and revision with --timeline and --to-revision; leave out --timeline to restore the one the cluster is on")
 			err = cli.Hint(err, restore.ErrUnknownTimeline, "`steward backup list` shows each backup's timeline; leave out --timeline to restore the one the cluster is on")
 			err = cli.KeyHint(err)
-			err = cli.BackupHint(cli.StoppedHint(err))
+			err = cli.RestorePendingHint(cli.BackupHint(cli.StoppedHint(err)))
 			if errors.Is(err, restore.ErrBadRevision) {
 				err = fmt.Errorf("--to-revision: %w (leave it out to restore the newest backed-up revision)", err)
 			}

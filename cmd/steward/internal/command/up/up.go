@@ -46,7 +46,7 @@ keeping the data. Returns when every member is healthy and prints the endpoints.
 				fmt.Fprintln(errw, "warning:", w)
 			}
 			if err != nil {
-				return upHint(err)
+				return cli.RestorePendingHint(upHint(err))
 			}
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "cluster %s is healthy: %d members, etcd %s\n", c.Spec.Name, len(c.Spec.Members), c.Spec.Version)
