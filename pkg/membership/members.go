@@ -721,8 +721,12 @@ func Stop(ctx context.Context, c *cluster.Cluster, name string, force bool) erro
 	return err
 }
 
-// Start starts a member's process again.
+// Start starts a member's process again; refused while a restore's commit
+// is unfinished (cluster.RequireNoRestorePending).
 func Start(ctx context.Context, c *cluster.Cluster, name string) error {
+	if err := cluster.RequireNoRestorePending(c.Dir, "start member "+name); err != nil {
+		return err
+	}
 	m, err := c.Member(name)
 	if err != nil {
 		return err

@@ -111,7 +111,7 @@ func startCommand(g *cli.Globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return membership.Start(cmd.Context(), c, args[0])
+			return cli.RestorePendingHint(membership.Start(cmd.Context(), c, args[0]))
 		},
 	}
 }
