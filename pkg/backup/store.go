@@ -93,9 +93,20 @@ func (s *LocalStore) Put(ctx context.Context, name string, r io.Reader) (err err
 	if err = tmp.Close(); err != nil {
 		return err
 	}
-	if err = os.Rename(tmp.Name(), p); err != nil {
+	// Linked, not renamed, into place: a link fails when the name exists,
+	// so of two writers racing for one name (two restores taking a
+	// timeline number) one is refused, where a rename would let the
+	// second silently replace the first. The Stat above only spares the
+	// copy in the common case.
+	if err = os.Link(tmp.Name(), p); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			err = fmt.Errorf("backup object %s already exists in %s", name, s.Dir)
+		}
 		return err
 	}
+	// The temporary name goes; a failure to remove it leaves a dot file
+	// List skips, never a second object.
+	_ = os.Remove(tmp.Name())
 	return atomicfile.SyncDir(filepath.Dir(p))
 }
 

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -166,4 +167,53 @@ func storeBeside(t *testing.T) (*LocalStore, string) {
 		t.Fatal(err)
 	}
 	return s, filepath.Join(dir, "snapshot.pack")
+}
+
+// TestLocalStorePutRace: writers racing for one object name (two restores
+// taking the same timeline number) see exactly one of them stored, its
+// content whole, and every other refused; none replaces the winner, as a
+// rename after a check would let it.
+func TestLocalStorePutRace(t *testing.T) {
+	s := &LocalStore{Dir: t.TempDir()}
+	const writers = 16
+	var (
+		wg   sync.WaitGroup
+		errs = make([]error, writers)
+	)
+	start := make(chan struct{})
+	for i := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			errs[i] = s.Put(t.Context(), "timelines/00000002.json", bytes.NewReader(bytes.Repeat([]byte{byte('a' + i)}, 64<<10)))
+		}()
+	}
+	close(start)
+	wg.Wait()
+	won := -1
+	for i, err := range errs {
+		switch {
+		case err == nil && won >= 0:
+			t.Fatalf("writers %d and %d both stored the object", won, i)
+		case err == nil:
+			won = i
+		case !strings.Contains(err.Error(), "already exists"):
+			t.Fatalf("writer %d: %v", i, err)
+		}
+	}
+	if won < 0 {
+		t.Fatal("no writer stored the object")
+	}
+	got, err := os.ReadFile(filepath.Join(s.Dir, "timelines", "00000002.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, bytes.Repeat([]byte{byte('a' + won)}, 64<<10)) {
+		t.Fatalf("the stored object is not the winner's (writer %d)", won)
+	}
+	names, err := s.List(t.Context(), "timelines/")
+	if err != nil || len(names) != 1 {
+		t.Fatalf("List = %v, %v; want the one object (no temporary left listed)", names, err)
+	}
 }
