@@ -254,17 +254,33 @@ func ParseManifest(b []byte, key *AuthKey) (Manifest, error) {
 	if m.Format != ManifestFormat {
 		return Manifest{}, fmt.Errorf("%w: unknown format %d", ErrBadMAC, m.Format)
 	}
-	if key == nil {
-		return m, fmt.Errorf("%w: no cluster backup key to check it with", ErrUnknownKey)
-	}
-	if m.MACKeyID != key.ID() {
-		return m, fmt.Errorf("%w: written under backup key %s, the cluster's is %s", ErrUnknownKey, m.MACKeyID, key.ID())
-	}
-	got, err := hex.DecodeString(m.MAC)
-	if err != nil || !hmac.Equal(got, key.mac(&m)) {
-		return Manifest{}, fmt.Errorf("%w: the MAC does not match its content (forged or modified)", ErrBadMAC)
+	if err := verifyMAC(key, m.MACKeyID, m.MAC, func(k *AuthKey) []byte { return k.mac(&m) }); err != nil {
+		if errors.Is(err, ErrBadMAC) {
+			return Manifest{}, err
+		}
+		return m, err
 	}
 	return m, nil
+}
+
+// verifyMAC checks an object sealed under the backup key keyID (a
+// manifest, a timeline record or its commit marker) whose MAC is mac
+// (hex), against the one key computes of its content (sum). ErrUnknownKey
+// when there is no key or the object names another one (the object may
+// still be described); ErrBadMAC when the MAC does not match (it must not
+// be trusted at all).
+func verifyMAC(key *AuthKey, keyID, mac string, sum func(*AuthKey) []byte) error {
+	if key == nil {
+		return fmt.Errorf("%w: no cluster backup key to check it with", ErrUnknownKey)
+	}
+	if keyID != key.ID() {
+		return fmt.Errorf("%w: written under backup key %s, the cluster's is %s", ErrUnknownKey, keyID, key.ID())
+	}
+	got, err := hex.DecodeString(mac)
+	if err != nil || !hmac.Equal(got, sum(key)) {
+		return fmt.Errorf("%w: the MAC does not match its content (forged or modified)", ErrBadMAC)
+	}
+	return nil
 }
 
 // Authenticated reports whether m carries a MAC (ParseManifest verified it

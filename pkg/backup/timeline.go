@@ -209,15 +209,8 @@ func ParseTimelineCommit(name string, b []byte, key *AuthKey) (TimelineCommit, e
 	if c.StartRevision < 1 || c.RecordMAC == "" || c.CommittedAt.IsZero() || c.MAC == "" || c.Format != ManifestFormat {
 		return TimelineCommit{}, fmt.Errorf("%w: commit marker of timeline %d is incomplete", ErrBadManifest, c.Timeline)
 	}
-	if key == nil {
-		return TimelineCommit{}, fmt.Errorf("%w: no cluster backup key to check it with", ErrUnknownKey)
-	}
-	if c.MACKeyID != key.ID() {
-		return TimelineCommit{}, fmt.Errorf("%w: written under backup key %s, the cluster's is %s", ErrUnknownKey, c.MACKeyID, key.ID())
-	}
-	got, err := hex.DecodeString(c.MAC)
-	if err != nil || !hmac.Equal(got, key.commitMAC(&c)) {
-		return TimelineCommit{}, fmt.Errorf("%w: the MAC does not match its content (forged or modified)", ErrBadMAC)
+	if err := verifyMAC(key, c.MACKeyID, c.MAC, func(k *AuthKey) []byte { return k.commitMAC(&c) }); err != nil {
+		return TimelineCommit{}, err
 	}
 	return c, nil
 }
@@ -303,15 +296,11 @@ func ParseTimeline(name string, b []byte, key *AuthKey) (TimelineRecord, error) 
 	if r.Format != ManifestFormat {
 		return TimelineRecord{}, fmt.Errorf("%w: unknown format %d", ErrBadMAC, r.Format)
 	}
-	if key == nil {
-		return r, fmt.Errorf("%w: no cluster backup key to check it with", ErrUnknownKey)
-	}
-	if r.MACKeyID != key.ID() {
-		return r, fmt.Errorf("%w: written under backup key %s, the cluster's is %s", ErrUnknownKey, r.MACKeyID, key.ID())
-	}
-	got, err := hex.DecodeString(r.MAC)
-	if err != nil || !hmac.Equal(got, key.timelineMAC(&r)) {
-		return TimelineRecord{}, fmt.Errorf("%w: the MAC does not match its content (forged or modified)", ErrBadMAC)
+	if err := verifyMAC(key, r.MACKeyID, r.MAC, func(k *AuthKey) []byte { return k.timelineMAC(&r) }); err != nil {
+		if errors.Is(err, ErrBadMAC) {
+			return TimelineRecord{}, err
+		}
+		return r, err
 	}
 	return r, nil
 }
