@@ -108,7 +108,7 @@ func EnsureRenewer(ctx context.Context, c *cluster.Cluster, exe string) (started
 	select {
 	case err := <-exited:
 		_ = os.Remove(filepath.Join(c.Dir, "run", RenewerPIDFile))
-		return false, fmt.Errorf("certificate renewal exited at start (%v): %s", err, lastLines(logPath, 3))
+		return false, fmt.Errorf("certificate renewal exited at start (%v): %s", err, proc.LogTail(logPath, 3))
 	case <-ctx.Done():
 		return true, ctx.Err()
 	case <-t.C:
@@ -155,18 +155,4 @@ func HoldRenewer(c *cluster.Cluster) (release func(), err error) {
 		}
 		lock.Release()
 	}, nil
-}
-
-// lastLines is the last n lines of the file at path, joined by " | "
-// (a process that exited at start says why there).
-func lastLines(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, " | ")
 }

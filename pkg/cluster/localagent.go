@@ -7,11 +7,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/etcd-steward/steward/internal/childenv"
+	"github.com/etcd-steward/steward/internal/proc"
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
@@ -85,7 +85,7 @@ func (c *Cluster) startLocalAgent(ctx context.Context, ac *agentapi.Client, exe 
 	for time.Now().Before(deadline) {
 		select {
 		case err := <-exited:
-			return fmt.Errorf("agent exited at start (%v): %s", err, lastLines(filepath.Join(c.Dir, "logs", "agent.log"), 3))
+			return fmt.Errorf("agent exited at start (%v): %s", err, proc.LogTail(filepath.Join(c.Dir, "logs", "agent.log"), 3))
 		default:
 		}
 		if ac.Ping(ctx, 500*time.Millisecond) == nil {
@@ -94,16 +94,4 @@ func (c *Cluster) startLocalAgent(ctx context.Context, ac *agentapi.Client, exe 
 		time.Sleep(100 * time.Millisecond)
 	}
 	return fmt.Errorf("agent did not answer on %s within 15s; see %s", ac.Address(), filepath.Join(c.Dir, "logs", "agent.log"))
-}
-
-func lastLines(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, " | ")
 }
