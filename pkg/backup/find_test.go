@@ -40,12 +40,4 @@ func TestNearest(t *testing.T) {
 	if got := Nearest("x", ids[:1], 3); len(got) != 1 {
 		t.Errorf("Nearest of one = %v", got)
 	}
-	for _, tc := range []struct {
-		a, b string
-		d    int
-	}{{"", "abc", 3}, {"kitten", "sitting", 3}, {"same", "same", 0}} {
-		if d := editDistance(tc.a, tc.b); d != tc.d {
-			t.Errorf("editDistance(%q, %q) = %d, want %d", tc.a, tc.b, d, tc.d)
-		}
-	}
 }

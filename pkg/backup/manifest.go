@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/etcd-steward/steward/internal/editdist"
 )
 
 // Kinds of backup.
@@ -155,7 +157,7 @@ func Nearest(id string, ids []string, n int) []string {
 	}
 	cs := make([]cand, len(ids))
 	for i, x := range ids {
-		cs[i] = cand{x, editDistance(id, x)}
+		cs[i] = cand{x, editdist.Distance(id, x)}
 	}
 	sort.SliceStable(cs, func(i, j int) bool { return cs[i].dist < cs[j].dist })
 	var out []string
@@ -163,27 +165,6 @@ func Nearest(id string, ids []string, n int) []string {
 		out = append(out, cs[i].id)
 	}
 	return out
-}
-
-// editDistance is the Levenshtein distance of two strings, by bytes.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 // ignoredNote says what was ignored, for an error message.

@@ -8,6 +8,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/etcd-steward/steward/internal/editdist"
 )
 
 // Resource is an API resource as discovery describes it, in the version
@@ -236,7 +238,7 @@ func closeMatches(all []Resource, n string) []string {
 	limit := max(2, len(base)/3)
 	best := map[string]int{}
 	for _, r := range all {
-		d := min(editDistance(n, r.Name()), editDistance(base, r.Resource))
+		d := min(editdist.Distance(n, r.Name()), editdist.Distance(base, r.Resource))
 		if d > limit && !(len(base) >= 4 && (strings.HasPrefix(r.Resource, base) || strings.HasPrefix(base, r.Resource))) {
 			continue
 		}
@@ -259,25 +261,4 @@ func closeMatches(all []Resource, n string) []string {
 		out = append(out, cs[i].name)
 	}
 	return out
-}
-
-// editDistance is the Levenshtein distance of two strings (bytes).
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

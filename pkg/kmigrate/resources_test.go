@@ -141,14 +141,3 @@ func TestMissingRightsError(t *testing.T) {
 		t.Errorf("%v", err)
 	}
 }
-
-func TestEditDistance(t *testing.T) {
-	for _, tc := range []struct {
-		a, b string
-		d    int
-	}{{"", "", 0}, {"abc", "", 3}, {"configmaps", "confgmaps", 1}, {"kitten", "sitting", 3}, {"pods", "podz", 1}} {
-		if d := editDistance(tc.a, tc.b); d != tc.d {
-			t.Errorf("editDistance(%q, %q) = %d, want %d", tc.a, tc.b, d, tc.d)
-		}
-	}
-}
