@@ -76,11 +76,29 @@ func RestorePendingHint(err error) error {
 // Errors): the commands that finish, re-run or fix what failed, keyed by
 // the libraries' sentinel and typed errors, so a library names no command.
 // The words are those the libraries used to write, at the end of the
-// message.
+// message. Advice of a command's own that must come after it (PlanHint's)
+// asks for it first; an error advised once is left as it is.
 func LibraryAdvice(err error) error {
 	if err == nil {
 		return nil
 	}
+	if _, ok := errors.AsType[advised](err); ok {
+		return err
+	}
+	// Advice always adds words; errors are compared by their text (an
+	// error's dynamic type need not be comparable).
+	if a := libraryAdvice(err); a.Error() != err.Error() {
+		return advised{a}
+	}
+	return err // no advice: the same error
+}
+
+// advised marks an error LibraryAdvice completed.
+type advised struct{ error }
+
+func (a advised) Unwrap() error { return a.error }
+
+func libraryAdvice(err error) error {
 	var rerun *recovery.RerunError
 	var unfinished *membership.UnfinishedError
 	switch {

@@ -160,4 +160,13 @@ func TestLibraryAdvice(t *testing.T) {
 	if LibraryAdvice(nil) != nil {
 		t.Error("LibraryAdvice(nil) != nil")
 	}
+	// Once only, and before the advice of a failed plan step (PlanHint),
+	// whatever main adds after.
+	step := &plan.StepError{Plan: "ca-rotation-1", Index: 2, Description: "push the trust bundle",
+		Err: fmt.Errorf("push the trust bundle: refusing: %w", &handover.SupersededError{Mine: 1, Err: fmt.Errorf("%w: its plans are stale", handover.ErrSuperseded)})}
+	got := LibraryAdvice(LibraryAdvice(PlanHint(step)))
+	want := "step 3 (push the trust bundle) failed: push the trust bundle: refusing: another coordinator took over: its plans are stale (`steward takeover` here takes over again); fix the cause, then run `steward plan resume` (or `steward plan abort`)"
+	if got.Error() != want {
+		t.Errorf("a failed step's error: %v\nwant %s", got, want)
+	}
 }
