@@ -269,7 +269,7 @@ func healthy(ctx context.Context, c *cluster.Cluster) error {
 // allHealthy is healthy's gate on a status at hand.
 func allHealthy(c *cluster.Cluster, st *cluster.Status) error {
 	if st.Cluster.HealthyMembers < len(st.Members) {
-		return refusal.New(ErrUnhealthy, "not every member of cluster %s is healthy (%s): adopt one only while all are (`steward status`)", c.Spec.Name, st.Unhealthy())
+		return refusal.New(ErrUnhealthy, "not every member of cluster %s is healthy (%s): adopt one only while all are", c.Spec.Name, st.Unhealthy())
 	}
 	return nil
 }

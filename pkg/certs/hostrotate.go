@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/hostset"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
@@ -18,17 +19,6 @@ import (
 // The joined hosts' part of a CA rotation (package carotate): the caller
 // holds the certificate lock (Lock) and has done the same work
 // in this machine's certificate directory first.
-
-// remoteHosts returns the spec's agents on joined hosts.
-func remoteHosts(c *cluster.Cluster) []spec.Agent {
-	var hosts []spec.Agent
-	for _, a := range c.Spec.Agents {
-		if a.Remote() {
-			hosts = append(hosts, a)
-		}
-	}
-	return hosts
-}
 
 // PushTrustBundle hands this machine's trust bundle (ca.crt: during a CA
 // rotation old + new, then new alone) to every joined host's agent (PUT
@@ -38,7 +28,7 @@ func remoteHosts(c *cluster.Cluster) []spec.Agent {
 // tried; those that fail (unreachable: each call waits at most 10 s; a
 // refusal) are returned in the joined error, each naming its host.
 func PushTrustBundle(ctx context.Context, c *cluster.Cluster) error {
-	hosts := remoteHosts(c)
+	hosts := hostset.Remote(c.Spec)
 	if len(hosts) == 0 {
 		return nil
 	}
@@ -49,7 +39,7 @@ func PushTrustBundle(ctx context.Context, c *cluster.Cluster) error {
 	if err != nil {
 		return fmt.Errorf("push the trust bundle: %w", err)
 	}
-	return eachHost(ctx, hosts, func(h spec.Agent) error {
+	return hostset.Do(ctx, hosts, hostset.Options{Limit: 1}, func(ctx context.Context, h spec.Agent) error {
 		ac, err := c.Agent(h.Name)
 		if err != nil {
 			return err
@@ -78,7 +68,7 @@ func PushTrustBundle(ctx context.Context, c *cluster.Cluster) error {
 // previous copy, if a crash left one, dropped once it is served. Every host is
 // tried; the failures are joined, each naming its host.
 func RotateHostLeaves(ctx context.Context, c *cluster.Cluster, timeout time.Duration) ([]pki.Renewal, error) {
-	hosts := remoteHosts(c)
+	hosts := hostset.Remote(c.Spec)
 	if len(hosts) == 0 {
 		return nil, nil
 	}
@@ -104,7 +94,7 @@ func RotateHostLeaves(ctx context.Context, c *cluster.Cluster, timeout time.Dura
 // its previous copy, if a crash left one, dropped once it is served. Every
 // host is tried; the failures are joined, each naming its host.
 func RollbackHostLeaves(ctx context.Context, c *cluster.Cluster, timeout time.Duration) ([]pki.Renewal, error) {
-	hosts := remoteHosts(c)
+	hosts := hostset.Remote(c.Spec)
 	if len(hosts) == 0 {
 		return nil, nil
 	}
@@ -130,7 +120,7 @@ func RollbackHostLeaves(ctx context.Context, c *cluster.Cluster, timeout time.Du
 // dropped. Every host is tried; the failures are joined, each naming its
 // host.
 func RetireHostCross(ctx context.Context, c *cluster.Cluster, timeout time.Duration) ([]pki.Renewal, error) {
-	hosts := remoteHosts(c)
+	hosts := hostset.Remote(c.Spec)
 	if len(hosts) == 0 {
 		return nil, nil
 	}

@@ -16,6 +16,11 @@ import (
 // plan while another is active (a *plan.ActiveError: the commands that
 // finish, stop or undo that one); other errors pass unchanged.
 func PlanHint(err error) error {
+	if err == nil {
+		return nil
+	}
+	// The advice about the step's own error (LibraryAdvice) comes first.
+	err = LibraryAdvice(err)
 	if _, ok := errors.AsType[*plan.StepError](err); ok {
 		return fmt.Errorf("%w; fix the cause, then run `steward plan resume` (or `steward plan abort`)", err)
 	}
