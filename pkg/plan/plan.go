@@ -48,6 +48,7 @@
 package plan
 
 import (
+	"encoding/json"
 	"fmt"
 	"time"
 )
@@ -92,13 +93,9 @@ const (
 
 // Plan is a persisted sequence of steps.
 type Plan struct {
-	ID   string `json:"id"`
-	Kind Kind   `json:"kind"`
-	// From and To are the cluster's etcd version before and after.
-	From     string `json:"from"`
-	To       string `json:"to"`
-	Strategy string `json:"strategy"`
-	State    State  `json:"state"`
+	ID    string `json:"id"`
+	Kind  Kind   `json:"kind"`
+	State State  `json:"state"`
 	// Error is the reason the plan failed.
 	Error string `json:"error,omitempty"`
 	// AbortRequested asks the running engine to stop after its step.
@@ -117,6 +114,12 @@ type Plan struct {
 	// Values carries facts steps record for later steps (e.g. the ID of
 	// the verified pre-upgrade backup).
 	Values map[string]string `json:"values,omitempty"`
+	// Payload is what the plan's kind records about the whole plan when
+	// it is made, in the kind's own type (an upgrade's versions and
+	// strategy, say): JSON that only the kind's package reads, through
+	// SetPayload and PayloadOf (payload.go). Absent for a kind that
+	// records nothing.
+	Payload json.RawMessage `json:"payload,omitempty"`
 }
 
 // Number is the step's place counted from 1, as every table, progress

@@ -55,8 +55,9 @@ func TestHostsUpgradeByRestore(t *testing.T) {
 		st := e.WaitStatus(time.Minute, "every member healthy on "+vs[1], harness.Healthy)
 		harness.RequireVersion(t, st, vs[1], "after the upgrade by restore")
 		p := harness.LatestPlan(t, e)
-		if p.State != plan.Done || p.Strategy != "restore" || p.To != vs[1] {
-			t.Fatalf("upgrade plan %s: state %s, strategy %s, to %s", p.ID, p.State, p.Strategy, p.To)
+		v := harness.UpgradePayload(t, p)
+		if p.State != plan.Done || v.Strategy != "restore" || v.To != vs[1] {
+			t.Fatalf("upgrade plan %s: state %s, strategy %s, to %s", p.ID, p.State, v.Strategy, v.To)
 		}
 		upgraded = e.Spec()
 		for i, m := range upgraded.Members {
@@ -82,8 +83,9 @@ func TestHostsUpgradeByRestore(t *testing.T) {
 		st := e.WaitStatus(time.Minute, "every member back on "+vs[0], harness.Healthy)
 		harness.RequireVersion(t, st, vs[0], "after the rollback by restore")
 		rb := harness.LatestPlan(t, e)
-		if rb.Kind != plan.KindRollback || rb.State != plan.Done || rb.Strategy != "restore" || rb.Value("base-backup") == "" {
-			t.Fatalf("rollback plan %s: kind %s, state %s, strategy %s, base backup %q", rb.ID, rb.Kind, rb.State, rb.Strategy, rb.Value("base-backup"))
+		v := harness.UpgradePayload(t, rb)
+		if rb.Kind != plan.KindRollback || rb.State != plan.Done || v.Strategy != "restore" || rb.Value("base-backup") == "" {
+			t.Fatalf("rollback plan %s: kind %s, state %s, strategy %s, base backup %q", rb.ID, rb.Kind, rb.State, v.Strategy, rb.Value("base-backup"))
 		}
 		sp := e.Spec()
 		if sp.Version != vs[0] {
@@ -278,8 +280,9 @@ func TestHostsOfflineUpgrade(t *testing.T) {
 	harness.RequireVersion(t, st, vs[2], "after the offline upgrade")
 	p := harness.LatestPlan(t, hs.Env)
 	m := hs.Spec().Members[0]
-	if p.State != plan.Done || p.Strategy != "offline" || p.Value("snapshot."+m.Name) != vs[1] {
-		t.Fatalf("plan %s: state %s, strategy %s, snapshot on %q (want %s)", p.ID, p.State, p.Strategy, p.Value("snapshot."+m.Name), vs[1])
+	v := harness.UpgradePayload(t, p)
+	if p.State != plan.Done || v.Strategy != "offline" || p.Value("snapshot."+m.Name) != vs[1] {
+		t.Fatalf("plan %s: state %s, strategy %s, snapshot on %q (want %s)", p.ID, p.State, v.Strategy, p.Value("snapshot."+m.Name), vs[1])
 	}
 	r, err := cli.Get(t.Context(), "offline/", clientv3.WithPrefix())
 	if err != nil {
