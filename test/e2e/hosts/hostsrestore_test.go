@@ -178,6 +178,7 @@ func restoreKilledEverywhere(t *testing.T, hs *harness.Hosts, e *harness.Env, vi
 		if p.Steps[k].Kind != upgrade.StepReplace {
 			return 0
 		}
+		to := harness.UpgradePayload(t, *p).To
 		n := 0
 		h := hs.Host(victim.Agent)
 		h.KillAgent()
@@ -210,7 +211,7 @@ func restoreKilledEverywhere(t *testing.T, hs *harness.Hosts, e *harness.Env, vi
 			// The new data dirs built so far, on their hosts, with version
 			// records saying the version their database ran on.
 			for _, b := range old.Members[:i+1] {
-				nd := filepath.Join(hs.Host(b.Agent).Dir, newDir(b.DataDir, p.To))
+				nd := filepath.Join(hs.Host(b.Agent).Dir, newDir(b.DataDir, to))
 				rec, ok, err := datadir.ReadRecord(nd)
 				if _, serr := os.Stat(filepath.Join(nd, "member", "snap", "db")); serr != nil || !ok || err != nil || rec.Version != record {
 					t.Fatalf("killed at %s: member %s: new data dir %s on host %s: %v; version record %+v %v %v (want %s)", point, b.Name, nd, b.Agent, serr, rec, ok, err, record)
@@ -220,7 +221,7 @@ func restoreKilledEverywhere(t *testing.T, hs *harness.Hosts, e *harness.Env, vi
 		harness.RunKilledAt(t, e, crashpoint.ReplaceSpecSaved, "plan", "resume")
 		n++
 		for i, m := range e.Spec().Members {
-			if want := newDir(old.Members[i].DataDir, p.To); m.DataDir != want {
+			if want := newDir(old.Members[i].DataDir, to); m.DataDir != want {
 				t.Fatalf("killed at %s: member %s: the spec names %s, want %s", crashpoint.ReplaceSpecSaved, m.Name, m.DataDir, want)
 			}
 			requireWhole(t, hs, old.Members[i], "coordinator killed at "+crashpoint.ReplaceSpecSaved)
