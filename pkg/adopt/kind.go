@@ -11,11 +11,11 @@ import (
 // (`steward adopt --undo` gives a member back).
 func init() {
 	cluster.PlanKinds.Register(plan.KindSpec[*cluster.Cluster]{Kind: plan.KindAdopt, Admission: admitAdopt, Attached: true,
-		Resume: Run, Describe: plan.DescribeMember, Condition: cluster.CondUpgradeInProgress})
+		Resume: Run, Show: show, Describe: describe, Condition: plan.CondAdoptionInProgress})
 	cluster.PlanKinds.Register(plan.KindSpec[*cluster.Cluster]{Kind: plan.KindAdoptUndo, Admission: admitUndo, Attached: true,
-		Resume: Run, Describe: plan.DescribeMember, Condition: cluster.CondUpgradeInProgress})
+		Resume: Run, Show: show, Describe: describe, Condition: plan.CondAdoptionInProgress})
 	cluster.PlanKinds.Register(plan.KindSpec[*cluster.Cluster]{Kind: plan.KindCertsTakeOver, Admission: admitTakeOver,
-		Resume: RunTakeOver, Describe: plan.DescribeKind, Condition: cluster.CondUpgradeInProgress})
+		Resume: RunTakeOver, Describe: plan.DescribeKind, Condition: plan.CondCertificateRotationInProgress})
 }
 
 var (

@@ -115,8 +115,10 @@ func NewPlan(ctx context.Context, c *cluster.Cluster, run MemberRun, now time.Ti
 			return nil, err
 		}
 	}
-	p := &plan.Plan{ID: plan.NewID(plan.KindAdopt, now), Kind: plan.KindAdopt, Strategy: "one member",
-		From: s.Version, To: s.Version, State: plan.Pending, CreatedAt: now.UTC()}
+	p := &plan.Plan{ID: plan.NewID(plan.KindAdopt, now), Kind: plan.KindAdopt, State: plan.Pending, CreatedAt: now.UTC()}
+	if err := plan.SetPayload(p, Payload{Member: run.Name}); err != nil {
+		return nil, err
+	}
 	b, err := json.Marshal(run)
 	if err != nil {
 		return nil, err

@@ -12,6 +12,7 @@ import (
 
 	"github.com/etcd-steward/steward/internal/crashpoint"
 	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/upgrade"
 )
 
 // LatestPlan returns the latest plan (`steward plan show -o json`), parsed.
@@ -187,4 +188,16 @@ func KillAtEveryStepWith(t *testing.T, e *Env, kills StepKills, args ...string) 
 	// times (plus what Within and Then added).
 	p = requireSteps("after the last resume", plan.Done, n, plan.Done, 0)
 	t.Logf("plan %s: %d steps, each killed before and after its action and run %d times (more: %v)", p.ID, n, attemptsEach, extra)
+}
+
+// UpgradePayload returns an upgrade or a rollback plan's payload: its from, to
+// and strategy (`plan show -o json` prints them at the top level, where
+// the record read back takes them as its payload).
+func UpgradePayload(t *testing.T, p plan.Plan) upgrade.Payload {
+	t.Helper()
+	v, err := upgrade.PayloadOf(&p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }

@@ -55,8 +55,9 @@ func TestHostsUpgradeByRestore(t *testing.T) {
 		st := e.WaitStatus(time.Minute, "every member healthy on "+vs[1], harness.Healthy)
 		harness.RequireVersion(t, st, vs[1], "after the upgrade by restore")
 		p := harness.LatestPlan(t, e)
-		if p.State != plan.Done || p.Strategy != "restore" || p.To != vs[1] {
-			t.Fatalf("upgrade plan %s: state %s, strategy %s, to %s", p.ID, p.State, p.Strategy, p.To)
+		v := harness.UpgradePayload(t, p)
+		if p.State != plan.Done || v.Strategy != "restore" || v.To != vs[1] {
+			t.Fatalf("upgrade plan %s: state %s, strategy %s, to %s", p.ID, p.State, v.Strategy, v.To)
 		}
 		upgraded = e.Spec()
 		for i, m := range upgraded.Members {
@@ -82,8 +83,9 @@ func TestHostsUpgradeByRestore(t *testing.T) {
 		st := e.WaitStatus(time.Minute, "every member back on "+vs[0], harness.Healthy)
 		harness.RequireVersion(t, st, vs[0], "after the rollback by restore")
 		rb := harness.LatestPlan(t, e)
-		if rb.Kind != plan.KindRollback || rb.State != plan.Done || rb.Strategy != "restore" || rb.Value("base-backup") == "" {
-			t.Fatalf("rollback plan %s: kind %s, state %s, strategy %s, base backup %q", rb.ID, rb.Kind, rb.State, rb.Strategy, rb.Value("base-backup"))
+		v := harness.UpgradePayload(t, rb)
+		if rb.Kind != plan.KindRollback || rb.State != plan.Done || v.Strategy != "restore" || rb.Value("base-backup") == "" {
+			t.Fatalf("rollback plan %s: kind %s, state %s, strategy %s, base backup %q", rb.ID, rb.Kind, rb.State, v.Strategy, rb.Value("base-backup"))
 		}
 		sp := e.Spec()
 		if sp.Version != vs[0] {
@@ -176,6 +178,7 @@ func restoreKilledEverywhere(t *testing.T, hs *harness.Hosts, e *harness.Env, vi
 		if p.Steps[k].Kind != upgrade.StepReplace {
 			return 0
 		}
+		to := harness.UpgradePayload(t, *p).To
 		n := 0
 		h := hs.Host(victim.Agent)
 		h.KillAgent()
@@ -208,7 +211,7 @@ func restoreKilledEverywhere(t *testing.T, hs *harness.Hosts, e *harness.Env, vi
 			// The new data dirs built so far, on their hosts, with version
 			// records saying the version their database ran on.
 			for _, b := range old.Members[:i+1] {
-				nd := filepath.Join(hs.Host(b.Agent).Dir, newDir(b.DataDir, p.To))
+				nd := filepath.Join(hs.Host(b.Agent).Dir, newDir(b.DataDir, to))
 				rec, ok, err := datadir.ReadRecord(nd)
 				if _, serr := os.Stat(filepath.Join(nd, "member", "snap", "db")); serr != nil || !ok || err != nil || rec.Version != record {
 					t.Fatalf("killed at %s: member %s: new data dir %s on host %s: %v; version record %+v %v %v (want %s)", point, b.Name, nd, b.Agent, serr, rec, ok, err, record)
@@ -218,7 +221,7 @@ func restoreKilledEverywhere(t *testing.T, hs *harness.Hosts, e *harness.Env, vi
 		harness.RunKilledAt(t, e, crashpoint.ReplaceSpecSaved, "plan", "resume")
 		n++
 		for i, m := range e.Spec().Members {
-			if want := newDir(old.Members[i].DataDir, p.To); m.DataDir != want {
+			if want := newDir(old.Members[i].DataDir, to); m.DataDir != want {
 				t.Fatalf("killed at %s: member %s: the spec names %s, want %s", crashpoint.ReplaceSpecSaved, m.Name, m.DataDir, want)
 			}
 			requireWhole(t, hs, old.Members[i], "coordinator killed at "+crashpoint.ReplaceSpecSaved)
@@ -278,8 +281,9 @@ func TestHostsOfflineUpgrade(t *testing.T) {
 	harness.RequireVersion(t, st, vs[2], "after the offline upgrade")
 	p := harness.LatestPlan(t, hs.Env)
 	m := hs.Spec().Members[0]
-	if p.State != plan.Done || p.Strategy != "offline" || p.Value("snapshot."+m.Name) != vs[1] {
-		t.Fatalf("plan %s: state %s, strategy %s, snapshot on %q (want %s)", p.ID, p.State, p.Strategy, p.Value("snapshot."+m.Name), vs[1])
+	v := harness.UpgradePayload(t, p)
+	if p.State != plan.Done || v.Strategy != "offline" || p.Value("snapshot."+m.Name) != vs[1] {
+		t.Fatalf("plan %s: state %s, strategy %s, snapshot on %q (want %s)", p.ID, p.State, v.Strategy, p.Value("snapshot."+m.Name), vs[1])
 	}
 	r, err := cli.Get(t.Context(), "offline/", clientv3.WithPrefix())
 	if err != nil {

@@ -49,10 +49,15 @@ func PlanRefusalHint(err, kind error, hint string) error {
 }
 
 // PrintPlan writes a plan as a table of steps, or as JSON or YAML. The
-// table's first line is the summary its kind gives (cluster.PlanKinds); a
-// plan of a kind no package registered is an error.
+// table's first line is the summary its kind gives, JSON and YAML the
+// record as its kind shows it (cluster.PlanKinds: Show, View); a plan of a
+// kind no package registered is an error.
 func (g *Globals) PrintPlan(w io.Writer, p *plan.Plan) error {
 	summary, err := cluster.PlanKinds.Show(p)
+	if err != nil {
+		return err
+	}
+	view, err := cluster.PlanKinds.View(p)
 	if err != nil {
 		return err
 	}
@@ -62,7 +67,7 @@ func (g *Globals) PrintPlan(w io.Writer, p *plan.Plan) error {
 			fmt.Fprintf(w, "error: %s\n", p.Error)
 		}
 	}
-	return g.Print(w, p, func(tw *tabwriter.Writer) {
+	return g.Print(w, view, func(tw *tabwriter.Writer) {
 		fmt.Fprintln(tw, "STEP\tSTATE\tKIND\tMEMBER\tVERSION\tSTARTED\tENDED\tDESCRIPTION\tERROR")
 		for _, s := range p.Steps {
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Number(), s.State, s.Kind, dash(s.Member), s.Version,
