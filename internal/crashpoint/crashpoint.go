@@ -40,6 +40,13 @@
 //     record is in place, before the staged dir is;
 //   - agent-commit-done  in that commit, after the staged dir is in place
 //     (durably), before the agent answers;
+//   - datadir-aside-record  in a move of a data dir aside (pkg/datadir
+//     MoveAside: a restore's commit, a member removed or replaced), after
+//     its version record moved to the copy's name, before the dir did;
+//   - datadir-remove-record  in the removal of a kept copy or a staged
+//     dir (pkg/datadir RemoveKept: restore leftovers, the next stage, a
+//     discarded stage), after its version record is removed, before the
+//     dir;
 //   - restore-staged:N  in a restore (pkg/restore), after the data dir of
 //     its N-th target member (from 0, in spec order) is staged, before the
 //     next is staged or any is committed;
@@ -117,6 +124,18 @@ const (
 // AgentPoints are the agent's points, in the order a stage and a commit
 // hit them.
 var AgentPoints = []string{AgentStageReceived, AgentStageStaged, AgentCommitAside, AgentCommitRecord, AgentCommitDone}
+
+// The points of pkg/datadir between the two operations on a data dir and
+// its version record (in whichever process calls it: an agent, or the
+// coordinator for its own members).
+const (
+	// DatadirAsideRecord is hit in a move aside after the version record
+	// moved to the copy's name, before the data dir follows it.
+	DatadirAsideRecord = "datadir-aside-record"
+	// DatadirRemoveRecord is hit in the removal of a kept copy (or a
+	// staged dir) after its version record is removed, before the dir.
+	DatadirRemoveRecord = "datadir-remove-record"
+)
 
 // RecoverReseedRebuilt is hit in a recovery's reseed after the seed's
 // rebuilt data dir is committed, before the journal records it.

@@ -77,6 +77,21 @@ func (d *Dir) Remove() error {
 // remove (another user's, say) is left alone, and the first such error is
 // returned beside the others removed.
 func Sweep(parent, prefix string, now time.Time) ([]string, error) {
+	return sweep(parent, prefix, func(mod time.Time) bool { return now.Sub(mod) >= MinAge })
+}
+
+// SweepUnheld is Sweep without the minimum age: it removes every directory
+// of prefix whose lock no process holds, however young. Only for a caller
+// that holds what keeps every maker of prefix from running (so none is
+// between making its directory and locking it): the plan runner's lock
+// for a plan step's scratch directory (pkg/plan).
+func SweepUnheld(parent, prefix string) ([]string, error) {
+	return sweep(parent, prefix, func(time.Time) bool { return true })
+}
+
+// sweep removes the unheld directories of prefix under parent that old
+// accepts (by their modification time).
+func sweep(parent, prefix string, old func(mod time.Time) bool) ([]string, error) {
 	ents, err := os.ReadDir(parent)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -94,7 +109,7 @@ func Sweep(parent, prefix string, now time.Time) ([]string, error) {
 		}
 		p := filepath.Join(parent, e.Name())
 		fi, err := e.Info()
-		if err != nil || now.Sub(fi.ModTime()) < MinAge {
+		if err != nil || !old(fi.ModTime()) {
 			continue
 		}
 		f, err := tryLock(filepath.Join(p, heldFile))

@@ -227,16 +227,14 @@ func (a *Agent) CommitDataDir(name, staged string) (string, error) {
 // can see it called: the fsync itself is not observable).
 var syncDir = atomicfile.SyncDir
 
-// DiscardStaged removes a data dir this agent staged (never anything else).
+// DiscardStaged removes a data dir this agent staged (never anything
+// else), by datadir.RemoveKept: its version record first, then the dir,
+// so a kill between leaves a staged dir the next stage removes (the other
+// order left a record no one lists).
 func (a *Agent) DiscardStaged(name, staged string) error {
-	if _, err := a.stagedOf(name, staged); err != nil {
+	dataDir, err := a.stagedOf(name, staged)
+	if err != nil {
 		return err
 	}
-	if err := os.RemoveAll(staged); err != nil {
-		return err
-	}
-	if err := os.Remove(datadir.RecordPath(staged)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	return nil
+	return datadir.RemoveKept(staged, []string{filepath.Dir(dataDir)})
 }

@@ -9,9 +9,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/crashpoint"
 	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/client/pkg/v3/types"
@@ -306,24 +309,89 @@ func saveWALAndSnap(lg *zap.Logger, cl *membership.RaftCluster, self *membership
 }
 
 // MoveAside renames a data dir (and its version record) to
-// DIR.<why>-<timestamp>. It never deletes. It returns "" when there was
-// nothing to move.
+// DIR.<why>-<timestamp>. It never deletes a data dir or the record of one.
+// It returns "" when there was nothing to move.
+//
+// Invariant (a kill between its two renames loses nothing and the next
+// call converges): the record moves first, then the dir. Killed between,
+// DIR stays whole, without its record, and DIR.<why>-<timestamp>.version
+// waits with no dir beside it (an interrupted move); the next MoveAside of
+// DIR finds that record and finishes the move to that same name, so the
+// copy has its record. The other order let the next call find a record
+// with no dir at DIR's name and remove it (below), the copy losing its
+// record. A record at DIR's name with no dir is a commit's (the agent's
+// CommitDataDir puts a staged dir's record in place before the dir, for
+// the same reason) that was killed before its dir followed: it names no
+// data anyone has, and is removed.
 func MoveAside(dataDir, why string) (string, error) {
 	if _, err := os.Stat(dataDir); errors.Is(err, os.ErrNotExist) {
-		_ = os.Remove(RecordPath(dataDir))
+		if err := os.Remove(RecordPath(dataDir)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return "", fmt.Errorf("remove the version record of %s, which has no data dir: %w", dataDir, err)
+		}
 		return "", nil
 	}
-	dst := fmt.Sprintf("%s.%s-%s", dataDir, why, time.Now().UTC().Format("20060102T150405.000Z"))
-	if err := os.Rename(dataDir, dst); err != nil {
-		return "", fmt.Errorf("move data dir %s aside: %w", dataDir, err)
+	dst, err := interruptedAside(dataDir)
+	if err != nil {
+		return "", err
 	}
+	if dst == "" {
+		dst = fmt.Sprintf("%s.%s-%s", dataDir, why, time.Now().UTC().Format(StampLayout))
+	}
+	// A record at DIR's name now is newer than an interrupted move's (that
+	// one was moved away first): it replaces it.
 	if err := os.Rename(RecordPath(dataDir), RecordPath(dst)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return dst, fmt.Errorf("move version record of %s aside: %w", dataDir, err)
+		return "", fmt.Errorf("move version record of %s aside: %w", dataDir, err)
+	}
+	crashpoint.Hit(crashpoint.DatadirAsideRecord)
+	if err := os.Rename(dataDir, dst); err != nil {
+		_ = os.Rename(RecordPath(dst), RecordPath(dataDir)) // back, if it went
+		return "", fmt.Errorf("move data dir %s aside: %w", dataDir, err)
 	}
 	// Durable before the caller records what it did: a power loss must
 	// not undo the renames.
 	if err := syncDir(filepath.Dir(dataDir)); err != nil {
 		return dst, fmt.Errorf("move data dir %s aside: %w", dataDir, err)
+	}
+	return dst, nil
+}
+
+// asideRecordName matches what follows "BASE." in the name of the version
+// record of a copy MoveAside made: WHY-STAMP.version.
+var asideRecordName = regexp.MustCompile(`^([a-z0-9-]+)-(\d{8}T\d{6}\.\d{3}Z)\.version$`)
+
+// interruptedAside returns the copy name an interrupted MoveAside of
+// dataDir was moving it to (the newest DATADIR.WHY-STAMP.version with no
+// dir beside it), "" when none. A staged dir's name (KindRestoring) is
+// never one: a data dir moved there would be removed as a restore's
+// leftover.
+func interruptedAside(dataDir string) (string, error) {
+	parent, base := filepath.Split(dataDir)
+	ents, err := os.ReadDir(filepath.Clean(parent))
+	if err != nil {
+		return "", err
+	}
+	var dst string
+	var newest time.Time
+	for _, e := range ents {
+		rest, ok := strings.CutPrefix(e.Name(), base+".")
+		if !ok || !e.Type().IsRegular() {
+			continue
+		}
+		m := asideRecordName.FindStringSubmatch(rest)
+		if m == nil || m[1] == KindRestoring {
+			continue
+		}
+		t, err := time.Parse(StampLayout, m[2])
+		if err != nil {
+			continue
+		}
+		copyDir := strings.TrimSuffix(filepath.Join(parent, e.Name()), ".version")
+		if _, err := os.Lstat(copyDir); !errors.Is(err, os.ErrNotExist) {
+			continue // a whole copy (or not ours to judge)
+		}
+		if dst == "" || t.After(newest) {
+			dst, newest = copyDir, t
+		}
 	}
 	return dst, nil
 }

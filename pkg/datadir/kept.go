@@ -10,6 +10,8 @@ import (
 	"slices"
 	"syscall"
 	"time"
+
+	"github.com/etcd-steward/steward/internal/crashpoint"
 )
 
 // Kept copies: what Steward leaves beside a member's data dir DATADIR,
@@ -171,11 +173,17 @@ func RemoveKept(path string, dirs []string) error {
 	if !fi.IsDir() {
 		return fmt.Errorf("%s is not a directory: not a kept copy", path)
 	}
-	if err := os.RemoveAll(path); err != nil {
-		return fmt.Errorf("remove kept copy %s: %w", path, err)
-	}
+	// Invariant (a kill between the two removals leaves nothing behind
+	// that no one removes): the record goes first, then the dir. Killed
+	// between, the copy is a dir without a record, which FindKept still
+	// lists and the next RemoveKept (or RemoveStaged) removes; the other
+	// order left a record with no dir, which nothing lists.
 	if err := os.Remove(RecordPath(path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove the version record of %s: %w", path, err)
+	}
+	crashpoint.Hit(crashpoint.DatadirRemoveRecord)
+	if err := os.RemoveAll(path); err != nil {
+		return fmt.Errorf("remove kept copy %s: %w", path, err)
 	}
 	return nil
 }

@@ -1,10 +1,18 @@
 package datadir
 
 import (
+	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/etcd-steward/steward/internal/crashpoint"
 )
 
 // TestMoveAside: a data dir and its version record move to
@@ -44,5 +52,150 @@ func TestMoveAside(t *testing.T) {
 	}
 	if dst, err := MoveAside(dd, KindPreRestore); err != nil || dst != "" {
 		t.Fatalf("MoveAside of nothing = %q, %v; want \"\"", dst, err)
+	}
+}
+
+// crashHelperEnv tells TestHelperProcess what to run: "OP PATH [DIR]".
+const crashHelperEnv = "DATADIR_TEST_CRASH"
+
+// TestHelperProcess is not a test: run as a child by the kill tests, it
+// runs MoveAside(PATH) or RemoveKept(PATH, DIR) with the crash point the
+// parent armed, which kills it between the two operations.
+func TestHelperProcess(t *testing.T) {
+	args := strings.Fields(os.Getenv(crashHelperEnv))
+	if len(args) < 2 {
+		return
+	}
+	var err error
+	switch args[0] {
+	case "move-aside":
+		_, err = MoveAside(args[1], KindPreRestore)
+	case "remove-kept":
+		err = RemoveKept(args[1], []string{filepath.Dir(args[1])})
+	}
+	fmt.Fprintln(os.Stderr, "not killed:", err)
+	os.Exit(3)
+}
+
+// killedAt runs TestHelperProcess with op on path and point armed, and
+// fails unless the child died by SIGKILL at that point.
+func killedAt(t *testing.T, point, op, path string) {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestHelperProcess$")
+	cmd.Env = append(os.Environ(), crashHelperEnv+"="+op+" "+path, crashpoint.EnvVar+"="+point)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("child: %v, want killed by SIGKILL\nstderr: %s", err, stderr.String())
+	}
+	if ws, ok := ee.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("child ended with %v, want killed by SIGKILL\nstderr: %s", ee, stderr.String())
+	}
+	if want := "crashpoint: " + point + "\n"; stderr.String() != want {
+		t.Fatalf("stderr %q, want %q", stderr.String(), want)
+	}
+}
+
+// names lists a directory's entries, sorted.
+func names(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+// TestMoveAsideKilledBetween: a MoveAside killed between its two renames
+// (crash point datadir-aside-record) leaves the data dir whole and the
+// next MoveAside finishes that move: the copy, under the name the killed
+// one chose, has its version record, and nothing is left at the data
+// dir's name. Before the fix the dir moved first: the kill left the
+// record at the data dir's name with no dir, and the next MoveAside
+// removed it, the copy losing its record.
+func TestMoveAsideKilledBetween(t *testing.T) {
+	parent := t.TempDir()
+	dd := filepath.Join(parent, "data")
+	if err := os.MkdirAll(filepath.Join(dd, "member"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteRecord(dd, "3.6.16", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	killedAt(t, crashpoint.DatadirAsideRecord, "move-aside", dd)
+	dst, err := MoveAside(dd, KindReplaced)
+	if err != nil || !strings.HasPrefix(dst, dd+".pre-restore-") {
+		t.Fatalf("the next MoveAside = %q, %v; want the killed one's copy name (pre-restore)", dst, err)
+	}
+	if rec, ok, err := ReadRecord(dst); err != nil || !ok || rec.Version != "3.6.16" {
+		t.Fatalf("the copy's version record: %+v, %v, %v; want 3.6.16", rec, ok, err)
+	}
+	if _, err := os.Stat(filepath.Join(dst, "member")); err != nil {
+		t.Fatalf("the copy: %v", err)
+	}
+	if got, want := names(t, parent), []string{filepath.Base(dst), filepath.Base(RecordPath(dst))}; !slices.Equal(got, want) {
+		t.Fatalf("left beside: %q, want %q", got, want)
+	}
+}
+
+// TestMoveAsideFinishesWithNewerRecord: killed between its renames, then
+// the member ran again and wrote a new record before the next move: the
+// copy gets the newer record, the interrupted move's name, and a staged
+// dir's orphan record (KindRestoring) is never taken for one.
+func TestMoveAsideFinishesWithNewerRecord(t *testing.T) {
+	parent := t.TempDir()
+	dd := filepath.Join(parent, "data")
+	if err := os.MkdirAll(filepath.Join(dd, "member"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	old := dd + ".pre-restore-20261127T120000.000Z"
+	staged := dd + ".restoring-20261128T120000.000Z"
+	for _, r := range []struct{ dir, v string }{{old, "3.5.35"}, {staged, "3.7.3"}, {dd, "3.6.16"}} {
+		if err := WriteRecord(r.dir, r.v, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dst, err := MoveAside(dd, KindPreRestore)
+	if err != nil || dst != old {
+		t.Fatalf("MoveAside = %q, %v; want the interrupted move's %s", dst, err, old)
+	}
+	if rec, _, err := ReadRecord(dst); err != nil || rec.Version != "3.6.16" {
+		t.Fatalf("the copy's record: %+v, %v; want the newer 3.6.16", rec, err)
+	}
+	if rec, _, _ := ReadRecord(staged); rec.Version != "3.7.3" {
+		t.Fatalf("the staged dir's record changed: %+v", rec)
+	}
+}
+
+// TestRemoveKeptKilledBetween: a RemoveKept killed between its two
+// removals (crash point datadir-remove-record) leaves a copy FindKept
+// still lists, and the next RemoveKept removes it whole: nothing is left.
+// Before the fix the dir went first: the kill left its version record
+// with no dir, which nothing lists or removes.
+func TestRemoveKeptKilledBetween(t *testing.T) {
+	parent := t.TempDir()
+	cp := filepath.Join(parent, "data.restoring-20261128T010203.000Z")
+	if err := os.MkdirAll(filepath.Join(cp, "member"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteRecord(cp, "3.6.16", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	killedAt(t, crashpoint.DatadirRemoveRecord, "remove-kept", cp)
+	ks, err := FindKept([]string{parent}, func(string) string { return "" })
+	if err != nil || len(ks) != 1 || ks[0].Path != cp {
+		t.Fatalf("after the kill, FindKept = %+v, %v; want the copy still listed", ks, err)
+	}
+	if err := RemoveStaged(filepath.Join(parent, "data"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(t, parent); len(got) != 0 {
+		t.Fatalf("left: %q, want nothing", got)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/internal/crashpoint"
+	"github.com/etcd-steward/steward/internal/scratch"
 	"github.com/etcd-steward/steward/pkg/progress"
 )
 
@@ -64,6 +65,10 @@ func RunAmended(ctx context.Context, st *Store, id string, ex Executor, amend fu
 		return err
 	}
 	defer lock.Release()
+	// Before the first step and after the last (done, failed, aborted):
+	// see StepScratchPrefix.
+	st.sweepStepScratch(say)
+	defer st.sweepStepScratch(say)
 	p, err := st.Get(id)
 	if err != nil {
 		return err
@@ -139,8 +144,56 @@ func RequestAbort(ctx context.Context, st *Store, id string) (*Plan, error) {
 		return p, fmt.Errorf("plan %s is %s: nothing to abort", p.ID, p.State)
 	}
 	p.AbortRequested = true
-	if !st.Locked() {
-		p.State = Aborted
+	lock, err := st.TryLock()
+	if errors.Is(err, ErrLocked) {
+		// Its runner stops before the next step, and sweeps then.
+		return p, st.Save(ctx, p)
 	}
-	return p, st.Save(ctx, p)
+	if lock != nil {
+		defer lock.Release()
+	}
+	p.State = Aborted
+	if err := st.Save(ctx, p); err != nil {
+		return p, err
+	}
+	if lock != nil {
+		st.sweepStepScratch(nil)
+	}
+	return p, nil
+}
+
+// StepScratchPrefix begins the name of a scratch directory
+// (internal/scratch) that a plan step makes in the Steward directory (an
+// upgrade or rollback by restore's copy of the database, whole keyspace:
+// StepScratchPrefix+"replace-").
+//
+// Invariant: a step's scratch directory is needed only by the process
+// that made it, while its step runs (the step's next attempt makes its
+// own), and a step runs only under the plan runner's lock. So whoever
+// holds that lock with no step running removes every one whose maker is
+// gone (its flock free), however young: Run before the first step and
+// after it stops (done, failed or aborted), and RequestAbort when it
+// aborts a plan no process runs. A killed step's copy (the coordinator
+// killed at replace-spec-saved, whose resume finds the step done and
+// makes none) is then gone when the plan ends, or when the next plan of
+// any kind starts, instead of waiting for a later replace step's sweep.
+const StepScratchPrefix = "tmp-step-"
+
+// stepScratchPrefixes are swept under the runner's lock: a step's, and
+// the replace step's name before StepScratchPrefix (an older Steward's).
+var stepScratchPrefixes = []string{StepScratchPrefix, "tmp-replace-"}
+
+// sweepStepScratch removes the step scratch directories no process holds;
+// the caller holds the runner's lock. A failure is said, not returned: a
+// copy left is removed by the next sweep.
+func (s *Store) sweepStepScratch(say progress.Func) {
+	for _, prefix := range stepScratchPrefixes {
+		removed, err := scratch.SweepUnheld(s.dir, prefix)
+		for _, d := range removed {
+			say.Say("removed %s, left by a plan step that was killed", d)
+		}
+		if err != nil {
+			say.Say("warning: %v", err)
+		}
+	}
 }

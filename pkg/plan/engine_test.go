@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/internal/crashpoint"
+	"github.com/etcd-steward/steward/internal/scratch"
 )
 
 // recorder is an Executor that records the steps it ran and fails a step
@@ -432,5 +433,76 @@ func TestProgressCountsFromOne(t *testing.T) {
 	}
 	if n := p.Steps[5].Number(); n != 6 {
 		t.Errorf("the last of six steps is number %d", n)
+	}
+}
+
+// abandonedScratch makes a step scratch directory in dir as a killed step
+// leaves it: a database copy, its lock file held by no process.
+func abandonedScratch(t *testing.T, dir, name string) string {
+	t.Helper()
+	d := filepath.Join(dir, name)
+	if err := os.MkdirAll(d, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{".held", "source.db"} {
+		if err := os.WriteFile(filepath.Join(d, f), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d
+}
+
+func exists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// TestStepScratchSwept (issue: a coordinator killed at crash point
+// replace-spec-saved left its tmp-replace-* database copy until a later
+// replace step ran): the copies killed steps left (however young) are
+// removed under the runner's lock before a plan's first step and after
+// it stops, and by an abort of a plan no process runs; a directory whose
+// maker still holds it, and another job's prefix, are left alone. Before
+// the fix the copy stayed through both plans and the abort.
+func TestStepScratchSwept(t *testing.T) {
+	st, p := newPlan(t, 2)
+	dir := filepath.Dir(st.Path())
+	killed := abandonedScratch(t, dir, StepScratchPrefix+"replace-1")
+	older := abandonedScratch(t, dir, "tmp-replace-2") // an older Steward's name
+	other := abandonedScratch(t, dir, "tmp-restore-3")
+	held, err := scratch.New(dir, StepScratchPrefix+"replace-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Remove()
+	var during string
+	r := &recorder{hook: func(_ *Plan, s *Step) {
+		if s.Index == 0 && (exists(killed) || exists(older)) {
+			t.Errorf("at step 1, a killed step's copies are still there: %v %v", exists(killed), exists(older))
+		}
+		if s.Index == 1 {
+			during = abandonedScratch(t, dir, StepScratchPrefix+"replace-4")
+		}
+	}}
+	if err := Run(t.Context(), st, p.ID, r, nil); err != nil {
+		t.Fatal(err)
+	}
+	if exists(during) {
+		t.Errorf("after the plan ended, %s is still there", during)
+	}
+	if !exists(held.Path) || !exists(other) {
+		t.Errorf("removed what it must not: held %v, another job's %v", exists(held.Path), exists(other))
+	}
+
+	// An abort of a plan no process runs (its runner was killed).
+	p2 := &Plan{ID: NewID(KindUpgrade, time.Unix(60, 0)), Kind: KindUpgrade, State: Running,
+		Steps: []Step{{Index: 0, Kind: "k", Description: "step", State: Running}}}
+	if err := st.Save(t.Context(), p2); err != nil {
+		t.Fatal(err)
+	}
+	killed = abandonedScratch(t, dir, StepScratchPrefix+"replace-5")
+	got, err := RequestAbort(t.Context(), st, p2.ID)
+	if err != nil || got.State != Aborted {
+		t.Fatalf("RequestAbort = %+v, %v; want aborted", got, err)
+	}
+	if exists(killed) {
+		t.Errorf("after the abort, %s is still there", killed)
 	}
 }

@@ -98,7 +98,12 @@ func (a *autoLoop) act(ctx context.Context, c *cluster.Cluster, decision, reason
 	}
 	a.log.Warn("automatic recovery", "decision", decision, "reason", reason)
 	c.Progress = func(format string, args ...any) { a.log.Info(fmt.Sprintf(format, args...)) }
-	rep, err := Run(ctx, c)
+	rep, err := runAuto(ctx, c)
+	if errors.Is(err, ErrNotProven) {
+		// It stopped before a disruptive action: the round's decision is
+		// a wait, its reason the error (the action's result a failure).
+		st.Decision, st.Reason = "wait", err.Error()
+	}
 	metrics.RecoveryAction(rep.Action, err)
 	st.LastAction.Action, st.LastAction.Finished, st.LastAction.Message = rep.Action, time.Now().UTC(), rep.Message
 	st.LastAction.Result = "success"

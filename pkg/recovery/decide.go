@@ -26,6 +26,8 @@ import (
 //     when the members down are more than the spec can spare.
 //   - Every agent must answer: Run stops every member before it looks at a
 //     data dir, and a stop on an unreachable host would fail halfway.
+//   - A journaled recovery the loop resumes is checked again: before each
+//     disruptive action run checks Decide on a fresh view (runDeps.proven).
 
 // MemberView is what the coordinator sees of one member.
 type MemberView struct {

@@ -113,6 +113,19 @@ func Run(ctx context.Context, c *cluster.Cluster) (Report, error) {
 	return run(ctx, c, runDeps{view: readView, fence: fence})
 }
 
+// runAuto is Run for the automatic loop (RunAuto): on a multi-host
+// cluster each disruptive action is checked against Decide first
+// (runDeps.auto).
+func runAuto(ctx context.Context, c *cluster.Cluster) (Report, error) {
+	return run(ctx, c, runDeps{view: readView, fence: fence, auto: true})
+}
+
+// ErrNotProven: an automatic recovery on a multi-host cluster found, right
+// before a disruptive action, that Decide does not prove quorum lost
+// everywhere (a majority may be alive where the coordinator cannot see
+// it): it changed nothing more and waits for the next round.
+var ErrNotProven = errors.New("quorum is not proven lost everywhere")
+
 // runDeps are what Run reads from running processes (the journal beside
 // the cluster's status), apart so the order of its checks under
 // recover.lock is tested without processes.
@@ -121,6 +134,37 @@ type runDeps struct {
 	// fence fails when this directory is no longer the coordinator of a
 	// multi-host cluster (fence).
 	fence func(ctx context.Context, c *cluster.Cluster) error
+	// auto: the automatic loop runs it (runAuto).
+	auto bool
+}
+
+// proven fails with ErrNotProven when the automatic loop runs the
+// recovery of a multi-host cluster and Decide, on a fresh view, does not
+// prove quorum lost everywhere; else it returns nil.
+//
+// Invariant: an automatic recovery on a multi-host cluster stops a
+// member, rebuilds a seed or restores only right after Decide, on a view
+// read then, proved quorum lost everywhere: the loop's round checks it
+// before it starts a fresh one (for the whole grace period), but a
+// journaled recovery is resumed without that (its seed alone may be the
+// cluster), so run checks it again before each disruptive action: before
+// it stops a seed that is not serving, before it rebuilds one (a reseed
+// not finished), and before it stops every member (a fresh recovery, or a
+// resumed one whose seed's data is gone). A resume whose seed serves goes
+// on without it: that seed is the cluster, and finishing adds members to
+// it. A manual `steward recover` is the operator's decision, not checked.
+func (d runDeps) proven(ctx context.Context, c *cluster.Cluster, before string) error {
+	if !d.auto || !c.Spec.MultiHost() {
+		return nil
+	}
+	_, st, err := d.view(ctx, c)
+	if err != nil {
+		return fmt.Errorf("not %s: %w", before, err)
+	}
+	if dec := Decide(Observe(st, c)); !dec.Act {
+		return fmt.Errorf("%w: not %s: %s", ErrNotProven, before, dec.Reason)
+	}
+	return nil
 }
 
 // readView reads the recovery journal and the cluster's status.
@@ -196,7 +240,10 @@ func run(ctx context.Context, c *cluster.Cluster, d runDeps) (Report, error) {
 			// data dir holds the cluster still (a running etcd's database
 			// cannot be opened to check).
 			if sm, _ := st.Member(seed.Name); sm.Healthy {
-				return rep, resumeRecovery(ctx, c, &rep, j)
+				return rep, resumeRecovery(ctx, c, &rep, j, d)
+			}
+			if err := d.proven(ctx, c, "stopping seed "+seed.Name+" to check its data"); err != nil {
+				return rep, err
 			}
 			if err := membership.Stop(ctx, c, seed.Name, true); err != nil && !memberrt.IsNotFound(err) {
 				return rep, fmt.Errorf("stop %s: %w", seed.Name, err)
@@ -207,7 +254,7 @@ func run(ctx context.Context, c *cluster.Cluster, d runDeps) (Report, error) {
 			}
 			if f.State == datadir.Valid {
 				rep.DataDirs = append(rep.DataDirs, f)
-				return rep, resumeRecovery(ctx, c, &rep, j)
+				return rep, resumeRecovery(ctx, c, &rep, j, d)
 			}
 			if j.Reseeding {
 				// Its old data is kept aside (the rebuild moves it, never
@@ -223,6 +270,9 @@ func run(ctx context.Context, c *cluster.Cluster, d runDeps) (Report, error) {
 			rep.Message = "the cluster is quorate: nothing to recover; the journal of an unfinished recovery was dropped"
 			return rep, removeRecoveryJournal(ctx, c)
 		}
+	}
+	if err := d.proven(ctx, c, "stopping every member"); err != nil {
+		return rep, err
 	}
 	c.Progress.Say("quorum lost (%s); stopping every member to inspect its data", st.Unhealthy())
 	for _, m := range c.Spec.Members {
@@ -367,12 +417,16 @@ func recoverFromSeed(ctx context.Context, c *cluster.Cluster, rep *Report, seed 
 
 // resumeRecovery continues a recovery whose seed already holds the cluster:
 // restoring again would lose the writes the seed took since.
-func resumeRecovery(ctx context.Context, c *cluster.Cluster, rep *Report, j *recoveryJournal) error {
+func resumeRecovery(ctx context.Context, c *cluster.Cluster, rep *Report, j *recoveryJournal, d runDeps) error {
 	rep.Action = "resume"
 	rep.Seed, rep.RestoredFrom, rep.FreshBackup = j.Seed, j.RestoredFrom, j.FreshBackup
 	c.Progress.Say("resuming the recovery of %s: %s (%s) holds the cluster on its own; it is not restored again (that would lose the writes it took since)",
 		j.SeededAt.Format(time.RFC3339), j.Seed, j.origin())
 	if j.Reseeding {
+		// The rebuild stops every member.
+		if err := d.proven(ctx, c, "rebuilding seed "+j.Seed); err != nil {
+			return err
+		}
 		if err := rebuildSeed(ctx, c, j); err != nil {
 			return err
 		}

@@ -26,12 +26,17 @@ type fakeViews struct {
 type fakeView struct {
 	j       *recoveryJournal
 	quorate bool
+	// st, when set, is the status (quorate is then st's).
+	st *cluster.Status
 }
 
 func (f *fakeViews) view(_ context.Context, c *cluster.Cluster) (*recoveryJournal, *cluster.Status, error) {
 	f.locked = append(f.locked, lockHeld(f.t, c))
 	v := f.views[min(f.calls, len(f.views)-1)]
 	f.calls++
+	if v.st != nil {
+		return v.j, v.st, nil
+	}
 	st := &cluster.Status{}
 	st.Cluster.Quorate = v.quorate
 	return v.j, st, nil
@@ -128,5 +133,89 @@ func TestRunFencedUnderLock(t *testing.T) {
 	}
 	if got, err := readRecoveryJournal(c); err != nil || got == nil {
 		t.Fatalf("journal after the refusal: %v, %v; want it kept", got, err)
+	}
+}
+
+// threeHosts is a multi-host cluster: etcd-N on host cp-N.
+func threeHosts(t *testing.T) *cluster.Cluster {
+	c := testCluster(t)
+	for i := 1; i <= 3; i++ {
+		c.Spec.Agents = append(c.Spec.Agents, spec.Agent{Name: fmt.Sprintf("cp-%d", i), Host: fmt.Sprintf("127.0.0.%d", i), Port: 1})
+		c.Spec.Members = append(c.Spec.Members, spec.Member{Name: fmt.Sprintf("etcd-%d", i), Agent: fmt.Sprintf("cp-%d", i)})
+	}
+	return c
+}
+
+// hostsStatus is a status of threeHosts without quorum as the coordinator
+// sees it: reachable says which agents answer, process what each reports,
+// healthy which members serve.
+func hostsStatus(reachable []bool, process []string, healthy []bool) *cluster.Status {
+	st := &cluster.Status{}
+	for i := range reachable {
+		st.Agents = append(st.Agents, cluster.AgentStatus{Name: fmt.Sprintf("cp-%d", i+1), Reachable: reachable[i]})
+		st.Members = append(st.Members, cluster.MemberStatus{Name: fmt.Sprintf("etcd-%d", i+1), Process: process[i], Healthy: healthy[i]})
+	}
+	return st
+}
+
+// TestAutoResumeRechecksDecide ("recovery resume path skips Decide when
+// falling through"): the automatic loop resumes a journaled recovery
+// without Decide (its seed alone may be the cluster); on a multi-host
+// cluster run must then check Decide, on a fresh view, before each
+// disruptive action: stopping a seed that does not serve, rebuilding one,
+// stopping every member. With agents that do not answer (a majority may
+// be alive where the coordinator cannot see it) it stops with
+// ErrNotProven, naming the action and Decide's reason, before any member
+// is stopped, and keeps the journal; so does a resume whose seed left the
+// spec, which falls through to a fresh recovery. Before the fix it went
+// on to stop the seed, or every member. With every member
+// reported stopped by its own agent, the check passes.
+func TestAutoResumeRechecksDecide(t *testing.T) {
+	noFence := func(context.Context, *cluster.Cluster) error { return nil }
+	unseen := hostsStatus([]bool{true, false, false}, []string{"Running", "", ""}, []bool{false, false, false})
+	for _, tc := range []struct {
+		name   string
+		j      *recoveryJournal
+		st     *cluster.Status
+		before string
+	}{
+		{"seed not serving", &recoveryJournal{Seed: "etcd-1", SeededAt: time.Now().UTC()}, unseen, "stopping seed etcd-1"},
+		{"reseed not rebuilt", &recoveryJournal{Seed: "etcd-1", SeededAt: time.Now().UTC(), Reseeding: true},
+			hostsStatus([]bool{true, false, false}, []string{"Running", "", ""}, []bool{true, false, false}), "rebuilding seed etcd-1"},
+		{"seed gone, falling through", &recoveryJournal{Seed: "etcd-9", SeededAt: time.Now().UTC()}, unseen, "stopping every member"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := threeHosts(t)
+			if err := writeRecoveryJournal(t.Context(), c, tc.j); err != nil {
+				t.Fatal(err)
+			}
+			f := &fakeViews{t: t, views: []fakeView{{j: tc.j, st: tc.st}}}
+			rep, err := run(t.Context(), c, runDeps{view: f.view, fence: noFence, auto: true})
+			if !errors.Is(err, ErrNotProven) {
+				t.Fatalf("run = %+v, %v; want ErrNotProven before %s", rep, err, tc.before)
+			}
+			for _, want := range []string{tc.before, "do not answer", "cp-2"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not say %q", err, want)
+				}
+			}
+			if got, err := readRecoveryJournal(c); err != nil || got == nil {
+				t.Fatalf("journal after the refusal: %v, %v; want it kept", got, err)
+			}
+			if f.calls < 3 {
+				t.Errorf("views read: %d, want a fresh one for the check (3)", f.calls)
+			}
+		})
+	}
+	// Proven: every agent answers and reports its member stopped.
+	c := threeHosts(t)
+	down := hostsStatus([]bool{true, true, true}, []string{"Stopped", "Stopped", "Failed"}, []bool{false, false, false})
+	f := &fakeViews{t: t, views: []fakeView{{st: down}}}
+	if err := (runDeps{view: f.view, auto: true}).proven(t.Context(), c, "x"); err != nil {
+		t.Fatalf("proven with every member reported stopped: %v", err)
+	}
+	f = &fakeViews{t: t, views: []fakeView{{st: unseen}}}
+	if err := (runDeps{view: f.view}).proven(t.Context(), c, "x"); err != nil {
+		t.Fatalf("proven for a manual recovery: %v, want no check", err)
 	}
 }

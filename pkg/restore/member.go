@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/datadir"
 	"github.com/etcd-steward/steward/pkg/spec"
@@ -36,6 +37,16 @@ func openMember(c *cluster.Cluster, o Options) (*memberSource, error) {
 		return nil, err
 	}
 	return &memberSource{c: c, m: m}, nil
+}
+
+// memberTimeline is the timeline a member's own database is on, which a
+// restore from it (recovery's reseed) branches off: the cluster's current
+// one, by the rule a restore from the store uses (currentTimeline): the
+// spec's, or, when the spec records none (a new Steward directory on a
+// store that branched), the newest committed one in the store, never one
+// a killed restore or rebuild recorded and never served.
+func memberTimeline(c *cluster.Cluster, hist backup.History) int64 {
+	return currentTimeline(c, hist)
 }
 
 // fetch copies the member's database to dst (from its host through its

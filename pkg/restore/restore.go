@@ -233,10 +233,7 @@ func prepare(ctx context.Context, c *cluster.Cluster, o Options, targets []spec.
 		}
 		src = m
 		hist, highest, store = fileHistory(ctx, c)
-		// The member served the spec's current timeline (not the store's
-		// newest, which may be one a killed rebuild recorded and never
-		// served).
-		parent = c.Spec.TimelineID()
+		parent = memberTimeline(c, hist)
 	case o.FromSnapshot != "":
 		f, err := openFile(c, o)
 		if err != nil {

@@ -208,3 +208,33 @@ func TestNewTimelineAboveUntrusted(t *testing.T) {
 		t.Errorf("without a store: %d, %v; want 2", id, err)
 	}
 }
+
+// TestMemberTimelineIsCurrent: a restore from a member's own database
+// (recovery's reseed) branches off the timeline the cluster is on, by the
+// rule of a restore from the store: with a spec that records no timeline
+// (a new Steward directory on a store that branched to timeline 2, with
+// timeline 3 abandoned after it), that is the store's newest committed
+// one, 2, not timeline 1 (the spec's default) nor the abandoned 3; with a
+// spec that records one, the spec's. Before the fix the reseed took the
+// spec's alone: 1.
+func TestMemberTimelineIsCurrent(t *testing.T) {
+	ctx := t.Context()
+	c, store, auth, _ := testCluster(t)
+	backups := timeline1()
+	r2 := abandon(t, store, auth, 2, 60)
+	if err := backup.PutTimelineCommit(ctx, store, auth, r2, tlAt.Add(3*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	abandon(t, store, auth, 3, 130)
+	h, err := loadHistory(ctx, c, store, backups)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := memberTimeline(c, h); got != 2 {
+		t.Fatalf("timeline a reseed branches off, the spec recording none: %d, want 2 (the store's newest committed)", got)
+	}
+	c.Spec.Timeline = &spec.Timeline{ID: 4, Parent: 2, BranchRevision: 90, StartRevision: 4_000_000_520}
+	if got := memberTimeline(c, h); got != 4 {
+		t.Fatalf("timeline a reseed branches off, the spec recording 4: %d, want 4", got)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/datadir"
 	"github.com/etcd-steward/steward/pkg/memberrt"
+	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -128,8 +129,9 @@ func ReplaceDataDirs(ctx context.Context, c *cluster.Cluster, o ReplaceOptions) 
 		return rep, fmt.Errorf("no member's database holds every committed entry after replaying the WAL; nothing was replaced, the old data dirs are as they were")
 	}
 	src, _ := c.Spec.Member(source)
-	// Held while it runs; a killed run's copy is swept by the next.
-	tmp, err := scratch.New(c.Dir, "tmp-replace-")
+	// Held while it runs; a killed run's copy is removed under the plan
+	// runner's lock when the plan ends or the next starts (plan.StepScratchPrefix).
+	tmp, err := scratch.New(c.Dir, plan.StepScratchPrefix+"replace-")
 	if err != nil {
 		return rep, err
 	}

@@ -229,6 +229,16 @@ func restoreKilledEverywhere(t *testing.T, hs *harness.Hosts, e *harness.Env, vi
 		return n
 	}
 	harness.KillAtEveryStepWith(t, e, harness.StepKills{Within: within}, args...)
+	// The database copy of every killed replace step (the one killed at
+	// replace-spec-saved too, whose resume found the step done) is gone
+	// once the plan ended (plan.StepScratchPrefix).
+	if ents, err := os.ReadDir(e.Dir); err == nil {
+		for _, d := range ents {
+			if strings.HasPrefix(d.Name(), plan.StepScratchPrefix) || strings.HasPrefix(d.Name(), "tmp-replace-") {
+				t.Errorf("coordinator: %s left by a killed replace step after the plan ended", filepath.Join(e.Dir, d.Name()))
+			}
+		}
+	}
 	// Nothing staged is left on any host: every kill's staged dir (and its
 	// version record) was removed or put in place by a later attempt.
 	for _, h := range hs.Hosts {
