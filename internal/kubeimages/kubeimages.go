@@ -147,7 +147,7 @@ func ParseIndex(data []byte) (Index, error) {
 			return Index{}, fmt.Errorf("image index: %s: bad tag %q", i.Name, i.Tag)
 		case !digestRE.MatchString(i.Digest) || !digestRE.MatchString(i.ID):
 			return Index{}, fmt.Errorf("image index: %s: digest %q and id %q must be sha256:<64 hex digits>", i.Ref(), i.Digest, i.ID)
-		case i.File == "" || path.IsAbs(i.File) || path.Clean(i.File) != i.File || strings.HasPrefix(i.File, "..") || strings.Contains(i.File, "/"):
+		case i.File == "" || i.File == "." || path.IsAbs(i.File) || path.Clean(i.File) != i.File || strings.HasPrefix(i.File, "..") || strings.Contains(i.File, "/"):
 			return Index{}, fmt.Errorf("image index: %s: file %q is not a file name in the images directory", i.Ref(), i.File)
 		case i.Size < 0:
 			return Index{}, fmt.Errorf("image index: %s: negative size %d", i.Ref(), i.Size)
