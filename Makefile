@@ -28,6 +28,12 @@ RACE          ?= -race
 UNIT_PKGS     := ./cmd/... ./internal/... ./pkg/... ./hack/...
 DEMO_DIR      ?= $(CURDIR)/steward-data
 KUBE_VERSION  ?= v1.36.3
+# KUBE_VERSIONS are the Kubernetes releases `make kube-binaries` builds into
+# $(KUBE_CACHE)/<version>/bin (docs/kubernetes-local.md).
+KUBE_VERSIONS ?= v1.35.4 v1.36.3
+KUBE_CACHE    ?= $(CURDIR)/.cache/kube
+# IMAGES is where `make images` writes the image tarballs and images.json.
+IMAGES        ?= $(CURDIR)/.cache/images
 # ARTIFACTS keeps what tests save with t.ArtifactDir() (go test -artifacts):
 # the linearizability checker's visualization of a violation
 # (docs/testing.md).
@@ -38,7 +44,7 @@ FUZZTIME      ?= 10m
 # default: `make bench BENCH=BenchmarkHostsLatencyUpgrade` runs one.
 BENCH         ?= .
 
-.PHONY: all build etcd-binaries s3-server kube-apiserver prometheus nftables test test-unit test-e2e test-e2e-run fuzz bench demo demo-down vet clean
+.PHONY: all build etcd-binaries s3-server kube-apiserver kube-binaries images containerd prometheus nftables test test-unit test-e2e test-e2e-run fuzz bench demo demo-down vet clean
 
 all: build
 
@@ -55,10 +61,31 @@ s3-server:
 	./hack/build-versitygw.sh
 
 ## kube-apiserver: build kube-apiserver $(KUBE_VERSION) from the Go module
-## proxy into .cache/bin (skipped when that version is there); the tests run
-## it above Steward clusters.
+## proxy into $(KUBE_CACHE)/$(KUBE_VERSION)/bin and link it at
+## .cache/bin/kube-apiserver (skipped when that version is there); the tests
+## run it above Steward clusters.
 kube-apiserver:
-	KUBE_VERSION=$(KUBE_VERSION) ./hack/build-kube-apiserver.sh
+	KUBE_VERSION=$(KUBE_VERSION) KUBE_CACHE=$(KUBE_CACHE) ./hack/build-kube-apiserver.sh
+
+## kube-binaries: build kubelet, kube-apiserver, kube-controller-manager,
+## kube-scheduler, kube-proxy, kubectl and kubeadm of each of
+## $(KUBE_VERSIONS) from the Go module proxy into $(KUBE_CACHE)/<version>/bin
+## (a version already built is skipped).
+kube-binaries:
+	for v in $(KUBE_VERSIONS); do KUBE_VERSION=$$v KUBE_CACHE=$(KUBE_CACHE) ./hack/build-kube.sh || exit 1; done
+
+## images: build the image tarballs of a local Kubernetes into $(IMAGES)
+## (localkube images): pause, the Kubernetes components of each of
+## $(KUBE_VERSIONS) and Steward's own (steward and the etcd versions of
+## $(STORE)), with their index images.json (docs/kubernetes-local.md).
+images: kube-binaries etcd-binaries
+	$(GO) run ./cmd/localkube images $(foreach v,$(KUBE_VERSIONS),--kube-version $(v)) --kube-cache $(KUBE_CACHE) --store $(STORE) --out $(IMAGES)
+
+## containerd: install containerd and runc (Debian's packages) when
+## missing; the test that runs the images (test/e2e/kube/images_test.go)
+## starts a containerd of its own.
+containerd:
+	./hack/install-containerd.sh
 
 ## prometheus: install prometheus and promtool (Debian's package) when
 ## missing; the alert rules' tests and the metrics end-to-end test run them.
@@ -77,7 +104,7 @@ vet:
 ## test: the whole suite: unit tests under the race detector, then the
 ## end-to-end tests (test/...) against real etcd processes of every version
 ## in $(ETCD_VERSIONS), run by a race-built steward (docs/testing.md).
-test: etcd-binaries s3-server kube-apiserver prometheus nftables vet
+test: etcd-binaries s3-server kube-apiserver containerd prometheus nftables vet
 	STEWARD_TEST_STORE=$(STORE) $(GO) test $(RACE) -count=1 -parallel 1 -timeout $(TEST_TIMEOUT) $(UNIT_PKGS)
 	$(MAKE) --no-print-directory test-e2e-run
 
@@ -92,7 +119,7 @@ test-e2e-run:
 test-unit:
 	$(GO) test $(RACE) -count=1 -short $(UNIT_PKGS)
 
-test-e2e: etcd-binaries s3-server kube-apiserver prometheus nftables
+test-e2e: etcd-binaries s3-server kube-apiserver containerd prometheus nftables
 	mkdir -p $(ARTIFACTS)
 	STEWARD_TEST_STORE=$(STORE) STEWARD_TEST_RACE=$(if $(RACE),1,0) $(GO) test -count=1 -timeout $(E2E_TIMEOUT) -artifacts -outputdir $(ARTIFACTS) -v ./test/e2e/...
 
