@@ -13,7 +13,7 @@ import (
 
 // Binaries kept in step across hosts: a status asks every agent on another
 // host for the versions of its store (agentapi.Client.ListBinaries, in
-// parallel with the other probes and bounded by probeTimeout) and compares
+// parallel with the other probes and bounded by ProbeTimeout) and compares
 // them with this machine's store (binaries.CompareStores): a host must
 // hold the spec's version and every version this store holds, each with
 // the same SHA-256. AgentStatus.Binaries carries the outcome per host and
@@ -58,10 +58,10 @@ func (h HostBinaries) Summary() string {
 	return strings.Join(parts, "; ")
 }
 
-// hostBinaries compares the store of every agent on another host with this
-// machine's, concurrently, each bounded by probeTimeout. It returns nil
+// CompareHostBinaries compares the store of every agent on another host with this
+// machine's, concurrently, each bounded by ProbeTimeout. It returns nil
 // when there is no such agent, or this machine may not ask them.
-func (c *Cluster) hostBinaries(ctx context.Context) map[string]*HostBinaries {
+func (c *Cluster) CompareHostBinaries(ctx context.Context) map[string]*HostBinaries {
 	remote := c.RemoteAgents()
 	if len(remote) == 0 || !c.Admin() {
 		return nil
@@ -82,7 +82,7 @@ func (c *Cluster) hostBinaries(ctx context.Context) map[string]*HostBinaries {
 			ac, err := c.Agent(name)
 			var l agentapi.BinaryList
 			if err == nil {
-				actx, cancel := context.WithTimeout(ctx, probeTimeout)
+				actx, cancel := context.WithTimeout(ctx, ProbeTimeout)
 				l, err = ac.ListBinaries(actx)
 				cancel()
 			}

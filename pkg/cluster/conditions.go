@@ -34,7 +34,7 @@ func (c *Cluster) backupCondition(ctx context.Context, now time.Time, liveRevisi
 		return cond
 	}
 	if c.Spec.Backup.Continuous {
-		bs, ok := backup.PickLoopStatus(c.loopStatuses(ctx))
+		bs, ok := backup.PickLoopStatus(c.LoopStatuses(ctx))
 		if ok && liveRevision > 0 && bs.NextRevision-1 > liveRevision {
 			liveRevision = c.refreshRevision(ctx, liveRevision)
 		}
@@ -225,7 +225,7 @@ func learnerNames(st *Status) []string {
 	return names
 }
 
-func (c *Cluster) conditionsPath() string { return filepath.Join(c.statusDir(), "conditions.json") }
+func (c *Cluster) conditionsPath() string { return filepath.Join(c.StatusDir(), "conditions.json") }
 
 // RecordStatus is the one place a status observation is written down, and
 // only the commands that report status to an operator call it. It stamps
@@ -263,7 +263,7 @@ func (c *Cluster) RecordStatus(st *Status, now time.Time) error {
 		}
 	}
 	if changed {
-		if err := os.MkdirAll(c.statusDir(), 0o700); err != nil {
+		if err := os.MkdirAll(c.StatusDir(), 0o700); err != nil {
 			return fmt.Errorf("record conditions: %w", err)
 		}
 		b, err := json.MarshalIndent(st.Conditions, "", "  ")
@@ -371,7 +371,7 @@ func (c *Cluster) refreshRevision(ctx context.Context, known int64) int64 {
 		return known
 	}
 	defer cli.Close()
-	rctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	rctx, cancel := context.WithTimeout(ctx, ProbeTimeout)
 	defer cancel()
 	resp, err := cli.Get(rctx, "/steward/revision", clientv3.WithCountOnly())
 	if err != nil {

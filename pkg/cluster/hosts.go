@@ -122,11 +122,11 @@ func (c *Cluster) Admin() bool {
 	return err == nil && cn == pki.AdminCN
 }
 
-// loopStatuses gathers the backup loops' reports: this machine's status
+// LoopStatuses gathers the backup loops' reports: this machine's status
 // directory, and each agent's on another host (an unreachable one is
 // skipped: its report would be stale anyway).
-func (c *Cluster) loopStatuses(ctx context.Context) []backup.LoopStatus {
-	out := backup.ReadLoopStatuses(c.statusDir())
+func (c *Cluster) LoopStatuses(ctx context.Context) []backup.LoopStatus {
+	out := backup.ReadLoopStatuses(c.StatusDir())
 	if !c.Spec.MultiHost() || !c.Admin() {
 		return out
 	}
@@ -135,7 +135,7 @@ func (c *Cluster) loopStatuses(ctx context.Context) []backup.LoopStatus {
 		if err != nil {
 			return
 		}
-		actx, cancel := context.WithTimeout(ctx, probeTimeout)
+		actx, cancel := context.WithTimeout(ctx, ProbeTimeout)
 		defer cancel()
 		raws, err := ac.BackupStatuses(actx)
 		if err != nil {

@@ -5,10 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/http"
-	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,7 +15,6 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/etcd-steward/steward/internal/atomicfile"
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/pki"
 )
@@ -175,9 +171,6 @@ type probe struct {
 	clusterV string
 }
 
-// probeTimeout bounds every per-member call of a status probe.
-const probeTimeout = 2 * time.Second
-
 func (c *Cluster) probe(ctx context.Context, endpoint string) probe {
 	var p probe
 	cli, err := c.Client(endpoint)
@@ -186,7 +179,7 @@ func (c *Cluster) probe(ctx context.Context, endpoint string) probe {
 		return p
 	}
 	defer cli.Close()
-	sctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	sctx, cancel := context.WithTimeout(ctx, ProbeTimeout)
 	defer cancel()
 	p.status, p.err = cli.Status(sctx, endpoint)
 	if p.err != nil {
@@ -200,11 +193,11 @@ func (c *Cluster) probe(ctx context.Context, endpoint string) probe {
 			p.readErr = errors.New("learner has no leader")
 		}
 	} else {
-		rctx, rcancel := context.WithTimeout(ctx, probeTimeout)
+		rctx, rcancel := context.WithTimeout(ctx, ProbeTimeout)
 		_, p.readErr = cli.Get(rctx, "health", clientv3.WithCountOnly())
 		rcancel()
 	}
-	actx, acancel := context.WithTimeout(ctx, probeTimeout)
+	actx, acancel := context.WithTimeout(ctx, ProbeTimeout)
 	defer acancel()
 	if ar, err := cli.AlarmList(actx); err == nil {
 		for _, a := range ar.Alarms {
@@ -295,7 +288,7 @@ func (c *Cluster) memberName(ctx context.Context, endpoint string, id uint64) st
 		return ""
 	}
 	defer cli.Close()
-	lctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	lctx, cancel := context.WithTimeout(ctx, ProbeTimeout)
 	defer cancel()
 	resp, err := cli.MemberList(lctx)
 	if err != nil {
@@ -320,7 +313,7 @@ func (c *Cluster) clusterVersion(ctx context.Context, endpoint string) string {
 		tr.TLSClientConfig = tc
 	}
 	defer tr.CloseIdleConnections()
-	hc := &http.Client{Transport: tr, Timeout: probeTimeout}
+	hc := &http.Client{Transport: tr, Timeout: ProbeTimeout}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(endpoint, "/")+"/version", nil)
 	if err != nil {
 		return ""
@@ -347,7 +340,7 @@ func (c *Cluster) Status(ctx context.Context) (*Status, error) {
 	binsDone := make(chan struct{})
 	go func() {
 		defer close(binsDone)
-		bins = c.hostBinaries(ctx)
+		bins = c.CompareHostBinaries(ctx)
 	}()
 	st, err := c.LiveMembers(ctx)
 	<-binsDone
@@ -416,7 +409,7 @@ func (c *Cluster) LiveMembers(ctx context.Context) (*Status, error) {
 			ac, err := c.Agent(a.Name)
 			var ms []agentapi.MemberStatus
 			if err == nil {
-				actx, cancel := context.WithTimeout(ctx, probeTimeout)
+				actx, cancel := context.WithTimeout(ctx, ProbeTimeout)
 				ms, err = ac.Members(actx)
 				cancel()
 			}
@@ -444,11 +437,11 @@ func (c *Cluster) LiveMembers(ctx context.Context) (*Status, error) {
 	// etcd's member list, from any member that can give it.
 	var list *clientv3.MemberListResponse
 	if cli, err := c.Client(); err == nil {
-		lctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		lctx, cancel := context.WithTimeout(ctx, ProbeTimeout)
 		list, _ = cli.MemberList(lctx)
 		cancel()
 		if list == nil {
-			lctx, cancel := context.WithTimeout(ctx, probeTimeout)
+			lctx, cancel := context.WithTimeout(ctx, ProbeTimeout)
 			list, _ = cli.MemberList(lctx, clientv3.WithSerializable())
 			cancel()
 		}
@@ -664,51 +657,4 @@ func unhealthySummary(st *Status) string {
 		return "no member is unhealthy"
 	}
 	return "not ready: " + strings.Join(parts, "; ")
-}
-
-// ShortErr is err as an operator reads it: gRPC wrapping cut off, a
-// deadline named as the probe timeout.
-func ShortErr(err error) string {
-	s := err.Error()
-	if errors.Is(err, context.DeadlineExceeded) {
-		s = "no answer within " + probeTimeout.String()
-	}
-	if i := strings.Index(s, "desc = "); i >= 0 {
-		s = s[i+len("desc = "):]
-	}
-	return s
-}
-
-func (c *Cluster) statusDir() string { return filepath.Join(c.Dir, "status") }
-
-// clusterIDPath records the etcd cluster ID last seen for this spec, so a
-// restore can refuse a backup of another cluster.
-func (c *Cluster) clusterIDPath() string { return filepath.Join(c.statusDir(), "cluster-id") }
-
-// RecordClusterID records the etcd cluster ID of this spec's cluster (when
-// it differs from the one recorded). Commands that see the live cluster
-// call it: up once the cluster is healthy, status, a full backup.
-func (c *Cluster) RecordClusterID(id string) error {
-	if known, err := c.KnownClusterID(); err == nil && known == id {
-		return nil
-	}
-	if err := os.MkdirAll(c.statusDir(), 0o700); err != nil {
-		return fmt.Errorf("record the cluster ID: %w", err)
-	}
-	if err := atomicfile.WriteFile(c.clusterIDPath(), []byte(id+"\n"), 0o600); err != nil {
-		return fmt.Errorf("record the cluster ID: %w", err)
-	}
-	return nil
-}
-
-// KnownClusterID returns the cluster ID last recorded, or "" when none was.
-func (c *Cluster) KnownClusterID() (string, error) {
-	b, err := os.ReadFile(c.clusterIDPath())
-	if errors.Is(err, fs.ErrNotExist) {
-		return "", nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("read the recorded cluster ID: %w", err)
-	}
-	return strings.TrimSpace(string(b)), nil
 }

@@ -72,26 +72,6 @@ func (c *Cluster) WaitHealthy(ctx context.Context) (*Status, error) {
 	return last, err
 }
 
-// Poll calls f every interval until it returns true, an error, or ctx ends.
-func Poll(ctx context.Context, interval time.Duration, f func(context.Context) (bool, error)) error {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		ok, err := f(ctx)
-		if err != nil {
-			return err
-		}
-		if ok {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
-}
-
 // CatchUp is the health gate after a member (re)starts: the member is
 // healthy (running Version and as PID when set), every member is healthy,
 // and the member has applied at least what the leader had applied when the
