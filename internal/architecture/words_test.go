@@ -27,12 +27,12 @@ var stewardCommand = regexp.MustCompile("`steward [a-z]")
 var commandWords = map[string]int{
 	// Persisted in plans or recorded in status: the text is stored or shown
 	// by other commands (`plan show`, `status`), which cannot add words to it.
-	"pkg/upgrade/preflight.go":  4, // pre-flight checks, re-run as plan steps
-	"pkg/upgrade/planner.go":    1, // mixed versions, also a preflight step's error
-	"pkg/cluster/conditions.go": 2, // plan conditions of `steward status`
-	"pkg/cluster/renewer.go":    2, // the renewal condition of `steward status`
-	"pkg/certs/renewloop.go":    2, // the renewal loop's last error, shown by status
-	"pkg/handover/handover.go":  2, // ErrSuperseded, also inside plan steps
+	"pkg/upgrade/preflight.go": 4, // pre-flight checks, re-run as plan steps
+	"pkg/upgrade/planner.go":   1, // mixed versions, also a preflight step's error
+	"pkg/status/conditions.go": 2, // plan conditions of `steward status`
+	"pkg/status/renewer.go":    2, // the renewal condition of `steward status`
+	"pkg/certs/renewloop.go":   2, // the renewal loop's last error, shown by status
+	"pkg/handover/handover.go": 2, // ErrSuperseded, also inside plan steps
 	// Joined into longer messages, where the advice sits in the middle.
 	"pkg/membership/members.go": 4, // a replace to re-run, also inside recovery's messages
 	"pkg/recovery/recover.go":   7, // `steward recover` to re-run, in the middle of its errors
@@ -41,7 +41,7 @@ var commandWords = map[string]int{
 	"pkg/adopt/plan.go":         1, // the health gate, also a plan step
 	"pkg/pki/rotationfiles.go":  1, // ErrRotationInProgress, met by many commands and the agent
 	"pkg/cluster/external.go":   2, // RequireOwnCerts, met by every certificate command
-	"pkg/cluster/status.go":     1, // a member answering for another, met by every command
+	"pkg/status/status.go":      1, // a member answering for another, met by every command
 	// Returned by an agent over its API, then shown by the CLI.
 	"pkg/agent/member.go":      2,
 	"pkg/agent/certs.go":       1,

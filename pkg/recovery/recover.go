@@ -23,6 +23,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/restore"
 	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/pkg/status"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 )
 
@@ -94,19 +95,19 @@ func Run(ctx context.Context, c *cluster.Cluster) (Report, error) {
 // the cluster's status), apart so the order of its checks under
 // recover.lock is tested without processes.
 type runDeps struct {
-	view func(ctx context.Context, c *cluster.Cluster) (*recoveryJournal, *cluster.Status, error)
+	view func(ctx context.Context, c *cluster.Cluster) (*recoveryJournal, *status.Status, error)
 	// fence fails when this directory is no longer the coordinator of a
 	// multi-host cluster (fence).
 	fence func(ctx context.Context, c *cluster.Cluster) error
 }
 
 // readView reads the recovery journal and the cluster's status.
-func readView(ctx context.Context, c *cluster.Cluster) (*recoveryJournal, *cluster.Status, error) {
+func readView(ctx context.Context, c *cluster.Cluster) (*recoveryJournal, *status.Status, error) {
 	j, err := readRecoveryJournal(c)
 	if err != nil {
 		return nil, nil, err
 	}
-	st, err := c.Status(ctx)
+	st, err := status.Get(ctx, c)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -253,7 +254,7 @@ func run(ctx context.Context, c *cluster.Cluster, d runDeps) (Report, error) {
 				}
 			}
 		}
-		if err := c.WaitQuorum(ctx, 2*time.Minute); err != nil {
+		if err := status.WaitQuorum(ctx, c, 2*time.Minute); err != nil {
 			return rep, err
 		}
 		for _, name := range lost {
@@ -264,7 +265,7 @@ func run(ctx context.Context, c *cluster.Cluster, d runDeps) (Report, error) {
 			rep.Replaced = append(rep.Replaced, name)
 		}
 		rep.Message = fmt.Sprintf("restarted %d members with valid data; replaced %d", valid, len(rep.Replaced))
-		_, err := c.WaitHealthy(ctx)
+		_, err := status.WaitHealthy(ctx, c)
 		return rep, err
 	}
 
@@ -367,7 +368,7 @@ func finishRecovery(ctx context.Context, c *cluster.Cluster, rep *Report, j *rec
 	if err := membership.Start(ctx, c, seed.Name); err != nil {
 		return err
 	}
-	if err := c.WaitMemberHealthy(ctx, seed.Name, 2*time.Minute); err != nil {
+	if err := status.WaitMemberHealthy(ctx, c, seed.Name, 2*time.Minute); err != nil {
 		return fmt.Errorf("seed %s does not become healthy: %w", seed.Name, err)
 	}
 	if j.FreshBackup == "" {
@@ -466,7 +467,7 @@ func finishRecovery(ctx context.Context, c *cluster.Cluster, rep *Report, j *rec
 	if rep.Action == "resume" {
 		rep.Message = "resumed: " + rep.Message
 	}
-	_, err = c.WaitHealthy(ctx)
+	_, err = status.WaitHealthy(ctx, c)
 	return err
 }
 

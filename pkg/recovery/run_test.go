@@ -12,6 +12,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/handover"
 	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/pkg/status"
 )
 
 // fakeViews answers Run's reads in turn (the last one repeated) and
@@ -28,11 +29,11 @@ type fakeView struct {
 	quorate bool
 }
 
-func (f *fakeViews) view(_ context.Context, c *cluster.Cluster) (*recoveryJournal, *cluster.Status, error) {
+func (f *fakeViews) view(_ context.Context, c *cluster.Cluster) (*recoveryJournal, *status.Status, error) {
 	f.locked = append(f.locked, lockHeld(f.t, c))
 	v := f.views[min(f.calls, len(f.views)-1)]
 	f.calls++
-	st := &cluster.Status{}
+	st := &status.Status{}
 	st.Cluster.Quorate = v.quorate
 	return v.j, st, nil
 }

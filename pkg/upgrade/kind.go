@@ -5,6 +5,7 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/status"
 )
 
 // The upgrade and rollback plan kinds (plan.KindSpec). A rollback is what
@@ -12,9 +13,9 @@ import (
 // whose kind names no undo of its own (the registry's default).
 func init() {
 	cluster.PlanKinds.Register(plan.KindSpec[*cluster.Cluster]{Kind: plan.KindUpgrade, Admission: admitUpgrade,
-		Resume: run, Condition: cluster.CondUpgradeInProgress, Undo: plan.KindRollback})
+		Resume: run, Condition: status.CondUpgradeInProgress, Undo: plan.KindRollback})
 	cluster.PlanKinds.Register(plan.KindSpec[*cluster.Cluster]{Kind: plan.KindRollback, Admission: admitRollback,
-		Resume: run, Condition: cluster.CondUpgradeInProgress, Undo: plan.KindRollback, Rollback: rollback})
+		Resume: run, Condition: status.CondUpgradeInProgress, Undo: plan.KindRollback, Rollback: rollback})
 }
 
 // rollback is Rollback with `steward rollback`'s options.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/status"
 )
 
 // allKinds is every plan kind Steward runs.
@@ -57,11 +58,11 @@ func TestPlanKindConditions(t *testing.T) {
 	} {
 		p := &plan.Plan{ID: "P", Kind: tc.kind, From: "3.5.0", To: "3.6.0", Steps: []plan.Step{{Member: "etcd-1"}}}
 		what, typ, ok := cluster.PlanKinds.Describe(p)
-		if !ok || typ != cluster.CondUpgradeInProgress || what != tc.what {
-			t.Errorf("%s: condition %q (%v) saying %q; want %s saying %q", tc.kind, typ, ok, what, cluster.CondUpgradeInProgress, tc.what)
+		if !ok || typ != status.CondUpgradeInProgress || what != tc.what {
+			t.Errorf("%s: condition %q (%v) saying %q; want %s saying %q", tc.kind, typ, ok, what, status.CondUpgradeInProgress, tc.what)
 		}
 	}
-	if got := cluster.PlanKinds.Conditions(); !slices.Equal(got, []string{cluster.CondUpgradeInProgress}) {
+	if got := cluster.PlanKinds.Conditions(); !slices.Equal(got, []string{status.CondUpgradeInProgress}) {
 		t.Errorf("conditions %v", got)
 	}
 }

@@ -1,4 +1,4 @@
-package cluster
+package status
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcd-steward/steward/pkg/agentapi"
+	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/pki"
 )
 
@@ -50,7 +51,7 @@ type AgentStatus struct {
 	MetricsURL string `json:"metricsURL,omitempty"`
 	// Binaries is how the host's binary store compares with this
 	// machine's (binstep.go); absent for an agent on this machine.
-	Binaries *HostBinaries `json:"binaries,omitempty"`
+	Binaries *cluster.HostBinaries `json:"binaries,omitempty"`
 }
 
 // ClusterStatus describes the cluster as a whole.
@@ -171,7 +172,13 @@ type probe struct {
 	clusterV string
 }
 
-func (c *Cluster) probe(ctx context.Context, endpoint string) probe {
+// probeTimeout bounds every per-member call of a status probe.
+const probeTimeout = cluster.ProbeTimeout
+
+// probeEndpoint asks the member serving endpoint for its status, a
+// linearizable read (a learner: whether it knows a leader), its alarms and
+// the cluster version, each within probeTimeout.
+func probeEndpoint(ctx context.Context, c *cluster.Cluster, endpoint string) probe {
 	var p probe
 	cli, err := c.Client(endpoint)
 	if err != nil {
@@ -179,7 +186,7 @@ func (c *Cluster) probe(ctx context.Context, endpoint string) probe {
 		return p
 	}
 	defer cli.Close()
-	sctx, cancel := context.WithTimeout(ctx, ProbeTimeout)
+	sctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	p.status, p.err = cli.Status(sctx, endpoint)
 	if p.err != nil {
@@ -193,11 +200,11 @@ func (c *Cluster) probe(ctx context.Context, endpoint string) probe {
 			p.readErr = errors.New("learner has no leader")
 		}
 	} else {
-		rctx, rcancel := context.WithTimeout(ctx, ProbeTimeout)
+		rctx, rcancel := context.WithTimeout(ctx, probeTimeout)
 		_, p.readErr = cli.Get(rctx, "health", clientv3.WithCountOnly())
 		rcancel()
 	}
-	actx, acancel := context.WithTimeout(ctx, ProbeTimeout)
+	actx, acancel := context.WithTimeout(ctx, probeTimeout)
 	defer acancel()
 	if ar, err := cli.AlarmList(actx); err == nil {
 		for _, a := range ar.Alarms {
@@ -206,7 +213,7 @@ func (c *Cluster) probe(ctx context.Context, endpoint string) probe {
 			}
 		}
 	}
-	p.clusterV = c.clusterVersion(ctx, endpoint)
+	p.clusterV = clusterVersion(ctx, c, endpoint)
 	return p
 }
 
@@ -232,18 +239,18 @@ func wrongMember(name, url string, answered uint64, byName map[string]*pb.Member
 // took or a proxy forwards).
 var ErrWrongMember = errors.New("another member answers on the URL")
 
-// EndpointStatus asks member name, whose etcd ID is id, for its status
+// Endpoint asks member name, whose etcd ID is id, for its status
 // (etcd's Status RPC) on endpoint, one of its client URLs, within the probe
 // timeout. An answer from any other member is refused with ErrWrongMember,
 // naming who answered, so that no caller takes another member's leader,
 // index or database size for the one it asked about.
-func (c *Cluster) EndpointStatus(ctx context.Context, name string, id uint64, endpoint string) (*clientv3.StatusResponse, error) {
-	p := c.probe(ctx, endpoint)
+func Endpoint(ctx context.Context, c *cluster.Cluster, name string, id uint64, endpoint string) (*clientv3.StatusResponse, error) {
+	p := probeEndpoint(ctx, c, endpoint)
 	if p.err != nil {
 		return nil, p.err
 	}
 	if answered := p.status.Header.GetMemberId(); answered != id {
-		return nil, wrongAnswer(name, id, endpoint, answered, c.memberName(ctx, endpoint, answered))
+		return nil, wrongAnswer(name, id, endpoint, answered, memberName(ctx, c, endpoint, answered))
 	}
 	return p.status, nil
 }
@@ -268,7 +275,7 @@ func (m MemberStatus) MemberID() uint64 {
 	return id
 }
 
-// wrongAnswer is EndpointStatus's refusal: member answered (named
+// wrongAnswer is Endpoint's refusal: member answered (named
 // answeredName when etcd's member list names it) answered on url instead
 // of name (ID want).
 func wrongAnswer(name string, want uint64, url string, answered uint64, answeredName string) error {
@@ -282,13 +289,13 @@ func wrongAnswer(name string, want uint64, url string, answered uint64, answered
 
 // memberName names member id from etcd's member list as endpoint sees it;
 // "" when it cannot.
-func (c *Cluster) memberName(ctx context.Context, endpoint string, id uint64) string {
+func memberName(ctx context.Context, c *cluster.Cluster, endpoint string, id uint64) string {
 	cli, err := c.Client(endpoint)
 	if err != nil {
 		return ""
 	}
 	defer cli.Close()
-	lctx, cancel := context.WithTimeout(ctx, ProbeTimeout)
+	lctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	resp, err := cli.MemberList(lctx)
 	if err != nil {
@@ -303,17 +310,17 @@ func (c *Cluster) memberName(ctx context.Context, endpoint string, id uint64) st
 }
 
 // clusterVersion reads etcdcluster from the member's /version endpoint.
-func (c *Cluster) clusterVersion(ctx context.Context, endpoint string) string {
+func clusterVersion(ctx context.Context, c *cluster.Cluster, endpoint string) string {
 	tr := &http.Transport{}
 	if !c.Spec.TLS.Disabled {
-		tc, err := pki.ClientTLSFiles(c.clientFiles())
+		tc, err := pki.ClientTLSFiles(c.Spec.ClientFiles(c.Dir))
 		if err != nil {
 			return ""
 		}
 		tr.TLSClientConfig = tc
 	}
 	defer tr.CloseIdleConnections()
-	hc := &http.Client{Transport: tr, Timeout: ProbeTimeout}
+	hc := &http.Client{Transport: tr, Timeout: probeTimeout}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(endpoint, "/")+"/version", nil)
 	if err != nil {
 		return ""
@@ -332,17 +339,17 @@ func (c *Cluster) clusterVersion(ctx context.Context, endpoint string) string {
 	return v.Cluster
 }
 
-// Status reports the cluster's state, merging what etcd and the agents say:
+// Get reports the cluster's state, merging what etcd and the agents say:
 // LiveMembers, then certificate renewal and the conditions.
-func (c *Cluster) Status(ctx context.Context) (*Status, error) {
+func Get(ctx context.Context, c *cluster.Cluster) (*Status, error) {
 	// The hosts' binary stores, asked alongside the members' probes.
-	var bins map[string]*HostBinaries
+	var bins map[string]*cluster.HostBinaries
 	binsDone := make(chan struct{})
 	go func() {
 		defer close(binsDone)
 		bins = c.CompareHostBinaries(ctx)
 	}()
-	st, err := c.LiveMembers(ctx)
+	st, err := LiveMembers(ctx, c)
 	<-binsDone
 	if err != nil {
 		return nil, err
@@ -351,18 +358,18 @@ func (c *Cluster) Status(ctx context.Context) (*Status, error) {
 		st.Agents[i].Binaries = bins[st.Agents[i].Name]
 	}
 	now := time.Now()
-	if c.renews() {
-		st.CertificateRenewal, _ = c.renewalStatus(now)
+	if renews(c) {
+		st.CertificateRenewal, _ = renewalStatus(c, now)
 	}
 	st.AutoRecovery, _ = ReadAutoRecovery(c.Dir)
-	st.Conditions = c.conditions(ctx, st, now)
+	st.Conditions = conditions(ctx, c, st, now)
 	return st, nil
 }
 
 // specStatus is what the cluster's status takes from the spec alone: its
 // name, the version asked for and the timeline it is on (also for a
-// stopped cluster, StoppedStatus).
-func (c *Cluster) specStatus() ClusterStatus {
+// stopped cluster, Stopped).
+func specStatus(c *cluster.Cluster) ClusterStatus {
 	cs := ClusterStatus{Name: c.Spec.Name, SpecVersion: c.Spec.Version, Timeline: c.Spec.TimelineID()}
 	if t := c.Spec.Timeline; t != nil {
 		cs.ParentTimeline, cs.BranchRevision = t.Parent, t.BranchRevision
@@ -370,14 +377,14 @@ func (c *Cluster) specStatus() ClusterStatus {
 	return cs
 }
 
-// LiveMembers is Status without certificate renewal and conditions (which
+// LiveMembers is Get without certificate renewal and conditions (which
 // read the backup store and handshake with every member for the
 // certificate it serves): the cluster and its members as etcd and the
 // agents see them, for a command that needs only the leader and the
 // members' health before it starts (`backup now`).
-func (c *Cluster) LiveMembers(ctx context.Context) (*Status, error) {
+func LiveMembers(ctx context.Context, c *cluster.Cluster) (*Status, error) {
 	specMembers := c.Spec.Members
-	st := &Status{Cluster: c.specStatus()}
+	st := &Status{Cluster: specStatus(c)}
 
 	// Probe every spec member in parallel.
 	probes := make([]probe, len(specMembers))
@@ -386,7 +393,7 @@ func (c *Cluster) LiveMembers(ctx context.Context) (*Status, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			probes[i] = c.probe(ctx, m.ClientURL)
+			probes[i] = probeEndpoint(ctx, c, m.ClientURL)
 		}()
 	}
 	// Ask the agents in parallel too.
@@ -409,7 +416,7 @@ func (c *Cluster) LiveMembers(ctx context.Context) (*Status, error) {
 			ac, err := c.Agent(a.Name)
 			var ms []agentapi.MemberStatus
 			if err == nil {
-				actx, cancel := context.WithTimeout(ctx, ProbeTimeout)
+				actx, cancel := context.WithTimeout(ctx, probeTimeout)
 				ms, err = ac.Members(actx)
 				cancel()
 			}
@@ -425,7 +432,7 @@ func (c *Cluster) LiveMembers(ctx context.Context) (*Status, error) {
 	for _, a := range c.Spec.Agents {
 		as := AgentStatus{Name: a.Name, Host: a.Host, Endpoint: a.Endpoint(), Reachable: agentErr[a.Name] == nil, MetricsURL: c.Spec.MetricsURL(a)}
 		if err := agentErr[a.Name]; err != nil {
-			as.Error = ShortErr(err)
+			as.Error = cluster.ShortErr(err)
 			var ue *agentapi.UnreachableError
 			if errors.As(err, &ue) {
 				as.Error = ue.Short()
@@ -437,11 +444,11 @@ func (c *Cluster) LiveMembers(ctx context.Context) (*Status, error) {
 	// etcd's member list, from any member that can give it.
 	var list *clientv3.MemberListResponse
 	if cli, err := c.Client(); err == nil {
-		lctx, cancel := context.WithTimeout(ctx, ProbeTimeout)
+		lctx, cancel := context.WithTimeout(ctx, probeTimeout)
 		list, _ = cli.MemberList(lctx)
 		cancel()
 		if list == nil {
-			lctx, cancel := context.WithTimeout(ctx, ProbeTimeout)
+			lctx, cancel := context.WithTimeout(ctx, probeTimeout)
 			list, _ = cli.MemberList(lctx, clientv3.WithSerializable())
 			cancel()
 		}
@@ -526,7 +533,7 @@ func (c *Cluster) LiveMembers(ctx context.Context) (*Status, error) {
 		ms.Healthy = p.err == nil && p.readErr == nil && len(p.alarms) == 0
 		ms.OnlyAlarms = p.err == nil && p.readErr == nil && len(p.alarms) > 0
 		if p.readErr != nil {
-			ms.LastError = ShortErr(p.readErr)
+			ms.LastError = cluster.ShortErr(p.readErr)
 		} else if len(p.alarms) > 0 {
 			ms.LastError = "alarm raised: " + strings.Join(p.alarms, ", ")
 		}
@@ -556,7 +563,7 @@ func (c *Cluster) LiveMembers(ctx context.Context) (*Status, error) {
 			case errors.As(err, &ue):
 				ms.LastError = ue.Short()
 			default:
-				ms.LastError = fmt.Sprintf("agent %s: %v", m.Agent, ShortErr(err))
+				ms.LastError = fmt.Sprintf("agent %s: %v", m.Agent, cluster.ShortErr(err))
 			}
 		} else {
 			ms.Process = "NotRunByAgent"
