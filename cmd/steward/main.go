@@ -23,7 +23,7 @@ func main() {
 		err = ee.Err
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "Error:", err)
+		fmt.Fprintln(os.Stderr, "Error:", cli.LibraryAdvice(err))
 	}
 	os.Exit(code)
 }

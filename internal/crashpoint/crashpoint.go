@@ -26,8 +26,20 @@
 //     restore (pkg/upgrade), after the new data dir of the N-th member (from
 //     0, in spec order) is built, on its host, before the next is built or
 //     the spec names them;
+//   - replace-spec-saved  in that replace step, after the spec names every
+//     member's new data dir, before the agents are given the new configs;
+//   - agent-stage-received  in an agent, after the snapshot of a stage
+//     request (a restore, an upgrade by restore) arrived whole (its
+//     SHA-256 checked, in a scratch dir), before anything is staged;
 //   - agent-stage-staged  in an agent, after it staged a data dir for a
-//     stage request (a restore, an upgrade by restore), before it answers;
+//     stage request, before it answers;
+//   - agent-commit-aside  in an agent's commit of a staged data dir, after
+//     whatever held the data dir's name was moved aside (nothing, the
+//     first time), before the staged dir is put in place;
+//   - agent-commit-record  in that commit, after the staged dir's version
+//     record is in place, before the staged dir is;
+//   - agent-commit-done  in that commit, after the staged dir is in place
+//     (durably), before the agent answers;
 //   - restore-staged:N  in a restore (pkg/restore), after the data dir of
 //     its N-th target member (from 0, in spec order) is staged, before the
 //     next is staged or any is committed;
@@ -76,10 +88,35 @@ const (
 	ReplaceBuilt = "replace-built"
 )
 
-// AgentStageStaged is hit in an agent (pkg/agent) after it staged a data
-// dir for a stage request (and wrote its version record), before it
-// answers.
-const AgentStageStaged = "agent-stage-staged"
+// ReplaceSpecSaved is hit in an upgrade or rollback by restore after the
+// spec names every member's new data dir, before the members' runtimes
+// (their hosts' agents) are given the new configs.
+const ReplaceSpecSaved = "replace-spec-saved"
+
+// The points of an agent (pkg/agent) on the stage and commit requests of
+// a restore or an upgrade or rollback by restore, in the order they are
+// hit: armed in the agent's environment.
+const (
+	// AgentStageReceived is hit after the snapshot of a stage request
+	// arrived whole and matched its SHA-256, before anything is staged.
+	AgentStageReceived = "agent-stage-received"
+	// AgentStageStaged is hit after the agent staged a data dir for a
+	// stage request (and wrote its version record), before it answers.
+	AgentStageStaged = "agent-stage-staged"
+	// AgentCommitAside is hit in a commit after whatever held the data
+	// dir's name was moved aside, before the staged dir is put in place.
+	AgentCommitAside = "agent-commit-aside"
+	// AgentCommitRecord is hit in a commit after the staged dir's version
+	// record is in place, before the staged dir is.
+	AgentCommitRecord = "agent-commit-record"
+	// AgentCommitDone is hit after a commit put the staged dir in place
+	// (synced), before the agent answers.
+	AgentCommitDone = "agent-commit-done"
+)
+
+// AgentPoints are the agent's points, in the order a stage and a commit
+// hit them.
+var AgentPoints = []string{AgentStageReceived, AgentStageStaged, AgentCommitAside, AgentCommitRecord, AgentCommitDone}
 
 // RecoverReseedRebuilt is hit in a recovery's reseed after the seed's
 // rebuilt data dir is committed, before the journal records it.

@@ -3,7 +3,6 @@ package adopt
 import (
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/plan"
-	"github.com/etcd-steward/steward/pkg/status"
 )
 
 // The adopt, adopt-undo and certs-take-over plan kinds (plan.KindSpec).
@@ -12,11 +11,11 @@ import (
 // (`steward adopt --undo` gives a member back).
 func init() {
 	cluster.PlanKinds.Register(plan.KindSpec[*cluster.Cluster]{Kind: plan.KindAdopt, Admission: admitAdopt, Attached: true,
-		Resume: Run, Describe: plan.DescribeMember, Condition: status.CondUpgradeInProgress})
+		Resume: Run, Show: show, Describe: describe, Condition: plan.CondAdoptionInProgress})
 	cluster.PlanKinds.Register(plan.KindSpec[*cluster.Cluster]{Kind: plan.KindAdoptUndo, Admission: admitUndo, Attached: true,
-		Resume: Run, Describe: plan.DescribeMember, Condition: status.CondUpgradeInProgress})
+		Resume: Run, Show: show, Describe: describe, Condition: plan.CondAdoptionInProgress})
 	cluster.PlanKinds.Register(plan.KindSpec[*cluster.Cluster]{Kind: plan.KindCertsTakeOver, Admission: admitTakeOver,
-		Resume: RunTakeOver, Describe: plan.DescribeKind, Condition: status.CondUpgradeInProgress})
+		Resume: RunTakeOver, Describe: plan.DescribeKind, Condition: plan.CondCertificateRotationInProgress})
 }
 
 var (

@@ -116,8 +116,10 @@ func NewPlan(ctx context.Context, c *cluster.Cluster, run MemberRun, now time.Ti
 			return nil, err
 		}
 	}
-	p := &plan.Plan{ID: plan.NewID(plan.KindAdopt, now), Kind: plan.KindAdopt, Strategy: "one member",
-		From: s.Version, To: s.Version, State: plan.Pending, CreatedAt: now.UTC()}
+	p := &plan.Plan{ID: plan.NewID(plan.KindAdopt, now), Kind: plan.KindAdopt, State: plan.Pending, CreatedAt: now.UTC()}
+	if err := plan.SetPayload(p, Payload{Member: run.Name}); err != nil {
+		return nil, err
+	}
 	b, err := json.Marshal(run)
 	if err != nil {
 		return nil, err
@@ -270,7 +272,7 @@ func healthy(ctx context.Context, c *cluster.Cluster) error {
 // allHealthy is healthy's gate on a status at hand.
 func allHealthy(c *cluster.Cluster, st *status.Status) error {
 	if st.Cluster.HealthyMembers < len(st.Members) {
-		return refusal.New(ErrUnhealthy, "not every member of cluster %s is healthy (%s): adopt one only while all are (`steward status`)", c.Spec.Name, st.Unhealthy())
+		return refusal.New(ErrUnhealthy, "not every member of cluster %s is healthy (%s): adopt one only while all are", c.Spec.Name, st.Unhealthy())
 	}
 	return nil
 }

@@ -215,8 +215,7 @@ func TakeOver(ctx context.Context, c *cluster.Cluster, o TakeOverOptions) (*plan
 	if err := certs.TakeOver(ctx, c, ca, leaves, now); err != nil {
 		return nil, err
 	}
-	p := &plan.Plan{ID: plan.NewID(plan.KindCertsTakeOver, now), Kind: plan.KindCertsTakeOver, Strategy: "rolling",
-		From: c.Spec.Version, To: c.Spec.Version, State: plan.Pending, CreatedAt: now.UTC()}
+	p := &plan.Plan{ID: plan.NewID(plan.KindCertsTakeOver, now), Kind: plan.KindCertsTakeOver, State: plan.Pending, CreatedAt: now.UTC()}
 	// The members in spec order, the leader last (rolling.Order): with
 	// pendingSwitches, one leadership transfer in all.
 	var names []string

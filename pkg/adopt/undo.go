@@ -42,7 +42,7 @@ func NewUndoPlan(ctx context.Context, c *cluster.Cluster, name string, now time.
 	}
 	var of *plan.Plan
 	for _, p := range plans {
-		if p.Kind == plan.KindAdopt && len(p.Steps) > 0 && p.Steps[0].Member == name && (of == nil || p.CreatedAt.After(of.CreatedAt)) {
+		if p.Kind == plan.KindAdopt && memberOf(p) == name && (of == nil || p.CreatedAt.After(of.CreatedAt)) {
 			of = p
 		}
 	}
@@ -60,8 +60,10 @@ func NewUndoPlan(ctx context.Context, c *cluster.Cluster, name string, now time.
 			return nil, err
 		}
 	}
-	p := &plan.Plan{ID: plan.NewID(plan.KindAdoptUndo, now), Kind: plan.KindAdoptUndo, Strategy: "one member",
-		From: c.Spec.Version, To: c.Spec.Version, Of: of.ID, State: plan.Pending, CreatedAt: now.UTC()}
+	p := &plan.Plan{ID: plan.NewID(plan.KindAdoptUndo, now), Kind: plan.KindAdoptUndo, Of: of.ID, State: plan.Pending, CreatedAt: now.UTC()}
+	if err := plan.SetPayload(p, Payload{Member: name}); err != nil {
+		return nil, err
+	}
 	for k, v := range of.Values {
 		p.SetValue(k, v)
 	}

@@ -94,6 +94,7 @@ func (a *Agent) StageDataDir(ctx context.Context, name string, req agentapi.Stag
 	if got := hex.EncodeToString(h.Sum(nil)); got != req.SHA256 {
 		return "", badRequest{fmt.Errorf("the snapshot for %s arrived with sha256 %s, not %s: nothing was staged", name, got, req.SHA256)}
 	}
+	crashpoint.Hit(crashpoint.AgentStageReceived)
 	if err := os.MkdirAll(filepath.Dir(cfg.DataDir), 0o700); err != nil {
 		return "", err
 	}
@@ -193,13 +194,24 @@ func (a *Agent) CommitDataDir(name, staged string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("move data dir of %s aside: %w (restored data waits in %s)", name, err, staged)
 	}
-	if err := os.Rename(staged, dataDir); err != nil {
-		return aside, fmt.Errorf("put restored data dir of %s in place: %w (it waits in %s)", name, err, staged)
-	}
+	crashpoint.Hit(crashpoint.AgentCommitAside)
 	// The version record a stage wrote goes with its dir (the old dir's
-	// went aside with it).
-	if err := os.Rename(datadir.RecordPath(staged), datadir.RecordPath(dataDir)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return aside, fmt.Errorf("put the version record of the restored data dir of %s in place: %w", name, err)
+	// went aside with it), and first: a kill between the two renames then
+	// leaves a record with no dir at the data dir's name, which the next
+	// commit's MoveAside removes, not a record of the staged dir with no
+	// dir, which no one would (RemoveStaged and leftovers list dirs).
+	moved := true
+	if err := os.Rename(datadir.RecordPath(staged), datadir.RecordPath(dataDir)); errors.Is(err, os.ErrNotExist) {
+		moved = false // staged without a version
+	} else if err != nil {
+		return aside, fmt.Errorf("put the version record of the restored data dir of %s in place: %w (the data dir waits in %s)", name, err, staged)
+	}
+	crashpoint.Hit(crashpoint.AgentCommitRecord)
+	if err := os.Rename(staged, dataDir); err != nil {
+		if moved {
+			_ = os.Rename(datadir.RecordPath(dataDir), datadir.RecordPath(staged))
+		}
+		return aside, fmt.Errorf("put restored data dir of %s in place: %w (it waits in %s)", name, err, staged)
 	}
 	// Durable before the coordinator records the commit: a power loss
 	// must not put the old data dir back under a spec naming the new
@@ -207,6 +219,7 @@ func (a *Agent) CommitDataDir(name, staged string) (string, error) {
 	if err := syncDir(filepath.Dir(dataDir)); err != nil {
 		return aside, fmt.Errorf("put restored data dir of %s in place: %w", name, err)
 	}
+	crashpoint.Hit(crashpoint.AgentCommitDone)
 	return aside, nil
 }
 

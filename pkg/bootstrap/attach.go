@@ -203,7 +203,7 @@ func Attach(ctx context.Context, dir string, o AttachOptions, say progress.Func)
 	if o.Continuous {
 		// The spec stays: the agent is started again by any later
 		// command that needs it, or by hand.
-		if _, err := c.EnsureLocalAgent(ctx, o.StewardBinary); err != nil {
+		if _, err := EnsureLocalAgent(ctx, c, o.StewardBinary); err != nil {
 			return c, fmt.Errorf("the spec is written, but this machine's agent, which runs the continuous backups, did not start: %w", err)
 		}
 		say.Say("started this machine's agent: it records every change of the cluster into %s", s.BackupStoreDir(dir))

@@ -223,7 +223,7 @@ func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*clust
 	running := map[string]bool{}
 	if s.Uses(spec.LocalAgent) {
 		c.Progress = say
-		startedAgent, err = c.EnsureLocalAgent(ctx, o.StewardBinary)
+		startedAgent, err = EnsureLocalAgent(ctx, c, o.StewardBinary)
 		if err != nil {
 			return nil, warnings, err
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/etcd-steward/steward/internal/atomicfile"
 	"github.com/etcd-steward/steward/pkg/backup"
+	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/handover"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/plan"
@@ -133,7 +134,8 @@ func TakeOver(ctx context.Context, dir string, o TakeOverOptions, say progress.F
 		if err := st.Save(ctx, p); err != nil {
 			return nil, err
 		}
-		say.Say("plan %s (%s %s -> %s): %s", p.ID, p.Kind, p.From, p.To, p.State)
+		what, _, _ := cluster.PlanKinds.Describe(p) // "upgrade plan ID (etcd FROM to TO)"
+		say.Say("%s: %s", what, p.State)
 	}
 	if t.RecoveryJournal != nil {
 		// A recovery the lost coordinator left unfinished: the next

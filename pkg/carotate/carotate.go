@@ -89,8 +89,11 @@ func NewPlan(c *cluster.Cluster, leader string, now time.Time) (*plan.Plan, erro
 	if c.Spec.TLS.Disabled {
 		return nil, ErrTLSDisabled
 	}
-	p := &plan.Plan{ID: plan.NewID(plan.KindCARotation, now), Kind: plan.KindCARotation, Strategy: "phased",
+	p := &plan.Plan{ID: plan.NewID(plan.KindCARotation, now), Kind: plan.KindCARotation,
 		State: plan.Pending, CreatedAt: now.UTC()}
+	if err := plan.SetPayload(p, Payload{OldCA: currentCA(c)}); err != nil {
+		return nil, err
+	}
 	add := func(kind, member, desc string) {
 		p.Steps = append(p.Steps, plan.Step{Index: len(p.Steps), Kind: kind, Member: member, Description: desc, State: plan.Pending})
 	}

@@ -5,7 +5,6 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/plan"
-	"github.com/etcd-steward/steward/pkg/status"
 )
 
 // The CA rotation and CA rotation rollback plan kinds (plan.KindSpec).
@@ -14,10 +13,10 @@ import (
 // words the refusals.
 func init() {
 	cluster.PlanKinds.Register(plan.KindSpec[*cluster.Cluster]{Kind: plan.KindCARotation, Admission: admitRotation,
-		Resume: Run, Describe: plan.DescribeKind, Condition: status.CondUpgradeInProgress,
+		Resume: Run, Show: show, Describe: plan.DescribeKind, Condition: plan.CondCertificateRotationInProgress,
 		Undo: plan.KindCARotationRollback, UndoApplies: func(p *plan.Plan) bool { return p.State != plan.Done && p.State != plan.RolledBack }})
 	cluster.PlanKinds.Register(plan.KindSpec[*cluster.Cluster]{Kind: plan.KindCARotationRollback, Admission: admitRollback,
-		Resume: RunRollback, Describe: plan.DescribeKind, Condition: status.CondUpgradeInProgress,
+		Resume: RunRollback, Show: show, Describe: plan.DescribeKind, Condition: plan.CondCertificateRotationInProgress,
 		Undo: plan.KindCARotationRollback, UndoApplies: func(p *plan.Plan) bool { return p.State != plan.Done },
 		Rollback: func(ctx context.Context, c *cluster.Cluster, _ plan.UndoOptions) (*plan.Plan, error) {
 			return Rollback(ctx, c)

@@ -103,8 +103,14 @@ func NewRollbackPlan(c *cluster.Cluster, of *plan.Plan, now time.Time) (*plan.Pl
 	if err := RollbackOf(of); err != nil {
 		return nil, err
 	}
-	p := &plan.Plan{ID: plan.NewID(plan.KindCARotationRollback, now), Kind: plan.KindCARotationRollback, Strategy: "phased",
+	p := &plan.Plan{ID: plan.NewID(plan.KindCARotationRollback, now), Kind: plan.KindCARotationRollback,
 		State: plan.Pending, CreatedAt: now.UTC(), Of: of.ID, HealthTimeoutSeconds: of.HealthTimeoutSeconds}
+	// The CA the rollback goes back to: the one the rotation replaced.
+	if v, err := PayloadOf(of); err == nil && v.OldCA != "" {
+		if err := plan.SetPayload(p, v); err != nil {
+			return nil, err
+		}
+	}
 	add := func(kind, desc string) {
 		p.Steps = append(p.Steps, plan.Step{Index: len(p.Steps), Kind: kind, Description: desc, State: plan.Pending})
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/etcd-steward/steward/internal/filelock"
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/hostset"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
@@ -44,7 +45,7 @@ func RenewHosts(ctx context.Context, c *cluster.Cluster, names []string, force b
 	if c.Spec.TLS.Disabled {
 		return nil, errors.New("renew host certificates: TLS is off in the spec")
 	}
-	hosts := remoteHosts(c)
+	hosts := hostset.Remote(c.Spec)
 	if len(hosts) == 0 {
 		return nil, nil
 	}
@@ -107,31 +108,18 @@ func hostLeafCN(c *cluster.Cluster, agent, leaf string) string {
 // installs), or skip when it needs none.
 type hostSigner func(cur *x509.Certificate, chain []*x509.Certificate, now time.Time) (certPEM []byte, skip bool, err error)
 
-// renewHosts runs renewHost on every host in turn (until ctx ends) and
-// joins the failures, each naming its host.
-func renewHosts(ctx context.Context, c *cluster.Cluster, hosts []spec.Agent, leaves []string, sign hostSigner, settle bool, timeout time.Duration) ([]pki.Renewal, error) {
-	var out []pki.Renewal
-	err := eachHost(ctx, hosts, func(h spec.Agent) error {
-		rs, err := renewHost(ctx, c, h, leaves, sign, settle, timeout)
-		out = append(out, rs...)
-		return err
+// renewHosts runs renewHost on every host in turn (one at a time, in the
+// spec's order, until ctx ends: hostset.Each) and joins the failures, each
+// naming its host.
+func renewHosts(ctx context.Context, c *cluster.Cluster, hosts hostset.Hosts, leaves []string, sign hostSigner, settle bool, timeout time.Duration) ([]pki.Renewal, error) {
+	rs := hostset.Each(ctx, hosts, hostset.Options{Limit: 1}, func(ctx context.Context, h spec.Agent) ([]pki.Renewal, error) {
+		return renewHost(ctx, c, h, leaves, sign, settle, timeout)
 	})
-	return out, err
-}
-
-// eachHost runs fn on every host in turn, until ctx ends, and joins the
-// failures, each prefixed with its host's name.
-func eachHost(ctx context.Context, hosts []spec.Agent, fn func(spec.Agent) error) error {
-	var errs []error
-	for _, h := range hosts {
-		if err := fn(h); err != nil {
-			errs = append(errs, fmt.Errorf("host %s: %w", h.Name, err))
-		}
-		if ctx.Err() != nil {
-			break
-		}
+	var out []pki.Renewal
+	for _, r := range rs {
+		out = append(out, r.Value...)
 	}
-	return errors.Join(errs...)
+	return out, hostset.Join(rs, "")
 }
 
 // renewHost reissues the leaves of one host with sign (RenewHosts: the

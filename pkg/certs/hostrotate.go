@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/hostset"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/spec"
 	"github.com/etcd-steward/steward/pkg/status"
@@ -20,17 +21,6 @@ import (
 // holds the certificate lock (Lock) and has done the same work
 // in this machine's certificate directory first.
 
-// remoteHosts returns the spec's agents on joined hosts.
-func remoteHosts(c *cluster.Cluster) []spec.Agent {
-	var hosts []spec.Agent
-	for _, a := range c.Spec.Agents {
-		if a.Remote() {
-			hosts = append(hosts, a)
-		}
-	}
-	return hosts
-}
-
 // PushTrustBundle hands this machine's trust bundle (ca.crt: during a CA
 // rotation old + new, then new alone) to every joined host's agent (PUT
 // /v1/ca), which checks it against the host's leaves and the coordinator's
@@ -39,7 +29,7 @@ func remoteHosts(c *cluster.Cluster) []spec.Agent {
 // tried; those that fail (unreachable: each call waits at most 10 s; a
 // refusal) are returned in the joined error, each naming its host.
 func PushTrustBundle(ctx context.Context, c *cluster.Cluster) error {
-	hosts := remoteHosts(c)
+	hosts := hostset.Remote(c.Spec)
 	if len(hosts) == 0 {
 		return nil
 	}
@@ -50,7 +40,7 @@ func PushTrustBundle(ctx context.Context, c *cluster.Cluster) error {
 	if err != nil {
 		return fmt.Errorf("push the trust bundle: %w", err)
 	}
-	return eachHost(ctx, hosts, func(h spec.Agent) error {
+	return hostset.Do(ctx, hosts, hostset.Options{Limit: 1}, func(ctx context.Context, h spec.Agent) error {
 		ac, err := c.Agent(h.Name)
 		if err != nil {
 			return err
@@ -79,7 +69,7 @@ func PushTrustBundle(ctx context.Context, c *cluster.Cluster) error {
 // previous copy, if a crash left one, dropped once it is served. Every host is
 // tried; the failures are joined, each naming its host.
 func RotateHostLeaves(ctx context.Context, c *cluster.Cluster, timeout time.Duration) ([]pki.Renewal, error) {
-	hosts := remoteHosts(c)
+	hosts := hostset.Remote(c.Spec)
 	if len(hosts) == 0 {
 		return nil, nil
 	}
@@ -105,7 +95,7 @@ func RotateHostLeaves(ctx context.Context, c *cluster.Cluster, timeout time.Dura
 // its previous copy, if a crash left one, dropped once it is served. Every
 // host is tried; the failures are joined, each naming its host.
 func RollbackHostLeaves(ctx context.Context, c *cluster.Cluster, timeout time.Duration) ([]pki.Renewal, error) {
-	hosts := remoteHosts(c)
+	hosts := hostset.Remote(c.Spec)
 	if len(hosts) == 0 {
 		return nil, nil
 	}
@@ -131,7 +121,7 @@ func RollbackHostLeaves(ctx context.Context, c *cluster.Cluster, timeout time.Du
 // dropped. Every host is tried; the failures are joined, each naming its
 // host.
 func RetireHostCross(ctx context.Context, c *cluster.Cluster, timeout time.Duration) ([]pki.Renewal, error) {
-	hosts := remoteHosts(c)
+	hosts := hostset.Remote(c.Spec)
 	if len(hosts) == 0 {
 		return nil, nil
 	}

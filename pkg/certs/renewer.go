@@ -5,11 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/etcd-steward/steward/internal/atomicfile"
@@ -17,6 +15,7 @@ import (
 	"github.com/etcd-steward/steward/internal/filelock"
 	"github.com/etcd-steward/steward/internal/proc"
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/daemon"
 	"github.com/etcd-steward/steward/pkg/status"
 )
 
@@ -69,50 +68,23 @@ func EnsureRenewer(ctx context.Context, c *cluster.Cluster, exe string) (started
 	if rs, err := status.Renewal(c, time.Now()); err == nil && rs.PID != 0 && rs.StoppedAt.IsZero() && !proc.Alive(rs.PID) {
 		c.Progress.Say("the certificate renewal process (pid %d) is gone (last heartbeat %s): starting it again", rs.PID, rs.Heartbeat.Local().Format(time.RFC3339))
 	}
-	if exe == "" {
-		if exe, err = os.Executable(); err != nil {
-			return false, err
-		}
-	}
-	for _, d := range []string{"logs", "run"} {
-		if err := os.MkdirAll(filepath.Join(c.Dir, d), 0o700); err != nil {
-			return false, err
-		}
-	}
 	logPath := filepath.Join(c.Dir, "logs", "certrenew.log")
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	// It refuses bad input at once (an unreadable spec, ...): Start gives
+	// it a moment to do so, and reports it instead of a process that is
+	// gone.
+	pid, err := daemon.Start(ctx, daemon.Daemon{
+		Name: "certificate renewal",
+		Exe:  exe,
+		Args: []string{"certs", "renew", "--watch", "--dir", c.Dir},
+		// No secrets: it needs only the directory (the CA key is read there).
+		Env:     childenv.Agent(),
+		Dir:     c.Dir,
+		Log:     logPath,
+		PIDFile: filepath.Join(c.Dir, "run", RenewerPIDFile),
+		Settle:  500 * time.Millisecond,
+	})
 	if err != nil {
-		return false, err
-	}
-	defer logf.Close()
-	cmd := exec.Command(exe, "certs", "renew", "--watch", "--dir", c.Dir)
-	// No secrets: it needs only the directory (the CA key is read there).
-	cmd.Env = childenv.Agent()
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Dir = c.Dir
-	// A session of its own: it outlives the `steward up` that started it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		return false, fmt.Errorf("start certificate renewal: %w", err)
-	}
-	pid := cmd.Process.Pid
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	if err := atomicfile.WriteFile(filepath.Join(c.Dir, "run", RenewerPIDFile), []byte(strconv.Itoa(pid)+"\n"), 0o600); err != nil {
-		_ = cmd.Process.Kill()
-		return false, fmt.Errorf("write the certificate renewal's pid file: %w", err)
-	}
-	// It refuses bad input at once (an unreadable spec, ...): give it a
-	// moment to do so, and report it instead of a process that is gone.
-	t := time.NewTimer(500 * time.Millisecond)
-	defer t.Stop()
-	select {
-	case err := <-exited:
-		_ = os.Remove(filepath.Join(c.Dir, "run", RenewerPIDFile))
-		return false, fmt.Errorf("certificate renewal exited at start (%v): %s", err, proc.LogTail(logPath, 3))
-	case <-ctx.Done():
-		return true, ctx.Err()
-	case <-t.C:
+		return pid != 0, err
 	}
 	c.Progress.Say("started certificate renewal of the hosts (pid %d, log %s)", pid, logPath)
 	return true, nil

@@ -11,6 +11,8 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/binaries"
+	"github.com/etcd-steward/steward/pkg/hostset"
+	"github.com/etcd-steward/steward/pkg/spec"
 )
 
 // PushOptions configure PushBinary.
@@ -80,15 +82,10 @@ var (
 // pushParallel bounds the hosts pushed to at once.
 const pushParallel = 4
 
-// RemoteAgents returns the names of the spec's agents on other hosts.
+// RemoteAgents returns the names of the spec's agents on other hosts
+// (hostset.Remote's names).
 func (c *Cluster) RemoteAgents() []string {
-	var out []string
-	for _, a := range c.Spec.Agents {
-		if a.Remote() {
-			out = append(out, a.Name)
-		}
-	}
-	return out
+	return hostset.Remote(c.Spec).Names()
 }
 
 // PushBinary makes etcd version of the local store available on other
@@ -126,39 +123,37 @@ func (c *Cluster) PushBinary(ctx context.Context, version string, opt PushOption
 		return res, fmt.Errorf("etcd %s was pushed to no host: %w", v, err)
 	}
 
-	c.Progress.Say("pushing etcd %s from %s to %d host(s): %s", v, store.Dir, len(hosts), strings.Join(hosts, ", "))
-	res.Hosts = make([]HostPush, len(hosts))
+	c.Progress.Say("pushing etcd %s from %s to %d host(s): %s", v, store.Dir, len(hosts), strings.Join(hosts.Names(), ", "))
 	var mu sync.Mutex // serialises progress lines
-	sem := make(chan struct{}, pushParallel)
-	var wg sync.WaitGroup
-	for i, name := range hosts {
-		a, _ := c.Spec.Agent(name)
-		res.Hosts[i] = HostPush{Host: name, Address: a.Host, Endpoint: a.Endpoint()}
-		wg.Add(1)
-		go func(hp *HostPush) {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			start := time.Now()
-			out, err := c.pushOne(ctx, hp.Host, store, v, opt.Timeout, opt.Replace)
-			hp.Duration = time.Since(start)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err != nil:
-				hp.Result, hp.Error = PushFailed, err.Error()
-				c.Progress.Say("host %s (%s): etcd %s not pushed: %v", hp.Host, hp.Address, v, err)
-			case out.Result == PushPresent:
-				hp.Result, hp.Binary = PushPresent, out.Binary
-				c.Progress.Say("host %s (%s): etcd %s already there (same sha256, verified): %s", hp.Host, hp.Address, v, out.Binary)
-			default:
-				hp.Result, hp.Binary = PushInstalled, out.Binary
-				c.Progress.Say("host %s (%s): etcd %s installed and verified (%s) in %s: %s",
-					hp.Host, hp.Address, v, strings.Join(out.Tools, ", "), hp.Duration.Round(time.Millisecond), out.Binary)
-			}
-		}(&res.Hosts[i])
+	rs := hostset.Each(ctx, hosts, hostset.Options{Limit: pushParallel}, func(ctx context.Context, a spec.Agent) (HostPush, error) {
+		hp := HostPush{Host: a.Name, Address: a.Host, Endpoint: a.Endpoint()}
+		start := time.Now()
+		out, err := c.pushOne(ctx, a.Name, store, v, opt.Timeout, opt.Replace)
+		hp.Duration = time.Since(start)
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err != nil:
+			hp.Result, hp.Error = PushFailed, err.Error()
+			c.Progress.Say("host %s (%s): etcd %s not pushed: %v", hp.Host, hp.Address, v, err)
+		case out.Result == PushPresent:
+			hp.Result, hp.Binary = PushPresent, out.Binary
+			c.Progress.Say("host %s (%s): etcd %s already there (same sha256, verified): %s", hp.Host, hp.Address, v, out.Binary)
+		default:
+			hp.Result, hp.Binary = PushInstalled, out.Binary
+			c.Progress.Say("host %s (%s): etcd %s installed and verified (%s) in %s: %s",
+				hp.Host, hp.Address, v, strings.Join(out.Tools, ", "), hp.Duration.Round(time.Millisecond), out.Binary)
+		}
+		return hp, nil
+	})
+	res.Hosts = make([]HostPush, len(rs))
+	for i, r := range rs {
+		res.Hosts[i] = r.Value
+		if r.Err != nil {
+			// Never called: the context ended before its turn.
+			res.Hosts[i] = HostPush{Host: r.Host.Name, Address: r.Host.Host, Endpoint: r.Host.Endpoint(), Result: PushFailed, Error: r.Err.Error()}
+		}
 	}
-	wg.Wait()
 
 	var failed []string
 	for _, h := range res.Hosts {
@@ -189,8 +184,8 @@ func (c *Cluster) pushOne(ctx context.Context, host string, store *binaries.Stor
 
 // pushHosts returns the hosts to push to: those named (checked against the
 // spec, each once, in the spec's order), else every agent on another host.
-func (c *Cluster) pushHosts(named []string) ([]string, error) {
-	remote := c.RemoteAgents()
+func (c *Cluster) pushHosts(named []string) (hostset.Hosts, error) {
+	remote := hostset.Remote(c.Spec)
 	if len(remote) == 0 {
 		return nil, fmt.Errorf("%w: every agent of %s runs on this machine, and its members run from this machine's store", ErrNoHosts, c.SpecPath())
 	}
@@ -198,19 +193,13 @@ func (c *Cluster) pushHosts(named []string) ([]string, error) {
 		return remote, nil
 	}
 	for _, n := range named {
-		if slices.Contains(remote, n) {
+		if slices.Contains(remote.Names(), n) {
 			continue
 		}
 		if _, ok := c.Spec.Agent(n); ok {
-			return nil, fmt.Errorf("agent %s runs on this machine: its members run from this machine's store (hosts: %v)", n, remote)
+			return nil, fmt.Errorf("agent %s runs on this machine: its members run from this machine's store (hosts: %v)", n, remote.Names())
 		}
-		return nil, fmt.Errorf("host %q is not in %s (hosts: %v)", n, c.SpecPath(), remote)
+		return nil, fmt.Errorf("host %q is not in %s (hosts: %v)", n, c.SpecPath(), remote.Names())
 	}
-	var out []string
-	for _, r := range remote {
-		if slices.Contains(named, r) {
-			out = append(out, r)
-		}
-	}
-	return out, nil
+	return remote.Filter(func(a spec.Agent) bool { return slices.Contains(named, a.Name) }), nil
 }

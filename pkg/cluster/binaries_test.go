@@ -37,7 +37,7 @@ func TestPushHosts(t *testing.T) {
 			}
 			continue
 		}
-		if err != nil || !slices.Equal(got, tc.want) {
+		if err != nil || !slices.Equal(got.Names(), tc.want) {
 			t.Errorf("pushHosts(%v) = %v, %v; want %v", tc.named, got, err, tc.want)
 		}
 	}

@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/binaries"
+	"github.com/etcd-steward/steward/pkg/hostset"
+	"github.com/etcd-steward/steward/pkg/spec"
 )
 
 // Binaries kept in step across hosts: a status asks every agent on another
@@ -57,53 +58,44 @@ func (h HostBinaries) Summary() string {
 // status, pkg/status). It returns nil when there is no such agent, or this
 // machine may not ask them.
 func (c *Cluster) CompareHostBinaries(ctx context.Context) map[string]*HostBinaries {
-	remote := c.RemoteAgents()
+	remote := hostset.Remote(c.Spec)
 	if len(remote) == 0 || !c.Admin() {
 		return nil
 	}
-	out := make(map[string]*HostBinaries, len(remote))
 	local, lerr := binaries.Open(c.Spec.BinaryStoreDir(c.Dir)).Stored()
 	var required []string
 	if v := c.Spec.Version; v != "" && v != binaries.EmbeddedVersion() {
 		required = []string{v}
 	}
-	var mu sync.Mutex // guards out
-	var wg sync.WaitGroup
-	for _, name := range remote {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			hb := &HostBinaries{State: BinariesUnknown}
-			ac, err := c.Agent(name)
-			var l agentapi.BinaryList
-			if err == nil {
-				actx, cancel := context.WithTimeout(ctx, ProbeTimeout)
-				l, err = ac.ListBinaries(actx)
-				cancel()
+	rs := hostset.Each(ctx, remote, hostset.Options{Timeout: ProbeTimeout}, func(ctx context.Context, a spec.Agent) (agentapi.BinaryList, error) {
+		ac, err := c.Agent(a.Name)
+		if err != nil {
+			return agentapi.BinaryList{}, err
+		}
+		return ac.ListBinaries(ctx)
+	})
+	out := make(map[string]*HostBinaries, len(remote))
+	for _, r := range rs {
+		hb := &HostBinaries{State: BinariesUnknown}
+		switch err := r.Err; {
+		case lerr != nil:
+			hb.Error = "this machine's binary store: " + lerr.Error()
+		case errors.Is(err, agentapi.ErrNotServed):
+			hb.Error = "the agent does not list its binaries (an older steward)"
+		case err != nil:
+			hb.Error = ShortErr(err)
+			var ue *agentapi.UnreachableError
+			if errors.As(err, &ue) {
+				hb.Error = ue.Short()
 			}
-			switch {
-			case lerr != nil:
-				hb.Error = "this machine's binary store: " + lerr.Error()
-			case errors.Is(err, agentapi.ErrNotServed):
-				hb.Error = "the agent does not list its binaries (an older steward)"
-			case err != nil:
-				hb.Error = ShortErr(err)
-				var ue *agentapi.UnreachableError
-				if errors.As(err, &ue) {
-					hb.Error = ue.Short()
-				}
-			default:
-				hb.StoreDiff = binaries.CompareStores(local, required, l.Versions)
-				hb.State = BinariesInStep
-				if !hb.InStep() {
-					hb.State = BinariesDiffer
-				}
+		default:
+			hb.StoreDiff = binaries.CompareStores(local, required, r.Value.Versions)
+			hb.State = BinariesInStep
+			if !hb.InStep() {
+				hb.State = BinariesDiffer
 			}
-			mu.Lock()
-			out[name] = hb
-			mu.Unlock()
-		}()
+		}
+		out[r.Host.Name] = hb
 	}
-	wg.Wait()
 	return out
 }

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/etcd-steward/steward/pkg/refusal"
 )
@@ -26,25 +27,31 @@ func (c *Cluster) RequireProcessControl(what string) error {
 // ErrOperatorCerts is the Kind of the refusal to issue, renew or rotate
 // certificates of a cluster whose certificates are the operator's: an
 // attached cluster, its members adopted or not (adopt keeps each member's
-// own certificate files).
-var ErrOperatorCerts = errors.New("the cluster's certificates are the operator's")
+// own certificate files). ErrOperatorCertsAdopted is its kind when every
+// member is adopted, so Steward could take the CA over (errors.Is
+// ErrOperatorCerts holds for both).
+var (
+	ErrOperatorCerts        = errors.New("the cluster's certificates are the operator's")
+	ErrOperatorCertsAdopted = fmt.Errorf("%w, every member adopted", ErrOperatorCerts)
+)
 
 // RequireOwnCerts refuses what (a renewal, a client certificate, a CA
 // rotation) on a cluster whose members and clients use the operator's
 // certificates: Steward holds no key of their CA, and a certificate it
 // issued from its own would be trusted by none of them. It returns nil
-// once Steward took over issuing them (`steward certs take-over`, package
-// adopt): the cluster then runs on Steward's certificate directory.
+// once Steward took over issuing them (the certificate take-over, package
+// adopt): the cluster then runs on Steward's certificate directory. The
+// command adds what the operator can do (cli.LibraryAdvice).
 func (c *Cluster) RequireOwnCerts(what string) error {
 	if !c.Spec.OperatorCerts() {
 		return nil
 	}
-	hint := "renew them with that CA (`steward certs list` shows their expiry, and status warns before they expire)"
+	kind := ErrOperatorCerts
 	if c.Spec.AllAdopted() {
-		hint += ", or hand Steward that CA's certificate and key (`steward certs take-over`)"
+		kind = ErrOperatorCertsAdopted
 	}
-	return &refusal.Refusal{Kind: ErrOperatorCerts, Msg: "cannot " + what + ": the certificates of cluster " + c.Spec.Name +
-		" are the operator's (it was attached): Steward does not hold their CA's key; " + hint}
+	return &refusal.Refusal{Kind: kind, Msg: "cannot " + what + ": the certificates of cluster " + c.Spec.Name +
+		" are the operator's (it was attached): Steward does not hold their CA's key"}
 }
 
 // clientFiles are the CA, client certificate and key Steward dials etcd

@@ -133,8 +133,8 @@ func TestTakenOver(t *testing.T) {
 	if ents, _ := os.ReadDir(c.CertDir()); len(ents) > 0 {
 		t.Errorf("EnsureCerts wrote %d files into %s; want none", len(ents), c.CertDir())
 	}
-	if err := c.RequireOwnCerts("renew"); !errors.Is(err, ErrOperatorCerts) || !strings.Contains(err.Error(), "`steward certs take-over`") {
-		t.Errorf("fully adopted, the operator's certificates: %v; want a refusal naming the take-over", err)
+	if err := c.RequireOwnCerts("renew"); !errors.Is(err, ErrOperatorCertsAdopted) {
+		t.Errorf("fully adopted, the operator's certificates: %v; want a refusal of kind ErrOperatorCertsAdopted (the command names the take-over)", err)
 	}
 
 	c.Spec.External.CAFile, c.Spec.External.CertFile, c.Spec.External.KeyFile = "", "", ""

@@ -9,13 +9,13 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"sigs.k8s.io/yaml"
 
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/backup"
+	"github.com/etcd-steward/steward/pkg/hostset"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
@@ -77,23 +77,14 @@ func (c *Cluster) PushSpec(ctx context.Context) error {
 		return fmt.Errorf("hand the spec to the hosts: cluster backup key: %w", err)
 	}
 	f.BackupAuthKey = string(ak)
-	var (
-		mu   sync.Mutex
-		errs []error
-	)
-	c.eachRemoteAgent(func(a spec.Agent, ac *agentapi.Client, err error) {
-		if err == nil {
-			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			err = oldAgentS3CA(ac.PutCluster(pctx, f))
-			cancel()
-		}
+	rs := hostset.Each(ctx, hostset.Remote(c.Spec), hostset.Options{Timeout: 10 * time.Second}, func(ctx context.Context, a spec.Agent) (struct{}, error) {
+		ac, err := c.Agent(a.Name)
 		if err != nil {
-			mu.Lock()
-			errs = append(errs, fmt.Errorf("hand the spec to host %s: %w", a.Name, err))
-			mu.Unlock()
+			return struct{}{}, err
 		}
+		return struct{}{}, oldAgentS3CA(ac.PutCluster(ctx, f))
 	})
-	return errors.Join(append(errs, copyErr)...)
+	return errors.Join(hostset.Join(rs, "hand the spec to "), copyErr)
 }
 
 // oldAgentS3CA names the cause when an agent that predates the S3 CA
@@ -130,45 +121,22 @@ func (c *Cluster) LoopStatuses(ctx context.Context) []backup.LoopStatus {
 	if !c.Spec.MultiHost() || !c.Admin() {
 		return out
 	}
-	var mu sync.Mutex
-	c.eachRemoteAgent(func(a spec.Agent, ac *agentapi.Client, err error) {
+	rs := hostset.Each(ctx, hostset.Remote(c.Spec), hostset.Options{Timeout: ProbeTimeout}, func(ctx context.Context, a spec.Agent) ([]json.RawMessage, error) {
+		ac, err := c.Agent(a.Name)
 		if err != nil {
-			return
+			return nil, err
 		}
-		actx, cancel := context.WithTimeout(ctx, ProbeTimeout)
-		defer cancel()
-		raws, err := ac.BackupStatuses(actx)
-		if err != nil {
-			return
-		}
-		for _, r := range raws {
+		return ac.BackupStatuses(ctx)
+	})
+	for _, r := range rs {
+		for _, raw := range r.Value {
 			var s backup.LoopStatus
-			if json.Unmarshal(r, &s) == nil {
-				mu.Lock()
+			if json.Unmarshal(raw, &s) == nil {
 				out = append(out, s)
-				mu.Unlock()
 			}
 		}
-	})
-	return out
-}
-
-// eachRemoteAgent calls f for every agent on another host at once, with
-// its client (or the error making one), and returns when all returned.
-func (c *Cluster) eachRemoteAgent(f func(a spec.Agent, ac *agentapi.Client, err error)) {
-	var wg sync.WaitGroup
-	for _, a := range c.Spec.Agents {
-		if !a.Remote() {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ac, err := c.Agent(a.Name)
-			f(a, ac, err)
-		}()
 	}
-	wg.Wait()
+	return out
 }
 
 // ErrAgentCannot means a host's agent cannot do what the spec asks of it
@@ -190,28 +158,21 @@ func (c *Cluster) CheckAgentsCan(ctx context.Context, prev, s *spec.Cluster) err
 	if len(ask) == 0 {
 		return nil
 	}
-	cs := *s
-	cs.Agents = ask
-	sc := &Cluster{Dir: c.Dir, Spec: &cs}
-	var (
-		mu   sync.Mutex
-		errs []string
-	)
-	sc.eachRemoteAgent(func(a spec.Agent, ac *agentapi.Client, err error) {
-		var info agentapi.AgentInfo
-		if err == nil {
-			ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			info, err = ac.Info(ictx)
-			cancel()
+	// The agents are s's (some may be new): their clients are made from it.
+	sc := &Cluster{Dir: c.Dir, Spec: s}
+	rs := hostset.Each(ctx, ask, hostset.Options{Timeout: 5 * time.Second}, func(ctx context.Context, a spec.Agent) (agentapi.AgentInfo, error) {
+		ac, err := sc.Agent(a.Name)
+		if err != nil {
+			return agentapi.AgentInfo{}, err
 		}
-		msg := autoRecoveryCannot(a, info, err)
-		if msg == "" {
-			return
-		}
-		mu.Lock()
-		errs = append(errs, msg)
-		mu.Unlock()
+		return ac.Info(ctx)
 	})
+	var errs []string
+	for _, r := range rs {
+		if msg := autoRecoveryCannot(r.Host, r.Value, r.Err); msg != "" {
+			errs = append(errs, msg)
+		}
+	}
 	if len(errs) == 0 {
 		return nil
 	}
@@ -224,15 +185,12 @@ func (c *Cluster) CheckAgentsCan(ctx context.Context, prev, s *spec.Cluster) err
 // none unless s is a multi-host spec with recovery.mode auto; every one
 // when prev's mode was not auto; else those prev did not have (by name,
 // host and port: an agent moved to another host is a new one).
-func agentsToAsk(prev, s *spec.Cluster) []spec.Agent {
+func agentsToAsk(prev, s *spec.Cluster) hostset.Hosts {
 	if s == nil || !s.MultiHost() || s.Recovery.Mode != "auto" {
 		return nil
 	}
-	var ask []spec.Agent
-	for _, a := range s.Agents {
-		if !a.Remote() {
-			continue
-		}
+	var ask hostset.Hosts
+	for _, a := range hostset.Remote(s) {
 		if prev != nil && prev.Recovery.Mode == "auto" && slices.ContainsFunc(prev.Agents, func(p spec.Agent) bool {
 			return p.Name == a.Name && p.Host == a.Host && p.Port == a.Port
 		}) {

@@ -57,6 +57,17 @@ const prefix = "coordinator/"
 // ErrSuperseded: another coordinator took over with a higher generation.
 var ErrSuperseded = errors.New("another coordinator took over")
 
+// SupersededError is the ErrSuperseded of a directory whose generation is
+// Mine (0: it never took over); the command adds how to take over again
+// (cli.LibraryAdvice).
+type SupersededError struct {
+	Mine int64
+	Err  error
+}
+
+func (e *SupersededError) Error() string { return e.Err.Error() }
+func (e *SupersededError) Unwrap() error { return e.Err }
+
 // ErrBadSignature: an object in the store is not signed by the admin key.
 var ErrBadSignature = errors.New("not signed by this cluster's admin key")
 
@@ -212,11 +223,11 @@ func (c *Coordinator) generation(ctx context.Context) (int64, error) {
 	}
 	switch {
 	case cur.Generation > mine && mine == 0:
-		return 0, fmt.Errorf("%w: generation %d is coordinated from %s:%s since %s; this directory never took over (`steward takeover`)",
-			ErrSuperseded, cur.Generation, cur.Host, cur.Dir, cur.Since.Format(time.RFC3339))
+		return 0, &SupersededError{Err: fmt.Errorf("%w: generation %d is coordinated from %s:%s since %s; this directory never took over",
+			ErrSuperseded, cur.Generation, cur.Host, cur.Dir, cur.Since.Format(time.RFC3339))}
 	case cur.Generation > mine:
-		return 0, fmt.Errorf("%w: generation %d is coordinated from %s:%s since %s, this directory holds generation %d; its plans are stale and it acts no more (`steward takeover` here takes over again)",
-			ErrSuperseded, cur.Generation, cur.Host, cur.Dir, cur.Since.Format(time.RFC3339), mine)
+		return 0, &SupersededError{Mine: mine, Err: fmt.Errorf("%w: generation %d is coordinated from %s:%s since %s, this directory holds generation %d; its plans are stale and it acts no more",
+			ErrSuperseded, cur.Generation, cur.Host, cur.Dir, cur.Since.Format(time.RFC3339), mine)}
 	case mine == 0:
 		if err := c.claim(ctx, 1); err != nil {
 			return 0, err

@@ -603,6 +603,17 @@ func ServeClients(ctx context.Context, c *cluster.Cluster, m spec.Member) error 
 	return status.WaitMemberHealthy(ctx, c, m.Name, time.Minute)
 }
 
+// UnfinishedError: a member's rejoin (Replace, Rejoin) stopped after it
+// had begun; every step can be re-run, so replacing Member again
+// continues it (the command says how: cli.LibraryAdvice).
+type UnfinishedError struct {
+	Member string
+	Err    error
+}
+
+func (e *UnfinishedError) Error() string { return e.Err.Error() }
+func (e *UnfinishedError) Unwrap() error { return e.Err }
+
 func rejoin(ctx context.Context, c *cluster.Cluster, cli *clientv3.Client, ac memberrt.Runtime, m spec.Member, timeout time.Duration, stayPrivate bool) error {
 	name := m.Name
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -638,7 +649,7 @@ func rejoin(ctx context.Context, c *cluster.Cluster, cli *clientv3.Client, ac me
 	if learnerID == 0 {
 		resp, err := addLearner(ctx, cli, m.PeerURL)
 		if err != nil {
-			return fmt.Errorf("re-add %s as learner: %w (re-run `steward member replace %s` to continue)", name, err, name)
+			return &UnfinishedError{Member: name, Err: fmt.Errorf("re-add %s as learner: %w", name, err)}
 		}
 		learnerID = resp.Member.ID
 		initial = initialClusterFrom(resp.Members, learnerID, name)
@@ -670,18 +681,18 @@ func rejoin(ctx context.Context, c *cluster.Cluster, cli *clientv3.Client, ac me
 	private := stayPrivate || privateLearner(list.Members, m.PeerURL)
 	learnerURL, err := startLearner(ctx, c, ac, *nm, private)
 	if err != nil {
-		return fmt.Errorf("start member %s: %w (re-run `steward member replace %s` to continue)", name, err, name)
+		return &UnfinishedError{Member: name, Err: fmt.Errorf("start member %s: %w", name, err)}
 	}
 	c.Progress.Say("started %s with an empty data dir; waiting for it to catch up", name)
 	if err := promoteWhenReady(ctx, c, cli, name, learnerURL, learnerID, timeout); err != nil {
-		return fmt.Errorf("%w (re-run `steward member replace %s` to continue)", err, name)
+		return &UnfinishedError{Member: name, Err: err}
 	}
 	if stayPrivate {
 		return nil
 	}
 	if private {
 		if err := serveClients(ctx, c, ac, *nm); err != nil {
-			return fmt.Errorf("%w (re-run `steward member replace %s` to continue)", err, name)
+			return &UnfinishedError{Member: name, Err: err}
 		}
 	}
 	return status.WaitMemberHealthy(ctx, c, name, time.Minute)

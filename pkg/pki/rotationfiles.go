@@ -24,8 +24,9 @@ const (
 )
 
 // ErrRotationInProgress: leaves cannot be renewed or issued while a CA
-// rotation runs (its plan reissues them); the plan is finished first.
-var ErrRotationInProgress = errors.New("a CA rotation is in progress (" + CANextCert + " exists): `steward plan resume` finishes it, then certificates are issued and renewed again")
+// rotation runs (its plan reissues them); the plan is finished first (the
+// command says how: cli.LibraryAdvice).
+var ErrRotationInProgress = errors.New("a CA rotation is in progress (" + CANextCert + " exists)")
 
 // RotationInProgress reports whether dir holds the next CA of a rotation
 // that has not dropped the old one yet.

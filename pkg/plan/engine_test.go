@@ -36,7 +36,7 @@ func (r *recorder) Execute(_ context.Context, p *Plan, s *Step) error {
 func newPlan(t *testing.T, n int) (*Store, *Plan) {
 	t.Helper()
 	st := OpenStore(t.TempDir())
-	p := &Plan{ID: NewID(KindUpgrade, time.Unix(0, 0)), Kind: KindUpgrade, State: Pending, From: "3.5.35", To: "3.6.16"}
+	p := &Plan{ID: NewID(KindUpgrade, time.Unix(0, 0)), Kind: KindUpgrade, State: Pending}
 	for i := range n {
 		p.Steps = append(p.Steps, Step{Index: i, Kind: "k", Description: "step", State: Pending})
 	}
@@ -432,25 +432,5 @@ func TestProgressCountsFromOne(t *testing.T) {
 	}
 	if n := p.Steps[5].Number(); n != 6 {
 		t.Errorf("the last of six steps is number %d", n)
-	}
-}
-
-// TestShowVersionsDowngrade: an upgrade plan to an older version is shown
-// as the downgrade it is (its steps say downgrade; the title said upgrade).
-func TestShowVersionsDowngrade(t *testing.T) {
-	down := &Plan{ID: "u-1", Kind: KindUpgrade, From: "3.6.16", To: "3.5.35", Strategy: "rolling", State: Pending}
-	if got := ShowVersions(down); !strings.HasPrefix(got, "downgrade 3.6.16 -> 3.5.35") {
-		t.Errorf("ShowVersions = %q", got)
-	}
-	if got := DescribeVersions(down); !strings.HasPrefix(got, "downgrade plan u-1") {
-		t.Errorf("DescribeVersions = %q", got)
-	}
-	up := &Plan{ID: "u-2", Kind: KindUpgrade, From: "3.6.16", To: "3.10.0", Strategy: "rolling", State: Pending}
-	if got := ShowVersions(up); !strings.HasPrefix(got, "upgrade 3.6.16 -> 3.10.0") {
-		t.Errorf("ShowVersions = %q", got)
-	}
-	rb := &Plan{ID: "r-1", Kind: KindRollback, From: "3.7.3", To: "3.6.16"}
-	if got := ShowVersions(rb); !strings.HasPrefix(got, "rollback ") {
-		t.Errorf("ShowVersions of a rollback = %q", got)
 	}
 }

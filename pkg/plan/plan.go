@@ -1,7 +1,8 @@
-// Package plan holds upgrade and rollback plans: an ordered list of steps,
-// each with its state, kept in a bbolt database in the Steward directory
-// (never in etcd, which may be down halfway through a step), and the
-// engine that runs them.
+// Package plan holds plans (upgrades, rollbacks, CA rotations, adoptions,
+// ...): an ordered list of steps, each with its state, and what the plan's
+// kind records about it (its payload, payload.go), kept in a bbolt
+// database in the Steward directory (never in etcd, which may be down
+// halfway through a step), and the engine that runs them.
 //
 // Invariants, enforced in Run:
 //   - a step is marked running, and that is synced to disk, before it acts;
@@ -29,7 +30,9 @@
 // plan of the kind (Admit, the one check every plan start makes), how to
 // resume it (its Executor built, Run called), how `steward plan show` and
 // the status condition describe it, which condition reports it, and what
-// `steward rollback` starts for it. The commands and the conditions ask
+// `steward rollback` starts for it. What a kind records about a plan is
+// its payload, of a type the kind's package owns (SetPayload, PayloadOf):
+// the record has no field of any kind. The commands and the conditions ask
 // the registry; none switches on kinds. The registry is generic over the
 // environment plans run in, because this package may not import the
 // cluster handle: pkg/cluster holds the one instance, cluster.PlanKinds.
@@ -37,9 +40,9 @@
 // Adding a plan kind:
 //
 //  1. one package for it (an operation, above pkg/cluster): its Kind
-//     constant, its steps and their Executor, and the function that
-//     builds a plan, admits it (Admit with the kind's Admission), saves
-//     and runs it;
+//     constant, its steps and their Executor, its payload type if it
+//     records one, and the function that builds a plan, admits it (Admit
+//     with the kind's Admission), saves and runs it;
 //  2. in that package, one registration:
 //     func init() { cluster.PlanKinds.Register(plan.KindSpec[*cluster.Cluster]{...}) }
 //  3. one line importing that package in
@@ -48,6 +51,7 @@
 package plan
 
 import (
+	"encoding/json"
 	"fmt"
 	"time"
 )
@@ -92,13 +96,9 @@ const (
 
 // Plan is a persisted sequence of steps.
 type Plan struct {
-	ID   string `json:"id"`
-	Kind Kind   `json:"kind"`
-	// From and To are the cluster's etcd version before and after.
-	From     string `json:"from"`
-	To       string `json:"to"`
-	Strategy string `json:"strategy"`
-	State    State  `json:"state"`
+	ID    string `json:"id"`
+	Kind  Kind   `json:"kind"`
+	State State  `json:"state"`
 	// Error is the reason the plan failed.
 	Error string `json:"error,omitempty"`
 	// AbortRequested asks the running engine to stop after its step.
@@ -117,6 +117,12 @@ type Plan struct {
 	// Values carries facts steps record for later steps (e.g. the ID of
 	// the verified pre-upgrade backup).
 	Values map[string]string `json:"values,omitempty"`
+	// Payload is what the plan's kind records about the whole plan when
+	// it is made, in the kind's own type (an upgrade's versions and
+	// strategy, say): JSON that only the kind's package reads, through
+	// SetPayload and PayloadOf (payload.go). Absent for a kind that
+	// records nothing.
+	Payload json.RawMessage `json:"payload,omitempty"`
 }
 
 // Number is the step's place counted from 1, as every table, progress

@@ -5,9 +5,21 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
+)
+
+// The types of the status conditions that report plans (KindSpec's
+// Condition), in DEP-01's style: each True while a plan of its kinds has
+// work left (running, failed or interrupted), False with the latest plan
+// over or of another condition's kinds.
+const (
+	// CondUpgradeInProgress reports upgrades and their rollbacks.
+	CondUpgradeInProgress = "UpgradeInProgress"
+	// CondCertificateRotationInProgress reports CA rotations, their
+	// rollbacks and certificate take-overs.
+	CondCertificateRotationInProgress = "CertificateRotationInProgress"
+	// CondAdoptionInProgress reports adoptions and their undoing.
+	CondAdoptionInProgress = "AdoptionInProgress"
 )
 
 // KindSpec is what one plan kind tells the registry.
@@ -25,13 +37,18 @@ type KindSpec[E any] struct {
 	// once the plan is done). Required.
 	Resume func(ctx context.Context, env E, id string) error
 	// Show is the summary `steward plan show` prints after "plan ID: "
-	// (nil: ShowVersions).
+	// (nil: ShowState).
 	Show func(p *Plan) string
+	// View is what `steward plan show -o json|yaml` prints of a plan of
+	// this kind (nil: the record, its payload as it is): a kind whose
+	// output had fields before payloads existed keeps them there.
+	View func(p *Plan) any
 	// Describe names the plan in the status condition that reports it
-	// (nil: DescribeVersions).
+	// (nil: DescribeKind).
 	Describe func(p *Plan) string
 	// Condition is the type of the status condition that reports a plan
-	// of this kind. Required.
+	// of this kind (one of the Cond constants, or a new one documented
+	// in docs/status.md). Required.
 	Condition string
 	// Undo is the kind of plan `steward rollback` starts when the latest
 	// plan is of this kind ("": the registry's default undo), when
@@ -147,9 +164,22 @@ func (r *Registry[E]) Show(p *Plan) (string, error) {
 		return "", err
 	}
 	if s.Show == nil {
-		return ShowVersions(p), nil
+		return ShowState(p), nil
 	}
 	return s.Show(p), nil
+}
+
+// View returns what `steward plan show -o json|yaml` prints of p: its
+// kind's View, or the record itself.
+func (r *Registry[E]) View(p *Plan) (any, error) {
+	s, err := r.For(p)
+	if err != nil {
+		return nil, err
+	}
+	if s.View == nil {
+		return p, nil
+	}
+	return s.View(p), nil
 }
 
 // Describe names p in its status condition, and returns the condition's
@@ -158,10 +188,10 @@ func (r *Registry[E]) Show(p *Plan) (string, error) {
 func (r *Registry[E]) Describe(p *Plan) (what, condition string, ok bool) {
 	s := r.kinds[p.Kind]
 	if s == nil {
-		return DescribeVersions(p), "", false
+		return DescribeKind(p), "", false
 	}
 	if s.Describe == nil {
-		return DescribeVersions(p), s.Condition, true
+		return DescribeKind(p), s.Condition, true
 	}
 	return s.Describe(p), s.Condition, true
 }
@@ -204,60 +234,13 @@ func (r *Registry[E]) UndoFor(latest *Plan) (*KindSpec[E], error) {
 	return u, nil
 }
 
-// ShowVersions is the summary `plan show` prints by default: "KIND FROM ->
-// TO, strategy STRATEGY, STATE".
-func ShowVersions(p *Plan) string {
-	return fmt.Sprintf("%s %s -> %s, strategy %s, %s", versionsWord(p), p.From, p.To, p.Strategy, p.State)
-}
-
-// versionsWord is what a plan that changes etcd's version does: its kind,
-// except an upgrade plan to an older version (`upgrade plan --to 3.5.35`
-// on 3.6), which is a downgrade, as its steps say.
-func versionsWord(p *Plan) string {
-	if p.Kind == KindUpgrade && olderVersion(p.To, p.From) {
-		return "downgrade"
-	}
-	return string(p.Kind)
-}
-
-// olderVersion reports whether version a (3.MINOR.PATCH) is older than b;
-// false when either does not parse.
-func olderVersion(a, b string) bool {
-	pa, pb := versionParts(a), versionParts(b)
-	if pa == nil || pb == nil {
-		return false
-	}
-	return slices.Compare(pa, pb) < 0
-}
-
-func versionParts(v string) []int {
-	var out []int
-	for f := range strings.SplitSeq(strings.TrimPrefix(v, "v"), ".") {
-		n, err := strconv.Atoi(f)
-		if err != nil {
-			return nil
-		}
-		out = append(out, n)
-	}
-	return out
-}
-
-// DescribeVersions names a plan that changes etcd's version: "KIND plan ID
-// (etcd FROM to TO)".
-func DescribeVersions(p *Plan) string {
-	return fmt.Sprintf("%s plan %s (etcd %s to %s)", versionsWord(p), p.ID, p.From, p.To)
+// ShowState is the summary `plan show` prints of a kind that gives none:
+// "KIND, STATE".
+func ShowState(p *Plan) string {
+	return fmt.Sprintf("%s, %s", p.Kind, p.State)
 }
 
 // DescribeKind names a plan by its kind and ID alone: "KIND plan ID".
 func DescribeKind(p *Plan) string {
 	return fmt.Sprintf("%s plan %s", p.Kind, p.ID)
-}
-
-// DescribeMember names a plan about one member (its first step's):
-// "KIND plan ID (member NAME)"; DescribeVersions when it has no step.
-func DescribeMember(p *Plan) string {
-	if len(p.Steps) == 0 {
-		return DescribeVersions(p)
-	}
-	return fmt.Sprintf("%s plan %s (member %s)", p.Kind, p.ID, p.Steps[0].Member)
 }

@@ -97,12 +97,12 @@ func TestRegistryResume(t *testing.T) {
 	}
 }
 
-// TestRegistryShow: plan show's summary is the kind's, ShowVersions by
+// TestRegistryShow: plan show's summary is the kind's, ShowState by
 // default; an unknown kind is an error.
 func TestRegistryShow(t *testing.T) {
 	r := testRegistry()
-	p := &Plan{ID: "f-1", Kind: "forth", From: "3.5.0", To: "3.6.0", Strategy: "rolling", State: Running}
-	if got, err := r.Show(p); err != nil || got != "forth 3.5.0 -> 3.6.0, strategy rolling, running" {
+	p := &Plan{ID: "f-1", Kind: "forth", State: Running}
+	if got, err := r.Show(p); err != nil || got != "forth, running" {
 		t.Errorf("Show = %q, %v", got, err)
 	}
 	if got, err := r.Show(&Plan{ID: "t-1", Kind: "turn"}); err != nil || got != "a turn" {
@@ -113,8 +113,27 @@ func TestRegistryShow(t *testing.T) {
 	}
 }
 
-// TestRegistryDescribe: the condition's words and type come from the kind;
-// an unknown kind is reported by versions, without a type.
+// TestRegistryView: plan show -o json prints the record, or what the
+// kind's View makes of it; an unknown kind is an error.
+func TestRegistryView(t *testing.T) {
+	r := testRegistry()
+	p := &Plan{ID: "f-1", Kind: "forth", State: Running}
+	if v, err := r.View(p); err != nil || v != any(p) {
+		t.Errorf("View(forth) = %v, %v; want the record", v, err)
+	}
+	r.Register(KindSpec[*env]{Kind: "viewed", Resume: func(context.Context, *env, string) error { return nil }, Condition: "Moving",
+		View: func(p *Plan) any { return map[string]string{"id": p.ID} }})
+	if v, err := r.View(&Plan{ID: "v-1", Kind: "viewed"}); err != nil || v.(map[string]string)["id"] != "v-1" {
+		t.Errorf("View(viewed) = %v, %v", v, err)
+	}
+	if _, err := r.View(&Plan{ID: "x-1", Kind: "nowhere"}); !errors.Is(err, ErrUnknownKind) {
+		t.Errorf("View(unknown kind) = %v", err)
+	}
+}
+
+// TestRegistryDescribe: the condition's words and type come from the kind
+// (DescribeKind by default); an unknown kind is named by its kind, without
+// a type.
 func TestRegistryDescribe(t *testing.T) {
 	r := testRegistry()
 	for _, tc := range []struct {
@@ -122,22 +141,14 @@ func TestRegistryDescribe(t *testing.T) {
 		what, typ string
 		ok        bool
 	}{
-		{&Plan{ID: "f-1", Kind: "forth", From: "3.5.0", To: "3.6.0"}, "forth plan f-1 (etcd 3.5.0 to 3.6.0)", "Moving", true},
+		{&Plan{ID: "f-1", Kind: "forth"}, "forth plan f-1", "Moving", true},
 		{&Plan{ID: "t-1", Kind: "turn"}, "turn plan t-1", "Turning", true},
-		{&Plan{ID: "x-1", Kind: "nowhere", From: "a", To: "b"}, "nowhere plan x-1 (etcd a to b)", "", false},
+		{&Plan{ID: "x-1", Kind: "nowhere"}, "nowhere plan x-1", "", false},
 	} {
 		what, typ, ok := r.Describe(tc.p)
 		if what != tc.what || typ != tc.typ || ok != tc.ok {
 			t.Errorf("Describe(%s) = %q, %q, %v; want %q, %q, %v", tc.p.ID, what, typ, ok, tc.what, tc.typ, tc.ok)
 		}
-	}
-	m := &Plan{ID: "a-1", Kind: "adopt", From: "3.6.0", To: "3.6.0", Steps: []Step{{Member: "etcd-2"}}}
-	if got := DescribeMember(m); got != "adopt plan a-1 (member etcd-2)" {
-		t.Errorf("DescribeMember = %q", got)
-	}
-	m.Steps = nil
-	if got := DescribeMember(m); got != "adopt plan a-1 (etcd 3.6.0 to 3.6.0)" {
-		t.Errorf("DescribeMember without steps = %q", got)
 	}
 }
 

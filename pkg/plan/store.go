@@ -138,11 +138,11 @@ func (s *Store) List() ([]*Plan, error) {
 			return nil
 		}
 		return pb.ForEach(func(k, v []byte) error {
-			var p Plan
-			if err := json.Unmarshal(v, &p); err != nil {
+			p, err := Parse(v)
+			if err != nil {
 				return fmt.Errorf("plan %s: %w", k, err)
 			}
-			out = append(out, &p)
+			out = append(out, p)
 			return nil
 		})
 	})
@@ -170,11 +170,11 @@ func get(tx *bolt.Tx, id string) (*Plan, error) {
 	if b == nil {
 		return nil, fmt.Errorf("no plan %q", id)
 	}
-	var p Plan
-	if err := json.Unmarshal(b, &p); err != nil {
+	p, err := Parse(b)
+	if err != nil {
 		return nil, fmt.Errorf("plan %s: %w", id, err)
 	}
-	return &p, nil
+	return p, nil
 }
 
 // Lock is held by the one process that runs a plan.

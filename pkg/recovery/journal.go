@@ -13,6 +13,7 @@ import (
 	"github.com/etcd-steward/steward/internal/atomicfile"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/handover"
+	"github.com/etcd-steward/steward/pkg/refusal"
 )
 
 // recoveryJournal records a recovery (from backup, or from a survivor's own
@@ -64,7 +65,7 @@ func readRecoveryJournal(c *cluster.Cluster) (*recoveryJournal, error) {
 	}
 	var j recoveryJournal
 	if err := json.Unmarshal(b, &j); err != nil || j.Seed == "" {
-		return nil, fmt.Errorf("recovery journal %s is unreadable (%v): it records an unfinished recovery; check the cluster with `steward status`, then remove the file and re-run `steward recover`", recoveryJournalPath(c), err)
+		return nil, refusal.New(ErrJournalUnreadable, "recovery journal %s is unreadable (%v): it records an unfinished recovery", recoveryJournalPath(c), err)
 	}
 	return &j, nil
 }

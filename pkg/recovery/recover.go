@@ -21,6 +21,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/memberrt"
 	"github.com/etcd-steward/steward/pkg/membership"
 	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/restore"
 	"github.com/etcd-steward/steward/pkg/spec"
 	"github.com/etcd-steward/steward/pkg/status"
@@ -47,6 +48,28 @@ type Report struct {
 	Replaced []string `json:"replaced,omitempty"`
 	Message  string   `json:"message"`
 }
+
+// RerunError: the recovery stopped part way, and running it again
+// continues it (its journal says where). The command words the advice
+// (cli.LibraryAdvice) from the fields: Before, what to know first; After,
+// what a re-run repeats; Unadded, the members it did not add (each may be
+// replaced instead).
+type RerunError struct {
+	Err           error
+	Before, After string
+	Unadded       []string
+}
+
+func (e *RerunError) Error() string { return e.Err.Error() }
+func (e *RerunError) Unwrap() error { return e.Err }
+
+// ErrPlanOpen: a recovery refused because a plan is open (it stops
+// members on purpose): resume or abort it first.
+var ErrPlanOpen = errors.New("a plan is open")
+
+// ErrJournalUnreadable: the recovery journal cannot be read; it records
+// an unfinished recovery, and nothing is done until it is removed.
+var ErrJournalUnreadable = errors.New("the recovery journal is unreadable")
 
 // ErrStaleJournal: the recovery journal records a rebuild from a
 // survivor's own data (Reseeding) while the cluster is quorate, which that
@@ -114,7 +137,9 @@ func readView(ctx context.Context, c *cluster.Cluster) (*recoveryJournal, *statu
 	return j, st, nil
 }
 
-const quorateMessage = "the cluster is quorate: nothing to recover (replace single members with `steward member replace`)"
+// QuorateMessage is the report's message when the cluster is quorate and
+// nothing was done (the command adds how to replace single members).
+const QuorateMessage = "the cluster is quorate: nothing to recover"
 
 func run(ctx context.Context, c *cluster.Cluster, d runDeps) (Report, error) {
 	rep := Report{Action: "none", DataDirs: []datadir.Finding{}}
@@ -128,7 +153,7 @@ func run(ctx context.Context, c *cluster.Cluster, d runDeps) (Report, error) {
 		return rep, err
 	}
 	if st.Cluster.Quorate && j == nil {
-		rep.Message = quorateMessage
+		rep.Message = QuorateMessage
 		return rep, nil
 	}
 	// One recovery at a time (a manual one and the agent's automatic one
@@ -151,7 +176,7 @@ func run(ctx context.Context, c *cluster.Cluster, d runDeps) (Report, error) {
 		return rep, err
 	}
 	if st.Cluster.Quorate && j == nil {
-		rep.Message = quorateMessage
+		rep.Message = QuorateMessage
 		return rep, nil
 	}
 	// A coordinator another machine took over from changes nothing: the
@@ -332,11 +357,11 @@ func recoverFromSeed(ctx context.Context, c *cluster.Cluster, rep *Report, seed 
 	again := "the restore is repeated"
 	c.Progress.Say("%s: running it alone with --force-new-cluster on a private client port until a write commits", seed.Name)
 	if err := c.RunIsolated(ctx, []string{seed.Name}, c.Spec.VersionOf(seed), cluster.IsolatedOptions{ForceNewCluster: true, Timeout: 2 * time.Minute}); err != nil {
-		return fmt.Errorf("make %s a cluster of one: %w (re-run `steward recover`: %s)", seed.Name, err, again)
+		return &RerunError{Err: fmt.Errorf("make %s a cluster of one: %w", seed.Name, err), After: again}
 	}
 	j := &recoveryJournal{Seed: seed.Name, RestoredFrom: rep.RestoredFrom, SeededAt: time.Now().UTC()}
 	if err := writeRecoveryJournal(ctx, c, j); err != nil {
-		return fmt.Errorf("%s is a cluster of one, but the recovery journal was not written: %w (re-run `steward recover`)", seed.Name, err)
+		return &RerunError{Err: fmt.Errorf("%s is a cluster of one, but the recovery journal was not written: %w", seed.Name, err)}
 	}
 	return finishRecovery(ctx, c, rep, j)
 }
@@ -374,7 +399,7 @@ func finishRecovery(ctx context.Context, c *cluster.Cluster, rep *Report, j *rec
 	if j.FreshBackup == "" {
 		full, err := backupd.Now(ctx, c, backupd.Options{Member: seed.Name})
 		if err != nil {
-			return fmt.Errorf("seed %s serves, but the fresh full snapshot failed: %w (the other members were not added yet: re-run `steward recover`)", seed.Name, err)
+			return &RerunError{Err: fmt.Errorf("seed %s serves, but the fresh full snapshot failed: %w", seed.Name, err), Before: "the other members were not added yet"}
 		}
 		c.Progress.Say("fresh full snapshot %s of the seed (revision %d)", full.ID, full.EndRevision)
 		j.FreshBackup = full.ID
@@ -451,13 +476,13 @@ func finishRecovery(ctx context.Context, c *cluster.Cluster, rep *Report, j *rec
 				continue
 			}
 			if err := membership.ServeClients(ctx, c, mem); err != nil {
-				return fmt.Errorf("the cluster is back (%s), but %s could not move to its client URL %s: %w; re-run `steward recover`", seed.Name, mem.Name, mem.ClientURL, err)
+				return &RerunError{Err: fmt.Errorf("the cluster is back (%s), but %s could not move to its client URL %s: %w", seed.Name, mem.Name, mem.ClientURL, err)}
 			}
 		}
 	}
 	if len(failed) > 0 {
-		return fmt.Errorf("the cluster is back (%s, %s; added %v), but %d members could not be added: %w; once their hosts are fixed, re-run `steward recover` (or `steward member replace NAME` for each of %v)",
-			seed.Name, j.origin(), rep.Added, len(failed), errors.Join(errs...), failed)
+		return &RerunError{Err: fmt.Errorf("the cluster is back (%s, %s; added %v), but %d members could not be added: %w",
+			seed.Name, j.origin(), rep.Added, len(failed), errors.Join(errs...)), Unadded: failed}
 	}
 	if err := removeRecoveryJournal(ctx, c); err != nil {
 		return err
@@ -488,5 +513,5 @@ func recoverLockPath(c *cluster.Cluster) string { return filepath.Join(c.Dir, "r
 // writes). The plan runner's lock and an unreadable plan store do not
 // refuse: recovery is for when things are broken.
 var admitRecovery = plan.Admission{SkipLock: true, IgnoreUnreadable: true, Refuse: func(p *plan.Plan) error {
-	return plan.Refusef(p, "refusing to recover: plan %s is %s and stops members on purpose; resume it (`steward plan resume`) or abort it (`steward plan abort`) first", p.ID, p.State)
+	return refusal.New(ErrPlanOpen, "refusing to recover: plan %s is %s and stops members on purpose", p.ID, p.State)
 }}

@@ -63,7 +63,7 @@ func TestRunRereadsUnderLock(t *testing.T) {
 	c := testCluster(t)
 	f := &fakeViews{t: t, views: []fakeView{{quorate: false}, {quorate: true}}}
 	rep, err := run(t.Context(), c, runDeps{view: f.view})
-	if err != nil || rep.Action != "none" || rep.Message != quorateMessage {
+	if err != nil || rep.Action != "none" || rep.Message != QuorateMessage {
 		t.Fatalf("run = %+v, %v; want nothing done on the quorate view read under the lock", rep, err)
 	}
 	if len(f.locked) != 2 || f.locked[0] || !f.locked[1] {

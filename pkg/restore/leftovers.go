@@ -11,6 +11,7 @@ import (
 	"github.com/etcd-steward/steward/internal/filelock"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/datadir"
+	"github.com/etcd-steward/steward/pkg/hostset"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/progress"
 	"github.com/etcd-steward/steward/pkg/refusal"
@@ -124,21 +125,23 @@ func ListLeftovers(ctx context.Context, c *cluster.Cluster, keep int) (Leftovers
 	for _, k := range ks {
 		out.Copies = append(out.Copies, Leftover{Kept: k})
 	}
-	for _, a := range c.Spec.Agents {
-		if !a.Remote() {
+	rs := hostset.Each(ctx, hostset.Remote(c.Spec), hostset.Options{}, func(ctx context.Context, a spec.Agent) ([]datadir.Kept, error) {
+		ac, err := c.Agent(a.Name)
+		if err != nil {
+			return nil, err
+		}
+		var ks []datadir.Kept
+		err = ac.Kept(ctx, &ks)
+		return ks, err
+	})
+	for _, r := range rs {
+		if r.Err != nil {
+			out.Unlisted = append(out.Unlisted, fmt.Sprintf("host %s: %v", r.Host.Name, r.Err))
 			continue
 		}
-		ac, err := c.Agent(a.Name)
-		if err == nil {
-			var ks []datadir.Kept
-			if err = ac.Kept(ctx, &ks); err == nil {
-				for _, k := range ks {
-					out.Copies = append(out.Copies, Leftover{Kept: k, Host: a.Name})
-				}
-				continue
-			}
+		for _, k := range r.Value {
+			out.Copies = append(out.Copies, Leftover{Kept: k, Host: r.Host.Name})
 		}
-		out.Unlisted = append(out.Unlisted, fmt.Sprintf("host %s: %v", a.Name, err))
 	}
 	sortNewestLast(out.Copies)
 	decide(out.Copies, keep)

@@ -17,6 +17,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/datadir"
+	"github.com/etcd-steward/steward/pkg/hostset"
 	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
@@ -465,19 +466,23 @@ func commitDataDirs(ctx context.Context, c *cluster.Cluster, targets []spec.Memb
 
 // requireStopped refuses (ErrMembersRunning) when any member still runs.
 func requireStopped(ctx context.Context, c *cluster.Cluster) error {
-	for _, a := range c.Spec.Agents {
+	// Every agent at once; the first refusal in the spec's order wins.
+	rs := hostset.Each(ctx, hostset.All(c.Spec), hostset.Options{}, func(ctx context.Context, a spec.Agent) ([]agentapi.MemberStatus, error) {
 		ac, err := c.Agent(a.Name)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		ms, err := ac.Members(ctx)
 		if errors.Is(err, agentapi.ErrUnreachable) {
-			continue
+			return nil, nil
 		}
-		if err != nil {
-			return err
+		return ms, err
+	})
+	for _, r := range rs {
+		if r.Err != nil {
+			return r.Err
 		}
-		for _, m := range ms {
+		for _, m := range r.Value {
 			if m.PID != 0 || m.State == agentapi.StateRunning || m.State == agentapi.StateStarting {
 				return refusal.New(ErrMembersRunning, "refusing to restore while member %s is running: stop the cluster first", m.Name)
 			}

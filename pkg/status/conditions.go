@@ -283,11 +283,11 @@ func Record(c *cluster.Cluster, st *Status, now time.Time) error {
 	return nil
 }
 
-// CondUpgradeInProgress is true while an upgrade, rollback or CA rotation
-// plan has work left: running, failed (waiting for resume or abort) or
+// CondUpgradeInProgress is true while an upgrade or rollback plan has
+// work left: running, failed (waiting for resume or abort) or
 // interrupted. Each plan kind names the condition that reports it
-// (PlanKinds); today every kind names this one.
-const CondUpgradeInProgress = "UpgradeInProgress"
+// (PlanKinds; the types are package plan's Cond constants).
+const CondUpgradeInProgress = plan.CondUpgradeInProgress
 
 // planConditions reports the latest plan's state: one condition per type
 // the plan kinds name (CondUpgradeInProgress first, always there), the

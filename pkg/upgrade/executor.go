@@ -209,7 +209,11 @@ func (e *Executor) needsSnapshot(last, target string) (bool, error) {
 // it is "". When the plan's next version needs it, the members also write
 // a raft snapshot there, recorded as plan values snapshot.MEMBER.
 func (e *Executor) offline(ctx context.Context, p *plan.Plan, s *plan.Step) error {
-	next := p.To
+	v, err := PayloadOf(p)
+	if err != nil {
+		return err
+	}
+	next := v.To
 	if s.Index+1 < len(p.Steps) && p.Steps[s.Index+1].Member == s.Member {
 		next = p.Steps[s.Index+1].Version
 	}
@@ -239,7 +243,11 @@ func (e *Executor) offline(ctx context.Context, p *plan.Plan, s *plan.Step) erro
 // keyspace grafted in. The old dirs are recorded as plan values
 // old-datadir.MEMBER.
 func (e *Executor) replace(ctx context.Context, p *plan.Plan, s *plan.Step) error {
-	o := ReplaceOptions{Version: p.From, Target: s.Version, Timeout: e.timeout()}
+	v, err := PayloadOf(p)
+	if err != nil {
+		return err
+	}
+	o := ReplaceOptions{Version: v.From, Target: s.Version, Timeout: e.timeout()}
 	if base := p.Value("base-backup"); base != "" {
 		o.BaseBackup, o.BaseVersion = base, s.Version
 	}

@@ -5,7 +5,6 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/plan"
-	"github.com/etcd-steward/steward/pkg/status"
 )
 
 // The upgrade and rollback plan kinds (plan.KindSpec). A rollback is what
@@ -13,9 +12,10 @@ import (
 // whose kind names no undo of its own (the registry's default).
 func init() {
 	cluster.PlanKinds.Register(plan.KindSpec[*cluster.Cluster]{Kind: plan.KindUpgrade, Admission: admitUpgrade,
-		Resume: run, Condition: status.CondUpgradeInProgress, Undo: plan.KindRollback})
+		Resume: run, Show: show, View: viewOf, Describe: describe, Condition: plan.CondUpgradeInProgress, Undo: plan.KindRollback})
 	cluster.PlanKinds.Register(plan.KindSpec[*cluster.Cluster]{Kind: plan.KindRollback, Admission: admitRollback,
-		Resume: run, Condition: status.CondUpgradeInProgress, Undo: plan.KindRollback, Rollback: rollback})
+		Resume: run, Show: show, View: viewOf, Describe: describe, Condition: plan.CondUpgradeInProgress,
+		Undo: plan.KindRollback, Rollback: rollback})
 }
 
 // rollback is Rollback with `steward rollback`'s options.

@@ -152,8 +152,11 @@ func build(ctx context.Context, c *cluster.Cluster, st *status.Status, kind plan
 		}
 	}
 	now := time.Now().UTC()
-	p := &plan.Plan{ID: plan.NewID(kind, now), Kind: kind, From: from, To: to, Strategy: strategy,
+	p := &plan.Plan{ID: plan.NewID(kind, now), Kind: kind,
 		State: plan.Pending, CreatedAt: now, Force: o.Force, HealthTimeoutSeconds: int(o.HealthTimeout / time.Second)}
+	if err := plan.SetPayload(p, Payload{From: from, To: to, Strategy: strategy}); err != nil {
+		return nil, err
+	}
 	add := func(s plan.Step) {
 		s.Index, s.State = len(p.Steps), plan.Pending
 		p.Steps = append(p.Steps, s)
@@ -345,9 +348,13 @@ func NewRollback(ctx context.Context, c *cluster.Cluster, o Options) (*plan.Plan
 	if err != nil {
 		return nil, nil, err
 	}
-	o.To = last.From
+	lv, err := PayloadOf(last)
+	if err != nil {
+		return nil, nil, fmt.Errorf("roll back %s: %w", last.ID, err)
+	}
+	o.To = lv.From
 	o.baseBackup = last.Value("backup")
-	p, err := build(ctx, c, st, plan.KindRollback, from, last.From, o, mixed)
+	p, err := build(ctx, c, st, plan.KindRollback, from, lv.From, o, mixed)
 	if err != nil {
 		return nil, nil, fmt.Errorf("roll back %s: %w", last.ID, err)
 	}

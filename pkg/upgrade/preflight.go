@@ -13,6 +13,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/datadir"
+	"github.com/etcd-steward/steward/pkg/hostset"
 	"github.com/etcd-steward/steward/pkg/memberrt"
 	"github.com/etcd-steward/steward/pkg/progress"
 	"github.com/etcd-steward/steward/pkg/refusal"
@@ -143,17 +144,20 @@ func Preflight(ctx context.Context, c *cluster.Cluster, from, to string) ([]Chec
 		// manifests; the embedded version has no stored copy to compare).
 		localSums, _ := store.Sums(h.To)
 		var lacking, differing []string
-		for _, a := range c.Spec.Agents {
-			if !a.Remote() || !c.Spec.Uses(a.Name) {
-				continue
-			}
+		used := hostset.Remote(c.Spec).Filter(func(a spec.Agent) bool { return c.Spec.Uses(a.Name) })
+		checks := hostset.Each(ctx, used, hostset.Options{}, func(ctx context.Context, a spec.Agent) (memberrt.BinaryCheck, error) {
 			ac, err := c.Runtime(a.Name)
-			var bc memberrt.BinaryCheck
-			if err == nil {
-				if bc, err = ac.CheckBinary(ctx, h.To); err == nil && bc.Problem != "" {
-					err = errors.New(bc.Problem)
-				}
+			if err != nil {
+				return memberrt.BinaryCheck{}, err
 			}
+			bc, err := ac.CheckBinary(ctx, h.To)
+			if err == nil && bc.Problem != "" {
+				err = errors.New(bc.Problem)
+			}
+			return bc, err
+		})
+		for _, r := range checks {
+			a, bc, err := r.Host, r.Value, r.Err
 			if err != nil {
 				binProblems = append(binProblems, fmt.Sprintf("host %s: %v", a.Name, err))
 				lacking = append(lacking, a.Name)

@@ -217,6 +217,7 @@ func ReplaceDataDirs(ctx context.Context, c *cluster.Cluster, o ReplaceOptions) 
 	if err := c.SaveSpec(ctx, next); err != nil {
 		return rep, err
 	}
+	crashpoint.Hit(crashpoint.ReplaceSpecSaved)
 	for _, m := range c.Spec.Members {
 		ac, err := c.RuntimeFor(m)
 		if err != nil {

@@ -27,11 +27,15 @@ func Apply(ctx context.Context, c *cluster.Cluster, o Options) (*plan.Plan, erro
 // so a refused plan leaves no trace. The plan's preflight steps run them
 // again when they execute.
 func preflightFirstHop(ctx context.Context, c *cluster.Cluster, p *plan.Plan) error {
+	v, err := PayloadOf(p)
+	if err != nil {
+		return err
+	}
 	for _, s := range p.Steps {
 		if s.Kind != StepPreflight {
 			continue
 		}
-		checks, err := Preflight(ctx, c, p.From, s.Version)
+		checks, err := Preflight(ctx, c, v.From, s.Version)
 		if err != nil {
 			return err
 		}

@@ -115,9 +115,18 @@ func (hs *Hosts) StartAgents() {
 // DIR/logs/agent-NAME.log; it returns once the agent's socket answers. The
 // agent runs until the test that made the host ends (or KillAgent),
 // whichever test tb is. With joinFile empty the agent starts from the
-// identity an earlier join left.
+// identity an earlier join left. An agent started before must be gone
+// (KillAgent, or a crash point it reached): it is waited for, briefly,
+// so that the new one never finds its lock still held.
 func (h *AgentHost) StartAgent(tb testing.TB, joinFile string) {
 	tb.Helper()
+	if h.agent != nil {
+		select {
+		case <-h.agent.Exited():
+		case <-time.After(10 * time.Second):
+			tb.Fatalf("host %s: the agent started before still runs after 10 s: KillAgent it first", h.Name)
+		}
+	}
 	args := []string{"agent", "--dir", h.Dir}
 	if !h.OwnStore {
 		args = append(args, "--binary-store", h.e.Store)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/etcd-steward/steward/internal/crashpoint"
 	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/upgrade"
 )
 
 // LatestPlan returns the latest plan (`steward plan show -o json`), parsed.
@@ -78,9 +79,54 @@ func KillAtEveryStep(t *testing.T, e *Env, args ...string) {
 // three times plus what then added.
 func KillAtEveryStepThen(t *testing.T, e *Env, then func(p *plan.Plan, k int) int, args ...string) {
 	t.Helper()
+	KillAtEveryStepWith(t, e, StepKills{Then: then}, args...)
+}
+
+// StepKills is what KillAtEveryStepWith does besides the kills at every
+// step's before and after points.
+type StepKills struct {
+	// Within, if not nil, is called after each kill at a step's before
+	// point, with the plan as that kill left it and the step's index k:
+	// it may run step k further, killed inside its action (RunKilledAt at
+	// a point of the step) or made to fail there, and returns how many
+	// more attempts it made of step k. It must leave step k not done and
+	// the steps after it pending: the next run, killed at k's after
+	// point, attempts step k once more.
+	Within func(p *plan.Plan, k int) int
+	// Then is KillAtEveryStepThen's then: called after each kill at a
+	// step's after point.
+	Then func(p *plan.Plan, k int) int
+}
+
+// RunKilledAt runs `steward ARGS` with the crash point armed and fails
+// the test unless the process died there (SIGKILL, that one "crashpoint:"
+// line on stderr).
+func RunKilledAt(t *testing.T, e *Env, point string, args ...string) {
+	t.Helper()
+	start := time.Now()
+	so, se, err := e.RunEnv([]string{crashpoint.EnvVar + "=" + point}, args...)
+	var ee *exec.ExitError
+	killed := errors.As(err, &ee)
+	if killed {
+		ws, ok := ee.Sys().(syscall.WaitStatus)
+		killed = ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
+	}
+	if !killed || strings.Count(se, "crashpoint: ") != 1 || !strings.Contains(se, "crashpoint: "+point+"\n") {
+		t.Fatalf("steward %s with %s=%s ended with %v; want it killed by SIGKILL at that point\nstdout: %s\nstderr: %s",
+			strings.Join(args, " "), crashpoint.EnvVar, point, err, so, se)
+	}
+	t.Logf("killed at %s after %s", point, time.Since(start).Round(time.Millisecond))
+}
+
+// KillAtEveryStepWith is KillAtEveryStep with k.Within run inside each
+// step (after the kill at its before point) and k.Then after each step
+// (after the kill at its after point). A step then ran three times plus
+// what both added.
+func KillAtEveryStepWith(t *testing.T, e *Env, kills StepKills, args ...string) {
+	t.Helper()
 	store := plan.OpenStore(e.Dir)
 	const attemptsEach = 3
-	extra := map[int]int{} // attempts then made, by step index
+	extra := map[int]int{} // attempts Within and Then made, by step index
 	// requireSteps fails unless the plan on disk is state, its steps
 	// before k done with attemptsEach attempts (plus extra), step k in
 	// stepState with attempts, and the steps after k pending and never
@@ -112,19 +158,7 @@ func KillAtEveryStepThen(t *testing.T, e *Env, then func(p *plan.Plan, k int) in
 	// died there, at step k, which then has the given attempts.
 	crash := func(point string, k, attempts int, args ...string) *plan.Plan {
 		t.Helper()
-		start := time.Now()
-		so, se, err := e.RunEnv([]string{crashpoint.EnvVar + "=" + point}, args...)
-		var ee *exec.ExitError
-		killed := errors.As(err, &ee)
-		if killed {
-			ws, ok := ee.Sys().(syscall.WaitStatus)
-			killed = ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
-		}
-		if !killed || strings.Count(se, "crashpoint: ") != 1 || !strings.Contains(se, "crashpoint: "+point+"\n") {
-			t.Fatalf("steward %s with %s=%s ended with %v; want it killed by SIGKILL at that point\nstdout: %s\nstderr: %s",
-				strings.Join(args, " "), crashpoint.EnvVar, point, err, so, se)
-		}
-		t.Logf("killed at %s after %s", point, time.Since(start).Round(time.Millisecond))
+		RunKilledAt(t, e, point, args...)
 		return requireSteps("killed at "+point, plan.Running, k, plan.Running, attempts)
 	}
 	before := func(k int) string { return crashpoint.Indexed(crashpoint.PlanStepBefore, k) }
@@ -139,16 +173,31 @@ func KillAtEveryStepThen(t *testing.T, e *Env, then func(p *plan.Plan, k int) in
 	resume := []string{"plan", "resume"}
 	for k := 0; k < n; k++ {
 		if k > 0 {
-			crash(before(k), k, 1, resume...)
+			p = crash(before(k), k, 1, resume...)
 		}
-		p = crash(after(k), k, 2, resume...)
-		if then != nil {
-			extra[k] = then(p, k)
+		if kills.Within != nil {
+			extra[k] = kills.Within(p, k)
+		}
+		p = crash(after(k), k, 2+extra[k], resume...)
+		if kills.Then != nil {
+			extra[k] += kills.Then(p, k)
 		}
 	}
 	e.MustRun(resume...)
 	// Every step done (k = n: none is left), each attempted attemptsEach
-	// times (plus what then added).
+	// times (plus what Within and Then added).
 	p = requireSteps("after the last resume", plan.Done, n, plan.Done, 0)
 	t.Logf("plan %s: %d steps, each killed before and after its action and run %d times (more: %v)", p.ID, n, attemptsEach, extra)
+}
+
+// UpgradePayload returns an upgrade or a rollback plan's payload: its from, to
+// and strategy (`plan show -o json` prints them at the top level, where
+// the record read back takes them as its payload).
+func UpgradePayload(t *testing.T, p plan.Plan) upgrade.Payload {
+	t.Helper()
+	v, err := upgrade.PayloadOf(&p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }

@@ -387,12 +387,21 @@ func (r *Result) Latencies() []time.Duration {
 	return d
 }
 
-// LongestGap returns the longest time between two consecutive
-// acknowledgements (0 with fewer than two).
+// LongestGap returns the longest time without an acknowledgement while the
+// writer ran: between two consecutive acknowledgements, and also from Start
+// to the first and from the last to Stop when those bounds are set (a stall
+// that lasted until Stop is a gap too; without the bounds it would not be
+// counted). 0 when nothing bounds a gap.
 func (r *Result) LongestGap() time.Duration {
-	at := make([]time.Time, len(r.Acked))
-	for i, wr := range r.Acked {
-		at[i] = wr.End
+	at := make([]time.Time, 0, len(r.Acked)+2)
+	if !r.Started.IsZero() {
+		at = append(at, r.Started)
+	}
+	for _, wr := range r.Acked {
+		at = append(at, wr.End)
+	}
+	if !r.Stopped.IsZero() {
+		at = append(at, r.Stopped)
 	}
 	slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
 	var longest time.Duration

@@ -250,4 +250,14 @@ func TestResultTimes(t *testing.T) {
 	if got := r.Latencies(); !slices.Equal(got, want) {
 		t.Errorf("Latencies %v, want %v", got, want)
 	}
+	// A stall that lasts until Stop is a gap too, and so is one before
+	// the first acknowledgement.
+	r.Started, r.Stopped = at(0), at(3010)
+	if got := r.LongestGap(); got != 2000*time.Millisecond {
+		t.Errorf("LongestGap with a stall until Stop %s, want 2s", got)
+	}
+	r.Started, r.Stopped = at(-4000), at(1010)
+	if got := r.LongestGap(); got != 4005*time.Millisecond {
+		t.Errorf("LongestGap with a stall before the first write %s, want 4.005s", got)
+	}
 }

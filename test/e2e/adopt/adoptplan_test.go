@@ -159,6 +159,19 @@ func TestAdopt(t *testing.T) {
 	if old.Running() {
 		t.Fatalf("the adoption died before its record step, yet the old process of %s runs", old.Name)
 	}
+	// The interrupted adoption is reported by its own condition, not as an
+	// upgrade in progress; plan show names its member (its payload).
+	half := harness.LatestPlan(t, e)
+	halfSt := e.Status()
+	if c := harness.Cond(halfSt, plan.CondAdoptionInProgress); c.Status != "True" || c.Reason != "Interrupted" || !strings.Contains(c.Message, "adopt plan "+half.ID+" (member "+old.Name+")") {
+		t.Errorf("AdoptionInProgress during the interrupted adoption: %+v", c)
+	}
+	if c := harness.Cond(halfSt, plan.CondUpgradeInProgress); c.Status != "False" || c.Reason != "NoPlan" {
+		t.Errorf("UpgradeInProgress during an adoption: %+v, want False/NoPlan", c)
+	}
+	if out := e.MustRun("plan", "show"); !strings.HasPrefix(out, "plan "+half.ID+": adopt of member "+old.Name+", running\n") {
+		t.Errorf("plan show of the interrupted adoption:\n%s", out)
+	}
 	e.MustRun("adopt", "--undo", old.Name)
 	oldPID, err := adopt.FindProcess(old.DataDir, old.Name)
 	if err != nil {

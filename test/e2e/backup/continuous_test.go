@@ -24,6 +24,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/restore"
 	"github.com/etcd-steward/steward/pkg/spec"
 	"github.com/etcd-steward/steward/pkg/status"
+	"github.com/etcd-steward/steward/pkg/upgrade"
 	"github.com/etcd-steward/steward/test/harness"
 	"github.com/etcd-steward/steward/test/workload"
 )
@@ -459,8 +460,10 @@ func TestRecover(t *testing.T) {
 		held.Release()
 		// An upgrade plan that failed halfway (it stopped members on purpose):
 		// refused until the plan is aborted, nothing moved.
-		failed := &plan.Plan{ID: plan.NewID(plan.KindUpgrade, time.Now()), Kind: plan.KindUpgrade, State: plan.Failed,
-			From: before.Members[0].Version, To: "3.7.3", Strategy: "offline", CreatedAt: time.Now()}
+		failed := &plan.Plan{ID: plan.NewID(plan.KindUpgrade, time.Now()), Kind: plan.KindUpgrade, State: plan.Failed, CreatedAt: time.Now()}
+		if err := plan.SetPayload(failed, upgrade.Payload{From: before.Members[0].Version, To: "3.7.3", Strategy: "offline"}); err != nil {
+			t.Fatal(err)
+		}
 		if err := plan.OpenStore(e.Dir).Save(t.Context(), failed); err != nil {
 			t.Fatal(err)
 		}

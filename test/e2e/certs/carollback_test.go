@@ -3,6 +3,8 @@ package certs_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"os"
@@ -80,6 +82,28 @@ func TestCARotationRollback(t *testing.T) {
 	if rot.Kind != plan.KindCARotation || rot.Steps[clientsStep].Kind != carotate.StepClients {
 		t.Fatalf("after the kill: %s", harness.StepStates(rot))
 	}
+	// The interrupted rotation is reported by its own condition, not as an
+	// upgrade in progress; plan show names the CA it replaces (its
+	// payload), which its rollback goes back to.
+	sum := sha256.Sum256(oldCert.Raw)
+	oldSum := hex.EncodeToString(sum[:])
+	requireRotationCondition := func(when, reason, what string) {
+		t.Helper()
+		st := e.Status()
+		if c := harness.Cond(st, plan.CondCertificateRotationInProgress); c.Reason != reason || !strings.Contains(c.Message, what) {
+			t.Errorf("%s: CertificateRotationInProgress %+v, want %s naming %q", when, c, reason, what)
+		}
+		if c := harness.Cond(st, plan.CondUpgradeInProgress); c.Status != "False" || c.Reason != "NoPlan" {
+			t.Errorf("%s: UpgradeInProgress %+v, want False/NoPlan", when, c)
+		}
+	}
+	requireRotationCondition("the rotation interrupted", "Interrupted", "ca-rotation plan "+rot.ID)
+	if v, err := carotate.PayloadOf(&rot); err != nil || v.OldCA != oldSum {
+		t.Errorf("the rotation's payload %+v (%v), want the old CA %s", v, err, oldSum)
+	}
+	if out := e.MustRun("plan", "show"); !strings.HasPrefix(out, "plan "+rot.ID+": ca-rotation of the CA sha256:"+oldSum[:16]+", running\n") {
+		t.Errorf("plan show of the interrupted rotation:\n%s", out)
+	}
 	// The issued client as the new CA signed it: the leaf alone.
 	newWriter := filepath.Join(t.TempDir(), "writer-new.crt")
 	b, err := os.ReadFile(filepath.Join(dir, pki.ClientsDir, "writer.crt"))
@@ -110,6 +134,10 @@ func TestCARotationRollback(t *testing.T) {
 	rb := harness.LatestPlan(t, e)
 	if rb.Kind != plan.KindCARotationRollback || rb.State != plan.Done {
 		t.Fatalf("after the resume: %s", harness.StepStates(rb))
+	}
+	requireRotationCondition("the rollback done", "PlanDone", "ca-rotation-rollback plan "+rb.ID)
+	if out := e.MustRun("plan", "show"); !strings.HasPrefix(out, "plan "+rb.ID+": ca-rotation-rollback back to the CA sha256:"+oldSum[:16]+", done\n") {
+		t.Errorf("plan show of the rollback:\n%s", out)
 	}
 	if got, err := plan.OpenStore(e.Dir).Get(rot.ID); err != nil || got.State != plan.RolledBack {
 		t.Errorf("the rotation after its rollback: %+v, %v; want it rolled back", got, err)

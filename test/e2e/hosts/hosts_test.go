@@ -438,8 +438,9 @@ func TestHostsUpgradeAndRollback(t *testing.T) {
 		st := e.WaitStatus(time.Minute, "every member on "+vs[2], harness.Healthy)
 		harness.RequireVersion(t, st, vs[2], "after the upgrade")
 		up = harness.LatestPlan(t, e)
-		if up.State != plan.Done || up.From != vs[0] || up.To != vs[2] {
-			t.Fatalf("upgrade plan: %s %s->%s", up.State, up.From, up.To)
+		v := harness.UpgradePayload(t, up)
+		if up.State != plan.Done || v.From != vs[0] || v.To != vs[2] {
+			t.Fatalf("upgrade plan: %s %s->%s", up.State, v.From, v.To)
 		}
 	}) {
 		return

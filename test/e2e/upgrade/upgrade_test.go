@@ -58,8 +58,9 @@ func TestRollingUpgradeAndRollback(t *testing.T) {
 			t.Fatalf("cluster version %s, spec version %s; want %s.0 and %s", st.Cluster.Version, e.Spec().Version, harness.Minor(vs[2]), vs[2])
 		}
 		up = harness.LatestPlan(t, e)
-		if up.State != plan.Done || up.Kind != plan.KindUpgrade || up.From != vs[0] || up.To != vs[2] {
-			t.Fatalf("upgrade plan: %s %s %s->%s", up.State, up.Kind, up.From, up.To)
+		v := harness.UpgradePayload(t, up)
+		if up.State != plan.Done || up.Kind != plan.KindUpgrade || v.From != vs[0] || v.To != vs[2] {
+			t.Fatalf("upgrade plan: %s %s %s->%s", up.State, up.Kind, v.From, v.To)
 		}
 		if c := harness.Cond(st, status.CondUpgradeInProgress); c.Status != "False" {
 			t.Errorf("UpgradeInProgress after the plan: %+v", c)
@@ -194,8 +195,10 @@ func TestOfflineUpgradeResumeAfterKill(t *testing.T) {
 	harness.KillAtEveryStep(t, e, "upgrade", "apply", "--to", vs[2])
 	st := e.WaitStatus(time.Minute, "the member healthy on "+vs[2], harness.Healthy)
 	harness.RequireVersion(t, st, vs[2], "after the kills and resumes")
-	if p := harness.LatestPlan(t, e); p.Strategy != "offline" {
-		t.Fatalf("strategy %s, want offline", p.Strategy)
+	p := harness.LatestPlan(t, e)
+	v := harness.UpgradePayload(t, p)
+	if v.Strategy != "offline" {
+		t.Fatalf("strategy %s, want offline", v.Strategy)
 	}
 	w.Finish(t)
 }
@@ -384,8 +387,9 @@ func TestOfflineUpgradeOneMember(t *testing.T) {
 			kinds = append(kinds, s.Kind+":"+s.Version)
 		}
 		want := []string{"preflight:" + vs[2], "backup:" + vs[0], "offline:" + vs[1], "member:" + vs[2], "cluster-version:" + vs[2]}
-		if planned.Strategy != "offline" || strings.Join(kinds, " ") != strings.Join(want, " ") {
-			t.Fatalf("plan for one member: strategy %s, steps %v; want offline, %v", planned.Strategy, kinds, want)
+		v := harness.UpgradePayload(t, planned)
+		if v.Strategy != "offline" || strings.Join(kinds, " ") != strings.Join(want, " ") {
+			t.Fatalf("plan for one member: strategy %s, steps %v; want offline, %v", v.Strategy, kinds, want)
 		}
 	}) {
 		return
@@ -395,8 +399,10 @@ func TestOfflineUpgradeOneMember(t *testing.T) {
 		e.MustRun("upgrade", "apply", "--to", vs[2])
 		st := e.WaitStatus(time.Minute, "the member on "+vs[2], harness.Healthy)
 		harness.RequireVersion(t, st, vs[2], "after the offline upgrade")
-		if p := harness.LatestPlan(t, e); p.State != plan.Done || p.Strategy != "offline" {
-			t.Fatalf("offline plan %s: state %s, strategy %s", p.ID, p.State, p.Strategy)
+		p := harness.LatestPlan(t, e)
+		v := harness.UpgradePayload(t, p)
+		if p.State != plan.Done || v.Strategy != "offline" {
+			t.Fatalf("offline plan %s: state %s, strategy %s", p.ID, p.State, v.Strategy)
 		}
 		// The intermediate version ran, on a client port nobody was given.
 		b, err := os.ReadFile(filepath.Join(e.Dir, "logs", name+".log"))
@@ -545,8 +551,9 @@ func TestRollbackByRestore(t *testing.T) {
 		st := e.WaitStatus(time.Minute, "every member back on "+vs[0], harness.Healthy)
 		harness.RequireVersion(t, st, vs[0], "after the rollback by restore")
 		rb := harness.LatestPlan(t, e)
-		if rb.Kind != plan.KindRollback || rb.State != plan.Done || rb.Strategy != "restore" || rb.Value("base-backup") == "" {
-			t.Fatalf("rollback plan %s: kind %s, state %s, strategy %s, base backup %q", rb.ID, rb.Kind, rb.State, rb.Strategy, rb.Value("base-backup"))
+		v := harness.UpgradePayload(t, rb)
+		if rb.Kind != plan.KindRollback || rb.State != plan.Done || v.Strategy != "restore" || rb.Value("base-backup") == "" {
+			t.Fatalf("rollback plan %s: kind %s, state %s, strategy %s, base backup %q", rb.ID, rb.Kind, rb.State, v.Strategy, rb.Value("base-backup"))
 		}
 		if e.Spec().Version != vs[0] {
 			t.Fatalf("spec version after the rollback: %s", e.Spec().Version)

@@ -4,11 +4,15 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/etcd-steward/steward/pkg/adopt"
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/carotate"
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/handover"
 	"github.com/etcd-steward/steward/pkg/kstorage"
 	"github.com/etcd-steward/steward/pkg/membership"
+	"github.com/etcd-steward/steward/pkg/pki"
+	"github.com/etcd-steward/steward/pkg/recovery"
 	"github.com/etcd-steward/steward/pkg/restore"
 )
 
@@ -65,4 +69,71 @@ func DowngradeHint(err error) error {
 // `steward up`, `steward recover` and `steward restore`.
 func RestorePendingHint(err error) error {
 	return Advise(err, cluster.ErrRestoreInterrupted, ": run steward restore --force again (the same options) to finish it")
+}
+
+// LibraryAdvice adds to the error of any command (main prints it) the
+// advice the libraries leave to the command layer (docs/ARCHITECTURE.md,
+// Errors): the commands that finish, re-run or fix what failed, keyed by
+// the libraries' sentinel and typed errors, so a library names no command.
+// The words are those the libraries used to write, at the end of the
+// message. Advice of a command's own that must come after it (PlanHint's)
+// asks for it first; an error advised once is left as it is.
+func LibraryAdvice(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := errors.AsType[advised](err); ok {
+		return err
+	}
+	// Advice always adds words; errors are compared by their text (an
+	// error's dynamic type need not be comparable).
+	if a := libraryAdvice(err); a.Error() != err.Error() {
+		return advised{a}
+	}
+	return err // no advice: the same error
+}
+
+// advised marks an error LibraryAdvice completed.
+type advised struct{ error }
+
+func (a advised) Unwrap() error { return a.error }
+
+func libraryAdvice(err error) error {
+	var rerun *recovery.RerunError
+	var unfinished *membership.UnfinishedError
+	switch {
+	case errors.As(err, &rerun):
+		// A recovery's own advice covers the replaces it ran.
+		switch {
+		case rerun.Unadded != nil:
+			err = fmt.Errorf("%w; once their hosts are fixed, re-run `steward recover` (or `steward member replace NAME` for each of %v)", err, rerun.Unadded)
+		case rerun.Before != "":
+			err = fmt.Errorf("%w (%s: re-run `steward recover`)", err, rerun.Before)
+		case rerun.After != "":
+			err = fmt.Errorf("%w (re-run `steward recover`: %s)", err, rerun.After)
+		default:
+			err = fmt.Errorf("%w (re-run `steward recover`)", err)
+		}
+	case errors.As(err, &unfinished):
+		err = fmt.Errorf("%w (re-run `steward member replace %s` to continue)", err, unfinished.Member)
+	}
+	err = Advise(err, recovery.ErrPlanOpen, "; resume it (`steward plan resume`) or abort it (`steward plan abort`) first")
+	err = Advise(err, recovery.ErrJournalUnreadable, "; check the cluster with `steward status`, then remove the file and re-run `steward recover`")
+	var superseded *handover.SupersededError
+	if errors.As(err, &superseded) {
+		if superseded.Mine == 0 {
+			err = fmt.Errorf("%w (`steward takeover`)", err)
+		} else {
+			err = fmt.Errorf("%w (`steward takeover` here takes over again)", err)
+		}
+	}
+	err = Advise(err, pki.ErrRotationInProgress, ": `steward plan resume` finishes it, then certificates are issued and renewed again")
+	if errors.Is(err, cluster.ErrOperatorCerts) {
+		advice := "; renew them with that CA (`steward certs list` shows their expiry, and status warns before they expire)"
+		if errors.Is(err, cluster.ErrOperatorCertsAdopted) {
+			advice += ", or hand Steward that CA's certificate and key (`steward certs take-over`)"
+		}
+		err = fmt.Errorf("%w%s", err, advice)
+	}
+	return Advise(err, adopt.ErrUnhealthy, " (`steward status`)")
 }

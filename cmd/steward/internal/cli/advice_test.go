@@ -5,13 +5,19 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/etcd-steward/steward/pkg/adopt"
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/carotate"
+	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/handover"
 	"github.com/etcd-steward/steward/pkg/kstorage"
 	"github.com/etcd-steward/steward/pkg/membership"
+	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/recovery"
 	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/restore"
+	"github.com/etcd-steward/steward/pkg/spec"
 )
 
 // TestAdvise: advice goes after an error of its kind word for word, and
@@ -99,5 +105,68 @@ func TestMovedAdvice(t *testing.T) {
 		if tc.got == nil || tc.got.Error() != tc.want {
 			t.Errorf("%s: %v\nwant %s", tc.name, tc.got, tc.want)
 		}
+	}
+}
+
+// TestLibraryAdvice: the advice main adds to any command's error, for the
+// errors whose libraries stopped naming commands, reads as the libraries'
+// messages did, letter for letter; other errors pass unchanged.
+func TestLibraryAdvice(t *testing.T) {
+	attached := &cluster.Cluster{Spec: &spec.Cluster{Name: "kube",
+		External: &spec.External{CAFile: "/etc/etcd/ca.crt", CertFile: "/etc/etcd/c.crt", KeyFile: "/etc/etcd/c.key", ClusterID: "feed"},
+		Members:  []spec.Member{{Name: "cp-1", ClientURL: "https://127.0.0.1:2379"}}}}
+	adopted := &cluster.Cluster{Spec: attached.Spec.Clone()}
+	adopted.Spec.Members[0].Agent, adopted.Spec.Members[0].Adopted = spec.LocalAgent, &spec.Adopted{}
+	boom := errors.New("context deadline exceeded")
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"replace unfinished", fmt.Errorf("replace m2: %w", &membership.UnfinishedError{Member: "m2", Err: fmt.Errorf("start member m2: %w", boom)}),
+			"replace m2: start member m2: context deadline exceeded (re-run `steward member replace m2` to continue)"},
+		{"recovery: seed isolated", &recovery.RerunError{Err: fmt.Errorf("make m1 a cluster of one: %w", boom), After: "the restore is repeated"},
+			"make m1 a cluster of one: context deadline exceeded (re-run `steward recover`: the restore is repeated)"},
+		{"recovery: journal", &recovery.RerunError{Err: fmt.Errorf("m1 is a cluster of one, but the recovery journal was not written: %w", boom)},
+			"m1 is a cluster of one, but the recovery journal was not written: context deadline exceeded (re-run `steward recover`)"},
+		{"recovery: snapshot", &recovery.RerunError{Err: fmt.Errorf("seed m1 serves, but the fresh full snapshot failed: %w", boom), Before: "the other members were not added yet"},
+			"seed m1 serves, but the fresh full snapshot failed: context deadline exceeded (the other members were not added yet: re-run `steward recover`)"},
+		{"recovery: members not added, replaces inside", &recovery.RerunError{Unadded: []string{"m2", "m3"},
+			Err: fmt.Errorf("the cluster is back (m1, backup b1; added []), but 2 members could not be added: %w", errors.Join(
+				&membership.UnfinishedError{Member: "m2", Err: boom}, &membership.UnfinishedError{Member: "m3", Err: boom}))},
+			"the cluster is back (m1, backup b1; added []), but 2 members could not be added: context deadline exceeded\ncontext deadline exceeded; once their hosts are fixed, re-run `steward recover` (or `steward member replace NAME` for each of [m2 m3])"},
+		{"recovery under a plan", refusal.New(recovery.ErrPlanOpen, "refusing to recover: plan upgrade-1 is failed and stops members on purpose"),
+			"refusing to recover: plan upgrade-1 is failed and stops members on purpose; resume it (`steward plan resume`) or abort it (`steward plan abort`) first"},
+		{"recovery journal unreadable", refusal.New(recovery.ErrJournalUnreadable, "recovery journal /d/status/recovery.json is unreadable (unexpected end of JSON input): it records an unfinished recovery"),
+			"recovery journal /d/status/recovery.json is unreadable (unexpected end of JSON input): it records an unfinished recovery; check the cluster with `steward status`, then remove the file and re-run `steward recover`"},
+		{"never took over", fmt.Errorf("copy the spec for another coordinator: %w", &handover.SupersededError{Err: fmt.Errorf("%w: generation 2 is coordinated from h2:/d since 2026-01-01T00:00:00Z; this directory never took over", handover.ErrSuperseded)}),
+			"copy the spec for another coordinator: another coordinator took over: generation 2 is coordinated from h2:/d since 2026-01-01T00:00:00Z; this directory never took over (`steward takeover`)"},
+		{"superseded", &handover.SupersededError{Mine: 1, Err: fmt.Errorf("%w: generation 2 is coordinated from h2:/d since 2026-01-01T00:00:00Z, this directory holds generation 1; its plans are stale and it acts no more", handover.ErrSuperseded)},
+			"another coordinator took over: generation 2 is coordinated from h2:/d since 2026-01-01T00:00:00Z, this directory holds generation 1; its plans are stale and it acts no more (`steward takeover` here takes over again)"},
+		{"rotation in progress", fmt.Errorf("renew certificates: %w", pki.ErrRotationInProgress),
+			"renew certificates: a CA rotation is in progress (ca-next.crt exists): `steward plan resume` finishes it, then certificates are issued and renewed again"},
+		{"operator's certificates", attached.RequireOwnCerts("run `steward certs renew`"),
+			"cannot run `steward certs renew`: the certificates of cluster kube are the operator's (it was attached): Steward does not hold their CA's key; renew them with that CA (`steward certs list` shows their expiry, and status warns before they expire)"},
+		{"operator's certificates, every member adopted", adopted.RequireOwnCerts("run `steward certs renew`"),
+			"cannot run `steward certs renew`: the certificates of cluster kube are the operator's (it was attached): Steward does not hold their CA's key; renew them with that CA (`steward certs list` shows their expiry, and status warns before they expire), or hand Steward that CA's certificate and key (`steward certs take-over`)"},
+		{"adopt's health gate", refusal.New(adopt.ErrUnhealthy, "not every member of cluster kube is healthy (m2: unhealthy): adopt one only while all are"),
+			"not every member of cluster kube is healthy (m2: unhealthy): adopt one only while all are (`steward status`)"},
+		{"another error", boom, "context deadline exceeded"},
+	} {
+		if got := LibraryAdvice(tc.err); got == nil || got.Error() != tc.want || !errors.Is(got, tc.err) {
+			t.Errorf("%s: %v\nwant %s", tc.name, got, tc.want)
+		}
+	}
+	if LibraryAdvice(nil) != nil {
+		t.Error("LibraryAdvice(nil) != nil")
+	}
+	// Once only, and before the advice of a failed plan step (PlanHint),
+	// whatever main adds after.
+	step := &plan.StepError{Plan: "ca-rotation-1", Index: 2, Description: "push the trust bundle",
+		Err: fmt.Errorf("push the trust bundle: refusing: %w", &handover.SupersededError{Mine: 1, Err: fmt.Errorf("%w: its plans are stale", handover.ErrSuperseded)})}
+	got := LibraryAdvice(LibraryAdvice(PlanHint(step)))
+	want := "step 3 (push the trust bundle) failed: push the trust bundle: refusing: another coordinator took over: its plans are stale (`steward takeover` here takes over again); fix the cause, then run `steward plan resume` (or `steward plan abort`)"
+	if got.Error() != want {
+		t.Errorf("a failed step's error: %v\nwant %s", got, want)
 	}
 }

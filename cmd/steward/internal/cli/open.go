@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/etcd-steward/steward/pkg/bootstrap"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/progress"
 )
@@ -86,7 +87,7 @@ func (g *Globals) ClusterStartingAgent(cmd interface {
 }
 
 func ensureAgent(ctx context.Context, c *cluster.Cluster) error {
-	if _, err := c.EnsureLocalAgent(ctx, ""); err != nil {
+	if _, err := bootstrap.EnsureLocalAgent(ctx, c, ""); err != nil {
 		return fmt.Errorf("this machine's agent is not running and could not be started: %w (run it in the foreground with `steward agent --dir %s` to see why)", err, c.Dir)
 	}
 	return nil

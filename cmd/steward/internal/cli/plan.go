@@ -16,6 +16,11 @@ import (
 // plan while another is active (a *plan.ActiveError: the commands that
 // finish, stop or undo that one); other errors pass unchanged.
 func PlanHint(err error) error {
+	if err == nil {
+		return nil
+	}
+	// The advice about the step's own error (LibraryAdvice) comes first.
+	err = LibraryAdvice(err)
 	if _, ok := errors.AsType[*plan.StepError](err); ok {
 		return fmt.Errorf("%w; fix the cause, then run `steward plan resume` (or `steward plan abort`)", err)
 	}
@@ -44,10 +49,15 @@ func PlanRefusalHint(err, kind error, hint string) error {
 }
 
 // PrintPlan writes a plan as a table of steps, or as JSON or YAML. The
-// table's first line is the summary its kind gives (cluster.PlanKinds); a
-// plan of a kind no package registered is an error.
+// table's first line is the summary its kind gives, JSON and YAML the
+// record as its kind shows it (cluster.PlanKinds: Show, View); a plan of a
+// kind no package registered is an error.
 func (g *Globals) PrintPlan(w io.Writer, p *plan.Plan) error {
 	summary, err := cluster.PlanKinds.Show(p)
+	if err != nil {
+		return err
+	}
+	view, err := cluster.PlanKinds.View(p)
 	if err != nil {
 		return err
 	}
@@ -57,7 +67,7 @@ func (g *Globals) PrintPlan(w io.Writer, p *plan.Plan) error {
 			fmt.Fprintf(w, "error: %s\n", p.Error)
 		}
 	}
-	return g.Print(w, p, func(tw *tabwriter.Writer) {
+	return g.Print(w, view, func(tw *tabwriter.Writer) {
 		fmt.Fprintln(tw, "STEP\tSTATE\tKIND\tMEMBER\tVERSION\tSTARTED\tENDED\tDESCRIPTION\tERROR")
 		for _, s := range p.Steps {
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Number(), s.State, s.Kind, dash(s.Member), s.Version,

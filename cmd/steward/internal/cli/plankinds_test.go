@@ -2,15 +2,19 @@ package cli
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/etcd-steward/steward/pkg/adopt"
+	"github.com/etcd-steward/steward/pkg/carotate"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/status"
+	"github.com/etcd-steward/steward/pkg/upgrade"
 )
 
 // allKinds is every plan kind Steward runs.
@@ -41,29 +45,47 @@ func TestPlanKindsRegistered(t *testing.T) {
 	}
 }
 
-// TestPlanKindConditions: the condition that reports each kind, and the
-// words it names the plan with.
+// withPayload returns p with payload v recorded.
+func withPayload(t *testing.T, p *plan.Plan, v any) *plan.Plan {
+	t.Helper()
+	if err := plan.SetPayload(p, v); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestPlanKindConditions: the condition that reports each kind (an
+// adoption or a CA rotation is no upgrade in progress), and the words it
+// names the plan with, from the kind's payload; an adopt plan written
+// before payloads names its first step's member.
 func TestPlanKindConditions(t *testing.T) {
+	p := func(k plan.Kind) *plan.Plan { return &plan.Plan{ID: "P", Kind: k} }
+	versions := upgrade.Payload{From: "3.5.0", To: "3.6.0", Strategy: "rolling"}
 	for _, tc := range []struct {
-		kind plan.Kind
-		what string
+		p         *plan.Plan
+		what, typ string
 	}{
-		{plan.KindUpgrade, "upgrade plan P (etcd 3.5.0 to 3.6.0)"},
-		{plan.KindRollback, "rollback plan P (etcd 3.5.0 to 3.6.0)"},
-		{plan.KindCARotation, "ca-rotation plan P"},
-		{plan.KindCARotationRollback, "ca-rotation-rollback plan P"},
-		{plan.KindAdopt, "adopt plan P (member etcd-1)"},
-		{plan.KindAdoptUndo, "adopt-undo plan P (member etcd-1)"},
-		{plan.KindCertsTakeOver, "certs-take-over plan P"},
+		{withPayload(t, p(plan.KindUpgrade), versions), "upgrade plan P (etcd 3.5.0 to 3.6.0)", plan.CondUpgradeInProgress},
+		{withPayload(t, p(plan.KindUpgrade), upgrade.Payload{From: "3.6.0", To: "3.5.0"}), "downgrade plan P (etcd 3.6.0 to 3.5.0)", plan.CondUpgradeInProgress},
+		{withPayload(t, p(plan.KindRollback), versions), "rollback plan P (etcd 3.5.0 to 3.6.0)", plan.CondUpgradeInProgress},
+		{p(plan.KindCARotation), "ca-rotation plan P", plan.CondCertificateRotationInProgress},
+		{p(plan.KindCARotationRollback), "ca-rotation-rollback plan P", plan.CondCertificateRotationInProgress},
+		{p(plan.KindCertsTakeOver), "certs-take-over plan P", plan.CondCertificateRotationInProgress},
+		{withPayload(t, p(plan.KindAdopt), adopt.Payload{Member: "etcd-1"}), "adopt plan P (member etcd-1)", plan.CondAdoptionInProgress},
+		{&plan.Plan{ID: "P", Kind: plan.KindAdopt, Steps: []plan.Step{{Member: "etcd-2"}}}, "adopt plan P (member etcd-2)", plan.CondAdoptionInProgress},
+		{withPayload(t, p(plan.KindAdoptUndo), adopt.Payload{Member: "etcd-1"}), "adopt-undo plan P (member etcd-1)", plan.CondAdoptionInProgress},
 	} {
-		p := &plan.Plan{ID: "P", Kind: tc.kind, From: "3.5.0", To: "3.6.0", Steps: []plan.Step{{Member: "etcd-1"}}}
-		what, typ, ok := cluster.PlanKinds.Describe(p)
-		if !ok || typ != status.CondUpgradeInProgress || what != tc.what {
-			t.Errorf("%s: condition %q (%v) saying %q; want %s saying %q", tc.kind, typ, ok, what, status.CondUpgradeInProgress, tc.what)
+		what, typ, ok := cluster.PlanKinds.Describe(tc.p)
+		if !ok || typ != tc.typ || what != tc.what {
+			t.Errorf("%s: condition %q (%v) saying %q; want %s saying %q", tc.p.Kind, typ, ok, what, tc.typ, tc.what)
 		}
 	}
-	if got := cluster.PlanKinds.Conditions(); !slices.Equal(got, []string{status.CondUpgradeInProgress}) {
-		t.Errorf("conditions %v", got)
+	want := []string{plan.CondAdoptionInProgress, plan.CondCertificateRotationInProgress, plan.CondUpgradeInProgress}
+	if got := cluster.PlanKinds.Conditions(); !slices.Equal(got, want) {
+		t.Errorf("conditions %v, want %v", got, want)
+	}
+	if status.CondUpgradeInProgress != plan.CondUpgradeInProgress {
+		t.Errorf("status.CondUpgradeInProgress is %q", status.CondUpgradeInProgress)
 	}
 }
 
@@ -157,20 +179,36 @@ func TestPlanKindAdmissions(t *testing.T) {
 	}
 }
 
-// TestPrintPlanKinds: plan show's first line is as it was for every kind
-// (the kind, versions, strategy, state); a plan of an unknown kind is an
-// error, in every format.
+// TestPrintPlanKinds: plan show's first line for every kind: an upgrade's
+// and a rollback's as it was before payloads (the kind, versions,
+// strategy, state), the others from their payload (or the kind and state
+// alone); a plan of an unknown kind is an error, in every format.
 func TestPrintPlanKinds(t *testing.T) {
-	for _, k := range allKinds {
+	failed := func(k plan.Kind) *plan.Plan { return &plan.Plan{ID: "P", Kind: k, State: plan.Failed, Error: "boom"} }
+	versions := upgrade.Payload{From: "3.6.16", To: "3.6.16", Strategy: "rolling"}
+	for _, tc := range []struct {
+		p    *plan.Plan
+		want string
+	}{
+		{withPayload(t, failed(plan.KindUpgrade), versions), "upgrade 3.6.16 -> 3.6.16, strategy rolling, failed"},
+		{withPayload(t, failed(plan.KindUpgrade), upgrade.Payload{From: "3.6.16", To: "3.5.35", Strategy: "rolling"}), "downgrade 3.6.16 -> 3.5.35, strategy rolling, failed"},
+		{withPayload(t, failed(plan.KindRollback), versions), "rollback 3.6.16 -> 3.6.16, strategy rolling, failed"},
+		{failed(plan.KindUpgrade), "upgrade, failed (plan P records no versions)"},
+		{withPayload(t, failed(plan.KindCARotation), carotate.Payload{OldCA: "0123456789abcdef0123456789abcdef"}), "ca-rotation of the CA sha256:0123456789abcdef, failed"},
+		{withPayload(t, failed(plan.KindCARotationRollback), carotate.Payload{OldCA: "0123456789abcdef0123456789abcdef"}), "ca-rotation-rollback back to the CA sha256:0123456789abcdef, failed"},
+		{failed(plan.KindCARotation), "ca-rotation, failed"},
+		{failed(plan.KindCertsTakeOver), "certs-take-over, failed"},
+		{withPayload(t, failed(plan.KindAdopt), adopt.Payload{Member: "etcd-1"}), "adopt of member etcd-1, failed"},
+		{withPayload(t, failed(plan.KindAdoptUndo), adopt.Payload{Member: "etcd-1"}), "adopt-undo of member etcd-1, failed"},
+	} {
 		var b bytes.Buffer
 		g := &Globals{Output: "table"}
-		p := &plan.Plan{ID: "P", Kind: k, From: "3.6.16", To: "3.6.16", Strategy: "rolling", State: plan.Failed, Error: "boom"}
-		if err := g.PrintPlan(&b, p); err != nil {
+		if err := g.PrintPlan(&b, tc.p); err != nil {
 			t.Fatal(err)
 		}
-		want := "plan P: " + string(k) + " 3.6.16 -> 3.6.16, strategy rolling, failed\nerror: boom\n"
+		want := "plan P: " + tc.want + "\nerror: boom\n"
 		if !strings.HasPrefix(b.String(), want) {
-			t.Errorf("%s: plan show printed %q, want it to begin %q", k, b.String(), want)
+			t.Errorf("%s: plan show printed %q, want it to begin %q", tc.p.Kind, b.String(), want)
 		}
 	}
 	for _, out := range []string{"table", "json"} {
@@ -179,5 +217,68 @@ func TestPrintPlanKinds(t *testing.T) {
 		if !errors.Is(err, plan.ErrUnknownKind) {
 			t.Errorf("-o %s of an unknown kind: %v", out, err)
 		}
+	}
+}
+
+// TestPrintPlanJSON: plan show -o json and -o yaml print an upgrade's and
+// a rollback's from, to and strategy at the top level, as before payloads
+// (and no payload beside them), which read back as the payload; another
+// kind's record prints its payload as it is, without upgrade fields.
+func TestPrintPlanJSON(t *testing.T) {
+	for _, k := range []plan.Kind{plan.KindUpgrade, plan.KindRollback} {
+		p := withPayload(t, &plan.Plan{ID: "P", Kind: k, State: plan.Running, Values: map[string]string{"backup": "b-1"}},
+			upgrade.Payload{From: "3.5.35", To: "3.6.16", Strategy: "offline"})
+		var b bytes.Buffer
+		if err := (&Globals{Output: "json"}).PrintPlan(&b, p); err != nil {
+			t.Fatal(err)
+		}
+		var top map[string]any
+		if err := json.Unmarshal(b.Bytes(), &top); err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		for key := range top {
+			keys = append(keys, key)
+		}
+		slices.Sort(keys)
+		// The keys plan show -o json printed before payloads, for such a plan.
+		if want := "createdAt from id kind state steps strategy to updatedAt values"; strings.Join(keys, " ") != want {
+			t.Errorf("%s -o json: keys %v, want %s", k, keys, want)
+		}
+		if top["from"] != "3.5.35" || top["to"] != "3.6.16" || top["strategy"] != "offline" || top["id"] != "P" {
+			t.Errorf("%s -o json: %s", k, b.String())
+		}
+		back, err := plan.Parse(b.Bytes())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, err := upgrade.PayloadOf(back); err != nil || v != (upgrade.Payload{From: "3.5.35", To: "3.6.16", Strategy: "offline"}) {
+			t.Errorf("%s -o json read back: %+v, %v", k, v, err)
+		}
+		b.Reset()
+		if err := (&Globals{Output: "yaml"}).PrintPlan(&b, p); err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range []string{"from: 3.5.35\n", "to: 3.6.16\n", "strategy: offline\n", "id: P\n"} {
+			if !strings.Contains(b.String(), line) {
+				t.Errorf("%s -o yaml lacks %q:\n%s", k, line, b.String())
+			}
+		}
+		if strings.Contains(b.String(), "payload") {
+			t.Errorf("%s -o yaml prints a payload:\n%s", k, b.String())
+		}
+	}
+	var b bytes.Buffer
+	p := withPayload(t, &plan.Plan{ID: "P", Kind: plan.KindAdopt, State: plan.Done}, adopt.Payload{Member: "etcd-1"})
+	if err := (&Globals{Output: "json"}).PrintPlan(&b, p); err != nil {
+		t.Fatal(err)
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(b.Bytes(), &top); err != nil {
+		t.Fatal(err)
+	}
+	var payload bytes.Buffer
+	if err := json.Compact(&payload, top["payload"]); err != nil || payload.String() != `{"member":"etcd-1"}` || top["from"] != nil || top["strategy"] != nil {
+		t.Errorf("adopt -o json: %s", b.String())
 	}
 }

@@ -30,6 +30,9 @@ A quorate cluster is left alone.`,
 				return err
 			}
 			rep, err := recovery.Run(cmd.Context(), c)
+			if rep.Message == recovery.QuorateMessage {
+				rep.Message += " (replace single members with `steward member replace`)"
+			}
 			err = cli.RestorePendingHint(cli.DowngradeHint(cli.BackupHint(cli.StoppedHint(err))))
 			err = cli.Advise(err, recovery.ErrStaleJournal, " (`steward status` shows the members' health)")
 			err = cli.Hint(err, restore.ErrBackupTooNew, "restore the older backup with `steward restore --force --backup ID`, then `steward up`")

@@ -39,7 +39,11 @@ plan (a check marked overridable is skipped by apply --force).`,
 			if err != nil {
 				return upgradeHint(err)
 			}
-			checks, err := upgrade.Preflight(cmd.Context(), c, p.From, p.To)
+			v, err := upgrade.PayloadOf(p)
+			if err != nil {
+				return err
+			}
+			checks, err := upgrade.Preflight(cmd.Context(), c, v.From, v.To)
 			if err != nil {
 				return upgradeHint(err)
 			}
