@@ -35,8 +35,8 @@ import (
 // done. It checks every tenth of the renewal margin (at least every
 // second, at most every minute). It records that it is alive, and what it
 // did, in the directory's renewal state (status.RenewalStatePath: every
-// cluster.RenewalHeartbeat, and after each round), which `steward status`
-// reports (cluster.CondCertificateRenewal); when ctx is done it records
+// status.RenewalHeartbeat, and after each round), which `steward status`
+// reports (status.CondCertificateRenewal); when ctx is done it records
 // that it stopped.
 func RunRenewal(ctx context.Context, dir string, log *slog.Logger) {
 	rec := newRecorder(dir, os.Getpid(), time.Now())

@@ -17,7 +17,9 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/hostset"
 	"github.com/etcd-steward/steward/pkg/pki"
+	"github.com/etcd-steward/steward/pkg/spec"
 )
 
 // Status is the state of a cluster. Its JSON field names are stable: scripts
@@ -396,39 +398,31 @@ func LiveMembers(ctx context.Context, c *cluster.Cluster) (*Status, error) {
 			probes[i] = probeEndpoint(ctx, c, m.ClientURL)
 		}()
 	}
-	// Ask the agents in parallel too.
+	// Ask the agents at the same time (hostset.Each). A host's copy of the
+	// spec: other hosts' agents let in only the admin; do not knock.
+	admin := c.Admin()
+	asked := hostset.All(c.Spec).Filter(func(a spec.Agent) bool { return admin || !a.Remote() })
+	rs := hostset.Each(ctx, asked, hostset.Options{Timeout: probeTimeout}, func(ctx context.Context, a spec.Agent) ([]agentapi.MemberStatus, error) {
+		ac, err := c.Agent(a.Name)
+		if err != nil {
+			return nil, err
+		}
+		return ac.Members(ctx)
+	})
+	wg.Wait()
 	agentState := map[string]agentapi.MemberStatus{}
 	agentErr := map[string]error{}
-	var amu sync.Mutex
-	admin := c.Admin()
 	for _, a := range c.Spec.Agents {
 		if a.Remote() && !admin {
-			// A host's copy of the spec: other hosts' agents let in only
-			// the admin; do not knock.
-			amu.Lock()
 			agentErr[a.Name] = errNotAdmin
-			amu.Unlock()
-			continue
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ac, err := c.Agent(a.Name)
-			var ms []agentapi.MemberStatus
-			if err == nil {
-				actx, cancel := context.WithTimeout(ctx, probeTimeout)
-				ms, err = ac.Members(actx)
-				cancel()
-			}
-			amu.Lock()
-			defer amu.Unlock()
-			agentErr[a.Name] = err
-			for _, m := range ms {
-				agentState[a.Name+"/"+m.Name] = m
-			}
-		}()
 	}
-	wg.Wait()
+	for _, r := range rs {
+		agentErr[r.Host.Name] = r.Err
+		for _, m := range r.Value {
+			agentState[r.Host.Name+"/"+m.Name] = m
+		}
+	}
 	for _, a := range c.Spec.Agents {
 		as := AgentStatus{Name: a.Name, Host: a.Host, Endpoint: a.Endpoint(), Reachable: agentErr[a.Name] == nil, MetricsURL: c.Spec.MetricsURL(a)}
 		if err := agentErr[a.Name]; err != nil {
