@@ -19,6 +19,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/rolling"
 	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/pkg/status"
 )
 
 // Step kinds of an adopt plan, in order.
@@ -261,7 +262,7 @@ func (e *Executor) Execute(ctx context.Context, p *plan.Plan, s *plan.Step) erro
 
 // healthy refuses while any member of the cluster is unhealthy.
 func healthy(ctx context.Context, c *cluster.Cluster) error {
-	st, err := c.Status(ctx)
+	st, err := status.Get(ctx, c)
 	if err != nil {
 		return fmt.Errorf("status of cluster %s: %w", c.Spec.Name, err)
 	}
@@ -269,7 +270,7 @@ func healthy(ctx context.Context, c *cluster.Cluster) error {
 }
 
 // allHealthy is healthy's gate on a status at hand.
-func allHealthy(c *cluster.Cluster, st *cluster.Status) error {
+func allHealthy(c *cluster.Cluster, st *status.Status) error {
 	if st.Cluster.HealthyMembers < len(st.Members) {
 		return refusal.New(ErrUnhealthy, "not every member of cluster %s is healthy (%s): adopt one only while all are", c.Spec.Name, st.Unhealthy())
 	}
@@ -281,7 +282,7 @@ func allHealthy(c *cluster.Cluster, st *cluster.Status) error {
 // plan acts on this member alone).
 func (e *Executor) moveLeader(ctx context.Context, name string) error {
 	c := e.C
-	st, err := c.Status(ctx)
+	st, err := status.Get(ctx, c)
 	if err != nil {
 		return err
 	}
@@ -417,7 +418,7 @@ func (e *Executor) start(ctx context.Context, name string) error {
 	}
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	if err := c.WaitCaughtUp(wctx, name, 0, pollInterval); err != nil {
+	if err := status.WaitCaughtUp(wctx, c, name, 0, pollInterval); err != nil {
 		return fmt.Errorf("health gate after starting %s under agent %s: waited %s: %w", name, m.Agent, wait, err)
 	}
 	c.Progress.Say("  %s runs under agent %s, healthy and caught up", name, m.Agent)

@@ -17,6 +17,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/rolling"
 	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/pkg/status"
 )
 
 // Step kinds of a certificate take-over plan (kind certs-take-over).
@@ -222,7 +223,7 @@ func TakeOver(ctx context.Context, c *cluster.Cluster, o TakeOverOptions) (*plan
 		names = append(names, m.Name)
 	}
 	leader := ""
-	if st, err := c.Status(ctx); err == nil {
+	if st, err := status.Get(ctx, c); err == nil {
 		leader = st.Cluster.Leader
 	}
 	for _, name := range rolling.Order(names, leader) {
@@ -297,14 +298,14 @@ func (e *TakeOverExecutor) switchMember(ctx context.Context, name string, pendin
 	if serves(ctx, c, m, f) {
 		return nil
 	}
-	st, err := c.Status(ctx)
+	st, err := status.Get(ctx, c)
 	if err != nil {
 		return fmt.Errorf("status of cluster %s: %w", c.Spec.Name, err)
 	}
 	pid := 0
 	turn := rolling.Action{
-		Gate: func(st *cluster.Status, _ string) error { return allHealthy(c, st) },
-		Act: func(ctx context.Context, _ *cluster.Status, name string) error {
+		Gate: func(st *status.Status, _ string) error { return allHealthy(c, st) },
+		Act: func(ctx context.Context, _ *status.Status, name string) error {
 			ac, err := c.RuntimeFor(m)
 			if err != nil {
 				return err
@@ -326,7 +327,7 @@ func (e *TakeOverExecutor) switchMember(ctx context.Context, name string, pendin
 			}
 			wctx, cancel := context.WithTimeout(ctx, wait)
 			defer cancel()
-			if err := c.WaitCaughtUp(wctx, name, pid, pollInterval); err != nil {
+			if err := status.WaitCaughtUp(wctx, c, name, pid, pollInterval); err != nil {
 				return fmt.Errorf("health gate after restarting %s with Steward's certificates: waited %s: %w", name, wait, err)
 			}
 			if !serves(ctx, c, m, f) {

@@ -4,9 +4,9 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/rolling"
+	"github.com/etcd-steward/steward/pkg/status"
 )
 
 // TestTakeOverOneTransfer runs the switch steps of a take-over planned
@@ -21,9 +21,9 @@ func TestTakeOverOneTransfer(t *testing.T) {
 			p.Steps = append(p.Steps, plan.Step{Index: len(p.Steps), Kind: StepTakeOverSwitch, Member: n, State: plan.Pending})
 		}
 		p.Steps = append(p.Steps, plan.Step{Index: len(p.Steps), Kind: StepTakeOverRecord, State: plan.Pending})
-		st := &cluster.Status{}
+		st := &status.Status{}
 		for _, n := range names {
-			st.Members = append(st.Members, cluster.MemberStatus{Name: n, Healthy: true, InSpec: true, Role: "follower"})
+			st.Members = append(st.Members, status.MemberStatus{Name: n, Healthy: true, InSpec: true, Role: "follower"})
 		}
 		leader, transfers := first, 0
 		for i := range p.Steps {

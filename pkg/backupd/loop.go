@@ -23,6 +23,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/metrics"
 	"github.com/etcd-steward/steward/pkg/restore"
+	"github.com/etcd-steward/steward/pkg/status"
 )
 
 // report is the loop's state, as written to its status file for
@@ -121,13 +122,13 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 	if !c.Spec.Backup.Continuous {
 		return errBackupsOff
 	}
-	status, err := c.Status(ctx)
+	seen, err := status.Get(ctx, c)
 	if err != nil {
 		return err
 	}
-	leader, ok := status.Member(status.Cluster.Leader)
-	if !ok || !status.Cluster.Quorate {
-		return fmt.Errorf("no leader: %s", status.Unhealthy())
+	leader, ok := seen.Member(seen.Cluster.Leader)
+	if !ok || !seen.Cluster.Quorate {
+		return fmt.Errorf("no leader: %s", seen.Unhealthy())
 	}
 	if !backsUp(c, leader, agentName) {
 		r.update(false, func(st *backup.LoopStatus) {
@@ -175,13 +176,13 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 	// have stored its last segment since the status above (a hand-over under
 	// writes), and a manifest is judged against what the cluster had when
 	// it was listed, not before.
-	live := liveRevision(status)
+	live := liveRevision(seen)
 	rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
 	if resp, err := cli.Get(rctx, "/steward/revision", clientv3.WithCountOnly()); err == nil {
 		live = max(live, resp.Header.Revision)
 	}
 	rcancel()
-	all, ignored := trusted(listing, status.Cluster.ID, live, time.Now())
+	all, ignored := trusted(listing, seen.Cluster.ID, live, time.Now())
 	if len(ignored) > 0 {
 		log.Warn("ignoring untrusted backup manifests", "count", len(ignored), "manifests", ignored)
 	}
@@ -197,7 +198,7 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 	// Only the current timeline's backups continue a chain: a restore
 	// began a new timeline, whose first backup is a full snapshot.
 	timeline := c.Lineage()
-	mine := ownChains(all, status.Cluster.ID, timeline.TimelineID())
+	mine := ownChains(all, seen.Cluster.ID, timeline.TimelineID())
 	var lastFull, lastSnapshot *backup.Manifest
 	next := int64(0)
 	deltasSinceFull := 0 // guarded by r.mu once the recorder runs
@@ -295,7 +296,7 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 	}
 	rec := backup.NewRecorder(backup.RecorderOptions{
 		Fence: lease.fence,
-		Store: store, Key: key, Auth: auth, ClusterID: status.Cluster.ID, EtcdVersion: leader.Version, Member: leader.Name,
+		Store: store, Key: key, Auth: auth, ClusterID: seen.Cluster.ID, EtcdVersion: leader.Version, Member: leader.Name,
 		Lineage: timeline,
 		MaxAge:  time.Duration(c.Spec.Backup.DeltaMaxAgeMs) * time.Millisecond,
 		OnUpload: func(m backup.Manifest) {
@@ -347,14 +348,14 @@ const lagWindow = 6 * time.Second
 
 // sampleRevision appends the leader's current revision (when it answers)
 // and drops samples older than needed.
-func sampleRevision(ctx context.Context, cli *clientv3.Client, leader cluster.MemberStatus, samples []revSample) []revSample {
+func sampleRevision(ctx context.Context, cli *clientv3.Client, leader status.MemberStatus, samples []revSample) []revSample {
 	if len(leader.ClientURLs) == 0 {
 		return samples
 	}
 	sctx, cancel := context.WithTimeout(ctx, time.Second)
 	resp, err := cli.Status(sctx, leader.ClientURLs[0])
 	cancel()
-	if err != nil || cluster.CheckAnswer(leader.Name, leader.MemberID(), leader.ClientURLs[0], resp) != nil {
+	if err != nil || status.CheckAnswer(leader.Name, leader.MemberID(), leader.ClientURLs[0], resp) != nil {
 		return samples
 	}
 	now := time.Now()
@@ -376,7 +377,7 @@ func behindRevision(samples []revSample, now time.Time) int64 {
 }
 
 // liveRevision is the newest revision a healthy member reports.
-func liveRevision(st *cluster.Status) int64 {
+func liveRevision(st *status.Status) int64 {
 	var rev int64
 	for _, m := range st.Members {
 		if m.Healthy {
@@ -518,7 +519,7 @@ func (l *backupLease) release() {
 // leads etcd: the agent that runs the leader (its snapshot and watch stay
 // on its host); for an attached cluster, whose members no agent runs,
 // every agent of the spec, and the election picks one.
-func backsUp(c *cluster.Cluster, leader cluster.MemberStatus, agentName string) bool {
+func backsUp(c *cluster.Cluster, leader status.MemberStatus, agentName string) bool {
 	if c.Spec.IsExternal() {
 		_, ok := c.Spec.Agent(agentName)
 		return ok
@@ -529,18 +530,18 @@ func backsUp(c *cluster.Cluster, leader cluster.MemberStatus, agentName string) 
 // handOver reports whether another agent's member now leads etcd. It asks
 // the member this round records from first (cheap), and the whole cluster
 // only when that member says it no longer leads.
-func handOver(ctx context.Context, c *cluster.Cluster, cli *clientv3.Client, leader cluster.MemberStatus, agentName string) bool {
+func handOver(ctx context.Context, c *cluster.Cluster, cli *clientv3.Client, leader status.MemberStatus, agentName string) bool {
 	if len(leader.ClientURLs) > 0 {
 		sctx, cancel := context.WithTimeout(ctx, time.Second)
 		r, err := cli.Status(sctx, leader.ClientURLs[0])
 		cancel()
 		// Only the member itself may say it still leads: another member
 		// on its URL (an alias, a reused port) would speak for itself.
-		if err == nil && r.Leader == r.Header.MemberId && cluster.CheckAnswer(leader.Name, leader.MemberID(), leader.ClientURLs[0], r) == nil {
+		if err == nil && r.Leader == r.Header.MemberId && status.CheckAnswer(leader.Name, leader.MemberID(), leader.ClientURLs[0], r) == nil {
 			return false
 		}
 	}
-	s, err := c.Status(ctx)
+	s, err := status.Get(ctx, c)
 	if err != nil || s.Cluster.Leader == "" || s.Cluster.Leader == leader.Name {
 		return false
 	}

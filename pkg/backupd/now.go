@@ -11,6 +11,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/progress"
 	"github.com/etcd-steward/steward/pkg/refusal"
+	"github.com/etcd-steward/steward/pkg/status"
 )
 
 // ErrNoLeader refuses a backup from "the leader" while there is none
@@ -28,7 +29,7 @@ type Options struct {
 // Now takes a verified full snapshot from a healthy member (the leader
 // by default) and stores it with its manifest.
 func Now(ctx context.Context, c *cluster.Cluster, o Options) (backup.Manifest, error) {
-	st, err := c.LiveMembers(ctx)
+	st, err := status.LiveMembers(ctx, c)
 	if err != nil {
 		return backup.Manifest{}, err
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/progress"
 	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/pkg/status"
 )
 
 // UpOptions configure Up.
@@ -310,7 +311,7 @@ func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*clust
 	}
 	wctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	st, err := c.WaitHealthy(wctx)
+	st, err := status.WaitHealthy(wctx, c)
 	if err != nil {
 		return nil, warnings, err
 	}
@@ -325,9 +326,9 @@ func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*clust
 		// members answer; give it a moment to report that it records.
 		bctx, bcancel := context.WithTimeout(ctx, 20*time.Second)
 		defer bcancel()
-		var cond cluster.Condition
+		var cond status.Condition
 		_ = cluster.Poll(bctx, 300*time.Millisecond, func(context.Context) (bool, error) {
-			cond = c.BackupCondition(ctx, time.Now())
+			cond = status.BackupCondition(ctx, c, time.Now())
 			return cond.Status == "True", nil
 		})
 		if cond.Status == "True" {

@@ -60,6 +60,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/progress"
 	"github.com/etcd-steward/steward/pkg/rolling"
+	"github.com/etcd-steward/steward/pkg/status"
 )
 
 // Step kinds of a CA rotation plan.
@@ -165,7 +166,7 @@ func Apply(ctx context.Context, c *cluster.Cluster) (*plan.Plan, error) {
 		return nil, err
 	}
 	leader := ""
-	if st, err := c.Status(ctx); err == nil {
+	if st, err := status.Get(ctx, c); err == nil {
 		leader = st.Cluster.Leader
 	}
 	p, err := NewPlan(c, leader, time.Now())
@@ -343,7 +344,7 @@ func (e *Executor) restart(ctx context.Context, name string, pending []string) e
 	}
 	pid := 0
 	turn := rolling.Action{
-		Act: func(ctx context.Context, _ *cluster.Status, name string) error {
+		Act: func(ctx context.Context, _ *status.Status, name string) error {
 			ac, err := c.RuntimeFor(m)
 			if err != nil {
 				return err
@@ -359,7 +360,7 @@ func (e *Executor) restart(ctx context.Context, name string, pending []string) e
 			wait := e.wait()
 			wctx, cancel := context.WithTimeout(ctx, wait)
 			defer cancel()
-			if err := c.WaitCaughtUp(wctx, name, pid, pollInterval); err != nil {
+			if err := status.WaitCaughtUp(wctx, c, name, pid, pollInterval); err != nil {
 				return fmt.Errorf("health gate after restarting %s: waited %s: %w", name, wait, err)
 			}
 			e.Progress.Say("  %s restarted and healthy", name)

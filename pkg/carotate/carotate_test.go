@@ -16,6 +16,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/rolling"
 	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/pkg/status"
 )
 
 // TestNewPlan: the phases in order, one restart per member after the drop,
@@ -197,11 +198,11 @@ func TestOneTransferPerRotation(t *testing.T) {
 		for i := range p.Steps {
 			st := &p.Steps[i]
 			if st.Kind == StepRestart && st.Member == leader {
-				status := &cluster.Status{}
+				seen := &status.Status{}
 				for _, m := range s.Members {
-					status.Members = append(status.Members, cluster.MemberStatus{Name: m.Name, Healthy: true, InSpec: true, Role: "follower"})
+					seen.Members = append(seen.Members, status.MemberStatus{Name: m.Name, Healthy: true, InSpec: true, Role: "follower"})
 				}
-				leader = rolling.Transferee(status, leader, pendingRestarts(p, st.Index))
+				leader = rolling.Transferee(seen, leader, pendingRestarts(p, st.Index))
 				transfers++
 			}
 			st.State = plan.Done

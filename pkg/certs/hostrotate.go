@@ -14,6 +14,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/hostset"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/pkg/status"
 )
 
 // The joined hosts' part of a CA rotation (package carotate): the caller
@@ -144,7 +145,7 @@ func WaitOldCARetired(ctx context.Context, c *cluster.Cluster, oldCAFile string,
 	deadline := time.Now().Add(timeout)
 	for {
 		var bad []string
-		for _, ci := range c.ServedCerts(ctx, oldCAFile) {
+		for _, ci := range status.ServedCerts(ctx, c, oldCAFile) {
 			if ci.Serial != "" && ci.Error == "" {
 				bad = append(bad, fmt.Sprintf("%s (serial %s)", ci.Name, ci.Serial))
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/etcd-steward/steward/internal/filelock"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/pki"
+	"github.com/etcd-steward/steward/pkg/status"
 )
 
 // certLockPath is the lock every writer of the certificate directory's
@@ -144,7 +145,7 @@ func pollServed(ctx context.Context, c *cluster.Cluster, timeout time.Duration, 
 	deadline := time.Now().Add(timeout)
 	for {
 		var bad []string
-		for _, ci := range c.ServedCerts(ctx, "") {
+		for _, ci := range status.ServedCerts(ctx, c, "") {
 			if stale(ci) != "" {
 				bad = append(bad, fmt.Sprintf("%s serves %s (error: %s)", ci.Name, orNone(ci.Serial), orNone(ci.Error)))
 			}

@@ -16,6 +16,7 @@ import (
 	"github.com/etcd-steward/steward/internal/proc"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/daemon"
+	"github.com/etcd-steward/steward/pkg/status"
 )
 
 // RenewerPIDFile is the pid file, under DIR/run, of the certificate
@@ -49,7 +50,7 @@ func RenewerPID(c *cluster.Cluster) int {
 // renews this directory's leaves and the joined hosts' (RenewHosts)
 // at their renewal point, as an agent's loop does on a single host.
 func EnsureRenewer(ctx context.Context, c *cluster.Cluster, exe string) (started bool, err error) {
-	if !c.NeedsRenewer() {
+	if !status.NeedsRenewer(c) {
 		return false, nil
 	}
 	// Two `steward up` at once would both find none running and start two,
@@ -64,7 +65,7 @@ func EnsureRenewer(ctx context.Context, c *cluster.Cluster, exe string) (started
 	}
 	// One that died (not stopped by `down`): say so, it explains a gap
 	// in the renewals.
-	if rs, err := c.Renewal(time.Now()); err == nil && rs.PID != 0 && rs.StoppedAt.IsZero() && !proc.Alive(rs.PID) {
+	if rs, err := status.Renewal(c, time.Now()); err == nil && rs.PID != 0 && rs.StoppedAt.IsZero() && !proc.Alive(rs.PID) {
 		c.Progress.Say("the certificate renewal process (pid %d) is gone (last heartbeat %s): starting it again", rs.PID, rs.Heartbeat.Local().Format(time.RFC3339))
 	}
 	logPath := filepath.Join(c.Dir, "logs", "certrenew.log")

@@ -34,9 +34,9 @@ import (
 // RunRenewal renews the certificates of the Steward directory dir until ctx is
 // done. It checks every tenth of the renewal margin (at least every
 // second, at most every minute). It records that it is alive, and what it
-// did, in the directory's renewal state (cluster.RenewalStatePath: every
-// cluster.RenewalHeartbeat, and after each round), which `steward status`
-// reports (cluster.CondCertificateRenewal); when ctx is done it records
+// did, in the directory's renewal state (status.RenewalStatePath: every
+// status.RenewalHeartbeat, and after each round), which `steward status`
+// reports (status.CondCertificateRenewal); when ctx is done it records
 // that it stopped.
 func RunRenewal(ctx context.Context, dir string, log *slog.Logger) {
 	rec := newRecorder(dir, os.Getpid(), time.Now())

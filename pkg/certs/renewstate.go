@@ -9,32 +9,33 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/pki"
+	"github.com/etcd-steward/steward/pkg/status"
 )
 
-// recorder keeps the renewal state of one loop (cluster.RenewalState) and
+// recorder keeps the renewal state of one loop (status.RenewalState) and
 // writes it to the directory's state file: at every heartbeat (its own
 // goroutine, so a long round still shows the loop alive) and after each
 // round. Writes are serialized by mu, so the file always holds the newest.
 type recorder struct {
 	dir string
 	mu  sync.Mutex
-	st  cluster.RenewalState // guarded by mu
+	st  status.RenewalState // guarded by mu
 	// failed is the last write error logged (guarded by mu), so a
 	// lasting one logs once.
 	failed string
 }
 
 func newRecorder(dir string, pid int, now time.Time) *recorder {
-	return &recorder{dir: dir, st: cluster.RenewalState{PID: pid, StartedAt: now.UTC(), Heartbeat: now.UTC()}}
+	return &recorder{dir: dir, st: status.RenewalState{PID: pid, StartedAt: now.UTC(), Heartbeat: now.UTC()}}
 }
 
 // update changes the state under the lock, stamps the heartbeat and writes it.
-func (r *recorder) update(now time.Time, log *slog.Logger, f func(*cluster.RenewalState)) {
+func (r *recorder) update(now time.Time, log *slog.Logger, f func(*status.RenewalState)) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	f(&r.st)
 	r.st.Heartbeat = now.UTC()
-	err := cluster.WriteRenewalState(r.dir, r.st)
+	err := status.WriteRenewalState(r.dir, r.st)
 	switch {
 	case err != nil && err.Error() != r.failed:
 		if log != nil {
@@ -46,13 +47,13 @@ func (r *recorder) update(now time.Time, log *slog.Logger, f func(*cluster.Renew
 	}
 }
 
-// heartbeat records the state now and every cluster.RenewalHeartbeat
+// heartbeat records the state now and every status.RenewalHeartbeat
 // until ctx is done.
 func (r *recorder) heartbeat(ctx context.Context, log *slog.Logger) {
-	t := time.NewTicker(cluster.RenewalHeartbeat)
+	t := time.NewTicker(status.RenewalHeartbeat)
 	defer t.Stop()
 	for {
-		r.update(time.Now(), log, func(*cluster.RenewalState) {})
+		r.update(time.Now(), log, func(*status.RenewalState) {})
 		select {
 		case <-ctx.Done():
 			return
@@ -64,7 +65,7 @@ func (r *recorder) heartbeat(ctx context.Context, log *slog.Logger) {
 // round records a finished round: what it renewed, its error (the
 // ones a loop waits out quietly are none) and the next renewal point.
 func (r *recorder) round(now time.Time, rs []pki.Renewal, err error, next time.Time) {
-	r.update(now, nil, func(st *cluster.RenewalState) {
+	r.update(now, nil, func(st *status.RenewalState) {
 		st.LastRound = now.UTC()
 		if len(rs) > 0 {
 			st.LastRenewal = now.UTC()
@@ -87,7 +88,7 @@ func (r *recorder) round(now time.Time, rs []pki.Renewal, err error, next time.T
 
 // stop records that the loop stopped by request.
 func (r *recorder) stop(now time.Time, log *slog.Logger) {
-	r.update(now, log, func(st *cluster.RenewalState) { st.StoppedAt = now.UTC() })
+	r.update(now, log, func(st *status.RenewalState) { st.StoppedAt = now.UTC() })
 }
 
 // nextRenewal is the earliest renewal point of the leaves of dir's

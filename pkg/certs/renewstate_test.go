@@ -10,18 +10,19 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/status"
 )
 
-func readState(t *testing.T, dir string) (cluster.RenewalState, bool) {
+func readState(t *testing.T, dir string) (status.RenewalState, bool) {
 	t.Helper()
-	b, err := os.ReadFile(cluster.RenewalStatePath(dir))
+	b, err := os.ReadFile(status.RenewalStatePath(dir))
 	if os.IsNotExist(err) {
-		return cluster.RenewalState{}, false
+		return status.RenewalState{}, false
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st cluster.RenewalState
+	var st status.RenewalState
 	if err := json.Unmarshal(b, &st); err != nil {
 		t.Fatalf("state file: %v\n%s", err, b)
 	}
@@ -45,7 +46,7 @@ func TestRunRecordsState(t *testing.T) {
 	defer func() { cancel(); <-done }()
 
 	// Due about a second after issuance (30s lifetime, 29s margin).
-	var st cluster.RenewalState
+	var st status.RenewalState
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		var ok bool
@@ -69,14 +70,14 @@ func TestRunRecordsState(t *testing.T) {
 	if st.NextRenewal.IsZero() || st.NextRenewal.After(time.Now().Add(5*time.Second)) {
 		t.Errorf("next renewal point %s, want about now", st.NextRenewal)
 	}
-	if fi, err := os.Stat(cluster.RenewalStatePath(dir)); err != nil || fi.Mode().Perm() != 0o600 {
+	if fi, err := os.Stat(status.RenewalStatePath(dir)); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("state file: %v, mode %v; want 0600", err, fi.Mode().Perm())
 	}
 	c, err := cluster.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rs, err := c.Renewal(time.Now()); err != nil || !rs.Running || rs.PID != os.Getpid() || rs.Process != "agent" {
+	if rs, err := status.Renewal(c, time.Now()); err != nil || !rs.Running || rs.PID != os.Getpid() || rs.Process != "agent" {
 		t.Errorf("Renewal while running: %+v, %v", rs, err)
 	}
 
@@ -86,7 +87,7 @@ func TestRunRecordsState(t *testing.T) {
 	if st.StoppedAt.IsZero() {
 		t.Errorf("stopped loop: %+v, want stoppedAt", st)
 	}
-	if rs, err := c.Renewal(time.Now()); err != nil || rs.Running {
+	if rs, err := status.Renewal(c, time.Now()); err != nil || rs.Running {
 		t.Errorf("Renewal after the loop stopped: %+v, %v; want not running", rs, err)
 	}
 }

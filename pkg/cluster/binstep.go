@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/etcd-steward/steward/pkg/agentapi"
@@ -14,17 +13,12 @@ import (
 
 // Binaries kept in step across hosts: a status asks every agent on another
 // host for the versions of its store (agentapi.Client.ListBinaries, in
-// parallel with the other probes and bounded by probeTimeout) and compares
+// parallel with the other probes and bounded by ProbeTimeout) and compares
 // them with this machine's store (binaries.CompareStores): a host must
 // hold the spec's version and every version this store holds, each with
-// the same SHA-256. AgentStatus.Binaries carries the outcome per host and
-// CondBinariesInStep sums it up. Agents on this machine run from this
-// store and are not compared.
-
-// CondBinariesInStep: every other host's binary store holds what this
-// machine's does (docs/status.md). Present only when the spec has agents
-// on other hosts.
-const CondBinariesInStep = "BinariesInStep"
+// the same SHA-256. The status's AgentStatus.Binaries carries the outcome
+// per host and its condition BinariesInStep sums it up (pkg/status).
+// Agents on this machine run from this store and are not compared.
 
 // States of a host's store (HostBinaries.State).
 const (
@@ -59,10 +53,11 @@ func (h HostBinaries) Summary() string {
 	return strings.Join(parts, "; ")
 }
 
-// hostBinaries compares the store of every agent on another host with this
-// machine's, concurrently, each bounded by probeTimeout. It returns nil
-// when there is no such agent, or this machine may not ask them.
-func (c *Cluster) hostBinaries(ctx context.Context) map[string]*HostBinaries {
+// CompareHostBinaries compares the store of every agent on another host
+// with this machine's, concurrently, each bounded by ProbeTimeout (for the
+// status, pkg/status). It returns nil when there is no such agent, or this
+// machine may not ask them.
+func (c *Cluster) CompareHostBinaries(ctx context.Context) map[string]*HostBinaries {
 	remote := hostset.Remote(c.Spec)
 	if len(remote) == 0 || !c.Admin() {
 		return nil
@@ -72,7 +67,7 @@ func (c *Cluster) hostBinaries(ctx context.Context) map[string]*HostBinaries {
 	if v := c.Spec.Version; v != "" && v != binaries.EmbeddedVersion() {
 		required = []string{v}
 	}
-	rs := hostset.Each(ctx, remote, hostset.Options{Timeout: probeTimeout}, func(ctx context.Context, a spec.Agent) (agentapi.BinaryList, error) {
+	rs := hostset.Each(ctx, remote, hostset.Options{Timeout: ProbeTimeout}, func(ctx context.Context, a spec.Agent) (agentapi.BinaryList, error) {
 		ac, err := c.Agent(a.Name)
 		if err != nil {
 			return agentapi.BinaryList{}, err
@@ -103,41 +98,4 @@ func (c *Cluster) hostBinaries(ctx context.Context) map[string]*HostBinaries {
 		out[r.Host.Name] = hb
 	}
 	return out
-}
-
-// binariesCondition sums up the hosts' stores: False naming each host that
-// differs, Unknown when none differs but some could not be compared, True
-// otherwise.
-func binariesCondition(agents []AgentStatus) (Condition, bool) {
-	var differ, unknown []string
-	n := 0
-	for _, a := range agents {
-		if a.Binaries == nil {
-			continue
-		}
-		n++
-		switch a.Binaries.State {
-		case BinariesDiffer:
-			differ = append(differ, fmt.Sprintf("host %s %s", a.Name, a.Binaries.Summary()))
-		case BinariesUnknown:
-			unknown = append(unknown, fmt.Sprintf("host %s: %s", a.Name, a.Binaries.Error))
-		}
-	}
-	if n == 0 {
-		return Condition{}, false
-	}
-	cond := Condition{Type: CondBinariesInStep, Status: "True", Reason: "BinariesInStep",
-		Message: fmt.Sprintf("the binary stores of %d host(s) hold every version of this machine's, with the same SHA-256", n)}
-	switch {
-	case len(differ) > 0:
-		cond.Status, cond.Reason = "False", "BinariesDiffer"
-		cond.Message = strings.Join(differ, "; ") + ": push this machine's copy to them"
-		if len(unknown) > 0 {
-			cond.Message += "; not compared: " + strings.Join(unknown, "; ")
-		}
-	case len(unknown) > 0:
-		cond.Status, cond.Reason = "Unknown", "BinariesUnknown"
-		cond.Message = "not compared: " + strings.Join(unknown, "; ")
-	}
-	return cond, true
 }

@@ -3,15 +3,9 @@ package cluster
 import (
 	"errors"
 	"fmt"
-	"time"
 
-	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/refusal"
 )
-
-// External is what status says in the agent and process columns of a
-// member of an attached cluster.
-const External = "external"
 
 // ErrExternal is the Kind of the refusal of work on member processes (start,
 // stop, add, remove, upgrade, recover, certificates) of an attached
@@ -63,11 +57,3 @@ func (c *Cluster) RequireOwnCerts(what string) error {
 // clientFiles are the CA, client certificate and key Steward dials etcd
 // with: the operator's own for an attached cluster.
 func (c *Cluster) clientFiles() (ca, cert, key string) { return c.Spec.ClientFiles(c.Dir) }
-
-// externalInventory lists an attached cluster's certificates: the
-// operator's CA and client certificate files, read and never written.
-func (c *Cluster) externalInventory() []pki.CertInfo {
-	ca, cert, _ := c.clientFiles()
-	now := time.Now()
-	return append(pki.DescribeFile("external ca", ca, now), pki.DescribeFile("external client", cert, now)...)
-}

@@ -113,15 +113,15 @@ func (c *Cluster) Admin() bool {
 	return err == nil && cn == pki.AdminCN
 }
 
-// loopStatuses gathers the backup loops' reports: this machine's status
+// LoopStatuses gathers the backup loops' reports: this machine's status
 // directory, and each agent's on another host (an unreachable one is
 // skipped: its report would be stale anyway).
-func (c *Cluster) loopStatuses(ctx context.Context) []backup.LoopStatus {
-	out := backup.ReadLoopStatuses(c.statusDir())
+func (c *Cluster) LoopStatuses(ctx context.Context) []backup.LoopStatus {
+	out := backup.ReadLoopStatuses(c.StatusDir())
 	if !c.Spec.MultiHost() || !c.Admin() {
 		return out
 	}
-	rs := hostset.Each(ctx, hostset.Remote(c.Spec), hostset.Options{Timeout: probeTimeout}, func(ctx context.Context, a spec.Agent) ([]json.RawMessage, error) {
+	rs := hostset.Each(ctx, hostset.Remote(c.Spec), hostset.Options{Timeout: ProbeTimeout}, func(ctx context.Context, a spec.Agent) ([]json.RawMessage, error) {
 		ac, err := c.Agent(a.Name)
 		if err != nil {
 			return nil, err

@@ -84,36 +84,6 @@ func accepts(ctx context.Context, raw string) bool {
 	return true
 }
 
-// StoppedStatus is the status of a stopped cluster (Stopped), built
-// without probing: every member's process Stopped, Ready and
-// AllMembersReady False with reason ClusterStopped.
-func (c *Cluster) StoppedStatus(now time.Time) *Status {
-	st := &Status{Cluster: c.specStatus()}
-	st.Cluster.Stopped, st.Cluster.VotingMembers = true, len(c.Spec.Members)
-	for _, m := range c.Spec.Members {
-		st.Members = append(st.Members, MemberStatus{
-			Name: m.Name, ClientURLs: []string{m.ClientURL}, PeerURLs: []string{m.PeerURL},
-			Role: "unknown", Alarms: []string{}, Agent: m.Agent, InSpec: true, Process: ProcessStopped,
-		})
-	}
-	for _, a := range c.Spec.Agents {
-		st.Agents = append(st.Agents, AgentStatus{Name: a.Name, Endpoint: a.Endpoint(), Error: "not running", MetricsURL: c.Spec.MetricsURL(a)})
-	}
-	msg := c.StoppedError("").Error()
-	st.Conditions = []Condition{
-		{Type: CondReady, Status: "False", Reason: ReasonClusterStopped, Message: msg, LastTransitionTime: now},
-		{Type: CondAllMembersReady, Status: "False", Reason: ReasonClusterStopped, Message: msg, LastTransitionTime: now},
-	}
-	return st
-}
-
-// ProcessStopped is a member's process in the status of a stopped
-// cluster; ReasonClusterStopped the reason of its conditions.
-const (
-	ProcessStopped       = "Stopped"
-	ReasonClusterStopped = "ClusterStopped"
-)
-
 // RequireRunning refuses (ErrStopped) when the cluster is stopped; what
 // is what the caller was about to do ("take a backup").
 func (c *Cluster) RequireRunning(ctx context.Context, what string) error {

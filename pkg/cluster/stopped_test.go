@@ -15,6 +15,7 @@ import (
 // TestStopped: a cluster whose agent socket answers nothing and whose
 // members accept no connection is stopped, told within a second; one
 // member listening, or an agent on another host, makes it not stopped.
+// (Its status: pkg/status TestStopped.)
 func TestStopped(t *testing.T) {
 	dir := t.TempDir()
 	s, err := spec.NewDefault(spec.DefaultOptions{Members: 3, Version: binaries.EmbeddedVersion(), StewardDir: dir, Host: "127.0.0.1",
@@ -34,24 +35,6 @@ func TestStopped(t *testing.T) {
 	if !errors.Is(err, ErrStopped) || !strings.HasPrefix(err.Error(), "cannot take a backup: cluster steward is stopped") || !strings.Contains(err.Error(), "none of its 3 members answers") {
 		t.Errorf("RequireRunning: %v", err)
 	}
-	st := c.StoppedStatus(time.Now())
-	if !st.Cluster.Stopped || len(st.Members) != 3 || st.Members[0].Process != ProcessStopped {
-		t.Errorf("StoppedStatus: %+v", st)
-	}
-	// The timeline it is on, from the spec: a cluster stopped after a
-	// restore (as a restore leaves it) still says which.
-	s.Timeline = &spec.Timeline{ID: 3, Parent: 2, BranchRevision: 70, StartRevision: 1_000_000_080}
-	if st := c.StoppedStatus(time.Now()); st.Cluster.Timeline != 3 || st.Cluster.ParentTimeline != 2 || st.Cluster.BranchRevision != 70 {
-		t.Errorf("StoppedStatus of a cluster on timeline 3 (from 2 at revision 70): %+v", st.Cluster)
-	}
-	s.Timeline = nil
-	if st := c.StoppedStatus(time.Now()); st.Cluster.Timeline != 1 {
-		t.Errorf("StoppedStatus of a cluster never restored: timeline %d, want 1", st.Cluster.Timeline)
-	}
-	if cond, _ := st.Condition(CondReady); cond.Status != "False" || cond.Reason != ReasonClusterStopped {
-		t.Errorf("Ready of a stopped cluster: %+v", cond)
-	}
-
 	// One member listening: not stopped (its agent may be the one gone).
 	_, port, _ := net.SplitHostPort(strings.TrimPrefix(s.Members[1].ClientURL, "https://"))
 	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", port))

@@ -1,9 +1,9 @@
 // Package hostset is the one list of a cluster's hosts (Hosts: the spec's
 // agents, in the spec's order) and the one loop over them (Each): every
 // operation that asks each host's agent something (hand it the spec, read
-// its backup loop or binary store, push a version, renew its certificates,
-// list its kept data dirs) runs through Each, so they all share one
-// behaviour:
+// its backup loop, binary store or members' states for a status, push a
+// version, renew its certificates, list its kept data dirs) runs through
+// Each, so they all share one behaviour:
 //
 //   - at most Options.Limit hosts at once (0: all at once; 1: one after
 //     the other, in host order);

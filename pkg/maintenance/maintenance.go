@@ -15,6 +15,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/progress"
 	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/rolling"
+	"github.com/etcd-steward/steward/pkg/status"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -47,7 +48,7 @@ func Defrag(ctx context.Context, c *cluster.Cluster, o DefragOptions) ([]DefragR
 	}
 	results := []DefragResult{}
 	var (
-		m     cluster.MemberStatus // the member of the turn
+		m     status.MemberStatus // the member of the turn
 		id    uint64
 		start time.Time
 		turns int
@@ -55,7 +56,7 @@ func Defrag(ctx context.Context, c *cluster.Cluster, o DefragOptions) ([]DefragR
 	turn := rolling.Action{
 		// Re-check before each member: never defragment while another
 		// member is unhealthy.
-		Gate: func(st *cluster.Status, name string) error {
+		Gate: func(st *status.Status, name string) error {
 			turns++
 			err := requireDefragHealth(st, o.AllowAlarms)
 			if err != nil && turns > 1 {
@@ -68,7 +69,7 @@ func Defrag(ctx context.Context, c *cluster.Cluster, o DefragOptions) ([]DefragR
 		// the whole of its leadership rule) and no transfer adds an
 		// election's wait.
 		KeepLeader: true,
-		Act: func(ctx context.Context, st *cluster.Status, name string) error {
+		Act: func(ctx context.Context, st *status.Status, name string) error {
 			var ok bool
 			if m, ok = st.Member(name); !ok {
 				return fmt.Errorf("refusing to defragment %s: it is not in the cluster", name)
@@ -80,7 +81,7 @@ func Defrag(ctx context.Context, c *cluster.Cluster, o DefragOptions) ([]DefragR
 			}
 			// Defragment blocks the member it reaches: make sure the member on
 			// the URL is m, not another one behind an alias or a reused port.
-			if _, err := c.EndpointStatus(ctx, m.Name, id, m.ClientURLs[0]); err != nil {
+			if _, err := status.Endpoint(ctx, c, m.Name, id, m.ClientURLs[0]); err != nil {
 				return fmt.Errorf("refusing to defragment %s: %w", m.Name, err)
 			}
 			c.Progress.Say("defragmenting %s (%s, db %s)", m.Name, m.Role, progress.Bytes(m.DBSize))
@@ -99,11 +100,11 @@ func Defrag(ctx context.Context, c *cluster.Cluster, o DefragOptions) ([]DefragR
 			return nil
 		},
 		CaughtUp: func(ctx context.Context, name string) error {
-			if err := c.WaitMemberHealthy(ctx, name, time.Minute); err != nil && !o.AllowAlarms {
+			if err := status.WaitMemberHealthy(ctx, c, name, time.Minute); err != nil && !o.AllowAlarms {
 				return fmt.Errorf("defragmentation stopped: %w", err)
 			}
 			r := DefragResult{Member: name, DBSizeFrom: m.DBSize, Duration: time.Since(start)}
-			if s, err := c.EndpointStatus(ctx, name, id, m.ClientURLs[0]); err == nil {
+			if s, err := status.Endpoint(ctx, c, name, id, m.ClientURLs[0]); err == nil {
 				r.DBSizeTo = s.DbSize
 			}
 			c.Progress.Say("  %s: %s -> %s in %s", name, progress.Bytes(r.DBSizeFrom), progress.Bytes(r.DBSizeTo), r.Duration.Round(time.Millisecond))
@@ -119,7 +120,7 @@ func Defrag(ctx context.Context, c *cluster.Cluster, o DefragOptions) ([]DefragR
 	return results, err
 }
 
-func requireDefragHealth(st *cluster.Status, allowAlarms bool) error {
+func requireDefragHealth(st *status.Status, allowAlarms bool) error {
 	if !st.Cluster.Quorate {
 		return fmt.Errorf("refusing to defragment: the cluster has no quorum: %s", st.Unhealthy())
 	}
@@ -234,7 +235,7 @@ func Disarm(ctx context.Context, c *cluster.Cluster, o DisarmOptions) ([]Alarm, 
 		if _, err := Defrag(ctx, c, DefragOptions{AllowAlarms: true}); err != nil {
 			return nil, err
 		}
-		st, err := c.Status(ctx)
+		st, err := status.Get(ctx, c)
 		if err != nil {
 			return nil, err
 		}

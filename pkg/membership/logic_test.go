@@ -9,6 +9,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/pkg/status"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 )
 
@@ -26,8 +27,8 @@ func TestInitialClusterFrom(t *testing.T) {
 	}
 }
 
-func statusOf(ms ...cluster.MemberStatus) *cluster.Status {
-	st := &cluster.Status{Members: ms}
+func statusOf(ms ...status.MemberStatus) *status.Status {
+	st := &status.Status{Members: ms}
 	for _, m := range ms {
 		if m.Role == "learner" {
 			st.Cluster.Learners++
@@ -44,16 +45,16 @@ func statusOf(ms ...cluster.MemberStatus) *cluster.Status {
 
 func TestPickTransferee(t *testing.T) {
 	st := statusOf(
-		cluster.MemberStatus{Name: "a", Role: "leader", Healthy: true, InSpec: true, RaftAppliedIndex: 100},
-		cluster.MemberStatus{Name: "b", Role: "follower", Healthy: true, InSpec: true, RaftAppliedIndex: 90},
-		cluster.MemberStatus{Name: "c", Role: "follower", Healthy: true, InSpec: true, RaftAppliedIndex: 99},
-		cluster.MemberStatus{Name: "d", ID: "d4", Role: "follower", Healthy: false, InSpec: true, RaftAppliedIndex: 100},
-		cluster.MemberStatus{Name: "e", Role: "learner", Healthy: true, InSpec: true, RaftAppliedIndex: 100},
+		status.MemberStatus{Name: "a", Role: "leader", Healthy: true, InSpec: true, RaftAppliedIndex: 100},
+		status.MemberStatus{Name: "b", Role: "follower", Healthy: true, InSpec: true, RaftAppliedIndex: 90},
+		status.MemberStatus{Name: "c", Role: "follower", Healthy: true, InSpec: true, RaftAppliedIndex: 99},
+		status.MemberStatus{Name: "d", ID: "d4", Role: "follower", Healthy: false, InSpec: true, RaftAppliedIndex: 100},
+		status.MemberStatus{Name: "e", Role: "learner", Healthy: true, InSpec: true, RaftAppliedIndex: 100},
 	)
 	if got := pickTransferee(st, "a"); got != "c" {
 		t.Errorf("transferee %q, want the most up-to-date healthy follower c", got)
 	}
-	if got := pickTransferee(statusOf(cluster.MemberStatus{Name: "a", Role: "leader", Healthy: true}), "a"); got != "" {
+	if got := pickTransferee(statusOf(status.MemberStatus{Name: "a", Role: "leader", Healthy: true}), "a"); got != "" {
 		t.Errorf("transferee %q with no follower", got)
 	}
 	if v, h := voterCounts(st, "a"); v != 4 || h != 2 {
@@ -62,9 +63,9 @@ func TestPickTransferee(t *testing.T) {
 	// After a recovery restored one member, the others are in the spec but
 	// not in etcd's member list (no ID): they are not voters.
 	rec := statusOf(
-		cluster.MemberStatus{Name: "a", ID: "a1", Role: "leader", Healthy: true, InSpec: true},
-		cluster.MemberStatus{Name: "b", Role: "unknown", InSpec: true},
-		cluster.MemberStatus{Name: "c", Role: "unknown", InSpec: true},
+		status.MemberStatus{Name: "a", ID: "a1", Role: "leader", Healthy: true, InSpec: true},
+		status.MemberStatus{Name: "b", Role: "unknown", InSpec: true},
+		status.MemberStatus{Name: "c", Role: "unknown", InSpec: true},
 	)
 	if v, h := voterCounts(rec, "b"); v != 1 || h != 1 {
 		t.Errorf("voterCounts after a one-member restore = %d, %d; want 1 voter, 1 healthy other", v, h)
@@ -113,11 +114,11 @@ func TestPrivateLearner(t *testing.T) {
 }
 
 func TestRequireNoDowngrade(t *testing.T) {
-	quiet := statusOf(cluster.MemberStatus{Name: "a", Healthy: true}, cluster.MemberStatus{Name: "b", Healthy: true})
+	quiet := statusOf(status.MemberStatus{Name: "a", Healthy: true}, status.MemberStatus{Name: "b", Healthy: true})
 	if err := requireNoDowngrade(quiet, nil, "add a member"); err != nil {
 		t.Fatalf("no member reports a downgrade, no plan: %v", err)
 	}
-	down := statusOf(cluster.MemberStatus{Name: "a", Healthy: true}, cluster.MemberStatus{Name: "b", Healthy: true, DowngradeTarget: "3.5.0"})
+	down := statusOf(status.MemberStatus{Name: "a", Healthy: true}, status.MemberStatus{Name: "b", Healthy: true, DowngradeTarget: "3.5.0"})
 	err := requireNoDowngrade(down, nil, "replace a")
 	if !errors.Is(err, ErrDowngradeInProgress) {
 		t.Fatalf("a member reports a downgrade: got %v, want ErrDowngradeInProgress", err)

@@ -21,6 +21,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/pkg/status"
 )
 
 // ErrQuorumAtRisk refuses a remove or stop that would leave the cluster
@@ -93,7 +94,7 @@ func Add(ctx context.Context, c *cluster.Cluster, name string, o AddOptions) (er
 			o.PeerURL = fmt.Sprintf("%s://%s", c.Spec.Scheme(), net.JoinHostPort(agent.Host, strconv.Itoa(pp)))
 		}
 	}
-	st, err := c.Status(ctx)
+	st, err := status.Get(ctx, c)
 	if err != nil {
 		return err
 	}
@@ -238,7 +239,7 @@ func Add(ctx context.Context, c *cluster.Cluster, name string, o AddOptions) (er
 			return err
 		}
 	}
-	return c.WaitMemberHealthy(ctx, name, time.Minute)
+	return status.WaitMemberHealthy(ctx, c, name, time.Minute)
 }
 
 // privateLearner tells whether the learner of peerURL among members starts
@@ -354,7 +355,7 @@ func promoteWhenReady(ctx context.Context, c *cluster.Cluster, cli *clientv3.Cli
 }
 
 // catchUpProgress says how far learner name (member ID id, on learnerURL)
-// is behind the leader. It fails with cluster.ErrWrongMember when another
+// is behind the leader. It fails with status.ErrWrongMember when another
 // member answers on the learner's URL: its index is not the learner's.
 func catchUpProgress(ctx context.Context, c *cluster.Cluster, name string, id uint64, learnerURL string) (string, error) {
 	if _, ok := c.Spec.Member(name); !ok {
@@ -365,8 +366,8 @@ func catchUpProgress(ctx context.Context, c *cluster.Cluster, name string, id ui
 		return err.Error(), nil
 	}
 	defer cli.Close()
-	ls, err := c.EndpointStatus(ctx, name, id, learnerURL)
-	if errors.Is(err, cluster.ErrWrongMember) {
+	ls, err := status.Endpoint(ctx, c, name, id, learnerURL)
+	if errors.Is(err, status.ErrWrongMember) {
 		return "", err
 	}
 	if err != nil {
@@ -422,7 +423,7 @@ func Remove(ctx context.Context, c *cluster.Cluster, name string, o RemoveOption
 	if len(c.Spec.Members) == 1 {
 		return refusal.New(ErrLastMember, "refusing to remove %s: it is the last member of the cluster", name)
 	}
-	st, err := c.Status(ctx)
+	st, err := status.Get(ctx, c)
 	if err != nil {
 		return err
 	}
@@ -515,7 +516,7 @@ func Replace(ctx context.Context, c *cluster.Cluster, name string, timeout time.
 	if timeout == 0 {
 		timeout = 10 * time.Minute
 	}
-	st, err := c.Status(ctx)
+	st, err := status.Get(ctx, c)
 	if err != nil {
 		return err
 	}
@@ -599,7 +600,7 @@ func ServeClients(ctx context.Context, c *cluster.Cluster, m spec.Member) error 
 	if err := serveClients(ctx, c, ac, m); err != nil {
 		return err
 	}
-	return c.WaitMemberHealthy(ctx, m.Name, time.Minute)
+	return status.WaitMemberHealthy(ctx, c, m.Name, time.Minute)
 }
 
 // UnfinishedError: a member's rejoin (Replace, Rejoin) stopped after it
@@ -694,7 +695,7 @@ func rejoin(ctx context.Context, c *cluster.Cluster, cli *clientv3.Client, ac me
 			return &UnfinishedError{Member: name, Err: err}
 		}
 	}
-	return c.WaitMemberHealthy(ctx, name, time.Minute)
+	return status.WaitMemberHealthy(ctx, c, name, time.Minute)
 }
 
 // Stop stops a member's process (it stays a member of the cluster).
@@ -705,7 +706,7 @@ func Stop(ctx context.Context, c *cluster.Cluster, name string, force bool) erro
 		return err
 	}
 	if !force {
-		st, err := c.Status(ctx)
+		st, err := status.Get(ctx, c)
 		if err != nil {
 			return err
 		}
@@ -787,7 +788,7 @@ func clientExcluding(c *cluster.Cluster, name string) (*clientv3.Client, error) 
 // as voting) and the healthy ones among them other than exclude. A spec
 // member etcd has no ID for (absent from its member list, as after a
 // recovery from backup that restored one member) is not a voter.
-func voterCounts(st *cluster.Status, exclude string) (voters, healthyOthers int) {
+func voterCounts(st *status.Status, exclude string) (voters, healthyOthers int) {
 	for _, ms := range st.Members {
 		if ms.Role == "learner" || ms.ID == "" && !ms.Healthy {
 			continue
@@ -820,7 +821,7 @@ const (
 // The refusal names what ends it: the plan that enabled the downgrade
 // (finish it: ErrDowngradeOfPlan), or, when no open plan did (enabled by
 // hand, or its plan aborted), etcd's own cancel.
-func requireNoDowngrade(st *cluster.Status, latest *plan.Plan, what string) error {
+func requireNoDowngrade(st *status.Status, latest *plan.Plan, what string) error {
 	var open *plan.Step
 	if latest != nil {
 		open = latest.OpenSince(StepDowngradeEnable, StepClusterVersion)
@@ -856,7 +857,7 @@ func latestPlan(c *cluster.Cluster) (*plan.Plan, error) {
 	return p, nil
 }
 
-func requireAllHealthy(st *cluster.Status, what string) error {
+func requireAllHealthy(st *status.Status, what string) error {
 	if !st.Cluster.Quorate {
 		return fmt.Errorf("refusing to %s: the cluster has no quorum: %s", what, st.Unhealthy())
 	}

@@ -10,15 +10,15 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/etcd-steward/steward/pkg/backup"
-	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/status"
 )
 
 // Snapshot is what one scrape reads: everything but the event counters.
 type Snapshot struct {
 	// Status is a status probe of the cluster; nil when there is no spec
 	// or the probe failed.
-	Status *cluster.Status
+	Status *status.Status
 	// Loop is this agent's backup loop report when it leads backups; nil
 	// otherwise (only the backup leader exports backup gauges).
 	Loop *backup.LoopStatus
@@ -208,7 +208,7 @@ func (c *Collector) emit(ch chan<- prometheus.Metric, s Snapshot, now time.Time)
 // emitCluster sends the member series of this agent's members (of every
 // member, for an attached cluster) and the
 // cluster as this agent sees it. Called with c.mu held.
-func (c *Collector) emitCluster(ch chan<- prometheus.Metric, st *cluster.Status) {
+func (c *Collector) emitCluster(ch chan<- prometheus.Metric, st *status.Status) {
 	var leaderApplied uint64
 	if l, ok := st.Member(st.Cluster.Leader); ok && l.Role == "leader" {
 		leaderApplied = l.RaftAppliedIndex
@@ -218,7 +218,7 @@ func (c *Collector) emitCluster(ch chan<- prometheus.Metric, st *cluster.Status)
 		revision = max(revision, m.Revision)
 		// An attached cluster's members run under no agent: the agents
 		// that watch it (the one of `attach --continuous`) report them.
-		if (m.Agent != c.agent && m.Agent != cluster.External) || !m.InSpec {
+		if (m.Agent != c.agent && m.Agent != status.External) || !m.InSpec {
 			continue
 		}
 		up := m.Healthy || m.OnlyAlarms

@@ -19,19 +19,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/etcd-steward/steward/pkg/backup"
-	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/status"
 )
 
 var t0 = time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
 
 // fixedStatus: three members, two on agent "a" (etcd-1 leads, etcd-2 is
 // 7 entries behind with NOSPACE raised), etcd-3 on agent "b" and down.
-func fixedStatus() *cluster.Status {
-	return &cluster.Status{
-		Cluster: cluster.ClusterStatus{Name: "prod", ID: "c1", Leader: "etcd-1", LeaderID: "11", Quorate: true, VotingMembers: 3},
-		Members: []cluster.MemberStatus{
+func fixedStatus() *status.Status {
+	return &status.Status{
+		Cluster: status.ClusterStatus{Name: "prod", ID: "c1", Leader: "etcd-1", LeaderID: "11", Quorate: true, VotingMembers: 3},
+		Members: []status.MemberStatus{
 			{Name: "etcd-1", ID: "11", Agent: "a", InSpec: true, Role: "leader", Healthy: true,
 				DBSize: 4096, DBSizeInUse: 2048, Revision: 120, RaftAppliedIndex: 500},
 			{Name: "etcd-2", ID: "12", Agent: "a", InSpec: true, Role: "follower", OnlyAlarms: true, Alarms: []string{"NOSPACE"},
@@ -123,7 +123,7 @@ steward_member_up{agent="b",cluster="prod",member="etcd-3"} 0
 func TestCollectorAttached(t *testing.T) {
 	st := fixedStatus()
 	for i := range st.Members {
-		st.Members[i].Agent = cluster.External
+		st.Members[i].Agent = status.External
 	}
 	_, reg := registry(t, "local", func() Snapshot { return Snapshot{Status: st} }, func() time.Time { return t0 })
 	want := `
@@ -143,7 +143,7 @@ steward_member_up{agent="local",cluster="prod",member="etcd-3"} 0
 // not say quorum is lost), but its members' up series still say 0.
 func TestCollectorNoClusterView(t *testing.T) {
 	st := fixedStatus()
-	st.Cluster = cluster.ClusterStatus{Name: "prod"}
+	st.Cluster = status.ClusterStatus{Name: "prod"}
 	for i := range st.Members {
 		st.Members[i].Healthy, st.Members[i].OnlyAlarms = false, false
 	}
@@ -327,10 +327,10 @@ func TestCollectorRenewal(t *testing.T) {
 	hb := time.Unix(1800000000, 0)
 	for _, tt := range []struct {
 		name    string
-		renewal *cluster.RenewalStatus
+		renewal *status.RenewalStatus
 		want    string
 	}{
-		{name: "running", renewal: &cluster.RenewalStatus{Running: true, RenewalState: cluster.RenewalState{PID: 7, Heartbeat: hb}}, want: `
+		{name: "running", renewal: &status.RenewalStatus{Running: true, RenewalState: status.RenewalState{PID: 7, Heartbeat: hb}}, want: `
 # HELP steward_certificate_renewal_heartbeat_timestamp_seconds When the certificate renewal loop last reported (Unix time).
 # TYPE steward_certificate_renewal_heartbeat_timestamp_seconds gauge
 steward_certificate_renewal_heartbeat_timestamp_seconds{agent="a",cluster="prod"} 1.8e+09
@@ -338,7 +338,7 @@ steward_certificate_renewal_heartbeat_timestamp_seconds{agent="a",cluster="prod"
 # TYPE steward_certificate_renewal_running gauge
 steward_certificate_renewal_running{agent="a",cluster="prod"} 1
 `},
-		{name: "gone", renewal: &cluster.RenewalStatus{RenewalState: cluster.RenewalState{PID: 7, Heartbeat: hb}}, want: `
+		{name: "gone", renewal: &status.RenewalStatus{RenewalState: status.RenewalState{PID: 7, Heartbeat: hb}}, want: `
 # HELP steward_certificate_renewal_heartbeat_timestamp_seconds When the certificate renewal loop last reported (Unix time).
 # TYPE steward_certificate_renewal_heartbeat_timestamp_seconds gauge
 steward_certificate_renewal_heartbeat_timestamp_seconds{agent="a",cluster="prod"} 1.8e+09
@@ -346,7 +346,7 @@ steward_certificate_renewal_heartbeat_timestamp_seconds{agent="a",cluster="prod"
 # TYPE steward_certificate_renewal_running gauge
 steward_certificate_renewal_running{agent="a",cluster="prod"} 0
 `},
-		{name: "never reported", renewal: &cluster.RenewalStatus{}, want: `
+		{name: "never reported", renewal: &status.RenewalStatus{}, want: `
 # HELP steward_certificate_renewal_running 1 while this directory's certificate renewal loop runs (alive, not stopped, heartbeat fresh), 0 otherwise.
 # TYPE steward_certificate_renewal_running gauge
 steward_certificate_renewal_running{agent="a",cluster="prod"} 0

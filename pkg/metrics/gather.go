@@ -14,6 +14,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/status"
 )
 
 // DirGatherer reads an agent's Snapshot from its Steward directory. Scrapes
@@ -52,7 +53,7 @@ func (g *DirGatherer) read(ctx context.Context) Snapshot {
 		return s
 	}
 	s.Certificates = Certificates(c.Spec.CertDir(g.Dir))
-	if st, err := c.Status(ctx); err != nil {
+	if st, err := status.Get(ctx, c); err != nil {
 		g.Log.Warn("metrics: cluster status", "err", err)
 	} else {
 		s.Status = st

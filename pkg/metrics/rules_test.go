@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/pkg/backup"
-	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/status"
 )
 
 // deployDir is the repository's deploy/ directory.
@@ -77,7 +77,7 @@ func exported(t *testing.T) map[string]bool {
 	t.Helper()
 	now := time.Now()
 	st := fixedStatus()
-	st.CertificateRenewal = &cluster.RenewalStatus{Running: true, RenewalState: cluster.RenewalState{PID: 1, Heartbeat: now}}
+	st.CertificateRenewal = &status.RenewalStatus{Running: true, RenewalState: status.RenewalState{PID: 1, Heartbeat: now}}
 	snap := Snapshot{
 		Status: st,
 		Loop: &backup.LoopStatus{Agent: "a", Role: "leader", Recording: true, NextRevision: 101,

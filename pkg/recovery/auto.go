@@ -11,6 +11,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/handover"
 	"github.com/etcd-steward/steward/pkg/metrics"
 	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/status"
 )
 
 // autoInterval is how often RunAuto looks at the cluster.
@@ -62,24 +63,24 @@ func (a *autoLoop) reset() { a.lostSince, a.provenSince = time.Time{}, time.Time
 
 // record writes the round's decision, keeping the last action.
 func (a *autoLoop) record(decision, reason string) {
-	st, _ := cluster.ReadAutoRecovery(a.dir)
+	st, _ := status.ReadAutoRecovery(a.dir)
 	if st == nil {
-		st = &cluster.AutoRecoveryState{}
+		st = &status.AutoRecoveryState{}
 	}
 	if st.Decision == decision && st.Reason == reason && st.LostSince.Equal(a.lostSince) {
 		return
 	}
 	st.Decision, st.Reason, st.DecidedAt, st.LostSince = decision, reason, time.Now().UTC(), a.lostSince
-	if err := cluster.WriteAutoRecovery(a.dir, st); err != nil {
+	if err := status.WriteAutoRecovery(a.dir, st); err != nil {
 		a.log.Error("record the automatic recovery's decision", "err", err)
 	}
 }
 
 // act runs Run, recording it before (running) and after, and counts it.
 func (a *autoLoop) act(ctx context.Context, c *cluster.Cluster, decision, reason string) {
-	st, _ := cluster.ReadAutoRecovery(a.dir)
+	st, _ := status.ReadAutoRecovery(a.dir)
 	if st == nil {
-		st = &cluster.AutoRecoveryState{}
+		st = &status.AutoRecoveryState{}
 	}
 	if c.Spec.MultiHost() {
 		// A coordinator another machine took over from acts no more.
@@ -90,8 +91,8 @@ func (a *autoLoop) act(ctx context.Context, c *cluster.Cluster, decision, reason
 	}
 	now := time.Now().UTC()
 	st.Decision, st.Reason, st.DecidedAt, st.LostSince = decision, reason, now, a.lostSince
-	st.LastAction = &cluster.AutoRecoveryAction{Action: "recover", Reason: reason, Started: now, Result: "running"}
-	if err := cluster.WriteAutoRecovery(a.dir, st); err != nil {
+	st.LastAction = &status.AutoRecoveryAction{Action: "recover", Reason: reason, Started: now, Result: "running"}
+	if err := status.WriteAutoRecovery(a.dir, st); err != nil {
 		// Acting unrecorded would leave status without its reason.
 		a.log.Error("record the automatic recovery's action; not acting", "err", err)
 		return
@@ -113,7 +114,7 @@ func (a *autoLoop) act(ctx context.Context, c *cluster.Cluster, decision, reason
 	} else {
 		a.log.Info("automatic recovery done", "action", rep.Action, "message", rep.Message)
 	}
-	if err := cluster.WriteAutoRecovery(a.dir, st); err != nil {
+	if err := status.WriteAutoRecovery(a.dir, st); err != nil {
 		a.log.Error("record the automatic recovery's result", "err", err)
 	}
 	a.reset()
@@ -153,7 +154,7 @@ func (a *autoLoop) round(ctx context.Context) {
 			// A stale journal (Reseeding while quorate): logged and left
 			// for the operator, never resumed (staleReseed).
 			if j.Reseeding {
-				if st, err := c.Status(ctx); err == nil {
+				if st, err := status.Get(ctx, c); err == nil {
 					if err := staleReseed(c, j, st.Cluster.Quorate); err != nil {
 						a.log.Error("not resuming the recorded recovery", "err", err)
 						a.record("wait", err.Error())
@@ -167,7 +168,7 @@ func (a *autoLoop) round(ctx context.Context) {
 		a.reset()
 		return
 	}
-	st, err := c.Status(ctx)
+	st, err := status.Get(ctx, c)
 	if err != nil {
 		a.reset()
 		return
@@ -230,7 +231,7 @@ func fence(ctx context.Context, c *cluster.Cluster) error {
 
 // Observe turns a status into Decide's input: for each member of the
 // spec, whether its agent answered and its process state.
-func Observe(st *cluster.Status, c *cluster.Cluster) Observation {
+func Observe(st *status.Status, c *cluster.Cluster) Observation {
 	reach := map[string]bool{}
 	for _, ag := range st.Agents {
 		reach[ag.Name] = ag.Reachable

@@ -24,6 +24,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/restore"
 	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/pkg/status"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 )
 
@@ -130,7 +131,7 @@ var ErrNotProven = errors.New("quorum is not proven lost everywhere")
 // the cluster's status), apart so the order of its checks under
 // recover.lock is tested without processes.
 type runDeps struct {
-	view func(ctx context.Context, c *cluster.Cluster) (*recoveryJournal, *cluster.Status, error)
+	view func(ctx context.Context, c *cluster.Cluster) (*recoveryJournal, *status.Status, error)
 	// fence fails when this directory is no longer the coordinator of a
 	// multi-host cluster (fence).
 	fence func(ctx context.Context, c *cluster.Cluster) error
@@ -168,12 +169,12 @@ func (d runDeps) proven(ctx context.Context, c *cluster.Cluster, before string) 
 }
 
 // readView reads the recovery journal and the cluster's status.
-func readView(ctx context.Context, c *cluster.Cluster) (*recoveryJournal, *cluster.Status, error) {
+func readView(ctx context.Context, c *cluster.Cluster) (*recoveryJournal, *status.Status, error) {
 	j, err := readRecoveryJournal(c)
 	if err != nil {
 		return nil, nil, err
 	}
-	st, err := c.Status(ctx)
+	st, err := status.Get(ctx, c)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -328,7 +329,7 @@ func run(ctx context.Context, c *cluster.Cluster, d runDeps) (Report, error) {
 				}
 			}
 		}
-		if err := c.WaitQuorum(ctx, 2*time.Minute); err != nil {
+		if err := status.WaitQuorum(ctx, c, 2*time.Minute); err != nil {
 			return rep, err
 		}
 		for _, name := range lost {
@@ -339,7 +340,7 @@ func run(ctx context.Context, c *cluster.Cluster, d runDeps) (Report, error) {
 			rep.Replaced = append(rep.Replaced, name)
 		}
 		rep.Message = fmt.Sprintf("restarted %d members with valid data; replaced %d", valid, len(rep.Replaced))
-		_, err := c.WaitHealthy(ctx)
+		_, err := status.WaitHealthy(ctx, c)
 		return rep, err
 	}
 
@@ -446,7 +447,7 @@ func finishRecovery(ctx context.Context, c *cluster.Cluster, rep *Report, j *rec
 	if err := membership.Start(ctx, c, seed.Name); err != nil {
 		return err
 	}
-	if err := c.WaitMemberHealthy(ctx, seed.Name, 2*time.Minute); err != nil {
+	if err := status.WaitMemberHealthy(ctx, c, seed.Name, 2*time.Minute); err != nil {
 		return fmt.Errorf("seed %s does not become healthy: %w", seed.Name, err)
 	}
 	if j.FreshBackup == "" {
@@ -545,7 +546,7 @@ func finishRecovery(ctx context.Context, c *cluster.Cluster, rep *Report, j *rec
 	if rep.Action == "resume" {
 		rep.Message = "resumed: " + rep.Message
 	}
-	_, err = c.WaitHealthy(ctx)
+	_, err = status.WaitHealthy(ctx, c)
 	return err
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/handover"
 	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/pkg/status"
 )
 
 // fakeViews answers Run's reads in turn (the last one repeated) and
@@ -27,17 +28,17 @@ type fakeView struct {
 	j       *recoveryJournal
 	quorate bool
 	// st, when set, is the status (quorate is then st's).
-	st *cluster.Status
+	st *status.Status
 }
 
-func (f *fakeViews) view(_ context.Context, c *cluster.Cluster) (*recoveryJournal, *cluster.Status, error) {
+func (f *fakeViews) view(_ context.Context, c *cluster.Cluster) (*recoveryJournal, *status.Status, error) {
 	f.locked = append(f.locked, lockHeld(f.t, c))
 	v := f.views[min(f.calls, len(f.views)-1)]
 	f.calls++
 	if v.st != nil {
 		return v.j, v.st, nil
 	}
-	st := &cluster.Status{}
+	st := &status.Status{}
 	st.Cluster.Quorate = v.quorate
 	return v.j, st, nil
 }
@@ -149,11 +150,11 @@ func threeHosts(t *testing.T) *cluster.Cluster {
 // hostsStatus is a status of threeHosts without quorum as the coordinator
 // sees it: reachable says which agents answer, process what each reports,
 // healthy which members serve.
-func hostsStatus(reachable []bool, process []string, healthy []bool) *cluster.Status {
-	st := &cluster.Status{}
+func hostsStatus(reachable []bool, process []string, healthy []bool) *status.Status {
+	st := &status.Status{}
 	for i := range reachable {
-		st.Agents = append(st.Agents, cluster.AgentStatus{Name: fmt.Sprintf("cp-%d", i+1), Reachable: reachable[i]})
-		st.Members = append(st.Members, cluster.MemberStatus{Name: fmt.Sprintf("etcd-%d", i+1), Process: process[i], Healthy: healthy[i]})
+		st.Agents = append(st.Agents, status.AgentStatus{Name: fmt.Sprintf("cp-%d", i+1), Reachable: reachable[i]})
+		st.Members = append(st.Members, status.MemberStatus{Name: fmt.Sprintf("etcd-%d", i+1), Process: process[i], Healthy: healthy[i]})
 	}
 	return st
 }
@@ -176,7 +177,7 @@ func TestAutoResumeRechecksDecide(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		j      *recoveryJournal
-		st     *cluster.Status
+		st     *status.Status
 		before string
 	}{
 		{"seed not serving", &recoveryJournal{Seed: "etcd-1", SeededAt: time.Now().UTC()}, unseen, "stopping seed etcd-1"},

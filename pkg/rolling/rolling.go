@@ -32,12 +32,13 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/progress"
+	"github.com/etcd-steward/steward/pkg/status"
 )
 
 // Transferee is the member that should take leadership from member from
 // (the rule of the package doc), or "" when no member can. pending names
 // the members the caller will act on after from, in turn order.
-func Transferee(st *cluster.Status, from string, pending []string) string {
+func Transferee(st *status.Status, from string, pending []string) string {
 	turn := func(name string) int { // len(pending)+1 for a member not pending
 		if i := slices.Index(pending, name); i >= 0 {
 			return i
@@ -78,7 +79,7 @@ func Order(names []string, leader string) []string {
 // Cluster is what a roll needs of a cluster: its status, and moving
 // leadership (Of adapts a cluster handle).
 type Cluster interface {
-	Status(ctx context.Context) (*cluster.Status, error)
+	Status(ctx context.Context) (*status.Status, error)
 	MoveLeader(ctx context.Context, to string) error
 }
 
@@ -87,23 +88,23 @@ func Of(c *cluster.Cluster) Cluster { return handle{c} }
 
 type handle struct{ c *cluster.Cluster }
 
-func (h handle) Status(ctx context.Context) (*cluster.Status, error) { return h.c.Status(ctx) }
-func (h handle) MoveLeader(ctx context.Context, to string) error     { return MoveLeader(ctx, h.c, to) }
+func (h handle) Status(ctx context.Context) (*status.Status, error) { return status.Get(ctx, h.c) }
+func (h handle) MoveLeader(ctx context.Context, to string) error    { return MoveLeader(ctx, h.c, to) }
 
 // Action is what a roll does to each member.
 type Action struct {
 	// Gate runs on a fresh status before each member's turn and stops the
 	// roll with its error (nil: no gate; the previous turn's CaughtUp,
-	// cluster.CatchUp, already requires every member healthy).
-	Gate func(st *cluster.Status, name string) error
+	// status.CatchUp, already requires every member healthy).
+	Gate func(st *status.Status, name string) error
 	// KeepLeader leaves leadership where it is: for an action that does
 	// not stop the member (defragmentation), whose raft loop keeps
 	// heartbeating, so a transfer would only add an election's wait.
 	KeepLeader bool
 	// Act acts on the member; st is the status the turn began with.
-	Act func(ctx context.Context, st *cluster.Status, name string) error
+	Act func(ctx context.Context, st *status.Status, name string) error
 	// CaughtUp waits until the member is healthy and caught up again
-	// (nil: no wait); cluster.WaitCaughtUp or a cluster.CatchUp gate.
+	// (nil: no wait); status.WaitCaughtUp or a status.CatchUp gate.
 	CaughtUp func(ctx context.Context, name string) error
 	// Progress receives "  moved leadership from A to B" (may be nil).
 	Progress progress.Func
@@ -116,7 +117,7 @@ var ErrNoTransferee = errors.New("no other healthy voting member can take over")
 // Member is one member's turn: the gate on st (fetched when nil),
 // leadership moved to Transferee(st, name, pending) when name leads
 // (unless KeepLeader), the action, then the wait until it caught up.
-func (a Action) Member(ctx context.Context, c Cluster, st *cluster.Status, name string, pending []string) error {
+func (a Action) Member(ctx context.Context, c Cluster, st *status.Status, name string, pending []string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -149,7 +150,7 @@ func (a Action) Member(ctx context.Context, c Cluster, st *cluster.Status, name 
 
 // MoveAway moves leadership from name to Transferee(st, name, pending)
 // when name leads a cluster of more than one member, and says so.
-func MoveAway(ctx context.Context, c Cluster, st *cluster.Status, name string, pending []string, say progress.Func) error {
+func MoveAway(ctx context.Context, c Cluster, st *status.Status, name string, pending []string, say progress.Func) error {
 	if st.Cluster.Leader != name || len(st.Members) < 2 {
 		return nil
 	}
@@ -194,7 +195,7 @@ func MoveLeader(ctx context.Context, c *cluster.Cluster, to string) error {
 	if _, err := c.Member(to); err != nil {
 		return err
 	}
-	st, err := c.Status(ctx)
+	st, err := status.Get(ctx, c)
 	if err != nil {
 		return err
 	}
@@ -232,8 +233,8 @@ func MoveLeader(ctx context.Context, c *cluster.Cluster, to string) error {
 	err = cluster.Poll(wctx, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
 		// Ask the target itself: another member answering on its URL
 		// would say who leads from its own view, not the target's.
-		s, err := c.EndpointStatus(ctx, to, id, target.ClientURLs[0])
-		if errors.Is(err, cluster.ErrWrongMember) {
+		s, err := status.Endpoint(ctx, c, to, id, target.ClientURLs[0])
+		if errors.Is(err, status.ErrWrongMember) {
 			return false, err
 		}
 		return err == nil && s.Leader == id, nil

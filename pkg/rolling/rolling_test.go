@@ -8,11 +8,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/status"
 )
 
-func member(name, role string, applied uint64) cluster.MemberStatus {
-	return cluster.MemberStatus{Name: name, Role: role, Healthy: true, InSpec: true, RaftAppliedIndex: applied}
+func member(name, role string, applied uint64) status.MemberStatus {
+	return status.MemberStatus{Name: name, Role: role, Healthy: true, InSpec: true, RaftAppliedIndex: applied}
 }
 
 func TestTransferee(t *testing.T) {
@@ -20,7 +20,7 @@ func TestTransferee(t *testing.T) {
 	unhealthy.Healthy = false
 	foreign := member("f", "follower", 500)
 	foreign.InSpec = false
-	base := []cluster.MemberStatus{
+	base := []status.MemberStatus{
 		member("a", "leader", 100),
 		member("b", "follower", 90),
 		member("c", "follower", 99),
@@ -30,7 +30,7 @@ func TestTransferee(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name    string
-		members []cluster.MemberStatus
+		members []status.MemberStatus
 		from    string
 		pending []string
 		want    string
@@ -40,12 +40,12 @@ func TestTransferee(t *testing.T) {
 		{"not pending beats more caught up", base, "a", []string{"c"}, "b"},
 		{"later turn beats sooner", base, "a", []string{"b", "c"}, "c"},
 		{"later turn beats caught up", base, "a", []string{"c", "b"}, "b"},
-		{"ties in status order", []cluster.MemberStatus{member("a", "leader", 5), member("b", "follower", 7), member("c", "follower", 7)}, "a", nil, "b"},
-		{"no candidate", []cluster.MemberStatus{member("a", "leader", 5), member("e", "learner", 9), unhealthy}, "a", nil, ""},
-		{"alone", []cluster.MemberStatus{member("a", "leader", 5)}, "a", nil, ""},
+		{"ties in status order", []status.MemberStatus{member("a", "leader", 5), member("b", "follower", 7), member("c", "follower", 7)}, "a", nil, "b"},
+		{"no candidate", []status.MemberStatus{member("a", "leader", 5), member("e", "learner", 9), unhealthy}, "a", nil, ""},
+		{"alone", []status.MemberStatus{member("a", "leader", 5)}, "a", nil, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			st := &cluster.Status{Members: tc.members}
+			st := &status.Status{Members: tc.members}
 			if got := Transferee(st, tc.from, tc.pending); got != tc.want {
 				t.Errorf("Transferee(%s, pending %v) = %q, want %q", tc.from, tc.pending, got, tc.want)
 			}
@@ -73,7 +73,7 @@ func TestOrder(t *testing.T) {
 // fake is a cluster whose leadership moves when asked; log records every
 // call in order.
 type fake struct {
-	st      cluster.Status
+	st      status.Status
 	log     []string
 	moveErr error
 }
@@ -91,7 +91,7 @@ func newFake(leader string, names ...string) *fake {
 	return f
 }
 
-func (f *fake) Status(context.Context) (*cluster.Status, error) {
+func (f *fake) Status(context.Context) (*status.Status, error) {
 	f.log = append(f.log, "status")
 	st := f.st
 	st.Members = slices.Clone(f.st.Members)
@@ -118,14 +118,14 @@ func (f *fake) MoveLeader(_ context.Context, to string) error {
 
 func (f *fake) action() Action {
 	return Action{
-		Gate: func(st *cluster.Status, name string) error {
+		Gate: func(st *status.Status, name string) error {
 			f.log = append(f.log, "gate "+name)
 			if st.Cluster.HealthyMembers < len(st.Members) {
 				return fmt.Errorf("not every member is healthy: %s", st.Unhealthy())
 			}
 			return nil
 		},
-		Act: func(_ context.Context, _ *cluster.Status, name string) error {
+		Act: func(_ context.Context, _ *status.Status, name string) error {
 			f.log = append(f.log, "act "+name)
 			return nil
 		},
@@ -176,7 +176,7 @@ func TestEachStopsAtGate(t *testing.T) {
 	f := newFake("a", "a", "b", "c")
 	a := f.action()
 	act := a.Act
-	a.Act = func(ctx context.Context, st *cluster.Status, name string) error {
+	a.Act = func(ctx context.Context, st *status.Status, name string) error {
 		if name == "b" {
 			f.st.Members[2].Healthy = false // c goes down while b is acted on
 			f.st.Cluster.HealthyMembers--
@@ -200,7 +200,7 @@ func TestEachStopsAtActionAndWaitErrors(t *testing.T) {
 			a := f.action()
 			switch where {
 			case "act":
-				a.Act = func(_ context.Context, _ *cluster.Status, name string) error {
+				a.Act = func(_ context.Context, _ *status.Status, name string) error {
 					f.log = append(f.log, "act "+name)
 					return boom
 				}
@@ -246,7 +246,7 @@ func TestContextHonoured(t *testing.T) {
 	f := newFake("a", "a", "b", "c")
 	ctx, cancel := context.WithCancel(t.Context())
 	a := f.action()
-	a.Act = func(_ context.Context, _ *cluster.Status, name string) error {
+	a.Act = func(_ context.Context, _ *status.Status, name string) error {
 		f.log = append(f.log, "act "+name)
 		cancel()
 		return nil

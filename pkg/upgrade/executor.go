@@ -12,7 +12,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/etcd-steward/steward/pkg/backupd"
 	"github.com/etcd-steward/steward/pkg/cluster"
@@ -21,6 +21,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/progress"
 	"github.com/etcd-steward/steward/pkg/restore"
 	"github.com/etcd-steward/steward/pkg/rolling"
+	"github.com/etcd-steward/steward/pkg/status"
 )
 
 // Executor runs plan steps against a cluster. Every step converges: run
@@ -74,7 +75,7 @@ func (e *Executor) Execute(ctx context.Context, p *plan.Plan, s *plan.Step) erro
 }
 
 func (e *Executor) preflight(ctx context.Context, p *plan.Plan, s *plan.Step) error {
-	st, err := e.C.Status(ctx)
+	st, err := status.Get(ctx, e.C)
 	if err != nil {
 		return err
 	}
@@ -130,7 +131,7 @@ func (e *Executor) backup(ctx context.Context, p *plan.Plan, s *plan.Step) error
 // has the agent restart it on the new binary, and waits until the member is
 // healthy and has applied what the leader had when it came back.
 func (e *Executor) member(ctx context.Context, p *plan.Plan, s *plan.Step) error {
-	st, err := e.C.Status(ctx)
+	st, err := status.Get(ctx, e.C)
 	if err != nil {
 		return err
 	}
@@ -151,7 +152,7 @@ func (e *Executor) member(ctx context.Context, p *plan.Plan, s *plan.Step) error
 		allow = cv.Major == tv.Major && cv.Minor <= tv.Minor
 	}
 	turn := rolling.Action{
-		Act: func(ctx context.Context, _ *cluster.Status, name string) error {
+		Act: func(ctx context.Context, _ *status.Status, name string) error {
 			if err := e.snapshotFirst(ctx, p, ms, s.Version); err != nil {
 				return err
 			}
@@ -171,7 +172,7 @@ func (e *Executor) member(ctx context.Context, p *plan.Plan, s *plan.Step) error
 // data dir last ran when the catalogue says the target line cannot replay
 // WAL entries older lines wrote. An offline step that already took one on
 // that version (plan value snapshot.MEMBER) is enough.
-func (e *Executor) snapshotFirst(ctx context.Context, p *plan.Plan, ms cluster.MemberStatus, target string) error {
+func (e *Executor) snapshotFirst(ctx context.Context, p *plan.Plan, ms status.MemberStatus, target string) error {
 	last := ms.DataDirVersion
 	if last == "" || p.Value("snapshot."+ms.Name) == last {
 		return nil
@@ -279,7 +280,7 @@ func (e *Executor) start(ctx context.Context, s *plan.Step) error {
 			return err
 		}
 	}
-	err := e.waitFor(ctx, "every member healthy on "+s.Version, func(st *cluster.Status) string {
+	err := e.waitFor(ctx, "every member healthy on "+s.Version, func(st *status.Status) string {
 		for _, m := range st.Members {
 			if m.Version != s.Version || !m.Healthy {
 				return fmt.Sprintf("%s: version %q, healthy %v %s", m.Name, m.Version, m.Healthy, m.LastError)
@@ -306,7 +307,7 @@ func (e *Executor) recordMemberVersion(ctx context.Context, s *plan.Step) error 
 // order, for rolling.Transferee: a member whose later steps all go to the
 // version it runs already is left out (those steps find it done and
 // restart nothing, so leadership handed to it stays).
-func pending(st *cluster.Status, p *plan.Plan, index int) []string {
+func pending(st *status.Status, p *plan.Plan, index int) []string {
 	var out []string
 	for _, s := range p.Steps[index+1:] {
 		if s.Kind != StepMember || slices.Contains(out, s.Member) {
@@ -332,8 +333,8 @@ func needsStep(p *plan.Plan, index int, member, runs string) bool {
 }
 
 func (e *Executor) waitCaughtUp(ctx context.Context, name, version string) error {
-	g := &cluster.CatchUp{Name: name, Version: version}
-	err := e.waitFor(ctx, name+" healthy and caught up on "+version, func(st *cluster.Status) string {
+	g := &status.CatchUp{Name: name, Version: version}
+	err := e.waitFor(ctx, name+" healthy and caught up on "+version, func(st *status.Status) string {
 		if why := g.Check(st); why != "" {
 			return why
 		}
@@ -359,7 +360,7 @@ func (e *Executor) clusterVersion(ctx context.Context, s *plan.Step) error {
 	}
 	defer cli.Close()
 	cancelled := false
-	err = e.waitFor(ctx, "cluster version "+want, func(st *cluster.Status) string {
+	err = e.waitFor(ctx, "cluster version "+want, func(st *status.Status) string {
 		for _, m := range st.Members {
 			if m.Version != s.Version {
 				return fmt.Sprintf("%s runs %q", m.Name, m.Version)
@@ -429,7 +430,7 @@ func (e *Executor) finishDowngrade(ctx context.Context, cli *clientv3.Client, ve
 	switch {
 	case err == nil:
 		*cancelled = true
-	case errors.Is(err, rpctypes.ErrNoInflightDowngrade), status.Code(err) == codes.Unimplemented:
+	case errors.Is(err, rpctypes.ErrNoInflightDowngrade), grpcstatus.Code(err) == codes.Unimplemented:
 	default:
 		return "end etcd's downgrade, complete on every member: " + err.Error()
 	}
@@ -443,7 +444,7 @@ func (e *Executor) finishDowngrade(ctx context.Context, cli *clientv3.Client, ve
 // downgradeEnable validates and enables etcd's downgrade to the target's
 // minor, unless the cluster version already is that minor.
 func (e *Executor) downgradeEnable(ctx context.Context, s *plan.Step) error {
-	st, err := e.C.Status(ctx)
+	st, err := status.Get(ctx, e.C)
 	if err != nil {
 		return err
 	}
@@ -478,7 +479,7 @@ func (e *Executor) waitStorageVersion(ctx context.Context, s *plan.Step) error {
 		return err
 	}
 	defer cli.Close()
-	return e.waitFor(ctx, "storage version "+want, func(*cluster.Status) string {
+	return e.waitFor(ctx, "storage version "+want, func(*status.Status) string {
 		return e.eachMember(ctx, cli, func(name string, r *clientv3.StatusResponse) string {
 			if r.StorageVersion != "" && r.StorageVersion != want {
 				return fmt.Sprintf("%s storage version %s", name, r.StorageVersion)
@@ -511,7 +512,7 @@ func (e *Executor) eachMember(ctx context.Context, cli *clientv3.Client, check f
 		if err != nil {
 			return fmt.Sprintf("%s: %v", m.Name, err)
 		}
-		if err := cluster.CheckAnswer(m.Name, ids[m.Name], m.ClientURL, r); err != nil {
+		if err := status.CheckAnswer(m.Name, ids[m.Name], m.ClientURL, r); err != nil {
 			return err.Error()
 		}
 		if p := check(m.Name, r); p != "" {
@@ -522,12 +523,12 @@ func (e *Executor) eachMember(ctx context.Context, cli *clientv3.Client, check f
 }
 
 // waitFor polls status until problem returns "" or the timeout passes.
-func (e *Executor) waitFor(ctx context.Context, what string, problem func(*cluster.Status) string) error {
+func (e *Executor) waitFor(ctx context.Context, what string, problem func(*status.Status) string) error {
 	ctx, cancel := context.WithTimeout(ctx, e.timeout())
 	defer cancel()
 	last := ""
 	for {
-		st, err := e.C.Status(ctx)
+		st, err := status.Get(ctx, e.C)
 		if err == nil {
 			if last = problem(st); last == "" {
 				return nil

@@ -24,6 +24,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/rolling"
+	"github.com/etcd-steward/steward/pkg/status"
 )
 
 // Strategies.
@@ -87,7 +88,7 @@ func NewPlan(ctx context.Context, c *cluster.Cluster, o Options) (*plan.Plan, er
 	if err != nil {
 		return nil, err
 	}
-	st, err := c.Status(ctx)
+	st, err := status.Get(ctx, c)
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +101,7 @@ func NewPlan(ctx context.Context, c *cluster.Cluster, o Options) (*plan.Plan, er
 
 // uniformVersion returns the one version every member runs, or an error
 // naming who runs what.
-func uniformVersion(c *cluster.Cluster, st *cluster.Status) (string, error) {
+func uniformVersion(c *cluster.Cluster, st *status.Status) (string, error) {
 	versions := map[string][]string{}
 	for _, m := range c.Spec.Members {
 		v := c.Spec.VersionOf(m)
@@ -124,7 +125,7 @@ func uniformVersion(c *cluster.Cluster, st *cluster.Status) (string, error) {
 // build turns the catalogue's path into steps. revert first brings members
 // that run ahead of from back to it (a rollback of a plan that stopped
 // halfway).
-func build(ctx context.Context, c *cluster.Cluster, st *cluster.Status, kind plan.Kind, from, to string, o Options, revert bool) (*plan.Plan, error) {
+func build(ctx context.Context, c *cluster.Cluster, st *status.Status, kind plan.Kind, from, to string, o Options, revert bool) (*plan.Plan, error) {
 	cat, err := Catalogue(c.Dir)
 	if err != nil {
 		return nil, err
@@ -319,7 +320,7 @@ func checkStrategy(strategy string, members int, hops []catalogue.Hop, base stri
 // memberOrder is followers first (spec order), the current leader last.
 // The executor moves leadership away from whichever member it swaps, so a
 // leader change after planning costs a move, not availability.
-func memberOrder(c *cluster.Cluster, st *cluster.Status) []string {
+func memberOrder(c *cluster.Cluster, st *status.Status) []string {
 	var names []string
 	for _, m := range c.Spec.Members {
 		names = append(names, m.Name)
@@ -339,7 +340,7 @@ func NewRollback(ctx context.Context, c *cluster.Cluster, o Options) (*plan.Plan
 	if err != nil {
 		return nil, nil, err
 	}
-	st, err := c.Status(ctx)
+	st, err := status.Get(ctx, c)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -383,7 +384,7 @@ func lastUpgrade(store *plan.Store) (*plan.Plan, error) {
 // version have written nothing the older binary cannot read (the cluster
 // version did not advance), so the rollback treats the cluster as being on
 // the older version: swapping those members back is the first hop.
-func rollbackStart(c *cluster.Cluster, st *cluster.Status) (string, bool, error) {
+func rollbackStart(c *cluster.Cluster, st *status.Status) (string, bool, error) {
 	v, err := uniformVersion(c, st)
 	if err == nil {
 		return v, false, nil

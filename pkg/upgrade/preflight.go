@@ -18,6 +18,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/progress"
 	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/pkg/status"
 )
 
 // Check is the outcome of one pre-flight check.
@@ -47,7 +48,7 @@ const (
 // Preflight runs the checks before moving every member from one version to
 // another. It never changes anything.
 func Preflight(ctx context.Context, c *cluster.Cluster, from, to string) ([]Check, error) {
-	st, err := c.Status(ctx)
+	st, err := status.Get(ctx, c)
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +88,7 @@ func Preflight(ctx context.Context, c *cluster.Cluster, from, to string) ([]Chec
 	// A stable leader: the same leader and term across a short interval.
 	leader := st.Cluster.Leader
 	time.Sleep(time.Second) // an interval to compare two observations, not synchronisation
-	st2, err := c.Status(ctx)
+	st2, err := status.Get(ctx, c)
 	if err != nil {
 		return nil, err
 	}

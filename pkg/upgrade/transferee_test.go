@@ -4,9 +4,9 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/rolling"
+	"github.com/etcd-steward/steward/pkg/status"
 )
 
 // TestTransfersPerHop runs the leader hand-over of the executor's member
@@ -45,9 +45,9 @@ func TestTransfersPerHop(t *testing.T) {
 			for i := range p.Steps {
 				p.Steps[i].Index = i
 			}
-			st := &cluster.Status{}
+			st := &status.Status{}
 			for _, m := range tc.members {
-				st.Members = append(st.Members, cluster.MemberStatus{Name: m, Healthy: true, InSpec: true, Role: "follower", Version: "3.4.23"})
+				st.Members = append(st.Members, status.MemberStatus{Name: m, Healthy: true, InSpec: true, Role: "follower", Version: "3.4.23"})
 			}
 			transfers := 0
 			for i := range p.Steps {
@@ -80,7 +80,7 @@ func TestTransfersPerHop(t *testing.T) {
 // steps in order, once each, but not a member whose later steps all go to
 // the version it runs (they restart nothing), so the rule prefers it.
 func TestPendingLeavesOutDone(t *testing.T) {
-	st := &cluster.Status{Members: []cluster.MemberStatus{
+	st := &status.Status{Members: []status.MemberStatus{
 		{Name: "a", Healthy: true, InSpec: true, Role: "follower", Version: "3.6.16", RaftAppliedIndex: 1},
 		{Name: "b", Healthy: true, InSpec: true, Role: "follower", Version: "3.5.35", RaftAppliedIndex: 9},
 		{Name: "c", Healthy: true, InSpec: true, Role: "leader", Version: "3.5.35"},

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/pkg/status"
 	"github.com/etcd-steward/steward/test/harness"
 )
 
@@ -98,7 +98,7 @@ func timedUpgrade(b *testing.B, e *harness.Env, to string) upgradeRun {
 		b.Logf("failed write %d: began %.2f s into the upgrade, failed after %.2f s: %v; last progress line: %s",
 			w.Index, w.Start.Sub(start).Seconds(), w.End.Sub(w.Start).Seconds(), w.Err, step)
 	}
-	e.WaitStatus(time.Minute, "every member healthy on "+to, func(st *cluster.Status) bool {
+	e.WaitStatus(time.Minute, "every member healthy on "+to, func(st *status.Status) bool {
 		for _, m := range st.Members {
 			if m.Version != to {
 				return false
@@ -199,7 +199,7 @@ type detection struct {
 // the cluster to be healthy again.
 func detectCut(b *testing.B, hs *harness.Hosts, how string, cut func(*harness.Host, testing.TB)) detection {
 	st := hs.Status()
-	var victim cluster.MemberStatus
+	var victim status.MemberStatus
 	for _, m := range st.Members {
 		if m.Role == "follower" {
 			victim = m
@@ -233,7 +233,7 @@ func detectCut(b *testing.B, hs *harness.Hosts, how string, cut func(*harness.Ho
 			b.Logf("%s: status call %d failed after %s: %v: %s", how, d.polls, took.Round(time.Millisecond), err, strings.TrimSpace(se))
 			continue
 		}
-		var s cluster.Status
+		var s status.Status
 		if err := json.Unmarshal([]byte(so), &s); err != nil {
 			b.Fatalf("parse status: %v\n%s", err, so)
 		}

@@ -8,8 +8,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/status"
 	"github.com/etcd-steward/steward/test/harness"
 	"github.com/etcd-steward/steward/test/workload"
 )
@@ -55,7 +55,7 @@ func BenchmarkUpgradeClientErrors(b *testing.B) {
 			m := leaders.Mark()
 			start := time.Now()
 			e.MustRun(op.args...)
-			e.WaitStatus(time.Minute, "every member on "+op.to, func(st *cluster.Status) bool {
+			e.WaitStatus(time.Minute, "every member on "+op.to, func(st *status.Status) bool {
 				return harness.Healthy(st) && st.Members[0].Version == op.to && st.Members[len(st.Members)-1].Version == op.to
 			})
 			took := time.Since(start)

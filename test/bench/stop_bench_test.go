@@ -12,7 +12,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/status"
 	"github.com/etcd-steward/steward/test/harness"
 	"github.com/etcd-steward/steward/test/workload"
 )
@@ -87,7 +87,7 @@ func stopEachMember(b *testing.B, e *harness.Env) stopRun {
 		r.process = append(r.process, (<-exited).Round(time.Millisecond))
 		harness.Eventually(b, 30*time.Second, 10*time.Millisecond, "writes to go on without "+name, w.AckedAbove(before+50))
 		e.MustRun("member", "start", name)
-		e.WaitStatus(time.Minute, name+" healthy", func(st *cluster.Status) bool { return harness.Healthy(st) })
+		e.WaitStatus(time.Minute, name+" healthy", func(st *status.Status) bool { return harness.Healthy(st) })
 	}
 	res := w.Stop()
 	r.writes = res.String()

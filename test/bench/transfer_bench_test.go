@@ -10,7 +10,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/status"
 	"github.com/etcd-steward/steward/test/harness"
 	"github.com/etcd-steward/steward/test/workload"
 )
@@ -41,7 +41,7 @@ func BenchmarkLeaderTransferErrors(b *testing.B) {
 		for _, m := range e.Status().Members {
 			names = append(names, m.Name)
 		}
-		healthy := func(st *cluster.Status) bool { return harness.Healthy(st) }
+		healthy := func(st *status.Status) bool { return harness.Healthy(st) }
 
 		// Phase 1: transfers only.
 		groups := startGroups(b, e, names, "transfers")
@@ -190,7 +190,7 @@ func (a attribution) table() string {
 	return sb.String()
 }
 
-func leaderName(st *cluster.Status) string {
+func leaderName(st *status.Status) string {
 	for _, m := range st.Members {
 		if m.Role == "leader" {
 			return m.Name

@@ -33,9 +33,9 @@ import (
 
 	"github.com/etcd-steward/steward/internal/proc"
 	"github.com/etcd-steward/steward/pkg/binaries"
-	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/pkg/status"
 )
 
 // Versions are the etcd versions the suite runs against, one per minor.
@@ -356,10 +356,10 @@ func (e *Env) WriteSpec(n int, version string, edit func(*spec.Cluster)) *spec.C
 }
 
 // Status returns `steward status -o json`, parsed.
-func (e *Env) Status() *cluster.Status {
+func (e *Env) Status() *status.Status {
 	e.TB.Helper()
 	out := e.MustRun("status", "-o", "json")
-	var st cluster.Status
+	var st status.Status
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		e.TB.Fatalf("parse status: %v\n%s", err, out)
 	}
@@ -369,10 +369,10 @@ func (e *Env) Status() *cluster.Status {
 // StoppedStatus returns `steward status -o json` of a stopped cluster
 // (exit 1, cluster.stopped true: what the spec alone says), parsed; any
 // other outcome fails the test.
-func (e *Env) StoppedStatus() *cluster.Status {
+func (e *Env) StoppedStatus() *status.Status {
 	e.TB.Helper()
 	so, se, err := e.Run("status", "-o", "json")
-	var st cluster.Status
+	var st status.Status
 	if exitCode(err) != 1 || json.Unmarshal([]byte(so), &st) != nil || !st.Cluster.Stopped {
 		e.TB.Fatalf("status -o json of a stopped cluster: %v, want exit 1 and cluster.stopped%s\nstdout: %s\nstderr: %s", err, raceExit(err, se), so, se)
 	}
@@ -382,15 +382,15 @@ func (e *Env) StoppedStatus() *cluster.Status {
 // WaitStatus polls status until ok returns true, and fails the test with
 // the last status (or the last error of `steward status`) when it does not
 // within timeout.
-func (e *Env) WaitStatus(timeout time.Duration, what string, ok func(*cluster.Status) bool) *cluster.Status {
+func (e *Env) WaitStatus(timeout time.Duration, what string, ok func(*status.Status) bool) *status.Status {
 	e.TB.Helper()
-	var st *cluster.Status
+	var st *status.Status
 	Eventually(e.TB, timeout, 250*time.Millisecond, what, func() error {
 		so, se, err := e.Run("status", "-o", "json")
 		if err != nil {
 			return fmt.Errorf("steward status: %v: %s", err, strings.TrimSpace(se))
 		}
-		var s cluster.Status
+		var s status.Status
 		if err := json.Unmarshal([]byte(so), &s); err != nil {
 			return fmt.Errorf("parse status: %v\n%s", err, so)
 		}
@@ -493,12 +493,12 @@ func (e *Env) MemberPID(name string) int {
 // while it catches up, yet refuses linearizable reads ("rpc not supported
 // for learner"), so a test that reads through every endpoint right after a
 // member was added (a recovery, a replace) must wait for its promotion too.
-func Healthy(st *cluster.Status) bool {
+func Healthy(st *status.Status) bool {
 	return st.Cluster.Quorate && st.Cluster.HealthyMembers == len(st.Members) && len(st.Members) > 0 && st.Cluster.Learners == 0
 }
 
 // Cond returns a condition's status ("" when absent).
-func Cond(st *cluster.Status, t string) cluster.Condition {
+func Cond(st *status.Status, t string) status.Condition {
 	c, _ := st.Condition(t)
 	return c
 }

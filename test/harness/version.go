@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/status"
 )
 
 // Minor returns the minor version of an etcd version: "3.6" of "3.6.16".
@@ -14,7 +14,7 @@ func Minor(v string) string {
 }
 
 // RequireVersion fails unless every member runs version.
-func RequireVersion(t *testing.T, st *cluster.Status, version, when string) {
+func RequireVersion(t *testing.T, st *status.Status, version, when string) {
 	t.Helper()
 	for _, m := range st.Members {
 		if m.Version != version {

@@ -21,10 +21,10 @@ import (
 	"github.com/etcd-steward/steward/internal/proc"
 	"github.com/etcd-steward/steward/pkg/adopt"
 	"github.com/etcd-steward/steward/pkg/backup"
-	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/pkg/status"
 	"github.com/etcd-steward/steward/test/harness"
 	"github.com/etcd-steward/steward/test/workload"
 )
@@ -88,9 +88,9 @@ func requireGivenBack(t *testing.T, e *harness.Env, list func(context.Context, .
 	if m, _ := e.Spec().Member(name); m.Agent != "" || m.Adopted != nil || m.DataDir != "" {
 		t.Errorf("after %s the spec has %s with agent %q, data dir %q, adopted %v; want it external", how, name, m.Agent, m.DataDir, m.Adopted != nil)
 	}
-	e.WaitStatus(30*time.Second, name+" healthy and external after "+how, func(st *cluster.Status) bool {
+	e.WaitStatus(30*time.Second, name+" healthy and external after "+how, func(st *status.Status) bool {
 		n, _ := st.Member(name)
-		return harness.Healthy(st) && n.Process == cluster.External
+		return harness.Healthy(st) && n.Process == status.External
 	})
 	if was, err := plan.OpenStore(e.Dir).Get(planID); err != nil || was.State != plan.RolledBack {
 		t.Errorf("the adopt plan after %s: %v, %v; want rolled back", how, was, err)
@@ -132,7 +132,7 @@ func TestAdopt(t *testing.T) {
 	// An adopt while a member is down: one refusal, nothing changed.
 	unchanged := specSnapshot(t, e)
 	f.Members[1].Stop()
-	e.WaitStatus(30*time.Second, f.Members[1].Name+" unhealthy", func(st *cluster.Status) bool {
+	e.WaitStatus(30*time.Second, f.Members[1].Name+" unhealthy", func(st *status.Status) bool {
 		n, _ := st.Member(f.Members[1].Name)
 		return !n.Healthy
 	})
@@ -220,7 +220,7 @@ func TestAdopt(t *testing.T) {
 	if sp.External == nil {
 		t.Errorf("the spec lost its external block with two members still external")
 	}
-	st := e.WaitStatus(30*time.Second, old.Name+" running under the agent", func(st *cluster.Status) bool {
+	st := e.WaitStatus(30*time.Second, old.Name+" running under the agent", func(st *status.Status) bool {
 		ms, _ := st.Member(old.Name)
 		return harness.Healthy(st) && ms.PID != 0
 	})
@@ -231,7 +231,7 @@ func TestAdopt(t *testing.T) {
 	if err := syscall.Kill(ms.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	e.WaitStatus(60*time.Second, "the agent to restart "+old.Name+" after kill -9", func(st *cluster.Status) bool {
+	e.WaitStatus(60*time.Second, "the agent to restart "+old.Name+" after kill -9", func(st *status.Status) bool {
 		n, _ := st.Member(old.Name)
 		return harness.Healthy(st) && n.PID != 0 && n.PID != ms.PID
 	})
@@ -329,7 +329,7 @@ func TestAdoptAll(t *testing.T) {
 	// Two hops (3.5 to 3.6 to 3.7), then back.
 	t0 = time.Now()
 	e.MustRun("upgrade", "apply", "--to", adoptUpgradeTo)
-	st := e.WaitStatus(30*time.Second, "every member on "+adoptUpgradeTo, func(st *cluster.Status) bool {
+	st := e.WaitStatus(30*time.Second, "every member on "+adoptUpgradeTo, func(st *status.Status) bool {
 		for _, m := range st.Members {
 			if m.Version != adoptUpgradeTo {
 				return false
@@ -360,7 +360,7 @@ func TestAdoptAll(t *testing.T) {
 	// dir, the same name, URLs and the operator's certificates).
 	t0 = time.Now()
 	e.MustRun("rollback")
-	e.WaitStatus(30*time.Second, "every member back on "+adoptVersion, func(st *cluster.Status) bool {
+	e.WaitStatus(30*time.Second, "every member back on "+adoptVersion, func(st *status.Status) bool {
 		for _, m := range st.Members {
 			if m.Version != adoptVersion {
 				return false
@@ -380,7 +380,7 @@ func TestAdoptAll(t *testing.T) {
 	}
 	replaced := f.Members[2].Name
 	e.MustRun("member", "replace", replaced)
-	e.WaitStatus(60*time.Second, replaced+" replaced, a voting member, every member healthy", func(st *cluster.Status) bool {
+	e.WaitStatus(60*time.Second, replaced+" replaced, a voting member, every member healthy", func(st *status.Status) bool {
 		m, ok := st.Member(replaced)
 		return ok && m.Role != "learner" && harness.Healthy(st)
 	})
@@ -456,7 +456,7 @@ func TestAdoptAll(t *testing.T) {
 }
 
 // healthyUnderAgent: every member healthy and run by an agent (a pid).
-func healthyUnderAgent(st *cluster.Status) bool {
+func healthyUnderAgent(st *status.Status) bool {
 	for _, m := range st.Members {
 		if m.PID == 0 {
 			return false
@@ -564,7 +564,7 @@ func TestAdoptResumeAfterKill(t *testing.T) {
 	if m, _ := e.Spec().Member(old.Name); !m.IsAdopted() || m.DataDir != old.DataDir {
 		t.Errorf("after the resumed adoption the spec has %s with agent %q, data dir %q, adopted %v", old.Name, m.Agent, m.DataDir, m.IsAdopted())
 	}
-	st := e.WaitStatus(30*time.Second, old.Name+" healthy under the agent", func(st *cluster.Status) bool {
+	st := e.WaitStatus(30*time.Second, old.Name+" healthy under the agent", func(st *status.Status) bool {
 		ms, _ := st.Member(old.Name)
 		return harness.Healthy(st) && ms.PID != 0
 	})
@@ -613,7 +613,7 @@ func TestAdoptPeerNames(t *testing.T) {
 		e.MustRun("adopt", "--pid", strconv.Itoa(m.PID()))
 	}
 	e.MustRun("leader", "move", "--to", adopted[0].Name)
-	st := e.WaitStatus(60*time.Second, "every member healthy, two adopted, "+adopted[0].Name+" leading", func(st *cluster.Status) bool {
+	st := e.WaitStatus(60*time.Second, "every member healthy, two adopted, "+adopted[0].Name+" leading", func(st *status.Status) bool {
 		return harness.Healthy(st) && st.Cluster.Leader == adopted[0].Name
 	})
 	for _, m := range adopted {

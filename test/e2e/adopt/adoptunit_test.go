@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/pkg/adopt"
-	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/status"
 	"github.com/etcd-steward/steward/test/harness"
 	"github.com/etcd-steward/steward/test/workload"
 )
@@ -157,7 +157,7 @@ func TestAdoptUnit(t *testing.T) {
 	if st, _ := sd.Systemctl("is-enabled", name); strings.TrimSpace(st) != "disabled" {
 		t.Errorf("after the adoption %s is %q, want disabled", name, strings.TrimSpace(st))
 	}
-	st := e.WaitStatus(60*time.Second, m.Name+" running under the agent", func(st *cluster.Status) bool {
+	st := e.WaitStatus(60*time.Second, m.Name+" running under the agent", func(st *status.Status) bool {
 		ms, _ := st.Member(m.Name)
 		return harness.Healthy(st) && ms.PID != 0
 	})
@@ -171,7 +171,7 @@ func TestAdoptUnit(t *testing.T) {
 	if err := syscall.Kill(ms.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	e.WaitStatus(60*time.Second, "the agent to restart "+m.Name+" after kill -9", func(st *cluster.Status) bool {
+	e.WaitStatus(60*time.Second, "the agent to restart "+m.Name+" after kill -9", func(st *status.Status) bool {
 		n, _ := st.Member(m.Name)
 		return harness.Healthy(st) && n.PID != 0 && n.PID != ms.PID
 	})

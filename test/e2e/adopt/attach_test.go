@@ -17,9 +17,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/etcd-steward/steward/pkg/backup"
-	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/kmigrate"
 	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/pkg/status"
 	"github.com/etcd-steward/steward/test/harness"
 	"github.com/etcd-steward/steward/test/workload"
 )
@@ -74,14 +74,14 @@ func TestAttach(t *testing.T) {
 	// Status: the members are healthy, their process someone else's.
 	s := e.WaitStatus(30*time.Second, "the attached cluster healthy", harness.Healthy)
 	for _, m := range s.Members {
-		if m.Process != cluster.External || m.Agent != cluster.External {
-			t.Errorf("member %s: process %q agent %q, want %q", m.Name, m.Process, m.Agent, cluster.External)
+		if m.Process != status.External || m.Agent != status.External {
+			t.Errorf("member %s: process %q agent %q, want %q", m.Name, m.Process, m.Agent, status.External)
 		}
 	}
-	if c := harness.Cond(s, cluster.CondReady); c.Status != "True" {
+	if c := harness.Cond(s, status.CondReady); c.Status != "True" {
 		t.Errorf("Ready: %+v", c)
 	}
-	if c := harness.Cond(s, cluster.CondCertificatesReady); c.Status != "True" {
+	if c := harness.Cond(s, status.CondCertificatesReady); c.Status != "True" {
 		t.Errorf("CertificatesReady with the user's certificates: %+v", c)
 	}
 	if env := e.MustRun("env"); !strings.Contains(env, "ETCDCTL_CERT="+f.CertFile) || !strings.Contains(env, "ETCDCTL_CACERT="+f.CAFile) {
@@ -169,7 +169,7 @@ func TestAttach(t *testing.T) {
 		to = "infra2"
 	}
 	e.MustRun("leader", "move", "--to", to)
-	e.WaitStatus(30*time.Second, "leadership on "+to, func(st *cluster.Status) bool { return st.Cluster.Leader == to && harness.Healthy(st) })
+	e.WaitStatus(30*time.Second, "leadership on "+to, func(st *status.Status) bool { return st.Cluster.Leader == to && harness.Healthy(st) })
 
 	w.Finish(t)
 
@@ -320,8 +320,8 @@ func TestAttachContinuous(t *testing.T) {
 	metricsAddr := "127.0.0.1:" + strconv.Itoa(port)
 	e.MustRun(append(attachArgs(f), "--continuous", "--metrics-address", metricsAddr)...)
 	w := harness.UnderWrites(t, fcli, workload.Options{Prefix: "/cont", Interval: 10 * time.Millisecond, Attempts: 5, Timeout: 2 * time.Second}, harness.Expect{})
-	st := e.WaitStatus(60*time.Second, "BackupReady with the attached cluster", func(st *cluster.Status) bool {
-		return harness.Healthy(st) && harness.Cond(st, cluster.CondBackupReady).Status == "True"
+	st := e.WaitStatus(60*time.Second, "BackupReady with the attached cluster", func(st *status.Status) bool {
+		return harness.Healthy(st) && harness.Cond(st, status.CondBackupReady).Status == "True"
 	})
 
 	// Metrics: the agent of --continuous reports every member of the

@@ -13,8 +13,8 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/etcd-steward/steward/pkg/backup"
-	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/restore"
+	"github.com/etcd-steward/steward/pkg/status"
 	"github.com/etcd-steward/steward/test/harness"
 )
 
@@ -78,11 +78,11 @@ func TestBackupForgedAndCorruptManifests(t *testing.T) {
 	cli = e.Client()
 	rev := putKeys(t, cli, "after/", 10)
 	harness.WaitBackedUp(t, e, rev) // a delta holds the new writes
-	st := e.WaitStatus(30*time.Second, "BackupReady True past the new writes", func(st *cluster.Status) bool {
-		c := harness.Cond(st, cluster.CondBackupReady)
+	st := e.WaitStatus(30*time.Second, "BackupReady True past the new writes", func(st *status.Status) bool {
+		c := harness.Cond(st, status.CondBackupReady)
 		return c.Status == "True" && !strings.Contains(c.Message, "999999999999 stored")
 	})
-	msg := harness.Cond(st, cluster.CondBackupReady).Message
+	msg := harness.Cond(st, status.CondBackupReady).Message
 	for _, want := range []string{"ignored 2 untrusted manifests", forged, corrupt} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("BackupReady message %q does not name %q", msg, want)

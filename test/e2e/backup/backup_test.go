@@ -15,8 +15,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcd-steward/steward/pkg/backup"
-	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/pkg/status"
 	"github.com/etcd-steward/steward/test/harness"
 )
 
@@ -72,8 +72,8 @@ func TestBackupRestore(t *testing.T) {
 			if m.Compression != wantObject || strings.Contains(m.Object, ".zst") != (compression != backup.CompressionNone) {
 				t.Fatalf("backup.compression %s: manifest compression %q, object %s", compression, m.Compression, m.Object)
 			}
-			e.WaitStatus(30*time.Second, "BackupReady", func(st *cluster.Status) bool {
-				c := harness.Cond(st, cluster.CondBackupReady)
+			e.WaitStatus(30*time.Second, "BackupReady", func(st *status.Status) bool {
+				c := harness.Cond(st, status.CondBackupReady)
 				return c.Status == "True" && c.Reason == "IncrementalBackupSucceeded"
 			})
 			fi, err := os.Stat(filepath.Join(e.Dir, "backups", m.Object))

@@ -20,10 +20,10 @@ import (
 	"github.com/etcd-steward/steward/internal/filelock"
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/backup"
-	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/restore"
 	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/pkg/status"
 	"github.com/etcd-steward/steward/pkg/upgrade"
 	"github.com/etcd-steward/steward/test/harness"
 	"github.com/etcd-steward/steward/test/workload"
@@ -105,8 +105,8 @@ func TestContinuousBackup(t *testing.T) {
 		// Every revision reaches the store.
 		harness.WaitBackedUp(t, e, rev)
 		want = workload.TakeDigest(t, cli, "", rev)
-		if st := e.Status(); harness.Cond(st, cluster.CondBackupReady).Status != "True" {
-			t.Errorf("BackupReady while backups run: %+v", harness.Cond(st, cluster.CondBackupReady))
+		if st := e.Status(); harness.Cond(st, status.CondBackupReady).Status != "True" {
+			t.Errorf("BackupReady while backups run: %+v", harness.Cond(st, status.CondBackupReady))
 		}
 		// A short-lived key: its lease must still expire after the restore.
 		l, err := cli.Grant(t.Context(), 6)
@@ -411,7 +411,7 @@ func TestRecover(t *testing.T) {
 		e := e.For(t)
 		e.MustRun("member", "stop", names[0], "--force")
 		e.MustRun("member", "stop", names[1], "--force")
-		e.WaitStatus(30*time.Second, "quorum lost", func(st *cluster.Status) bool { return !st.Cluster.Quorate })
+		e.WaitStatus(30*time.Second, "quorum lost", func(st *status.Status) bool { return !st.Cluster.Quorate })
 		out := e.MustRun("recover", "-o", "json")
 		if !strings.Contains(out, `"action": "restart"`) {
 			t.Fatalf("recover with valid data: %s", out)
@@ -424,7 +424,7 @@ func TestRecover(t *testing.T) {
 		return
 	}
 	var want workload.Digest
-	var before *cluster.Status
+	var before *status.Status
 	if !t.Run("a majority's data lost: refusals", func(t *testing.T) {
 		e := e.For(t)
 		// Every member dies and two lose their data. The third was
@@ -538,8 +538,8 @@ func TestRecover(t *testing.T) {
 				t.Errorf("member %s: its old data dir was not moved aside", n)
 			}
 		}
-		e.WaitStatus(30*time.Second, "backups after recovery", func(st *cluster.Status) bool {
-			return harness.Cond(st, cluster.CondBackupReady).Status == "True"
+		e.WaitStatus(30*time.Second, "backups after recovery", func(st *status.Status) bool {
+			return harness.Cond(st, status.CondBackupReady).Status == "True"
 		})
 	})
 }
@@ -746,7 +746,7 @@ func TestRecoverResumesAfterKill(t *testing.T) {
 		seedCli.Close()
 		e.KillAll()
 		_, _, _ = e.Run("up", "--timeout", "10s")
-		e.WaitStatus(time.Minute, "the seed quorate on its own again", func(st *cluster.Status) bool { return st.Cluster.Quorate })
+		e.WaitStatus(time.Minute, "the seed quorate on its own again", func(st *status.Status) bool { return st.Cluster.Quorate })
 	}) {
 		return
 	}

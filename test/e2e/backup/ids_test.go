@@ -9,13 +9,13 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/pkg/status"
 	"github.com/etcd-steward/steward/test/harness"
 )
 
 // memberIDs maps each member's name to its etcd ID, as status reports it.
-func memberIDs(st *cluster.Status) map[string]string {
+func memberIDs(st *status.Status) map[string]string {
 	ids := map[string]string{}
 	for _, m := range st.Members {
 		ids[m.Name] = m.ID
@@ -25,8 +25,8 @@ func memberIDs(st *cluster.Status) map[string]string {
 
 // healthyWithIDs waits until every member of the spec is healthy and has
 // an ID in status.
-func healthyWithIDs(e *harness.Env, n int) *cluster.Status {
-	return e.WaitStatus(60*time.Second, "every member healthy with its ID", func(st *cluster.Status) bool {
+func healthyWithIDs(e *harness.Env, n int) *status.Status {
+	return e.WaitStatus(60*time.Second, "every member healthy with its ID", func(st *status.Status) bool {
 		if !harness.Healthy(st) || len(st.Members) != n {
 			return false
 		}

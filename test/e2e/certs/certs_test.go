@@ -12,9 +12,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/pkg/status"
 	"github.com/etcd-steward/steward/test/harness"
 	"github.com/etcd-steward/steward/test/workload"
 )
@@ -61,7 +61,7 @@ func TestCertificates(t *testing.T) {
 				if !strings.Contains(table, "REMAINING") || !strings.Contains(table, "tls://") {
 					t.Errorf("table:\n%s", table)
 				}
-				if c := harness.Cond(e.Status(), cluster.CondCertificatesReady); c.Status != "True" {
+				if c := harness.Cond(e.Status(), status.CondCertificatesReady); c.Status != "True" {
 					t.Errorf("CertificatesReady: %+v", c)
 				}
 			}) {
@@ -90,7 +90,7 @@ func TestCertificates(t *testing.T) {
 				if i := harness.CertsList(e)["clients/kube-apiserver"]; i.Subject != "kube-apiserver" || i.Remaining() > 100*time.Hour {
 					t.Errorf("listed: %+v", i)
 				}
-				c := harness.Cond(e.Status(), cluster.CondCertificatesReady)
+				c := harness.Cond(e.Status(), status.CondCertificatesReady)
 				if c.Status != "False" || c.Reason != "CertificateExpiringSoon" || !strings.Contains(c.Message, "clients/kube-apiserver") {
 					t.Errorf("CertificatesReady with a client expiring in 100h: %+v", c)
 				}
@@ -145,7 +145,7 @@ func TestCertificates(t *testing.T) {
 				if i := harness.CertsList(e)["clients/kube-apiserver"]; !strings.Contains(i.Error, "does not parse") {
 					t.Errorf("listed: %+v", i)
 				}
-				if c := harness.Cond(e.Status(), cluster.CondCertificatesReady); c.Reason != "CertificateUnreadable" {
+				if c := harness.Cond(e.Status(), status.CondCertificatesReady); c.Reason != "CertificateUnreadable" {
 					t.Errorf("CertificatesReady: %+v", c)
 				}
 				if se := e.MustFail("certs", "renew", "clients/kube-apiserver"); !strings.Contains(se, "does not parse") {
@@ -254,7 +254,7 @@ func TestCertRenewalUnderWrites(t *testing.T) {
 			t.Errorf("member %s restarted (pid %d, was %d)", m.Name, p, pids[m.Name])
 		}
 	}
-	if c := harness.Cond(e.Status(), cluster.CondCertificatesReady); c.Status != "True" {
+	if c := harness.Cond(e.Status(), status.CondCertificatesReady); c.Status != "True" {
 		t.Errorf("CertificatesReady after the renewals: %+v", c)
 	}
 }

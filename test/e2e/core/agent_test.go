@@ -7,8 +7,8 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/binaries"
-	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/pkg/status"
 	"github.com/etcd-steward/steward/test/harness"
 )
 
@@ -34,7 +34,7 @@ func TestCrashLoop(t *testing.T) {
 	if m.Process != agentapi.StateCrashLoop || m.Restarts < 2 || !strings.Contains(m.LastError, "no-such-etcd-flag") {
 		t.Errorf("member status: process %s restarts %d lastError %q", m.Process, m.Restarts, m.LastError)
 	}
-	if c := harness.Cond(st, cluster.CondReady); c.Status != "False" {
+	if c := harness.Cond(st, status.CondReady); c.Status != "False" {
 		t.Errorf("Ready %+v with the only member crash-looping", c)
 	}
 }
@@ -61,7 +61,7 @@ func TestSwapVersion(t *testing.T) {
 	if _, err := a.SwapVersion(ctx, names[0], agentapi.VersionRequest{Version: v36}); err != nil {
 		t.Fatal(err)
 	}
-	st := e.WaitStatus(60*time.Second, names[0]+" on "+v36, func(st *cluster.Status) bool {
+	st := e.WaitStatus(60*time.Second, names[0]+" on "+v36, func(st *status.Status) bool {
 		m, _ := st.Member(names[0])
 		return harness.Healthy(st) && m.Version == v36 && m.DataDirVersion == v36
 	})

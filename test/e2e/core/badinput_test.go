@@ -13,8 +13,8 @@ import (
 
 	"github.com/etcd-steward/steward/internal/proc"
 	"github.com/etcd-steward/steward/pkg/binaries"
-	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/pkg/status"
 	"github.com/etcd-steward/steward/test/harness"
 )
 
@@ -109,7 +109,7 @@ func TestBadInput(t *testing.T) {
 		}
 		// With one member down, removing another would leave 1 healthy of 2.
 		e.MustRun("member", "stop", names[0])
-		e.WaitStatus(30*time.Second, "member down", func(st *cluster.Status) bool { m, _ := st.Member(names[0]); return !m.Healthy })
+		e.WaitStatus(30*time.Second, "member down", func(st *status.Status) bool { m, _ := st.Member(names[0]); return !m.Healthy })
 		out := e.MustFail("member", "remove", names[1])
 		if !strings.Contains(out, "refusing to remove "+names[1]) || !strings.Contains(out, "quorum") {
 			t.Errorf("remove that loses quorum: %s", out)
@@ -197,7 +197,7 @@ func TestBadInput(t *testing.T) {
 		if err != nil || !strings.Contains(se, "started agent") {
 			t.Fatalf("member start with the agent gone: want it to start the agent and succeed: %v: %s%s", err, so, se)
 		}
-		st = e.WaitStatus(30*time.Second, "adopted members", func(st *cluster.Status) bool {
+		st = e.WaitStatus(30*time.Second, "adopted members", func(st *status.Status) bool {
 			for _, m := range st.Members {
 				if m.Process != "Running" && m.Process != "Starting" {
 					return false

@@ -15,7 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcd-steward/steward/pkg/agentapi"
-	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/status"
 	"github.com/etcd-steward/steward/test/harness"
 )
 
@@ -116,7 +116,7 @@ func TestThreeMembers(t *testing.T) {
 	}
 }
 
-func checkBootstrapped(t *testing.T, st *cluster.Status, v string) {
+func checkBootstrapped(t *testing.T, st *status.Status, v string) {
 	t.Helper()
 	if !harness.Healthy(st) || len(st.Members) != 3 {
 		t.Fatalf("want 3 healthy members, got %d healthy of %d", st.Cluster.HealthyMembers, len(st.Members))
@@ -139,7 +139,7 @@ func checkBootstrapped(t *testing.T, st *cluster.Status, v string) {
 	if harness.Minor(v) != "3.5" && st.Cluster.StorageVersion == "" {
 		t.Errorf("etcd %s reports a storage version; status has none", v)
 	}
-	for typ, want := range map[string]string{cluster.CondReady: "True", cluster.CondAllMembersReady: "True", cluster.CondBackupReady: "True"} {
+	for typ, want := range map[string]string{status.CondReady: "True", status.CondAllMembersReady: "True", status.CondBackupReady: "True"} {
 		c := harness.Cond(st, typ)
 		if c.Status != want || c.Reason == "" || c.LastTransitionTime.IsZero() {
 			t.Errorf("condition %s: %+v, want status %s with reason and time", typ, c, want)
@@ -205,7 +205,7 @@ func checkKill9(t *testing.T, e *harness.Env) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	e.WaitStatus(60*time.Second, victim+" restarted by the agent", func(st *cluster.Status) bool {
+	e.WaitStatus(60*time.Second, victim+" restarted by the agent", func(st *status.Status) bool {
 		m, _ := st.Member(victim)
 		return m.Healthy && m.Restarts >= 1 && m.PID != 0 && m.PID != pid && harness.Healthy(st)
 	})
@@ -214,7 +214,7 @@ func checkKill9(t *testing.T, e *harness.Env) {
 func checkConditions(t *testing.T, e *harness.Env) {
 	t.Helper()
 	names := e.Spec().MemberNames()
-	before := harness.Cond(e.Status(), cluster.CondAllMembersReady).LastTransitionTime
+	before := harness.Cond(e.Status(), status.CondAllMembersReady).LastTransitionTime
 
 	// Stopping the leader hands leadership over first: another member
 	// leads the moment the command returns, with no election to wait for.
@@ -227,10 +227,10 @@ func checkConditions(t *testing.T, e *harness.Env) {
 	if l := e.Status().Cluster.Leader; l == "" || l == names[0] {
 		t.Errorf("right after stopping the leader %s, the leader is %q", names[0], l)
 	}
-	st := e.WaitStatus(30*time.Second, "minority down", func(st *cluster.Status) bool {
-		return harness.Cond(st, cluster.CondAllMembersReady).Status == "False"
+	st := e.WaitStatus(30*time.Second, "minority down", func(st *status.Status) bool {
+		return harness.Cond(st, status.CondAllMembersReady).Status == "False"
 	})
-	ready, all := harness.Cond(st, cluster.CondReady), harness.Cond(st, cluster.CondAllMembersReady)
+	ready, all := harness.Cond(st, status.CondReady), harness.Cond(st, status.CondAllMembersReady)
 	if ready.Status != "True" || ready.Reason != "Quorate" {
 		t.Errorf("one of three down: Ready %+v, want True/Quorate", ready)
 	}
@@ -254,10 +254,10 @@ func checkConditions(t *testing.T, e *harness.Env) {
 		t.Errorf("stop that loses quorum: %s", out)
 	}
 	e.MustRun("member", "stop", names[1], "--force")
-	st = e.WaitStatus(30*time.Second, "majority down", func(st *cluster.Status) bool {
-		return harness.Cond(st, cluster.CondReady).Status == "False"
+	st = e.WaitStatus(30*time.Second, "majority down", func(st *status.Status) bool {
+		return harness.Cond(st, status.CondReady).Status == "False"
 	})
-	if r := harness.Cond(st, cluster.CondReady); r.Reason != "QuorumLost" {
+	if r := harness.Cond(st, status.CondReady); r.Reason != "QuorumLost" {
 		t.Errorf("two of three down: Ready %+v, want False/QuorumLost", r)
 	}
 	if st.Cluster.Quorate {

@@ -13,6 +13,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/pkg/status"
 	"github.com/etcd-steward/steward/test/harness"
 )
 
@@ -53,7 +54,7 @@ func TestLearnerNeverOnClientURL(t *testing.T) {
 	})
 	replaced := s.Members[1].Name
 	e.MustRun("member", "replace", replaced)
-	e.WaitStatus(60*time.Second, "4 healthy voting members", func(st *cluster.Status) bool {
+	e.WaitStatus(60*time.Second, "4 healthy voting members", func(st *status.Status) bool {
 		return harness.Healthy(st) && st.Cluster.VotingMembers == 4 && st.Cluster.Learners == 0
 	})
 	load.Stop()
@@ -219,7 +220,7 @@ func TestJoinRefusedDuringDowngrade(t *testing.T) {
 	if _, err := cli.Downgrade(ctx, clientv3.DowngradeCancel, ""); err != nil {
 		t.Fatal(err)
 	}
-	e.WaitStatus(time.Minute, "no member reporting the downgrade", func(st *cluster.Status) bool {
+	e.WaitStatus(time.Minute, "no member reporting the downgrade", func(st *status.Status) bool {
 		for _, m := range st.Members {
 			if m.DowngradeTarget != "" {
 				return false

@@ -13,9 +13,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcd-steward/steward/pkg/binaries"
-	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/maintenance"
 	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/pkg/status"
 	"github.com/etcd-steward/steward/test/harness"
 )
 
@@ -77,7 +77,7 @@ func TestMaintenance(t *testing.T) {
 	// Defragmentation refuses while a member is down, and says which.
 	down := e.Spec().Members[0].Name
 	e.MustRun("member", "stop", down)
-	e.WaitStatus(30*time.Second, "member stopped", func(st *cluster.Status) bool { m, _ := st.Member(down); return !m.Healthy })
+	e.WaitStatus(30*time.Second, "member stopped", func(st *status.Status) bool { m, _ := st.Member(down); return !m.Healthy })
 	if out := e.MustFail("defrag"); !strings.Contains(out, "refusing to defragment while member "+down+" is unhealthy") {
 		t.Errorf("defrag with a member down: %s", out)
 	}
@@ -91,7 +91,7 @@ func TestMaintenance(t *testing.T) {
 	// follower's: status names who answers, leader move to the follower and
 	// defragmentation refuse.
 	st = e.Status()
-	var target, other cluster.MemberStatus
+	var target, other status.MemberStatus
 	for _, m := range st.Members {
 		switch {
 		case target.Name == "" && m.Role == "follower":
@@ -116,7 +116,7 @@ func TestMaintenance(t *testing.T) {
 		t.Fatal(err)
 	}
 	wrong := other.Name + " (ID " + other.ID + ") answers on https://" + fwd + ", not " + target.Name
-	alias := e.WaitStatus(30*time.Second, other.Name+" answering on "+target.Name+"'s URL", func(st *cluster.Status) bool {
+	alias := e.WaitStatus(30*time.Second, other.Name+" answering on "+target.Name+"'s URL", func(st *status.Status) bool {
 		m, _ := st.Member(target.Name)
 		return strings.Contains(m.LastError, wrong)
 	})
@@ -157,7 +157,7 @@ func TestMaintenance(t *testing.T) {
 	if len(alarms) == 0 || alarms[0].Alarm != "NOSPACE" {
 		t.Fatalf("alarm list: %+v, want NOSPACE", alarms)
 	}
-	if c := harness.Cond(e.Status(), cluster.CondAllMembersReady); c.Status != "False" || !strings.Contains(c.Message, "NOSPACE") {
+	if c := harness.Cond(e.Status(), status.CondAllMembersReady); c.Status != "False" || !strings.Contains(c.Message, "NOSPACE") {
 		t.Errorf("AllMembersReady with NOSPACE raised: %+v", c)
 	}
 	e.MustRun("alarm", "disarm")

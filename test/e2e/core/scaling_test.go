@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/status"
 	"github.com/etcd-steward/steward/test/harness"
 	"github.com/etcd-steward/steward/test/workload"
 )
@@ -33,7 +33,7 @@ func TestScaling(t *testing.T) {
 					for _, a := range args {
 						e.MustRun(a...)
 					}
-					st := e.WaitStatus(60*time.Second, fmt.Sprintf("%d healthy members", n), func(st *cluster.Status) bool {
+					st := e.WaitStatus(60*time.Second, fmt.Sprintf("%d healthy members", n), func(st *status.Status) bool {
 						return harness.Healthy(st) && len(st.Members) == n
 					})
 					if st.Cluster.VotingMembers != n || st.Cluster.Learners != 0 {

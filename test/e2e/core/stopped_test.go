@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/pkg/binaries"
-	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/status"
 	"github.com/etcd-steward/steward/test/harness"
 )
 
@@ -43,11 +43,11 @@ func TestStoppedCluster(t *testing.T) {
 		t.Errorf("status of a stopped cluster quotes the agent's socket:\n%s%s", so, se)
 	}
 	so, _, err = e.Run("status", "-o", "json")
-	var st cluster.Status
+	var st status.Status
 	if exitCodeOf(err) != 1 || json.Unmarshal([]byte(so), &st) != nil || !st.Cluster.Stopped || len(st.Members) != 3 {
 		t.Errorf("status -o json of a stopped cluster: %v\n%s", err, so)
 	}
-	if c := harness.Cond(&st, cluster.CondReady); c.Status != "False" || c.Reason != cluster.ReasonClusterStopped {
+	if c := harness.Cond(&st, status.CondReady); c.Status != "False" || c.Reason != status.ReasonClusterStopped {
 		t.Errorf("Ready of a stopped cluster: %+v", c)
 	}
 

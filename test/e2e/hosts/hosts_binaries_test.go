@@ -13,6 +13,7 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/status"
 	"github.com/etcd-steward/steward/test/harness"
 )
 
@@ -272,7 +273,7 @@ func TestHostsBinaries(t *testing.T) {
 
 // requireMembersRun fails unless every member runs etcd version from its
 // host's own store, as its agent says and as its process shows.
-func requireMembersRun(t *testing.T, hs *harness.Hosts, st *cluster.Status, version string) {
+func requireMembersRun(t *testing.T, hs *harness.Hosts, st *status.Status, version string) {
 	t.Helper()
 	c, err := cluster.Open(hs.Dir)
 	if err != nil {
@@ -312,9 +313,9 @@ func requireBinaries(t *testing.T, e *harness.Env, want map[string]cluster.HostB
 			t.Errorf("status: host %s binaries %+v, want %+v", a.Name, a.Binaries, w)
 		}
 	}
-	cond := harness.Cond(st, cluster.CondBinariesInStep)
+	cond := harness.Cond(st, status.CondBinariesInStep)
 	if wantStatus := map[bool]string{true: "True", false: "False"}[inStep]; cond.Status != wantStatus {
-		t.Errorf("condition %s: %+v, want %s", cluster.CondBinariesInStep, cond, wantStatus)
+		t.Errorf("condition %s: %+v, want %s", status.CondBinariesInStep, cond, wantStatus)
 	}
 	table := e.MustRun("status")
 	for name, w := range want {

@@ -19,11 +19,11 @@ import (
 	"github.com/etcd-steward/steward/internal/crashpoint"
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/backup"
-	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/join"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/restore"
+	"github.com/etcd-steward/steward/pkg/status"
 	"github.com/etcd-steward/steward/test/harness"
 	"github.com/etcd-steward/steward/test/workload"
 )
@@ -65,12 +65,12 @@ func TestHostsPartitions(t *testing.T) {
 		}
 		// The backup loop runs on the leader's host, from the spec the
 		// coordinator handed over, into the S3 store.
-		st = e.WaitStatus(time.Minute, "backups recording on the leader's host", func(st *cluster.Status) bool {
-			c := harness.Cond(st, cluster.CondBackupReady)
+		st = e.WaitStatus(time.Minute, "backups recording on the leader's host", func(st *status.Status) bool {
+			c := harness.Cond(st, status.CondBackupReady)
 			lm, _ := st.Member(st.Cluster.Leader)
 			return c.Status == "True" && strings.Contains(c.Message, "agent "+lm.Agent+" records every change")
 		})
-		t.Logf("BackupReady: %s", harness.Cond(st, cluster.CondBackupReady).Message)
+		t.Logf("BackupReady: %s", harness.Cond(st, status.CondBackupReady).Message)
 		// The coordinator sees every host's serving certificates through
 		// live handshakes (their files live on the hosts).
 		inv := harness.CertsList(e)
@@ -84,7 +84,7 @@ func TestHostsPartitions(t *testing.T) {
 				t.Errorf("agent %s serves %+v", m.Agent, i)
 			}
 		}
-		if c := harness.Cond(st, cluster.CondCertificatesReady); c.Status != "True" {
+		if c := harness.Cond(st, status.CondCertificatesReady); c.Status != "True" {
 			t.Errorf("CertificatesReady: %+v", c)
 		}
 	})
@@ -99,7 +99,7 @@ func TestHostsPartitions(t *testing.T) {
 	t.Run("follower host cut off", func(t *testing.T) {
 		e := hs.Env.For(t)
 		st := e.Status()
-		var victim cluster.MemberStatus
+		var victim status.MemberStatus
 		for _, m := range st.Members {
 			if m.Role == "follower" {
 				victim = m
@@ -109,14 +109,14 @@ func TestHostsPartitions(t *testing.T) {
 		h := hs.Host(victim.Agent)
 		h.Cut(t)
 		cut := time.Now()
-		st = e.WaitStatus(30*time.Second, "the cut host reported, quorum kept", func(st *cluster.Status) bool {
+		st = e.WaitStatus(30*time.Second, "the cut host reported, quorum kept", func(st *status.Status) bool {
 			m, _ := st.Member(victim.Name)
-			return harness.Cond(st, cluster.CondReady).Status == "True" &&
-				harness.Cond(st, cluster.CondAllMembersReady).Status == "False" &&
+			return harness.Cond(st, status.CondReady).Status == "True" &&
+				harness.Cond(st, status.CondAllMembersReady).Status == "False" &&
 				strings.Contains(m.LastError, fmt.Sprintf("host %s (%s) unreachable", h.Name, h.Addr))
 		})
 		t.Logf("status named the cut host %s after %s", h.Name, time.Since(cut).Round(time.Millisecond))
-		if msg := harness.Cond(st, cluster.CondAllMembersReady).Message; !strings.Contains(msg, h.Name) {
+		if msg := harness.Cond(st, status.CondAllMembersReady).Message; !strings.Contains(msg, h.Name) {
 			t.Errorf("AllMembersReady does not name host %s: %s", h.Name, msg)
 		}
 		for _, a := range st.Agents {
@@ -130,7 +130,7 @@ func TestHostsPartitions(t *testing.T) {
 		// writes are backed up.
 		rev := majority(t, hs, victim.Name)
 		harness.WaitBackedUp(t, e, rev)
-		if c := harness.Cond(e.Status(), cluster.CondBackupReady); c.Status != "True" {
+		if c := harness.Cond(e.Status(), status.CondBackupReady); c.Status != "True" {
 			t.Errorf("BackupReady with a follower's host cut off: %+v", c)
 		}
 
@@ -162,15 +162,15 @@ func TestHostsPartitions(t *testing.T) {
 		lm, _ := st.Member(old)
 		h := hs.Host(lm.Agent)
 		h.Cut(t)
-		st = e.WaitStatus(30*time.Second, "a new leader on the majority side", func(st *cluster.Status) bool {
+		st = e.WaitStatus(30*time.Second, "a new leader on the majority side", func(st *status.Status) bool {
 			return st.Cluster.Leader != "" && st.Cluster.Leader != old &&
-				harness.Cond(st, cluster.CondReady).Status == "True"
+				harness.Cond(st, status.CondReady).Status == "True"
 		})
 		t.Logf("leader moved from %s to %s", old, st.Cluster.Leader)
 		rev := majority(t, hs, old)
 		// The new leader's agent took the backups over.
-		st = e.WaitStatus(time.Minute, "backups recording on the new leader's host", func(st *cluster.Status) bool {
-			c := harness.Cond(st, cluster.CondBackupReady)
+		st = e.WaitStatus(time.Minute, "backups recording on the new leader's host", func(st *status.Status) bool {
+			c := harness.Cond(st, status.CondBackupReady)
 			lm, _ := st.Member(st.Cluster.Leader)
 			return c.Status == "True" && lm.Agent != h.Name && strings.Contains(c.Message, "agent "+lm.Agent+" records every change")
 		})
@@ -198,7 +198,7 @@ func TestHostsPartitions(t *testing.T) {
 		if rep.Action != "restore" || rep.Seed == "" || len(rep.Added) != 2 {
 			t.Fatalf("recover: want a restore from the backups into a seed and two members added: %s", out)
 		}
-		e.WaitStatus(time.Minute, "three voters on the same hosts", func(st *cluster.Status) bool {
+		e.WaitStatus(time.Minute, "three voters on the same hosts", func(st *status.Status) bool {
 			return harness.Healthy(st) && st.Cluster.VotingMembers == 3
 		})
 		after := hs.Client()
@@ -380,7 +380,7 @@ func TestHostsUpgradeAndRollback(t *testing.T) {
 	if !t.Run("refused with a host cut off", func(t *testing.T) {
 		e := hs.Env.For(t)
 		st := e.Status()
-		var victim cluster.MemberStatus
+		var victim status.MemberStatus
 		for _, m := range st.Members {
 			if m.Role == "follower" {
 				victim = m
@@ -388,7 +388,7 @@ func TestHostsUpgradeAndRollback(t *testing.T) {
 		}
 		h := hs.Host(victim.Agent)
 		h.Cut(t)
-		e.WaitStatus(30*time.Second, "the cut host's member unhealthy", func(st *cluster.Status) bool {
+		e.WaitStatus(30*time.Second, "the cut host's member unhealthy", func(st *status.Status) bool {
 			m, _ := st.Member(victim.Name)
 			return !m.Healthy
 		})
@@ -586,7 +586,7 @@ func TestHostsMembership(t *testing.T) {
 		if a := asides(h4, "etcd-4", "removed"); len(a) != 1 {
 			t.Fatalf("the removed member's data dir on h4 was not moved aside: %v", a)
 		}
-		e.WaitStatus(time.Minute, "three members again", func(st *cluster.Status) bool {
+		e.WaitStatus(time.Minute, "three members again", func(st *status.Status) bool {
 			return harness.Healthy(st) && len(st.Members) == 3
 		})
 	}) {
@@ -654,7 +654,7 @@ func TestHostsMembership(t *testing.T) {
 		e := hs.Env.For(t)
 		e.MustRun("member", "stop", "--force", "etcd-1")
 		e.MustRun("member", "stop", "--force", "etcd-2")
-		e.WaitStatus(30*time.Second, "quorum lost", func(st *cluster.Status) bool { return !st.Cluster.Quorate })
+		e.WaitStatus(30*time.Second, "quorum lost", func(st *status.Status) bool { return !st.Cluster.Quorate })
 		rep, _ := harness.RecoverJSON(t, e)
 		if rep.Action != "restart" {
 			t.Fatalf("recover action %q, want restart: %+v", rep.Action, rep)
@@ -674,12 +674,12 @@ func TestHostsMembership(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		e.WaitStatus(30*time.Second, "quorum lost", func(st *cluster.Status) bool { return !st.Cluster.Quorate })
+		e.WaitStatus(30*time.Second, "quorum lost", func(st *status.Status) bool { return !st.Cluster.Quorate })
 		rep, out := harness.RecoverJSON(t, e)
 		if rep.Action != "reseed" || rep.Seed != "etcd-3" || len(rep.Added) != 2 {
 			t.Fatalf("recover: want a reseed from etcd-3 adding two members: %s", out)
 		}
-		st := e.WaitStatus(time.Minute, "three voters on the same hosts", func(st *cluster.Status) bool {
+		st := e.WaitStatus(time.Minute, "three voters on the same hosts", func(st *status.Status) bool {
 			return harness.Healthy(st) && st.Cluster.VotingMembers == 3
 		})
 		for _, m := range st.Members {
@@ -711,30 +711,30 @@ func TestHostsFive(t *testing.T) {
 	hs.StartAgents()
 	hs.MustRun("up")
 	st := hs.WaitStatus(time.Minute, "five healthy members on five hosts", harness.Healthy)
-	var followers []cluster.MemberStatus
+	var followers []status.MemberStatus
 	for _, m := range st.Members {
 		if m.Role == "follower" {
 			followers = append(followers, m)
 		}
 	}
-	cut := func(m cluster.MemberStatus) *harness.AgentHost {
+	cut := func(m status.MemberStatus) *harness.AgentHost {
 		h := hs.Host(m.Agent)
 		h.Cut(t)
 		return h
 	}
 	a, b := cut(followers[0]), cut(followers[1])
-	st = hs.WaitStatus(30*time.Second, "two hosts cut off, quorum kept", func(st *cluster.Status) bool {
-		return harness.Cond(st, cluster.CondReady).Status == "True" && st.Cluster.HealthyMembers == 3
+	st = hs.WaitStatus(30*time.Second, "two hosts cut off, quorum kept", func(st *status.Status) bool {
+		return harness.Cond(st, status.CondReady).Status == "True" && st.Cluster.HealthyMembers == 3
 	})
 	for _, h := range []*harness.AgentHost{a, b} {
-		if msg := harness.Cond(st, cluster.CondAllMembersReady).Message; !strings.Contains(msg, "host "+h.Name+" ("+h.Addr+") unreachable") {
+		if msg := harness.Cond(st, status.CondAllMembersReady).Message; !strings.Contains(msg, "host "+h.Name+" ("+h.Addr+") unreachable") {
 			t.Errorf("AllMembersReady does not name host %s: %s", h.Name, msg)
 		}
 	}
 	rev := majority(t, hs, followers[0].Name+"|"+followers[1].Name)
 	c3 := cut(followers[2])
-	hs.WaitStatus(30*time.Second, "quorum lost with three hosts cut off", func(st *cluster.Status) bool {
-		return harness.Cond(st, cluster.CondReady).Status == "False" && !st.Cluster.Quorate
+	hs.WaitStatus(30*time.Second, "quorum lost with three hosts cut off", func(st *status.Status) bool {
+		return harness.Cond(st, status.CondReady).Status == "False" && !st.Cluster.Quorate
 	})
 	var rest []string
 	for _, m := range st.Members {
@@ -751,8 +751,8 @@ func TestHostsFive(t *testing.T) {
 		t.Fatalf("a write through the two members left (%v) succeeded without quorum", rest)
 	}
 	c3.Heal(t)
-	hs.WaitStatus(time.Minute, "quorum back with one host healed", func(st *cluster.Status) bool {
-		return harness.Cond(st, cluster.CondReady).Status == "True"
+	hs.WaitStatus(time.Minute, "quorum back with one host healed", func(st *status.Status) bool {
+		return harness.Cond(st, status.CondReady).Status == "True"
 	})
 	a.Heal(t)
 	b.Heal(t)

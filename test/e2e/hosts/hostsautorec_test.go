@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/pkg/status"
 	"github.com/etcd-steward/steward/test/harness"
 	"github.com/etcd-steward/steward/test/workload"
 )
@@ -74,7 +74,7 @@ func TestHostsAutoRecovery(t *testing.T) {
 	noHostActs := func(t *testing.T) {
 		t.Helper()
 		for _, h := range hs.Hosts {
-			for _, f := range []string{cluster.AutoRecoveryStateFile, "recovery.json"} {
+			for _, f := range []string{status.AutoRecoveryStateFile, "recovery.json"} {
 				if _, err := os.Stat(filepath.Join(h.Dir, "status", f)); err == nil {
 					t.Errorf("host %s has status/%s: a host's agent took part in the recovery", h.Name, f)
 				}
@@ -82,11 +82,11 @@ func TestHostsAutoRecovery(t *testing.T) {
 		}
 	}
 	// noAction polls for d that the coordinator ran no recovery.
-	noAction := func(t *testing.T, d time.Duration) *cluster.AutoRecoveryState {
+	noAction := func(t *testing.T, d time.Duration) *status.AutoRecoveryState {
 		t.Helper()
-		var last *cluster.AutoRecoveryState
+		var last *status.AutoRecoveryState
 		err := harness.Poll(d, 500*time.Millisecond, func() error {
-			st, err := cluster.ReadAutoRecovery(hs.Dir)
+			st, err := status.ReadAutoRecovery(hs.Dir)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -101,7 +101,7 @@ func TestHostsAutoRecovery(t *testing.T) {
 		}
 		return last
 	}
-	memberIDs := func(st *cluster.Status) map[string]string {
+	memberIDs := func(st *status.Status) map[string]string {
 		ids := map[string]string{}
 		for _, m := range st.Members {
 			ids[m.Name] = m.ID
@@ -120,7 +120,7 @@ func TestHostsAutoRecovery(t *testing.T) {
 		e := hs.Env.For(t)
 		st := e.Status()
 		before := memberIDs(st)
-		var victim cluster.MemberStatus
+		var victim status.MemberStatus
 		for _, m := range st.Members {
 			if m.Role == "follower" {
 				victim = m
@@ -129,8 +129,8 @@ func TestHostsAutoRecovery(t *testing.T) {
 		}
 		h := hs.Host(victim.Agent)
 		h.Cut(t)
-		e.WaitStatus(30*time.Second, "the cut host reported, quorum kept", func(st *cluster.Status) bool {
-			return harness.Cond(st, cluster.CondReady).Status == "True" && harness.Cond(st, cluster.CondAllMembersReady).Status == "False"
+		e.WaitStatus(30*time.Second, "the cut host reported, quorum kept", func(st *status.Status) bool {
+			return harness.Cond(st, status.CondReady).Status == "True" && harness.Cond(st, status.CondAllMembersReady).Status == "False"
 		})
 		if st := noAction(t, 4*grace); st == nil || st.Decision != "none" {
 			t.Errorf("decision with the majority quorate: %+v", st)
@@ -153,13 +153,13 @@ func TestHostsAutoRecovery(t *testing.T) {
 		for _, h := range cut {
 			h.Cut(t)
 		}
-		e.WaitStatus(30*time.Second, "quorum lost as seen from the coordinator", func(st *cluster.Status) bool { return !st.Cluster.Quorate })
+		e.WaitStatus(30*time.Second, "quorum lost as seen from the coordinator", func(st *status.Status) bool { return !st.Cluster.Quorate })
 		st := noAction(t, 4*grace)
 		if st == nil || st.Decision != "wait" || !strings.Contains(st.Reason, "do not answer") {
 			t.Errorf("decision with two hosts unreachable: %+v", st)
 		}
 		// status says so in Ready's message.
-		if c := harness.Cond(e.Status(), cluster.CondReady); !strings.Contains(c.Message, "automatic recovery (wait") || !strings.Contains(c.Message, "do not answer") {
+		if c := harness.Cond(e.Status(), status.CondReady); !strings.Contains(c.Message, "automatic recovery (wait") || !strings.Contains(c.Message, "do not answer") {
 			t.Errorf("Ready: %+v", c)
 		}
 		for _, h := range cut {
@@ -193,10 +193,10 @@ func TestHostsAutoRecovery(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		var ar *cluster.AutoRecoveryState
+		var ar *status.AutoRecoveryState
 		harness.Eventually(t, 5*time.Minute, time.Second, "an automatic recovery that succeeded", func() error {
 			var err error
-			if ar, err = cluster.ReadAutoRecovery(hs.Dir); err != nil {
+			if ar, err = status.ReadAutoRecovery(hs.Dir); err != nil {
 				return err
 			}
 			if ar == nil || ar.LastAction == nil || ar.LastAction.Result != "success" {
@@ -209,10 +209,10 @@ func TestHostsAutoRecovery(t *testing.T) {
 		if (a.Action != "reseed" && a.Action != "restore") || !strings.Contains(a.Reason, "2 of 3 members reported not running by their own agents") {
 			t.Errorf("last action %+v", a)
 		}
-		st = e.WaitStatus(2*time.Minute, "three voters on the same hosts", func(st *cluster.Status) bool {
+		st = e.WaitStatus(2*time.Minute, "three voters on the same hosts", func(st *status.Status) bool {
 			return harness.Healthy(st) && st.Cluster.VotingMembers == 3
 		})
-		if c := harness.Cond(st, cluster.CondReady); !strings.Contains(c.Message, "last automatic recovery: "+a.Action+", success") {
+		if c := harness.Cond(st, status.CondReady); !strings.Contains(c.Message, "last automatic recovery: "+a.Action+", success") {
 			t.Errorf("Ready does not show the recovery: %+v", c)
 		}
 		if st.AutoRecovery == nil || st.AutoRecovery.LastAction == nil {
@@ -292,7 +292,7 @@ func TestHostsAutoRecovery(t *testing.T) {
 		if rep.Action != "resume" || rep.Seed != "etcd-3" {
 			t.Fatalf("recover on the new coordinator: want the recovery resumed from etcd-3: %s", out)
 		}
-		next.WaitStatus(2*time.Minute, "three voters on the same hosts", func(st *cluster.Status) bool {
+		next.WaitStatus(2*time.Minute, "three voters on the same hosts", func(st *status.Status) bool {
 			return harness.Healthy(st) && st.Cluster.VotingMembers == 3
 		})
 		if _, err := os.Stat(filepath.Join(next.Dir, "status", "recovery.json")); err == nil {

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/pkg/status"
 	"github.com/etcd-steward/steward/test/harness"
 	"github.com/etcd-steward/steward/test/workload"
 )
@@ -94,7 +94,7 @@ func TestHostsCertAutoRenewal(t *testing.T) {
 			t.Errorf("member %s restarted (pid %d, was %d)", m.Name, m.PID, pids[m.Name])
 		}
 	}
-	if c := harness.Cond(st, cluster.CondCertificatesReady); c.Status != "True" {
+	if c := harness.Cond(st, status.CondCertificatesReady); c.Status != "True" {
 		t.Errorf("CertificatesReady after the renewals: %+v", c)
 	}
 	if b, _ := os.ReadFile(filepath.Join(hs.Dir, "logs", "certrenew.log")); !strings.Contains(string(b), "host=h1") {

@@ -15,8 +15,8 @@ import (
 
 	"github.com/etcd-steward/steward/internal/proc"
 	"github.com/etcd-steward/steward/pkg/certs"
-	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/pkg/status"
 	"github.com/etcd-steward/steward/test/harness"
 )
 
@@ -49,12 +49,12 @@ func TestHostsRenewerRestart(t *testing.T) {
 	// init issued year-long leaves: put them on the short lifetime.
 	hs.MustRun("certs", "renew", "--all")
 
-	renewal := func(st *cluster.Status) (*cluster.RenewalStatus, cluster.Condition) {
+	renewal := func(st *status.Status) (*status.RenewalStatus, status.Condition) {
 		t.Helper()
 		if st.CertificateRenewal == nil {
 			t.Fatalf("status has no certificateRenewal")
 		}
-		return st.CertificateRenewal, harness.Cond(st, cluster.CondCertificateRenewal)
+		return st.CertificateRenewal, harness.Cond(st, status.CondCertificateRenewal)
 	}
 	pidFile := filepath.Join(hs.Dir, "run", certs.RenewerPIDFile)
 	first := readPID(t, pidFile)
@@ -137,8 +137,8 @@ func TestHostsRenewerRestart(t *testing.T) {
 	if _, se, err := hs.Run("down"); err != nil || !strings.Contains(se, "stopping certificate renewal") {
 		t.Errorf("down: %v: %s", err, se)
 	}
-	b, err := os.ReadFile(cluster.RenewalStatePath(hs.Dir))
-	var rec cluster.RenewalState
+	b, err := os.ReadFile(status.RenewalStatePath(hs.Dir))
+	var rec status.RenewalState
 	if err != nil || json.Unmarshal(b, &rec) != nil || rec.PID != second || rec.StoppedAt.IsZero() {
 		t.Errorf("renewal state after down: %v: %s", err, b)
 	}

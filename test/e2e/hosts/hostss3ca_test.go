@@ -11,9 +11,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/pkg/status"
 	"github.com/etcd-steward/steward/test/harness"
 )
 
@@ -91,8 +91,8 @@ func TestHostsS3PrivateCA(t *testing.T) {
 		if st := e.Status(); st.Cluster.Leader != m.Name {
 			e.MustRun("leader", "move", "--to", m.Name)
 		}
-		e.WaitStatus(time.Minute, "backups recording on host "+m.Agent, func(st *cluster.Status) bool {
-			c := harness.Cond(st, cluster.CondBackupReady)
+		e.WaitStatus(time.Minute, "backups recording on host "+m.Agent, func(st *status.Status) bool {
+			c := harness.Cond(st, status.CondBackupReady)
 			return st.Cluster.Leader == m.Name && c.Status == "True" && strings.Contains(c.Message, "agent "+m.Agent+" records every change")
 		})
 		k, v := "privateca/"+m.Agent, fmt.Sprintf("recorded by %s's loop", m.Agent)

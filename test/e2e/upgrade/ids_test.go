@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/status"
 	"github.com/etcd-steward/steward/test/harness"
 )
 
@@ -24,7 +24,7 @@ func TestRestoreUpgradeKeepsIDs(t *testing.T) {
 	e.Up(3, vs[1])
 	e.MustRun("member", "add", "etcd-4")
 	e.MustRun("member", "remove", "etcd-1")
-	ready := func(st *cluster.Status) bool {
+	ready := func(st *status.Status) bool {
 		if !harness.Healthy(st) || len(st.Members) != 3 {
 			return false
 		}
@@ -35,7 +35,7 @@ func TestRestoreUpgradeKeepsIDs(t *testing.T) {
 		}
 		return true
 	}
-	ids := func(st *cluster.Status) map[string]string {
+	ids := func(st *status.Status) map[string]string {
 		out := map[string]string{}
 		for _, m := range st.Members {
 			out[m.Name] = m.ID

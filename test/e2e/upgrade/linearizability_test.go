@@ -10,7 +10,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/status"
 	"github.com/etcd-steward/steward/test/harness"
 	"github.com/etcd-steward/steward/test/workload"
 )
@@ -128,7 +128,7 @@ func TestLinearizableReplaceRecoverDefrag(t *testing.T) {
 	if !r.op("recover from quorum loss", func(t *testing.T, e *harness.Env) {
 		e.MustRun("member", "stop", names[0], "--force")
 		e.MustRun("member", "stop", names[1], "--force")
-		e.WaitStatus(30*time.Second, "quorum lost", func(st *cluster.Status) bool { return !st.Cluster.Quorate })
+		e.WaitStatus(30*time.Second, "quorum lost", func(st *status.Status) bool { return !st.Cluster.Quorate })
 		if rep, out := harness.RecoverJSON(t, e); rep.Action != "restart" {
 			t.Fatalf("recover with the data intact: %s", out)
 		}

@@ -20,10 +20,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcd-steward/steward/internal/crashpoint"
-	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/datadir"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/pkg/status"
 	"github.com/etcd-steward/steward/test/harness"
 	"github.com/etcd-steward/steward/test/workload"
 )
@@ -62,7 +62,7 @@ func TestRollingUpgradeAndRollback(t *testing.T) {
 		if up.State != plan.Done || up.Kind != plan.KindUpgrade || v.From != vs[0] || v.To != vs[2] {
 			t.Fatalf("upgrade plan: %s %s %s->%s", up.State, up.Kind, v.From, v.To)
 		}
-		if c := harness.Cond(st, cluster.CondUpgradeInProgress); c.Status != "False" {
+		if c := harness.Cond(st, status.CondUpgradeInProgress); c.Status != "False" {
 			t.Errorf("UpgradeInProgress after the plan: %+v", c)
 		}
 		mid = w.Acked()
@@ -256,7 +256,7 @@ func TestHealthGateFailsThenResumes(t *testing.T) {
 		if p.State != plan.Failed || cur == nil || cur.State != plan.Failed || !strings.Contains(cur.Error, victim) {
 			t.Fatalf("plan %s, current step %+v; want failed naming %s", p.State, cur, victim)
 		}
-		if c := harness.Cond(e.Status(), cluster.CondUpgradeInProgress); c.Status != "True" || c.Reason != "Failed" {
+		if c := harness.Cond(e.Status(), status.CondUpgradeInProgress); c.Status != "True" || c.Reason != "Failed" {
 			t.Errorf("UpgradeInProgress while failed: %+v", c)
 		}
 		// A new plan is refused while this one waits.

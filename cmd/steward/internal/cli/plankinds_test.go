@@ -13,6 +13,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/carotate"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/status"
 	"github.com/etcd-steward/steward/pkg/upgrade"
 )
 
@@ -83,8 +84,8 @@ func TestPlanKindConditions(t *testing.T) {
 	if got := cluster.PlanKinds.Conditions(); !slices.Equal(got, want) {
 		t.Errorf("conditions %v, want %v", got, want)
 	}
-	if cluster.CondUpgradeInProgress != plan.CondUpgradeInProgress {
-		t.Errorf("cluster.CondUpgradeInProgress is %q", cluster.CondUpgradeInProgress)
+	if status.CondUpgradeInProgress != plan.CondUpgradeInProgress {
+		t.Errorf("status.CondUpgradeInProgress is %q", status.CondUpgradeInProgress)
 	}
 }
 

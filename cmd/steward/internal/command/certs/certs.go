@@ -25,6 +25,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/certs"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/recovery"
+	"github.com/etcd-steward/steward/pkg/status"
 )
 
 // NewCommand returns the certs command.
@@ -47,7 +48,7 @@ func listCommand(g *cli.Globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			inv, err := c.Certificates(cmd.Context())
+			inv, err := status.Certificates(cmd.Context(), c)
 			if err != nil {
 				return err
 			}

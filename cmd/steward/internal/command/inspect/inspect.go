@@ -18,9 +18,9 @@ import (
 
 	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
 	"github.com/etcd-steward/steward/pkg/backup"
-	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/kstorage"
 	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/pkg/status"
 )
 
 // NewCommand returns the inspect command.
@@ -184,12 +184,12 @@ func fromCluster(ctx context.Context, cmd *cobra.Command, g *cli.Globals, inv *k
 	if err != nil {
 		return kstorage.Source{}, err
 	}
-	st, err := c.Status(ctx)
+	st, err := status.Get(ctx, c)
 	if err != nil {
 		return kstorage.Source{}, err
 	}
 	if !st.Cluster.Quorate {
-		ready, _ := st.Condition(cluster.CondReady)
+		ready, _ := st.Condition(status.CondReady)
 		return kstorage.Source{}, fmt.Errorf("cannot read the live cluster: %s; read a snapshot (--snapshot FILE) or a backup (--backup ID) instead", ready.Message)
 	}
 	cli, err := c.Client()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/status"
 )
 
 // NewCommand returns the status command.
@@ -41,14 +42,14 @@ cluster.stopped true).`,
 			if c.Stopped(cmd.Context()) {
 				return stopped(g, cmd, c)
 			}
-			st, err := c.Status(cmd.Context())
+			st, err := status.Get(cmd.Context(), c)
 			if err != nil {
 				return err
 			}
 			// The one write of a status report: the conditions' transition
 			// times and the cluster ID seen. Failing it leaves the report
 			// true (only lastTransitionTime may be off), so it warns.
-			if err := c.RecordStatus(st, time.Now()); err != nil {
+			if err := status.Record(c, st, time.Now()); err != nil {
 				c.Progress.Say("warning: %v", err)
 			}
 			return g.Print(cmd.OutOrStdout(), st, func(tw *tabwriter.Writer) { table(tw, st) })
@@ -65,13 +66,13 @@ func stopped(g *cli.Globals, cmd *cobra.Command, c *cluster.Cluster) error {
 		fmt.Fprintln(cmd.OutOrStdout(), line)
 		return &cli.ExitError{Code: 1}
 	}
-	if err := g.Print(cmd.OutOrStdout(), c.StoppedStatus(time.Now()), nil); err != nil {
+	if err := g.Print(cmd.OutOrStdout(), status.Stopped(c, time.Now()), nil); err != nil {
 		return err
 	}
 	return &cli.ExitError{Code: 1, Err: line}
 }
 
-func table(tw *tabwriter.Writer, st *cluster.Status) {
+func table(tw *tabwriter.Writer, st *status.Status) {
 	cs := st.Cluster
 	tl := fmt.Sprint(cs.Timeline)
 	if cs.ParentTimeline != 0 {

@@ -6,13 +6,13 @@ import (
 	"testing"
 	"text/tabwriter"
 
-	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/status"
 )
 
 // TestTableSizes: database sizes in the table are in IEC units, as in
 // every other table and progress line (a 20 KiB database read "0.0 MB").
 func TestTableSizes(t *testing.T) {
-	st := &cluster.Status{Members: []cluster.MemberStatus{
+	st := &status.Status{Members: []status.MemberStatus{
 		{Name: "etcd-1", Role: "leader", DBSize: 20480, DBSizeInUse: 16384},
 		{Name: "etcd-2", Role: "follower", DBSize: 3 << 20},
 	}}

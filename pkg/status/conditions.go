@@ -1,4 +1,4 @@
-package cluster
+package status
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/etcd-steward/steward/internal/atomicfile"
 	"github.com/etcd-steward/steward/pkg/backup"
+	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/robfig/cron/v3"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -21,22 +22,22 @@ import (
 // BackupCondition reports the backups: with continuous backups on, from
 // the loop's status (fresh, and no error since the last upload); otherwise
 // from the newest full backup. Without any backup it is Unknown.
-func (c *Cluster) BackupCondition(ctx context.Context, now time.Time) Condition {
-	return c.backupCondition(ctx, now, 0)
+func BackupCondition(ctx context.Context, c *cluster.Cluster, now time.Time) Condition {
+	return backupCondition(ctx, c, now, 0)
 }
 
 // backupCondition is BackupCondition; liveRevision, when known, is the
 // cluster's newest revision: a loop that claims more is not believed.
-func (c *Cluster) backupCondition(ctx context.Context, now time.Time, liveRevision int64) (cond Condition) {
+func backupCondition(ctx context.Context, c *cluster.Cluster, now time.Time, liveRevision int64) (cond Condition) {
 	cond = Condition{Type: CondBackupReady, Status: "Unknown", Reason: "NoBackups",
 		Message: "no backup has been taken for this cluster"}
 	if c.Spec == nil {
 		return cond
 	}
 	if c.Spec.Backup.Continuous {
-		bs, ok := backup.PickLoopStatus(c.loopStatuses(ctx))
+		bs, ok := backup.PickLoopStatus(c.LoopStatuses(ctx))
 		if ok && liveRevision > 0 && bs.NextRevision-1 > liveRevision {
-			liveRevision = c.refreshRevision(ctx, liveRevision)
+			liveRevision = refreshRevision(ctx, c, liveRevision)
 		}
 		switch {
 		case !ok:
@@ -93,7 +94,7 @@ func (c *Cluster) backupCondition(ctx context.Context, now time.Time, liveRevisi
 	}()
 	ms := l.Backups
 	if n := len(ms); n > 0 && liveRevision > 0 && ms[n-1].EndRevision > liveRevision {
-		liveRevision = c.refreshRevision(ctx, liveRevision)
+		liveRevision = refreshRevision(ctx, c, liveRevision)
 	}
 	for i := len(ms) - 1; i >= 0; i-- {
 		m := ms[i]
@@ -147,8 +148,8 @@ func fullOverdue(schedule string, last, now time.Time) bool {
 }
 
 // conditions computes the status conditions. They carry no
-// lastTransitionTime: RecordStatus stamps it from the last recorded ones.
-func (c *Cluster) conditions(ctx context.Context, st *Status, now time.Time) []Condition {
+// lastTransitionTime: Record stamps it from the last recorded ones.
+func conditions(ctx context.Context, c *cluster.Cluster, st *Status, now time.Time) []Condition {
 	quorum := st.Cluster.VotingMembers/2 + 1
 	ready := Condition{Type: CondReady, Status: "True", Reason: "Quorate",
 		Message: fmt.Sprintf("%d of %d voting members healthy; quorum is %d", st.HealthyVoters(), st.Cluster.VotingMembers, quorum)}
@@ -176,13 +177,13 @@ func (c *Cluster) conditions(ctx context.Context, st *Status, now time.Time) []C
 			live = max(live, m.Revision)
 		}
 	}
-	conds := append([]Condition{ready, all, c.backupCondition(ctx, now, live)}, c.planConditions()...)
-	conds = append(conds, c.certificatesCondition(ctx, now))
+	conds := append([]Condition{ready, all, backupCondition(ctx, c, now, live)}, planConditions(c)...)
+	conds = append(conds, certificatesCondition(ctx, c, now))
 	if cond, ok := binariesCondition(st.Agents); ok {
 		conds = append(conds, cond)
 	}
-	if c.renews() {
-		_, cond := c.renewalStatus(now)
+	if renews(c) {
+		_, cond := renewalStatus(c, now)
 		conds = append(conds, cond)
 	}
 	return conds
@@ -191,17 +192,17 @@ func (c *Cluster) conditions(ctx context.Context, st *Status, now time.Time) []C
 // renews reports whether Steward renews this cluster's certificates: TLS
 // is on and they are not the operator's (an attached cluster whose
 // issuing Steward has not taken over).
-func (c *Cluster) renews() bool {
+func renews(c *cluster.Cluster) bool {
 	return c.Spec != nil && !c.Spec.TLS.Disabled && !c.Spec.OperatorCerts()
 }
 
 // certificatesCondition reads the inventory and computes CertificatesReady.
-func (c *Cluster) certificatesCondition(ctx context.Context, now time.Time) Condition {
-	inv, err := c.Certificates(ctx)
+func certificatesCondition(ctx context.Context, c *cluster.Cluster, now time.Time) Condition {
+	inv, err := Certificates(ctx, c)
 	if err != nil {
 		return Condition{Type: CondCertificatesReady, Status: "Unknown", Reason: "InventoryFailed", Message: err.Error()}
 	}
-	return c.CertificatesCondition(inv, now)
+	return CertificatesCondition(c, inv, now)
 }
 
 // HealthyVoters counts the healthy voting members of the spec.
@@ -225,17 +226,19 @@ func learnerNames(st *Status) []string {
 	return names
 }
 
-func (c *Cluster) conditionsPath() string { return filepath.Join(c.statusDir(), "conditions.json") }
+func conditionsPath(c *cluster.Cluster) string {
+	return filepath.Join(c.StatusDir(), "conditions.json")
+}
 
-// RecordStatus is the one place a status observation is written down, and
+// Record is the one place a status observation is written down, and
 // only the commands that report status to an operator call it. It stamps
 // each condition's lastTransitionTime from the conditions recorded last
 // time in DIR/status/conditions.json (kept when the condition's status did
 // not change, now when it did), records the new ones there when any
 // changed, and records the etcd cluster ID seen (RecordClusterID). Both
 // files are written atomically.
-func (c *Cluster) RecordStatus(st *Status, now time.Time) error {
-	path := c.conditionsPath()
+func Record(c *cluster.Cluster, st *Status, now time.Time) error {
+	path := conditionsPath(c)
 	var prev []Condition
 	b, err := os.ReadFile(path)
 	switch {
@@ -263,7 +266,7 @@ func (c *Cluster) RecordStatus(st *Status, now time.Time) error {
 		}
 	}
 	if changed {
-		if err := os.MkdirAll(c.statusDir(), 0o700); err != nil {
+		if err := os.MkdirAll(c.StatusDir(), 0o700); err != nil {
 			return fmt.Errorf("record conditions: %w", err)
 		}
 		b, err := json.MarshalIndent(st.Conditions, "", "  ")
@@ -290,14 +293,14 @@ const CondUpgradeInProgress = plan.CondUpgradeInProgress
 // the plan kinds name (CondUpgradeInProgress first, always there), the
 // latest plan's in the one its kind names (CondUpgradeInProgress for a
 // kind no package registered), the others without a plan.
-func (c *Cluster) planConditions() []Condition {
+func planConditions(c *cluster.Cluster) []Condition {
 	types := []string{CondUpgradeInProgress}
-	for _, t := range PlanKinds.Conditions() {
+	for _, t := range cluster.PlanKinds.Conditions() {
 		if t != CondUpgradeInProgress {
 			types = append(types, t)
 		}
 	}
-	latest := c.planCondition()
+	latest := planCondition(c)
 	out := make([]Condition, len(types))
 	for i, t := range types {
 		out[i] = Condition{Type: t, Status: "False", Reason: "NoPlan", Message: "no plan"}
@@ -313,7 +316,7 @@ func (c *Cluster) planConditions() []Condition {
 
 // planCondition reports the latest plan's state in the condition its kind
 // names.
-func (c *Cluster) planCondition() Condition {
+func planCondition(c *cluster.Cluster) Condition {
 	cond := Condition{Type: CondUpgradeInProgress, Status: "False", Reason: "NoPlan", Message: "no upgrade or rollback plan"}
 	st := c.Plans()
 	p, err := st.Latest()
@@ -324,7 +327,7 @@ func (c *Cluster) planCondition() Condition {
 		cond.Status, cond.Reason, cond.Message = "Unknown", "PlanUnreadable", err.Error()
 		return cond
 	}
-	what, typ, ok := PlanKinds.Describe(p)
+	what, typ, ok := cluster.PlanKinds.Describe(p)
 	if ok {
 		cond.Type = typ
 	}
@@ -365,7 +368,7 @@ func stateWord(s plan.State) string {
 // for a backup that claims more than known, the revision the status probes
 // saw: a loop that stored revisions since those probes is not ahead of the
 // cluster. It returns known when the read fails.
-func (c *Cluster) refreshRevision(ctx context.Context, known int64) int64 {
+func refreshRevision(ctx context.Context, c *cluster.Cluster, known int64) int64 {
 	cli, err := c.Client()
 	if err != nil {
 		return known

@@ -1,6 +1,7 @@
-package cluster
+package status
 
 import (
+	"github.com/etcd-steward/steward/pkg/cluster"
 	"strings"
 	"testing"
 	"time"
@@ -37,8 +38,8 @@ func TestCertificatesCondition(t *testing.T) {
 		{"TLS off", spec.TLS{Disabled: true}, nil, "True", "TLSDisabled", ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			c := &Cluster{Spec: &spec.Cluster{TLS: tt.tls}}
-			got := c.CertificatesCondition(tt.inv, now)
+			c := &cluster.Cluster{Spec: &spec.Cluster{TLS: tt.tls}}
+			got := CertificatesCondition(c, tt.inv, now)
 			if got.Type != CondCertificatesReady || got.Status != tt.status || got.Reason != tt.reason || !strings.Contains(got.Message, tt.msg) {
 				t.Fatalf("got %+v, want %s %s containing %q", got, tt.status, tt.reason, tt.msg)
 			}

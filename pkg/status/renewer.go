@@ -1,4 +1,4 @@
-package cluster
+package status
 
 import (
 	"encoding/json"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/etcd-steward/steward/internal/atomicfile"
 	"github.com/etcd-steward/steward/internal/proc"
+	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
@@ -21,7 +22,7 @@ import (
 // is on) and no agent runs here (no member on agent "local"), so no
 // agent's renewal loop would sign the hosts' leaves. Only the coordinator
 // can sign them: the CA key never leaves it.
-func (c *Cluster) NeedsRenewer() bool {
+func NeedsRenewer(c *cluster.Cluster) bool {
 	if c.Spec.TLS.Disabled || !c.Spec.MultiHost() || c.Spec.Uses(spec.LocalAgent) {
 		return false
 	}
@@ -117,9 +118,9 @@ const CondCertificateRenewal = "CertificateRenewal"
 // Renewal reads this directory's certificate renewal state, with who
 // must run the loop here (Process, Log); PID is 0 when no loop ever
 // recorded one. Running is computed at now.
-func (c *Cluster) Renewal(now time.Time) (*RenewalStatus, error) {
+func Renewal(c *cluster.Cluster, now time.Time) (*RenewalStatus, error) {
 	rs := &RenewalStatus{Process: "agent"}
-	if c.NeedsRenewer() {
+	if NeedsRenewer(c) {
 		rs.Process = "certs renew --watch"
 		rs.Log = filepath.Join(c.Dir, "logs", "certrenew.log")
 	}
@@ -181,7 +182,7 @@ func renewalCondition(rs *RenewalStatus, err error, alive bool, now time.Time) C
 }
 
 // renewalStatus reads the renewal state and computes its condition.
-func (c *Cluster) renewalStatus(now time.Time) (*RenewalStatus, Condition) {
-	rs, err := c.Renewal(now)
+func renewalStatus(c *cluster.Cluster, now time.Time) (*RenewalStatus, Condition) {
+	rs, err := Renewal(c, now)
 	return rs, renewalCondition(rs, err, rs.PID != 0 && proc.Alive(rs.PID), now)
 }

@@ -1,7 +1,8 @@
-package cluster
+package status
 
 import (
 	"encoding/json"
+	"github.com/etcd-steward/steward/pkg/cluster"
 	"strings"
 	"testing"
 
@@ -9,9 +10,9 @@ import (
 )
 
 func TestBinariesCondition(t *testing.T) {
-	inStep := &HostBinaries{State: BinariesInStep}
-	differs := &HostBinaries{State: BinariesDiffer, StoreDiff: binaries.StoreDiff{Lacking: []string{"3.5.35", "3.7.3"}, Different: []string{"3.6.16"}}}
-	unknown := &HostBinaries{State: BinariesUnknown, Error: "the agent does not list its binaries (an older steward)"}
+	inStep := &cluster.HostBinaries{State: cluster.BinariesInStep}
+	differs := &cluster.HostBinaries{State: cluster.BinariesDiffer, StoreDiff: binaries.StoreDiff{Lacking: []string{"3.5.35", "3.7.3"}, Different: []string{"3.6.16"}}}
+	unknown := &cluster.HostBinaries{State: cluster.BinariesUnknown, Error: "the agent does not list its binaries (an older steward)"}
 	for _, tc := range []struct {
 		name           string
 		agents         []AgentStatus

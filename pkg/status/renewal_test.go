@@ -1,4 +1,4 @@
-package cluster
+package status
 
 import (
 	"errors"
@@ -71,7 +71,7 @@ func TestRenewalRunning(t *testing.T) {
 			if err := WriteRenewalState(c.Dir, tc.st); err != nil {
 				t.Fatal(err)
 			}
-			rs, err := c.Renewal(now)
+			rs, err := Renewal(c, now)
 			if err != nil || rs.Running != tc.want || rs.PID != tc.st.PID {
 				t.Errorf("Renewal: %+v, %v; want running %v", rs, err, tc.want)
 			}
@@ -82,7 +82,7 @@ func TestRenewalRunning(t *testing.T) {
 	}
 	// Nothing recorded yet: not running, no error.
 	c := multiHostCluster(t, false, true)
-	if rs, err := c.Renewal(now); err != nil || rs.Running || rs.PID != 0 {
+	if rs, err := Renewal(c, now); err != nil || rs.Running || rs.PID != 0 {
 		t.Errorf("no state file: %+v, %v", rs, err)
 	}
 }

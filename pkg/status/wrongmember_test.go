@@ -1,4 +1,4 @@
-package cluster
+package status
 
 import (
 	"errors"
@@ -50,7 +50,7 @@ func TestWrongMember(t *testing.T) {
 
 // TestCheckAnswer: a status asked of one member on its URL and answered by
 // another (an alias, a reused port) is refused with ErrWrongMember, naming
-// both; EndpointStatus and the callers reading etcd's status directly
+// both; Endpoint and the callers reading etcd's status directly
 // (backup loop, upgrade executor) go through it.
 func TestCheckAnswer(t *testing.T) {
 	resp := func(id uint64) *clientv3.StatusResponse {

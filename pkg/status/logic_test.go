@@ -1,7 +1,8 @@
-package cluster
+package status
 
 import (
 	"errors"
+	"github.com/etcd-steward/steward/pkg/cluster"
 	"io/fs"
 	"os"
 	"strings"
@@ -30,7 +31,7 @@ func statusOf(ms ...MemberStatus) *Status {
 }
 
 func TestConditions(t *testing.T) {
-	c := &Cluster{Dir: t.TempDir(), Spec: &spec.Cluster{}}
+	c := &cluster.Cluster{Dir: t.TempDir(), Spec: &spec.Cluster{}}
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	all := statusOf(
 		MemberStatus{Name: "a", Role: "leader", Healthy: true, InSpec: true},
@@ -39,16 +40,16 @@ func TestConditions(t *testing.T) {
 	)
 	observe := func(st *Status, now time.Time) []Condition {
 		t.Helper()
-		st.Conditions = c.conditions(t.Context(), st, now)
-		if err := c.RecordStatus(st, now); err != nil {
+		st.Conditions = conditions(t.Context(), c, st, now)
+		if err := Record(c, st, now); err != nil {
 			t.Fatal(err)
 		}
 		return st.Conditions
 	}
-	// Computing conditions writes nothing; RecordStatus does.
-	all.Conditions = c.conditions(t.Context(), all, t0)
-	if _, err := os.Stat(c.conditionsPath()); !errors.Is(err, fs.ErrNotExist) {
-		t.Fatalf("conditions computed without RecordStatus wrote %s (err %v)", c.conditionsPath(), err)
+	// Computing conditions writes nothing; Record does.
+	all.Conditions = conditions(t.Context(), c, all, t0)
+	if _, err := os.Stat(conditionsPath(c)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("conditions computed without Record wrote %s (err %v)", conditionsPath(c), err)
 	}
 	all.Cluster.ID = "c1d"
 	conds := observe(all, t0)

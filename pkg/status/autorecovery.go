@@ -1,4 +1,4 @@
-package cluster
+package status
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package cluster
+package status
 
 import (
 	"context"
@@ -8,11 +8,12 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/pkg/agentapi"
+	"github.com/etcd-steward/steward/pkg/cluster"
 )
 
 // WaitMemberHealthy waits up to d until the named member answers and serves
 // a linearizable read (a learner: knows a leader).
-func (c *Cluster) WaitMemberHealthy(ctx context.Context, name string, d time.Duration) error {
+func WaitMemberHealthy(ctx context.Context, c *cluster.Cluster, name string, d time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	m, ok := c.Spec.Member(name)
@@ -20,8 +21,8 @@ func (c *Cluster) WaitMemberHealthy(ctx context.Context, name string, d time.Dur
 		return fmt.Errorf("member %s not in spec", name)
 	}
 	var lastErr error
-	err := Poll(ctx, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
-		p := c.probe(ctx, m.ClientURL)
+	err := cluster.Poll(ctx, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
+		p := probeEndpoint(ctx, c, m.ClientURL)
 		if p.err == nil && p.readErr == nil {
 			return true, nil
 		}
@@ -35,21 +36,21 @@ func (c *Cluster) WaitMemberHealthy(ctx context.Context, name string, d time.Dur
 }
 
 // WaitQuorum waits up to d until a linearizable read succeeds.
-func (c *Cluster) WaitQuorum(ctx context.Context, d time.Duration) error {
+func WaitQuorum(ctx context.Context, c *cluster.Cluster, d time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	return Poll(ctx, 300*time.Millisecond, func(ctx context.Context) (bool, error) {
-		st, err := c.Status(ctx)
+	return cluster.Poll(ctx, 300*time.Millisecond, func(ctx context.Context) (bool, error) {
+		st, err := Get(ctx, c)
 		return err == nil && st.Cluster.Quorate, nil
 	})
 }
 
 // WaitHealthy polls until every spec member is healthy and returns the
 // last status it read (the healthy one on success).
-func (c *Cluster) WaitHealthy(ctx context.Context) (*Status, error) {
+func WaitHealthy(ctx context.Context, c *cluster.Cluster) (*Status, error) {
 	var last *Status
-	err := Poll(ctx, 300*time.Millisecond, func(ctx context.Context) (bool, error) {
-		st, err := c.Status(ctx)
+	err := cluster.Poll(ctx, 300*time.Millisecond, func(ctx context.Context) (bool, error) {
+		st, err := Get(ctx, c)
 		if err != nil {
 			return false, err
 		}
@@ -70,26 +71,6 @@ func (c *Cluster) WaitHealthy(ctx context.Context) (*Status, error) {
 		return last, fmt.Errorf("cluster not healthy in time: %s", unhealthySummary(last))
 	}
 	return last, err
-}
-
-// Poll calls f every interval until it returns true, an error, or ctx ends.
-func Poll(ctx context.Context, interval time.Duration, f func(context.Context) (bool, error)) error {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		ok, err := f(ctx)
-		if err != nil {
-			return err
-		}
-		if ok {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
 }
 
 // CatchUp is the health gate after a member (re)starts: the member is
@@ -132,11 +113,11 @@ func (g *CatchUp) Check(st *Status) string {
 // WaitCaughtUp waits, polling the status every interval until ctx ends,
 // until member name passes the CatchUp gate (running as pid when pid is
 // not 0). On timeout the error is the last condition that did not hold.
-func (c *Cluster) WaitCaughtUp(ctx context.Context, name string, pid int, interval time.Duration) error {
+func WaitCaughtUp(ctx context.Context, c *cluster.Cluster, name string, pid int, interval time.Duration) error {
 	g := &CatchUp{Name: name, PID: pid}
 	last := ""
-	err := Poll(ctx, interval, func(ctx context.Context) (bool, error) {
-		st, err := c.Status(ctx)
+	err := cluster.Poll(ctx, interval, func(ctx context.Context) (bool, error) {
+		st, err := Get(ctx, c)
 		if err != nil {
 			last = err.Error()
 			return false, nil

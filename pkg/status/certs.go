@@ -1,4 +1,4 @@
-package cluster
+package status
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
@@ -23,25 +24,25 @@ const CondCertificatesReady = "CertificatesReady"
 // handshake presents now (a certificate replaced on disk but not yet
 // loaded shows up as a different serial). An address that does not answer
 // is listed with its Error.
-func (c *Cluster) Certificates(ctx context.Context) ([]pki.CertInfo, error) {
+func Certificates(ctx context.Context, c *cluster.Cluster) ([]pki.CertInfo, error) {
 	if c.Spec.TLS.Disabled {
 		return nil, nil
 	}
 	if c.Spec.OperatorCerts() {
-		return append(c.externalInventory(), c.ServedCerts(ctx, "")...), nil
+		return append(externalInventory(c), ServedCerts(ctx, c, "")...), nil
 	}
 	inv, err := pki.Inventory(c.CertDir())
 	if err != nil {
 		return nil, err
 	}
-	return append(inv, c.ServedCerts(ctx, "")...), nil
+	return append(inv, ServedCerts(ctx, c, "")...), nil
 }
 
 // ServedCerts reads the certificates the members and remote agents serve,
 // concurrently, each handshake within 2 seconds (the probes of status take
 // as long), their chains verified against the CA file caFile ("": the
 // cluster CA).
-func (c *Cluster) ServedCerts(ctx context.Context, caFile string) []pki.CertInfo {
+func ServedCerts(ctx context.Context, c *cluster.Cluster, caFile string) []pki.CertInfo {
 	type target struct{ name, addr string }
 	var ts []target
 	for _, m := range c.Spec.Members {
@@ -60,7 +61,7 @@ func (c *Cluster) ServedCerts(ctx context.Context, caFile string) []pki.CertInfo
 	if c.Spec.OperatorCerts() {
 		// The operator's certificate, on peer ports too: there is no
 		// peer certificate of Steward's.
-		f.CA, f.ClientCert, f.ClientKey = c.clientFiles()
+		f.CA, f.ClientCert, f.ClientKey = c.Spec.ClientFiles(c.Dir)
 		f.PeerCert, f.PeerKey = f.ClientCert, f.ClientKey
 	}
 	out := make([]pki.CertInfo, len(ts))
@@ -112,7 +113,7 @@ func (c *Cluster) ServedCerts(ctx context.Context, caFile string) []pki.CertInfo
 
 // CertificatesCondition computes CertificatesReady from an inventory
 // (Certificates).
-func (c *Cluster) CertificatesCondition(inv []pki.CertInfo, now time.Time) Condition {
+func CertificatesCondition(c *cluster.Cluster, inv []pki.CertInfo, now time.Time) Condition {
 	cond := Condition{Type: CondCertificatesReady, Status: "True", Reason: "CertificatesValid"}
 	if c.Spec.TLS.Disabled {
 		cond.Reason, cond.Message = "TLSDisabled", "TLS is off: there are no certificates"
@@ -176,4 +177,12 @@ func (c *Cluster) CertificatesCondition(inv []pki.CertInfo, now time.Time) Condi
 	}
 	cond.Message = fmt.Sprintf("%d certificates valid; the next to expire is %s in %s", len(inv), next.Name, next.NotAfter.Sub(now).Round(time.Second))
 	return cond
+}
+
+// externalInventory lists an attached cluster's certificates: the
+// operator's CA and client certificate files, read and never written.
+func externalInventory(c *cluster.Cluster) []pki.CertInfo {
+	ca, cert, _ := c.Spec.ClientFiles(c.Dir)
+	now := time.Now()
+	return append(pki.DescribeFile("external ca", ca, now), pki.DescribeFile("external client", cert, now)...)
 }

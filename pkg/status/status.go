@@ -1,14 +1,11 @@
-package cluster
+package status
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/http"
-	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,9 +15,11 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/etcd-steward/steward/internal/atomicfile"
 	"github.com/etcd-steward/steward/pkg/agentapi"
+	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/hostset"
 	"github.com/etcd-steward/steward/pkg/pki"
+	"github.com/etcd-steward/steward/pkg/spec"
 )
 
 // Status is the state of a cluster. Its JSON field names are stable: scripts
@@ -54,7 +53,7 @@ type AgentStatus struct {
 	MetricsURL string `json:"metricsURL,omitempty"`
 	// Binaries is how the host's binary store compares with this
 	// machine's (binstep.go); absent for an agent on this machine.
-	Binaries *HostBinaries `json:"binaries,omitempty"`
+	Binaries *cluster.HostBinaries `json:"binaries,omitempty"`
 }
 
 // ClusterStatus describes the cluster as a whole.
@@ -176,9 +175,12 @@ type probe struct {
 }
 
 // probeTimeout bounds every per-member call of a status probe.
-const probeTimeout = 2 * time.Second
+const probeTimeout = cluster.ProbeTimeout
 
-func (c *Cluster) probe(ctx context.Context, endpoint string) probe {
+// probeEndpoint asks the member serving endpoint for its status, a
+// linearizable read (a learner: whether it knows a leader), its alarms and
+// the cluster version, each within probeTimeout.
+func probeEndpoint(ctx context.Context, c *cluster.Cluster, endpoint string) probe {
 	var p probe
 	cli, err := c.Client(endpoint)
 	if err != nil {
@@ -213,7 +215,7 @@ func (c *Cluster) probe(ctx context.Context, endpoint string) probe {
 			}
 		}
 	}
-	p.clusterV = c.clusterVersion(ctx, endpoint)
+	p.clusterV = clusterVersion(ctx, c, endpoint)
 	return p
 }
 
@@ -239,18 +241,18 @@ func wrongMember(name, url string, answered uint64, byName map[string]*pb.Member
 // took or a proxy forwards).
 var ErrWrongMember = errors.New("another member answers on the URL")
 
-// EndpointStatus asks member name, whose etcd ID is id, for its status
+// Endpoint asks member name, whose etcd ID is id, for its status
 // (etcd's Status RPC) on endpoint, one of its client URLs, within the probe
 // timeout. An answer from any other member is refused with ErrWrongMember,
 // naming who answered, so that no caller takes another member's leader,
 // index or database size for the one it asked about.
-func (c *Cluster) EndpointStatus(ctx context.Context, name string, id uint64, endpoint string) (*clientv3.StatusResponse, error) {
-	p := c.probe(ctx, endpoint)
+func Endpoint(ctx context.Context, c *cluster.Cluster, name string, id uint64, endpoint string) (*clientv3.StatusResponse, error) {
+	p := probeEndpoint(ctx, c, endpoint)
 	if p.err != nil {
 		return nil, p.err
 	}
 	if answered := p.status.Header.GetMemberId(); answered != id {
-		return nil, wrongAnswer(name, id, endpoint, answered, c.memberName(ctx, endpoint, answered))
+		return nil, wrongAnswer(name, id, endpoint, answered, memberName(ctx, c, endpoint, answered))
 	}
 	return p.status, nil
 }
@@ -275,7 +277,7 @@ func (m MemberStatus) MemberID() uint64 {
 	return id
 }
 
-// wrongAnswer is EndpointStatus's refusal: member answered (named
+// wrongAnswer is Endpoint's refusal: member answered (named
 // answeredName when etcd's member list names it) answered on url instead
 // of name (ID want).
 func wrongAnswer(name string, want uint64, url string, answered uint64, answeredName string) error {
@@ -289,7 +291,7 @@ func wrongAnswer(name string, want uint64, url string, answered uint64, answered
 
 // memberName names member id from etcd's member list as endpoint sees it;
 // "" when it cannot.
-func (c *Cluster) memberName(ctx context.Context, endpoint string, id uint64) string {
+func memberName(ctx context.Context, c *cluster.Cluster, endpoint string, id uint64) string {
 	cli, err := c.Client(endpoint)
 	if err != nil {
 		return ""
@@ -310,10 +312,10 @@ func (c *Cluster) memberName(ctx context.Context, endpoint string, id uint64) st
 }
 
 // clusterVersion reads etcdcluster from the member's /version endpoint.
-func (c *Cluster) clusterVersion(ctx context.Context, endpoint string) string {
+func clusterVersion(ctx context.Context, c *cluster.Cluster, endpoint string) string {
 	tr := &http.Transport{}
 	if !c.Spec.TLS.Disabled {
-		tc, err := pki.ClientTLSFiles(c.clientFiles())
+		tc, err := pki.ClientTLSFiles(c.Spec.ClientFiles(c.Dir))
 		if err != nil {
 			return ""
 		}
@@ -339,17 +341,17 @@ func (c *Cluster) clusterVersion(ctx context.Context, endpoint string) string {
 	return v.Cluster
 }
 
-// Status reports the cluster's state, merging what etcd and the agents say:
+// Get reports the cluster's state, merging what etcd and the agents say:
 // LiveMembers, then certificate renewal and the conditions.
-func (c *Cluster) Status(ctx context.Context) (*Status, error) {
+func Get(ctx context.Context, c *cluster.Cluster) (*Status, error) {
 	// The hosts' binary stores, asked alongside the members' probes.
-	var bins map[string]*HostBinaries
+	var bins map[string]*cluster.HostBinaries
 	binsDone := make(chan struct{})
 	go func() {
 		defer close(binsDone)
-		bins = c.hostBinaries(ctx)
+		bins = c.CompareHostBinaries(ctx)
 	}()
-	st, err := c.LiveMembers(ctx)
+	st, err := LiveMembers(ctx, c)
 	<-binsDone
 	if err != nil {
 		return nil, err
@@ -358,18 +360,18 @@ func (c *Cluster) Status(ctx context.Context) (*Status, error) {
 		st.Agents[i].Binaries = bins[st.Agents[i].Name]
 	}
 	now := time.Now()
-	if c.renews() {
-		st.CertificateRenewal, _ = c.renewalStatus(now)
+	if renews(c) {
+		st.CertificateRenewal, _ = renewalStatus(c, now)
 	}
 	st.AutoRecovery, _ = ReadAutoRecovery(c.Dir)
-	st.Conditions = c.conditions(ctx, st, now)
+	st.Conditions = conditions(ctx, c, st, now)
 	return st, nil
 }
 
 // specStatus is what the cluster's status takes from the spec alone: its
 // name, the version asked for and the timeline it is on (also for a
-// stopped cluster, StoppedStatus).
-func (c *Cluster) specStatus() ClusterStatus {
+// stopped cluster, Stopped).
+func specStatus(c *cluster.Cluster) ClusterStatus {
 	cs := ClusterStatus{Name: c.Spec.Name, SpecVersion: c.Spec.Version, Timeline: c.Spec.TimelineID()}
 	if t := c.Spec.Timeline; t != nil {
 		cs.ParentTimeline, cs.BranchRevision = t.Parent, t.BranchRevision
@@ -377,14 +379,14 @@ func (c *Cluster) specStatus() ClusterStatus {
 	return cs
 }
 
-// LiveMembers is Status without certificate renewal and conditions (which
+// LiveMembers is Get without certificate renewal and conditions (which
 // read the backup store and handshake with every member for the
 // certificate it serves): the cluster and its members as etcd and the
 // agents see them, for a command that needs only the leader and the
 // members' health before it starts (`backup now`).
-func (c *Cluster) LiveMembers(ctx context.Context) (*Status, error) {
+func LiveMembers(ctx context.Context, c *cluster.Cluster) (*Status, error) {
 	specMembers := c.Spec.Members
-	st := &Status{Cluster: c.specStatus()}
+	st := &Status{Cluster: specStatus(c)}
 
 	// Probe every spec member in parallel.
 	probes := make([]probe, len(specMembers))
@@ -393,46 +395,38 @@ func (c *Cluster) LiveMembers(ctx context.Context) (*Status, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			probes[i] = c.probe(ctx, m.ClientURL)
+			probes[i] = probeEndpoint(ctx, c, m.ClientURL)
 		}()
 	}
-	// Ask the agents in parallel too.
+	// Ask the agents at the same time (hostset.Each). A host's copy of the
+	// spec: other hosts' agents let in only the admin; do not knock.
+	admin := c.Admin()
+	asked := hostset.All(c.Spec).Filter(func(a spec.Agent) bool { return admin || !a.Remote() })
+	rs := hostset.Each(ctx, asked, hostset.Options{Timeout: probeTimeout}, func(ctx context.Context, a spec.Agent) ([]agentapi.MemberStatus, error) {
+		ac, err := c.Agent(a.Name)
+		if err != nil {
+			return nil, err
+		}
+		return ac.Members(ctx)
+	})
+	wg.Wait()
 	agentState := map[string]agentapi.MemberStatus{}
 	agentErr := map[string]error{}
-	var amu sync.Mutex
-	admin := c.Admin()
 	for _, a := range c.Spec.Agents {
 		if a.Remote() && !admin {
-			// A host's copy of the spec: other hosts' agents let in only
-			// the admin; do not knock.
-			amu.Lock()
 			agentErr[a.Name] = errNotAdmin
-			amu.Unlock()
-			continue
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ac, err := c.Agent(a.Name)
-			var ms []agentapi.MemberStatus
-			if err == nil {
-				actx, cancel := context.WithTimeout(ctx, probeTimeout)
-				ms, err = ac.Members(actx)
-				cancel()
-			}
-			amu.Lock()
-			defer amu.Unlock()
-			agentErr[a.Name] = err
-			for _, m := range ms {
-				agentState[a.Name+"/"+m.Name] = m
-			}
-		}()
 	}
-	wg.Wait()
+	for _, r := range rs {
+		agentErr[r.Host.Name] = r.Err
+		for _, m := range r.Value {
+			agentState[r.Host.Name+"/"+m.Name] = m
+		}
+	}
 	for _, a := range c.Spec.Agents {
 		as := AgentStatus{Name: a.Name, Host: a.Host, Endpoint: a.Endpoint(), Reachable: agentErr[a.Name] == nil, MetricsURL: c.Spec.MetricsURL(a)}
 		if err := agentErr[a.Name]; err != nil {
-			as.Error = ShortErr(err)
+			as.Error = cluster.ShortErr(err)
 			var ue *agentapi.UnreachableError
 			if errors.As(err, &ue) {
 				as.Error = ue.Short()
@@ -533,7 +527,7 @@ func (c *Cluster) LiveMembers(ctx context.Context) (*Status, error) {
 		ms.Healthy = p.err == nil && p.readErr == nil && len(p.alarms) == 0
 		ms.OnlyAlarms = p.err == nil && p.readErr == nil && len(p.alarms) > 0
 		if p.readErr != nil {
-			ms.LastError = ShortErr(p.readErr)
+			ms.LastError = cluster.ShortErr(p.readErr)
 		} else if len(p.alarms) > 0 {
 			ms.LastError = "alarm raised: " + strings.Join(p.alarms, ", ")
 		}
@@ -563,7 +557,7 @@ func (c *Cluster) LiveMembers(ctx context.Context) (*Status, error) {
 			case errors.As(err, &ue):
 				ms.LastError = ue.Short()
 			default:
-				ms.LastError = fmt.Sprintf("agent %s: %v", m.Agent, ShortErr(err))
+				ms.LastError = fmt.Sprintf("agent %s: %v", m.Agent, cluster.ShortErr(err))
 			}
 		} else {
 			ms.Process = "NotRunByAgent"
@@ -664,51 +658,4 @@ func unhealthySummary(st *Status) string {
 		return "no member is unhealthy"
 	}
 	return "not ready: " + strings.Join(parts, "; ")
-}
-
-// ShortErr is err as an operator reads it: gRPC wrapping cut off, a
-// deadline named as the probe timeout.
-func ShortErr(err error) string {
-	s := err.Error()
-	if errors.Is(err, context.DeadlineExceeded) {
-		s = "no answer within " + probeTimeout.String()
-	}
-	if i := strings.Index(s, "desc = "); i >= 0 {
-		s = s[i+len("desc = "):]
-	}
-	return s
-}
-
-func (c *Cluster) statusDir() string { return filepath.Join(c.Dir, "status") }
-
-// clusterIDPath records the etcd cluster ID last seen for this spec, so a
-// restore can refuse a backup of another cluster.
-func (c *Cluster) clusterIDPath() string { return filepath.Join(c.statusDir(), "cluster-id") }
-
-// RecordClusterID records the etcd cluster ID of this spec's cluster (when
-// it differs from the one recorded). Commands that see the live cluster
-// call it: up once the cluster is healthy, status, a full backup.
-func (c *Cluster) RecordClusterID(id string) error {
-	if known, err := c.KnownClusterID(); err == nil && known == id {
-		return nil
-	}
-	if err := os.MkdirAll(c.statusDir(), 0o700); err != nil {
-		return fmt.Errorf("record the cluster ID: %w", err)
-	}
-	if err := atomicfile.WriteFile(c.clusterIDPath(), []byte(id+"\n"), 0o600); err != nil {
-		return fmt.Errorf("record the cluster ID: %w", err)
-	}
-	return nil
-}
-
-// KnownClusterID returns the cluster ID last recorded, or "" when none was.
-func (c *Cluster) KnownClusterID() (string, error) {
-	b, err := os.ReadFile(c.clusterIDPath())
-	if errors.Is(err, fs.ErrNotExist) {
-		return "", nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("read the recorded cluster ID: %w", err)
-	}
-	return strings.TrimSpace(string(b)), nil
 }

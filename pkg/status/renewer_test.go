@@ -1,6 +1,7 @@
-package cluster
+package status
 
 import (
+	"github.com/etcd-steward/steward/pkg/cluster"
 	"os"
 	"path/filepath"
 	"testing"
@@ -12,7 +13,7 @@ import (
 // multiHostCluster is a coordinator's cluster: members on hosts h1..h3
 // (plus one on this machine's agent when local), the CA key in its
 // certificate directory when caKey.
-func multiHostCluster(t *testing.T, local, caKey bool) *Cluster {
+func multiHostCluster(t *testing.T, local, caKey bool) *cluster.Cluster {
 	t.Helper()
 	s := &spec.Cluster{Agents: []spec.Agent{{Name: spec.LocalAgent, Address: "unix:///run/agent.sock"}}}
 	for _, h := range []string{"h1", "h2", "h3"} {
@@ -22,7 +23,7 @@ func multiHostCluster(t *testing.T, local, caKey bool) *Cluster {
 	if local {
 		s.Members = append(s.Members, spec.Member{Name: "etcd-local", Agent: spec.LocalAgent})
 	}
-	c := &Cluster{Dir: t.TempDir(), Spec: s}
+	c := &cluster.Cluster{Dir: t.TempDir(), Spec: s}
 	if err := os.MkdirAll(c.CertDir(), 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +57,7 @@ func TestNeedsRenewer(t *testing.T) {
 			if tc.singleHost {
 				c.Spec.Agents = c.Spec.Agents[:1]
 			}
-			if got := c.NeedsRenewer(); got != tc.want {
+			if got := NeedsRenewer(c); got != tc.want {
 				t.Errorf("NeedsRenewer() = %v, want %v", got, tc.want)
 			}
 		})

@@ -1,0 +1,36 @@
+package status
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestAutoRecoveryState: the state file round-trips, and the Ready
+// message carries the decision only while quorum is lost, the last
+// action always.
+func TestAutoRecoveryState(t *testing.T) {
+	dir := t.TempDir()
+	if s, err := ReadAutoRecovery(dir); s != nil || err != nil {
+		t.Fatalf("no file: %v %v", s, err)
+	}
+	at := time.Date(2026, 11, 27, 22, 0, 0, 0, time.UTC)
+	s := &AutoRecoveryState{Decision: "wait", Reason: "the agents of etcd-1 (agent h1) do not answer", DecidedAt: at}
+	if err := WriteAutoRecovery(dir, s); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadAutoRecovery(dir)
+	if err != nil || got.Reason != s.Reason || !got.DecidedAt.Equal(at) {
+		t.Fatalf("read back %+v %v", got, err)
+	}
+	if n := got.note(true); n != "" {
+		t.Errorf("quorate, no action: %q", n)
+	}
+	if n := got.note(false); !strings.Contains(n, "automatic recovery (wait at 2026-11-27T22:00:00Z): the agents of etcd-1") {
+		t.Errorf("quorum lost: %q", n)
+	}
+	got.LastAction = &AutoRecoveryAction{Action: "reseed", Result: "success", Started: at, Reason: "quorum lost everywhere"}
+	if n := got.note(true); !strings.Contains(n, "last automatic recovery: reseed, success, started 2026-11-27T22:00:00Z (quorum lost everywhere)") {
+		t.Errorf("after an action: %q", n)
+	}
+}
