@@ -190,7 +190,9 @@ func quorumLossRun(b *testing.B, side, mode, v string, mb int) recoveryRun {
 	if mode == "recover" {
 		// An operator's alert: status polled until it says quorum is lost.
 		harness.Eventually(b, time.Minute, 10*time.Millisecond, "status to report quorum lost", func() error {
+			callAt := time.Now()
 			so, se, err := e.Run("status", "-o", "json")
+			b.Logf("status call ended %s after the loss, took %s", time.Since(lostAt).Round(10*time.Millisecond), time.Since(callAt).Round(10*time.Millisecond))
 			if err != nil {
 				return fmt.Errorf("steward status: %v: %s", err, strings.TrimSpace(se))
 			}
