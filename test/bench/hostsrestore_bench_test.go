@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -30,11 +31,15 @@ import (
 // sees as downtime) and the sum of the gaps over a second (time with writes
 // refused or unavailable); failed writes; bytes moved: what the hosts'
 // veths carried during the plan (sent by the hosts, received by the
-// hosts; a transfer between two hosts counts on both), and the plan's
-// phases from its progress lines (restore: the verified full backup, the
-// members stopped and their WALs applied on private ports, the source's
-// database copied to the coordinator, each host's new data dir built, the
-// start on the target).
+// hosts; a transfer between two hosts counts on both; each host's logged),
+// and the plan's phases from its progress lines (planPhases): plan (the
+// command's own start, up to step 1), preflight, backup (the verified full
+// backup: streamed from the leader to the coordinator, read back), then
+// for rolling the swaps, and for restore stop, replay (every member run on
+// a private client port until a write goes through), copy-db (the
+// source's database to the coordinator), build (each host's new data dir,
+// one host after the other) and start (every member healthy on the
+// target).
 func BenchmarkHostsUpgradeByRestore(b *testing.B) {
 	vs := harness.Versions()
 	mb := envInt("STEWARD_BENCH_HOSTS_RESTORE_MB", 1024)
@@ -59,6 +64,7 @@ type hostsUpgrade struct {
 	gap, unavailable time.Duration
 	writes, failed   int
 	sent, received   uint64 // bytes through the hosts' veths
+	perHost          []string
 	phases           []phase
 }
 
@@ -88,6 +94,9 @@ func (r hostsUpgrade) report(b *testing.B) {
 	for _, p := range r.phases {
 		b.Logf("%s:   %s %s", b.Name(), p.name, p.took.Round(100*time.Millisecond))
 	}
+	for _, h := range r.perHost {
+		b.Logf("%s:   %s", b.Name(), h)
+	}
 }
 
 func hostsUpgradeRun(b *testing.B, strategy, from, to string, mb int) hostsUpgrade {
@@ -115,6 +124,10 @@ func hostsUpgradeRun(b *testing.B, strategy, from, to string, mb int) hostsUpgra
 	want := workload.TakeDigest(b, cli, "data/", 0)
 
 	sent0, recv0 := vethBytes(b, hs)
+	hsent0, hrecv0 := map[string]uint64{}, map[string]uint64{}
+	for _, h := range hs.Hosts {
+		hsent0[h.Name], hrecv0[h.Name] = vethCounter(b, h.Link, "rx_bytes"), vethCounter(b, h.Link, "tx_bytes")
+	}
 	g := workload.Start(b, cli, workload.Options{Prefix: "gap", Wrap: 1000, Value: "w", Timeout: time.Second})
 	start = time.Now()
 	args := []string{"upgrade", "apply", "--to", to}
@@ -125,6 +138,10 @@ func hostsUpgradeRun(b *testing.B, strategy, from, to string, mb int) hostsUpgra
 	r.took = time.Since(start)
 	sent1, recv1 := vethBytes(b, hs)
 	r.sent, r.received = sent1-sent0, recv1-recv0
+	for _, h := range hs.Hosts {
+		r.perHost = append(r.perHost, fmt.Sprintf("host %s sent %.0f MiB, received %.0f MiB", h.Name,
+			float64(vethCounter(b, h.Link, "rx_bytes")-hsent0[h.Name])/(1<<20), float64(vethCounter(b, h.Link, "tx_bytes")-hrecv0[h.Name])/(1<<20)))
+	}
 	hs.WaitStatus(time.Minute, "every member healthy on "+to, func(st *cluster.Status) bool {
 		for _, m := range st.Members {
 			if m.Version != to {
@@ -163,20 +180,26 @@ func gapsOver(res *workload.Result, d time.Duration) time.Duration {
 
 // planPhases names the stretches of an upgrade plan of strategy by the
 // progress line that ends each: the first line of each kind below ends its
-// phase, which starts where the previous phase ended.
+// phase, which starts where the previous phase ended (the first at the
+// command's start: plan, status and agents' capabilities checked, up to
+// step 1).
 func planPhases(lines []timedLine, start time.Time, strategy string) []phase {
 	marks := []struct{ name, text string }{
+		{"plan", "step 1/"},
+		{"preflight", "step 2/"},
 		{"backup", " verified"},
-		{"swaps", "every member healthy on"},
+		{"swaps", "wait for cluster version"},
 		{"finish", ""}, // to the end of the plan
 	}
 	if strategy == "restore" {
 		marks = []struct{ name, text string }{
+			{"plan", "step 1/"},
+			{"preflight", "step 2/"},
 			{"backup", " verified"},
-			{"stop-replay", "on private client ports and stopped"},
+			{"stop", "applying their WALs on private client ports"},
+			{"replay", "until a write went through, and stopped"},
 			{"copy-db", "copied the database of"},
-			{"build-first", "into a new data dir on host"},
-			{"build-all", "every member has a new data dir"},
+			{"build", "every member has a new data dir"},
 			{"start", "every member healthy on"},
 			{"finish", ""},
 		}
@@ -205,20 +228,22 @@ func planPhases(lines []timedLine, start time.Time, strategy string) []phase {
 // vethBytes returns the bytes the hosts sent (their veths' receive
 // counters in the root namespace) and received (transmit counters).
 func vethBytes(b *testing.B, hs *harness.Hosts) (sent, received uint64) {
-	read := func(link, counter string) uint64 {
-		s, err := os.ReadFile(filepath.Join("/sys/class/net", link, "statistics", counter))
-		if err != nil {
-			b.Fatal(err)
-		}
-		n, err := strconv.ParseUint(strings.TrimSpace(string(s)), 10, 64)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return n
-	}
 	for _, h := range hs.Hosts {
-		sent += read(h.Link, "rx_bytes")
-		received += read(h.Link, "tx_bytes")
+		sent += vethCounter(b, h.Link, "rx_bytes")
+		received += vethCounter(b, h.Link, "tx_bytes")
 	}
 	return sent, received
+}
+
+// vethCounter reads a counter of a root-namespace interface.
+func vethCounter(b *testing.B, link, counter string) uint64 {
+	s, err := os.ReadFile(filepath.Join("/sys/class/net", link, "statistics", counter))
+	if err != nil {
+		b.Fatal(err)
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(string(s)), 10, 64)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return n
 }
