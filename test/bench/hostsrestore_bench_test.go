@@ -205,7 +205,7 @@ func planPhases(lines []timedLine, start time.Time, strategy string) []phase {
 		}
 	}
 	var out []phase
-	prev := start
+	prev, next := start, 0 // the previous mark's time, the line after it
 	for _, m := range marks {
 		if m.text == "" {
 			if len(lines) > 0 {
@@ -213,13 +213,12 @@ func planPhases(lines []timedLine, start time.Time, strategy string) []phase {
 			}
 			break
 		}
-		for _, l := range lines {
-			if l.at.Before(prev) || !strings.Contains(l.text, m.text) {
-				continue
+		for i := next; i < len(lines); i++ {
+			if strings.Contains(lines[i].text, m.text) {
+				out = append(out, phase{m.name, lines[i].at.Sub(prev)})
+				prev, next = lines[i].at, i+1
+				break
 			}
-			out = append(out, phase{m.name, l.at.Sub(prev)})
-			prev = l.at
-			break
 		}
 	}
 	return out
