@@ -231,11 +231,20 @@ func quorumLossRun(b *testing.B, side, mode, v string, mb int) recoveryRun {
 		r.action = "auto " + a.Action
 		r.detect = a.Started.Sub(lostAt)
 		done = a.Finished
-		lines := logLines(b, logPath, a.Started, a.Finished)
+		lines := logLines(b, logPath, "component=recovery", a.Started, a.Finished)
 		for _, l := range lines {
 			fmt.Fprintf(os.Stderr, "  %6.2f s  %s\n", l.at.Sub(a.Started).Seconds(), l.text)
 		}
 		r.phases(b, lines, a.Started, a.Finished)
+	}
+	// What the seed's agent did to its member meanwhile (started, stopped,
+	// drained), to split the seed's isolated runs into start and stop.
+	agentLog := filepath.Join(e.Dir, "logs", "agent.log")
+	if hs != nil {
+		agentLog = filepath.Join(hs.Host("h3").Dir, "logs", "agent-h3.log")
+	}
+	for _, l := range logLines(b, agentLog, "member=etcd-3", lostAt, done) {
+		b.Logf("agent of etcd-3: %6.2f s after the loss: %s", l.at.Sub(lostAt).Seconds(), l.text)
 	}
 	e.WaitStatus(5*time.Minute, "three healthy voters", func(st *cluster.Status) bool {
 		return harness.Healthy(st) && st.Cluster.VotingMembers == 3
@@ -282,10 +291,10 @@ func (r *recoveryRun) phases(b *testing.B, lines []timedLine, start, end time.Ti
 // logLine is one line of a steward process's log (slog's text format).
 var logLine = regexp.MustCompile(`^time=(\S+) level=\S+ msg=("(?:[^"\\]|\\.)*"|\S+)`)
 
-// logLines returns the messages of the automatic recovery (component
-// recovery) in the log at path, logged from start to end, with their
-// times.
-func logLines(b *testing.B, path string, start, end time.Time) []timedLine {
+// logLines returns the messages of the log at path whose line contains
+// filter (the automatic recovery's: component=recovery), logged from start
+// to end, with their times.
+func logLines(b *testing.B, path, filter string, start, end time.Time) []timedLine {
 	f, err := os.Open(path)
 	if err != nil {
 		b.Fatal(err)
@@ -296,7 +305,7 @@ func logLines(b *testing.B, path string, start, end time.Time) []timedLine {
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		m := logLine.FindStringSubmatch(sc.Text())
-		if m == nil || !strings.Contains(sc.Text(), "component=recovery") {
+		if m == nil || !strings.Contains(sc.Text(), filter) {
 			continue
 		}
 		at, err := time.Parse(time.RFC3339Nano, m[1])
