@@ -214,11 +214,12 @@ func timedRun(b *testing.B, e *harness.Env, args ...string) []timedLine {
 	for sc.Scan() {
 		lines = append(lines, timedLine{time.Now(), sc.Text()})
 	}
-	if err := cmd.Wait(); err != nil {
-		b.Fatalf("steward %v: %v", args, err)
-	}
+	err = cmd.Wait()
 	for _, l := range lines {
 		fmt.Fprintf(os.Stderr, "  %6.2f s  %s\n", l.at.Sub(start).Seconds(), l.text)
+	}
+	if err != nil {
+		b.Fatalf("steward %v: %v (its output is above)", args, err)
 	}
 	return lines
 }
