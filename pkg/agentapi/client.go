@@ -24,8 +24,9 @@ import (
 var _ memberrt.Runtime = (*Client)(nil)
 
 // ErrUnreachable means the agent did not answer: it is not running, or its
-// socket is stale.
-var ErrUnreachable = errors.New("agent unreachable")
+// socket is stale. It wraps memberrt.ErrUnreachable, so an operation that
+// reaches members through the runtime seam matches it there.
+var ErrUnreachable = fmt.Errorf("agent %w", memberrt.ErrUnreachable)
 
 // Client talks to one agent. It is the first runtime of members
 // (memberrt.Runtime): the agent runs them as processes on its host.

@@ -54,6 +54,14 @@ type AppliedIndex struct {
 	Committed uint64 `json:"committed"`
 }
 
+// ErrUnreachable means the runtime did not answer (an agent that is not
+// running, or whose socket is stale): it cannot say what runs. Errors of a
+// runtime that say so match it (errors.Is); the agent's client wraps it
+// (agentapi.ErrUnreachable, "agent unreachable"). A caller that only needs
+// to know nothing runs there may take it for "nothing running" (a restore
+// then looks for processes on the data dirs itself).
+var ErrUnreachable = errors.New("unreachable")
+
 // IsNotFound reports whether err says the runtime does not know a member.
 func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
 

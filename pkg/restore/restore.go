@@ -13,11 +13,11 @@ import (
 	"github.com/etcd-steward/steward/internal/crashpoint"
 	"github.com/etcd-steward/steward/internal/proc"
 	"github.com/etcd-steward/steward/internal/scratch"
-	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/datadir"
 	"github.com/etcd-steward/steward/pkg/hostset"
+	"github.com/etcd-steward/steward/pkg/memberrt"
 	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
@@ -335,8 +335,8 @@ func stage(ctx context.Context, c *cluster.Cluster, p prepared, targets []spec.M
 				continue
 			}
 			if c.OnOtherHost(mem) {
-				if ac, err := c.AgentFor(mem); err == nil {
-					_ = ac.DiscardStaged(ctx, mem.Name, d)
+				if rt, err := c.RuntimeFor(mem); err == nil {
+					_ = rt.DiscardStaged(ctx, mem.Name, d)
 				}
 				continue
 			}
@@ -348,9 +348,9 @@ func stage(ctx context.Context, c *cluster.Cluster, p prepared, targets []spec.M
 		var out string
 		var err error
 		if c.OnOtherHost(mem) {
-			var ac *agentapi.Client
-			if ac, err = c.AgentFor(mem); err == nil {
-				out, err = ac.StageDataDir(ctx, mem.Name, p.snapshot, to)
+			var rt memberrt.Runtime
+			if rt, err = c.RuntimeFor(mem); err == nil {
+				out, err = rt.StageDataDir(ctx, mem.Name, p.snapshot, to)
 			}
 			if err != nil {
 				err = fmt.Errorf("on host %s: %w", mem.Agent, err)
@@ -417,11 +417,11 @@ func (e interruptedError) Unwrap() []error { return []error{e.err, cluster.ErrRe
 func commitDataDirs(ctx context.Context, c *cluster.Cluster, targets []spec.Member, staged map[string]string, tl spec.Timeline) error {
 	for i, mem := range targets {
 		if c.OnOtherHost(mem) {
-			ac, err := c.AgentFor(mem)
+			rt, err := c.RuntimeFor(mem)
 			if err != nil {
 				return err
 			}
-			aside, err := ac.CommitDataDir(ctx, mem.Name, staged[mem.Name])
+			aside, err := rt.CommitDataDir(ctx, mem.Name, staged[mem.Name])
 			if err != nil {
 				return fmt.Errorf("put restored data dir of %s in place on host %s: %w", mem.Name, mem.Agent, err)
 			}
@@ -461,16 +461,20 @@ func commitDataDirs(ctx context.Context, c *cluster.Cluster, targets []spec.Memb
 	return nil
 }
 
-// requireStopped refuses (ErrMembersRunning) when any member still runs.
+// requireStopped refuses (ErrMembersRunning) when any member still runs:
+// one its runtime reports with a process, running or starting, or, on this
+// machine, any process on a member's data dir. A runtime that does not
+// answer (memberrt.ErrUnreachable: an agent that is not running) reports
+// nothing; any other error of a runtime is returned.
 func requireStopped(ctx context.Context, c *cluster.Cluster) error {
 	// Every agent at once; the first refusal in the spec's order wins.
-	rs := hostset.Each(ctx, hostset.All(c.Spec), hostset.Options{}, func(ctx context.Context, a spec.Agent) ([]agentapi.MemberStatus, error) {
-		ac, err := c.Agent(a.Name)
+	rs := hostset.Each(ctx, hostset.All(c.Spec), hostset.Options{}, func(ctx context.Context, a spec.Agent) ([]memberrt.MemberStatus, error) {
+		rt, err := c.Runtime(a.Name)
 		if err != nil {
 			return nil, err
 		}
-		ms, err := ac.Members(ctx)
-		if errors.Is(err, agentapi.ErrUnreachable) {
+		ms, err := rt.Members(ctx)
+		if errors.Is(err, memberrt.ErrUnreachable) {
 			return nil, nil
 		}
 		return ms, err
@@ -480,7 +484,7 @@ func requireStopped(ctx context.Context, c *cluster.Cluster) error {
 			return r.Err
 		}
 		for _, m := range r.Value {
-			if m.PID != 0 || m.State == agentapi.StateRunning || m.State == agentapi.StateStarting {
+			if m.PID != 0 || m.State == memberrt.StateRunning || m.State == memberrt.StateStarting {
 				return refusal.New(ErrMembersRunning, "refusing to restore while member %s is running: stop the cluster first", m.Name)
 			}
 		}
