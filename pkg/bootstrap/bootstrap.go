@@ -20,11 +20,11 @@ import (
 	"github.com/etcd-steward/steward/internal/portcheck"
 	"github.com/etcd-steward/steward/internal/proc"
 	"github.com/etcd-steward/steward/pkg/agent"
-	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/certs"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/join"
+	"github.com/etcd-steward/steward/pkg/memberrt"
 	"github.com/etcd-steward/steward/pkg/progress"
 	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/spec"
@@ -218,7 +218,7 @@ func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*clust
 
 	// The local agent runs this machine's members; a cluster whose members
 	// all live on other hosts needs none here.
-	var ac *agentapi.Client
+	var local memberrt.Runtime
 	startedAgent := false
 	running := map[string]bool{}
 	if s.Uses(spec.LocalAgent) {
@@ -227,16 +227,10 @@ func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*clust
 		if err != nil {
 			return nil, warnings, err
 		}
-		if ac, err = c.Agent(spec.LocalAgent); err != nil {
+		if local, err = c.Runtime(spec.LocalAgent); err != nil {
 			return nil, warnings, err
 		}
-		if ms, err := ac.Members(ctx); err == nil {
-			for _, m := range ms {
-				if m.State == agentapi.StateRunning || m.State == agentapi.StateStarting {
-					running[m.Name] = true
-				}
-			}
-		}
+		running = runningMembers(ctx, local)
 	}
 	// Check every port before starting anything: a busy port changes nothing.
 	for _, m := range s.Members {
@@ -245,58 +239,15 @@ func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*clust
 		}
 		for _, u := range []string{m.ClientURL, m.PeerURL} {
 			hp, _ := spec.HostPort(u)
-			if err := waitPortFree(ctx, ac, m.Name, hp); errors.Is(err, errMemberStarted) {
+			if err := waitPortFree(ctx, local, m.Name, hp); errors.Is(err, errMemberStarted) {
 				break
 			} else if err != nil {
 				return nil, warnings, fmt.Errorf("member %s cannot start: %s: %w; pick another port in %s", m.Name, u, err, specPath)
 			}
 		}
 	}
-	for _, m := range s.Members {
-		ac := ac
-		started := startedAgent
-		if m.Agent != spec.LocalAgent {
-			// Agents on other hosts are started there; up hands them
-			// their members when they answer.
-			other, err := c.Agent(m.Agent)
-			if err != nil {
-				return nil, warnings, err
-			}
-			if err := other.Ping(ctx, 5*time.Second); err != nil {
-				ad := &AgentDownError{Member: m.Name, Agent: m.Agent, Address: other.Address(), Err: err}
-				if a, _ := s.Agent(m.Agent); a.Remote() {
-					ad.JoinFile = JoinPath(dir, m.Agent)
-				}
-				return nil, warnings, ad
-			}
-			ac, started = other, false
-		}
-		ms, err := ac.PutMember(ctx, c.MemberConfig(m))
-		if err != nil {
-			return nil, warnings, fmt.Errorf("configure member %s: %w", m.Name, err)
-		}
-		if ms.ConfigPending {
-			if started {
-				// The new agent started the member from its saved config a
-				// moment ago; restart it on the spec's.
-				if _, err := ac.Restart(ctx, m.Name); err != nil {
-					return nil, warnings, fmt.Errorf("restart member %s with the spec's config: %w", m.Name, err)
-				}
-			} else {
-				say.Say("note: member %s runs with an older config; `steward member stop %s` then `start` applies the spec", m.Name, m.Name)
-			}
-		}
-		// Running before this up (not started a moment ago by the agent
-		// this up started): Start leaves it as it is.
-		wasRunning := !started && (running[m.Name] && m.Agent == spec.LocalAgent || ms.State == agentapi.StateRunning)
-		if _, err := ac.Start(ctx, m.Name); err != nil {
-			return nil, warnings, fmt.Errorf("start member %s: %w", m.Name, err)
-		}
-		if wasRunning {
-			say.Say("member %s was already running (%s)", m.Name, m.ClientURL)
-		} else {
-			say.Say("started member %s (%s)", m.Name, m.ClientURL)
-		}
+	if err := startMembers(ctx, c, local, startedAgent, running, say); err != nil {
+		return nil, warnings, err
 	}
 	// The hosts' copies of the spec: their backup loops run from it.
 	if err := c.PushSpec(ctx); err != nil {
@@ -340,6 +291,82 @@ func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*clust
 	return c, warnings, nil
 }
 
+// startMembers hands every member of the spec to the runtime that runs
+// it and starts it: this machine's members to local (startedAgent: its
+// agent was started by this up, running: the members it reported running
+// or starting before), every other agent's through cluster.Runtime once it
+// answers (else an *AgentDownError). A member whose runtime reports its
+// config pending is restarted on the spec's when the agent was just
+// started (it started the member from its saved config), and left with a
+// note otherwise.
+func startMembers(ctx context.Context, c *cluster.Cluster, local memberrt.Runtime, startedAgent bool, running map[string]bool, say progress.Func) error {
+	s := c.Spec
+	for _, m := range s.Members {
+		rt := local
+		started := startedAgent
+		if m.Agent != spec.LocalAgent {
+			// Agents on other hosts are started there; up hands them
+			// their members when they answer.
+			other, err := c.Runtime(m.Agent)
+			if err != nil {
+				return err
+			}
+			if err := other.Ping(ctx, 5*time.Second); err != nil {
+				a, _ := s.Agent(m.Agent)
+				ad := &AgentDownError{Member: m.Name, Agent: m.Agent, Address: a.Endpoint(), Err: err}
+				if a.Remote() {
+					ad.JoinFile = JoinPath(c.Dir, m.Agent)
+				}
+				return ad
+			}
+			rt, started = other, false
+		}
+		ms, err := rt.PutMember(ctx, c.MemberConfig(m))
+		if err != nil {
+			return fmt.Errorf("configure member %s: %w", m.Name, err)
+		}
+		if ms.ConfigPending {
+			if started {
+				// The new agent started the member from its saved config a
+				// moment ago; restart it on the spec's.
+				if _, err := rt.Restart(ctx, m.Name); err != nil {
+					return fmt.Errorf("restart member %s with the spec's config: %w", m.Name, err)
+				}
+			} else {
+				say.Say("note: member %s runs with an older config; `steward member stop %s` then `start` applies the spec", m.Name, m.Name)
+			}
+		}
+		// Running before this up (not started a moment ago by the agent
+		// this up started): Start leaves it as it is.
+		wasRunning := !started && (running[m.Name] && m.Agent == spec.LocalAgent || ms.State == memberrt.StateRunning)
+		if _, err := rt.Start(ctx, m.Name); err != nil {
+			return fmt.Errorf("start member %s: %w", m.Name, err)
+		}
+		if wasRunning {
+			say.Say("member %s was already running (%s)", m.Name, m.ClientURL)
+		} else {
+			say.Say("started member %s (%s)", m.Name, m.ClientURL)
+		}
+	}
+	return nil
+}
+
+// runningMembers returns the members rt reports running or starting
+// (their process is up or coming up); none when it does not answer.
+func runningMembers(ctx context.Context, rt memberrt.Runtime) map[string]bool {
+	running := map[string]bool{}
+	ms, err := rt.Members(ctx)
+	if err != nil {
+		return running
+	}
+	for _, m := range ms {
+		if m.State == memberrt.StateRunning || m.State == memberrt.StateStarting {
+			running[m.Name] = true
+		}
+	}
+	return running
+}
+
 // DownOptions configure Down.
 type DownOptions struct {
 	// Purge removes the Steward directory after everything stopped.
@@ -368,16 +395,11 @@ func Down(ctx context.Context, dir string, o DownOptions, say progress.Func) err
 	} else if _, serr := os.Stat(dir); errors.Is(serr, os.ErrNotExist) {
 		return fmt.Errorf("%s does not exist: nothing to stop", dir)
 	}
-	ac, err := agentapi.NewClient(addr)
-	if err != nil {
+	if pid, err := cluster.ShutdownAgent(ctx, addr); err != nil {
 		return err
-	}
-	if info, perr := ac.Info(ctx); perr == nil {
-		if err := ac.Shutdown(ctx); err != nil {
-			return fmt.Errorf("stop agent: %w", err)
-		}
-		say.Say("stopping members and agent (pid %d)", info.PID)
-		if err := waitExit(ctx, info.PID, 60*time.Second); err != nil {
+	} else if pid != 0 {
+		say.Say("stopping members and agent (pid %d)", pid)
+		if err := waitExit(ctx, pid, 60*time.Second); err != nil {
 			return err
 		}
 		say.Say("agent stopped")
@@ -448,26 +470,20 @@ func waitExit(ctx context.Context, pid int, d time.Duration) error {
 var errMemberStarted = errors.New("the agent started the member")
 
 // waitPortFree returns nil once hostPort is free, errMemberStarted when
-// the local agent reports the member starting or running meanwhile (its own
-// process holds the port: an agent just started by up restarts the members
-// it ran before, and says so only once it launched them), or the busy
-// port's error after a few seconds (a process that is exiting releases
-// its port by then; another program's does not).
-func waitPortFree(ctx context.Context, ac *agentapi.Client, member, hostPort string) error {
+// the local agent's runtime (rt; nil: none) reports the member starting or
+// running meanwhile (its own process holds the port: an agent just started
+// by up restarts the members it ran before, and says so only once it
+// launched them), or the busy port's error after a few seconds (a process
+// that is exiting releases its port by then; another program's does not).
+func waitPortFree(ctx context.Context, rt memberrt.Runtime, member, hostPort string) error {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		err := portcheck.Free(hostPort)
 		if err == nil {
 			return nil
 		}
-		if ac != nil {
-			if ms, merr := ac.Members(ctx); merr == nil {
-				for _, m := range ms {
-					if m.Name == member && (m.State == agentapi.StateRunning || m.State == agentapi.StateStarting) {
-						return errMemberStarted
-					}
-				}
-			}
+		if rt != nil && runningMembers(ctx, rt)[member] {
+			return errMemberStarted
 		}
 		if time.Now().After(deadline) {
 			return err

@@ -253,6 +253,26 @@ func (c *Cluster) Agent(name string) (*agentapi.Client, error) {
 	return agentapi.NewRemoteClient(a.Name, a.Host, a.Endpoint(), tc)
 }
 
+// ShutdownAgent asks the agent answering at address (unix://PATH, a
+// socket of this machine's) to stop its members and itself, and returns
+// its pid, for the caller to wait until it exits; 0 when no agent answers
+// there (nothing asked). It needs no spec: bootstrap.Down stops whatever agent
+// runs in a Steward directory, even one whose spec no longer loads.
+func ShutdownAgent(ctx context.Context, address string) (int, error) {
+	ac, err := agentapi.NewClient(address)
+	if err != nil {
+		return 0, err
+	}
+	info, err := ac.Info(ctx)
+	if err != nil {
+		return 0, nil
+	}
+	if err := ac.Shutdown(ctx); err != nil {
+		return 0, fmt.Errorf("stop agent: %w", err)
+	}
+	return info.PID, nil
+}
+
 // AgentFor returns the client of the agent that runs a member.
 func (c *Cluster) AgentFor(m spec.Member) (*agentapi.Client, error) {
 	return c.Agent(m.Agent)
