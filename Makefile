@@ -28,6 +28,10 @@ RACE          ?= -race
 UNIT_PKGS     := ./cmd/... ./internal/... ./pkg/... ./hack/...
 DEMO_DIR      ?= $(CURDIR)/steward-data
 KUBE_VERSION  ?= v1.36.3
+# KUBE_VERSIONS are the Kubernetes releases `make kube-binaries` builds into
+# $(KUBE_CACHE)/<version>/bin (docs/kubernetes-local.md).
+KUBE_VERSIONS ?= v1.35.4 v1.36.3
+KUBE_CACHE    ?= $(CURDIR)/.cache/kube
 # ARTIFACTS keeps what tests save with t.ArtifactDir() (go test -artifacts):
 # the linearizability checker's visualization of a violation
 # (docs/testing.md).
@@ -38,7 +42,7 @@ FUZZTIME      ?= 10m
 # default: `make bench BENCH=BenchmarkHostsLatencyUpgrade` runs one.
 BENCH         ?= .
 
-.PHONY: all build etcd-binaries s3-server kube-apiserver prometheus nftables test test-unit test-e2e test-e2e-run fuzz bench demo demo-down vet clean
+.PHONY: all build etcd-binaries s3-server kube-apiserver kube-binaries prometheus nftables test test-unit test-e2e test-e2e-run fuzz bench demo demo-down vet clean
 
 all: build
 
@@ -55,10 +59,18 @@ s3-server:
 	./hack/build-versitygw.sh
 
 ## kube-apiserver: build kube-apiserver $(KUBE_VERSION) from the Go module
-## proxy into .cache/bin (skipped when that version is there); the tests run
-## it above Steward clusters.
+## proxy into $(KUBE_CACHE)/$(KUBE_VERSION)/bin and link it at
+## .cache/bin/kube-apiserver (skipped when that version is there); the tests
+## run it above Steward clusters.
 kube-apiserver:
-	KUBE_VERSION=$(KUBE_VERSION) ./hack/build-kube-apiserver.sh
+	KUBE_VERSION=$(KUBE_VERSION) KUBE_CACHE=$(KUBE_CACHE) ./hack/build-kube-apiserver.sh
+
+## kube-binaries: build kubelet, kube-apiserver, kube-controller-manager,
+## kube-scheduler, kube-proxy, kubectl and kubeadm of each of
+## $(KUBE_VERSIONS) from the Go module proxy into $(KUBE_CACHE)/<version>/bin
+## (a version already built is skipped).
+kube-binaries:
+	for v in $(KUBE_VERSIONS); do KUBE_VERSION=$$v KUBE_CACHE=$(KUBE_CACHE) ./hack/build-kube.sh || exit 1; done
 
 ## prometheus: install prometheus and promtool (Debian's package) when
 ## missing; the alert rules' tests and the metrics end-to-end test run them.
