@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -280,3 +281,19 @@ func (c *Cluster) imageRef(component string) string {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// ImportImage imports an image tarball into every node's containerd.
+func (c *Cluster) ImportImage(ctx context.Context, tarball string) error {
+	for _, n := range c.Nodes {
+		if _, err := c.run(ctx, n.Cgroup+"/system", "", 0, "ctr", "-a", n.containerdSock(), "-n", "k8s.io", "images", "import", tarball); err != nil {
+			return fmt.Errorf("node %s: import %s: %w", n.Name, tarball, err)
+		}
+	}
+	return nil
+}
+
+// Kubectl returns a kubectl command of the cluster's version with the
+// admin's kubeconfig.
+func (c *Cluster) Kubectl(ctx context.Context, args ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, filepath.Join(c.KubeBin, "kubectl"), append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
+}

@@ -1,0 +1,32 @@
+// Package localkube_test runs a local Kubernetes (internal/localkube) of
+// STEWARD_TEST_KUBE_NODES nodes (1 by default) shared by its tests, and
+// checks that bringing one up and removing it leaves the machine as it was.
+package localkube_test
+
+import (
+	"os"
+	"strconv"
+	"testing"
+
+	"github.com/etcd-steward/steward/test/harness"
+)
+
+// childEnv marks a run of this test binary as the child of
+// TestRemovedAfterKill and TestRemovedOnSIGTERM: it brings up a cluster of
+// its own (TestChildCluster) and no shared one.
+const childEnv = "LOCALKUBE_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(m.Run())
+	}
+	nodes := 1
+	if v := os.Getenv("STEWARD_TEST_KUBE_NODES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			panic("STEWARD_TEST_KUBE_NODES: " + err.Error())
+		}
+		nodes = n
+	}
+	os.Exit(harness.LocalKubeMain(m, nodes))
+}
