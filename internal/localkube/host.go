@@ -55,8 +55,9 @@ func processAlive(pid int) bool {
 	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
-// hierarchies are the cgroup v1 hierarchies a node gets a group in: every
-// directory of /sys/fs/cgroup except the unified (v2) mount.
+// hierarchies are the cgroup hierarchies a node gets a group in: every
+// directory of /sys/fs/cgroup, the unified (v2) mount of a hybrid machine
+// included (the kubelet makes its groups there too, for hugetlb).
 func hierarchies() ([]string, error) {
 	ents, err := os.ReadDir(cgroupRoot)
 	if err != nil {
@@ -64,7 +65,7 @@ func hierarchies() ([]string, error) {
 	}
 	var hs []string
 	for _, e := range ents {
-		if e.IsDir() && e.Name() != "unified" {
+		if e.IsDir() {
 			hs = append(hs, e.Name())
 		}
 	}

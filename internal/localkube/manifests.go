@@ -123,9 +123,9 @@ func (c *Cluster) staticPod(component string, flags map[string]string, cpu, prob
 	}
 	ctr := corev1.Container{
 		Name: component, Image: c.imageRef(component), ImagePullPolicy: corev1.PullNever, Command: cmd,
-		Resources:      corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}},
-		LivenessProbe:  probe(live, 8),
-		StartupProbe:   probe(live, 24),
+		Resources:     corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}},
+		LivenessProbe: probe(live, 8),
+		StartupProbe:  probe(live, 24),
 	}
 	if ready != "" {
 		ctr.ReadinessProbe = probe(ready, 3)

@@ -161,7 +161,9 @@ func (c *Cluster) makePKI() error {
 
 // etcKubernetes is the node's /etc/kubernetes as the machine sees it: the
 // upper layer of the node's /etc overlay.
-func (n *Node) etcKubernetes() string { return filepath.Join(n.Dir, "root", "etc", "upper", "kubernetes") }
+func (n *Node) etcKubernetes() string {
+	return filepath.Join(n.Dir, "root", "etc", "upper", "kubernetes")
+}
 
 func (c *Cluster) nodePKI(n *Node, p clusterPKI) error {
 	ek := n.etcKubernetes()

@@ -69,7 +69,7 @@ func (c *Cluster) addOns(ctx context.Context) error {
 		return err
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{
-		"node-role.kubernetes.io/control-plane":           "",
+		"node-role.kubernetes.io/control-plane":                   "",
 		"node.kubernetes.io/exclude-from-external-load-balancers": "",
 	}}})
 	for _, n := range c.Nodes {

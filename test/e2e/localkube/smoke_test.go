@@ -80,7 +80,7 @@ func probePod(name, ns, image string, labels map[string]string, args ...string) 
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
 		Spec: corev1.PodSpec{
 			TerminationGracePeriodSeconds: &grace,
-			Containers: []corev1.Container{{Name: "probe", Image: image, ImagePullPolicy: corev1.PullNever, Args: args}},
+			Containers:                    []corev1.Container{{Name: "probe", Image: image, ImagePullPolicy: corev1.PullNever, Args: args}},
 		},
 	}
 }
