@@ -427,6 +427,9 @@ func (c *Cluster) Down() error {
 	c.mu.Lock()
 	c.down = true
 	procs := c.procs
+	if c.stopProvisioner != nil {
+		c.stopProvisioner()
+	}
 	c.mu.Unlock()
 	for _, p := range procs {
 		if p.Process != nil {

@@ -116,9 +116,10 @@ type Cluster struct {
 	// Timings of the last Up, by step.
 	Timings []Timing
 
-	mu    sync.Mutex // owns procs and down
-	procs []*exec.Cmd
-	down  bool
+	mu              sync.Mutex // owns procs, down and stopProvisioner
+	procs           []*exec.Cmd
+	down            bool
+	stopProvisioner context.CancelFunc
 }
 
 // Timing is how long a step of Up took.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
@@ -219,4 +220,64 @@ func TestPodExecLogsService(t *testing.T) {
 	if err != nil || len(out) < 3 || !strings.ContainsAny(string(out[:1]), "2345") {
 		t.Errorf("S3 server %s from a pod: %v: %q", c.S3Endpoint, err, out)
 	}
+}
+
+// TestDefaultStorageClass: a claim without a class gets the default one, is
+// bound once its pod is scheduled, and the pod writes there; deleting the
+// claim deletes its volume and the volume's directory.
+func TestDefaultStorageClass(t *testing.T) {
+	c := harness.LocalKube(t)
+	img := probeImage(t, c)
+	cs, err := c.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := namespace(t, cs, "storage")
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "data"},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")}},
+		},
+	}
+	if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(t.Context(), pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := probePod("writer", ns, img, nil, "sleep")
+	pod.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}}
+	pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
+	if _, err := cs.CoreV1().Pods(ns).Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitRunning(t, cs, ns, "writer")
+	got, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(t.Context(), "data", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Phase != corev1.ClaimBound || got.Spec.StorageClassName == nil || *got.Spec.StorageClassName != localkube.StorageClass {
+		t.Fatalf("claim: phase %s, class %v", got.Status.Phase, got.Spec.StorageClassName)
+	}
+	pv, err := cs.CoreV1().PersistentVolumes().Get(t.Context(), got.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := pv.Spec.Local.Path
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("volume directory: %v", err)
+	}
+	if err := cs.CoreV1().Pods(ns).Delete(t.Context(), "writer", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.CoreV1().PersistentVolumeClaims(ns).Delete(t.Context(), "data", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	harness.Eventually(t, 2*time.Minute, 300*time.Millisecond, "volume "+pv.Name+" and its directory deleted", func() error {
+		if _, err := cs.CoreV1().PersistentVolumes().Get(t.Context(), pv.Name, metav1.GetOptions{}); err == nil {
+			return fmt.Errorf("volume %s still there", pv.Name)
+		}
+		if _, err := os.Stat(dir); err == nil {
+			return fmt.Errorf("directory %s still there", dir)
+		}
+		return nil
+	})
 }
