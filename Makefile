@@ -32,6 +32,10 @@ KUBE_VERSION  ?= v1.36.3
 # $(KUBE_CACHE)/<version>/bin (docs/kubernetes-local.md).
 KUBE_VERSIONS ?= v1.35.4 v1.36.3
 KUBE_CACHE    ?= $(CURDIR)/.cache/kube
+# NODES is the node count of `make kube-up` (1 or 3), KUBE_DIR its
+# cluster's directory (docs/kubernetes-local.md).
+NODES         ?= 1
+KUBE_DIR      ?= $(CURDIR)/.cache/localkube
 # ARTIFACTS keeps what tests save with t.ArtifactDir() (go test -artifacts):
 # the linearizability checker's visualization of a violation
 # (docs/testing.md).
@@ -42,7 +46,7 @@ FUZZTIME      ?= 10m
 # default: `make bench BENCH=BenchmarkHostsLatencyUpgrade` runs one.
 BENCH         ?= .
 
-.PHONY: all build etcd-binaries s3-server kube-apiserver kube-binaries prometheus nftables test test-unit test-e2e test-e2e-run fuzz bench demo demo-down vet clean
+.PHONY: all build kube-node kube-up kube-down etcd-binaries s3-server kube-apiserver kube-binaries prometheus nftables test test-unit test-e2e test-e2e-run fuzz bench demo demo-down vet clean
 
 all: build
 
@@ -71,6 +75,26 @@ kube-apiserver:
 ## (a version already built is skipped).
 kube-binaries:
 	for v in $(KUBE_VERSIONS); do KUBE_VERSION=$$v KUBE_CACHE=$(KUBE_CACHE) ./hack/build-kube.sh || exit 1; done
+
+## kube-node: install what each node of a local Kubernetes runs from
+## Debian (containerd, runc, the CNI plugins, iptables, conntrack) when
+## missing (hack/install-kube-node.sh).
+kube-node:
+	./hack/install-kube-node.sh
+
+## kube-up: bring up a local Kubernetes of $(NODES) node(s) of
+## $(KUBE_VERSION) in $(KUBE_DIR) (cmd/localkube up; its binaries from
+## `make kube-binaries`, its images from `make images`); it ends with the
+## export lines of KUBECONFIG, STEWARD_DIR and the S3 server. `make
+## kube-down` removes it.
+kube-up: build
+	$(GO) build -o bin/localkube ./cmd/localkube
+	bin/localkube up --dir $(KUBE_DIR) --nodes $(NODES) --version $(KUBE_VERSION) --kube-cache $(KUBE_CACHE) --steward $(CURDIR)/$(BIN)
+
+## kube-down: remove the cluster of `make kube-up` and its directory.
+kube-down:
+	$(GO) build -o bin/localkube ./cmd/localkube
+	bin/localkube down --dir $(KUBE_DIR)
 
 ## prometheus: install prometheus and promtool (Debian's package) when
 ## missing; the alert rules' tests and the metrics end-to-end test run them.

@@ -453,11 +453,15 @@ func (c *Cluster) Down() error {
 
 // RemoveDir removes the cluster's directory, once Down succeeded and no
 // mount is left under it.
-func (c *Cluster) RemoveDir() error {
-	if m := mountsUnder(c.Dir); len(m) > 0 {
-		return fmt.Errorf("not removing %s: mounts under it: %s", c.Dir, strings.Join(m, ", "))
+func (c *Cluster) RemoveDir() error { return RemoveDir(c.Dir) }
+
+// RemoveDir removes a cluster's directory, refusing while a mount is under
+// it (removing files through a mount would reach outside the directory).
+func RemoveDir(dir string) error {
+	if m := mountsUnder(dir); len(m) > 0 {
+		return fmt.Errorf("not removing %s: mounts under it: %s", dir, strings.Join(m, ", "))
 	}
-	return os.RemoveAll(c.Dir)
+	return os.RemoveAll(dir)
 }
 
 // CleanupStale removes what clusters of dead owners left: processes in
