@@ -430,7 +430,12 @@ func (c *Cluster) Down() error {
 	if c.stopProvisioner != nil {
 		c.stopProvisioner()
 	}
+	lb := c.lb
+	c.lb = nil
 	c.mu.Unlock()
+	if lb != nil {
+		lb.Close()
+	}
 	for _, p := range procs {
 		if p.Process != nil {
 			_ = syscall.Kill(-p.Process.Pid, syscall.SIGKILL)

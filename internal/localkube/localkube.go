@@ -116,10 +116,11 @@ type Cluster struct {
 	// Timings of the last Up, by step.
 	Timings []Timing
 
-	mu              sync.Mutex // owns procs, down and stopProvisioner
+	mu              sync.Mutex // owns procs, down, stopProvisioner and lb
 	procs           []*exec.Cmd
 	down            bool
 	stopProvisioner context.CancelFunc
+	lb              *loadBalancer
 }
 
 // Timing is how long a step of Up took.

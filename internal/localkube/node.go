@@ -5,12 +5,14 @@ package localkube
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -43,23 +45,35 @@ touch "$N/holder.ready"
 exec sleep infinity
 `
 
+// startRuntimes starts every node's mount namespace and containerd and
+// imports the images, the nodes side by side.
 func (c *Cluster) startRuntimes(ctx context.Context) error {
-	for _, n := range c.Nodes {
+	return c.eachNode(func(n *Node) error {
 		if err := c.startHolder(ctx, n); err != nil {
 			return fmt.Errorf("node %s: mount namespace: %w", n.Name, err)
 		}
 		if err := c.startContainerd(ctx, n); err != nil {
 			return fmt.Errorf("node %s: containerd: %w", n.Name, err)
 		}
-	}
-	for _, n := range c.Nodes {
 		for _, img := range c.Images {
 			if _, err := c.run(ctx, n.Cgroup+"/system", "", 0, "ctr", "-a", n.containerdSock(), "-n", "k8s.io", "images", "import", img); err != nil {
 				return fmt.Errorf("node %s: import %s: %w", n.Name, img, err)
 			}
 		}
+		return nil
+	})
+}
+
+// eachNode runs f for every node at once and joins their errors.
+func (c *Cluster) eachNode(f func(n *Node) error) error {
+	errs := make([]error, len(c.Nodes))
+	var wg sync.WaitGroup
+	for i, n := range c.Nodes {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = f(n) }()
 	}
-	return nil
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 func (n *Node) containerdSock() string { return filepath.Join(n.Dir, "containerd", "containerd.sock") }
@@ -191,6 +205,26 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 }
 
 func (c *Cluster) startKubelets(ctx context.Context) error {
+	if len(c.Nodes) > 1 {
+		var backends []string
+		for _, n := range c.Nodes {
+			backends = append(backends, fmt.Sprintf("%s:%d", n.Addr, apiPort))
+		}
+		lb, err := startLoadBalancer(fmt.Sprintf("%s:%d", c.Gateway, apiPort), backends)
+		if err != nil {
+			return fmt.Errorf("control-plane load balancer: %w", err)
+		}
+		c.mu.Lock()
+		down := c.down
+		if !down {
+			c.lb = lb
+		}
+		c.mu.Unlock()
+		if down {
+			lb.Close()
+			return errors.New("the cluster is being removed")
+		}
+	}
 	for _, n := range c.Nodes {
 		if err := c.writeManifests(n); err != nil {
 			return fmt.Errorf("node %s: static pods: %w", n.Name, err)

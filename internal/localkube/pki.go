@@ -142,7 +142,12 @@ func (c *Cluster) makePKI() error {
 	if err := p.frontProxyCA.write(dir, "front-proxy-ca"); err != nil {
 		return err
 	}
+	// One node: its API server. Three: the load balancer in front of them
+	// (lb.go), on the bridge's address.
 	c.APIServer = fmt.Sprintf("https://%s:%d", c.Nodes[0].Addr, apiPort)
+	if len(c.Nodes) > 1 {
+		c.APIServer = fmt.Sprintf("https://%s:%d", c.Gateway, apiPort)
+	}
 	admin, err := p.ca.leaf("kubernetes-admin", []string{"system:masters"}, nil, nil)
 	if err != nil {
 		return err
@@ -188,7 +193,7 @@ func (c *Cluster) nodePKI(n *Node, p clusterPKI) error {
 	if err := os.WriteFile(filepath.Join(pk, "sa.pub"), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o644); err != nil {
 		return err
 	}
-	ips := []string{"10.96.0.1", n.Addr, "127.0.0.1"}
+	ips := []string{"10.96.0.1", n.Addr, "127.0.0.1", c.Gateway}
 	for _, o := range c.Nodes {
 		if o != n {
 			ips = append(ips, o.Addr)

@@ -2,6 +2,7 @@ package localkube_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -161,6 +162,26 @@ func TestNodesAndControlPlane(t *testing.T) {
 			})
 		}
 	}
+	// etcd beneath: a Steward cluster of one healthy member per node.
+	out, err := exec.CommandContext(t.Context(), c.Steward, "status", "--dir", c.StewardDir, "-o", "json").Output()
+	if err != nil {
+		t.Fatalf("steward status: %v: %s", err, out)
+	}
+	var st struct {
+		Cluster struct {
+			HealthyMembers int  `json:"healthyMembers"`
+			Quorate        bool `json:"quorate"`
+		} `json:"cluster"`
+		Members []struct {
+			ClientURL string `json:"clientURL"`
+		} `json:"members"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Cluster.HealthyMembers != len(c.Nodes) || !st.Cluster.Quorate || len(st.Members) != len(c.Nodes) {
+		t.Errorf("etcd: %d healthy of %d members (quorate %v), want one per node (%d): %s", st.Cluster.HealthyMembers, len(st.Members), st.Cluster.Quorate, len(c.Nodes), out)
+	}
 	v, err := cs.Discovery().ServerVersion()
 	if err != nil {
 		t.Fatal(err)
@@ -181,10 +202,13 @@ func TestPodExecLogsService(t *testing.T) {
 		t.Fatal(err)
 	}
 	ns := namespace(t, cs, "smoke")
-	for _, p := range []*corev1.Pod{
-		probePod("web", ns, img, map[string]string{"app": "web"}, "serve", ":8080"),
-		probePod("client", ns, img, nil, "sleep"),
-	} {
+	web := probePod("web", ns, img, map[string]string{"app": "web"}, "serve", ":8080")
+	client := probePod("client", ns, img, nil, "sleep")
+	if len(c.Nodes) > 1 {
+		// Across nodes: the Service's traffic leaves the client's node.
+		web.Spec.NodeName, client.Spec.NodeName = c.Nodes[0].Name, c.Nodes[1].Name
+	}
+	for _, p := range []*corev1.Pod{web, client} {
 		if _, err := cs.CoreV1().Pods(ns).Create(t.Context(), p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
