@@ -92,6 +92,7 @@ func LocalKubeMain(m *testing.M, nodes int) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	before := MachineState()
 	cfg, err := LocalKubeConfig(root, dir, bin, nodes)
 	cfg.Log = os.Stderr
 	var c *localkube.Cluster
@@ -124,6 +125,20 @@ func LocalKubeMain(m *testing.M, nodes int) int {
 	if c != nil {
 		if err := c.Down(); err != nil {
 			fmt.Fprintf(os.Stderr, "localkube: remove the cluster: %v\n", err)
+			code = 1
+		}
+		// The machine as it was: sysctls and iptables rules whoever may
+		// have changed them (nothing else on the machine should), the
+		// other kinds where they name this cluster (other test processes
+		// make and remove their own meanwhile).
+		var left []string
+		for _, d := range DiffMachine(before, MachineState()) {
+			if strings.Contains(d, "sysctl: ") || strings.Contains(d, "iptables-save: ") || strings.Contains(d, fmt.Sprintf("lk%d", c.Owner)) {
+				left = append(left, d)
+			}
+		}
+		if len(left) > 0 {
+			fmt.Fprintf(os.Stderr, "localkube: the machine after the cluster's removal: %s\n", FormatDiff(left))
 			code = 1
 		}
 	}

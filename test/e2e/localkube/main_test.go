@@ -1,5 +1,5 @@
 // Package localkube_test runs a local Kubernetes (internal/localkube) of
-// STEWARD_TEST_KUBE_NODES nodes (1 by default) shared by its tests, and
+// STEWARD_TEST_KUBE_NODES nodes (3 by default) shared by its tests, and
 // checks that bringing one up and removing it leaves the machine as it was.
 package localkube_test
 
@@ -20,7 +20,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(m.Run())
 	}
-	nodes := 1
+	nodes := 3
 	if v := os.Getenv("STEWARD_TEST_KUBE_NODES"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
