@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -31,10 +32,20 @@ const cgroupRoot = "/sys/fs/cgroup"
 // netnsDir is where `ip netns add` mounts named network namespaces.
 const netnsDir = "/run/netns"
 
-// ownedName matches the names of interfaces (lk<PID>b, lk<PID>v<I>),
-// namespaces (lk<PID>n<I>-NODE) and cgroups (lk<PID>-NODE) and captures the
+// ownedName matches the names of interfaces (bridge lk<PID>b<K>, veths
+// lk<PID>v<K>-<I>), network namespaces (lk<PID>n<K>-NODE) and cgroups
+// (lk<PID>c<K>-NODE, lk<PID>c<K>-infra), K the cluster's number in its
+// owner process (a process may run more than one), and captures the
 // owner's PID.
-var ownedName = regexp.MustCompile(`^` + prefix + `([0-9]+)(b|v[0-9]+|n[0-9]+-[a-z0-9-]+|-[a-z0-9-]+)$`)
+var ownedName = regexp.MustCompile(`^` + prefix + `([0-9]+)(b[0-9]+|v[0-9]+-[0-9]+|[nc][0-9]+-[a-z0-9-]+)$`)
+
+// clusters numbers the clusters of this process (K in the names).
+var clusters atomic.Int64
+
+// OwnedBy matches every name of the clusters of owner.
+func OwnedBy(owner int) *regexp.Regexp {
+	return regexp.MustCompile(fmt.Sprintf(`%s%d[bvnc][0-9]`, prefix, owner))
+}
 
 // ownerOf is the owner PID in a name of this package, 0 for other names.
 func ownerOf(name string) int {
@@ -263,15 +274,16 @@ const (
 // cgroup, and the infra cgroup. Each name is recorded before it exists, so
 // Down removes a half-made one.
 func (c *Cluster) makeNetwork() error {
-	c.Bridge = fmt.Sprintf("%s%db", prefix, c.Owner)
+	c.seq = clusters.Add(1)
+	c.Bridge = fmt.Sprintf("%s%db%d", prefix, c.Owner, c.seq)
 	c.StewardDir = filepath.Join(c.Dir, "steward")
 	for i := range c.Config.Nodes {
 		name := "node-" + Zones[i]
 		c.Nodes = append(c.Nodes, &Node{
 			Name: name, Index: i, Zone: Zones[i],
-			Netns:     fmt.Sprintf("%s%dn%d-%s", prefix, c.Owner, i+1, name),
-			Veth:      fmt.Sprintf("%s%dv%d", prefix, c.Owner, i+1),
-			Cgroup:    fmt.Sprintf("%s%d-%s", prefix, c.Owner, name),
+			Netns:     fmt.Sprintf("%s%dn%d-%s", prefix, c.Owner, c.seq, name),
+			Veth:      fmt.Sprintf("%s%dv%d-%d", prefix, c.Owner, c.seq, i+1),
+			Cgroup:    fmt.Sprintf("%s%dc%d-%s", prefix, c.Owner, c.seq, name),
 			Dir:       filepath.Join(c.Dir, "nodes", name),
 			PodSubnet: fmt.Sprintf("10.244.%d.0/24", i+1),
 		})
@@ -330,7 +342,7 @@ func (c *Cluster) makeNetwork() error {
 	return c.writeState(false)
 }
 
-func (c *Cluster) infraCgroup() string { return fmt.Sprintf("%s%d-infra", prefix, c.Owner) }
+func (c *Cluster) infraCgroup() string { return fmt.Sprintf("%s%dc%d-infra", prefix, c.Owner, c.seq) }
 
 // command returns a command that runs argv in group's cgroups, in the
 // network namespace netns (none: the root one) and the mount namespace of

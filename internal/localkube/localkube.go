@@ -5,12 +5,13 @@
 // it changes on the machine; this comment states the invariants the code
 // below keeps.
 //
-// Names. Everything created outside Config.Dir carries the prefix "lk" and
+// Names. Everything created outside Config.Dir carries the prefix "lk",
 // the PID of the owner process (the process that called Up; for
-// `localkube up` the supervisor it leaves running): the bridge lk<PID>b,
-// each node's veth lk<PID>v<I>, its network namespace lk<PID>n<I>-<node>
-// and its cgroup lk<PID>-<node> in every cgroup v1 hierarchy, the cgroup
-// lk<PID>-infra of the processes that are no node's (the coordinator's
+// `localkube up` the supervisor it leaves running) and K, the cluster's
+// number in that process: the bridge lk<PID>b<K>, each node's veth
+// lk<PID>v<K>-<I>, its network namespace lk<PID>n<K>-<node> and its cgroup
+// lk<PID>c<K>-<node> in every cgroup hierarchy, the cgroup
+// lk<PID>c<K>-infra of the processes that are no node's (the coordinator's
 // steward commands, the S3 server). CleanupStale removes whatever carries
 // the PID of a process no longer alive: the leftovers of a killed run.
 //
@@ -94,6 +95,7 @@ type Cluster struct {
 	Config
 	// Owner is the PID in every name.
 	Owner int
+	seq   int64 // the cluster's number in its owner (K in the names)
 	// Subnet is the bridge's 10.x.y.0/24; Gateway its .1, the root
 	// namespace's address on it, where the S3 server listens.
 	Subnet  netip.Prefix

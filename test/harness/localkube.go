@@ -133,7 +133,7 @@ func LocalKubeMain(m *testing.M, nodes int) int {
 		// make and remove their own meanwhile).
 		var left []string
 		for _, d := range DiffMachine(before, MachineState()) {
-			if strings.Contains(d, "sysctl: ") || strings.Contains(d, "iptables-save: ") || strings.Contains(d, fmt.Sprintf("lk%d", c.Owner)) {
+			if strings.Contains(d, "sysctl: ") || strings.Contains(d, "iptables-save: ") || localkube.OwnedBy(c.Owner).MatchString(d) {
 				left = append(left, d)
 			}
 		}

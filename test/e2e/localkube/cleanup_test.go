@@ -92,7 +92,7 @@ func child(t *testing.T) *exec.Cmd {
 // ownedBy: a machine-state difference is one of the names of the cluster
 // of owner (lk<PID>...), or the mount of one of its network namespaces.
 func ownedBy(owner int, diff string) bool {
-	return strings.Contains(diff, fmt.Sprintf("lk%d", owner))
+	return localkube.OwnedBy(owner).MatchString(diff)
 }
 
 // TestMachineUnchangedAfterDown: while a cluster runs, the machine differs
@@ -150,5 +150,34 @@ func TestLeftoversOfKilledRunRemoved(t *testing.T) {
 	t.Logf("removed %s", strings.Join(removed, ", "))
 	if d := harness.DiffMachine(before, harness.MachineState()); len(d) > 0 {
 		t.Errorf("after CleanupStale: %s", harness.FormatDiff(d))
+	}
+}
+
+// TestMachineUnchangedAfterFailedUp: a bring-up that fails half-way (an
+// image tarball containerd refuses, once the network, namespaces, cgroups,
+// etcd, the S3 server and containerd run) removes everything it made
+// before it returns the error.
+func TestMachineUnchangedAfterFailedUp(t *testing.T) {
+	shared := harness.LocalKube(t)
+	before := harness.MachineState()
+	cfg, err := harness.LocalKubeConfig(harness.RepoRoot(t), t.TempDir(), shared.Steward, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := t.TempDir() + "/broken.tar"
+	if err := os.WriteFile(bad, []byte("not an image"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Images = append(cfg.Images, bad)
+	c, err := localkube.Up(t.Context(), cfg)
+	if err == nil {
+		_ = c.Down()
+		t.Fatal("Up imported a tarball that is no image")
+	}
+	if !strings.Contains(err.Error(), "broken.tar") {
+		t.Errorf("error does not name the tarball: %v", err)
+	}
+	if d := harness.DiffMachine(before, harness.MachineState()); len(d) > 0 {
+		t.Errorf("the machine after a failed bring-up: %s", harness.FormatDiff(d))
 	}
 }
