@@ -32,6 +32,8 @@ KUBE_VERSION  ?= v1.36.3
 # $(KUBE_CACHE)/<version>/bin (docs/kubernetes-local.md).
 KUBE_VERSIONS ?= v1.35.4 v1.36.3
 KUBE_CACHE    ?= $(CURDIR)/.cache/kube
+# IMAGES is where `make images` writes the image tarballs and images.json.
+IMAGES        ?= $(CURDIR)/.cache/images
 # NODES is the node count of `make kube-up` (1 or 3), KUBE_DIR its
 # cluster's directory (docs/kubernetes-local.md).
 NODES         ?= 1
@@ -46,7 +48,7 @@ FUZZTIME      ?= 10m
 # default: `make bench BENCH=BenchmarkHostsLatencyUpgrade` runs one.
 BENCH         ?= .
 
-.PHONY: all build kube-node kube-up kube-down etcd-binaries s3-server kube-apiserver kube-binaries prometheus nftables test test-unit test-e2e test-e2e-run fuzz bench demo demo-down vet clean
+.PHONY: all build kube-node kube-up kube-down etcd-binaries s3-server kube-apiserver kube-binaries images containerd prometheus nftables test test-unit test-e2e test-e2e-run fuzz bench demo demo-down vet clean
 
 all: build
 
@@ -76,6 +78,18 @@ kube-apiserver:
 kube-binaries:
 	for v in $(KUBE_VERSIONS); do KUBE_VERSION=$$v KUBE_CACHE=$(KUBE_CACHE) ./hack/build-kube.sh || exit 1; done
 
+## images: build the image tarballs of a local Kubernetes into $(IMAGES)
+## (localkube images): pause, the Kubernetes components of each of
+## $(KUBE_VERSIONS) and Steward's own (steward and the etcd versions of
+## $(STORE)), with their index images.json (docs/kubernetes-local.md).
+images: kube-binaries etcd-binaries
+	$(GO) run ./cmd/localkube images $(foreach v,$(KUBE_VERSIONS),--kube-version $(v)) --kube-cache $(KUBE_CACHE) --store $(STORE) --out $(IMAGES)
+
+## containerd: install containerd and runc (Debian's packages) when
+## missing; the test that runs the images (test/e2e/kube/images_test.go)
+## starts a containerd of its own.
+containerd:
+	./hack/install-containerd.sh
 ## kube-node: install what each node of a local Kubernetes runs from
 ## Debian (containerd, runc, the CNI plugins, iptables, conntrack) when
 ## missing (hack/install-kube-node.sh).
@@ -89,7 +103,7 @@ kube-node:
 ## kube-down` removes it.
 kube-up: build
 	$(GO) build -o bin/localkube ./cmd/localkube
-	bin/localkube up --dir $(KUBE_DIR) --nodes $(NODES) --version $(KUBE_VERSION) --kube-cache $(KUBE_CACHE) --steward $(CURDIR)/$(BIN)
+	bin/localkube up --dir $(KUBE_DIR) --nodes $(NODES) --version $(KUBE_VERSION) --kube-cache $(KUBE_CACHE) --images $(IMAGES) --steward $(CURDIR)/$(BIN)
 
 ## kube-down: remove the cluster of `make kube-up` and its directory.
 kube-down:
@@ -113,7 +127,7 @@ vet:
 ## test: the whole suite: unit tests under the race detector, then the
 ## end-to-end tests (test/...) against real etcd processes of every version
 ## in $(ETCD_VERSIONS), run by a race-built steward (docs/testing.md).
-test: etcd-binaries s3-server kube-apiserver prometheus nftables vet
+test: etcd-binaries s3-server kube-apiserver containerd prometheus nftables vet
 	STEWARD_TEST_STORE=$(STORE) $(GO) test $(RACE) -count=1 -parallel 1 -timeout $(TEST_TIMEOUT) $(UNIT_PKGS)
 	$(MAKE) --no-print-directory test-e2e-run
 
@@ -128,7 +142,7 @@ test-e2e-run:
 test-unit:
 	$(GO) test $(RACE) -count=1 -short $(UNIT_PKGS)
 
-test-e2e: etcd-binaries s3-server kube-apiserver prometheus nftables
+test-e2e: etcd-binaries s3-server kube-apiserver containerd prometheus nftables
 	mkdir -p $(ARTIFACTS)
 	STEWARD_TEST_STORE=$(STORE) STEWARD_TEST_RACE=$(if $(RACE),1,0) $(GO) test -count=1 -timeout $(E2E_TIMEOUT) -artifacts -outputdir $(ARTIFACTS) -v ./test/e2e/...
 

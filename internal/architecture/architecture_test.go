@@ -23,7 +23,7 @@ var (
 	// foundation: formats, stores and protocols; they know no cluster.
 	foundation = []string{"pkg/progress", "pkg/spec", "pkg/pki", "pkg/catalogue", "pkg/binaries", "pkg/datadir",
 		"pkg/backup", "pkg/plan", "pkg/memberrt", "pkg/memberrt/memberrttest", "pkg/agentapi", "pkg/kstorage", "pkg/kmigrate", "pkg/join", "pkg/handover",
-		"internal/localkube", "internal/ociimage"}
+		"internal/localkube", "internal/ociimage", "internal/kubeimages"}
 	// operations on a cluster, each above the handle (pkg/cluster), and
 	// the operations each may call.
 	operations = map[string][]string{

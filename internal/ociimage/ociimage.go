@@ -11,9 +11,10 @@
 // inputs is the same image to the runtime. What varies on a real build is
 // pinned here: every tar entry has uid and gid 0, no owner names and the
 // modification time of the Unix epoch; entries are sorted by path; the
-// layer is compressed by this package (klauspost/compress gzip, one stream,
-// no name or time in its header) rather than by go-containerregistry on the
-// fly; the configuration's and the history's `created` is the epoch; the
+// layer is compressed by this package (klauspost/compress gzip at its best
+// speed, one stream, no name or time in its header) rather than by
+// go-containerregistry on the fly, and its digests are computed while it
+// is written; the configuration's and the history's `created` is the epoch; the
 // platform is linux and the architecture this program was built for. The
 // tarball itself is go-containerregistry's, whose entries carry no times, so
 // the file's bytes are reproducible too.
@@ -32,6 +33,9 @@ package ociimage
 
 import (
 	"archive/tar"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -48,7 +52,9 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/partial"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/klauspost/compress/gzip"
 
 	"github.com/etcd-steward/steward/internal/atomicfile"
@@ -171,33 +177,71 @@ func tarMode(m fs.FileMode) int64 {
 	return mode
 }
 
-// writeLayer writes the gzip-compressed layer tar of the entries to w.
-func writeLayer(w io.Writer, es []entry) error {
-	zw, err := gzip.NewWriterLevel(w, gzip.DefaultCompression)
+// writeLayer writes the gzip-compressed layer tar of the entries to w and
+// returns the SHA-256 of the compressed bytes (the layer's digest) and of
+// the tar (its diff ID), computed on the way: one pass over the sources.
+func writeLayer(ctx context.Context, w io.Writer, es []entry) (digest, diffID v1.Hash, err error) {
+	compressed, uncompressed := sha256.New(), sha256.New()
+	zw, err := gzip.NewWriterLevel(io.MultiWriter(w, compressed), gzip.BestSpeed)
 	if err != nil {
-		return err
+		return v1.Hash{}, v1.Hash{}, err
 	}
-	tw := tar.NewWriter(zw)
+	tw := tar.NewWriter(io.MultiWriter(zw, uncompressed))
 	for _, e := range es {
+		if err := ctx.Err(); err != nil {
+			return v1.Hash{}, v1.Hash{}, err
+		}
 		h := &tar.Header{Name: e.name, Mode: tarMode(e.mode), ModTime: epoch, Format: tar.FormatPAX}
 		if e.mode.IsDir() {
 			h.Typeflag = tar.TypeDir
 			if err := tw.WriteHeader(h); err != nil {
-				return err
+				return v1.Hash{}, v1.Hash{}, err
 			}
 			continue
 		}
-		if err := copyFile(tw, h, e.source); err != nil {
-			return err
+		if err := copyFile(ctx, tw, h, e.source); err != nil {
+			return v1.Hash{}, v1.Hash{}, err
 		}
 	}
 	if err := tw.Close(); err != nil {
-		return err
+		return v1.Hash{}, v1.Hash{}, err
 	}
-	return zw.Close()
+	if err := zw.Close(); err != nil {
+		return v1.Hash{}, v1.Hash{}, err
+	}
+	return v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(compressed.Sum(nil))},
+		v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(uncompressed.Sum(nil))}, nil
 }
 
-func copyFile(tw *tar.Writer, h *tar.Header, source string) error {
+// ctxReader stops a copy when its context ends.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+// layer is a compressed layer in a file whose digest and diff ID are
+// known (partial.CompressedToLayer makes it a v1.Layer without reading
+// the file again to compute them).
+type layer struct {
+	path           string
+	digest, diffID v1.Hash
+	size           int64
+}
+
+func (l *layer) Digest() (v1.Hash, error)            { return l.digest, nil }
+func (l *layer) DiffID() (v1.Hash, error)            { return l.diffID, nil }
+func (l *layer) Size() (int64, error)                { return l.size, nil }
+func (l *layer) MediaType() (types.MediaType, error) { return types.DockerLayer, nil }
+func (l *layer) Compressed() (io.ReadCloser, error)  { return os.Open(l.path) }
+
+func copyFile(ctx context.Context, tw *tar.Writer, h *tar.Header, source string) error {
 	f, err := os.Open(source)
 	if err != nil {
 		return fmt.Errorf("source of image file /%s: %w", h.Name, err)
@@ -215,7 +259,7 @@ func copyFile(tw *tar.Writer, h *tar.Header, source string) error {
 	if err := tw.WriteHeader(h); err != nil {
 		return err
 	}
-	if n, err := io.Copy(tw, f); err != nil {
+	if n, err := io.Copy(tw, ctxReader{ctx, f}); err != nil {
 		return fmt.Errorf("source of image file /%s: %w", h.Name, err)
 	} else if n != st.Size() {
 		return fmt.Errorf("source of image file /%s: %s changed while it was read", h.Name, source)
@@ -226,7 +270,7 @@ func copyFile(tw *tar.Writer, h *tar.Header, source string) error {
 // Write builds the image of spec and writes its tarball at out (mode
 // 0644), replacing a previous one only once the new one is complete. The
 // compressed layer is staged next to out and removed afterwards.
-func Write(spec Spec, out string) (Result, error) {
+func Write(ctx context.Context, spec Spec, out string) (Result, error) {
 	ref, err := name.NewTag(spec.Ref(), name.StrictValidation)
 	if err != nil {
 		return Result{}, fmt.Errorf("image reference %q: %w", spec.Ref(), err)
@@ -243,17 +287,22 @@ func Write(spec Spec, out string) (Result, error) {
 		_ = layerFile.Close()
 		_ = os.Remove(layerFile.Name())
 	}()
-	if err := writeLayer(layerFile, es); err != nil {
+	digest, diffID, err := writeLayer(ctx, layerFile, es)
+	if err != nil {
 		return Result{}, fmt.Errorf("image %s: layer: %w", spec.Ref(), err)
+	}
+	st, err := layerFile.Stat()
+	if err != nil {
+		return Result{}, err
 	}
 	if err := layerFile.Close(); err != nil {
 		return Result{}, err
 	}
-	img, err := image(spec, layerFile.Name(), len(es))
+	img, err := image(spec, &layer{path: layerFile.Name(), digest: digest, diffID: diffID, size: st.Size()}, len(es))
 	if err != nil {
 		return Result{}, fmt.Errorf("image %s: %w", spec.Ref(), err)
 	}
-	digest, err := img.Digest()
+	manifest, err := img.Digest()
 	if err != nil {
 		return Result{}, err
 	}
@@ -278,16 +327,16 @@ func Write(spec Spec, out string) (Result, error) {
 	if err := atomicfile.SyncDir(filepath.Dir(out)); err != nil {
 		return Result{}, err
 	}
-	st, err := os.Stat(out)
+	st, err = os.Stat(out)
 	if err != nil {
 		return Result{}, err
 	}
-	return Result{Digest: digest.String(), ID: id.String(), Size: st.Size()}, nil
+	return Result{Digest: manifest.String(), ID: id.String(), Size: st.Size()}, nil
 }
 
-// image is the image of spec over the compressed layer in layerPath.
-func image(spec Spec, layerPath string, n int) (v1.Image, error) {
-	layer, err := tarball.LayerFromFile(layerPath)
+// image is the image of spec over one compressed layer.
+func image(spec Spec, cl *layer, n int) (v1.Image, error) {
+	layer, err := partial.CompressedToLayer(cl)
 	if err != nil {
 		return nil, fmt.Errorf("layer: %w", err)
 	}

@@ -3,6 +3,8 @@ package ociimage
 import (
 	"archive/tar"
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -46,7 +48,7 @@ func TestReproducible(t *testing.T) {
 	write := func(name string, s Spec) (Result, []byte) {
 		t.Helper()
 		p := filepath.Join(out, name)
-		r, err := Write(s, p)
+		r, err := Write(t.Context(), s, p)
 		if err != nil {
 			t.Fatalf("Write %s: %v", name, err)
 		}
@@ -122,7 +124,7 @@ func TestLayer(t *testing.T) {
 	src, out := t.TempDir(), t.TempDir()
 	s := spec(writeSource(t, src, "bin", "binary"), writeSource(t, src, "conf", "conf"))
 	p := filepath.Join(out, "img.tar")
-	if _, err := Write(s, p); err != nil {
+	if _, err := Write(t.Context(), s, p); err != nil {
 		t.Fatal(err)
 	}
 	img, err := tarball.ImageFromPath(p, nil)
@@ -204,13 +206,19 @@ func TestBadSpec(t *testing.T) {
 		{[]File{{Path: "/x", Mode: 0o755, Source: filepath.Join(src, "missing")}}, "source of image file /x"},
 		{[]File{{Path: "/x", Mode: 0o755, Source: src}}, "is not a regular file"},
 	} {
-		_, err := Write(Spec{Name: "example.test/x", Tag: "v1", Files: tc.files}, filepath.Join(out, "x.tar"))
+		_, err := Write(t.Context(), Spec{Name: "example.test/x", Tag: "v1", Files: tc.files}, filepath.Join(out, "x.tar"))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: error %v, want one saying %q", tc.files, err, tc.want)
 		}
 	}
-	if _, err := Write(Spec{Name: "Bad Name", Tag: "v1", Files: []File{{Path: "/x", Mode: 0o755, Source: bin}}}, filepath.Join(out, "x.tar")); err == nil || !strings.Contains(err.Error(), `"Bad Name:v1"`) {
+	if _, err := Write(t.Context(), Spec{Name: "Bad Name", Tag: "v1", Files: []File{{Path: "/x", Mode: 0o755, Source: bin}}}, filepath.Join(out, "x.tar")); err == nil || !strings.Contains(err.Error(), `"Bad Name:v1"`) {
 		t.Errorf("bad reference: %v", err)
+	}
+	// A cancelled build stops and leaves nothing either.
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := Write(ctx, Spec{Name: "example.test/x", Tag: "v1", Files: []File{{Path: "/x", Mode: 0o755, Source: bin}}}, filepath.Join(out, "x.tar")); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled: %v", err)
 	}
 	if left, _ := os.ReadDir(out); len(left) != 0 {
 		t.Errorf("left in the output directory: %v", left)

@@ -1,0 +1,386 @@
+// Package kubeimages builds the container images a local Kubernetes runs
+// (cmd/localkube, docs/kubernetes-local.md), with internal/ociimage, into
+// one directory of image tarballs and its index, images.json:
+//
+//   - the pause image, registry.k8s.io/pause:<tag kubeadm of each version
+//     expects> (cmd/localkube/pause, built static);
+//   - per Kubernetes version, kube-apiserver, kube-controller-manager,
+//     kube-scheduler and kube-proxy under kubeadm's names and tags
+//     (registry.k8s.io/<name>:<version>), each its binary at
+//     /usr/local/bin/<name> (on PATH: kubeadm's static pods name the command
+//     alone) and as entrypoint, from the per-version binaries hack/build-kube.sh
+//     builds (<KubeCache>/<version>/bin);
+//   - Steward's own, steward.etcd.io/steward:<git describe --tags --always
+//     --dirty of the source, "dev" outside a Git checkout>: the steward
+//     binary built static at /usr/local/bin/steward (the entrypoint) and
+//     every etcd version of the binary store at /opt/steward/binaries,
+//     laid out as the store is (etcd-v<version>/{etcd,etcdctl,etcdutl,
+//     manifest.json}); /opt, not /var/lib/steward/binaries (the agent's
+//     default), because a pod mounts its data volume on /var/lib/steward:
+//     pass --binary-store /opt/steward/binaries.
+//
+// Invariants: the directory is 0700 and the tarballs 0644; images.json is
+// written atomically after every tarball it names is complete, and names
+// each tarball by a path relative to the directory.
+package kubeimages
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/etcd-steward/steward/internal/atomicfile"
+	"github.com/etcd-steward/steward/internal/ociimage"
+)
+
+// IndexFile is the index's name in the images directory.
+const IndexFile = "images.json"
+
+// StewardImage is the repository of Steward's image and StoreDir where its
+// binary store is in it.
+const (
+	StewardImage = "steward.etcd.io/steward"
+	StoreDir     = "/opt/steward/binaries"
+)
+
+// Components are the Kubernetes components that get an image, by
+// kubeadm's names.
+var Components = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy"}
+
+var (
+	// ErrNoBinaries is wrapped when a Kubernetes version has no built
+	// binaries.
+	ErrNoBinaries = errors.New("Kubernetes binaries not built")
+	// ErrNoStore is wrapped when the etcd binary store has no version.
+	ErrNoStore = errors.New("etcd binary store empty")
+)
+
+// Options say what to build, from where, to where.
+type Options struct {
+	// KubeVersions are the Kubernetes releases ("v1.36.3"); KubeCache
+	// holds their binaries at <KubeCache>/<version>/bin.
+	KubeVersions []string
+	KubeCache    string
+	// Store is the etcd binary store whose versions go into Steward's
+	// image.
+	Store string
+	// Source is Steward's module directory, from which steward and pause
+	// are built (go build, CGO_ENABLED=0).
+	Source string
+	// Out is the images directory.
+	Out string
+	// Log gets one line per image; nil discards them.
+	Log io.Writer
+}
+
+// Image is one entry of the index.
+type Image struct {
+	// Name and Tag are the image's reference (Name:Tag).
+	Name string `json:"name"`
+	Tag  string `json:"tag"`
+	// Digest is the image manifest's digest, ID its configuration's (the
+	// image ID a runtime shows).
+	Digest string `json:"digest"`
+	ID     string `json:"id"`
+	// File is the tarball, relative to the images directory; Size its
+	// size in bytes.
+	File string `json:"file"`
+	Size int64  `json:"size"`
+}
+
+// Ref is the image's reference, name:tag.
+func (i Image) Ref() string { return i.Name + ":" + i.Tag }
+
+// Index is images.json.
+type Index struct {
+	Images []Image `json:"images"`
+}
+
+// Find returns the image of a reference (name:tag).
+func (ix Index) Find(ref string) (Image, bool) {
+	for _, i := range ix.Images {
+		if i.Ref() == ref {
+			return i, true
+		}
+	}
+	return Image{}, false
+}
+
+var (
+	kubeVersionRE = regexp.MustCompile(`^v1\.[0-9]+\.[0-9]+$`)
+	digestRE      = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+	refPartRE     = regexp.MustCompile(`^[a-z0-9][a-z0-9._/-]*$`)
+	tagRE         = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
+)
+
+// ParseIndex reads an images.json; it refuses one whose entries are not
+// well formed (a tarball path leaving the directory, a digest that is not
+// sha256, a reference listed twice).
+func ParseIndex(data []byte) (Index, error) {
+	var ix Index
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&ix); err != nil {
+		return Index{}, fmt.Errorf("image index: %w", err)
+	}
+	if dec.More() {
+		return Index{}, errors.New("image index: data after the index")
+	}
+	seen := map[string]bool{}
+	for n, i := range ix.Images {
+		switch {
+		case !refPartRE.MatchString(i.Name):
+			return Index{}, fmt.Errorf("image index: entry %d: bad name %q", n, i.Name)
+		case !tagRE.MatchString(i.Tag):
+			return Index{}, fmt.Errorf("image index: %s: bad tag %q", i.Name, i.Tag)
+		case !digestRE.MatchString(i.Digest) || !digestRE.MatchString(i.ID):
+			return Index{}, fmt.Errorf("image index: %s: digest %q and id %q must be sha256:<64 hex digits>", i.Ref(), i.Digest, i.ID)
+		case i.File == "" || i.File == "." || path.IsAbs(i.File) || path.Clean(i.File) != i.File || strings.HasPrefix(i.File, "..") || strings.Contains(i.File, "/"):
+			return Index{}, fmt.Errorf("image index: %s: file %q is not a file name in the images directory", i.Ref(), i.File)
+		case i.Size < 0:
+			return Index{}, fmt.Errorf("image index: %s: negative size %d", i.Ref(), i.Size)
+		case seen[i.Ref()]:
+			return Index{}, fmt.Errorf("image index: %s is listed twice", i.Ref())
+		}
+		seen[i.Ref()] = true
+	}
+	return ix, nil
+}
+
+// ReadIndex reads the images.json of an images directory.
+func ReadIndex(dir string) (Index, error) {
+	b, err := os.ReadFile(filepath.Join(dir, IndexFile))
+	if err != nil {
+		return Index{}, err
+	}
+	ix, err := ParseIndex(b)
+	if err != nil {
+		return Index{}, fmt.Errorf("%s: %w", filepath.Join(dir, IndexFile), err)
+	}
+	return ix, nil
+}
+
+// KubeBin is where the binaries of a Kubernetes version are.
+func KubeBin(cache, version string) string { return filepath.Join(cache, version, "bin") }
+
+// Build builds every image of opts into opts.Out and writes the index. It
+// checks every input before it builds anything, and refuses with the input
+// at fault: a version that is not v1.MINOR.PATCH, one without binaries
+// (ErrNoBinaries), an empty store (ErrNoStore).
+func Build(ctx context.Context, opts Options) (Index, error) {
+	logw := opts.Log
+	if logw == nil {
+		logw = io.Discard
+	}
+	if len(opts.KubeVersions) == 0 {
+		return Index{}, errors.New("no Kubernetes version to build images of")
+	}
+	for _, v := range opts.KubeVersions {
+		if !kubeVersionRE.MatchString(v) {
+			return Index{}, fmt.Errorf("Kubernetes version %q is not v1.MINOR.PATCH (for example v1.36.3)", v)
+		}
+		for _, c := range append(slices.Clone(Components), "kubeadm") {
+			if st, err := os.Stat(filepath.Join(KubeBin(opts.KubeCache, v), c)); err != nil || !st.Mode().IsRegular() {
+				return Index{}, fmt.Errorf("Kubernetes %s has no %s in %s: %w", v, c, KubeBin(opts.KubeCache, v), ErrNoBinaries)
+			}
+		}
+	}
+	storeFiles, err := storeFiles(opts.Store)
+	if err != nil {
+		return Index{}, err
+	}
+	if err := os.MkdirAll(opts.Out, 0o700); err != nil {
+		return Index{}, err
+	}
+	if err := os.Chmod(opts.Out, 0o700); err != nil {
+		return Index{}, err
+	}
+
+	// pause tags kubeadm expects, per version.
+	pauseTags := []string{}
+	for _, v := range opts.KubeVersions {
+		tag, err := PauseTag(ctx, filepath.Join(KubeBin(opts.KubeCache, v), "kubeadm"), v)
+		if err != nil {
+			return Index{}, err
+		}
+		if !slices.Contains(pauseTags, tag) {
+			pauseTags = append(pauseTags, tag)
+		}
+	}
+
+	build, err := os.MkdirTemp(opts.Out, ".build-")
+	if err != nil {
+		return Index{}, err
+	}
+	defer os.RemoveAll(build)
+	steward := filepath.Join(build, "steward")
+	pause := filepath.Join(build, "pause")
+	if err := GoBuild(ctx, opts.Source, "./cmd/steward", steward); err != nil {
+		return Index{}, err
+	}
+	if err := GoBuild(ctx, opts.Source, PausePackage, pause); err != nil {
+		return Index{}, err
+	}
+	var specs []ociimage.Spec
+	for _, tag := range pauseTags {
+		specs = append(specs, PauseSpec(pause, tag))
+	}
+	for _, v := range opts.KubeVersions {
+		for _, c := range Components {
+			specs = append(specs, ComponentSpec(c, v, filepath.Join(KubeBin(opts.KubeCache, v), c)))
+		}
+	}
+	stewardFiles := append([]ociimage.File{
+		{Path: "/usr/local/bin/steward", Mode: 0o755, Source: steward},
+		{Path: "/var/lib/steward", Mode: fs.ModeDir | 0o700},
+		tmpDir,
+	}, storeFiles...)
+	specs = append(specs, ociimage.Spec{
+		Name: StewardImage, Tag: stewardTag(ctx, opts.Source),
+		Files: stewardFiles, Entrypoint: []string{"/usr/local/bin/steward"},
+	})
+
+	var ix Index
+	for _, s := range specs {
+		start := time.Now()
+		file := fileName(s)
+		r, err := ociimage.Write(ctx, s, filepath.Join(opts.Out, file))
+		if err != nil {
+			return Index{}, err
+		}
+		ix.Images = append(ix.Images, Image{Name: s.Name, Tag: s.Tag, Digest: r.Digest, ID: r.ID, File: file, Size: r.Size})
+		fmt.Fprintf(logw, "%s %s %s (%d MB, %.1f s)\n", s.Ref(), r.Digest, file, r.Size>>20, time.Since(start).Seconds())
+	}
+	b, err := json.MarshalIndent(ix, "", "  ")
+	if err != nil {
+		return Index{}, err
+	}
+	if err := atomicfile.WriteFile(filepath.Join(opts.Out, IndexFile), append(b, '\n'), 0o644); err != nil {
+		return Index{}, err
+	}
+	return ix, nil
+}
+
+// PausePackage is the pause program's package in Steward's module.
+const PausePackage = "./cmd/localkube/pause"
+
+// tmpDir is /tmp of an image, for programs that write temporary files.
+var tmpDir = ociimage.File{Path: "/tmp", Mode: fs.ModeDir | fs.ModeSticky | 0o777}
+
+// PauseSpec is the pause image of a tag, from the built pause program:
+// /pause, its entrypoint, alone.
+func PauseSpec(pause, tag string) ociimage.Spec {
+	return ociimage.Spec{
+		Name: "registry.k8s.io/pause", Tag: tag,
+		Files:      []ociimage.File{{Path: "/pause", Mode: 0o755, Source: pause}},
+		Entrypoint: []string{"/pause"},
+	}
+}
+
+// ComponentSpec is the image of a Kubernetes component of a version
+// under kubeadm's name and tag, from its binary: the binary at
+// /usr/local/bin/<component> (on PATH) as entrypoint, and /tmp.
+func ComponentSpec(component, version, binary string) ociimage.Spec {
+	exe := "/usr/local/bin/" + component
+	return ociimage.Spec{
+		Name: "registry.k8s.io/" + component, Tag: version,
+		Files:      []ociimage.File{{Path: exe, Mode: 0o755, Source: binary}, tmpDir},
+		Entrypoint: []string{exe},
+	}
+}
+
+// fileName is the tarball of an image: its repository's last element and
+// its tag ("kube-apiserver-v1.36.3.tar").
+func fileName(s ociimage.Spec) string {
+	return path.Base(s.Name) + "-" + s.Tag + ".tar"
+}
+
+// storeFiles lists the files of every version of the etcd binary store
+// at their place under StoreDir.
+func storeFiles(store string) ([]ociimage.File, error) {
+	dirs, err := filepath.Glob(filepath.Join(store, "etcd-v*"))
+	if err != nil {
+		return nil, err
+	}
+	var files []ociimage.File
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(d, "manifest.json")); err != nil {
+			continue // not a stored version (one being imported)
+		}
+		entries, err := os.ReadDir(d)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range entries {
+			if !e.Type().IsRegular() {
+				continue
+			}
+			mode := fs.FileMode(0o755)
+			if e.Name() == "manifest.json" {
+				mode = 0o644
+			}
+			files = append(files, ociimage.File{
+				Path: path.Join(StoreDir, filepath.Base(d), e.Name()), Mode: mode, Source: filepath.Join(d, e.Name()),
+			})
+		}
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("no etcd version in the binary store %s: %w", store, ErrNoStore)
+	}
+	return files, nil
+}
+
+// GoBuild builds a static binary (CGO_ENABLED=0, -trimpath) of pkg in
+// Steward's module at source.
+func GoBuild(ctx context.Context, source, pkg, out string) error {
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false", "-o", out, pkg)
+	cmd.Dir = source
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=", "GOWORK=off")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build %s in %s: %w\n%s", pkg, source, err, b)
+	}
+	return nil
+}
+
+// stewardTag is `git describe --tags --always --dirty` of the source, or
+// "dev" where that gives nothing (no Git checkout).
+func stewardTag(ctx context.Context, source string) string {
+	cmd := exec.CommandContext(ctx, "git", "describe", "--tags", "--always", "--dirty")
+	cmd.Dir = source
+	b, err := cmd.Output()
+	tag := strings.TrimSpace(string(b))
+	if err != nil || !tagRE.MatchString(tag) {
+		return "dev"
+	}
+	return tag
+}
+
+// PauseTag asks kubeadm of a version which pause image it expects
+// (`kubeadm config images list`), and returns its tag.
+func PauseTag(ctx context.Context, kubeadm, version string) (string, error) {
+	cmd := exec.CommandContext(ctx, kubeadm, "config", "images", "list", "--kubernetes-version", version)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	b, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("%s config images list: %w: %s", kubeadm, err, strings.TrimSpace(stderr.String()))
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if tag, ok := strings.CutPrefix(strings.TrimSpace(line), "registry.k8s.io/pause:"); ok && tagRE.MatchString(tag) {
+			return tag, nil
+		}
+	}
+	return "", fmt.Errorf("%s config images list names no registry.k8s.io/pause image:\n%s", kubeadm, b)
+}
