@@ -35,8 +35,17 @@ func TestUpBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = o.config(context.Background())
-	if err == nil || !strings.Contains(err.Error(), "registry.k8s.io/kube-apiserver:v1.99.0") || !strings.Contains(err.Error(), "make images") {
-		t.Errorf("images not built: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "no images for Kubernetes v1.99.0") || !strings.Contains(err.Error(), "images.json is missing") || !strings.Contains(err.Error(), "make images") {
+		t.Errorf("no images built: %v", err)
+	}
+	sha := "sha256:" + strings.Repeat("0", 64)
+	index := `{"images":[{"name":"registry.k8s.io/pause","tag":"3.10","digest":"` + sha + `","id":"` + sha + `","file":"pause.tar","size":1}]}`
+	if err := os.WriteFile(filepath.Join(o.images, "images.json"), []byte(index), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = o.config(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "the image registry.k8s.io/kube-apiserver:v1.99.0 of Kubernetes v1.99.0 is not built") || !strings.Contains(err.Error(), "make images") {
+		t.Errorf("the version's images not built: %v", err)
 	}
 
 	o.nodes = 2

@@ -220,12 +220,12 @@ func (cfg Config) Check() error {
 	}
 	for _, img := range cfg.Images {
 		if _, err := os.Stat(img); err != nil {
-			errs = append(errs, &MissingImageError{Version: cfg.Version, Path: img})
+			errs = append(errs, fmt.Errorf("image tarball %s: %w", img, err))
 			break
 		}
 	}
 	if len(cfg.Images) == 0 {
-		errs = append(errs, &MissingImageError{Version: cfg.Version})
+		errs = append(errs, fmt.Errorf("no image to import into the nodes"))
 	}
 	for name, p := range map[string]string{"steward": cfg.Steward, "versitygw": cfg.VersityGW} {
 		if _, err := os.Stat(p); err != nil {
@@ -245,14 +245,15 @@ func (e *MissingBinaryError) Error() string {
 	return fmt.Sprintf("Kubernetes %s is not built: %s is missing", e.Version, e.Path)
 }
 
-// MissingImageError: the image tarballs of a version are not built.
-type MissingImageError struct{ Version, Path string }
+// MissingImageError: the images of a version are not built: no index
+// (Ref empty), or the index lacks Ref.
+type MissingImageError struct{ Version, Index, Ref string }
 
 func (e *MissingImageError) Error() string {
-	if e.Path == "" {
-		return fmt.Sprintf("no image tarballs for Kubernetes %s", e.Version)
+	if e.Ref == "" {
+		return fmt.Sprintf("no images for Kubernetes %s: %s is missing", e.Version, e.Index)
 	}
-	return fmt.Sprintf("image tarball %s of Kubernetes %s is missing", e.Path, e.Version)
+	return fmt.Sprintf("the image %s of Kubernetes %s is not built (not in %s)", e.Ref, e.Version, e.Index)
 }
 
 // MissingPackagesError: containerd, runc, the CNI plugins, iptables or

@@ -51,7 +51,7 @@ func probeImage(t *testing.T, c *localkube.Cluster) string {
 		}
 		name, tag, _ := strings.Cut(probeRef, ":")
 		tarball := filepath.Join(dir, "kubeprobe.tar")
-		if _, probeErr = ociimage.Write(ociimage.Spec{Name: name, Tag: tag,
+		if _, probeErr = ociimage.Write(context.Background(), ociimage.Spec{Name: name, Tag: tag,
 			Files:      []ociimage.File{{Path: "/kubeprobe", Mode: 0o755, Source: bin}},
 			Entrypoint: []string{"/kubeprobe"}}, tarball); probeErr != nil {
 			return
