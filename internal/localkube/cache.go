@@ -65,7 +65,7 @@ func FromCache(kubeCache, imagesDir, version string) (Config, error) {
 			pauses = append(pauses, img.Ref())
 		}
 		if img.Name == kubeimages.StewardImage {
-			add(img.Ref())
+			cfg.ExtraImages = append(cfg.ExtraImages, filepath.Join(imagesDir, img.File))
 		}
 	}
 	if kubeadm := filepath.Join(cfg.KubeBin, "kubeadm"); len(pauses) > 1 {

@@ -70,6 +70,10 @@ type Config struct {
 	// Images are the image tarballs imported into every node's containerd:
 	// the pause image, the kube components of Version, Steward's.
 	Images []string
+	// ExtraImages are imported into every node too, but while the
+	// control plane starts (Up returns once they are in): images no static
+	// pod runs, such as Steward's.
+	ExtraImages []string
 	// PauseImage is the pause image's reference (containerd's sandbox
 	// image), one of Images.
 	PauseImage string
@@ -218,7 +222,7 @@ func (cfg Config) Check() error {
 			break
 		}
 	}
-	for _, img := range cfg.Images {
+	for _, img := range append(cfg.Images, cfg.ExtraImages...) {
 		if _, err := os.Stat(img); err != nil {
 			errs = append(errs, fmt.Errorf("image tarball %s: %w", img, err))
 			break
@@ -353,12 +357,21 @@ func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if err := c.step("kubelets and kube-proxies", func() error { return c.startKubelets(ctx) }); err != nil {
 		return c, err
 	}
+	extra := make(chan error, 1)
+	extraStart := time.Now()
+	go func() { extra <- c.importImages(ctx, c.ExtraImages) }()
 	if err := c.step("API server ready, nodes Ready", func() error { return c.waitReady(ctx) }); err != nil {
+		<-extra
 		return c, err
 	}
 	if err := c.step("cluster add-ons", func() error { return c.addOns(ctx) }); err != nil {
+		<-extra
 		return c, err
 	}
+	if err := c.step("other images imported: waited for", func() error { return <-extra }); err != nil {
+		return c, err
+	}
+	c.Timings = append(c.Timings, Timing{Step: "other images imported, since the kubelets started", Duration: time.Since(extraStart).Round(time.Millisecond)})
 	c.Timings = append(c.Timings, Timing{Step: "total", Duration: time.Since(start).Round(time.Millisecond)})
 	c.logf("cluster of %d node(s) Ready in %s", len(c.Nodes), time.Since(start).Round(time.Millisecond))
 	return c, c.writeState(true)

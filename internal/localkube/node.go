@@ -55,13 +55,23 @@ func (c *Cluster) startRuntimes(ctx context.Context) error {
 		if err := c.startContainerd(ctx, n); err != nil {
 			return fmt.Errorf("node %s: containerd: %w", n.Name, err)
 		}
-		for _, img := range c.Images {
-			if _, err := c.run(ctx, n.Cgroup+"/system", "", 0, "ctr", "-a", n.containerdSock(), "-n", "k8s.io", "images", "import", img); err != nil {
-				return fmt.Errorf("node %s: import %s: %w", n.Name, img, err)
-			}
-		}
-		return nil
+		return c.importInto(ctx, n, c.Images)
 	})
+}
+
+// importImages imports image tarballs into every node, the nodes side by
+// side.
+func (c *Cluster) importImages(ctx context.Context, images []string) error {
+	return c.eachNode(func(n *Node) error { return c.importInto(ctx, n, images) })
+}
+
+func (c *Cluster) importInto(ctx context.Context, n *Node, images []string) error {
+	for _, img := range images {
+		if _, err := c.run(ctx, n.Cgroup+"/system", "", 0, "ctr", "-a", n.containerdSock(), "-n", "k8s.io", "images", "import", img); err != nil {
+			return fmt.Errorf("node %s: import %s: %w", n.Name, img, err)
+		}
+	}
+	return nil
 }
 
 // eachNode runs f for every node at once and joins their errors.
@@ -318,12 +328,7 @@ func itoa(i int) string { return strconv.Itoa(i) }
 
 // ImportImage imports an image tarball into every node's containerd.
 func (c *Cluster) ImportImage(ctx context.Context, tarball string) error {
-	for _, n := range c.Nodes {
-		if _, err := c.run(ctx, n.Cgroup+"/system", "", 0, "ctr", "-a", n.containerdSock(), "-n", "k8s.io", "images", "import", tarball); err != nil {
-			return fmt.Errorf("node %s: import %s: %w", n.Name, tarball, err)
-		}
-	}
-	return nil
+	return c.importImages(ctx, []string{tarball})
 }
 
 // Kubectl returns a kubectl command of the cluster's version with the
