@@ -184,7 +184,7 @@ func (o *upOptions) run(cmd *cobra.Command) error {
 		total := ""
 		for _, t := range s.Timings {
 			if t.Step == "total" {
-				total = " in " + t.Duration.String()
+				total = fmt.Sprintf(" in %.1fs", t.Seconds)
 			}
 		}
 		fmt.Fprintf(cmd.ErrOrStderr(), "localkube: %d node(s) Ready%s; `localkube down --dir %s` (make kube-down) removes it\n", len(s.Nodes), total, cfg.Dir)

@@ -129,10 +129,12 @@ type Cluster struct {
 	lb              *loadBalancer
 }
 
-// Timing is how long a step of Up took.
+// Timing is how long a step of Up took (Seconds: the same, in the state
+// file).
 type Timing struct {
 	Step     string        `json:"step"`
-	Duration time.Duration `json:"duration"`
+	Duration time.Duration `json:"-"`
+	Seconds  float64       `json:"seconds"`
 }
 
 // Node is one node of the cluster.
@@ -189,9 +191,12 @@ func ReadState(dir string) (State, error) {
 func (c *Cluster) writeState(ready bool) error {
 	s := State{Owner: c.Owner, Version: c.Version, Subnet: c.Subnet.String(), Kubeconfig: c.Kubeconfig,
 		APIServer: c.APIServer, StewardDir: c.StewardDir, S3Endpoint: c.S3Endpoint, S3Bucket: c.S3Bucket,
-		S3CredentialsFile: c.S3CredentialsFile, Ready: ready, Timings: c.Timings}
+		S3CredentialsFile: c.S3CredentialsFile, Ready: ready, Timings: append([]Timing(nil), c.Timings...)}
 	for _, n := range c.Nodes {
 		s.Nodes = append(s.Nodes, n.Name)
+	}
+	for i := range s.Timings {
+		s.Timings[i].Seconds = s.Timings[i].Duration.Seconds()
 	}
 	b, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
