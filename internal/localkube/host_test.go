@@ -1,6 +1,9 @@
 package localkube
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestOwnerOf(t *testing.T) {
 	for name, want := range map[string]int{
@@ -9,6 +12,27 @@ func TestOwnerOf(t *testing.T) {
 	} {
 		if got := ownerOf(name); got != want {
 			t.Errorf("ownerOf(%q) = %d, want %d", name, got, want)
+		}
+	}
+}
+
+// TestCheckRefuses: a configuration Up cannot run is refused before
+// anything is made, each problem named.
+func TestCheckRefuses(t *testing.T) {
+	err := Config{Dir: "/var/lib/localkube", Nodes: 2, Version: "v1.36.3", KubeBin: t.TempDir()}.Check()
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, want := range []string{
+		"nodes: 2: a local cluster has 1 or 3 nodes",
+		"directory /var/lib/localkube is under /var, which the nodes overlay",
+		"Kubernetes v1.36.3 is not built",
+		"no image to import",
+		"steward binary",
+		"versitygw binary",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%v: lacks %q", err, want)
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -100,14 +101,22 @@ func LocalKubeMain(m *testing.M, nodes int) int {
 		sig := make(chan os.Signal, 1)
 		signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		stopped := make(chan struct{})
+		var mu sync.Mutex // owns up
+		var up *localkube.Cluster
+		upDone, stopped := make(chan struct{}), make(chan struct{})
 		go func() {
 			select {
 			case s := <-sig:
+				// Up removes what it made when ctx ends; a cluster that
+				// is up is removed here.
 				fmt.Fprintf(os.Stderr, "localkube: %v: removing the cluster\n", s)
 				cancel()
-				if c != nil {
-					_ = c.Down()
+				<-upDone
+				mu.Lock()
+				cc := up
+				mu.Unlock()
+				if cc != nil {
+					_ = cc.Down()
 				}
 				os.Exit(1)
 			case <-stopped:
@@ -115,6 +124,10 @@ func LocalKubeMain(m *testing.M, nodes int) int {
 		}()
 		defer close(stopped)
 		c, err = localkube.Up(ctx, cfg)
+		mu.Lock()
+		up = c
+		mu.Unlock()
+		close(upDone)
 		cancel()
 	}
 	localKube, localKubeErr = c, err
