@@ -181,3 +181,66 @@ func TestMachineUnchangedAfterFailedUp(t *testing.T) {
 		t.Errorf("the machine after a failed bring-up: %s", harness.FormatDiff(d))
 	}
 }
+
+// TestChildHold is the child of TestSignalDuringUp: a test of a package
+// whose TestMain is LocalKubeMain, holding until the signal.
+func TestChildHold(t *testing.T) {
+	if os.Getenv(childEnv) != "main" {
+		t.Skip("the child of TestSignalDuringUp")
+	}
+	<-t.Context().Done()
+}
+
+// TestSignalDuringUp: SIGINT to a test process whose shared cluster is
+// coming up (its nodes' containerd running) removes everything before the
+// process exits.
+func TestSignalDuringUp(t *testing.T) {
+	shared := harness.LocalKube(t)
+	before := harness.MachineState()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestChildHold$", "-test.v")
+	cmd.Env = append(os.Environ(), childEnv+"=main", "STEWARD_TEST_BINARY="+shared.Steward)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		_, _ = localkube.RemoveOwned(cmd.Process.Pid)
+	})
+	mid := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sent := false
+		for sc.Scan() {
+			if !sent && strings.Contains(sc.Text(), "nodes' containerd and images") {
+				mid <- true
+				sent = true
+			}
+		}
+		if !sent {
+			mid <- false
+		}
+	}()
+	select {
+	case ok := <-mid:
+		if !ok {
+			t.Fatal("the child's cluster never reached containerd")
+		}
+	case <-time.After(5 * time.Minute):
+		t.Fatal("the child's cluster never reached containerd")
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	if err == nil {
+		t.Errorf("the interrupted child exited 0")
+	}
+	if d := harness.DiffMachine(before, harness.MachineState()); len(d) > 0 {
+		t.Errorf("the machine after SIGINT during the bring-up: %s", harness.FormatDiff(d))
+	}
+}

@@ -11,13 +11,18 @@ import (
 	"github.com/etcd-steward/steward/test/harness"
 )
 
-// childEnv marks a run of this test binary as the child of
-// TestRemovedAfterKill and TestRemovedOnSIGTERM: it brings up a cluster of
-// its own (TestChildCluster) and no shared one.
+// childEnv marks a run of this test binary as a child of the cleanup
+// tests: "1", a cluster of its own brought up by TestChildCluster and no
+// shared one; "main", a one-node shared cluster (LocalKubeMain) that
+// TestSignalDuringUp interrupts.
 const childEnv = "LOCALKUBE_TEST_CHILD"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) != "" {
+	switch os.Getenv(childEnv) {
+	case "":
+	case "main":
+		os.Exit(harness.LocalKubeMain(m, 1))
+	default:
 		os.Exit(m.Run())
 	}
 	nodes := 3
