@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -88,7 +89,8 @@ func LocalKubeMain(m *testing.M, nodes int) int {
 			return 1
 		}
 	}
-	dir, err := os.MkdirTemp("", "localkube-")
+	removeStaleDirs()
+	dir, err := os.MkdirTemp("", fmt.Sprintf("localkube-%d-", os.Getpid()))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -117,6 +119,9 @@ func LocalKubeMain(m *testing.M, nodes int) int {
 				mu.Unlock()
 				if cc != nil {
 					_ = cc.Down()
+				}
+				if os.Getenv("STEWARD_KEEP_FAILED") == "" {
+					_ = os.RemoveAll(dir)
 				}
 				os.Exit(1)
 			case <-stopped:
@@ -190,5 +195,28 @@ func repoRoot() (string, error) {
 			return "", fmt.Errorf("repository root (go.mod) not found above %s", strings.TrimSpace(d))
 		}
 		d = p
+	}
+}
+
+// removeStaleDirs removes the cluster directories (TMPDIR/localkube-PID-*)
+// of test processes no longer alive: a killed run's cluster is removed by
+// the next Up (localkube.CleanupStale), its directory here.
+func removeStaleDirs() {
+	// Their processes first: they may still write there.
+	if _, err := localkube.CleanupStale(); err != nil {
+		fmt.Fprintf(os.Stderr, "localkube: leftovers of killed runs: %v\n", err)
+	}
+	ents, _ := os.ReadDir(os.TempDir())
+	for _, e := range ents {
+		rest, ok := strings.CutPrefix(e.Name(), "localkube-")
+		if !ok || !e.IsDir() {
+			continue
+		}
+		pidText, _, ok := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidText)
+		if !ok || err != nil || pid == os.Getpid() || syscall.Kill(pid, 0) == nil {
+			continue
+		}
+		_ = localkube.RemoveDir(filepath.Join(os.TempDir(), e.Name()))
 	}
 }

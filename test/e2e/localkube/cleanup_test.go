@@ -188,6 +188,7 @@ func TestChildHold(t *testing.T) {
 	if os.Getenv(childEnv) != "main" {
 		t.Skip("the child of TestSignalDuringUp")
 	}
+	harness.LocalKube(t) // a failed bring-up ends the child at once
 	<-t.Context().Done()
 }
 
@@ -198,7 +199,14 @@ func TestSignalDuringUp(t *testing.T) {
 	shared := harness.LocalKube(t)
 	before := harness.MachineState()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestChildHold$", "-test.v")
-	cmd.Env = append(os.Environ(), childEnv+"=main", "STEWARD_TEST_BINARY="+shared.Steward)
+	// The child's TMPDIR, where its cluster's directory goes: short, for
+	// the Unix sockets under it (t.TempDir's would be too long).
+	tmp, err := os.MkdirTemp("", "lks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(tmp) })
+	cmd.Env = append(os.Environ(), childEnv+"=main", "STEWARD_TEST_BINARY="+shared.Steward, "TMPDIR="+tmp)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -242,5 +250,8 @@ func TestSignalDuringUp(t *testing.T) {
 	}
 	if d := harness.DiffMachine(before, harness.MachineState()); len(d) > 0 {
 		t.Errorf("the machine after SIGINT during the bring-up: %s", harness.FormatDiff(d))
+	}
+	if ents, _ := os.ReadDir(tmp); len(ents) > 0 {
+		t.Errorf("the interrupted child left %s in its TMPDIR", ents[0].Name())
 	}
 }
