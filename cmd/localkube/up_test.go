@@ -39,7 +39,7 @@ func TestUpBadInput(t *testing.T) {
 		t.Errorf("no images built: %v", err)
 	}
 	sha := "sha256:" + strings.Repeat("0", 64)
-	index := `{"images":[{"name":"registry.k8s.io/pause","tag":"3.10","digest":"` + sha + `","id":"` + sha + `","file":"pause.tar","size":1}]}`
+	index := `{"images":[{"name":"registry.k8s.io/pause","tag":"3.10","digest":"` + sha + `","id":"` + sha + `","inputs":"` + sha + `","file":"pause.tar","size":1}]}`
 	if err := os.WriteFile(filepath.Join(o.images, "images.json"), []byte(index), 0o600); err != nil {
 		t.Fatal(err)
 	}

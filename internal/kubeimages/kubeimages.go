@@ -98,6 +98,10 @@ type Image struct {
 	// size in bytes.
 	File string `json:"file"`
 	Size int64  `json:"size"`
+	// Inputs is ociimage.Inputs of the image: an image whose inputs are
+	// those of the index's entry, and whose tarball is there with the
+	// entry's size, is not built again.
+	Inputs string `json:"inputs"`
 }
 
 // Ref is the image's reference, name:tag.
@@ -145,8 +149,8 @@ func ParseIndex(data []byte) (Index, error) {
 			return Index{}, fmt.Errorf("image index: entry %d: bad name %q", n, i.Name)
 		case !tagRE.MatchString(i.Tag):
 			return Index{}, fmt.Errorf("image index: %s: bad tag %q", i.Name, i.Tag)
-		case !digestRE.MatchString(i.Digest) || !digestRE.MatchString(i.ID):
-			return Index{}, fmt.Errorf("image index: %s: digest %q and id %q must be sha256:<64 hex digits>", i.Ref(), i.Digest, i.ID)
+		case !digestRE.MatchString(i.Digest) || !digestRE.MatchString(i.ID) || !digestRE.MatchString(i.Inputs):
+			return Index{}, fmt.Errorf("image index: %s: digest %q, id %q and inputs %q must be sha256:<64 hex digits>", i.Ref(), i.Digest, i.ID, i.Inputs)
 		case i.File == "" || i.File == "." || path.IsAbs(i.File) || path.Clean(i.File) != i.File || strings.HasPrefix(i.File, "..") || strings.Contains(i.File, "/"):
 			return Index{}, fmt.Errorf("image index: %s: file %q is not a file name in the images directory", i.Ref(), i.File)
 		case i.Size < 0:
@@ -252,15 +256,29 @@ func Build(ctx context.Context, opts Options) (Index, error) {
 		Files: stewardFiles, Entrypoint: []string{"/usr/local/bin/steward"},
 	})
 
+	// The previous index, if any, says which images are already built;
+	// an unreadable one means none is.
+	prev, _ := ReadIndex(opts.Out)
 	var ix Index
 	for _, s := range specs {
 		start := time.Now()
 		file := fileName(s)
+		inputs, err := ociimage.Inputs(ctx, s)
+		if err != nil {
+			return Index{}, err
+		}
+		if old, ok := prev.Find(s.Ref()); ok && old.Inputs == inputs && old.File == file {
+			if st, err := os.Stat(filepath.Join(opts.Out, file)); err == nil && st.Size() == old.Size {
+				ix.Images = append(ix.Images, old)
+				fmt.Fprintf(logw, "%s %s %s unchanged\n", s.Ref(), old.Digest, file)
+				continue
+			}
+		}
 		r, err := ociimage.Write(ctx, s, filepath.Join(opts.Out, file))
 		if err != nil {
 			return Index{}, err
 		}
-		ix.Images = append(ix.Images, Image{Name: s.Name, Tag: s.Tag, Digest: r.Digest, ID: r.ID, File: file, Size: r.Size})
+		ix.Images = append(ix.Images, Image{Name: s.Name, Tag: s.Tag, Digest: r.Digest, ID: r.ID, File: file, Size: r.Size, Inputs: inputs})
 		fmt.Fprintf(logw, "%s %s %s (%d MB, %.1f s)\n", s.Ref(), r.Digest, file, r.Size>>20, time.Since(start).Seconds())
 	}
 	b, err := json.MarshalIndent(ix, "", "  ")

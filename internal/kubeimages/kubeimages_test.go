@@ -11,7 +11,8 @@ import (
 
 var goodIndex = `{"images": [
   {"name": "registry.k8s.io/pause", "tag": "3.10.2", "digest": "sha256:` + strings.Repeat("a", 64) + `",
-   "id": "sha256:` + strings.Repeat("b", 64) + `", "file": "pause-3.10.2.tar", "size": 1500000}
+   "id": "sha256:` + strings.Repeat("b", 64) + `", "file": "pause-3.10.2.tar", "size": 1500000,
+   "inputs": "sha256:` + strings.Repeat("c", 64) + `"}
 ]}`
 
 func TestParseIndex(t *testing.T) {

@@ -267,6 +267,40 @@ func copyFile(ctx context.Context, tw *tar.Writer, h *tar.Header, source string)
 	return nil
 }
 
+// format names how this package lays out an image; it changes whenever
+// the same inputs would give another image, so that Inputs changes too.
+const format = "steward-ociimage/1"
+
+// Inputs is a digest of everything the image of spec is made of: the
+// spec and the content of every source file (not their times or modes on
+// this machine). Equal Inputs give equal images, so a builder may skip an
+// image whose Inputs it has built before (internal/kubeimages does).
+func Inputs(ctx context.Context, spec Spec) (string, error) {
+	es, err := entries(spec.Files)
+	if err != nil {
+		return "", fmt.Errorf("image %s: %w", spec.Ref(), err)
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\n%q %q %q %q %q %q\n", format, spec.Name, spec.Tag, spec.Entrypoint, spec.Cmd, spec.Env, runtime.GOARCH)
+	for _, e := range es {
+		fmt.Fprintf(h, "%q %o\n", e.name, tarMode(e.mode))
+		if e.mode.IsDir() {
+			continue
+		}
+		f, err := os.Open(e.source)
+		if err != nil {
+			return "", fmt.Errorf("source of image file /%s: %w", e.name, err)
+		}
+		n, err := io.Copy(h, ctxReader{ctx, f})
+		_ = f.Close()
+		if err != nil {
+			return "", fmt.Errorf("source of image file /%s: %w", e.name, err)
+		}
+		fmt.Fprintf(h, "\n%d\n", n)
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+}
+
 // Write builds the image of spec and writes its tarball at out (mode
 // 0644), replacing a previous one only once the new one is complete. The
 // compressed layer is staged next to out and removed afterwards.

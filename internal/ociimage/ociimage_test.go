@@ -61,6 +61,15 @@ func TestReproducible(t *testing.T) {
 		}
 		return r, b
 	}
+	inputs := func(s Spec) string {
+		t.Helper()
+		in, err := Inputs(t.Context(), s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return in
+	}
+	firstInputs := inputs(spec(bin, conf))
 	first, firstBytes := write("a.tar", spec(bin, conf))
 	if !strings.HasPrefix(first.Digest, "sha256:") || !strings.HasPrefix(first.ID, "sha256:") {
 		t.Fatalf("result %+v", first)
@@ -79,6 +88,9 @@ func TestReproducible(t *testing.T) {
 	}
 	s := spec(bin, conf)
 	s.Files[0], s.Files[2] = s.Files[2], s.Files[0]
+	if in := inputs(s); in != firstInputs {
+		t.Errorf("inputs %s, first %s", in, firstInputs)
+	}
 	again, againBytes := write("b.tar", s)
 	if again != first {
 		t.Errorf("second build %+v, first %+v", again, first)
@@ -109,6 +121,9 @@ func TestReproducible(t *testing.T) {
 		r, _ := write(what+".tar", s)
 		if r.Digest == first.Digest || r.ID == first.ID {
 			t.Errorf("a change of %s kept the digest %s", what, r.Digest)
+		}
+		if inputs(s) == firstInputs {
+			t.Errorf("a change of %s kept the inputs", what)
 		}
 	}
 	// The tag names the image, not its content.
