@@ -34,6 +34,10 @@ KUBE_VERSIONS ?= v1.35.4 v1.36.3
 KUBE_CACHE    ?= $(CURDIR)/.cache/kube
 # IMAGES is where `make images` writes the image tarballs and images.json.
 IMAGES        ?= $(CURDIR)/.cache/images
+# NODES is the node count of `make kube-up` (1 or 3), KUBE_DIR its
+# cluster's directory (docs/kubernetes-local.md).
+NODES         ?= 1
+KUBE_DIR      ?= $(CURDIR)/.cache/localkube
 # ARTIFACTS keeps what tests save with t.ArtifactDir() (go test -artifacts):
 # the linearizability checker's visualization of a violation
 # (docs/testing.md).
@@ -44,7 +48,7 @@ FUZZTIME      ?= 10m
 # default: `make bench BENCH=BenchmarkHostsLatencyUpgrade` runs one.
 BENCH         ?= .
 
-.PHONY: all build etcd-binaries s3-server kube-apiserver kube-binaries images containerd prometheus nftables test test-unit test-e2e test-e2e-run fuzz bench demo demo-down vet clean
+.PHONY: all build kube-node kube-up kube-down etcd-binaries s3-server kube-apiserver kube-binaries images containerd prometheus nftables test test-unit test-e2e test-e2e-run fuzz bench demo demo-down vet clean
 
 all: build
 
@@ -86,6 +90,25 @@ images: kube-binaries etcd-binaries
 ## starts a containerd of its own.
 containerd:
 	./hack/install-containerd.sh
+## kube-node: install what each node of a local Kubernetes runs from
+## Debian (containerd, runc, the CNI plugins, iptables, conntrack) when
+## missing (hack/install-kube-node.sh).
+kube-node:
+	./hack/install-kube-node.sh
+
+## kube-up: bring up a local Kubernetes of $(NODES) node(s) of
+## $(KUBE_VERSION) in $(KUBE_DIR) (cmd/localkube up; its binaries from
+## `make kube-binaries`, its images from `make images`); it ends with the
+## export lines of KUBECONFIG, STEWARD_DIR and the S3 server. `make
+## kube-down` removes it.
+kube-up: build
+	$(GO) build -o bin/localkube ./cmd/localkube
+	bin/localkube up --dir $(KUBE_DIR) --nodes $(NODES) --version $(KUBE_VERSION) --kube-cache $(KUBE_CACHE) --images $(IMAGES) --steward $(CURDIR)/$(BIN)
+
+## kube-down: remove the cluster of `make kube-up` and its directory.
+kube-down:
+	$(GO) build -o bin/localkube ./cmd/localkube
+	bin/localkube down --dir $(KUBE_DIR)
 
 ## prometheus: install prometheus and promtool (Debian's package) when
 ## missing; the alert rules' tests and the metrics end-to-end test run them.
@@ -104,7 +127,7 @@ vet:
 ## test: the whole suite: unit tests under the race detector, then the
 ## end-to-end tests (test/...) against real etcd processes of every version
 ## in $(ETCD_VERSIONS), run by a race-built steward (docs/testing.md).
-test: etcd-binaries s3-server kube-apiserver containerd prometheus nftables vet
+test: etcd-binaries s3-server kube-apiserver containerd kube-node kube-binaries images prometheus nftables vet
 	STEWARD_TEST_STORE=$(STORE) $(GO) test $(RACE) -count=1 -parallel 1 -timeout $(TEST_TIMEOUT) $(UNIT_PKGS)
 	$(MAKE) --no-print-directory test-e2e-run
 
@@ -114,14 +137,14 @@ test: etcd-binaries s3-server kube-apiserver containerd prometheus nftables vet
 test-e2e-run:
 	mkdir -p $(ARTIFACTS) bin
 	$(GO) build $(RACE) -o $(TEST_BIN) ./cmd/steward
-	STEWARD_TEST_BINARY=$(TEST_BIN) STEWARD_TEST_STORE=$(STORE) STEWARD_TEST_RACE=$(if $(RACE),1,0) $(GO) test -json -count=1 -p $(E2E_P) -parallel $(E2E_PARALLEL) -timeout $(E2E_TIMEOUT) -artifacts -outputdir $(ARTIFACTS) ./test/... | $(GO) run ./hack/testtimes -save $(ARTIFACTS)/e2e.json
+	STEWARD_KUBE_CACHE=$(KUBE_CACHE) STEWARD_IMAGES=$(IMAGES) STEWARD_TEST_BINARY=$(TEST_BIN) STEWARD_TEST_STORE=$(STORE) STEWARD_TEST_RACE=$(if $(RACE),1,0) $(GO) test -json -count=1 -p $(E2E_P) -parallel $(E2E_PARALLEL) -timeout $(E2E_TIMEOUT) -artifacts -outputdir $(ARTIFACTS) ./test/... | $(GO) run ./hack/testtimes -save $(ARTIFACTS)/e2e.json
 
 test-unit:
 	$(GO) test $(RACE) -count=1 -short $(UNIT_PKGS)
 
-test-e2e: etcd-binaries s3-server kube-apiserver containerd prometheus nftables
+test-e2e: etcd-binaries s3-server kube-apiserver containerd kube-node kube-binaries images prometheus nftables
 	mkdir -p $(ARTIFACTS)
-	STEWARD_TEST_STORE=$(STORE) STEWARD_TEST_RACE=$(if $(RACE),1,0) $(GO) test -count=1 -timeout $(E2E_TIMEOUT) -artifacts -outputdir $(ARTIFACTS) -v ./test/e2e/...
+	STEWARD_KUBE_CACHE=$(KUBE_CACHE) STEWARD_IMAGES=$(IMAGES) STEWARD_TEST_STORE=$(STORE) STEWARD_TEST_RACE=$(if $(RACE),1,0) $(GO) test -count=1 -timeout $(E2E_TIMEOUT) -artifacts -outputdir $(ARTIFACTS) -v ./test/e2e/...
 
 ## fuzz: fuzz each target listed in hack/fuzz-targets for $(FUZZTIME), one
 ## worker each (`make fuzz FUZZTIME=90s`). `make test` runs their seed

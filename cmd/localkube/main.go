@@ -1,7 +1,8 @@
 // Command localkube runs a local Kubernetes on this machine for Steward's
 // tests and for trying Steward's operator, the way kind does
 // (docs/kubernetes-local.md). Each subcommand is a thin layer over a
-// library package: `localkube images` (images.go) over internal/kubeimages.
+// library package: `localkube images` (images.go) over internal/kubeimages,
+// `localkube up` and `down` (up.go, down.go) over internal/localkube.
 package main
 
 import (
@@ -23,7 +24,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newImagesCommand())
+	root.AddCommand(newImagesCommand(), newUpCommand(), newDownCommand())
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "localkube:", err)
 		stop()

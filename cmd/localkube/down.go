@@ -1,0 +1,73 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/etcd-steward/steward/internal/localkube"
+)
+
+func newDownCommand() *cobra.Command {
+	var dir string
+	var keep bool
+	cmd := &cobra.Command{
+		Use:   "down",
+		Short: "Remove a local Kubernetes that localkube up started, and its directory",
+		Long: `Stop the supervisor localkube up left running (SIGTERM: it kills the
+cluster's processes and removes its network namespaces, veths, bridge and
+cgroups), then remove the cluster's directory. A cluster whose supervisor
+is gone (killed) is removed from the names it left (lk<PID>...).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if dir == "" {
+				src, err := sourceDir(cmd.Context())
+				if err != nil {
+					return err
+				}
+				dir = filepath.Join(src, ".cache", "localkube")
+			}
+			s, err := localkube.ReadState(dir)
+			if errors.Is(err, os.ErrNotExist) {
+				fmt.Fprintf(cmd.ErrOrStderr(), "localkube: no cluster in %s\n", dir)
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if processAlive(s.Owner) {
+				if err := syscall.Kill(s.Owner, syscall.SIGTERM); err != nil {
+					return fmt.Errorf("stop the supervisor (PID %d): %w", s.Owner, err)
+				}
+				deadline := time.Now().Add(60 * time.Second)
+				for processAlive(s.Owner) && time.Now().Before(deadline) {
+					time.Sleep(100 * time.Millisecond)
+				}
+				if processAlive(s.Owner) {
+					_ = syscall.Kill(s.Owner, syscall.SIGKILL)
+				}
+			}
+			// What the supervisor did not remove (it was killed, or failed).
+			if _, err := localkube.RemoveOwned(s.Owner); err != nil {
+				return fmt.Errorf("remove the cluster of supervisor PID %d: %w", s.Owner, err)
+			}
+			if keep {
+				fmt.Fprintf(cmd.ErrOrStderr(), "localkube: cluster removed; %s kept\n", dir)
+				return nil
+			}
+			if err := localkube.RemoveDir(dir); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "localkube: cluster and %s removed\n", dir)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", "", "the cluster's directory (default SOURCE/.cache/localkube)")
+	cmd.Flags().BoolVar(&keep, "keep-dir", false, "keep the directory (logs, certificates) after removing the cluster")
+	return cmd
+}

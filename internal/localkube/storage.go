@@ -1,0 +1,147 @@
+package localkube
+
+// Dynamic local volumes: the default StorageClass "local" and its
+// provisioner, rancher's local-path logic written small, run by the owner
+// process (a goroutine of Up's caller, or of `localkube up`'s supervisor)
+// rather than in a pod: a claim of the class, once the scheduler picked its
+// pod's node (WaitForFirstConsumer), gets a directory of that node
+// (DIR/nodes/NODE/volumes/pvc-UID) as a `local` PersistentVolume pinned to
+// the node and bound to the claim; a released volume's directory and
+// PersistentVolume are deleted (reclaim policy Delete).
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+const (
+	// StorageClass is the default StorageClass's name, Provisioner its
+	// provisioner.
+	StorageClass = "local"
+	Provisioner  = "localkube.steward/local-path"
+	// selectedNode is the annotation the scheduler puts on a claim of a
+	// WaitForFirstConsumer class.
+	selectedNode = "volume.kubernetes.io/selected-node"
+)
+
+func (c *Cluster) storage(ctx context.Context, cs *kubernetes.Clientset) error {
+	bind := storagev1.VolumeBindingWaitForFirstConsumer
+	reclaim := corev1.PersistentVolumeReclaimDelete
+	sc := &storagev1.StorageClass{
+		ObjectMeta: metav1.ObjectMeta{Name: StorageClass,
+			Annotations: map[string]string{"storageclass.kubernetes.io/is-default-class": "true"}},
+		Provisioner: Provisioner, VolumeBindingMode: &bind, ReclaimPolicy: &reclaim,
+	}
+	if _, err := cs.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("storage class: %w", err)
+	}
+	pctx, cancel := context.WithCancel(context.Background())
+	c.mu.Lock()
+	c.stopProvisioner = cancel
+	c.mu.Unlock()
+	go c.provision(pctx, cs)
+	return nil
+}
+
+// provision runs the provisioner until ctx ends: every 300 ms it provisions
+// the claims waiting for it and deletes the volumes released.
+func (c *Cluster) provision(ctx context.Context, cs *kubernetes.Clientset) {
+	logf := func(format string, args ...any) { c.logf("provisioner: "+format, args...) }
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(300 * time.Millisecond):
+		}
+		claims, err := cs.CoreV1().PersistentVolumeClaims("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			continue
+		}
+		for _, pvc := range claims.Items {
+			if err := c.provisionClaim(ctx, cs, &pvc); err != nil {
+				logf("claim %s/%s: %v", pvc.Namespace, pvc.Name, err)
+			}
+		}
+		pvs, err := cs.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			continue
+		}
+		for _, pv := range pvs.Items {
+			if pv.Spec.StorageClassName != StorageClass || pv.Status.Phase != corev1.VolumeReleased ||
+				pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimDelete || pv.Spec.Local == nil {
+				continue
+			}
+			if err := os.RemoveAll(pv.Spec.Local.Path); err != nil {
+				logf("volume %s: %v", pv.Name, err)
+				continue
+			}
+			if err := cs.CoreV1().PersistentVolumes().Delete(ctx, pv.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				logf("volume %s: %v", pv.Name, err)
+			}
+		}
+	}
+}
+
+func (c *Cluster) provisionClaim(ctx context.Context, cs *kubernetes.Clientset, pvc *corev1.PersistentVolumeClaim) error {
+	if pvc.Status.Phase != corev1.ClaimPending || pvc.Spec.VolumeName != "" ||
+		pvc.Spec.StorageClassName == nil || *pvc.Spec.StorageClassName != StorageClass {
+		return nil
+	}
+	nodeName := pvc.Annotations[selectedNode]
+	if nodeName == "" {
+		return nil // the scheduler has not picked a node yet
+	}
+	var node *Node
+	for _, n := range c.Nodes {
+		if n.Name == nodeName {
+			node = n
+		}
+	}
+	if node == nil {
+		return fmt.Errorf("selected node %q is not one of this cluster's", nodeName)
+	}
+	name := "pvc-" + string(pvc.UID)
+	if _, err := cs.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{}); err == nil {
+		return nil // made; the PV controller binds it
+	}
+	dir := filepath.Join(node.Dir, "volumes", name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	// Pods of any user write there, as in a kind cluster's local-path
+	// volumes; the directory above stays private.
+	if err := os.Chmod(dir, 0o777); err != nil {
+		return err
+	}
+	size := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{"pv.kubernetes.io/provisioned-by": Provisioner}},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: size},
+			AccessModes:                   pvc.Spec.AccessModes,
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimDelete,
+			StorageClassName:              StorageClass,
+			VolumeMode:                    pvc.Spec.VolumeMode,
+			ClaimRef: &corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1",
+				Namespace: pvc.Namespace, Name: pvc.Name, UID: pvc.UID},
+			PersistentVolumeSource: corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: dir}},
+			NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{node.Name}}},
+			}}}},
+		},
+	}
+	if _, err := cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	c.logf("provisioner: %s for claim %s/%s on node %s", name, pvc.Namespace, pvc.Name, node.Name)
+	return nil
+}
