@@ -192,6 +192,31 @@ func run(ctx context.Context, c *cluster.Cluster, d runDeps) (Report, error) {
 	if err := cluster.RequireNoRestorePending(c.Dir, "recover the cluster"); err != nil {
 		return rep, err
 	}
+	// One recovery at a time (a manual one and the agent's automatic one
+	// could otherwise race), and none under an upgrade plan, which stops
+	// members on purpose.
+	//
+	// Invariant: every decision below is taken on the view read once
+	// recover.lock is held, so no other recovery ran between that read
+	// and the action (one read: a status without quorum waits out the
+	// probe timeout, docs/benchmarks.md). Without the lock the view only
+	// says whether there is anything to recover.
+	lock, err := filelock.TryLock(recoverLockPath(c))
+	if err != nil {
+		j, st, verr := d.view(ctx, c)
+		if verr != nil {
+			return rep, verr
+		}
+		if st.Cluster.Quorate && j == nil {
+			rep.Message = QuorateMessage
+			return rep, nil
+		}
+		if errors.Is(err, filelock.ErrHeld) {
+			return rep, fmt.Errorf("another steward process is recovering this cluster (%s is held); wait for it to finish", recoverLockPath(c))
+		}
+		return rep, err
+	}
+	defer lock.Release()
 	j, st, err := d.view(ctx, c)
 	if err != nil {
 		return rep, err
@@ -200,28 +225,8 @@ func run(ctx context.Context, c *cluster.Cluster, d runDeps) (Report, error) {
 		rep.Message = QuorateMessage
 		return rep, nil
 	}
-	// One recovery at a time (a manual one and the agent's automatic one
-	// could otherwise race), and none under an upgrade plan, which stops
-	// members on purpose.
-	lock, err := filelock.TryLock(recoverLockPath(c))
-	if errors.Is(err, filelock.ErrHeld) {
-		return rep, fmt.Errorf("another steward process is recovering this cluster (%s is held); wait for it to finish", recoverLockPath(c))
-	}
-	if err != nil {
-		return rep, err
-	}
-	defer lock.Release()
 	if _, err := plan.Admit(c.Plans(), admitRecovery); err != nil {
 		return rep, err
-	}
-	// Another recovery may have run between the look above and the lock:
-	// act on what is true now, not on what was.
-	if j, st, err = d.view(ctx, c); err != nil {
-		return rep, err
-	}
-	if st.Cluster.Quorate && j == nil {
-		rep.Message = QuorateMessage
-		return rep, nil
 	}
 	// A coordinator another machine took over from changes nothing: the
 	// check comes before any member is stopped, for `steward recover` as

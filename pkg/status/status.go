@@ -195,27 +195,45 @@ func probeEndpoint(ctx context.Context, c *cluster.Cluster, endpoint string) pro
 		p.readErr = p.err
 		return p
 	}
-	if p.status.IsLearner {
-		// Learners serve no linearizable reads; a learner that answers
-		// status and knows a leader is healthy.
-		if p.status.Leader == 0 {
-			p.readErr = errors.New("learner has no leader")
+	// The linearizable read and the alarm list need quorum: without it
+	// each waits out probeTimeout. They and the cluster version are asked
+	// at the same time, so a probe of a member without quorum takes one
+	// probeTimeout, not two (docs/benchmarks.md, quorum loss).
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		if p.status.IsLearner {
+			// Learners serve no linearizable reads; a learner that answers
+			// status and knows a leader is healthy.
+			if p.status.Leader == 0 {
+				p.readErr = errors.New("learner has no leader")
+			}
+			return
 		}
-	} else {
 		rctx, rcancel := context.WithTimeout(ctx, probeTimeout)
 		_, p.readErr = cli.Get(rctx, "health", clientv3.WithCountOnly())
 		rcancel()
-	}
-	actx, acancel := context.WithTimeout(ctx, probeTimeout)
-	defer acancel()
-	if ar, err := cli.AlarmList(actx); err == nil {
-		for _, a := range ar.Alarms {
-			if a.MemberID == p.status.Header.MemberId {
-				p.alarms = append(p.alarms, a.Alarm.String())
+	}()
+	go func() {
+		defer wg.Done()
+		actx, acancel := context.WithTimeout(ctx, probeTimeout)
+		defer acancel()
+		if ar, err := cli.AlarmList(actx); err == nil {
+			for _, a := range ar.Alarms {
+				if a.MemberID == p.status.Header.MemberId {
+					p.alarms = append(p.alarms, a.Alarm.String())
+				}
 			}
 		}
-	}
-	p.clusterV = clusterVersion(ctx, c, endpoint)
+	}()
+	go func() {
+		defer wg.Done()
+		p.clusterV = clusterVersion(ctx, c, endpoint)
+	}()
+	// Each goroutine writes its own fields of p (readErr, alarms,
+	// clusterV); p is read only after Wait.
+	wg.Wait()
 	return p
 }
 
@@ -398,6 +416,18 @@ func LiveMembers(ctx context.Context, c *cluster.Cluster) (*Status, error) {
 			probes[i] = probeEndpoint(ctx, c, m.ClientURL)
 		}()
 	}
+	// etcd's member list, from any member that can give it, asked at the
+	// same time as the probes: the linearizable list needs quorum and,
+	// without it, waits out probeTimeout before the serializable one is
+	// asked; after the probes that wait added to theirs (docs/benchmarks.md,
+	// quorum loss). list is written by this goroutine only, read after
+	// listDone.
+	var list *clientv3.MemberListResponse
+	listDone := make(chan struct{})
+	go func() {
+		defer close(listDone)
+		list = memberList(ctx, c)
+	}()
 	// Ask the agents at the same time (hostset.Each). A host's copy of the
 	// spec: other hosts' agents let in only the admin; do not knock.
 	admin := c.Admin()
@@ -435,19 +465,7 @@ func LiveMembers(ctx context.Context, c *cluster.Cluster) (*Status, error) {
 		st.Agents = append(st.Agents, as)
 	}
 
-	// etcd's member list, from any member that can give it.
-	var list *clientv3.MemberListResponse
-	if cli, err := c.Client(); err == nil {
-		lctx, cancel := context.WithTimeout(ctx, probeTimeout)
-		list, _ = cli.MemberList(lctx)
-		cancel()
-		if list == nil {
-			lctx, cancel := context.WithTimeout(ctx, probeTimeout)
-			list, _ = cli.MemberList(lctx, clientv3.WithSerializable())
-			cancel()
-		}
-		cli.Close()
-	}
+	<-listDone
 
 	byName := map[string]*pb.Member{}
 	byID := map[uint64]*pb.Member{}
@@ -609,6 +627,26 @@ func LiveMembers(ctx context.Context, c *cluster.Cluster) (*Status, error) {
 	st.Cluster.VotingMembers, st.Cluster.Learners = countRoles(listed, probes)
 	sort.SliceStable(st.Members, func(i, j int) bool { return st.Members[i].Name < st.Members[j].Name })
 	return st, nil
+}
+
+// memberList is etcd's member list from any member that can give it: the
+// linearizable list, else (no quorum) the serializable one of a member
+// that answers; nil when no member gives either.
+func memberList(ctx context.Context, c *cluster.Cluster) *clientv3.MemberListResponse {
+	cli, err := c.Client()
+	if err != nil {
+		return nil
+	}
+	defer cli.Close()
+	lctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	list, _ := cli.MemberList(lctx)
+	cancel()
+	if list == nil {
+		lctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		list, _ = cli.MemberList(lctx, clientv3.WithSerializable())
+		cancel()
+	}
+	return list
 }
 
 // countRoles counts the voting members and learners of etcd's member list
