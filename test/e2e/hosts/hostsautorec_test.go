@@ -274,6 +274,15 @@ func TestHostsAutoRecovery(t *testing.T) {
 		if a.Action != "restore" || !strings.Contains(a.Reason, "3 of 3 members reported not running by their own agents") {
 			t.Errorf("last action %+v; want a restore because 3 of 3 members are reported not running", a)
 		}
+		// Counted in the same file (what steward_recovery_actions_total
+		// exports): the earlier reseed and this restore, one success each.
+		counts := map[string]int64{}
+		for _, c := range ar.Actions {
+			counts[c.Action+"/"+c.Result] = c.Count
+		}
+		if counts["restore/success"] != 1 || counts["reseed/success"] != 1 || len(counts) != 2 {
+			t.Errorf("action counts %v, want one reseed and one restore, both successes", ar.Actions)
+		}
 		st = e.WaitStatus(2*time.Minute, "three voters on the same hosts", func(st *status.Status) bool {
 			return harness.Healthy(st) && st.Cluster.VotingMembers == 3
 		})
