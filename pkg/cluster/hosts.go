@@ -113,6 +113,23 @@ func (c *Cluster) Admin() bool {
 	return err == nil && cn == pki.AdminCN
 }
 
+// AutoRecoveryActor reports whether agent, run on this directory, is the
+// process that runs its automatic recovery (recovery.RunAuto) and records
+// it in DIR/status/autorecovery.json: on a multi-host cluster the
+// coordinator's directory (Admin), whichever of its processes runs; on one
+// host the spec's first agent. The metrics collector exports the recorded
+// counts from the actor alone, so several agents on one directory never
+// count one recovery twice.
+func (c *Cluster) AutoRecoveryActor(agent string) bool {
+	if len(c.Spec.Agents) == 0 {
+		return false
+	}
+	if c.Spec.MultiHost() {
+		return c.Admin()
+	}
+	return c.Spec.Agents[0].Name == agent
+}
+
 // LoopStatuses gathers the backup loops' reports: this machine's status
 // directory, and each agent's on another host (an unreachable one is
 // skipped: its report would be stale anyway).

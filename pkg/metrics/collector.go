@@ -32,6 +32,20 @@ type Snapshot struct {
 	Plan *plan.Plan
 	// Certificates are the certificates this agent and its members use.
 	Certificates []Certificate
+	// RecoveryActor: this agent's directory runs the automatic recovery
+	// and this agent exports its counts (cluster.AutoRecoveryActor: the
+	// coordinator's agent, or on one host the first agent). Only it
+	// exports steward_recovery_actions_total, so a sum over agents counts
+	// each recovery once.
+	RecoveryActor bool
+	// AutoRecovery is the directory's automatic recovery state file
+	// (status.ReadAutoRecovery) when RecoveryActor; nil when no state was
+	// written yet. Its action counts are steward_recovery_actions_total.
+	AutoRecovery *status.AutoRecoveryState
+	// AutoRecoveryUnreadable: this agent acts for the directory, but its
+	// state file cannot be read (damaged): the counter is left out for
+	// the scrape rather than exported as 0, which would read as a reset.
+	AutoRecoveryUnreadable bool
 }
 
 // Certificate is one certificate file and when it expires.
@@ -40,6 +54,14 @@ type Certificate struct {
 	Name     string
 	NotAfter time.Time
 }
+
+// recoveryActionNames are the actions recovery.Report names; each is
+// exported with both results from the start (0), so rate() and increase()
+// see the first recovery.
+var recoveryActionNames = []string{"none", "restart", "reseed", "restore", "resume"}
+
+// recoveryResults are the results of a finished recovery.
+var recoveryResults = []string{"success", "failure"}
 
 // Roles a member can have, each exported as a 0/1 series.
 var roles = []string{"leader", "follower", "learner", "unknown"}
@@ -101,6 +123,9 @@ var (
 
 	descCertExpiry = prometheus.NewDesc("steward_certificate_expiry_timestamp_seconds",
 		"When the certificate expires (Unix time).", []string{"certificate"}, nil)
+	descRecoveryActions = prometheus.NewDesc("steward_recovery_actions_total",
+		"Automatic recoveries this directory ran (its agent, or the coordinator's `certs renew --watch` process), by action (restart, reseed, restore, resume, none) and result (success, failure); read from DIR/status/autorecovery.json, so it never goes backwards across restarts. Exported by the agent of the directory that acts (the coordinator's; on one host the first agent) only.", []string{"action", "result"}, nil)
+
 	descRenewalRunning = prometheus.NewDesc("steward_certificate_renewal_running",
 		"1 while this directory's certificate renewal loop runs (alive, not stopped, heartbeat fresh), 0 otherwise.", nil, nil)
 	descRenewalHeartbeat = prometheus.NewDesc("steward_certificate_renewal_heartbeat_timestamp_seconds",
@@ -196,12 +221,38 @@ func (c *Collector) emit(ch chan<- prometheus.Metric, s Snapshot, now time.Time)
 	for _, cert := range s.Certificates {
 		gauge(ch, descCertExpiry, float64(cert.NotAfter.Unix()), cert.Name)
 	}
+	if s.RecoveryActor && !s.AutoRecoveryUnreadable {
+		emitRecoveryActions(ch, s.AutoRecovery)
+	}
 	if st := s.Status; st != nil && st.CertificateRenewal != nil {
 		r := st.CertificateRenewal
 		gauge(ch, descRenewalRunning, b2f(r.Running))
 		if !r.Heartbeat.IsZero() {
 			gauge(ch, descRenewalHeartbeat, float64(r.Heartbeat.Unix()))
 		}
+	}
+}
+
+// emitRecoveryActions sends steward_recovery_actions_total from the
+// counts recorded in the state file ar (every known action and result,
+// 0 when not counted; nil counts nothing). The counts live in the file,
+// not in this process, so the counter survives the agent's restarts and
+// counts the recoveries another process of the directory ran.
+func emitRecoveryActions(ch chan<- prometheus.Metric, ar *status.AutoRecoveryState) {
+	type key struct{ action, result string }
+	counts := map[key]float64{}
+	for _, a := range recoveryActionNames {
+		for _, r := range recoveryResults {
+			counts[key{a, r}] = 0
+		}
+	}
+	if ar != nil {
+		for _, a := range ar.Actions {
+			counts[key{a.Action, a.Result}] += float64(max(a.Count, 0))
+		}
+	}
+	for k, v := range counts {
+		ch <- prometheus.MustNewConstMetric(descRecoveryActions, prometheus.CounterValue, v, k.action, k.result)
 	}
 }
 

@@ -368,7 +368,7 @@ steward_certificate_renewal_running{agent="a",cluster="prod"} 0
 // TestEventCounters: the counters every registry exports, with the
 // registry's cluster and agent labels, and names that pass promlint.
 func TestEventCounters(t *testing.T) {
-	col := NewCollector("a", func(context.Context) Snapshot { return Snapshot{Status: fixedStatus()} }, slog.New(slog.DiscardHandler))
+	col := NewCollector("a", func(context.Context) Snapshot { return Snapshot{Status: fixedStatus(), RecoveryActor: true} }, slog.New(slog.DiscardHandler))
 	reg, err := NewRegistry("prod", "a", col)
 	if err != nil {
 		t.Fatal(err)
@@ -378,11 +378,6 @@ func TestEventCounters(t *testing.T) {
 	BackupUploaded(KindDelta, -5) // never decreases
 	if got := testutil.ToFloat64(backupUploadedBytes.WithLabelValues(KindDelta)) - before; got != 1000 {
 		t.Errorf("uploaded bytes grew by %v, want 1000", got)
-	}
-	failBefore := testutil.ToFloat64(recoveryActions.WithLabelValues("restore", "failure"))
-	RecoveryAction("restore", io.EOF)
-	if got := testutil.ToFloat64(recoveryActions.WithLabelValues("restore", "failure")) - failBefore; got != 1 {
-		t.Errorf("failed restores grew by %v, want 1", got)
 	}
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -432,7 +427,7 @@ func TestServerTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	col := NewCollector("a", func(context.Context) Snapshot { return Snapshot{Status: fixedStatus()} }, slog.New(slog.DiscardHandler))
+	col := NewCollector("a", func(context.Context) Snapshot { return Snapshot{Status: fixedStatus(), RecoveryActor: true} }, slog.New(slog.DiscardHandler))
 	reg, err := NewRegistry("prod", "a", col)
 	if err != nil {
 		t.Fatal(err)
@@ -487,4 +482,90 @@ func httpGetBody(ctx context.Context, u string) (string, error) {
 		err = fmt.Errorf("GET %s: %s", u, resp.Status)
 	}
 	return string(b), err
+}
+
+// TestCollectorRecoveryActions: steward_recovery_actions_total is read
+// from the automatic recovery's state file at each scrape: every action
+// and result from 0, the recorded counts, the same after the agent
+// restarts (a new collector: the counter never goes backwards) and
+// counting recoveries another process of the directory recorded (the
+// coordinator's `certs renew --watch`); a state file that cannot be read
+// leaves the series out rather than reporting 0; an agent that does not
+// act for the directory exports none.
+func TestCollectorRecoveryActions(t *testing.T) {
+	dir := t.TempDir()
+	snap := func() Snapshot {
+		ar, err := status.ReadAutoRecovery(dir)
+		return Snapshot{Status: fixedStatus(), RecoveryActor: true, AutoRecovery: ar, AutoRecoveryUnreadable: err != nil}
+	}
+	value := func(reg *prometheus.Registry, action, result string) (float64, bool) {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "steward_recovery_actions_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				l := map[string]string{}
+				for _, p := range m.GetLabel() {
+					l[p.GetName()] = p.GetValue()
+				}
+				if l["action"] == action && l["result"] == result {
+					return m.GetCounter().GetValue(), true
+				}
+			}
+		}
+		return 0, false
+	}
+	_, reg := registry(t, "a", snap, func() time.Time { return t0 })
+	if n := testutil.CollectAndCount(reg, "steward_recovery_actions_total"); n != len(recoveryActionNames)*len(recoveryResults) {
+		t.Errorf("no state file: %d series, want every action and result (%d)", n, len(recoveryActionNames)*len(recoveryResults))
+	}
+	if v, ok := value(reg, "restore", "success"); !ok || v != 0 {
+		t.Errorf("no state file: restore/success %v %v, want 0", v, ok)
+	}
+
+	// Another process of the directory (the coordinator's `certs renew
+	// --watch`) restores once, successfully.
+	st := &status.AutoRecoveryState{Decision: "none"}
+	st.CountAction("restore", "success")
+	if err := status.WriteAutoRecovery(dir, st); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := value(reg, "restore", "success"); v != 1 {
+		t.Errorf("after a restore recorded by another process: %v, want 1", v)
+	}
+	// The agent restarts: a new collector reads the same count.
+	_, reg = registry(t, "a", snap, func() time.Time { return t0 })
+	if v, _ := value(reg, "restore", "success"); v != 1 {
+		t.Errorf("after the agent restarted: %v, want 1 (a counter never goes backwards)", v)
+	}
+	st.CountAction("restore", "success")
+	st.CountAction("resume", "failure")
+	if err := status.WriteAutoRecovery(dir, st); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		action, result string
+		want           float64
+	}{{"restore", "success", 2}, {"resume", "failure", 1}, {"reseed", "success", 0}} {
+		if v, _ := value(reg, c.action, c.result); v != c.want {
+			t.Errorf("%s/%s: %v, want %v", c.action, c.result, v, c.want)
+		}
+	}
+	// An agent that does not act for the directory exports none.
+	_, other := registry(t, "b", func() Snapshot { return Snapshot{Status: fixedStatus(), AutoRecovery: st} }, func() time.Time { return t0 })
+	if n := testutil.CollectAndCount(other, "steward_recovery_actions_total"); n != 0 {
+		t.Errorf("an agent that does not act: %d series, want none", n)
+	}
+	// Damaged: left out, not 0.
+	if err := os.WriteFile(status.AutoRecoveryStatePath(dir), []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(reg, "steward_recovery_actions_total"); n != 0 {
+		t.Errorf("unreadable state file: %d series, want none", n)
+	}
 }

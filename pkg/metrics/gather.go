@@ -67,6 +67,14 @@ func (g *DirGatherer) read(ctx context.Context) Snapshot {
 	}
 	s.FullSchedule = c.Spec.Backup.FullSchedule
 	s.RecoveryPointGoal = time.Duration(c.Spec.Backup.DeltaMaxAgeMs) * time.Millisecond
+	if s.RecoveryActor = c.AutoRecoveryActor(g.Agent); s.RecoveryActor {
+		if ar, err := status.ReadAutoRecovery(g.Dir); err != nil {
+			g.Log.Warn("metrics: automatic recovery state", "err", err)
+			s.AutoRecoveryUnreadable = true
+		} else {
+			s.AutoRecovery = ar
+		}
+	}
 	store := plan.OpenStore(g.Dir)
 	if _, err := os.Stat(store.Path()); err == nil {
 		if p, err := store.Latest(); err == nil {

@@ -8,9 +8,10 @@
 //
 // Gauges are read at scrape time (Collector, from the agent's directory:
 // the spec, a status probe through pkg/cluster, the backup loop's report,
-// the plan store, the certificate files); counters of events are
-// incremented where the events happen (BackupUploaded, BackupFailed,
-// RecoveryAction). Run serves them at the agent's metricsAddress. Every
+// the plan store, the certificate files, the automatic recovery's state
+// file, whose action counts steward_recovery_actions_total exports);
+// counters of backup events are incremented where the events happen
+// (BackupUploaded, BackupFailed). Run serves them at the agent's metricsAddress. Every
 // series carries the labels cluster and agent (the registry adds them), so
 // several agents scraped at once never collide; member series add member.
 // docs/metrics.md lists every metric, label and alert.
@@ -35,10 +36,6 @@ var (
 		Name: "steward_backup_failures_total",
 		Help: "Rounds of the continuous backup loop that ended in an error (each is retried).",
 	}, nil)
-	recoveryActions = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "steward_recovery_actions_total",
-		Help: "Automatic recoveries this agent ran, by action (restart, reseed, restore, resume, none) and result (success, failure).",
-	}, []string{"action", "result"})
 )
 
 // Backup object kinds for BackupUploaded.
@@ -53,14 +50,7 @@ func init() {
 	backupUploadedBytes.WithLabelValues(KindFull)
 	backupUploadedBytes.WithLabelValues(KindDelta)
 	backupFailures.WithLabelValues()
-	for _, a := range recoveryActionNames {
-		recoveryActions.WithLabelValues(a, "success")
-		recoveryActions.WithLabelValues(a, "failure")
-	}
 }
-
-// recoveryActionNames are the actions recovery.Report names.
-var recoveryActionNames = []string{"none", "restart", "reseed", "restore", "resume"}
 
 // BackupUploaded records a stored backup object of kind (KindFull,
 // KindDelta) and size bytes.
@@ -71,25 +61,13 @@ func BackupUploaded(kind string, bytes int64) {
 // BackupFailed records a failed round of the continuous backup loop.
 func BackupFailed() { backupFailures.WithLabelValues().Inc() }
 
-// RecoveryAction records an automatic recovery's action and its outcome.
-func RecoveryAction(action string, err error) {
-	result := "success"
-	if err != nil {
-		result = "failure"
-	}
-	if action == "" {
-		action = "none"
-	}
-	recoveryActions.WithLabelValues(action, result).Inc()
-}
-
 // NewRegistry returns a registry (not the global default) with the
 // Collector of agent in dir, the event counters, and the Go runtime and
 // process collectors; the Steward series carry cluster and agent labels.
 func NewRegistry(clusterName, agent string, col *Collector) (*prometheus.Registry, error) {
 	reg := prometheus.NewRegistry()
 	wrapped := prometheus.WrapRegistererWith(prometheus.Labels{"cluster": clusterName, "agent": agent}, reg)
-	for _, c := range []prometheus.Collector{col, backupUploadedBytes, backupFailures, recoveryActions} {
+	for _, c := range []prometheus.Collector{col, backupUploadedBytes, backupFailures} {
 		if err := wrapped.Register(c); err != nil {
 			return nil, errors.Join(errors.New("register metrics"), err)
 		}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/handover"
-	"github.com/etcd-steward/steward/pkg/metrics"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/status"
 )
@@ -33,7 +32,8 @@ const autoInterval = 5 * time.Second
 //
 // Each round's decision and each action, with their reasons, are recorded
 // in DIR/status/autorecovery.json (cluster.AutoRecoveryState), which
-// `steward status` shows; each action is counted in metrics.RecoveryAction.
+// `steward status` shows; each action is counted there too (Actions), which
+// the metrics collector exports as steward_recovery_actions_total.
 func RunAuto(ctx context.Context, dir, agentName string, log *slog.Logger) {
 	a := &autoLoop{dir: dir, agent: agentName, log: log}
 	tick := time.NewTicker(autoInterval)
@@ -76,7 +76,9 @@ func (a *autoLoop) record(decision, reason string) {
 	}
 }
 
-// act runs Run, recording it before (running) and after, and counts it.
+// act runs Run, recording it before (running) and after, and counts it
+// in the state file (status.AutoRecoveryState.Actions). An action whose
+// process dies before it ends is not counted; its resume is.
 func (a *autoLoop) act(ctx context.Context, c *cluster.Cluster, decision, reason string) {
 	st, _ := status.ReadAutoRecovery(a.dir)
 	if st == nil {
@@ -105,7 +107,6 @@ func (a *autoLoop) act(ctx context.Context, c *cluster.Cluster, decision, reason
 		// a wait, its reason the error (the action's result a failure).
 		st.Decision, st.Reason = "wait", err.Error()
 	}
-	metrics.RecoveryAction(rep.Action, err)
 	st.LastAction.Action, st.LastAction.Finished, st.LastAction.Message = rep.Action, time.Now().UTC(), rep.Message
 	st.LastAction.Result = "success"
 	if err != nil {
@@ -114,6 +115,10 @@ func (a *autoLoop) act(ctx context.Context, c *cluster.Cluster, decision, reason
 	} else {
 		a.log.Info("automatic recovery done", "action", rep.Action, "message", rep.Message)
 	}
+	// Counted in the state file, in the same write as the result: the
+	// metrics collector of the directory's agent exports it
+	// (steward_recovery_actions_total), whichever process acted.
+	st.CountAction(rep.Action, st.LastAction.Result)
 	if err := status.WriteAutoRecovery(a.dir, st); err != nil {
 		a.log.Error("record the automatic recovery's result", "err", err)
 	}
@@ -127,13 +132,10 @@ func (a *autoLoop) round(ctx context.Context) {
 		return
 	}
 	multi := c.Spec.MultiHost()
-	if multi {
-		// A host's copy of the spec: its agent never acts (docs/hosts.md).
-		if !c.Admin() {
-			a.reset()
-			return
-		}
-	} else if c.Spec.Agents[0].Name != a.agent {
+	// On a multi-host cluster only the coordinator's directory acts (a
+	// host's copy of the spec: its agent never acts, docs/hosts.md); on
+	// one host only the spec's first agent.
+	if !c.AutoRecoveryActor(a.agent) {
 		a.reset()
 		return
 	}

@@ -31,6 +31,37 @@ type AutoRecoveryState struct {
 	LostSince time.Time `json:"lostSince,omitzero"`
 	// LastAction is the latest recovery this loop ran, if any.
 	LastAction *AutoRecoveryAction `json:"lastAction,omitempty"`
+	// Actions counts the recoveries this directory's automatic recovery
+	// finished, by action and result, since the file was first written
+	// (CountAction). The metrics collector exports them as
+	// steward_recovery_actions_total: read from this file, the counter
+	// never goes backwards across restarts, and it counts whichever
+	// process of the directory acted (its agent, or the `certs renew
+	// --watch` process of a coordinator that runs none).
+	Actions []AutoRecoveryCount `json:"actions,omitempty"`
+}
+
+// AutoRecoveryCount is how many recoveries ended with Action and Result.
+type AutoRecoveryCount struct {
+	Action string `json:"action"`
+	Result string `json:"result"`
+	Count  int64  `json:"count"`
+}
+
+// CountAction adds one finished recovery of action (recovery.Report's
+// Action; "none" when empty) with result ("success", "failure") to
+// s.Actions.
+func (s *AutoRecoveryState) CountAction(action, result string) {
+	if action == "" {
+		action = "none"
+	}
+	for i := range s.Actions {
+		if s.Actions[i].Action == action && s.Actions[i].Result == result {
+			s.Actions[i].Count++
+			return
+		}
+	}
+	s.Actions = append(s.Actions, AutoRecoveryCount{Action: action, Result: result, Count: 1})
 }
 
 // AutoRecoveryAction is one recovery RunAuto ran.
@@ -64,6 +95,13 @@ func ReadAutoRecovery(dir string) (*AutoRecoveryState, error) {
 	var s AutoRecoveryState
 	if err := json.Unmarshal(b, &s); err != nil {
 		return nil, fmt.Errorf("%s: %w", AutoRecoveryStatePath(dir), err)
+	}
+	// A count is exported as a counter: a damaged one is refused, never
+	// shown as a counter that went backwards.
+	for _, a := range s.Actions {
+		if a.Count < 0 || a.Action == "" || a.Result == "" {
+			return nil, fmt.Errorf("%s: action count %+v: want an action, a result and a count of 0 or more (the file is damaged; move it aside, the next round writes a new one)", AutoRecoveryStatePath(dir), a)
+		}
 	}
 	return &s, nil
 }

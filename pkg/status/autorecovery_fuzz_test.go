@@ -15,7 +15,8 @@ func FuzzReadAutoRecovery(f *testing.F) {
 	at := time.Date(2026, 11, 27, 22, 0, 0, 0, time.UTC)
 	seed := f.TempDir()
 	if err := WriteAutoRecovery(seed, &AutoRecoveryState{Decision: "act", Reason: "r", DecidedAt: at, LostSince: at,
-		LastAction: &AutoRecoveryAction{Action: "reseed", Reason: "r", Started: at, Finished: at, Result: "success", Message: "m"}}); err != nil {
+		LastAction: &AutoRecoveryAction{Action: "reseed", Reason: "r", Started: at, Finished: at, Result: "success", Message: "m"},
+		Actions: []AutoRecoveryCount{{Action: "reseed", Result: "success", Count: 2}, {Action: "restore", Result: "failure", Count: 1}}}); err != nil {
 		f.Fatal(err)
 	}
 	b, err := os.ReadFile(AutoRecoveryStatePath(seed))
@@ -25,6 +26,7 @@ func FuzzReadAutoRecovery(f *testing.F) {
 	f.Add(b)
 	f.Add([]byte(`{"decision":"wait"}`))
 	f.Add([]byte(`{`))
+	f.Add([]byte(`{"actions":[{"action":"restore","result":"success","count":-1}]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		dir := t.TempDir()
 		if err := os.MkdirAll(filepath.Join(dir, "status"), 0o700); err != nil {
@@ -41,6 +43,11 @@ func FuzzReadAutoRecovery(f *testing.F) {
 			t.Fatal("a file that exists read as none")
 		}
 		_ = s.note(false)
+		for _, a := range s.Actions {
+			if a.Count < 0 {
+				t.Fatalf("a negative count was read: %+v", a)
+			}
+		}
 		if err := WriteAutoRecovery(dir, s); err != nil {
 			t.Fatal(err)
 		}

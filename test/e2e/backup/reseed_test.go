@@ -36,14 +36,14 @@ func TestReseedRevisionsNeverGoBack(t *testing.T) {
 	e.MustRun("up")
 	names := e.Spec().MemberNames()
 	cli := e.Client()
-	w := startRevisionWatch(t, cli, "rs/")
+	w := harness.StartRevisionWatch(t, cli, "rs/")
 
 	var kept []string
 	for i := range 20 {
 		kept = append(kept, fmt.Sprintf("rs/kept-%02d", i))
 		putOne(t, cli, kept[i])
 	}
-	w.waitSeen(t, kept[len(kept)-1])
+	w.WaitSeen(t, kept[len(kept)-1])
 	full := harness.BackupNow(t, e)
 	before := e.Status()
 
@@ -54,8 +54,8 @@ func TestReseedRevisionsNeverGoBack(t *testing.T) {
 	for i := range 10 {
 		lost = putOne(t, cli, fmt.Sprintf("rs/lost-%02d", i))
 	}
-	w.waitSeen(t, "rs/lost-09")
-	w.check(t, "before the quorum loss")
+	w.WaitSeen(t, "rs/lost-09")
+	w.Check(t, "before the quorum loss")
 
 	e.KillAll()
 	harness.RemoveDataDirs(t, e, e.Spec().Members[:2])
@@ -85,17 +85,10 @@ func TestReseedRevisionsNeverGoBack(t *testing.T) {
 		t.Errorf("a write after the reseed got revision %d, not above revision %d, which the lost majority served", end, lost)
 	}
 	// The reads reach the new revisions (or record going backwards).
-	harness.Eventually(t, 60*time.Second, 50*time.Millisecond, "a read at or after the last write", func() error {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		if w.read < end && len(w.bad) == 0 {
-			return fmt.Errorf("reads reached revision %d", w.read)
-		}
-		return nil
-	})
-	w.check(t, "after the reseed")
-	w.waitSeen(t, after[len(after)-1])
-	w.check(t, "after the reseed")
+	w.WaitRead(t, end)
+	w.Check(t, "after the reseed")
+	w.WaitSeen(t, after[len(after)-1])
+	w.Check(t, "after the reseed")
 
 	// Every acknowledged write the seed held, and every one after, on
 	// every member; the lost majority's alone are gone.

@@ -1,154 +1,17 @@
 package backup_test
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcd-steward/steward/test/harness"
 )
-
-// revisionWatch is a client of the cluster that holds one watch on a
-// prefix across restores (reconnecting, re-listing after a compaction
-// error) and reads the cluster's revision beside it, and records anything
-// that went backwards: an event at or below a revision already seen, a
-// read below one.
-type revisionWatch struct {
-	mu      sync.Mutex
-	seen    map[string]int64 // key -> mod revision of its last event or listing; guarded by mu
-	highest int64            // the highest revision the watch saw in an event or a listing; guarded by mu
-	read    int64            // the highest revision a read saw (reads and the watch are ordered each on its own); guarded by mu
-	relists int              // listings after a compaction error; guarded by mu
-	bad     []string         // what went backwards; guarded by mu
-	done    chan struct{}
-}
-
-func startRevisionWatch(t *testing.T, cli *clientv3.Client, prefix string) *revisionWatch {
-	w := &revisionWatch{seen: map[string]int64{}, done: make(chan struct{})}
-	ctx, cancel := context.WithCancel(t.Context())
-	t.Cleanup(func() { cancel(); <-w.done })
-	// backoff paces the retries of a client whose cluster is down.
-	backoff := func() {
-		select {
-		case <-ctx.Done():
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { wg.Wait(); close(w.done) }()
-	go func() { // the watch
-		defer wg.Done()
-		from := int64(0) // the last revision delivered: the watch resumes after it
-		for ctx.Err() == nil {
-			opts := []clientv3.OpOption{clientv3.WithPrefix()}
-			if from > 0 {
-				opts = append(opts, clientv3.WithRev(from+1))
-			}
-			for wr := range cli.Watch(clientv3.WithRequireLeader(ctx), prefix, opts...) {
-				if err := wr.Err(); err != nil {
-					if errors.Is(err, rpctypes.ErrCompacted) {
-						// Re-list at the current revision, then watch on.
-						for ctx.Err() == nil {
-							rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
-							resp, err := cli.Get(rctx, prefix, clientv3.WithPrefix())
-							rcancel()
-							if err == nil {
-								w.list(resp)
-								from = resp.Header.Revision
-								break
-							}
-							backoff()
-						}
-					}
-					break
-				}
-				for _, ev := range wr.Events {
-					w.event(string(ev.Kv.Key), ev.Kv.ModRevision)
-					from = ev.Kv.ModRevision
-				}
-			}
-			backoff()
-		}
-	}()
-	go func() { // the reads
-		defer wg.Done()
-		for ctx.Err() == nil {
-			rctx, rcancel := context.WithTimeout(ctx, time.Second)
-			resp, err := cli.Get(rctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
-			rcancel()
-			if err == nil {
-				w.readAt(resp.Header.Revision)
-			}
-			backoff()
-		}
-	}()
-	return w
-}
-
-func (w *revisionWatch) event(key string, rev int64) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if rev <= w.highest {
-		w.bad = append(w.bad, fmt.Sprintf("event of %s at revision %d, after revision %d was seen", key, rev, w.highest))
-	}
-	w.highest = max(w.highest, rev)
-	w.seen[key] = rev
-}
-
-func (w *revisionWatch) list(resp *clientv3.GetResponse) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if resp.Header.Revision < w.highest {
-		w.bad = append(w.bad, fmt.Sprintf("listing at revision %d, after revision %d was seen", resp.Header.Revision, w.highest))
-	}
-	w.highest = max(w.highest, resp.Header.Revision)
-	w.relists++
-	w.seen = map[string]int64{}
-	for _, kv := range resp.Kvs {
-		w.seen[string(kv.Key)] = kv.ModRevision
-	}
-}
-
-func (w *revisionWatch) readAt(rev int64) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if rev < w.read {
-		w.bad = append(w.bad, fmt.Sprintf("read at revision %d, after a read at revision %d", rev, w.read))
-	}
-	w.read = max(w.read, rev)
-}
-
-// waitSeen polls until the watch delivered (or listed) key.
-func (w *revisionWatch) waitSeen(t *testing.T, key string) {
-	t.Helper()
-	harness.Eventually(t, 60*time.Second, 50*time.Millisecond, "the watch to see "+key, func() error {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		if _, ok := w.seen[key]; !ok {
-			return fmt.Errorf("not seen; the highest revision seen is %d, %d re-lists, went backwards: %v", w.highest, w.relists, w.bad)
-		}
-		return nil
-	})
-}
-
-func (w *revisionWatch) check(t *testing.T, when string) {
-	t.Helper()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if len(w.bad) > 0 {
-		t.Fatalf("%s: a client saw revisions go backwards or twice: %s", when, strings.Join(w.bad, "; "))
-	}
-}
 
 func putOne(t *testing.T, cli *clientv3.Client, key string) int64 {
 	t.Helper()
@@ -189,7 +52,7 @@ func TestTimelines(t *testing.T) {
 	e.MustRun("up")
 	harness.BackupNow(t, e)
 	cli := e.Client()
-	w := startRevisionWatch(t, cli, "tl/")
+	w := harness.StartRevisionWatch(t, cli, "tl/")
 
 	// Timeline 1.
 	early := putOne(t, cli, "tl/t1-early")
@@ -197,7 +60,7 @@ func TestTimelines(t *testing.T) {
 		putOne(t, cli, fmt.Sprintf("tl/t1-%02d", i))
 	}
 	end1 := putOne(t, cli, "tl/t1-last")
-	w.waitSeen(t, "tl/t1-last")
+	w.WaitSeen(t, "tl/t1-last")
 	harness.WaitBackedUp(t, e, end1)
 	if st := e.Status(); st.Cluster.Timeline != 1 {
 		t.Fatalf("status: timeline %d before any restore, want 1", st.Cluster.Timeline)
@@ -221,23 +84,23 @@ func TestTimelines(t *testing.T) {
 	// Timeline 2: the newest point of timeline 1.
 	e.MustRun("restore", "--force")
 	e.MustRun("up")
-	w.waitSeen(t, "tl/t1-last") // re-listed after the compaction error
+	w.WaitSeen(t, "tl/t1-last") // re-listed after the compaction error
 	st := e.Status()
 	if st.Cluster.Timeline != 2 || st.Cluster.ParentTimeline != 1 || st.Cluster.BranchRevision < end1 {
 		t.Fatalf("status after the first restore: timeline %d (parent %d at %d), want 2 branched off 1 at or after %d",
 			st.Cluster.Timeline, st.Cluster.ParentTimeline, st.Cluster.BranchRevision, end1)
 	}
 	end2 := putOne(t, cli, "tl/t2-abandoned")
-	w.waitSeen(t, "tl/t2-abandoned")
+	w.WaitSeen(t, "tl/t2-abandoned")
 	harness.WaitBackedUp(t, e, end2)
-	w.check(t, "after the first restore")
+	w.Check(t, "after the first restore")
 
 	// Timeline 3: back to an early revision of timeline 1, after the
 	// history advanced: etcd must resume above timeline 2's revisions.
 	e.MustRun("down")
 	e.MustRun("restore", "--force", "--to-revision", fmt.Sprint(early))
 	e.MustRun("up")
-	w.waitSeen(t, "tl/t1-early")
+	w.WaitSeen(t, "tl/t1-early")
 	st = e.Status()
 	if st.Cluster.Timeline != 3 || st.Cluster.ParentTimeline != 1 || st.Cluster.BranchRevision != early {
 		t.Fatalf("status after restoring revision %d: timeline %d (parent %d at %d), want 3 branched off 1 at %d",
@@ -253,9 +116,9 @@ func TestTimelines(t *testing.T) {
 	if end3 <= end2 {
 		t.Fatalf("a write on timeline 3 got revision %d, not above %d, served on timeline 2", end3, end2)
 	}
-	w.waitSeen(t, "tl/t3-4")
+	w.WaitSeen(t, "tl/t3-4")
 	harness.WaitBackedUp(t, e, end3)
-	w.check(t, "after the restore to an early revision")
+	w.Check(t, "after the restore to an early revision")
 
 	// backup list: every backup names its timeline; timeline 3's carry
 	// their branch point.
@@ -275,7 +138,7 @@ func TestTimelines(t *testing.T) {
 	e.MustRun("down")
 	e.MustRun("restore", "--force")
 	e.MustRun("up")
-	w.waitSeen(t, "tl/t3-4")
+	w.WaitSeen(t, "tl/t3-4")
 	if have := hasKeys(t, cli, "tl/t1-early", "tl/t1-last", "tl/t2-abandoned", "tl/t3-4"); !slices.Equal(have, []string{"tl/t1-early", "tl/t3-4"}) {
 		t.Fatalf("a plain restore after writes on timeline 3: keys %v, want tl/t1-early and tl/t3-4", have)
 	}
@@ -284,22 +147,22 @@ func TestTimelines(t *testing.T) {
 			st.Cluster.Timeline, st.Cluster.ParentTimeline, st.Cluster.BranchRevision, end3)
 	}
 	end4 := putOne(t, cli, "tl/t4")
-	w.waitSeen(t, "tl/t4")
+	w.WaitSeen(t, "tl/t4")
 	if end4 <= end3 {
 		t.Fatalf("a write on timeline 4 got revision %d, not above %d", end4, end3)
 	}
-	w.check(t, "after the third restore")
+	w.Check(t, "after the third restore")
 
 	// Another timeline is chosen explicitly: timeline 2's newest point.
 	harness.WaitBackedUp(t, e, end4)
 	e.MustRun("down")
 	e.MustRun("restore", "--force", "--timeline", "2")
 	e.MustRun("up")
-	w.waitSeen(t, "tl/t2-abandoned")
+	w.WaitSeen(t, "tl/t2-abandoned")
 	if have := hasKeys(t, cli, "tl/t2-abandoned", "tl/t3-4", "tl/t4"); !slices.Equal(have, []string{"tl/t2-abandoned"}) {
 		t.Fatalf("restore --timeline 2: keys %v, want tl/t2-abandoned only", have)
 	}
 	putOne(t, cli, "tl/t5")
-	w.waitSeen(t, "tl/t5")
-	w.check(t, "after restoring timeline 2")
+	w.WaitSeen(t, "tl/t5")
+	w.Check(t, "after restoring timeline 2")
 }

@@ -25,7 +25,10 @@ import (
 // lose their data dirs while their agents run: with no command, the
 // coordinator recovers (its agents report the two members not running)
 // and the cluster is healthy with the exact keyspace; status shows the
-// action and its reason. No host's agent ever acts.
+// action and its reason. Then every data dir is lost: no member's data
+// survives, so the coordinator restores the backups from S3 across the
+// hosts, with the exact keyspace of the newest backup and no revision
+// going backwards for a watcher. No host's agent ever acts.
 func TestHostsAutoRecovery(t *testing.T) {
 	t.Parallel()
 	hs := harness.NewHosts(t, 3)
@@ -220,6 +223,89 @@ func TestHostsAutoRecovery(t *testing.T) {
 		}
 		after := hs.Client()
 		workload.RequireEqual(t, "keyspace after two hosts lost their data", workload.TakeDigest(t, after, "", 0), want)
+		noHostActs(t)
+	})
+	if t.Failed() {
+		return
+	}
+
+	t.Run("every data dir lost: restored from the backups without a command", func(t *testing.T) {
+		e := hs.Env.For(t)
+		cli := hs.Client()
+		w := harness.StartRevisionWatch(t, cli, "autorec/")
+		for i := range 20 {
+			if _, err := cli.Put(t.Context(), fmt.Sprintf("autorec/all-%02d", i), "v"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		w.WaitSeen(t, "autorec/all-19")
+		// Every write below is acknowledged before the newest backup
+		// holds it: the recovery restores that backup, so the keyspace
+		// comes back exactly. (A write acknowledged after the newest
+		// backup would be lost: with no member's data left, the backups
+		// are all there is; the continuous backup bounds that loss by
+		// backup.deltaMaxAgeMs.)
+		want := workload.TakeDigest(t, cli, "", 0)
+		harness.WaitBackedUp(t, e, want.Rev)
+		st := e.Status()
+		lost := time.Now()
+		for _, m := range st.Members {
+			h := hs.Host(m.Agent)
+			if err := os.RemoveAll(filepath.Join(h.Dir, "members", m.Name, "data")); err != nil {
+				t.Fatal(err)
+			}
+			if err := syscall.Kill(m.PID, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var ar *status.AutoRecoveryState
+		harness.Eventually(t, 5*time.Minute, time.Second, "an automatic recovery, started after the loss, that succeeded", func() error {
+			var err error
+			if ar, err = status.ReadAutoRecovery(hs.Dir); err != nil {
+				return err
+			}
+			if ar == nil || ar.LastAction == nil || ar.LastAction.Started.Before(lost) || ar.LastAction.Result != "success" {
+				return fmt.Errorf("state %+v", ar)
+			}
+			return nil
+		})
+		a := ar.LastAction
+		t.Logf("recovered by %s in %s: %s (%s)", a.Action, time.Since(lost).Round(time.Second), a.Message, a.Reason)
+		if a.Action != "restore" || !strings.Contains(a.Reason, "3 of 3 members reported not running by their own agents") {
+			t.Errorf("last action %+v; want a restore because 3 of 3 members are reported not running", a)
+		}
+		// Counted in the same file (what steward_recovery_actions_total
+		// exports): the earlier reseed and this restore, one success each.
+		counts := map[string]int64{}
+		for _, c := range ar.Actions {
+			counts[c.Action+"/"+c.Result] = c.Count
+		}
+		if counts["restore/success"] != 1 || counts["reseed/success"] != 1 || len(counts) != 2 {
+			t.Errorf("action counts %v, want one reseed and one restore, both successes", ar.Actions)
+		}
+		st = e.WaitStatus(2*time.Minute, "three voters on the same hosts", func(st *status.Status) bool {
+			return harness.Healthy(st) && st.Cluster.VotingMembers == 3
+		})
+		if c := harness.Cond(st, status.CondReady); !strings.Contains(c.Message, "last automatic recovery: restore, success") ||
+			!strings.Contains(c.Message, "3 of 3 members reported not running") {
+			t.Errorf("Ready does not show the recovery and its reason: %+v", c)
+		}
+		if st.AutoRecovery == nil || st.AutoRecovery.LastAction == nil || st.AutoRecovery.LastAction.Action != "restore" {
+			t.Errorf("status autoRecovery: %+v", st.AutoRecovery)
+		}
+		workload.RequireEqual(t, "keyspace after every data dir was lost", workload.TakeDigest(t, hs.Client(), "", 0), want)
+		// A write after the recovery is above every revision served
+		// before it, and the watch sees it without going backwards.
+		resp, err := hs.Client().Put(t.Context(), "autorec/after-restore", "v")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Header.Revision <= want.Rev {
+			t.Errorf("a write after the restore got revision %d, not above %d, served before the loss", resp.Header.Revision, want.Rev)
+		}
+		w.WaitSeen(t, "autorec/after-restore")
+		w.WaitRead(t, resp.Header.Revision)
+		w.Check(t, "after the restore from the backups")
 		noHostActs(t)
 	})
 	if t.Failed() {
