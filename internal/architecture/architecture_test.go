@@ -18,7 +18,7 @@ const module = "github.com/etcd-steward/steward"
 var (
 	// ground: small helpers with no Steward dependency at all; pkg/refusal
 	// (the error type of refusals) sits here so every floor above may use it.
-	ground = []string{"internal/atomicfile", "internal/filelock", "internal/proc", "internal/portcheck", "internal/crashpoint", "internal/dirmode", "internal/childenv", "internal/scratch", "internal/pagecache", "internal/editdist",
+	ground = []string{"internal/atomicfile", "internal/filelock", "internal/proc", "internal/portcheck", "internal/crashpoint", "internal/dirmode", "internal/childenv", "internal/scratch", "internal/pagecache", "internal/editdist", "internal/subnet",
 		"pkg/refusal"}
 	// foundation: formats, stores and protocols; they know no cluster.
 	foundation = []string{"pkg/progress", "pkg/spec", "pkg/pki", "pkg/catalogue", "pkg/binaries", "pkg/datadir",

@@ -21,6 +21,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/etcd-steward/steward/internal/subnet"
 )
 
 // prefix begins every name the package gives outside its directory.
@@ -208,55 +210,6 @@ func cgroupJoin(group string) ([]string, error) {
 	return []string{"/bin/sh", "-c", b.String(), "sh"}, nil
 }
 
-// lockSubnets takes the machine-wide lock test/harness's networks take too
-// while one picks its subnet, so two never pick the same one.
-func lockSubnets() (unlock func(), err error) {
-	dir := "/run/lock"
-	if _, err := os.Stat(dir); err != nil {
-		dir = os.TempDir()
-	}
-	f, err := os.OpenFile(filepath.Join(dir, "steward-netns.lock"), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("subnet lock: %w", err)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("subnet lock: %w", err)
-	}
-	return func() { f.Close() }, nil
-}
-
-// freeSubnet is the first 10.x.y.0/24 (x from 213) no address of the root
-// namespace overlaps.
-func freeSubnet() (netip.Prefix, error) {
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return netip.Prefix{}, err
-	}
-	var used []netip.Prefix
-	for _, a := range addrs {
-		if ipn, ok := a.(*net.IPNet); ok {
-			if ip, ok := netip.AddrFromSlice(ipn.IP.To4()); ok {
-				ones, _ := ipn.Mask.Size()
-				used = append(used, netip.PrefixFrom(ip, ones).Masked())
-			}
-		}
-	}
-	for x := 213; x < 224; x++ {
-	next:
-		for y := 0; y < 256; y++ {
-			p := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(x), byte(y), 0}), 24)
-			for _, u := range used {
-				if u.Overlaps(p) {
-					continue next
-				}
-			}
-			return p, nil
-		}
-	}
-	return netip.Prefix{}, errors.New("no free 10.x.y.0/24 between 10.213.0.0 and 10.223.255.0")
-}
-
 func addrIn(p netip.Prefix, last byte) string {
 	b := p.Addr().As4()
 	b[3] = last
@@ -294,12 +247,12 @@ func (c *Cluster) makeNetwork() error {
 	if err := makeCgroup(c.infraCgroup()); err != nil {
 		return err
 	}
-	unlock, err := lockSubnets()
+	unlock, err := subnet.Lock()
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	if c.Subnet, err = freeSubnet(); err != nil {
+	if c.Subnet, err = subnet.Free(); err != nil {
 		return err
 	}
 	c.Gateway = addrIn(c.Subnet, 1)

@@ -26,6 +26,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/etcd-steward/steward/internal/proc"
+	"github.com/etcd-steward/steward/internal/subnet"
 	"net"
 	"net/netip"
 	"os"
@@ -40,8 +43,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/etcd-steward/steward/internal/proc"
 )
 
 // netnsPrefix begins the name of every namespace and interface the hosts
@@ -119,12 +120,12 @@ func NewNetwork(tb testing.TB) *Network {
 
 	n := &Network{tb: tb, next: 2, Bridge: ifName(tb, 'b', netnsCounter.Add(1))}
 	tb.Cleanup(n.cleanup)
-	unlock, err := lockSubnets()
+	unlock, err := subnet.Lock()
 	if err != nil {
 		tb.Fatal(err)
 	}
 	defer unlock()
-	if n.Subnet, err = freeSubnet(); err != nil {
+	if n.Subnet, err = subnet.Free(); err != nil {
 		tb.Fatal(err)
 	}
 	n.Addr = n.hostAddr(1)
@@ -489,55 +490,4 @@ func run(name string, args ...string) error {
 		return fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
 	return nil
-}
-
-// lockSubnets takes a machine-wide lock held while a network picks its
-// subnet and puts its address on the bridge, so two test processes never
-// pick the same one. unlock releases it.
-func lockSubnets() (unlock func(), err error) {
-	dir := "/run/lock"
-	if _, err := os.Stat(dir); err != nil {
-		dir = os.TempDir()
-	}
-	path := filepath.Join(dir, "steward-netns.lock")
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("subnet lock: %w", err)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("subnet lock %s: %w", path, err)
-	}
-	return func() { f.Close() }, nil
-}
-
-// freeSubnet returns the first 10.x.y.0/24 (x from 213) that no IPv4
-// address of the root namespace's interfaces overlaps.
-func freeSubnet() (netip.Prefix, error) {
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return netip.Prefix{}, err
-	}
-	var used []netip.Prefix
-	for _, a := range addrs {
-		if ipn, ok := a.(*net.IPNet); ok {
-			if ip, ok := netip.AddrFromSlice(ipn.IP.To4()); ok {
-				ones, _ := ipn.Mask.Size()
-				used = append(used, netip.PrefixFrom(ip, ones).Masked())
-			}
-		}
-	}
-	for x := 213; x < 224; x++ {
-	next:
-		for y := 0; y < 256; y++ {
-			p := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(x), byte(y), 0}), 24)
-			for _, u := range used {
-				if u.Overlaps(p) {
-					continue next
-				}
-			}
-			return p, nil
-		}
-	}
-	return netip.Prefix{}, errors.New("no free 10.x.y.0/24 between 10.213.0.0 and 10.223.255.0")
 }
