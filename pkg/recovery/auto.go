@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/filelock"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/handover"
 	"github.com/etcd-steward/steward/pkg/plan"
@@ -35,7 +36,7 @@ const autoInterval = 5 * time.Second
 // `steward status` shows; each action is counted there too (Actions), which
 // the metrics collector exports as steward_recovery_actions_total.
 func RunAuto(ctx context.Context, dir, agentName string, log *slog.Logger) {
-	a := &autoLoop{dir: dir, agent: agentName, log: log}
+	a := &autoLoop{dir: dir, agent: agentName, log: log, recover: runAuto}
 	tick := time.NewTicker(autoInterval)
 	defer tick.Stop()
 	for {
@@ -57,6 +58,8 @@ type autoLoop struct {
 	// multi-host cluster; zero otherwise).
 	provenSince time.Time
 	lastResume  time.Time
+	// recover runs one automatic recovery (runAuto; tests give another).
+	recover func(context.Context, *cluster.Cluster) (Report, error)
 }
 
 func (a *autoLoop) reset() { a.lostSince, a.provenSince = time.Time{}, time.Time{} }
@@ -101,25 +104,42 @@ func (a *autoLoop) act(ctx context.Context, c *cluster.Cluster, decision, reason
 	}
 	a.log.Warn("automatic recovery", "decision", decision, "reason", reason)
 	c.Progress = func(format string, args ...any) { a.log.Info(fmt.Sprintf(format, args...)) }
-	rep, err := runAuto(ctx, c)
-	if errors.Is(err, ErrNotProven) {
-		// It stopped before a disruptive action: the round's decision is
-		// a wait, its reason the error (the action's result a failure).
-		st.Decision, st.Reason = "wait", err.Error()
-	}
-	st.LastAction.Action, st.LastAction.Finished, st.LastAction.Message = rep.Action, time.Now().UTC(), rep.Message
-	st.LastAction.Result = "success"
-	if err != nil {
-		st.LastAction.Result, st.LastAction.Error = "failure", err.Error()
+	rep, err := a.recover(ctx, c)
+	// A recovery that stopped before any disruptive action (quorum not
+	// proven lost everywhere, or another process of this directory holds
+	// recover.lock) waited: the round's decision is a wait, its reason
+	// the error, and it is not counted as a failure (a partition would
+	// otherwise fire StewardAutoRecoveryFailed every minute).
+	waited := errors.Is(err, ErrNotProven) || errors.Is(err, filelock.ErrHeld)
+	last := *st.LastAction
+	last.Action, last.Finished, last.Message = rep.Action, time.Now().UTC(), rep.Message
+	last.Result = "success"
+	switch {
+	case waited:
+		last.Result, last.Error = "waited", err.Error()
+		a.log.Warn("automatic recovery waited", "action", rep.Action, "reason", err)
+	case err != nil:
+		last.Result, last.Error = "failure", err.Error()
 		a.log.Error("automatic recovery failed", "action", rep.Action, "err", err)
-	} else {
+	default:
 		a.log.Info("automatic recovery done", "action", rep.Action, "message", rep.Message)
 	}
-	// Counted in the state file, in the same write as the result: the
-	// metrics collector of the directory's agent exports it
-	// (steward_recovery_actions_total), whichever process acted.
-	st.CountAction(rep.Action, st.LastAction.Result)
-	if err := status.WriteAutoRecovery(a.dir, st); err != nil {
+	// The result and its count go in one write, onto the file as it is
+	// now (not the copy read before acting: another process of this
+	// directory may have counted meanwhile). The metrics collector of the
+	// directory's agent exports the counts (steward_recovery_actions_total),
+	// whichever process acted.
+	cur, rerr := status.ReadAutoRecovery(a.dir)
+	if rerr != nil || cur == nil {
+		cur = st
+	}
+	if waited {
+		cur.Decision, cur.Reason = "wait", err.Error()
+	} else {
+		cur.CountAction(rep.Action, last.Result)
+	}
+	cur.LastAction = &last
+	if err := status.WriteAutoRecovery(a.dir, cur); err != nil {
 		a.log.Error("record the automatic recovery's result", "err", err)
 	}
 	a.reset()

@@ -212,7 +212,7 @@ func run(ctx context.Context, c *cluster.Cluster, d runDeps) (Report, error) {
 			return rep, nil
 		}
 		if errors.Is(err, filelock.ErrHeld) {
-			return rep, fmt.Errorf("another steward process is recovering this cluster (%s is held); wait for it to finish", recoverLockPath(c))
+			return rep, heldError(recoverLockPath(c))
 		}
 		return rep, err
 	}
@@ -574,3 +574,14 @@ func recoverLockPath(c *cluster.Cluster) string { return filepath.Join(c.Dir, "r
 var admitRecovery = plan.Admission{SkipLock: true, IgnoreUnreadable: true, Refuse: func(p *plan.Plan) error {
 	return refusal.New(ErrPlanOpen, "refusing to recover: plan %s is %s and stops members on purpose", p.ID, p.State)
 }}
+
+// heldError is the refusal of a recovery while another process of this
+// directory holds recover.lock; it wraps filelock.ErrHeld (the automatic
+// loop takes it as a wait, not a failure).
+type heldError string
+
+func (e heldError) Error() string {
+	return fmt.Sprintf("another steward process is recovering this cluster (%s is held); wait for it to finish", string(e))
+}
+
+func (heldError) Unwrap() error { return filelock.ErrHeld }
