@@ -330,6 +330,11 @@ func MoveAside(dataDir, why string) (string, error) {
 		}
 		return "", nil
 	}
+	// An orphan copy record older than a whole copy is not an interrupted
+	// move's (a copy removed by hand, or by an older Steward that removed
+	// the dir first): taking its name would date the new copy before
+	// older ones, and pruning, which keeps the newest, would remove it
+	// first (interruptedAside).
 	dst, err := interruptedAside(dataDir)
 	if err != nil {
 		return "", err
@@ -361,7 +366,8 @@ var asideRecordName = regexp.MustCompile(`^([a-z0-9-]+)-(\d{8}T\d{6}\.\d{3}Z)\.v
 
 // interruptedAside returns the copy name an interrupted MoveAside of
 // dataDir was moving it to (the newest DATADIR.WHY-STAMP.version with no
-// dir beside it), "" when none. A staged dir's name (KindRestoring) is
+// dir beside it, newer than every whole copy: an interrupted move is the
+// last one begun), "" when none. A staged dir's name (KindRestoring) is
 // never one: a data dir moved there would be removed as a restore's
 // leftover.
 func interruptedAside(dataDir string) (string, error) {
@@ -371,7 +377,7 @@ func interruptedAside(dataDir string) (string, error) {
 		return "", err
 	}
 	var dst string
-	var newest time.Time
+	var newest, newestWhole time.Time
 	for _, e := range ents {
 		rest, ok := strings.CutPrefix(e.Name(), base+".")
 		if !ok || !e.Type().IsRegular() {
@@ -387,13 +393,24 @@ func interruptedAside(dataDir string) (string, error) {
 		}
 		copyDir := strings.TrimSuffix(filepath.Join(parent, e.Name()), ".version")
 		if _, err := os.Lstat(copyDir); !errors.Is(err, os.ErrNotExist) {
-			continue // a whole copy (or not ours to judge)
+			newestWhole = later(newestWhole, t) // a whole copy (or not ours to judge)
+			continue
 		}
 		if dst == "" || t.After(newest) {
 			dst, newest = copyDir, t
 		}
 	}
+	if dst != "" && !newest.After(newestWhole) {
+		return "", nil // older than a whole copy: not the last move begun
+	}
 	return dst, nil
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // syncDir makes renames inside a directory durable (a variable so a test

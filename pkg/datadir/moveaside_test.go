@@ -199,3 +199,40 @@ func TestRemoveKeptKilledBetween(t *testing.T) {
 		t.Fatalf("left: %q, want nothing", got)
 	}
 }
+
+// TestMoveAsideLeavesStaleOrphanRecord: a copy's record with no dir that
+// is older than a whole copy (the copy removed by hand, or by an older
+// Steward that removed the dir before its record) is not an interrupted
+// move: the new copy gets a name of its own, dated now, so pruning, which
+// keeps the newest copies, does not take it for the oldest.
+func TestMoveAsideLeavesStaleOrphanRecord(t *testing.T) {
+	parent := t.TempDir()
+	dd := filepath.Join(parent, "data")
+	stale := dd + ".pre-restore-20261120T120000.000Z"
+	whole := dd + ".pre-upgrade-20261125T120000.000Z"
+	for _, d := range []string{filepath.Join(dd, "member"), filepath.Join(whole, "member")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range []struct{ dir, v string }{{stale, "3.5.35"}, {whole, "3.5.35"}, {dd, "3.6.16"}} {
+		if err := WriteRecord(r.dir, r.v, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := time.Now().UTC().Add(-time.Second)
+	dst, err := MoveAside(dd, KindPreRestore)
+	if err != nil || dst == stale {
+		t.Fatalf("MoveAside = %q, %v; want a new name, not the stale orphan's", dst, err)
+	}
+	m := asideRecordName.FindStringSubmatch(strings.TrimPrefix(filepath.Base(RecordPath(dst)), "data."))
+	if m == nil {
+		t.Fatalf("copy %s: not a copy's name", dst)
+	}
+	if at, err := time.Parse(StampLayout, m[2]); err != nil || at.Before(before) {
+		t.Fatalf("copy %s dated %v, want now", dst, at)
+	}
+	if rec, _, err := ReadRecord(dst); err != nil || rec.Version != "3.6.16" {
+		t.Fatalf("the copy's record: %+v, %v; want 3.6.16", rec, err)
+	}
+}
