@@ -133,7 +133,9 @@ test: etcd-binaries s3-server kube-apiserver containerd kube-node kube-binaries 
 
 ## test-e2e-run: the end-to-end tests alone, side by side, with their
 ## prerequisites already built; the slowest tests are summarized at the end
-## and every event is kept in $(ARTIFACTS)/e2e.json.
+## and every event is kept in $(ARTIFACTS)/e2e.json. test/e2e/localkube
+## brings up a cluster of each of $(KUBE_VERSIONS) and runs its smoke tests
+## on each, as subtests named by the version (docs/kubernetes-local.md).
 test-e2e-run:
 	mkdir -p $(ARTIFACTS) bin
 	$(GO) build $(RACE) -o $(TEST_BIN) ./cmd/steward
