@@ -133,18 +133,20 @@ test: etcd-binaries s3-server kube-apiserver containerd kube-node kube-binaries 
 
 ## test-e2e-run: the end-to-end tests alone, side by side, with their
 ## prerequisites already built; the slowest tests are summarized at the end
-## and every event is kept in $(ARTIFACTS)/e2e.json.
+## and every event is kept in $(ARTIFACTS)/e2e.json. test/e2e/localkube
+## brings up a cluster of each of $(KUBE_VERSIONS) and runs its smoke tests
+## on each, as subtests named by the version (docs/kubernetes-local.md).
 test-e2e-run:
 	mkdir -p $(ARTIFACTS) bin
 	$(GO) build $(RACE) -o $(TEST_BIN) ./cmd/steward
-	STEWARD_KUBE_CACHE=$(KUBE_CACHE) STEWARD_IMAGES=$(IMAGES) STEWARD_TEST_BINARY=$(TEST_BIN) STEWARD_TEST_STORE=$(STORE) STEWARD_TEST_RACE=$(if $(RACE),1,0) $(GO) test -json -count=1 -p $(E2E_P) -parallel $(E2E_PARALLEL) -timeout $(E2E_TIMEOUT) -artifacts -outputdir $(ARTIFACTS) ./test/... | $(GO) run ./hack/testtimes -save $(ARTIFACTS)/e2e.json
+	STEWARD_KUBE_CACHE=$(KUBE_CACHE) STEWARD_IMAGES=$(IMAGES) STEWARD_TEST_KUBE_VERSIONS="$(KUBE_VERSIONS)" STEWARD_TEST_BINARY=$(TEST_BIN) STEWARD_TEST_STORE=$(STORE) STEWARD_TEST_RACE=$(if $(RACE),1,0) $(GO) test -json -count=1 -p $(E2E_P) -parallel $(E2E_PARALLEL) -timeout $(E2E_TIMEOUT) -artifacts -outputdir $(ARTIFACTS) ./test/... | $(GO) run ./hack/testtimes -save $(ARTIFACTS)/e2e.json
 
 test-unit:
 	$(GO) test $(RACE) -count=1 -short $(UNIT_PKGS)
 
 test-e2e: etcd-binaries s3-server kube-apiserver containerd kube-node kube-binaries images prometheus nftables
 	mkdir -p $(ARTIFACTS)
-	STEWARD_KUBE_CACHE=$(KUBE_CACHE) STEWARD_IMAGES=$(IMAGES) STEWARD_TEST_STORE=$(STORE) STEWARD_TEST_RACE=$(if $(RACE),1,0) $(GO) test -count=1 -timeout $(E2E_TIMEOUT) -artifacts -outputdir $(ARTIFACTS) -v ./test/e2e/...
+	STEWARD_KUBE_CACHE=$(KUBE_CACHE) STEWARD_IMAGES=$(IMAGES) STEWARD_TEST_KUBE_VERSIONS="$(KUBE_VERSIONS)" STEWARD_TEST_STORE=$(STORE) STEWARD_TEST_RACE=$(if $(RACE),1,0) $(GO) test -count=1 -timeout $(E2E_TIMEOUT) -artifacts -outputdir $(ARTIFACTS) -v ./test/e2e/...
 
 ## fuzz: fuzz each target listed in hack/fuzz-targets for $(FUZZTIME), one
 ## worker each (`make fuzz FUZZTIME=90s`). `make test` runs their seed

@@ -5,6 +5,11 @@ package harness
 // tests run and removes it after them, pass or fail, and on SIGINT or
 // SIGTERM; a killed test process's cluster is removed by the next one
 // (localkube.CleanupStale, run by Up). Tests get it with LocalKube.
+//
+// STEWARD_TEST_KUBE_VERSIONS lists further versions: LocalKubeMain brings
+// up one cluster of each (one after the other, all there while the tests
+// run), and a test that proves a version works runs once per cluster with
+// ForEachLocalKube, as subtests named by the version (TestX/v1.35.4).
 
 import (
 	"context"
@@ -13,6 +18,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,8 +31,9 @@ import (
 
 var (
 	// Set by LocalKubeMain before m.Run and read by the tests after: no
-	// lock needed (m.Run's goroutines start after the writes).
-	localKube    *localkube.Cluster
+	// lock needed (m.Run's goroutines start after the writes). localKubes
+	// holds one cluster per LocalKubeVersions, in its order.
+	localKubes   []*localkube.Cluster
 	localKubeErr error
 )
 
@@ -39,12 +46,29 @@ func LocalKubeVersion() string {
 	return Kubernetes
 }
 
+// LocalKubeVersions are the versions LocalKubeMain brings up a cluster of:
+// LocalKubeVersion first (the cluster LocalKube returns), then those of
+// STEWARD_TEST_KUBE_VERSIONS (separated by spaces or commas; `make test`
+// passes KUBE_VERSIONS) not already listed.
+func LocalKubeVersions() []string {
+	vs := []string{LocalKubeVersion()}
+	for _, v := range strings.FieldsFunc(os.Getenv("STEWARD_TEST_KUBE_VERSIONS"), func(r rune) bool { return r == ' ' || r == ',' }) {
+		if !slices.Contains(vs, v) {
+			vs = append(vs, v)
+		}
+	}
+	return vs
+}
+
 // LocalKubeConfig is the configuration of a cluster of nodes nodes in dir
 // from the project's caches: the Kubernetes binaries (.cache/kube, or
 // STEWARD_KUBE_CACHE) and images (.cache/images, or STEWARD_IMAGES), the
 // steward binary stewardBin and versitygw (STEWARD_TEST_VERSITYGW).
 func LocalKubeConfig(root, dir, stewardBin string, nodes int) (localkube.Config, error) {
-	v := LocalKubeVersion()
+	return localKubeConfig(root, dir, stewardBin, nodes, LocalKubeVersion())
+}
+
+func localKubeConfig(root, dir, stewardBin string, nodes int, v string) (localkube.Config, error) {
 	kubeCache := envOr("STEWARD_KUBE_CACHE", filepath.Join(root, ".cache", "kube"))
 	images := envOr("STEWARD_IMAGES", filepath.Join(root, ".cache", "images"))
 	cfg, err := localkube.FromCache(kubeCache, images, v)
@@ -63,10 +87,11 @@ func envOr(k, def string) string {
 	return def
 }
 
-// LocalKubeMain brings up a local Kubernetes of nodes nodes, runs the
-// package's tests and removes the cluster (its directory too, unless a test
-// failed and STEWARD_KEEP_FAILED is set). A failed bring-up fails every
-// test that calls LocalKube, with the error.
+// LocalKubeMain brings up a local Kubernetes of nodes nodes of each of
+// LocalKubeVersions, runs the package's tests and removes the clusters
+// (their directories too, unless a test failed and STEWARD_KEEP_FAILED is
+// set). A failed bring-up fails every test that calls LocalKube, with the
+// error.
 func LocalKubeMain(m *testing.M, nodes int) int {
 	root, err := repoRoot()
 	if err != nil {
@@ -90,95 +115,139 @@ func LocalKubeMain(m *testing.M, nodes int) int {
 		}
 	}
 	removeStaleDirs()
-	dir, err := os.MkdirTemp("", fmt.Sprintf("localkube-%d-", os.Getpid()))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
 	before := MachineState()
-	cfg, err := LocalKubeConfig(root, dir, bin, nodes)
-	cfg.Log = os.Stderr
-	var c *localkube.Cluster
-	if err == nil {
-		sig := make(chan os.Signal, 1)
-		signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		var mu sync.Mutex // owns up
-		var up *localkube.Cluster
-		upDone, stopped := make(chan struct{}), make(chan struct{})
-		go func() {
-			select {
-			case s := <-sig:
-				// Up removes what it made when ctx ends; a cluster that
-				// is up is removed here.
-				fmt.Fprintf(os.Stderr, "localkube: %v: removing the cluster\n", s)
-				cancel()
-				<-upDone
-				mu.Lock()
-				cc := up
-				mu.Unlock()
-				if cc != nil {
-					_ = cc.Down()
-				}
-				if os.Getenv("STEWARD_KEEP_FAILED") == "" {
-					_ = os.RemoveAll(dir)
-				}
-				os.Exit(1)
-			case <-stopped:
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex // owns up and dirs
+	var up []*localkube.Cluster
+	var dirs []string
+	upDone, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		select {
+		case s := <-sig:
+			// Up removes what it made when ctx ends; the clusters that
+			// are up are removed here.
+			fmt.Fprintf(os.Stderr, "localkube: %v: removing the cluster\n", s)
+			cancel()
+			<-upDone
+			mu.Lock()
+			cs, ds := slices.Clone(up), slices.Clone(dirs)
+			mu.Unlock()
+			for _, cc := range cs {
+				_ = cc.Down()
 			}
-		}()
-		defer close(stopped)
-		c, err = localkube.Up(ctx, cfg)
-		mu.Lock()
-		up = c
-		mu.Unlock()
-		close(upDone)
-		cancel()
+			if os.Getenv("STEWARD_KEEP_FAILED") == "" {
+				for _, d := range ds {
+					_ = os.RemoveAll(d)
+				}
+			}
+			os.Exit(1)
+		case <-stopped:
+		}
+	}()
+	defer close(stopped)
+	for _, v := range LocalKubeVersions() {
+		if err = upOne(ctx, root, bin, nodes, v, &mu, &up, &dirs); err != nil {
+			localKubeErr = fmt.Errorf("local Kubernetes %s: %w", v, err)
+			break
+		}
 	}
-	localKube, localKubeErr = c, err
-	if err != nil {
-		localKubeErr = fmt.Errorf("local Kubernetes: %w", err)
-	}
+	close(upDone)
+	cancel()
+	mu.Lock()
+	clusters, clusterDirs := slices.Clone(up), slices.Clone(dirs)
+	mu.Unlock()
+	localKubes = clusters
 	code := m.Run()
-	if c != nil {
+	for _, c := range clusters {
 		if err := c.Down(); err != nil {
-			fmt.Fprintf(os.Stderr, "localkube: remove the cluster: %v\n", err)
+			fmt.Fprintf(os.Stderr, "localkube: remove the cluster of %s: %v\n", c.Version, err)
 			code = 1
 		}
+	}
+	if len(clusters) > 0 {
 		// The machine as it was: sysctls and iptables rules whoever may
 		// have changed them (nothing else on the machine should), the
-		// other kinds where they name this cluster (other test processes
-		// make and remove their own meanwhile).
+		// other kinds where they name these clusters (other test
+		// processes make and remove their own meanwhile).
 		var left []string
 		for _, d := range DiffMachine(before, MachineState()) {
-			if strings.Contains(d, "sysctl: ") || strings.Contains(d, "iptables-save: ") || localkube.OwnedBy(c.Owner).MatchString(d) {
+			if strings.Contains(d, "sysctl: ") || strings.Contains(d, "iptables-save: ") || localkube.OwnedBy(clusters[0].Owner).MatchString(d) {
 				left = append(left, d)
 			}
 		}
 		if len(left) > 0 {
-			fmt.Fprintf(os.Stderr, "localkube: the machine after the cluster's removal: %s\n", FormatDiff(left))
+			fmt.Fprintf(os.Stderr, "localkube: the machine after the clusters' removal: %s\n", FormatDiff(left))
 			code = 1
 		}
 	}
-	if code != 0 && os.Getenv("STEWARD_KEEP_FAILED") != "" {
-		fmt.Fprintf(os.Stderr, "localkube: keeping %s\n", dir)
-	} else {
-		_ = os.RemoveAll(dir)
+	for _, dir := range clusterDirs {
+		if code != 0 && os.Getenv("STEWARD_KEEP_FAILED") != "" {
+			fmt.Fprintf(os.Stderr, "localkube: keeping %s\n", dir)
+		} else {
+			_ = os.RemoveAll(dir)
+		}
 	}
 	return code
 }
 
-// LocalKube returns the package's cluster (LocalKubeMain); a bring-up that
-// failed fails the test.
+// upOne brings up the cluster of version v in a directory of its own,
+// recording both (under mu) for the removal on a signal. A cluster that
+// did not come up has removed what it made; its directory is recorded.
+func upOne(ctx context.Context, root, bin string, nodes int, v string, mu *sync.Mutex, up *[]*localkube.Cluster, dirs *[]string) error {
+	dir, err := os.MkdirTemp("", fmt.Sprintf("localkube-%d-", os.Getpid()))
+	if err != nil {
+		return err
+	}
+	mu.Lock()
+	*dirs = append(*dirs, dir)
+	mu.Unlock()
+	cfg, err := localKubeConfig(root, dir, bin, nodes, v)
+	if err != nil {
+		return err
+	}
+	cfg.Log = os.Stderr
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	c, err := localkube.Up(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	mu.Lock()
+	*up = append(*up, c)
+	mu.Unlock()
+	return nil
+}
+
+// LocalKube returns the package's cluster of LocalKubeVersion
+// (LocalKubeMain); a bring-up that failed fails the test.
 func LocalKube(tb testing.TB) *localkube.Cluster {
+	tb.Helper()
+	return LocalKubes(tb)[0]
+}
+
+// LocalKubes returns the package's clusters, one per LocalKubeVersions in
+// its order; a bring-up that failed fails the test.
+func LocalKubes(tb testing.TB) []*localkube.Cluster {
 	tb.Helper()
 	if localKubeErr != nil {
 		tb.Fatal(localKubeErr)
 	}
-	if localKube == nil {
+	if len(localKubes) == 0 {
 		tb.Fatal("no local Kubernetes: the package's TestMain must call harness.LocalKubeMain")
 	}
-	return localKube
+	return localKubes
+}
+
+// ForEachLocalKube runs f on each of the package's clusters (LocalKubes),
+// one after the other, as a subtest named by the cluster's version: the
+// test names say which version ran.
+func ForEachLocalKube(t *testing.T, f func(t *testing.T, c *localkube.Cluster)) {
+	t.Helper()
+	for _, c := range LocalKubes(t) {
+		t.Run(c.Version, func(t *testing.T) { f(t, c) })
+	}
 }
 
 func repoRoot() (string, error) {

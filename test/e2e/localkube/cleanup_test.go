@@ -206,7 +206,8 @@ func TestSignalDuringUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(tmp) })
-	cmd.Env = append(os.Environ(), childEnv+"=main", "STEWARD_TEST_BINARY="+shared.Steward, "TMPDIR="+tmp)
+	cmd.Env = append(os.Environ(), childEnv+"=main", "STEWARD_TEST_BINARY="+shared.Steward, "TMPDIR="+tmp,
+		"STEWARD_TEST_KUBE_VERSIONS=") // one cluster, of LocalKubeVersion
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

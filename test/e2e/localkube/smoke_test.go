@@ -28,40 +28,50 @@ import (
 const probeRef = "localhost/kubeprobe:test"
 
 var (
-	probeOnce sync.Once
-	probeErr  error
+	probeMu sync.Mutex
+	// probes holds each cluster's (by directory) import of the image,
+	// once: owned by probeMu.
+	probes = map[string]error{}
 )
 
 // probeImage builds kubeprobe (static), wraps it into an image tarball
-// (internal/ociimage) and imports it into every node.
+// (internal/ociimage) and imports it into every node of c, once per
+// cluster.
 func probeImage(t *testing.T, c *localkube.Cluster) string {
 	t.Helper()
-	probeOnce.Do(func() {
-		dir := filepath.Join(c.Dir, "kubeprobe")
-		if probeErr = os.MkdirAll(dir, 0o700); probeErr != nil {
-			return
-		}
-		bin := filepath.Join(dir, "kubeprobe")
-		cmd := exec.Command("go", "build", "-o", bin, "./test/e2e/localkube/kubeprobe")
-		cmd.Dir = harness.RepoRoot(t)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			probeErr = fmt.Errorf("build kubeprobe: %v: %s", err, out)
-			return
-		}
-		name, tag, _ := strings.Cut(probeRef, ":")
-		tarball := filepath.Join(dir, "kubeprobe.tar")
-		if _, probeErr = ociimage.Write(context.Background(), ociimage.Spec{Name: name, Tag: tag,
-			Files:      []ociimage.File{{Path: "/kubeprobe", Mode: 0o755, Source: bin}},
-			Entrypoint: []string{"/kubeprobe"}}, tarball); probeErr != nil {
-			return
-		}
-		probeErr = c.ImportImage(context.Background(), tarball)
-	})
-	if probeErr != nil {
-		t.Fatal(probeErr)
+	probeMu.Lock()
+	defer probeMu.Unlock()
+	err, done := probes[c.Dir]
+	if !done {
+		err = buildProbe(t, c)
+		probes[c.Dir] = err
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 	return probeRef
+}
+
+func buildProbe(t *testing.T, c *localkube.Cluster) error {
+	dir := filepath.Join(c.Dir, "kubeprobe")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	bin := filepath.Join(dir, "kubeprobe")
+	cmd := exec.Command("go", "build", "-o", bin, "./test/e2e/localkube/kubeprobe")
+	cmd.Dir = harness.RepoRoot(t)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build kubeprobe: %v: %s", err, out)
+	}
+	name, tag, _ := strings.Cut(probeRef, ":")
+	tarball := filepath.Join(dir, "kubeprobe.tar")
+	if _, err := ociimage.Write(context.Background(), ociimage.Spec{Name: name, Tag: tag,
+		Files:      []ociimage.File{{Path: "/kubeprobe", Mode: 0o755, Source: bin}},
+		Entrypoint: []string{"/kubeprobe"}}, tarball); err != nil {
+		return err
+	}
+	return c.ImportImage(context.Background(), tarball)
 }
 
 // namespace creates a namespace for the test, deleted when it ends.
@@ -122,8 +132,9 @@ func kubectl(t *testing.T, c *localkube.Cluster, args ...string) string {
 // control-plane node, and running kube-apiserver, kube-controller-manager
 // and kube-scheduler as static pods with kubeadm's labels and the images
 // of the cluster's version.
-func TestNodesAndControlPlane(t *testing.T) {
-	c := harness.LocalKube(t)
+func TestNodesAndControlPlane(t *testing.T) { harness.ForEachLocalKube(t, nodesAndControlPlane) }
+
+func nodesAndControlPlane(t *testing.T, c *localkube.Cluster) {
 	cs, err := c.Client()
 	if err != nil {
 		t.Fatal(err)
@@ -194,8 +205,9 @@ func TestNodesAndControlPlane(t *testing.T) {
 // TestPodExecLogsService: a pod runs, kubectl exec and logs reach it, a
 // ClusterIP Service answers a client pod through kube-proxy, and the S3
 // server answers from a pod.
-func TestPodExecLogsService(t *testing.T) {
-	c := harness.LocalKube(t)
+func TestPodExecLogsService(t *testing.T) { harness.ForEachLocalKube(t, podExecLogsService) }
+
+func podExecLogsService(t *testing.T, c *localkube.Cluster) {
 	img := probeImage(t, c)
 	cs, err := c.Client()
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/etcd-steward/steward/internal/localkube"
 	"github.com/etcd-steward/steward/test/harness"
 )
 
@@ -22,8 +23,9 @@ import (
 // node evicts its pod, and a drain of a second node is refused by the
 // budget while the first pod cannot come back (its volume is pinned to the
 // cordoned node).
-func TestStatefulSetSpreadAndPDB(t *testing.T) {
-	c := harness.LocalKube(t)
+func TestStatefulSetSpreadAndPDB(t *testing.T) { harness.ForEachLocalKube(t, statefulSetSpreadAndPDB) }
+
+func statefulSetSpreadAndPDB(t *testing.T, c *localkube.Cluster) {
 	if len(c.Nodes) < 3 {
 		t.Skip("needs three nodes: STEWARD_TEST_KUBE_NODES=3")
 	}
