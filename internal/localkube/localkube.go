@@ -244,6 +244,9 @@ func (cfg Config) Check() error {
 	if err := CheckNodePackages(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := checkHostCgroups(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
