@@ -150,7 +150,12 @@ func LocalKubeMain(m *testing.M, nodes int) int {
 		// other kinds where they name this cluster (other test processes
 		// make and remove their own meanwhile).
 		var left []string
-		for _, d := range DiffMachine(before, MachineState()) {
+		after := MachineState()
+		changes, appeared := SplitSysctls(before, after, DiffMachine(before, after))
+		if len(appeared) > 0 {
+			fmt.Fprintf(os.Stderr, "localkube: sysctls registered or removed meanwhile (modules loaded): %s\n", FormatDiff(appeared))
+		}
+		for _, d := range changes {
 			if strings.Contains(d, "sysctl: ") || strings.Contains(d, "iptables-save: ") || localkube.OwnedBy(c.Owner).MatchString(d) {
 				left = append(left, d)
 			}

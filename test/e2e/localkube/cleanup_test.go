@@ -95,6 +95,19 @@ func ownedBy(owner int, diff string) bool {
 	return localkube.OwnedBy(owner).MatchString(diff)
 }
 
+// diffMachine is the machine's changes since before, what other steward
+// test processes own left out (harness.MachineState); sysctls registered
+// or removed meanwhile (a module loaded: nf_conntrack's) are logged, not
+// returned.
+func diffMachine(t *testing.T, before map[string]bool) []string {
+	after := harness.MachineState()
+	changes, appeared := harness.SplitSysctls(before, after, harness.DiffMachine(before, after))
+	if len(appeared) > 0 {
+		t.Logf("sysctls registered or removed meanwhile: %s", harness.FormatDiff(appeared))
+	}
+	return changes
+}
+
 // TestMachineUnchangedAfterDown: while a cluster runs, the machine differs
 // only by the cluster's own names (its bridge, veths, namespaces, cgroups):
 // no sysctl, iptables rule or mount of the root namespace; and removed on
@@ -102,7 +115,7 @@ func ownedBy(owner int, diff string) bool {
 func TestMachineUnchangedAfterDown(t *testing.T) {
 	before := harness.MachineState()
 	cmd := child(t)
-	during := harness.DiffMachine(before, harness.MachineState())
+	during := diffMachine(t, before)
 	var foreign []string
 	owned := 0
 	for _, d := range during {
@@ -124,7 +137,7 @@ func TestMachineUnchangedAfterDown(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("child: %v", err)
 	}
-	if d := harness.DiffMachine(before, harness.MachineState()); len(d) > 0 {
+	if d := diffMachine(t, before); len(d) > 0 {
 		t.Errorf("the machine after the cluster's removal: %s", harness.FormatDiff(d))
 	}
 }
@@ -139,7 +152,7 @@ func TestLeftoversOfKilledRunRemoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
-	left := harness.DiffMachine(before, harness.MachineState())
+	left := diffMachine(t, before)
 	if len(left) == 0 {
 		t.Fatal("a killed owner left nothing: the test kills too late or checks nothing")
 	}
@@ -148,7 +161,7 @@ func TestLeftoversOfKilledRunRemoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("removed %s", strings.Join(removed, ", "))
-	if d := harness.DiffMachine(before, harness.MachineState()); len(d) > 0 {
+	if d := diffMachine(t, before); len(d) > 0 {
 		t.Errorf("after CleanupStale: %s", harness.FormatDiff(d))
 	}
 }
@@ -177,7 +190,7 @@ func TestMachineUnchangedAfterFailedUp(t *testing.T) {
 	if !strings.Contains(err.Error(), "broken.tar") {
 		t.Errorf("error does not name the tarball: %v", err)
 	}
-	if d := harness.DiffMachine(before, harness.MachineState()); len(d) > 0 {
+	if d := diffMachine(t, before); len(d) > 0 {
 		t.Errorf("the machine after a failed bring-up: %s", harness.FormatDiff(d))
 	}
 }
@@ -248,7 +261,7 @@ func TestSignalDuringUp(t *testing.T) {
 	if err == nil {
 		t.Errorf("the interrupted child exited 0")
 	}
-	if d := harness.DiffMachine(before, harness.MachineState()); len(d) > 0 {
+	if d := diffMachine(t, before); len(d) > 0 {
 		t.Errorf("the machine after SIGINT during the bring-up: %s", harness.FormatDiff(d))
 	}
 	if ents, _ := os.ReadDir(tmp); len(ents) > 0 {
