@@ -377,10 +377,16 @@ func (c *Cluster) command(group, netns string, mountPID int, logFile string, arg
 // start starts a long-running process (see command) and keeps it for
 // Down. done is closed when it exits.
 func (c *Cluster) start(group, netns string, mountPID int, logFile string, argv ...string) (cmd *exec.Cmd, done <-chan struct{}, err error) {
+	return c.startEnv(nil, group, netns, mountPID, logFile, argv...)
+}
+
+// startEnv is start with the environment env (nil: this process's).
+func (c *Cluster) startEnv(env []string, group, netns string, mountPID int, logFile string, argv ...string) (cmd *exec.Cmd, done <-chan struct{}, err error) {
 	cmd, err = c.command(group, netns, mountPID, logFile, argv...)
 	if err != nil {
 		return nil, nil, err
 	}
+	cmd.Env = env
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.down {
