@@ -1,6 +1,8 @@
 package localkube
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -69,5 +71,36 @@ func TestCheckCgroupsRefusesV2(t *testing.T) {
 	}
 	if err := checkCgroups(0x01021994); err != nil { // TMPFS_MAGIC
 		t.Errorf("tmpfs: %v", err)
+	}
+}
+
+// TestCheckClusterDir: Up clears only a new or empty directory, or one
+// holding a cluster; any other is refused and left as it is.
+func TestCheckClusterDir(t *testing.T) {
+	root := t.TempDir()
+	mk := func(name string, files ...string) string {
+		d := filepath.Join(root, name)
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			if err := os.WriteFile(filepath.Join(d, f), nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return d
+	}
+	for _, d := range []string{filepath.Join(root, "new"), mk("empty"), mk("log", "localkube.log"), mk("cluster", "cluster.json", "kubeconfig")} {
+		if err := checkClusterDir(d); err != nil {
+			t.Errorf("%s: %v", d, err)
+		}
+	}
+	home := mk("home", "kubeconfig", "notes.txt")
+	err := clearDir(home)
+	if err == nil || !strings.Contains(err.Error(), "holds no cluster (no cluster.json)") {
+		t.Errorf("a directory of other files: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(home, "kubeconfig")); err != nil {
+		t.Errorf("refused, yet changed: %v", err)
 	}
 }
