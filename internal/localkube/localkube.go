@@ -277,7 +277,7 @@ func (e *MissingPackagesError) Error() string {
 }
 
 // AptLine is the command that installs what MissingPackagesError names.
-const AptLine = "apt-get update && apt-get install -y --no-install-recommends containerd runc containernetworking-plugins iptables conntrack"
+const AptLine = "apt-get update && apt-get install -y --no-install-recommends containerd runc containernetworking-plugins iptables conntrack iproute2"
 
 // CheckNodePackages says which of the Debian parts a node runs are missing.
 func CheckNodePackages() error {
