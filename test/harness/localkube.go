@@ -121,7 +121,7 @@ func LocalKubeMain(m *testing.M, nodes int) int {
 					_ = cc.Down()
 				}
 				if os.Getenv("STEWARD_KEEP_FAILED") == "" {
-					_ = os.RemoveAll(dir)
+					_ = localkube.RemoveDir(dir)
 				}
 				os.Exit(1)
 			case <-stopped:
@@ -168,7 +168,11 @@ func LocalKubeMain(m *testing.M, nodes int) int {
 	if code != 0 && os.Getenv("STEWARD_KEEP_FAILED") != "" {
 		fmt.Fprintf(os.Stderr, "localkube: keeping %s\n", dir)
 	} else {
-		_ = os.RemoveAll(dir)
+		// Through the mount guard: a failed Down may leave a node's
+		// mounts there, and RemoveAll would delete through them.
+		if err := localkube.RemoveDir(dir); err != nil {
+			fmt.Fprintf(os.Stderr, "localkube: %v\n", err)
+		}
 	}
 	return code
 }
