@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -40,7 +41,15 @@ is gone (killed) is removed from the names it left (lk<PID>...).`,
 			if err != nil {
 				return err
 			}
-			if processAlive(s.Owner) {
+			abs, err := filepath.Abs(dir)
+			if err != nil {
+				return err
+			}
+			cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", s.Owner))
+			if processAlive(s.Owner) && !isSupervisor(cmdline, abs) {
+				// The supervisor is gone and its PID reused: signal nobody.
+				fmt.Fprintf(cmd.ErrOrStderr(), "localkube: PID %d is not the supervisor of %s (gone, its PID reused): not signalled\n", s.Owner, abs)
+			} else if processAlive(s.Owner) {
 				if err := syscall.Kill(s.Owner, syscall.SIGTERM); err != nil {
 					return fmt.Errorf("stop the supervisor (PID %d): %w", s.Owner, err)
 				}
@@ -70,4 +79,21 @@ is gone (killed) is removed from the names it left (lk<PID>...).`,
 	cmd.Flags().StringVar(&dir, "dir", "", "the cluster's directory (default SOURCE/.cache/localkube)")
 	cmd.Flags().BoolVar(&keep, "keep-dir", false, "keep the directory (logs, certificates) after removing the cluster")
 	return cmd
+}
+
+// isSupervisor says whether cmdline (a /proc/PID/cmdline) is that of the
+// supervisor `localkube up` leaves running for the cluster directory dir
+// (absolute): `... up --supervise --dir DIR ...`. A cluster.json whose
+// supervisor is gone names a PID the kernel may have given to anything.
+func isSupervisor(cmdline []byte, dir string) bool {
+	argv := strings.Split(strings.TrimSuffix(string(cmdline), "\x00"), "\x00")
+	if len(argv) < 5 || argv[1] != "up" || argv[2] != "--supervise" {
+		return false
+	}
+	for i := 3; i+1 < len(argv); i++ {
+		if argv[i] == "--dir" {
+			return filepath.Clean(argv[i+1]) == filepath.Clean(dir)
+		}
+	}
+	return false
 }

@@ -202,25 +202,33 @@ func (o *upOptions) run(cmd *cobra.Command) error {
 // SIGTERM or SIGINT, then removes it (its directory kept: `localkube
 // down` removes that).
 func supervise(cfg localkube.Config) error {
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	sigCtx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer stop()
 	cfg.Log = os.Stderr
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	go func() {
-		select {
-		case <-sig:
-			cancel() // Up removes what it made when ctx ends
-		case <-ctx.Done():
+	return holdCluster(sigCtx, func(ctx context.Context) (downer, error) {
+		c, err := localkube.Up(ctx, cfg)
+		if err != nil {
+			return nil, err
 		}
-	}()
-	c, err := localkube.Up(ctx, cfg)
+		return c, nil
+	})
+}
+
+type downer interface{ Down() error }
+
+// holdCluster brings a cluster up with up, bounded by 10 minutes and by
+// sigCtx (ended on a signal: up removes what it made), then holds it until
+// sigCtx ends and removes it. A signal that came once up no longer
+// looked at its context is not lost: sigCtx stays done.
+func holdCluster(sigCtx context.Context, up func(context.Context) (downer, error)) error {
+	ctx, cancel := context.WithTimeout(sigCtx, 10*time.Minute)
+	defer cancel()
+	c, err := up(ctx)
 	if err != nil {
 		return err
 	}
-	cancel()
-	s := <-sig
-	fmt.Fprintf(os.Stderr, "localkube: %v: removing the cluster\n", s)
+	<-sigCtx.Done()
+	fmt.Fprintf(os.Stderr, "localkube: %v: removing the cluster\n", context.Cause(sigCtx))
 	return c.Down()
 }
 

@@ -66,7 +66,7 @@ func TestAdviseMissingPackages(t *testing.T) {
 		t.Fatal("no package missing with an empty PATH")
 	}
 	msg := advise(err).Error()
-	for _, want := range []string{"containerd", "runc", "apt-get update && apt-get install -y --no-install-recommends containerd runc containernetworking-plugins iptables conntrack"} {
+	for _, want := range []string{"containerd", "runc", "apt-get update && apt-get install -y --no-install-recommends containerd runc containernetworking-plugins iptables conntrack iproute2"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("%q lacks %q", msg, want)
 		}

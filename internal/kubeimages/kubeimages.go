@@ -19,7 +19,8 @@
 //     default), because a pod mounts its data volume on /var/lib/steward:
 //     pass --binary-store /opt/steward/binaries.
 //
-// Invariants: the directory is 0700 and the tarballs 0644; images.json is
+// Invariants: the directory is 0700 when Build creates it (an existing
+// images directory keeps its mode, any other is refused) and the tarballs 0644; images.json is
 // written atomically after every tarball it names is complete, and names
 // each tarball by a path relative to the directory.
 package kubeimages
@@ -106,6 +107,33 @@ type Image struct {
 
 // Ref is the image's reference, name:tag.
 func (i Image) Ref() string { return i.Name + ":" + i.Tag }
+
+// prepareOut makes the images directory out 0700 if it does not exist.
+// An existing one is used as it is, if it is an images directory (it has
+// images.json, or is empty but for a killed build's .build-*): its mode is
+// not changed (--out /tmp would have lost its sticky bit), and any other
+// directory is refused.
+func prepareOut(out string) error {
+	ents, err := os.ReadDir(out)
+	if errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(out, 0o700); err != nil {
+			return err
+		}
+		return os.Chmod(out, 0o700) // created here: 0700 whatever the umask
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(out, IndexFile)); err == nil {
+		return nil
+	}
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), ".build-") {
+			return fmt.Errorf("directory %s is not an images directory (no %s, and it holds %s): give a new or empty directory", out, IndexFile, e.Name())
+		}
+	}
+	return nil
+}
 
 // Index is images.json.
 type Index struct {
@@ -205,10 +233,7 @@ func Build(ctx context.Context, opts Options) (Index, error) {
 	if err != nil {
 		return Index{}, err
 	}
-	if err := os.MkdirAll(opts.Out, 0o700); err != nil {
-		return Index{}, err
-	}
-	if err := os.Chmod(opts.Out, 0o700); err != nil {
+	if err := prepareOut(opts.Out); err != nil {
 		return Index{}, err
 	}
 

@@ -90,6 +90,53 @@ func TestBuildRefusals(t *testing.T) {
 	}
 }
 
+// TestPrepareOut: a directory Build did not create keeps its mode (--out
+// /tmp keeps its sticky bit); one that is not an images directory is
+// refused, unchanged; a new one is made 0700.
+func TestPrepareOut(t *testing.T) {
+	root := t.TempDir()
+	sticky := filepath.Join(root, "tmp")
+	if err := os.Mkdir(sticky, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(sticky, 0o777|os.ModeSticky); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(sticky, "x.sock"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := prepareOut(sticky)
+	if err == nil || !strings.Contains(err.Error(), "is not an images directory") {
+		t.Errorf("a directory of other files: %v", err)
+	}
+	if fi, _ := os.Stat(sticky); fi.Mode()&(os.ModeSticky|os.ModePerm) != os.ModeSticky|0o777 {
+		t.Errorf("refused, yet its mode is now %v", fi.Mode())
+	}
+	ours := filepath.Join(root, "images")
+	if err := prepareOut(ours); err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(ours); fi.Mode().Perm() != 0o700 {
+		t.Errorf("a new images directory is %v", fi.Mode())
+	}
+	if err := os.WriteFile(filepath.Join(ours, IndexFile), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := prepareOut(ours); err != nil {
+		t.Errorf("an images directory: %v", err)
+	}
+	empty := filepath.Join(root, "empty")
+	if err := os.Mkdir(empty, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := prepareOut(empty); err != nil {
+		t.Errorf("an empty directory: %v", err)
+	}
+	if fi, _ := os.Stat(empty); fi.Mode().Perm() != 0o750 {
+		t.Errorf("an existing directory's mode changed to %v", fi.Mode())
+	}
+}
+
 // FuzzParseIndex: images.json is read from disk; whatever it holds,
 // ParseIndex returns an error or an index whose every entry names a
 // tarball inside the directory.

@@ -69,23 +69,65 @@ func processAlive(pid int) bool {
 }
 
 // hierarchies are the cgroup hierarchies a node gets a group in: every
-// directory of /sys/fs/cgroup, the unified (v2) mount of a hybrid machine
-// included (the kubelet makes its groups there too, for hugetlb).
+// cgroup mount directly under /sys/fs/cgroup (from /proc/self/mountinfo, so
+// a plain directory there is not taken for one), the unified (v2) mount of a
+// hybrid machine included (the kubelet makes its groups there too, for
+// hugetlb). A pure v2 machine (cgroup2 mounted at /sys/fs/cgroup itself) has
+// none; Check refuses it.
 func hierarchies() ([]string, error) {
-	ents, err := os.ReadDir(cgroupRoot)
+	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return nil, err
 	}
-	var hs []string
-	for _, e := range ents {
-		if e.IsDir() {
-			hs = append(hs, e.Name())
-		}
-	}
+	hs := cgroupMounts(string(b))
 	if len(hs) == 0 {
 		return nil, fmt.Errorf("no cgroup v1 hierarchy under %s", cgroupRoot)
 	}
 	return hs, nil
+}
+
+// cgroupMounts returns the names (relative to cgroupRoot) of the cgroup and
+// cgroup2 mounts directly under cgroupRoot in mountinfo, the text of
+// /proc/self/mountinfo.
+func cgroupMounts(mountinfo string) []string {
+	var hs []string
+	for _, line := range strings.Split(mountinfo, "\n") {
+		f := strings.Fields(line)
+		sep := slices.Index(f, "-")
+		if sep < 5 || sep+1 >= len(f) || (f[sep+1] != "cgroup" && f[sep+1] != "cgroup2") {
+			continue
+		}
+		mp := f[4]
+		if filepath.Dir(mp) != cgroupRoot || strings.Contains(mp, "\\") {
+			continue // not directly under cgroupRoot, or a name with an escaped space
+		}
+		if name := filepath.Base(mp); !slices.Contains(hs, name) {
+			hs = append(hs, name)
+		}
+	}
+	return hs
+}
+
+// cgroup2Magic is CGROUP2_SUPER_MAGIC, statfs's type of a cgroup v2 mount.
+const cgroup2Magic = 0x63677270
+
+// checkHostCgroups refuses this machine if it is cgroup v2 only.
+func checkHostCgroups() error {
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(cgroupRoot, &fs); err != nil {
+		return fmt.Errorf("cgroups: %w", err)
+	}
+	return checkCgroups(int64(fs.Type))
+}
+
+// checkCgroups refuses a machine whose /sys/fs/cgroup is a cgroup v2 mount
+// (fsType, statfs's type of it): the nodes' groups are made in v1
+// hierarchies, and there would be written into systemd's own slices.
+func checkCgroups(fsType int64) error {
+	if fsType == cgroup2Magic {
+		return fmt.Errorf("%s is cgroup v2 only (unified hierarchy): localkube needs the cgroup v1 hierarchies (boot with systemd.unified_cgroup_hierarchy=0, or run in a container that mounts them)", cgroupRoot)
+	}
+	return nil
 }
 
 // makeCgroup creates group (a path relative to each hierarchy's root, e.g.
@@ -335,10 +377,16 @@ func (c *Cluster) command(group, netns string, mountPID int, logFile string, arg
 // start starts a long-running process (see command) and keeps it for
 // Down. done is closed when it exits.
 func (c *Cluster) start(group, netns string, mountPID int, logFile string, argv ...string) (cmd *exec.Cmd, done <-chan struct{}, err error) {
+	return c.startEnv(nil, group, netns, mountPID, logFile, argv...)
+}
+
+// startEnv is start with the environment env (nil: this process's).
+func (c *Cluster) startEnv(env []string, group, netns string, mountPID int, logFile string, argv ...string) (cmd *exec.Cmd, done <-chan struct{}, err error) {
 	cmd, err = c.command(group, netns, mountPID, logFile, argv...)
 	if err != nil {
 		return nil, nil, err
 	}
+	cmd.Env = env
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.down {

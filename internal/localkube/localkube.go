@@ -244,6 +244,9 @@ func (cfg Config) Check() error {
 	if err := CheckNodePackages(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := checkHostCgroups(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -274,7 +277,7 @@ func (e *MissingPackagesError) Error() string {
 }
 
 // AptLine is the command that installs what MissingPackagesError names.
-const AptLine = "apt-get update && apt-get install -y --no-install-recommends containerd runc containernetworking-plugins iptables conntrack"
+const AptLine = "apt-get update && apt-get install -y --no-install-recommends containerd runc containernetworking-plugins iptables conntrack iproute2"
 
 // CheckNodePackages says which of the Debian parts a node runs are missing.
 func CheckNodePackages() error {
@@ -383,8 +386,12 @@ func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
 }
 
 // clearDir empties dir of a previous cluster's files (refusing when a mount
-// is still under it) and creates it 0700.
+// is still under it, or when dir is not a cluster's directory) and creates
+// it 0700.
 func clearDir(dir string) error {
+	if err := checkClusterDir(dir); err != nil {
+		return err
+	}
 	if m := mountsUnder(dir); len(m) > 0 {
 		return fmt.Errorf("directory %s still has mounts under it (%s): unmount them first", dir, strings.Join(m, ", "))
 	}
@@ -394,4 +401,27 @@ func clearDir(dir string) error {
 		}
 	}
 	return os.MkdirAll(dir, 0o700)
+}
+
+// checkClusterDir refuses a directory Up may not clear: one that exists,
+// holds no cluster.json and has anything but localkube.log (which `localkube
+// up` writes before its supervisor calls Up) in it. Clearing removes nodes/,
+// pki/, s3/, logs/... of whatever directory --dir names.
+func checkClusterDir(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(StateFile(dir)); err == nil {
+		return nil
+	}
+	for _, e := range ents {
+		if e.Name() != "localkube.log" {
+			return fmt.Errorf("directory %s is not empty (%s) and holds no cluster (no cluster.json): give a new or empty directory", dir, e.Name())
+		}
+	}
+	return nil
 }

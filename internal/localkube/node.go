@@ -124,6 +124,13 @@ func (c *Cluster) startContainerd(ctx context.Context, n *Node) error {
 			return err
 		}
 	}
+	runc, err := exec.LookPath("runc") // Check found it
+	if err != nil {
+		return err
+	}
+	if runc, err = filepath.Abs(runc); err != nil {
+		return err
+	}
 	conf := fmt.Sprintf(`version = 2
 root = %[1]q
 state = %[2]q
@@ -157,13 +164,13 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 
 [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
   SystemdCgroup = false
-  BinaryName = "/usr/sbin/runc"
+  BinaryName = %[8]q
 
 [plugins."io.containerd.grpc.v1.cri".cni]
   bin_dir = "/usr/lib/cni"
   conf_dir = %[7]q
 `, filepath.Join(cd, "root"), filepath.Join(cd, "state"), n.containerdSock(), n.containerdSock()+".ttrpc",
-		filepath.Join(cd, "opt"), c.PauseImage, filepath.Join(cd, "cni", "net.d"))
+		filepath.Join(cd, "opt"), c.PauseImage, filepath.Join(cd, "cni", "net.d"), runc)
 	if err := os.WriteFile(filepath.Join(cd, "config.toml"), []byte(conf), 0o600); err != nil {
 		return err
 	}

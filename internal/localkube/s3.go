@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/internal/atomicfile"
+	"github.com/etcd-steward/steward/internal/childenv"
 )
 
 // s3Port is the S3 server's port on the bridge's address (the bridge is
@@ -40,8 +41,8 @@ func (c *Cluster) startS3(ctx context.Context) error {
 	addr := fmt.Sprintf("%s:%d", c.Gateway, s3Port)
 	c.S3Endpoint = "http://" + addr
 	log := filepath.Join(c.Dir, "logs", "versitygw.log")
-	_, done, err := c.start(c.infraCgroup(), "", 0, log,
-		c.VersityGW, "--port", addr, "--access", access, "--secret", sk, "posix", root)
+	argv, env := s3Command(c.VersityGW, addr, root, access, sk)
+	_, done, err := c.startEnv(env, c.infraCgroup(), "", 0, log, argv...)
 	if err != nil {
 		return err
 	}
@@ -58,4 +59,12 @@ func (c *Cluster) startS3(ctx context.Context) error {
 		}
 		return err
 	})
+}
+
+// s3Command is versitygw's command line and environment: the credentials
+// go in the environment (ROOT_ACCESS_KEY_ID, ROOT_SECRET_ACCESS_KEY), not
+// on the command line, which every user of the machine reads in /proc.
+func s3Command(bin, addr, root, access, secret string) (argv, env []string) {
+	return []string{bin, "--port", addr, "posix", root},
+		childenv.With("ROOT_ACCESS_KEY_ID="+access, "ROOT_SECRET_ACCESS_KEY="+secret)
 }

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -80,7 +81,11 @@ func (c *Cluster) provision(ctx context.Context, cs *kubernetes.Clientset) {
 				pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimDelete || pv.Spec.Local == nil {
 				continue
 			}
-			if err := os.RemoveAll(pv.Spec.Local.Path); err != nil {
+			dir, err := ownVolumeDir(&pv, c.Nodes)
+			if err != nil {
+				continue // not ours: someone else's volume, left alone
+			}
+			if err := os.RemoveAll(dir); err != nil {
 				logf("volume %s: %v", pv.Name, err)
 				continue
 			}
@@ -89,6 +94,40 @@ func (c *Cluster) provision(ctx context.Context, cs *kubernetes.Clientset) {
 			}
 		}
 	}
+}
+
+// ownVolumeDir returns the directory of a PersistentVolume this
+// provisioner made, or an error if pv is not one: the provisioner runs as
+// root in the machine's mount namespace, and anyone who may create a
+// PersistentVolume could otherwise have any path deleted. Ours carry the
+// provisioned-by annotation, are named pvc-UID after their claim and sit at
+// exactly NODE.Dir/volumes/pvc-UID of one of nodes, with no symbolic link on
+// the way from NODE.Dir.
+func ownVolumeDir(pv *corev1.PersistentVolume, nodes []*Node) (string, error) {
+	if pv.Annotations["pv.kubernetes.io/provisioned-by"] != Provisioner {
+		return "", fmt.Errorf("volume %s: not provisioned by %s", pv.Name, Provisioner)
+	}
+	if pv.Spec.Local == nil || pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.UID == "" ||
+		pv.Name != "pvc-"+string(pv.Spec.ClaimRef.UID) || strings.Contains(pv.Name, "/") {
+		return "", fmt.Errorf("volume %s: not named after its claim", pv.Name)
+	}
+	for _, n := range nodes {
+		want := filepath.Join(n.Dir, "volumes", pv.Name)
+		if pv.Spec.Local.Path != want {
+			continue
+		}
+		for _, d := range []string{filepath.Join(n.Dir, "volumes"), want} {
+			fi, err := os.Lstat(d)
+			if err != nil {
+				return "", err
+			}
+			if !fi.IsDir() {
+				return "", fmt.Errorf("volume %s: %s is not a directory", pv.Name, d)
+			}
+		}
+		return want, nil
+	}
+	return "", fmt.Errorf("volume %s: %s is not a volume directory of this cluster's nodes", pv.Name, pv.Spec.Local.Path)
 }
 
 func (c *Cluster) provisionClaim(ctx context.Context, cs *kubernetes.Clientset, pvc *corev1.PersistentVolumeClaim) error {

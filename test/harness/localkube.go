@@ -139,7 +139,7 @@ func LocalKubeMain(m *testing.M, nodes int) int {
 			}
 			if os.Getenv("STEWARD_KEEP_FAILED") == "" {
 				for _, d := range ds {
-					_ = os.RemoveAll(d)
+					_ = localkube.RemoveDir(d)
 				}
 			}
 			os.Exit(1)
@@ -172,7 +172,12 @@ func LocalKubeMain(m *testing.M, nodes int) int {
 		// other kinds where they name these clusters (other test
 		// processes make and remove their own meanwhile).
 		var left []string
-		for _, d := range DiffMachine(before, MachineState()) {
+		after := MachineState()
+		changes, appeared := SplitSysctls(before, after, DiffMachine(before, after))
+		if len(appeared) > 0 {
+			fmt.Fprintf(os.Stderr, "localkube: sysctls registered or removed meanwhile (modules loaded): %s\n", FormatDiff(appeared))
+		}
+		for _, d := range changes {
 			if strings.Contains(d, "sysctl: ") || strings.Contains(d, "iptables-save: ") || localkube.OwnedBy(clusters[0].Owner).MatchString(d) {
 				left = append(left, d)
 			}
@@ -185,8 +190,10 @@ func LocalKubeMain(m *testing.M, nodes int) int {
 	for _, dir := range clusterDirs {
 		if code != 0 && os.Getenv("STEWARD_KEEP_FAILED") != "" {
 			fmt.Fprintf(os.Stderr, "localkube: keeping %s\n", dir)
-		} else {
-			_ = os.RemoveAll(dir)
+		} else if err := localkube.RemoveDir(dir); err != nil {
+			// Through the mount guard: a failed Down may leave a node's
+			// mounts there, and RemoveAll would delete through them.
+			fmt.Fprintf(os.Stderr, "localkube: %v\n", err)
 		}
 	}
 	return code

@@ -22,9 +22,10 @@ import (
 var volatileSysctls = regexp.MustCompile(`^(kernel/random/|kernel/ns_last_pid|kernel/pty/nr|kernel/tainted|fs/dentry-state|fs/inode-|fs/file-nr|fs/quota/|fs/binfmt_misc|net/netfilter/nf_conntrack_count|vm/stat_refresh|vm/drop_caches|vm/compact_memory|kernel/sched_domain|kernel/usermodehelper|net/ipv4/tcp_fastopen_key|net/ipv4/route/flush|net/ipv6/route/flush|fs/xfs|kernel/perf_event_max|dev/)`)
 
 // othersNames are names other test processes of the project create and
-// remove while a test runs (the hosts harness: stw<PID>...): their comings
-// and goings are not this test's.
-var othersNames = regexp.MustCompile(`stw[0-9]+[bvn]`)
+// remove while a test runs (the hosts harness: stw<PID>...; test/e2e/kube's
+// containerd: its cgroup steward-images-PID and the mounts under its
+// directory TMPDIR/ctrd-N): their comings and goings are not this test's.
+var othersNames = regexp.MustCompile(`stw[0-9]+[bvn]|steward-images-[0-9]+|/ctrd-[0-9]+(/|$)`)
 
 // MachineState snapshots the machine: one "kind: item" line each.
 func MachineState() map[string]bool {
@@ -115,6 +116,35 @@ func DiffMachine(before, after map[string]bool) []string {
 	}
 	sort.Strings(d)
 	return d
+}
+
+// SplitSysctls splits d, DiffMachine(before, after), into changes and the
+// sysctls that appeared or disappeared: a key only one snapshot has (a
+// kernel module loaded meanwhile, e.g. nf_conntrack registering
+// net/netfilter/nf_conntrack_*) is no value changed.
+func SplitSysctls(before, after map[string]bool, d []string) (changes, appeared []string) {
+	keys := func(s map[string]bool) map[string]bool {
+		k := map[string]bool{}
+		for item := range s {
+			if rest, ok := strings.CutPrefix(item, "sysctl: "); ok {
+				name, _, _ := strings.Cut(rest, " = ")
+				k[name] = true
+			}
+		}
+		return k
+	}
+	kb, ka := keys(before), keys(after)
+	for _, l := range d {
+		if rest, ok := strings.CutPrefix(l[min(2, len(l)):], "sysctl: "); ok {
+			name, _, _ := strings.Cut(rest, " = ")
+			if !kb[name] || !ka[name] {
+				appeared = append(appeared, l)
+				continue
+			}
+		}
+		changes = append(changes, l)
+	}
+	return changes, appeared
 }
 
 // FormatDiff is a diff for an error message.

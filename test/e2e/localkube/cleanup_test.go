@@ -7,6 +7,9 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -95,6 +98,39 @@ func ownedBy(owner int, diff string) bool {
 	return localkube.OwnedBy(owner).MatchString(diff)
 }
 
+// anyOwner finds a localkube name (lk<PID>...) and its owner's PID.
+var anyOwner = regexp.MustCompile(`lk([0-9]+)[bvnc][0-9]`)
+
+// diffMachine is the machine's changes since before, what other steward
+// test processes own left out (harness.MachineState), and the names of
+// other processes' local clusters (lk<PID>... of a PID neither this
+// process nor one of owners: another test package's cluster coming or
+// going); sysctls registered or removed meanwhile (a module loaded:
+// nf_conntrack's) are logged, not returned.
+func diffMachine(t *testing.T, before map[string]bool, owners ...int) []string {
+	after := harness.MachineState()
+	changes, appeared := harness.SplitSysctls(before, after, harness.DiffMachine(before, after))
+	if len(appeared) > 0 {
+		t.Logf("sysctls registered or removed meanwhile: %s", harness.FormatDiff(appeared))
+	}
+	var mine []string
+	others := 0
+	for _, d := range changes {
+		if m := anyOwner.FindStringSubmatch(d); m != nil {
+			pid, _ := strconv.Atoi(m[1])
+			if pid != os.Getpid() && !slices.Contains(owners, pid) {
+				others++
+				continue
+			}
+		}
+		mine = append(mine, d)
+	}
+	if others > 0 {
+		t.Logf("%d change(s) of other processes' local clusters left out", others)
+	}
+	return mine
+}
+
 // TestMachineUnchangedAfterDown: while a cluster runs, the machine differs
 // only by the cluster's own names (its bridge, veths, namespaces, cgroups):
 // no sysctl, iptables rule or mount of the root namespace; and removed on
@@ -102,7 +138,7 @@ func ownedBy(owner int, diff string) bool {
 func TestMachineUnchangedAfterDown(t *testing.T) {
 	before := harness.MachineState()
 	cmd := child(t)
-	during := harness.DiffMachine(before, harness.MachineState())
+	during := diffMachine(t, before, cmd.Process.Pid)
 	var foreign []string
 	owned := 0
 	for _, d := range during {
@@ -124,7 +160,7 @@ func TestMachineUnchangedAfterDown(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("child: %v", err)
 	}
-	if d := harness.DiffMachine(before, harness.MachineState()); len(d) > 0 {
+	if d := diffMachine(t, before, cmd.Process.Pid); len(d) > 0 {
 		t.Errorf("the machine after the cluster's removal: %s", harness.FormatDiff(d))
 	}
 }
@@ -139,7 +175,7 @@ func TestLeftoversOfKilledRunRemoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
-	left := harness.DiffMachine(before, harness.MachineState())
+	left := diffMachine(t, before, cmd.Process.Pid)
 	if len(left) == 0 {
 		t.Fatal("a killed owner left nothing: the test kills too late or checks nothing")
 	}
@@ -148,7 +184,7 @@ func TestLeftoversOfKilledRunRemoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("removed %s", strings.Join(removed, ", "))
-	if d := harness.DiffMachine(before, harness.MachineState()); len(d) > 0 {
+	if d := diffMachine(t, before, cmd.Process.Pid); len(d) > 0 {
 		t.Errorf("after CleanupStale: %s", harness.FormatDiff(d))
 	}
 }
@@ -177,7 +213,7 @@ func TestMachineUnchangedAfterFailedUp(t *testing.T) {
 	if !strings.Contains(err.Error(), "broken.tar") {
 		t.Errorf("error does not name the tarball: %v", err)
 	}
-	if d := harness.DiffMachine(before, harness.MachineState()); len(d) > 0 {
+	if d := diffMachine(t, before); len(d) > 0 {
 		t.Errorf("the machine after a failed bring-up: %s", harness.FormatDiff(d))
 	}
 }
@@ -249,7 +285,7 @@ func TestSignalDuringUp(t *testing.T) {
 	if err == nil {
 		t.Errorf("the interrupted child exited 0")
 	}
-	if d := harness.DiffMachine(before, harness.MachineState()); len(d) > 0 {
+	if d := diffMachine(t, before, cmd.Process.Pid); len(d) > 0 {
 		t.Errorf("the machine after SIGINT during the bring-up: %s", harness.FormatDiff(d))
 	}
 	if ents, _ := os.ReadDir(tmp); len(ents) > 0 {

@@ -6,6 +6,7 @@
 //	kubeprobe get URL      print the body of a GET (exit 1 on failure)
 //	kubeprobe hello        print "hello from HOSTNAME"
 //	kubeprobe sleep        block until SIGTERM
+//	kubeprobe write FILE TEXT  write TEXT to FILE (a volume's)
 package main
 
 import (
@@ -20,7 +21,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: kubeprobe serve ADDR | get URL | hello | sleep")
+		fmt.Fprintln(os.Stderr, "usage: kubeprobe serve ADDR | get URL | hello | sleep | write FILE TEXT")
 		os.Exit(2)
 	}
 	host, _ := os.Hostname()
@@ -42,6 +43,15 @@ func main() {
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
 		fmt.Printf("%d %s", resp.StatusCode, b)
+	case "write":
+		if len(os.Args) != 4 {
+			fmt.Fprintln(os.Stderr, "usage: kubeprobe write FILE TEXT")
+			os.Exit(2)
+		}
+		if err := os.WriteFile(os.Args[2], []byte(os.Args[3]), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
 	case "hello":
 		fmt.Printf("hello from %s\n", host)
 	case "sleep":
