@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/etcd-steward/steward/internal/localkube"
+	"github.com/etcd-steward/steward/internal/proc"
 )
 
 func newDownCommand() *cobra.Command {
@@ -45,19 +45,18 @@ is gone (killed) is removed from the names it left (lk<PID>...).`,
 			if err != nil {
 				return err
 			}
-			cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", s.Owner))
-			if processAlive(s.Owner) && !isSupervisor(cmdline, abs) {
+			if proc.Alive(s.Owner) && !isSupervisor(proc.Cmdline(s.Owner), abs) {
 				// The supervisor is gone and its PID reused: signal nobody.
 				fmt.Fprintf(cmd.ErrOrStderr(), "localkube: PID %d is not the supervisor of %s (gone, its PID reused): not signalled\n", s.Owner, abs)
-			} else if processAlive(s.Owner) {
+			} else if proc.Alive(s.Owner) {
 				if err := syscall.Kill(s.Owner, syscall.SIGTERM); err != nil {
 					return fmt.Errorf("stop the supervisor (PID %d): %w", s.Owner, err)
 				}
 				deadline := time.Now().Add(60 * time.Second)
-				for processAlive(s.Owner) && time.Now().Before(deadline) {
+				for proc.Alive(s.Owner) && time.Now().Before(deadline) {
 					time.Sleep(100 * time.Millisecond)
 				}
-				if processAlive(s.Owner) {
+				if proc.Alive(s.Owner) {
 					_ = syscall.Kill(s.Owner, syscall.SIGKILL)
 				}
 			}
@@ -81,12 +80,11 @@ is gone (killed) is removed from the names it left (lk<PID>...).`,
 	return cmd
 }
 
-// isSupervisor says whether cmdline (a /proc/PID/cmdline) is that of the
+// isSupervisor says whether argv (a process's arguments, proc.Cmdline) is that of the
 // supervisor `localkube up` leaves running for the cluster directory dir
 // (absolute): `... up --supervise --dir DIR ...`. A cluster.json whose
 // supervisor is gone names a PID the kernel may have given to anything.
-func isSupervisor(cmdline []byte, dir string) bool {
-	argv := strings.Split(strings.TrimSuffix(string(cmdline), "\x00"), "\x00")
+func isSupervisor(argv []string, dir string) bool {
 	if len(argv) < 5 || argv[1] != "up" || argv[2] != "--supervise" {
 		return false
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/etcd-steward/steward/internal/localkube"
+	"github.com/etcd-steward/steward/internal/proc"
 )
 
 type upOptions struct {
@@ -133,7 +134,7 @@ func (o *upOptions) run(cmd *cobra.Command) error {
 	if o.supervise {
 		return supervise(cfg)
 	}
-	if s, err := localkube.ReadState(cfg.Dir); err == nil && processAlive(s.Owner) {
+	if s, err := localkube.ReadState(cfg.Dir); err == nil && proc.Alive(s.Owner) {
 		return fmt.Errorf("a cluster already runs in %s (supervisor PID %d): `localkube down --dir %s` first (make kube-down)", cfg.Dir, s.Owner, cfg.Dir)
 	}
 	// The supervisor: this command again, in a session of its own, so it
@@ -230,14 +231,6 @@ func holdCluster(sigCtx context.Context, up func(context.Context) (downer, error
 	<-sigCtx.Done()
 	fmt.Fprintf(os.Stderr, "localkube: %v: removing the cluster\n", context.Cause(sigCtx))
 	return c.Down()
-}
-
-func processAlive(pid int) bool {
-	if pid <= 0 {
-		return false
-	}
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // tail is the last n lines of a file.

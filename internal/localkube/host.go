@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/etcd-steward/steward/internal/proc"
 	"github.com/etcd-steward/steward/internal/subnet"
 )
 
@@ -57,15 +58,6 @@ func ownerOf(name string) int {
 	}
 	pid, _ := strconv.Atoi(m[1])
 	return pid
-}
-
-// processAlive: a process with that PID exists.
-func processAlive(pid int) bool {
-	if pid <= 0 {
-		return false
-	}
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // hierarchies are the cgroup hierarchies a node gets a group in: every
@@ -486,7 +478,7 @@ func RemoveDir(dir string) error {
 // their cgroups and namespaces, the cgroups, namespaces, veths and bridges
 // whose name carries a PID no longer alive. It returns the names removed.
 func CleanupStale() ([]string, error) {
-	return cleanupOwned(func(pid int) bool { return pid != os.Getpid() && !processAlive(pid) })
+	return cleanupOwned(func(pid int) bool { return pid != os.Getpid() && !proc.Alive(pid) })
 }
 
 // RemoveOwned removes everything named for owner, alive or not (`localkube

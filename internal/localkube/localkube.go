@@ -49,6 +49,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/internal/atomicfile"
+	"github.com/etcd-steward/steward/internal/proc"
 )
 
 // Zones are the zones of the nodes in order: node I is labelled
@@ -331,7 +332,7 @@ func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		return nil, fmt.Errorf("remove the leftovers of killed runs: %w", err)
 	}
 	if s, err := ReadState(cfg.Dir); err == nil {
-		if processAlive(s.Owner) {
+		if proc.Alive(s.Owner) {
 			return nil, fmt.Errorf("directory %s holds a running cluster (owner PID %d): remove it first", cfg.Dir, s.Owner)
 		}
 	}
