@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/spec"
 	"github.com/etcd-steward/steward/pkg/status"
 	"github.com/etcd-steward/steward/test/harness"
@@ -158,7 +157,7 @@ func quorumLossRun(b *testing.B, side, mode, v string, mb int) recoveryRun {
 	want := workload.TakeDigest(b, cli, "", 0)
 	cli.Close()
 	start = time.Now()
-	waitBackedUp(b, e, want.Rev)
+	harness.WaitBackedUpWithin(b, e, want.Rev, 5*time.Minute, 100*time.Millisecond)
 	b.Logf("backups reached revision %d %s after the fill", want.Rev, time.Since(start).Round(100*time.Millisecond))
 	st := e.Status()
 	for _, m := range st.Members {
@@ -322,26 +321,4 @@ func logLines(b *testing.B, path, filter string, start, end time.Time) []timedLi
 		b.Fatal(err)
 	}
 	return out
-}
-
-// waitBackedUp waits until the backups in e's store reach revision rev.
-func waitBackedUp(b *testing.B, e *harness.Env, rev int64) {
-	harness.Eventually(b, 5*time.Minute, 100*time.Millisecond, fmt.Sprintf("backups to reach revision %d", rev), func() error {
-		so, se, err := e.Run("backup", "list", "-o", "json")
-		if err != nil {
-			return fmt.Errorf("steward backup list: %v: %s", err, strings.TrimSpace(se))
-		}
-		var ms []backup.Manifest
-		if err := json.Unmarshal([]byte(so), &ms); err != nil {
-			return fmt.Errorf("parse backup list: %v", err)
-		}
-		var end int64
-		for _, m := range ms {
-			end = max(end, m.EndRevision)
-		}
-		if end < rev {
-			return fmt.Errorf("%d backups, the newest revision backed up is %d", len(ms), end)
-		}
-		return nil
-	})
 }

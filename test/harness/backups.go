@@ -35,7 +35,14 @@ func ListBackups(t *testing.T, e *Env) []backup.Manifest {
 // WaitBackedUp polls until the backups hold revision rev (60 s at most).
 func WaitBackedUp(t *testing.T, e *Env, rev int64) {
 	t.Helper()
-	Eventually(t, 60*time.Second, 50*time.Millisecond, fmt.Sprintf("backups to reach revision %d", rev), func() error {
+	WaitBackedUpWithin(t, e, rev, 60*time.Second, 50*time.Millisecond)
+}
+
+// WaitBackedUpWithin polls every poll until the backups hold revision rev,
+// for at most timeout (benchmarks wait longer for larger data).
+func WaitBackedUpWithin(tb testing.TB, e *Env, rev int64, timeout, poll time.Duration) {
+	tb.Helper()
+	Eventually(tb, timeout, poll, fmt.Sprintf("backups to reach revision %d", rev), func() error {
 		so, se, err := e.Run("backup", "list", "-o", "json")
 		if err != nil {
 			return fmt.Errorf("steward backup list: %v: %s", err, strings.TrimSpace(se))
