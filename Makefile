@@ -48,7 +48,7 @@ FUZZTIME      ?= 10m
 # default: `make bench BENCH=BenchmarkHostsLatencyUpgrade` runs one.
 BENCH         ?= .
 
-.PHONY: all build kube-node kube-up kube-down etcd-binaries s3-server kube-apiserver kube-binaries images containerd prometheus nftables test test-unit test-e2e test-e2e-run fuzz bench demo demo-down vet clean
+.PHONY: all build kube-node kube-up kube-down etcd-binaries s3-server kube-apiserver kube-binaries images containerd prometheus nftables test test-unit test-e2e test-e2e-run fuzz bench demo demo-down vet clean generate
 
 all: build
 
@@ -123,6 +123,14 @@ nftables:
 
 vet:
 	$(GO) vet ./...
+
+## generate: the EtcdCluster API's deep copies (api/v1alpha1) and its
+## CustomResourceDefinition (deploy/operator/crd) from the Go types, by
+## controller-gen pinned in hack/tools/go.mod.
+generate:
+	$(GO) build -modfile=hack/tools/go.mod -o bin/controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen
+	bin/controller-gen object:headerFile=/dev/null paths=./api/...
+	bin/controller-gen crd:crdVersions=v1 paths=./api/... output:crd:dir=deploy/operator/crd
 
 ## test: the whole suite: unit tests under the race detector, then the
 ## end-to-end tests (test/...) against real etcd processes of every version
