@@ -58,8 +58,8 @@ func probe(ctx context.Context, base, path string) (int, agent.Readiness, error)
 type reasonWatch struct {
 	stop func()
 	mu   sync.Mutex
-	seen []string // guarded by mu
-	errs []error  // guarded by mu
+	seen []string      // guarded by mu
+	errs []error       // guarded by mu
 	n    int           // guarded by mu: probes made
 	slow time.Duration // guarded by mu: the longest
 }
