@@ -112,28 +112,47 @@ func (a *Agent) Readiness(ctx context.Context, names ...string) Readiness {
 
 // memberReadiness checks one member; caughtUp adds the check against the
 // leader.
-func (a *Agent) memberReadiness(ctx context.Context, name string, caughtUp bool) MemberReadiness {
-	mr := MemberReadiness{Name: name}
+func (a *Agent) memberReadiness(ctx context.Context, name string, caughtUp bool) (mr MemberReadiness) {
+	mr.Name = name
 	no := func(reason, format string, args ...any) MemberReadiness {
-		mr.Reason, mr.Message = reason, fmt.Sprintf(format, args...)
+		mr.Ready, mr.Reason, mr.Message = false, reason, fmt.Sprintf(format, args...)
 		return mr
 	}
 	m, ok := a.member(name)
 	if !ok {
 		return no(ReasonNoMember, "this agent runs no member %s", name)
 	}
-	m.mu.Lock()
-	desired, state, cfg := m.desired, m.state, m.cfg
-	if m.runningCfg != nil {
-		cfg = *m.runningCfg // the URL the process listens on
+	// running says why the member is not a running process (Stopped,
+	// NotStarted), or "" with the process and the config it runs with.
+	running := func() (string, string, *process, agentapi.MemberConfig) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		cfg := m.cfg
+		if m.runningCfg != nil {
+			cfg = *m.runningCfg // the URL the process listens on
+		}
+		switch {
+		case !m.desired:
+			return ReasonStopped, fmt.Sprintf("member %s is stopped (state %s)", name, m.state), nil, cfg
+		case m.state != agentapi.StateRunning:
+			return ReasonNotStarted, fmt.Sprintf("member %s is %s", name, m.state), nil, cfg
+		}
+		return "", "", m.proc, cfg
 	}
-	m.mu.Unlock()
-	switch {
-	case !desired:
-		return no(ReasonStopped, "member %s is stopped (state %s)", name, state)
-	case state != agentapi.StateRunning:
-		return no(ReasonNotStarted, "member %s is %s", name, state)
+	reason, msg, p, cfg := running()
+	if reason != "" {
+		return no(reason, "%s", msg)
 	}
+	// What etcd said is of the process that ran when the check began: a
+	// stop or restart that began meanwhile makes the member not ready.
+	defer func() {
+		if reason, msg, now, _ := running(); reason != "" || now != p {
+			if reason == "" {
+				reason, msg = ReasonNotStarted, fmt.Sprintf("member %s restarted during the check", name)
+			}
+			mr.Ready, mr.Reason, mr.Message, mr.Lag = false, reason, msg, 0
+		}
+	}()
 	cli, err := memberClient(cfg)
 	if err != nil {
 		return no(ReasonUnreachable, "member %s: %v", name, err)
