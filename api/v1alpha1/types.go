@@ -119,7 +119,7 @@ type EtcdClusterSpec struct {
 // Storage is a member's volume: a PersistentVolumeClaim per member pod
 // (data-NAME-I).
 //
-// +kubebuilder:validation:XValidation:rule="oldSelf.?storageClassName == self.?storageClassName",message="storageClassName cannot change (nor be added or removed) once the cluster is created: members keep their volumes; restore into a new EtcdCluster to move to another class",fieldPath=.storageClassName
+// +kubebuilder:validation:XValidation:rule="has(oldSelf.storageClassName) == has(self.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)",message="storageClassName cannot change (nor be added or removed) once the cluster is created: members keep their volumes; restore into a new EtcdCluster to move to another class",fieldPath=.storageClassName
 type Storage struct {
 	// Size of each member's volume (default 8Gi). It can grow (where the
 	// StorageClass allows volume expansion), never shrink.
@@ -134,6 +134,7 @@ type Storage struct {
 	//
 	// +optional
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
 	StorageClassName *string `json:"storageClassName,omitempty"`
 }
 
