@@ -1,9 +1,16 @@
 package hosts_test
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -37,6 +44,12 @@ func TestHostsAutoRecovery(t *testing.T) {
 		"--backup-s3-credentials-file", s3.CredentialsFile, "--backup-s3-prefix", "autorec")
 	s := hs.Spec()
 	s.Recovery = spec.Recovery{Mode: "auto", GracePeriodSeconds: 5}
+	// Each host's agent serves metrics on its host's address (HTTPS):
+	// the coordinator runs no agent, and pushes its recovery counts to
+	// them.
+	for i := range s.Agents {
+		s.Agents[i].MetricsAddress = net.JoinHostPort(hs.Host(s.Agents[i].Name).Addr, "9379")
+	}
 	if err := s.Save(filepath.Join(hs.Dir, spec.FileName)); err != nil {
 		t.Fatal(err)
 	}
@@ -224,6 +237,12 @@ func TestHostsAutoRecovery(t *testing.T) {
 		after := hs.Client()
 		workload.RequireEqual(t, "keyspace after two hosts lost their data", workload.TakeDigest(t, after, "", 0), want)
 		noHostActs(t)
+		// Every host's agent exports the action, once, with its reason,
+		// under the coordinator's recorder.
+		if ar.Recorder == "" {
+			t.Fatalf("the coordinator's state has no recorder: %+v", ar)
+		}
+		wantCounted(t, hs, ar.Recorder, map[string]float64{a.Action + "/quorum-lost/success": 1})
 	})
 	if t.Failed() {
 		return
@@ -307,6 +326,7 @@ func TestHostsAutoRecovery(t *testing.T) {
 		w.WaitRead(t, resp.Header.Revision)
 		w.Check(t, "after the restore from the backups")
 		noHostActs(t)
+		wantCounted(t, hs, ar.Recorder, map[string]float64{"reseed/quorum-lost/success": 1, "restore/quorum-lost/success": 1})
 	})
 	if t.Failed() {
 		return
@@ -387,4 +407,88 @@ func TestHostsAutoRecovery(t *testing.T) {
 		workload.RequireEqual(t, "keyspace after the recovery resumed by the new coordinator", workload.TakeDigest(t, next.Client(), "", 0), want)
 		noHostActs(t)
 	})
+}
+
+// recoverySeries is one steward_recovery_actions_total line: its labels
+// and value.
+var recoverySeries = regexp.MustCompile(`(?m)^steward_recovery_actions_total\{([^}]*)\} (\S+)$`)
+
+// scrapeRecoveryCounts reads steward_recovery_actions_total from an
+// agent's /metrics (HTTPS, the cluster CA): the values by
+// recorder/action/reason/result.
+func scrapeRecoveryCounts(t *testing.T, hc *http.Client, url string) (map[string]float64, error) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	out := map[string]float64{}
+	label := regexp.MustCompile(`(\w+)="([^"]*)"`)
+	for _, m := range recoverySeries.FindAllStringSubmatch(string(b), -1) {
+		l := map[string]string{}
+		for _, kv := range label.FindAllStringSubmatch(m[1], -1) {
+			l[kv[1]] = kv[2]
+		}
+		v, err := strconv.ParseFloat(m[2], 64)
+		if err != nil {
+			return nil, err
+		}
+		out[l["recorder"]+"/"+l["action"]+"/"+l["reason"]+"/"+l["result"]] = v
+	}
+	return out, nil
+}
+
+// wantCounted polls every host's agent's /metrics until its
+// steward_recovery_actions_total of recorder is want (by
+// action/reason/result; every other series 0, and no other recorder):
+// each host exports the coordinator's counts, each action once.
+func wantCounted(t *testing.T, hs *harness.Hosts, recorder string, want map[string]float64) {
+	t.Helper()
+	ca, err := os.ReadFile(filepath.Join(hs.Dir, "pki", "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	defer hc.CloseIdleConnections()
+	for _, a := range hs.Spec().Agents {
+		url := "https://" + a.MetricsAddress + "/metrics"
+		harness.Eventually(t, time.Minute, 500*time.Millisecond, "host "+a.Name+" exports the recovery counts", func() error {
+			got, err := scrapeRecoveryCounts(t, hc, url)
+			if err != nil {
+				return err
+			}
+			if len(got) == 0 {
+				return fmt.Errorf("no steward_recovery_actions_total at %s", url)
+			}
+			for k, v := range got {
+				parts := strings.SplitN(k, "/", 2)
+				if parts[0] != recorder {
+					return fmt.Errorf("series of recorder %s (want only %s): %v", parts[0], recorder, got)
+				}
+				if v != want[parts[1]] {
+					return fmt.Errorf("%s = %v, want %v (all: %v)", k, v, want[parts[1]], got)
+				}
+			}
+			for k := range want {
+				if _, ok := got[recorder+"/"+k]; !ok {
+					return fmt.Errorf("no series %s/%s: %v", recorder, k, got)
+				}
+			}
+			return nil
+		})
+	}
 }
