@@ -27,7 +27,8 @@
 // Invariants: the directory is 0700 when Build creates it (an existing
 // images directory keeps its mode, any other is refused) and the tarballs 0644; images.json is
 // written atomically after every tarball it names is complete, and names
-// each tarball by a path relative to the directory.
+// each tarball by a path relative to the directory; a tarball (*.tar) it no
+// longer names is removed, only after it is written.
 package kubeimages
 
 import (
@@ -299,6 +300,9 @@ func Build(ctx context.Context, opts Options) (Index, error) {
 	for _, tag := range corednsTags {
 		specs = append(specs, CoreDNSSpec(tag, CoreDNSBin(opts.CoreDNSCache, tag)))
 	}
+	if storeFiles, err = normalizeManifests(build, storeFiles); err != nil {
+		return Index{}, err
+	}
 	stewardFiles := append([]ociimage.File{
 		{Path: "/usr/local/bin/steward", Mode: 0o755, Source: steward},
 		{Path: "/var/lib/steward", Mode: fs.ModeDir | 0o700},
@@ -341,7 +345,36 @@ func Build(ctx context.Context, opts Options) (Index, error) {
 	if err := atomicfile.WriteFile(filepath.Join(opts.Out, IndexFile), append(b, '\n'), 0o644); err != nil {
 		return Index{}, err
 	}
+	if err := prune(opts.Out, ix, logw); err != nil {
+		return ix, err
+	}
 	return ix, nil
+}
+
+// prune removes the image tarballs (*.tar) of out that ix does not name:
+// the images of versions no longer built, and those whose tag changed
+// (Steward's, with every commit). It runs after the new index is written,
+// so a tarball is removed only once no index names it; other files are
+// left alone.
+func prune(out string, ix Index, logw io.Writer) error {
+	named := map[string]bool{}
+	for _, i := range ix.Images {
+		named[i.File] = true
+	}
+	ents, err := os.ReadDir(out)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if !e.Type().IsRegular() || !strings.HasSuffix(e.Name(), ".tar") || named[e.Name()] {
+			continue
+		}
+		if err := os.Remove(filepath.Join(out, e.Name())); err != nil {
+			return fmt.Errorf("remove an image tarball the index no longer names: %w", err)
+		}
+		fmt.Fprintf(logw, "%s removed: not in %s\n", e.Name(), IndexFile)
+	}
+	return nil
 }
 
 // PausePackage is the pause program's package in Steward's module.
@@ -425,6 +458,62 @@ func storeFiles(store string) ([]ociimage.File, error) {
 		return nil, fmt.Errorf("no etcd version in the binary store %s: %w", store, ErrNoStore)
 	}
 	return files, nil
+}
+
+// normalizeManifests replaces each manifest.json of files by a copy in dir
+// whose importedAt is the Unix epoch and whose source is ImageManifestSource:
+// the store's manifests record when and from where this machine imported a
+// version, which would make the Steward image of two machines differ for
+// the same binaries. The file hashes, the version and any other field are
+// kept as they are.
+func normalizeManifests(dir string, files []ociimage.File) ([]ociimage.File, error) {
+	out := slices.Clone(files)
+	for i, f := range out {
+		if path.Base(f.Path) != "manifest.json" {
+			continue
+		}
+		b, err := os.ReadFile(f.Source)
+		if err != nil {
+			return nil, err
+		}
+		n, err := NormalizeManifest(b)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", f.Source, err)
+		}
+		p := filepath.Join(dir, "store", path.Base(path.Dir(f.Path)), "manifest.json")
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(p, n, 0o600); err != nil {
+			return nil, err
+		}
+		out[i].Source = p
+	}
+	return out, nil
+}
+
+// ImageManifestSource is the source a binary store manifest in Steward's
+// image records.
+const ImageManifestSource = "steward.etcd.io/steward image"
+
+// NormalizeManifest returns a binary store manifest with importedAt the
+// Unix epoch and source ImageManifestSource, its other fields unchanged, as
+// indented JSON; it refuses one that is not a JSON object.
+func NormalizeManifest(b []byte) ([]byte, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("binary store manifest: %w", err)
+	}
+	if m == nil {
+		return nil, errors.New("binary store manifest: not a JSON object")
+	}
+	m["importedAt"] = json.RawMessage(`"1970-01-01T00:00:00Z"`)
+	m["source"] = json.RawMessage(`"` + ImageManifestSource + `"`)
+	out, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(out, '\n'), nil
 }
 
 // GoBuild builds a static binary (CGO_ENABLED=0, -trimpath) of pkg in

@@ -83,7 +83,7 @@ func TestBuildRefusals(t *testing.T) {
 		}
 	}
 	// The store filled, the CoreDNS kubeadm names is missing.
-	fakeStore(t, store)
+	fakeStore(t, store, "2026-11-27T18:33:04Z", "/src/.cache/etcd/v3.6.16")
 	_, err := Build(t.Context(), opts("v1.36.3"))
 	if want := "Kubernetes v1.36.3's kubeadm names CoreDNS v1.14.2, and " + CoreDNSBin(filepath.Join(dir, "coredns"), "v1.14.2") + " is not there"; err == nil || !strings.Contains(err.Error(), want) || !errors.Is(err, ErrNoCoreDNS) {
 		t.Errorf("CoreDNS not built: error %v, want %q (ErrNoCoreDNS)", err, want)
@@ -117,17 +117,22 @@ func fakeKube(t *testing.T, cache, version, coredns, pause string) {
 	}
 }
 
-// fakeStore puts one etcd version into a binary store.
-func fakeStore(t *testing.T, store string) {
+// fakeStore puts one etcd version into a binary store, its manifest
+// recording the time and source of the import given.
+func fakeStore(t *testing.T, store, importedAt, source string) {
 	t.Helper()
 	d := filepath.Join(store, "etcd-v3.6.16")
 	if err := os.MkdirAll(d, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"etcd", "etcdctl", "etcdutl", "manifest.json"} {
+	for _, f := range []string{"etcd", "etcdctl", "etcdutl"} {
 		if err := os.WriteFile(filepath.Join(d, f), []byte(f+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
+	}
+	manifest := `{"version": "3.6.16", "importedAt": "` + importedAt + `", "source": "` + source + `", "files": {"etcd": "ab"}}`
+	if err := os.WriteFile(filepath.Join(d, "manifest.json"), []byte(manifest), 0o600); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -135,7 +140,10 @@ func fakeStore(t *testing.T, store string) {
 // into two directories give the same index (digests, IDs, sizes, inputs),
 // and the index has each version's CoreDNS (the one its kubeadm names,
 // once per distinct version) besides pause, the components and Steward's.
-// It builds steward and pause from this source tree.
+// The two builds' binary stores are two machines': the same binaries,
+// imported at another time from another directory (their manifests'
+// importedAt and source), which Steward's image does not depend on. It
+// builds steward and pause from this source tree.
 func TestBuildReproducible(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds steward twice")
@@ -153,7 +161,8 @@ func TestBuildReproducible(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	fakeStore(t, store)
+	fakeStore(t, store+"-a", "2026-11-27T18:33:04Z", "/work/main/.cache/etcd/v3.6.16")
+	fakeStore(t, store+"-b", "2026-11-28T03:00:00Z", "/src/steward/.cache/etcd/v3.6.16")
 	source, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
@@ -161,7 +170,7 @@ func TestBuildReproducible(t *testing.T) {
 	build := func(out string) Index {
 		t.Helper()
 		ix, err := Build(t.Context(), Options{KubeVersions: []string{"v1.35.4", "v1.36.3", "v1.36.2"}, KubeCache: cache,
-			CoreDNSCache: coredns, Store: store, Source: source, Out: filepath.Join(dir, out)})
+			CoreDNSCache: coredns, Store: store + "-" + out, Source: source, Out: filepath.Join(dir, out)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -182,6 +191,32 @@ func TestBuildReproducible(t *testing.T) {
 	}
 	if want := []string{CoreDNSImage + ":v1.13.1", CoreDNSImage + ":v1.14.2"}; !slices.Equal(corednsRefs, want) {
 		t.Errorf("CoreDNS images %v, want %v", corednsRefs, want)
+	}
+	// A rebuild into a directory with tarballs the new index does not name
+	// (a version no longer built, Steward's of an older commit) removes
+	// them, and leaves other files and every named tarball.
+	a := filepath.Join(dir, "a")
+	for _, f := range []string{"kube-apiserver-v1.34.0.tar", "steward-0123abc.tar", "notes.txt"} {
+		if err := os.WriteFile(filepath.Join(a, f), []byte("old"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if again := build("a"); !slices.Equal(again.Images, first.Images) {
+		t.Errorf("a rebuild differs:\n%+v\n%+v", again.Images, first.Images)
+	}
+	for f, want := range map[string]bool{"kube-apiserver-v1.34.0.tar": false, "steward-0123abc.tar": false, "notes.txt": true, IndexFile: true} {
+		if _, err := os.Stat(filepath.Join(a, f)); (err == nil) != want {
+			t.Errorf("%s: there %v, want %v", f, err == nil, want)
+		}
+	}
+	for _, i := range first.Images {
+		if _, err := os.Stat(filepath.Join(a, i.File)); err != nil {
+			t.Errorf("named tarball: %v", err)
+		}
+	}
+	// The manifest in the image: the epoch and no machine's path.
+	if b, _ := os.ReadFile(filepath.Join(store+"-b", "etcd-v3.6.16", "manifest.json")); !strings.Contains(string(b), "2026-11-28T03:00:00Z") {
+		t.Errorf("the store's own manifest was changed: %s", b)
 	}
 	if len(first.Images) != 2+3*len(Components)+2+1 {
 		t.Errorf("%d images, want 2 pause, %d components, 2 CoreDNS, Steward's: %+v", len(first.Images), 3*len(Components), first.Images)
@@ -232,6 +267,28 @@ func TestPrepareOut(t *testing.T) {
 	}
 	if fi, _ := os.Stat(empty); fi.Mode().Perm() != 0o750 {
 		t.Errorf("an existing directory's mode changed to %v", fi.Mode())
+	}
+}
+
+// TestNormalizeManifest: importedAt and source replaced, the rest kept;
+// not an object refused.
+func TestNormalizeManifest(t *testing.T) {
+	in := `{"version": "3.6.16", "importedAt": "2026-11-27T18:33:04Z", "source": "/x", "files": {"etcd": "ab"}, "future": 1}`
+	out, err := NormalizeManifest([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(out, &m); err != nil {
+		t.Fatal(err)
+	}
+	if m["importedAt"] != "1970-01-01T00:00:00Z" || m["source"] != ImageManifestSource || m["version"] != "3.6.16" || m["future"] != 1.0 || m["files"].(map[string]any)["etcd"] != "ab" {
+		t.Errorf("normalized: %s", out)
+	}
+	for _, bad := range []string{"null", "[]", "{", ""} {
+		if _, err := NormalizeManifest([]byte(bad)); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
 	}
 }
 
