@@ -29,6 +29,21 @@ func (f *podFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.probe, "probe-address", "", "serve /livez and /readyz over plain HTTP on `HOST:PORT` (a pod's liveness and readiness probes)")
 }
 
+// usePod takes the lease of the pod the agent runs in (POD_NAMESPACE/
+// POD_NAME from getenv, memberlease.RefFromEnv) when --lease is not given:
+// for a pod mode flag to call before check.
+func (f *podFlags) usePod(getenv func(string) string) error {
+	if f.lease != "" {
+		return nil
+	}
+	r, err := memberlease.RefFromEnv(getenv)
+	if err != nil {
+		return err
+	}
+	f.lease = r.String()
+	return nil
+}
+
 // check refuses bad flags before anything starts.
 func (f *podFlags) check() error {
 	if f.lease != "" {

@@ -46,3 +46,21 @@ func TestPodFlagRefusals(t *testing.T) {
 		t.Errorf("a missing kubeconfig: %v", err)
 	}
 }
+
+// TestPodLeaseFromEnv: in a pod the lease is POD_NAMESPACE/POD_NAME unless
+// --lease names one; without them, one error naming both variables.
+func TestPodLeaseFromEnv(t *testing.T) {
+	env := map[string]string{"POD_NAMESPACE": "prod", "POD_NAME": "main-2"}
+	f := podFlags{}
+	if err := f.usePod(func(k string) string { return env[k] }); err != nil || f.lease != "prod/main-2" {
+		t.Errorf("usePod = %v, lease %q", err, f.lease)
+	}
+	f = podFlags{lease: "other/x"}
+	if err := f.usePod(func(k string) string { return env[k] }); err != nil || f.lease != "other/x" {
+		t.Errorf("usePod with --lease = %v, lease %q", err, f.lease)
+	}
+	f = podFlags{}
+	if err := f.usePod(func(string) string { return "" }); err == nil || !strings.Contains(err.Error(), "POD_NAMESPACE and POD_NAME not set") {
+		t.Errorf("usePod without the variables: %v", err)
+	}
+}
