@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -19,7 +21,8 @@ import (
 )
 
 // TestMemberLease: a real agent started with --lease renews its member's
-// lease (DEP-01) on a real kube-apiserver (over the same Steward cluster):
+// lease (DEP-01) on a real kube-apiserver (over the same Steward cluster),
+// as a user allowed only to get and update that lease:
 // never creating it; with MEMBERIDHEX:Leader or :Member as etcd says,
 // following leader moves; through other writers' updates (conflicts); not
 // while its member is stopped (the lease expires: Unknown, LeaseExpired,
@@ -30,7 +33,21 @@ func TestMemberLease(t *testing.T) {
 	k := e.NewKubeAPIServer()
 	// The agent starts before etcd, and so before the API server and the
 	// kubeconfig its Start writes: one of the test's own, with the server
-	// certificate (made at start) unchecked.
+	// certificate (made at start) unchecked, for a user of its own whose
+	// only right is what a member pod's ServiceAccount gets (a Role made
+	// below): get and update its lease.
+	token := "member-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	tf, err := os.OpenFile(filepath.Join(k.Dir, "tokens.csv"), os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = fmt.Fprintf(tf, "%s,etcd-member,etcd-member\n", token)
+	if cerr := tf.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
 	kc := filepath.Join(k.Dir, "agent-kubeconfig")
 	if err := os.WriteFile(kc, []byte(fmt.Sprintf(`apiVersion: v1
 kind: Config
@@ -44,7 +61,7 @@ contexts:
 - name: k
   context: {cluster: k, user: u}
 current-context: k
-`, k.URL, k.Token)), 0o600); err != nil {
+`, k.URL, token)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	const member = "etcd-1"
@@ -54,6 +71,21 @@ current-context: k
 	cs := k.Clientset()
 	ctx := t.Context()
 	leases := cs.CoordinationV1().Leases("default")
+
+	if _, err := cs.RbacV1().Roles("default").Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "etcd-member"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
+			ResourceNames: []string{member}, Verbs: []string{"get", "update"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.RbacV1().RoleBindings("default").Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "etcd-member"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "etcd-member"},
+		Subjects:   []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: "etcd-member"}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 
 	// Never created by the agent: it says it waits for the operator's.
 	harness.Eventually(t, 30*time.Second, 200*time.Millisecond, "the agent to find no lease", func() error {
