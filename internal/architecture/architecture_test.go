@@ -43,6 +43,7 @@ var (
 		"pkg/recovery":    {"pkg/membership", "pkg/restore", "pkg/backupd", "pkg/metrics"},
 		"pkg/upgrade":     {"pkg/membership", "pkg/restore", "pkg/backupd", "pkg/rolling"},
 		"pkg/adopt":       {"pkg/rolling", "pkg/certs"}, // the adopt plan moves leadership before it stops the old process; take-over restarts; its certificates
+		"pkg/kubeupgrade": nil,                          // the Kubernetes above etcd: what runs, the upgrade's dry run
 	}
 	commands = "cmd/steward/internal/command"
 )
