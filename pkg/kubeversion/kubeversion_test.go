@@ -175,6 +175,10 @@ func TestCheckTarget(t *testing.T) {
 			if !strings.Contains(got[0].Message, tc.says) {
 				t.Errorf("message %q does not say %q", got[0].Message, tc.says)
 			}
+			// One message for the whole cluster, not one per component.
+			if len(got) != 1 {
+				t.Errorf("%d violations, want 1: %v", len(got), got)
+			}
 		})
 	}
 }

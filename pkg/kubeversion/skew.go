@@ -176,20 +176,27 @@ func Path(from, target Semver) []string {
 // serve the old kubelets first).
 func CheckTarget(insts []Instance, target Semver) []Violation {
 	ps, out := parseAll(insts)
-	for _, p := range ps {
-		if p.v.Compare(target) > 0 {
-			out = append(out, Violation{Host: p.Host, Component: p.Component, Version: p.Version, Kind: ErrDowngrade,
-				Message: fmt.Sprintf("host %s: %s runs %s, newer than the target %s: an upgrade never goes backwards; pick a target of %s or newer",
-					p.Host, p.Component, p.Version, target, p.Version)})
+	// One downgrade violation, of the newest component (the first of
+	// them in host order): the target must be at least that.
+	var newest *parsed
+	for i := range ps {
+		if ps[i].v.Compare(target) > 0 && (newest == nil || ps[i].v.Compare(newest.v) > 0) {
+			newest = &ps[i]
 		}
 	}
-	for _, p := range byComponent(ps, APIServer, ControllerManager, Scheduler) {
-		if minorsApart(target, p.v) > 1 {
-			path := Path(p.v, target)
-			out = append(out, Violation{Host: p.Host, Component: p.Component, Version: p.Version, Kind: ErrSkippedMinor,
-				Message: fmt.Sprintf("host %s: %s %s to %s skips a minor: upgrade through each minor in turn (%s), planning %s first",
-					p.Host, p.Component, p.Version, target, strings.Join(path, " then "), path[0])})
-		}
+	if p := newest; p != nil {
+		out = append(out, Violation{Host: p.Host, Component: p.Component, Version: p.Version, Kind: ErrDowngrade,
+			Message: fmt.Sprintf("host %s: %s runs %s, newer than the target %s: an upgrade never goes backwards; pick a target of %s or newer",
+				p.Host, p.Component, p.Version, target, p.Version)})
+	}
+	// One skipped-minor violation, of the oldest control-plane component
+	// (byComponent sorts oldest first): the path starts there.
+	if cp := byComponent(ps, APIServer, ControllerManager, Scheduler); len(cp) > 0 && minorsApart(target, cp[0].v) > 1 {
+		p := cp[0]
+		path := Path(p.v, target)
+		out = append(out, Violation{Host: p.Host, Component: p.Component, Version: p.Version, Kind: ErrSkippedMinor,
+			Message: fmt.Sprintf("host %s: %s %s to %s skips a minor: upgrade through each minor in turn (%s), planning %s first",
+				p.Host, p.Component, p.Version, target, strings.Join(path, " then "), path[0])})
 	}
 	for _, p := range byComponent(ps, Kubelet) {
 		if minorsApart(target, p.v) > 3 {
@@ -199,19 +206,5 @@ func CheckTarget(insts []Instance, target Semver) []Violation {
 		}
 	}
 	sortViolations(out)
-	return dedupe(out)
-}
-
-// dedupe keeps one skipped-minor violation per host and component.
-func dedupe(vs []Violation) []Violation {
-	seen := map[string]bool{}
-	var out []Violation
-	for _, v := range vs {
-		k := v.Host + "\x00" + v.Component + "\x00" + v.Message
-		if !seen[k] {
-			seen[k] = true
-			out = append(out, v)
-		}
-	}
 	return out
 }
