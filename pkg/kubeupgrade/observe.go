@@ -36,6 +36,9 @@ const (
 	kubeconfigName = "kubeconfig"
 )
 
+// ControlPlaneLabel marks a control-plane node (kubeadm's).
+const ControlPlaneLabel = "node-role.kubernetes.io/control-plane"
+
 // ErrNoKubeconfig: no kubeconfig was given or found.
 var ErrNoKubeconfig = errors.New("no kubeconfig")
 
@@ -89,9 +92,9 @@ type Running struct {
 
 // Observe reads what runs: the kube-system pods labelled component=
 // kube-apiserver, kube-controller-manager or kube-scheduler (their image
-// tag is the version; a pod without a node or an image of another shape
-// is reported as an error), and each node's
-// status.nodeInfo.kubeletVersion.
+// tag is the version; a pod without a node is an error), and each node's
+// status.nodeInfo.kubeletVersion. A control-plane host missing one of
+// the three gets it with an empty version.
 func Observe(ctx context.Context, cs kubernetes.Interface) (*Running, error) {
 	sel := "component in (" + strings.Join(kubeversion.ControlPlane, ",") + ")"
 	pods, err := cs.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: sel})
@@ -114,8 +117,27 @@ func Observe(ctx context.Context, cs kubernetes.Interface) (*Running, error) {
 			r.APIServers = append(r.APIServers, *api)
 		}
 	}
+	// A control-plane host (labelled so, as kubeadm marks it, or running
+	// any control-plane pod) without one of the components has it
+	// listed with no version: nothing says what it would run.
+	seen := map[string]bool{}
+	cpHost := map[string]bool{}
+	for _, in := range r.Instances {
+		seen[in.Host+"/"+in.Component] = true
+		cpHost[in.Host] = true
+	}
 	for _, n := range nodes.Items {
 		r.Instances = append(r.Instances, kubeversion.Instance{Host: n.Name, Component: kubeversion.Kubelet, Version: n.Status.NodeInfo.KubeletVersion})
+		if _, ok := n.Labels[ControlPlaneLabel]; ok {
+			cpHost[n.Name] = true
+		}
+	}
+	for h := range cpHost {
+		for _, c := range kubeversion.ControlPlane {
+			if !seen[h+"/"+c] {
+				r.Instances = append(r.Instances, kubeversion.Instance{Host: h, Component: c})
+			}
+		}
 	}
 	sort.SliceStable(r.Instances, func(i, j int) bool {
 		a, b := r.Instances[i], r.Instances[j]

@@ -109,6 +109,44 @@ func TestObserve(t *testing.T) {
 	if vs[0].Version != "v1.36.3" || vs[0].State != kubeversion.StatePartial || vs[1].State != kubeversion.StatePartial {
 		t.Errorf("versions %+v", vs)
 	}
+
+	// A control-plane node whose API server has no mirror pod (yet):
+	// listed with no version, so that nothing is active and pre-flight
+	// says so.
+	if _, err := cs.CoreV1().Nodes().Create(t.Context(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-c", Labels: map[string]string{ControlPlaneLabel: ""}},
+		Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{KubeletVersion: "v1.35.4"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Pods("kube-system").Create(t.Context(), staticPod(kubeversion.ControllerManager, "node-c", "v1.35.4"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err = Observe(t.Context(), cs); err != nil {
+		t.Fatal(err)
+	}
+	got = nil
+	for _, in := range r.Instances {
+		if in.Host == "node-c" {
+			got = append(got, in.Component+" "+in.Version)
+		}
+	}
+	if want := "kube-apiserver ,kube-controller-manager v1.35.4,kube-scheduler ,kubelet v1.35.4"; strings.Join(got, ",") != want {
+		t.Errorf("node-c: %q, want %q", strings.Join(got, ","), want)
+	}
+	vs = kubeversion.States(r.Instances, nil)
+	for _, v := range vs {
+		if v.State == kubeversion.StateActive {
+			t.Errorf("%s active with components missing: %+v", v.Version, v)
+		}
+	}
+	found := false
+	for _, v := range kubeversion.CheckSkew(r.Instances) {
+		if errors.Is(v, kubeversion.ErrUnhealthy) && strings.Contains(v.Message, "host node-c: no kube-apiserver found (no mirror pod of its static pod)") {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("skew %v: node-c's API server not named missing", kubeversion.CheckSkew(r.Instances))
+	}
 }
 
 func TestMissing(t *testing.T) {

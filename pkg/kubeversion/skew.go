@@ -20,7 +20,8 @@ var (
 )
 
 // Instance is one component as it runs on one host: a static pod's
-// image tag, or a node's kubelet.
+// image tag, or a node's kubelet. An empty Version is a component a
+// control-plane host should run and does not (no mirror pod of it).
 type Instance struct {
 	Host      string `json:"host"`
 	Component string `json:"component"`
@@ -56,6 +57,11 @@ func parseAll(insts []Instance) ([]parsed, []Violation) {
 	var out []parsed
 	var bad []Violation
 	for _, in := range insts {
+		if in.Version == "" {
+			bad = append(bad, Violation{Host: in.Host, Component: in.Component, Kind: ErrUnhealthy,
+				Message: fmt.Sprintf("host %s: no %s found (no mirror pod of its static pod): start it, or wait until its kubelet registers it", in.Host, in.Component)})
+			continue
+		}
 		v, err := Parse(in.Version)
 		if err != nil {
 			bad = append(bad, Violation{Host: in.Host, Component: in.Component, Version: in.Version, Kind: ErrSkew,

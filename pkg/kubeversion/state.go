@@ -53,11 +53,11 @@ func States(insts []Instance, missing func(Version) []string) []VersionState {
 	byVersion := map[string]*acc{}
 	total := 0
 	for _, in := range insts {
+		total++ // a component absent or of no version keeps every version from active
 		v, err := Parse(in.Version)
 		if err != nil {
 			continue
 		}
-		total++
 		a := byVersion[v.String()]
 		if a == nil {
 			a = &acc{}

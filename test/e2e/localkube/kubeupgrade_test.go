@@ -2,12 +2,14 @@ package localkube_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/etcd-steward/steward/internal/localkube"
 	"github.com/etcd-steward/steward/pkg/kubeversion"
@@ -85,15 +87,22 @@ func kubeVersionsAndUpgradePlan(t *testing.T, c *localkube.Cluster) {
 			t.Errorf("kubeconfig chosen %+v, stderr %q; want the local Kubernetes' %s", versions.Kubeconfig, stderr, c.Kubeconfig)
 		}
 	}
-	readVersions()
+	// Ready nodes may not have registered every static pod's mirror pod
+	// yet: until they have, the version is partial (a component with no
+	// version); wait for active.
 	components := 4 * len(c.Nodes)
 	states := map[string]kubeversion.VersionState{}
-	for _, v := range versions.Versions {
-		states[v.Version] = v
-	}
-	if s := states[c.Version]; s.State != kubeversion.StateActive || s.Running != components || s.Components != components || len(s.Hosts) != len(c.Nodes) {
-		t.Errorf("%s: %+v, want active on all %d components of %d hosts", c.Version, s, components, len(c.Nodes))
-	}
+	harness.Eventually(t, 2*time.Minute, 500*time.Millisecond, c.Version+" active on every component", func() error {
+		readVersions()
+		states = map[string]kubeversion.VersionState{}
+		for _, v := range versions.Versions {
+			states[v.Version] = v
+		}
+		if s := states[c.Version]; s.State != kubeversion.StateActive || s.Running != components || s.Components != components || len(s.Hosts) != len(c.Nodes) {
+			return fmt.Errorf("%+v, want active on all %d components of %d hosts (hosts %+v)", s, components, len(c.Nodes), versions.Hosts)
+		}
+		return nil
+	})
 	for _, k := range kubeversion.Known() {
 		if k.Version == c.Version {
 			continue
