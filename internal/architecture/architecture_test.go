@@ -22,7 +22,7 @@ var (
 		"pkg/refusal", "api/v1alpha1"}
 	// foundation: formats, stores and protocols; they know no cluster.
 	foundation = []string{"pkg/progress", "pkg/spec", "pkg/pki", "pkg/catalogue", "pkg/binaries", "pkg/datadir",
-		"pkg/backup", "pkg/plan", "pkg/memberrt", "pkg/memberrt/memberrttest", "pkg/agentapi", "pkg/kstorage", "pkg/kmigrate", "pkg/join", "pkg/handover", "pkg/hostset", "pkg/daemon", "pkg/recoverycount",
+		"pkg/backup", "pkg/plan", "pkg/memberrt", "pkg/memberrt/memberrttest", "pkg/agentapi", "pkg/kstorage", "pkg/kubeversion", "pkg/kmigrate", "pkg/join", "pkg/handover", "pkg/hostset", "pkg/daemon", "pkg/recoverycount",
 		"pkg/memberlease",
 		"internal/localkube", "internal/ociimage", "internal/kubeimages"}
 	// status: what a cluster reports (its Status, conditions and status/
@@ -44,6 +44,7 @@ var (
 		"pkg/recovery":    {"pkg/membership", "pkg/restore", "pkg/backupd", "pkg/metrics"},
 		"pkg/upgrade":     {"pkg/membership", "pkg/restore", "pkg/backupd", "pkg/rolling"},
 		"pkg/adopt":       {"pkg/rolling", "pkg/certs"}, // the adopt plan moves leadership before it stops the old process; take-over restarts; its certificates
+		"pkg/kubeupgrade": nil,                          // the Kubernetes above etcd: what runs, the upgrade's dry run
 	}
 	commands = "cmd/steward/internal/command"
 )
