@@ -22,7 +22,7 @@ var (
 		"pkg/refusal"}
 	// foundation: formats, stores and protocols; they know no cluster.
 	foundation = []string{"pkg/progress", "pkg/spec", "pkg/pki", "pkg/catalogue", "pkg/binaries", "pkg/datadir",
-		"pkg/backup", "pkg/plan", "pkg/memberrt", "pkg/memberrt/memberrttest", "pkg/agentapi", "pkg/kstorage", "pkg/kmigrate", "pkg/join", "pkg/handover", "pkg/hostset", "pkg/daemon",
+		"pkg/backup", "pkg/plan", "pkg/memberrt", "pkg/memberrt/memberrttest", "pkg/agentapi", "pkg/kstorage", "pkg/kmigrate", "pkg/join", "pkg/handover", "pkg/hostset", "pkg/daemon", "pkg/binpush",
 		"internal/localkube", "internal/ociimage", "internal/kubeimages"}
 	// status: what a cluster reports (its Status, conditions and status/
 	// files), read through the handle (pkg/cluster) and below every
@@ -32,6 +32,7 @@ var (
 	// status, and the operations each may call.
 	operations = map[string][]string{
 		"pkg/rolling":     nil, // acting on members one at a time, leadership moved first
+		"pkg/isolated":    nil, // members on private client ports until a write commits
 		"pkg/membership":  {"pkg/rolling"},
 		"pkg/maintenance": {"pkg/rolling"},
 		"pkg/restore":     nil,
@@ -40,8 +41,8 @@ var (
 		"pkg/metrics":     nil,
 		"pkg/backupd":     {"pkg/restore", "pkg/metrics"}, // garbage collection after a full snapshot; counting uploads and failures
 		"pkg/carotate":    {"pkg/rolling", "pkg/certs"},   // member restarts one at a time, leadership moved first; the certificate work
-		"pkg/recovery":    {"pkg/membership", "pkg/restore", "pkg/backupd", "pkg/metrics"},
-		"pkg/upgrade":     {"pkg/membership", "pkg/restore", "pkg/backupd", "pkg/rolling"},
+		"pkg/recovery":    {"pkg/membership", "pkg/restore", "pkg/backupd", "pkg/metrics", "pkg/isolated"},
+		"pkg/upgrade":     {"pkg/membership", "pkg/restore", "pkg/backupd", "pkg/rolling", "pkg/isolated"},
 		"pkg/adopt":       {"pkg/rolling", "pkg/certs"}, // the adopt plan moves leadership before it stops the old process; take-over restarts; its certificates
 	}
 	commands = "cmd/steward/internal/command"
@@ -121,8 +122,9 @@ func rule(from, to string) string {
 	case operations[from] != nil || isOperation(from):
 		switch {
 		case to == "pkg/agentapi":
-			// No exception: host work (an agent's certificates, binaries,
-			// shutdown, ...) is the handle's (pkg/cluster).
+			// No exception: host work (an agent's certificates, shutdown,
+			// ...) is the handle's (pkg/cluster), a binary push
+			// pkg/binpush's (foundation, driven by the command).
 			return "operations reach members through the runtime seam (pkg/memberrt, cluster.Runtime/RuntimeFor), not the agent's client"
 		case in(ground, to), in(foundation, to), to == "pkg/cluster", to == status:
 			return ""
@@ -190,6 +192,10 @@ func TestRulesBite(t *testing.T) {
 		{"pkg/spec", "pkg/status"},
 		{"pkg/status", "pkg/membership"},
 		{"pkg/status", "pkg/agent"},
+		{"pkg/isolated", "pkg/agentapi"},
+		{"pkg/isolated", "pkg/membership"},
+		{"pkg/binpush", "pkg/cluster"},
+		{"pkg/cluster", "pkg/isolated"},
 	} {
 		if rule(tc.from, tc.to) == "" {
 			t.Errorf("%s importing %s is allowed; the rules say it must not be", tc.from, tc.to)
@@ -211,6 +217,9 @@ func TestRulesBite(t *testing.T) {
 		{"pkg/status", "pkg/agentapi"},
 		{"pkg/upgrade", "pkg/status"},
 		{"pkg/certs", "pkg/status"},
+		{"pkg/upgrade", "pkg/isolated"},
+		{"pkg/recovery", "pkg/isolated"},
+		{"pkg/binpush", "pkg/agentapi"},
 	} {
 		if why := rule(tc.from, tc.to); why != "" {
 			t.Errorf("%s importing %s is refused (%s); the rules allow it", tc.from, tc.to, why)

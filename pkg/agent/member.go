@@ -612,7 +612,7 @@ func (m *member) awaitReady(ctx context.Context, cfg agentapi.MemberConfig, p *p
 			return
 		}
 		// The record is written before the state says Running, so whoever
-		// sees Running (RunIsolated stops the member right after) knows the
+		// sees Running (isolated.Run stops the member right after) knows the
 		// data dir's record names this version.
 		if err := datadir.WriteRecord(cfg.DataDir, cfg.Version, time.Now()); err != nil {
 			m.setError(p, err.Error())

@@ -1,4 +1,6 @@
-package cluster
+// Package binpush pushes a version of this machine's binary store to the
+// agents of a cluster's other hosts, each host's copy checked there.
+package binpush
 
 import (
 	"context"
@@ -12,11 +14,25 @@ import (
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/hostset"
+	"github.com/etcd-steward/steward/pkg/progress"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
-// PushOptions configure PushBinary.
-type PushOptions struct {
+// Cluster is what a push needs of a cluster: its spec, where it lives,
+// and how to reach an agent (cluster.Cluster's fields and Agent, handed
+// over by the command).
+type Cluster struct {
+	Spec *spec.Cluster
+	// Dir is the Steward directory (the spec's binary store is under it
+	// unless the spec names one); SpecPath is its spec, named in refusals.
+	Dir, SpecPath string
+	// Agent returns the client of the named agent (cluster.Cluster.Agent).
+	Agent    func(name string) (*agentapi.Client, error)
+	Progress progress.Func
+}
+
+// Options configure Push.
+type Options struct {
 	// Store is the local store the version is pushed from; nil: the
 	// spec's binary store.
 	Store *binaries.Store
@@ -52,7 +68,7 @@ type HostPush struct {
 	Duration time.Duration `json:"durationNs"`
 }
 
-// PushResult is the outcome of PushBinary, one entry per host in the
+// PushResult is the outcome of Push, one entry per host in the
 // spec's order.
 type PushResult struct {
 	Version string     `json:"version"`
@@ -82,13 +98,7 @@ var (
 // pushParallel bounds the hosts pushed to at once.
 const pushParallel = 4
 
-// RemoteAgents returns the names of the spec's agents on other hosts
-// (hostset.Remote's names).
-func (c *Cluster) RemoteAgents() []string {
-	return hostset.Remote(c.Spec).Names()
-}
-
-// PushBinary makes etcd version of the local store available on other
+// Push makes etcd version of the local store available on other
 // hosts: each host's agent receives the version's files and stores them in
 // its own binary store once every file matches the SHA-256 of the local
 // manifest (agentapi.Client.PushBinary). A host that already holds a
@@ -98,7 +108,7 @@ func (c *Cluster) RemoteAgents() []string {
 // Every host is tried, several at once, with one progress line each. When
 // some fail, the error wraps ErrPushIncomplete and names them with their
 // addresses; the result says what each host got.
-func (c *Cluster) PushBinary(ctx context.Context, version string, opt PushOptions) (PushResult, error) {
+func Push(ctx context.Context, c Cluster, version string, opt Options) (PushResult, error) {
 	v, err := binaries.NormalizeVersion(version)
 	if err != nil {
 		return PushResult{}, err
@@ -111,7 +121,7 @@ func (c *Cluster) PushBinary(ctx context.Context, version string, opt PushOption
 		opt.Timeout = 10 * time.Minute
 	}
 	res := PushResult{Version: v, Store: store.Dir, Hosts: []HostPush{}}
-	hosts, err := c.pushHosts(opt.Hosts)
+	hosts, err := pushHosts(c, opt.Hosts)
 	if err != nil {
 		return res, err
 	}
@@ -128,7 +138,7 @@ func (c *Cluster) PushBinary(ctx context.Context, version string, opt PushOption
 	rs := hostset.Each(ctx, hosts, hostset.Options{Limit: pushParallel}, func(ctx context.Context, a spec.Agent) (HostPush, error) {
 		hp := HostPush{Host: a.Name, Address: a.Host, Endpoint: a.Endpoint()}
 		start := time.Now()
-		out, err := c.pushOne(ctx, a.Name, store, v, opt.Timeout, opt.Replace)
+		out, err := pushOne(ctx, c, a.Name, store, v, opt.Timeout, opt.Replace)
 		hp.Duration = time.Since(start)
 		mu.Lock()
 		defer mu.Unlock()
@@ -169,7 +179,7 @@ func (c *Cluster) PushBinary(ctx context.Context, version string, opt PushOption
 }
 
 // pushOne pushes version to one host's agent within timeout.
-func (c *Cluster) pushOne(ctx context.Context, host string, store *binaries.Store, v string, timeout time.Duration, replace bool) (agentapi.BinaryPush, error) {
+func pushOne(ctx context.Context, c Cluster, host string, store *binaries.Store, v string, timeout time.Duration, replace bool) (agentapi.BinaryPush, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	ac, err := c.Agent(host)
@@ -184,10 +194,10 @@ func (c *Cluster) pushOne(ctx context.Context, host string, store *binaries.Stor
 
 // pushHosts returns the hosts to push to: those named (checked against the
 // spec, each once, in the spec's order), else every agent on another host.
-func (c *Cluster) pushHosts(named []string) (hostset.Hosts, error) {
+func pushHosts(c Cluster, named []string) (hostset.Hosts, error) {
 	remote := hostset.Remote(c.Spec)
 	if len(remote) == 0 {
-		return nil, fmt.Errorf("%w: every agent of %s runs on this machine, and its members run from this machine's store", ErrNoHosts, c.SpecPath())
+		return nil, fmt.Errorf("%w: every agent of %s runs on this machine, and its members run from this machine's store", ErrNoHosts, c.SpecPath)
 	}
 	if len(named) == 0 {
 		return remote, nil
@@ -199,7 +209,7 @@ func (c *Cluster) pushHosts(named []string) (hostset.Hosts, error) {
 		if _, ok := c.Spec.Agent(n); ok {
 			return nil, fmt.Errorf("agent %s runs on this machine: its members run from this machine's store (hosts: %v)", n, remote.Names())
 		}
-		return nil, fmt.Errorf("host %q is not in %s (hosts: %v)", n, c.SpecPath(), remote.Names())
+		return nil, fmt.Errorf("host %q is not in %s (hosts: %v)", n, c.SpecPath, remote.Names())
 	}
 	return remote.Filter(func(a spec.Agent) bool { return slices.Contains(named, a.Name) }), nil
 }
