@@ -45,13 +45,11 @@ var commandWords = map[string]int{
 	// Persisted in plans or recorded in status: the text is stored or shown
 	// by other commands (`plan show`, `status`, `upgrade plan`'s checks),
 	// which cannot add words to it.
-	"pkg/upgrade/preflight.go": 4, // pre-flight checks, printed as a list and re-run as plan steps
-	"pkg/upgrade/planner.go":   1, // mixed versions, also a preflight step's error
+	"pkg/upgrade/preflight.go": 1, // the binaries check's two `steward binaries push` commands, with the check's hosts in them
 	"pkg/status/conditions.go": 2, // plan conditions of `steward status`
 	"pkg/status/renewer.go":    2, // the renewal condition of `steward status`
 	"pkg/certs/renewloop.go":   2, // the renewal loop's last error, shown by status
 	"pkg/spec/validate.go":     2, // one line of a list of validation problems
-	"pkg/status/status.go":     1, // a member answering for another, met by every command and status
 	// Returned by an agent over its API (the CLI gets its text, not its
 	// error), then shown by the CLI.
 	"pkg/agent/certs.go":       1,

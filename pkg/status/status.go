@@ -303,7 +303,7 @@ func wrongAnswer(name string, want uint64, url string, answered uint64, answered
 	if answeredName != "" {
 		who = fmt.Sprintf("%s (ID %x)", answeredName, answered)
 	}
-	return fmt.Errorf("%w: %s answers on %s, not %s (ID %x): is %s running, and is its URL another member's (an alias such as localhost for 127.0.0.1, a port taken by another member)? Check `steward status` and the spec's URLs",
+	return fmt.Errorf("%w: %s answers on %s, not %s (ID %x): is %s running, and is its URL another member's (an alias such as localhost for 127.0.0.1, a port taken by another member)?",
 		ErrWrongMember, who, url, name, want, name)
 }
 

@@ -76,13 +76,13 @@ func Preflight(ctx context.Context, c *cluster.Cluster, from, to string) ([]Chec
 		maxDB = max(maxDB, m.DBSize)
 	}
 	add(CheckHealthy, false, when(!allHealthy,
-		"not every member is healthy: "+st.Unhealthy()+"; fix them first (`steward status`)"),
+		"not every member is healthy: "+st.Unhealthy()+"; fix them first"),
 		fmt.Sprintf("all %d members healthy", len(st.Members)))
 	add(CheckVoters, false, when(len(learners) > 0,
-		"learners wait for promotion: "+strings.Join(learners, ", ")+"; finish `steward member add` (or remove them) first"),
+		"learners wait for promotion: "+strings.Join(learners, ", ")),
 		"every member votes")
 	add(CheckAlarms, false, when(len(alarms) > 0,
-		"alarms are raised: "+strings.Join(alarms, "; ")+"; clear them with `steward alarm disarm`"),
+		"alarms are raised: "+strings.Join(alarms, "; ")),
 		"no alarms")
 
 	// A stable leader: the same leader and term across a short interval.
@@ -199,12 +199,21 @@ func Preflight(ctx context.Context, c *cluster.Cluster, from, to string) ([]Chec
 // may remain). A command matches it (errors.Is) to name its flag.
 var ErrOverridableChecks = errors.New("overridable pre-flight checks failed")
 
-// Refusal turns failed checks into an error; with force, overridable
-// failures are returned as warnings instead. The error is a
-// *refusal.Refusal of kind ErrOverridableChecks when an overridable check
-// is among the failed ones.
+// ChecksError is Refusal's error: its message lists the failed checks
+// (one "NAME: MESSAGE" line each), Failed holds them, so that a command
+// adds its advice after a check's message (cli.LibraryAdvice, by check
+// name: the commands that fix what the check found). Its Kind is
+// ErrOverridableChecks when an overridable check is among them, else nil.
+type ChecksError struct {
+	refusal.Refusal
+	Failed []Check
+}
+
+// Refusal turns failed checks into an error (a *ChecksError); with force,
+// overridable failures are returned as warnings instead.
 func Refusal(checks []Check, force bool) (warnings []string, err error) {
 	var problems []string
+	var failed []Check
 	overridable := false
 	for _, ch := range checks {
 		switch {
@@ -214,18 +223,21 @@ func Refusal(checks []Check, force bool) (warnings []string, err error) {
 		case ch.Overridable:
 			overridable = true
 			problems = append(problems, fmt.Sprintf("%s: %s (overridable)", ch.Name, ch.Message))
+			failed = append(failed, ch)
 		default:
 			problems = append(problems, fmt.Sprintf("%s: %s", ch.Name, ch.Message))
+			failed = append(failed, ch)
 		}
 	}
 	if len(problems) == 0 {
 		return warnings, nil
 	}
-	msg := "pre-flight checks failed; nothing was changed:\n  " + strings.Join(problems, "\n  ")
+	e := &ChecksError{Failed: failed}
+	e.Msg = "pre-flight checks failed; nothing was changed:\n  " + strings.Join(problems, "\n  ")
 	if overridable {
-		return warnings, refusal.New(ErrOverridableChecks, "%s", msg)
+		e.Kind = ErrOverridableChecks
 	}
-	return warnings, errors.New(msg)
+	return warnings, e
 }
 
 // short is the start of a SHA-256, enough to tell two apart.

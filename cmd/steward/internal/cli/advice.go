@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/etcd-steward/steward/pkg/adopt"
 	"github.com/etcd-steward/steward/pkg/backup"
@@ -14,6 +15,8 @@ import (
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/recovery"
 	"github.com/etcd-steward/steward/pkg/restore"
+	"github.com/etcd-steward/steward/pkg/status"
+	"github.com/etcd-steward/steward/pkg/upgrade"
 )
 
 // Advise appends advice to err when errors.Is(err, kind), word for word:
@@ -135,5 +138,101 @@ func libraryAdvice(err error) error {
 		}
 		err = fmt.Errorf("%w%s", err, advice)
 	}
-	return Advise(err, adopt.ErrUnhealthy, " (`steward status`)")
+	err = Advise(err, adopt.ErrUnhealthy, " (`steward status`)")
+	err = AdviseAfter(err, status.ErrWrongMember, " Check `steward status` and the spec's URLs")
+	err = AdviseAfter(err, upgrade.ErrMixedVersions, " (`steward plan show`)")
+	if ce, ok := errors.AsType[*upgrade.ChecksError](err); ok {
+		msg := ce.Error()
+		for _, ch := range ce.Failed {
+			if a := checkAdvice[ch.Name]; a != "" {
+				line := ch.Name + ": " + ch.Message
+				msg = strings.Replace(msg, line, line+a, 1)
+			}
+		}
+		err = reword(err, ce.Error(), msg)
+	}
+	return err
 }
+
+// checkAdvice is what follows a failed pre-flight check's message, by
+// check name: the commands that fix what it found.
+var checkAdvice = map[string]string{
+	upgrade.CheckHealthy: " (`steward status`)",
+	upgrade.CheckVoters:  "; finish `steward member add` (or remove them) first",
+	upgrade.CheckAlarms:  "; clear them with `steward alarm disarm`",
+}
+
+// CheckMessage is a pre-flight check's message as `steward upgrade plan`
+// shows it: a failed check's followed by its advice.
+func CheckMessage(ch upgrade.Check) string {
+	if ch.OK {
+		return ch.Message
+	}
+	return ch.Message + checkAdvice[ch.Name]
+}
+
+// AdviseAfter inserts advice right after the message of the error of
+// kind in err's chain (the deepest error that is of kind, the kind
+// itself aside), where the library's message once ended: words an outer
+// error adds after it (a joined error, "...: %w; ...") stay after the
+// advice. Errors of other kinds pass unchanged.
+func AdviseAfter(err, kind error, advice string) error {
+	if err == nil || !errors.Is(err, kind) {
+		return err
+	}
+	node := deepest(err, kind)
+	if node == nil {
+		return Advise(err, kind, advice)
+	}
+	return reword(err, node.Error(), node.Error()+advice)
+}
+
+// deepest is the error of kind furthest down err's tree, kind aside; nil
+// when err is kind itself.
+func deepest(err, kind error) error {
+	var found error
+	var walk func(e error)
+	walk = func(e error) {
+		if e == nil || e == kind || !errors.Is(e, kind) {
+			return
+		}
+		found = e
+		switch u := e.(type) {
+		case interface{ Unwrap() error }:
+			walk(u.Unwrap())
+		case interface{ Unwrap() []error }:
+			for _, c := range u.Unwrap() {
+				walk(c)
+			}
+		}
+	}
+	walk(err)
+	return found
+}
+
+// reword is err whose text has part (the first time) replaced by with; it
+// still wraps err. When part is not in err's text, with's words after part
+// go at the end (err unchanged when with does not start with part).
+func reword(err error, part, with string) error {
+	text := err.Error()
+	if part == with {
+		return err
+	}
+	if i := strings.Index(text, part); i >= 0 {
+		text = text[:i] + with + text[i+len(part):]
+	} else if extra, ok := strings.CutPrefix(with, part); ok {
+		text += extra
+	} else {
+		return err
+	}
+	return reworded{text, err}
+}
+
+// reworded is an error with advice inserted in its text.
+type reworded struct {
+	text string
+	err  error
+}
+
+func (r reworded) Error() string { return r.text }
+func (r reworded) Unwrap() error { return r.err }

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"testing"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/etcd-steward/steward/pkg/adopt"
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/carotate"
@@ -18,6 +21,8 @@ import (
 	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/restore"
 	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/pkg/status"
+	"github.com/etcd-steward/steward/pkg/upgrade"
 )
 
 // TestAdvise: advice goes after an error of its kind word for word, and
@@ -118,6 +123,16 @@ func TestLibraryAdvice(t *testing.T) {
 	adopted := &cluster.Cluster{Spec: attached.Spec.Clone()}
 	adopted.Spec.Members[0].Agent, adopted.Spec.Members[0].Adopted = spec.LocalAgent, &spec.Adopted{}
 	boom := errors.New("context deadline exceeded")
+	_, failedChecks := upgrade.Refusal([]upgrade.Check{
+		{Name: upgrade.CheckHealthy, Message: "not every member is healthy: m2; fix them first"},
+		{Name: upgrade.CheckVoters, Message: "learners wait for promotion: m4"},
+		{Name: upgrade.CheckAlarms, Message: "alarms are raised: m1: NOSPACE"},
+		{Name: upgrade.CheckDBSize, Overridable: true, Message: "the database is 90% of its quota"},
+		{Name: upgrade.CheckLeader, OK: true, Message: "leader m1, term 2"},
+	}, false)
+	if !errors.Is(failedChecks, upgrade.ErrOverridableChecks) {
+		t.Errorf("failed checks with an overridable one: %v is not ErrOverridableChecks", failedChecks)
+	}
 	for _, tc := range []struct {
 		name string
 		err  error
@@ -151,6 +166,18 @@ func TestLibraryAdvice(t *testing.T) {
 			"cannot run `steward certs renew`: the certificates of cluster kube are the operator's (it was attached): Steward does not hold their CA's key; renew them with that CA (`steward certs list` shows their expiry, and status warns before they expire), or hand Steward that CA's certificate and key (`steward certs take-over`)"},
 		{"adopt's health gate", refusal.New(adopt.ErrUnhealthy, "not every member of cluster kube is healthy (m2: unhealthy): adopt one only while all are"),
 			"not every member of cluster kube is healthy (m2: unhealthy): adopt one only while all are (`steward status`)"},
+		{"a member answers for another", fmt.Errorf("wait for m2: %w", status.CheckAnswer("m2", 2, "https://127.0.0.1:2379", &clientv3.StatusResponse{Header: &etcdserverpb.ResponseHeader{MemberId: 1}})),
+			"wait for m2: another member answers on the URL: member ID 1 answers on https://127.0.0.1:2379, not m2 (ID 2): is m2 running, and is its URL another member's (an alias such as localhost for 127.0.0.1, a port taken by another member)? Check `steward status` and the spec's URLs"},
+		{"a member answers for another, words after it", errors.Join(status.CheckAnswer("m2", 2, "u", &clientv3.StatusResponse{Header: &etcdserverpb.ResponseHeader{MemberId: 1}}), boom),
+			"another member answers on the URL: member ID 1 answers on u, not m2 (ID 2): is m2 running, and is its URL another member's (an alias such as localhost for 127.0.0.1, a port taken by another member)? Check `steward status` and the spec's URLs\ncontext deadline exceeded"},
+		{"mixed versions", fmt.Errorf("plan: %w", refusal.New(upgrade.ErrMixedVersions, "members run different etcd versions (3.5.35 on m1; 3.6.16 on m2,m3): resume or roll back the last plan first")),
+			"plan: members run different etcd versions (3.5.35 on m1; 3.6.16 on m2,m3): resume or roll back the last plan first (`steward plan show`)"},
+		{"pre-flight checks", fmt.Errorf("`steward upgrade apply` would refuse this plan: %w", failedChecks),
+			"`steward upgrade apply` would refuse this plan: pre-flight checks failed; nothing was changed:\n" +
+				"  members-healthy: not every member is healthy: m2; fix them first (`steward status`)\n" +
+				"  no-learners: learners wait for promotion: m4; finish `steward member add` (or remove them) first\n" +
+				"  no-alarms: alarms are raised: m1: NOSPACE; clear them with `steward alarm disarm`\n" +
+				"  db-size: the database is 90% of its quota (overridable)"},
 		{"another error", boom, "context deadline exceeded"},
 	} {
 		if got := LibraryAdvice(tc.err); got == nil || got.Error() != tc.want || !errors.Is(got, tc.err) {
