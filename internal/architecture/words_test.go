@@ -45,7 +45,6 @@ var commandWords = map[string]int{
 	// Persisted in plans or recorded in status: the text is stored or shown
 	// by other commands (`plan show`, `status`, `upgrade plan`'s checks),
 	// which cannot add words to it.
-	"pkg/upgrade/preflight.go": 1, // the binaries check's two `steward binaries push` commands, with the check's hosts in them
 	"pkg/status/conditions.go": 2, // plan conditions of `steward status`
 	"pkg/status/renewer.go":    2, // the renewal condition of `steward status`
 	"pkg/certs/renewloop.go":   2, // the renewal loop's last error, shown by status

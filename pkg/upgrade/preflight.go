@@ -29,6 +29,20 @@ type Check struct {
 	// (Options.Force).
 	Overridable bool   `json:"overridable"`
 	Message     string `json:"message"`
+	// Pushes are the binary pushes that fix what the binaries check found
+	// on other hosts, each named after its words in Message (the command
+	// says how: cli.CheckMessage).
+	Pushes []Push `json:"pushes,omitempty"`
+}
+
+// Push gives Hosts etcd Version from this machine's store: the hosts lack
+// it, or (Replace) hold another build of it, their copy kept aside. After
+// is the words of the check's message it fixes.
+type Push struct {
+	Version string   `json:"version"`
+	Hosts   []string `json:"hosts"`
+	Replace bool     `json:"replace,omitempty"`
+	After   string   `json:"after"`
 }
 
 // Pre-flight check names (docs/upgrades.md lists them).
@@ -128,6 +142,7 @@ func Preflight(ctx context.Context, c *cluster.Cluster, from, to string) ([]Chec
 	}
 	store := binaries.Open(c.Spec.BinaryStoreDir(c.Dir))
 	var binProblems, flagProblems, versions []string
+	var pushes []Push
 	for _, h := range hops {
 		versions = append(versions, h.To)
 		if _, err := store.Resolve(h.To); err != nil {
@@ -170,20 +185,22 @@ func Preflight(ctx context.Context, c *cluster.Cluster, from, to string) ([]Chec
 			}
 		}
 		// One push per kind of fix: a plain one for the hosts lacking the
-		// version, a forced one (the host's copy kept aside) for another
+		// version, a replacing one (the host's copy kept aside) for another
 		// build.
-		push := func(hosts []string, force string) string {
-			return fmt.Sprintf("`steward binaries push %s --host %s%s`", h.To, strings.Join(hosts, " --host "), force)
-		}
 		if len(lacking) > 0 {
-			binProblems = append(binProblems, fmt.Sprintf("push etcd %s to those hosts from this machine's store with %s", h.To, push(lacking, "")))
+			p := Push{Version: h.To, Hosts: lacking, After: fmt.Sprintf("push etcd %s to those hosts from this machine's store", h.To)}
+			binProblems, pushes = append(binProblems, p.After), append(pushes, p)
 		}
 		if len(differing) > 0 {
-			binProblems = append(binProblems, fmt.Sprintf("replace their copy of etcd %s with this machine's (theirs is kept aside) with %s", h.To, push(differing, " --force")))
+			p := Push{Version: h.To, Hosts: differing, Replace: true, After: fmt.Sprintf("replace their copy of etcd %s with this machine's (theirs is kept aside)", h.To)}
+			binProblems, pushes = append(binProblems, p.After), append(pushes, p)
 		}
 	}
 	list := strings.Join(versions, ", ")
 	add(CheckBinaries, false, strings.Join(binProblems, "; "), "etcd "+list+" present and verified")
+	if len(pushes) > 0 {
+		out[len(out)-1].Pushes = pushes
+	}
 	add(CheckFlags, false, strings.Join(flagProblems, "; "), "extra flags valid for "+list)
 
 	// Before 3.6: etcd's own check that the v2 store holds only membership.

@@ -343,10 +343,12 @@ func TestUpgradePreflightRefusals(t *testing.T) {
 			t.Errorf("steward %s: %q, want it to say %q", strings.Join(tc.args, " "), msg, tc.want)
 		}
 	}
-	// An unhealthy member: refused by the pre-flight checks, nothing changed.
+	// An unhealthy member: refused by the pre-flight checks, nothing
+	// changed; the command names the one that shows the members.
 	e.MustRun("member", "stop", names[2])
 	msg := e.MustFail("upgrade", "apply", "--to", vs[2])
-	if !strings.Contains(msg, "members-healthy") || !strings.Contains(msg, names[2]) || !strings.Contains(msg, "nothing was changed") {
+	if !strings.Contains(msg, "members-healthy") || !strings.Contains(msg, names[2]) || !strings.Contains(msg, "nothing was changed") ||
+		!strings.Contains(msg, "; fix them first (`steward status`)") {
 		t.Errorf("unhealthy member: %s", msg)
 	}
 	e.MustRun("member", "start", names[2])

@@ -144,10 +144,7 @@ func libraryAdvice(err error) error {
 	if ce, ok := errors.AsType[*upgrade.ChecksError](err); ok {
 		msg := ce.Error()
 		for _, ch := range ce.Failed {
-			if a := checkAdvice[ch.Name]; a != "" {
-				line := ch.Name + ": " + ch.Message
-				msg = strings.Replace(msg, line, line+a, 1)
-			}
+			msg = strings.Replace(msg, ch.Name+": "+ch.Message, ch.Name+": "+CheckMessage(ch), 1)
 		}
 		err = reword(err, ce.Error(), msg)
 	}
@@ -163,12 +160,21 @@ var checkAdvice = map[string]string{
 }
 
 // CheckMessage is a pre-flight check's message as `steward upgrade plan`
-// shows it: a failed check's followed by its advice.
+// shows it: a failed check's followed by its advice, each push that fixes
+// the binaries check named after its words.
 func CheckMessage(ch upgrade.Check) string {
 	if ch.OK {
 		return ch.Message
 	}
-	return ch.Message + checkAdvice[ch.Name]
+	msg := ch.Message
+	for _, p := range ch.Pushes {
+		cmd := "`steward binaries push " + p.Version + " --host " + strings.Join(p.Hosts, " --host ")
+		if p.Replace {
+			cmd += " --force"
+		}
+		msg = strings.Replace(msg, p.After, p.After+" with "+cmd+"`", 1)
+	}
+	return msg + checkAdvice[ch.Name]
 }
 
 // AdviseAfter inserts advice right after the message of the error of

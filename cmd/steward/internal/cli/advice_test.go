@@ -128,6 +128,9 @@ func TestLibraryAdvice(t *testing.T) {
 		{Name: upgrade.CheckVoters, Message: "learners wait for promotion: m4"},
 		{Name: upgrade.CheckAlarms, Message: "alarms are raised: m1: NOSPACE"},
 		{Name: upgrade.CheckDBSize, Overridable: true, Message: "the database is 90% of its quota"},
+		{Name: upgrade.CheckBinaries, Message: "host h2: etcd 3.7.3 missing; host h3: another build; push etcd 3.7.3 to those hosts from this machine's store; replace their copy of etcd 3.7.3 with this machine's (theirs is kept aside)",
+			Pushes: []upgrade.Push{{Version: "3.7.3", Hosts: []string{"h1", "h2"}, After: "push etcd 3.7.3 to those hosts from this machine's store"},
+				{Version: "3.7.3", Hosts: []string{"h3"}, Replace: true, After: "replace their copy of etcd 3.7.3 with this machine's (theirs is kept aside)"}}},
 		{Name: upgrade.CheckLeader, OK: true, Message: "leader m1, term 2"},
 	}, false)
 	if !errors.Is(failedChecks, upgrade.ErrOverridableChecks) {
@@ -177,7 +180,8 @@ func TestLibraryAdvice(t *testing.T) {
 				"  members-healthy: not every member is healthy: m2; fix them first (`steward status`)\n" +
 				"  no-learners: learners wait for promotion: m4; finish `steward member add` (or remove them) first\n" +
 				"  no-alarms: alarms are raised: m1: NOSPACE; clear them with `steward alarm disarm`\n" +
-				"  db-size: the database is 90% of its quota (overridable)"},
+				"  db-size: the database is 90% of its quota (overridable)\n" +
+				"  binaries: host h2: etcd 3.7.3 missing; host h3: another build; push etcd 3.7.3 to those hosts from this machine's store with `steward binaries push 3.7.3 --host h1 --host h2`; replace their copy of etcd 3.7.3 with this machine's (theirs is kept aside) with `steward binaries push 3.7.3 --host h3 --force`"},
 		{"another error", boom, "context deadline exceeded"},
 	} {
 		if got := LibraryAdvice(tc.err); got == nil || got.Error() != tc.want || !errors.Is(got, tc.err) {
