@@ -45,10 +45,8 @@ var commandWords = map[string]int{
 	// Persisted in plans or recorded in status: the text is stored or shown
 	// by other commands (`plan show`, `status`, `upgrade plan`'s checks),
 	// which cannot add words to it.
-	"pkg/status/conditions.go": 2, // plan conditions of `steward status`
-	"pkg/status/renewer.go":    2, // the renewal condition of `steward status`
-	"pkg/certs/renewloop.go":   2, // the renewal loop's last error, shown by status
-	"pkg/spec/validate.go":     2, // one line of a list of validation problems
+	"pkg/certs/renewloop.go": 2, // the renewal loop's last error, shown by status
+	"pkg/spec/validate.go":   2, // one line of a list of validation problems
 	// Returned by an agent over its API (the CLI gets its text, not its
 	// error), then shown by the CLI.
 	"pkg/agent/certs.go":       1,

@@ -133,7 +133,30 @@ type Condition struct {
 	Reason             string    `json:"reason"`
 	Message            string    `json:"message"`
 	LastTransitionTime time.Time `json:"lastTransitionTime"`
+	// Fix names what ends the condition when a command does it: the
+	// command that shows the condition adds its words to Message
+	// (cli.ConditionAdvice). Not shown on its own.
+	Fix Fix `json:"-"`
 }
+
+// Fix is what ends a condition, when a command does: a library names no
+// command, the command layer says which.
+type Fix string
+
+// Fixes of the plan and renewal conditions.
+const (
+	// FixPlanFailed: a failed plan is resumed or aborted, once its
+	// cause is fixed.
+	FixPlanFailed Fix = "plan-failed"
+	// FixPlanInterrupted: a plan no process runs is resumed.
+	FixPlanInterrupted Fix = "plan-interrupted"
+	// FixRenewerStart: the coordinator's renewal process is started
+	// again.
+	FixRenewerStart Fix = "renewer-start"
+	// FixAgentStart: this machine's agent, which runs the renewal loop,
+	// is started.
+	FixAgentStart Fix = "agent-start"
+)
 
 // Condition types.
 const (

@@ -151,6 +151,24 @@ func libraryAdvice(err error) error {
 	return err
 }
 
+// conditionAdvice is what follows a condition's message, by its Fix: the
+// commands that end it.
+var conditionAdvice = map[status.Fix]string{
+	status.FixPlanFailed:      ", then `steward plan resume` or `steward plan abort`",
+	status.FixPlanInterrupted: ": `steward plan resume`",
+	status.FixRenewerStart:    "; `steward up` restarts it (or its systemd unit, deploy/systemd/steward-certrenew.service, does)",
+	status.FixAgentStart:      " (`steward up`, or its systemd unit)",
+}
+
+// ConditionAdvice adds to the messages of st's conditions the commands
+// that end them (Condition.Fix), as `steward status` shows and records
+// them.
+func ConditionAdvice(st *status.Status) {
+	for i, c := range st.Conditions {
+		st.Conditions[i].Message = c.Message + conditionAdvice[c.Fix]
+	}
+}
+
 // checkAdvice is what follows a failed pre-flight check's message, by
 // check name: the commands that fix what it found.
 var checkAdvice = map[string]string{

@@ -201,3 +201,28 @@ func TestLibraryAdvice(t *testing.T) {
 		t.Errorf("a failed step's error: %v\nwant %s", got, want)
 	}
 }
+
+// TestConditionAdvice: `steward status` shows the plan and renewal
+// conditions with the commands that end them, letter for letter as the
+// library once wrote them; conditions without a fix keep their message.
+func TestConditionAdvice(t *testing.T) {
+	st := &status.Status{Conditions: []status.Condition{
+		{Type: "UpgradeInProgress", Reason: "Failed", Fix: status.FixPlanFailed, Message: "upgrade plan upgrade-1 failed: step 2: boom; fix the cause"},
+		{Type: "AdoptionInProgress", Reason: "Interrupted", Fix: status.FixPlanInterrupted, Message: "adopt plan adopt-1 was interrupted; no process runs it"},
+		{Type: "CertificateRenewal", Reason: "NotRunning", Fix: status.FixRenewerStart, Message: "no certificate renewal runs for this directory: the hosts' certificates are not renewed"},
+		{Type: "CertificateRenewal", Reason: "Stopped", Fix: status.FixAgentStart, Message: "the certificate renewal (pid 4) stopped 1m0s ago; it runs in this machine's agent: start the agent"},
+		{Type: "Ready", Reason: "Quorate", Message: "3 of 3 members healthy"},
+	}}
+	ConditionAdvice(st)
+	for i, want := range []string{
+		"upgrade plan upgrade-1 failed: step 2: boom; fix the cause, then `steward plan resume` or `steward plan abort`",
+		"adopt plan adopt-1 was interrupted; no process runs it: `steward plan resume`",
+		"no certificate renewal runs for this directory: the hosts' certificates are not renewed; `steward up` restarts it (or its systemd unit, deploy/systemd/steward-certrenew.service, does)",
+		"the certificate renewal (pid 4) stopped 1m0s ago; it runs in this machine's agent: start the agent (`steward up`, or its systemd unit)",
+		"3 of 3 members healthy",
+	} {
+		if got := st.Conditions[i].Message; got != want {
+			t.Errorf("%s: %s\nwant %s", st.Conditions[i].Type, got, want)
+		}
+	}
+}
