@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/etcd-steward/steward/pkg/cluster/clustertest"
 )
 
 // TestRenewalCondition: CertificateRenewal from the recorded state, for
@@ -79,7 +81,7 @@ func TestRenewalRunning(t *testing.T) {
 		{"exited", RenewalState{PID: exited.Process.Pid, Heartbeat: now}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := multiHostCluster(t, false, true)
+			c := clustertest.MultiHost(t, false, true)
 			if err := WriteRenewalState(c.Dir, tc.st); err != nil {
 				t.Fatal(err)
 			}
@@ -93,7 +95,7 @@ func TestRenewalRunning(t *testing.T) {
 		})
 	}
 	// Nothing recorded yet: not running, no error.
-	c := multiHostCluster(t, false, true)
+	c := clustertest.MultiHost(t, false, true)
 	if rs, err := Renewal(c, now); err != nil || rs.Running || rs.PID != 0 {
 		t.Errorf("no state file: %+v, %v", rs, err)
 	}

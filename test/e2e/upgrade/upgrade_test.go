@@ -256,7 +256,10 @@ func TestHealthGateFailsThenResumes(t *testing.T) {
 		if p.State != plan.Failed || cur == nil || cur.State != plan.Failed || !strings.Contains(cur.Error, victim) {
 			t.Fatalf("plan %s, current step %+v; want failed naming %s", p.State, cur, victim)
 		}
-		if c := harness.Cond(e.Status(), status.CondUpgradeInProgress); c.Status != "True" || c.Reason != "Failed" {
+		// The condition names the commands that end it (steward status
+		// adds them).
+		if c := harness.Cond(e.Status(), status.CondUpgradeInProgress); c.Status != "True" || c.Reason != "Failed" ||
+			!strings.HasSuffix(c.Message, "; fix the cause, then `steward plan resume` or `steward plan abort`") {
 			t.Errorf("UpgradeInProgress while failed: %+v", c)
 		}
 		// A new plan is refused while this one waits.
