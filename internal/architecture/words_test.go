@@ -46,7 +46,6 @@ var commandWords = map[string]int{
 	// by other commands (`plan show`, `status`, `upgrade plan`'s checks),
 	// which cannot add words to it.
 	"pkg/certs/renewloop.go": 2, // the renewal loop's last error, shown by status
-	"pkg/spec/validate.go":   2, // one line of a list of validation problems
 	// Returned by an agent over its API (the CLI gets its text, not its
 	// error), then shown by the CLI.
 	"pkg/agent/certs.go":       1,

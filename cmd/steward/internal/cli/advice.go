@@ -15,6 +15,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/recovery"
 	"github.com/etcd-steward/steward/pkg/restore"
+	"github.com/etcd-steward/steward/pkg/spec"
 	"github.com/etcd-steward/steward/pkg/status"
 	"github.com/etcd-steward/steward/pkg/upgrade"
 )
@@ -141,6 +142,8 @@ func libraryAdvice(err error) error {
 	err = Advise(err, adopt.ErrUnhealthy, " (`steward status`)")
 	err = AdviseAfter(err, status.ErrWrongMember, " Check `steward status` and the spec's URLs")
 	err = AdviseAfter(err, upgrade.ErrMixedVersions, " (`steward plan show`)")
+	err = AdviseWithin(err, spec.ErrOperatorFileEmpty, "after the certificate take-over)", "after `steward certs take-over`)")
+	err = AdviseWithin(err, spec.ErrAgentBeforeAdopt, "until adopt hands", "until `steward adopt` hands")
 	if ce, ok := errors.AsType[*upgrade.ChecksError](err); ok {
 		msg := ce.Error()
 		for _, ch := range ce.Failed {
@@ -209,6 +212,48 @@ func AdviseAfter(err, kind error, advice string) error {
 		return Advise(err, kind, advice)
 	}
 	return reword(err, node.Error(), node.Error()+advice)
+}
+
+// AdviseWithin names a command in the message of each error of kind in
+// err's tree (a joined list of problems may hold several): the library's
+// words for the step, words, become the command's, with. Errors of other
+// kinds pass unchanged.
+func AdviseWithin(err, kind error, words, with string) error {
+	if err == nil || !errors.Is(err, kind) {
+		return err
+	}
+	for _, h := range holders(err, kind) {
+		err = reword(err, h.Error(), strings.Replace(h.Error(), words, with, 1))
+	}
+	return err
+}
+
+// holders are the errors of err's tree that are of kind through no
+// other error of it (kind itself aside): each problem of that kind.
+func holders(err, kind error) []error {
+	var out []error
+	var walk func(e error)
+	walk = func(e error) {
+		if e == nil || e == kind || !errors.Is(e, kind) {
+			return
+		}
+		var children []error
+		switch u := e.(type) {
+		case interface{ Unwrap() error }:
+			children = []error{u.Unwrap()}
+		case interface{ Unwrap() []error }:
+			children = u.Unwrap()
+		}
+		n := len(out)
+		for _, c := range children {
+			walk(c)
+		}
+		if len(out) == n {
+			out = append(out, e)
+		}
+	}
+	walk(err)
+	return out
 }
 
 // deepest is the error of kind furthest down err's tree, kind aside; nil

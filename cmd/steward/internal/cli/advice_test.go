@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -224,5 +225,33 @@ func TestConditionAdvice(t *testing.T) {
 		if got := st.Conditions[i].Message; got != want {
 			t.Errorf("%s: %s\nwant %s", st.Conditions[i].Type, got, want)
 		}
+	}
+}
+
+// TestSpecProblemAdvice: the validation problems a command ends name it
+// in their own line, each of them, as the library once wrote them; the
+// other problems are left as they are.
+func TestSpecProblemAdvice(t *testing.T) {
+	s := &spec.Cluster{Name: "kube", External: &spec.External{CAFile: "/etc/etcd/ca.crt", ClusterID: "feed"},
+		Members: []spec.Member{{Name: "cp-1", ClientURL: "https://127.0.0.1:2379", Agent: "local"}}}
+	_, err := s.Validate(spec.ValidateOptions{})
+	if err == nil {
+		t.Fatal("no validation problems")
+	}
+	got := LibraryAdvice(fmt.Errorf("cluster.yaml: %w", err)).Error()
+	for _, want := range []string{
+		"\nexternal.certFile is empty: an attached cluster is reached with the operator's own certificate (leave all three empty only after `steward certs take-over`)\n",
+		"\nexternal.keyFile is empty: an attached cluster is reached with the operator's own certificate (leave all three empty only after `steward certs take-over`)\n",
+		"member cp-1: agent \"local\": the members of an attached cluster run under no agent until `steward adopt` hands them to one (leave agent empty)",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("advised problems:\n%s\nwant a line %q", got, want)
+		}
+	}
+	if strings.Contains(got, "the certificate take-over") || strings.Contains(got, "until adopt hands") || !strings.HasPrefix(got, "cluster.yaml: ") {
+		t.Errorf("advised problems:\n%s", got)
+	}
+	if !errors.Is(LibraryAdvice(err), spec.ErrOperatorFileEmpty) {
+		t.Error("the advised error is no longer of its kind")
 	}
 }
