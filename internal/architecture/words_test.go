@@ -53,11 +53,6 @@ var commandWords = map[string]int{
 	"pkg/agentapi/client.go":   1, // UnreachableError, joined per host inside longer messages
 	"pkg/binaries/recorded.go": 2, // also returned by agents
 	"pkg/binaries/store.go":    1, // a version missing from the store, also returned by agents starting members
-	// Progress lines said in the middle of an operation.
-	"pkg/bootstrap/bootstrap.go": 2,
-	"pkg/bootstrap/init.go":      1,
-	"pkg/bootstrap/takeover.go":  1,
-	"pkg/restore/restore.go":     1,
 }
 
 // TestLibrariesNameNoCommand: no string literal of a non-test .go file

@@ -3,16 +3,19 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/etcd-steward/steward/pkg/adopt"
 	"github.com/etcd-steward/steward/pkg/backup"
+	"github.com/etcd-steward/steward/pkg/bootstrap"
 	"github.com/etcd-steward/steward/pkg/carotate"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/handover"
 	"github.com/etcd-steward/steward/pkg/kstorage"
 	"github.com/etcd-steward/steward/pkg/membership"
 	"github.com/etcd-steward/steward/pkg/pki"
+	"github.com/etcd-steward/steward/pkg/progress"
 	"github.com/etcd-steward/steward/pkg/recovery"
 	"github.com/etcd-steward/steward/pkg/restore"
 	"github.com/etcd-steward/steward/pkg/spec"
@@ -152,6 +155,31 @@ func libraryAdvice(err error) error {
 		err = reword(err, ce.Error(), msg)
 	}
 	return err
+}
+
+// Progress returns the progress lines of a command, written to w, with
+// the commands that take the steps libraries name in them
+// (progress.Hint).
+func Progress(w io.Writer) progress.Func {
+	return progress.To(w).Rendered(hintWords)
+}
+
+// hintWords is the command that takes a step a library's progress line
+// names; "" leaves the library's plain words.
+func hintWords(h progress.Hint) string {
+	switch h.Kind {
+	case bootstrap.HintUp:
+		return "`steward up`"
+	case bootstrap.HintRestartMember:
+		if len(h.Args) == 1 {
+			return "`steward member stop " + h.Args[0] + "` then `start`"
+		}
+	case bootstrap.HintAddHost:
+		return "`steward host add`"
+	case restore.HintStartCluster:
+		return "start the cluster with `steward up`"
+	}
+	return ""
 }
 
 // conditionAdvice is what follows a condition's message, by its Fix: the

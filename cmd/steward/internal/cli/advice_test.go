@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/adopt"
 	"github.com/etcd-steward/steward/pkg/backup"
+	"github.com/etcd-steward/steward/pkg/bootstrap"
 	"github.com/etcd-steward/steward/pkg/carotate"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/handover"
@@ -18,6 +20,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/membership"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/progress"
 	"github.com/etcd-steward/steward/pkg/recovery"
 	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/restore"
@@ -253,5 +256,46 @@ func TestSpecProblemAdvice(t *testing.T) {
 	}
 	if !errors.Is(LibraryAdvice(err), spec.ErrOperatorFileEmpty) {
 		t.Error("the advised error is no longer of its kind")
+	}
+}
+
+// TestProgressHints: the progress lines that name a step (progress.Hint)
+// read, through a command's progress, as the libraries once wrote them,
+// with the command; through any other Func, with the plain words. One is
+// written by its library (bootstrap.Init without S3), the others as the
+// libraries call Say.
+func TestProgressHints(t *testing.T) {
+	var b strings.Builder
+	dir := filepath.Join(t.TempDir(), "steward")
+	o := bootstrap.InitOptions{HostsOptions: spec.HostsOptions{Hosts: []spec.Host{{Name: "h1", Address: "10.0.0.11"}}}}
+	if _, _, err := bootstrap.Init(t.Context(), dir, o, Progress(&b)); err != nil {
+		t.Fatal(err)
+	}
+	if want := "continuous backups are off: no S3 store was given (set backup.s3 in " + filepath.Join(dir, spec.FileName) + " before `steward up`, see docs/backup.md)\n"; !strings.HasSuffix(b.String(), want) {
+		t.Errorf("init's last line:\n%s\nwant %s", b.String(), want)
+	}
+	for _, tc := range []struct {
+		format     string
+		args       []any
+		want, bare string
+	}{
+		{"warning: %v; continuous backups do not run on those hosts until the next %v", []any{"host h2: unreachable", progress.Hint{Kind: bootstrap.HintUp, Plain: "start of the cluster"}},
+			"warning: host h2: unreachable; continuous backups do not run on those hosts until the next `steward up`",
+			"warning: host h2: unreachable; continuous backups do not run on those hosts until the next start of the cluster"},
+		{"note: member %s runs with an older config; %v applies the spec", []any{"m1", progress.Hint{Kind: bootstrap.HintRestartMember, Args: []string{"m1"}, Plain: "stopping and starting it"}},
+			"note: member m1 runs with an older config; `steward member stop m1` then `start` applies the spec",
+			"note: member m1 runs with an older config; stopping and starting it applies the spec"},
+		{"note: no CA key in %s: this coordinator cannot add hosts (%v)", []any{"/pki", progress.Hint{Kind: bootstrap.HintAddHost, Plain: "no host add"}},
+			"note: no CA key in /pki: this coordinator cannot add hosts (`steward host add`)",
+			"note: no CA key in /pki: this coordinator cannot add hosts (no host add)"},
+		{"restored 3 members ...; %v", []any{progress.Hint{Kind: restore.HintStartCluster, Plain: "start the cluster"}},
+			"restored 3 members ...; start the cluster with `steward up`", "restored 3 members ...; start the cluster"},
+	} {
+		var got, bare strings.Builder
+		Progress(&got).Say(tc.format, tc.args...)
+		progress.To(&bare).Say(tc.format, tc.args...)
+		if got.String() != tc.want+"\n" || bare.String() != tc.bare+"\n" {
+			t.Errorf("%q:\n%s%s\nwant\n%s\n%s", tc.format, got.String(), bare.String(), tc.want, tc.bare)
+		}
 	}
 }

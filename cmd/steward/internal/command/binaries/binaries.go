@@ -20,7 +20,6 @@ import (
 	"github.com/etcd-steward/steward/pkg/binpush"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/hostset"
-	"github.com/etcd-steward/steward/pkg/progress"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -195,7 +194,7 @@ func pushAfterImport(ctx context.Context, g *cli.Globals, cmd *cobra.Command, s 
 	if len(hostset.Remote(c.Spec)) == 0 {
 		return nil, nil
 	}
-	c.Progress = progress.To(cmd.ErrOrStderr())
+	c.Progress = cli.Progress(cmd.ErrOrStderr())
 	res, err := binpush.Push(ctx, pushTarget(c), version, binpush.Options{Store: s})
 	return &res, err
 }
