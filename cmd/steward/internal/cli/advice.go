@@ -159,9 +159,20 @@ func libraryAdvice(err error) error {
 
 // Progress returns the progress lines of a command, written to w, with
 // the commands that take the steps libraries name in them
-// (progress.Hint).
+// (progress.Hint), and an error printed in a line with the advice main
+// adds to errors (LibraryAdvice: a warning reads as the error would).
 func Progress(w io.Writer) progress.Func {
-	return progress.To(w).Rendered(hintWords)
+	say := progress.To(w).Rendered(hintWords)
+	return func(format string, args ...any) {
+		out := make([]any, len(args))
+		for i, a := range args {
+			out[i] = a
+			if err, ok := a.(error); ok {
+				out[i] = LibraryAdvice(err)
+			}
+		}
+		say(format, out...)
+	}
 }
 
 // hintWords is the command that takes a step a library's progress line

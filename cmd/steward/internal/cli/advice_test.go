@@ -290,6 +290,9 @@ func TestProgressHints(t *testing.T) {
 			"note: no CA key in /pki: this coordinator cannot add hosts (no host add)"},
 		{"restored 3 members ...; %v", []any{progress.Hint{Kind: restore.HintStartCluster, Plain: "start the cluster"}},
 			"restored 3 members ...; start the cluster with `steward up`", "restored 3 members ...; start the cluster"},
+		// An error in a line gets the advice it gets when main prints it.
+		{"warning: %v", []any{refusal.New(upgrade.ErrMixedVersions, "members run different etcd versions (...)")},
+			"warning: members run different etcd versions (...) (`steward plan show`)", "warning: members run different etcd versions (...)"},
 	} {
 		var got, bare strings.Builder
 		Progress(&got).Say(tc.format, tc.args...)
