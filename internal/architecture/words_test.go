@@ -37,11 +37,10 @@ var stewardCommand = regexp.MustCompile(`\bsteward (` + strings.Join(commandName
 // that is not advice at all (a file's format, a log marker, a key label).
 var commandWords = map[string]int{
 	// Not advice: formats and labels whose text is fixed.
-	"pkg/backup/auth.go":    1, // "steward backup auth key": the label the cluster backup key's ID is derived with; changing it changes every key ID
-	"pkg/agent/member.go":   3, // runMarker "--- steward agent: starting": the line member logs are split at; and two refusals returned over the agent API (below)
-	"pkg/agent/systemd.go":  1, // the unit file's comment, "Written by steward agent install"
-	"pkg/join/join.go":      1, // a comment line of the join file, for whoever copies it to the host
-	"pkg/kmigrate/state.go": 1, // ErrStateLocked names what holds the lock ("another steward migrate storage"), not what to do
+	"pkg/backup/auth.go":   1, // "steward backup auth key": the label the cluster backup key's ID is derived with; changing it changes every key ID
+	"pkg/agent/member.go":  3, // runMarker "--- steward agent: starting": the line member logs are split at; and two refusals returned over the agent API (below)
+	"pkg/agent/systemd.go": 1, // the unit file's comment, "Written by steward agent install"
+	"pkg/join/join.go":     1, // a comment line of the join file, for whoever copies it to the host
 	// Persisted in plans or recorded in status: the text is stored or shown
 	// by other commands (`plan show`, `status`, `upgrade plan`'s checks),
 	// which cannot add words to it.

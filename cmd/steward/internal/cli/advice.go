@@ -12,6 +12,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/carotate"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/handover"
+	"github.com/etcd-steward/steward/pkg/kmigrate"
 	"github.com/etcd-steward/steward/pkg/kstorage"
 	"github.com/etcd-steward/steward/pkg/membership"
 	"github.com/etcd-steward/steward/pkg/pki"
@@ -147,6 +148,7 @@ func libraryAdvice(err error) error {
 	err = AdviseAfter(err, upgrade.ErrMixedVersions, " (`steward plan show`)")
 	err = AdviseWithin(err, spec.ErrOperatorFileEmpty, "after the certificate take-over)", "after `steward certs take-over`)")
 	err = AdviseWithin(err, spec.ErrAgentBeforeAdopt, "until adopt hands", "until `steward adopt` hands")
+	err = AdviseWithin(err, kmigrate.ErrStateLocked, "another storage migration", "another steward migrate storage")
 	if ce, ok := errors.AsType[*upgrade.ChecksError](err); ok {
 		msg := ce.Error()
 		for _, ch := range ce.Failed {
@@ -261,7 +263,11 @@ func AdviseWithin(err, kind error, words, with string) error {
 	if err == nil || !errors.Is(err, kind) {
 		return err
 	}
-	for _, h := range holders(err, kind) {
+	hs := holders(err, kind)
+	if len(hs) == 0 {
+		hs = []error{err} // err is kind itself
+	}
+	for _, h := range hs {
 		err = reword(err, h.Error(), strings.Replace(h.Error(), words, with, 1))
 	}
 	return err

@@ -16,6 +16,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/carotate"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/handover"
+	"github.com/etcd-steward/steward/pkg/kmigrate"
 	"github.com/etcd-steward/steward/pkg/kstorage"
 	"github.com/etcd-steward/steward/pkg/membership"
 	"github.com/etcd-steward/steward/pkg/pki"
@@ -186,6 +187,9 @@ func TestLibraryAdvice(t *testing.T) {
 				"  no-alarms: alarms are raised: m1: NOSPACE; clear them with `steward alarm disarm`\n" +
 				"  db-size: the database is 90% of its quota (overridable)\n" +
 				"  binaries: host h2: etcd 3.7.3 missing; host h3: another build; push etcd 3.7.3 to those hosts from this machine's store with `steward binaries push 3.7.3 --host h1 --host h2`; replace their copy of etcd 3.7.3 with this machine's (theirs is kept aside) with `steward binaries push 3.7.3 --host h3 --force`"},
+		{"migration lock", fmt.Errorf("/d/migrate.db: %w", kmigrate.ErrStateLocked),
+			"/d/migrate.db: another steward migrate storage is running with this Steward directory"},
+		{"migration lock alone", kmigrate.ErrStateLocked, "another steward migrate storage is running with this Steward directory"},
 		{"another error", boom, "context deadline exceeded"},
 	} {
 		if got := LibraryAdvice(tc.err); got == nil || got.Error() != tc.want || !errors.Is(got, tc.err) {
