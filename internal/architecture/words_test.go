@@ -38,7 +38,7 @@ var stewardCommand = regexp.MustCompile(`\bsteward (` + strings.Join(commandName
 var commandWords = map[string]int{
 	// Not advice: formats and labels whose text is fixed.
 	"pkg/backup/auth.go":   1, // "steward backup auth key": the label the cluster backup key's ID is derived with; changing it changes every key ID
-	"pkg/agent/member.go":  3, // runMarker "--- steward agent: starting": the line member logs are split at; and two refusals returned over the agent API (below)
+	"pkg/agent/member.go":  1, // runMarker "--- steward agent: starting": the line member logs are split at
 	"pkg/agent/systemd.go": 1, // the unit file's comment, "Written by steward agent install"
 	"pkg/join/join.go":     1, // a comment line of the join file, for whoever copies it to the host
 	// Persisted in plans or recorded in status: the text is stored or shown
@@ -47,8 +47,6 @@ var commandWords = map[string]int{
 	"pkg/certs/renewloop.go": 2, // the renewal loop's last error, shown by status
 	// Returned by an agent over its API (the CLI gets its text, not its
 	// error), then shown by the CLI.
-	"pkg/agent/certs.go":       1,
-	"pkg/agent/cluster.go":     1, // "(steward agent --join)": a spec handed to an agent that never joined
 	"pkg/agentapi/client.go":   1, // UnreachableError, joined per host inside longer messages
 	"pkg/binaries/recorded.go": 2, // also returned by agents
 	"pkg/binaries/store.go":    1, // a version missing from the store, also returned by agents starting members

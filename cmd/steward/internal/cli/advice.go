@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/etcd-steward/steward/pkg/adopt"
+	"github.com/etcd-steward/steward/pkg/agent"
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/bootstrap"
 	"github.com/etcd-steward/steward/pkg/carotate"
@@ -149,6 +150,12 @@ func libraryAdvice(err error) error {
 	err = AdviseWithin(err, spec.ErrOperatorFileEmpty, "after the certificate take-over)", "after `steward certs take-over`)")
 	err = AdviseWithin(err, spec.ErrAgentBeforeAdopt, "until adopt hands", "until `steward adopt` hands")
 	err = AdviseWithin(err, kmigrate.ErrStateLocked, "another storage migration", "another steward migrate storage")
+	// The agent's errors (the agent command passes LibraryAdvice to it).
+	if de, ok := errors.AsType[*agent.DataDirError](err); ok {
+		err = reword(err, de.Error(), de.Error()+" with `steward member replace "+de.Member+"` (or `steward recover` when a majority is lost)")
+	}
+	err = AdviseWithin(err, agent.ErrNoHostCerts, "renew there)", "use `steward certs renew` there)")
+	err = AdviseWithin(err, agent.ErrNotJoined, "joined a cluster keeps", "joined a cluster (steward agent --join) keeps")
 	if ce, ok := errors.AsType[*upgrade.ChecksError](err); ok {
 		msg := ce.Error()
 		for _, ch := range ce.Failed {

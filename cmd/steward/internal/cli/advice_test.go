@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcd-steward/steward/pkg/adopt"
+	"github.com/etcd-steward/steward/pkg/agent"
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/bootstrap"
 	"github.com/etcd-steward/steward/pkg/carotate"
@@ -190,6 +191,13 @@ func TestLibraryAdvice(t *testing.T) {
 		{"migration lock", fmt.Errorf("/d/migrate.db: %w", kmigrate.ErrStateLocked),
 			"/d/migrate.db: another steward migrate storage is running with this Steward directory"},
 		{"migration lock alone", kmigrate.ErrStateLocked, "another steward migrate storage is running with this Steward directory"},
+		// The agent's, advised in the agent process (agent.Options.Advise).
+		{"invalid data dir", fmt.Errorf("start member etcd-1: %w", &agent.DataDirError{Member: "etcd-1", Msg: "refusing to start: data dir /d/members/etcd-1/data is empty, but etcd 3.6.16 was started on it (last at 2026-11-27T21:00:00Z, by its version record): its data was lost; rebuild it"}),
+			"start member etcd-1: refusing to start: data dir /d/members/etcd-1/data is empty, but etcd 3.6.16 was started on it (last at 2026-11-27T21:00:00Z, by its version record): its data was lost; rebuild it with `steward member replace etcd-1` (or `steward recover` when a majority is lost)"},
+		{"no host certificates", fmt.Errorf("PUT /v1/certs/server: %w", agent.ErrNoHostCerts),
+			"PUT /v1/certs/server: this agent holds no host certificates (it runs on the coordinator's machine, whose directory renews its own: use `steward certs renew` there)"},
+		{"spec to an agent that never joined", agent.ErrNotJoined,
+			"only an agent that joined a cluster (steward agent --join) keeps a copy of the spec"},
 		{"another error", boom, "context deadline exceeded"},
 	} {
 		if got := LibraryAdvice(tc.err); got == nil || got.Error() != tc.want || !errors.Is(got, tc.err) {

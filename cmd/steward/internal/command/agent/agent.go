@@ -55,7 +55,7 @@ Later runs need only --dir.`,
 				return err
 			}
 			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-			o := agentpkg.Options{Name: name, Dir: dir, Socket: socket, Log: log, BinaryStore: store}
+			o := agentpkg.Options{Name: name, Dir: dir, Socket: socket, Log: log, BinaryStore: store, Advise: cli.LibraryAdvice}
 			if joinFile != "" {
 				f, err := join.Read(joinFile)
 				if err != nil {
