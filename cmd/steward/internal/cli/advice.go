@@ -11,6 +11,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/bootstrap"
 	"github.com/etcd-steward/steward/pkg/carotate"
+	"github.com/etcd-steward/steward/pkg/certs"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/handover"
 	"github.com/etcd-steward/steward/pkg/kmigrate"
@@ -150,6 +151,10 @@ func libraryAdvice(err error) error {
 	err = AdviseWithin(err, spec.ErrOperatorFileEmpty, "after the certificate take-over)", "after `steward certs take-over`)")
 	err = AdviseWithin(err, spec.ErrAgentBeforeAdopt, "until adopt hands", "until `steward adopt` hands")
 	err = AdviseWithin(err, kmigrate.ErrStateLocked, "another storage migration", "another steward migrate storage")
+	// The renewal loop's round errors (the commands that run it pass
+	// LibraryAdvice to it: status shows what it records).
+	err = AdviseAfter(err, certs.ErrRotationNotRunning, ": run `steward certs rotate-ca` to finish it")
+	err = AdviseWithin(err, certs.ErrHostCannotSign, "(its renewal loop)", "(its renewal loop or `steward certs renew`)")
 	// The agent's errors (the agent command passes LibraryAdvice to it).
 	if de, ok := errors.AsType[*agent.DataDirError](err); ok {
 		err = reword(err, de.Error(), de.Error()+" with `steward member replace "+de.Member+"` (or `steward recover` when a majority is lost)")

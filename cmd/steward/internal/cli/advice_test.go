@@ -15,6 +15,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/bootstrap"
 	"github.com/etcd-steward/steward/pkg/carotate"
+	"github.com/etcd-steward/steward/pkg/certs"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/handover"
 	"github.com/etcd-steward/steward/pkg/kmigrate"
@@ -191,6 +192,11 @@ func TestLibraryAdvice(t *testing.T) {
 		{"migration lock", fmt.Errorf("/d/migrate.db: %w", kmigrate.ErrStateLocked),
 			"/d/migrate.db: another steward migrate storage is running with this Steward directory"},
 		{"migration lock alone", kmigrate.ErrStateLocked, "another steward migrate storage is running with this Steward directory"},
+		// The renewal loop's, advised in the loop's process.
+		{"rotation not running", refusal.New(certs.ErrRotationNotRunning, "renewals wait for a CA rotation that is not running (plan ca-rotation-1 is aborted; ca-next.crt is still there)"),
+			"renewals wait for a CA rotation that is not running (plan ca-rotation-1 is aborted; ca-next.crt is still there): run `steward certs rotate-ca` to finish it"},
+		{"a host cannot sign", certs.ErrHostCannotSign,
+			"this host's certificates are due for renewal and its directory holds no CA key: the coordinator renews them through this agent's API (its renewal loop or `steward certs renew`); check that it reaches this host (docs/certificates.md)"},
 		// The agent's, advised in the agent process (agent.Options.Advise).
 		{"invalid data dir", fmt.Errorf("start member etcd-1: %w", &agent.DataDirError{Member: "etcd-1", Msg: "refusing to start: data dir /d/members/etcd-1/data is empty, but etcd 3.6.16 was started on it (last at 2026-11-27T21:00:00Z, by its version record): its data was lost; rebuild it"}),
 			"start member etcd-1: refusing to start: data dir /d/members/etcd-1/data is empty, but etcd 3.6.16 was started on it (last at 2026-11-27T21:00:00Z, by its version record): its data was lost; rebuild it with `steward member replace etcd-1` (or `steward recover` when a majority is lost)"},

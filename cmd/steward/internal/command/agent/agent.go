@@ -111,7 +111,7 @@ Later runs need only --dir.`,
 				}()
 				go func() {
 					defer wg.Done()
-					certs.RunRenewal(bctx, dir, log.With("component", "certificates"))
+					certs.RunRenewal(bctx, dir, log.With("component", "certificates"), cli.LibraryAdvice)
 				}()
 				backupd.Run(bctx, dir, o.Name, log.With("component", "backup"))
 				wg.Wait()
