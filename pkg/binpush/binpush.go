@@ -64,6 +64,9 @@ type HostPush struct {
 	// Binary is the etcd server in the host's store.
 	Binary string `json:"binary,omitempty"`
 	Error  string `json:"error,omitempty"`
+	// Err is the failure Error says, for a command that adds its advice
+	// to Error before it shows the result.
+	Err error `json:"-"`
 	// Duration is how long the host's push took.
 	Duration time.Duration `json:"durationNs"`
 }
@@ -144,7 +147,7 @@ func Push(ctx context.Context, c Cluster, version string, opt Options) (PushResu
 		defer mu.Unlock()
 		switch {
 		case err != nil:
-			hp.Result, hp.Error = PushFailed, err.Error()
+			hp.Result, hp.Error, hp.Err = PushFailed, err.Error(), err
 			c.Progress.Say("host %s (%s): etcd %s not pushed: %v", hp.Host, hp.Address, v, err)
 		case out.Result == PushPresent:
 			hp.Result, hp.Binary = PushPresent, out.Binary
@@ -161,22 +164,37 @@ func Push(ctx context.Context, c Cluster, version string, opt Options) (PushResu
 		res.Hosts[i] = r.Value
 		if r.Err != nil {
 			// Never called: the context ended before its turn.
-			res.Hosts[i] = HostPush{Host: r.Host.Name, Address: r.Host.Host, Endpoint: r.Host.Endpoint(), Result: PushFailed, Error: r.Err.Error()}
+			res.Hosts[i] = HostPush{Host: r.Host.Name, Address: r.Host.Host, Endpoint: r.Host.Endpoint(), Result: PushFailed, Error: r.Err.Error(), Err: r.Err}
 		}
 	}
 
-	var failed []string
+	// Each host's failure kept as an error, so that the command finds
+	// what it advises on in them (an unreachable agent).
+	var failed listError
 	for _, h := range res.Hosts {
 		if h.Result == PushFailed {
-			failed = append(failed, fmt.Sprintf("%s (%s): %s", h.Host, h.Address, h.Error))
+			failed = append(failed, fmt.Errorf("%s (%s): %w", h.Host, h.Address, h.Err))
 		}
 	}
 	if len(failed) > 0 {
-		return res, fmt.Errorf("%w: etcd %s is not on %d of %d host(s): %s",
-			ErrPushIncomplete, v, len(failed), len(res.Hosts), strings.Join(failed, "; "))
+		return res, fmt.Errorf("%w: etcd %s is not on %d of %d host(s): %w",
+			ErrPushIncomplete, v, len(failed), len(res.Hosts), failed)
 	}
 	return res, nil
 }
+
+// listError is errors said on one line, "; " between them.
+type listError []error
+
+func (l listError) Error() string {
+	s := make([]string, len(l))
+	for i, e := range l {
+		s[i] = e.Error()
+	}
+	return strings.Join(s, "; ")
+}
+
+func (l listError) Unwrap() []error { return l }
 
 // pushOne pushes version to one host's agent within timeout.
 func pushOne(ctx context.Context, c Cluster, host string, store *binaries.Store, v string, timeout time.Duration, replace bool) (agentapi.BinaryPush, error) {

@@ -143,6 +143,10 @@ func TestHostsBinaries(t *testing.T) {
 			"etcd 3.7.3 is in the binary store " + local + ", but: the version did not reach every host: etcd 3.7.3 is not on 1 of 3 host(s): h3 (" + h3.Addr + "): agent h3 on host " + h3.Addr + " unreachable at https://" + h3.Addr + ":2378",
 			"once they answer, run `steward binaries push 3.7.3 --store " + local + " --host h3`",
 			fmt.Sprintf("host h3 (%s): etcd 3.7.3 not pushed: agent h3 on host %s unreachable", h3.Addr, h3.Addr),
+			// What to check, added by the command after the unreachable
+			// agent: in its progress line and in the error.
+			"; check that `steward agent` runs there and that this machine reaches that address\n",
+			"; check that `steward agent` runs there and that this machine reaches that address; once they answer",
 		} {
 			if !strings.Contains(se, want) {
 				t.Errorf("stderr lacks %q:\n%s", want, se)
@@ -166,6 +170,9 @@ func TestHostsBinaries(t *testing.T) {
 			}
 			if got.Host != h.Name || got.Result != want {
 				t.Errorf("host %s: %+v, want %s", h.Name, got, want)
+			}
+			if h == h3 && !strings.HasSuffix(got.Error, "; check that `steward agent` runs there and that this machine reaches that address") {
+				t.Errorf("host %s: error %q, want what to check after it", h.Name, got.Error)
 			}
 			if h != h3 {
 				e.MustRun("binaries", "verify", "3.7.3", "--store", hostStore(h))

@@ -8,6 +8,7 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/adopt"
 	"github.com/etcd-steward/steward/pkg/agent"
+	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/bootstrap"
 	"github.com/etcd-steward/steward/pkg/carotate"
@@ -155,6 +156,7 @@ func libraryAdvice(err error) error {
 	// LibraryAdvice to it: status shows what it records).
 	err = AdviseAfter(err, certs.ErrRotationNotRunning, ": run `steward certs rotate-ca` to finish it")
 	err = AdviseWithin(err, certs.ErrHostCannotSign, "(its renewal loop)", "(its renewal loop or `steward certs renew`)")
+	err = adviseUnreachable(err)
 	// The agent's errors (the agent command passes LibraryAdvice to it).
 	if de, ok := errors.AsType[*agent.DataDirError](err); ok {
 		err = reword(err, de.Error(), de.Error()+" with `steward member replace "+de.Member+"` (or `steward recover` when a majority is lost)")
@@ -205,6 +207,37 @@ func hintWords(h progress.Hint) string {
 		return "start the cluster with `steward up`"
 	}
 	return ""
+}
+
+// adviseUnreachable adds what to check after each unreachable agent in
+// err (a joined error may name several hosts).
+func adviseUnreachable(err error) error {
+	if !errors.Is(err, agentapi.ErrUnreachable) {
+		return err
+	}
+	text, seen := err.Error(), map[string]bool{}
+	var walk func(e error)
+	walk = func(e error) {
+		if ue, ok := e.(*agentapi.UnreachableError); ok && !seen[ue.Error()] {
+			seen[ue.Error()] = true
+			text = strings.ReplaceAll(text, ue.Error(), ue.Error()+"; check that `steward agent` runs there and that this machine reaches that address")
+		}
+		switch u := e.(type) {
+		case interface{ Unwrap() error }:
+			if c := u.Unwrap(); c != nil {
+				walk(c)
+			}
+		case interface{ Unwrap() []error }:
+			for _, c := range u.Unwrap() {
+				walk(c)
+			}
+		}
+	}
+	walk(err)
+	if text == err.Error() {
+		return err
+	}
+	return reworded{text, err}
 }
 
 // conditionAdvice is what follows a condition's message, by its Fix: the

@@ -12,6 +12,7 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/adopt"
 	"github.com/etcd-steward/steward/pkg/agent"
+	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/bootstrap"
 	"github.com/etcd-steward/steward/pkg/carotate"
@@ -192,6 +193,12 @@ func TestLibraryAdvice(t *testing.T) {
 		{"migration lock", fmt.Errorf("/d/migrate.db: %w", kmigrate.ErrStateLocked),
 			"/d/migrate.db: another steward migrate storage is running with this Steward directory"},
 		{"migration lock alone", kmigrate.ErrStateLocked, "another steward migrate storage is running with this Steward directory"},
+		// Unreachable agents: what to check after each.
+		{"an unreachable agent", fmt.Errorf("member etcd-1: %w", unreachable("cp-1", "10.0.0.11")),
+			"member etcd-1: agent cp-1 on host 10.0.0.11 unreachable at https://10.0.0.11:2378: dial tcp 10.0.0.11:2378: connect: connection refused; check that `steward agent` runs there and that this machine reaches that address"},
+		{"two unreachable agents", fmt.Errorf("push: %w", errors.Join(fmt.Errorf("host cp-1: %w", unreachable("cp-1", "10.0.0.11")), fmt.Errorf("host cp-3: %w", unreachable("cp-3", "10.0.0.13")))),
+			"push: host cp-1: agent cp-1 on host 10.0.0.11 unreachable at https://10.0.0.11:2378: dial tcp 10.0.0.11:2378: connect: connection refused; check that `steward agent` runs there and that this machine reaches that address\n" +
+				"host cp-3: agent cp-3 on host 10.0.0.13 unreachable at https://10.0.0.13:2378: dial tcp 10.0.0.13:2378: connect: connection refused; check that `steward agent` runs there and that this machine reaches that address"},
 		// The renewal loop's, advised in the loop's process.
 		{"rotation not running", refusal.New(certs.ErrRotationNotRunning, "renewals wait for a CA rotation that is not running (plan ca-rotation-1 is aborted; ca-next.crt is still there)"),
 			"renewals wait for a CA rotation that is not running (plan ca-rotation-1 is aborted; ca-next.crt is still there): run `steward certs rotate-ca` to finish it"},
@@ -222,6 +229,13 @@ func TestLibraryAdvice(t *testing.T) {
 	if got.Error() != want {
 		t.Errorf("a failed step's error: %v\nwant %s", got, want)
 	}
+}
+
+// unreachable is the error of agent name on host addr that refused the
+// connection.
+func unreachable(name, addr string) error {
+	return &agentapi.UnreachableError{Agent: name, Host: addr, Address: "https://" + addr + ":2378",
+		Err: errors.New("dial tcp " + addr + ":2378: connect: connection refused")}
 }
 
 // TestConditionAdvice: `steward status` shows the plan and renewal

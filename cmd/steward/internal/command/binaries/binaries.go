@@ -196,6 +196,7 @@ func pushAfterImport(ctx context.Context, g *cli.Globals, cmd *cobra.Command, s 
 	}
 	c.Progress = cli.Progress(cmd.ErrOrStderr())
 	res, err := binpush.Push(ctx, pushTarget(c), version, binpush.Options{Store: s})
+	advisePush(&res)
 	return &res, err
 }
 
@@ -230,6 +231,7 @@ did not reach; the others keep it: run it again with --host for those.`,
 				return err
 			}
 			res, perr := binpush.Push(commandContext(cmd), pushTarget(c), args[0], opt)
+			advisePush(&res)
 			if len(res.Hosts) == 0 {
 				return perr
 			}
@@ -252,6 +254,17 @@ did not reach; the others keep it: run it again with --host for those.`,
 	cmd.Flags().DurationVar(&opt.Timeout, "timeout", 10*time.Minute, "how long each host's push may take")
 	cmd.Flags().BoolVar(&opt.Replace, "force", false, "replace a different etcd (another build) a host stores under the version; its copy is kept aside")
 	return cmd
+}
+
+// advisePush gives each host's error in res the advice main adds to
+// errors (an unreachable agent: what to check), as JSON and the table
+// show it.
+func advisePush(res *binpush.PushResult) {
+	for i, h := range res.Hosts {
+		if h.Err != nil {
+			res.Hosts[i].Error = cli.LibraryAdvice(h.Err).Error()
+		}
+	}
 }
 
 // pushTarget is what a push needs of the cluster c.
