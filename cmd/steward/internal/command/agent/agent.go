@@ -59,7 +59,7 @@ Later runs need only --dir.`,
 				return err
 			}
 			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-			o := agentpkg.Options{Name: name, Dir: dir, Socket: socket, Log: log, BinaryStore: store}
+			o := agentpkg.Options{Name: name, Dir: dir, Socket: socket, Log: log, BinaryStore: store, Advise: cli.LibraryAdvice}
 			if joinFile != "" {
 				f, err := join.Read(joinFile)
 				if err != nil {
@@ -115,7 +115,7 @@ Later runs need only --dir.`,
 				}()
 				go func() {
 					defer wg.Done()
-					certs.RunRenewal(bctx, dir, log.With("component", "certificates"))
+					certs.RunRenewal(bctx, dir, log.With("component", "certificates"), cli.LibraryAdvice)
 				}()
 				backupd.Run(bctx, dir, o.Name, log.With("component", "backup"))
 				wg.Wait()
