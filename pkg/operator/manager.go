@@ -1,0 +1,137 @@
+package operator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/etcd-steward/steward/api/v1alpha1"
+)
+
+// Config is what the operator runs with (`steward operator` fills it from
+// its flags).
+type Config struct {
+	// StateDir holds one Steward directory per EtcdCluster
+	// (STATE/NAMESPACE/NAME).
+	StateDir string
+	// MetricsAddress and HealthAddress are where the manager serves
+	// Prometheus metrics and /healthz, /readyz ("0": not served).
+	MetricsAddress, HealthAddress string
+	// LeaderElect: act only while holding the Lease LeaderElectionID in
+	// LeaderElectionNamespace, so a second replica never acts.
+	LeaderElect             bool
+	LeaderElectionNamespace string
+	// Namespace, when set, is the one namespace watched.
+	Namespace string
+	// MemberImage is the Steward image of the member pods; PullPolicy
+	// its pull policy (default IfNotPresent).
+	MemberImage string
+	PullPolicy  string
+	// BinaryStore is the operator's store of etcd versions, where a
+	// resource's spec.version is checked (the image's
+	// /opt/steward/binaries).
+	BinaryStore string
+	// StewardBinary runs the certificate renewal process of each cluster
+	// (default: this executable).
+	StewardBinary string
+	// ClusterDomain is the cluster's DNS domain (default cluster.local).
+	ClusterDomain string
+	// RESTConfig reaches the Kubernetes API (default: in-cluster or the
+	// KUBECONFIG, as controller-runtime finds it).
+	RESTConfig *rest.Config
+}
+
+// LeaderElectionID is the Lease the operator replicas elect a leader on.
+const LeaderElectionID = "steward-operator.steward.etcd.io"
+
+// ErrConfig refuses a Config that cannot run.
+var ErrConfig = errors.New("operator configuration")
+
+// Scheme is the operator's: Kubernetes' types and EtcdCluster.
+func Scheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	if err := v1alpha1.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Run runs the operator until ctx ends.
+func Run(ctx context.Context, cfg Config) error {
+	if cfg.StateDir == "" {
+		return fmt.Errorf("%w: no state directory", ErrConfig)
+	}
+	if cfg.MemberImage == "" {
+		return fmt.Errorf("%w: no member image", ErrConfig)
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+	if cfg.ClusterDomain == "" {
+		cfg.ClusterDomain = DefaultClusterDomain
+	}
+	if cfg.StewardBinary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		cfg.StewardBinary = exe
+	}
+	rc := cfg.RESTConfig
+	if rc == nil {
+		var err error
+		if rc, err = ctrl.GetConfig(); err != nil {
+			return fmt.Errorf("reach the Kubernetes API: %w", err)
+		}
+	}
+	scheme, err := Scheme()
+	if err != nil {
+		return err
+	}
+	o := ctrl.Options{
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: cfg.MetricsAddress},
+		HealthProbeBindAddress:  cfg.HealthAddress,
+		LeaderElection:          cfg.LeaderElect,
+		LeaderElectionID:        LeaderElectionID,
+		LeaderElectionNamespace: cfg.LeaderElectionNamespace,
+		// The operator's state is on its volume: a leader that lost its
+		// Lease stops at once, so two never write one directory.
+		LeaderElectionReleaseOnCancel: true,
+	}
+	if cfg.Namespace != "" {
+		o.Cache = cache.Options{DefaultNamespaces: map[string]cache.Config{cfg.Namespace: {}}}
+		if o.LeaderElectionNamespace == "" {
+			o.LeaderElectionNamespace = cfg.Namespace
+		}
+	}
+	mgr, err := ctrl.NewManager(rc, o)
+	if err != nil {
+		return err
+	}
+	r := &Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("steward-operator"), Config: cfg}
+	if err := r.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if cfg.HealthAddress != "" && cfg.HealthAddress != "0" {
+		if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+			return err
+		}
+		if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+			return err
+		}
+	}
+	return mgr.Start(ctx)
+}
