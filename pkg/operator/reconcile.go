@@ -157,7 +157,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return ctrl.Result{RequeueAfter: RequeueAfter}, nil
 }
 
-
 // ensure makes what ec needs and returns its cluster once it was started
 // (nil while its pods' agents do not all answer yet).
 func (r *Reconciler) ensure(ctx context.Context, ec *v1alpha1.EtcdCluster) (*cluster.Cluster, error) {

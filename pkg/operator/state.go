@@ -64,7 +64,7 @@ func InitOptions(ec *v1alpha1.EtcdCluster, domain, binaryStore string, s3CA bool
 	o := bootstrap.InitOptions{
 		HostsOptions: spec.HostsOptions{
 			Name: ec.Name, Version: ec.Spec.Version,
-			ClientPort: ClientPort, PeerPort: PeerPort, AgentPort: AgentPort,
+			ClientPort: ClientPort, PeerPort: PeerPort, AgentPort: AgentPort, PodHosts: true,
 		},
 		BinaryStore: binaryStore,
 	}

@@ -49,6 +49,11 @@ type Cluster struct {
 	Recovery    Recovery `json:"recovery,omitempty"`
 	Agents      []Agent  `json:"agents"`
 	Members     []Member `json:"members"`
+	// PodHosts marks a cluster whose hosts are Kubernetes member pods
+	// (written by Steward's operator): their addresses are DNS names that
+	// resolve only while the pods run, so validation takes each name as
+	// it is (one name, one host) instead of resolving it.
+	PodHosts bool `json:"podHosts,omitempty"`
 	// External marks a cluster Steward did not create and does not run
 	// (written by `steward attach`): its members run under no agent, and
 	// Steward reaches them with the operator's own client certificate.
@@ -835,6 +840,8 @@ type HostsOptions struct {
 	Hosts   []Host
 	// Members defaults to one per host.
 	Members int
+	// PodHosts: the hosts are member pods (Cluster.PodHosts).
+	PodHosts bool
 	// ClientPort, PeerPort and AgentPort default to 2379, 2380 and
 	// DefaultAgentPort. A host with several members gives its k-th
 	// member (from 0) ClientPort+10k and PeerPort+10k.
@@ -874,7 +881,7 @@ func NewMultiHost(o HostsOptions) (*Cluster, error) {
 	if _, err := rand.Read(tok); err != nil {
 		return nil, err
 	}
-	c := &Cluster{Name: o.Name, Token: o.Name + "-" + hex.EncodeToString(tok), Version: o.Version}
+	c := &Cluster{Name: o.Name, Token: o.Name + "-" + hex.EncodeToString(tok), Version: o.Version, PodHosts: o.PodHosts}
 	seen := map[string]bool{}
 	for _, h := range o.Hosts {
 		if seen[h.Name] {

@@ -63,6 +63,18 @@ func (o ValidateOptions) resolver() func(string) ([]string, error) {
 	}
 }
 
+// podHost is the resolver of a spec whose hosts are pods (PodHosts): an
+// IP literal normalized, a name as it is, lower-cased, never looked up.
+func podHost(h string) ([]string, error) {
+	if ip := net.ParseIP(h); ip != nil {
+		return []string{ip.String()}, nil
+	}
+	if h == "" {
+		return nil, errors.New("empty host")
+	}
+	return []string{strings.ToLower(h)}, nil
+}
+
 var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 // externalNameRE is the name of a member of an attached cluster: etcd's
@@ -182,6 +194,11 @@ func (c *Cluster) Validate(o ValidateOptions) (warnings []string, err error) {
 	}
 
 	resolve := o.resolver()
+	if c.PodHosts {
+		// Member pods' DNS names resolve only while the pods run: a
+		// name stands for itself (one name, one pod).
+		resolve = podHost
+	}
 	agents := map[string]bool{}
 	// hostIPs holds each remote agent's resolved addresses; hostOf maps
 	// an address to the agent whose host it is (one agent per host).
