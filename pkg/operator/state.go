@@ -68,6 +68,13 @@ func InitOptions(ec *v1alpha1.EtcdCluster, domain, binaryStore string, s3CA bool
 		},
 		BinaryStore: binaryStore,
 	}
+	if domain == "" {
+		domain = DefaultClusterDomain
+	}
+	// Applications reach the members through the client Service: the
+	// members' server certificates carry its names.
+	svc := clientService(ec)
+	o.ServerNames = []string{svc, svc + "." + ec.Namespace, svc + "." + ec.Namespace + ".svc", svc + "." + ec.Namespace + ".svc." + domain}
 	for i := range int(ec.Spec.Replicas) {
 		o.Hosts = append(o.Hosts, spec.Host{Name: PodName(ec, i), Address: HostName(ec, i, domain)})
 	}

@@ -1,6 +1,8 @@
 package operator
 
 import (
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"os"
 	"path/filepath"
@@ -107,7 +109,19 @@ func TestInitDir(t *testing.T) {
 	for i := range 3 {
 		f, err := join.Read(bootstrap.JoinPath(dir, PodName(ec, i)))
 		if err != nil || f.Host != HostName(ec, i, "") || f.Port != AgentPort {
-			t.Errorf("join file %d: %+v %v", i, f, err)
+			t.Fatalf("join file %d: %+v %v", i, f, err)
+		}
+		// Applications connect through the client Service: its names are
+		// in every member's server certificate.
+		blk, _ := pem.Decode([]byte(f.ServerCert))
+		cert, err := x509.ParseCertificate(blk.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []string{"db-client", "db-client.prod.svc", "db-client.prod.svc.cluster.local", HostName(ec, i, "")} {
+			if err := cert.VerifyHostname(n); err != nil {
+				t.Errorf("pod %d: %v", i, err)
+			}
 		}
 	}
 	again, created, err := initDir(t.Context(), dir, ec, InitOptions(ec, "", "", false), progress.Func(nil))

@@ -152,6 +152,11 @@ type TLS struct {
 	// to half the renewal margin when that is shorter, so a leaf renewed
 	// on time never warns).
 	ExpiryWarning string `json:"expiryWarning,omitempty"`
+	// ServerNames are more DNS names the server certificates of the
+	// hosts' members carry (issued into the join files), for clients that
+	// reach the members through a name in front of them: the operator's
+	// client Service NAME-client.NAMESPACE.svc...
+	ServerNames []string `json:"serverNames,omitempty"`
 }
 
 // Certificate lifetimes when the spec leaves them empty.
@@ -842,6 +847,8 @@ type HostsOptions struct {
 	Members int
 	// PodHosts: the hosts are member pods (Cluster.PodHosts).
 	PodHosts bool
+	// ServerNames go into TLS.ServerNames.
+	ServerNames []string
 	// ClientPort, PeerPort and AgentPort default to 2379, 2380 and
 	// DefaultAgentPort. A host with several members gives its k-th
 	// member (from 0) ClientPort+10k and PeerPort+10k.
@@ -882,6 +889,7 @@ func NewMultiHost(o HostsOptions) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{Name: o.Name, Token: o.Name + "-" + hex.EncodeToString(tok), Version: o.Version, PodHosts: o.PodHosts}
+	c.TLS.ServerNames = o.ServerNames
 	seen := map[string]bool{}
 	for _, h := range o.Hosts {
 		if seen[h.Name] {

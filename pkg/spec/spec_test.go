@@ -468,6 +468,11 @@ func TestPodHostsValidate(t *testing.T) {
 	if _, err := twice.Validate(ValidateOptions{Resolve: noDNS}); err == nil || !strings.Contains(err.Error(), "both on host") {
 		t.Errorf("two agents on one pod name: %v", err)
 	}
+	names := c.Clone()
+	names.TLS.ServerNames = []string{"db-client.ns.svc", "https://db-client:2379"}
+	if _, err := names.Validate(ValidateOptions{Resolve: noDNS}); err == nil || !strings.Contains(err.Error(), `tls.serverNames "https://db-client:2379": want a DNS name`) || strings.Contains(err.Error(), `"db-client.ns.svc"`) {
+		t.Errorf("server names: %v", err)
+	}
 	off := c.Clone()
 	off.Members[0].ClientURL = "https://db-1.db-peer.ns.svc.cluster.local:2379"
 	if _, err := off.Validate(ValidateOptions{Resolve: noDNS}); err == nil || !strings.Contains(err.Error(), "is not the host of agent db-0") {

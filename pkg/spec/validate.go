@@ -75,6 +75,10 @@ func podHost(h string) ([]string, error) {
 	return []string{strings.ToLower(h)}, nil
 }
 
+// dnsNameRE is a DNS name: dot-separated labels of letters, digits and
+// '-', each starting and ending with a letter or digit.
+var dnsNameRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$`)
+
 var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 // externalNameRE is the name of a member of an attached cluster: etcd's
@@ -129,6 +133,11 @@ func (c *Cluster) Validate(o ValidateOptions) (warnings []string, err error) {
 	if !c.TLS.Disabled {
 		_, verrs := c.TLS.validity()
 		errs = append(errs, verrs...)
+	}
+	for _, n := range c.TLS.ServerNames {
+		if !dnsNameRE.MatchString(n) {
+			bad("tls.serverNames %q: want a DNS name such as db-client.prod.svc.cluster.local", n)
+		}
 	}
 
 	if c.Backup.FullSchedule != "" {
