@@ -32,6 +32,9 @@ KUBE_VERSION  ?= v1.36.3
 # $(KUBE_CACHE)/<version>/bin (docs/kubernetes-local.md).
 KUBE_VERSIONS ?= v1.35.4 v1.36.3
 KUBE_CACHE    ?= $(CURDIR)/.cache/kube
+# COREDNS_CACHE is where `make coredns` builds CoreDNS, one directory per
+# version (docs/kubernetes-local.md).
+COREDNS_CACHE ?= $(CURDIR)/.cache/coredns
 # IMAGES is where `make images` writes the image tarballs and images.json.
 IMAGES        ?= $(CURDIR)/.cache/images
 # NODES is the node count of `make kube-up` (1 or 3), KUBE_DIR its
@@ -48,7 +51,7 @@ FUZZTIME      ?= 10m
 # default: `make bench BENCH=BenchmarkHostsLatencyUpgrade` runs one.
 BENCH         ?= .
 
-.PHONY: all build kube-node kube-up kube-down etcd-binaries s3-server kube-apiserver kube-binaries images containerd prometheus nftables test test-unit test-e2e test-e2e-run fuzz bench demo demo-down vet clean generate
+.PHONY: all build kube-node kube-up kube-down etcd-binaries s3-server kube-apiserver kube-binaries coredns images containerd prometheus nftables test test-unit test-e2e test-e2e-run fuzz bench demo demo-down vet clean generate
 
 all: build
 
@@ -78,12 +81,20 @@ kube-apiserver:
 kube-binaries:
 	for v in $(KUBE_VERSIONS); do KUBE_VERSION=$$v KUBE_CACHE=$(KUBE_CACHE) ./hack/build-kube.sh || exit 1; done
 
+## coredns: build CoreDNS, the cluster DNS of a local Kubernetes, of the
+## version kubeadm of each of $(KUBE_VERSIONS) names, from the Go module
+## proxy into $(COREDNS_CACHE)/<version>/bin (a version already built is
+## skipped; hack/build-coredns.sh).
+coredns: kube-binaries
+	for v in $(KUBE_VERSIONS); do KUBE_VERSION=$$v KUBE_CACHE=$(KUBE_CACHE) COREDNS_CACHE=$(COREDNS_CACHE) ./hack/build-coredns.sh || exit 1; done
+
 ## images: build the image tarballs of a local Kubernetes into $(IMAGES)
 ## (localkube images): pause, the Kubernetes components of each of
-## $(KUBE_VERSIONS) and Steward's own (steward and the etcd versions of
-## $(STORE)), with their index images.json (docs/kubernetes-local.md).
-images: kube-binaries etcd-binaries
-	$(GO) run ./cmd/localkube images $(foreach v,$(KUBE_VERSIONS),--kube-version $(v)) --kube-cache $(KUBE_CACHE) --store $(STORE) --out $(IMAGES)
+## $(KUBE_VERSIONS), the CoreDNS kubeadm of each names, and Steward's own
+## (steward and the etcd versions of $(STORE)), with their index
+## images.json (docs/kubernetes-local.md).
+images: kube-binaries coredns etcd-binaries
+	$(GO) run ./cmd/localkube images $(foreach v,$(KUBE_VERSIONS),--kube-version $(v)) --kube-cache $(KUBE_CACHE) --coredns-cache $(COREDNS_CACHE) --store $(STORE) --out $(IMAGES)
 
 ## containerd: install containerd and runc (Debian's packages) when
 ## missing; the test that runs the images (test/e2e/kube/images_test.go)
@@ -138,7 +149,7 @@ generate:
 ## test: the whole suite: unit tests under the race detector, then the
 ## end-to-end tests (test/...) against real etcd processes of every version
 ## in $(ETCD_VERSIONS), run by a race-built steward (docs/testing.md).
-test: etcd-binaries s3-server kube-apiserver containerd kube-node kube-binaries images prometheus nftables vet
+test: etcd-binaries s3-server kube-apiserver containerd kube-node kube-binaries coredns images prometheus nftables vet
 	STEWARD_TEST_STORE=$(STORE) $(GO) test $(RACE) -count=1 -parallel 1 -timeout $(TEST_TIMEOUT) $(UNIT_PKGS)
 	$(MAKE) --no-print-directory test-e2e-run
 
@@ -155,7 +166,7 @@ test-e2e-run:
 test-unit:
 	$(GO) test $(RACE) -count=1 -short $(UNIT_PKGS)
 
-test-e2e: etcd-binaries s3-server kube-apiserver containerd kube-node kube-binaries images prometheus nftables
+test-e2e: etcd-binaries s3-server kube-apiserver containerd kube-node kube-binaries coredns images prometheus nftables
 	mkdir -p $(ARTIFACTS)
 	STEWARD_KUBE_CACHE=$(KUBE_CACHE) STEWARD_IMAGES=$(IMAGES) STEWARD_TEST_KUBE_VERSIONS="$(KUBE_VERSIONS)" STEWARD_TEST_STORE=$(STORE) STEWARD_TEST_RACE=$(if $(RACE),1,0) $(GO) test -count=1 -timeout $(E2E_TIMEOUT) -artifacts -outputdir $(ARTIFACTS) -v ./test/e2e/...
 

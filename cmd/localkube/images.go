@@ -18,21 +18,22 @@ import (
 )
 
 type imagesOptions struct {
-	versions                      []string
-	kubeCache, store, out, source string
-	output                        string
+	versions                                    []string
+	kubeCache, corednsCache, store, out, source string
+	output                                      string
 }
 
 func newImagesCommand() *cobra.Command {
 	var o imagesOptions
 	cmd := &cobra.Command{
 		Use:   "images",
-		Short: "Build the image tarballs of a local Kubernetes (pause, the Kubernetes components per version, Steward's own) and their index, images.json",
+		Short: "Build the image tarballs of a local Kubernetes (pause, the Kubernetes components and CoreDNS per version, Steward's own) and their index, images.json",
 		Long: `Build, without a registry, the image tarballs a local Kubernetes imports into
 its nodes' containerd: registry.k8s.io/pause (the tag each version's kubeadm
 expects), registry.k8s.io/kube-apiserver, kube-controller-manager,
 kube-scheduler and kube-proxy of each --kube-version (from the binaries
-make kube-binaries built), and steward.etcd.io/steward:<git describe> (steward
+make kube-binaries built), registry.k8s.io/coredns/coredns of the version
+each one's kubeadm names (from the binaries make coredns built), and steward.etcd.io/steward:<git describe> (steward
 and the etcd versions of the binary store). The same inputs give the same
 digests. The index, images.json, names each image's tag, digest and file.`,
 		Example: `  localkube images --kube-version v1.35.4 --kube-version v1.36.3
@@ -44,6 +45,7 @@ digests. The index, images.json, names each image's tag, digest and file.`,
 	f.StringSliceVar(&o.versions, "kube-version", []string{"v1.36.3"}, "Kubernetes versions to build the component images of (repeat or comma-separate)")
 	f.StringVar(&o.source, "source", "", "Steward's source tree, from which steward and pause are built (default: the module the current directory is in)")
 	f.StringVar(&o.kubeCache, "kube-cache", "", "per-version Kubernetes binaries, <dir>/<version>/bin (default SOURCE/.cache/kube)")
+	f.StringVar(&o.corednsCache, "coredns-cache", "", "per-version CoreDNS binaries, <dir>/<version>/bin/coredns (default SOURCE/.cache/coredns)")
 	f.StringVar(&o.store, "store", "", "etcd binary store whose versions go into Steward's image (default SOURCE/.cache/store)")
 	f.StringVar(&o.out, "out", "", "directory of the image tarballs and images.json (default SOURCE/.cache/images)")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
@@ -73,15 +75,18 @@ func (o *imagesOptions) run(cmd *cobra.Command) error {
 		}
 	}
 	def(&o.kubeCache, "kube")
+	def(&o.corednsCache, "coredns")
 	def(&o.store, "store")
 	def(&o.out, "images")
 	ix, err := kubeimages.Build(cmd.Context(), kubeimages.Options{
-		KubeVersions: o.versions, KubeCache: o.kubeCache, Store: o.store,
+		KubeVersions: o.versions, KubeCache: o.kubeCache, CoreDNSCache: o.corednsCache, Store: o.store,
 		Source: o.source, Out: o.out, Log: cmd.ErrOrStderr(),
 	})
 	switch {
 	case errors.Is(err, kubeimages.ErrNoBinaries):
 		return fmt.Errorf("%w\nbuild them with: make kube-binaries KUBE_VERSIONS=%q (or pass --kube-cache where they are)", err, strings.Join(o.versions, " "))
+	case errors.Is(err, kubeimages.ErrNoCoreDNS):
+		return fmt.Errorf("%w\nbuild it with: make coredns KUBE_VERSIONS=%q (or pass --coredns-cache where it is)", err, strings.Join(o.versions, " "))
 	case errors.Is(err, kubeimages.ErrNoStore):
 		return fmt.Errorf("%w\nfill it with: make etcd-binaries (or pass --store)", err)
 	case err != nil:

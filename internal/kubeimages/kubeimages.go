@@ -10,6 +10,11 @@
 //     /usr/local/bin/<name> (on PATH: kubeadm's static pods name the command
 //     alone) and as entrypoint, from the per-version binaries hack/build-kube.sh
 //     builds (<KubeCache>/<version>/bin);
+//   - per Kubernetes version, the CoreDNS kubeadm of that version names
+//     (`kubeadm config images list`), registry.k8s.io/coredns/coredns:<its
+//     version>, from the binary hack/build-coredns.sh builds
+//     (<CoreDNSCache>/<version>/bin/coredns): /coredns, the entrypoint, as
+//     upstream's image has it; one image per distinct version;
 //   - Steward's own, steward.etcd.io/steward:<git describe --tags --always
 //     --dirty of the source, "dev" outside a Git checkout>: the steward
 //     binary built static at /usr/local/bin/steward (the entrypoint) and
@@ -22,7 +27,8 @@
 // Invariants: the directory is 0700 when Build creates it (an existing
 // images directory keeps its mode, any other is refused) and the tarballs 0644; images.json is
 // written atomically after every tarball it names is complete, and names
-// each tarball by a path relative to the directory.
+// each tarball by a path relative to the directory; a tarball (*.tar) it no
+// longer names is removed, only after it is written.
 package kubeimages
 
 import (
@@ -66,6 +72,9 @@ var (
 	ErrNoBinaries = errors.New("Kubernetes binaries not built")
 	// ErrNoStore is wrapped when the etcd binary store has no version.
 	ErrNoStore = errors.New("etcd binary store empty")
+	// ErrNoCoreDNS is wrapped when the CoreDNS a Kubernetes version's
+	// kubeadm names is not built.
+	ErrNoCoreDNS = errors.New("CoreDNS not built")
 )
 
 // Options say what to build, from where, to where.
@@ -74,6 +83,9 @@ type Options struct {
 	// holds their binaries at <KubeCache>/<version>/bin.
 	KubeVersions []string
 	KubeCache    string
+	// CoreDNSCache holds the CoreDNS binaries at
+	// <CoreDNSCache>/<version>/bin/coredns.
+	CoreDNSCache string
 	// Store is the etcd binary store whose versions go into Steward's
 	// image.
 	Store string
@@ -207,6 +219,14 @@ func ReadIndex(dir string) (Index, error) {
 // KubeBin is where the binaries of a Kubernetes version are.
 func KubeBin(cache, version string) string { return filepath.Join(cache, version, "bin") }
 
+// CoreDNSBin is the CoreDNS binary of a CoreDNS version.
+func CoreDNSBin(cache, version string) string {
+	return filepath.Join(cache, version, "bin", "coredns")
+}
+
+// CoreDNSImage is the repository of CoreDNS's image, kubeadm's name.
+const CoreDNSImage = "registry.k8s.io/coredns/coredns"
+
 // Build builds every image of opts into opts.Out and writes the index. It
 // checks every input before it builds anything, and refuses with the input
 // at fault: a version that is not v1.MINOR.PATCH, one without binaries
@@ -233,20 +253,26 @@ func Build(ctx context.Context, opts Options) (Index, error) {
 	if err != nil {
 		return Index{}, err
 	}
-	if err := prepareOut(opts.Out); err != nil {
-		return Index{}, err
-	}
-
-	// pause tags kubeadm expects, per version.
-	pauseTags := []string{}
+	// The pause and CoreDNS versions kubeadm of each version names, asked
+	// before anything is written.
+	var pauseTags, corednsTags []string
 	for _, v := range opts.KubeVersions {
-		tag, err := PauseTag(ctx, filepath.Join(KubeBin(opts.KubeCache, v), "kubeadm"), v)
+		tags, err := KubeadmImages(ctx, filepath.Join(KubeBin(opts.KubeCache, v), "kubeadm"), v)
 		if err != nil {
 			return Index{}, err
 		}
-		if !slices.Contains(pauseTags, tag) {
-			pauseTags = append(pauseTags, tag)
+		if !slices.Contains(pauseTags, tags.Pause) {
+			pauseTags = append(pauseTags, tags.Pause)
 		}
+		if !slices.Contains(corednsTags, tags.CoreDNS) {
+			if st, err := os.Stat(CoreDNSBin(opts.CoreDNSCache, tags.CoreDNS)); err != nil || !st.Mode().IsRegular() {
+				return Index{}, fmt.Errorf("Kubernetes %s's kubeadm names CoreDNS %s, and %s is not there: %w", v, tags.CoreDNS, CoreDNSBin(opts.CoreDNSCache, tags.CoreDNS), ErrNoCoreDNS)
+			}
+			corednsTags = append(corednsTags, tags.CoreDNS)
+		}
+	}
+	if err := prepareOut(opts.Out); err != nil {
+		return Index{}, err
 	}
 
 	build, err := os.MkdirTemp(opts.Out, ".build-")
@@ -270,6 +296,12 @@ func Build(ctx context.Context, opts Options) (Index, error) {
 		for _, c := range Components {
 			specs = append(specs, ComponentSpec(c, v, filepath.Join(KubeBin(opts.KubeCache, v), c)))
 		}
+	}
+	for _, tag := range corednsTags {
+		specs = append(specs, CoreDNSSpec(tag, CoreDNSBin(opts.CoreDNSCache, tag)))
+	}
+	if storeFiles, err = normalizeManifests(build, storeFiles); err != nil {
+		return Index{}, err
 	}
 	stewardFiles := append([]ociimage.File{
 		{Path: "/usr/local/bin/steward", Mode: 0o755, Source: steward},
@@ -313,7 +345,36 @@ func Build(ctx context.Context, opts Options) (Index, error) {
 	if err := atomicfile.WriteFile(filepath.Join(opts.Out, IndexFile), append(b, '\n'), 0o644); err != nil {
 		return Index{}, err
 	}
+	if err := prune(opts.Out, ix, logw); err != nil {
+		return ix, err
+	}
 	return ix, nil
+}
+
+// prune removes the image tarballs (*.tar) of out that ix does not name:
+// the images of versions no longer built, and those whose tag changed
+// (Steward's, with every commit). It runs after the new index is written,
+// so a tarball is removed only once no index names it; other files are
+// left alone.
+func prune(out string, ix Index, logw io.Writer) error {
+	named := map[string]bool{}
+	for _, i := range ix.Images {
+		named[i.File] = true
+	}
+	ents, err := os.ReadDir(out)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if !e.Type().IsRegular() || !strings.HasSuffix(e.Name(), ".tar") || named[e.Name()] {
+			continue
+		}
+		if err := os.Remove(filepath.Join(out, e.Name())); err != nil {
+			return fmt.Errorf("remove an image tarball the index no longer names: %w", err)
+		}
+		fmt.Fprintf(logw, "%s removed: not in %s\n", e.Name(), IndexFile)
+	}
+	return nil
 }
 
 // PausePackage is the pause program's package in Steward's module.
@@ -341,6 +402,20 @@ func ComponentSpec(component, version, binary string) ociimage.Spec {
 		Name: "registry.k8s.io/" + component, Tag: version,
 		Files:      []ociimage.File{{Path: exe, Mode: 0o755, Source: binary}, tmpDir},
 		Entrypoint: []string{exe},
+	}
+}
+
+// CoreDNSSpec is the CoreDNS image of a CoreDNS version, from its binary:
+// /coredns, the entrypoint, as upstream's image has it (kubeadm's
+// Deployment passes only -conf). Unlike upstream's image it runs as root:
+// upstream runs as nonroot with cap_net_bind_service set on the binary, a
+// file capability (an extended attribute) these images do not carry; the
+// Deployment drops every capability but NET_BIND_SERVICE all the same.
+func CoreDNSSpec(version, binary string) ociimage.Spec {
+	return ociimage.Spec{
+		Name: CoreDNSImage, Tag: version,
+		Files:      []ociimage.File{{Path: "/coredns", Mode: 0o755, Source: binary}},
+		Entrypoint: []string{"/coredns"},
 	}
 }
 
@@ -385,6 +460,62 @@ func storeFiles(store string) ([]ociimage.File, error) {
 	return files, nil
 }
 
+// normalizeManifests replaces each manifest.json of files by a copy in dir
+// whose importedAt is the Unix epoch and whose source is ImageManifestSource:
+// the store's manifests record when and from where this machine imported a
+// version, which would make the Steward image of two machines differ for
+// the same binaries. The file hashes, the version and any other field are
+// kept as they are.
+func normalizeManifests(dir string, files []ociimage.File) ([]ociimage.File, error) {
+	out := slices.Clone(files)
+	for i, f := range out {
+		if path.Base(f.Path) != "manifest.json" {
+			continue
+		}
+		b, err := os.ReadFile(f.Source)
+		if err != nil {
+			return nil, err
+		}
+		n, err := NormalizeManifest(b)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", f.Source, err)
+		}
+		p := filepath.Join(dir, "store", path.Base(path.Dir(f.Path)), "manifest.json")
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(p, n, 0o600); err != nil {
+			return nil, err
+		}
+		out[i].Source = p
+	}
+	return out, nil
+}
+
+// ImageManifestSource is the source a binary store manifest in Steward's
+// image records.
+const ImageManifestSource = "steward.etcd.io/steward image"
+
+// NormalizeManifest returns a binary store manifest with importedAt the
+// Unix epoch and source ImageManifestSource, its other fields unchanged, as
+// indented JSON; it refuses one that is not a JSON object.
+func NormalizeManifest(b []byte) ([]byte, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("binary store manifest: %w", err)
+	}
+	if m == nil {
+		return nil, errors.New("binary store manifest: not a JSON object")
+	}
+	m["importedAt"] = json.RawMessage(`"1970-01-01T00:00:00Z"`)
+	m["source"] = json.RawMessage(`"` + ImageManifestSource + `"`)
+	out, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(out, '\n'), nil
+}
+
 // GoBuild builds a static binary (CGO_ENABLED=0, -trimpath) of pkg in
 // Steward's module at source.
 func GoBuild(ctx context.Context, source, pkg, out string) error {
@@ -410,20 +541,48 @@ func stewardTag(ctx context.Context, source string) string {
 	return tag
 }
 
-// PauseTag asks kubeadm of a version which pause image it expects
-// (`kubeadm config images list`), and returns its tag.
-func PauseTag(ctx context.Context, kubeadm, version string) (string, error) {
+// KubeadmTags are the tags of the images kubeadm of a version names
+// besides the control plane's.
+type KubeadmTags struct {
+	Pause, CoreDNS string
+}
+
+// KubeadmImages asks kubeadm of a version which pause and CoreDNS images it
+// expects (`kubeadm config images list`), and returns their tags.
+func KubeadmImages(ctx context.Context, kubeadm, version string) (KubeadmTags, error) {
 	cmd := exec.CommandContext(ctx, kubeadm, "config", "images", "list", "--kubernetes-version", version)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	b, err := cmd.Output()
 	if err != nil {
-		return "", fmt.Errorf("%s config images list: %w: %s", kubeadm, err, strings.TrimSpace(stderr.String()))
+		return KubeadmTags{}, fmt.Errorf("%s config images list: %w: %s", kubeadm, err, strings.TrimSpace(stderr.String()))
 	}
+	return parseImagesList(kubeadm, b)
+}
+
+// parseImagesList reads the output of `kubeadm config images list`.
+func parseImagesList(kubeadm string, b []byte) (KubeadmTags, error) {
+	var tags KubeadmTags
 	for line := range strings.SplitSeq(string(b), "\n") {
-		if tag, ok := strings.CutPrefix(strings.TrimSpace(line), "registry.k8s.io/pause:"); ok && tagRE.MatchString(tag) {
-			return tag, nil
+		line = strings.TrimSpace(line)
+		if tag, ok := strings.CutPrefix(line, "registry.k8s.io/pause:"); ok && tagRE.MatchString(tag) {
+			tags.Pause = tag
+		}
+		if tag, ok := strings.CutPrefix(line, CoreDNSImage+":"); ok && tagRE.MatchString(tag) {
+			tags.CoreDNS = tag
 		}
 	}
-	return "", fmt.Errorf("%s config images list names no registry.k8s.io/pause image:\n%s", kubeadm, b)
+	switch {
+	case tags.Pause == "":
+		return tags, fmt.Errorf("%s config images list names no registry.k8s.io/pause image:\n%s", kubeadm, b)
+	case tags.CoreDNS == "":
+		return tags, fmt.Errorf("%s config images list names no %s image:\n%s", kubeadm, CoreDNSImage, b)
+	}
+	return tags, nil
+}
+
+// PauseTag is the tag of the pause image kubeadm of a version expects.
+func PauseTag(ctx context.Context, kubeadm, version string) (string, error) {
+	tags, err := KubeadmImages(ctx, kubeadm, version)
+	return tags.Pause, err
 }

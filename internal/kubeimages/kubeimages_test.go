@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -62,13 +63,9 @@ func TestBuildRefusals(t *testing.T) {
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range append(Components, "kubeadm") {
-		if err := os.WriteFile(filepath.Join(bin, c), []byte("x"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	fakeKube(t, cache, "v1.36.3", "v1.14.2", "3.10.2")
 	opts := func(versions ...string) Options {
-		return Options{KubeVersions: versions, KubeCache: cache, Store: store, Out: out, Source: dir}
+		return Options{KubeVersions: versions, KubeCache: cache, CoreDNSCache: filepath.Join(dir, "coredns"), Store: store, Out: out, Source: dir}
 	}
 	for _, tc := range []struct {
 		opts Options
@@ -85,8 +82,144 @@ func TestBuildRefusals(t *testing.T) {
 			t.Errorf("%v: error %v, want %q (%v)", tc.opts.KubeVersions, err, tc.want, tc.is)
 		}
 	}
+	// The store filled, the CoreDNS kubeadm names is missing.
+	fakeStore(t, store, "2026-11-27T18:33:04Z", "/src/.cache/etcd/v3.6.16")
+	_, err := Build(t.Context(), opts("v1.36.3"))
+	if want := "Kubernetes v1.36.3's kubeadm names CoreDNS v1.14.2, and " + CoreDNSBin(filepath.Join(dir, "coredns"), "v1.14.2") + " is not there"; err == nil || !strings.Contains(err.Error(), want) || !errors.Is(err, ErrNoCoreDNS) {
+		t.Errorf("CoreDNS not built: error %v, want %q (ErrNoCoreDNS)", err, want)
+	}
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
 		t.Errorf("the images directory was created: %v", err)
+	}
+}
+
+// fakeKube puts a version's binaries into cache: files for the components,
+// and a kubeadm whose `config images list` names the CoreDNS and pause
+// tags given.
+func fakeKube(t *testing.T, cache, version, coredns, pause string) {
+	t.Helper()
+	bin := KubeBin(cache, version)
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range Components {
+		if err := os.WriteFile(filepath.Join(bin, c), []byte(c+" "+version+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list := "#!/bin/sh\n[ \"$5\" = " + version + " ] || exit 1\ncat <<EOF\n"
+	for _, c := range Components {
+		list += "registry.k8s.io/" + c + ":" + version + "\n"
+	}
+	list += CoreDNSImage + ":" + coredns + "\nregistry.k8s.io/pause:" + pause + "\nregistry.k8s.io/etcd:3.6.8-0\nEOF\n"
+	if err := os.WriteFile(filepath.Join(bin, "kubeadm"), []byte(list), 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fakeStore puts one etcd version into a binary store, its manifest
+// recording the time and source of the import given.
+func fakeStore(t *testing.T, store, importedAt, source string) {
+	t.Helper()
+	d := filepath.Join(store, "etcd-v3.6.16")
+	if err := os.MkdirAll(d, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"etcd", "etcdctl", "etcdutl"} {
+		if err := os.WriteFile(filepath.Join(d, f), []byte(f+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	manifest := `{"version": "3.6.16", "importedAt": "` + importedAt + `", "source": "` + source + `", "files": {"etcd": "ab"}}`
+	if err := os.WriteFile(filepath.Join(d, "manifest.json"), []byte(manifest), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBuildReproducible: two builds of every image from the same inputs
+// into two directories give the same index (digests, IDs, sizes, inputs),
+// and the index has each version's CoreDNS (the one its kubeadm names,
+// once per distinct version) besides pause, the components and Steward's.
+// The two builds' binary stores are two machines': the same binaries,
+// imported at another time from another directory (their manifests'
+// importedAt and source), which Steward's image does not depend on. It
+// builds steward and pause from this source tree.
+func TestBuildReproducible(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds steward twice")
+	}
+	dir := t.TempDir()
+	cache, coredns, store := filepath.Join(dir, "kube"), filepath.Join(dir, "coredns"), filepath.Join(dir, "store")
+	fakeKube(t, cache, "v1.35.4", "v1.13.1", "3.10.1")
+	fakeKube(t, cache, "v1.36.3", "v1.14.2", "3.10.2")
+	fakeKube(t, cache, "v1.36.2", "v1.14.2", "3.10.2")
+	for _, v := range []string{"v1.13.1", "v1.14.2"} {
+		if err := os.MkdirAll(filepath.Dir(CoreDNSBin(coredns, v)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(CoreDNSBin(coredns, v), []byte("coredns "+v+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fakeStore(t, store+"-a", "2026-11-27T18:33:04Z", "/work/main/.cache/etcd/v3.6.16")
+	fakeStore(t, store+"-b", "2026-11-28T03:00:00Z", "/src/steward/.cache/etcd/v3.6.16")
+	source, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	build := func(out string) Index {
+		t.Helper()
+		ix, err := Build(t.Context(), Options{KubeVersions: []string{"v1.35.4", "v1.36.3", "v1.36.2"}, KubeCache: cache,
+			CoreDNSCache: coredns, Store: store + "-" + out, Source: source, Out: filepath.Join(dir, out)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ix
+	}
+	first, second := build("a"), build("b")
+	if !slices.Equal(first.Images, second.Images) {
+		t.Errorf("two builds differ:\n%+v\n%+v", first.Images, second.Images)
+	}
+	var corednsRefs []string
+	for _, i := range first.Images {
+		if i.Name == CoreDNSImage {
+			corednsRefs = append(corednsRefs, i.Ref())
+			if want := "coredns-" + i.Tag + ".tar"; i.File != want {
+				t.Errorf("%s in %s, want %s", i.Ref(), i.File, want)
+			}
+		}
+	}
+	if want := []string{CoreDNSImage + ":v1.13.1", CoreDNSImage + ":v1.14.2"}; !slices.Equal(corednsRefs, want) {
+		t.Errorf("CoreDNS images %v, want %v", corednsRefs, want)
+	}
+	// A rebuild into a directory with tarballs the new index does not name
+	// (a version no longer built, Steward's of an older commit) removes
+	// them, and leaves other files and every named tarball.
+	a := filepath.Join(dir, "a")
+	for _, f := range []string{"kube-apiserver-v1.34.0.tar", "steward-0123abc.tar", "notes.txt"} {
+		if err := os.WriteFile(filepath.Join(a, f), []byte("old"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if again := build("a"); !slices.Equal(again.Images, first.Images) {
+		t.Errorf("a rebuild differs:\n%+v\n%+v", again.Images, first.Images)
+	}
+	for f, want := range map[string]bool{"kube-apiserver-v1.34.0.tar": false, "steward-0123abc.tar": false, "notes.txt": true, IndexFile: true} {
+		if _, err := os.Stat(filepath.Join(a, f)); (err == nil) != want {
+			t.Errorf("%s: there %v, want %v", f, err == nil, want)
+		}
+	}
+	for _, i := range first.Images {
+		if _, err := os.Stat(filepath.Join(a, i.File)); err != nil {
+			t.Errorf("named tarball: %v", err)
+		}
+	}
+	// The manifest in the image: the epoch and no machine's path.
+	if b, _ := os.ReadFile(filepath.Join(store+"-b", "etcd-v3.6.16", "manifest.json")); !strings.Contains(string(b), "2026-11-28T03:00:00Z") {
+		t.Errorf("the store's own manifest was changed: %s", b)
+	}
+	if len(first.Images) != 2+3*len(Components)+2+1 {
+		t.Errorf("%d images, want 2 pause, %d components, 2 CoreDNS, Steward's: %+v", len(first.Images), 3*len(Components), first.Images)
 	}
 }
 
@@ -134,6 +267,28 @@ func TestPrepareOut(t *testing.T) {
 	}
 	if fi, _ := os.Stat(empty); fi.Mode().Perm() != 0o750 {
 		t.Errorf("an existing directory's mode changed to %v", fi.Mode())
+	}
+}
+
+// TestNormalizeManifest: importedAt and source replaced, the rest kept;
+// not an object refused.
+func TestNormalizeManifest(t *testing.T) {
+	in := `{"version": "3.6.16", "importedAt": "2026-11-27T18:33:04Z", "source": "/x", "files": {"etcd": "ab"}, "future": 1}`
+	out, err := NormalizeManifest([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(out, &m); err != nil {
+		t.Fatal(err)
+	}
+	if m["importedAt"] != "1970-01-01T00:00:00Z" || m["source"] != ImageManifestSource || m["version"] != "3.6.16" || m["future"] != 1.0 || m["files"].(map[string]any)["etcd"] != "ab" {
+		t.Errorf("normalized: %s", out)
+	}
+	for _, bad := range []string{"null", "[]", "{", ""} {
+		if _, err := NormalizeManifest([]byte(bad)); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
 	}
 }
 

@@ -4,8 +4,8 @@ package localkube
 // KUBE_CACHE/<version>/bin, and the image tarballs `localkube images`
 // (internal/kubeimages) writes into an images directory with its index,
 // images.json. Every node imports the control-plane images of the version
-// (registry.k8s.io/kube-apiserver:V ...), the pause image that version's
-// kubeadm expects, and Steward's image.
+// (registry.k8s.io/kube-apiserver:V ...), the pause and CoreDNS images that
+// version's kubeadm expects, and Steward's image.
 
 import (
 	"context"
@@ -57,28 +57,39 @@ func FromCache(kubeCache, imagesDir, version string) (Config, error) {
 			return cfg, &MissingImageError{Version: version, Index: filepath.Join(imagesDir, kubeimages.IndexFile), Ref: ref}
 		}
 	}
-	// The pause image the version's kubeadm names, else the index's only
-	// (or first) one.
-	var pauses []string
+	// The pause and CoreDNS images the version's kubeadm names, else the
+	// index's only (or first) ones.
+	var pauses, corednses []string
 	for _, img := range ix.Images {
-		if img.Name == DefaultImageRepo+"/pause" {
+		switch img.Name {
+		case DefaultImageRepo + "/pause":
 			pauses = append(pauses, img.Ref())
-		}
-		if img.Name == kubeimages.StewardImage {
+		case kubeimages.CoreDNSImage:
+			corednses = append(corednses, img.Ref())
+		case kubeimages.StewardImage:
 			cfg.ExtraImages = append(cfg.ExtraImages, filepath.Join(imagesDir, img.File))
 		}
 	}
-	if kubeadm := filepath.Join(cfg.KubeBin, "kubeadm"); len(pauses) > 1 {
+	if kubeadm := filepath.Join(cfg.KubeBin, "kubeadm"); len(pauses) > 1 || len(corednses) > 1 {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		tag, err := kubeimages.PauseTag(ctx, kubeadm, version)
+		tags, err := kubeimages.KubeadmImages(ctx, kubeadm, version)
 		cancel()
 		if err == nil {
-			pauses = []string{DefaultImageRepo + "/pause:" + tag}
+			pauses = []string{DefaultImageRepo + "/pause:" + tags.Pause}
+			corednses = []string{kubeimages.CoreDNSImage + ":" + tags.CoreDNS}
 		}
 	}
 	if len(pauses) == 0 || !add(pauses[0]) {
 		return cfg, &MissingImageError{Version: version, Index: filepath.Join(imagesDir, kubeimages.IndexFile), Ref: DefaultImageRepo + "/pause"}
 	}
 	cfg.PauseImage = pauses[0]
+	if len(corednses) == 0 {
+		return cfg, &MissingImageError{Version: version, Index: filepath.Join(imagesDir, kubeimages.IndexFile), Ref: kubeimages.CoreDNSImage}
+	}
+	img, ok := ix.Find(corednses[0])
+	if !ok {
+		return cfg, &MissingImageError{Version: version, Index: filepath.Join(imagesDir, kubeimages.IndexFile), Ref: corednses[0]}
+	}
+	cfg.CoreDNSImage, cfg.CoreDNSTarball = img.Ref(), filepath.Join(imagesDir, img.File)
 	return cfg, nil
 }

@@ -78,6 +78,11 @@ type Config struct {
 	// PauseImage is the pause image's reference (containerd's sandbox
 	// image), one of Images.
 	PauseImage string
+	// CoreDNSImage is the cluster DNS's image reference
+	// (registry.k8s.io/coredns/coredns:V), CoreDNSTarball its tarball,
+	// imported into every node while the control plane starts, before
+	// CoreDNS's Deployment is made (dns.go).
+	CoreDNSImage, CoreDNSTarball string
 	// ImageRepo is where the control-plane images are named:
 	// ImageRepo/kube-apiserver:Version...
 	ImageRepo string
@@ -228,7 +233,10 @@ func (cfg Config) Check() error {
 			break
 		}
 	}
-	for _, img := range append(cfg.Images, cfg.ExtraImages...) {
+	if cfg.CoreDNSImage == "" || cfg.CoreDNSTarball == "" {
+		errs = append(errs, fmt.Errorf("no CoreDNS image for the cluster DNS"))
+	}
+	for _, img := range append(append(cfg.Images, cfg.ExtraImages...), cfg.CoreDNSTarball) {
 		if _, err := os.Stat(img); err != nil {
 			errs = append(errs, fmt.Errorf("image tarball %s: %w", img, err))
 			break
@@ -317,7 +325,8 @@ func (c *Cluster) step(name string, f func() error) error {
 }
 
 // Up brings a cluster up and returns it once every node is Ready, the
-// default StorageClass exists and the S3 server answers. On failure it
+// default StorageClass exists, the S3 server answers and the cluster DNS
+// resolves the API server's Service. On failure it
 // removes everything it made and returns the error. ctx bounds the
 // bring-up only; the cluster runs until Down.
 func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
@@ -366,17 +375,39 @@ func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if err := c.step("kubelets and kube-proxies", func() error { return c.startKubelets(ctx) }); err != nil {
 		return c, err
 	}
-	extra := make(chan error, 1)
+	extra, dnsImage := make(chan error, 1), make(chan error, 1)
 	extraStart := time.Now()
-	go func() { extra <- c.importImages(ctx, c.ExtraImages) }()
+	// CoreDNS's image first, alone (the import of Steward's large image
+	// beside it would slow it down), then the others.
+	go func() {
+		err := c.importImages(ctx, []string{c.CoreDNSTarball})
+		dnsImage <- err
+		if err != nil {
+			extra <- err
+			return
+		}
+		extra <- c.importImages(ctx, c.ExtraImages)
+	}()
 	if err := c.step("API server ready, nodes Ready", func() error { return c.waitReady(ctx) }); err != nil {
 		<-extra
+		<-dnsImage
 		return c, err
 	}
+	// CoreDNS is deployed while the add-ons wait for the controller-manager's
+	// first run (the default service account): its objects need neither.
+	dnsDone := make(chan error, 1)
+	dnsStart := time.Now()
+	go func() { dnsDone <- c.dns(ctx, dnsImage) }()
 	if err := c.step("cluster add-ons", func() error { return c.addOns(ctx) }); err != nil {
+		<-extra
+		<-dnsDone
+		return c, err
+	}
+	if err := c.step("cluster DNS answering: waited for", func() error { return <-dnsDone }); err != nil {
 		<-extra
 		return c, err
 	}
+	c.Timings = append(c.Timings, Timing{Step: "cluster DNS answering, since the nodes were Ready", Duration: time.Since(dnsStart).Round(time.Millisecond)})
 	if err := c.step("other images imported: waited for", func() error { return <-extra }); err != nil {
 		return c, err
 	}

@@ -266,7 +266,9 @@ failCgroupV1: false
 failSwapOn: false
 containerRuntimeEndpoint: unix://%[3]s
 staticPodPath: /etc/kubernetes/manifests
-clusterDomain: cluster.local
+clusterDomain: %[4]s
+clusterDNS:
+- %[5]s
 healthzBindAddress: 127.0.0.1
 readOnlyPort: 0
 rotateCertificates: false
@@ -281,7 +283,7 @@ evictionHard:
 volumePluginDir: /var/lib/kubelet/volume-plugins
 resolvConf: /etc/resolv.conf
 protectKernelDefaults: false
-`, n.Addr, n.Cgroup, n.containerdSock())
+`, n.Addr, n.Cgroup, n.containerdSock(), ClusterDomain, DNSServiceIP)
 		if err := os.WriteFile(filepath.Join(varLib, "kubelet", "config.yaml"), []byte(kconf), 0o600); err != nil {
 			return err
 		}

@@ -131,7 +131,7 @@ func kubectl(t *testing.T, c *localkube.Cluster, args ...string) string {
 // TestNodesAndControlPlane: every node Ready in its zone, labelled as a
 // control-plane node, and running kube-apiserver, kube-controller-manager
 // and kube-scheduler as static pods with kubeadm's labels and the images
-// of the cluster's version.
+// of the cluster's version; CoreDNS deployed as kubeadm does it.
 func TestNodesAndControlPlane(t *testing.T) { harness.ForEachLocalKube(t, nodesAndControlPlane) }
 
 func nodesAndControlPlane(t *testing.T, c *localkube.Cluster) {
@@ -193,6 +193,40 @@ func nodesAndControlPlane(t *testing.T, c *localkube.Cluster) {
 	if st.Cluster.HealthyMembers != len(c.Nodes) || !st.Cluster.Quorate || len(st.Members) != len(c.Nodes) {
 		t.Errorf("etcd: %d healthy of %d members (quorate %v), want one per node (%d): %s", st.Cluster.HealthyMembers, len(st.Members), st.Cluster.Quorate, len(c.Nodes), out)
 	}
+	// The cluster DNS, as kubeadm deploys it: two CoreDNS replicas of the
+	// image kubeadm of the version names, ready (on two nodes when there
+	// are three), behind kube-dns at the service CIDR's tenth address.
+	if img := c.CoreDNSImage; !strings.HasPrefix(img, "registry.k8s.io/coredns/coredns:v") {
+		t.Errorf("CoreDNS image %q", img)
+	}
+	harness.Eventually(t, time.Minute, 300*time.Millisecond, "CoreDNS ready", func() error {
+		pods, err := cs.CoreV1().Pods("kube-system").List(t.Context(), metav1.ListOptions{LabelSelector: "k8s-app=kube-dns"})
+		if err != nil {
+			return err
+		}
+		nodes := map[string]bool{}
+		for _, p := range pods.Items {
+			ready := false
+			for _, cond := range p.Status.Conditions {
+				ready = ready || cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue
+			}
+			if !ready || p.Spec.Containers[0].Image != c.CoreDNSImage {
+				return fmt.Errorf("pod %s: ready %v, image %s", p.Name, ready, p.Spec.Containers[0].Image)
+			}
+			nodes[p.Spec.NodeName] = true
+		}
+		if len(pods.Items) != 2 || len(c.Nodes) > 1 && len(nodes) != 2 {
+			return fmt.Errorf("%d CoreDNS pods on nodes %v, want 2 (on 2 nodes when there are 3)", len(pods.Items), nodes)
+		}
+		return nil
+	})
+	dns, err := cs.CoreV1().Services("kube-system").Get(t.Context(), localkube.DNSService, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dns.Spec.ClusterIP != "10.96.0.10" || len(dns.Spec.Ports) != 3 {
+		t.Errorf("Service kube-dns: %s, ports %v; want 10.96.0.10 with 53/udp, 53/tcp, 9153", dns.Spec.ClusterIP, dns.Spec.Ports)
+	}
 	v, err := cs.Discovery().ServerVersion()
 	if err != nil {
 		t.Fatal(err)
@@ -203,8 +237,9 @@ func nodesAndControlPlane(t *testing.T, c *localkube.Cluster) {
 }
 
 // TestPodExecLogsService: a pod runs, kubectl exec and logs reach it, a
-// ClusterIP Service answers a client pod through kube-proxy, and the S3
-// server answers from a pod.
+// ClusterIP Service answers a client pod through kube-proxy, the cluster
+// DNS resolves kubernetes.default.svc.cluster.local and the Service's name
+// to their ClusterIPs from the pod, and the S3 server answers from a pod.
 func TestPodExecLogsService(t *testing.T) { harness.ForEachLocalKube(t, podExecLogsService) }
 
 func podExecLogsService(t *testing.T, c *localkube.Cluster) {
@@ -252,6 +287,19 @@ func podExecLogsService(t *testing.T, c *localkube.Cluster) {
 		}
 		return nil
 	})
+	// The cluster DNS from a pod: the API server's Service and this test's.
+	for _, name := range []struct{ name, want string }{
+		{"kubernetes.default.svc.cluster.local", localkube.APIServiceIP},
+		{"web." + ns + ".svc.cluster.local", svc.Spec.ClusterIP},
+	} {
+		harness.Eventually(t, 30*time.Second, 300*time.Millisecond, name.name+" from pod client", func() error {
+			out, err := c.Kubectl(t.Context(), "exec", "-n", ns, "client", "--", "/kubeprobe", "resolve", name.name).CombinedOutput()
+			if err != nil || string(out) != name.want+"\n" {
+				return fmt.Errorf("resolve %s: %v: %q, want %s", name.name, err, out, name.want)
+			}
+			return nil
+		})
+	}
 	out, err := c.Kubectl(t.Context(), "exec", "-n", ns, "client", "--", "/kubeprobe", "get", c.S3Endpoint+"/"+c.S3Bucket).CombinedOutput()
 	// Anonymous: 403 from a server that answers S3; 2xx if it lets it be.
 	code, _, _ := strings.Cut(string(out), " ")

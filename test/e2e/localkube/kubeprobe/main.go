@@ -7,21 +7,27 @@
 //	kubeprobe hello        print "hello from HOSTNAME"
 //	kubeprobe sleep        block until SIGTERM
 //	kubeprobe write FILE TEXT  write TEXT to FILE (a volume's)
+//	kubeprobe resolve NAME     print NAME's addresses, sorted, one line
+//	                           (the pod's resolv.conf: the cluster DNS)
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 )
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: kubeprobe serve ADDR | get URL | hello | sleep | write FILE TEXT")
+		fmt.Fprintln(os.Stderr, "usage: kubeprobe serve ADDR | get URL | hello | sleep | write FILE TEXT | resolve NAME")
 		os.Exit(2)
 	}
 	host, _ := os.Hostname()
@@ -52,6 +58,16 @@ func main() {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
+	case "resolve":
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		addrs, err := net.DefaultResolver.LookupHost(ctx, os.Args[2])
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		slices.Sort(addrs)
+		fmt.Println(strings.Join(addrs, " "))
 	case "hello":
 		fmt.Printf("hello from %s\n", host)
 	case "sleep":
