@@ -1,0 +1,381 @@
+package operator_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/kubeimages"
+	"github.com/etcd-steward/steward/internal/localkube"
+	"github.com/etcd-steward/steward/internal/ociimage"
+	"github.com/etcd-steward/steward/pkg/operator"
+	"github.com/etcd-steward/steward/test/harness"
+)
+
+// imageRef is the Steward image the tests build: this checkout's steward
+// (static) and the store's etcdctl, laid out as `make images` lays out
+// Steward's image.
+const imageRef = kubeimages.StewardImage + ":e2e-operator"
+
+var (
+	imageMu   sync.Mutex
+	imageDone = map[string]error{} // cluster dir -> build and import result
+)
+
+// stewardImage builds the image once per cluster and imports it into every
+// node.
+func stewardImage(t *testing.T, c *localkube.Cluster) string {
+	t.Helper()
+	imageMu.Lock()
+	defer imageMu.Unlock()
+	err, done := imageDone[c.Dir]
+	if !done {
+		err = buildImage(t, c)
+		imageDone[c.Dir] = err
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return imageRef
+}
+
+func buildImage(t *testing.T, c *localkube.Cluster) error {
+	dir := filepath.Join(c.Dir, "e2e-operator-image")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	bin := filepath.Join(dir, "steward")
+	if err := kubeimages.GoBuild(context.Background(), harness.RepoRoot(t), "./cmd/steward", bin); err != nil {
+		return err
+	}
+	store := os.Getenv("STEWARD_TEST_STORE")
+	if store == "" {
+		store = filepath.Join(harness.RepoRoot(t), ".cache", "store")
+	}
+	etcdctls, _ := filepath.Glob(filepath.Join(store, "etcd-v3.6.*", "etcdctl"))
+	if len(etcdctls) == 0 {
+		return fmt.Errorf("no etcdctl of 3.6 in the store %s (STEWARD_TEST_STORE)", store)
+	}
+	name, tag, _ := strings.Cut(imageRef, ":")
+	tarball := filepath.Join(dir, "steward.tar")
+	if _, err := ociimage.Write(context.Background(), ociimage.Spec{Name: name, Tag: tag,
+		Files: []ociimage.File{
+			{Path: "/usr/local/bin/steward", Mode: 0o755, Source: bin},
+			{Path: "/usr/local/bin/etcdctl", Mode: 0o755, Source: etcdctls[len(etcdctls)-1]},
+			{Path: operator.PodStewardDir, Mode: fs.ModeDir | 0o700},
+			{Path: operator.PodBinaryStore, Mode: fs.ModeDir | 0o755},
+			{Path: "/var/lib/steward-operator", Mode: fs.ModeDir | 0o700},
+			{Path: "/tmp", Mode: fs.ModeDir | fs.ModeSticky | 0o777},
+		},
+		Entrypoint: []string{"/usr/local/bin/steward"}}, tarball); err != nil {
+		return err
+	}
+	return c.ImportImage(context.Background(), tarball)
+}
+
+// clients returns a clientset and a controller-runtime client (with the
+// EtcdCluster type) of the admin's kubeconfig.
+func clients(t *testing.T, c *localkube.Cluster) (*kubernetes.Clientset, client.Client) {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Timeout = 30 * time.Second
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheme, err := operator.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs, cl
+}
+
+func kubectl(t *testing.T, c *localkube.Cluster, args ...string) string {
+	t.Helper()
+	out, err := c.Kubectl(t.Context(), args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// installOperator installs the CRD and the operator's ClusterRole (the
+// generated deploy/operator files), and runs the operator as a pod of ns
+// watching ns, removed when the test ends (its ClusterRoleBinding too).
+func installOperator(t *testing.T, c *localkube.Cluster, cs *kubernetes.Clientset, ns, image string) {
+	t.Helper()
+	root := harness.RepoRoot(t)
+	kubectl(t, c, "apply", "-f", filepath.Join(root, "deploy", "operator", "crd"))
+	kubectl(t, c, "wait", "--for=condition=Established", "--timeout=60s", "crd/etcdclusters.steward.etcd.io")
+	kubectl(t, c, "apply", "-f", filepath.Join(root, "deploy", "operator", "rbac", "role.yaml"))
+	ctx := t.Context()
+	if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "steward-operator"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	binding := "steward-operator-" + ns
+	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: binding},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "steward-operator"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "steward-operator", Namespace: ns}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cs.RbacV1().ClusterRoleBindings().Delete(context.Background(), binding, metav1.DeleteOptions{})
+	})
+	grace := int64(5)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "steward-operator", Labels: map[string]string{"app": "steward-operator"}},
+		Spec: corev1.PodSpec{
+			ServiceAccountName:            "steward-operator",
+			TerminationGracePeriodSeconds: &grace,
+			Containers: []corev1.Container{{
+				Name: "operator", Image: image, ImagePullPolicy: corev1.PullNever,
+				Args: []string{"operator", "--state-dir", "/var/lib/steward-operator", "--namespace", ns,
+					"--leader-elect", "--leader-election-namespace", ns, "--metrics-address", "0", "--health-address", ":8081",
+					"--member-image", image, "--member-image-pull-policy", "Never"},
+				VolumeMounts: []corev1.VolumeMount{{Name: "state", MountPath: "/var/lib/steward-operator"}},
+			}},
+			Volumes: []corev1.Volume{{Name: "state", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+		},
+	}
+	if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			logs(t, cs, ns, "steward-operator")
+		}
+	})
+}
+
+// logs writes a pod's logs into the test's.
+func logs(t *testing.T, cs *kubernetes.Clientset, ns, pod string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	b, err := cs.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{}).DoRaw(ctx)
+	t.Logf("--- logs of pod %s/%s (%v):\n%s", ns, pod, err, tail(string(b), 150))
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func namespace(t *testing.T, cs *kubernetes.Clientset, name string) string {
+	t.Helper()
+	if _, err := cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cs.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	return name
+}
+
+// TestOperatorCreate: the operator, a pod of the cluster, makes a
+// 3-member EtcdCluster spread over the three zones; it becomes Ready with
+// AllMembersReady and three members with IDs and roles; a client pod
+// writes and reads through NAME-client with NAME-client-tls; deleting the
+// EtcdCluster removes its pods.
+func TestOperatorCreate(t *testing.T) { harness.ForEachLocalKube(t, operatorCreate) }
+
+func operatorCreate(t *testing.T, c *localkube.Cluster) {
+	if len(c.Nodes) < 3 {
+		t.Skip("needs three nodes")
+	}
+	image := stewardImage(t, c)
+	cs, cl := clients(t, c)
+	ns := namespace(t, cs, "op-create")
+	installOperator(t, c, cs, ns, image)
+
+	ec := &v1alpha1.EtcdCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: ns},
+		Spec:       v1alpha1.EtcdClusterSpec{Replicas: 3},
+	}
+	if err := cl.Create(t.Context(), ec); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			pods, _ := cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: operator.Selector(ec)})
+			for _, p := range pods.Items {
+				t.Logf("pod %s: %s on %s %v", p.Name, p.Status.Phase, p.Spec.NodeName, p.Status.ContainerStatuses)
+				logs(t, cs, ns, p.Name)
+			}
+			var got v1alpha1.EtcdCluster
+			if err := cl.Get(context.Background(), client.ObjectKeyFromObject(ec), &got); err == nil {
+				t.Logf("status: %+v", got.Status)
+			}
+		}
+	})
+	key := types.NamespacedName{Namespace: ns, Name: "db"}
+	var got v1alpha1.EtcdCluster
+	harness.Eventually(t, 8*time.Minute, 2*time.Second, "EtcdCluster db Ready with AllMembersReady and 3 members", func() error {
+		if err := cl.Get(t.Context(), key, &got); err != nil {
+			return err
+		}
+		st := got.Status
+		for _, typ := range []string{v1alpha1.ConditionReady, v1alpha1.ConditionAllMembersReady, v1alpha1.ConditionDataVolumesReady} {
+			if !meta.IsStatusConditionTrue(st.Conditions, typ) {
+				cond := meta.FindStatusCondition(st.Conditions, typ)
+				return fmt.Errorf("%s not True: %+v (last operation %+v)", typ, cond, st.LastOperation)
+			}
+		}
+		if len(st.Members) != 3 || st.ReadyReplicas != 3 || st.Replicas != 3 {
+			return fmt.Errorf("members %+v, replicas %d, ready %d", st.Members, st.Replicas, st.ReadyReplicas)
+		}
+		return nil
+	})
+	st := got.Status
+	leaders := 0
+	for _, m := range st.Members {
+		if len(m.ID) != 16 || !m.Ready || m.Version == "" || (m.Role != "Leader" && m.Role != "Member") {
+			t.Errorf("member %+v", m)
+		}
+		if m.Role == "Leader" {
+			leaders++
+		}
+	}
+	if leaders != 1 || st.Leader == "" || st.ClusterID == "" || st.ReadyReplicasText != "3/3" ||
+		st.Selector != operator.Selector(ec) || st.ObservedGeneration != got.Generation || st.Version == "" {
+		t.Errorf("status %+v", st)
+	}
+	if st.LastOperation == nil || st.LastOperation.Type != "Create" || st.LastOperation.State != "Succeeded" {
+		t.Errorf("last operation %+v", st.LastOperation)
+	}
+
+	// One member per zone.
+	zoneOf := map[string]string{}
+	for _, n := range c.Nodes {
+		zoneOf[n.Name] = n.Zone
+	}
+	pods, err := cs.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: operator.Selector(ec)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	zones := map[string]bool{}
+	for _, p := range pods.Items {
+		zones[zoneOf[p.Spec.NodeName]] = true
+	}
+	if len(pods.Items) != 3 || len(zones) != 3 {
+		t.Errorf("%d member pods in zones %v", len(pods.Items), zones)
+	}
+
+	// A client writes and reads through the client Service.
+	clientPod(t, cs, ns, image, "put", "/operator/e2e", "hello")
+	if out := clientPod(t, cs, ns, image, "get", "/operator/e2e", "--print-value-only"); strings.TrimSpace(out) != "hello" {
+		t.Errorf("read through db-client: %q", out)
+	}
+
+	// An Event for the actions.
+	evs, err := cs.CoreV1().Events(ns).List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=db"})
+	if err == nil {
+		reasons := map[string]bool{}
+		for _, e := range evs.Items {
+			reasons[e.Reason] = true
+		}
+		for _, r := range []string{"Initialized", "Started"} {
+			if !reasons[r] {
+				t.Errorf("no event %s: %v", r, reasons)
+			}
+		}
+	}
+
+	// Deleting the EtcdCluster removes its pods (owner references).
+	if err := cl.Delete(t.Context(), &got); err != nil {
+		t.Fatal(err)
+	}
+	harness.Eventually(t, 3*time.Minute, time.Second, "member pods gone", func() error {
+		pods, err := cs.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: operator.Selector(ec)})
+		if err != nil {
+			return err
+		}
+		if len(pods.Items) > 0 {
+			return fmt.Errorf("%d pods left", len(pods.Items))
+		}
+		return nil
+	})
+}
+
+var clientSeq struct {
+	sync.Mutex
+	n int
+}
+
+// clientPod runs etcdctl ARGS in a pod of the Steward image against
+// https://db-client.NS.svc:2379 with the Secret db-client-tls, and
+// returns its output.
+func clientPod(t *testing.T, cs *kubernetes.Clientset, ns, image string, args ...string) string {
+	t.Helper()
+	clientSeq.Lock()
+	clientSeq.n++
+	name := fmt.Sprintf("client-%d", clientSeq.n)
+	clientSeq.Unlock()
+	grace := int64(1)
+	argv := append([]string{"--endpoints=https://db-client." + ns + ".svc:2379",
+		"--cacert=/tls/ca.crt", "--cert=/tls/tls.crt", "--key=/tls/tls.key", "--command-timeout=20s"}, args...)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: &grace,
+			Containers: []corev1.Container{{
+				Name: "etcdctl", Image: image, ImagePullPolicy: corev1.PullNever,
+				Command: []string{"/usr/local/bin/etcdctl"}, Args: argv,
+				VolumeMounts: []corev1.VolumeMount{{Name: "tls", MountPath: "/tls", ReadOnly: true}},
+			}},
+			Volumes: []corev1.Volume{{Name: "tls", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "db-client-tls"}}}},
+		},
+	}
+	if _, err := cs.CoreV1().Pods(ns).Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var phase corev1.PodPhase
+	harness.Eventually(t, 2*time.Minute, 500*time.Millisecond, "client pod "+name+" done", func() error {
+		p, err := cs.CoreV1().Pods(ns).Get(t.Context(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		phase = p.Status.Phase
+		if phase != corev1.PodSucceeded && phase != corev1.PodFailed {
+			return fmt.Errorf("phase %s", phase)
+		}
+		return nil
+	})
+	b, err := cs.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if phase != corev1.PodSucceeded {
+		t.Fatalf("etcdctl %s through db-client: %s\n%s", strings.Join(args, " "), phase, bytes.TrimSpace(b))
+	}
+	return string(b)
+}
