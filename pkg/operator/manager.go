@@ -68,6 +68,20 @@ func Scheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
+// prepareStateDir makes the state directory, 0700: a Steward directory
+// must be private, its parent included (the certificate renewal refuses
+// one whose ancestor others can write), and a fresh volume (an emptyDir is
+// 0777) is made the operator's own.
+func prepareStateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+	return nil
+}
+
 // Run runs the operator until ctx ends.
 func Run(ctx context.Context, cfg Config) error {
 	if cfg.StateDir == "" {
@@ -76,8 +90,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.MemberImage == "" {
 		return fmt.Errorf("%w: no member image", ErrConfig)
 	}
-	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-		return fmt.Errorf("state directory: %w", err)
+	if err := prepareStateDir(cfg.StateDir); err != nil {
+		return err
 	}
 	if cfg.ClusterDomain == "" {
 		cfg.ClusterDomain = DefaultClusterDomain

@@ -132,3 +132,21 @@ func TestInitDir(t *testing.T) {
 		t.Errorf("the directory does not open: %v", err)
 	}
 }
+
+// A state volume others can write (an emptyDir is 0777) is made private:
+// the Steward directories under it would be refused otherwise.
+func TestPrepareStateDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	if err := os.Mkdir(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := prepareStateDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(dir); err != nil || st.Mode().Perm() != 0o700 {
+		t.Errorf("state dir %v %v", st.Mode(), err)
+	}
+}
