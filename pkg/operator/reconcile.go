@@ -36,6 +36,7 @@ import (
 //
 // +kubebuilder:rbac:groups=steward.etcd.io,resources=etcdclusters,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=steward.etcd.io,resources=etcdclusters/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=steward.etcd.io,resources=etcdclusters/finalizers,verbs=update
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=services;secrets;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods;persistentvolumeclaims,verbs=get;list;watch
