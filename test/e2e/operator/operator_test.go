@@ -201,10 +201,12 @@ func namespace(t *testing.T, cs *kubernetes.Clientset, name string) string {
 }
 
 // TestOperatorCreate: the operator, a pod of the cluster, makes a
-// 3-member EtcdCluster spread over the three zones; it becomes Ready with
-// AllMembersReady and three members with IDs and roles; a client pod
-// writes and reads through NAME-client with NAME-client-tls; deleting the
-// EtcdCluster removes its pods.
+// 3-member EtcdCluster with continuous backups to the cluster's S3 server,
+// spread over the three zones; it becomes Ready with AllMembersReady and
+// three members with IDs and roles, and BackupReady with a last backup
+// time; a client pod writes and reads through NAME-client with
+// NAME-client-tls; deleting the EtcdCluster removes its pods and keeps
+// their claims.
 func TestOperatorCreate(t *testing.T) { harness.ForEachLocalKube(t, operatorCreate) }
 
 func operatorCreate(t *testing.T, c *localkube.Cluster) {
@@ -216,9 +218,23 @@ func operatorCreate(t *testing.T, c *localkube.Cluster) {
 	ns := namespace(t, cs, "op-create")
 	installOperator(t, c, cs, ns, image)
 
+	creds, err := os.ReadFile(c.S3CredentialsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s3 := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s3"}, StringData: map[string]string{}}
+	for _, l := range strings.Split(strings.TrimSpace(string(creds)), "\n") {
+		k, v, _ := strings.Cut(l, "=")
+		s3.StringData[k] = v
+	}
+	if _, err := cs.CoreV1().Secrets(ns).Create(t.Context(), s3, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	ec := &v1alpha1.EtcdCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: ns},
-		Spec:       v1alpha1.EtcdClusterSpec{Replicas: 3},
+		Spec: v1alpha1.EtcdClusterSpec{Replicas: 3, Backup: &v1alpha1.Backup{
+			S3: &v1alpha1.S3{Endpoint: c.S3Endpoint, Bucket: c.S3Bucket, CredentialsSecret: "s3"},
+		}},
 	}
 	if err := cl.Create(t.Context(), ec); err != nil {
 		t.Fatal(err)
@@ -243,7 +259,7 @@ func operatorCreate(t *testing.T, c *localkube.Cluster) {
 			return err
 		}
 		st := got.Status
-		for _, typ := range []string{v1alpha1.ConditionReady, v1alpha1.ConditionAllMembersReady, v1alpha1.ConditionDataVolumesReady} {
+		for _, typ := range []string{v1alpha1.ConditionReady, v1alpha1.ConditionAllMembersReady, v1alpha1.ConditionDataVolumesReady, v1alpha1.ConditionBackupReady} {
 			if !meta.IsStatusConditionTrue(st.Conditions, typ) {
 				cond := meta.FindStatusCondition(st.Conditions, typ)
 				return fmt.Errorf("%s not True: %+v (last operation %+v)", typ, cond, st.LastOperation)
@@ -251,6 +267,9 @@ func operatorCreate(t *testing.T, c *localkube.Cluster) {
 		}
 		if len(st.Members) != 3 || st.ReadyReplicas != 3 || st.Replicas != 3 {
 			return fmt.Errorf("members %+v, replicas %d, ready %d", st.Members, st.Replicas, st.ReadyReplicas)
+		}
+		if st.LastBackupTime == nil {
+			return fmt.Errorf("no last backup time")
 		}
 		return nil
 	})
@@ -302,7 +321,7 @@ func operatorCreate(t *testing.T, c *localkube.Cluster) {
 		for _, e := range evs.Items {
 			reasons[e.Reason] = true
 		}
-		for _, r := range []string{"Initialized", "Started"} {
+		for _, r := range []string{"Initialized", "Started", "BackupsOn"} {
 			if !reasons[r] {
 				t.Errorf("no event %s: %v", r, reasons)
 			}
@@ -323,6 +342,12 @@ func operatorCreate(t *testing.T, c *localkube.Cluster) {
 		}
 		return nil
 	})
+	for i := range 3 {
+		claim := fmt.Sprintf("data-db-%d", i)
+		if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(t.Context(), claim, metav1.GetOptions{}); err != nil {
+			t.Errorf("claim %s not kept: %v", claim, err)
+		}
+	}
 }
 
 var clientSeq struct {
