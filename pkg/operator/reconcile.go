@@ -260,9 +260,22 @@ func (r *Reconciler) ensureObjects(ctx context.Context, ec *v1alpha1.EtcdCluster
 	for _, s := range secrets {
 		objs = append(objs, s)
 	}
-	objs = append(objs, MemberAccount(ec), MemberRole(ec), MemberRoleBinding(ec),
+	// The pods are the Steward spec's members: a spec.replicas change is
+	// not carried out by the StatefulSet (scaling is member by member).
+	pods := int32(len(c.Spec.Agents))
+	if pods != ec.Spec.Replicas {
+		r.event(ec, corev1.EventTypeWarning, "ScaleNotSupported", "Scale",
+			"spec.replicas %d: the cluster has %d members, and changing the member count is not supported yet; the StatefulSet keeps %d pods", ec.Spec.Replicas, pods, pods)
+	}
+	if v := ec.Spec.Version; v != "" && v != c.Spec.Version {
+		r.event(ec, corev1.EventTypeWarning, "UpgradeNotSupported", "Upgrade",
+			"spec.version %s: the cluster runs etcd %s, and changing the version is not supported yet", v, c.Spec.Version)
+	}
+	sized := ec.DeepCopy()
+	sized.Spec.Replicas = pods
+	objs = append(objs, MemberAccount(ec), MemberRole(sized), MemberRoleBinding(ec),
 		PeerService(ec), ClientService(ec), DisruptionBudget(ec),
-		StatefulSet(ec, PodOptions{Image: r.Config.MemberImage, PullPolicy: corev1.PullPolicy(r.Config.PullPolicy)}))
+		StatefulSet(ec, PodOptions{Image: r.Config.MemberImage, PullPolicy: corev1.PullPolicy(r.Config.PullPolicy), Replicas: &pods}))
 	for _, want := range objs {
 		if err := r.apply(ctx, ec, want); err != nil {
 			return err
@@ -304,7 +317,7 @@ func (r *Reconciler) apply(ctx context.Context, ec *v1alpha1.EtcdCluster, want c
 			if c.CreationTimestamp.IsZero() {
 				c.Spec = w.Spec
 			} else {
-				c.Spec.Replicas, c.Spec.Template = w.Spec.Replicas, w.Spec.Template
+				c.Spec.Replicas, c.Spec.Template, c.Spec.UpdateStrategy = w.Spec.Replicas, w.Spec.Template, w.Spec.UpdateStrategy
 			}
 		}
 		return nil
