@@ -176,3 +176,23 @@ func TestReconcileKeepsMemberCount(t *testing.T) {
 		t.Errorf("role %+v %v", role.Rules, err)
 	}
 }
+
+// An EtcdCluster created with replicas 0 makes nothing and says why.
+func TestReconcileZeroReplicas(t *testing.T) {
+	ec := testCluster()
+	ec.Spec.Replicas = 0
+	r, cl := newReconciler(t, ec)
+	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "prod", Name: "db"}}
+	if _, err := r.Reconcile(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	var got v1alpha1.EtcdCluster
+	_ = cl.Get(t.Context(), req.NamespacedName, &got)
+	if op := got.Status.LastOperation; op == nil || op.State != "Running" || !strings.Contains(op.Description, "spec.replicas is 0") {
+		t.Errorf("last operation %+v", op)
+	}
+	var ss appsv1.StatefulSet
+	if err := cl.Get(t.Context(), req.NamespacedName, &ss); err == nil {
+		t.Error("a StatefulSet for no member")
+	}
+}
