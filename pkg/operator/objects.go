@@ -184,7 +184,7 @@ func StatefulSet(ec *v1alpha1.EtcdCluster, o PodOptions) *appsv1.StatefulSet {
 			// Pods are restarted by the operator, one member at a time
 			// with leadership moved first, never by the StatefulSet.
 			UpdateStrategy: appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType},
-			Selector:            &metav1.LabelSelector{MatchLabels: selectorLabels(ec)},
+			Selector:       &metav1.LabelSelector{MatchLabels: selectorLabels(ec)},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: objectLabels(ec)},
 				Spec: corev1.PodSpec{
