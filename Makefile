@@ -136,13 +136,16 @@ nftables:
 vet:
 	$(GO) vet ./...
 
-## generate: the EtcdCluster API's deep copies (api/v1alpha1) and its
-## CustomResourceDefinition (deploy/operator/crd) from the Go types, by
-## controller-gen pinned in hack/tools/go.mod.
+## generate: the EtcdCluster API's deep copies (api/v1alpha1), its
+## CustomResourceDefinition (deploy/operator/crd) from the Go types and the
+## operator's ClusterRole (deploy/operator/rbac/role.yaml) from the
+## +kubebuilder:rbac markers of pkg/operator, by controller-gen pinned in
+## hack/tools/go.mod.
 generate:
 	$(GO) build -modfile=hack/tools/go.mod -o bin/controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen
 	bin/controller-gen object:headerFile=/dev/null paths=./api/...
 	bin/controller-gen crd:crdVersions=v1 paths=./api/... output:crd:dir=deploy/operator/crd
+	bin/controller-gen rbac:roleName=steward-operator paths=./pkg/operator/... output:rbac:dir=deploy/operator/rbac
 
 ## test: the whole suite: unit tests under the race detector, then the
 ## end-to-end tests (test/...) against real etcd processes of every version

@@ -68,6 +68,12 @@ type Options struct {
 	// (PUT /v1/certs/{name}, pki.Install). Empty on a coordinator's
 	// machine, whose directory renews itself.
 	CertDir string
+	// ListenHost, when set, is the address members listen on (an IP
+	// address, or 0.0.0.0) while they advertise their config's URLs: the
+	// pod mode of a member pod, whose URLs name its DNS name
+	// (NAME-I.NAME-peer.NAMESPACE.svc...), which etcd cannot bind. Listen
+	// then names this address too (the command builds it so).
+	ListenHost string
 	// ClusterToken, when set, is the token of the cluster the agent's
 	// host joined: a spec of another cluster is refused (SetCluster).
 	ClusterToken string

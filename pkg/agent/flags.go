@@ -5,6 +5,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"maps"
+	"net"
 	"net/url"
 	"os"
 	"slices"
@@ -29,6 +30,18 @@ import (
 // certificate the member runs with. An adopted member keeps what it ran
 // with instead (TLSFiles.PeerAllowedCN, PeerAnyCN).
 func EtcdFlags(c agentapi.MemberConfig, cat *catalogue.Catalogue) ([]string, error) {
+	return EtcdFlagsListening(c, cat, "")
+}
+
+// EtcdFlagsListening is EtcdFlags for a member that listens on another
+// address than the one it advertises: listenHost (an IP address, or
+// 0.0.0.0) replaces the host of its client and peer URLs in
+// --listen-client-urls and --listen-peer-urls, while
+// --advertise-client-urls and --initial-advertise-peer-urls keep the
+// config's URLs. A member pod advertises its DNS name, which etcd cannot
+// bind, and listens on the pod's IP (Options.ListenHost, the agent's pod
+// mode). Empty listenHost: EtcdFlags.
+func EtcdFlagsListening(c agentapi.MemberConfig, cat *catalogue.Catalogue, listenHost string) ([]string, error) {
 	extra, err := cat.Flags(c.Version, c.ExtraFlags)
 	if err != nil {
 		return nil, fmt.Errorf("member %s: %w", c.Name, err)
@@ -44,9 +57,9 @@ func EtcdFlags(c agentapi.MemberConfig, cat *catalogue.Catalogue) ([]string, err
 	f := []string{
 		"--name=" + c.Name,
 		"--data-dir=" + c.DataDir,
-		"--listen-client-urls=" + c.ClientURL,
+		"--listen-client-urls=" + ListenURL(c.ClientURL, listenHost),
 		"--advertise-client-urls=" + c.ClientURL,
-		"--listen-peer-urls=" + c.PeerURL,
+		"--listen-peer-urls=" + ListenURL(c.PeerURL, listenHost),
 		"--initial-advertise-peer-urls=" + c.PeerURL,
 		"--initial-cluster=" + c.InitialCluster,
 		"--initial-cluster-state=" + c.InitialClusterState,
@@ -96,6 +109,22 @@ func EtcdFlags(c agentapi.MemberConfig, cat *catalogue.Catalogue) ([]string, err
 		f = append(f, "--"+strings.TrimLeft(k, "-")+"="+extra[k])
 	}
 	return f, nil
+}
+
+// ListenURL returns raw (a member's client or peer URL) with its host
+// replaced by listenHost, keeping the scheme and the port; raw as it is
+// when listenHost is empty or raw does not parse (ValidateConfig refuses
+// such a config before it is stored).
+func ListenURL(raw, listenHost string) string {
+	if listenHost == "" {
+		return raw
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return raw
+	}
+	u.Host = net.JoinHostPort(listenHost, u.Port())
+	return u.String()
 }
 
 // ValidateConfig checks a member config before the agent stores it.

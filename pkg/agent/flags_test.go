@@ -256,3 +256,37 @@ func TestBackoff(t *testing.T) {
 		t.Error("backoff must be capped")
 	}
 }
+
+// A member pod advertises its DNS name and listens on the pod's IP: the
+// listen flags carry the listen host, the advertised ones the config's URLs.
+func TestEtcdFlagsListening(t *testing.T) {
+	c := withCerts(t, baseConfig())
+	c.ClientURL = "https://db-0.db-peer.ns.svc.cluster.local:2379"
+	c.PeerURL = "https://db-0.db-peer.ns.svc.cluster.local:2380"
+	f, err := EtcdFlagsListening(c, catalogue.Default(), "10.244.1.7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"--listen-client-urls=https://10.244.1.7:2379",
+		"--advertise-client-urls=https://db-0.db-peer.ns.svc.cluster.local:2379",
+		"--listen-peer-urls=https://10.244.1.7:2380",
+		"--initial-advertise-peer-urls=https://db-0.db-peer.ns.svc.cluster.local:2380",
+	} {
+		if !slices.Contains(f, want) {
+			t.Errorf("missing %s in %v", want, f)
+		}
+	}
+	for raw, want := range map[string]string{
+		"https://a.b:2379": "https://[fd00::1]:2379",
+		"http://a.b:12380": "http://[fd00::1]:12380",
+		"%%not a url":      "%%not a url",
+	} {
+		if got := ListenURL(raw, "fd00::1"); got != want {
+			t.Errorf("ListenURL(%q) = %q, want %q", raw, got, want)
+		}
+	}
+	if got := ListenURL("https://a.b:2379", ""); got != "https://a.b:2379" {
+		t.Errorf("no listen host changed the URL: %s", got)
+	}
+}

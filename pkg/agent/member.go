@@ -537,7 +537,7 @@ func (m *member) launch(cfg agentapi.MemberConfig) (p *process, fresh bool, err 
 		return nil, false, lostDataError(cfg.DataDir, cfg.Name, rec)
 	}
 	for _, u := range []struct{ what, raw string }{{"client URL", cfg.ClientURL}, {"peer URL", cfg.PeerURL}} {
-		if err := checkPortFree(u.raw); err != nil {
+		if err := checkPortFree(ListenURL(u.raw, m.a.opts.ListenHost)); err != nil {
 			return nil, false, fmt.Errorf("%s %s: %w", u.what, u.raw, err)
 		}
 	}
@@ -560,7 +560,7 @@ func (m *member) launch(cfg agentapi.MemberConfig) (p *process, fresh bool, err 
 	if err != nil {
 		return nil, false, err
 	}
-	flags, err := EtcdFlags(cfg, cat)
+	flags, err := EtcdFlagsListening(cfg, cat, m.a.opts.ListenHost)
 	if err != nil {
 		return nil, false, err
 	}

@@ -135,7 +135,7 @@ func writeJoin(c *cluster.Cluster, a spec.Agent, validity time.Duration) error {
 	if validity == 0 {
 		validity = join.DefaultValidity
 	}
-	b, err := pki.IssueHost(c.CertDir(), c.Spec.Name, a.Name, a.Host, c.Validity())
+	b, err := pki.IssueHost(c.CertDir(), c.Spec.Name, a.Name, a.Host, c.Validity(), c.Spec.TLS.ServerNames...)
 	if err != nil {
 		return err
 	}

@@ -468,8 +468,9 @@ func HostCN(name string) string { return "steward-host:" + name }
 // IssueHost issues a host's certificates from the CA in dir (which Ensure
 // created). address is the host's IP address or DNS name. The peer
 // certificate keeps the cluster-wide common name (CLUSTER-peer), so members
-// can restrict their peer port to it.
-func IssueHost(dir, clusterName, agentName, address string, v Validity) (*HostBundle, error) {
+// can restrict their peer port to it. serverNames are more names the
+// server certificate carries (a Service in front of the members).
+func IssueHost(dir, clusterName, agentName, address string, v Validity, serverNames ...string) (*HostBundle, error) {
 	v = v.WithDefaults()
 	if RotationInProgress(dir) {
 		// As in IssueClient: the old CA would sign a bundle trusting both.
@@ -497,7 +498,7 @@ func IssueHost(dir, clusterName, agentName, address string, v Validity) (*HostBu
 		cert, key *[]byte
 	}{
 		{AgentCN(agentName), []string{address}, &b.AgentCert, &b.AgentKey},
-		{clusterName + "-server", hosts, &b.ServerCert, &b.ServerKey},
+		{clusterName + "-server", append(slices.Clone(hosts), serverNames...), &b.ServerCert, &b.ServerKey},
 		{clusterName + "-peer", hosts, &b.PeerCert, &b.PeerKey},
 		{HostCN(agentName), []string{address}, &b.ClientCert, &b.ClientKey},
 	} {

@@ -421,3 +421,33 @@ func TestDescribeFileBundle(t *testing.T) {
 		t.Errorf("missing file: %+v", got)
 	}
 }
+
+// A host's server certificate carries the extra server names (a Service in
+// front of the members); its other leaves do not.
+func TestIssueHostServerNames(t *testing.T) {
+	dir := t.TempDir()
+	if err := Ensure(dir, "db", nil); err != nil {
+		t.Fatal(err)
+	}
+	b, err := IssueHost(dir, "db", "db-0", "db-0.db-peer.prod.svc.cluster.local", Validity{}, "db-client", "db-client.prod.svc.cluster.local")
+	if err != nil {
+		t.Fatal(err)
+	}
+	parse := func(p []byte) *x509.Certificate {
+		blk, _ := pem.Decode(p)
+		c, err := x509.ParseCertificate(blk.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	srv := parse(b.ServerCert)
+	for _, n := range []string{"db-0.db-peer.prod.svc.cluster.local", "localhost", "db-client", "db-client.prod.svc.cluster.local"} {
+		if err := srv.VerifyHostname(n); err != nil {
+			t.Errorf("server certificate: %v", err)
+		}
+	}
+	if err := parse(b.PeerCert).VerifyHostname("db-client"); err == nil {
+		t.Error("the peer certificate carries the client Service's name")
+	}
+}

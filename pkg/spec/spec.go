@@ -49,6 +49,11 @@ type Cluster struct {
 	Recovery    Recovery `json:"recovery,omitempty"`
 	Agents      []Agent  `json:"agents"`
 	Members     []Member `json:"members"`
+	// PodHosts marks a cluster whose hosts are Kubernetes member pods
+	// (written by Steward's operator): their addresses are DNS names that
+	// resolve only while the pods run, so validation takes each name as
+	// it is (one name, one host) instead of resolving it.
+	PodHosts bool `json:"podHosts,omitempty"`
 	// External marks a cluster Steward did not create and does not run
 	// (written by `steward attach`): its members run under no agent, and
 	// Steward reaches them with the operator's own client certificate.
@@ -147,6 +152,11 @@ type TLS struct {
 	// to half the renewal margin when that is shorter, so a leaf renewed
 	// on time never warns).
 	ExpiryWarning string `json:"expiryWarning,omitempty"`
+	// ServerNames are more DNS names the server certificates of the
+	// hosts' members carry (issued into the join files), for clients that
+	// reach the members through a name in front of them: the operator's
+	// client Service NAME-client.NAMESPACE.svc...
+	ServerNames []string `json:"serverNames,omitempty"`
 }
 
 // Certificate lifetimes when the spec leaves them empty.
@@ -835,6 +845,10 @@ type HostsOptions struct {
 	Hosts   []Host
 	// Members defaults to one per host.
 	Members int
+	// PodHosts: the hosts are member pods (Cluster.PodHosts).
+	PodHosts bool
+	// ServerNames go into TLS.ServerNames.
+	ServerNames []string
 	// ClientPort, PeerPort and AgentPort default to 2379, 2380 and
 	// DefaultAgentPort. A host with several members gives its k-th
 	// member (from 0) ClientPort+10k and PeerPort+10k.
@@ -874,7 +888,8 @@ func NewMultiHost(o HostsOptions) (*Cluster, error) {
 	if _, err := rand.Read(tok); err != nil {
 		return nil, err
 	}
-	c := &Cluster{Name: o.Name, Token: o.Name + "-" + hex.EncodeToString(tok), Version: o.Version}
+	c := &Cluster{Name: o.Name, Token: o.Name + "-" + hex.EncodeToString(tok), Version: o.Version, PodHosts: o.PodHosts}
+	c.TLS.ServerNames = o.ServerNames
 	seen := map[string]bool{}
 	for _, h := range o.Hosts {
 		if seen[h.Name] {

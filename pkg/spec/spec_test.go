@@ -2,6 +2,7 @@ package spec
 
 import (
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -441,5 +442,40 @@ func TestNewDefaultMetrics(t *testing.T) {
 	s, err := NewDefault(DefaultOptions{Members: 1, Version: "3.6.16", StewardDir: "/d", Host: "127.0.0.1", FreePort: free, NoMetrics: true})
 	if err != nil || s.Agents[0].MetricsAddress != "" {
 		t.Errorf("NoMetrics: metricsAddress %q, %v", s.Agents[0].MetricsAddress, err)
+	}
+}
+
+// A spec of member pods (PodHosts) validates with host names that do not
+// resolve (the pods do not exist yet, or one is being recreated), and
+// still refuses two agents on one name and a member off its agent's host.
+func TestPodHostsValidate(t *testing.T) {
+	hosts := []Host{{"db-0", "db-0.db-peer.ns.svc.cluster.local"}, {"db-1", "db-1.db-peer.ns.svc.cluster.local"}, {"db-2", "db-2.db-peer.ns.svc.cluster.local"}}
+	c, err := NewMultiHost(HostsOptions{Name: "db", Version: "3.6.16", Hosts: hosts, PodHosts: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	noDNS := func(h string) ([]string, error) { return nil, fmt.Errorf("no such host %s", h) }
+	if _, err := c.Validate(ValidateOptions{Resolve: noDNS}); err != nil {
+		t.Fatalf("pod hosts looked up: %v", err)
+	}
+	c.PodHosts = false
+	if _, err := c.Validate(ValidateOptions{Resolve: noDNS}); err == nil || !strings.Contains(err.Error(), "does not resolve") {
+		t.Fatalf("host hosts not looked up: %v", err)
+	}
+	c.PodHosts = true
+	twice := c.Clone()
+	twice.Agents[1].Host = strings.ToUpper(twice.Agents[0].Host)
+	if _, err := twice.Validate(ValidateOptions{Resolve: noDNS}); err == nil || !strings.Contains(err.Error(), "both on host") {
+		t.Errorf("two agents on one pod name: %v", err)
+	}
+	names := c.Clone()
+	names.TLS.ServerNames = []string{"db-client.ns.svc", "https://db-client:2379"}
+	if _, err := names.Validate(ValidateOptions{Resolve: noDNS}); err == nil || !strings.Contains(err.Error(), `tls.serverNames "https://db-client:2379": want a DNS name`) || strings.Contains(err.Error(), `"db-client.ns.svc"`) {
+		t.Errorf("server names: %v", err)
+	}
+	off := c.Clone()
+	off.Members[0].ClientURL = "https://db-1.db-peer.ns.svc.cluster.local:2379"
+	if _, err := off.Validate(ValidateOptions{Resolve: noDNS}); err == nil || !strings.Contains(err.Error(), "is not the host of agent db-0") {
+		t.Errorf("member off its pod: %v", err)
 	}
 }

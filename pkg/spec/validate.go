@@ -76,6 +76,22 @@ var (
 	ErrAgentBeforeAdopt = errors.New("a member of an attached cluster names an agent before it is adopted")
 )
 
+// podHost is the resolver of a spec whose hosts are pods (PodHosts): an
+// IP literal normalized, a name as it is, lower-cased, never looked up.
+func podHost(h string) ([]string, error) {
+	if ip := net.ParseIP(h); ip != nil {
+		return []string{ip.String()}, nil
+	}
+	if h == "" {
+		return nil, errors.New("empty host")
+	}
+	return []string{strings.ToLower(h)}, nil
+}
+
+// dnsNameRE is a DNS name: dot-separated labels of letters, digits and
+// '-', each starting and ending with a letter or digit.
+var dnsNameRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$`)
+
 var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 // externalNameRE is the name of a member of an attached cluster: etcd's
@@ -131,6 +147,11 @@ func (c *Cluster) Validate(o ValidateOptions) (warnings []string, err error) {
 	if !c.TLS.Disabled {
 		_, verrs := c.TLS.validity()
 		errs = append(errs, verrs...)
+	}
+	for _, n := range c.TLS.ServerNames {
+		if !dnsNameRE.MatchString(n) {
+			bad("tls.serverNames %q: want a DNS name such as db-client.prod.svc.cluster.local", n)
+		}
 	}
 
 	if c.Backup.FullSchedule != "" {
@@ -196,6 +217,11 @@ func (c *Cluster) Validate(o ValidateOptions) (warnings []string, err error) {
 	}
 
 	resolve := o.resolver()
+	if c.PodHosts {
+		// Member pods' DNS names resolve only while the pods run: a
+		// name stands for itself (one name, one pod).
+		resolve = podHost
+	}
 	agents := map[string]bool{}
 	// hostIPs holds each remote agent's resolved addresses; hostOf maps
 	// an address to the agent whose host it is (one agent per host).

@@ -28,6 +28,7 @@ import (
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/leader"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/member"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/migrate"
+	"github.com/etcd-steward/steward/cmd/steward/internal/command/operator"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/plan"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/recovery"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/restore"
@@ -98,6 +99,7 @@ func NewRootCommand() *cobra.Command {
 		adopt.NewCommand(g),
 		binaries.NewCommand(g),
 		certs.NewCommand(g),
+		operator.NewCommand(g),
 		etcd.NewCommand(),
 	)
 	return root

@@ -9,9 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -33,7 +35,7 @@ import (
 
 // NewCommand returns the agent command.
 func NewCommand(g *cli.Globals) *cobra.Command {
-	var name, socket, joinFile, store string
+	var name, socket, joinFile, store, listenAddr string
 	var pod podFlags
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -60,14 +62,22 @@ Later runs need only --dir.`,
 			}
 			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 			o := agentpkg.Options{Name: name, Dir: dir, Socket: socket, Log: log, BinaryStore: store, Advise: cli.LibraryAdvice}
-			if joinFile != "" {
+			if listenAddr != "" && net.ParseIP(listenAddr) == nil {
+				return fmt.Errorf("--listen-address %q: not an IP address; give the pod's IP ($(POD_IP) from the downward API) or 0.0.0.0", listenAddr)
+			}
+			if joinFile != "" && !(listenAddr != "" && joinedAlready(dir, joinFile)) {
 				f, err := join.Read(joinFile)
 				if err != nil {
 					return err
 				}
-				addrs, err := join.LocalAddrs()
-				if err != nil {
-					return err
+				var addrs []net.IP
+				if listenAddr == "" {
+					// On a host the file's address must be this machine's;
+					// a pod's is its DNS name, which resolves to the pod's
+					// IP only once the peer Service publishes it.
+					if addrs, err = join.LocalAddrs(); err != nil {
+						return err
+					}
 				}
 				id, err := join.Apply(dir, f, time.Now(), addrs)
 				if err != nil {
@@ -87,6 +97,12 @@ Later runs need only --dir.`,
 				}
 				o.Name = id.Agent
 				o.Listen = id.Listen()
+				if listenAddr != "" {
+					// Pod mode: listen on the pod's IP, advertise the
+					// identity's DNS name (members likewise).
+					o.ListenHost = listenAddr
+					o.Listen = net.JoinHostPort(listenAddr, strconv.Itoa(id.Port))
+				}
 				o.ClusterToken = id.ClusterToken
 				o.CertDir = filepath.Join(dir, "pki")
 				if o.TLS, err = pki.AgentServerTLS(filepath.Join(dir, "pki")); err != nil {
@@ -152,6 +168,7 @@ Later runs need only --dir.`,
 	cmd.Flags().StringVar(&socket, "socket", "", "Unix socket of the API (default DIR/run/agent.sock; DIR/run/agent-NAME.sock for other names)")
 	cmd.Flags().StringVar(&joinFile, "join", "", "join a multi-host cluster with this host's join `FILE` (written by steward init or steward host add)")
 	cmd.Flags().StringVar(&store, "binary-store", "", "binary store of members configured from another host (default DIR/binaries)")
+	cmd.Flags().StringVar(&listenAddr, "listen-address", "", "pod mode: the agent API and the members listen on this IP address (the pod's, or 0.0.0.0) and advertise the join file's host name; a directory that already joined keeps its identity and ignores --join")
 	// A member pod's flags (pod.go).
 	pod.register(cmd.Flags())
 	cmd.AddCommand(newInstallCommand(g))
@@ -207,6 +224,22 @@ run do it by passing --join through 'steward agent' by hand).`,
 	cmd.Flags().StringVar(&unitDir, "unit-dir", "/etc/systemd/system", "where systemd units go")
 	cmd.Flags().StringVar(&store, "binary-store", "", "binary store the agent runs members from (default DIR/binaries)")
 	return cmd
+}
+
+// joinedAlready reports whether dir already joined as the agent of the
+// join file at path, of the same cluster: a member pod restarts with the
+// same --join flag, and its file (valid for a while only) is not needed
+// again. An unreadable file or identity: false (the join then says why).
+func joinedAlready(dir, path string) bool {
+	id, err := join.LoadIdentity(dir)
+	if err != nil {
+		return false
+	}
+	f, err := join.Read(path)
+	if err != nil {
+		return false
+	}
+	return id.Agent == f.Agent && id.ClusterToken == f.ClusterToken
 }
 
 // joinHint adds to a refused join file how to get a good one: a new file

@@ -3,10 +3,13 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/etcd-steward/steward/pkg/join"
+	"github.com/etcd-steward/steward/pkg/pki"
 )
 
 // TestJoinHint: a refused join file reads as it did when the library
@@ -33,5 +36,35 @@ func TestJoinHint(t *testing.T) {
 	other := errors.New("permission denied")
 	if joinHint(other, f) != other {
 		t.Error("joinHint changed an error it has no advice for")
+	}
+}
+
+// TestJoinedAlready: a member pod restarting with the same --join finds
+// its directory joined as that agent of that cluster and skips the file
+// (which may have expired); another agent's or cluster's file is applied
+// (and refused by join.Apply), as is any file before the first join.
+func TestJoinedAlready(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(t.TempDir(), "db-0.yaml")
+	f := join.New("db", "db-tok", "db-0", "db-0.db-peer.ns.svc.cluster.local", 2378, &pki.HostBundle{}, time.Now().Add(-time.Hour))
+	if err := f.Write(file); err != nil {
+		t.Fatal(err)
+	}
+	if joinedAlready(dir, file) {
+		t.Fatal("a directory that never joined counts as joined")
+	}
+	id := "apiVersion: steward.etcd.io/v1alpha1\nkind: AgentIdentity\ncluster: db\nclusterToken: db-tok\nagent: db-0\nhost: db-0.db-peer.ns.svc.cluster.local\nport: 2378\njoinedAt: 2026-01-01T00:00:00Z\n"
+	if err := os.WriteFile(filepath.Join(dir, join.IdentityFile), []byte(id), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if !joinedAlready(dir, file) {
+		t.Error("the directory of agent db-0 of cluster db-tok does not count as joined by db-0's file")
+	}
+	other := join.New("db", "other-tok", "db-0", "h", 2378, &pki.HostBundle{}, time.Now())
+	if err := other.Write(file); err != nil {
+		t.Fatal(err)
+	}
+	if joinedAlready(dir, file) {
+		t.Error("a file of another cluster counts as joined")
 	}
 }

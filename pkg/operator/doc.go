@@ -1,0 +1,34 @@
+// Package operator is Steward's Kubernetes operator: a controller-runtime
+// manager whose EtcdCluster reconciler is the coordinator of one
+// multi-host Steward cluster per resource, every member pod one of its
+// hosts (docs/operator.md). It sits above the operations, as the commands
+// do: it drives pkg/bootstrap (init's library path, up) and pkg/status
+// against the pods' agents, and builds the Kubernetes objects the members
+// run in.
+//
+// For an EtcdCluster NAME in NAMESPACE it keeps:
+//   - a Steward directory, STATE/NAMESPACE/NAME (Config.StateDir): the
+//     spec (hosts = the pods' DNS names NAME-I.NAME-peer.NAMESPACE.svc.DOMAIN,
+//     members NAME-I), the CA and the admin certificate, the join files,
+//     the S3 credentials read from the resource's Secret (secrets/, 0600,
+//     never logged), the status files;
+//   - Secrets NAME-ca, NAME-join (one key per pod, NAME-I.yaml),
+//     NAME-client-tls; Services NAME-peer (headless, publishing pods that
+//     are not ready) and NAME-client; the StatefulSet NAME; the
+//     PodDisruptionBudget NAME; the ServiceAccount NAME-member with a Role
+//     on its cluster's Leases.
+//
+// Invariants:
+//   - Every object it makes carries an owner reference to its EtcdCluster
+//     (objects.go: owned), so deleting the resource deletes them through
+//     Kubernetes' garbage collector; no finalizer is needed. The
+//     StatefulSet's PersistentVolumeClaims are kept (its default retention
+//     policy, Retain) and so are the backups; the Steward directory of a
+//     deleted resource is moved aside, not deleted, when a new resource
+//     of the same name appears (state.go: a directory belongs to one UID).
+//   - `up` runs once per directory, after every pod's agent answered; once
+//     the cluster ID is recorded the reconciler only reports, so a restart
+//     of the operator never bootstraps a cluster twice.
+//   - The S3 credentials are read from the Secret into a file of the state
+//     directory only; they appear in no log, Event or status.
+package operator

@@ -1,0 +1,419 @@
+package operator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/pkg/backup"
+	"github.com/etcd-steward/steward/pkg/bootstrap"
+	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/pki"
+	"github.com/etcd-steward/steward/pkg/progress"
+	"github.com/etcd-steward/steward/pkg/status"
+)
+
+// RBAC of the operator (make generate writes deploy/operator/rbac/role.yaml):
+//
+// +kubebuilder:rbac:groups=steward.etcd.io,resources=etcdclusters,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=steward.etcd.io,resources=etcdclusters/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=steward.etcd.io,resources=etcdclusters/finalizers,verbs=update
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=services;secrets;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods;persistentvolumeclaims,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+
+// RequeueAfter is how often a cluster's status is refreshed with nothing
+// else happening.
+const RequeueAfter = 10 * time.Second
+
+// Reconciler makes and reports the etcd cluster of each EtcdCluster.
+//
+// Controller-runtime runs Reconcile for one resource at a time
+// (MaxConcurrentReconciles 1), so the Steward directory of a resource has
+// one writer. Config and the client never change after SetupWithManager.
+type Reconciler struct {
+	Client   client.Client
+	Recorder events.EventRecorder
+	Config   Config
+
+	// mu guards ops.
+	mu sync.Mutex
+	// ops is the newest operation per resource (NAMESPACE/NAME), guarded
+	// by mu: Reconcile keeps it until the status carries it.
+	ops map[string]*v1alpha1.Operation
+}
+
+// SetupWithManager registers the reconciler: EtcdClusters and what they
+// own.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.ops = map[string]*v1alpha1.Operation{}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.EtcdCluster{}).
+		Owns(&appsv1.StatefulSet{}).
+		Owns(&corev1.Service{}).
+		Owns(&corev1.Secret{}).
+		Owns(&policyv1.PodDisruptionBudget{}).
+		Owns(&coordinationv1.Lease{}).
+		Named("etcdcluster").
+		Complete(r)
+}
+
+func (r *Reconciler) event(ec *v1alpha1.EtcdCluster, typ, reason, action, format string, args ...any) {
+	if r.Recorder != nil {
+		r.Recorder.Eventf(ec, nil, typ, reason, action, format, args...)
+	}
+}
+
+func (r *Reconciler) setOp(ec *v1alpha1.EtcdCluster, typ, state, desc string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	key := ec.Namespace + "/" + ec.Name
+	now := metav1.Now()
+	op := r.ops[key]
+	if op == nil || op.Type != typ || op.State != "Running" {
+		op = &v1alpha1.Operation{Type: typ, StartTime: now}
+		if ec.Status.LastOperation != nil && ec.Status.LastOperation.Type == typ && ec.Status.LastOperation.State == "Running" {
+			op.StartTime = ec.Status.LastOperation.StartTime
+		}
+	}
+	op.State, op.Description = state, desc
+	if state != "Running" {
+		op.EndTime = &now
+	}
+	r.ops[key] = op
+}
+
+func (r *Reconciler) op(ec *v1alpha1.EtcdCluster) *v1alpha1.Operation {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ops[ec.Namespace+"/"+ec.Name]
+}
+
+// Reconcile brings one EtcdCluster a step closer to what it asks for and
+// reports its status.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	log := logf.FromContext(ctx)
+	var ec v1alpha1.EtcdCluster
+	if err := r.Client.Get(ctx, req.NamespacedName, &ec); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !ec.DeletionTimestamp.IsZero() {
+		// Everything it owns goes with it (owner references); claims and
+		// backups are kept.
+		return ctrl.Result{}, nil
+	}
+	c, err := r.ensure(ctx, &ec)
+	if err != nil {
+		log.Error(err, "reconcile")
+		r.event(&ec, corev1.EventTypeWarning, "ReconcileFailed", "Reconcile", "%v", err)
+		if op := r.op(&ec); op == nil || op.State == "Running" {
+			r.setOp(&ec, "Create", "Failed", err.Error())
+		}
+		if serr := r.updateStatus(ctx, &ec, Observed{StatusError: err.Error(), Volumes: r.volumes(ctx, &ec), Operation: r.op(&ec)}); serr != nil {
+			log.Error(serr, "status")
+		}
+		return ctrl.Result{RequeueAfter: RequeueAfter}, nil
+	}
+	o := Observed{Volumes: r.volumes(ctx, &ec), Operation: r.op(&ec)}
+	if c != nil {
+		sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		st, err := status.Get(sctx, c)
+		cancel()
+		if err != nil {
+			o.StatusError = err.Error()
+		}
+		o.Status = st
+		if bs, ok := backup.PickLoopStatus(c.LoopStatuses(ctx)); ok {
+			o.LastBackup = bs.LastUpload
+		}
+	} else {
+		o.StatusError = "the members have not started yet: waiting for every member pod's agent to answer"
+	}
+	if err := r.updateStatus(ctx, &ec, o); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: RequeueAfter}, nil
+}
+
+// ensure makes what ec needs and returns its cluster once it was started
+// (nil while its pods' agents do not all answer yet).
+func (r *Reconciler) ensure(ctx context.Context, ec *v1alpha1.EtcdCluster) (*cluster.Cluster, error) {
+	dir := StateDir(r.Config.StateDir, ec)
+	moved, err := claimDir(dir, string(ec.UID))
+	if err != nil {
+		return nil, err
+	}
+	if moved != "" {
+		r.event(ec, corev1.EventTypeNormal, "StateMovedAside", "Create", "moved the Steward directory of a deleted EtcdCluster of this name to %s", moved)
+	}
+	if ec.Spec.Backup != nil && ec.Spec.Backup.Volume != nil {
+		return nil, fmt.Errorf("spec.backup.volume is not supported yet: give spec.backup.s3")
+	}
+	s3CA := false
+	if b := ec.Spec.Backup; b != nil && b.S3 != nil {
+		var sec corev1.Secret
+		if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: b.S3.CredentialsSecret}, &sec); err != nil {
+			return nil, fmt.Errorf("spec.backup.s3.credentialsSecret %s: %w", b.S3.CredentialsSecret, err)
+		}
+		creds, err := S3Credentials(b.S3.CredentialsSecret, sec.Data)
+		if err != nil {
+			return nil, err
+		}
+		if err := writeSecretFile(dir, s3CredentialsFile, creds); err != nil {
+			return nil, err
+		}
+		if b.S3.CASecret != "" {
+			var ca corev1.Secret
+			if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: b.S3.CASecret}, &ca); err != nil {
+				return nil, fmt.Errorf("spec.backup.s3.caSecret %s: %w", b.S3.CASecret, err)
+			}
+			if len(ca.Data["ca.crt"]) == 0 {
+				return nil, fmt.Errorf("%w: Secret %s needs the key ca.crt", ErrBadSecret, b.S3.CASecret)
+			}
+			if err := writeSecretFile(dir, s3CAFile, ca.Data["ca.crt"]); err != nil {
+				return nil, err
+			}
+			s3CA = true
+		}
+	}
+	if ec.Spec.TLS.CASecret != "" {
+		return nil, fmt.Errorf("spec.tls.caSecret is not supported yet: leave it empty and the operator makes the cluster's CA (Secret %s)", caSecret(ec))
+	}
+	if _, err := os.Stat(filepath.Join(dir, "cluster.yaml")); errors.Is(err, os.ErrNotExist) && ec.Spec.Replicas == 0 {
+		// Created hibernated: nothing to make until there is a member.
+		r.setOp(ec, "Create", "Running", "spec.replicas is 0: the cluster is created once it is 1 or more")
+		return nil, nil
+	}
+	say := progress.Func(func(format string, args ...any) { logf.FromContext(ctx).Info(fmt.Sprintf(format, args...)) })
+	c, created, err := initDir(ctx, dir, ec, InitOptions(ec, r.Config.ClusterDomain, r.Config.BinaryStore, s3CA), say)
+	if err != nil {
+		return nil, err
+	}
+	if created {
+		r.event(ec, corev1.EventTypeNormal, "Initialized", "Create", "wrote the cluster's spec, CA and join files for %d members, etcd %s", len(c.Spec.Members), c.Spec.Version)
+		r.setOp(ec, "Create", "Running", "creating the member pods")
+	}
+	if err := r.ensureObjects(ctx, ec, c); err != nil {
+		return nil, err
+	}
+	if id, _ := c.KnownClusterID(); id != "" {
+		return c, nil
+	}
+	// Not started yet: up once every pod's agent answers.
+	var waiting []string
+	for _, a := range c.Spec.Agents {
+		rt, err := c.Runtime(a.Name)
+		if err == nil {
+			err = rt.Ping(ctx, 3*time.Second)
+		}
+		if err != nil {
+			waiting = append(waiting, a.Name)
+		}
+	}
+	if len(waiting) > 0 {
+		r.setOp(ec, "Create", "Running", fmt.Sprintf("waiting for the agents of %s", strings.Join(waiting, ", ")))
+		return nil, nil
+	}
+	r.event(ec, corev1.EventTypeNormal, "Starting", "Create", "every member pod's agent answers: starting %d members", len(c.Spec.Members))
+	uctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	c, warnings, err := bootstrap.Up(uctx, dir, bootstrap.UpOptions{StewardBinary: r.Config.StewardBinary, Timeout: 2 * time.Minute}, say)
+	for _, w := range warnings {
+		r.event(ec, corev1.EventTypeWarning, "SpecWarning", "Create", "%s", w)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("start the members: %w", err)
+	}
+	r.event(ec, corev1.EventTypeNormal, "Started", "Create", "cluster is healthy: %d members, etcd %s", len(c.Spec.Members), c.Spec.Version)
+	r.setOp(ec, "Create", "Succeeded", fmt.Sprintf("%d members started, etcd %s", len(c.Spec.Members), c.Spec.Version))
+	if c.Spec.Backup.Continuous {
+		r.event(ec, corev1.EventTypeNormal, "BackupsOn", "Create", "continuous backups on to %s/%s", c.Spec.Backup.S3.Endpoint, c.Spec.Backup.S3.Bucket)
+	}
+	return c, nil
+}
+
+// ensureObjects creates or updates the Kubernetes objects of ec.
+func (r *Reconciler) ensureObjects(ctx context.Context, ec *v1alpha1.EtcdCluster, c *cluster.Cluster) error {
+	secrets, err := r.secrets(ec, c)
+	if err != nil {
+		return err
+	}
+	objs := []client.Object{}
+	for _, s := range secrets {
+		objs = append(objs, s)
+	}
+	// The pods are the Steward spec's members: a spec.replicas change is
+	// not carried out by the StatefulSet (scaling is member by member).
+	pods := int32(len(c.Spec.Agents))
+	if pods != ec.Spec.Replicas {
+		r.event(ec, corev1.EventTypeWarning, "ScaleNotSupported", "Scale",
+			"spec.replicas %d: the cluster has %d members, and changing the member count is not supported yet; the StatefulSet keeps %d pods", ec.Spec.Replicas, pods, pods)
+	}
+	if v := ec.Spec.Version; v != "" && v != c.Spec.Version {
+		r.event(ec, corev1.EventTypeWarning, "UpgradeNotSupported", "Upgrade",
+			"spec.version %s: the cluster runs etcd %s, and changing the version is not supported yet", v, c.Spec.Version)
+	}
+	sized := ec.DeepCopy()
+	sized.Spec.Replicas = pods
+	for i := range int(pods) {
+		objs = append(objs, MemberLease(ec, i))
+	}
+	objs = append(objs, MemberAccount(ec), MemberRole(sized), MemberRoleBinding(ec),
+		PeerService(ec), ClientService(ec), DisruptionBudget(ec),
+		StatefulSet(ec, PodOptions{Image: r.Config.MemberImage, PullPolicy: corev1.PullPolicy(r.Config.PullPolicy), Replicas: &pods}))
+	for _, want := range objs {
+		if err := r.apply(ctx, ec, want); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// apply creates want, or updates the fields the operator owns of the
+// existing object (never a StatefulSet's immutable ones).
+func (r *Reconciler) apply(ctx context.Context, ec *v1alpha1.EtcdCluster, want client.Object) error {
+	kind := fmt.Sprintf("%T", want)
+	kind = kind[strings.LastIndex(kind, ".")+1:]
+	cur := want.DeepCopyObject().(client.Object)
+	res, err := controllerutil.CreateOrUpdate(ctx, r.Client, cur, func() error {
+		cur.SetLabels(want.GetLabels())
+		cur.SetOwnerReferences(want.GetOwnerReferences())
+		switch c := cur.(type) {
+		case *corev1.Secret:
+			c.Data = want.(*corev1.Secret).Data
+		case *corev1.Service:
+			w := want.(*corev1.Service)
+			c.Spec.Ports, c.Spec.Selector, c.Spec.PublishNotReadyAddresses = w.Spec.Ports, w.Spec.Selector, w.Spec.PublishNotReadyAddresses
+			if c.Spec.ClusterIP == "" {
+				c.Spec.ClusterIP = w.Spec.ClusterIP
+			}
+		case *rbacv1.Role:
+			c.Rules = want.(*rbacv1.Role).Rules
+		case *rbacv1.RoleBinding:
+			w := want.(*rbacv1.RoleBinding)
+			c.Subjects = w.Subjects
+			if c.RoleRef.Name == "" {
+				c.RoleRef = w.RoleRef
+			}
+		case *coordinationv1.Lease:
+			// The pod's agent renews it: its spec is not the operator's.
+		case *policyv1.PodDisruptionBudget:
+			c.Spec = want.(*policyv1.PodDisruptionBudget).Spec
+		case *appsv1.StatefulSet:
+			w := want.(*appsv1.StatefulSet)
+			if c.CreationTimestamp.IsZero() {
+				c.Spec = w.Spec
+			} else {
+				c.Spec.Replicas, c.Spec.Template, c.Spec.UpdateStrategy = w.Spec.Replicas, w.Spec.Template, w.Spec.UpdateStrategy
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", kind, want.GetName(), err)
+	}
+	if res == controllerutil.OperationResultCreated {
+		r.event(ec, corev1.EventTypeNormal, "Created", "Create", "created %s %s", kind, want.GetName())
+	}
+	return nil
+}
+
+// secrets are the Secrets of ec: its CA, the join files, the client
+// certificate for applications.
+func (r *Reconciler) secrets(ec *v1alpha1.EtcdCluster, c *cluster.Cluster) ([]*corev1.Secret, error) {
+	certDir := c.CertDir()
+	read := func(p string) ([]byte, error) {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", p, err)
+		}
+		return b, nil
+	}
+	caCrt, err := read(filepath.Join(certDir, pki.CACert))
+	if err != nil {
+		return nil, err
+	}
+	caKey, err := read(filepath.Join(certDir, pki.CAKey))
+	if err != nil {
+		return nil, err
+	}
+	join := map[string][]byte{}
+	for i := range len(c.Spec.Agents) {
+		b, err := os.ReadFile(bootstrap.JoinPath(c.Dir, PodName(ec, i)))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		} else if err != nil {
+			return nil, err
+		}
+		join[JoinKey(ec, i)] = b
+	}
+	clientDir := filepath.Join(c.Dir, "clients-out")
+	name := ec.Name + "-client"
+	if _, err := os.Stat(filepath.Join(clientDir, name+".crt")); errors.Is(err, os.ErrNotExist) {
+		if _, err := pki.IssueClient(certDir, c.Spec.Name, name, 0, clientDir, c.Validity()); err != nil {
+			return nil, fmt.Errorf("client certificate for applications: %w", err)
+		}
+	}
+	cl := map[string][]byte{}
+	for k, f := range map[string]string{"ca.crt": "ca.crt", "tls.crt": name + ".crt", "tls.key": name + ".key"} {
+		b, err := read(filepath.Join(clientDir, f))
+		if err != nil {
+			return nil, err
+		}
+		cl[k] = b
+	}
+	return []*corev1.Secret{
+		Secret(ec, caSecret(ec), map[string][]byte{"tls.crt": caCrt, "tls.key": caKey}),
+		Secret(ec, joinSecret(ec), join),
+		Secret(ec, clientTLSSecret(ec), cl),
+	}, nil
+}
+
+// volumes reads the member claims for DataVolumesReady.
+func (r *Reconciler) volumes(ctx context.Context, ec *v1alpha1.EtcdCluster) metav1.Condition {
+	var claims []ClaimState
+	for i := range int(ec.Spec.Replicas) {
+		name := DataVolume + "-" + PodName(ec, i)
+		var pvc corev1.PersistentVolumeClaim
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: name}, &pvc)
+		switch {
+		case apierrors.IsNotFound(err):
+			claims = append(claims, ClaimState{Name: name, Missing: true})
+		case err != nil:
+			return metav1.Condition{Type: v1alpha1.ConditionDataVolumesReady, Status: metav1.ConditionUnknown, Reason: "ClaimsUnreadable", Message: err.Error()}
+		default:
+			claims = append(claims, ClaimState{Name: name, Bound: pvc.Status.Phase == corev1.ClaimBound})
+		}
+	}
+	return VolumesCondition(claims)
+}
+
+func (r *Reconciler) updateStatus(ctx context.Context, ec *v1alpha1.EtcdCluster, o Observed) error {
+	ec.Status = StatusFrom(ec, ec.Status, o, time.Now())
+	return r.Client.Status().Update(ctx, ec)
+}
