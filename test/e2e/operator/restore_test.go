@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -157,6 +159,8 @@ func operatorRestore(t *testing.T, c *localkube.Cluster) {
 		t.Errorf("revision in the pods %d, the hosts' last %d: want it bumped above", podRev, rev)
 	}
 
+	checkPlugin(t, c, ns, hostsPrefix)
+
 	// The prefix without backups: Ready False, RestoreFailed, no member.
 	var b v1alpha1.EtcdCluster
 	harness.Eventually(t, 4*time.Minute, 2*time.Second, "EtcdCluster bad reports RestoreFailed", func() error {
@@ -302,4 +306,59 @@ func keyspaceDiff(want, got map[string]string) string {
 		d = append(d[:5], fmt.Sprintf("and %d more", len(d)-5))
 	}
 	return strings.Join(d, "; ")
+}
+
+// checkPlugin runs `kubectl steward` (the steward binary on the PATH as
+// kubectl-steward, found by the cluster's kubectl) against db in ns.
+func checkPlugin(t *testing.T, c *localkube.Cluster, ns, restoredPrefix string) {
+	t.Helper()
+	bin := t.TempDir()
+	if err := os.Symlink(harness.Binary(t), filepath.Join(bin, "kubectl-steward")); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) string {
+		t.Helper()
+		cmd := exec.CommandContext(t.Context(), filepath.Join(c.KubeBin, "kubectl"), append([]string{"steward"}, args...)...)
+		cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), "KUBECONFIG="+c.Kubeconfig)
+		out, err := cmd.Output()
+		if err != nil {
+			var se string
+			if ee, ok := err.(*exec.ExitError); ok {
+				se = string(ee.Stderr)
+			}
+			t.Fatalf("kubectl steward %s: %v\n%s%s", strings.Join(args, " "), err, out, se)
+		}
+		return string(out)
+	}
+	table := run("status", "db", "-n", ns)
+	t.Logf("kubectl steward status db:\n%s", table)
+	for _, want := range []string{"EtcdCluster " + ns + "/db: 3/3 ready", "restored from s3://" + c.S3Bucket + "/" + restoredPrefix,
+		"db-0", "db-1", "db-2", "Leader", "AllMembersReady", "backups: "} {
+		if !strings.Contains(table, want) {
+			t.Errorf("kubectl steward status db: no %q", want)
+		}
+	}
+	var v operator.View
+	if err := json.Unmarshal([]byte(run("status", "db", "-n", ns, "-o", "json")), &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.Name != "db" || v.Replicas != 3 || v.ReadyReplicas != 3 || len(v.Members) != 3 || v.Leader == "" || v.ClusterID == "" ||
+		v.Backups == nil || v.Backups.Error != "" || len(v.Backups.Backups) == 0 || len(v.Backups.Ignored) != 0 {
+		t.Errorf("kubectl steward status -o json: %+v (backups %+v)", v, v.Backups)
+	}
+	for _, m := range v.Backups.Backups {
+		if m.ClusterID != v.ClusterID {
+			t.Errorf("backup %s of cluster %s, want %s", m.ID, m.ClusterID, v.ClusterID)
+		}
+	}
+	var bv operator.BackupsView
+	if err := json.Unmarshal([]byte(run("backups", "db", "-n", ns, "-o", "json")), &bv); err != nil {
+		t.Fatal(err)
+	}
+	if len(bv.Backups) == 0 || bv.Error != "" {
+		t.Errorf("kubectl steward backups -o json: %+v", bv)
+	}
+	if out := run("plans", "db", "-n", ns); !strings.Contains(out, "Succeeded") {
+		t.Errorf("kubectl steward plans db: %s", out)
+	}
 }
