@@ -154,6 +154,18 @@ func (r *Reconciler) restoreFrom(ctx context.Context, ec *v1alpha1.EtcdCluster, 
 	}
 	r.setOp(ec, "Restore", "Running", fmt.Sprintf("restoring from %s/%s/%s", src.Endpoint, src.Bucket, src.Prefix))
 	r.event(ec, corev1.EventTypeNormal, "Restoring", "Restore", "restoring the members from the backups in %s/%s/%s", src.Endpoint, src.Bucket, src.Prefix)
+	// The pods' agents stage and commit data dirs only for members they
+	// know: hand each its member's config first, without starting it (as
+	// bootstrap.Up hands them before it starts them).
+	for _, m := range c.Spec.Members {
+		rt, err := c.Runtime(m.Agent)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := rt.PutMember(ctx, c.MemberConfig(m)); err != nil {
+			return nil, fmt.Errorf("configure member %s on its pod's agent before the restore: %w", m.Name, err)
+		}
+	}
 	rc, err := cluster.Open(c.Dir)
 	if err != nil {
 		return nil, err
