@@ -103,6 +103,7 @@ func operatorRestore(t *testing.T, c *localkube.Cluster) {
 				S3: &v1alpha1.S3{Endpoint: c.S3Endpoint, Bucket: c.S3Bucket, Prefix: podPrefix, CredentialsSecret: "s3"},
 			}},
 	}
+	created := time.Now()
 	for _, e := range []*v1alpha1.EtcdCluster{bad, ec} {
 		if err := cl.Create(ctx, e); err != nil {
 			t.Fatal(err)
@@ -142,6 +143,8 @@ func operatorRestore(t *testing.T, c *localkube.Cluster) {
 		}
 		return nil
 	})
+	t.Logf("restored from the hosts' backups: EtcdCluster created to Ready, AllMembersReady and BackupReady in %v (%d keys, revision %d)",
+		time.Since(created).Round(time.Second), len(want), rev)
 	if got.Status.ClusterID == "" || got.Status.ClusterID == hostsID {
 		t.Errorf("restored cluster ID %q, the hosts' %q: want a new one", got.Status.ClusterID, hostsID)
 	}
