@@ -48,7 +48,7 @@ func operatorRestore(t *testing.T, c *localkube.Cluster) {
 	image := stewardImage(t, c)
 	cs, cl := clients(t, c)
 	ns := namespace(t, cs, "op-restore")
-	installOperator(t, c, cs, ns, image)
+	installOperator(t, c, cs, image)
 	s3Secret(t, cs, c, ns)
 	ctx := t.Context()
 
