@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,7 +33,8 @@ import (
 // through its backups. A single-host Steward cluster backs up (a full
 // backup and deltas) to the local Kubernetes' S3 server; an EtcdCluster
 // with spec.restoreFrom naming that prefix comes up with exactly that
-// keyspace (a new cluster ID, the revision bumped above the hosts'), and
+// keyspace (the cluster ID kept, as a restore on hosts keeps it, new member
+// IDs, the revision bumped above the hosts'), and
 // event Restored; its own continuous backups (spec.backup.s3, another
 // prefix) restore with `steward restore` into a new hosts cluster with
 // exactly the pods' keyspace, writes made in the pods included. An
@@ -82,7 +84,8 @@ func operatorRestore(t *testing.T, c *localkube.Cluster) {
 	rev = d.Header.Revision
 	harness.WaitBackedUp(t, h, rev)
 	want := keyspace(t, hc)
-	hostsID := h.Status().Cluster.ID
+	hst := h.Status()
+	hostsID, hostsMemberID := hst.Cluster.ID, hst.Members[0].ID
 
 	// A prefix without backups: reported, nothing starts.
 	bad := &v1alpha1.EtcdCluster{
@@ -145,8 +148,15 @@ func operatorRestore(t *testing.T, c *localkube.Cluster) {
 	})
 	t.Logf("restored from the hosts' backups: EtcdCluster created to Ready, AllMembersReady and BackupReady in %v (%d keys, revision %d)",
 		time.Since(created).Round(time.Second), len(want), rev)
-	if got.Status.ClusterID == "" || got.Status.ClusterID == hostsID {
-		t.Errorf("restored cluster ID %q, the hosts' %q: want a new one", got.Status.ClusterID, hostsID)
+	// As `steward restore` does on hosts: the cluster ID of the backup is
+	// kept (the same cluster, moved), the member IDs are the new members'.
+	if got.Status.ClusterID != hostsID {
+		t.Errorf("restored cluster ID %q, the hosts' %q: want it kept", got.Status.ClusterID, hostsID)
+	}
+	for _, m := range got.Status.Members {
+		if m.ID == hostsMemberID {
+			t.Errorf("member %s has the hosts' member ID %s", m.Name, m.ID)
+		}
 	}
 	reasons := eventReasons(t, cs, ns, "db")
 	for _, r := range []string{"Restoring", "Restored", "Started"} {
@@ -290,8 +300,18 @@ func podKeyspace(t *testing.T, cs *kubernetes.Clientset, ns, image string) (map[
 	return m, r.Header.Revision
 }
 
-// keyspaceDiff says how got differs from want ("": not at all).
+// backupElection is the prefix of the continuous backups' leader
+// election (pkg/backupd): keys under a lease of the cluster that wrote
+// them, gone once the lease expires after a restore, not user data.
+const backupElection = "/steward/backup-leader/"
+
+// keyspaceDiff says how got differs from want ("": not at all), leaving
+// out the backups' election keys.
 func keyspaceDiff(want, got map[string]string) string {
+	want, got = maps.Clone(want), maps.Clone(got)
+	for _, m := range []map[string]string{want, got} {
+		maps.DeleteFunc(m, func(k, _ string) bool { return strings.HasPrefix(k, backupElection) })
+	}
 	var d []string
 	for k, v := range want {
 		if g, ok := got[k]; !ok {
