@@ -21,14 +21,17 @@ package operator
 //     a commit the operator did not finish (a killed operator runs the
 //     restore again, with Force: what the first put in place is moved
 //     aside, never deleted);
-//   - the source store is named only in memory while the restore runs; the
-//     spec keeps the cluster's own backup store (spec.backup), saved back
-//     before the marker is written;
+//   - the source store is named in the spec only from the restore's commit
+//     (which saves the spec it ran with) until the spec is saved again with
+//     the cluster's own backup section, kept in ownBackupFile from before
+//     the first attempt, and the marker is written; the source's backups
+//     are never continuous (no pod writes into the source store);
 //   - a backup that cannot be read or verified is reported in the Ready
 //     condition (reason RestoreFailed) and an event; nothing starts.
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -56,7 +59,30 @@ const (
 	// Secrets give (0600).
 	restoreCredentialsFile = "secrets/restore-s3-credentials"
 	restoreCAFile          = "secrets/restore-s3-ca.pem"
+	// ownBackupFile keeps the spec's own backup section while the spec
+	// may name the restore's source (restore.Run's commit saves it so).
+	ownBackupFile = "operator-restore-backup.json"
 )
+
+// ownBackup returns the backup section kept in ownBackupFile, writing cur
+// there first when there is none.
+func ownBackup(dir string, cur spec.Backup) (spec.Backup, error) {
+	p := filepath.Join(dir, ownBackupFile)
+	b, err := os.ReadFile(p)
+	if errors.Is(err, os.ErrNotExist) {
+		if b, err = json.Marshal(cur); err != nil {
+			return spec.Backup{}, err
+		}
+		return cur, atomicfile.WriteFile(p, b, 0o600)
+	} else if err != nil {
+		return spec.Backup{}, err
+	}
+	var own spec.Backup
+	if err := json.Unmarshal(b, &own); err != nil {
+		return spec.Backup{}, fmt.Errorf("%s: %w", p, err)
+	}
+	return own, nil
+}
 
 // ErrRestoreFailed wraps every failure of the restore from
 // spec.restoreFrom: the status reports it as reason RestoreFailed.
@@ -170,7 +196,13 @@ func (r *Reconciler) restoreFrom(ctx context.Context, ec *v1alpha1.EtcdCluster, 
 	if err != nil {
 		return nil, err
 	}
-	own := rc.Spec.Backup
+	// The cluster's own backup section, kept in a file before the first
+	// attempt: an operator killed between the commit (which saves the
+	// spec naming the source) and the save below reads it from there.
+	own, err := ownBackup(c.Dir, rc.Spec.Backup)
+	if err != nil {
+		return nil, err
+	}
 	// The source store, in memory only: prepare reads it, and the commit
 	// saves the spec with it, put back below.
 	s := rc.Spec.Clone()

@@ -2,6 +2,9 @@ package operator
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 
@@ -10,6 +13,7 @@ import (
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/pkg/restore"
+	"github.com/etcd-steward/steward/pkg/spec"
 )
 
 func TestRestoreSource(t *testing.T) {
@@ -56,5 +60,25 @@ func TestStatusFromRestoreFailed(t *testing.T) {
 	}
 	if len(st.Members) != 0 || st.ReadyReplicas != 0 {
 		t.Errorf("members %+v", st.Members)
+	}
+}
+
+// The cluster's own backup section survives an operator killed after the
+// restore's commit saved the spec naming the source: the second attempt
+// reads the first's.
+func TestOwnBackupKept(t *testing.T) {
+	dir := t.TempDir()
+	own := spec.Backup{Continuous: true, S3: &spec.S3{Endpoint: "http://s3:9000", Bucket: "b", Prefix: "pods/db", CredentialsFile: s3CredentialsFile}}
+	got, err := ownBackup(dir, own)
+	if err != nil || !reflect.DeepEqual(got, own) {
+		t.Fatalf("first: %+v, %v", got, err)
+	}
+	source := spec.Backup{S3: &spec.S3{Endpoint: "http://s3:9000", Bucket: "b", Prefix: "hosts/prod", CredentialsFile: restoreCredentialsFile}}
+	got, err = ownBackup(dir, source)
+	if err != nil || !reflect.DeepEqual(got, own) {
+		t.Fatalf("after a killed attempt: %+v, %v; want %+v", got, err, own)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, ownBackupFile)); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("%s: %v %v", ownBackupFile, fi, err)
 	}
 }
