@@ -16,11 +16,11 @@ import (
 func TestStatusTable(t *testing.T) {
 	now := time.Date(2026, 11, 28, 4, 0, 0, 0, time.UTC)
 	v := &operator.View{Namespace: "prod", Name: "db", Replicas: 3, ReadyReplicas: 3, Version: "3.6.16", ClusterID: "cdf818194e3a8c32", Leader: "db-1",
-		RestoredFrom: "s3://b/hosts/prod at http://s3:9000",
-		Members:      []v1alpha1.MemberStatus{{Name: "db-0", ID: "8e9e05c52164694d", Role: "Member", Ready: true, Version: "3.6.16"}},
-		Conditions:   []metav1.Condition{{Type: "Ready", Status: "True", Reason: "Quorate", Message: "3 of 3", LastTransitionTime: metav1.NewTime(now.Add(-time.Minute))}},
+		RestoredFrom:  "s3://b/hosts/prod at http://s3:9000",
+		Members:       []v1alpha1.MemberStatus{{Name: "db-0", ID: "8e9e05c52164694d", Role: "Member", Ready: true, Version: "3.6.16"}},
+		Conditions:    []metav1.Condition{{Type: "Ready", Status: "True", Reason: "Quorate", Message: "3 of 3", LastTransitionTime: metav1.NewTime(now.Add(-time.Minute))}},
 		LastOperation: &v1alpha1.Operation{Type: "Restore", State: "Succeeded", Description: "restored"},
-		Backups: &operator.BackupsView{Store: "s3://b/prod/db at http://s3:9000", Backups: []backup.Manifest{{ID: "f1", EndRevision: 1000000200, CreatedAt: now.Add(-2 * time.Second)}}},
+		Backups:       &operator.BackupsView{Store: "s3://b/prod/db at http://s3:9000", Backups: []backup.Manifest{{ID: "f1", EndRevision: 1000000200, CreatedAt: now.Add(-2 * time.Second)}}},
 	}
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
