@@ -12,7 +12,7 @@ import (
 )
 
 func main() {
-	err := command.NewRootCommand().Execute()
+	err := command.NewCommandFor(os.Args[0], os.Args[1:]).Execute()
 	if err == nil {
 		return
 	}

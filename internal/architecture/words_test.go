@@ -19,7 +19,7 @@ import (
 // keeps the list complete).
 var commandNames = []string{"init", "up", "down", "env", "status", "member", "leader", "defrag", "alarm",
 	"backup", "restore", "recover", "upgrade", "rollback", "plan", "inspect", "migrate", "agent", "host",
-	"takeover", "binaries", "certs", "attach", "adopt", "etcd", "etcdctl", "kube", "operator"}
+	"takeover", "binaries", "certs", "attach", "adopt", "etcd", "etcdctl", "kube", "operator", "kubectl"}
 
 // stewardCommand is a steward command named in a string, quoted or not,
 // as advice writes it ("run `steward plan resume`", `import it with

@@ -134,7 +134,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if op := r.op(&ec); op == nil || op.State == "Running" {
 			r.setOp(&ec, "Create", "Failed", err.Error())
 		}
-		if serr := r.updateStatus(ctx, &ec, Observed{StatusError: err.Error(), Volumes: r.volumes(ctx, &ec), Operation: r.op(&ec)}); serr != nil {
+		o := Observed{StatusError: err.Error(), Volumes: r.volumes(ctx, &ec), Operation: r.op(&ec)}
+		if errors.Is(err, ErrRestoreFailed) {
+			o.StatusReason = "RestoreFailed"
+		}
+		if serr := r.updateStatus(ctx, &ec, o); serr != nil {
 			log.Error(serr, "status")
 		}
 		return ctrl.Result{RequeueAfter: RequeueAfter}, nil
@@ -238,6 +242,13 @@ func (r *Reconciler) ensure(ctx context.Context, ec *v1alpha1.EtcdCluster) (*clu
 	if len(waiting) > 0 {
 		r.setOp(ec, "Create", "Running", fmt.Sprintf("waiting for the agents of %s", strings.Join(waiting, ", ")))
 		return nil, nil
+	}
+	if ec.Spec.RestoreFrom != nil && !restored(dir) {
+		// restore.go: no member starts before the restore committed.
+		if c, err = r.restoreFrom(ctx, ec, c, say); err != nil {
+			r.setOp(ec, "Restore", "Failed", err.Error())
+			return nil, err
+		}
 	}
 	r.event(ec, corev1.EventTypeNormal, "Starting", "Create", "every member pod's agent answers: starting %d members", len(c.Spec.Members))
 	uctx, cancel := context.WithTimeout(ctx, 3*time.Minute)

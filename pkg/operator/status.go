@@ -27,6 +27,10 @@ type Observed struct {
 	// when it could not be read (StatusError says why).
 	Status      *status.Status
 	StatusError string
+	// StatusReason is the conditions' reason while Status is nil
+	// (default StatusUnknown; RestoreFailed: spec.restoreFrom's backup
+	// could not be read or verified, and no member started).
+	StatusReason string
 	// Volumes is DataVolumesReady (VolumesCondition).
 	Volumes metav1.Condition
 	// LastBackup is the newest backup upload (zero: none known).
@@ -61,8 +65,15 @@ func StatusFrom(ec *v1alpha1.EtcdCluster, prev v1alpha1.EtcdClusterStatus, o Obs
 	st := o.Status
 	if st == nil {
 		msg := "the cluster's status could not be read: " + o.StatusError
+		reason := "StatusUnknown"
+		if o.StatusReason != "" {
+			reason = o.StatusReason
+		}
 		for _, t := range conditionTypes {
-			set(metav1.Condition{Type: t, Status: metav1.ConditionUnknown, Reason: "StatusUnknown", Message: msg})
+			set(metav1.Condition{Type: t, Status: metav1.ConditionUnknown, Reason: reason, Message: msg})
+		}
+		if o.StatusReason != "" {
+			set(metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: reason, Message: o.StatusError})
 		}
 		set(o.Volumes)
 		out.Members = prev.Members

@@ -4,6 +4,7 @@ package command
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -25,6 +26,7 @@ import (
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/initcluster"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/inspect"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/kube"
+	"github.com/etcd-steward/steward/cmd/steward/internal/command/kubectl"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/leader"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/member"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/migrate"
@@ -100,8 +102,21 @@ func NewRootCommand() *cobra.Command {
 		binaries.NewCommand(g),
 		certs.NewCommand(g),
 		operator.NewCommand(g),
+		kubectl.NewCommand(g),
 		etcd.NewCommand(),
 	)
+	return root
+}
+
+// NewCommandFor returns the command tree for the name the binary was
+// started as: installed or symlinked as kubectl-steward (kubectl's plugin
+// name for `kubectl steward`), its arguments are those of `steward
+// kubectl`.
+func NewCommandFor(argv0 string, args []string) *cobra.Command {
+	root := NewRootCommand()
+	if b := filepath.Base(argv0); b == kubectl.PluginName || b == kubectl.PluginName+".exe" {
+		root.SetArgs(append([]string{"kubectl"}, args...))
+	}
 	return root
 }
 

@@ -1,0 +1,387 @@
+package operator_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/etcd-steward/steward/api/v1alpha1"
+	"github.com/etcd-steward/steward/internal/localkube"
+	"github.com/etcd-steward/steward/pkg/backup"
+	"github.com/etcd-steward/steward/pkg/operator"
+	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/test/harness"
+)
+
+// TestOperatorRestore: a cluster moves from hosts into Kubernetes and back
+// through its backups. A single-host Steward cluster backs up (a full
+// backup and deltas) to the local Kubernetes' S3 server; an EtcdCluster
+// with spec.restoreFrom naming that prefix comes up with exactly that
+// keyspace (the cluster ID kept, as a restore on hosts keeps it, new member
+// IDs, the revision bumped above the hosts'), and
+// event Restored; its own continuous backups (spec.backup.s3, another
+// prefix) restore with `steward restore` into a new hosts cluster with
+// exactly the pods' keyspace, writes made in the pods included. An
+// EtcdCluster whose restoreFrom names a prefix without backups reports
+// Ready False (reason RestoreFailed) and starts no member.
+func TestOperatorRestore(t *testing.T) { harness.ForEachLocalKube(t, operatorRestore) }
+
+func operatorRestore(t *testing.T, c *localkube.Cluster) {
+	if len(c.Nodes) < 3 {
+		t.Skip("needs three nodes")
+	}
+	version := harness.Versions()[1]
+	image := stewardImage(t, c)
+	cs, cl := clients(t, c)
+	ns := namespace(t, cs, "op-restore")
+	installOperator(t, c, cs, image)
+	s3Secret(t, cs, c, ns)
+	ctx := t.Context()
+
+	// Hosts: one member, continuous backups to the cluster's S3 server.
+	hostsPrefix := "hosts/" + ns
+	h := harness.New(t)
+	h.WriteSpec(1, version, func(s *spec.Cluster) {
+		s.Backup.Continuous = true
+		s.Backup.S3 = &spec.S3{Endpoint: c.S3Endpoint, Bucket: c.S3Bucket, Prefix: hostsPrefix, CredentialsFile: c.S3CredentialsFile}
+	})
+	h.MustRun("up")
+	hc := h.Client()
+	for i := range 100 {
+		if _, err := hc.Put(ctx, fmt.Sprintf("/moved/k%03d", i), fmt.Sprintf("v%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	harness.BackupNow(t, h)
+	var rev int64
+	for i := range 50 { // deltas after the full backup: overwrites and deletes
+		r, err := hc.Put(ctx, fmt.Sprintf("/moved/k%03d", i), fmt.Sprintf("w%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev = r.Header.Revision
+	}
+	d, err := hc.Delete(ctx, "/moved/k099")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev = d.Header.Revision
+	harness.WaitBackedUp(t, h, rev)
+	want := keyspace(t, hc)
+	hst := h.Status()
+	hostsID, hostsMemberID := hst.Cluster.ID, hst.Members[0].ID
+
+	// A prefix without backups: reported, nothing starts.
+	bad := &v1alpha1.EtcdCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "bad", Namespace: ns},
+		Spec: v1alpha1.EtcdClusterSpec{Replicas: 1, Version: version, RestoreFrom: &v1alpha1.RestoreFrom{
+			S3: &v1alpha1.S3{Endpoint: c.S3Endpoint, Bucket: c.S3Bucket, Prefix: "nothing/" + ns, CredentialsSecret: "s3"},
+		}},
+	}
+	// The cluster moved from the hosts, with backups of its own.
+	podPrefix := "pods/" + ns
+	ec := &v1alpha1.EtcdCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: ns},
+		Spec: v1alpha1.EtcdClusterSpec{Replicas: 3, Version: version,
+			RestoreFrom: &v1alpha1.RestoreFrom{
+				S3: &v1alpha1.S3{Endpoint: c.S3Endpoint, Bucket: c.S3Bucket, Prefix: hostsPrefix, CredentialsSecret: "s3"},
+			},
+			Backup: &v1alpha1.Backup{
+				S3: &v1alpha1.S3{Endpoint: c.S3Endpoint, Bucket: c.S3Bucket, Prefix: podPrefix, CredentialsSecret: "s3"},
+			}},
+	}
+	created := time.Now()
+	for _, e := range []*v1alpha1.EtcdCluster{bad, ec} {
+		if err := cl.Create(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			pods, _ := cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: operator.Selector(ec)})
+			for _, p := range pods.Items {
+				logs(t, cs, ns, p.Name)
+			}
+			for _, e := range []*v1alpha1.EtcdCluster{bad, ec} {
+				var got v1alpha1.EtcdCluster
+				if err := cl.Get(context.Background(), client.ObjectKeyFromObject(e), &got); err == nil {
+					t.Logf("%s status: %+v", e.Name, got.Status)
+				}
+			}
+		}
+		for _, e := range []*v1alpha1.EtcdCluster{bad, ec} {
+			_ = cl.Delete(context.Background(), e)
+		}
+	})
+
+	var got v1alpha1.EtcdCluster
+	harness.Eventually(t, 8*time.Minute, 2*time.Second, "EtcdCluster db Ready with 3 members and a backup", func() error {
+		if err := cl.Get(ctx, types.NamespacedName{Namespace: ns, Name: "db"}, &got); err != nil {
+			return err
+		}
+		st := got.Status
+		for _, typ := range []string{v1alpha1.ConditionReady, v1alpha1.ConditionAllMembersReady, v1alpha1.ConditionBackupReady} {
+			if !meta.IsStatusConditionTrue(st.Conditions, typ) {
+				return fmt.Errorf("%s not True: %+v (last operation %+v)", typ, meta.FindStatusCondition(st.Conditions, typ), st.LastOperation)
+			}
+		}
+		if st.ReadyReplicas != 3 || st.LastBackupTime == nil {
+			return fmt.Errorf("ready %d, last backup %v", st.ReadyReplicas, st.LastBackupTime)
+		}
+		return nil
+	})
+	t.Logf("restored from the hosts' backups: EtcdCluster created to Ready, AllMembersReady and BackupReady in %v (%d keys, revision %d)",
+		time.Since(created).Round(time.Second), len(want), rev)
+	// As `steward restore` does on hosts: the cluster ID of the backup is
+	// kept (the same cluster, moved), the member IDs are the new members'.
+	if got.Status.ClusterID != hostsID {
+		t.Errorf("restored cluster ID %q, the hosts' %q: want it kept", got.Status.ClusterID, hostsID)
+	}
+	for _, m := range got.Status.Members {
+		if m.ID == hostsMemberID {
+			t.Errorf("member %s has the hosts' member ID %s", m.Name, m.ID)
+		}
+	}
+	reasons := eventReasons(t, cs, ns, "db")
+	for _, r := range []string{"Restoring", "Restored", "Started"} {
+		if !reasons[r] {
+			t.Errorf("no event %s on db: %v", r, reasons)
+		}
+	}
+	gotKeys, podRev := podKeyspace(t, cs, ns, image)
+	if diff := keyspaceDiff(want, gotKeys); diff != "" {
+		t.Fatalf("keyspace restored from the hosts' backup differs: %s", diff)
+	}
+	if podRev <= rev {
+		t.Errorf("revision in the pods %d, the hosts' last %d: want it bumped above", podRev, rev)
+	}
+
+	checkPlugin(t, c, ns, hostsPrefix)
+
+	// The prefix without backups: Ready False, RestoreFailed, no member.
+	var b v1alpha1.EtcdCluster
+	harness.Eventually(t, 4*time.Minute, 2*time.Second, "EtcdCluster bad reports RestoreFailed", func() error {
+		if err := cl.Get(ctx, types.NamespacedName{Namespace: ns, Name: "bad"}, &b); err != nil {
+			return err
+		}
+		cond := meta.FindStatusCondition(b.Status.Conditions, v1alpha1.ConditionReady)
+		if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != "RestoreFailed" {
+			return fmt.Errorf("Ready %+v", cond)
+		}
+		return nil
+	})
+	if b.Status.ClusterID != "" || len(b.Status.Members) != 0 || b.Status.LastOperation == nil ||
+		b.Status.LastOperation.Type != "Restore" || b.Status.LastOperation.State != "Failed" {
+		t.Errorf("bad: cluster ID %q, members %+v, last operation %+v: want no member started and a failed restore",
+			b.Status.ClusterID, b.Status.Members, b.Status.LastOperation)
+	}
+	t.Logf("bad: %s", meta.FindStatusCondition(b.Status.Conditions, v1alpha1.ConditionReady).Message)
+
+	// The other direction: writes in the pods, backed up to the pods'
+	// prefix, restored by `steward restore` on hosts.
+	for i := range 3 {
+		clientPod(t, cs, ns, image, "put", fmt.Sprintf("/pods/k%02d", i), fmt.Sprintf("p%d", i))
+	}
+	want, lastRev := podKeyspace(t, cs, ns, image)
+	store, err := backup.NewS3Store(ctx, backup.S3Config{Endpoint: c.S3Endpoint, Bucket: c.S3Bucket, Prefix: podPrefix, CredentialsFile: c.S3CredentialsFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	harness.Eventually(t, 2*time.Minute, time.Second, fmt.Sprintf("the pods' backups to reach revision %d", lastRev), func() error {
+		l, err := backup.List(ctx, store, backup.ListOptions{AllowUnauthenticated: true})
+		if err != nil {
+			return err
+		}
+		var end int64
+		for _, m := range l.Backups {
+			end = max(end, m.EndRevision)
+		}
+		if end < lastRev {
+			return fmt.Errorf("%d backups, newest revision %d", len(l.Backups), end)
+		}
+		return nil
+	})
+	h2 := harness.New(t)
+	h2.WriteSpec(1, version, func(s *spec.Cluster) {
+		s.Backup.S3 = &spec.S3{Endpoint: c.S3Endpoint, Bucket: c.S3Bucket, Prefix: podPrefix, CredentialsFile: c.S3CredentialsFile}
+	})
+	// The new directory has a backup key of its own: the pods' manifests
+	// are trusted deliberately (docs/attach.md, docs/operator.md).
+	h2.MustRun("restore", "--allow-unauthenticated")
+	h2.MustRun("up")
+	back := keyspace(t, h2.Client())
+	if diff := keyspaceDiff(want, back); diff != "" {
+		t.Fatalf("keyspace restored on hosts from the pods' backups differs: %s", diff)
+	}
+}
+
+// s3Secret makes the Secret s3 in ns with the cluster S3 server's
+// credentials.
+func s3Secret(t *testing.T, cs *kubernetes.Clientset, c *localkube.Cluster, ns string) {
+	t.Helper()
+	creds, err := os.ReadFile(c.S3CredentialsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s3"}, StringData: map[string]string{}}
+	for _, l := range strings.Split(strings.TrimSpace(string(creds)), "\n") {
+		k, v, _ := strings.Cut(l, "=")
+		s.StringData[k] = v
+	}
+	if _, err := cs.CoreV1().Secrets(ns).Create(t.Context(), s, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func eventReasons(t *testing.T, cs *kubernetes.Clientset, ns, name string) map[string]bool {
+	t.Helper()
+	evs, err := cs.CoreV1().Events(ns).List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reasons := map[string]bool{}
+	for _, e := range evs.Items {
+		reasons[e.Reason] = true
+	}
+	return reasons
+}
+
+// keyspace is every key and value of a hosts cluster.
+func keyspace(t *testing.T, c *clientv3.Client) map[string]string {
+	t.Helper()
+	r, err := c.Get(t.Context(), "\x00", clientv3.WithFromKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, kv := range r.Kvs {
+		out[string(kv.Key)] = string(kv.Value)
+	}
+	return out
+}
+
+// podKeyspace is every key and value of the EtcdCluster db, read through
+// db-client from a pod, and the revision of the read.
+func podKeyspace(t *testing.T, cs *kubernetes.Clientset, ns, image string) (map[string]string, int64) {
+	t.Helper()
+	out := clientPod(t, cs, ns, image, "get", "", "--from-key", "-w", "json")
+	var r struct {
+		Header struct {
+			Revision int64 `json:"revision"`
+		} `json:"header"`
+		Kvs []struct {
+			Key   []byte `json:"key"`
+			Value []byte `json:"value"`
+		} `json:"kvs"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("etcdctl get -w json: %v\n%s", err, out)
+	}
+	m := map[string]string{}
+	for _, kv := range r.Kvs {
+		m[string(kv.Key)] = string(kv.Value)
+	}
+	return m, r.Header.Revision
+}
+
+// backupElection is the prefix of the continuous backups' leader
+// election (pkg/backupd): keys under a lease of the cluster that wrote
+// them, gone once the lease expires after a restore, not user data.
+const backupElection = "/steward/backup-leader/"
+
+// keyspaceDiff says how got differs from want ("": not at all), leaving
+// out the backups' election keys.
+func keyspaceDiff(want, got map[string]string) string {
+	want, got = maps.Clone(want), maps.Clone(got)
+	for _, m := range []map[string]string{want, got} {
+		maps.DeleteFunc(m, func(k, _ string) bool { return strings.HasPrefix(k, backupElection) })
+	}
+	var d []string
+	for k, v := range want {
+		if g, ok := got[k]; !ok {
+			d = append(d, "missing "+k)
+		} else if g != v {
+			d = append(d, fmt.Sprintf("%s = %q, want %q", k, g, v))
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			d = append(d, "extra "+k)
+		}
+	}
+	if len(d) > 5 {
+		d = append(d[:5], fmt.Sprintf("and %d more", len(d)-5))
+	}
+	return strings.Join(d, "; ")
+}
+
+// checkPlugin runs `kubectl steward` (the steward binary on the PATH as
+// kubectl-steward, found by the cluster's kubectl) against db in ns.
+func checkPlugin(t *testing.T, c *localkube.Cluster, ns, restoredPrefix string) {
+	t.Helper()
+	bin := t.TempDir()
+	if err := os.Symlink(harness.Binary(t), filepath.Join(bin, "kubectl-steward")); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) string {
+		t.Helper()
+		cmd := exec.CommandContext(t.Context(), filepath.Join(c.KubeBin, "kubectl"), append([]string{"steward"}, args...)...)
+		cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), "KUBECONFIG="+c.Kubeconfig)
+		out, err := cmd.Output()
+		if err != nil {
+			var se string
+			if ee, ok := err.(*exec.ExitError); ok {
+				se = string(ee.Stderr)
+			}
+			t.Fatalf("kubectl steward %s: %v\n%s%s", strings.Join(args, " "), err, out, se)
+		}
+		return string(out)
+	}
+	table := run("status", "db", "-n", ns)
+	t.Logf("kubectl steward status db:\n%s", table)
+	for _, want := range []string{"EtcdCluster " + ns + "/db: 3/3 ready", "restored from s3://" + c.S3Bucket + "/" + restoredPrefix,
+		"db-0", "db-1", "db-2", "Leader", "AllMembersReady", "backups: "} {
+		if !strings.Contains(table, want) {
+			t.Errorf("kubectl steward status db: no %q", want)
+		}
+	}
+	var v operator.View
+	if err := json.Unmarshal([]byte(run("status", "db", "-n", ns, "-o", "json")), &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.Name != "db" || v.Replicas != 3 || v.ReadyReplicas != 3 || len(v.Members) != 3 || v.Leader == "" || v.ClusterID == "" ||
+		v.Backups == nil || v.Backups.Error != "" || len(v.Backups.Backups) == 0 || len(v.Backups.Ignored) != 0 {
+		t.Errorf("kubectl steward status -o json: %+v (backups %+v)", v, v.Backups)
+	}
+	for _, m := range v.Backups.Backups {
+		if m.ClusterID != v.ClusterID {
+			t.Errorf("backup %s of cluster %s, want %s", m.ID, m.ClusterID, v.ClusterID)
+		}
+	}
+	var bv operator.BackupsView
+	if err := json.Unmarshal([]byte(run("backups", "db", "-n", ns, "-o", "json")), &bv); err != nil {
+		t.Fatal(err)
+	}
+	if len(bv.Backups) == 0 || bv.Error != "" {
+		t.Errorf("kubectl steward backups -o json: %+v", bv)
+	}
+	if out := run("plans", "db", "-n", ns); !strings.Contains(out, "Succeeded") {
+		t.Errorf("kubectl steward plans db: %s", out)
+	}
+}
