@@ -141,11 +141,13 @@ func operatorQuorumLoss(t *testing.T, c *localkube.Cluster) {
 
 	// Acknowledged writes, then the newest one backed up.
 	const writes = 3
+	var wrote time.Time
 	for i := range writes {
+		// lastBackupTime has whole seconds.
+		wrote = time.Now().Truncate(time.Second)
 		clientPod(t, cs, ns, image, "put", fmt.Sprintf("/recover/k%d", i), fmt.Sprintf("v%d", i))
 	}
 	_, revBefore := getRevision(t, cs, ns, image, "/recover/k0")
-	wrote := time.Now()
 	healthy("a backup after the writes", 2*time.Minute, func(st v1alpha1.EtcdClusterStatus) error {
 		if st.LastBackupTime == nil || st.LastBackupTime.Time.Before(wrote) {
 			return fmt.Errorf("last backup %v, writes at %s", st.LastBackupTime, wrote.Format(time.RFC3339))
