@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -64,12 +65,89 @@ func getRevision(t *testing.T, cs *kubernetes.Clientset, ns, image, key string) 
 	return v, resp.Header.Revision
 }
 
+// watchPod starts etcdctl watch --prefix PREFIX --rev REV -w json in a pod
+// against db-client and returns the pod's name; it runs until the watch
+// ends (NAME).
+func watchPod(t *testing.T, cs *kubernetes.Clientset, ns, image, name, prefix string, rev int64) string {
+	t.Helper()
+	grace := int64(1)
+	argv := []string{"--endpoints=https://db-client." + ns + ".svc:2379",
+		"--cacert=/tls/ca.crt", "--cert=/tls/tls.crt", "--key=/tls/tls.key",
+		"watch", "--prefix", prefix, fmt.Sprintf("--rev=%d", rev), "-w", "json"}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: &grace,
+			Containers: []corev1.Container{{
+				Name: "etcdctl", Image: image, ImagePullPolicy: corev1.PullNever,
+				Command: []string{"/usr/local/bin/etcdctl"}, Args: argv,
+				VolumeMounts: []corev1.VolumeMount{{Name: "tls", MountPath: "/tls", ReadOnly: true}},
+			}},
+			Volumes: []corev1.Volume{{Name: "tls", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "db-client-tls"}}}},
+		},
+	}
+	if _, err := cs.CoreV1().Pods(ns).Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	harness.Eventually(t, 2*time.Minute, 500*time.Millisecond, "watch pod running", func() error {
+		p, err := cs.CoreV1().Pods(ns).Get(t.Context(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p.Status.Phase == corev1.PodPending {
+			return fmt.Errorf("phase %s", p.Status.Phase)
+		}
+		return nil
+	})
+	return name
+}
+
+// watchSeen parses a watch pod's output: the revisions of its events in
+// order, whether it was told of a compaction, and the text that is not an
+// event.
+func watchSeen(out string) (revs []int64, keys []string, compacted bool, other []string) {
+	for _, l := range strings.Split(out, "\n") {
+		l = strings.TrimSpace(l)
+		if l == "" {
+			continue
+		}
+		var resp struct {
+			CompactRevision int64 `json:"CompactRevision"`
+			Canceled        bool  `json:"Canceled"`
+			Events          []struct {
+				Kv struct {
+					Key         []byte `json:"key"`
+					ModRevision int64  `json:"mod_revision"`
+				} `json:"kv"`
+			} `json:"Events"`
+		}
+		if json.Unmarshal([]byte(l), &resp) != nil {
+			other = append(other, l)
+			if strings.Contains(l, "compacted") {
+				compacted = true
+			}
+			continue
+		}
+		if resp.CompactRevision != 0 {
+			compacted = true
+		}
+		for _, e := range resp.Events {
+			revs = append(revs, e.Kv.ModRevision)
+			keys = append(keys, string(e.Kv.Key))
+		}
+	}
+	return revs, keys, compacted, other
+}
+
 // TestOperatorQuorumLoss: a 3-member EtcdCluster with continuous backups
 // and recovery.mode auto loses the volumes and pods of two members
 // (quorum loss, DEP-01 table 10); after the grace period the operator
 // recovers it by itself through pkg/recovery: Ready again with three
 // members, every acknowledged write present, the revision not gone
-// backwards, the recovery in status.lastOperation and in Events
+// backwards (a watch from before the loss never sees an older revision;
+// one started after it from an old revision is told of the compaction or
+// sees only newer ones), the recovery in status.lastOperation and in Events
 // (QuorumLost, Recovering, Recovered).
 func TestOperatorQuorumLoss(t *testing.T) { harness.ForEachLocalKube(t, operatorQuorumLoss) }
 
@@ -155,6 +233,8 @@ func operatorQuorumLoss(t *testing.T, c *localkube.Cluster) {
 		return nil
 	})
 
+	watch := watchPod(t, cs, ns, image, "watch-before", "/recover/", revBefore+1)
+
 	// Quorum loss: the volumes and pods of db-1 and db-2 deleted.
 	lost := time.Now()
 	oldClaims := map[string]types.UID{}
@@ -212,6 +292,55 @@ func operatorQuorumLoss(t *testing.T, c *localkube.Cluster) {
 	}
 	if _, revAfter := getRevision(t, cs, ns, image, "/recover/k0"); revAfter < revBefore {
 		t.Errorf("revision went backwards: %d before the quorum loss, %d after", revBefore, revAfter)
+	}
+
+	// The watch from before: never an older revision.
+	clientPod(t, cs, ns, image, "put", "/recover/after", "x")
+	var wout string
+	harness.Eventually(t, time.Minute, time.Second, "the watch from before the loss sees the write after it or ends", func() error {
+		b, err := cs.CoreV1().Pods(ns).GetLogs(watch, &corev1.PodLogOptions{}).DoRaw(t.Context())
+		if err != nil {
+			return err
+		}
+		wout = string(b)
+		p, err := cs.CoreV1().Pods(ns).Get(t.Context(), watch, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if _, keys, _, _ := watchSeen(wout); slices.Contains(keys, "/recover/after") || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			return nil
+		}
+		return fmt.Errorf("watch pod %s; output %q", p.Status.Phase, tail(wout, 5))
+	})
+	revs, keys, compacted, other := watchSeen(wout)
+	t.Logf("watch from revision %d through the recovery: revisions %v keys %v compacted %v, other output %q", revBefore+1, revs, keys, compacted, other)
+	for i, r := range revs {
+		if r <= revBefore || (i > 0 && r <= revs[i-1]) {
+			t.Errorf("watch from before the loss saw revision %d after %v (before the loss: %d)", r, revs[:i], revBefore)
+		}
+	}
+	// A watch from an old revision started after the recovery: told it
+	// was compacted, or only revisions above those served before.
+	old := watchPod(t, cs, ns, image, "watch-after", "/recover/", revBefore)
+	harness.Eventually(t, time.Minute, time.Second, "the watch from an old revision told of the compaction or given events", func() error {
+		b, err := cs.CoreV1().Pods(ns).GetLogs(old, &corev1.PodLogOptions{}).DoRaw(t.Context())
+		if err != nil {
+			return err
+		}
+		wout = string(b)
+		if revs, _, compacted, _ := watchSeen(wout); compacted || len(revs) > 0 {
+			return nil
+		}
+		return fmt.Errorf("output %q", tail(wout, 5))
+	})
+	revs, keys, compacted, other = watchSeen(wout)
+	t.Logf("watch from revision %d after the recovery: revisions %v keys %v compacted %v, other output %q", revBefore, revs, keys, compacted, other)
+	if !compacted {
+		for _, r := range revs {
+			if r < revBefore {
+				t.Errorf("watch from revision %d after the recovery saw revision %d", revBefore, r)
+			}
+		}
 	}
 
 	evs, err := cs.CoreV1().Events(ns).List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=db"})
