@@ -94,7 +94,7 @@ func (a *autoLoops) ensure(key, dir string, want bool, log logr.Logger) {
 	case want && !running && a.base != nil:
 		ctx, cancel := context.WithCancel(a.base)
 		a.loops[key] = cancel
-		sl := slog.New(logr.ToSlogHandler(log.WithValues("etcdcluster", key, "loop", "autorecovery")))
+		sl := slog.New(logr.ToSlogHandler(log.WithValues("etcdcluster", key)))
 		go recovery.RunAuto(ctx, dir, "", sl)
 	case !want && running:
 		stop()
@@ -175,7 +175,9 @@ func countsText(cs []status.AutoRecoveryCount) string {
 // dir) and reports what it recorded since the last reconcile.
 func (r *Reconciler) recovery(ctx context.Context, ec *v1alpha1.EtcdCluster, dir, mode string) {
 	key := ec.Namespace + "/" + ec.Name
-	r.auto.ensure(key, dir, mode == "auto", logf.FromContext(ctx))
+	// The loop outlives this reconcile: the operator's logger, not the
+	// reconcile's (whose reconcileID would stick to every line).
+	r.auto.ensure(key, dir, mode == "auto", logf.Log.WithName("autorecovery"))
 	st, err := status.ReadAutoRecovery(dir)
 	if err != nil {
 		logf.FromContext(ctx).Error(err, "read the automatic recovery's state")
