@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -24,6 +25,10 @@ type PodOptions struct {
 	Image string
 	// PullPolicy of that image (default IfNotPresent).
 	PullPolicy corev1.PullPolicy
+	// Replicas, when set, is the pod count in place of spec.replicas: the
+	// members the Steward spec has (a change of spec.replicas is carried
+	// out member by member, never by the StatefulSet alone).
+	Replicas *int32
 }
 
 // owned returns the metadata of an object the operator makes for ec:
@@ -116,6 +121,14 @@ func MemberRoleBinding(ec *v1alpha1.EtcdCluster) *rbacv1.RoleBinding {
 	}
 }
 
+// MemberLease is the Lease NAME-I of member pod i, which the pod's agent
+// renews with holderIdentity MEMBERIDHEX:Leader|Member (DEP-01's member
+// leases); the operator creates it (with no holder) and never writes its
+// spec afterwards.
+func MemberLease(ec *v1alpha1.EtcdCluster, i int) *coordinationv1.Lease {
+	return &coordinationv1.Lease{ObjectMeta: owned(ec, PodName(ec, i))}
+}
+
 // Secret is a Secret NAME of ec holding data.
 func Secret(ec *v1alpha1.EtcdCluster, name string, data map[string][]byte) *corev1.Secret {
 	return &corev1.Secret{ObjectMeta: owned(ec, name), Type: corev1.SecretTypeOpaque, Data: data}
@@ -164,6 +177,9 @@ func StatefulSet(ec *v1alpha1.EtcdCluster, o PodOptions) *appsv1.StatefulSet {
 		spread = DefaultTopologySpread(ec)
 	}
 	replicas := ec.Spec.Replicas
+	if o.Replicas != nil {
+		replicas = *o.Replicas
+	}
 	fieldEnv := func(name, path string) corev1.EnvVar {
 		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
 	}
@@ -174,7 +190,10 @@ func StatefulSet(ec *v1alpha1.EtcdCluster, o PodOptions) *appsv1.StatefulSet {
 			Replicas:            &replicas,
 			ServiceName:         peerService(ec),
 			PodManagementPolicy: appsv1.ParallelPodManagement,
-			Selector:            &metav1.LabelSelector{MatchLabels: selectorLabels(ec)},
+			// Pods are restarted by the operator, one member at a time
+			// with leadership moved first, never by the StatefulSet.
+			UpdateStrategy: appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType},
+			Selector:       &metav1.LabelSelector{MatchLabels: selectorLabels(ec)},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: objectLabels(ec)},
 				Spec: corev1.PodSpec{

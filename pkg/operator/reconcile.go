@@ -11,6 +11,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -83,6 +84,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.Service{}).
 		Owns(&corev1.Secret{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
+		Owns(&coordinationv1.Lease{}).
 		Named("etcdcluster").
 		Complete(r)
 }
@@ -217,6 +219,11 @@ func (r *Reconciler) ensure(ctx context.Context, ec *v1alpha1.EtcdCluster) (*clu
 	if ec.Spec.TLS.CASecret != "" {
 		return nil, fmt.Errorf("spec.tls.caSecret is not supported yet: leave it empty and the operator makes the cluster's CA (Secret %s)", caSecret(ec))
 	}
+	if _, err := os.Stat(filepath.Join(dir, "cluster.yaml")); errors.Is(err, os.ErrNotExist) && ec.Spec.Replicas == 0 {
+		// Created hibernated: nothing to make until there is a member.
+		r.setOp(ec, "Create", "Running", "spec.replicas is 0: the cluster is created once it is 1 or more")
+		return nil, nil
+	}
 	say := progress.Func(func(format string, args ...any) { logf.FromContext(ctx).Info(fmt.Sprintf(format, args...)) })
 	c, created, err := initDir(ctx, dir, ec, InitOptions(ec, r.Config.ClusterDomain, r.Config.BinaryStore, s3CA), say)
 	if err != nil {
@@ -275,9 +282,25 @@ func (r *Reconciler) ensureObjects(ctx context.Context, ec *v1alpha1.EtcdCluster
 	for _, s := range secrets {
 		objs = append(objs, s)
 	}
-	objs = append(objs, MemberAccount(ec), MemberRole(ec), MemberRoleBinding(ec),
+	// The pods are the Steward spec's members: a spec.replicas change is
+	// not carried out by the StatefulSet (scaling is member by member).
+	pods := int32(len(c.Spec.Agents))
+	if pods != ec.Spec.Replicas {
+		r.event(ec, corev1.EventTypeWarning, "ScaleNotSupported", "Scale",
+			"spec.replicas %d: the cluster has %d members, and changing the member count is not supported yet; the StatefulSet keeps %d pods", ec.Spec.Replicas, pods, pods)
+	}
+	if v := ec.Spec.Version; v != "" && v != c.Spec.Version {
+		r.event(ec, corev1.EventTypeWarning, "UpgradeNotSupported", "Upgrade",
+			"spec.version %s: the cluster runs etcd %s, and changing the version is not supported yet", v, c.Spec.Version)
+	}
+	sized := ec.DeepCopy()
+	sized.Spec.Replicas = pods
+	for i := range int(pods) {
+		objs = append(objs, MemberLease(ec, i))
+	}
+	objs = append(objs, MemberAccount(ec), MemberRole(sized), MemberRoleBinding(ec),
 		PeerService(ec), ClientService(ec), DisruptionBudget(ec),
-		StatefulSet(ec, PodOptions{Image: r.Config.MemberImage, PullPolicy: corev1.PullPolicy(r.Config.PullPolicy)}))
+		StatefulSet(ec, PodOptions{Image: r.Config.MemberImage, PullPolicy: corev1.PullPolicy(r.Config.PullPolicy), Replicas: &pods}))
 	for _, want := range objs {
 		if err := r.apply(ctx, ec, want); err != nil {
 			return err
@@ -312,6 +335,8 @@ func (r *Reconciler) apply(ctx context.Context, ec *v1alpha1.EtcdCluster, want c
 			if c.RoleRef.Name == "" {
 				c.RoleRef = w.RoleRef
 			}
+		case *coordinationv1.Lease:
+			// The pod's agent renews it: its spec is not the operator's.
 		case *policyv1.PodDisruptionBudget:
 			c.Spec = want.(*policyv1.PodDisruptionBudget).Spec
 		case *appsv1.StatefulSet:
@@ -319,7 +344,7 @@ func (r *Reconciler) apply(ctx context.Context, ec *v1alpha1.EtcdCluster, want c
 			if c.CreationTimestamp.IsZero() {
 				c.Spec = w.Spec
 			} else {
-				c.Spec.Replicas, c.Spec.Template = w.Spec.Replicas, w.Spec.Template
+				c.Spec.Replicas, c.Spec.Template, c.Spec.UpdateStrategy = w.Spec.Replicas, w.Spec.Template, w.Spec.UpdateStrategy
 			}
 		}
 		return nil

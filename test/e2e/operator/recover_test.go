@@ -158,7 +158,7 @@ func operatorQuorumLoss(t *testing.T, c *localkube.Cluster) {
 	image := stewardImage(t, c)
 	cs, cl := clients(t, c)
 	ns := namespace(t, cs, "op-recover")
-	installOperator(t, c, cs, ns, image)
+	installOperator(t, c, cs, image)
 	s3Secret(t, c, cs, ns)
 	ec := &v1alpha1.EtcdCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: ns},
