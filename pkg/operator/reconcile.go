@@ -67,17 +67,15 @@ type Reconciler struct {
 	// by mu: Reconcile keeps it until the status carries it.
 	ops map[string]*v1alpha1.Operation
 
-	// auto runs the automatic quorum-loss recovery (recover.go).
-	auto autoLoops
+	// reports remembers what of the automatic recovery was reported
+	// (recover.go).
+	reports recoveryReports
 }
 
 // SetupWithManager registers the reconciler: EtcdClusters and what they
 // own.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.ops = map[string]*v1alpha1.Operation{}
-	if err := r.auto.start(mgr); err != nil {
-		return err
-	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.EtcdCluster{}).
 		Owns(&appsv1.StatefulSet{}).
@@ -127,12 +125,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	var ec v1alpha1.EtcdCluster
 	if err := r.Client.Get(ctx, req.NamespacedName, &ec); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.auto.forget(req.String())
+			r.reports.forget(req.String())
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !ec.DeletionTimestamp.IsZero() {
-		r.auto.forget(req.String())
+		r.reports.forget(req.String())
 		// Everything it owns goes with it (owner references); claims and
 		// backups are kept.
 		return ctrl.Result{}, nil
@@ -151,7 +149,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	o := Observed{Volumes: r.volumes(ctx, &ec), Operation: r.op(&ec)}
 	if c != nil {
-		r.recovery(ctx, &ec, c.Dir, c.Spec.Recovery.Mode)
+		r.recovery(ctx, &ec, c)
 		if c.Spec.Recovery.Mode != "auto" {
 			o.QuorumLostAdvice = ManualRecoveryAdvice(c.Dir)
 		}

@@ -3,27 +3,29 @@ package operator
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
-	"github.com/etcd-steward/steward/pkg/recovery"
+	"github.com/etcd-steward/steward/pkg/certs"
+	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/progress"
 	"github.com/etcd-steward/steward/pkg/status"
 )
 
 // Quorum-loss recovery of member pods (issue 29, DEP-01 decision table
 // 10) is the hosts' automatic recovery, unchanged: the operator's Steward
-// directory of an EtcdCluster is its coordinator's directory, so the
-// operator runs recovery.RunAuto on it, as `steward up` runs it for hosts.
-// RunAuto decides (recovery.Decide: quorum lost everywhere by the agents'
-// own reports, for the whole grace period; a pod whose volume was deleted
+// directory of an EtcdCluster is the coordinator's directory, and the
+// coordinator's process beside it, `steward certs renew --watch` (started
+// by bootstrap.Up, and again by every reconcile through
+// certs.EnsureRenewer when it is gone, as any later command does on a
+// host), renews the certificates and runs recovery.RunAuto on it. RunAuto
+// decides (recovery.Decide: quorum lost everywhere by the agents' own
+// reports, for the whole grace period; a pod whose volume was deleted
 // comes back as an agent that runs no member, which counts as down), acts
 // through recovery.Run (restart a majority that kept its data; else
 // rebuild from a survivor not behind the newest backup, or restore the
@@ -38,20 +40,16 @@ import (
 // from their volumes and they re-form the cluster; Decide sees them
 // running and waits.
 //
-// Invariant: at most one RunAuto per EtcdCluster directory, and only
-// while this replica leads (the loops' context is a leader-elected
-// runnable's): autoLoops.mu guards the map of loops.
+// Invariant: one automatic recovery loop per directory, the coordinator
+// process's (its certrenew.lock admits one; the operator runs none of its
+// own, which would race it for recover.lock every round).
 
-// autoLoops runs RunAuto once per EtcdCluster whose recovery mode is auto.
-type autoLoops struct {
+// recoveryReports remembers, per resource, what of the recorded automatic
+// recovery was turned into Events.
+type recoveryReports struct {
+	// mu guards seen.
 	mu sync.Mutex
-	// base is the leader-elected runnable's context (nil until this
-	// replica leads), guarded by mu.
-	base context.Context
-	// loops: resource key -> stop its loop, guarded by mu.
-	loops map[string]context.CancelFunc
-	// seen: resource key -> what was last turned into Events, guarded
-	// by mu.
+	// seen: resource key -> what was last reported, guarded by mu.
 	seen map[string]recoverySeen
 }
 
@@ -61,53 +59,10 @@ type recoverySeen struct {
 	result    string
 }
 
-// start registers the runnable that gives the loops their context.
-func (a *autoLoops) start(mgr manager.Manager) error {
-	a.mu.Lock()
-	a.loops, a.seen = map[string]context.CancelFunc{}, map[string]recoverySeen{}
-	a.mu.Unlock()
-	return mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		a.mu.Lock()
-		a.base = ctx
-		a.mu.Unlock()
-		<-ctx.Done()
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		for k, stop := range a.loops {
-			stop()
-			delete(a.loops, k)
-		}
-		a.base = nil
-		return nil
-	}))
-}
-
-// ensure runs RunAuto on dir while want, else stops it.
-func (a *autoLoops) ensure(key, dir string, want bool, log logr.Logger) {
+func (a *recoveryReports) forget(key string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.loops == nil {
-		a.loops, a.seen = map[string]context.CancelFunc{}, map[string]recoverySeen{}
-	}
-	stop, running := a.loops[key]
-	switch {
-	case want && !running && a.base != nil:
-		ctx, cancel := context.WithCancel(a.base)
-		a.loops[key] = cancel
-		sl := slog.New(logr.ToSlogHandler(log.WithValues("etcdcluster", key)))
-		go recovery.RunAuto(ctx, dir, "", sl)
-	case !want && running:
-		stop()
-		delete(a.loops, key)
-	}
-}
-
-// forget stops the loop of a deleted resource.
-func (a *autoLoops) forget(key string) {
-	a.ensure(key, "", false, logr.Discard())
-	a.mu.Lock()
 	delete(a.seen, key)
-	a.mu.Unlock()
 }
 
 // recoveryEvents is what changed in the recorded automatic recovery
@@ -171,23 +126,30 @@ func countsText(cs []status.AutoRecoveryCount) string {
 	return strings.Join(parts, ", ")
 }
 
-// recovery runs or stops the automatic recovery of ec (started cluster in
-// dir) and reports what it recorded since the last reconcile.
-func (r *Reconciler) recovery(ctx context.Context, ec *v1alpha1.EtcdCluster, dir, mode string) {
-	key := ec.Namespace + "/" + ec.Name
-	// The loop outlives this reconcile: the operator's logger, not the
-	// reconcile's (whose reconcileID would stick to every line).
-	r.auto.ensure(key, dir, mode == "auto", logf.Log.WithName("autorecovery"))
-	st, err := status.ReadAutoRecovery(dir)
+// recovery keeps the coordinator process of the started cluster c of ec
+// running (it runs the automatic recovery) and reports what the recovery
+// recorded since the last reconcile.
+func (r *Reconciler) recovery(ctx context.Context, ec *v1alpha1.EtcdCluster, c *cluster.Cluster) {
+	log := logf.FromContext(ctx)
+	c.Progress = progress.Func(func(format string, args ...any) { log.Info(fmt.Sprintf(format, args...)) })
+	if started, err := certs.EnsureRenewer(ctx, c, r.Config.StewardBinary); err != nil {
+		r.event(ec, corev1.EventTypeWarning, "CoordinatorNotRunning", "Recover", "the cluster's certificate renewal and automatic recovery process did not start: %v", err)
+	} else if started {
+		r.event(ec, corev1.EventTypeNormal, "CoordinatorStarted", "Recover", "started the cluster's certificate renewal and automatic recovery process (certs renew --watch)")
+	}
+	st, err := status.ReadAutoRecovery(c.Dir)
 	if err != nil {
-		logf.FromContext(ctx).Error(err, "read the automatic recovery's state")
+		log.Error(err, "read the automatic recovery's state")
 		return
 	}
-	r.auto.mu.Lock()
-	prev := r.auto.seen[key]
-	ch, now := recoveryChanges(st, prev)
-	r.auto.seen[key] = now
-	r.auto.mu.Unlock()
+	key := ec.Namespace + "/" + ec.Name
+	r.reports.mu.Lock()
+	if r.reports.seen == nil {
+		r.reports.seen = map[string]recoverySeen{}
+	}
+	ch, now := recoveryChanges(st, r.reports.seen[key])
+	r.reports.seen[key] = now
+	r.reports.mu.Unlock()
 	for _, e := range ch.events {
 		r.event(ec, e.typ, e.reason, "Recover", "%s", e.msg)
 	}
@@ -198,7 +160,8 @@ func (r *Reconciler) recovery(ctx context.Context, ec *v1alpha1.EtcdCluster, dir
 
 // ManualRecoveryAdvice is what the Ready condition adds while quorum is
 // lost and spec.recovery.mode is manual: the operator does nothing, and
-// the recovery is run in its pod on the resource's Steward directory.
+// the recovery is run in its pod on the resource's Steward directory (the
+// condition is shown by kubectl, which cannot add advice of its own).
 func ManualRecoveryAdvice(dir string) string {
-	return fmt.Sprintf("; spec.recovery.mode is manual, so the operator does not recover: run `steward recover --dir %s` in the operator's pod (kubectl exec), or set spec.recovery.mode to auto", dir)
+	return fmt.Sprintf("; spec.recovery.mode is manual, so the operator does not recover: run the recovery in the operator's pod (kubectl exec: its steward binary's recover --dir %s), or set spec.recovery.mode to auto", dir)
 }

@@ -81,12 +81,12 @@ func TestStatusFromManualQuorumLost(t *testing.T) {
 	dir := "/var/lib/steward-operator/ns/db"
 	out := StatusFrom(ec, v1alpha1.EtcdClusterStatus{}, Observed{Status: st, QuorumLostAdvice: ManualRecoveryAdvice(dir)}, time.Now())
 	c := meta.FindStatusCondition(out.Conditions, v1alpha1.ConditionReady)
-	if c == nil || c.Reason != "QuorumLost" || !strings.Contains(c.Message, "steward recover --dir "+dir) {
+	if c == nil || c.Reason != "QuorumLost" || !strings.Contains(c.Message, "recover --dir "+dir) {
 		t.Errorf("Ready %+v", c)
 	}
 	// Quorate: no advice.
 	out = StatusFrom(ec, v1alpha1.EtcdClusterStatus{}, Observed{Status: threeMembers(), QuorumLostAdvice: ManualRecoveryAdvice(dir)}, time.Now())
-	if c := meta.FindStatusCondition(out.Conditions, v1alpha1.ConditionReady); strings.Contains(c.Message, "steward recover") {
+	if c := meta.FindStatusCondition(out.Conditions, v1alpha1.ConditionReady); strings.Contains(c.Message, "recover --dir") {
 		t.Errorf("Ready of a quorate cluster %+v", c)
 	}
 }
