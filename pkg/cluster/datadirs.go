@@ -9,6 +9,7 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/datadir"
+	"github.com/etcd-steward/steward/pkg/memberrt"
 	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
@@ -24,6 +25,8 @@ func (c *Cluster) OnOtherHost(m spec.Member) bool {
 }
 
 // CheckDataDir inspects a member's data dir without etcd, where it lives.
+// A host's agent that runs no such member (memberrt.ErrNotFound) has no
+// data of it: Empty.
 func (c *Cluster) CheckDataDir(ctx context.Context, m spec.Member) (datadir.Finding, error) {
 	if !c.OnOtherHost(m) {
 		return datadir.Check(spec.Path(c.Dir, m.DataDir)), nil
@@ -33,7 +36,12 @@ func (c *Cluster) CheckDataDir(ctx context.Context, m spec.Member) (datadir.Find
 		return datadir.Finding{}, err
 	}
 	var f datadir.Finding
-	if err := ac.DataDir(ctx, m.Name, &f); err != nil {
+	if err := ac.DataDir(ctx, m.Name, &f); memberrt.IsNotFound(err) {
+		// The host's agent runs no such member: its directory was lost
+		// and it joined again (a member pod whose volume was deleted), so
+		// the member has no data there.
+		return datadir.Finding{DataDir: m.DataDir, State: datadir.Empty}, nil
+	} else if err != nil {
 		return datadir.Finding{}, fmt.Errorf("inspect the data dir of %s on host %s: %w", m.Name, m.Agent, err)
 	}
 	return f, nil
@@ -50,6 +58,9 @@ func (c *Cluster) MoveDataDirAside(ctx context.Context, m spec.Member, reason st
 		return "", err
 	}
 	aside, err := ac.MoveDataDirAside(ctx, m.Name, reason)
+	if memberrt.IsNotFound(err) {
+		return "", nil // no such member there, so no data dir (CheckDataDir)
+	}
 	if err != nil {
 		return "", fmt.Errorf("on host %s: %w", m.Agent, err)
 	}

@@ -66,6 +66,10 @@ type Reconciler struct {
 	// ops is the newest operation per resource (NAMESPACE/NAME), guarded
 	// by mu: Reconcile keeps it until the status carries it.
 	ops map[string]*v1alpha1.Operation
+
+	// reports remembers what of the automatic recovery was reported
+	// (recover.go).
+	reports recoveryReports
 }
 
 // SetupWithManager registers the reconciler: EtcdClusters and what they
@@ -120,9 +124,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	log := logf.FromContext(ctx)
 	var ec v1alpha1.EtcdCluster
 	if err := r.Client.Get(ctx, req.NamespacedName, &ec); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.reports.forget(req.String())
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !ec.DeletionTimestamp.IsZero() {
+		r.reports.forget(req.String())
 		// Everything it owns goes with it (owner references); claims and
 		// backups are kept.
 		return ctrl.Result{}, nil
@@ -145,6 +153,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	o := Observed{Volumes: r.volumes(ctx, &ec), Operation: r.op(&ec)}
 	if c != nil {
+		r.recovery(ctx, &ec, c)
+		if c.Spec.Recovery.Mode != "auto" {
+			o.QuorumLostAdvice = ManualRecoveryAdvice(c.Dir)
+		}
+		o.Operation = r.op(&ec)
 		sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		st, err := status.Get(sctx, c)
 		cancel()

@@ -128,6 +128,9 @@ func Shape(s *spec.Cluster, ec *v1alpha1.EtcdCluster) {
 			s.Backup.Retention = spec.Retention{KeepLast: int(r.KeepLast), KeepHourly: deref(r.KeepHourly), KeepDaily: deref(r.KeepDaily)}
 		}
 	}
+	// The API's default is auto (the hosts' spec's, manual): the
+	// operator recovers a quorum loss itself (recover.go).
+	s.Recovery.Mode = "auto"
 	if ec.Spec.Recovery.Mode != "" {
 		s.Recovery.Mode = ec.Spec.Recovery.Mode
 	}

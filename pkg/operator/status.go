@@ -37,6 +37,9 @@ type Observed struct {
 	LastBackup time.Time
 	// Operation is the newest operation, if any.
 	Operation *v1alpha1.Operation
+	// QuorumLostAdvice is added to the Ready condition's message while
+	// quorum is lost (ManualRecoveryAdvice; empty in mode auto).
+	QuorumLostAdvice string
 }
 
 // StatusFrom computes the resource's status from what was observed.
@@ -87,7 +90,11 @@ func StatusFrom(ec *v1alpha1.EtcdCluster, prev v1alpha1.EtcdClusterStatus, o Obs
 			set(metav1.Condition{Type: t, Status: metav1.ConditionUnknown, Reason: "NotReported", Message: "the cluster status did not report it"})
 			continue
 		}
-		set(metav1.Condition{Type: t, Status: metav1.ConditionStatus(c.Status), Reason: reason(c.Reason), Message: c.Message})
+		msg := c.Message
+		if t == v1alpha1.ConditionReady && c.Reason == "QuorumLost" {
+			msg += o.QuorumLostAdvice
+		}
+		set(metav1.Condition{Type: t, Status: metav1.ConditionStatus(c.Status), Reason: reason(c.Reason), Message: msg})
 	}
 	set(o.Volumes)
 

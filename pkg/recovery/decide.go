@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/etcd-steward/steward/pkg/memberrt"
+	"github.com/etcd-steward/steward/pkg/status"
 )
 
 // Who acts on a multi-host cluster, and on what evidence (docs/hosts.md,
@@ -20,8 +21,9 @@ import (
 //   - It acts only on positive evidence that no majority is alive
 //     anywhere: Decide counts a member as down only when its own agent
 //     answers and reports its process not running (Stopped, BackOff,
-//     CrashLoopBackOff, Failed). A member whose agent does not answer, or
-//     whose process runs, may be part of a live majority the coordinator
+//     CrashLoopBackOff, Failed), or that it runs no such member
+//     (NotRunByAgent). A member whose agent does not answer, or whose
+//     process runs, may be part of a live majority the coordinator
 //     cannot see: it is never counted as down. Quorum is lost everywhere
 //     when the members down are more than the spec can spare.
 //   - Every agent must answer: Run stops every member before it looks at a
@@ -56,10 +58,12 @@ type Decision struct {
 }
 
 // down reports whether a process state proves that no etcd process of
-// the member runs.
+// the member runs. An agent that answers and runs no such member
+// (status.ProcessNotRunByAgent: its directory was lost and it joined
+// again, as a member pod whose volume was deleted does) proves it too.
 func down(state string) bool {
 	switch state {
-	case memberrt.StateStopped, memberrt.StateBackoff, memberrt.StateCrashLoop, memberrt.StateFailed:
+	case memberrt.StateStopped, memberrt.StateBackoff, memberrt.StateCrashLoop, memberrt.StateFailed, status.ProcessNotRunByAgent:
 		return true
 	}
 	return false

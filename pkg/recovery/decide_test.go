@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/etcd-steward/steward/pkg/memberrt"
+	"github.com/etcd-steward/steward/pkg/status"
 )
 
 func views(states ...string) []MemberView {
@@ -32,6 +33,7 @@ func TestDecide(t *testing.T) {
 		back = memberrt.StateBackoff
 		strt = memberrt.StateStarting
 		gone = "unreachable"
+		none = status.ProcessNotRunByAgent
 	)
 	for _, tc := range []struct {
 		name    string
@@ -57,6 +59,10 @@ func TestDecide(t *testing.T) {
 		{"five: three down", false, []string{fail, fail, stop, run, run}, true, "3 of 5"},
 		{"five: three down, one unreachable", false, []string{fail, fail, stop, gone, run}, false, "etcd-4 (agent h4) do not answer"},
 		{"one member, down", false, []string{fail}, true, "1 of 1"},
+		// Member pods whose volumes were deleted come back as agents
+		// that joined again and run no member.
+		{"two of three volumes gone", false, []string{none, none, run}, true, "2 of 3 members reported not running"},
+		{"one volume gone is spare", false, []string{none, run, run}, false, "only 1 of 3"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := Decide(Observation{Quorate: tc.quorate, Members: views(tc.states...)})

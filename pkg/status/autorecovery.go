@@ -125,6 +125,11 @@ func AutoRecoveryStatePath(dir string) string {
 	return filepath.Join(dir, "status", AutoRecoveryStateFile)
 }
 
+// ProcessNotRunByAgent is a member's Process when its agent answers and
+// runs no such member (a host, or a member pod, whose directory was lost
+// and joined again: no etcd process of the member runs there).
+const ProcessNotRunByAgent = "NotRunByAgent"
+
 // ReadAutoRecovery returns the recorded state, nil when there is none.
 func ReadAutoRecovery(dir string) (*AutoRecoveryState, error) {
 	b, err := os.ReadFile(AutoRecoveryStatePath(dir))

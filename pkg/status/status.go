@@ -108,7 +108,9 @@ type MemberStatus struct {
 	// LastError is the newest problem seen: the probe's error, the agent's
 	// last error or last unexpected exit.
 	LastError string `json:"lastError,omitempty"`
-	// Agent, Process, PID and Restarts come from the agent running it.
+	// Agent, Process, PID and Restarts come from the agent running it
+	// (Process is ProcessNotRunByAgent when that agent answers but runs
+	// no such member).
 	Agent    string `json:"agent"`
 	Process  string `json:"process"`
 	PID      int    `json:"pid,omitempty"`
@@ -601,7 +603,7 @@ func LiveMembers(ctx context.Context, c *cluster.Cluster) (*Status, error) {
 				ms.LastError = fmt.Sprintf("agent %s: %v", m.Agent, cluster.ShortErr(err))
 			}
 		} else {
-			ms.Process = "NotRunByAgent"
+			ms.Process = ProcessNotRunByAgent
 		}
 		if ms.Healthy {
 			st.Cluster.HealthyMembers++
