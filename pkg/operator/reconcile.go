@@ -65,6 +65,9 @@ type Reconciler struct {
 	// ops is the newest operation per resource (NAMESPACE/NAME), guarded
 	// by mu: Reconcile keeps it until the status carries it.
 	ops map[string]*v1alpha1.Operation
+
+	// versions runs the version plans (upgrade.go); it has its own lock.
+	versions versionRunner
 }
 
 // SetupWithManager registers the reconciler: EtcdClusters and what they
@@ -146,6 +149,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			o.StatusError = err.Error()
 		}
 		o.Status = st
+		o.Upgrade = r.reconcileVersion(ctx, &ec, c, st)
 		if bs, ok := backup.PickLoopStatus(c.LoopStatuses(ctx)); ok {
 			o.LastBackup = bs.LastUpload
 		}

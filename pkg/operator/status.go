@@ -33,6 +33,9 @@ type Observed struct {
 	LastBackup time.Time
 	// Operation is the newest operation, if any.
 	Operation *v1alpha1.Operation
+	// Upgrade, when set, is UpgradeInProgress in place of the status's
+	// (a refused spec.version: upgrade.go).
+	Upgrade *metav1.Condition
 }
 
 // StatusFrom computes the resource's status from what was observed.
@@ -79,6 +82,9 @@ func StatusFrom(ec *v1alpha1.EtcdCluster, prev v1alpha1.EtcdClusterStatus, o Obs
 		set(metav1.Condition{Type: t, Status: metav1.ConditionStatus(c.Status), Reason: reason(c.Reason), Message: c.Message})
 	}
 	set(o.Volumes)
+	if o.Upgrade != nil {
+		set(*o.Upgrade)
+	}
 
 	prevMember := map[string]v1alpha1.MemberStatus{}
 	for _, m := range prev.Members {
