@@ -24,6 +24,10 @@ type PodOptions struct {
 	Image string
 	// PullPolicy of that image (default IfNotPresent).
 	PullPolicy corev1.PullPolicy
+	// Replicas, when set, is the pod count in place of spec.replicas: the
+	// members the Steward spec has (a change of spec.replicas is carried
+	// out member by member, never by the StatefulSet alone).
+	Replicas *int32
 }
 
 // owned returns the metadata of an object the operator makes for ec:
@@ -164,6 +168,9 @@ func StatefulSet(ec *v1alpha1.EtcdCluster, o PodOptions) *appsv1.StatefulSet {
 		spread = DefaultTopologySpread(ec)
 	}
 	replicas := ec.Spec.Replicas
+	if o.Replicas != nil {
+		replicas = *o.Replicas
+	}
 	fieldEnv := func(name, path string) corev1.EnvVar {
 		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
 	}
@@ -174,7 +181,10 @@ func StatefulSet(ec *v1alpha1.EtcdCluster, o PodOptions) *appsv1.StatefulSet {
 			Replicas:            &replicas,
 			ServiceName:         peerService(ec),
 			PodManagementPolicy: appsv1.ParallelPodManagement,
-			Selector:            &metav1.LabelSelector{MatchLabels: selectorLabels(ec)},
+			// Pods are restarted by the operator, one member at a time
+			// with leadership moved first, never by the StatefulSet.
+			UpdateStrategy: appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType},
+			Selector:       &metav1.LabelSelector{MatchLabels: selectorLabels(ec)},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: objectLabels(ec)},
 				Spec: corev1.PodSpec{

@@ -206,6 +206,11 @@ func (r *Reconciler) ensure(ctx context.Context, ec *v1alpha1.EtcdCluster) (*clu
 	if ec.Spec.TLS.CASecret != "" {
 		return nil, fmt.Errorf("spec.tls.caSecret is not supported yet: leave it empty and the operator makes the cluster's CA (Secret %s)", caSecret(ec))
 	}
+	if _, err := os.Stat(filepath.Join(dir, "cluster.yaml")); errors.Is(err, os.ErrNotExist) && ec.Spec.Replicas == 0 {
+		// Created hibernated: nothing to make until there is a member.
+		r.setOp(ec, "Create", "Running", "spec.replicas is 0: the cluster is created once it is 1 or more")
+		return nil, nil
+	}
 	say := progress.Func(func(format string, args ...any) { logf.FromContext(ctx).Info(fmt.Sprintf(format, args...)) })
 	c, created, err := initDir(ctx, dir, ec, InitOptions(ec, r.Config.ClusterDomain, r.Config.BinaryStore, s3CA), say)
 	if err != nil {
@@ -264,9 +269,19 @@ func (r *Reconciler) ensureObjects(ctx context.Context, ec *v1alpha1.EtcdCluster
 	for _, s := range secrets {
 		objs = append(objs, s)
 	}
-	objs = append(objs, MemberAccount(ec), MemberRole(ec), MemberRoleBinding(ec),
+	// The pods are the Steward spec's members: a spec.replicas change is
+	// not carried out by the StatefulSet (scaling is member by member).
+	pods := int32(len(c.Spec.Agents))
+	if pods != ec.Spec.Replicas {
+		r.event(ec, corev1.EventTypeWarning, "ScaleNotSupported", "Scale",
+			"spec.replicas %d: the cluster has %d members, and changing the member count is not supported yet; the StatefulSet keeps %d pods", ec.Spec.Replicas, pods, pods)
+	}
+	// spec.version is upgrade.go's (reconcileVersion).
+	sized := ec.DeepCopy()
+	sized.Spec.Replicas = pods
+	objs = append(objs, MemberAccount(ec), MemberRole(sized), MemberRoleBinding(ec),
 		PeerService(ec), ClientService(ec), DisruptionBudget(ec),
-		StatefulSet(ec, PodOptions{Image: r.Config.MemberImage, PullPolicy: corev1.PullPolicy(r.Config.PullPolicy)}))
+		StatefulSet(ec, PodOptions{Image: r.Config.MemberImage, PullPolicy: corev1.PullPolicy(r.Config.PullPolicy), Replicas: &pods}))
 	for _, want := range objs {
 		if err := r.apply(ctx, ec, want); err != nil {
 			return err
@@ -308,7 +323,7 @@ func (r *Reconciler) apply(ctx context.Context, ec *v1alpha1.EtcdCluster, want c
 			if c.CreationTimestamp.IsZero() {
 				c.Spec = w.Spec
 			} else {
-				c.Spec.Replicas, c.Spec.Template = w.Spec.Replicas, w.Spec.Template
+				c.Spec.Replicas, c.Spec.Template, c.Spec.UpdateStrategy = w.Spec.Replicas, w.Spec.Template, w.Spec.UpdateStrategy
 			}
 		}
 		return nil
