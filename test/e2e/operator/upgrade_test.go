@@ -6,9 +6,11 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -16,13 +18,14 @@ import (
 
 	"github.com/coreos/go-semver/semver"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
@@ -222,25 +225,21 @@ func installOperatorWithState(t *testing.T, c *localkube.Cluster, cs *kubernetes
 	}
 }
 
-// nodePortClients returns clientv3 clients of the cluster's members
-// through a NodePort Service selecting the member pods (ready ones only,
-// as NAME-client), at every node's address: the test's own process is on
-// the nodes' bridge, not in the pod network. TLS: the Secret
-// NAME-client-tls, verified against the client Service's name.
-func nodePortClients(t *testing.T, cs *kubernetes.Clientset, c *localkube.Cluster, ec *v1alpha1.EtcdCluster, n int) []*clientv3.Client {
+// serviceClients returns clientv3 clients of the cluster through its
+// client Service NAME-client, as an application in the cluster connects:
+// each connection is opened inside a node's network namespace (the test's
+// own process is on the nodes' bridge, outside the pod and Service
+// networks) to the Service's ClusterIP, which kube-proxy balances over the
+// ready member pods. TLS: the Secret NAME-client-tls, verified against the
+// Service's name.
+func serviceClients(t *testing.T, cs *kubernetes.Clientset, c *localkube.Cluster, ec *v1alpha1.EtcdCluster, n int) []*clientv3.Client {
 	t.Helper()
 	ctx := t.Context()
-	svc, err := cs.CoreV1().Services(ec.Namespace).Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: ec.Name + "-e2e"},
-		Spec: corev1.ServiceSpec{
-			Type:     corev1.ServiceTypeNodePort,
-			Selector: operator.ClientService(ec).Spec.Selector,
-			Ports:    []corev1.ServicePort{{Name: "client", Port: 2379, TargetPort: intstr.FromInt32(2379)}},
-		},
-	}, metav1.CreateOptions{})
+	svc, err := cs.CoreV1().Services(ec.Namespace).Get(ctx, ec.Name+"-client", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	target := net.JoinHostPort(svc.Spec.ClusterIP, "2379")
 	sec, err := cs.CoreV1().Secrets(ec.Namespace).Get(ctx, ec.Name+"-client-tls", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -251,16 +250,16 @@ func nodePortClients(t *testing.T, cs *kubernetes.Clientset, c *localkube.Cluste
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(sec.Data["ca.crt"])
-	var eps []string
-	for _, nd := range c.Nodes {
-		eps = append(eps, fmt.Sprintf("%s:%d", nd.Addr, svc.Spec.Ports[0].NodePort))
-	}
+	name := ec.Name + "-client." + ec.Namespace + ".svc"
 	var out []*clientv3.Client
-	for range n {
+	for i := range n {
+		netns := filepath.Join("/run/netns", c.Nodes[i%len(c.Nodes)].Netns)
 		cli, err := clientv3.New(clientv3.Config{
-			Endpoints: eps, DialTimeout: 5 * time.Second,
-			TLS: &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool,
-				ServerName: ec.Name + "-client." + ec.Namespace + ".svc", MinVersion: tls.VersionTLS12},
+			Endpoints: []string{name + ":2379"}, DialTimeout: 5 * time.Second,
+			TLS: &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ServerName: name, MinVersion: tls.VersionTLS12},
+			DialOptions: []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+				return dialInNetns(ctx, netns, target)
+			})},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -268,13 +267,43 @@ func nodePortClients(t *testing.T, cs *kubernetes.Clientset, c *localkube.Cluste
 		t.Cleanup(func() { _ = cli.Close() })
 		out = append(out, cli)
 	}
-	harness.Eventually(t, time.Minute, time.Second, "a write through the NodePort Service", func() error {
+	harness.Eventually(t, time.Minute, time.Second, "a write through "+ec.Name+"-client", func() error {
 		c, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		_, err := out[0].Put(c, "/e2e/nodeport", "ok")
+		_, err := out[0].Put(c, "/e2e/through-service", "ok")
 		return err
 	})
 	return out
+}
+
+// dialInNetns opens a TCP connection from the network namespace netns: on
+// a thread of its own that enters netns and is never given back to other
+// goroutines (it ends with the goroutine, locked), so no other code runs
+// in that namespace. The socket stays in it.
+func dialInNetns(ctx context.Context, netns, addr string) (net.Conn, error) {
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread() // not unlocked: the thread exits with the goroutine
+		fd, err := unix.Open(netns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			ch <- result{err: err}
+			return
+		}
+		defer unix.Close(fd)
+		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			ch <- result{err: fmt.Errorf("enter %s: %w", netns, err)}
+			return
+		}
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "tcp", addr)
+		ch <- result{c, err}
+	}()
+	r := <-ch
+	return r.c, r.err
 }
 
 // TestOperatorUpgradeRollback: spec.version takes a 3-member EtcdCluster
@@ -388,7 +417,7 @@ func operatorUpgradeRollback(t *testing.T, c *localkube.Cluster) {
 		t.Fatalf("version changed by a refused spec.version: %+v", got.Status)
 	}
 
-	clis := nodePortClients(t, cs, c, ec, 5)
+	clis := serviceClients(t, cs, c, ec, 5)
 	w := workload.Start(t, clis[0], workload.Options{Prefix: "/e2e/upgrade-writer", Interval: 10 * time.Millisecond})
 	kvs := []clientv3.KV{clis[1], clis[2], clis[3], clis[4]}
 	var reports []workload.PhaseReport
