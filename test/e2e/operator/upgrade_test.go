@@ -479,8 +479,12 @@ func operatorUpgradeRollback(t *testing.T, c *localkube.Cluster) {
 	})
 	res := w.Stop()
 	workload.RequireKeys(t, clis[0], res)
-	t.Logf("writer through the upgrade %s -> %s -> %s (operator pod deleted once) and the rollback: %d acknowledged, %d failed writes, %d failed attempts %v, longest stall %s",
-		from, via, to, len(res.Acked), len(res.Failed), res.FailedAttempts, res.AttemptErrors, res.LongestGap())
+	var longestAck time.Duration
+	for _, l := range res.Latencies() {
+		longestAck = max(longestAck, l)
+	}
+	t.Logf("writer through the upgrade %s -> %s -> %s (operator pod deleted once) and the rollback: %d acknowledged, %d failed writes, %d failed attempts %v, longest acknowledged write %s, longest gap between acknowledgements %s",
+		from, via, to, len(res.Acked), len(res.Failed), res.FailedAttempts, res.AttemptErrors, longestAck, res.LongestGap())
 	t.Logf("linearizability clients by phase:\n%s", workload.FormatReports(reports))
 
 	evs, err := cs.CoreV1().Events(ns).List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=db"})
