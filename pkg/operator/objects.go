@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -118,6 +119,14 @@ func MemberRoleBinding(ec *v1alpha1.EtcdCluster) *rbacv1.RoleBinding {
 		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: memberAccount(ec)},
 		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: memberAccount(ec), Namespace: ec.Namespace}},
 	}
+}
+
+// MemberLease is the Lease NAME-I of member pod i, which the pod's agent
+// renews with holderIdentity MEMBERIDHEX:Leader|Member (DEP-01's member
+// leases); the operator creates it (with no holder) and never writes its
+// spec afterwards.
+func MemberLease(ec *v1alpha1.EtcdCluster, i int) *coordinationv1.Lease {
+	return &coordinationv1.Lease{ObjectMeta: owned(ec, PodName(ec, i))}
 }
 
 // Secret is a Secret NAME of ec holding data.

@@ -292,6 +292,14 @@ func operatorCreate(t *testing.T, c *localkube.Cluster) {
 		t.Errorf("%d member pods in zones %v", len(pods.Items), zones)
 	}
 
+	// A Lease per member, for its agent to renew.
+	for i := range 3 {
+		l, err := cs.CoordinationV1().Leases(ns).Get(t.Context(), fmt.Sprintf("db-%d", i), metav1.GetOptions{})
+		if err != nil || len(l.OwnerReferences) != 1 || l.OwnerReferences[0].Name != "db" {
+			t.Errorf("lease db-%d: %v", i, err)
+		}
+	}
+
 	// A client writes and reads through the client Service.
 	clientPod(t, cs, ns, image, "put", "/operator/e2e", "hello")
 	if out := clientPod(t, cs, ns, image, "get", "/operator/e2e", "--print-value-only"); strings.TrimSpace(out) != "hello" {
