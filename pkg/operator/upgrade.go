@@ -332,17 +332,21 @@ func opType(p *plan.Plan) string {
 // plan is saved its first line names it: lastOperation then carries the
 // plan's ID.
 func (r *Reconciler) planEvents(ec *v1alpha1.EtcdCluster, c *cluster.Cluster, typ *string, logf func(string)) progress.Func {
+	var mu sync.Mutex // guards id: the executor may report from several goroutines
 	id := ""
 	return progress.Func(func(format string, args ...any) {
 		msg := fmt.Sprintf(format, args...)
 		logf(msg)
 		switch {
 		case strings.HasPrefix(msg, "step "):
+			mu.Lock()
 			if id == "" {
 				if p, err := c.Plans().Latest(); err == nil && isVersionPlan(p) {
 					id = p.ID
 				}
 			}
+			id := id
+			mu.Unlock()
 			r.event(ec, corev1.EventTypeNormal, "PlanStep", *typ, "plan %s: %s", id, msg)
 			r.setOp(ec, *typ, "Running", fmt.Sprintf("plan %s: %s", id, msg))
 		case strings.HasPrefix(msg, "plan "):
