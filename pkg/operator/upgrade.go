@@ -288,7 +288,7 @@ func (r *Reconciler) startVersion(ctx context.Context, ec *v1alpha1.EtcdCluster,
 			p = d.Plan
 			typ = opType(p)
 			r.event(ec, corev1.EventTypeNormal, "PlanResumed", typ, "resuming %s plan %s (%s), which no process was carrying out", p.Kind, p.ID, p.State)
-			r.setOp(ec, typ, "Running", fmt.Sprintf("plan %s resumed", p.ID))
+			r.setPlanOp(ec, typ, "Running", fmt.Sprintf("plan %s resumed", p.ID), p.ID)
 			err = cluster.PlanKinds.Resume(bg, c, p)
 		case VersionUpgrade:
 			r.setOp(ec, typ, "Running", fmt.Sprintf("planning the upgrade to %s", d.To))
@@ -307,7 +307,7 @@ func (r *Reconciler) startVersion(ctx context.Context, ec *v1alpha1.EtcdCluster,
 		if err != nil {
 			log.Error(err, "version plan", "plan", p.ID)
 			r.event(ec, corev1.EventTypeWarning, "PlanFailed", typ, "plan %s failed: %v", p.ID, err)
-			r.setOp(ec, typ, "Failed", fmt.Sprintf("plan %s failed: %v", p.ID, err))
+			r.setPlanOp(ec, typ, "Failed", fmt.Sprintf("plan %s failed: %v", p.ID, err), p.ID)
 			return
 		}
 		what := "etcd " + d.To
@@ -315,8 +315,21 @@ func (r *Reconciler) startVersion(ctx context.Context, ec *v1alpha1.EtcdCluster,
 			what = fmt.Sprintf("etcd %s to %s", v.From, v.To)
 		}
 		r.event(ec, corev1.EventTypeNormal, "PlanDone", typ, "plan %s done: %s", p.ID, what)
-		r.setOp(ec, typ, "Succeeded", fmt.Sprintf("plan %s: %s", p.ID, what))
+		r.setPlanOp(ec, typ, "Succeeded", fmt.Sprintf("plan %s: %s", p.ID, what), p.ID)
 	}()
+}
+
+// setPlanOp is setOp naming the plan (lastOperation.plan) when known.
+func (r *Reconciler) setPlanOp(ec *v1alpha1.EtcdCluster, typ, state, desc, id string) {
+	r.setOp(ec, typ, state, desc)
+	if id == "" {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if op := r.ops[ec.Namespace+"/"+ec.Name]; op != nil {
+		op.Plan = id
+	}
 }
 
 // opType is lastOperation's type of a version plan.
@@ -348,7 +361,7 @@ func (r *Reconciler) planEvents(ec *v1alpha1.EtcdCluster, c *cluster.Cluster, ty
 			id := id
 			mu.Unlock()
 			r.event(ec, corev1.EventTypeNormal, "PlanStep", *typ, "plan %s: %s", id, msg)
-			r.setOp(ec, *typ, "Running", fmt.Sprintf("plan %s: %s", id, msg))
+			r.setPlanOp(ec, *typ, "Running", fmt.Sprintf("plan %s: %s", id, msg), id)
 		case strings.HasPrefix(msg, "plan "):
 			r.event(ec, corev1.EventTypeNormal, "Plan", *typ, "%s", msg)
 		case strings.HasPrefix(msg, "warning: "):
