@@ -113,9 +113,10 @@ func StatusFrom(ec *v1alpha1.EtcdCluster, prev v1alpha1.EtcdClusterStatus, o Obs
 		if ms.Ready {
 			out.ReadyReplicas++
 		}
-		if m.Version != "" {
-			versions[m.Version] = true
-		}
+		// A member whose version is not known (stopped, or restarting
+		// on another version mid-upgrade) counts as a version of its
+		// own: status.version only when every member reports the same.
+		versions[m.Version] = true
 		t := metav1.NewTime(now)
 		if p, ok := prevMember[m.Name]; ok && p.Ready == ms.Ready && p.LastTransitionTime != nil {
 			t = *p.LastTransitionTime
@@ -123,7 +124,7 @@ func StatusFrom(ec *v1alpha1.EtcdCluster, prev v1alpha1.EtcdClusterStatus, o Obs
 		ms.LastTransitionTime = &t
 		out.Members = append(out.Members, ms)
 	}
-	if len(versions) == 1 {
+	if len(versions) == 1 && !versions[""] {
 		for v := range versions {
 			out.Version = v
 		}

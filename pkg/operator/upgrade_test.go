@@ -101,3 +101,34 @@ func TestStatusRefusedVersion(t *testing.T) {
 		t.Errorf("UpgradeInProgress %+v", c)
 	}
 }
+
+// TestStatusVersionMixed: status.version is empty while the members run
+// different versions, and while one member's version is not known (a
+// member restarting on its new version mid-upgrade; found by
+// TestOperatorUpgradeRollback, which saw 3.6.16 reported with db-2 down).
+func TestStatusVersionMixed(t *testing.T) {
+	ec := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "ns"}, Spec: v1alpha1.EtcdClusterSpec{Replicas: 3}}
+	for _, tc := range []struct {
+		name     string
+		versions []string
+		want     string
+	}{
+		{"uniform", []string{"3.6.16", "3.6.16", "3.6.16"}, "3.6.16"},
+		{"mixed", []string{"3.6.16", "3.7.3", "3.6.16"}, ""},
+		{"one unknown", []string{"3.6.16", "3.6.16", ""}, ""},
+	} {
+		st := &status.Status{}
+		for i, v := range tc.versions {
+			st.Members = append(st.Members, status.MemberStatus{Name: PodName(ec, i), Version: v, Healthy: v != "", Role: "follower"})
+		}
+		out := StatusFrom(ec, v1alpha1.EtcdClusterStatus{}, Observed{Status: st}, time.Now())
+		if out.Version != tc.want {
+			t.Errorf("%s: status.version %q, want %q", tc.name, out.Version, tc.want)
+		}
+		for i, m := range out.Members {
+			if m.Version != tc.versions[i] {
+				t.Errorf("%s: members[%d].version %q, want %q", tc.name, i, m.Version, tc.versions[i])
+			}
+		}
+	}
+}
