@@ -70,6 +70,8 @@ type Reconciler struct {
 	// reports remembers what of the automatic recovery was reported
 	// (recover.go).
 	reports recoveryReports
+	// versions runs the version plans (upgrade.go); it has its own lock.
+	versions versionRunner
 }
 
 // SetupWithManager registers the reconciler: EtcdClusters and what they
@@ -165,6 +167,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			o.StatusError = err.Error()
 		}
 		o.Status = st
+		o.Upgrade = r.reconcileVersion(ctx, &ec, c, st)
 		if bs, ok := backup.PickLoopStatus(c.LoopStatuses(ctx)); ok {
 			o.LastBackup = bs.LastUpload
 		}
@@ -298,10 +301,7 @@ func (r *Reconciler) ensureObjects(ctx context.Context, ec *v1alpha1.EtcdCluster
 		r.event(ec, corev1.EventTypeWarning, "ScaleNotSupported", "Scale",
 			"spec.replicas %d: the cluster has %d members, and changing the member count is not supported yet; the StatefulSet keeps %d pods", ec.Spec.Replicas, pods, pods)
 	}
-	if v := ec.Spec.Version; v != "" && v != c.Spec.Version {
-		r.event(ec, corev1.EventTypeWarning, "UpgradeNotSupported", "Upgrade",
-			"spec.version %s: the cluster runs etcd %s, and changing the version is not supported yet", v, c.Spec.Version)
-	}
+	// spec.version is upgrade.go's (reconcileVersion).
 	sized := ec.DeepCopy()
 	sized.Spec.Replicas = pods
 	for i := range int(pods) {

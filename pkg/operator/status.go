@@ -40,6 +40,9 @@ type Observed struct {
 	// QuorumLostAdvice is added to the Ready condition's message while
 	// quorum is lost (ManualRecoveryAdvice; empty in mode auto).
 	QuorumLostAdvice string
+	// Upgrade, when set, is UpgradeInProgress in place of the status's
+	// (a refused spec.version: upgrade.go).
+	Upgrade *metav1.Condition
 }
 
 // StatusFrom computes the resource's status from what was observed.
@@ -97,6 +100,9 @@ func StatusFrom(ec *v1alpha1.EtcdCluster, prev v1alpha1.EtcdClusterStatus, o Obs
 		set(metav1.Condition{Type: t, Status: metav1.ConditionStatus(c.Status), Reason: reason(c.Reason), Message: msg})
 	}
 	set(o.Volumes)
+	if o.Upgrade != nil {
+		set(*o.Upgrade)
+	}
 
 	prevMember := map[string]v1alpha1.MemberStatus{}
 	for _, m := range prev.Members {
@@ -125,9 +131,10 @@ func StatusFrom(ec *v1alpha1.EtcdCluster, prev v1alpha1.EtcdClusterStatus, o Obs
 		if ms.Ready {
 			out.ReadyReplicas++
 		}
-		if m.Version != "" {
-			versions[m.Version] = true
-		}
+		// A member whose version is not known (stopped, or restarting
+		// on another version mid-upgrade) counts as a version of its
+		// own: status.version only when every member reports the same.
+		versions[m.Version] = true
 		t := metav1.NewTime(now)
 		if p, ok := prevMember[m.Name]; ok && p.Ready == ms.Ready && p.LastTransitionTime != nil {
 			t = *p.LastTransitionTime
@@ -135,7 +142,7 @@ func StatusFrom(ec *v1alpha1.EtcdCluster, prev v1alpha1.EtcdClusterStatus, o Obs
 		ms.LastTransitionTime = &t
 		out.Members = append(out.Members, ms)
 	}
-	if len(versions) == 1 {
+	if len(versions) == 1 && !versions[""] {
 		for v := range versions {
 			out.Version = v
 		}

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -51,7 +50,7 @@ func operatorRestore(t *testing.T, c *localkube.Cluster) {
 	cs, cl := clients(t, c)
 	ns := namespace(t, cs, "op-restore")
 	installOperator(t, c, cs, image)
-	s3Secret(t, cs, c, ns)
+	s3Secret(t, c, cs, ns)
 	ctx := t.Context()
 
 	// Hosts: one member, continuous backups to the cluster's S3 server.
@@ -228,24 +227,6 @@ func operatorRestore(t *testing.T, c *localkube.Cluster) {
 	back := keyspace(t, h2.Client())
 	if diff := keyspaceDiff(want, back); diff != "" {
 		t.Fatalf("keyspace restored on hosts from the pods' backups differs: %s", diff)
-	}
-}
-
-// s3Secret makes the Secret s3 in ns with the cluster S3 server's
-// credentials.
-func s3Secret(t *testing.T, cs *kubernetes.Clientset, c *localkube.Cluster, ns string) {
-	t.Helper()
-	creds, err := os.ReadFile(c.S3CredentialsFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s3"}, StringData: map[string]string{}}
-	for _, l := range strings.Split(strings.TrimSpace(string(creds)), "\n") {
-		k, v, _ := strings.Cut(l, "=")
-		s.StringData[k] = v
-	}
-	if _, err := cs.CoreV1().Secrets(ns).Create(t.Context(), s, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
 	}
 }
 
