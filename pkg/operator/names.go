@@ -13,6 +13,9 @@ const (
 	ClientPort = 2379
 	PeerPort   = 2380
 	AgentPort  = 2378
+	// ProbePort serves the agent's /livez and /readyz (plain HTTP) for
+	// the kubelet's probes.
+	ProbePort = 8080
 )
 
 // Paths inside a member pod (the Steward image: internal/kubeimages).

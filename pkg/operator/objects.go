@@ -2,6 +2,7 @@ package operator
 
 import (
 	"fmt"
+	"strconv"
 
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -153,6 +154,11 @@ func AgentArgs() []string {
 		"--join", PodJoinDir + "/$(POD_NAME).yaml",
 		"--listen-address", "$(POD_IP)",
 		"--binary-store", PodBinaryStore,
+		// The kubelet's probes (/livez, /readyz: a started voting member,
+		// caught up, not stopped for an operation) and DEP-01's member
+		// lease NAME-I, which the operator made and the agent renews.
+		"--probe-address", "0.0.0.0:" + strconv.Itoa(ProbePort),
+		"--lease", "$(POD_NAMESPACE)/$(POD_NAME)",
 	}
 }
 
@@ -160,9 +166,10 @@ func AgentArgs() []string {
 // created in parallel, each with its claim data-NAME-I mounted at
 // /var/lib/steward, running `steward agent` in pod mode.
 //
-// The readiness probe is a TCP check of the client port for now: the
-// agent's readiness endpoint (a started voting member, caught up, not
-// being rebuilt) replaces it when it exists.
+// The readiness probe is the agent's /readyz: a pod is in NAME-client only
+// while its member is a started voting member, caught up, not stopped or
+// staged by an operation, so learners and rebuilt members get no client
+// traffic. One check can take up to 3 s (the agent asks its member).
 func StatefulSet(ec *v1alpha1.EtcdCluster, o PodOptions) *appsv1.StatefulSet {
 	pull := o.PullPolicy
 	if pull == "" {
@@ -217,11 +224,16 @@ func StatefulSet(ec *v1alpha1.EtcdCluster, o PodOptions) *appsv1.StatefulSet {
 							{Name: "client", ContainerPort: ClientPort},
 							{Name: "peer", ContainerPort: PeerPort},
 							{Name: "agent", ContainerPort: AgentPort},
+							{Name: "probe", ContainerPort: ProbePort},
 						},
 						Resources: ec.Spec.Pod.Resources,
 						ReadinessProbe: &corev1.Probe{
-							ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(ClientPort)}},
-							PeriodSeconds: 5, FailureThreshold: 2,
+							ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromInt32(ProbePort)}},
+							PeriodSeconds: 5, FailureThreshold: 2, TimeoutSeconds: 4,
+						},
+						LivenessProbe: &corev1.Probe{
+							ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/livez", Port: intstr.FromInt32(ProbePort)}},
+							PeriodSeconds: 10, FailureThreshold: 6, TimeoutSeconds: 4,
 						},
 						VolumeMounts: []corev1.VolumeMount{
 							{Name: DataVolume, MountPath: PodStewardDir},

@@ -90,7 +90,7 @@ func TestStatefulSet(t *testing.T) {
 		t.Errorf("image %s %s", ct.Image, ct.ImagePullPolicy)
 	}
 	args := strings.Join(ct.Args, " ")
-	if args != "agent --dir /var/lib/steward --join /etc/steward/join/$(POD_NAME).yaml --listen-address $(POD_IP) --binary-store /opt/steward/binaries" {
+	if args != "agent --dir /var/lib/steward --join /etc/steward/join/$(POD_NAME).yaml --listen-address $(POD_IP) --binary-store /opt/steward/binaries --probe-address 0.0.0.0:8080 --lease $(POD_NAMESPACE)/$(POD_NAME)" {
 		t.Errorf("args %q", args)
 	}
 	env := map[string]string{}
@@ -100,8 +100,11 @@ func TestStatefulSet(t *testing.T) {
 	if env["POD_NAME"] != "metadata.name" || env["POD_NAMESPACE"] != "metadata.namespace" || env["POD_IP"] != "status.podIP" {
 		t.Errorf("env %v", env)
 	}
-	if ct.ReadinessProbe == nil || ct.ReadinessProbe.TCPSocket == nil || ct.ReadinessProbe.TCPSocket.Port.IntValue() != 2379 {
+	if p := ct.ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/readyz" || p.HTTPGet.Port.IntValue() != 8080 || p.TimeoutSeconds < 3 {
 		t.Errorf("readiness probe %+v", ct.ReadinessProbe)
+	}
+	if p := ct.LivenessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/livez" || p.HTTPGet.Port.IntValue() != 8080 {
+		t.Errorf("liveness probe %+v", ct.LivenessProbe)
 	}
 	mounts := map[string]string{}
 	for _, m := range ct.VolumeMounts {
