@@ -93,6 +93,18 @@ func envOr(k, def string) string {
 // set). A failed bring-up fails every test that calls LocalKube, with the
 // error.
 func LocalKubeMain(m *testing.M, nodes int) int {
+	return localKubeMain(m, nodes, LocalKubeVersions())
+}
+
+// LocalKubeMainOneVersion is LocalKubeMain with one cluster, of
+// LocalKubeVersion, whatever STEWARD_TEST_KUBE_VERSIONS lists: for a
+// package whose tests prove Steward's behaviour rather than a Kubernetes
+// version's (the operator's), so `make test` does not run them twice.
+func LocalKubeMainOneVersion(m *testing.M, nodes int) int {
+	return localKubeMain(m, nodes, []string{LocalKubeVersion()})
+}
+
+func localKubeMain(m *testing.M, nodes int, versions []string) int {
 	root, err := repoRoot()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -147,7 +159,7 @@ func LocalKubeMain(m *testing.M, nodes int) int {
 		}
 	}()
 	defer close(stopped)
-	for _, v := range LocalKubeVersions() {
+	for _, v := range versions {
 		if err = upOne(ctx, root, bin, nodes, v, &mu, &up, &dirs); err != nil {
 			localKubeErr = fmt.Errorf("local Kubernetes %s: %w", v, err)
 			break

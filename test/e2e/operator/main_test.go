@@ -1,6 +1,8 @@
 // Package operator_test runs Steward's Kubernetes operator against a local
 // Kubernetes of three nodes in three zones (internal/localkube, cluster DNS
-// included), shared by the package's tests.
+// included), shared by the package's tests: one cluster, of
+// harness.LocalKubeVersion, whatever STEWARD_TEST_KUBE_VERSIONS lists (the
+// operator's behaviour does not depend on the version beneath it).
 //
 // The operator runs as a pod of that cluster, installed from
 // deploy/operator with a Steward image the tests build from this checkout
@@ -16,4 +18,4 @@ import (
 	"github.com/etcd-steward/steward/test/harness"
 )
 
-func TestMain(m *testing.M) { os.Exit(harness.LocalKubeMain(m, 3)) }
+func TestMain(m *testing.M) { os.Exit(harness.LocalKubeMainOneVersion(m, 3)) }
