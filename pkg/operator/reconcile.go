@@ -84,7 +84,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.Service{}).
 		Owns(&corev1.Secret{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
-		Owns(&coordinationv1.Lease{}).
+		// Not the Leases it owns: every member renews its own every few
+		// seconds, and the reconciler does not read them.
 		Named("etcdcluster").
 		Complete(r)
 }
@@ -114,10 +115,14 @@ func (r *Reconciler) setOp(ec *v1alpha1.EtcdCluster, typ, state, desc string) {
 	r.ops[key] = op
 }
 
+// op is a copy of the cluster's newest operation: the one in r.ops is
+// changed in place under r.mu (setOp, the plan goroutine's setPlanOp),
+// while the copy goes into a status the API client reads and writes
+// without the lock.
 func (r *Reconciler) op(ec *v1alpha1.EtcdCluster) *v1alpha1.Operation {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.ops[ec.Namespace+"/"+ec.Name]
+	return r.ops[ec.Namespace+"/"+ec.Name].DeepCopy()
 }
 
 // Reconcile brings one EtcdCluster a step closer to what it asks for and
@@ -141,7 +146,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		log.Error(err, "reconcile")
 		r.event(&ec, corev1.EventTypeWarning, "ReconcileFailed", "Reconcile", "%v", err)
-		if op := r.op(&ec); op == nil || op.State == "Running" {
+		// A creation that fails is reported as such; an upgrade or a
+		// recovery that is running keeps its own operation.
+		if op := r.op(&ec); op == nil || (op.Type == "Create" && op.State == "Running") {
 			r.setOp(&ec, "Create", "Failed", err.Error())
 		}
 		o := Observed{StatusError: err.Error(), Volumes: r.volumes(ctx, &ec), Operation: r.op(&ec)}

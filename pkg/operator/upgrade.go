@@ -103,6 +103,15 @@ func DecideVersion(want, running string, latest, lastUp *plan.Plan, locked bool)
 	if running == w {
 		return VersionDecision{}, nil
 	}
+	// A version plan to this version that failed is the status's to
+	// report (UpgradeInProgress, reason Failed): a new plan would only be
+	// refused while it stands. Setting spec.version back rolls it back
+	// (above); the user may also resume or abort it.
+	if isVersionPlan(latest) && latest.State == plan.Failed {
+		if v, err := upgrade.PayloadOf(latest); err == nil && v.To == w {
+			return VersionDecision{}, nil
+		}
+	}
 	return VersionDecision{Action: VersionUpgrade, To: w}, nil
 }
 

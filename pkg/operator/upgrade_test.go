@@ -51,6 +51,7 @@ func TestDecideVersion(t *testing.T) {
 		{name: "a running plan is waited for", want: "3.5.35", latest: upRunning, locked: true, action: VersionWait, planID: upRunning.ID},
 		{name: "another kind's plan is left to its admission", want: "3.7.3", running: "3.5.35", latest: other, action: VersionUpgrade, to: "3.7.3"},
 		{name: "mixed versions without a plan go to the planner", want: "3.7.3", running: "", action: VersionUpgrade, to: "3.7.3"},
+		{name: "a failed upgrade to the version asked is reported, not planned again", want: "3.7.3", running: "", latest: upFailed, lastUp: upFailed},
 		{name: "not a version", want: "latest", running: "3.5.35", err: `spec.version "latest"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
