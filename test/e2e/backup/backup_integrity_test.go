@@ -2,11 +2,14 @@ package backup_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -133,23 +136,38 @@ func TestRestoreRefusesFalseDeltaRange(t *testing.T) {
 	cli := e.Client()
 	rev := putKeys(t, cli, "a/", 10)
 	harness.WaitBackedUp(t, e, rev)
-	// Single puts in quick succession: one segment of several revisions.
-	for i := 0; i < 20; i++ {
-		resp, err := cli.Put(t.Context(), fmt.Sprintf("b/%02d", i), "v")
-		if err != nil {
+	// Single puts at once, until the newest delta holds several revisions
+	// (a segment closes 250 ms after its first event: on a loaded machine
+	// serial puts can be slower than that and get one segment each).
+	var last backup.Manifest
+	for attempt := 0; attempt < 5 && last.EndRevision <= last.StartRevision; attempt++ {
+		revs := make([]int64, 20)
+		errs := make([]error, 20)
+		var wg sync.WaitGroup
+		for i := range revs {
+			wg.Go(func() {
+				resp, err := cli.Put(t.Context(), fmt.Sprintf("b/%d/%02d", attempt, i), "v")
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				revs[i] = resp.Header.Revision
+			})
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
 			t.Fatal(err)
 		}
-		rev = resp.Header.Revision
-	}
-	harness.WaitBackedUp(t, e, rev)
-	cli.Close()
-	e.MustRun("down")
-	var last backup.Manifest
-	for _, m := range harness.ListBackups(t, e) {
-		if m.Kind == backup.KindDelta && m.EndRevision > last.EndRevision {
-			last = m
+		harness.WaitBackedUp(t, e, slices.Max(revs))
+		last = backup.Manifest{}
+		for _, m := range harness.ListBackups(t, e) {
+			if m.Kind == backup.KindDelta && m.EndRevision > last.EndRevision {
+				last = m
+			}
 		}
 	}
+	cli.Close()
+	e.MustRun("down")
 	if last.EndRevision == 0 || last.EndRevision <= last.StartRevision {
 		t.Fatalf("want a delta of several revisions, have %+v", last)
 	}
