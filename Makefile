@@ -24,8 +24,9 @@ TEST_BIN      := $(CURDIR)/bin/steward-test
 # turns both off. -race needs cgo and a C compiler (gcc).
 RACE          ?= -race
 # Unit tests: every package outside test/ (end-to-end tests, benchmarks
-# and their harness).
-UNIT_PKGS     := ./cmd/... ./internal/... ./pkg/... ./hack/...
+# and their harness); ./api/... checks the generated CRD and deep copies
+# against controller-gen (TestGeneratedFilesUpToDate).
+UNIT_PKGS     := ./api/... ./cmd/... ./internal/... ./pkg/... ./hack/...
 DEMO_DIR      ?= $(CURDIR)/steward-data
 KUBE_VERSION  ?= v1.36.3
 # KUBE_VERSIONS are the Kubernetes releases `make kube-binaries` builds into

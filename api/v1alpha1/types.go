@@ -35,34 +35,47 @@ type EtcdClusterList struct {
 	Items           []EtcdCluster `json:"items"`
 }
 
-// EtcdClusterSpec is what the user asks for.
+// EtcdClusterSpec is what the user asks for. Only replicas is required;
+// every other field has a default, written into the stored object at
+// admission where the schema can say it (storage.size, recovery, backup's
+// schedule and retention) and applied by the operator otherwise.
 //
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.storage) || !has(self.storage) || !has(oldSelf.storage.size) || !has(self.storage.size) || quantity(self.storage.size).compareTo(quantity(oldSelf.storage.size)) >= 0",message="spec.storage.size cannot shrink: a member's volume is never made smaller; keep the size or make it larger"
-// +kubebuilder:validation:XValidation:rule="has(oldSelf.restoreFrom) == has(self.restoreFrom)",message="spec.restoreFrom is read once, when the cluster is created: it cannot be added or removed later; restore into a new EtcdCluster"
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.storage) || !has(oldSelf.storage.storageClassName) || (has(self.storage) && has(self.storage.storageClassName) && self.storage.storageClassName == oldSelf.storage.storageClassName)",message="spec.storage.storageClassName cannot change: members keep their volumes; restore into a new EtcdCluster to move to another class"
+// The rules below compare an update with the stored object (oldSelf): the
+// API server refuses the update, and nothing is stored. What only the
+// running cluster can tell (quorum, a version the catalogue knows, a
+// reachable backup store) the operator reports in a condition instead.
+//
+// +kubebuilder:validation:XValidation:rule="has(oldSelf.restoreFrom) == has(self.restoreFrom)",message="restoreFrom is read once, when the cluster is created: it cannot be added or removed later; restore into a new EtcdCluster",fieldPath=.restoreFrom
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.version) || has(self.version)",message="version cannot be removed once set (the members run it): name the version to run",fieldPath=.version
 type EtcdClusterSpec struct {
 	// Replicas is the number of voting members: 0 (hibernated: no pod
 	// runs, volumes and backups are kept), 1, 3, 5 or 7. An even count
-	// would tolerate no more failures than the odd one below it.
+	// would tolerate no more failures than the odd one below it. It is
+	// the scale subresource's spec (kubectl scale). A change while quorum
+	// is lost is not carried out: the Ready condition says why.
 	//
-	// +kubebuilder:validation:Minimum=0
-	// +kubebuilder:validation:Maximum=7
-	// +kubebuilder:validation:XValidation:rule="self == 0 || self % 2 == 1",message="spec.replicas must be 0 (hibernate), 1, 3, 5 or 7: an even number of members tolerates no more failures than one fewer"
+	// +kubebuilder:validation:XValidation:rule="self in [0, 1, 3, 5, 7]",message="replicas must be 0 (hibernate), 1, 3, 5 or 7: an even number of members tolerates no more failures than one fewer"
 	Replicas int32 `json:"replicas"`
 
-	// Version is the etcd version members run ("3.6.16"). Empty: the
-	// version Steward embeds. A change is carried out as a persisted
-	// rolling upgrade (or, set back, a rollback that keeps every write),
-	// one minor at a time; the operator refuses a version its catalogue
-	// does not know in the UpgradeInProgress condition.
+	// Version is the etcd version members run, 3.MINOR.PATCH ("3.6.16").
+	// Empty: the version Steward embeds; once set it cannot be removed. A
+	// change is carried out as a persisted rolling upgrade (or, set back,
+	// a rollback that keeps every write). A change of several minors in
+	// one edit (3.5 to 3.7) is allowed: the plan steps through the latest
+	// patch of each minor in between, as on hosts (the version
+	// catalogue's paths). The operator refuses a version its catalogue
+	// does not know in the UpgradeInProgress condition, and changes
+	// nothing.
 	//
 	// +optional
-	// +kubebuilder:validation:Pattern=`^3\.[0-9]+\.[0-9]+$`
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^3\\\\.(0|[1-9][0-9]*)\\\\.(0|[1-9][0-9]*)$')",message="version must be an etcd 3 release, 3.MINOR.PATCH (e.g. 3.6.16), without a leading v or a pre-release suffix"
 	Version string `json:"version,omitempty"`
 
 	// Storage is each member's volume.
 	//
 	// +optional
+	// +kubebuilder:default={}
 	Storage Storage `json:"storage,omitempty"`
 
 	// Backup says where continuous backups (full snapshots and deltas, in
@@ -76,14 +89,15 @@ type EtcdClusterSpec struct {
 	// Recovery says what the operator does when quorum is lost.
 	//
 	// +optional
+	// +kubebuilder:default={}
 	Recovery Recovery `json:"recovery,omitempty"`
 
 	// RestoreFrom creates the cluster from a backup (one taken by Steward
 	// on hosts or in pods) instead of empty. Read only when the cluster is
-	// created.
+	// created: it cannot be added, changed or removed later.
 	//
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.restoreFrom is read once, when the cluster is created, and cannot change"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="restoreFrom is read once, when the cluster is created, and cannot change: restore into a new EtcdCluster"
 	RestoreFrom *RestoreFrom `json:"restoreFrom,omitempty"`
 
 	// TLS says where the certificates come from.
@@ -102,24 +116,31 @@ type EtcdClusterSpec struct {
 	Pod PodSettings `json:"pod,omitempty"`
 }
 
-// Storage is a member's volume.
+// Storage is a member's volume: a PersistentVolumeClaim per member pod
+// (data-NAME-I).
+//
+// +kubebuilder:validation:XValidation:rule="has(oldSelf.storageClassName) == has(self.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)",message="storageClassName cannot change (nor be added or removed) once the cluster is created: members keep their volumes; restore into a new EtcdCluster to move to another class",fieldPath=.storageClassName
 type Storage struct {
-	// Size of each member's volume (default 8Gi). It can grow, never
-	// shrink.
+	// Size of each member's volume (default 8Gi). It can grow (where the
+	// StorageClass allows volume expansion), never shrink.
 	//
 	// +optional
+	// +kubebuilder:default="8Gi"
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity(string(oldSelf))) >= 0",message="size cannot shrink: a member's volume is never made smaller; keep the size or make it larger"
 	Size *resource.Quantity `json:"size,omitempty"`
 
 	// StorageClassName of the members' claims (default: the cluster's
 	// default StorageClass). Fixed once the cluster is created.
 	//
 	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
 	StorageClassName *string `json:"storageClassName,omitempty"`
 }
 
 // Backup configures continuous backups.
 //
-// +kubebuilder:validation:XValidation:rule="has(self.s3) != has(self.volume)",message="spec.backup needs exactly one store: s3 or volume"
+// +kubebuilder:validation:XValidation:rule="has(self.s3) != has(self.volume)",message="backup needs exactly one store, s3 (a bucket) or volume (a claim): give one, not both"
 type Backup struct {
 	// S3 keeps backups in an S3-compatible bucket.
 	//
@@ -132,17 +153,21 @@ type Backup struct {
 	// +optional
 	Volume *BackupVolume `json:"volume,omitempty"`
 
-	// FullSchedule is a cron expression (5 fields) for full snapshots
-	// (default "0 * * * *": hourly); deltas are continuous in between.
+	// FullSchedule is a cron expression (5 fields: minute hour
+	// day-of-month month day-of-week) for full snapshots (default
+	// "0 * * * *": hourly); deltas are continuous in between.
 	//
 	// +optional
-	// +kubebuilder:validation:Pattern=`^(\S+\s+){4}\S+$`
+	// +kubebuilder:default="0 * * * *"
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:XValidation:rule="self.matches('^\\\\s*(\\\\S+\\\\s+){4}\\\\S+\\\\s*$')",message="fullSchedule must be a cron expression of 5 fields: minute hour day-of-month month day-of-week (e.g. \"0 * * * *\")"
 	FullSchedule string `json:"fullSchedule,omitempty"`
 
 	// DeltaMaxAgeMs closes a delta segment this long after its first
 	// event (default 250): the recovery point objective.
 	//
 	// +optional
+	// +kubebuilder:default=250
 	// +kubebuilder:validation:Minimum=10
 	// +kubebuilder:validation:Maximum=60000
 	DeltaMaxAgeMs int32 `json:"deltaMaxAgeMs,omitempty"`
@@ -150,6 +175,7 @@ type Backup struct {
 	// Retention says which full backups (with their deltas) are kept.
 	//
 	// +optional
+	// +kubebuilder:default={}
 	Retention Retention `json:"retention,omitempty"`
 }
 
@@ -157,9 +183,11 @@ type Backup struct {
 // (backup.s3), with Secrets in place of files.
 type S3 struct {
 	// Endpoint is the server's URL: https://host[:port] (http:// only for
-	// tests and servers inside the cluster's own network).
+	// tests and servers inside the cluster's own network), without a
+	// path: the bucket is named by bucket.
 	//
-	// +kubebuilder:validation:Pattern=`^https?://[^/\s]+/?$`
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.matches('^https?://[^/\\\\s?#]+/?$')",message="endpoint must be the server's URL, https://HOST[:PORT] (or http://), without a path: name the bucket in bucket"
 	Endpoint string `json:"endpoint"`
 
 	// Bucket is the bucket's name.
@@ -204,15 +232,28 @@ type BackupVolume struct {
 // of the last KeepHourly hours and KeepDaily days (defaults 3, 24, 7), as
 // the hosts' backup.retention.
 type Retention struct {
+	// KeepLast is how many of the newest full backups are kept (default
+	// 3).
+	//
 	// +optional
+	// +kubebuilder:default=3
 	// +kubebuilder:validation:Minimum=1
 	KeepLast int32 `json:"keepLast,omitempty"`
+	// KeepHourly keeps the newest full backup of each of the last this
+	// many hours (default 24; 0: none). A pointer, so that an explicit 0
+	// is not taken for the default.
+	//
 	// +optional
+	// +kubebuilder:default=24
 	// +kubebuilder:validation:Minimum=0
-	KeepHourly int32 `json:"keepHourly,omitempty"`
+	KeepHourly *int32 `json:"keepHourly,omitempty"`
+	// KeepDaily keeps the newest full backup of each of the last this
+	// many days (default 7; 0: none). A pointer, as KeepHourly.
+	//
 	// +optional
+	// +kubebuilder:default=7
 	// +kubebuilder:validation:Minimum=0
-	KeepDaily int32 `json:"keepDaily,omitempty"`
+	KeepDaily *int32 `json:"keepDaily,omitempty"`
 }
 
 // Recovery configures quorum-loss recovery, as the hosts' spec's recovery.
@@ -224,6 +265,7 @@ type Recovery struct {
 	// recover` acts).
 	//
 	// +optional
+	// +kubebuilder:default=auto
 	// +kubebuilder:validation:Enum=auto;manual
 	Mode string `json:"mode,omitempty"`
 
@@ -231,13 +273,14 @@ type Recovery struct {
 	// (default 120).
 	//
 	// +optional
+	// +kubebuilder:default=120
 	// +kubebuilder:validation:Minimum=10
 	GracePeriodSeconds int32 `json:"gracePeriodSeconds,omitempty"`
 }
 
 // RestoreFrom names a backup to create the cluster from.
 //
-// +kubebuilder:validation:XValidation:rule="has(self.s3) != has(self.volume)",message="spec.restoreFrom needs exactly one store: s3 or volume"
+// +kubebuilder:validation:XValidation:rule="has(self.s3) != has(self.volume)",message="restoreFrom needs exactly one store, s3 (a bucket) or volume (a claim): give one, not both"
 type RestoreFrom struct {
 	// S3 is the bucket and prefix the backup was written to (by Steward
 	// on hosts: the hosts' spec's backup.s3 prefix).
@@ -270,7 +313,9 @@ type TLS struct {
 }
 
 // EtcdSettings are the settings every member runs with (the hosts'
-// spec's etcd section).
+// spec's etcd section, with its names and defaults: docs/cluster-spec.md).
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.electionTimeoutMs) || !has(self.heartbeatIntervalMs) || self.electionTimeoutMs >= 5 * self.heartbeatIntervalMs",message="electionTimeoutMs must be at least 5 times heartbeatIntervalMs",fieldPath=.electionTimeoutMs
 type EtcdSettings struct {
 	// QuotaBackendBytes is the database size at which etcd raises NOSPACE.
 	//
@@ -296,14 +341,27 @@ type EtcdSettings struct {
 	// +optional
 	SnapshotCount int64 `json:"snapshotCount,omitempty"`
 
-	// HeartbeatIntervalMs and ElectionTimeoutMs tune raft's timing.
+	// HeartbeatIntervalMs is raft's heartbeat interval, in milliseconds
+	// (default 100).
 	//
 	// +optional
 	// +kubebuilder:validation:Minimum=10
 	HeartbeatIntervalMs int32 `json:"heartbeatIntervalMs,omitempty"`
+
+	// ElectionTimeoutMs is raft's election timeout, in milliseconds
+	// (default 1000); at least 5 times HeartbeatIntervalMs.
+	//
 	// +optional
 	// +kubebuilder:validation:Minimum=50
 	ElectionTimeoutMs int32 `json:"electionTimeoutMs,omitempty"`
+
+	// ExtraFlags are further etcd flags, passed to every member as
+	// --KEY=VALUE, spelt for the version each member runs. Flags Steward
+	// sets from the spec (name, data dir, URLs, TLS) are refused by the
+	// operator in the Ready condition, as on hosts.
+	//
+	// +optional
+	ExtraFlags map[string]string `json:"extraFlags,omitempty"`
 }
 
 // PodSettings are what member pods are sized and scheduled with.
@@ -483,8 +541,10 @@ type Operation struct {
 	//
 	// +optional
 	Plan string `json:"plan,omitempty"`
-	// StartTime and EndTime bound it.
+	// StartTime is when it started.
 	StartTime metav1.Time `json:"startTime"`
+	// EndTime is when it ended (empty while Running).
+	//
 	// +optional
 	EndTime *metav1.Time `json:"endTime,omitempty"`
 }

@@ -32,8 +32,10 @@ func newUpCommand() *cobra.Command {
 		Short: "Bring a local Kubernetes of 1 or 3 nodes up and leave it running",
 		Long: `Bring up a local Kubernetes: each node a network namespace on a bridge with
 its own containerd, kubelet and kube-proxy, the control plane as kubeadm's
-static pods, etcd a Steward cluster beneath, a default StorageClass and an
-S3 server (docs/kubernetes-local.md). It returns once every node is Ready,
+static pods, etcd a Steward cluster beneath, a default StorageClass, an
+S3 server and the cluster DNS, kubeadm's CoreDNS at 10.96.0.10
+(docs/kubernetes-local.md). It returns once every node is Ready and the
+cluster DNS answers,
 leaving a supervisor process that holds the cluster until localkube down,
 and prints the lines to export: KUBECONFIG, STEWARD_DIR, S3_ENDPOINT,
 S3_BUCKET, S3_CREDENTIALS_FILE.`,

@@ -48,6 +48,23 @@ func TestUpBadInput(t *testing.T) {
 		t.Errorf("the version's images not built: %v", err)
 	}
 
+	// An images directory from before the cluster DNS: every image but
+	// CoreDNS's.
+	entry := func(name, tag string) string {
+		return `{"name":"` + name + `","tag":"` + tag + `","digest":"` + sha + `","id":"` + sha + `","inputs":"` + sha + `","file":"` + strings.ReplaceAll(name, "/", "_") + `.tar","size":1}`
+	}
+	index = `{"images":[` + entry("registry.k8s.io/pause", "3.10")
+	for _, c := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+		index += "," + entry("registry.k8s.io/"+c, "v1.99.0")
+	}
+	if err := os.WriteFile(filepath.Join(o.images, "images.json"), []byte(index+"]}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = o.config(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "the image registry.k8s.io/coredns/coredns of Kubernetes v1.99.0 is not built") || !strings.Contains(err.Error(), "make images") {
+		t.Errorf("no CoreDNS image: %v", err)
+	}
+
 	o.nodes = 2
 	if _, err := o.config(context.Background()); err == nil || !strings.Contains(err.Error(), "--nodes 2: a local cluster has 1 or 3 nodes") {
 		t.Errorf("--nodes 2: %v", err)

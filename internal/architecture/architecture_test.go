@@ -22,7 +22,8 @@ var (
 		"pkg/refusal", "api/v1alpha1"}
 	// foundation: formats, stores and protocols; they know no cluster.
 	foundation = []string{"pkg/progress", "pkg/spec", "pkg/pki", "pkg/catalogue", "pkg/binaries", "pkg/datadir",
-		"pkg/backup", "pkg/plan", "pkg/memberrt", "pkg/memberrt/memberrttest", "pkg/agentapi", "pkg/kstorage", "pkg/kmigrate", "pkg/join", "pkg/handover", "pkg/hostset", "pkg/daemon",
+		"pkg/backup", "pkg/plan", "pkg/memberrt", "pkg/memberrt/memberrttest", "pkg/agentapi", "pkg/kstorage", "pkg/kmigrate", "pkg/join", "pkg/handover", "pkg/hostset", "pkg/daemon", "pkg/recoverycount",
+		"pkg/memberlease",
 		"internal/localkube", "internal/ociimage", "internal/kubeimages"}
 	// status: what a cluster reports (its Status, conditions and status/
 	// files), read through the handle (pkg/cluster) and below every

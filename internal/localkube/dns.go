@@ -114,7 +114,7 @@ func Corefile(upstream string) string {
 }
 
 // Upstream says where CoreDNS forwards, from the content of the node's
-// resolv.conf (the package comment says why).
+// resolv.conf (the comment at the top of this file says why).
 func Upstream(resolvConf []byte) string {
 	var all, kept []string
 	sc := bufio.NewScanner(strings.NewReader(string(resolvConf)))

@@ -30,7 +30,7 @@ func TestCheckRefuses(t *testing.T) {
 		"nodes: 2: a local cluster has 1 or 3 nodes",
 		"directory /var/lib/localkube is under /var, which the nodes overlay",
 		"Kubernetes v1.36.3 is not built",
-		"no image to import",
+		"no image to import", "no CoreDNS image for the cluster DNS",
 		"steward binary",
 		"versitygw binary",
 	} {

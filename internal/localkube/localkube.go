@@ -388,17 +388,32 @@ func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		}
 		extra <- c.importImages(ctx, c.ExtraImages)
 	}()
-	if err := c.step("API server ready, nodes Ready", func() error { return c.waitReady(ctx) }); err != nil {
+	// CoreDNS is deployed as soon as the API server is ready (and its image
+	// imported): its pods are scheduled when the nodes become Ready, and it
+	// comes up while the add-ons wait for the controller-manager's first
+	// run (the default service account).
+	// On a failure elsewhere, dnsCancel stops its wait at once.
+	dnsCtx, dnsCancel := context.WithCancel(ctx)
+	defer dnsCancel()
+	dnsDone := make(chan error, 1)
+	var dnsStart time.Time
+	dnsStarted := false
+	apiReady := func() {
+		dnsStart, dnsStarted = time.Now(), true
+		go func() { dnsDone <- c.dns(dnsCtx, dnsImage) }()
+	}
+	if err := c.step("API server ready, nodes Ready", func() error { return c.waitReady(ctx, apiReady) }); err != nil {
+		dnsCancel()
 		<-extra
-		<-dnsImage
+		if dnsStarted {
+			<-dnsDone
+		} else {
+			<-dnsImage
+		}
 		return c, err
 	}
-	// CoreDNS is deployed while the add-ons wait for the controller-manager's
-	// first run (the default service account): its objects need neither.
-	dnsDone := make(chan error, 1)
-	dnsStart := time.Now()
-	go func() { dnsDone <- c.dns(ctx, dnsImage) }()
 	if err := c.step("cluster add-ons", func() error { return c.addOns(ctx) }); err != nil {
+		dnsCancel()
 		<-extra
 		<-dnsDone
 		return c, err
@@ -407,7 +422,7 @@ func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		<-extra
 		return c, err
 	}
-	c.Timings = append(c.Timings, Timing{Step: "cluster DNS answering, since the nodes were Ready", Duration: time.Since(dnsStart).Round(time.Millisecond)})
+	c.Timings = append(c.Timings, Timing{Step: "cluster DNS answering, since the API server was ready", Duration: time.Since(dnsStart).Round(time.Millisecond)})
 	if err := c.step("other images imported: waited for", func() error { return <-extra }); err != nil {
 		return c, err
 	}

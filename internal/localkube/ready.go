@@ -25,8 +25,9 @@ func (c *Cluster) Client() (*kubernetes.Clientset, error) {
 	return kubernetes.NewForConfig(cfg)
 }
 
-// waitReady waits for the API server's /readyz and every node Ready.
-func (c *Cluster) waitReady(ctx context.Context) error {
+// waitReady waits for the API server's /readyz and every node Ready; it
+// calls apiReady (if not nil) once the API server is ready.
+func (c *Cluster) waitReady(ctx context.Context, apiReady func()) error {
 	cs, err := c.Client()
 	if err != nil {
 		return err
@@ -36,6 +37,9 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 		return err
 	}); err != nil {
 		return fmt.Errorf("API server %s: %w (logs: %s)", c.APIServer, err, filepath.Join(c.Dir, "nodes", "*", "root", "var", "upper", "log", "pods"))
+	}
+	if apiReady != nil {
+		apiReady()
 	}
 	return poll(ctx, 2*time.Minute, func() error {
 		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})

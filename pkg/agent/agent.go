@@ -95,6 +95,11 @@ type Agent struct {
 	// .prev and certificate writes). It guards no field.
 	certMu sync.Mutex
 
+	// countsMu serializes the merges of pushed recovery counts into
+	// DIR/status/recovery-counts.json (PutRecoveryCounts: read, merge,
+	// write). It guards no field.
+	countsMu sync.Mutex
+
 	shutdownOnce sync.Once
 	shutdownCh   chan struct{} // closed once by Shutdown; Run waits on it
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/pki"
+	"github.com/etcd-steward/steward/pkg/recoverycount"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -220,6 +221,14 @@ func (a *Agent) Handler() http.Handler {
 			return
 		}
 		reply(w, nil, a.SetCluster(f))
+	})
+	mux.HandleFunc("PUT /v1/recovery-counts", func(w http.ResponseWriter, r *http.Request) {
+		var rc recoverycount.Counts
+		if err := decodeBody(w, r, 64<<10, &rc); err != nil {
+			reply(w, nil, badRequest{fmt.Errorf("decode recovery counts: %w", err)})
+			return
+		}
+		reply(w, nil, a.PutRecoveryCounts(rc))
 	})
 	mux.HandleFunc("GET /v1/certs/{name}", func(w http.ResponseWriter, r *http.Request) {
 		f, err := a.HostCert(r.PathValue("name"))

@@ -19,6 +19,7 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/memberrt"
+	"github.com/etcd-steward/steward/pkg/recoverycount"
 )
 
 var _ memberrt.Runtime = (*Client)(nil)
@@ -392,6 +393,13 @@ func (c *Client) CheckV2Store(ctx context.Context, name, version string) (V2Stor
 // PutCluster hands the agent the cluster spec and backup secrets.
 func (c *Client) PutCluster(ctx context.Context, f ClusterFiles) error {
 	return c.do(ctx, http.MethodPut, "/v1/cluster", f, nil)
+}
+
+// PutRecoveryCounts hands the agent the automatic recovery's counts of
+// one recording directory (a coordinator's), merged into those it keeps
+// (MergeRecoveryCounts) and exported by its metrics.
+func (c *Client) PutRecoveryCounts(ctx context.Context, rc recoverycount.Counts) error {
+	return c.do(ctx, http.MethodPut, "/v1/recovery-counts", rc, nil)
 }
 
 // BackupStatuses returns the backup loop reports on the agent's host, as

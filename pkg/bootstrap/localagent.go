@@ -41,7 +41,7 @@ func EnsureLocalAgent(ctx context.Context, c *cluster.Cluster, exe string) (star
 		pass = []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
 	}
 	log := filepath.Join(c.Dir, "logs", "agent.log")
-	pid, err := daemon.Start(ctx, daemon.Daemon{
+	_, err = daemon.Start(ctx, daemon.Daemon{
 		Name:    "agent",
 		Exe:     exe,
 		Args:    []string{"agent", "--dir", c.Dir, "--name", spec.LocalAgent},
@@ -52,10 +52,10 @@ func EnsureLocalAgent(ctx context.Context, c *cluster.Cluster, exe string) (star
 		Ready:   func(ctx context.Context) bool { return ac.Ping(ctx, 500*time.Millisecond) == nil },
 		Timeout: agentStartTimeout,
 		Address: ac.Address(),
+		// Said before the wait for its first answer (up to 15 s), so the
+		// command does not sit silent meanwhile.
+		Started: func(pid int) { c.Progress.Say("started agent (pid %d, log %s); waiting for it to answer", pid, log) },
 	})
-	if pid != 0 {
-		c.Progress.Say("started agent (pid %d, log %s)", pid, log)
-	}
 	if err != nil {
 		return false, err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/hostset"
 	"github.com/etcd-steward/steward/pkg/pki"
+	"github.com/etcd-steward/steward/pkg/recoverycount"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -128,6 +129,17 @@ func (c *Cluster) AutoRecoveryActor(agent string) bool {
 		return c.Admin()
 	}
 	return c.Spec.Agents[0].Name == agent
+}
+
+// PushRecoveryCounts hands the agent named agent (on another host) this
+// directory's automatic recovery counts, which it keeps merged with those
+// it holds and exports (recoverycount.Merge; pkg/recovery's sharer).
+func (c *Cluster) PushRecoveryCounts(ctx context.Context, agent string, rc recoverycount.Counts) error {
+	ac, err := c.Agent(agent)
+	if err != nil {
+		return err
+	}
+	return ac.PutRecoveryCounts(ctx, rc)
 }
 
 // LoopStatuses gathers the backup loops' reports: this machine's status

@@ -55,6 +55,10 @@ type Daemon struct {
 	// Settle is how long Start watches a daemon that has no Ready for an
 	// exit at start (it refuses bad input at once).
 	Settle time.Duration
+	// Started, when set, is called with the pid once the process runs
+	// (and its pid file is written), before Start waits for it: a
+	// progress line then comes before the wait, not after it.
+	Started func(pid int)
 }
 
 // Start starts d and waits as the package doc says. It returns the pid
@@ -99,6 +103,9 @@ func Start(ctx context.Context, d Daemon) (pid int, err error) {
 			_ = cmd.Process.Kill()
 			return 0, fmt.Errorf("write the %s's pid file: %w", d.Name, err)
 		}
+	}
+	if d.Started != nil {
+		d.Started(pid)
 	}
 	exitedErr := func(err error) error {
 		if d.PIDFile != "" {

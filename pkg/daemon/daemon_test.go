@@ -181,3 +181,38 @@ func TestStartRefusesBadInput(t *testing.T) {
 		t.Errorf("missing executable: %d, %v", pid, err)
 	}
 }
+
+// TestStartSaysStartedBeforeTheWait: Started is called with the pid
+// before Start waits for the daemon's first answer (a command's "started
+// agent" line comes before the wait, not after up to 15 s of silence),
+// and not for a daemon that cannot be started.
+func TestStartSaysStartedBeforeTheWait(t *testing.T) {
+	dir := t.TempDir()
+	d := sh(dir, "exec sleep 60")
+	var startedWith int
+	asked, startedFirst := 0, false
+	d.Started = func(pid int) { startedWith = pid }
+	d.Ready = func(context.Context) bool {
+		if asked == 0 {
+			startedFirst = startedWith != 0
+		}
+		asked++
+		return asked > 3 // answers at the fourth ask, 300 ms later
+	}
+	d.Timeout = 10 * time.Second
+	pid, err := Start(t.Context(), d)
+	kill(t, pid)
+	if err != nil || pid == 0 {
+		t.Fatalf("Start = %d, %v", pid, err)
+	}
+	if !startedFirst || startedWith != pid {
+		t.Errorf("Started called with %d before the first Ready: %v; want %d, before the wait", startedWith, startedFirst, pid)
+	}
+	bad := sh(dir, "")
+	bad.Exe = filepath.Join(dir, "missing")
+	called := false
+	bad.Started = func(int) { called = true }
+	if _, err := Start(t.Context(), bad); err == nil || called {
+		t.Errorf("a daemon that cannot start: %v, Started called: %v", err, called)
+	}
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/recoverycount"
 	"github.com/etcd-steward/steward/pkg/status"
 )
 
@@ -32,20 +33,19 @@ type Snapshot struct {
 	Plan *plan.Plan
 	// Certificates are the certificates this agent and its members use.
 	Certificates []Certificate
-	// RecoveryActor: this agent's directory runs the automatic recovery
-	// and this agent exports its counts (cluster.AutoRecoveryActor: the
-	// coordinator's agent, or on one host the first agent). Only it
-	// exports steward_recovery_actions_total, so a sum over agents counts
-	// each recovery once.
-	RecoveryActor bool
-	// AutoRecovery is the directory's automatic recovery state file
-	// (status.ReadAutoRecovery) when RecoveryActor; nil when no state was
-	// written yet. Its action counts are steward_recovery_actions_total.
-	AutoRecovery *status.AutoRecoveryState
-	// AutoRecoveryUnreadable: this agent acts for the directory, but its
-	// state file cannot be read (damaged): the counter is left out for
-	// the scrape rather than exported as 0, which would read as a reset.
-	AutoRecoveryUnreadable bool
+	// RecoveryCounts are the automatic recovery's counts this agent
+	// exports as steward_recovery_actions_total, one entry per recording
+	// directory: its own directory's (status/autorecovery.json) when it
+	// acts for it (cluster.AutoRecoveryActor: on one host the first
+	// agent, on several hosts the coordinator's agent), or on a host of
+	// a multi-host cluster those its coordinator pushed
+	// (status/recovery-counts.json: every host's agent exports them, so
+	// the alerts take the max over agents). Nil: none exported.
+	RecoveryCounts []recoverycount.Counts
+	// RecoveryCountsUnreadable: the counts' file cannot be read
+	// (damaged): the counter is left out for the scrape rather than
+	// exported as 0, which would read as a reset.
+	RecoveryCountsUnreadable bool
 }
 
 // Certificate is one certificate file and when it expires.
@@ -62,6 +62,13 @@ var recoveryActionNames = []string{"none", "restart", "reseed", "restore", "resu
 
 // recoveryResults are the results of a finished recovery.
 var recoveryResults = []string{"success", "failure"}
+
+// recoveryReasons are the reasons a recovery runs for (status.Reason*).
+var recoveryReasons = []string{status.ReasonQuorumLost, status.ReasonUnfinished}
+
+// unknownReason is the reason label of counts recorded before reasons
+// were (their Reason is empty).
+const unknownReason = "unknown"
 
 // Roles a member can have, each exported as a 0/1 series.
 var roles = []string{"leader", "follower", "learner", "unknown"}
@@ -124,7 +131,7 @@ var (
 	descCertExpiry = prometheus.NewDesc("steward_certificate_expiry_timestamp_seconds",
 		"When the certificate expires (Unix time).", []string{"certificate"}, nil)
 	descRecoveryActions = prometheus.NewDesc("steward_recovery_actions_total",
-		"Automatic recoveries this directory ran (its agent, or the coordinator's `certs renew --watch` process), by action (restart, reseed, restore, resume, none) and result (success, failure); read from DIR/status/autorecovery.json, so it never goes backwards across restarts. Exported by the agent of the directory that acts (the coordinator's; on one host the first agent) only.", []string{"action", "result"}, nil)
+		"Automatic recoveries the recording directory (recorder) ran, by action (restart, reseed, restore, resume, none), reason (quorum-lost, unfinished-recovery) and result (success, failure); read from the recorder's DIR/status/autorecovery.json, or on a host from the counts its coordinator pushed (DIR/status/recovery-counts.json), so it never goes backwards across restarts. On several hosts every agent exports the same counts: take max without (instance, agent).", []string{"recorder", "action", "reason", "result"}, nil)
 
 	descRenewalRunning = prometheus.NewDesc("steward_certificate_renewal_running",
 		"1 while this directory's certificate renewal loop runs (alive, not stopped, heartbeat fresh), 0 otherwise.", nil, nil)
@@ -221,8 +228,10 @@ func (c *Collector) emit(ch chan<- prometheus.Metric, s Snapshot, now time.Time)
 	for _, cert := range s.Certificates {
 		gauge(ch, descCertExpiry, float64(cert.NotAfter.Unix()), cert.Name)
 	}
-	if s.RecoveryActor && !s.AutoRecoveryUnreadable {
-		emitRecoveryActions(ch, s.AutoRecovery)
+	if !s.RecoveryCountsUnreadable {
+		for _, rc := range s.RecoveryCounts {
+			emitRecoveryActions(ch, rc)
+		}
 	}
 	if st := s.Status; st != nil && st.CertificateRenewal != nil {
 		r := st.CertificateRenewal
@@ -233,26 +242,30 @@ func (c *Collector) emit(ch chan<- prometheus.Metric, s Snapshot, now time.Time)
 	}
 }
 
-// emitRecoveryActions sends steward_recovery_actions_total from the
-// counts recorded in the state file ar (every known action and result,
-// 0 when not counted; nil counts nothing). The counts live in the file,
-// not in this process, so the counter survives the agent's restarts and
-// counts the recoveries another process of the directory ran.
-func emitRecoveryActions(ch chan<- prometheus.Metric, ar *status.AutoRecoveryState) {
-	type key struct{ action, result string }
+// emitRecoveryActions sends steward_recovery_actions_total from one
+// recorder's counts rc (every known action, reason and result, 0 when not
+// counted). The counts live in a file, not in this process, so the
+// counter survives the agent's restarts and counts the recoveries another
+// process recorded.
+func emitRecoveryActions(ch chan<- prometheus.Metric, rc recoverycount.Counts) {
+	type key struct{ action, reason, result string }
 	counts := map[key]float64{}
 	for _, a := range recoveryActionNames {
-		for _, r := range recoveryResults {
-			counts[key{a, r}] = 0
+		for _, why := range recoveryReasons {
+			for _, r := range recoveryResults {
+				counts[key{a, why, r}] = 0
+			}
 		}
 	}
-	if ar != nil {
-		for _, a := range ar.Actions {
-			counts[key{a.Action, a.Result}] += float64(max(a.Count, 0))
+	for _, a := range rc.Actions {
+		why := a.Reason
+		if why == "" {
+			why = unknownReason
 		}
+		counts[key{a.Action, why, a.Result}] += float64(max(a.Count, 0))
 	}
 	for k, v := range counts {
-		ch <- prometheus.MustNewConstMetric(descRecoveryActions, prometheus.CounterValue, v, k.action, k.result)
+		ch <- prometheus.MustNewConstMetric(descRecoveryActions, prometheus.CounterValue, v, rc.Recorder, k.action, k.reason, k.result)
 	}
 }
 

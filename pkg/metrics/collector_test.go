@@ -19,8 +19,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/etcd-steward/steward/pkg/backup"
+	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/recoverycount"
+	"github.com/etcd-steward/steward/pkg/spec"
 	"github.com/etcd-steward/steward/pkg/status"
 )
 
@@ -368,7 +371,9 @@ steward_certificate_renewal_running{agent="a",cluster="prod"} 0
 // TestEventCounters: the counters every registry exports, with the
 // registry's cluster and agent labels, and names that pass promlint.
 func TestEventCounters(t *testing.T) {
-	col := NewCollector("a", func(context.Context) Snapshot { return Snapshot{Status: fixedStatus(), RecoveryActor: true} }, slog.New(slog.DiscardHandler))
+	col := NewCollector("a", func(context.Context) Snapshot {
+		return Snapshot{Status: fixedStatus(), RecoveryCounts: []recoverycount.Counts{{Recorder: "0123456789abcdef"}}}
+	}, slog.New(slog.DiscardHandler))
 	reg, err := NewRegistry("prod", "a", col)
 	if err != nil {
 		t.Fatal(err)
@@ -427,7 +432,9 @@ func TestServerTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	col := NewCollector("a", func(context.Context) Snapshot { return Snapshot{Status: fixedStatus(), RecoveryActor: true} }, slog.New(slog.DiscardHandler))
+	col := NewCollector("a", func(context.Context) Snapshot {
+		return Snapshot{Status: fixedStatus(), RecoveryCounts: []recoverycount.Counts{{Recorder: "0123456789abcdef"}}}
+	}, slog.New(slog.DiscardHandler))
 	reg, err := NewRegistry("prod", "a", col)
 	if err != nil {
 		t.Fatal(err)
@@ -485,25 +492,32 @@ func httpGetBody(ctx context.Context, u string) (string, error) {
 }
 
 // TestCollectorRecoveryActions: steward_recovery_actions_total is read
-// from the automatic recovery's state file at each scrape: every action
-// and result from 0, the recorded counts, the same after the agent
+// at each scrape from the files (recoveryCounts): on the acting agent the
+// automatic recovery's state file, every action, reason and result from
+// 0 under its recorder, the recorded counts, the same after the agent
 // restarts (a new collector: the counter never goes backwards) and
 // counting recoveries another process of the directory recorded (the
 // coordinator's `certs renew --watch`); a state file that cannot be read
-// leaves the series out rather than reporting 0; an agent that does not
-// act for the directory exports none.
+// leaves the series out rather than reporting 0; an agent of one host
+// that does not act exports none; a host's agent of a multi-host cluster
+// exports the counts its coordinator pushed, each recorder apart.
 func TestCollectorRecoveryActions(t *testing.T) {
 	dir := t.TempDir()
-	snap := func() Snapshot {
-		ar, err := status.ReadAutoRecovery(dir)
-		return Snapshot{Status: fixedStatus(), RecoveryActor: true, AutoRecovery: ar, AutoRecoveryUnreadable: err != nil}
+	one := &cluster.Cluster{Dir: dir, Spec: &spec.Cluster{Name: "prod", Agents: []spec.Agent{{Name: "a"}, {Name: "b"}}}}
+	snapOf := func(c *cluster.Cluster, agent string) func() Snapshot {
+		return func() Snapshot {
+			rc, bad := recoveryCounts(c, c.Dir, agent, slog.New(slog.DiscardHandler))
+			return Snapshot{Status: fixedStatus(), RecoveryCounts: rc, RecoveryCountsUnreadable: bad}
+		}
 	}
-	value := func(reg *prometheus.Registry, action, result string) (float64, bool) {
+	type series struct{ recorder, action, reason, result string }
+	values := func(reg *prometheus.Registry) map[series]float64 {
 		t.Helper()
 		mfs, err := reg.Gather()
 		if err != nil {
 			t.Fatal(err)
 		}
+		out := map[series]float64{}
 		for _, mf := range mfs {
 			if mf.GetName() != "steward_recovery_actions_total" {
 				continue
@@ -513,51 +527,65 @@ func TestCollectorRecoveryActions(t *testing.T) {
 				for _, p := range m.GetLabel() {
 					l[p.GetName()] = p.GetValue()
 				}
-				if l["action"] == action && l["result"] == result {
-					return m.GetCounter().GetValue(), true
-				}
+				out[series{l["recorder"], l["action"], l["reason"], l["result"]}] = m.GetCounter().GetValue()
 			}
 		}
-		return 0, false
+		return out
 	}
-	_, reg := registry(t, "a", snap, func() time.Time { return t0 })
-	if n := testutil.CollectAndCount(reg, "steward_recovery_actions_total"); n != len(recoveryActionNames)*len(recoveryResults) {
-		t.Errorf("no state file: %d series, want every action and result (%d)", n, len(recoveryActionNames)*len(recoveryResults))
+	all := len(recoveryActionNames) * len(recoveryReasons) * len(recoveryResults)
+	_, reg := registry(t, "a", snapOf(one, "a"), func() time.Time { return t0 })
+	if n := testutil.CollectAndCount(reg, "steward_recovery_actions_total"); n != 0 {
+		t.Errorf("no state file: %d series, want none (no recorder yet)", n)
 	}
-	if v, ok := value(reg, "restore", "success"); !ok || v != 0 {
-		t.Errorf("no state file: restore/success %v %v, want 0", v, ok)
+	// The automatic recovery's first round gives the file its recorder:
+	// every action, reason and result from 0.
+	st := &status.AutoRecoveryState{Decision: "none"}
+	st.EnsureRecorder()
+	id := st.Recorder
+	if err := status.WriteAutoRecovery(dir, st); err != nil {
+		t.Fatal(err)
+	}
+	v := values(reg)
+	if len(v) != all || v[series{id, "restore", status.ReasonQuorumLost, "success"}] != 0 {
+		t.Errorf("a recorder, no count: %v, want %d series of 0", v, all)
 	}
 
 	// Another process of the directory (the coordinator's `certs renew
 	// --watch`) restores once, successfully.
-	st := &status.AutoRecoveryState{Decision: "none"}
-	st.CountAction("restore", "success")
+	st.CountAction("restore", status.ReasonQuorumLost, "success")
 	if err := status.WriteAutoRecovery(dir, st); err != nil {
 		t.Fatal(err)
 	}
-	if v, _ := value(reg, "restore", "success"); v != 1 {
+	if v := values(reg)[series{id, "restore", status.ReasonQuorumLost, "success"}]; v != 1 {
 		t.Errorf("after a restore recorded by another process: %v, want 1", v)
 	}
 	// The agent restarts: a new collector reads the same count.
-	_, reg = registry(t, "a", snap, func() time.Time { return t0 })
-	if v, _ := value(reg, "restore", "success"); v != 1 {
+	_, reg = registry(t, "a", snapOf(one, "a"), func() time.Time { return t0 })
+	if v := values(reg)[series{id, "restore", status.ReasonQuorumLost, "success"}]; v != 1 {
 		t.Errorf("after the agent restarted: %v, want 1 (a counter never goes backwards)", v)
 	}
-	st.CountAction("restore", "success")
-	st.CountAction("resume", "failure")
+	st.CountAction("restore", status.ReasonQuorumLost, "success")
+	st.CountAction("resume", status.ReasonUnfinished, "failure")
+	st.Actions = append(st.Actions, status.AutoRecoveryCount{Action: "reseed", Result: "success", Count: 3}) // recorded before reasons were
 	if err := status.WriteAutoRecovery(dir, st); err != nil {
 		t.Fatal(err)
 	}
+	v = values(reg)
 	for _, c := range []struct {
-		action, result string
-		want           float64
-	}{{"restore", "success", 2}, {"resume", "failure", 1}, {"reseed", "success", 0}} {
-		if v, _ := value(reg, c.action, c.result); v != c.want {
-			t.Errorf("%s/%s: %v, want %v", c.action, c.result, v, c.want)
+		s    series
+		want float64
+	}{
+		{series{id, "restore", status.ReasonQuorumLost, "success"}, 2},
+		{series{id, "resume", status.ReasonUnfinished, "failure"}, 1},
+		{series{id, "reseed", status.ReasonQuorumLost, "success"}, 0},
+		{series{id, "reseed", "unknown", "success"}, 3},
+	} {
+		if v[c.s] != c.want {
+			t.Errorf("%+v: %v, want %v", c.s, v[c.s], c.want)
 		}
 	}
 	// An agent that does not act for the directory exports none.
-	_, other := registry(t, "b", func() Snapshot { return Snapshot{Status: fixedStatus(), AutoRecovery: st} }, func() time.Time { return t0 })
+	_, other := registry(t, "b", snapOf(one, "b"), func() time.Time { return t0 })
 	if n := testutil.CollectAndCount(other, "steward_recovery_actions_total"); n != 0 {
 		t.Errorf("an agent that does not act: %d series, want none", n)
 	}
@@ -567,5 +595,34 @@ func TestCollectorRecoveryActions(t *testing.T) {
 	}
 	if n := testutil.CollectAndCount(reg, "steward_recovery_actions_total"); n != 0 {
 		t.Errorf("unreadable state file: %d series, want none", n)
+	}
+
+	// A host's agent of a multi-host cluster (no admin certificate in
+	// its directory): the counts its coordinator pushed, of two
+	// recorders (a coordinator that took over counts under its own).
+	hostDir := t.TempDir()
+	host := &cluster.Cluster{Dir: hostDir, Spec: &spec.Cluster{Name: "prod",
+		Agents: []spec.Agent{{Name: "h1", Host: "10.0.0.1", Port: 9443}, {Name: "h2", Host: "10.0.0.2", Port: 9443}}}}
+	_, hreg := registry(t, "h1", snapOf(host, "h1"), func() time.Time { return t0 })
+	if n := testutil.CollectAndCount(hreg, "steward_recovery_actions_total"); n != 0 {
+		t.Errorf("a host that received no counts: %d series, want none", n)
+	}
+	old, next := "00000000000000aa", "00000000000000bb"
+	if err := recoverycount.Write(hostDir, &recoverycount.Received{Recorders: []recoverycount.Counts{
+		{Recorder: old, Actions: []recoverycount.Count{{Action: "reseed", Reason: status.ReasonQuorumLost, Result: "success", Count: 1}}},
+		{Recorder: next, Actions: []recoverycount.Count{{Action: "resume", Reason: status.ReasonUnfinished, Result: "success", Count: 1}}},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	v = values(hreg)
+	if len(v) != 2*all || v[series{old, "reseed", status.ReasonQuorumLost, "success"}] != 1 || v[series{next, "resume", status.ReasonUnfinished, "success"}] != 1 ||
+		v[series{next, "reseed", status.ReasonQuorumLost, "success"}] != 0 {
+		t.Errorf("a host's pushed counts: %v", v)
+	}
+	if err := os.WriteFile(recoverycount.Path(hostDir), []byte(`{"recorders":[{"recorder":"x"}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(hreg, "steward_recovery_actions_total"); n != 0 {
+		t.Errorf("a damaged pushed counts file: %d series, want none", n)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/recoverycount"
 	"github.com/etcd-steward/steward/pkg/status"
 )
 
@@ -67,14 +68,7 @@ func (g *DirGatherer) read(ctx context.Context) Snapshot {
 	}
 	s.FullSchedule = c.Spec.Backup.FullSchedule
 	s.RecoveryPointGoal = time.Duration(c.Spec.Backup.DeltaMaxAgeMs) * time.Millisecond
-	if s.RecoveryActor = c.AutoRecoveryActor(g.Agent); s.RecoveryActor {
-		if ar, err := status.ReadAutoRecovery(g.Dir); err != nil {
-			g.Log.Warn("metrics: automatic recovery state", "err", err)
-			s.AutoRecoveryUnreadable = true
-		} else {
-			s.AutoRecovery = ar
-		}
-	}
+	s.RecoveryCounts, s.RecoveryCountsUnreadable = recoveryCounts(c, g.Dir, g.Agent, g.Log)
 	store := plan.OpenStore(g.Dir)
 	if _, err := os.Stat(store.Path()); err == nil {
 		if p, err := store.Latest(); err == nil {
@@ -84,6 +78,34 @@ func (g *DirGatherer) read(ctx context.Context) Snapshot {
 		}
 	}
 	return s
+}
+
+// recoveryCounts are the automatic recovery's counts agent exports
+// (Snapshot.RecoveryCounts): its directory's own when it acts for it, the
+// ones its coordinator pushed on a host of a multi-host cluster, else
+// none; unreadable when the file cannot be read.
+func recoveryCounts(c *cluster.Cluster, dir, agent string, log *slog.Logger) (_ []recoverycount.Counts, unreadable bool) {
+	switch {
+	case c.AutoRecoveryActor(agent):
+		ar, err := status.ReadAutoRecovery(dir)
+		if err != nil {
+			log.Warn("metrics: automatic recovery state", "err", err)
+			return nil, true
+		}
+		if rc, ok := ar.Counts(); ok {
+			return []recoverycount.Counts{rc}, false
+		}
+	case c.Spec.MultiHost():
+		r, err := recoverycount.Read(dir)
+		if err != nil {
+			log.Warn("metrics: automatic recovery counts", "err", err)
+			return nil, true
+		}
+		if r != nil {
+			return r.Recorders, false
+		}
+	}
+	return nil, false
 }
 
 // Certificates are the certificates of an agent's certificate directory

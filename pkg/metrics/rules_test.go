@@ -16,6 +16,7 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/recoverycount"
 	"github.com/etcd-steward/steward/pkg/status"
 )
 
@@ -83,9 +84,9 @@ func exported(t *testing.T) map[string]bool {
 		Loop: &backup.LoopStatus{Agent: "a", Role: "leader", Recording: true, NextRevision: 101,
 			LastFull: now.Add(-2 * time.Hour), LastDelta: now.Add(-time.Second)},
 		FullSchedule: "0 * * * *", RecoveryPointGoal: 250 * time.Millisecond,
-		Plan:          &plan.Plan{ID: "p", Kind: plan.KindUpgrade, State: plan.Failed, Steps: []plan.Step{{State: plan.Failed}}},
-		Certificates:  []Certificate{{Name: "server", NotAfter: now.Add(time.Hour)}},
-		RecoveryActor: true,
+		Plan:           &plan.Plan{ID: "p", Kind: plan.KindUpgrade, State: plan.Failed, Steps: []plan.Step{{State: plan.Failed}}},
+		Certificates:   []Certificate{{Name: "server", NotAfter: now.Add(time.Hour)}},
+		RecoveryCounts: []recoverycount.Counts{{Recorder: "0123456789abcdef"}},
 	}
 	col := NewCollector("a", func(context.Context) Snapshot { return snap }, slog.New(slog.DiscardHandler))
 	reg, err := NewRegistry("prod", "a", col)

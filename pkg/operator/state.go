@@ -115,8 +115,8 @@ func Shape(s *spec.Cluster, ec *v1alpha1.EtcdCluster) {
 			s.Backup.DeltaMaxAgeMs = int(b.DeltaMaxAgeMs)
 		}
 		r := b.Retention
-		if r.KeepLast != 0 || r.KeepHourly != 0 || r.KeepDaily != 0 {
-			s.Backup.Retention = spec.Retention{KeepLast: int(r.KeepLast), KeepHourly: int(r.KeepHourly), KeepDaily: int(r.KeepDaily)}
+		if r.KeepLast != 0 || r.KeepHourly != nil || r.KeepDaily != nil {
+			s.Backup.Retention = spec.Retention{KeepLast: int(r.KeepLast), KeepHourly: int(deref32(r.KeepHourly)), KeepDaily: int(deref32(r.KeepDaily))}
 		}
 	}
 	if ec.Spec.Recovery.Mode != "" {
@@ -189,4 +189,13 @@ func initDir(ctx context.Context, dir string, ec *v1alpha1.EtcdCluster, o bootst
 	}
 	c.Spec = s
 	return c, created, nil
+}
+
+// deref32 is *p, or 0 for nil. The hosts' spec takes 0 for its default, so
+// an explicit 0 (keep none) in the resource becomes the default there.
+func deref32(p *int32) int32 {
+	if p == nil {
+		return 0
+	}
+	return *p
 }

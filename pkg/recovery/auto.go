@@ -34,9 +34,14 @@ const autoInterval = 5 * time.Second
 // Each round's decision and each action, with their reasons, are recorded
 // in DIR/status/autorecovery.json (cluster.AutoRecoveryState), which
 // `steward status` shows; each action is counted there too (Actions), which
-// the metrics collector exports as steward_recovery_actions_total.
+// the metrics collector exports as steward_recovery_actions_total; on a
+// multi-host cluster the sharer (share.go) pushes the counts to every
+// host's agent, which exports them too.
 func RunAuto(ctx context.Context, dir, agentName string, log *slog.Logger) {
-	a := &autoLoop{dir: dir, agent: agentName, log: log, recover: runAuto}
+	counted := make(chan struct{}, 1)
+	a := &autoLoop{dir: dir, agent: agentName, log: log, recover: runAuto, counted: counted}
+	sh := newSharer(dir, log)
+	go sh.run(ctx, counted)
 	tick := time.NewTicker(autoInterval)
 	defer tick.Stop()
 	for {
@@ -60,6 +65,9 @@ type autoLoop struct {
 	lastResume  time.Time
 	// recover runs one automatic recovery (runAuto; tests give another).
 	recover func(context.Context, *cluster.Cluster) (Report, error)
+	// counted is signalled (never blocking) after an action is counted:
+	// the sharer pushes the counts to the hosts' agents. Nil in tests.
+	counted chan<- struct{}
 }
 
 func (a *autoLoop) reset() { a.lostSince, a.provenSince = time.Time{}, time.Time{} }
@@ -70,7 +78,9 @@ func (a *autoLoop) record(decision, reason string) {
 	if st == nil {
 		st = &status.AutoRecoveryState{}
 	}
-	if st.Decision == decision && st.Reason == reason && st.LostSince.Equal(a.lostSince) {
+	// The first round gives the directory its recorder ID, which the
+	// hosts' agents label its counts with (status.EnsureRecorder).
+	if !st.EnsureRecorder() && st.Decision == decision && st.Reason == reason && st.LostSince.Equal(a.lostSince) {
 		return
 	}
 	st.Decision, st.Reason, st.DecidedAt, st.LostSince = decision, reason, time.Now().UTC(), a.lostSince
@@ -95,6 +105,7 @@ func (a *autoLoop) act(ctx context.Context, c *cluster.Cluster, decision, reason
 		}
 	}
 	now := time.Now().UTC()
+	st.EnsureRecorder()
 	st.Decision, st.Reason, st.DecidedAt, st.LostSince = decision, reason, now, a.lostSince
 	st.LastAction = &status.AutoRecoveryAction{Action: "recover", Reason: reason, Started: now, Result: "running"}
 	if err := status.WriteAutoRecovery(a.dir, st); err != nil {
@@ -136,13 +147,30 @@ func (a *autoLoop) act(ctx context.Context, c *cluster.Cluster, decision, reason
 	if waited {
 		cur.Decision, cur.Reason = "wait", err.Error()
 	} else {
-		cur.CountAction(rep.Action, last.Result)
+		cur.EnsureRecorder()
+		cur.CountAction(rep.Action, reasonCode(decision), last.Result)
 	}
 	cur.LastAction = &last
 	if err := status.WriteAutoRecovery(a.dir, cur); err != nil {
 		a.log.Error("record the automatic recovery's result", "err", err)
+	} else if !waited && a.counted != nil {
+		// The hosts' agents get the new count now, not at the sharer's
+		// next tick.
+		select {
+		case a.counted <- struct{}{}:
+		default:
+		}
 	}
 	a.reset()
+}
+
+// reasonCode is the `reason` a recovery acted on decision is counted
+// under (status.Reason*).
+func reasonCode(decision string) string {
+	if decision == "resume" {
+		return status.ReasonUnfinished
+	}
+	return status.ReasonQuorumLost
 }
 
 func (a *autoLoop) round(ctx context.Context) {

@@ -39,7 +39,7 @@ func TestActCountsWaitsApart(t *testing.T) {
 				if err != nil || st == nil {
 					t.Fatalf("state while acting: %v, %v", st, err)
 				}
-				st.CountAction("restore", "success")
+				st.CountAction("restore", status.ReasonQuorumLost, "success")
 				if err := status.WriteAutoRecovery(c.Dir, st); err != nil {
 					t.Fatal(err)
 				}

@@ -192,6 +192,18 @@ func run(ctx context.Context, c *cluster.Cluster, d runDeps) (Report, error) {
 	if err := cluster.RequireNoRestorePending(c.Dir, "recover the cluster"); err != nil {
 		return rep, err
 	}
+	// A stale rebuild journal (staleReseed) is refused before
+	// recover.lock is taken, when it can be told without it: it needs the
+	// journal (a file) and, only when that records a rebuild, whether the
+	// cluster is quorate (a status read). Every other path reads the
+	// status once, under the lock, and the check is made there again.
+	if j, err := readRecoveryJournal(c); err == nil && j != nil && j.Reseeding {
+		if _, st, err := d.view(ctx, c); err == nil {
+			if err := staleReseed(c, j, st.Cluster.Quorate); err != nil {
+				return rep, err
+			}
+		}
+	}
 	// One recovery at a time (a manual one and the agent's automatic one
 	// could otherwise race), and none under an upgrade plan, which stops
 	// members on purpose.

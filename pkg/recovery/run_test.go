@@ -107,7 +107,8 @@ func TestRunLockHeld(t *testing.T) {
 // from a survivor's own data while the cluster is quorate is stale (the
 // seed serves no client during that rebuild): Run refuses with
 // ErrStaleJournal and keeps the journal, instead of dropping or resuming
-// it (which would stop every member of a healthy cluster).
+// it (which would stop every member of a healthy cluster). It refuses
+// before it takes recover.lock (one view read, without the lock).
 func TestRunRefusesStaleReseed(t *testing.T) {
 	c := testCluster(t)
 	j := &recoveryJournal{Seed: "etcd-9", SeededAt: time.Now().UTC(), Reseeding: true}
@@ -126,6 +127,15 @@ func TestRunRefusesStaleReseed(t *testing.T) {
 	}
 	if got, err := readRecoveryJournal(c); err != nil || got == nil {
 		t.Fatalf("journal after the refusal: %v, %v; want it kept", got, err)
+	}
+	if fmt.Sprint(f.locked) != "[false]" {
+		t.Errorf("views read with recover.lock held: %v, want [false] (refused before the lock)", f.locked)
+	}
+	// A stale journal seen only under the lock (the cluster became
+	// quorate meanwhile) is refused there too.
+	f = &fakeViews{t: t, views: []fakeView{{j: j, quorate: false}, {j: j, quorate: true}}}
+	if _, err := run(t.Context(), c, runDeps{view: f.view}); !errors.Is(err, ErrStaleJournal) || fmt.Sprint(f.locked) != "[false true]" {
+		t.Errorf("stale only under the lock: %v, views locked %v; want ErrStaleJournal on the second, locked read", err, f.locked)
 	}
 	// A reseed journal while quorum is lost is a real one: not stale.
 	if err := staleReseed(c, j, false); err != nil {

@@ -1,6 +1,8 @@
 package status
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -8,6 +10,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/internal/atomicfile"
+	"github.com/etcd-steward/steward/pkg/recoverycount"
 )
 
 // AutoRecoveryStateFile is the file, under DIR/status, in which the
@@ -32,36 +35,75 @@ type AutoRecoveryState struct {
 	// LastAction is the latest recovery this loop ran, if any.
 	LastAction *AutoRecoveryAction `json:"lastAction,omitempty"`
 	// Actions counts the recoveries this directory's automatic recovery
-	// finished, by action and result, since the file was first written
-	// (CountAction). The metrics collector exports them as
-	// steward_recovery_actions_total: read from this file, the counter
-	// never goes backwards across restarts, and it counts whichever
-	// process of the directory acted (its agent, or the `certs renew
-	// --watch` process of a coordinator that runs none).
+	// finished, by action, reason and result, since the file was first
+	// written (CountAction). Exported as steward_recovery_actions_total:
+	// by this directory's agent when it has one (read from this file, the
+	// counter never goes backwards across restarts, and it counts
+	// whichever process of the directory acted: its agent, or the `certs
+	// renew --watch` process of a coordinator that runs none), and on a
+	// multi-host cluster by every host's agent, to which the coordinator
+	// pushes them (recoverycount.Counts).
 	Actions []AutoRecoveryCount `json:"actions,omitempty"`
+	// Recorder identifies this directory's counts (16 random hex digits,
+	// set once by EnsureRecorder): the `recorder` label of
+	// steward_recovery_actions_total. A coordinator that took over, or a
+	// state file started anew, counts under a new one, so no exported
+	// counter goes backwards.
+	Recorder string `json:"recorder,omitempty"`
 }
 
-// AutoRecoveryCount is how many recoveries ended with Action and Result.
-type AutoRecoveryCount struct {
-	Action string `json:"action"`
-	Result string `json:"result"`
-	Count  int64  `json:"count"`
-}
+// AutoRecoveryCount is how many recoveries ended with Action and Result,
+// started for Reason (recoverycount.Count: the same counts are pushed
+// to the hosts' agents).
+type AutoRecoveryCount = recoverycount.Count
+
+// Reasons an automatic recovery runs for (AutoRecoveryCount.Reason, the
+// `reason` label of steward_recovery_actions_total); the full reason, with
+// the members and their states, is AutoRecoveryAction.Reason.
+const (
+	// ReasonQuorumLost: quorum was lost for the whole grace period (on
+	// several hosts: proven lost everywhere by the agents' reports).
+	ReasonQuorumLost = "quorum-lost"
+	// ReasonUnfinished: an interrupted recovery is recorded in the
+	// journal and is resumed.
+	ReasonUnfinished = "unfinished-recovery"
+)
 
 // CountAction adds one finished recovery of action (recovery.Report's
-// Action; "none" when empty) with result ("success", "failure") to
-// s.Actions.
-func (s *AutoRecoveryState) CountAction(action, result string) {
+// Action; "none" when empty) run for reason (Reason*) with result
+// ("success", "failure") to s.Actions.
+func (s *AutoRecoveryState) CountAction(action, reason, result string) {
 	if action == "" {
 		action = "none"
 	}
 	for i := range s.Actions {
-		if s.Actions[i].Action == action && s.Actions[i].Result == result {
+		if a := s.Actions[i]; a.Action == action && a.Reason == reason && a.Result == result {
 			s.Actions[i].Count++
 			return
 		}
 	}
-	s.Actions = append(s.Actions, AutoRecoveryCount{Action: action, Result: result, Count: 1})
+	s.Actions = append(s.Actions, AutoRecoveryCount{Action: action, Reason: reason, Result: result, Count: 1})
+}
+
+// EnsureRecorder gives s its Recorder when it has none; it reports whether
+// it did (s then needs writing).
+func (s *AutoRecoveryState) EnsureRecorder() bool {
+	if s.Recorder != "" {
+		return false
+	}
+	b := make([]byte, 8)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	s.Recorder = hex.EncodeToString(b)
+	return true
+}
+
+// Counts are s's counts as pushed to the hosts' agents; ok is false while
+// s has no Recorder.
+func (s *AutoRecoveryState) Counts() (rc recoverycount.Counts, ok bool) {
+	if s == nil || s.Recorder == "" {
+		return rc, false
+	}
+	return recoverycount.Counts{Recorder: s.Recorder, Actions: append([]AutoRecoveryCount{}, s.Actions...)}, true
 }
 
 // AutoRecoveryAction is one recovery RunAuto ran.
@@ -101,6 +143,11 @@ func ReadAutoRecovery(dir string) (*AutoRecoveryState, error) {
 	for _, a := range s.Actions {
 		if a.Count < 0 || a.Action == "" || a.Result == "" {
 			return nil, fmt.Errorf("%s: action count %+v: want an action, a result and a count of 0 or more (the file is damaged; move it aside, the next round writes a new one)", AutoRecoveryStatePath(dir), a)
+		}
+	}
+	if s.Recorder != "" {
+		if err := (recoverycount.Counts{Recorder: s.Recorder, Actions: s.Actions}).Validate(); err != nil {
+			return nil, fmt.Errorf("%s: %w (the file is damaged; move it aside, the next round writes a new one)", AutoRecoveryStatePath(dir), err)
 		}
 	}
 	return &s, nil

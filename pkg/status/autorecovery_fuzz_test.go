@@ -16,7 +16,7 @@ func FuzzReadAutoRecovery(f *testing.F) {
 	seed := f.TempDir()
 	if err := WriteAutoRecovery(seed, &AutoRecoveryState{Decision: "act", Reason: "r", DecidedAt: at, LostSince: at,
 		LastAction: &AutoRecoveryAction{Action: "reseed", Reason: "r", Started: at, Finished: at, Result: "success", Message: "m"},
-		Actions:    []AutoRecoveryCount{{Action: "reseed", Result: "success", Count: 2}, {Action: "restore", Result: "failure", Count: 1}}}); err != nil {
+		Actions:    []AutoRecoveryCount{{Action: "reseed", Reason: ReasonQuorumLost, Result: "success", Count: 2}, {Action: "restore", Result: "failure", Count: 1}}, Recorder: "0123456789abcdef"}); err != nil {
 		f.Fatal(err)
 	}
 	b, err := os.ReadFile(AutoRecoveryStatePath(seed))

@@ -37,16 +37,28 @@ func TestAutoRecoveryState(t *testing.T) {
 	}
 }
 
-// TestAutoRecoveryCounts: CountAction counts each action and result
-// apart ("none" for an empty action), the counts survive a write and a
-// read, and a damaged count (negative) is refused with the file named.
+// TestAutoRecoveryCounts: CountAction counts each action, reason and
+// result apart ("none" for an empty action), the counts survive a write
+// and a read, EnsureRecorder gives the file one ID and keeps it, and a
+// damaged count (negative) or recorder is refused with the file named.
 func TestAutoRecoveryCounts(t *testing.T) {
 	dir := t.TempDir()
 	s := &AutoRecoveryState{Decision: "none"}
-	s.CountAction("restore", "success")
-	s.CountAction("restore", "success")
-	s.CountAction("restore", "failure")
-	s.CountAction("", "success")
+	if _, ok := s.Counts(); ok {
+		t.Errorf("counts without a recorder")
+	}
+	s.CountAction("restore", ReasonQuorumLost, "success")
+	s.CountAction("restore", ReasonQuorumLost, "success")
+	s.CountAction("restore", ReasonQuorumLost, "failure")
+	s.CountAction("restore", ReasonUnfinished, "failure")
+	s.CountAction("", ReasonQuorumLost, "success")
+	if !s.EnsureRecorder() || len(s.Recorder) != 16 {
+		t.Fatalf("recorder %q", s.Recorder)
+	}
+	id := s.Recorder
+	if s.EnsureRecorder() || s.Recorder != id {
+		t.Errorf("a second EnsureRecorder changed the recorder %s to %s", id, s.Recorder)
+	}
 	if err := WriteAutoRecovery(dir, s); err != nil {
 		t.Fatal(err)
 	}
@@ -54,14 +66,26 @@ func TestAutoRecoveryCounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []AutoRecoveryCount{{"restore", "success", 2}, {"restore", "failure", 1}, {"none", "success", 1}}
-	if fmt.Sprint(got.Actions) != fmt.Sprint(want) {
-		t.Errorf("counts %v, want %v", got.Actions, want)
+	c := func(action, reason, result string, n int64) AutoRecoveryCount {
+		return AutoRecoveryCount{Action: action, Reason: reason, Result: result, Count: n}
 	}
-	if err := os.WriteFile(AutoRecoveryStatePath(dir), []byte(`{"actions":[{"action":"restore","result":"success","count":-3}]}`), 0o600); err != nil {
-		t.Fatal(err)
+	want := []AutoRecoveryCount{c("restore", ReasonQuorumLost, "success", 2), c("restore", ReasonQuorumLost, "failure", 1),
+		c("restore", ReasonUnfinished, "failure", 1), c("none", ReasonQuorumLost, "success", 1)}
+	if fmt.Sprint(got.Actions) != fmt.Sprint(want) || got.Recorder != id {
+		t.Errorf("counts %v of %s, want %v of %s", got.Actions, got.Recorder, want, id)
 	}
-	if _, err := ReadAutoRecovery(dir); err == nil || !strings.Contains(err.Error(), AutoRecoveryStatePath(dir)) || !strings.Contains(err.Error(), "count of 0 or more") {
-		t.Errorf("a negative count: %v", err)
+	if rc, ok := got.Counts(); !ok || rc.Recorder != id || fmt.Sprint(rc.Actions) != fmt.Sprint(want) {
+		t.Errorf("Counts: %+v %v", rc, ok)
+	}
+	for _, bad := range []struct{ file, want string }{
+		{`{"actions":[{"action":"restore","result":"success","count":-3}]}`, "count of 0 or more"},
+		{`{"recorder":"../x","actions":[]}`, "16 lower-case hex digits"},
+	} {
+		if err := os.WriteFile(AutoRecoveryStatePath(dir), []byte(bad.file), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ReadAutoRecovery(dir); err == nil || !strings.Contains(err.Error(), AutoRecoveryStatePath(dir)) || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%s: %v", bad.file, err)
+		}
 	}
 }

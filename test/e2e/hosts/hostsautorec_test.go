@@ -1,9 +1,16 @@
 package hosts_test
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -37,6 +44,12 @@ func TestHostsAutoRecovery(t *testing.T) {
 		"--backup-s3-credentials-file", s3.CredentialsFile, "--backup-s3-prefix", "autorec")
 	s := hs.Spec()
 	s.Recovery = spec.Recovery{Mode: "auto", GracePeriodSeconds: 5}
+	// Each host's agent serves metrics on its host's address (HTTPS):
+	// the coordinator runs no agent, and pushes its recovery counts to
+	// them.
+	for i := range s.Agents {
+		s.Agents[i].MetricsAddress = net.JoinHostPort(hs.Host(s.Agents[i].Name).Addr, "9379")
+	}
 	if err := s.Save(filepath.Join(hs.Dir, spec.FileName)); err != nil {
 		t.Fatal(err)
 	}
@@ -224,6 +237,12 @@ func TestHostsAutoRecovery(t *testing.T) {
 		after := hs.Client()
 		workload.RequireEqual(t, "keyspace after two hosts lost their data", workload.TakeDigest(t, after, "", 0), want)
 		noHostActs(t)
+		// Every host's agent exports the action, once, with its reason,
+		// under the coordinator's recorder.
+		if ar.Recorder == "" {
+			t.Fatalf("the coordinator's state has no recorder: %+v", ar)
+		}
+		wantCounted(t, hs, nil, ar.Recorder, map[string]float64{a.Action + "/quorum-lost/success": 1})
 	})
 	if t.Failed() {
 		return
@@ -247,6 +266,16 @@ func TestHostsAutoRecovery(t *testing.T) {
 		// backup.deltaMaxAgeMs.)
 		want := workload.TakeDigest(t, cli, "", 0)
 		harness.WaitBackedUp(t, e, want.Rev)
+		// h1's agent cannot take the counts when this recovery is
+		// counted (a directory where it keeps them: each push fails, as
+		// to a host cut off); it gets them once it can.
+		h1Counts := filepath.Join(hs.Host("h1").Dir, "status", "recovery-counts.json")
+		if err := os.Rename(h1Counts, h1Counts+".aside"); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(h1Counts, 0o700); err != nil {
+			t.Fatal(err)
+		}
 		st := e.Status()
 		lost := time.Now()
 		for _, m := range st.Members {
@@ -307,6 +336,15 @@ func TestHostsAutoRecovery(t *testing.T) {
 		w.WaitRead(t, resp.Header.Revision)
 		w.Check(t, "after the restore from the backups")
 		noHostActs(t)
+		both := map[string]float64{"reseed/quorum-lost/success": 1, "restore/quorum-lost/success": 1}
+		wantCounted(t, hs, []string{"h2", "h3"}, ar.Recorder, both)
+		if got, err := scrapeRecoveryCounts(t, metricsClient(t, hs), "https://"+metricsAddr(t, hs, "h1")+"/metrics"); err != nil || len(got) != 0 {
+			t.Errorf("h1, which could not take the counts: %v %v, want no series (never 0)", got, err)
+		}
+		if err := os.Remove(h1Counts); err != nil {
+			t.Fatal(err)
+		}
+		wantCounted(t, hs, nil, ar.Recorder, both)
 	})
 	if t.Failed() {
 		return
@@ -387,4 +425,112 @@ func TestHostsAutoRecovery(t *testing.T) {
 		workload.RequireEqual(t, "keyspace after the recovery resumed by the new coordinator", workload.TakeDigest(t, next.Client(), "", 0), want)
 		noHostActs(t)
 	})
+}
+
+// recoverySeries is one steward_recovery_actions_total line: its labels
+// and value.
+var recoverySeries = regexp.MustCompile(`(?m)^steward_recovery_actions_total\{([^}]*)\} (\S+)$`)
+
+// scrapeRecoveryCounts reads steward_recovery_actions_total from an
+// agent's /metrics (HTTPS, the cluster CA): the values by
+// recorder/action/reason/result.
+func scrapeRecoveryCounts(t *testing.T, hc *http.Client, url string) (map[string]float64, error) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	out := map[string]float64{}
+	label := regexp.MustCompile(`(\w+)="([^"]*)"`)
+	for _, m := range recoverySeries.FindAllStringSubmatch(string(b), -1) {
+		l := map[string]string{}
+		for _, kv := range label.FindAllStringSubmatch(m[1], -1) {
+			l[kv[1]] = kv[2]
+		}
+		v, err := strconv.ParseFloat(m[2], 64)
+		if err != nil {
+			return nil, err
+		}
+		out[l["recorder"]+"/"+l["action"]+"/"+l["reason"]+"/"+l["result"]] = v
+	}
+	return out, nil
+}
+
+// metricsClient is an HTTPS client that trusts the cluster CA (the
+// hosts' agents serve metrics with their certificates).
+func metricsClient(t *testing.T, hs *harness.Hosts) *http.Client {
+	t.Helper()
+	ca, err := os.ReadFile(filepath.Join(hs.Dir, "pki", "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	t.Cleanup(hc.CloseIdleConnections)
+	return hc
+}
+
+// metricsAddr is the metricsAddress of agent in the spec.
+func metricsAddr(t *testing.T, hs *harness.Hosts, agent string) string {
+	t.Helper()
+	a, ok := hs.Spec().Agent(agent)
+	if !ok || a.MetricsAddress == "" {
+		t.Fatalf("agent %s has no metricsAddress", agent)
+	}
+	return a.MetricsAddress
+}
+
+// wantCounted polls the /metrics of each agent of agents (nil: every
+// host's) until its steward_recovery_actions_total of recorder is want
+// (by action/reason/result; every other series 0, and no other
+// recorder): each host exports the coordinator's counts, each action
+// once.
+func wantCounted(t *testing.T, hs *harness.Hosts, agents []string, recorder string, want map[string]float64) {
+	t.Helper()
+	hc := metricsClient(t, hs)
+	if agents == nil {
+		for _, a := range hs.Spec().Agents {
+			agents = append(agents, a.Name)
+		}
+	}
+	for _, name := range agents {
+		url := "https://" + metricsAddr(t, hs, name) + "/metrics"
+		harness.Eventually(t, time.Minute, 500*time.Millisecond, "host "+name+" exports the recovery counts", func() error {
+			got, err := scrapeRecoveryCounts(t, hc, url)
+			if err != nil {
+				return err
+			}
+			if len(got) == 0 {
+				return fmt.Errorf("no steward_recovery_actions_total at %s", url)
+			}
+			for k, v := range got {
+				parts := strings.SplitN(k, "/", 2)
+				if parts[0] != recorder {
+					return fmt.Errorf("series of recorder %s (want only %s): %v", parts[0], recorder, got)
+				}
+				if v != want[parts[1]] {
+					return fmt.Errorf("%s = %v, want %v (all: %v)", k, v, want[parts[1]], got)
+				}
+			}
+			for k := range want {
+				if _, ok := got[recorder+"/"+k]; !ok {
+					return fmt.Errorf("no series %s/%s: %v", recorder, k, got)
+				}
+			}
+			return nil
+		})
+	}
 }

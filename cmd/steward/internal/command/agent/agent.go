@@ -36,6 +36,7 @@ import (
 // NewCommand returns the agent command.
 func NewCommand(g *cli.Globals) *cobra.Command {
 	var name, socket, joinFile, store, listenAddr string
+	var pod podFlags
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run the per-host agent that supervises this host's etcd members",
@@ -51,6 +52,9 @@ Later runs need only --dir.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dir, err := g.StewardDir()
 			if err != nil {
+				return err
+			}
+			if err := pod.check(); err != nil {
 				return err
 			}
 			if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -150,7 +154,14 @@ Later runs need only --dir.`,
 			defer stopBackups()
 			o.BeforeStop = stopBackups
 			o.NewestBackup = func() int64 { return backup.NewestBackedUpRevision(filepath.Join(dir, "status")) }
-			return cli.Hint(agentpkg.New(o).Run(ctx), agentpkg.ErrSocketPathTooLong, "use a shorter --dir or --socket")
+			a := agentpkg.New(o)
+			// A member pod's probes and member lease (pod.go).
+			stopPod, err := pod.start(ctx, a, log)
+			if err != nil {
+				return err
+			}
+			defer stopPod()
+			return cli.Hint(a.Run(ctx), agentpkg.ErrSocketPathTooLong, "use a shorter --dir or --socket")
 		},
 	}
 	cmd.Flags().StringVar(&name, "name", "local", "agent name, as in the cluster spec's agents list (a joined host's comes from DIR/agent.yaml)")
@@ -158,6 +169,8 @@ Later runs need only --dir.`,
 	cmd.Flags().StringVar(&joinFile, "join", "", "join a multi-host cluster with this host's join `FILE` (written by steward init or steward host add)")
 	cmd.Flags().StringVar(&store, "binary-store", "", "binary store of members configured from another host (default DIR/binaries)")
 	cmd.Flags().StringVar(&listenAddr, "listen-address", "", "pod mode: the agent API and the members listen on this IP address (the pod's, or 0.0.0.0) and advertise the join file's host name; a directory that already joined keeps its identity and ignores --join")
+	// A member pod's flags (pod.go).
+	pod.register(cmd.Flags())
 	cmd.AddCommand(newInstallCommand(g))
 	return cmd
 }
