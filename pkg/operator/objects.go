@@ -24,6 +24,9 @@ type PodOptions struct {
 	Image string
 	// PullPolicy of that image (default IfNotPresent).
 	PullPolicy corev1.PullPolicy
+	// Replicas is the StatefulSet's size when set (StatefulSetReplicas:
+	// the hosts of a started cluster), else spec.replicas.
+	Replicas *int32
 }
 
 // owned returns the metadata of an object the operator makes for ec:
@@ -164,6 +167,9 @@ func StatefulSet(ec *v1alpha1.EtcdCluster, o PodOptions) *appsv1.StatefulSet {
 		spread = DefaultTopologySpread(ec)
 	}
 	replicas := ec.Spec.Replicas
+	if o.Replicas != nil {
+		replicas = *o.Replicas
+	}
 	fieldEnv := func(name, path string) corev1.EnvVar {
 		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
 	}

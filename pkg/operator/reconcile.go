@@ -138,13 +138,25 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{RequeueAfter: RequeueAfter}, nil
 	}
 	o := Observed{Volumes: r.volumes(ctx, &ec), Operation: r.op(&ec)}
-	if c != nil {
+	if c != nil && Hibernated(c.Dir) {
+		// No member runs: nothing to ask (scale.go).
+		sc := r.scale(ctx, &ec, c, nil)
+		o.Scaled, o.Hibernated, o.Operation = &sc, Hibernated(c.Dir), r.op(&ec)
+	} else if c != nil {
 		sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		st, err := status.Get(sctx, c)
 		cancel()
 		if err != nil {
 			o.StatusError = err.Error()
 		}
+		// Members rebuilt, then spec.replicas acted on (scale.go).
+		if did, err := r.replaceLost(ctx, &ec, c, st); err != nil {
+			log.Error(err, "replace")
+		} else if !did {
+			sc := r.scale(ctx, &ec, c, st)
+			o.Scaled, o.Hibernated = &sc, Hibernated(c.Dir)
+		}
+		o.Operation = r.op(&ec)
 		o.Status = st
 		if bs, ok := backup.PickLoopStatus(c.LoopStatuses(ctx)); ok {
 			o.LastBackup = bs.LastUpload
@@ -262,7 +274,7 @@ func (r *Reconciler) ensureObjects(ctx context.Context, ec *v1alpha1.EtcdCluster
 	}
 	objs = append(objs, MemberAccount(ec), MemberRole(ec), MemberRoleBinding(ec),
 		PeerService(ec), ClientService(ec), DisruptionBudget(ec),
-		StatefulSet(ec, PodOptions{Image: r.Config.MemberImage, PullPolicy: corev1.PullPolicy(r.Config.PullPolicy)}))
+		StatefulSet(ec, PodOptions{Image: r.Config.MemberImage, PullPolicy: corev1.PullPolicy(r.Config.PullPolicy), Replicas: new(StatefulSetReplicas(ec, c))}))
 	for _, want := range objs {
 		if err := r.apply(ctx, ec, want); err != nil {
 			return err
