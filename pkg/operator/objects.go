@@ -24,8 +24,9 @@ type PodOptions struct {
 	Image string
 	// PullPolicy of that image (default IfNotPresent).
 	PullPolicy corev1.PullPolicy
-	// Replicas is the StatefulSet's size when set (StatefulSetReplicas:
-	// the hosts of a started cluster), else spec.replicas.
+	// Replicas, when set, is the pod count in place of spec.replicas: the
+	// members the Steward spec has (a change of spec.replicas is carried
+	// out member by member, never by the StatefulSet alone).
 	Replicas *int32
 }
 
@@ -180,6 +181,9 @@ func StatefulSet(ec *v1alpha1.EtcdCluster, o PodOptions) *appsv1.StatefulSet {
 			Replicas:            &replicas,
 			ServiceName:         peerService(ec),
 			PodManagementPolicy: appsv1.ParallelPodManagement,
+			// Pods are restarted by the operator, one member at a time
+			// with leadership moved first, never by the StatefulSet.
+			UpdateStrategy: appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType},
 			Selector:            &metav1.LabelSelector{MatchLabels: selectorLabels(ec)},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: objectLabels(ec)},

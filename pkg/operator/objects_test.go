@@ -78,6 +78,9 @@ func TestStatefulSet(t *testing.T) {
 	if ss.Name != "db" || *ss.Spec.Replicas != 3 || ss.Spec.ServiceName != "db-peer" || ss.Spec.PodManagementPolicy != "Parallel" {
 		t.Errorf("statefulset %s replicas %d service %s policy %s", ss.Name, *ss.Spec.Replicas, ss.Spec.ServiceName, ss.Spec.PodManagementPolicy)
 	}
+	if ss.Spec.UpdateStrategy.Type != "OnDelete" {
+		t.Errorf("update strategy %s: the StatefulSet would restart members by itself", ss.Spec.UpdateStrategy.Type)
+	}
 	pod := ss.Spec.Template.Spec
 	if pod.ServiceAccountName != "db-member" || len(pod.Containers) != 1 {
 		t.Fatalf("pod %+v", pod)

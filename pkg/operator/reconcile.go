@@ -214,6 +214,11 @@ func (r *Reconciler) ensure(ctx context.Context, ec *v1alpha1.EtcdCluster) (*clu
 	if ec.Spec.TLS.CASecret != "" {
 		return nil, fmt.Errorf("spec.tls.caSecret is not supported yet: leave it empty and the operator makes the cluster's CA (Secret %s)", caSecret(ec))
 	}
+	if _, err := os.Stat(filepath.Join(dir, "cluster.yaml")); errors.Is(err, os.ErrNotExist) && ec.Spec.Replicas == 0 {
+		// Created hibernated: nothing to make until there is a member.
+		r.setOp(ec, "Create", "Running", "spec.replicas is 0: the cluster is created once it is 1 or more")
+		return nil, nil
+	}
 	say := progress.Func(func(format string, args ...any) { logf.FromContext(ctx).Info(fmt.Sprintf(format, args...)) })
 	c, created, err := initDir(ctx, dir, ec, InitOptions(ec, r.Config.ClusterDomain, r.Config.BinaryStore, s3CA), say)
 	if err != nil {
@@ -272,9 +277,19 @@ func (r *Reconciler) ensureObjects(ctx context.Context, ec *v1alpha1.EtcdCluster
 	for _, s := range secrets {
 		objs = append(objs, s)
 	}
-	objs = append(objs, MemberAccount(ec), MemberRole(ec), MemberRoleBinding(ec),
+	// The pods are the Steward spec's hosts (StatefulSetReplicas, scale.go):
+	// a spec.replicas change is carried out member by member, never by
+	// the StatefulSet alone.
+	pods := StatefulSetReplicas(ec, c)
+	if v := ec.Spec.Version; v != "" && v != c.Spec.Version {
+		r.event(ec, corev1.EventTypeWarning, "UpgradeNotSupported", "Upgrade",
+			"spec.version %s: the cluster runs etcd %s, and changing the version is not supported yet", v, c.Spec.Version)
+	}
+	sized := ec.DeepCopy()
+	sized.Spec.Replicas = int32(len(c.Spec.Agents))
+	objs = append(objs, MemberAccount(ec), MemberRole(sized), MemberRoleBinding(ec),
 		PeerService(ec), ClientService(ec), DisruptionBudget(ec),
-		StatefulSet(ec, PodOptions{Image: r.Config.MemberImage, PullPolicy: corev1.PullPolicy(r.Config.PullPolicy), Replicas: new(StatefulSetReplicas(ec, c))}))
+		StatefulSet(ec, PodOptions{Image: r.Config.MemberImage, PullPolicy: corev1.PullPolicy(r.Config.PullPolicy), Replicas: &pods}))
 	for _, want := range objs {
 		if err := r.apply(ctx, ec, want); err != nil {
 			return err
@@ -316,7 +331,7 @@ func (r *Reconciler) apply(ctx context.Context, ec *v1alpha1.EtcdCluster, want c
 			if c.CreationTimestamp.IsZero() {
 				c.Spec = w.Spec
 			} else {
-				c.Spec.Replicas, c.Spec.Template = w.Spec.Replicas, w.Spec.Template
+				c.Spec.Replicas, c.Spec.Template, c.Spec.UpdateStrategy = w.Spec.Replicas, w.Spec.Template, w.Spec.UpdateStrategy
 			}
 		}
 		return nil

@@ -142,3 +142,57 @@ func TestReconcileBadSecret(t *testing.T) {
 		t.Error("a StatefulSet was made from a bad Secret")
 	}
 }
+
+// A spec.replicas change is not handed to the StatefulSet: it keeps the
+// pods of the Steward spec's members (scaling is member by member), and
+// its pods are never restarted by the StatefulSet (OnDelete).
+func TestReconcileKeepsMemberCount(t *testing.T) {
+	ec := testCluster()
+	r, cl := newReconciler(t, ec)
+	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "prod", Name: "db"}}
+	if _, err := r.Reconcile(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	var got v1alpha1.EtcdCluster
+	if err := cl.Get(t.Context(), req.NamespacedName, &got); err != nil {
+		t.Fatal(err)
+	}
+	got.Spec.Replicas = 5
+	if err := cl.Update(t.Context(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Reconcile(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	var ss appsv1.StatefulSet
+	if err := cl.Get(t.Context(), req.NamespacedName, &ss); err != nil {
+		t.Fatal(err)
+	}
+	if *ss.Spec.Replicas != 3 || ss.Spec.UpdateStrategy.Type != appsv1.OnDeleteStatefulSetStrategyType {
+		t.Errorf("statefulset replicas %d, strategy %s", *ss.Spec.Replicas, ss.Spec.UpdateStrategy.Type)
+	}
+	var role rbacv1.Role
+	if err := cl.Get(t.Context(), types.NamespacedName{Namespace: "prod", Name: "db-member"}, &role); err != nil || len(role.Rules[0].ResourceNames) != 3 {
+		t.Errorf("role %+v %v", role.Rules, err)
+	}
+}
+
+// An EtcdCluster created with replicas 0 makes nothing and says why.
+func TestReconcileZeroReplicas(t *testing.T) {
+	ec := testCluster()
+	ec.Spec.Replicas = 0
+	r, cl := newReconciler(t, ec)
+	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "prod", Name: "db"}}
+	if _, err := r.Reconcile(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	var got v1alpha1.EtcdCluster
+	_ = cl.Get(t.Context(), req.NamespacedName, &got)
+	if op := got.Status.LastOperation; op == nil || op.State != "Running" || !strings.Contains(op.Description, "spec.replicas is 0") {
+		t.Errorf("last operation %+v", op)
+	}
+	var ss appsv1.StatefulSet
+	if err := cl.Get(t.Context(), req.NamespacedName, &ss); err == nil {
+		t.Error("a StatefulSet for no member")
+	}
+}

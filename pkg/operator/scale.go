@@ -27,9 +27,8 @@ import (
 // across hosts; 0 hibernates it.
 //
 // Invariants, enforced here:
-//   - Once the cluster has started, the StatefulSet's replicas are the
-//     number of hosts (agents) in the Steward spec, never spec.replicas
-//     directly: a new pod's host and join key exist before its pod does,
+//   - The StatefulSet's replicas are the number of hosts (agents) in the
+//     Steward spec, never spec.replicas directly: a new pod's host and join key exist before its pod does,
 //     and a leaving member is out of etcd before its pod goes
 //     (StatefulSetReplicas).
 //   - The hosts of the Steward spec are the pods NAME-0..NAME-(n-1):
@@ -96,18 +95,15 @@ func Hibernated(dir string) bool {
 	return err == nil
 }
 
-// StatefulSetReplicas is the StatefulSet's size for ec: spec.replicas
-// until the cluster first started, then the number of hosts of its
-// Steward spec, 0 while hibernated.
+// StatefulSetReplicas is the StatefulSet's size for ec: the number of
+// hosts of its Steward spec (spec.replicas before that spec exists), 0
+// while hibernated.
 func StatefulSetReplicas(ec *v1alpha1.EtcdCluster, c *cluster.Cluster) int32 {
 	if c == nil {
 		return ec.Spec.Replicas
 	}
 	if Hibernated(c.Dir) {
 		return 0
-	}
-	if id, _ := c.KnownClusterID(); id == "" {
-		return ec.Spec.Replicas
 	}
 	return int32(len(c.Spec.Agents))
 }
