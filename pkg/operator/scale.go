@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/atomicfile"
@@ -17,6 +18,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/memberrt"
 	"github.com/etcd-steward/steward/pkg/membership"
+	"github.com/etcd-steward/steward/pkg/progress"
 	"github.com/etcd-steward/steward/pkg/spec"
 	"github.com/etcd-steward/steward/pkg/status"
 )
@@ -112,6 +114,7 @@ func StatefulSetReplicas(ec *v1alpha1.EtcdCluster, c *cluster.Cluster) int32 {
 // returns the Scaled condition. st is the status read this reconcile (nil
 // while hibernated or unreadable).
 func (r *Reconciler) scale(ctx context.Context, ec *v1alpha1.EtcdCluster, c *cluster.Cluster, st *status.Status) metav1.Condition {
+	progressToLog(ctx, c)
 	want, members := int(ec.Spec.Replicas), len(c.Spec.Members)
 	quorate := st != nil && st.Cluster.Quorate
 	act, i := DecideScale(want, members, Hibernated(c.Dir), quorate)
@@ -260,6 +263,7 @@ func (r *Reconciler) replaceLost(ctx context.Context, ec *v1alpha1.EtcdCluster, 
 	if st == nil || !st.Cluster.Quorate {
 		return false, nil
 	}
+	progressToLog(ctx, c)
 	for _, m := range c.Spec.Members {
 		ms, ok := st.Member(m.Name)
 		if !ok || ms.Healthy {
@@ -289,4 +293,12 @@ func (r *Reconciler) replaceLost(ctx context.Context, ec *v1alpha1.EtcdCluster, 
 		return true, nil
 	}
 	return false, nil
+}
+
+// progressToLog sends the library's progress lines of c to the
+// reconcile's log.
+func progressToLog(ctx context.Context, c *cluster.Cluster) {
+	if c.Progress == nil {
+		c.Progress = progress.Func(func(format string, args ...any) { logf.FromContext(ctx).Info(fmt.Sprintf(format, args...)) })
+	}
 }
