@@ -6,17 +6,19 @@ import (
 	"crypto/x509"
 	"fmt"
 	"net"
+	"runtime"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -101,25 +103,19 @@ func setReplicas(t *testing.T, c *localkube.Cluster, cl client.Client, ec *v1alp
 	}
 }
 
-// serviceClient is a client of the member pods through a NodePort Service
-// of the client Service's selector (the test process reaches the nodes,
-// not the cluster's Service IPs): kube-proxy sends each connection to a
-// ready member, as the client Service does. TLS from NAME-client-tls.
+// serviceClient is a client of the members through the client Service
+// NAME-client, as an application in the cluster has: the test process
+// reaches no Service IP, so each connection is made from a node's network
+// namespace (in turn), where kube-proxy's rules send it to a ready member.
+// TLS from NAME-client-tls.
 func serviceClient(t *testing.T, c *localkube.Cluster, cs *kubernetes.Clientset, ec *v1alpha1.EtcdCluster) *clientv3.Client {
 	t.Helper()
 	ctx := t.Context()
-	sel := map[string]string{operator.LabelName: "etcd", operator.LabelInstance: ec.Name, operator.LabelCluster: ec.Name}
-	svc, err := cs.CoreV1().Services(ec.Namespace).Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: ec.Name + "-client-np"},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: sel,
-			Ports: []corev1.ServicePort{{Name: "client", Port: operator.ClientPort, TargetPort: intstr.FromInt32(operator.ClientPort)}}},
-	}, metav1.CreateOptions{})
+	svc, err := cs.CoreV1().Services(ec.Namespace).Get(ctx, ec.Name+"-client", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = cs.CoreV1().Services(ec.Namespace).Delete(context.Background(), svc.Name, metav1.DeleteOptions{})
-	})
+	target := net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(operator.ClientPort))
 	sec, err := cs.CoreV1().Secrets(ec.Namespace).Get(ctx, ec.Name+"-client-tls", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -130,23 +126,66 @@ func serviceClient(t *testing.T, c *localkube.Cluster, cs *kubernetes.Clientset,
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(sec.Data["ca.crt"])
-	var eps []string
-	for _, n := range c.Nodes {
-		eps = append(eps, "https://"+net.JoinHostPort(n.Addr, strconv.Itoa(int(svc.Spec.Ports[0].NodePort))))
+	var next atomic.Uint32
+	dial := func(ctx context.Context, _ string) (net.Conn, error) {
+		n := c.Nodes[int(next.Add(1))%len(c.Nodes)]
+		return dialInNetns(ctx, n.Netns, target)
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-		TLS: &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ServerName: ec.Name + "-client", MinVersion: tls.VersionTLS12}})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"https://" + ec.Name + "-client:2379"}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithContextDialer(dial)},
+		TLS:         &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ServerName: ec.Name + "-client", MinVersion: tls.VersionTLS12}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cli.Close() })
-	harness.Eventually(t, time.Minute, time.Second, "a write through the NodePort Service", func() error {
+	harness.Eventually(t, time.Minute, time.Second, "a write through "+svc.Name, func() error {
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		_, err := cli.Put(wctx, "scale/probe", "x")
 		return err
 	})
 	return cli
+}
+
+// dialInNetns dials TCP addr from the network namespace at netns: the
+// socket is made on a thread that entered it (localkube.LookupInNetns's
+// way), which goes back after, or dies with its goroutine if it cannot.
+func dialInNetns(ctx context.Context, netns, addr string) (net.Conn, error) {
+	type result struct {
+		conn net.Conn
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			runtime.UnlockOSThread()
+			done <- result{err: err}
+			return
+		}
+		defer unix.Close(orig)
+		fd, err := unix.Open(netns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			runtime.UnlockOSThread()
+			done <- result{err: err}
+			return
+		}
+		defer unix.Close(fd)
+		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			done <- result{err: fmt.Errorf("enter %s: %w", netns, err)}
+			return
+		}
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, "tcp", addr)
+		if unix.Setns(orig, unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
+		done <- result{conn, err}
+	}()
+	r := <-done
+	return r.conn, r.err
 }
 
 func memberIDs(st v1alpha1.EtcdClusterStatus) map[string]string {
