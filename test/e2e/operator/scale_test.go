@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"net"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"sync/atomic"
@@ -129,7 +130,7 @@ func serviceClient(t *testing.T, c *localkube.Cluster, cs *kubernetes.Clientset,
 	var next atomic.Uint32
 	dial := func(ctx context.Context, _ string) (net.Conn, error) {
 		n := c.Nodes[int(next.Add(1))%len(c.Nodes)]
-		return dialInNetns(ctx, n.Netns, target)
+		return dialInNetns(ctx, filepath.Join("/run/netns", n.Netns), target)
 	}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"https://" + ec.Name + "-client:2379"}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
 		DialOptions: []grpc.DialOption{grpc.WithContextDialer(dial)},
@@ -142,6 +143,18 @@ func serviceClient(t *testing.T, c *localkube.Cluster, cs *kubernetes.Clientset,
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		_, err := cli.Put(wctx, "scale/probe", "x")
+		if err != nil {
+			// Say why: the connection or the handshake.
+			conn, derr := dial(wctx, "")
+			if derr != nil {
+				return fmt.Errorf("%w; dial %s from a node: %v", err, target, derr)
+			}
+			defer conn.Close()
+			tc := tls.Client(conn, &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ServerName: ec.Name + "-client", MinVersion: tls.VersionTLS12, NextProtos: []string{"h2"}})
+			if herr := tc.HandshakeContext(wctx); herr != nil {
+				return fmt.Errorf("%w; TLS handshake with %s: %v", err, target, herr)
+			}
+		}
 		return err
 	})
 	return cli
