@@ -22,8 +22,8 @@ var (
 		"pkg/refusal", "api/v1alpha1"}
 	// foundation: formats, stores and protocols; they know no cluster.
 	foundation = []string{"pkg/progress", "pkg/spec", "pkg/pki", "pkg/catalogue", "pkg/binaries", "pkg/datadir",
-		"pkg/backup", "pkg/plan", "pkg/memberrt", "pkg/memberrt/memberrttest", "pkg/agentapi", "pkg/kstorage", "pkg/kmigrate", "pkg/join", "pkg/handover", "pkg/hostset", "pkg/daemon", "pkg/recoverycount",
-		"pkg/memberlease",
+		"pkg/backup", "pkg/plan", "pkg/memberrt", "pkg/memberrt/memberrttest", "pkg/agentapi", "pkg/kstorage", "pkg/kubeversion", "pkg/kmigrate", "pkg/join", "pkg/handover", "pkg/hostset", "pkg/daemon", "pkg/recoverycount",
+		"pkg/memberlease", "pkg/binpush",
 		"internal/localkube", "internal/ociimage", "internal/kubeimages"}
 	// status: what a cluster reports (its Status, conditions and status/
 	// files), read through the handle (pkg/cluster) and below every
@@ -33,6 +33,7 @@ var (
 	// status, and the operations each may call.
 	operations = map[string][]string{
 		"pkg/rolling":     nil, // acting on members one at a time, leadership moved first
+		"pkg/isolated":    nil, // members on private client ports until a write commits
 		"pkg/membership":  {"pkg/rolling"},
 		"pkg/maintenance": {"pkg/rolling"},
 		"pkg/restore":     nil,
@@ -41,11 +42,17 @@ var (
 		"pkg/metrics":     nil,
 		"pkg/backupd":     {"pkg/restore", "pkg/metrics"}, // garbage collection after a full snapshot; counting uploads and failures
 		"pkg/carotate":    {"pkg/rolling", "pkg/certs"},   // member restarts one at a time, leadership moved first; the certificate work
-		"pkg/recovery":    {"pkg/membership", "pkg/restore", "pkg/backupd", "pkg/metrics"},
-		"pkg/upgrade":     {"pkg/membership", "pkg/restore", "pkg/backupd", "pkg/rolling"},
+		"pkg/recovery":    {"pkg/membership", "pkg/restore", "pkg/backupd", "pkg/metrics", "pkg/isolated"},
+		"pkg/upgrade":     {"pkg/membership", "pkg/restore", "pkg/backupd", "pkg/rolling", "pkg/isolated"},
 		"pkg/adopt":       {"pkg/rolling", "pkg/certs"}, // the adopt plan moves leadership before it stops the old process; take-over restarts; its certificates
+		"pkg/kubeupgrade": nil,                          // the Kubernetes above etcd: what runs, the upgrade's dry run
 	}
 	commands = "cmd/steward/internal/command"
+	// testHelpers: fixtures for the unit tests of the floors above the
+	// handle; they import ground, foundation and the handle, and only
+	// tests import them (the graph holds no test's imports, so any import
+	// of one is refused).
+	testHelpers = []string{"pkg/cluster/clustertest"}
 	// operator is the floor above the operations, as the commands are:
 	// the Kubernetes operator, the coordinator of clusters of pods. No
 	// library below imports it.
@@ -92,6 +99,13 @@ func rule(from, to string) string {
 	switch {
 	case in(ground, from):
 		return "the ground floor (internal/..., pkg/refusal) imports no Steward package"
+	case in(testHelpers, to):
+		return "test helpers are imported by tests only"
+	case in(testHelpers, from):
+		if in(ground, to) || in(foundation, to) || to == "pkg/cluster" {
+			return ""
+		}
+		return "test helpers of the handle import only ground, foundation and the handle"
 	case strings.HasPrefix(to, "cmd/"):
 		if from == commands && strings.HasPrefix(to, commands+"/") {
 			return "" // the root command assembles the tree
@@ -128,8 +142,9 @@ func rule(from, to string) string {
 	case operations[from] != nil || isOperation(from):
 		switch {
 		case to == "pkg/agentapi":
-			// No exception: host work (an agent's certificates, binaries,
-			// shutdown, ...) is the handle's (pkg/cluster).
+			// No exception: host work (an agent's certificates, shutdown,
+			// ...) is the handle's (pkg/cluster), a binary push
+			// pkg/binpush's (foundation, driven by the command).
 			return "operations reach members through the runtime seam (pkg/memberrt, cluster.Runtime/RuntimeFor), not the agent's client"
 		case in(ground, to), in(foundation, to), to == "pkg/cluster", to == status:
 			return ""
@@ -163,7 +178,7 @@ func TestImportRules(t *testing.T) {
 		if !strings.HasPrefix(p, "pkg/") && !strings.HasPrefix(p, "internal/") && !strings.HasPrefix(p, "api/") || p == "internal/architecture" {
 			continue
 		}
-		if !slices.Contains(ground, p) && !slices.Contains(foundation, p) && !isOperation(p) && p != "pkg/cluster" && p != status && p != "pkg/agent" && p != operator {
+		if !slices.Contains(ground, p) && !slices.Contains(foundation, p) && !isOperation(p) && p != "pkg/cluster" && p != status && p != "pkg/agent" && !slices.Contains(testHelpers, p) && p != operator {
 			t.Errorf("package %s is on no floor: add it to internal/architecture and docs/ARCHITECTURE.md", p)
 		}
 	}
@@ -197,6 +212,13 @@ func TestRulesBite(t *testing.T) {
 		{"pkg/spec", "pkg/status"},
 		{"pkg/status", "pkg/membership"},
 		{"pkg/status", "pkg/agent"},
+		{"pkg/isolated", "pkg/agentapi"},
+		{"pkg/isolated", "pkg/membership"},
+		{"pkg/binpush", "pkg/cluster"},
+		{"pkg/cluster", "pkg/isolated"},
+		{"pkg/status", "pkg/cluster/clustertest"},
+		{"pkg/certs", "pkg/cluster/clustertest"},
+		{"pkg/cluster/clustertest", "pkg/status"},
 	} {
 		if rule(tc.from, tc.to) == "" {
 			t.Errorf("%s importing %s is allowed; the rules say it must not be", tc.from, tc.to)
@@ -218,6 +240,10 @@ func TestRulesBite(t *testing.T) {
 		{"pkg/status", "pkg/agentapi"},
 		{"pkg/upgrade", "pkg/status"},
 		{"pkg/certs", "pkg/status"},
+		{"pkg/upgrade", "pkg/isolated"},
+		{"pkg/recovery", "pkg/isolated"},
+		{"pkg/binpush", "pkg/agentapi"},
+		{"pkg/cluster/clustertest", "pkg/cluster"},
 	} {
 		if why := rule(tc.from, tc.to); why != "" {
 			t.Errorf("%s importing %s is refused (%s); the rules allow it", tc.from, tc.to, why)

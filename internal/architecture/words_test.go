@@ -19,7 +19,7 @@ import (
 // keeps the list complete).
 var commandNames = []string{"init", "up", "down", "env", "status", "member", "leader", "defrag", "alarm",
 	"backup", "restore", "recover", "upgrade", "rollback", "plan", "inspect", "migrate", "agent", "host",
-	"takeover", "binaries", "certs", "attach", "adopt", "etcd", "etcdctl", "operator"}
+	"takeover", "binaries", "certs", "attach", "adopt", "etcd", "etcdctl", "kube", "operator"}
 
 // stewardCommand is a steward command named in a string, quoted or not,
 // as advice writes it ("run `steward plan resume`", `import it with
@@ -37,33 +37,16 @@ var stewardCommand = regexp.MustCompile(`\bsteward (` + strings.Join(commandName
 // that is not advice at all (a file's format, a log marker, a key label).
 var commandWords = map[string]int{
 	// Not advice: formats and labels whose text is fixed.
-	"pkg/backup/auth.go":    1, // "steward backup auth key": the label the cluster backup key's ID is derived with; changing it changes every key ID
-	"pkg/agent/member.go":   3, // runMarker "--- steward agent: starting": the line member logs are split at; and two refusals returned over the agent API (below)
-	"pkg/agent/systemd.go":  1, // the unit file's comment, "Written by steward agent install"
-	"pkg/join/join.go":      1, // a comment line of the join file, for whoever copies it to the host
-	"pkg/kmigrate/state.go": 1, // ErrStateLocked names what holds the lock ("another steward migrate storage"), not what to do
-	// Persisted in plans or recorded in status: the text is stored or shown
-	// by other commands (`plan show`, `status`, `upgrade plan`'s checks),
-	// which cannot add words to it.
-	"pkg/upgrade/preflight.go": 4, // pre-flight checks, printed as a list and re-run as plan steps
-	"pkg/upgrade/planner.go":   1, // mixed versions, also a preflight step's error
-	"pkg/status/conditions.go": 2, // plan conditions of `steward status`
-	"pkg/status/renewer.go":    2, // the renewal condition of `steward status`
-	"pkg/certs/renewloop.go":   2, // the renewal loop's last error, shown by status
-	"pkg/spec/validate.go":     2, // one line of a list of validation problems
-	"pkg/status/status.go":     1, // a member answering for another, met by every command and status
-	// Returned by an agent over its API (the CLI gets its text, not its
-	// error), then shown by the CLI.
-	"pkg/agent/certs.go":       1,
-	"pkg/agent/cluster.go":     1, // "(steward agent --join)": a spec handed to an agent that never joined
-	"pkg/agentapi/client.go":   1, // UnreachableError, joined per host inside longer messages
+	"pkg/backup/auth.go":   1, // "steward backup auth key": the label the cluster backup key's ID is derived with; changing it changes every key ID
+	"pkg/agent/member.go":  1, // runMarker "--- steward agent: starting": the line member logs are split at
+	"pkg/agent/systemd.go": 1, // the unit file's comment, "Written by steward agent install"
+	"pkg/join/join.go":     1, // a comment line of the join file, for whoever copies it to the host
+	// Stringified where no command can add to them: a stored binary's
+	// problem inside `binaries verify` results (JSON), the upgrade
+	// pre-flight's binaries check, the hosts' binary checks (a string over
+	// the agent API) and the BinariesInStep condition.
 	"pkg/binaries/recorded.go": 2, // also returned by agents
 	"pkg/binaries/store.go":    1, // a version missing from the store, also returned by agents starting members
-	// Progress lines said in the middle of an operation.
-	"pkg/bootstrap/bootstrap.go": 2,
-	"pkg/bootstrap/init.go":      1,
-	"pkg/bootstrap/takeover.go":  1,
-	"pkg/restore/restore.go":     1,
 }
 
 // TestLibrariesNameNoCommand: no string literal of a non-test .go file

@@ -57,6 +57,12 @@ type Options struct {
 	// none (members a coordinator on another host configured); default
 	// DIR/binaries.
 	BinaryStore string
+	// Advise, when set, adds the command layer's advice to the errors
+	// the agent returns over its API and records as a member's last error
+	// (the `steward agent` command passes cli.LibraryAdvice): the agent
+	// names no command, and its clients read its errors as text, so the
+	// words go in here.
+	Advise func(error) error
 	// CertDir, when set, is the certificate directory of a joined host
 	// (DIR/pki): the coordinator renews its leaves over the API
 	// (PUT /v1/certs/{name}, pki.Install). Empty on a coordinator's
@@ -144,6 +150,14 @@ func New(o Options) *Agent {
 		o.BinaryStore = filepath.Join(o.Dir, "binaries")
 	}
 	return &Agent{opts: o, log: o.Log.With("agent", o.Name), members: map[string]*member{}, shutdownCh: make(chan struct{})}
+}
+
+// advise is err with the command layer's advice (Options.Advise).
+func (a *Agent) advise(err error) error {
+	if err == nil || a.opts.Advise == nil {
+		return err
+	}
+	return a.opts.Advise(err)
 }
 
 func (a *Agent) runDir() string { return filepath.Join(a.opts.Dir, "run") }

@@ -11,15 +11,16 @@ import (
 	"github.com/etcd-steward/steward/pkg/pki"
 )
 
-// errNoHostCerts: the agent did not join a cluster as a host, so it has
-// no host certificates to hand out or replace.
-var errNoHostCerts = errors.New("this agent holds no host certificates (it runs on the coordinator's machine, whose directory renews its own: use `steward certs renew` there)")
+// ErrNoHostCerts: the agent did not join a cluster as a host, so it has
+// no host certificates to hand out or replace (the command names the
+// renewal to run on the coordinator: cli.LibraryAdvice).
+var ErrNoHostCerts = errors.New("this agent holds no host certificates (it runs on the coordinator's machine, whose directory renews its own: renew there)")
 
 // HostCert returns the host's current certificate name (pki.HostLeafNames)
 // so the coordinator can reissue it with the same key.
 func (a *Agent) HostCert(name string) (agentapi.CertFile, error) {
 	if a.opts.CertDir == "" {
-		return agentapi.CertFile{}, badRequest{errNoHostCerts}
+		return agentapi.CertFile{}, badRequest{ErrNoHostCerts}
 	}
 	p, err := pki.HostLeafPath(a.opts.CertDir, name)
 	if err != nil {
@@ -38,7 +39,7 @@ func (a *Agent) HostCert(name string) (agentapi.CertFile, error) {
 // Every refusal is a bad request and replaces nothing.
 func (a *Agent) InstallHostCert(name string, certPEM []byte) (agentapi.CertRenewal, error) {
 	if a.opts.CertDir == "" {
-		return agentapi.CertRenewal{}, badRequest{errNoHostCerts}
+		return agentapi.CertRenewal{}, badRequest{ErrNoHostCerts}
 	}
 	a.certMu.Lock()
 	defer a.certMu.Unlock()
@@ -60,7 +61,7 @@ func (a *Agent) InstallHostCert(name string, certPEM []byte) (agentapi.CertRenew
 // replaced, once the coordinator saw the new one served.
 func (a *Agent) ForgetPreviousHostCert(name string) error {
 	if a.opts.CertDir == "" {
-		return badRequest{errNoHostCerts}
+		return badRequest{ErrNoHostCerts}
 	}
 	p, err := pki.HostLeafPath(a.opts.CertDir, name)
 	if err != nil {
@@ -79,7 +80,7 @@ func (a *Agent) ForgetPreviousHostCert(name string) error {
 // restarts them). Every refusal is a bad request and replaces nothing.
 func (a *Agent) InstallTrustBundle(bundle []byte, caller *x509.Certificate) (agentapi.TrustBundle, error) {
 	if a.opts.CertDir == "" {
-		return agentapi.TrustBundle{}, badRequest{errNoHostCerts}
+		return agentapi.TrustBundle{}, badRequest{ErrNoHostCerts}
 	}
 	a.certMu.Lock()
 	defer a.certMu.Unlock()

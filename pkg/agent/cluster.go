@@ -33,6 +33,11 @@ const (
 // key than the one this host holds.
 var ErrOtherBackupAuthKey = errors.New("another cluster backup key")
 
+// ErrNotJoined refuses a spec handed to an agent that did not join a
+// cluster (this machine's own, whose spec is the coordinator's); the
+// command names how a host joins (cli.LibraryAdvice).
+var ErrNotJoined = errors.New("only an agent that joined a cluster keeps a copy of the spec")
+
 // SetCluster writes the spec a coordinator sent into the agent's directory
 // (DIR/cluster.yaml), with this host's paths: its binary store, its
 // certificate directory, and its copies of the secret files (0600). A
@@ -41,7 +46,7 @@ var ErrOtherBackupAuthKey = errors.New("another cluster backup key")
 func (a *Agent) SetCluster(f agentapi.ClusterFiles) error {
 	if a.opts.ClusterToken == "" {
 		// This machine's own agent: the spec here is the coordinator's.
-		return badRequest{errors.New("only an agent that joined a cluster (steward agent --join) keeps a copy of the spec")}
+		return badRequest{ErrNotJoined}
 	}
 	s, err := spec.Parse([]byte(f.Spec))
 	if err != nil {

@@ -396,7 +396,7 @@ func (m *member) loop() {
 			log.Error("cannot start member", "err", err)
 			m.mu.Lock()
 			m.runningCfg = nil
-			m.lastError = err.Error()
+			m.lastError = m.a.advise(err).Error()
 			m.state = agentapi.StateFailed
 			m.consecutive++
 			delay := backoff(m.consecutive)
@@ -528,7 +528,7 @@ func (m *member) launch(cfg agentapi.MemberConfig) (p *process, fresh bool, err 
 	m.mu.Unlock()
 	m.a.log.Info("checked data dir", "member", cfg.Name, "finding", finding)
 	if f.State == datadir.Invalid {
-		return nil, false, fmt.Errorf("refusing to start: %s; rebuild it with `steward member replace %s` (or `steward recover` when a majority is lost)", f, cfg.Name)
+		return nil, false, &DataDirError{Member: cfg.Name, Msg: fmt.Sprintf("refusing to start: %s; rebuild it", f)}
 	}
 	if rec, ok, _ := datadir.ReadRecord(cfg.DataDir); ok && f.State == datadir.Empty {
 		// An empty data dir next to a version record is data that was lost,
@@ -612,7 +612,7 @@ func (m *member) awaitReady(ctx context.Context, cfg agentapi.MemberConfig, p *p
 			return
 		}
 		// The record is written before the state says Running, so whoever
-		// sees Running (RunIsolated stops the member right after) knows the
+		// sees Running (isolated.Run stops the member right after) knows the
 		// data dir's record names this version.
 		if err := datadir.WriteRecord(cfg.DataDir, cfg.Version, time.Now()); err != nil {
 			m.setError(p, err.Error())
@@ -765,6 +765,16 @@ func shorten(s string) string {
 // answers (awaitReady), so its time is the last start, not the
 // last moment etcd ran.
 func lostDataError(dataDir, name string, rec datadir.VersionRecord) error {
-	return fmt.Errorf("refusing to start: data dir %s is empty, but etcd %s was started on it (last at %s, by its version record): its data was lost; rebuild it with `steward member replace %s` (or `steward recover` when a majority is lost)",
-		dataDir, rec.Version, rec.UpdatedAt.Format(time.RFC3339), name)
+	return &DataDirError{Member: name, Msg: fmt.Sprintf("refusing to start: data dir %s is empty, but etcd %s was started on it (last at %s, by its version record): its data was lost; rebuild it",
+		dataDir, rec.Version, rec.UpdatedAt.Format(time.RFC3339))}
 }
+
+// DataDirError refuses to start a member whose data dir cannot serve (etcd
+// finds it invalid, or its data was lost): the message ends "rebuild it",
+// and the command says how (cli.LibraryAdvice, through Options.Advise).
+type DataDirError struct {
+	Member string
+	Msg    string
+}
+
+func (e *DataDirError) Error() string { return e.Msg }

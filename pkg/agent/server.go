@@ -22,6 +22,8 @@ import (
 // Handler returns the agent's HTTP API. It is transport-agnostic: Run serves
 // it on a Unix socket; a TLS listener can serve the same handler.
 func (a *Agent) Handler() http.Handler {
+	// Every error a handler returns gets the command layer's advice.
+	reply := func(w http.ResponseWriter, v any, err error) { writeReply(w, v, a.advise(err)) }
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/agent", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, a.Info(), nil)
@@ -276,7 +278,7 @@ func named(h func(w http.ResponseWriter, r *http.Request, name string)) http.Han
 	return func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("name")
 		if err := spec.ValidName(name); err != nil {
-			reply(w, nil, badRequest{fmt.Errorf("member %w", err)})
+			writeReply(w, nil, badRequest{fmt.Errorf("member %w", err)})
 			return
 		}
 		h(w, r, name)
@@ -308,7 +310,7 @@ type badRequest struct{ error }
 
 func (b badRequest) Unwrap() error { return b.error }
 
-func reply(w http.ResponseWriter, v any, err error) {
+func writeReply(w http.ResponseWriter, v any, err error) {
 	w.Header().Set("Content-Type", "application/json")
 	if err != nil {
 		code := http.StatusInternalServerError

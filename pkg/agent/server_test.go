@@ -2,6 +2,8 @@ package agent
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -179,5 +181,28 @@ func TestAPIRejectsReservedFlags(t *testing.T) {
 	}
 	if f := files(t, root); len(f) > 0 {
 		t.Fatalf("a refused config was stored: %v", f)
+	}
+}
+
+// TestAdviseAPIErrors: the errors the API returns get the command layer's
+// advice (Options.Advise), keeping their status code; without it they
+// are the agent's own words.
+func TestAdviseAPIErrors(t *testing.T) {
+	root := t.TempDir()
+	a := New(Options{Dir: filepath.Join(root, "steward"), Log: slog.New(slog.DiscardHandler),
+		Advise: func(err error) error {
+			if errors.Is(err, ErrNoHostCerts) {
+				return fmt.Errorf("%w (advised)", err)
+			}
+			return err
+		}})
+	srv := httptest.NewServer(a.Handler())
+	t.Cleanup(srv.Close)
+	if code, body := call(t, srv, http.MethodGet, "/v1/certs/server", ""); code != http.StatusBadRequest || !strings.Contains(body, "renew there) (advised)") {
+		t.Errorf("advised: %d %s", code, body)
+	}
+	_, _, plain := apiAgent(t)
+	if code, body := call(t, plain, http.MethodGet, "/v1/certs/server", ""); code != http.StatusBadRequest || strings.Contains(body, "advised") {
+		t.Errorf("not advised: %d %s", code, body)
 	}
 }

@@ -41,15 +41,16 @@ type Client struct {
 }
 
 // UnreachableError is a remote agent that did not answer. It wraps
-// ErrUnreachable.
+// ErrUnreachable. The command adds what to check (that the agent runs
+// there, that this machine reaches it: cli.LibraryAdvice, after each one
+// in an error).
 type UnreachableError struct {
 	Agent, Host, Address string
 	Err                  error
 }
 
 func (e *UnreachableError) Error() string {
-	return fmt.Sprintf("agent %s on host %s unreachable at %s: %v; check that `steward agent` runs there and that this machine reaches that address",
-		e.Agent, e.Host, e.Address, e.Err)
+	return fmt.Sprintf("agent %s on host %s unreachable at %s: %v", e.Agent, e.Host, e.Address, e.Err)
 }
 
 // Short says the same without the advice (status tables).

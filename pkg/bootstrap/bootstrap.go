@@ -116,6 +116,19 @@ func (e *AgentDownError) Error() string {
 
 func (e *AgentDownError) Unwrap() error { return e.Err }
 
+// Steps the progress lines of up, init and takeover name (progress.Hint):
+// the command says which of its commands takes them.
+const (
+	// HintUp: the cluster brought up (its members started, the spec
+	// handed to the hosts).
+	HintUp progress.HintKind = "up"
+	// HintRestartMember: a member stopped and started again (Args: its
+	// name), which applies the spec's config.
+	HintRestartMember progress.HintKind = "restart-member"
+	// HintAddHost: a host added to the cluster.
+	HintAddHost progress.HintKind = "add-host"
+)
+
 // Up starts the cluster of a Steward directory, writing a default spec
 // first when there is none, and returns when every member is healthy.
 func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*cluster.Cluster, []string, error) {
@@ -251,7 +264,7 @@ func Up(ctx context.Context, dir string, o UpOptions, say progress.Func) (*clust
 	}
 	// The hosts' copies of the spec: their backup loops run from it.
 	if err := c.PushSpec(ctx); err != nil {
-		say.Say("warning: %v; continuous backups do not run on those hosts until the next `steward up`", err)
+		say.Say("warning: %v; continuous backups do not run on those hosts until the next %v", err, progress.Hint{Kind: HintUp, Plain: "start of the cluster"})
 	}
 	// Only the coordinator can sign the hosts' leaves (the CA key stays
 	// here): with no agent on this machine, whose renewal loop would do it,
@@ -333,7 +346,8 @@ func startMembers(ctx context.Context, c *cluster.Cluster, local memberrt.Runtim
 					return fmt.Errorf("restart member %s with the spec's config: %w", m.Name, err)
 				}
 			} else {
-				say.Say("note: member %s runs with an older config; `steward member stop %s` then `start` applies the spec", m.Name, m.Name)
+				say.Say("note: member %s runs with an older config; %v applies the spec", m.Name,
+					progress.Hint{Kind: HintRestartMember, Args: []string{m.Name}, Plain: "stopping and starting it"})
 			}
 		}
 		// Running before this up (not started a moment ago by the agent

@@ -90,7 +90,7 @@ func Init(ctx context.Context, dir string, o InitOptions, say progress.Func) (*c
 	}
 	say.Say("wrote %s (%d members on %d hosts, etcd %s)", specPath, len(s.Members), len(s.Agents), s.Version)
 	if o.S3 == nil {
-		say.Say("continuous backups are off: no S3 store was given (set backup.s3 in %s before `steward up`, see docs/backup.md)", specPath)
+		say.Say("continuous backups are off: no S3 store was given (set backup.s3 in %s before %v, see docs/backup.md)", specPath, progress.Hint{Kind: HintUp, Plain: "the cluster is brought up"})
 	}
 	return c, warnings, nil
 }

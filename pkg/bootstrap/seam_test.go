@@ -113,7 +113,8 @@ func TestStartMembers(t *testing.T) {
 				return
 			}
 			wantCalls(t, "this machine's", local, "Members", "PutMember etcd-1 "+v, "Start etcd-1", "PutMember etcd-2 "+v, "Start etcd-2")
-			if want := []string{"note: member etcd-1 runs with an older config; `steward member stop etcd-1` then `start` applies the spec", "member etcd-1 was already running (" + u + ")"}; !slices.Equal(out[:2], want) {
+			// The plain words: a command's progress names the commands (cli.Progress).
+			if want := []string{"note: member etcd-1 runs with an older config; stopping and starting it applies the spec", "member etcd-1 was already running (" + u + ")"}; !slices.Equal(out[:2], want) {
 				t.Errorf("said %q, want %q first", out, want)
 			}
 		})

@@ -111,7 +111,7 @@ func TakeOver(ctx context.Context, dir string, o TakeOverOptions, say progress.F
 		for _, name := range []string{pki.CACert, pki.CAKey, pki.ClientCert, pki.ClientKey, pki.BackupAuthKey} {
 			b, err := os.ReadFile(filepath.Join(o.PKIDir, name))
 			if errors.Is(err, os.ErrNotExist) && name == pki.CAKey {
-				say.Say("note: no CA key in %s: this coordinator cannot add hosts (`steward host add`)", o.PKIDir)
+				say.Say("note: no CA key in %s: this coordinator cannot add hosts (%v)", o.PKIDir, progress.Hint{Kind: HintAddHost, Plain: "no host add"})
 				continue
 			}
 			if errors.Is(err, os.ErrNotExist) && name == pki.BackupAuthKey {

@@ -56,6 +56,7 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/certs"
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/hostset"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/progress"
@@ -99,7 +100,7 @@ func NewPlan(c *cluster.Cluster, leader string, now time.Time) (*plan.Plan, erro
 	}
 	add(StepPrepare, "", "create the new CA and its certificate cross-signed by the old one")
 	onHosts, hostClients := "", ""
-	if hs := c.RemoteAgents(); len(hs) > 0 {
+	if hs := hostset.Remote(c.Spec).Names(); len(hs) > 0 {
 		onHosts = " here and on the hosts " + strings.Join(hs, ", ")
 		hostClients = " (on the hosts their client certificates too)"
 	}
@@ -117,7 +118,7 @@ func NewPlan(c *cluster.Cluster, leader string, now time.Time) (*plan.Plan, erro
 // retireDescription describes the StepRetire step.
 func retireDescription(c *cluster.Cluster) string {
 	onHosts := ""
-	if hs := c.RemoteAgents(); len(hs) > 0 {
+	if hs := hostset.Remote(c.Spec).Names(); len(hs) > 0 {
 		onHosts = " here and on the hosts " + strings.Join(hs, ", ")
 	}
 	return "serve every certificate without the new CA cross-signed by the old one" + onHosts + ": the old CA verifies them no more"

@@ -32,6 +32,7 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/certs"
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/hostset"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/progress"
@@ -115,7 +116,7 @@ func NewRollbackPlan(c *cluster.Cluster, of *plan.Plan, now time.Time) (*plan.Pl
 		p.Steps = append(p.Steps, plan.Step{Index: len(p.Steps), Kind: kind, Description: desc, State: plan.Pending})
 	}
 	onHosts, hostClients := "", ""
-	if hs := c.RemoteAgents(); len(hs) > 0 {
+	if hs := hostset.Remote(c.Spec).Names(); len(hs) > 0 {
 		onHosts = " here and on the hosts " + strings.Join(hs, ", ")
 		hostClients = " (on the hosts their client certificates too)"
 	}

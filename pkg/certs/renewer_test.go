@@ -14,41 +14,16 @@ import (
 
 	"github.com/etcd-steward/steward/internal/proc"
 	"github.com/etcd-steward/steward/pkg/cluster"
-	"github.com/etcd-steward/steward/pkg/pki"
+	"github.com/etcd-steward/steward/pkg/cluster/clustertest"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
-
-// multiHostCluster is a coordinator's cluster: members on hosts h1..h3
-// (plus one on this machine's agent when local), the CA key in its
-// certificate directory when caKey.
-func multiHostCluster(t *testing.T, local, caKey bool) *cluster.Cluster {
-	t.Helper()
-	s := &spec.Cluster{Agents: []spec.Agent{{Name: spec.LocalAgent, Address: "unix:///run/agent.sock"}}}
-	for _, h := range []string{"h1", "h2", "h3"} {
-		s.Agents = append(s.Agents, spec.Agent{Name: h, Host: "10.0.0.1" + h[1:], Port: 2378})
-		s.Members = append(s.Members, spec.Member{Name: "etcd-" + h, Agent: h})
-	}
-	if local {
-		s.Members = append(s.Members, spec.Member{Name: "etcd-local", Agent: spec.LocalAgent})
-	}
-	c := &cluster.Cluster{Dir: t.TempDir(), Spec: s}
-	if err := os.MkdirAll(c.CertDir(), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if caKey {
-		if err := os.WriteFile(filepath.Join(c.CertDir(), pki.CAKey), []byte("key"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return c
-}
 
 // TestEnsureRenewer: the renewal process is started once (a second call
 // finds it by its pid file), its pid file names it; one that exits at
 // start is reported with its log and leaves no pid file.
 func TestEnsureRenewer(t *testing.T) {
 	t.Run("exits at start", func(t *testing.T) {
-		c := multiHostCluster(t, false, true)
+		c := clustertest.MultiHost(t, false, true)
 		exe := filepath.Join(t.TempDir(), "steward")
 		if err := os.WriteFile(exe, []byte("#!/bin/sh\necho \"refused: $*\" >&2\nexit 1\n"), 0o700); err != nil {
 			t.Fatal(err)
@@ -62,7 +37,7 @@ func TestEnsureRenewer(t *testing.T) {
 		}
 	})
 	t.Run("started once", func(t *testing.T) {
-		c := multiHostCluster(t, false, true)
+		c := clustertest.MultiHost(t, false, true)
 		exe := filepath.Join(t.TempDir(), "steward")
 		if err := os.WriteFile(exe, []byte("#!/bin/sh\nwhile :; do sleep 0.1; done\n"), 0o700); err != nil {
 			t.Fatal(err)
@@ -87,7 +62,7 @@ func TestEnsureRenewer(t *testing.T) {
 		}
 	})
 	t.Run("two at once start one", func(t *testing.T) {
-		c := multiHostCluster(t, false, true)
+		c := clustertest.MultiHost(t, false, true)
 		exe := filepath.Join(t.TempDir(), "steward")
 		if err := os.WriteFile(exe, []byte("#!/bin/sh\nwhile :; do sleep 0.1; done\n"), 0o700); err != nil {
 			t.Fatal(err)
@@ -147,7 +122,7 @@ func TestRenewRefusesOperatorCerts(t *testing.T) {
 // nothing; after release the pid file is gone and the directory can be
 // held again.
 func TestHoldRenewer(t *testing.T) {
-	c := multiHostCluster(t, false, true)
+	c := clustertest.MultiHost(t, false, true)
 	pidFile := c.Dir + "/run/" + RenewerPIDFile
 	release, err := HoldRenewer(c)
 	if err != nil {

@@ -21,7 +21,6 @@ package certs
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -29,6 +28,7 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/pki"
+	"github.com/etcd-steward/steward/pkg/refusal"
 )
 
 // RunRenewal renews the certificates of the Steward directory dir until ctx is
@@ -37,8 +37,10 @@ import (
 // did, in the directory's renewal state (status.RenewalStatePath: every
 // status.RenewalHeartbeat, and after each round), which `steward status`
 // reports (status.CondCertificateRenewal); when ctx is done it records
-// that it stopped.
-func RunRenewal(ctx context.Context, dir string, log *slog.Logger) {
+// that it stopped. advise, when not nil, adds the command layer's advice
+// to a round's error before it is logged and recorded (the commands that
+// run the loop pass cli.LibraryAdvice): status shows the recorded text.
+func RunRenewal(ctx context.Context, dir string, log *slog.Logger, advise func(error) error) {
 	rec := newRecorder(dir, os.Getpid(), time.Now())
 	hbDone := make(chan struct{})
 	go func() {
@@ -48,6 +50,9 @@ func RunRenewal(ctx context.Context, dir string, log *slog.Logger) {
 	var warned string // the last warning logged, so a lasting problem logs once
 	for ctx.Err() == nil {
 		wait, rs, err := round(ctx, dir, log)
+		if err != nil && advise != nil {
+			err = advise(err)
+		}
 		if ctx.Err() == nil {
 			rec.round(time.Now(), rs, err, nextRenewal(dir))
 		}
@@ -117,7 +122,7 @@ func renewDue(ctx context.Context, dir string) (time.Duration, []pki.Renewal, er
 		// say so when no plan is running it (aborted): renewals would
 		// otherwise stop without a word until the certificates expire.
 		if p, perr := c.Plans().Latest(); perr == nil && !p.Active() {
-			return wait, rs, fmt.Errorf("renewals wait for a CA rotation that is not running (plan %s is %s; %s is still there): run `steward certs rotate-ca` to finish it", p.ID, p.State, pki.CANextCert)
+			return wait, rs, refusal.New(ErrRotationNotRunning, "renewals wait for a CA rotation that is not running (plan %s is %s; %s is still there)", p.ID, p.State, pki.CANextCert)
 		}
 		return wait, rs, nil
 	}
@@ -125,10 +130,22 @@ func renewDue(ctx context.Context, dir string) (time.Duration, []pki.Renewal, er
 		return wait, rs, nil // another renewal
 	}
 	if errors.Is(err, pki.ErrNoCAKey) {
-		return wait, rs, errors.New("this host's certificates are due for renewal and its directory holds no CA key: the coordinator renews them through this agent's API (its renewal loop or `steward certs renew`); check that it reaches this host (docs/certificates.md)")
+		return wait, rs, ErrHostCannotSign
 	}
 	return wait, rs, err
 }
+
+// Errors of a renewal round the command layer adds advice to
+// (cli.LibraryAdvice, through RunRenewal's advise).
+var (
+	// ErrRotationNotRunning: renewals wait for a CA rotation whose plan
+	// no process runs (aborted); the command names what finishes it.
+	ErrRotationNotRunning = errors.New("renewals wait for a CA rotation that is not running")
+	// ErrHostCannotSign: a joined host's leaves are due and its directory
+	// holds no CA key; the coordinator renews them (its loop, or by hand:
+	// the command names how).
+	ErrHostCannotSign = errors.New("this host's certificates are due for renewal and its directory holds no CA key: the coordinator renews them through this agent's API (its renewal loop); check that it reaches this host (docs/certificates.md)")
+)
 
 // hasCAKey reports whether the cluster's certificate directory holds the
 // CA key (the coordinator's machine).

@@ -3,9 +3,12 @@ package certs
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,7 +44,7 @@ func TestRunRecordsState(t *testing.T) {
 	start := time.Now()
 	go func() {
 		defer close(done)
-		RunRenewal(ctx, dir, slog.New(slog.DiscardHandler))
+		RunRenewal(ctx, dir, slog.New(slog.DiscardHandler), nil)
 	}()
 	defer func() { cancel(); <-done }()
 
@@ -89,5 +92,34 @@ func TestRunRecordsState(t *testing.T) {
 	}
 	if rs, err := status.Renewal(c, time.Now()); err != nil || rs.Running {
 		t.Errorf("Renewal after the loop stopped: %+v, %v; want not running", rs, err)
+	}
+}
+
+// TestRunAdvisesRoundErrors: a round's error is recorded (and logged) with
+// the advice the command hands the loop, which status then shows.
+func TestRunAdvisesRoundErrors(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "cluster.yaml"), []byte("name: [unclosed\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		RunRenewal(ctx, dir, slog.New(slog.DiscardHandler), func(err error) error { return fmt.Errorf("%w (advised)", err) })
+	}()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if st, ok := readState(t, dir); ok && st.LastError != "" {
+			if !strings.HasSuffix(st.LastError, " (advised)") {
+				t.Errorf("recorded error %q, want the advice after it", st.LastError)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no round error recorded within 15 s")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

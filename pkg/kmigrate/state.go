@@ -23,7 +23,7 @@ var (
 
 // ErrStateLocked is returned when another process has the state database
 // open for a migration.
-var ErrStateLocked = errors.New("another steward migrate storage is running with this Steward directory")
+var ErrStateLocked = errors.New("another storage migration is running with this Steward directory")
 
 // ResourceState is what the state database records for one resource.
 type ResourceState struct {

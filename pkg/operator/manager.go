@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"os"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -32,8 +35,10 @@ type Config struct {
 	LeaderElectionNamespace string
 	// Namespace, when set, is the one namespace watched.
 	Namespace string
-	// MemberImage is the Steward image of the member pods; PullPolicy
-	// its pull policy (default IfNotPresent).
+	// MemberImage is the Steward image of the member pods (empty: the
+	// image of the operator's own pod, named by POD_NAMESPACE and
+	// POD_NAME, which its Deployment sets from the downward API);
+	// PullPolicy its pull policy (default IfNotPresent).
 	MemberImage string
 	PullPolicy  string
 	// BinaryStore is the operator's store of etcd versions, where a
@@ -82,13 +87,40 @@ func prepareStateDir(dir string) error {
 	return nil
 }
 
+// ErrNoMemberImage: no member image was given and the operator's own
+// pod does not say one.
+var ErrNoMemberImage = errors.New("no image for the member pods")
+
+// ownImage is the image of the operator's own pod (POD_NAMESPACE and
+// POD_NAME): the member pods run the same Steward.
+func ownImage(ctx context.Context, rc *rest.Config, scheme *runtime.Scheme) (string, error) {
+	ns, name := os.Getenv("POD_NAMESPACE"), os.Getenv("POD_NAME")
+	if ns == "" || name == "" {
+		return "", fmt.Errorf("%w: POD_NAMESPACE and POD_NAME are not set, so the operator's own image is unknown", ErrNoMemberImage)
+	}
+	cl, err := client.New(rc, client.Options{Scheme: scheme})
+	if err != nil {
+		return "", err
+	}
+	var pod corev1.Pod
+	if err := cl.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &pod); err != nil {
+		return "", fmt.Errorf("%w: read the operator's pod %s/%s: %v", ErrNoMemberImage, ns, name, err)
+	}
+	for _, c := range pod.Spec.Containers {
+		if c.Name == "operator" {
+			return c.Image, nil
+		}
+	}
+	if len(pod.Spec.Containers) > 0 {
+		return pod.Spec.Containers[0].Image, nil
+	}
+	return "", fmt.Errorf("%w: pod %s/%s has no container", ErrNoMemberImage, ns, name)
+}
+
 // Run runs the operator until ctx ends.
 func Run(ctx context.Context, cfg Config) error {
 	if cfg.StateDir == "" {
 		return fmt.Errorf("%w: no state directory", ErrConfig)
-	}
-	if cfg.MemberImage == "" {
-		return fmt.Errorf("%w: no member image", ErrConfig)
 	}
 	if err := prepareStateDir(cfg.StateDir); err != nil {
 		return err
@@ -113,6 +145,11 @@ func Run(ctx context.Context, cfg Config) error {
 	scheme, err := Scheme()
 	if err != nil {
 		return err
+	}
+	if cfg.MemberImage == "" {
+		if cfg.MemberImage, err = ownImage(ctx, rc, scheme); err != nil {
+			return err
+		}
 	}
 	o := ctrl.Options{
 		Scheme:                  scheme,

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -120,6 +121,14 @@ func MemberRoleBinding(ec *v1alpha1.EtcdCluster) *rbacv1.RoleBinding {
 	}
 }
 
+// MemberLease is the Lease NAME-I of member pod i, which the pod's agent
+// renews with holderIdentity MEMBERIDHEX:Leader|Member (DEP-01's member
+// leases); the operator creates it (with no holder) and never writes its
+// spec afterwards.
+func MemberLease(ec *v1alpha1.EtcdCluster, i int) *coordinationv1.Lease {
+	return &coordinationv1.Lease{ObjectMeta: owned(ec, PodName(ec, i))}
+}
+
 // Secret is a Secret NAME of ec holding data.
 func Secret(ec *v1alpha1.EtcdCluster, name string, data map[string][]byte) *corev1.Secret {
 	return &corev1.Secret{ObjectMeta: owned(ec, name), Type: corev1.SecretTypeOpaque, Data: data}
@@ -184,7 +193,7 @@ func StatefulSet(ec *v1alpha1.EtcdCluster, o PodOptions) *appsv1.StatefulSet {
 			// Pods are restarted by the operator, one member at a time
 			// with leadership moved first, never by the StatefulSet.
 			UpdateStrategy: appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType},
-			Selector:            &metav1.LabelSelector{MatchLabels: selectorLabels(ec)},
+			Selector:       &metav1.LabelSelector{MatchLabels: selectorLabels(ec)},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: objectLabels(ec)},
 				Spec: corev1.PodSpec{

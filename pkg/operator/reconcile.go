@@ -11,6 +11,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -77,6 +78,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.Service{}).
 		Owns(&corev1.Secret{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
+		Owns(&coordinationv1.Lease{}).
 		Named("etcdcluster").
 		Complete(r)
 }
@@ -287,6 +289,10 @@ func (r *Reconciler) ensureObjects(ctx context.Context, ec *v1alpha1.EtcdCluster
 	}
 	sized := ec.DeepCopy()
 	sized.Spec.Replicas = int32(len(c.Spec.Agents))
+	// A lease per member of the spec, kept while hibernated.
+	for i := range len(c.Spec.Agents) {
+		objs = append(objs, MemberLease(ec, i))
+	}
 	objs = append(objs, MemberAccount(ec), MemberRole(sized), MemberRoleBinding(ec),
 		PeerService(ec), ClientService(ec), DisruptionBudget(ec),
 		StatefulSet(ec, PodOptions{Image: r.Config.MemberImage, PullPolicy: corev1.PullPolicy(r.Config.PullPolicy), Replicas: &pods}))
@@ -324,6 +330,8 @@ func (r *Reconciler) apply(ctx context.Context, ec *v1alpha1.EtcdCluster, want c
 			if c.RoleRef.Name == "" {
 				c.RoleRef = w.RoleRef
 			}
+		case *coordinationv1.Lease:
+			// The pod's agent renews it: its spec is not the operator's.
 		case *policyv1.PodDisruptionBudget:
 			c.Spec = want.(*policyv1.PodDisruptionBudget).Spec
 		case *appsv1.StatefulSet:

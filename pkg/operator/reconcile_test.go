@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -70,6 +71,7 @@ func TestReconcileCreates(t *testing.T) {
 		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "db-client"}}, &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "db"}},
 		&policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "db"}}, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "db-member"}},
 		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "db-member"}}, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "db-member"}},
+		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "db-0"}}, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "db-2"}},
 	} {
 		if err := cl.Get(ctx, types.NamespacedName{Namespace: "prod", Name: o.GetName()}, o); err != nil {
 			t.Errorf("%T %s: %v", o, o.GetName(), err)
@@ -106,6 +108,16 @@ func TestReconcileCreates(t *testing.T) {
 		t.Errorf("status %+v", st)
 	}
 
+	// A Lease its pod's agent renewed keeps the holder through the next
+	// reconcile.
+	var lease coordinationv1.Lease
+	_ = cl.Get(ctx, types.NamespacedName{Namespace: "prod", Name: "db-1"}, &lease)
+	holder := "91bc3c398fb3c146:Leader"
+	lease.Spec.HolderIdentity = &holder
+	if err := cl.Update(ctx, &lease); err != nil {
+		t.Fatal(err)
+	}
+
 	// Again: nothing new written (the same CA), the objects kept.
 	ca := join.Data
 	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "prod", Name: "db"}}); err != nil {
@@ -115,6 +127,10 @@ func TestReconcileCreates(t *testing.T) {
 	_ = cl.Get(ctx, types.NamespacedName{Namespace: "prod", Name: "db-join"}, &join2)
 	if string(join2.Data["db-0.yaml"]) != string(ca["db-0.yaml"]) {
 		t.Error("a second reconcile wrote new join files")
+	}
+	_ = cl.Get(ctx, types.NamespacedName{Namespace: "prod", Name: "db-1"}, &lease)
+	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != holder {
+		t.Errorf("the reconcile overwrote the lease's holder: %v", lease.Spec.HolderIdentity)
 	}
 }
 

@@ -114,9 +114,18 @@ func Shape(s *spec.Cluster, ec *v1alpha1.EtcdCluster) {
 		if b.DeltaMaxAgeMs != 0 {
 			s.Backup.DeltaMaxAgeMs = int(b.DeltaMaxAgeMs)
 		}
+		// The hosts' spec reads 0 as its default; the resource's schema
+		// writes its defaults (3, 24, 7), so an explicit 0 hourly or daily
+		// keeps the hosts' default (docs/operator.md).
 		r := b.Retention
-		if r.KeepLast != 0 || r.KeepHourly != nil || r.KeepDaily != nil {
-			s.Backup.Retention = spec.Retention{KeepLast: int(r.KeepLast), KeepHourly: int(deref32(r.KeepHourly)), KeepDaily: int(deref32(r.KeepDaily))}
+		deref := func(p *int32) int {
+			if p == nil {
+				return 0
+			}
+			return int(*p)
+		}
+		if r.KeepLast != 0 || deref(r.KeepHourly) != 0 || deref(r.KeepDaily) != 0 {
+			s.Backup.Retention = spec.Retention{KeepLast: int(r.KeepLast), KeepHourly: deref(r.KeepHourly), KeepDaily: deref(r.KeepDaily)}
 		}
 	}
 	if ec.Spec.Recovery.Mode != "" {
@@ -189,13 +198,4 @@ func initDir(ctx context.Context, dir string, ec *v1alpha1.EtcdCluster, o bootst
 	}
 	c.Spec = s
 	return c, created, nil
-}
-
-// deref32 is *p, or 0 for nil. The hosts' spec takes 0 for its default, so
-// an explicit 0 (keep none) in the resource becomes the default there.
-func deref32(p *int32) int32 {
-	if p == nil {
-		return 0
-	}
-	return *p
 }

@@ -150,3 +150,14 @@ func TestPrepareStateDir(t *testing.T) {
 		t.Errorf("state dir %v %v", st.Mode(), err)
 	}
 }
+
+// Without --member-image and outside a pod, the operator refuses to start,
+// naming what it lacks.
+func TestOwnImageOutsideAPod(t *testing.T) {
+	t.Setenv("POD_NAME", "")
+	t.Setenv("POD_NAMESPACE", "")
+	_, err := ownImage(t.Context(), nil, nil)
+	if !errors.Is(err, ErrNoMemberImage) || !strings.Contains(err.Error(), "POD_NAMESPACE and POD_NAME are not set") {
+		t.Errorf("ownImage: %v", err)
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/backupd"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/datadir"
+	"github.com/etcd-steward/steward/pkg/isolated"
 	"github.com/etcd-steward/steward/pkg/memberrt"
 	"github.com/etcd-steward/steward/pkg/membership"
 	"github.com/etcd-steward/steward/pkg/plan"
@@ -423,7 +424,7 @@ func recoverFromSeed(ctx context.Context, c *cluster.Cluster, rep *Report, seed 
 	rep.RestoredFrom = m.ID
 	again := "the restore is repeated"
 	c.Progress.Say("%s: running it alone with --force-new-cluster on a private client port until a write commits", seed.Name)
-	if err := c.RunIsolated(ctx, []string{seed.Name}, c.Spec.VersionOf(seed), cluster.IsolatedOptions{ForceNewCluster: true, Timeout: 2 * time.Minute}); err != nil {
+	if err := isolated.Run(ctx, c, []string{seed.Name}, c.Spec.VersionOf(seed), isolated.Options{ForceNewCluster: true, Timeout: 2 * time.Minute}); err != nil {
 		return &RerunError{Err: fmt.Errorf("make %s a cluster of one: %w", seed.Name, err), After: again}
 	}
 	j := &recoveryJournal{Seed: seed.Name, RestoredFrom: rep.RestoredFrom, SeededAt: time.Now().UTC()}

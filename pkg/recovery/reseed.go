@@ -7,6 +7,7 @@ import (
 
 	"github.com/etcd-steward/steward/internal/crashpoint"
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/isolated"
 	"github.com/etcd-steward/steward/pkg/memberrt"
 	"github.com/etcd-steward/steward/pkg/membership"
 	"github.com/etcd-steward/steward/pkg/restore"
@@ -47,7 +48,7 @@ import (
 // reseed runs step 1 and, under the journal, steps 2 and 3.
 func reseed(ctx context.Context, c *cluster.Cluster, seed spec.Member) (*recoveryJournal, error) {
 	c.Progress.Say("%s: running it alone with --force-new-cluster on a private client port until a write commits, so its database holds every entry its WAL committed", seed.Name)
-	if err := c.RunIsolated(ctx, []string{seed.Name}, c.Spec.VersionOf(seed), cluster.IsolatedOptions{ForceNewCluster: true, Timeout: 2 * time.Minute}); err != nil {
+	if err := isolated.Run(ctx, c, []string{seed.Name}, c.Spec.VersionOf(seed), isolated.Options{ForceNewCluster: true, Timeout: 2 * time.Minute}); err != nil {
 		return nil, fmt.Errorf("make %s a cluster of one: %w (its data is kept: re-run the recovery)", seed.Name, err)
 	}
 	j := &recoveryJournal{Seed: seed.Name, SeededAt: time.Now().UTC(), Reseeding: true, FromTimeline: c.Spec.TimelineID()}
@@ -79,7 +80,7 @@ func rebuildSeed(ctx context.Context, c *cluster.Cluster, j *recoveryJournal) er
 		crashpoint.Hit(crashpoint.RecoverReseedRebuilt)
 	}
 	c.Progress.Say("%s: running its rebuilt data dir alone with --force-new-cluster until a write commits", seed.Name)
-	if err := c.RunIsolated(ctx, []string{seed.Name}, c.Spec.VersionOf(*seed), cluster.IsolatedOptions{ForceNewCluster: true, Timeout: 2 * time.Minute}); err != nil {
+	if err := isolated.Run(ctx, c, []string{seed.Name}, c.Spec.VersionOf(*seed), isolated.Options{ForceNewCluster: true, Timeout: 2 * time.Minute}); err != nil {
 		return fmt.Errorf("make the rebuilt %s a cluster of one: %w (re-run the recovery: it resumes from %s)", seed.Name, err, seed.Name)
 	}
 	j.Reseeding, j.Timeline = false, c.Spec.TimelineID()

@@ -18,6 +18,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/datadir"
 	"github.com/etcd-steward/steward/pkg/hostset"
 	"github.com/etcd-steward/steward/pkg/memberrt"
+	"github.com/etcd-steward/steward/pkg/progress"
 	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
@@ -122,6 +123,11 @@ type GapError struct {
 	End int64
 }
 
+// HintStartCluster is the step a restore of every member ends with in its
+// last progress line (progress.Hint): the cluster started; the command
+// says which of its commands does it.
+const HintStartCluster progress.HintKind = "start-cluster"
+
 // Run builds a data dir for every member of the spec (or o.Members) from a
 // full backup and the deltas after it (or from a snapshot file etcdctl
 // saved, o.FromSnapshot), with the revision bumped and the
@@ -182,7 +188,7 @@ func Run(ctx context.Context, c *cluster.Cluster, o Options) (backup.Manifest, e
 		return p.full, err
 	}
 	markCommitted(ctx, c, p)
-	then := "start the cluster with `steward up`"
+	var then any = progress.Hint{Kind: HintStartCluster, Plain: "start the cluster"}
 	if len(targets) < len(c.Spec.Members) {
 		then = "the other members' data dirs were left as they are"
 	}
@@ -190,7 +196,7 @@ func Run(ctx context.Context, c *cluster.Cluster, o Options) (backup.Manifest, e
 	if p.timeline.Parent != 0 {
 		branched = fmt.Sprintf("branched off timeline %d at revision %d", p.timeline.Parent, p.timeline.BranchRevision)
 	}
-	c.Progress.Say("restored %d members from %s at revision %d on a new timeline %d, %s (etcd resumes above revision %d, above every revision served before; older ones are marked compacted); %s",
+	c.Progress.Say("restored %d members from %s at revision %d on a new timeline %d, %s (etcd resumes above revision %d, above every revision served before; older ones are marked compacted); %v",
 		len(targets), p.from, p.revision, p.timeline.ID, branched, p.bumped, then)
 	return p.full, nil
 }

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/robfig/cron/v3"
+
+	"github.com/etcd-steward/steward/pkg/refusal"
 )
 
 // ValidateOptions carry what validation needs from outside the spec.
@@ -63,6 +65,17 @@ func (o ValidateOptions) resolver() func(string) ([]string, error) {
 	}
 }
 
+// Kinds of validation problems a command ends, the command layer naming
+// it in the problem's line (cli.LibraryAdvice): the library says what.
+var (
+	// ErrOperatorFileEmpty: an attached cluster's certificate file is
+	// left empty before the certificate take-over.
+	ErrOperatorFileEmpty = errors.New("an attached cluster's certificate file is empty")
+	// ErrAgentBeforeAdopt: a member of an attached cluster names an agent
+	// before adopt hands it to one.
+	ErrAgentBeforeAdopt = errors.New("a member of an attached cluster names an agent before it is adopted")
+)
+
 // podHost is the resolver of a spec whose hosts are pods (PodHosts): an
 // IP literal normalized, a name as it is, lower-cased, never looked up.
 func podHost(h string) ([]string, error) {
@@ -92,6 +105,7 @@ var versionRE = regexp.MustCompile(`^3\.[0-9]+\.[0-9]+$`)
 func (c *Cluster) Validate(o ValidateOptions) (warnings []string, err error) {
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	badKind := func(kind error, format string, a ...any) { errs = append(errs, refusal.New(kind, format, a...)) }
 
 	if !nameRE.MatchString(c.Name) {
 		bad("cluster name %q: use lower-case letters, digits and '-'", c.Name)
@@ -187,7 +201,7 @@ func (c *Cluster) Validate(o ValidateOptions) (warnings []string, err error) {
 		if c.OperatorCerts() {
 			for _, f := range []struct{ field, path string }{{"caFile", e.CAFile}, {"certFile", e.CertFile}, {"keyFile", e.KeyFile}} {
 				if f.path == "" && !c.TLS.Disabled {
-					bad("external.%s is empty: an attached cluster is reached with the operator's own certificate (leave all three empty only after `steward certs take-over`)", f.field)
+					badKind(ErrOperatorFileEmpty, "external.%s is empty: an attached cluster is reached with the operator's own certificate (leave all three empty only after the certificate take-over)", f.field)
 				}
 			}
 		} else if !c.TLS.Disabled {
@@ -311,7 +325,7 @@ func (c *Cluster) Validate(o ValidateOptions) (warnings []string, err error) {
 		names[m.Name] = true
 		switch {
 		case external && m.Agent != "" && m.Adopted == nil:
-			bad("member %s: agent %q: the members of an attached cluster run under no agent until `steward adopt` hands them to one (leave agent empty)", m.Name, m.Agent)
+			badKind(ErrAgentBeforeAdopt, "member %s: agent %q: the members of an attached cluster run under no agent until adopt hands them to one (leave agent empty)", m.Name, m.Agent)
 		case external && m.Adopted != nil && (!agents[m.Agent] || m.DataDir == ""):
 			bad("member %s: adopted, but its agent %q is not in the agents list or its dataDir is empty", m.Name, m.Agent)
 		case !external && m.Adopted != nil:

@@ -334,11 +334,11 @@ func planCondition(c *cluster.Cluster) Condition {
 	step := p.Current()
 	switch {
 	case p.State == plan.Failed:
-		cond.Status, cond.Reason = "True", "Failed"
-		cond.Message = fmt.Sprintf("%s failed: %s; fix the cause, then `steward plan resume` or `steward plan abort`", what, p.Error)
+		cond.Status, cond.Reason, cond.Fix = "True", "Failed", FixPlanFailed
+		cond.Message = fmt.Sprintf("%s failed: %s; fix the cause", what, p.Error)
 	case p.Active() && !st.Locked():
-		cond.Status, cond.Reason = "True", "Interrupted"
-		cond.Message = fmt.Sprintf("%s was interrupted; no process runs it: `steward plan resume`", what)
+		cond.Status, cond.Reason, cond.Fix = "True", "Interrupted", FixPlanInterrupted
+		cond.Message = fmt.Sprintf("%s was interrupted; no process runs it", what)
 	case p.Active():
 		cond.Status, cond.Reason = "True", "Running"
 		cond.Message = what

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/etcd-steward/steward/pkg/cluster/clustertest"
 )
 
 // TestRenewalCondition: CertificateRenewal from the recorded state, for
@@ -27,7 +29,7 @@ func TestRenewalCondition(t *testing.T) {
 		reason    string
 		inMessage string
 	}{
-		{"never reported, process", "certs renew --watch", RenewalState{}, nil, false, "False", "NotRunning", "`steward up` restarts it"},
+		{"never reported, process", "certs renew --watch", RenewalState{}, nil, false, "False", "NotRunning", "the hosts' certificates are not renewed"},
 		{"never reported, agent", "agent", RenewalState{}, nil, false, "Unknown", "NotReported", "has not reported"},
 		{"unreadable", "agent", RenewalState{}, errors.New("bad json"), false, "Unknown", "StateUnreadable", "bad json"},
 		{"stopped", "certs renew --watch", with(func(s *RenewalState) { s.StoppedAt = now.Add(-time.Minute) }), nil, false, "False", "Stopped", "stopped 1m0s ago"},
@@ -41,6 +43,18 @@ func TestRenewalCondition(t *testing.T) {
 			c := renewalCondition(&RenewalStatus{Process: tc.process, RenewalState: tc.st}, tc.err, tc.alive, now)
 			if c.Type != CondCertificateRenewal || c.Status != tc.status || c.Reason != tc.reason || !strings.Contains(c.Message, tc.inMessage) {
 				t.Errorf("%+v, want %s/%s with %q", c, tc.status, tc.reason, tc.inMessage)
+			}
+			// A renewal that does not run names what starts it (the
+			// command says how); the others need nothing started.
+			var fix Fix
+			if tc.reason == "NotRunning" || tc.reason == "Stopped" {
+				fix = FixRenewerStart
+				if tc.process == "agent" {
+					fix = FixAgentStart
+				}
+			}
+			if c.Fix != fix {
+				t.Errorf("fix %q, want %q", c.Fix, fix)
 			}
 		})
 	}
@@ -67,7 +81,7 @@ func TestRenewalRunning(t *testing.T) {
 		{"exited", RenewalState{PID: exited.Process.Pid, Heartbeat: now}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := multiHostCluster(t, false, true)
+			c := clustertest.MultiHost(t, false, true)
 			if err := WriteRenewalState(c.Dir, tc.st); err != nil {
 				t.Fatal(err)
 			}
@@ -81,7 +95,7 @@ func TestRenewalRunning(t *testing.T) {
 		})
 	}
 	// Nothing recorded yet: not running, no error.
-	c := multiHostCluster(t, false, true)
+	c := clustertest.MultiHost(t, false, true)
 	if rs, err := Renewal(c, now); err != nil || rs.Running || rs.PID != 0 {
 		t.Errorf("no state file: %+v, %v", rs, err)
 	}

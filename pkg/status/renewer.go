@@ -142,9 +142,10 @@ func Renewal(c *cluster.Cluster, now time.Time) (*RenewalStatus, error) {
 // read (rs) and its error, at now. alive says whether rs.PID runs.
 func renewalCondition(rs *RenewalStatus, err error, alive bool, now time.Time) Condition {
 	cond := Condition{Type: CondCertificateRenewal}
-	restart := "`steward up` restarts it (or its systemd unit, deploy/systemd/steward-certrenew.service, does)"
+	// What restarts the renewal: the command adds how (Fix).
+	restart, fix := "", FixRenewerStart
 	if rs.Process == "agent" {
-		restart = "it runs in this machine's agent: start the agent (`steward up`, or its systemd unit)"
+		restart, fix = "; it runs in this machine's agent: start the agent", FixAgentStart
 	}
 	ago := func(t time.Time) string { return now.Sub(t).Round(time.Second).String() + " ago" }
 	switch {
@@ -154,14 +155,14 @@ func renewalCondition(rs *RenewalStatus, err error, alive bool, now time.Time) C
 		cond.Status, cond.Reason = "Unknown", "NotReported"
 		cond.Message = "the agent's certificate renewal loop has not reported yet"
 	case rs.PID == 0:
-		cond.Status, cond.Reason = "False", "NotRunning"
-		cond.Message = "no certificate renewal runs for this directory: the hosts' certificates are not renewed; " + restart
+		cond.Status, cond.Reason, cond.Fix = "False", "NotRunning", fix
+		cond.Message = "no certificate renewal runs for this directory: the hosts' certificates are not renewed" + restart
 	case !rs.StoppedAt.IsZero():
-		cond.Status, cond.Reason = "False", "Stopped"
-		cond.Message = fmt.Sprintf("the certificate renewal (pid %d) stopped %s; %s", rs.PID, ago(rs.StoppedAt), restart)
+		cond.Status, cond.Reason, cond.Fix = "False", "Stopped", fix
+		cond.Message = fmt.Sprintf("the certificate renewal (pid %d) stopped %s%s", rs.PID, ago(rs.StoppedAt), restart)
 	case !alive:
-		cond.Status, cond.Reason = "False", "NotRunning"
-		cond.Message = fmt.Sprintf("the certificate renewal (pid %d) is gone, last heartbeat %s: certificates are not renewed; %s", rs.PID, ago(rs.Heartbeat), restart)
+		cond.Status, cond.Reason, cond.Fix = "False", "NotRunning", fix
+		cond.Message = fmt.Sprintf("the certificate renewal (pid %d) is gone, last heartbeat %s: certificates are not renewed%s", rs.PID, ago(rs.Heartbeat), restart)
 	case now.Sub(rs.Heartbeat) > RenewalStale:
 		cond.Status, cond.Reason = "False", "NotResponding"
 		cond.Message = fmt.Sprintf("the certificate renewal (pid %d) last reported %s (every %s expected)", rs.PID, ago(rs.Heartbeat), RenewalHeartbeat)

@@ -133,7 +133,30 @@ type Condition struct {
 	Reason             string    `json:"reason"`
 	Message            string    `json:"message"`
 	LastTransitionTime time.Time `json:"lastTransitionTime"`
+	// Fix names what ends the condition when a command does it: the
+	// command that shows the condition adds its words to Message
+	// (cli.ConditionAdvice). Not shown on its own.
+	Fix Fix `json:"-"`
 }
+
+// Fix is what ends a condition, when a command does: a library names no
+// command, the command layer says which.
+type Fix string
+
+// Fixes of the plan and renewal conditions.
+const (
+	// FixPlanFailed: a failed plan is resumed or aborted, once its
+	// cause is fixed.
+	FixPlanFailed Fix = "plan-failed"
+	// FixPlanInterrupted: a plan no process runs is resumed.
+	FixPlanInterrupted Fix = "plan-interrupted"
+	// FixRenewerStart: the coordinator's renewal process is started
+	// again.
+	FixRenewerStart Fix = "renewer-start"
+	// FixAgentStart: this machine's agent, which runs the renewal loop,
+	// is started.
+	FixAgentStart Fix = "agent-start"
+)
 
 // Condition types.
 const (
@@ -303,7 +326,7 @@ func wrongAnswer(name string, want uint64, url string, answered uint64, answered
 	if answeredName != "" {
 		who = fmt.Sprintf("%s (ID %x)", answeredName, answered)
 	}
-	return fmt.Errorf("%w: %s answers on %s, not %s (ID %x): is %s running, and is its URL another member's (an alias such as localhost for 127.0.0.1, a port taken by another member)? Check `steward status` and the spec's URLs",
+	return fmt.Errorf("%w: %s answers on %s, not %s (ID %x): is %s running, and is its URL another member's (an alias such as localhost for 127.0.0.1, a port taken by another member)?",
 		ErrWrongMember, who, url, name, want, name)
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/backupd"
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/isolated"
 	"github.com/etcd-steward/steward/pkg/memberrt"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/progress"
@@ -225,7 +226,7 @@ func (e *Executor) offline(ctx context.Context, p *plan.Plan, s *plan.Step) erro
 	if s.Member == "" {
 		names = e.C.Spec.MemberNames()
 	}
-	if err := e.C.RunIsolated(ctx, names, s.Version, cluster.IsolatedOptions{Snapshot: snap, Timeout: e.timeout()}); err != nil {
+	if err := isolated.Run(ctx, e.C, names, s.Version, isolated.Options{Snapshot: snap, Timeout: e.timeout()}); err != nil {
 		return err
 	}
 	if snap {

@@ -119,8 +119,13 @@ func uniformVersion(c *cluster.Cluster, st *status.Status) (string, error) {
 	for _, v := range slices.Sorted(maps.Keys(versions)) {
 		parts = append(parts, fmt.Sprintf("%s on %s", v, strings.Join(versions[v], ",")))
 	}
-	return "", fmt.Errorf("members run different etcd versions (%s): resume or roll back the last plan first (`steward plan show`)", strings.Join(parts, "; "))
+	return "", refusal.New(ErrMixedVersions, "members run different etcd versions (%s): resume or roll back the last plan first", strings.Join(parts, "; "))
 }
+
+// ErrMixedVersions refuses a plan while members run different etcd
+// versions (a plan stopped part way); the command names the one that
+// shows that plan (cli.LibraryAdvice).
+var ErrMixedVersions = errors.New("members run different etcd versions")
 
 // build turns the catalogue's path into steps. revert first brings members
 // that run ahead of from back to it (a rollback of a plan that stopped

@@ -29,6 +29,20 @@ type Check struct {
 	// (Options.Force).
 	Overridable bool   `json:"overridable"`
 	Message     string `json:"message"`
+	// Pushes are the binary pushes that fix what the binaries check found
+	// on other hosts, each named after its words in Message (the command
+	// says how: cli.CheckMessage).
+	Pushes []Push `json:"pushes,omitempty"`
+}
+
+// Push gives Hosts etcd Version from this machine's store: the hosts lack
+// it, or (Replace) hold another build of it, their copy kept aside. After
+// is the words of the check's message it fixes.
+type Push struct {
+	Version string   `json:"version"`
+	Hosts   []string `json:"hosts"`
+	Replace bool     `json:"replace,omitempty"`
+	After   string   `json:"after"`
 }
 
 // Pre-flight check names (docs/upgrades.md lists them).
@@ -76,13 +90,13 @@ func Preflight(ctx context.Context, c *cluster.Cluster, from, to string) ([]Chec
 		maxDB = max(maxDB, m.DBSize)
 	}
 	add(CheckHealthy, false, when(!allHealthy,
-		"not every member is healthy: "+st.Unhealthy()+"; fix them first (`steward status`)"),
+		"not every member is healthy: "+st.Unhealthy()+"; fix them first"),
 		fmt.Sprintf("all %d members healthy", len(st.Members)))
 	add(CheckVoters, false, when(len(learners) > 0,
-		"learners wait for promotion: "+strings.Join(learners, ", ")+"; finish `steward member add` (or remove them) first"),
+		"learners wait for promotion: "+strings.Join(learners, ", ")),
 		"every member votes")
 	add(CheckAlarms, false, when(len(alarms) > 0,
-		"alarms are raised: "+strings.Join(alarms, "; ")+"; clear them with `steward alarm disarm`"),
+		"alarms are raised: "+strings.Join(alarms, "; ")),
 		"no alarms")
 
 	// A stable leader: the same leader and term across a short interval.
@@ -128,6 +142,7 @@ func Preflight(ctx context.Context, c *cluster.Cluster, from, to string) ([]Chec
 	}
 	store := binaries.Open(c.Spec.BinaryStoreDir(c.Dir))
 	var binProblems, flagProblems, versions []string
+	var pushes []Push
 	for _, h := range hops {
 		versions = append(versions, h.To)
 		if _, err := store.Resolve(h.To); err != nil {
@@ -170,20 +185,22 @@ func Preflight(ctx context.Context, c *cluster.Cluster, from, to string) ([]Chec
 			}
 		}
 		// One push per kind of fix: a plain one for the hosts lacking the
-		// version, a forced one (the host's copy kept aside) for another
+		// version, a replacing one (the host's copy kept aside) for another
 		// build.
-		push := func(hosts []string, force string) string {
-			return fmt.Sprintf("`steward binaries push %s --host %s%s`", h.To, strings.Join(hosts, " --host "), force)
-		}
 		if len(lacking) > 0 {
-			binProblems = append(binProblems, fmt.Sprintf("push etcd %s to those hosts from this machine's store with %s", h.To, push(lacking, "")))
+			p := Push{Version: h.To, Hosts: lacking, After: fmt.Sprintf("push etcd %s to those hosts from this machine's store", h.To)}
+			binProblems, pushes = append(binProblems, p.After), append(pushes, p)
 		}
 		if len(differing) > 0 {
-			binProblems = append(binProblems, fmt.Sprintf("replace their copy of etcd %s with this machine's (theirs is kept aside) with %s", h.To, push(differing, " --force")))
+			p := Push{Version: h.To, Hosts: differing, Replace: true, After: fmt.Sprintf("replace their copy of etcd %s with this machine's (theirs is kept aside)", h.To)}
+			binProblems, pushes = append(binProblems, p.After), append(pushes, p)
 		}
 	}
 	list := strings.Join(versions, ", ")
 	add(CheckBinaries, false, strings.Join(binProblems, "; "), "etcd "+list+" present and verified")
+	if len(pushes) > 0 {
+		out[len(out)-1].Pushes = pushes
+	}
 	add(CheckFlags, false, strings.Join(flagProblems, "; "), "extra flags valid for "+list)
 
 	// Before 3.6: etcd's own check that the v2 store holds only membership.
@@ -199,12 +216,21 @@ func Preflight(ctx context.Context, c *cluster.Cluster, from, to string) ([]Chec
 // may remain). A command matches it (errors.Is) to name its flag.
 var ErrOverridableChecks = errors.New("overridable pre-flight checks failed")
 
-// Refusal turns failed checks into an error; with force, overridable
-// failures are returned as warnings instead. The error is a
-// *refusal.Refusal of kind ErrOverridableChecks when an overridable check
-// is among the failed ones.
+// ChecksError is Refusal's error: its message lists the failed checks
+// (one "NAME: MESSAGE" line each), Failed holds them, so that a command
+// adds its advice after a check's message (cli.LibraryAdvice, by check
+// name: the commands that fix what the check found). Its Kind is
+// ErrOverridableChecks when an overridable check is among them, else nil.
+type ChecksError struct {
+	refusal.Refusal
+	Failed []Check
+}
+
+// Refusal turns failed checks into an error (a *ChecksError); with force,
+// overridable failures are returned as warnings instead.
 func Refusal(checks []Check, force bool) (warnings []string, err error) {
 	var problems []string
+	var failed []Check
 	overridable := false
 	for _, ch := range checks {
 		switch {
@@ -214,18 +240,21 @@ func Refusal(checks []Check, force bool) (warnings []string, err error) {
 		case ch.Overridable:
 			overridable = true
 			problems = append(problems, fmt.Sprintf("%s: %s (overridable)", ch.Name, ch.Message))
+			failed = append(failed, ch)
 		default:
 			problems = append(problems, fmt.Sprintf("%s: %s", ch.Name, ch.Message))
+			failed = append(failed, ch)
 		}
 	}
 	if len(problems) == 0 {
 		return warnings, nil
 	}
-	msg := "pre-flight checks failed; nothing was changed:\n  " + strings.Join(problems, "\n  ")
+	e := &ChecksError{Failed: failed}
+	e.Msg = "pre-flight checks failed; nothing was changed:\n  " + strings.Join(problems, "\n  ")
 	if overridable {
-		return warnings, refusal.New(ErrOverridableChecks, "%s", msg)
+		e.Kind = ErrOverridableChecks
 	}
-	return warnings, errors.New(msg)
+	return warnings, e
 }
 
 // short is the start of a SHA-256, enough to tell two apart.

@@ -13,6 +13,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/datadir"
+	"github.com/etcd-steward/steward/pkg/isolated"
 	"github.com/etcd-steward/steward/pkg/memberrt"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/spec"
@@ -118,7 +119,7 @@ func ReplaceDataDirs(ctx context.Context, c *cluster.Cluster, o ReplaceOptions) 
 		}
 	}
 	c.Progress.Say("stopped %d members; applying their WALs on private client ports", len(names))
-	if err := c.RunIsolated(ctx, names, o.Version, cluster.IsolatedOptions{Timeout: o.Timeout}); err != nil {
+	if err := isolated.Run(ctx, c, names, o.Version, isolated.Options{Timeout: o.Timeout}); err != nil {
 		return rep, err
 	}
 	source, applied, err := mostApplied(ctx, c)

@@ -92,6 +92,9 @@ func TestCARotationRollback(t *testing.T) {
 		st := e.Status()
 		if c := harness.Cond(st, plan.CondCertificateRotationInProgress); c.Reason != reason || !strings.Contains(c.Message, what) {
 			t.Errorf("%s: CertificateRotationInProgress %+v, want %s naming %q", when, c, reason, what)
+		} else if reason == "Interrupted" && !strings.HasSuffix(c.Message, "no process runs it: `steward plan resume`") {
+			// steward status names the command that resumes it.
+			t.Errorf("%s: CertificateRotationInProgress %+v, want it to end naming `steward plan resume`", when, c)
 		}
 		if c := harness.Cond(st, plan.CondUpgradeInProgress); c.Status != "False" || c.Reason != "NoPlan" {
 			t.Errorf("%s: UpgradeInProgress %+v, want False/NoPlan", when, c)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/pkg/binaries"
+	"github.com/etcd-steward/steward/pkg/binpush"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/status"
 	"github.com/etcd-steward/steward/test/harness"
@@ -63,7 +64,7 @@ func TestHostsBinaries(t *testing.T) {
 			if !strings.Contains(se, fmt.Sprintf("host %s (%s): etcd 3.6.16 installed and verified (etcd, etcdctl, etcdutl)", h.Name, h.Addr)) {
 				t.Errorf("no progress line for host %s: %s", h.Name, se)
 			}
-			if got := res.Hosts[i]; got.Host != h.Name || got.Address != h.Addr || got.Result != cluster.PushInstalled || got.Binary != bin {
+			if got := res.Hosts[i]; got.Host != h.Name || got.Address != h.Addr || got.Result != binpush.PushInstalled || got.Binary != bin {
 				t.Errorf("host %s: %+v, want installed as %s", h.Name, got, bin)
 			}
 			// The host's copy verifies, and is the coordinator's.
@@ -73,7 +74,7 @@ func TestHostsBinaries(t *testing.T) {
 
 		// Again: every host already has it, and nothing is sent.
 		for _, h := range pushResult(t, e.MustRun("binaries", "push", "3.6.16", "-o", "json")).Hosts {
-			if h.Result != cluster.PushPresent || h.Binary != filepath.Join(hostStore(hs.Host(h.Host)), "etcd-v3.6.16", "etcd") {
+			if h.Result != binpush.PushPresent || h.Binary != filepath.Join(hostStore(hs.Host(h.Host)), "etcd-v3.6.16", "etcd") {
 				t.Errorf("second push: %+v, want present", h)
 			}
 		}
@@ -142,6 +143,10 @@ func TestHostsBinaries(t *testing.T) {
 			"etcd 3.7.3 is in the binary store " + local + ", but: the version did not reach every host: etcd 3.7.3 is not on 1 of 3 host(s): h3 (" + h3.Addr + "): agent h3 on host " + h3.Addr + " unreachable at https://" + h3.Addr + ":2378",
 			"once they answer, run `steward binaries push 3.7.3 --store " + local + " --host h3`",
 			fmt.Sprintf("host h3 (%s): etcd 3.7.3 not pushed: agent h3 on host %s unreachable", h3.Addr, h3.Addr),
+			// What to check, added by the command after the unreachable
+			// agent: in its progress line and in the error.
+			"; check that `steward agent` runs there and that this machine reaches that address\n",
+			"; check that `steward agent` runs there and that this machine reaches that address; once they answer",
 		} {
 			if !strings.Contains(se, want) {
 				t.Errorf("stderr lacks %q:\n%s", want, se)
@@ -150,7 +155,7 @@ func TestHostsBinaries(t *testing.T) {
 		var out struct {
 			Version string              `json:"version"`
 			Path    string              `json:"path"`
-			Push    *cluster.PushResult `json:"push"`
+			Push    *binpush.PushResult `json:"push"`
 		}
 		if err := json.Unmarshal([]byte(so), &out); err != nil || out.Push == nil || len(out.Push.Hosts) != 3 {
 			t.Fatalf("import output %q: %+v, %v", so, out, err)
@@ -159,12 +164,15 @@ func TestHostsBinaries(t *testing.T) {
 			t.Errorf("import output: %+v", out)
 		}
 		for i, h := range hs.Hosts {
-			got, want := out.Push.Hosts[i], cluster.PushInstalled
+			got, want := out.Push.Hosts[i], binpush.PushInstalled
 			if h == h3 {
-				want = cluster.PushFailed
+				want = binpush.PushFailed
 			}
 			if got.Host != h.Name || got.Result != want {
 				t.Errorf("host %s: %+v, want %s", h.Name, got, want)
+			}
+			if h == h3 && !strings.HasSuffix(got.Error, "; check that `steward agent` runs there and that this machine reaches that address") {
+				t.Errorf("host %s: error %q, want what to check after it", h.Name, got.Error)
 			}
 			if h != h3 {
 				e.MustRun("binaries", "verify", "3.7.3", "--store", hostStore(h))
@@ -233,7 +241,7 @@ func TestHostsBinaries(t *testing.T) {
 			t.Fatalf("binaries push 3.7.3 --host h3: %v\nstdout: %s\nstderr: %s", err, so, se)
 		}
 		res := pushResult(t, so)
-		if !strings.Contains(se, "to 1 host(s): h3") || len(res.Hosts) != 1 || res.Hosts[0].Host != "h3" || res.Hosts[0].Result != cluster.PushInstalled {
+		if !strings.Contains(se, "to 1 host(s): h3") || len(res.Hosts) != 1 || res.Hosts[0].Host != "h3" || res.Hosts[0].Result != binpush.PushInstalled {
 			t.Errorf("push to h3 only: %+v\nstderr: %s", res, se)
 		}
 		requireSameFiles(t, filepath.Join(local, "etcd-v3.7.3"), filepath.Join(hostStore(h3), "etcd-v3.7.3"))
@@ -245,7 +253,7 @@ func TestHostsBinaries(t *testing.T) {
 		if !strings.Contains(se, "a different etcd binary is stored under this version") || !strings.Contains(se, "`steward binaries push 3.7.3 --host h2 --force`") {
 			t.Errorf("plain push over another build: %s", se)
 		}
-		if res := pushResult(t, e.MustRun("binaries", "push", "3.7.3", "--host", "h2", "--force", "-o", "json")); len(res.Hosts) != 1 || res.Hosts[0].Result != cluster.PushInstalled {
+		if res := pushResult(t, e.MustRun("binaries", "push", "3.7.3", "--host", "h2", "--force", "-o", "json")); len(res.Hosts) != 1 || res.Hosts[0].Result != binpush.PushInstalled {
 			t.Errorf("forced push to h2: %+v", res)
 		}
 		requireSameFiles(t, filepath.Join(hs.Store, "etcd-v3.7.3"), filepath.Join(hostStore(h2), "etcd-v3.7.3"))
@@ -342,9 +350,9 @@ func requireBinaries(t *testing.T, e *harness.Env, want map[string]cluster.HostB
 }
 
 // pushResult decodes the JSON output of `binaries push`.
-func pushResult(t *testing.T, out string) cluster.PushResult {
+func pushResult(t *testing.T, out string) binpush.PushResult {
 	t.Helper()
-	var res cluster.PushResult
+	var res binpush.PushResult
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatalf("push output %q: %v", out, err)
 	}

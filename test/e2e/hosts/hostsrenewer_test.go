@@ -83,7 +83,9 @@ func TestHostsRenewerRestart(t *testing.T) {
 	}
 	harness.Eventually(t, 20*time.Second, 500*time.Millisecond, "status reporting the killed renewal", func() error {
 		rs, c := renewal(hs.Status())
-		if c.Status != "False" || c.Reason != "NotRunning" || rs.Running || !strings.Contains(c.Message, fmt.Sprintf("(pid %d) is gone", first)) {
+		// steward status names what restarts it.
+		if c.Status != "False" || c.Reason != "NotRunning" || rs.Running || !strings.Contains(c.Message, fmt.Sprintf("(pid %d) is gone", first)) ||
+			!strings.HasSuffix(c.Message, "; `steward up` restarts it (or its systemd unit, deploy/systemd/steward-certrenew.service, does)") {
 			return fmt.Errorf("%+v", c)
 		}
 		return nil

@@ -2,9 +2,9 @@
 // Kubernetes of three nodes in three zones (internal/localkube, cluster DNS
 // included), shared by the package's tests.
 //
-// The operator runs as a pod of that cluster, from a Steward image the
-// tests build from this checkout (stewardImage), not as a process of the
-// test: it reaches the member pods by their DNS names
+// The operator runs as a pod of that cluster, installed from
+// deploy/operator with a Steward image the tests build from this checkout
+// (stewardImage), not as a process of the test: it reaches the member pods by their DNS names
 // (NAME-I.NAME-peer.NAMESPACE.svc.cluster.local), which only the cluster's
 // DNS resolves, at pod IPs only the nodes route to.
 package operator_test

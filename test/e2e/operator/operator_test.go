@@ -13,7 +13,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -123,55 +122,40 @@ func kubectl(t *testing.T, c *localkube.Cluster, args ...string) string {
 	return string(out)
 }
 
-// installOperator installs the CRD and the operator's ClusterRole (the
-// generated deploy/operator files), and runs the operator as a pod of ns
-// watching ns, removed when the test ends (its ClusterRoleBinding too).
-func installOperator(t *testing.T, c *localkube.Cluster, cs *kubernetes.Clientset, ns, image string) {
+// installOperator installs the operator as a user does, `kubectl apply -k
+// deploy/operator` (the namespace steward-system, the CRD, the generated
+// ClusterRole and its binding, the state volume, the Deployment), with the
+// tests' image in place of the base's, and removes it when the test ends.
+func installOperator(t *testing.T, c *localkube.Cluster, cs *kubernetes.Clientset, image string) {
 	t.Helper()
-	root := harness.RepoRoot(t)
-	kubectl(t, c, "apply", "-f", filepath.Join(root, "deploy", "operator", "crd"))
-	kubectl(t, c, "wait", "--for=condition=Established", "--timeout=60s", "crd/etcdclusters.steward.etcd.io")
-	kubectl(t, c, "apply", "-f", filepath.Join(root, "deploy", "operator", "rbac", "role.yaml"))
-	ctx := t.Context()
-	if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "steward-operator"}}, metav1.CreateOptions{}); err != nil {
+	base := filepath.Join(harness.RepoRoot(t), "deploy", "operator")
+	out := kubectl(t, c, "kustomize", base)
+	const baseImage = kubeimages.StewardImage + ":latest"
+	if !strings.Contains(out, "image: "+baseImage) {
+		t.Fatalf("kustomize %s names no image %s:\n%s", base, baseImage, out)
+	}
+	manifest := filepath.Join(t.TempDir(), "operator.yaml")
+	if err := os.WriteFile(manifest, []byte(strings.ReplaceAll(out, baseImage, image)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	binding := "steward-operator-" + ns
-	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: binding},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "steward-operator"},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "steward-operator", Namespace: ns}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cs.RbacV1().ClusterRoleBindings().Delete(context.Background(), binding, metav1.DeleteOptions{})
-	})
-	grace := int64(5)
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "steward-operator", Labels: map[string]string{"app": "steward-operator"}},
-		Spec: corev1.PodSpec{
-			ServiceAccountName:            "steward-operator",
-			TerminationGracePeriodSeconds: &grace,
-			Containers: []corev1.Container{{
-				Name: "operator", Image: image, ImagePullPolicy: corev1.PullNever,
-				Args: []string{"operator", "--state-dir", "/var/lib/steward-operator", "--namespace", ns,
-					"--leader-elect", "--leader-election-namespace", ns, "--metrics-address", "0", "--health-address", ":8081",
-					"--member-image", image, "--member-image-pull-policy", "Never"},
-				VolumeMounts: []corev1.VolumeMount{{Name: "state", MountPath: "/var/lib/steward-operator"}},
-			}},
-			Volumes: []corev1.Volume{{Name: "state", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
-		},
-	}
-	if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	kubectl(t, c, "apply", "-f", manifest)
 	t.Cleanup(func() {
 		if t.Failed() {
-			logs(t, cs, ns, "steward-operator")
+			pods, _ := cs.CoreV1().Pods(operatorNS).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=steward-operator"})
+			for _, p := range pods.Items {
+				logs(t, cs, operatorNS, p.Name)
+			}
 		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		_ = c.Kubectl(ctx, "delete", "--ignore-not-found", "-f", manifest).Run()
 	})
+	kubectl(t, c, "wait", "--for=condition=Established", "--timeout=60s", "crd/etcdclusters.steward.etcd.io")
+	kubectl(t, c, "-n", operatorNS, "rollout", "status", "deployment/steward-operator", "--timeout=3m")
 }
+
+// operatorNS is the operator's namespace in deploy/operator.
+const operatorNS = "steward-system"
 
 // logs writes a pod's logs into the test's.
 func logs(t *testing.T, cs *kubernetes.Clientset, ns, pod string) {
@@ -216,7 +200,7 @@ func operatorCreate(t *testing.T, c *localkube.Cluster) {
 	image := stewardImage(t, c)
 	cs, cl := clients(t, c)
 	ns := namespace(t, cs, "op-create")
-	installOperator(t, c, cs, ns, image)
+	installOperator(t, c, cs, image)
 
 	creds, err := os.ReadFile(c.S3CredentialsFile)
 	if err != nil {
@@ -306,6 +290,14 @@ func operatorCreate(t *testing.T, c *localkube.Cluster) {
 	}
 	if len(pods.Items) != 3 || len(zones) != 3 {
 		t.Errorf("%d member pods in zones %v", len(pods.Items), zones)
+	}
+
+	// A Lease per member, for its agent to renew.
+	for i := range 3 {
+		l, err := cs.CoordinationV1().Leases(ns).Get(t.Context(), fmt.Sprintf("db-%d", i), metav1.GetOptions{})
+		if err != nil || len(l.OwnerReferences) != 1 || l.OwnerReferences[0].Name != "db" {
+			t.Errorf("lease db-%d: %v", i, err)
+		}
 	}
 
 	// A client writes and reads through the client Service.

@@ -223,7 +223,7 @@ func operatorScale(t *testing.T, c *localkube.Cluster) {
 	image := stewardImage(t, c)
 	cs, cl := clients(t, c)
 	ns := namespace(t, cs, "op-scale")
-	installOperator(t, c, cs, ns, image)
+	installOperator(t, c, cs, image)
 	ec := scaleCluster(t, cs, cl, ns, 3)
 
 	cli := serviceClient(t, c, cs, ec)
@@ -294,7 +294,7 @@ func operatorMemberLoss(t *testing.T, c *localkube.Cluster) {
 	image := stewardImage(t, c)
 	cs, cl := clients(t, c)
 	ns := namespace(t, cs, "op-loss")
-	installOperator(t, c, cs, ns, image)
+	installOperator(t, c, cs, image)
 	ec := scaleCluster(t, cs, cl, ns, 3)
 	st := waitMembers(t, cs, cl, ec, 3, time.Minute)
 	ids := memberIDs(st)

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -91,6 +92,14 @@ func (k kubectl) getJSON(args ...string) map[string]any {
 func field(obj map[string]any, path string) any {
 	var v any = obj
 	for p := range strings.SplitSeq(path, ".") {
+		if l, ok := v.([]any); ok {
+			i, err := strconv.Atoi(p)
+			if err != nil || i < 0 || i >= len(l) {
+				return nil
+			}
+			v = l[i]
+			continue
+		}
 		m, ok := v.(map[string]any)
 		if !ok {
 			return nil
@@ -138,10 +147,12 @@ func TestOperatorAPI(t *testing.T) {
 			t.Fatal("deployment steward-system/steward-operator not created")
 		}
 		for path, want := range map[string]any{
-			"spec.replicas":                                   1.0,
-			"spec.strategy.type":                              "Recreate",
-			"spec.template.spec.serviceAccountName":           "steward-operator",
-			"spec.template.spec.securityContext.runAsNonRoot": true,
+			"spec.replicas":                                          1.0,
+			"spec.strategy.type":                                     "Recreate",
+			"spec.template.spec.serviceAccountName":                  "steward-operator",
+			"spec.template.spec.securityContext.seccompProfile.type": "RuntimeDefault",
+			"spec.template.spec.containers.0.securityContext.allowPrivilegeEscalation": false,
+			"spec.template.spec.containers.0.securityContext.readOnlyRootFilesystem":   true,
 		} {
 			if got := field(d, path); got != want {
 				t.Errorf("deployment %s = %v, want %v", path, got, want)

@@ -256,7 +256,10 @@ func TestHealthGateFailsThenResumes(t *testing.T) {
 		if p.State != plan.Failed || cur == nil || cur.State != plan.Failed || !strings.Contains(cur.Error, victim) {
 			t.Fatalf("plan %s, current step %+v; want failed naming %s", p.State, cur, victim)
 		}
-		if c := harness.Cond(e.Status(), status.CondUpgradeInProgress); c.Status != "True" || c.Reason != "Failed" {
+		// The condition names the commands that end it (steward status
+		// adds them).
+		if c := harness.Cond(e.Status(), status.CondUpgradeInProgress); c.Status != "True" || c.Reason != "Failed" ||
+			!strings.HasSuffix(c.Message, "; fix the cause, then `steward plan resume` or `steward plan abort`") {
 			t.Errorf("UpgradeInProgress while failed: %+v", c)
 		}
 		// A new plan is refused while this one waits.
@@ -343,10 +346,12 @@ func TestUpgradePreflightRefusals(t *testing.T) {
 			t.Errorf("steward %s: %q, want it to say %q", strings.Join(tc.args, " "), msg, tc.want)
 		}
 	}
-	// An unhealthy member: refused by the pre-flight checks, nothing changed.
+	// An unhealthy member: refused by the pre-flight checks, nothing
+	// changed; the command names the one that shows the members.
 	e.MustRun("member", "stop", names[2])
 	msg := e.MustFail("upgrade", "apply", "--to", vs[2])
-	if !strings.Contains(msg, "members-healthy") || !strings.Contains(msg, names[2]) || !strings.Contains(msg, "nothing was changed") {
+	if !strings.Contains(msg, "members-healthy") || !strings.Contains(msg, names[2]) || !strings.Contains(msg, "nothing was changed") ||
+		!strings.Contains(msg, "; fix them first (`steward status`)") {
 		t.Errorf("unhealthy member: %s", msg)
 	}
 	e.MustRun("member", "start", names[2])

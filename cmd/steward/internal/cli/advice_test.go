@@ -3,21 +3,34 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
+	"strings"
 	"testing"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/etcd-steward/steward/pkg/adopt"
+	"github.com/etcd-steward/steward/pkg/agent"
+	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/backup"
+	"github.com/etcd-steward/steward/pkg/bootstrap"
 	"github.com/etcd-steward/steward/pkg/carotate"
+	"github.com/etcd-steward/steward/pkg/certs"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/handover"
+	"github.com/etcd-steward/steward/pkg/kmigrate"
 	"github.com/etcd-steward/steward/pkg/kstorage"
 	"github.com/etcd-steward/steward/pkg/membership"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/pkg/progress"
 	"github.com/etcd-steward/steward/pkg/recovery"
 	"github.com/etcd-steward/steward/pkg/refusal"
 	"github.com/etcd-steward/steward/pkg/restore"
 	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/pkg/status"
+	"github.com/etcd-steward/steward/pkg/upgrade"
 )
 
 // TestAdvise: advice goes after an error of its kind word for word, and
@@ -118,6 +131,19 @@ func TestLibraryAdvice(t *testing.T) {
 	adopted := &cluster.Cluster{Spec: attached.Spec.Clone()}
 	adopted.Spec.Members[0].Agent, adopted.Spec.Members[0].Adopted = spec.LocalAgent, &spec.Adopted{}
 	boom := errors.New("context deadline exceeded")
+	_, failedChecks := upgrade.Refusal([]upgrade.Check{
+		{Name: upgrade.CheckHealthy, Message: "not every member is healthy: m2; fix them first"},
+		{Name: upgrade.CheckVoters, Message: "learners wait for promotion: m4"},
+		{Name: upgrade.CheckAlarms, Message: "alarms are raised: m1: NOSPACE"},
+		{Name: upgrade.CheckDBSize, Overridable: true, Message: "the database is 90% of its quota"},
+		{Name: upgrade.CheckBinaries, Message: "host h2: etcd 3.7.3 missing; host h3: another build; push etcd 3.7.3 to those hosts from this machine's store; replace their copy of etcd 3.7.3 with this machine's (theirs is kept aside)",
+			Pushes: []upgrade.Push{{Version: "3.7.3", Hosts: []string{"h1", "h2"}, After: "push etcd 3.7.3 to those hosts from this machine's store"},
+				{Version: "3.7.3", Hosts: []string{"h3"}, Replace: true, After: "replace their copy of etcd 3.7.3 with this machine's (theirs is kept aside)"}}},
+		{Name: upgrade.CheckLeader, OK: true, Message: "leader m1, term 2"},
+	}, false)
+	if !errors.Is(failedChecks, upgrade.ErrOverridableChecks) {
+		t.Errorf("failed checks with an overridable one: %v is not ErrOverridableChecks", failedChecks)
+	}
 	for _, tc := range []struct {
 		name string
 		err  error
@@ -151,6 +177,40 @@ func TestLibraryAdvice(t *testing.T) {
 			"cannot run `steward certs renew`: the certificates of cluster kube are the operator's (it was attached): Steward does not hold their CA's key; renew them with that CA (`steward certs list` shows their expiry, and status warns before they expire), or hand Steward that CA's certificate and key (`steward certs take-over`)"},
 		{"adopt's health gate", refusal.New(adopt.ErrUnhealthy, "not every member of cluster kube is healthy (m2: unhealthy): adopt one only while all are"),
 			"not every member of cluster kube is healthy (m2: unhealthy): adopt one only while all are (`steward status`)"},
+		{"a member answers for another", fmt.Errorf("wait for m2: %w", status.CheckAnswer("m2", 2, "https://127.0.0.1:2379", &clientv3.StatusResponse{Header: &etcdserverpb.ResponseHeader{MemberId: 1}})),
+			"wait for m2: another member answers on the URL: member ID 1 answers on https://127.0.0.1:2379, not m2 (ID 2): is m2 running, and is its URL another member's (an alias such as localhost for 127.0.0.1, a port taken by another member)? Check `steward status` and the spec's URLs"},
+		{"a member answers for another, words after it", errors.Join(status.CheckAnswer("m2", 2, "u", &clientv3.StatusResponse{Header: &etcdserverpb.ResponseHeader{MemberId: 1}}), boom),
+			"another member answers on the URL: member ID 1 answers on u, not m2 (ID 2): is m2 running, and is its URL another member's (an alias such as localhost for 127.0.0.1, a port taken by another member)? Check `steward status` and the spec's URLs\ncontext deadline exceeded"},
+		{"mixed versions", fmt.Errorf("plan: %w", refusal.New(upgrade.ErrMixedVersions, "members run different etcd versions (3.5.35 on m1; 3.6.16 on m2,m3): resume or roll back the last plan first")),
+			"plan: members run different etcd versions (3.5.35 on m1; 3.6.16 on m2,m3): resume or roll back the last plan first (`steward plan show`)"},
+		{"pre-flight checks", fmt.Errorf("`steward upgrade apply` would refuse this plan: %w", failedChecks),
+			"`steward upgrade apply` would refuse this plan: pre-flight checks failed; nothing was changed:\n" +
+				"  members-healthy: not every member is healthy: m2; fix them first (`steward status`)\n" +
+				"  no-learners: learners wait for promotion: m4; finish `steward member add` (or remove them) first\n" +
+				"  no-alarms: alarms are raised: m1: NOSPACE; clear them with `steward alarm disarm`\n" +
+				"  db-size: the database is 90% of its quota (overridable)\n" +
+				"  binaries: host h2: etcd 3.7.3 missing; host h3: another build; push etcd 3.7.3 to those hosts from this machine's store with `steward binaries push 3.7.3 --host h1 --host h2`; replace their copy of etcd 3.7.3 with this machine's (theirs is kept aside) with `steward binaries push 3.7.3 --host h3 --force`"},
+		{"migration lock", fmt.Errorf("/d/migrate.db: %w", kmigrate.ErrStateLocked),
+			"/d/migrate.db: another steward migrate storage is running with this Steward directory"},
+		{"migration lock alone", kmigrate.ErrStateLocked, "another steward migrate storage is running with this Steward directory"},
+		// Unreachable agents: what to check after each.
+		{"an unreachable agent", fmt.Errorf("member etcd-1: %w", unreachable("cp-1", "10.0.0.11")),
+			"member etcd-1: agent cp-1 on host 10.0.0.11 unreachable at https://10.0.0.11:2378: dial tcp 10.0.0.11:2378: connect: connection refused; check that `steward agent` runs there and that this machine reaches that address"},
+		{"two unreachable agents", fmt.Errorf("push: %w", errors.Join(fmt.Errorf("host cp-1: %w", unreachable("cp-1", "10.0.0.11")), fmt.Errorf("host cp-3: %w", unreachable("cp-3", "10.0.0.13")))),
+			"push: host cp-1: agent cp-1 on host 10.0.0.11 unreachable at https://10.0.0.11:2378: dial tcp 10.0.0.11:2378: connect: connection refused; check that `steward agent` runs there and that this machine reaches that address\n" +
+				"host cp-3: agent cp-3 on host 10.0.0.13 unreachable at https://10.0.0.13:2378: dial tcp 10.0.0.13:2378: connect: connection refused; check that `steward agent` runs there and that this machine reaches that address"},
+		// The renewal loop's, advised in the loop's process.
+		{"rotation not running", refusal.New(certs.ErrRotationNotRunning, "renewals wait for a CA rotation that is not running (plan ca-rotation-1 is aborted; ca-next.crt is still there)"),
+			"renewals wait for a CA rotation that is not running (plan ca-rotation-1 is aborted; ca-next.crt is still there): run `steward certs rotate-ca` to finish it"},
+		{"a host cannot sign", certs.ErrHostCannotSign,
+			"this host's certificates are due for renewal and its directory holds no CA key: the coordinator renews them through this agent's API (its renewal loop or `steward certs renew`); check that it reaches this host (docs/certificates.md)"},
+		// The agent's, advised in the agent process (agent.Options.Advise).
+		{"invalid data dir", fmt.Errorf("start member etcd-1: %w", &agent.DataDirError{Member: "etcd-1", Msg: "refusing to start: data dir /d/members/etcd-1/data is empty, but etcd 3.6.16 was started on it (last at 2026-11-27T21:00:00Z, by its version record): its data was lost; rebuild it"}),
+			"start member etcd-1: refusing to start: data dir /d/members/etcd-1/data is empty, but etcd 3.6.16 was started on it (last at 2026-11-27T21:00:00Z, by its version record): its data was lost; rebuild it with `steward member replace etcd-1` (or `steward recover` when a majority is lost)"},
+		{"no host certificates", fmt.Errorf("PUT /v1/certs/server: %w", agent.ErrNoHostCerts),
+			"PUT /v1/certs/server: this agent holds no host certificates (it runs on the coordinator's machine, whose directory renews its own: use `steward certs renew` there)"},
+		{"spec to an agent that never joined", agent.ErrNotJoined,
+			"only an agent that joined a cluster (steward agent --join) keeps a copy of the spec"},
 		{"another error", boom, "context deadline exceeded"},
 	} {
 		if got := LibraryAdvice(tc.err); got == nil || got.Error() != tc.want || !errors.Is(got, tc.err) {
@@ -168,5 +228,109 @@ func TestLibraryAdvice(t *testing.T) {
 	want := "step 3 (push the trust bundle) failed: push the trust bundle: refusing: another coordinator took over: its plans are stale (`steward takeover` here takes over again); fix the cause, then run `steward plan resume` (or `steward plan abort`)"
 	if got.Error() != want {
 		t.Errorf("a failed step's error: %v\nwant %s", got, want)
+	}
+}
+
+// unreachable is the error of agent name on host addr that refused the
+// connection.
+func unreachable(name, addr string) error {
+	return &agentapi.UnreachableError{Agent: name, Host: addr, Address: "https://" + addr + ":2378",
+		Err: errors.New("dial tcp " + addr + ":2378: connect: connection refused")}
+}
+
+// TestConditionAdvice: `steward status` shows the plan and renewal
+// conditions with the commands that end them, letter for letter as the
+// library once wrote them; conditions without a fix keep their message.
+func TestConditionAdvice(t *testing.T) {
+	st := &status.Status{Conditions: []status.Condition{
+		{Type: "UpgradeInProgress", Reason: "Failed", Fix: status.FixPlanFailed, Message: "upgrade plan upgrade-1 failed: step 2: boom; fix the cause"},
+		{Type: "AdoptionInProgress", Reason: "Interrupted", Fix: status.FixPlanInterrupted, Message: "adopt plan adopt-1 was interrupted; no process runs it"},
+		{Type: "CertificateRenewal", Reason: "NotRunning", Fix: status.FixRenewerStart, Message: "no certificate renewal runs for this directory: the hosts' certificates are not renewed"},
+		{Type: "CertificateRenewal", Reason: "Stopped", Fix: status.FixAgentStart, Message: "the certificate renewal (pid 4) stopped 1m0s ago; it runs in this machine's agent: start the agent"},
+		{Type: "Ready", Reason: "Quorate", Message: "3 of 3 members healthy"},
+	}}
+	ConditionAdvice(st)
+	for i, want := range []string{
+		"upgrade plan upgrade-1 failed: step 2: boom; fix the cause, then `steward plan resume` or `steward plan abort`",
+		"adopt plan adopt-1 was interrupted; no process runs it: `steward plan resume`",
+		"no certificate renewal runs for this directory: the hosts' certificates are not renewed; `steward up` restarts it (or its systemd unit, deploy/systemd/steward-certrenew.service, does)",
+		"the certificate renewal (pid 4) stopped 1m0s ago; it runs in this machine's agent: start the agent (`steward up`, or its systemd unit)",
+		"3 of 3 members healthy",
+	} {
+		if got := st.Conditions[i].Message; got != want {
+			t.Errorf("%s: %s\nwant %s", st.Conditions[i].Type, got, want)
+		}
+	}
+}
+
+// TestSpecProblemAdvice: the validation problems a command ends name it
+// in their own line, each of them, as the library once wrote them; the
+// other problems are left as they are.
+func TestSpecProblemAdvice(t *testing.T) {
+	s := &spec.Cluster{Name: "kube", External: &spec.External{CAFile: "/etc/etcd/ca.crt", ClusterID: "feed"},
+		Members: []spec.Member{{Name: "cp-1", ClientURL: "https://127.0.0.1:2379", Agent: "local"}}}
+	_, err := s.Validate(spec.ValidateOptions{})
+	if err == nil {
+		t.Fatal("no validation problems")
+	}
+	got := LibraryAdvice(fmt.Errorf("cluster.yaml: %w", err)).Error()
+	for _, want := range []string{
+		"\nexternal.certFile is empty: an attached cluster is reached with the operator's own certificate (leave all three empty only after `steward certs take-over`)\n",
+		"\nexternal.keyFile is empty: an attached cluster is reached with the operator's own certificate (leave all three empty only after `steward certs take-over`)\n",
+		"member cp-1: agent \"local\": the members of an attached cluster run under no agent until `steward adopt` hands them to one (leave agent empty)",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("advised problems:\n%s\nwant a line %q", got, want)
+		}
+	}
+	if strings.Contains(got, "the certificate take-over") || strings.Contains(got, "until adopt hands") || !strings.HasPrefix(got, "cluster.yaml: ") {
+		t.Errorf("advised problems:\n%s", got)
+	}
+	if !errors.Is(LibraryAdvice(err), spec.ErrOperatorFileEmpty) {
+		t.Error("the advised error is no longer of its kind")
+	}
+}
+
+// TestProgressHints: the progress lines that name a step (progress.Hint)
+// read, through a command's progress, as the libraries once wrote them,
+// with the command; through any other Func, with the plain words. One is
+// written by its library (bootstrap.Init without S3), the others as the
+// libraries call Say.
+func TestProgressHints(t *testing.T) {
+	var b strings.Builder
+	dir := filepath.Join(t.TempDir(), "steward")
+	o := bootstrap.InitOptions{HostsOptions: spec.HostsOptions{Hosts: []spec.Host{{Name: "h1", Address: "10.0.0.11"}}}}
+	if _, _, err := bootstrap.Init(t.Context(), dir, o, Progress(&b)); err != nil {
+		t.Fatal(err)
+	}
+	if want := "continuous backups are off: no S3 store was given (set backup.s3 in " + filepath.Join(dir, spec.FileName) + " before `steward up`, see docs/backup.md)\n"; !strings.HasSuffix(b.String(), want) {
+		t.Errorf("init's last line:\n%s\nwant %s", b.String(), want)
+	}
+	for _, tc := range []struct {
+		format     string
+		args       []any
+		want, bare string
+	}{
+		{"warning: %v; continuous backups do not run on those hosts until the next %v", []any{"host h2: unreachable", progress.Hint{Kind: bootstrap.HintUp, Plain: "start of the cluster"}},
+			"warning: host h2: unreachable; continuous backups do not run on those hosts until the next `steward up`",
+			"warning: host h2: unreachable; continuous backups do not run on those hosts until the next start of the cluster"},
+		{"note: member %s runs with an older config; %v applies the spec", []any{"m1", progress.Hint{Kind: bootstrap.HintRestartMember, Args: []string{"m1"}, Plain: "stopping and starting it"}},
+			"note: member m1 runs with an older config; `steward member stop m1` then `start` applies the spec",
+			"note: member m1 runs with an older config; stopping and starting it applies the spec"},
+		{"note: no CA key in %s: this coordinator cannot add hosts (%v)", []any{"/pki", progress.Hint{Kind: bootstrap.HintAddHost, Plain: "no host add"}},
+			"note: no CA key in /pki: this coordinator cannot add hosts (`steward host add`)",
+			"note: no CA key in /pki: this coordinator cannot add hosts (no host add)"},
+		{"restored 3 members ...; %v", []any{progress.Hint{Kind: restore.HintStartCluster, Plain: "start the cluster"}},
+			"restored 3 members ...; start the cluster with `steward up`", "restored 3 members ...; start the cluster"},
+		// An error in a line gets the advice it gets when main prints it.
+		{"warning: %v", []any{refusal.New(upgrade.ErrMixedVersions, "members run different etcd versions (...)")},
+			"warning: members run different etcd versions (...) (`steward plan show`)", "warning: members run different etcd versions (...)"},
+	} {
+		var got, bare strings.Builder
+		Progress(&got).Say(tc.format, tc.args...)
+		progress.To(&bare).Say(tc.format, tc.args...)
+		if got.String() != tc.want+"\n" || bare.String() != tc.bare+"\n" {
+			t.Errorf("%q:\n%s%s\nwant\n%s\n%s", tc.format, got.String(), bare.String(), tc.want, tc.bare)
+		}
 	}
 }

@@ -7,7 +7,6 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/bootstrap"
 	"github.com/etcd-steward/steward/pkg/cluster"
-	"github.com/etcd-steward/steward/pkg/progress"
 )
 
 // Cluster checks the -o flag and opens the cluster of the Steward
@@ -24,7 +23,7 @@ func (g *Globals) Cluster(cmd interface{ ErrOrStderr() io.Writer }) (*cluster.Cl
 	if err != nil {
 		return nil, err
 	}
-	c.Progress = progress.To(cmd.ErrOrStderr())
+	c.Progress = Progress(cmd.ErrOrStderr())
 	return c, nil
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/host"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/initcluster"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/inspect"
+	"github.com/etcd-steward/steward/cmd/steward/internal/command/kube"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/leader"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/member"
 	"github.com/etcd-steward/steward/cmd/steward/internal/command/migrate"
@@ -91,6 +92,7 @@ func NewRootCommand() *cobra.Command {
 		plan.NewCommand(g),
 		inspect.NewCommand(g),
 		migrate.NewCommand(g),
+		kube.NewCommand(g),
 		agent.NewCommand(g),
 		host.NewCommand(g),
 		takeover.NewCommand(g),

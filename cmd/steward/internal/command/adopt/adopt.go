@@ -20,7 +20,6 @@ import (
 	"github.com/etcd-steward/steward/pkg/catalogue"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/plan"
-	"github.com/etcd-steward/steward/pkg/progress"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -168,7 +167,7 @@ func apply(cmd *cobra.Command, g *cli.Globals, run adopt.MemberRun) error {
 	} else if err != nil {
 		return err
 	}
-	c.Progress = progress.To(cmd.ErrOrStderr())
+	c.Progress = cli.Progress(cmd.ErrOrStderr())
 	diffs, err := stewardDifferences(run)
 	if err != nil {
 		return err

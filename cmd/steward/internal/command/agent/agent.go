@@ -61,7 +61,7 @@ Later runs need only --dir.`,
 				return err
 			}
 			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-			o := agentpkg.Options{Name: name, Dir: dir, Socket: socket, Log: log, BinaryStore: store}
+			o := agentpkg.Options{Name: name, Dir: dir, Socket: socket, Log: log, BinaryStore: store, Advise: cli.LibraryAdvice}
 			if listenAddr != "" && net.ParseIP(listenAddr) == nil {
 				return fmt.Errorf("--listen-address %q: not an IP address; give the pod's IP ($(POD_IP) from the downward API) or 0.0.0.0", listenAddr)
 			}
@@ -131,7 +131,7 @@ Later runs need only --dir.`,
 				}()
 				go func() {
 					defer wg.Done()
-					certs.RunRenewal(bctx, dir, log.With("component", "certificates"))
+					certs.RunRenewal(bctx, dir, log.With("component", "certificates"), cli.LibraryAdvice)
 				}()
 				backupd.Run(bctx, dir, o.Name, log.With("component", "backup"))
 				wg.Wait()

@@ -11,7 +11,6 @@ import (
 
 	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
 	"github.com/etcd-steward/steward/pkg/bootstrap"
-	"github.com/etcd-steward/steward/pkg/progress"
 )
 
 // Result is what attach prints (-o json|yaml field names are stable).
@@ -61,7 +60,7 @@ need the member processes refuse: ` + "`steward adopt`" + ` hands them to Stewar
 				return err
 			}
 			o.Endpoints = endpoints
-			c, err := bootstrap.Attach(cmd.Context(), dir, o, progress.To(cmd.ErrOrStderr()))
+			c, err := bootstrap.Attach(cmd.Context(), dir, o, cli.Progress(cmd.ErrOrStderr()))
 			if err != nil && c != nil {
 				return fmt.Errorf("%w (run it in the foreground with `steward agent --dir %s` to see why)", err, dir)
 			}

@@ -1,6 +1,6 @@
 // Package binaries is the `steward binaries` command: list, import, verify
 // the etcd versions in the binary store (see pkg/binaries), and push them
-// to the hosts of a cluster (pkg/cluster.PushBinary).
+// to the hosts of a cluster (pkg/binpush.Push).
 package binaries
 
 import (
@@ -17,8 +17,9 @@ import (
 
 	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
 	"github.com/etcd-steward/steward/pkg/binaries"
+	"github.com/etcd-steward/steward/pkg/binpush"
 	"github.com/etcd-steward/steward/pkg/cluster"
-	"github.com/etcd-steward/steward/pkg/progress"
+	"github.com/etcd-steward/steward/pkg/hostset"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -172,13 +173,13 @@ take it, the command exits non-zero naming it; the local import stays.`,
 // coordinator, what each host got.
 type importResult struct {
 	binaries.Binary
-	Push *cluster.PushResult `json:"push,omitempty"`
+	Push *binpush.PushResult `json:"push,omitempty"`
 }
 
 // pushAfterImport pushes an imported version to the other hosts of the
 // Steward directory's cluster; a directory without a spec (a host's) or a
 // spec without other hosts pushes nothing (nil result).
-func pushAfterImport(ctx context.Context, g *cli.Globals, cmd *cobra.Command, s *binaries.Store, version string) (*cluster.PushResult, error) {
+func pushAfterImport(ctx context.Context, g *cli.Globals, cmd *cobra.Command, s *binaries.Store, version string) (*binpush.PushResult, error) {
 	dir, err := g.StewardDir()
 	if err != nil {
 		return nil, err
@@ -190,16 +191,17 @@ func pushAfterImport(ctx context.Context, g *cli.Globals, cmd *cobra.Command, s 
 	if err != nil {
 		return nil, fmt.Errorf("it was pushed to no host: %w", err)
 	}
-	if len(c.RemoteAgents()) == 0 {
+	if len(hostset.Remote(c.Spec)) == 0 {
 		return nil, nil
 	}
-	c.Progress = progress.To(cmd.ErrOrStderr())
-	res, err := c.PushBinary(ctx, version, cluster.PushOptions{Store: s})
+	c.Progress = cli.Progress(cmd.ErrOrStderr())
+	res, err := binpush.Push(ctx, pushTarget(c), version, binpush.Options{Store: s})
+	advisePush(&res)
 	return &res, err
 }
 
 func newPushCommand(g *cli.Globals, open func() (*binaries.Store, error), storeFlag *string) *cobra.Command {
-	var opt cluster.PushOptions
+	var opt binpush.Options
 	cmd := &cobra.Command{
 		Use:   "push VERSION [--host NAME]...",
 		Short: "Push an etcd version from this machine's store to the cluster's other hosts",
@@ -228,7 +230,8 @@ did not reach; the others keep it: run it again with --host for those.`,
 			if opt.Store, err = open(); err != nil {
 				return err
 			}
-			res, perr := c.PushBinary(commandContext(cmd), args[0], opt)
+			res, perr := binpush.Push(commandContext(cmd), pushTarget(c), args[0], opt)
+			advisePush(&res)
 			if len(res.Hosts) == 0 {
 				return perr
 			}
@@ -236,7 +239,7 @@ did not reach; the others keep it: run it again with --host for those.`,
 				fmt.Fprintln(tw, "HOST\tADDRESS\tRESULT\tBINARY")
 				for _, h := range res.Hosts {
 					what := h.Binary
-					if h.Result == cluster.PushFailed {
+					if h.Result == binpush.PushFailed {
 						what = "-"
 					}
 					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", h.Host, h.Address, h.Result, what)
@@ -253,9 +256,25 @@ did not reach; the others keep it: run it again with --host for those.`,
 	return cmd
 }
 
+// advisePush gives each host's error in res the advice main adds to
+// errors (an unreachable agent: what to check), as JSON and the table
+// show it.
+func advisePush(res *binpush.PushResult) {
+	for i, h := range res.Hosts {
+		if h.Err != nil {
+			res.Hosts[i].Error = cli.LibraryAdvice(h.Err).Error()
+		}
+	}
+}
+
+// pushTarget is what a push needs of the cluster c.
+func pushTarget(c *cluster.Cluster) binpush.Cluster {
+	return binpush.Cluster{Spec: c.Spec, Dir: c.Dir, SpecPath: c.SpecPath(), Agent: c.Agent, Progress: c.Progress}
+}
+
 // pushHint adds the command that pushes again to the hosts a push missed.
-func pushHint(err error, res *cluster.PushResult, version, storeFlag string) error {
-	if res == nil || !errors.Is(err, cluster.ErrPushIncomplete) {
+func pushHint(err error, res *binpush.PushResult, version, storeFlag string) error {
+	if res == nil || !errors.Is(err, binpush.ErrPushIncomplete) {
 		return err
 	}
 	again := "steward binaries push " + version
@@ -267,9 +286,9 @@ func pushHint(err error, res *cluster.PushResult, version, storeFlag string) err
 	}
 	// The agents' refusals arrive as text: look for the different build.
 	if strings.Contains(err.Error(), binaries.ErrDifferentBinary.Error()) {
-		return cli.Hint(err, cluster.ErrPushIncomplete, "a host holding another build under the version takes this one with `"+again+" --force` (its copy is kept aside)")
+		return cli.Hint(err, binpush.ErrPushIncomplete, "a host holding another build under the version takes this one with `"+again+" --force` (its copy is kept aside)")
 	}
-	return cli.Hint(err, cluster.ErrPushIncomplete, "once they answer, run `"+again+"`")
+	return cli.Hint(err, binpush.ErrPushIncomplete, "once they answer, run `"+again+"`")
 }
 
 // importHint adds the flag that gets past a refused import.

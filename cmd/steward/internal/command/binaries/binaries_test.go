@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/etcd-steward/steward/pkg/binaries"
-	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/binpush"
 )
 
 // TestImportHint: each refusal of an import gets the flag that gets past
@@ -46,12 +46,12 @@ func TestImportHint(t *testing.T) {
 // just those (with the store it pushed from, when one was given), and
 // keeps its chain; other errors pass unchanged.
 func TestPushHint(t *testing.T) {
-	res := &cluster.PushResult{Version: "3.7.3", Hosts: []cluster.HostPush{
-		{Host: "h1", Result: cluster.PushInstalled}, {Host: "h2", Result: cluster.PushFailed}, {Host: "h3", Result: cluster.PushFailed},
+	res := &binpush.PushResult{Version: "3.7.3", Hosts: []binpush.HostPush{
+		{Host: "h1", Result: binpush.PushInstalled}, {Host: "h2", Result: binpush.PushFailed}, {Host: "h3", Result: binpush.PushFailed},
 	}}
-	err := fmt.Errorf("%w: etcd 3.7.3 is not on 2 of 3 host(s): ...", cluster.ErrPushIncomplete)
+	err := fmt.Errorf("%w: etcd 3.7.3 is not on 2 of 3 host(s): ...", binpush.ErrPushIncomplete)
 	got := pushHint(err, res, "3.7.3", "")
-	if want := err.Error() + "; once they answer, run `steward binaries push 3.7.3 --host h2 --host h3`"; got.Error() != want || !errors.Is(got, cluster.ErrPushIncomplete) {
+	if want := err.Error() + "; once they answer, run `steward binaries push 3.7.3 --host h2 --host h3`"; got.Error() != want || !errors.Is(got, binpush.ErrPushIncomplete) {
 		t.Errorf("pushHint = %q, want %q", got, want)
 	}
 	if got := pushHint(err, res, "3.7.3", "/s"); !strings.Contains(got.Error(), "`steward binaries push 3.7.3 --store /s --host h2 --host h3`") {

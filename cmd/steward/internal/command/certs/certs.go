@@ -151,7 +151,7 @@ DIR/status/certrenew.json, which ` + "`steward status`" + ` reports (Certificate
 				// between commands (docs/hosts.md).
 				var wg sync.WaitGroup
 				wg.Go(func() { recovery.RunAuto(ctx, dir, "", log.With("component", "recovery")) })
-				certs.RunRenewal(ctx, dir, log.With("component", "certificates"))
+				certs.RunRenewal(ctx, dir, log.With("component", "certificates"), cli.LibraryAdvice)
 				wg.Wait()
 				log.Info("certificate renewal stopped")
 				return nil

@@ -6,7 +6,6 @@ import (
 
 	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
 	"github.com/etcd-steward/steward/pkg/bootstrap"
-	"github.com/etcd-steward/steward/pkg/progress"
 )
 
 // NewCommand returns the down command.
@@ -21,7 +20,7 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return bootstrap.Down(cmd.Context(), dir, o, progress.To(cmd.ErrOrStderr()))
+			return bootstrap.Down(cmd.Context(), dir, o, cli.Progress(cmd.ErrOrStderr()))
 		},
 	}
 	cmd.Flags().BoolVar(&o.Purge, "purge", false, "delete the Steward directory (data, certificates, logs) after stopping")

@@ -12,7 +12,6 @@ import (
 	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
 	"github.com/etcd-steward/steward/pkg/bootstrap"
 	"github.com/etcd-steward/steward/pkg/join"
-	"github.com/etcd-steward/steward/pkg/progress"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -54,7 +53,7 @@ Join files expire (--join-validity); 'steward host add NAME=ADDRESS' writes a ne
 				return err
 			}
 			errw := cmd.ErrOrStderr()
-			c, warnings, err := bootstrap.Init(cmd.Context(), dir, o, progress.To(errw))
+			c, warnings, err := bootstrap.Init(cmd.Context(), dir, o, cli.Progress(errw))
 			for _, w := range warnings {
 				fmt.Fprintln(errw, "warning:", w)
 			}

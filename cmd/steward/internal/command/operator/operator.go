@@ -36,13 +36,11 @@ their DNS names: run it inside the cluster (docs/operator.md).`,
 			if cfg.StateDir == "" {
 				return errors.New("--state-dir is empty: give the directory the operator keeps each cluster's Steward directory in (its Deployment mounts a volume at /var/lib/steward-operator)")
 			}
-			if cfg.MemberImage == "" {
-				return errors.New("--member-image is empty: give the Steward image the member pods run (the operator's own image, steward.etcd.io/steward:VERSION as `make images` tags it)")
-			}
 			ctrl.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(cmd.ErrOrStderr(), nil)))
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			if err := operator.Run(ctx, cfg); err != nil {
+				err = cli.Advise(err, operator.ErrNoMemberImage, "; give --member-image (the Steward image, steward.etcd.io/steward:VERSION as `make images` tags it)")
 				return fmt.Errorf("operator: %w", err)
 			}
 			return nil
@@ -55,7 +53,7 @@ their DNS names: run it inside the cluster (docs/operator.md).`,
 	f.BoolVar(&cfg.LeaderElect, "leader-elect", false, "act only while holding the leader Lease (run several replicas safely)")
 	f.StringVar(&cfg.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader Lease (default: the operator's own, in-cluster; --namespace when given)")
 	f.StringVar(&cfg.Namespace, "namespace", "", "watch EtcdClusters of this namespace only (default: all)")
-	f.StringVar(&cfg.MemberImage, "member-image", os.Getenv("STEWARD_MEMBER_IMAGE"), "Steward image of the member pods (default $STEWARD_MEMBER_IMAGE)")
+	f.StringVar(&cfg.MemberImage, "member-image", os.Getenv("STEWARD_MEMBER_IMAGE"), "Steward image of the member pods (default $STEWARD_MEMBER_IMAGE, else the image of the operator's own pod, from POD_NAMESPACE and POD_NAME)")
 	f.StringVar(&cfg.PullPolicy, "member-image-pull-policy", "IfNotPresent", "pull policy of the member image")
 	f.StringVar(&cfg.BinaryStore, "binary-store", "/opt/steward/binaries", "store of etcd versions where spec.version is checked (the image's)")
 	f.StringVar(&cfg.ClusterDomain, "cluster-domain", operator.DefaultClusterDomain, "the Kubernetes cluster's DNS domain")

@@ -46,6 +46,7 @@ cluster.stopped true).`,
 			if err != nil {
 				return err
 			}
+			cli.ConditionAdvice(st)
 			// The one write of a status report: the conditions' transition
 			// times and the cluster ID seen. Failing it leaves the report
 			// true (only lastTransitionTime may be off), so it warns.

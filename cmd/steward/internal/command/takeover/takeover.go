@@ -10,7 +10,6 @@ import (
 
 	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
 	"github.com/etcd-steward/steward/pkg/bootstrap"
-	"github.com/etcd-steward/steward/pkg/progress"
 )
 
 // NewCommand returns the takeover command.
@@ -54,7 +53,7 @@ that was running. Should the old coordinator come back, it stops before its next
 					}
 				}
 			}
-			t, err := bootstrap.TakeOver(cmd.Context(), dir, o, progress.To(cmd.ErrOrStderr()))
+			t, err := bootstrap.TakeOver(cmd.Context(), dir, o, cli.Progress(cmd.ErrOrStderr()))
 			if err != nil {
 				return err
 			}

@@ -13,7 +13,6 @@ import (
 	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
 	"github.com/etcd-steward/steward/pkg/bootstrap"
 	"github.com/etcd-steward/steward/pkg/cluster"
-	"github.com/etcd-steward/steward/pkg/progress"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
@@ -40,7 +39,7 @@ keeping the data. Returns when every member is healthy and prints the endpoints.
 				return err
 			}
 			errw := cmd.ErrOrStderr()
-			progress := progress.To(errw)
+			progress := cli.Progress(errw)
 			c, warnings, err := bootstrap.Up(cmd.Context(), dir, o, progress)
 			for _, w := range warnings {
 				fmt.Fprintln(errw, "warning:", w)

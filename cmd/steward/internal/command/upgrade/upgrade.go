@@ -54,7 +54,7 @@ plan (a check marked overridable is skipped by apply --force).`,
 				if err := g.Print(cmd.OutOrStdout(), checks, func(tw *tabwriter.Writer) {
 					fmt.Fprintln(tw, "\nPRE-FLIGHT CHECK\tOK\tOVERRIDABLE\tMESSAGE")
 					for _, ch := range checks {
-						fmt.Fprintf(tw, "%s\t%v\t%v\t%s\n", ch.Name, ch.OK, ch.Overridable, ch.Message)
+						fmt.Fprintf(tw, "%s\t%v\t%v\t%s\n", ch.Name, ch.OK, ch.Overridable, cli.CheckMessage(ch))
 					}
 				}); err != nil {
 					return err

@@ -1,4 +1,6 @@
-package cluster
+// Package binpush pushes a version of this machine's binary store to the
+// agents of a cluster's other hosts, each host's copy checked there.
+package binpush
 
 import (
 	"context"
@@ -12,11 +14,25 @@ import (
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/hostset"
+	"github.com/etcd-steward/steward/pkg/progress"
 	"github.com/etcd-steward/steward/pkg/spec"
 )
 
-// PushOptions configure PushBinary.
-type PushOptions struct {
+// Cluster is what a push needs of a cluster: its spec, where it lives,
+// and how to reach an agent (cluster.Cluster's fields and Agent, handed
+// over by the command).
+type Cluster struct {
+	Spec *spec.Cluster
+	// Dir is the Steward directory (the spec's binary store is under it
+	// unless the spec names one); SpecPath is its spec, named in refusals.
+	Dir, SpecPath string
+	// Agent returns the client of the named agent (cluster.Cluster.Agent).
+	Agent    func(name string) (*agentapi.Client, error)
+	Progress progress.Func
+}
+
+// Options configure Push.
+type Options struct {
 	// Store is the local store the version is pushed from; nil: the
 	// spec's binary store.
 	Store *binaries.Store
@@ -48,11 +64,14 @@ type HostPush struct {
 	// Binary is the etcd server in the host's store.
 	Binary string `json:"binary,omitempty"`
 	Error  string `json:"error,omitempty"`
+	// Err is the failure Error says, for a command that adds its advice
+	// to Error before it shows the result.
+	Err error `json:"-"`
 	// Duration is how long the host's push took.
 	Duration time.Duration `json:"durationNs"`
 }
 
-// PushResult is the outcome of PushBinary, one entry per host in the
+// PushResult is the outcome of Push, one entry per host in the
 // spec's order.
 type PushResult struct {
 	Version string     `json:"version"`
@@ -82,13 +101,7 @@ var (
 // pushParallel bounds the hosts pushed to at once.
 const pushParallel = 4
 
-// RemoteAgents returns the names of the spec's agents on other hosts
-// (hostset.Remote's names).
-func (c *Cluster) RemoteAgents() []string {
-	return hostset.Remote(c.Spec).Names()
-}
-
-// PushBinary makes etcd version of the local store available on other
+// Push makes etcd version of the local store available on other
 // hosts: each host's agent receives the version's files and stores them in
 // its own binary store once every file matches the SHA-256 of the local
 // manifest (agentapi.Client.PushBinary). A host that already holds a
@@ -98,7 +111,7 @@ func (c *Cluster) RemoteAgents() []string {
 // Every host is tried, several at once, with one progress line each. When
 // some fail, the error wraps ErrPushIncomplete and names them with their
 // addresses; the result says what each host got.
-func (c *Cluster) PushBinary(ctx context.Context, version string, opt PushOptions) (PushResult, error) {
+func Push(ctx context.Context, c Cluster, version string, opt Options) (PushResult, error) {
 	v, err := binaries.NormalizeVersion(version)
 	if err != nil {
 		return PushResult{}, err
@@ -111,7 +124,7 @@ func (c *Cluster) PushBinary(ctx context.Context, version string, opt PushOption
 		opt.Timeout = 10 * time.Minute
 	}
 	res := PushResult{Version: v, Store: store.Dir, Hosts: []HostPush{}}
-	hosts, err := c.pushHosts(opt.Hosts)
+	hosts, err := pushHosts(c, opt.Hosts)
 	if err != nil {
 		return res, err
 	}
@@ -128,13 +141,13 @@ func (c *Cluster) PushBinary(ctx context.Context, version string, opt PushOption
 	rs := hostset.Each(ctx, hosts, hostset.Options{Limit: pushParallel}, func(ctx context.Context, a spec.Agent) (HostPush, error) {
 		hp := HostPush{Host: a.Name, Address: a.Host, Endpoint: a.Endpoint()}
 		start := time.Now()
-		out, err := c.pushOne(ctx, a.Name, store, v, opt.Timeout, opt.Replace)
+		out, err := pushOne(ctx, c, a.Name, store, v, opt.Timeout, opt.Replace)
 		hp.Duration = time.Since(start)
 		mu.Lock()
 		defer mu.Unlock()
 		switch {
 		case err != nil:
-			hp.Result, hp.Error = PushFailed, err.Error()
+			hp.Result, hp.Error, hp.Err = PushFailed, err.Error(), err
 			c.Progress.Say("host %s (%s): etcd %s not pushed: %v", hp.Host, hp.Address, v, err)
 		case out.Result == PushPresent:
 			hp.Result, hp.Binary = PushPresent, out.Binary
@@ -151,25 +164,40 @@ func (c *Cluster) PushBinary(ctx context.Context, version string, opt PushOption
 		res.Hosts[i] = r.Value
 		if r.Err != nil {
 			// Never called: the context ended before its turn.
-			res.Hosts[i] = HostPush{Host: r.Host.Name, Address: r.Host.Host, Endpoint: r.Host.Endpoint(), Result: PushFailed, Error: r.Err.Error()}
+			res.Hosts[i] = HostPush{Host: r.Host.Name, Address: r.Host.Host, Endpoint: r.Host.Endpoint(), Result: PushFailed, Error: r.Err.Error(), Err: r.Err}
 		}
 	}
 
-	var failed []string
+	// Each host's failure kept as an error, so that the command finds
+	// what it advises on in them (an unreachable agent).
+	var failed listError
 	for _, h := range res.Hosts {
 		if h.Result == PushFailed {
-			failed = append(failed, fmt.Sprintf("%s (%s): %s", h.Host, h.Address, h.Error))
+			failed = append(failed, fmt.Errorf("%s (%s): %w", h.Host, h.Address, h.Err))
 		}
 	}
 	if len(failed) > 0 {
-		return res, fmt.Errorf("%w: etcd %s is not on %d of %d host(s): %s",
-			ErrPushIncomplete, v, len(failed), len(res.Hosts), strings.Join(failed, "; "))
+		return res, fmt.Errorf("%w: etcd %s is not on %d of %d host(s): %w",
+			ErrPushIncomplete, v, len(failed), len(res.Hosts), failed)
 	}
 	return res, nil
 }
 
+// listError is errors said on one line, "; " between them.
+type listError []error
+
+func (l listError) Error() string {
+	s := make([]string, len(l))
+	for i, e := range l {
+		s[i] = e.Error()
+	}
+	return strings.Join(s, "; ")
+}
+
+func (l listError) Unwrap() []error { return l }
+
 // pushOne pushes version to one host's agent within timeout.
-func (c *Cluster) pushOne(ctx context.Context, host string, store *binaries.Store, v string, timeout time.Duration, replace bool) (agentapi.BinaryPush, error) {
+func pushOne(ctx context.Context, c Cluster, host string, store *binaries.Store, v string, timeout time.Duration, replace bool) (agentapi.BinaryPush, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	ac, err := c.Agent(host)
@@ -184,10 +212,10 @@ func (c *Cluster) pushOne(ctx context.Context, host string, store *binaries.Stor
 
 // pushHosts returns the hosts to push to: those named (checked against the
 // spec, each once, in the spec's order), else every agent on another host.
-func (c *Cluster) pushHosts(named []string) (hostset.Hosts, error) {
+func pushHosts(c Cluster, named []string) (hostset.Hosts, error) {
 	remote := hostset.Remote(c.Spec)
 	if len(remote) == 0 {
-		return nil, fmt.Errorf("%w: every agent of %s runs on this machine, and its members run from this machine's store", ErrNoHosts, c.SpecPath())
+		return nil, fmt.Errorf("%w: every agent of %s runs on this machine, and its members run from this machine's store", ErrNoHosts, c.SpecPath)
 	}
 	if len(named) == 0 {
 		return remote, nil
@@ -199,7 +227,7 @@ func (c *Cluster) pushHosts(named []string) (hostset.Hosts, error) {
 		if _, ok := c.Spec.Agent(n); ok {
 			return nil, fmt.Errorf("agent %s runs on this machine: its members run from this machine's store (hosts: %v)", n, remote.Names())
 		}
-		return nil, fmt.Errorf("host %q is not in %s (hosts: %v)", n, c.SpecPath(), remote.Names())
+		return nil, fmt.Errorf("host %q is not in %s (hosts: %v)", n, c.SpecPath, remote.Names())
 	}
 	return remote.Filter(func(a spec.Agent) bool { return slices.Contains(named, a.Name) }), nil
 }
