@@ -373,7 +373,9 @@ func (r *Reconciler) secrets(ec *v1alpha1.EtcdCluster, c *cluster.Cluster) ([]*c
 		return nil, err
 	}
 	join := map[string][]byte{}
-	for i := range len(c.Spec.Agents) {
+	// One more: the pod being added before its host is in the spec
+	// (scale.go's growingFile).
+	for i := range len(c.Spec.Agents) + 1 {
 		b, err := os.ReadFile(bootstrap.JoinPath(c.Dir, PodName(ec, i)))
 		if errors.Is(err, os.ErrNotExist) {
 			continue

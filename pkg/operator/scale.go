@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -107,7 +108,24 @@ func StatefulSetReplicas(ec *v1alpha1.EtcdCluster, c *cluster.Cluster) int32 {
 	if Hibernated(c.Dir) {
 		return 0
 	}
-	return int32(len(c.Spec.Agents))
+	n := int32(len(c.Spec.Agents))
+	if growing(c) {
+		n++
+	}
+	return n
+}
+
+// growingFile names the pod being added before its host is in the Steward
+// spec: its join file is written and its pod runs first, because a spec
+// change asks every agent it names (recovery.mode auto), so the new agent
+// must answer before bootstrap.AddHost can name it.
+const growingFile = "operator-growing"
+
+// growing reports whether the next pod (ordinal len(agents)) is being
+// added: growingFile names it.
+func growing(c *cluster.Cluster) bool {
+	b, err := os.ReadFile(filepath.Join(c.Dir, growingFile))
+	return err == nil && strings.TrimSpace(string(b)) == fmt.Sprintf("%s-%d", c.Spec.Name, len(c.Spec.Agents))
 }
 
 // scale carries out one step of DecideScale for a started cluster and
@@ -180,13 +198,38 @@ func (r *Reconciler) scaleUp(ctx context.Context, ec *v1alpha1.EtcdCluster, c *c
 	name := PodName(ec, i)
 	want := int(ec.Spec.Replicas)
 	if _, ok := c.Spec.Agent(name); !ok {
-		r.setOp(ec, "ScaleUp", "Running", fmt.Sprintf("adding %s (%d -> %d members)", name, len(c.Spec.Members), want))
-		if _, err := bootstrap.AddHost(ctx, c, spec.Host{Name: name, Address: HostName(ec, i, r.Config.ClusterDomain)}, AgentPort, 0); err != nil {
+		host := spec.Host{Name: name, Address: HostName(ec, i, r.Config.ClusterDomain)}
+		if !growing(c) {
+			// Its join key, then its pod (StatefulSetReplicas counts it).
+			r.setOp(ec, "ScaleUp", "Running", fmt.Sprintf("adding %s (%d -> %d members)", name, len(c.Spec.Members), want))
+			if err := bootstrap.WriteJoin(c, spec.Agent{Name: name, Host: host.Address, Port: AgentPort}, 0); err != nil {
+				return failed("ScaleUp", fmt.Errorf("join file of %s: %w", name, err))
+			}
+			if err := atomicfile.WriteFile(filepath.Join(c.Dir, growingFile), []byte(name+"\n"), 0o600); err != nil {
+				return failed("ScaleUp", err)
+			}
+		}
+		if err := r.ensureObjects(ctx, ec, c); err != nil {
+			return failed("ScaleUp", err)
+		}
+		next := c.Spec.Clone()
+		next.Agents = append(next.Agents, spec.Agent{Name: name, Host: host.Address, Port: AgentPort})
+		ac, err := (&cluster.Cluster{Dir: c.Dir, Spec: next}).Agent(name)
+		if err == nil {
+			pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			_, err = ac.Info(pctx)
+			cancel()
+		}
+		if err != nil {
+			r.setOp(ec, "ScaleUp", "Running", fmt.Sprintf("waiting for the agent of %s", name))
+			return cond(metav1.ConditionFalse, "Scaling", "%d -> %d members: waiting for the agent of pod %s", len(c.Spec.Members), want, name)
+		}
+		if _, err := bootstrap.AddHost(ctx, c, host, AgentPort, 0); err != nil {
 			return failed("ScaleUp", fmt.Errorf("add host %s: %w", name, err))
 		}
+		_ = os.Remove(filepath.Join(c.Dir, growingFile))
 		r.event(ec, corev1.EventTypeNormal, "HostAdded", "ScaleUp", "%s is a host of the cluster; its join key is in %s", name, joinSecret(ec))
 	}
-	// The join key, then the pod.
 	if err := r.ensureObjects(ctx, ec, c); err != nil {
 		return failed("ScaleUp", err)
 	}

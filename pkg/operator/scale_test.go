@@ -54,6 +54,19 @@ func TestStatefulSetReplicas(t *testing.T) {
 	if got := StatefulSetReplicas(ec, c); got != 3 {
 		t.Errorf("%d, want the spec's 3 hosts", got)
 	}
+	c.Spec.Name = "db"
+	if err := os.WriteFile(filepath.Join(dir, growingFile), []byte("db-3\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := StatefulSetReplicas(ec, c); got != 4 {
+		t.Errorf("growing: %d, want the 3 hosts and the pod being added", got)
+	}
+	if err := os.WriteFile(filepath.Join(dir, growingFile), []byte("db-2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := StatefulSetReplicas(ec, c); got != 3 {
+		t.Errorf("a stale growing mark: %d, want 3", got)
+	}
 	if err := os.WriteFile(filepath.Join(dir, hibernatedFile), []byte("3\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
