@@ -145,3 +145,10 @@ func writeJoin(c *cluster.Cluster, a spec.Agent, validity time.Duration) error {
 	}
 	return nil
 }
+
+// WriteJoin writes the join file of agent a (JoinPath) without adding it to
+// the spec: for a host whose agent must run before the spec names it (the
+// operator's next pod: a spec change asks every agent it names).
+func WriteJoin(c *cluster.Cluster, a spec.Agent, validity time.Duration) error {
+	return writeJoin(c, a, validity)
+}

@@ -30,6 +30,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/progress"
+	"github.com/etcd-steward/steward/pkg/recovery"
 	"github.com/etcd-steward/steward/pkg/status"
 )
 
@@ -161,18 +162,34 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{RequeueAfter: RequeueAfter}, nil
 	}
 	o := Observed{Volumes: r.volumes(ctx, &ec), Operation: r.op(&ec)}
-	if c != nil {
+	if c != nil && Hibernated(c.Dir) {
+		// No member runs: nothing to ask (scale.go).
+		sc := r.scale(ctx, &ec, c, nil)
+		o.Scaled, o.Hibernated, o.Operation = &sc, Hibernated(c.Dir), r.op(&ec)
+	} else if c != nil {
 		r.recovery(ctx, &ec, c)
 		if c.Spec.Recovery.Mode != "auto" {
 			o.QuorumLostAdvice = ManualRecoveryAdvice(c.Dir)
 		}
-		o.Operation = r.op(&ec)
 		sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		st, err := status.Get(sctx, c)
 		cancel()
 		if err != nil {
 			o.StatusError = err.Error()
 		}
+		// Members rebuilt, then spec.replicas acted on (scale.go), never
+		// while a recovery runs: it re-adds members itself.
+		if busy, rerr := recovery.Running(c); busy || rerr != nil {
+			if rerr != nil {
+				log.Error(rerr, "recovery lock")
+			}
+		} else if did, err := r.replaceLost(ctx, &ec, c, st); err != nil {
+			log.Error(err, "replace")
+		} else if !did {
+			sc := r.scale(ctx, &ec, c, st)
+			o.Scaled, o.Hibernated = &sc, Hibernated(c.Dir)
+		}
+		o.Operation = r.op(&ec)
 		o.Status = st
 		o.Upgrade = r.reconcileVersion(ctx, &ec, c, st)
 		if bs, ok := backup.PickLoopStatus(c.LoopStatuses(ctx)); ok {
@@ -301,17 +318,14 @@ func (r *Reconciler) ensureObjects(ctx context.Context, ec *v1alpha1.EtcdCluster
 	for _, s := range secrets {
 		objs = append(objs, s)
 	}
-	// The pods are the Steward spec's members: a spec.replicas change is
-	// not carried out by the StatefulSet (scaling is member by member).
-	pods := int32(len(c.Spec.Agents))
-	if pods != ec.Spec.Replicas {
-		r.event(ec, corev1.EventTypeWarning, "ScaleNotSupported", "Scale",
-			"spec.replicas %d: the cluster has %d members, and changing the member count is not supported yet; the StatefulSet keeps %d pods", ec.Spec.Replicas, pods, pods)
-	}
-	// spec.version is upgrade.go's (reconcileVersion).
+	// The pods are the Steward spec's hosts (StatefulSetReplicas, scale.go):
+	// a spec.replicas change is carried out member by member, never by
+	// the StatefulSet alone; spec.version is upgrade.go's (reconcileVersion).
+	pods := StatefulSetReplicas(ec, c)
 	sized := ec.DeepCopy()
-	sized.Spec.Replicas = pods
-	for i := range int(pods) {
+	sized.Spec.Replicas = int32(len(c.Spec.Agents))
+	// A lease per member of the spec, kept while hibernated.
+	for i := range len(c.Spec.Agents) {
 		objs = append(objs, MemberLease(ec, i))
 	}
 	objs = append(objs, MemberAccount(ec), MemberRole(sized), MemberRoleBinding(ec),
@@ -394,7 +408,9 @@ func (r *Reconciler) secrets(ec *v1alpha1.EtcdCluster, c *cluster.Cluster) ([]*c
 		return nil, err
 	}
 	join := map[string][]byte{}
-	for i := range len(c.Spec.Agents) {
+	// One more: the pod being added before its host is in the spec
+	// (scale.go's growingFile).
+	for i := range len(c.Spec.Agents) + 1 {
 		b, err := os.ReadFile(bootstrap.JoinPath(c.Dir, PodName(ec, i)))
 		if errors.Is(err, os.ErrNotExist) {
 			continue

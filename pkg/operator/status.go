@@ -43,6 +43,11 @@ type Observed struct {
 	// Upgrade, when set, is UpgradeInProgress in place of the status's
 	// (a refused spec.version: upgrade.go).
 	Upgrade *metav1.Condition
+	// Scaled is the Scaled condition (scale.go), nil: not reported.
+	Scaled *metav1.Condition
+	// Hibernated: no member runs (spec.replicas 0, scale.go); the
+	// conditions say Hibernated and the members are those of before.
+	Hibernated bool
 }
 
 // StatusFrom computes the resource's status from what was observed.
@@ -68,7 +73,24 @@ func StatusFrom(ec *v1alpha1.EtcdCluster, prev v1alpha1.EtcdClusterStatus, o Obs
 		c.LastTransitionTime = metav1.NewTime(now)
 		meta.SetStatusCondition(&out.Conditions, c)
 	}
+	if o.Scaled != nil {
+		set(*o.Scaled)
+	}
 	st := o.Status
+	if o.Hibernated {
+		msg := "hibernated (spec.replicas 0): no member runs; volumes and backups are kept"
+		for _, t := range conditionTypes {
+			set(metav1.Condition{Type: t, Status: metav1.ConditionFalse, Reason: "Hibernated", Message: msg})
+		}
+		set(o.Volumes)
+		for _, m := range prev.Members {
+			m.Ready, m.Reason = false, "Hibernated"
+			out.Members = append(out.Members, m)
+		}
+		out.Replicas, out.ReadyReplicas = 0, 0
+		out.ReadyReplicasText = "0/0"
+		return out
+	}
 	if st == nil {
 		msg := "the cluster's status could not be read: " + o.StatusError
 		reason := "StatusUnknown"

@@ -598,3 +598,21 @@ func (e heldError) Error() string {
 }
 
 func (heldError) Unwrap() error { return filelock.ErrHeld }
+
+// Running reports whether a recovery of c's directory runs now: another
+// process (or goroutine) holds recover.lock. It takes the lock for an
+// instant when it is free, so a recovery starting at that moment waits a
+// round (a wait, not a failure). The operator asks it before it changes
+// membership itself: a recovery re-adding members owns membership until it
+// is done.
+func Running(c *cluster.Cluster) (bool, error) {
+	lock, err := filelock.TryLock(recoverLockPath(c))
+	if errors.Is(err, filelock.ErrHeld) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	lock.Release()
+	return false, nil
+}
