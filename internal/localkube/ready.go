@@ -41,7 +41,7 @@ func (c *Cluster) waitReady(ctx context.Context, apiReady func()) error {
 	if apiReady != nil {
 		apiReady()
 	}
-	return poll(ctx, 2*time.Minute, func() error {
+	return poll(ctx, 3*time.Minute, func() error {
 		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return err

@@ -13,7 +13,9 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"github.com/etcd-steward/steward/internal/filelock"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -159,11 +161,27 @@ func localKubeMain(m *testing.M, nodes int, versions []string) int {
 		}
 	}()
 	defer close(stopped)
+	// One bring-up at a time on the machine: test packages that each
+	// bring up a cluster (localkube's, the operator's) would otherwise start
+	// six API servers and kubelets at once on two cores, and the nodes'
+	// readiness outlasted its timeout under that load. The lock is held
+	// for the bring-up only, not while the tests run.
+	lock, lerr := LocalKubeUpLock(ctx)
+	if lerr != nil {
+		err = lerr
+		localKubeErr = fmt.Errorf("local Kubernetes: %w", lerr)
+	}
 	for _, v := range versions {
+		if lerr != nil {
+			break
+		}
 		if err = upOne(ctx, root, bin, nodes, v, &mu, &up, &dirs); err != nil {
 			localKubeErr = fmt.Errorf("local Kubernetes %s: %w", v, err)
 			break
 		}
+	}
+	if lock != nil {
+		lock.Release()
 	}
 	close(upDone)
 	cancel()
@@ -306,5 +324,32 @@ func removeStaleDirs() {
 			continue
 		}
 		_ = localkube.RemoveDir(filepath.Join(os.TempDir(), e.Name()))
+	}
+}
+
+// LocalKubeUpLock takes the machine's bring-up lock of local Kubernetes
+// clusters (LocalKubeMain holds it while it brings its clusters up; a test
+// that brings up one of its own takes it too), waiting while another
+// process holds it, until ctx ends. Release it once the cluster is up.
+func LocalKubeUpLock(ctx context.Context) (*filelock.Lock, error) {
+	return waitFileLock(ctx, filepath.Join(os.TempDir(), "steward-localkube-up.lock"))
+}
+
+// waitFileLock takes the file lock at path, polling while another process
+// holds it, until ctx ends.
+func waitFileLock(ctx context.Context, path string) (*filelock.Lock, error) {
+	for {
+		l, err := filelock.TryLock(path)
+		if err == nil {
+			return l, nil
+		}
+		if !errors.Is(err, filelock.ErrHeld) {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
 	}
 }

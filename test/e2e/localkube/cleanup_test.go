@@ -35,7 +35,13 @@ func TestChildCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.Log = os.Stderr
+	// One bring-up at a time on the machine (harness.LocalKubeUpLock).
+	lock, err := harness.LocalKubeUpLock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
 	c, err := localkube.Up(context.Background(), cfg)
+	lock.Release()
 	if err != nil {
 		t.Fatal(err)
 	}
