@@ -332,7 +332,13 @@ func removeStaleDirs() {
 // that brings up one of its own takes it too), waiting while another
 // process holds it, until ctx ends. Release it once the cluster is up.
 func LocalKubeUpLock(ctx context.Context) (*filelock.Lock, error) {
-	return waitFileLock(ctx, filepath.Join(os.TempDir(), "steward-localkube-up.lock"))
+	// Machine-wide, as subnet.Lock: not in TMPDIR, which a test may give a
+	// child of its own.
+	dir := "/run/lock"
+	if _, err := os.Stat(dir); err != nil {
+		dir = os.TempDir()
+	}
+	return waitFileLock(ctx, filepath.Join(dir, "steward-localkube-up.lock"))
 }
 
 // waitFileLock takes the file lock at path, polling while another process
