@@ -161,12 +161,18 @@ func localKubeMain(m *testing.M, nodes int, versions []string) int {
 		}
 	}()
 	defer close(stopped)
-	// One bring-up at a time on the machine: test packages that each
-	// bring up a cluster (localkube's, the operator's) would otherwise start
-	// six API servers and kubelets at once on two cores, and the nodes'
-	// readiness outlasted its timeout under that load. The lock is held
-	// for the bring-up only, not while the tests run.
+	// One package's local Kubernetes at a time on the machine: packages
+	// that each bring up clusters (localkube's two, the operator's) would
+	// otherwise run nine kubelets and their containerds at once on two
+	// cores, and nodes went NotReady past every timeout (two rehearsals of
+	// 2026-11-28). The lock is held until the clusters are down; the
+	// children a test of the package starts inherit it
+	// (localKubeLockHeld in their environment) and do not wait for it.
 	lock, lerr := LocalKubeUpLock(ctx)
+	if lock != nil {
+		defer lock.Release()
+		_ = os.Setenv(localKubeLockHeld, "1")
+	}
 	if lerr != nil {
 		err = lerr
 		localKubeErr = fmt.Errorf("local Kubernetes: %w", lerr)
@@ -179,9 +185,6 @@ func localKubeMain(m *testing.M, nodes int, versions []string) int {
 			localKubeErr = fmt.Errorf("local Kubernetes %s: %w", v, err)
 			break
 		}
-	}
-	if lock != nil {
-		lock.Release()
 	}
 	close(upDone)
 	cancel()
@@ -332,6 +335,9 @@ func removeStaleDirs() {
 // that brings up one of its own takes it too), waiting while another
 // process holds it, until ctx ends. Release it once the cluster is up.
 func LocalKubeUpLock(ctx context.Context) (*filelock.Lock, error) {
+	if os.Getenv(localKubeLockHeld) != "" {
+		return nil, nil // a parent test process holds it for this one
+	}
 	// Machine-wide, as subnet.Lock: not in TMPDIR, which a test may give a
 	// child of its own.
 	dir := "/run/lock"
@@ -340,6 +346,10 @@ func LocalKubeUpLock(ctx context.Context) (*filelock.Lock, error) {
 	}
 	return waitFileLock(ctx, filepath.Join(dir, "steward-localkube-up.lock"))
 }
+
+// localKubeLockHeld in a process's environment says its parent test
+// process holds the local Kubernetes lock (LocalKubeMain).
+const localKubeLockHeld = "STEWARD_LOCALKUBE_LOCK_HELD"
 
 // waitFileLock takes the file lock at path, polling while another process
 // holds it, until ctx ends.

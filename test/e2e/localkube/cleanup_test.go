@@ -41,7 +41,9 @@ func TestChildCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, err := localkube.Up(context.Background(), cfg)
-	lock.Release()
+	if lock != nil {
+		lock.Release()
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
