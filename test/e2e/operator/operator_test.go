@@ -356,22 +356,7 @@ func clientPod(t *testing.T, cs *kubernetes.Clientset, ns, image string, args ..
 	clientSeq.n++
 	name := fmt.Sprintf("client-%d", clientSeq.n)
 	clientSeq.Unlock()
-	grace := int64(1)
-	argv := append([]string{"--endpoints=https://db-client." + ns + ".svc:2379",
-		"--cacert=/tls/ca.crt", "--cert=/tls/tls.crt", "--key=/tls/tls.key", "--command-timeout=20s"}, args...)
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: corev1.PodSpec{
-			RestartPolicy:                 corev1.RestartPolicyNever,
-			TerminationGracePeriodSeconds: &grace,
-			Containers: []corev1.Container{{
-				Name: "etcdctl", Image: image, ImagePullPolicy: corev1.PullNever,
-				Command: []string{"/usr/local/bin/etcdctl"}, Args: argv,
-				VolumeMounts: []corev1.VolumeMount{{Name: "tls", MountPath: "/tls", ReadOnly: true}},
-			}},
-			Volumes: []corev1.Volume{{Name: "tls", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "db-client-tls"}}}},
-		},
-	}
+	pod := etcdctlPod(name, ns, image, append([]string{"--command-timeout=20s"}, args...))
 	if _, err := cs.CoreV1().Pods(ns).Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -395,4 +380,25 @@ func clientPod(t *testing.T, cs *kubernetes.Clientset, ns, image string, args ..
 		t.Fatalf("etcdctl %s through db-client: %s\n%s", strings.Join(args, " "), phase, bytes.TrimSpace(b))
 	}
 	return string(b)
+}
+
+// etcdctlPod is a pod NAME running the image's etcdctl once with args
+// against db-client in ns, with db-client-tls as its client certificate.
+func etcdctlPod(name, ns, image string, args []string) *corev1.Pod {
+	grace := int64(1)
+	argv := append([]string{"--endpoints=https://db-client." + ns + ".svc:2379",
+		"--cacert=/tls/ca.crt", "--cert=/tls/tls.crt", "--key=/tls/tls.key"}, args...)
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: &grace,
+			Containers: []corev1.Container{{
+				Name: "etcdctl", Image: image, ImagePullPolicy: corev1.PullNever,
+				Command: []string{"/usr/local/bin/etcdctl"}, Args: argv,
+				VolumeMounts: []corev1.VolumeMount{{Name: "tls", MountPath: "/tls", ReadOnly: true}},
+			}},
+			Volumes: []corev1.Volume{{Name: "tls", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "db-client-tls"}}}},
+		},
+	}
 }

@@ -70,23 +70,7 @@ func getRevision(t *testing.T, cs *kubernetes.Clientset, ns, image, key string) 
 // ends (NAME).
 func watchPod(t *testing.T, cs *kubernetes.Clientset, ns, image, name, prefix string, rev int64) string {
 	t.Helper()
-	grace := int64(1)
-	argv := []string{"--endpoints=https://db-client." + ns + ".svc:2379",
-		"--cacert=/tls/ca.crt", "--cert=/tls/tls.crt", "--key=/tls/tls.key",
-		"watch", "--prefix", prefix, fmt.Sprintf("--rev=%d", rev), "-w", "json"}
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: corev1.PodSpec{
-			RestartPolicy:                 corev1.RestartPolicyNever,
-			TerminationGracePeriodSeconds: &grace,
-			Containers: []corev1.Container{{
-				Name: "etcdctl", Image: image, ImagePullPolicy: corev1.PullNever,
-				Command: []string{"/usr/local/bin/etcdctl"}, Args: argv,
-				VolumeMounts: []corev1.VolumeMount{{Name: "tls", MountPath: "/tls", ReadOnly: true}},
-			}},
-			Volumes: []corev1.Volume{{Name: "tls", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "db-client-tls"}}}},
-		},
-	}
+	pod := etcdctlPod(name, ns, image, []string{"watch", "--prefix", prefix, fmt.Sprintf("--rev=%d", rev), "-w", "json"})
 	if _, err := cs.CoreV1().Pods(ns).Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
