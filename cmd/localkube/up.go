@@ -87,6 +87,19 @@ func (o *upOptions) config(ctx context.Context) (localkube.Config, error) {
 	if o.nodes != 1 && o.nodes != 3 {
 		return localkube.Config{}, fmt.Errorf("--nodes %d: a local cluster has 1 or 3 nodes", o.nodes)
 	}
+	// The nodes run their binaries from inside their own namespaces and
+	// directories, so a relative path would name nothing there (a kubelet
+	// that never starts, found only in its log after the 3-minute wait).
+	for _, p := range []*string{&o.kubeCache, &o.images, &o.steward, &o.versitygw, &o.store} {
+		if *p == "" {
+			continue
+		}
+		abs, err := filepath.Abs(*p)
+		if err != nil {
+			return localkube.Config{}, err
+		}
+		*p = abs
+	}
 	cfg, err := localkube.FromCache(o.kubeCache, o.images, o.version)
 	if err != nil {
 		return cfg, advise(err)

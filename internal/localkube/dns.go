@@ -227,10 +227,10 @@ func (c *Cluster) dnsDeployment(labels map[string]string) *appsv1.Deployment {
 	replicas := int32(2)
 	maxUnavailable := intstr.FromInt32(1)
 	no := false
-	probe := func(path, port string, delay, timeout, failures int32) *corev1.Probe {
+	probe := func(path, port string, delay, timeout, failures, period int32) *corev1.Probe {
 		return &corev1.Probe{
 			ProbeHandler:        corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString(port), Scheme: corev1.URISchemeHTTP}},
-			InitialDelaySeconds: delay, TimeoutSeconds: timeout, SuccessThreshold: 1, FailureThreshold: failures, PeriodSeconds: 10,
+			InitialDelaySeconds: delay, TimeoutSeconds: timeout, SuccessThreshold: 1, FailureThreshold: failures, PeriodSeconds: period,
 		}
 	}
 	return &appsv1.Deployment{
@@ -278,8 +278,15 @@ func (c *Cluster) dnsDeployment(labels map[string]string) *appsv1.Deployment {
 							{ContainerPort: 8080, Name: "liveness-probe", Protocol: corev1.ProtocolTCP},
 							{ContainerPort: 8181, Name: "readiness-probe", Protocol: corev1.ProtocolTCP},
 						},
-						LivenessProbe:  probe("/health", "liveness-probe", 60, 5, 5),
-						ReadinessProbe: probe("/ready", "readiness-probe", 0, 1, 3),
+						LivenessProbe: probe("/health", "liveness-probe", 60, 5, 5, 10),
+						// kubeadm's readiness period is 10 s; here 2 s. A kubelet
+						// started less than one period ago delays each new prober
+						// by a random part of the period (pkg/kubelet/prober's
+						// worker), and the first probe usually finds CoreDNS not
+						// yet ready: with 10 s the Service answered 1.5 to 11 s
+						// after the add-ons, the largest variable part of the
+						// bring-up.
+						ReadinessProbe: probe("/ready", "readiness-probe", 0, 1, 3, 2),
 						SecurityContext: &corev1.SecurityContext{
 							AllowPrivilegeEscalation: &no,
 							Capabilities:             &corev1.Capabilities{Add: []corev1.Capability{"NET_BIND_SERVICE"}, Drop: []corev1.Capability{"ALL"}},
