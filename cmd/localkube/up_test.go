@@ -89,3 +89,21 @@ func TestAdviseMissingPackages(t *testing.T) {
 		}
 	}
 }
+
+// TestUpPathsAbsolute: the nodes run their binaries from their own
+// namespaces and directories, so relative path flags are made absolute
+// before anything uses them (a relative --kube-cache once left every
+// kubelet unstarted until the 3-minute wait ran out).
+func TestUpPathsAbsolute(t *testing.T) {
+	tmp := t.TempDir()
+	t.Chdir(tmp)
+	o := upOptions{dir: "cluster", nodes: 1, version: "v1.99.0", kubeCache: "kube", images: "images", steward: "bin/steward", versitygw: "versitygw", store: "store"}
+	if _, err := o.config(context.Background()); err == nil {
+		t.Fatal("config of an empty cache succeeded")
+	}
+	for name, p := range map[string]string{"kube-cache": o.kubeCache, "images": o.images, "steward": o.steward, "versitygw": o.versitygw, "store": o.store} {
+		if !filepath.IsAbs(p) || !strings.HasPrefix(p, tmp) {
+			t.Errorf("--%s %s: want an absolute path under %s", name, p, tmp)
+		}
+	}
+}
