@@ -419,10 +419,8 @@ func waitMembers(t *testing.T, cl client.Client, ec *v1alpha1.EtcdCluster, n int
 			return err
 		}
 		st := got.Status
-		for _, typ := range []string{v1alpha1.ConditionReady, v1alpha1.ConditionAllMembersReady, operator.ConditionScaled} {
-			if !meta.IsStatusConditionTrue(st.Conditions, typ) {
-				return fmt.Errorf("%s not True: %+v (last operation %+v)", typ, meta.FindStatusCondition(st.Conditions, typ), st.LastOperation)
-			}
+		if err := conditionsTrue(st, v1alpha1.ConditionReady, v1alpha1.ConditionAllMembersReady, operator.ConditionScaled); err != nil {
+			return err
 		}
 		if len(st.Members) != n || int(st.ReadyReplicas) != n || int(st.Replicas) != n || st.ObservedGeneration != got.Generation {
 			return fmt.Errorf("members %+v, replicas %d, ready %d", st.Members, st.Replicas, st.ReadyReplicas)
@@ -439,6 +437,16 @@ func waitMembers(t *testing.T, cl client.Client, ec *v1alpha1.EtcdCluster, n int
 	return got.Status
 }
 
+// conditionsTrue says which of the conditions is not True in st.
+func conditionsTrue(st v1alpha1.EtcdClusterStatus, types ...string) error {
+	for _, typ := range types {
+		if !meta.IsStatusConditionTrue(st.Conditions, typ) {
+			return fmt.Errorf("%s not True: %+v (last operation %+v)", typ, meta.FindStatusCondition(st.Conditions, typ), st.LastOperation)
+		}
+	}
+	return nil
+}
+
 // setReplicas changes spec.replicas (with kubectl scale when kubectlScale).
 func setReplicas(t *testing.T, c *localkube.Cluster, cl client.Client, ec *v1alpha1.EtcdCluster, n int32, kubectlScale bool) {
 	t.Helper()
@@ -451,6 +459,19 @@ func setReplicas(t *testing.T, c *localkube.Cluster, cl client.Client, ec *v1alp
 		t.Fatal(err)
 	}
 	got.Spec.Replicas = n
+	if err := cl.Update(t.Context(), &got); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// setVersion changes spec.version.
+func setVersion(t *testing.T, cl client.Client, ec *v1alpha1.EtcdCluster, v string) {
+	t.Helper()
+	var got v1alpha1.EtcdCluster
+	if err := cl.Get(t.Context(), client.ObjectKeyFromObject(ec), &got); err != nil {
+		t.Fatal(err)
+	}
+	got.Spec.Version = v
 	if err := cl.Update(t.Context(), &got); err != nil {
 		t.Fatal(err)
 	}
@@ -695,4 +716,128 @@ func (l *load) stop(t *testing.T, what string) *workload.Result {
 	workload.RequireKeys(t, l.cli, res)
 	t.Logf("writer: %s", res)
 	return res
+}
+
+// usage is what the operator's pod has used, read from its cgroup (v1,
+// the kubelet's cgroupfs layout under the node's cgroup): CPU time and
+// memory of every process of the pod (the operator and the certificate
+// renewal processes it starts).
+type usage struct {
+	at  time.Time
+	pod string
+	cpu time.Duration // cpuacct.usage
+	rss int64         // memory.stat total_rss
+	ws  int64         // the working set: memory.usage_in_bytes less total_inactive_file
+}
+
+// operatorUsage reads the operator's pod's usage.
+func operatorUsage(t *testing.T, cs *kubernetes.Clientset) (usage, error) {
+	p, err := operatorPod(t, cs)
+	if err != nil {
+		return usage{}, err
+	}
+	find := func(ctrl, file string) (string, error) {
+		for _, pat := range []string{"/sys/fs/cgroup/%s/*/kubepods/*/pod%s/%s", "/sys/fs/cgroup/%s/*/kubepods/pod%s/%s"} {
+			if m, _ := filepath.Glob(fmt.Sprintf(pat, ctrl, p.UID, file)); len(m) == 1 {
+				return m[0], nil
+			}
+		}
+		return "", fmt.Errorf("no %s cgroup of pod %s (%s)", ctrl, p.Name, p.UID)
+	}
+	u := usage{at: time.Now(), pod: p.Name}
+	f, err := find("cpuacct", "cpuacct.usage")
+	if err != nil {
+		return u, err
+	}
+	b, err := os.ReadFile(f)
+	if err != nil {
+		return u, err
+	}
+	ns, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return u, err
+	}
+	u.cpu = time.Duration(ns)
+	if f, err = find("memory", "memory.stat"); err != nil {
+		return u, err
+	}
+	if b, err = os.ReadFile(f); err != nil {
+		return u, err
+	}
+	var inactive int64
+	for _, l := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(l, " ")
+		n, _ := strconv.ParseInt(v, 10, 64)
+		switch k {
+		case "total_rss":
+			u.rss = n
+		case "total_inactive_file":
+			inactive = n
+		}
+	}
+	if b, err = os.ReadFile(filepath.Join(filepath.Dir(f), "memory.usage_in_bytes")); err != nil {
+		return u, err
+	}
+	total, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return u, err
+	}
+	u.ws = total - inactive
+	return u, nil
+}
+
+// usageWatch samples operatorUsage every second until the test ends.
+type usageWatch struct {
+	mu      sync.Mutex // owns samples
+	samples []usage
+}
+
+func watchUsage(t *testing.T, cs *kubernetes.Clientset) *usageWatch {
+	w := &usageWatch{}
+	go func() {
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			if u, err := operatorUsage(t, cs); err == nil {
+				w.mu.Lock()
+				w.samples = append(w.samples, u)
+				w.mu.Unlock()
+			}
+			select {
+			case <-t.Context().Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return w
+}
+
+// between says what the operator used from start to end: its CPU (cores
+// on average, over the samples of its newest pod in the window) and its
+// peak resident and working set memory.
+func (w *usageWatch) between(start, end time.Time) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var first, last *usage
+	var rss, ws int64
+	n := 0
+	for i := range w.samples {
+		u := &w.samples[i]
+		if u.at.Before(start) || u.at.After(end) {
+			continue
+		}
+		if first == nil || u.pod != first.pod {
+			first = u
+		}
+		last = u
+		rss, ws = max(rss, u.rss), max(ws, u.ws)
+		n++
+	}
+	if first == nil || last == first {
+		return "no samples"
+	}
+	cores := float64(last.cpu-first.cpu) / float64(last.at.Sub(first.at))
+	return fmt.Sprintf("CPU %.3f cores (%s over %s), peak RSS %.1f MiB, peak working set %.1f MiB (%d samples)",
+		cores, (last.cpu - first.cpu).Round(time.Millisecond), last.at.Sub(first.at).Round(time.Second), float64(rss)/(1<<20), float64(ws)/(1<<20), n)
 }

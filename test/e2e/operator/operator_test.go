@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -44,11 +43,8 @@ func operatorCreate(t *testing.T, c *localkube.Cluster) {
 			return err
 		}
 		st := got.Status
-		for _, typ := range []string{v1alpha1.ConditionReady, v1alpha1.ConditionAllMembersReady, v1alpha1.ConditionDataVolumesReady, v1alpha1.ConditionBackupReady} {
-			if !meta.IsStatusConditionTrue(st.Conditions, typ) {
-				cond := meta.FindStatusCondition(st.Conditions, typ)
-				return fmt.Errorf("%s not True: %+v (last operation %+v)", typ, cond, st.LastOperation)
-			}
+		if err := conditionsTrue(st, v1alpha1.ConditionReady, v1alpha1.ConditionAllMembersReady, v1alpha1.ConditionDataVolumesReady, v1alpha1.ConditionBackupReady); err != nil {
+			return err
 		}
 		if len(st.Members) != 3 || st.ReadyReplicas != 3 || st.Replicas != 3 {
 			return fmt.Errorf("members %+v, replicas %d, ready %d", st.Members, st.Replicas, st.ReadyReplicas)

@@ -10,7 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -137,10 +136,8 @@ func operatorQuorumLoss(t *testing.T, c *localkube.Cluster) {
 				return err
 			}
 			st := got.Status
-			for _, typ := range []string{v1alpha1.ConditionReady, v1alpha1.ConditionAllMembersReady, v1alpha1.ConditionBackupReady} {
-				if !meta.IsStatusConditionTrue(st.Conditions, typ) {
-					return fmt.Errorf("%s not True: %+v (last operation %+v)", typ, meta.FindStatusCondition(st.Conditions, typ), st.LastOperation)
-				}
+			if err := conditionsTrue(st, v1alpha1.ConditionReady, v1alpha1.ConditionAllMembersReady, v1alpha1.ConditionBackupReady); err != nil {
+				return err
 			}
 			if len(st.Members) != 3 || st.ReadyReplicas != 3 {
 				return fmt.Errorf("members %+v, ready %d", st.Members, st.ReadyReplicas)

@@ -108,10 +108,8 @@ func operatorRestore(t *testing.T, c *localkube.Cluster) {
 			return err
 		}
 		st := got.Status
-		for _, typ := range []string{v1alpha1.ConditionReady, v1alpha1.ConditionAllMembersReady, v1alpha1.ConditionBackupReady} {
-			if !meta.IsStatusConditionTrue(st.Conditions, typ) {
-				return fmt.Errorf("%s not True: %+v (last operation %+v)", typ, meta.FindStatusCondition(st.Conditions, typ), st.LastOperation)
-			}
+		if err := conditionsTrue(st, v1alpha1.ConditionReady, v1alpha1.ConditionAllMembersReady, v1alpha1.ConditionBackupReady); err != nil {
+			return err
 		}
 		if st.ReadyReplicas != 3 || st.LastBackupTime == nil {
 			return fmt.Errorf("ready %d, last backup %v", st.ReadyReplicas, st.LastBackupTime)

@@ -30,6 +30,16 @@ func operatorScale(t *testing.T, c *localkube.Cluster) {
 	ec := scaleCluster(t, cs, cl, ns, 3)
 	l := startLoad(t, "scale", serviceClient(t, c, cs, ec))
 
+	// The operator's usage at rest: 30 s of one ready cluster (a window
+	// measured, not a wait for a state), then under the scaling below.
+	use := watchUsage(t, cs)
+	rest := time.Now()
+	select {
+	case <-t.Context().Done():
+	case <-time.After(30 * time.Second):
+	}
+	t.Logf("benchmark: operator at rest (one 3-member cluster): %s", use.between(rest, time.Now()))
+
 	start := time.Now()
 	setReplicas(t, c, cl, ec, 5, false)
 	st := waitMembers(t, cl, ec, 5, 10*time.Minute)
@@ -53,6 +63,7 @@ func operatorScale(t *testing.T, c *localkube.Cluster) {
 	}
 	setReplicas(t, c, cl, ec, 3, true)
 	waitMembers(t, cl, ec, 3, 10*time.Minute)
+	t.Logf("benchmark: operator under churn (3 -> 5 -> 3 -> 1 -> 3): %s", use.between(start, time.Now()))
 	l.goesOn(t, "after 1 -> 3")
 	l.stop(t, "scale 3 -> 5 -> 3 -> 1 -> 3")
 

@@ -92,20 +92,9 @@ func operatorUpgradeRollback(t *testing.T, c *localkube.Cluster) {
 		return got
 	}
 	settled(8*time.Minute, from)
-	setVersion := func(v string) {
-		t.Helper()
-		got, err := get()
-		if err != nil {
-			t.Fatal(err)
-		}
-		got.Spec.Version = v
-		if err := cl.Update(t.Context(), got); err != nil {
-			t.Fatal(err)
-		}
-	}
 
 	// A version the catalogue does not know: refused, nothing changed.
-	setVersion("3.99.0")
+	setVersion(t, cl, ec, "3.99.0")
 	harness.Eventually(t, time.Minute, time.Second, "3.99.0 refused", func() error {
 		got, err := get()
 		if err != nil {
@@ -152,7 +141,7 @@ func operatorUpgradeRollback(t *testing.T, c *localkube.Cluster) {
 	}
 
 	phase("upgrade "+from+" to "+to, func() {
-		setVersion(to)
+		setVersion(t, cl, ec, to)
 		// Mid-upgrade (the plan saved and running), the operator's pod
 		// is deleted and made again.
 		harness.Eventually(t, 5*time.Minute, 500*time.Millisecond, "the upgrade plan running", func() error {
@@ -173,7 +162,7 @@ func operatorUpgradeRollback(t *testing.T, c *localkube.Cluster) {
 		}
 	})
 	phase("rollback to "+from, func() {
-		setVersion(from)
+		setVersion(t, cl, ec, from)
 		got := settled(12*time.Minute, from)
 		if op := got.Status.LastOperation; op == nil || op.Type != "Rollback" || op.State != "Succeeded" || !strings.HasPrefix(op.Plan, "rollback-") || !strings.Contains(op.Description, op.Plan) {
 			t.Errorf("last operation after the rollback: %+v", op)
