@@ -37,6 +37,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -284,10 +285,13 @@ func operatorPod(t *testing.T, cs *kubernetes.Clientset) (*corev1.Pod, error) {
 	return &live[0], nil
 }
 
-// killOperator deletes the operator's pod with grace period 0 (its
-// processes are killed with SIGKILL, its Lease is not released), and
-// waits for the Deployment's next pod to be Ready; that one acts once it
-// holds the Lease. It returns the killed pod.
+// killOperator kills the operator: SIGKILL to every steward process of
+// its pod (the operator and the certificate renewal processes it started:
+// nothing runs a handler, the leader Lease is not released), then the pod
+// deleted with grace period 0 (which alone would be a SIGTERM with 2 s of
+// grace: the kubelet's minimum, time enough to release the Lease). It
+// waits for the Deployment's next pod to be Ready; that one acts once the
+// killed one's Lease has expired. It returns the killed pod.
 func killOperator(t *testing.T, cs *kubernetes.Clientset) *corev1.Pod {
 	t.Helper()
 	var old *corev1.Pod
@@ -295,6 +299,15 @@ func killOperator(t *testing.T, cs *kubernetes.Clientset) *corev1.Pod {
 		old, err = operatorPod(t, cs)
 		return err
 	})
+	pids, err := podProcesses(old.UID, "steward")
+	if err != nil || len(pids) == 0 {
+		t.Fatalf("the steward processes of pod %s: %v (%d)", old.Name, err, len(pids))
+	}
+	for _, pid := range pids {
+		if err := unix.Kill(pid, unix.SIGKILL); err != nil && err != unix.ESRCH {
+			t.Fatalf("kill -9 %d (pod %s): %v", pid, old.Name, err)
+		}
+	}
 	zero := int64(0)
 	if err := cs.CoreV1().Pods(operatorNS).Delete(t.Context(), old.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		t.Fatal(err)
@@ -313,6 +326,41 @@ func killOperator(t *testing.T, cs *kubernetes.Clientset) *corev1.Pod {
 		return nil
 	})
 	return old
+}
+
+// podProcesses are the PIDs (as this machine sees them) of the processes
+// of the pod uid whose command is name: those of its cgroup (v1, the
+// kubelet's cgroupfs layout under the node's cgroup) and below.
+func podProcesses(uid types.UID, name string) ([]int, error) {
+	var dirs []string
+	for _, pat := range []string{"/sys/fs/cgroup/pids/*/kubepods/*/pod%s", "/sys/fs/cgroup/pids/*/kubepods/pod%s"} {
+		m, _ := filepath.Glob(fmt.Sprintf(pat, uid))
+		dirs = append(dirs, m...)
+	}
+	if len(dirs) != 1 {
+		return nil, fmt.Errorf("%d cgroups of pod %s", len(dirs), uid)
+	}
+	var pids []int
+	err := filepath.WalkDir(dirs[0], func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.Name() != "cgroup.procs" {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for _, f := range strings.Fields(string(b)) {
+			pid, err := strconv.Atoi(f)
+			if err != nil {
+				return err
+			}
+			if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && strings.TrimSpace(string(comm)) == name {
+				pids = append(pids, pid)
+			}
+		}
+		return nil
+	})
+	return pids, err
 }
 
 func podReady(p *corev1.Pod) bool {
