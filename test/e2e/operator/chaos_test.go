@@ -114,10 +114,11 @@ func operatorChaos(t *testing.T, c *localkube.Cluster) {
 		if got, err := get(); err == nil {
 			op = got.Status.LastOperation
 		}
+		into := time.Since(start)
 		old := killOperator(t, cs)
 		kills++
-		t.Logf("%s: killed the operator's pod %s at %q, %s into the step (last operation then: %+v)", step, old.Name, m.name,
-			time.Since(start).Round(100*time.Millisecond), op)
+		t.Logf("%s: killed the operator's pod %s at %q, %s into the step (last operation then: %+v); its next pod Ready %s later", step, old.Name, m.name,
+			into.Round(100*time.Millisecond), op, (time.Since(start) - into).Round(100*time.Millisecond))
 		done()
 		t.Logf("%s: done %s after the edit", step, time.Since(start).Round(100*time.Millisecond))
 	}
