@@ -158,6 +158,18 @@ func TestHostsAutoRecovery(t *testing.T) {
 			t.Errorf("member IDs changed: %v, were %v", after, before)
 		}
 		noHostActs(t)
+		// The hosts' loops (the backup loop's status every 2 s on the
+		// hosts that do not record) never knocked at another agent's API
+		// with their host certificate, which it refuses.
+		for _, h := range hs.Hosts {
+			b, err := os.ReadFile(filepath.Join(h.Dir, "logs", "agent-"+h.Name+".log"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := strings.Count(string(b), "may not use the agent API"); n > 0 {
+				t.Errorf("host %s's agent refused a client certificate %d times (\"may not use the agent API\")", h.Name, n)
+			}
+		}
 	})
 	if t.Failed() {
 		return
