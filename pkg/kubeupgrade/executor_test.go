@@ -333,3 +333,124 @@ func TestRewrite(t *testing.T) {
 		t.Errorf("setFlag %s", got)
 	}
 }
+
+// TestKillAtEveryStep: the plan as a kill leaves it on disk at each of
+// the engine's crash points (plan-step-before:N: steps before N done, N
+// recorded running, its action not run; plan-step-after:N: the same with
+// N's action run), then resumed with plan.Run: it completes, every
+// manifest is written once (a step whose action ran writes nothing
+// again), and two API servers are never down at once.
+func TestKillAtEveryStep(t *testing.T) {
+	steps := len(newPlanSteps(t))
+	for n := range steps {
+		for _, after := range []bool{false, true} {
+			name := fmt.Sprintf("plan-step-before:%d", n)
+			if after {
+				name = fmt.Sprintf("plan-step-after:%d", n)
+			}
+			t.Run(name, func(t *testing.T) {
+				f := newFakeKube(t)
+				st, p := newKubePlan(t, f)
+				ex := &Executor{Env: f, Poll: time.Millisecond, Timeout: 5 * time.Second}
+				last := n - 1
+				if after {
+					last = n
+				}
+				for i := 0; i <= last; i++ {
+					if err := ex.Execute(t.Context(), p, &p.Steps[i]); err != nil {
+						t.Fatalf("step %d: %v", i, err)
+					}
+				}
+				for i := range n {
+					p.Steps[i].State = plan.Done
+				}
+				p.Steps[n].State, p.State = plan.Running, plan.Running
+				if err := st.Save(t.Context(), p); err != nil {
+					t.Fatal(err)
+				}
+				if err := plan.Run(t.Context(), st, p.ID, ex, nil); err != nil {
+					t.Fatalf("resume: %v", err)
+				}
+				got, _ := st.Get(p.ID)
+				if got.State != plan.Done {
+					t.Errorf("plan %s", got.State)
+				}
+				count := map[string]int{}
+				for _, w := range f.writes {
+					count[w]++
+				}
+				if len(count) != 9 {
+					t.Errorf("%d manifests written, want 9: %v", len(count), f.writes)
+				}
+				for k, c := range count {
+					if c != 1 {
+						t.Errorf("%s written %d times", k, c)
+					}
+				}
+				if f.maxDown > 1 {
+					t.Errorf("%d API servers down at once", f.maxDown)
+				}
+			})
+		}
+	}
+}
+
+// TestKillAfterManifestWritten: the plan as a kill at
+// kube-manifest-written:HOST/COMPONENT leaves it, for each step that
+// writes a manifest: the step running, its first component's manifest
+// rewritten, the component not yet running it. Resumed, the step writes
+// that manifest no second time (its kubelet restarts it once) and waits
+// for it; the plan completes.
+func TestKillAfterManifestWritten(t *testing.T) {
+	for n, s := range newPlanSteps(t) {
+		comp := kubeversion.APIServer
+		switch {
+		case s.Kind == kubeversion.StepControllers:
+			comp = kubeversion.ControllerManager
+		case !isControlPlaneStep(s.Kind):
+			continue
+		}
+		point := PointManifestWritten + ":" + s.Member + "/" + comp
+		t.Run(point, func(t *testing.T) {
+			f := newFakeKube(t)
+			st, p := newKubePlan(t, f)
+			ex := &Executor{Env: f, Poll: time.Millisecond, Timeout: 5 * time.Second}
+			for i := range n {
+				if err := ex.Execute(t.Context(), p, &p.Steps[i]); err != nil {
+					t.Fatalf("step %d: %v", i, err)
+				}
+				p.Steps[i].State = plan.Done
+			}
+			pc, _ := (&Payload{Components: mustPayload(t, p).Components}).component(s.Member, comp)
+			k := s.Member + "/" + comp
+			nb, err := Rewrite(f.man[k], pc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.mu.Lock()
+			f.man[k], f.lag[k] = nb, 3
+			f.mu.Unlock()
+			p.Steps[n].State, p.State = plan.Running, plan.Running
+			if err := st.Save(t.Context(), p); err != nil {
+				t.Fatal(err)
+			}
+			if err := plan.Run(t.Context(), st, p.ID, ex, nil); err != nil {
+				t.Fatalf("resume: %v", err)
+			}
+			if slices.Contains(f.writes, k) {
+				t.Errorf("%s written again on resume: %v", k, f.writes)
+			}
+			if got, _ := st.Get(p.ID); got.State != plan.Done {
+				t.Errorf("plan %s", got.State)
+			}
+		})
+	}
+}
+
+func newPlanSteps(t *testing.T) []plan.Step {
+	p, err := NewPlan(dryRun(t, "v1.35.4"), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.Steps
+}
