@@ -146,7 +146,9 @@ func (f *fakeKube) PruneKept(_ context.Context, host, _ string) error {
 	return nil
 }
 
-func (f *fakeKube) UpgradeEtcd(context.Context, string) error { return errors.New("no etcd step planned") }
+func (f *fakeKube) UpgradeEtcd(context.Context, string) error {
+	return errors.New("no etcd step planned")
+}
 
 func (f *fakeKube) StorageHashes(context.Context) (map[string]string, error) {
 	f.mu.Lock()
