@@ -173,7 +173,7 @@ Later runs need only --dir.`,
 	cmd.Flags().StringVar(&socket, "socket", "", "Unix socket of the API (default DIR/run/agent.sock; DIR/run/agent-NAME.sock for other names)")
 	cmd.Flags().StringVar(&joinFile, "join", "", "join a multi-host cluster with this host's join `FILE` (written by steward init or steward host add)")
 	cmd.Flags().StringVar(&store, "binary-store", "", "binary store of members configured from another host (default DIR/binaries)")
-	cmd.Flags().StringVar(&kubeManifests, "kube-manifests", "", "this host's static pod manifests directory (kubeadm's /etc/kubernetes/manifests): `steward kube upgrade apply` rewrites the control plane's manifests through the agent")
+	cmd.Flags().StringVar(&kubeManifests, "kube-manifests", "", "this host's static pod `DIR` of manifests (kubeadm's /etc/kubernetes/manifests): steward kube upgrade apply rewrites the control plane's manifests through the agent")
 	cmd.Flags().StringVar(&listenAddr, "listen-address", "", "pod mode: the agent API and the members listen on this IP address (the pod's, or 0.0.0.0) and advertise the join file's host name; a directory that already joined keeps its identity and ignores --join")
 	// A member pod's flags (pod.go).
 	pod.register(cmd.Flags())
