@@ -334,8 +334,15 @@ func TestKubeUpgradeApply(t *testing.T) {
 	if out, stderr, err := steward(t, c, nil, "kube", "upgrade", "apply", "--to", to); err == nil || !strings.Contains(stderr, "plan resume") {
 		t.Errorf("a second apply while the plan is open: %v: %s%s", err, out, stderr)
 	}
-	if out, _, _ := steward(t, c, nil, "status"); !strings.Contains(out, kubeupgrade.CondKubeUpgradeInProgress) {
-		t.Errorf("status names no %s:\n%s", kubeupgrade.CondKubeUpgradeInProgress, out)
+	statusOut, _, _ := steward(t, c, nil, "status")
+	condOK := false
+	for _, l := range strings.Split(statusOut, "\n") {
+		if f := strings.Fields(l); len(f) > 1 && f[0] == kubeupgrade.CondKubeUpgradeInProgress && f[1] == "True" && strings.Contains(l, "upgrading-second-control-plane") {
+			condOK = true
+		}
+	}
+	if !condOK {
+		t.Errorf("status: no %s True at upgrading-second-control-plane:\n%s", kubeupgrade.CondKubeUpgradeInProgress, statusOut)
 	}
 	out, stderr, err = steward(t, c, nil, "plan", "resume")
 	if err != nil {
