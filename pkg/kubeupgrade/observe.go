@@ -4,7 +4,10 @@
 // gathers the dry run of an upgrade: the etcd cluster beneath (its
 // members' health and versions, alarms, certificates, the storage-version
 // inventory read from etcd itself) and every API server's /readyz, handed
-// to pkg/kubeversion's pure functions. It changes nothing.
+// to pkg/kubeversion's pure functions; and the kube-upgrade plan kind
+// that applies such an upgrade (kind.go, executor.go, apply.go): the
+// control plane's static pod manifests rewritten through each host's
+// Steward agent, one component at a time, each waited for.
 package kubeupgrade
 
 import (
