@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -96,6 +97,7 @@ type clients struct {
 	requests  atomic.Int64
 	backwards atomic.Int64
 	rewatches atomic.Int64
+	relists   atomic.Int64
 	mu        sync.Mutex // owns longest, errs
 	longest   time.Duration
 	errs      []string
@@ -163,6 +165,21 @@ func (cl *clients) run(ctx context.Context, cs kubernetes.Interface, ns string, 
 			}
 			for ev := range w.ResultChan() {
 				if ev.Type == watch.Error {
+					// 410 Gone: the resourceVersion left the server's
+					// window; a reflector relists and watches from the
+					// list (client-go's way, not a failure). Anything
+					// else is one.
+					if st, ok := ev.Object.(*metav1.Status); ok && st.Code == http.StatusGone {
+						cl.relists.Add(1)
+						start := time.Now()
+						l, err := cs.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
+						cl.record("relist", start, err)
+						if err == nil {
+							rv = l.ResourceVersion
+						}
+						w.Stop()
+						break
+					}
 					cl.record("watch event", time.Now(), fmt.Errorf("%v", ev.Object))
 					continue
 				}
@@ -354,8 +371,8 @@ func TestKubeUpgradeApply(t *testing.T) {
 	stopClients()
 
 	cl.mu.Lock()
-	t.Logf("clients: %d requests, %d failed, longest %s, %d watches re-established, %d events backwards; errors: %v",
-		cl.requests.Load(), cl.failed.Load(), cl.longest, cl.rewatches.Load(), cl.backwards.Load(), cl.errs)
+	t.Logf("clients: %d requests, %d failed, longest %s, %d watches re-established, %d relists after 410, %d events backwards; errors: %v",
+		cl.requests.Load(), cl.failed.Load(), cl.longest, cl.rewatches.Load(), cl.relists.Load(), cl.backwards.Load(), cl.errs)
 	cl.mu.Unlock()
 	if cl.failed.Load() != 0 {
 		t.Errorf("%d requests failed through the upgrade", cl.failed.Load())
