@@ -1,6 +1,7 @@
 package kubeupgrade
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -89,6 +90,20 @@ func TestKubeUpgradeKind(t *testing.T) {
 	}
 	if len(cs) != 9 {
 		t.Errorf("%d components, want 9 (apply leaves the kubelets)", len(cs))
+	}
+	b, err := json.Marshal(view(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"kind":"kube-upgrade"`, `"kubeState":"upgrading-second-control-plane-failed"`, `"host":"node-b","component":"kube-apiserver"`, `"state":"upgrading-failed"`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("plan show -o json: no %s in %s", want, b)
+		}
+	}
+	p.State = plan.Aborted
+	p.Steps[2].State = plan.Pending
+	if s := State(p); s != "upgrading-second-control-plane-aborted" {
+		t.Errorf("aborted: %s", s)
 	}
 	p.State = plan.Done
 	if State(p) != kubeversion.StepComplete {
