@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/etcd-steward/steward/internal/atomicfile"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/kmigrate"
 	"github.com/etcd-steward/steward/pkg/kubeversion"
@@ -304,37 +307,70 @@ func (e *env) PruneKept(ctx context.Context, host, id string) error {
 	return ac.DeleteKubeManifestsKept(ctx, id)
 }
 
-// UpgradeEtcd runs the steps of an etcd upgrade plan to version inline,
-// inside this plan's step (their executor is idempotent): nothing when
-// every member runs version or newer.
-func (e *env) UpgradeEtcd(ctx context.Context, version string) error {
-	st, err := status.Get(ctx, e.c)
-	if err != nil {
+// UpgradeEtcd runs the steps of an etcd upgrade plan to version inside
+// this plan's step, by the etcd upgrade's own (idempotent) executor:
+// nothing when every member runs version or newer. The etcd plan is
+// computed once and kept, with the steps done, in
+// DIR/kube-upgrade-etcd-ID.json (atomically, 0600) until its last step
+// is done, so a resume after a kill runs the same steps from the first
+// not done (a new plan would be refused: the members run mixed
+// versions).
+func (e *env) UpgradeEtcd(ctx context.Context, id, version string) error {
+	file := filepath.Join(e.c.Dir, "kube-upgrade-etcd-"+id+".json")
+	var p *plan.Plan
+	if b, err := os.ReadFile(file); err == nil {
+		p = &plan.Plan{}
+		if err := json.Unmarshal(b, p); err != nil {
+			return fmt.Errorf("%s: %w", file, err)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	older := false
-	for _, m := range st.Members {
-		if m.Version == "" || versionLess(m.Version, version) {
-			older = true
+	if p == nil {
+		st, err := status.Get(ctx, e.c)
+		if err != nil {
+			return err
+		}
+		older := false
+		for _, m := range st.Members {
+			if m.Version == "" || versionLess(m.Version, version) {
+				older = true
+			}
+		}
+		if !older {
+			e.c.Progress.Say("etcd runs %s or newer on every member", version)
+			return nil
+		}
+		if p, err = upgrade.NewPlan(ctx, e.c, upgrade.Options{To: version}); err != nil {
+			return fmt.Errorf("plan the etcd upgrade to %s: %w", version, err)
 		}
 	}
-	if !older {
-		e.c.Progress.Say("etcd runs %s or newer on every member", version)
-		return nil
+	save := func() error {
+		b, err := json.Marshal(p)
+		if err != nil {
+			return err
+		}
+		return atomicfile.WriteFile(file, b, 0o600)
 	}
-	p, err := upgrade.NewPlan(ctx, e.c, upgrade.Options{To: version})
-	if err != nil {
-		return fmt.Errorf("plan the etcd upgrade to %s: %w", version, err)
+	if err := save(); err != nil {
+		return err
 	}
 	ex := &upgrade.Executor{C: e.c, Progress: e.c.Progress}
 	for i := range p.Steps {
 		s := &p.Steps[i]
+		if s.State == plan.Done {
+			continue
+		}
 		e.c.Progress.Say("etcd upgrade step %d/%d: %s", s.Number(), len(p.Steps), s.Description)
 		if err := ex.Execute(ctx, p, s); err != nil {
 			return fmt.Errorf("etcd upgrade to %s, step %d (%s): %w", version, s.Number(), s.Description, err)
 		}
+		s.State = plan.Done
+		if err := save(); err != nil {
+			return err
+		}
 	}
-	return nil
+	return os.Remove(file)
 }
 
 func versionLess(a, b string) bool {

@@ -69,9 +69,9 @@ type Env interface {
 	WriteManifest(ctx context.Context, host, component, id string, content []byte) error
 	// PruneKept removes the manifests a host's agent kept for plan id.
 	PruneKept(ctx context.Context, host, id string) error
-	// UpgradeEtcd upgrades the etcd cluster to version (done when it
-	// runs it).
-	UpgradeEtcd(ctx context.Context, version string) error
+	// UpgradeEtcd upgrades the etcd cluster to version for plan id
+	// (done when it runs it).
+	UpgradeEtcd(ctx context.Context, id, version string) error
 	// StorageHashes are discovery's storage version hash per resource.
 	StorageHashes(ctx context.Context) (map[string]string, error)
 	// MigrateStorage rewrites every object of the resources.
@@ -102,7 +102,7 @@ func (e *Executor) Execute(ctx context.Context, p *plan.Plan, s *plan.Step) erro
 	case s.Kind == kubeversion.StepStarted:
 		return nil
 	case s.Kind == kubeversion.StepUpgradingEtcd:
-		return e.Env.UpgradeEtcd(ctx, pl.EtcdUpgradeTo)
+		return e.Env.UpgradeEtcd(ctx, p.ID, pl.EtcdUpgradeTo)
 	case isControlPlaneStep(s.Kind):
 		return e.component(ctx, p.ID, pl, s.Member, kubeversion.APIServer)
 	case s.Kind == kubeversion.StepControllers:

@@ -146,7 +146,7 @@ func (f *fakeKube) PruneKept(_ context.Context, host, _ string) error {
 	return nil
 }
 
-func (f *fakeKube) UpgradeEtcd(context.Context, string) error {
+func (f *fakeKube) UpgradeEtcd(context.Context, string, string) error {
 	return errors.New("no etcd step planned")
 }
 
