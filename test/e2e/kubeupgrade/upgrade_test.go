@@ -271,12 +271,7 @@ func TestKubeUpgradeApply(t *testing.T) {
 		_ = cs.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
 	})
 	// Pods scheduled before: one per node.
-	pause := ""
-	for _, img := range ix.Images {
-		if img.Name == "registry.k8s.io/pause" {
-			pause = img.Ref()
-		}
-	}
+	pause := c.PauseImage // the one the nodes imported
 	for _, n := range c.Nodes {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "keep-" + n.Name}, Spec: corev1.PodSpec{NodeName: n.Name,
 			Containers: []corev1.Container{{Name: "pause", Image: pause, ImagePullPolicy: corev1.PullNever}}}}
