@@ -25,6 +25,7 @@ import (
 	"github.com/etcd-steward/steward/internal/localkube"
 	"github.com/etcd-steward/steward/pkg/kubeupgrade"
 	"github.com/etcd-steward/steward/pkg/kubeversion"
+	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/test/harness"
 )
 
@@ -324,7 +325,14 @@ func TestKubeUpgradeApply(t *testing.T) {
 	if err != nil {
 		t.Fatalf("plan show: %v: %s%s", err, out, stderr)
 	}
-	var shown kubeupgrade.View
+	// plan show -o json of a kube-upgrade plan (kubeupgrade.View, read
+	// into fields of its own: plan.Plan decodes itself).
+	var shown struct {
+		Kind       plan.Kind                    `json:"kind"`
+		State      plan.State                   `json:"state"`
+		KubeState  string                       `json:"kubeState"`
+		Components []kubeupgrade.ComponentState `json:"components"`
+	}
 	if err := json.Unmarshal([]byte(out), &shown); err != nil {
 		t.Fatalf("plan show: %v: %s", err, out)
 	}
