@@ -165,6 +165,9 @@ func (cl *clients) run(ctx context.Context, cs kubernetes.Interface, ns string, 
 				continue
 			}
 			for ev := range w.ResultChan() {
+				if ctx.Err() != nil {
+					break // the clients stopped: the stream's end is ours
+				}
 				if ev.Type == watch.Error {
 					// 410 Gone: the resourceVersion left the server's
 					// window; a reflector relists and watches from the
