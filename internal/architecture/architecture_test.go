@@ -45,7 +45,7 @@ var (
 		"pkg/recovery":    {"pkg/membership", "pkg/restore", "pkg/backupd", "pkg/metrics", "pkg/isolated"},
 		"pkg/upgrade":     {"pkg/membership", "pkg/restore", "pkg/backupd", "pkg/rolling", "pkg/isolated"},
 		"pkg/adopt":       {"pkg/rolling", "pkg/certs"}, // the adopt plan moves leadership before it stops the old process; take-over restarts; its certificates
-		"pkg/kubeupgrade": nil,                          // the Kubernetes above etcd: what runs, the upgrade's dry run
+		"pkg/kubeupgrade": {"pkg/upgrade"},              // the Kubernetes above etcd: what runs, the upgrade's dry run and plan (etcd upgraded first inside it)
 	}
 	commands = "cmd/steward/internal/command"
 	// testHelpers: fixtures for the unit tests of the floors above the

@@ -7,16 +7,29 @@ package localkube
 // provisioner) and passes each connection to the next API server in turn
 // that accepts one within a second: one stopped API server costs its
 // clients a reconnect, not the cluster.
+//
+// As kubeadm's HA guide has HAProxy check its backends, it asks each API
+// server's /readyz every readyEvery (anonymously: kubeadm's RBAC lets
+// anyone read it) and passes new connections to ready servers first, to
+// the others only when none is ready. An API server told to stop fails
+// its /readyz at once (its shutdown-delay-duration then keeps it serving
+// while the balancer notices): new connections go elsewhere while its own
+// drain.
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 )
+
+// readyEvery is how often the balancer asks each API server's /readyz.
+const readyEvery = 500 * time.Millisecond
 
 type loadBalancer struct {
 	ln       net.Listener
@@ -25,6 +38,10 @@ type loadBalancer struct {
 	wg       sync.WaitGroup
 	mu       sync.Mutex // owns conns
 	conns    map[net.Conn]bool
+	// notReady[i] is set while backend i's last /readyz did not answer
+	// 200 (written by the checker, read by every connection).
+	notReady []atomic.Bool
+	stop     chan struct{}
 }
 
 func startLoadBalancer(addr string, backends []string) (*loadBalancer, error) {
@@ -32,10 +49,57 @@ func startLoadBalancer(addr string, backends []string) (*loadBalancer, error) {
 	if err != nil {
 		return nil, err
 	}
-	lb := &loadBalancer{ln: ln, backends: backends, conns: map[net.Conn]bool{}}
-	lb.wg.Add(1)
+	lb := &loadBalancer{ln: ln, backends: backends, conns: map[net.Conn]bool{}, notReady: make([]atomic.Bool, len(backends)), stop: make(chan struct{})}
+	lb.wg.Add(2)
 	go lb.serve()
+	go lb.check()
 	return lb, nil
+}
+
+// check asks every backend's /readyz each readyEvery until Close.
+func (lb *loadBalancer) check() {
+	defer lb.wg.Done()
+	hc := &http.Client{Timeout: readyEvery, Transport: &http.Transport{
+		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // a readiness probe of the cluster's own servers; nothing is sent
+		DisableKeepAlives: true,
+	}}
+	t := time.NewTicker(readyEvery)
+	defer t.Stop()
+	for {
+		var wg sync.WaitGroup
+		for i, b := range lb.backends {
+			wg.Go(func() {
+				ok := false
+				if resp, err := hc.Get("https://" + b + "/readyz"); err == nil {
+					ok = resp.StatusCode == http.StatusOK
+					_ = resp.Body.Close()
+				}
+				lb.notReady[i].Store(!ok)
+			})
+		}
+		wg.Wait()
+		select {
+		case <-lb.stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// order is the backends to try for a connection: from the next in turn,
+// the ready ones first.
+func (lb *loadBalancer) order() []string {
+	start := int(lb.next.Add(1))
+	var ready, other []string
+	for i := range lb.backends {
+		j := (start + i) % len(lb.backends)
+		if lb.notReady[j].Load() {
+			other = append(other, lb.backends[j])
+		} else {
+			ready = append(ready, lb.backends[j])
+		}
+	}
+	return append(ready, other...)
 }
 
 func (lb *loadBalancer) serve() {
@@ -73,10 +137,8 @@ func (lb *loadBalancer) pass(client net.Conn) {
 		return
 	}
 	defer lb.track(client, false)
-	start := lb.next.Add(1)
 	var backend net.Conn
-	for i := range lb.backends {
-		addr := lb.backends[(int(start)+i)%len(lb.backends)]
+	for _, addr := range lb.order() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
 		cancel()
@@ -110,6 +172,7 @@ func (lb *loadBalancer) pass(client net.Conn) {
 // Close stops listening, closes every connection and waits for them.
 func (lb *loadBalancer) Close() {
 	_ = lb.ln.Close()
+	close(lb.stop)
 	lb.mu.Lock()
 	for c := range lb.conns {
 		_ = c.Close()

@@ -105,6 +105,16 @@ func (c *Cluster) startHolder(ctx context.Context, n *Node) error {
 		return err
 	}
 	n.holder = cmd.Process.Pid
+	// The node's agent reaches the manifests the kubelet reads through
+	// this link (its --kube-manifests): into the node's mount namespace,
+	// where /etc is the overlay. A write into the overlay's upper
+	// directory from outside would be undefined for overlayfs and unseen
+	// by the kubelet's inotify watch.
+	link := n.KubeManifestsLink()
+	_ = os.Remove(link)
+	if err := os.Symlink(fmt.Sprintf("/proc/%d/root/etc/kubernetes/manifests", n.holder), link); err != nil {
+		return err
+	}
 	return poll(ctx, 10*time.Second, func() error {
 		select {
 		case <-done:
@@ -334,6 +344,12 @@ func (c *Cluster) imageRef(component string) string {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// KubeManifestsLink is the node's static pod manifests directory as
+// processes outside the node's mount namespace reach it (a symbolic link
+// through its holder's /proc/PID/root), given to the node's agent as
+// --kube-manifests.
+func (n *Node) KubeManifestsLink() string { return filepath.Join(n.Dir, "kube-manifests") }
 
 // ImportImage imports an image tarball into every node's containerd.
 func (c *Cluster) ImportImage(ctx context.Context, tarball string) error {

@@ -77,6 +77,11 @@ type Options struct {
 	// ClusterToken, when set, is the token of the cluster the agent's
 	// host joined: a spec of another cluster is refused (SetCluster).
 	ClusterToken string
+	// KubeManifests, when set, is the host's static pod manifests
+	// directory (kubeadm's /etc/kubernetes/manifests, as this process
+	// reaches it): the agent serves /v1/kube/manifests
+	// (kubemanifests.go).
+	KubeManifests string
 }
 
 // Agent supervises the members on one host.
@@ -105,6 +110,10 @@ type Agent struct {
 	// DIR/status/recovery-counts.json (PutRecoveryCounts: read, merge,
 	// write). It guards no field.
 	countsMu sync.Mutex
+
+	// kubeMu serializes the writes of static pod manifests and their
+	// kept copies (kubemanifests.go). It guards no field.
+	kubeMu sync.Mutex
 
 	shutdownOnce sync.Once
 	shutdownCh   chan struct{} // closed once by Shutdown; Run waits on it
@@ -346,8 +355,16 @@ func (a *Agent) Info() agentapi.AgentInfo {
 	return agentapi.AgentInfo{
 		Name: a.opts.Name, PID: os.Getpid(), StewardDir: a.opts.Dir,
 		EmbeddedEtcdVersion: binaries.EmbeddedVersion(), StartedAt: a.startedAt,
-		Capabilities: []string{agentapi.CapRebuildDataDirs, agentapi.CapRecoveryCoordinated},
+		Capabilities: a.capabilities(),
 	}
+}
+
+func (a *Agent) capabilities() []string {
+	caps := []string{agentapi.CapRebuildDataDirs, agentapi.CapRecoveryCoordinated}
+	if a.opts.KubeManifests != "" {
+		caps = append(caps, agentapi.CapKubeManifests)
+	}
+	return caps
 }
 
 // Members returns every member's status, sorted by name.

@@ -264,6 +264,22 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/backup/status", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, a.BackupStatuses(), nil)
 	})
+	mux.HandleFunc("GET /v1/kube/manifests/{name}", func(w http.ResponseWriter, r *http.Request) {
+		m, err := a.KubeManifest(r.PathValue("name"))
+		reply(w, m, err)
+	})
+	mux.HandleFunc("PUT /v1/kube/manifests/{name}", func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, agentapi.MaxKubeManifest))
+		if err != nil {
+			reply(w, nil, badRequest{fmt.Errorf("read the manifest: %w", err)})
+			return
+		}
+		res, err := a.PutKubeManifest(r.PathValue("name"), r.URL.Query().Get("plan"), b)
+		reply(w, res, err)
+	})
+	mux.HandleFunc("DELETE /v1/kube/kept/{plan}", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, nil, a.DeleteKubeManifestsKept(r.PathValue("plan")))
+	})
 	mux.HandleFunc("POST /v1/shutdown", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, map[string]string{"status": "shutting down"}, nil)
 		a.Shutdown()

@@ -534,3 +534,23 @@ func (e *APIError) Error() string { return e.Message }
 func (e *APIError) Is(target error) bool {
 	return target == memberrt.ErrNotFound && e.Status == http.StatusNotFound
 }
+
+// KubeManifest returns the host's static pod manifest name (NAME.yaml in
+// the agent's --kube-manifests directory).
+func (c *Client) KubeManifest(ctx context.Context, name string) (KubeManifest, error) {
+	var out KubeManifest
+	return out, c.do(ctx, http.MethodGet, "/v1/kube/manifests/"+name, nil, &out)
+}
+
+// PutKubeManifest writes the host's static pod manifest name atomically,
+// the previous one kept for plan until DeleteKubeManifestsKept.
+func (c *Client) PutKubeManifest(ctx context.Context, name, plan string, content []byte) (KubeManifestWrite, error) {
+	var out KubeManifestWrite
+	return out, c.send(ctx, http.MethodPut, "/v1/kube/manifests/"+name+"?plan="+url.QueryEscape(plan), "application/yaml", bytes.NewReader(content), &out)
+}
+
+// DeleteKubeManifestsKept removes the manifests kept for plan (once the
+// plan is done).
+func (c *Client) DeleteKubeManifestsKept(ctx context.Context, plan string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/kube/kept/"+url.PathEscape(plan), nil, nil)
+}

@@ -250,3 +250,31 @@ type TrustBundle struct {
 	Changed bool     `json:"changed"`
 	CAs     []string `json:"cas"`
 }
+
+// CapKubeManifests: the agent was given its host's static pod manifests
+// directory (`steward agent --kube-manifests DIR`) and serves
+// /v1/kube/manifests: a Kubernetes upgrade rewrites the control plane's
+// manifests through it.
+const CapKubeManifests = "kube-manifests"
+
+// KubeManifest is one static pod manifest of the host
+// (GET /v1/kube/manifests/{name}: name is the file's name without .yaml).
+type KubeManifest struct {
+	Name string `json:"name"`
+	// Path is the file as the agent reaches it.
+	Path    string `json:"path"`
+	Content []byte `json:"content"`
+}
+
+// KubeManifestWrite is the answer to PUT /v1/kube/manifests/{name}?plan=ID.
+type KubeManifestWrite struct {
+	Name string `json:"name"`
+	// Changed is false when the manifest already held the content.
+	Changed bool `json:"changed"`
+	// Kept is where the manifest before the plan's first write is kept
+	// (DIR/kube-manifests-kept/PLAN/NAME.yaml) until the plan ends.
+	Kept string `json:"kept,omitempty"`
+}
+
+// MaxKubeManifest bounds a manifest sent to an agent.
+const MaxKubeManifest = 1 << 20

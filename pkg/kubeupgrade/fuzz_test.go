@@ -24,3 +24,26 @@ func FuzzImageTagAndFlags(f *testing.F) {
 		}
 	})
 }
+
+// FuzzRewrite: a static pod manifest as a host's agent returns it.
+// Never panics; a manifest accepted comes back naming the target image,
+// and rewriting the result again changes nothing.
+func FuzzRewrite(f *testing.F) {
+	f.Add([]byte("apiVersion: v1\nkind: Pod\nmetadata:\n  name: kube-apiserver\nspec:\n  containers:\n  - name: kube-apiserver\n    image: registry.k8s.io/kube-apiserver:v1.35.4\n    command: [kube-apiserver, --secure-port=6443]\n"))
+	f.Add([]byte("spec:\n  containers: []\n"))
+	f.Add([]byte("{}"))
+	pc := PlannedComponent{Component: "kube-apiserver", ToVersion: "v1.36.3", ToImage: "registry.k8s.io/kube-apiserver:v1.36.3"}
+	f.Fuzz(func(t *testing.T, manifest []byte) {
+		out, err := Rewrite(manifest, pc)
+		if err != nil {
+			return
+		}
+		if !strings.Contains(string(out), pc.ToImage) {
+			t.Fatalf("rewritten manifest names no %s:\n%s", pc.ToImage, out)
+		}
+		again, err := Rewrite(out, pc)
+		if err != nil || string(again) != string(out) {
+			t.Fatalf("rewriting again: %v\n%s\nthen\n%s", err, out, again)
+		}
+	})
+}

@@ -1,8 +1,6 @@
 package kubeupgrade
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -12,22 +10,18 @@ import (
 	"github.com/etcd-steward/steward/pkg/plan"
 )
 
-// The kube-upgrade plan kind: defined, so that the dry run's plan has
-// the shape apply will persist (its payload, its steps named in
-// StarlingX's spirit, its states per host and component, its condition),
-// and unit-tested in a registry of its own (kind_test.go). It is not yet
-// registered in cluster.PlanKinds: with no apply, `steward status` would
-// report a condition no plan can set. Apply registers it (Spec).
+// The kube-upgrade plan kind (registered in cluster.PlanKinds as the
+// package initialises): its payload, its steps named in StarlingX's
+// spirit, its states per host and component, its condition; the
+// executor is executor.go, apply and resume apply.go.
+
+func init() { cluster.PlanKinds.Register(Spec()) }
 
 // KindKubeUpgrade is the plan kind of a Kubernetes upgrade.
 const KindKubeUpgrade plan.Kind = "kube-upgrade"
 
 // CondKubeUpgradeInProgress is the status condition of kube-upgrade plans.
 const CondKubeUpgradeInProgress = "KubeUpgradeInProgress"
-
-// ErrNotImplemented: applying (or resuming) a Kubernetes upgrade is not
-// written yet; only its dry run is.
-var ErrNotImplemented = errors.New("applying a Kubernetes upgrade is not implemented yet: only its dry run (the plan) is")
 
 // Payload is what a kube-upgrade plan records about itself.
 type Payload struct {
@@ -37,8 +31,15 @@ type Payload struct {
 	// EtcdUpgradeTo is the etcd version upgraded to first ("" for none).
 	EtcdUpgradeTo string `json:"etcdUpgradeTo,omitempty"`
 	// Components are the host and component pairs the plan moves, with
-	// their versions before and after.
+	// their versions before and after (the control plane's static pods:
+	// apply leaves kubelets where they are).
 	Components []PlannedComponent `json:"components"`
+	// Kubeconfig is the kubeconfig apply used; resume uses it again.
+	Kubeconfig string `json:"kubeconfig,omitempty"`
+	// StorageHashes are discovery's storage version hash per resource
+	// when the plan was recorded: the migrating-storage step migrates
+	// those whose hash changed.
+	StorageHashes map[string]string `json:"storageHashes,omitempty"`
 }
 
 // PlannedComponent is one component on one host in the payload.
@@ -47,6 +48,10 @@ type PlannedComponent struct {
 	Component   string `json:"component"`
 	FromVersion string `json:"fromVersion"`
 	ToVersion   string `json:"toVersion"`
+	// ToImage is the image the manifest is given; FlagChanges the flags
+	// changed with it (the dry run's).
+	ToImage     string                   `json:"toImage,omitempty"`
+	FlagChanges []kubeversion.FlagChange `json:"flagChanges,omitempty"`
 }
 
 // Component states, per host and component.
@@ -77,8 +82,9 @@ func NewPlan(dry *kubeversion.Plan, now time.Time) (*plan.Plan, error) {
 	}
 	for _, h := range dry.Hosts {
 		for _, c := range h.Components {
-			if c.Changes {
-				pl.Components = append(pl.Components, PlannedComponent{Host: h.Host, Component: c.Component, FromVersion: c.FromVersion, ToVersion: c.ToVersion})
+			if c.Changes && c.Component != kubeversion.Kubelet {
+				pl.Components = append(pl.Components, PlannedComponent{Host: h.Host, Component: c.Component, FromVersion: c.FromVersion, ToVersion: c.ToVersion,
+					ToImage: c.ToImage, FlagChanges: c.FlagChanges})
 			}
 		}
 	}
@@ -93,8 +99,8 @@ func NewPlan(dry *kubeversion.Plan, now time.Time) (*plan.Plan, error) {
 
 // State is the plan's state in StarlingX's words: the kind of its first
 // step not done (started, upgrading-etcd, upgrading-first-control-plane,
-// ..., upgrading-kubelets, migrating-storage), its failed form when the
-// plan failed there, complete when done.
+// ..., upgrading-controllers, migrating-storage), its failed form when
+// the plan failed there, aborted when aborted there, complete when done.
 func State(p *plan.Plan) string {
 	if p.State == plan.Done {
 		return kubeversion.StepComplete
@@ -105,6 +111,9 @@ func State(p *plan.Plan) string {
 		}
 		if p.State == plan.Failed || s.State == plan.Failed {
 			return kubeversion.FailedState(s.Kind)
+		}
+		if p.State == plan.Aborted {
+			return s.Kind + "-aborted"
 		}
 		return s.Kind
 	}
@@ -141,15 +150,14 @@ func Components(p *plan.Plan) ([]ComponentState, error) {
 }
 
 func movesComponent(s plan.Step, comp string) bool {
-	if comp == kubeversion.Kubelet {
+	switch comp {
+	case kubeversion.Kubelet:
 		return s.Kind == kubeversion.StepKubelets
+	case kubeversion.APIServer:
+		return isControlPlaneStep(s.Kind)
 	}
-	return strings.HasPrefix(s.Kind, "upgrading-") && strings.HasSuffix(s.Kind, "-control-plane") ||
-		strings.HasPrefix(s.Kind, "upgrading-control-plane-")
+	return s.Kind == kubeversion.StepControllers
 }
-
-// Apply would run a kube-upgrade plan; it is not written yet.
-func Apply(context.Context, *cluster.Cluster, *plan.Plan) error { return ErrNotImplemented }
 
 func show(p *plan.Plan) string {
 	pl, err := plan.PayloadOf[Payload](p)
@@ -164,19 +172,60 @@ func describe(p *plan.Plan) string {
 	if err != nil {
 		return plan.DescribeKind(p)
 	}
-	return fmt.Sprintf("kube-upgrade plan %s (Kubernetes to %s, %s)", p.ID, pl.To, State(p))
+	return fmt.Sprintf("kube-upgrade plan %s (Kubernetes to %s, %s%s)", p.ID, pl.To, State(p), componentSummary(p))
+}
+
+// componentSummary counts the components upgraded and names those in
+// progress or failed: ", 4/9 components upgraded; node-b kube-apiserver
+// upgrading".
+func componentSummary(p *plan.Plan) string {
+	cs, err := Components(p)
+	if err != nil || len(cs) == 0 {
+		return ""
+	}
+	n := 0
+	var busy []string
+	for _, c := range cs {
+		switch c.State {
+		case ComponentUpgraded:
+			n++
+		case ComponentPending:
+		default:
+			busy = append(busy, c.Host+" "+c.Component+" "+c.State)
+		}
+	}
+	out := fmt.Sprintf(", %d/%d components upgraded", n, len(cs))
+	if len(busy) > 0 {
+		out += "; " + strings.Join(busy, ", ")
+	}
+	return out
+}
+
+// View is what `steward plan show -o json|yaml` prints: the record, the
+// state in StarlingX's words and each host's and component's state.
+type View struct {
+	*plan.Plan
+	KubeState  string           `json:"kubeState"`
+	Components []ComponentState `json:"components"`
+}
+
+func view(p *plan.Plan) any {
+	cs, _ := Components(p)
+	if cs == nil {
+		cs = []ComponentState{}
+	}
+	return View{Plan: p, KubeState: State(p), Components: cs}
 }
 
 // Spec is the kind's registration: admitted when no plan has work left;
-// resumed: not implemented yet.
+// resumed from where the hosts are (Resume).
 func Spec() plan.KindSpec[*cluster.Cluster] {
 	return plan.KindSpec[*cluster.Cluster]{
 		Kind:      KindKubeUpgrade,
-		Admission: plan.Admission{},
-		Resume: func(context.Context, *cluster.Cluster, string) error {
-			return ErrNotImplemented
-		},
+		Admission: admission,
+		Resume:    Resume,
 		Show:      show,
+		View:      view,
 		Describe:  describe,
 		Condition: CondKubeUpgradeInProgress,
 	}

@@ -1,6 +1,7 @@
 package kubeupgrade
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -32,9 +33,7 @@ func dryRun(t *testing.T, kubelet string) *kubeversion.Plan {
 
 // TestKubeUpgradeKind: the kind registers in a registry of its own,
 // names its plan and condition, and its states per plan and per host and
-// component follow the steps, failed forms included; apply and resume
-// say clearly that they are not written yet; a dry run that failed its
-// pre-flight makes no plan.
+// component follow the steps, failed forms included; a dry run that failed its pre-flight makes no plan.
 func TestKubeUpgradeKind(t *testing.T) {
 	now := time.Date(2026, 11, 28, 4, 0, 0, 0, time.UTC)
 	if _, err := NewPlan(dryRun(t, "v1.32.0"), now); !errors.Is(err, kubeversion.ErrKubeletTooOld) {
@@ -48,7 +47,7 @@ func TestKubeUpgradeKind(t *testing.T) {
 	for _, s := range p.Steps {
 		kinds = append(kinds, s.Kind)
 	}
-	if want := "started,upgrading-first-control-plane,upgrading-second-control-plane,upgrading-third-control-plane,upgrading-kubelets,upgrading-kubelets,upgrading-kubelets,migrating-storage,complete"; strings.Join(kinds, ",") != want {
+	if want := "started,upgrading-first-control-plane,upgrading-second-control-plane,upgrading-third-control-plane,upgrading-controllers,upgrading-controllers,upgrading-controllers,migrating-storage,complete"; strings.Join(kinds, ",") != want {
 		t.Errorf("steps %s", strings.Join(kinds, ","))
 	}
 	r := plan.NewRegistry[*cluster.Cluster]("")
@@ -66,7 +65,7 @@ func TestKubeUpgradeKind(t *testing.T) {
 		t.Errorf("state %s", s)
 	}
 	what, cond, ok := r.Describe(p)
-	if !ok || cond != CondKubeUpgradeInProgress || what != "kube-upgrade plan "+p.ID+" (Kubernetes to v1.36.3, upgrading-second-control-plane-failed)" {
+	if !ok || cond != CondKubeUpgradeInProgress || what != "kube-upgrade plan "+p.ID+" (Kubernetes to v1.36.3, upgrading-second-control-plane-failed, 1/9 components upgraded; node-b kube-apiserver upgrading-failed)" {
 		t.Errorf("Describe = %q, %q, %v", what, cond, ok)
 	}
 	if got, err := r.Show(p); err != nil || got != "kube-upgrade v1.35.4 to v1.36.3, upgrading-second-control-plane-failed" {
@@ -81,25 +80,33 @@ func TestKubeUpgradeKind(t *testing.T) {
 		states[c.Host+" "+c.Component] = c.State
 	}
 	for k, want := range map[string]string{
-		"node-a kube-apiserver": ComponentUpgraded, "node-a kube-scheduler": ComponentUpgraded,
+		"node-a kube-apiserver": ComponentUpgraded, "node-a kube-scheduler": ComponentPending,
 		"node-b kube-apiserver": "upgrading-failed", "node-c kube-controller-manager": ComponentPending,
-		"node-a kubelet": ComponentPending,
+		"node-a kubelet": "",
 	} {
 		if states[k] != want {
 			t.Errorf("%s: %s, want %s", k, states[k], want)
 		}
 	}
-	if len(cs) != 12 {
-		t.Errorf("%d components, want 12", len(cs))
+	if len(cs) != 9 {
+		t.Errorf("%d components, want 9 (apply leaves the kubelets)", len(cs))
+	}
+	b, err := json.Marshal(view(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"kind":"kube-upgrade"`, `"kubeState":"upgrading-second-control-plane-failed"`, `"host":"node-b","component":"kube-apiserver"`, `"state":"upgrading-failed"`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("plan show -o json: no %s in %s", want, b)
+		}
+	}
+	p.State = plan.Aborted
+	p.Steps[2].State = plan.Pending
+	if s := State(p); s != "upgrading-second-control-plane-aborted" {
+		t.Errorf("aborted: %s", s)
 	}
 	p.State = plan.Done
 	if State(p) != kubeversion.StepComplete {
 		t.Errorf("done: %s", State(p))
-	}
-	if err := Apply(t.Context(), nil, p); !errors.Is(err, ErrNotImplemented) || !strings.Contains(err.Error(), "not implemented yet") {
-		t.Errorf("Apply: %v", err)
-	}
-	if err := Spec().Resume(t.Context(), nil, p.ID); !errors.Is(err, ErrNotImplemented) {
-		t.Errorf("Resume: %v", err)
 	}
 }

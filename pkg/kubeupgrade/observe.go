@@ -4,7 +4,10 @@
 // gathers the dry run of an upgrade: the etcd cluster beneath (its
 // members' health and versions, alarms, certificates, the storage-version
 // inventory read from etcd itself) and every API server's /readyz, handed
-// to pkg/kubeversion's pure functions. It changes nothing.
+// to pkg/kubeversion's pure functions; and the kube-upgrade plan kind
+// that applies such an upgrade (kind.go, executor.go, apply.go): the
+// control plane's static pod manifests rewritten through each host's
+// Steward agent, one component at a time, each waited for.
 package kubeupgrade
 
 import (
@@ -88,6 +91,16 @@ type Running struct {
 	// component label and node) and every node's kubelet, in host order.
 	Instances  []kubeversion.Instance
 	APIServers []APIServer
+	// Pods are the control-plane mirror pods, by HOST/COMPONENT.
+	Pods map[string]PodState
+}
+
+// PodState is a control-plane mirror pod as the upgrade waits for it.
+type PodState struct {
+	// Image is its component container's image (the manifest's).
+	Image string
+	// Ready: that container runs and is ready.
+	Ready bool
 }
 
 // Observe reads what runs: the kube-system pods labelled component=
@@ -105,13 +118,20 @@ func Observe(ctx context.Context, cs kubernetes.Interface) (*Running, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list the nodes: %w", err)
 	}
-	r := &Running{}
+	r := &Running{Pods: map[string]PodState{}}
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		in, api, err := fromPod(p)
 		if err != nil {
 			return nil, err
 		}
+		ps := PodState{Image: in.Image}
+		for _, st := range p.Status.ContainerStatuses {
+			if st.Name == in.Component || len(p.Status.ContainerStatuses) == 1 {
+				ps.Ready = st.Ready && st.State.Running != nil
+			}
+		}
+		r.Pods[in.Host+"/"+in.Component] = ps
 		r.Instances = append(r.Instances, in)
 		if api != nil {
 			r.APIServers = append(r.APIServers, *api)

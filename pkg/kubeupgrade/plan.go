@@ -58,6 +58,11 @@ func Plan(ctx context.Context, c *cluster.Cluster, cfg *rest.Config, o PlanOptio
 		return nil, err
 	}
 	in := kubeversion.Inputs{Target: o.Target, Instances: run.Instances, EtcdVersions: map[string]string{}}
+	var nodes []string
+	for _, x := range run.Instances {
+		nodes = append(nodes, x.Host)
+	}
+	in.Leaders = leaders(ctx, cs, nodes)
 	if in.Etcd, err = catalogue.Load(filepath.Join(c.Dir, catalogue.FileName)); err != nil {
 		return nil, err
 	}

@@ -273,8 +273,25 @@ func TestBuildPlan(t *testing.T) {
 	for _, s := range p.Steps {
 		states = append(states, s.State)
 	}
-	if want := "started,upgrading-first-control-plane,upgrading-second-control-plane,upgrading-third-control-plane,upgrading-kubelets,upgrading-kubelets,upgrading-kubelets,migrating-storage,complete"; strings.Join(states, ",") != want {
+	if want := "started,upgrading-first-control-plane,upgrading-second-control-plane,upgrading-third-control-plane,upgrading-controllers,upgrading-controllers,upgrading-controllers,migrating-storage,complete"; strings.Join(states, ",") != want {
 		t.Errorf("steps %s\nwant %s", strings.Join(states, ","), want)
+	}
+	// API servers first, one host each; then the controllers, the
+	// leader's host last.
+	in0 := inputs("v1.36.3", cluster("v1.35.4", "v1.35.4"))
+	in0.Leaders = []string{"node-a"}
+	pl, err := BuildPlan(in0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for _, s := range pl.Steps {
+		if s.Host != "" {
+			order = append(order, s.Host+":"+strings.Join(s.Components, "+"))
+		}
+	}
+	if want := "node-a:kube-apiserver,node-b:kube-apiserver,node-c:kube-apiserver,node-b:kube-controller-manager+kube-scheduler,node-c:kube-controller-manager+kube-scheduler,node-a:kube-controller-manager+kube-scheduler"; strings.Join(order, ",") != want {
+		t.Errorf("order %s\nwant %s", strings.Join(order, ","), want)
 	}
 	if check(t, p, "etcd-health").Result != Pass {
 		t.Error("health check not carried")

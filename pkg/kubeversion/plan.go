@@ -46,6 +46,10 @@ type Inputs struct {
 	// Health are the health checks gathered (etcd-health, alarms,
 	// apiservers-ready, certificates).
 	Health []Check
+	// Leaders are the hosts whose controller-manager or scheduler holds
+	// its leader lease (when the lease names a host): their controllers
+	// are upgraded last.
+	Leaders []string
 }
 
 // ComponentPlan is one component on one host before and after.
@@ -216,7 +220,7 @@ func BuildPlan(in Inputs) (*Plan, error) {
 	p.Preflight = append(p.Preflight, Check{Name: "etcd-version", Result: Pass, Message: p.Etcd.Message})
 
 	p.Preflight = append(p.Preflight, in.Health...)
-	p.Steps = steps(p)
+	p.Steps = steps(p, in.Leaders)
 	return p, nil
 }
 
@@ -314,6 +318,7 @@ const (
 	StepStarted        = "started"
 	StepUpgradingEtcd  = "upgrading-etcd"
 	StepKubelets       = "upgrading-kubelets"
+	StepControllers    = "upgrading-controllers"
 	StepStorageMigrate = "migrating-storage"
 	StepComplete       = "complete"
 )
@@ -333,37 +338,65 @@ func ControlPlaneState(i int) string {
 // FailedState is the failed form of a state.
 func FailedState(state string) string { return state + "-failed" }
 
-// steps is what apply will do, in the order that keeps clients working.
-func steps(p *Plan) []Step {
+// steps is what apply does, in the order that keeps clients working:
+// etcd when needed; each host's API server, one at a time (never two
+// down), the API servers first so that no controller-manager or
+// scheduler is ever newer than an API server; then each host's
+// controller-manager and scheduler, the hosts of leaders last (one
+// leader change each, not one per host); then the storage migration.
+// Kubelets stay where they are (apply does not move them yet: within the
+// skew policy, up to three minors older than the API servers).
+func steps(p *Plan, leaders []string) []Step {
 	out := []Step{{State: StepStarted, Description: "pre-flight checks passed; plan recorded"}}
 	if p.Etcd.Needed {
 		out = append(out, Step{State: StepUpgradingEtcd, Description: fmt.Sprintf("etcd upgraded to %s (an etcd upgrade plan, one member at a time)", p.Etcd.UpgradeTo)})
 	}
+	changes := func(h HostPlan, comp string) bool {
+		for _, c := range h.Components {
+			if c.Component == comp && c.Changes {
+				return true
+			}
+		}
+		return false
+	}
 	i := 0
 	for _, h := range p.Hosts {
+		if !changes(h, APIServer) {
+			continue
+		}
+		out = append(out, Step{State: ControlPlaneState(i), Host: h.Host, Components: []string{APIServer},
+			Description: fmt.Sprintf("host %s: kube-apiserver to %s: drained (its /readyz fails, the balancer stops sending to it), its manifest rewritten, ready at its own address before the next", h.Host, p.To)})
+		i++
+	}
+	hosts := append([]HostPlan(nil), p.Hosts...)
+	isLeader := func(h string) bool {
+		for _, l := range leaders {
+			if l == h {
+				return true
+			}
+		}
+		return false
+	}
+	sort.SliceStable(hosts, func(a, b int) bool { return !isLeader(hosts[a].Host) && isLeader(hosts[b].Host) })
+	for _, h := range hosts {
 		var comps []string
-		for _, c := range h.Components {
-			if c.Changes && c.Component != Kubelet {
-				comps = append(comps, c.Component)
+		for _, c := range []string{ControllerManager, Scheduler} {
+			if changes(h, c) {
+				comps = append(comps, c)
 			}
 		}
 		if len(comps) == 0 {
 			continue
 		}
-		out = append(out, Step{State: ControlPlaneState(i), Host: h.Host, Components: comps,
-			Description: fmt.Sprintf("host %s: %s manifests to %s, one at a time, each ready before the next (the API server drained first)", h.Host, strings.Join(comps, ", "), p.To)})
-		i++
-	}
-	for _, h := range p.Hosts {
-		for _, c := range h.Components {
-			if c.Changes && c.Component == Kubelet {
-				out = append(out, Step{State: StepKubelets, Host: h.Host, Components: []string{Kubelet},
-					Description: fmt.Sprintf("host %s: kubelet %s to %s", h.Host, c.FromVersion, p.To)})
-			}
+		lead := ""
+		if isLeader(h.Host) {
+			lead = " (a leader's host: last)"
 		}
+		out = append(out, Step{State: StepControllers, Host: h.Host, Components: comps,
+			Description: fmt.Sprintf("host %s: %s to %s, each running the new image before the next%s", h.Host, strings.Join(comps, ", "), p.To, lead)})
 	}
 	out = append(out, Step{State: StepStorageMigrate, Description: "storage migration of every resource whose storage version changed"},
-		Step{State: StepComplete, Description: "every component on every host runs " + p.To})
+		Step{State: StepComplete, Description: "every control-plane component on every host runs " + p.To})
 	return out
 }
 

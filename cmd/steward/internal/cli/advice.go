@@ -172,6 +172,7 @@ func libraryAdvice(err error) error {
 	}
 	err = AdviseWithin(err, agent.ErrNoHostCerts, "renew there)", "use `steward certs renew` there)")
 	err = AdviseWithin(err, agent.ErrNotJoined, "joined a cluster keeps", "joined a cluster (steward agent --join) keeps")
+	err = Advise(err, agent.ErrNoKubeManifests, " (start it with --kube-manifests DIR, kubeadm's /etc/kubernetes/manifests)")
 	if ce, ok := errors.AsType[*upgrade.ChecksError](err); ok {
 		msg := ce.Error()
 		for _, ch := range ce.Failed {

@@ -6,7 +6,8 @@ package cli
 // conditions it computes) knows every kind. A new kind's package gets a
 // line here (docs/ARCHITECTURE.md, "Adding a plan kind").
 import (
-	_ "github.com/etcd-steward/steward/pkg/adopt"    // adopt, adopt-undo, certs-take-over
-	_ "github.com/etcd-steward/steward/pkg/carotate" // ca-rotation, ca-rotation-rollback
-	_ "github.com/etcd-steward/steward/pkg/upgrade"  // upgrade, rollback
+	_ "github.com/etcd-steward/steward/pkg/adopt"       // adopt, adopt-undo, certs-take-over
+	_ "github.com/etcd-steward/steward/pkg/carotate"    // ca-rotation, ca-rotation-rollback
+	_ "github.com/etcd-steward/steward/pkg/kubeupgrade" // kube-upgrade
+	_ "github.com/etcd-steward/steward/pkg/upgrade"     // upgrade, rollback
 )

@@ -12,6 +12,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/adopt"
 	"github.com/etcd-steward/steward/pkg/carotate"
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/kubeupgrade"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/status"
 	"github.com/etcd-steward/steward/pkg/upgrade"
@@ -19,7 +20,7 @@ import (
 
 // allKinds is every plan kind Steward runs.
 var allKinds = []plan.Kind{plan.KindUpgrade, plan.KindRollback, plan.KindCARotation, plan.KindCARotationRollback,
-	plan.KindAdopt, plan.KindAdoptUndo, plan.KindCertsTakeOver}
+	plan.KindAdopt, plan.KindAdoptUndo, plan.KindCertsTakeOver, kubeupgrade.KindKubeUpgrade}
 
 // TestPlanKindsRegistered: with the packages plankinds.go links, every
 // kind is registered, and only these (Register panics on a second
@@ -74,13 +75,14 @@ func TestPlanKindConditions(t *testing.T) {
 		{withPayload(t, p(plan.KindAdopt), adopt.Payload{Member: "etcd-1"}), "adopt plan P (member etcd-1)", plan.CondAdoptionInProgress},
 		{&plan.Plan{ID: "P", Kind: plan.KindAdopt, Steps: []plan.Step{{Member: "etcd-2"}}}, "adopt plan P (member etcd-2)", plan.CondAdoptionInProgress},
 		{withPayload(t, p(plan.KindAdoptUndo), adopt.Payload{Member: "etcd-1"}), "adopt-undo plan P (member etcd-1)", plan.CondAdoptionInProgress},
+		{withPayload(t, p(kubeupgrade.KindKubeUpgrade), kubeupgrade.Payload{To: "v1.36.3"}), "kube-upgrade plan P (Kubernetes to v1.36.3, complete)", kubeupgrade.CondKubeUpgradeInProgress},
 	} {
 		what, typ, ok := cluster.PlanKinds.Describe(tc.p)
 		if !ok || typ != tc.typ || what != tc.what {
 			t.Errorf("%s: condition %q (%v) saying %q; want %s saying %q", tc.p.Kind, typ, ok, what, tc.typ, tc.what)
 		}
 	}
-	want := []string{plan.CondAdoptionInProgress, plan.CondCertificateRotationInProgress, plan.CondUpgradeInProgress}
+	want := []string{plan.CondAdoptionInProgress, plan.CondCertificateRotationInProgress, kubeupgrade.CondKubeUpgradeInProgress, plan.CondUpgradeInProgress}
 	if got := cluster.PlanKinds.Conditions(); !slices.Equal(got, want) {
 		t.Errorf("conditions %v, want %v", got, want)
 	}

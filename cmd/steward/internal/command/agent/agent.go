@@ -35,7 +35,7 @@ import (
 
 // NewCommand returns the agent command.
 func NewCommand(g *cli.Globals) *cobra.Command {
-	var name, socket, joinFile, store, listenAddr string
+	var name, socket, joinFile, store, listenAddr, kubeManifests string
 	var pod podFlags
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -62,6 +62,11 @@ Later runs need only --dir.`,
 			}
 			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 			o := agentpkg.Options{Name: name, Dir: dir, Socket: socket, Log: log, BinaryStore: store, Advise: cli.LibraryAdvice}
+			if kubeManifests != "" {
+				if o.KubeManifests, err = filepath.Abs(kubeManifests); err != nil {
+					return err
+				}
+			}
 			if listenAddr != "" && net.ParseIP(listenAddr) == nil {
 				return fmt.Errorf("--listen-address %q: not an IP address; give the pod's IP ($(POD_IP) from the downward API) or 0.0.0.0", listenAddr)
 			}
@@ -168,6 +173,7 @@ Later runs need only --dir.`,
 	cmd.Flags().StringVar(&socket, "socket", "", "Unix socket of the API (default DIR/run/agent.sock; DIR/run/agent-NAME.sock for other names)")
 	cmd.Flags().StringVar(&joinFile, "join", "", "join a multi-host cluster with this host's join `FILE` (written by steward init or steward host add)")
 	cmd.Flags().StringVar(&store, "binary-store", "", "binary store of members configured from another host (default DIR/binaries)")
+	cmd.Flags().StringVar(&kubeManifests, "kube-manifests", "", "this host's static pod `DIR` of manifests (kubeadm's /etc/kubernetes/manifests): steward kube upgrade apply rewrites the control plane's manifests through the agent")
 	cmd.Flags().StringVar(&listenAddr, "listen-address", "", "pod mode: the agent API and the members listen on this IP address (the pod's, or 0.0.0.0) and advertise the join file's host name; a directory that already joined keeps its identity and ignores --join")
 	// A member pod's flags (pod.go).
 	pod.register(cmd.Flags())

@@ -155,9 +155,86 @@ func versionsTable(w io.Writer, out versionsOutput) {
 }
 
 func upgradeCommand(g *cli.Globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "upgrade", Short: "Upgrade the Kubernetes above the cluster (plan: the dry run)"}
-	cmd.AddCommand(planCommand(g))
+	cmd := &cobra.Command{Use: "upgrade", Short: "Upgrade the Kubernetes above the cluster (plan: the dry run; apply: the upgrade, as a persisted plan)"}
+	cmd.AddCommand(planCommand(g), applyCommand(g))
 	return cmd
+}
+
+func applyCommand(g *cli.Globals) *cobra.Command {
+	var o kubeOptions
+	var to, prefix string
+	cmd := &cobra.Command{
+		Use:   "apply --to vX.Y.Z",
+		Short: "Upgrade the Kubernetes control plane above this etcd cluster to --to, as a persisted, resumable plan",
+		Long: `Run the dry run of 'steward kube upgrade plan --to' and, when every pre-flight
+check passes, record a kube-upgrade plan and run it: etcd first when the target
+is tested with a newer etcd; then each host's kube-apiserver, one at a time
+(never two down: the others ready first), its static pod manifest rewritten
+through the host's Steward agent (which keeps the manifest before the plan
+until the plan is done) with the target's image, flags and graceful-shutdown
+flags, and ready at its own address (/version the target, /readyz 200) before
+the next; then each host's controller-manager and scheduler (the leaders'
+host last); then the storage migration of every resource whose storage version
+hash changed. Kubelets are left as they are (within the skew policy).
+
+A failed or interrupted plan continues with 'steward plan resume' from where
+the hosts are; 'steward plan abort' stops it after its current step.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := runApply(cmd, g, o, to, prefix); err != nil {
+				return applyHint(fmt.Errorf("kube upgrade apply: %w", err))
+			}
+			return nil
+		},
+	}
+	o.addFlags(cmd)
+	cmd.Flags().StringVar(&to, "to", "", "the Kubernetes version to upgrade to (vX.Y.Z)")
+	cmd.Flags().StringVar(&prefix, "prefix", kstorage.DefaultPrefix, "the API servers' --etcd-prefix")
+	_ = cmd.MarkFlagRequired("to")
+	return cmd
+}
+
+func runApply(cmd *cobra.Command, g *cli.Globals, o kubeOptions, to, prefix string) error {
+	if err := g.CheckOutput(); err != nil {
+		return err
+	}
+	if _, _, err := kubeversion.TargetOf(to); err != nil {
+		return err
+	}
+	kc, err := o.resolve(cmd, g)
+	if err != nil {
+		return err
+	}
+	cfg, err := kubeupgrade.RESTConfig(kc.Path)
+	if err != nil {
+		return err
+	}
+	c, err := g.ClusterWithAgent(cmd)
+	if err != nil {
+		return err
+	}
+	dry, p, err := kubeupgrade.Apply(cmd.Context(), c, cfg, kubeupgrade.ApplyOptions{PlanOptions: kubeupgrade.PlanOptions{Target: to, Prefix: prefix}, Kubeconfig: kc.Path})
+	if dry != nil && p == nil && err != nil && dry.Refusal() != nil {
+		// Refused by pre-flight: the dry run shows why, as plan does.
+		_ = g.Print(cmd.OutOrStdout(), planOutput{Kubeconfig: kc, Plan: dry}, func(tw *tabwriter.Writer) { planTable(tw, dry) })
+	}
+	if p != nil {
+		if latest, gerr := c.Plans().Get(p.ID); gerr == nil {
+			p = latest
+		}
+		if perr := g.PrintPlan(cmd.OutOrStdout(), p); perr != nil && err == nil {
+			err = perr
+		}
+	}
+	return err
+}
+
+// applyHint adds the dry run's advice, the agent flag a host lacks, and
+// what to do after a failed step.
+func applyHint(err error) error {
+	err = advise(err)
+	err = cli.Advise(err, kubeupgrade.ErrNoManifestsDir, "; restart that host's agent with --kube-manifests DIR (kubeadm's /etc/kubernetes/manifests)")
+	return cli.PlanHint(err)
 }
 
 // planOutput is `kube upgrade plan -o json|yaml`.

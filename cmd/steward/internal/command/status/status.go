@@ -22,7 +22,7 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 		Long: `Show the cluster (ID, versions, leader, quorum), every member (role, health,
 database size, revision, raft term and index, alarms, process state, last error) and
 the conditions (Ready, AllMembersReady, BackupReady, UpgradeInProgress,
-AdoptionInProgress, CertificateRotationInProgress (each for its own plan kinds),
+AdoptionInProgress, CertificateRotationInProgress, KubeUpgradeInProgress (each for its own plan kinds),
 CertificatesReady and, where Steward renews the certificates, CertificateRenewal:
 whether the renewal loop runs; with agents on other hosts, BinariesInStep: whether
 each host's binary store holds the spec's version and every version of this
