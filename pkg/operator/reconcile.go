@@ -35,18 +35,28 @@ import (
 )
 
 // RBAC of the operator (make generate writes deploy/operator/rbac/role.yaml):
+// what the code uses and nothing more. The kinds the reconciler watches
+// (For, Owns) need list and watch; everything else it reads uncached
+// (manager.go, cacheOptions) with get, and writes with create and update
+// (controllerutil.CreateOrUpdate): it never deletes, patches or lists them
+// (what it makes goes with its EtcdCluster through owner references; the
+// claims are kept). Update on etcdclusters/finalizers is what an owner
+// reference with blockOwnerDeletion needs. Events go through the
+// events.k8s.io API (mgr.GetEventRecorder). Its own pod (the member
+// image) and the leader election Lease are read in its own namespace
+// (rbac/leader_election_role.yaml).
 //
-// +kubebuilder:rbac:groups=steward.etcd.io,resources=etcdclusters,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=steward.etcd.io,resources=etcdclusters/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=steward.etcd.io,resources=etcdclusters,verbs=get;list;watch
+// +kubebuilder:rbac:groups=steward.etcd.io,resources=etcdclusters/status,verbs=update
 // +kubebuilder:rbac:groups=steward.etcd.io,resources=etcdclusters/finalizers,verbs=update
-// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=services;secrets;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=pods;persistentvolumeclaims,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups="",resources=services;secrets,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;create;update
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;create;update
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update
 
 // RequeueAfter is how often a cluster's status is refreshed with nothing
 // else happening.
