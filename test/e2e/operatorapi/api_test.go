@@ -227,7 +227,7 @@ func TestOperatorAPI(t *testing.T) {
 			{"create", "statefulsets.apps", "any", true},
 			{"delete", "statefulsets.apps", "any", false}, // its objects go with the EtcdCluster (owner references)
 			{"get", "persistentvolumeclaims", "any", true},
-			{"list", "persistentvolumeclaims", "any", false}, // read uncached, one by one
+			{"list", "persistentvolumeclaims", "any", false},   // read uncached, one by one
 			{"delete", "persistentvolumeclaims", "any", false}, // claims are kept: never deleted by the operator
 			{"update", "leases.coordination.k8s.io", "any", true},
 			{"watch", "leases.coordination.k8s.io", "any", false}, // not every node's and application's Leases
