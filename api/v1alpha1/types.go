@@ -317,7 +317,8 @@ type RestoreFrom struct {
 type TLS struct {
 	// CASecret names a Secret (keys tls.crt and tls.key) holding the CA
 	// the operator issues every member's and client's certificate from.
-	// Empty: the operator makes a CA of its own (Secret NAME-ca). Either
+	// Empty: the operator makes a CA of its own (its key kept by the
+	// operator; Secret NAME-ca holds its certificate, ca.crt). Either
 	// way, certificates are renewed before they expire, with no restart.
 	//
 	// +optional
