@@ -249,7 +249,13 @@ func TestOperatorAPI(t *testing.T) {
 			{"create", "deployments.apps", "any", false},
 			{"create", "leases.coordination.k8s.io", "steward-system", true},
 		} {
-			args := []string{"auth", "can-i", c.verb, c.resource, "--as", sa}
+			// RESOURCE/SUB is a subresource (kubectl reads RESOURCE/NAME
+			// as an object's name).
+			res, sub, _ := strings.Cut(c.resource, "/")
+			args := []string{"auth", "can-i", c.verb, res, "--as", sa}
+			if sub != "" {
+				args = append(args, "--subresource", sub)
+			}
 			if c.namespace != "" {
 				args = append(args, "-n", c.namespace)
 			}
