@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -104,8 +105,26 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 func (r *Reconciler) event(ec *v1alpha1.EtcdCluster, typ, reason, action, format string, args ...any) {
 	if r.Recorder != nil {
-		r.Recorder.Eventf(ec, nil, typ, reason, action, format, args...)
+		r.Recorder.Eventf(ec, nil, typ, reason, action, "%s", EventMessage(fmt.Sprintf(format, args...)))
 	}
+}
+
+// MaxEventMessage is the longest message the API server accepts in an
+// event (events.k8s.io: 1024 bytes); a longer one is rejected, and the
+// event lost.
+const MaxEventMessage = 1024
+
+// EventMessage is msg cut to MaxEventMessage bytes (on a character
+// boundary, ending in "..."): the status condition keeps the whole text.
+func EventMessage(msg string) string {
+	if len(msg) <= MaxEventMessage {
+		return msg
+	}
+	cut := MaxEventMessage - len("...")
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + "..."
 }
 
 func (r *Reconciler) setOp(ec *v1alpha1.EtcdCluster, typ, state, desc string) {

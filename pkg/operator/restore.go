@@ -220,12 +220,8 @@ func SourceAuthenticated(l backup.Listing, where, secret string) error {
 		}
 	}
 	if len(l.Ignored) > 0 {
-		why := make([]string, 0, 3)
-		for _, i := range l.Ignored[:min(3, len(l.Ignored))] {
-			why = append(why, i.String())
-		}
-		return fmt.Errorf("%w: no full backup in %s authenticates under the cluster backup key of Secret %s (%d manifests ignored: %s): name the Secret with the key of the cluster that took these backups",
-			ErrRestoreNotAuthenticated, where, secret, len(l.Ignored), strings.Join(why, "; "))
+		return fmt.Errorf("%w: no full backup in %s authenticates under the cluster backup key of Secret %s (%d manifests ignored, the first %s): name the Secret with the key of the cluster that took these backups",
+			ErrRestoreNotAuthenticated, where, secret, len(l.Ignored), l.Ignored[0])
 	}
 	return fmt.Errorf("%w: no full backup in %s", ErrRestoreFailed, where)
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -273,7 +274,7 @@ func TestSourceAuthenticated(t *testing.T) {
 	}
 	forged := backup.Listing{Ignored: []backup.Ignored{{Name: "full/x.json", Reason: "MAC does not verify"}}}
 	err := SourceAuthenticated(forged, "s3://b/p", "k")
-	if !errors.Is(err, ErrRestoreNotAuthenticated) || !strings.Contains(err.Error(), "full/x.json: MAC does not verify") || !strings.Contains(err.Error(), "Secret k") {
+	if !errors.Is(err, ErrRestoreNotAuthenticated) || !strings.Contains(err.Error(), "1 manifests ignored, the first full/x.json: MAC does not verify") || !strings.Contains(err.Error(), "Secret k") {
 		t.Errorf("forged: %v", err)
 	}
 	deltasOnly := backup.Listing{Backups: []backup.Manifest{{ID: "delta-1", Kind: backup.KindDelta}}}
@@ -311,5 +312,24 @@ func TestMemberSecurityContext(t *testing.T) {
 	}
 	if !tmp {
 		t.Error("no writable /tmp (an emptyDir) under the read-only root file system")
+	}
+}
+
+// An event's message longer than the API server takes (1024 bytes: the
+// event is rejected and lost) is cut, on a character boundary.
+func TestEventMessage(t *testing.T) {
+	if m := EventMessage("short"); m != "short" {
+		t.Errorf("%q", m)
+	}
+	long := strings.Repeat("é", 600) // 1200 bytes
+	m := EventMessage(long)
+	if len(m) > MaxEventMessage || !strings.HasSuffix(m, "...") || !utf8.ValidString(m) {
+		t.Errorf("%d bytes, valid %v: %q", len(m), utf8.ValidString(m), m[len(m)-10:])
+	}
+	rec := events.NewFakeRecorder(1)
+	r := &Reconciler{Recorder: rec}
+	r.event(testCluster(), corev1.EventTypeWarning, "R", "A", "%s", long)
+	if e := <-rec.Events; len(e) > MaxEventMessage+len("Warning R ") {
+		t.Errorf("event of %d bytes", len(e))
 	}
 }
