@@ -17,6 +17,9 @@
 # github.com/coredns/coredns at the version, so Steward's go.mod does not
 # grow. Reproducible: CGO_ENABLED=0, -trimpath, -buildvcs=false, -s -w, and
 # coremain.GitCommit set to the release's commit as the proxy records it.
+# The steps build-kube.sh takes too (the cache's layout and lock, the module
+# download, the wrapper module, the build, the stamp) are
+# hack/lib/gobuild.sh's.
 #
 # Environment:
 #   COREDNS_VERSION  CoreDNS release to build (vX.Y.Z)
@@ -26,6 +29,8 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
+gb_tool=build-coredns
+. "$root/hack/lib/gobuild.sh"
 module=github.com/coredns/coredns
 version="${COREDNS_VERSION:-}"
 if [ -z "$version" ]; then
@@ -56,17 +61,7 @@ if ! [[ "$version" =~ ^v[0-9]+\.[0-9]+\.[0-9]+$ ]]; then
 	echo "build-coredns: $version is not a CoreDNS release version (want vX.Y.Z, for example v1.14.2)" >&2
 	exit 2
 fi
-cache="${COREDNS_CACHE:-$root/.cache/coredns}"
-mkdir -p "$cache"
-cache="$(cd "$cache" && pwd)"
-dir="$cache/$version"
-bin="$dir/bin"
-stamp="$dir/stamp"
-mkdir -p "$bin"
-
-# One build of a version at a time (two worktrees may share a cache).
-exec 9>"$dir/.lock"
-flock 9
+gb_open "${COREDNS_CACHE:-$root/.cache/coredns}" "$version"
 
 # reports: bin/coredns is there, named in the stamp, and says it is $version
 # (`coredns -version` prints "CoreDNS-1.14.2" first).
@@ -82,41 +77,27 @@ if reports; then
 fi
 
 start=$(date +%s)
-# Only the wrapper's own settings (see build-kube.sh).
-export GOFLAGS="-mod=mod -buildvcs=false" GOWORK=off CGO_ENABLED=0
-
-info="$(go mod download -json "$module@$version" 2>&1)" || {
-	echo "build-coredns: CoreDNS $version cannot be built: $module@$version is not available from the Go module proxy ($(go env GOPROXY)):" >&2
-	printf '%s\n' "$info" | sed -n 's/^[[:space:]]*"Error": "\(.*\)",\{0,1\}$/  \1/p' | sed 's/\\n\\t/ /g' >&2
-	echo "build-coredns: check that the proxy serves $module (go list -m -versions $module), or pick a version it has with COREDNS_VERSION" >&2
-	exit 1
-}
-field() { printf '%s\n' "$info" | sed -n "s/^[[:space:]]*\"$1\": \"\(.*\)\",\{0,1\}\$/\1/p"; }
-modsum="$(field Sum)"
-commit="$(field Hash | head -n1)"
+gb_env
+gb_download "$module@$version" \
+	"CoreDNS $version cannot be built: $module@$version is not available from the Go module proxy" \
+	"check that the proxy serves $module (go list -m -versions $module), or pick a version it has with COREDNS_VERSION"
+modsum="$(gb_field Sum)"
+commit="$(gb_field Hash | head -n1)"
 commit="${commit:0:7}"
 
-src="$dir/src"
-rm -rf "$src" "$dir/bin.new"
-mkdir -p "$src" "$dir/bin.new"
+gb_wrapper steward.local/coredns-build
 cp "$root/hack/coredns/main.go" "$src/"
-cd "$src"
-go mod init steward.local/coredns-build >/dev/null 2>&1
 go mod edit -require "$module@$version"
 if ! out="$(go mod tidy 2>&1)"; then
 	printf '%s\n' "$out" >&2
 	echo "build-coredns: resolving the modules of $module@$version failed (above): the Go module proxy ($(go env GOPROXY)) must serve its dependencies too" >&2
 	exit 1
 fi
-if ! go build -trimpath -ldflags "-s -w -X $module/coremain.GitCommit=$commit" -o "$dir/bin.new/coredns" .; then
+if ! gb_build "-s -w -X $module/coremain.GitCommit=$commit" "$dir/bin.new/coredns" .; then
 	echo "build-coredns: building CoreDNS $version failed (the compiler's errors are above); this script is known to build v1.13 and v1.14" >&2
 	exit 1
 fi
-echo "# $module $version $modsum, $(go env GOVERSION)" >"$stamp.tmp"
-mv "$stamp.tmp" "$stamp"
-mv -f "$dir/bin.new/coredns" "$bin/coredns"
-echo "coredns $version" >>"$stamp"
-rmdir "$dir/bin.new"
+gb_install "# $module $version $modsum, $(go env GOVERSION)" coredns coredns
 if ! reports; then
 	echo "build-coredns: built $bin/coredns does not report CoreDNS $version" >&2
 	sed -i "/^coredns /d" "$stamp"

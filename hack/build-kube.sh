@@ -24,7 +24,9 @@
 # release's time on the module proxy, gitCommit empty (the proxy does not
 # say which commit; the source is the module whose go.sum hash the stamp
 # records). -trimpath, -buildvcs=false and CGO_ENABLED=0 (static binaries,
-# which the images of cmd/localkube need).
+# which the images of cmd/localkube need). The steps build-coredns.sh takes
+# too (the cache's layout and lock, the module download, the wrapper
+# module, the build, the stamp) are hack/lib/gobuild.sh's.
 #
 # Environment:
 #   KUBE_VERSION     Kubernetes release to build (default v1.36.3)
@@ -33,6 +35,8 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
+gb_tool=build-kube
+. "$root/hack/lib/gobuild.sh"
 all_components="kubelet kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl kubeadm"
 version="${KUBE_VERSION:-v1.36.3}"
 case "$version" in v*) ;; *) version="v$version" ;; esac
@@ -52,18 +56,9 @@ for c in $components; do
 		;;
 	esac
 done
-cache="${KUBE_CACHE:-$root/.cache/kube}"
-mkdir -p "$cache"
-cache="$(cd "$cache" && pwd)"
-dir="$cache/$version"
-bin="$dir/bin"
-stamp="$dir/stamp"
-mkdir -p "$bin"
-
 # One build of a version at a time: make kube-binaries and make
 # kube-apiserver (or two worktrees sharing one cache) may run together.
-exec 9>"$dir/.lock"
-flock 9
+gb_open "${KUBE_CACHE:-$root/.cache/kube}" "$version"
 
 # reports NAME: whether bin/NAME is there, named in the stamp, and says it
 # is $version. The output is captured first: with pipefail, `X --version |
@@ -97,23 +92,15 @@ if [ -z "$missing" ]; then
 fi
 
 start=$(date +%s)
-# Only the wrapper's own settings: a GOFLAGS from the caller (-mod=vendor,
-# -tags, ...) or a go.work above would change what is built; the cache may
-# lie inside a Git checkout, whose state must not be stamped in.
-export GOFLAGS="-mod=mod -buildvcs=false" GOWORK=off CGO_ENABLED=0
-
-info="$(go mod download -json "k8s.io/kubernetes@$version" 2>&1)" || {
-	echo "build-kube: Kubernetes $version cannot be built: k8s.io/kubernetes@$version is not on the Go module proxy ($(go env GOPROXY)):" >&2
-	printf '%s\n' "$info" | sed -n 's/^[[:space:]]*"Error": "\(.*\)",\{0,1\}$/  \1/p' | sed 's/\\n\\t/ /g' >&2
-	echo "build-kube: pick a released version (v1.MINOR.PATCH, see https://kubernetes.io/releases/), for example KUBE_VERSION=v1.36.3" >&2
-	exit 1
-}
-field() { printf '%s\n' "$info" | sed -n "s/^[[:space:]]*\"$1\": \"\(.*\)\",\{0,1\}\$/\1/p"; }
-modsrc="$(field Dir)"
-gomod="$(field GoMod)"
-modsum="$(field Sum)"
+gb_env
+gb_download "k8s.io/kubernetes@$version" \
+	"Kubernetes $version cannot be built: k8s.io/kubernetes@$version is not on the Go module proxy" \
+	"pick a released version (v1.MINOR.PATCH, see https://kubernetes.io/releases/), for example KUBE_VERSION=v1.36.3"
+modsrc="$(gb_field Dir)"
+gomod="$(gb_field GoMod)"
+modsum="$(gb_field Sum)"
 # The release's time on the proxy, as buildDate: fixed for a version.
-infofile="$(field Info)"
+infofile="$(gb_field Info)"
 build_date="$(sed -n 's/.*"Time": *"\([0-9TZ:-]*\)".*/\1/p' "$infofile" 2>/dev/null || true)"
 if [ ! -f "$gomod" ] || [ ! -d "$modsrc/cmd" ] || [ -z "$build_date" ]; then
 	echo "build-kube: the module cache's copy of k8s.io/kubernetes@$version is incomplete ($gomod, $modsrc): run go clean -modcache or remove that version from it and try again" >&2
@@ -125,11 +112,7 @@ if [ -z "$staging" ]; then
 	exit 1
 fi
 
-src="$dir/src"
-rm -rf "$src" "$dir/bin.new"
-mkdir -p "$src" "$dir/bin.new"
-cd "$src"
-go mod init steward.local/kube-build >/dev/null 2>&1
+gb_wrapper steward.local/kube-build
 edits=(-require "k8s.io/kubernetes@$version")
 for m in $staging; do
 	edits+=(-replace "$m=$m@$staging_version")
@@ -156,26 +139,12 @@ ldflags="-s -w"
 for p in $pkg $cgv; do
 	ldflags="$ldflags -X $p.gitVersion=$version -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitCommit= -X $p.gitTreeState=clean -X $p.buildDate=$build_date"
 done
-if ! go build -trimpath -ldflags "$ldflags" -o "$dir/bin.new/" "${pkgs[@]}"; then
+if ! gb_build "$ldflags" "$dir/bin.new/" "${pkgs[@]}"; then
 	echo "build-kube: building Kubernetes $version (${missing# }) failed (the compiler's errors are above); this script is known to build v1.35 and v1.36" >&2
 	exit 1
 fi
 
-# Replace the binaries, then record them: a component is in the stamp only
-# once its binary is in place.
-{
-	echo "# k8s.io/kubernetes $version $modsum, $(go env GOVERSION)"
-	for c in $all_components; do
-		case " $missing " in *" $c "*) continue ;; esac
-		grep -qx "$c $version" "$stamp" 2>/dev/null && echo "$c $version"
-	done
-} >"$stamp.tmp" || true
-mv "$stamp.tmp" "$stamp"
-for c in $missing; do
-	mv -f "$dir/bin.new/$c" "$bin/$c"
-	echo "$c $version" >>"$stamp"
-done
-rmdir "$dir/bin.new"
+gb_install "# k8s.io/kubernetes $version $modsum, $(go env GOVERSION)" "$all_components" "$missing"
 for c in $components; do
 	if ! reports "$c"; then
 		echo "build-kube: built $bin/$c does not report Kubernetes $version" >&2

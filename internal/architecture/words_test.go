@@ -41,12 +41,6 @@ var commandWords = map[string]int{
 	"pkg/agent/member.go":  1, // runMarker "--- steward agent: starting": the line member logs are split at
 	"pkg/agent/systemd.go": 1, // the unit file's comment, "Written by steward agent install"
 	"pkg/join/join.go":     1, // a comment line of the join file, for whoever copies it to the host
-	// Stringified where no command can add to them: a stored binary's
-	// problem inside `binaries verify` results (JSON), the upgrade
-	// pre-flight's binaries check, the hosts' binary checks (a string over
-	// the agent API) and the BinariesInStep condition.
-	"pkg/binaries/recorded.go": 2, // also returned by agents
-	"pkg/binaries/store.go":    1, // a version missing from the store, also returned by agents starting members
 }
 
 // TestLibrariesNameNoCommand: no string literal of a non-test .go file

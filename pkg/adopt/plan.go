@@ -102,7 +102,7 @@ func NewPlan(ctx context.Context, c *cluster.Cluster, run MemberRun, now time.Ti
 		version = s.Version
 	}
 	if _, err := binaries.Open(s.BinaryStoreDir(c.Dir)).Resolve(version); err != nil {
-		return nil, refusal.New(ErrNoBinary, "member %s runs etcd %s, which its agent would start it with, but %v", run.Name, version, err)
+		return nil, causedRefusal{refusal.New(ErrNoBinary, "member %s runs etcd %s, which its agent would start it with, but %v", run.Name, version, err), err}
 	}
 	if err := healthy(ctx, c); err != nil {
 		return nil, err
@@ -424,3 +424,13 @@ func (e *Executor) start(ctx context.Context, name string) error {
 	c.Progress.Say("  %s runs under agent %s, healthy and caught up", name, m.Agent)
 	return nil
 }
+
+// causedRefusal is a refusal whose message names another error, cause,
+// which it also wraps: the store's problem (binaries.ProblemOf) for the
+// command to advise inside the message.
+type causedRefusal struct {
+	error // the *refusal.Refusal
+	cause error
+}
+
+func (e causedRefusal) Unwrap() []error { return []error{e.error, e.cause} }

@@ -21,7 +21,12 @@ func (a *Agent) CheckBinary(ctx context.Context, version string) agentapi.Binary
 	out := agentapi.BinaryCheck{Version: version, Store: store.Dir}
 	ex, err := store.Resolve(version)
 	if err != nil {
+		// A result, not an error: not advised here (Options.Advise); the
+		// kind lets the coordinator's command advise it.
 		out.Problem = err.Error()
+		if p, ok := binaries.ProblemOf(err); ok {
+			out.ProblemKind = p.Kind
+		}
 		return out
 	}
 	out.Binary = ex.Path

@@ -636,16 +636,23 @@ func (m *member) setError(p *process, msg string) {
 	}
 }
 
+// memberClientTLS is the TLS config the agent reaches its member t with
+// (its /version, its etcd API): the client certificate the config names,
+// else, on a host that joined a cluster (it holds no admin client
+// certificate), the member's server certificate, which allows client auth
+// too.
+func memberClientTLS(t *agentapi.TLSFiles) (*tls.Config, error) {
+	cert, key := t.ClientCert, t.ClientKey
+	if cert == "" {
+		cert, key = t.ServerCert, t.ServerKey
+	}
+	return pki.ClientTLSFiles(t.CA, cert, key)
+}
+
 func httpClientFor(cfg agentapi.MemberConfig) (*http.Client, error) {
 	tr := &http.Transport{}
 	if t := cfg.TLS; t != nil {
-		// A host that joined a cluster holds no admin client certificate:
-		// its server certificate (client auth too) asks for /version.
-		cert, key := t.ClientCert, t.ClientKey
-		if cert == "" {
-			cert, key = t.ServerCert, t.ServerKey
-		}
-		tc, err := pki.ClientTLSFiles(t.CA, cert, key)
+		tc, err := memberClientTLS(t)
 		if err != nil {
 			return nil, err
 		}

@@ -18,7 +18,6 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/memberlease"
-	"github.com/etcd-steward/steward/pkg/pki"
 )
 
 // Readiness of the agent's members, for a pod's readinessProbe (the client
@@ -225,15 +224,11 @@ func leaderStatus(ctx context.Context, cli *clientv3.Client, leader uint64) (*cl
 }
 
 // memberClient is an etcd client of one member with the certificate the
-// agent holds for it (as httpClientFor).
+// agent holds for it (memberClientTLS).
 func memberClient(cfg agentapi.MemberConfig) (*clientv3.Client, error) {
 	c := clientv3.Config{Endpoints: []string{cfg.ClientURL}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()}
 	if t := cfg.TLS; t != nil {
-		cert, key := t.ClientCert, t.ClientKey
-		if cert == "" {
-			cert, key = t.ServerCert, t.ServerKey
-		}
-		tc, err := pki.ClientTLSFiles(t.CA, cert, key)
+		tc, err := memberClientTLS(t)
 		if err != nil {
 			return nil, err
 		}

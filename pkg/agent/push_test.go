@@ -89,8 +89,12 @@ func TestPushBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if ch, err := c.CheckBinary(ctx, pushVersion); err != nil || ch.Problem == "" || ch.Files != nil {
-		t.Fatalf("check before the push = %+v, %v; want a problem and no files", ch, err)
+	// The problem travels with its kind (binaries.Problem: the
+	// coordinator's command names the command that fixes it), in the
+	// library's words.
+	if ch, err := c.CheckBinary(ctx, pushVersion); err != nil || ch.Problem == "" || ch.Files != nil ||
+		ch.ProblemKind != binaries.KindNotInStore || ch.Version != pushVersion || strings.Contains(ch.Problem, "steward binaries") {
+		t.Fatalf("check before the push = %+v, %v; want a problem of its kind and no files", ch, err)
 	}
 	res, err := c.PushBinary(ctx, src, pushVersion)
 	store := filepath.Join(a.opts.Dir, "binaries")

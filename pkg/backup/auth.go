@@ -80,19 +80,37 @@ var (
 	ErrBadManifest = errors.New("manifest is invalid")
 )
 
-// canonicalManifest is the byte string the MAC covers: every field but
-// the MAC, one per line, in a fixed order, values quoted. It does not
-// depend on how the JSON was written.
-func canonicalManifest(m *Manifest) []byte {
-	var b strings.Builder
-	b.WriteString("steward-manifest\n")
-	f := func(name, v string) {
-		b.WriteString(name)
-		b.WriteByte('=')
-		b.WriteString(strconv.Quote(v))
-		b.WriteByte('\n')
-	}
-	i := func(name string, v int64) { f(name, strconv.FormatInt(v, 10)) }
+// canonical is the byte string a MAC covers (a manifest's, a timeline
+// record's, a commit marker's): a line naming what it is, then every field
+// but the MAC, one name="value" line each (the value quoted, a number in
+// decimal), in a fixed order. It does not depend on how the JSON was
+// written. The bytes are a format: every object stored verifies only while
+// they stay the same (TestMACsFixed).
+type canonical struct{ b strings.Builder }
+
+func newCanonical(what string) *canonical {
+	c := &canonical{}
+	c.b.WriteString(what + "\n")
+	return c
+}
+
+func (c *canonical) f(name, v string) { c.b.WriteString(name + "=" + strconv.Quote(v) + "\n") }
+
+func (c *canonical) i(name string, v int64) { c.f(name, strconv.FormatInt(v, 10)) }
+
+func (c *canonical) bytes() []byte { return []byte(c.b.String()) }
+
+// sum is the MAC under k of an object's canonical form.
+func (k *AuthKey) sum(c *canonical) []byte {
+	h := hmac.New(sha256.New, k.b[:])
+	h.Write(c.bytes())
+	return h.Sum(nil)
+}
+
+// canonicalManifest is the canonical form of a manifest.
+func canonicalManifest(m *Manifest) *canonical {
+	c := newCanonical("steward-manifest")
+	f, i := c.f, c.i
 	i("format", int64(m.Format))
 	f("id", m.ID)
 	f("kind", m.Kind)
@@ -123,14 +141,10 @@ func canonicalManifest(m *Manifest) []byte {
 		i("parentTimeline", m.ParentTimeline)
 		i("branchRevision", m.BranchRevision)
 	}
-	return []byte(b.String())
+	return c
 }
 
-func (k *AuthKey) mac(m *Manifest) []byte {
-	h := hmac.New(sha256.New, k.b[:])
-	h.Write(canonicalManifest(m))
-	return h.Sum(nil)
-}
+func (k *AuthKey) mac(m *Manifest) []byte { return k.sum(canonicalManifest(m)) }
 
 // Seal authenticates m under k (sets Format, MACKeyID and MAC).
 func (k *AuthKey) Seal(m *Manifest) {

@@ -2,8 +2,6 @@ package backup
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -170,24 +168,19 @@ type TimelineCommit struct {
 	MAC           string    `json:"mac"`
 }
 
-func canonicalCommit(c *TimelineCommit) []byte {
-	var b strings.Builder
-	b.WriteString("steward-timeline-committed\n")
-	f := func(name, v string) { b.WriteString(name + "=" + strconv.Quote(v) + "\n") }
-	f("format", strconv.Itoa(c.Format))
-	f("timeline", strconv.FormatInt(c.Timeline, 10))
-	f("startRevision", strconv.FormatInt(c.StartRevision, 10))
-	f("recordMAC", c.RecordMAC)
-	f("committedAt", c.CommittedAt.UTC().Format(time.RFC3339Nano))
-	f("macKeyID", c.MACKeyID)
-	return []byte(b.String())
+// canonicalCommit is the canonical form of a commit marker.
+func canonicalCommit(c *TimelineCommit) *canonical {
+	cc := newCanonical("steward-timeline-committed")
+	cc.i("format", int64(c.Format))
+	cc.i("timeline", c.Timeline)
+	cc.i("startRevision", c.StartRevision)
+	cc.f("recordMAC", c.RecordMAC)
+	cc.f("committedAt", c.CommittedAt.UTC().Format(time.RFC3339Nano))
+	cc.f("macKeyID", c.MACKeyID)
+	return cc
 }
 
-func (k *AuthKey) commitMAC(c *TimelineCommit) []byte {
-	h := hmac.New(sha256.New, k.b[:])
-	h.Write(canonicalCommit(c))
-	return h.Sum(nil)
-}
+func (k *AuthKey) commitMAC(c *TimelineCommit) []byte { return k.sum(canonicalCommit(c)) }
 
 // ParseTimelineCommit parses a stored commit marker and checks it: its
 // name, its fields, and its MAC under key (ErrBadManifest, ErrUnknownKey,
@@ -237,13 +230,10 @@ func PutTimelineCommit(ctx context.Context, s Store, key *AuthKey, r TimelineRec
 	return nil
 }
 
-func canonicalTimeline(r *TimelineRecord) []byte {
-	var b strings.Builder
-	b.WriteString("steward-timeline\n")
-	f := func(name, v string) {
-		b.WriteString(name + "=" + strconv.Quote(v) + "\n")
-	}
-	i := func(name string, v int64) { f(name, strconv.FormatInt(v, 10)) }
+// canonicalTimeline is the canonical form of a timeline record.
+func canonicalTimeline(r *TimelineRecord) *canonical {
+	c := newCanonical("steward-timeline")
+	f, i := c.f, c.i
 	i("format", int64(r.Format))
 	i("timeline", r.Timeline)
 	i("parentTimeline", r.ParentTimeline)
@@ -253,14 +243,10 @@ func canonicalTimeline(r *TimelineRecord) []byte {
 	f("source", r.Source)
 	f("createdAt", r.CreatedAt.UTC().Format(time.RFC3339Nano))
 	f("macKeyID", r.MACKeyID)
-	return []byte(b.String())
+	return c
 }
 
-func (k *AuthKey) timelineMAC(r *TimelineRecord) []byte {
-	h := hmac.New(sha256.New, k.b[:])
-	h.Write(canonicalTimeline(r))
-	return h.Sum(nil)
-}
+func (k *AuthKey) timelineMAC(r *TimelineRecord) []byte { return k.sum(canonicalTimeline(r)) }
 
 // SealTimeline authenticates r under k.
 func (k *AuthKey) SealTimeline(r *TimelineRecord) {

@@ -50,14 +50,14 @@ func CheckRecorded(path string) error {
 	dir = filepath.Clean(dir)
 	m, err := readManifest(dir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%s: %w: %s has no %s; %s", path, ErrNotRecorded, dir, ManifestName, reimportAdvice(dir))
+		return notRecorded(dir, fmt.Sprintf("%s: %v: %s has no %s", path, ErrNotRecorded, dir, ManifestName))
 	}
 	if err != nil {
 		return fmt.Errorf("check %s before running it: %w", path, err)
 	}
 	want, ok := m.Files[tool]
 	if !ok {
-		return fmt.Errorf("%s: %w: the manifest of %s lists no SHA-256 for %s (added after the import?); %s", path, ErrNotRecorded, dir, tool, reimportAdvice(dir))
+		return notRecorded(dir, fmt.Sprintf("%s: %v: the manifest of %s lists no SHA-256 for %s (added after the import?)", path, ErrNotRecorded, dir, tool))
 	}
 	id, err := statID(path)
 	if err != nil {
@@ -75,8 +75,9 @@ func CheckRecorded(path string) error {
 		return fmt.Errorf("check %s before running it: %w", path, err)
 	}
 	if got != want {
-		return fmt.Errorf("%s: %w: its SHA-256 is %s, the manifest says %s; import the version again (`steward binaries import`) or restore the file",
-			path, ErrBinaryChanged, got, want)
+		return &ProblemError{err: ErrBinaryChanged, Problem: Problem{Kind: KindChanged, Version: versionOfDir(dir), Store: filepath.Dir(dir),
+			Message: fmt.Sprintf("%s: %v: its SHA-256 is %s, the manifest says %s; import the version again or restore the file",
+				path, ErrBinaryChanged, got, want)}}
 	}
 	// Stat again: a file changed while it was hashed is not remembered.
 	if again, err := statID(path); err == nil {
@@ -103,10 +104,15 @@ func statID(path string) (fileID, error) {
 	return id, nil
 }
 
-// reimportAdvice says how to give version directory dir a manifest: import
-// its version again from the release or the build it came from.
-func reimportAdvice(dir string) string {
-	v := strings.TrimPrefix(filepath.Base(dir), DirPrefix)
-	return fmt.Sprintf("import etcd %s again from its release tarball or build directory: `steward binaries import --force --store %s --version %s SOURCE` (--force sets the unrecorded copy aside), or `make etcd-binaries` for the test store",
-		v, filepath.Dir(dir), v)
+// notRecorded is the ErrNotRecorded problem of version directory dir,
+// msg followed by how to give it a manifest: import its version again from
+// the release or the build it came from (the command layer names the
+// command after these words: cli.LibraryAdvice).
+func notRecorded(dir, msg string) error {
+	v := versionOfDir(dir)
+	return &ProblemError{err: ErrNotRecorded, Problem: Problem{Kind: KindNotRecorded, Version: v, Store: filepath.Dir(dir),
+		Message: fmt.Sprintf("%s; import etcd %s again from its release tarball or build directory", msg, v)}}
 }
+
+// versionOfDir is the version of a version directory (STORE/etcd-vVERSION).
+func versionOfDir(dir string) string { return strings.TrimPrefix(filepath.Base(dir), DirPrefix) }

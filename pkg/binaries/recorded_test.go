@@ -45,7 +45,8 @@ func TestCheckRecorded(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := CheckRecorded(bin)
-	if !errors.Is(err, ErrBinaryChanged) || !strings.Contains(err.Error(), hex.EncodeToString(sum[:])) {
+	if p, _ := ProblemOf(err); !errors.Is(err, ErrBinaryChanged) || !strings.Contains(err.Error(), hex.EncodeToString(sum[:])) ||
+		p.Kind != KindChanged || p.Version != "3.6.16" {
 		t.Fatalf("a replaced file = %v; want ErrBinaryChanged naming the recorded sum", err)
 	}
 	if _, err := s.Tool("3.6.16", "etcdutl"); !errors.Is(err, ErrBinaryChanged) {
@@ -69,9 +70,10 @@ func TestCheckRecorded(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = CheckRecorded(bin)
-	if !errors.Is(err, ErrNotRecorded) || !strings.Contains(err.Error(), dir+" has no manifest.json") ||
-		!strings.Contains(err.Error(), "steward binaries import --force --store "+filepath.Dir(dir)+" --version 3.6.16") {
-		t.Fatalf("no manifest = %v; want ErrNotRecorded with how to import again", err)
+	if p, ok := ProblemOf(err); !errors.Is(err, ErrNotRecorded) || !strings.Contains(err.Error(), dir+" has no manifest.json") ||
+		!strings.HasSuffix(err.Error(), "; import etcd 3.6.16 again from its release tarball or build directory") ||
+		!ok || p != (Problem{Kind: KindNotRecorded, Version: "3.6.16", Store: filepath.Dir(dir), Message: err.Error()}) {
+		t.Fatalf("no manifest = %v (%+v); want ErrNotRecorded with how to import again, a problem of its kind", err, p)
 	}
 	if _, err := s.Tool("3.6.16", "etcdutl"); !errors.Is(err, ErrNotRecorded) {
 		t.Fatalf("Tool without a manifest = %v; want ErrNotRecorded", err)

@@ -230,8 +230,8 @@ func (s *Store) Resolve(version string) (Exec, error) {
 		}
 		return Exec{Path: self, Args: []string{EmbeddedCommand}, Version: v, Embedded: true}, nil
 	}
-	return Exec{}, fmt.Errorf("etcd %s is not in the binary store %s and is not the embedded version %s: import it with \"steward binaries import\": %w",
-		v, s.Dir, EmbeddedVersion(), ErrNotFound)
+	return Exec{}, &ProblemError{err: ErrNotFound, Problem: Problem{Kind: KindNotInStore, Version: v, Store: s.Dir,
+		Message: fmt.Sprintf("etcd %s is not in the binary store %s and is not the embedded version %s: import it: %v", v, s.Dir, EmbeddedVersion(), ErrNotFound)}}
 }
 
 // List returns the versions in the store, plus the embedded version unless

@@ -3,6 +3,7 @@ package binaries
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -156,10 +157,13 @@ func TestResolve(t *testing.T) {
 		if !errors.Is(err, ErrNotFound) {
 			t.Fatalf("Resolve(3.99.0) error = %v, want ErrNotFound", err)
 		}
-		for _, want := range []string{"etcd 3.99.0 is not in the binary store " + store, "embedded version " + EmbeddedVersion(), `"steward binaries import"`} {
+		for _, want := range []string{"etcd 3.99.0 is not in the binary store " + store, "embedded version " + EmbeddedVersion() + ": import it: "} {
 			if !strings.Contains(err.Error(), want) {
 				t.Errorf("error %q does not contain %q", err, want)
 			}
+		}
+		if p, ok := ProblemOf(fmt.Errorf("start: %w", err)); !ok || p != (Problem{Kind: KindNotInStore, Version: "3.99.0", Store: store, Message: err.Error()}) {
+			t.Errorf("problem of %v = %+v, %t", err, p, ok)
 		}
 	})
 	t.Run("invalid", func(t *testing.T) {

@@ -51,6 +51,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -223,7 +224,7 @@ func (e *Executor) Execute(ctx context.Context, p *plan.Plan, s *plan.Step) erro
 		}
 		return certs.PushTrustBundle(ctx, c)
 	case StepReissue:
-		if err := e.reissue(dir, []string{"server", "peer", "agent"}); err != nil {
+		if err := e.reissue(dir, serverLeaves); err != nil {
 			return err
 		}
 		rs, err := certs.RotateHostLeaves(ctx, c, e.wait())
@@ -236,13 +237,7 @@ func (e *Executor) Execute(ctx context.Context, p *plan.Plan, s *plan.Step) erro
 		if err != nil {
 			return err
 		}
-		var clients []string
-		for _, n := range names {
-			if n != "server" && n != "peer" && n != "agent" {
-				clients = append(clients, n)
-			}
-		}
-		return e.reissue(dir, clients)
+		return e.reissue(dir, clientLeaves(names))
 	case StepDrop:
 		if err := certs.RotationDrop(dir); err != nil {
 			return err
@@ -370,4 +365,22 @@ func (e *Executor) restart(ctx context.Context, name string, pending []string) e
 		Progress: e.Progress,
 	}
 	return turn.Member(ctx, rolling.Of(c), nil, name, pending)
+}
+
+// serverLeaves are the leaves a rotation reissues in its leaves step (and
+// its rollback issues by the old CA again): the ones members and the agent
+// serve with. The others, the client certificates, have a step of their
+// own.
+var serverLeaves = []string{"server", "peer", "agent"}
+
+// clientLeaves are the names, of the leaves named, that are not
+// serverLeaves.
+func clientLeaves(names []string) []string {
+	var out []string
+	for _, n := range names {
+		if !slices.Contains(serverLeaves, n) {
+			out = append(out, n)
+		}
+	}
+	return out
 }

@@ -222,13 +222,13 @@ func (e *RollbackExecutor) Execute(ctx context.Context, p *plan.Plan, s *plan.St
 	dir := c.CertDir()
 	switch s.Kind {
 	case StepRollbackLeaves:
-		if _, err := e.rollback(dir, []string{"server", "peer", "agent"}); err != nil {
+		if _, err := e.rollback(dir, serverLeaves); err != nil {
 			return err
 		}
 		// What this run wrote, and what a killed run wrote and did not
 		// see served: each waited for, then its previous copy dropped.
 		var rs []pki.Renewal
-		if names := e.present(dir, []string{"server", "peer", "agent"}); len(names) > 0 {
+		if names := e.present(dir, serverLeaves); len(names) > 0 {
 			if rs, err = certs.Unsettled(dir, names); err != nil {
 				return fmt.Errorf("CA rotation rollback: %w", err)
 			}
@@ -251,13 +251,7 @@ func (e *RollbackExecutor) Execute(ctx context.Context, p *plan.Plan, s *plan.St
 		if err != nil {
 			return err
 		}
-		var clients []string
-		for _, n := range names {
-			if n != "server" && n != "peer" && n != "agent" {
-				clients = append(clients, n)
-			}
-		}
-		_, err = e.rollback(dir, clients)
+		_, err = e.rollback(dir, clientLeaves(names))
 		return err
 	case StepTrustOld:
 		if err := certs.RollbackTrustOld(dir); err != nil {

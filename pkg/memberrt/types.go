@@ -118,6 +118,11 @@ type BinaryCheck struct {
 	Binary  string `json:"binary,omitempty"`
 	// Problem is empty when the version resolves and verifies.
 	Problem string `json:"problem,omitempty"`
+	// ProblemKind is the kind of a stored binary's problem
+	// (binaries.KindNotInStore, ...) when Problem is one: with Version,
+	// Store and Problem it is the binaries.Problem, for the command to
+	// name the command that fixes it (cli.CheckMessage).
+	ProblemKind string `json:"problemKind,omitempty"`
 	// Files are the SHA-256 sums of the stored copy's files, from its
 	// manifest, when the store holds the version (not for the embedded
 	// version run from the steward binary).

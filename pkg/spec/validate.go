@@ -119,7 +119,7 @@ func (c *Cluster) Validate(o ValidateOptions) (warnings []string, err error) {
 		bad("version %q: want an etcd release like 3.6.16", c.Version)
 	case o.KnownVersion != nil && !external: // an attached cluster's binaries are not Steward's
 		if verr := o.KnownVersion(c.Version); verr != nil {
-			bad("version %s: %v", c.Version, verr)
+			bad("version %s: %w", c.Version, verr)
 		}
 	}
 	switch c.Etcd.AutoCompactionMode {
@@ -318,7 +318,7 @@ func (c *Cluster) Validate(o ValidateOptions) (warnings []string, err error) {
 				bad("member %s: version %q: want an etcd release like 3.6.16", m.Name, m.Version)
 			} else if o.KnownVersion != nil {
 				if verr := o.KnownVersion(m.Version); verr != nil {
-					bad("member %s: version %s: %v", m.Name, m.Version, verr)
+					bad("member %s: version %s: %w", m.Name, m.Version, verr)
 				}
 			}
 		}

@@ -20,7 +20,7 @@ const CondCertificatesReady = "CertificatesReady"
 
 // Certificates lists every certificate of the cluster: the files of this
 // machine's certificate directory (pki.Inventory) and, for each member's
-// client and peer address and each remote agent, the certificate its TLS
+// client and peer address and each remote agent (seen by the admin), the certificate its TLS
 // handshake presents now (a certificate replaced on disk but not yet
 // loaded shows up as a different serial). An address that does not answer
 // is listed with its Error.
@@ -38,8 +38,8 @@ func Certificates(ctx context.Context, c *cluster.Cluster) ([]pki.CertInfo, erro
 	return append(inv, ServedCerts(ctx, c, "")...), nil
 }
 
-// ServedCerts reads the certificates the members and remote agents serve,
-// concurrently, each handshake within 2 seconds (the probes of status take
+// ServedCerts reads the certificates the members and remote agents serve
+// (the agents' only for the admin: Cluster.Admin), concurrently, each handshake within 2 seconds (the probes of status take
 // as long), their chains verified against the CA file caFile ("": the
 // cluster CA).
 func ServedCerts(ctx context.Context, c *cluster.Cluster, caFile string) []pki.CertInfo {
@@ -52,8 +52,13 @@ func ServedCerts(ctx context.Context, c *cluster.Cluster, caFile string) []pki.C
 			}
 		}
 	}
+	// The agents' API lets in only the admin: a host's copy of the spec
+	// (a joined host, a member pod: its client certificate is the host's)
+	// does not knock, or every status of its loops would leave a refused
+	// handshake in each agent's log.
+	admin := c.Admin()
 	for _, a := range c.Spec.Agents {
-		if a.Remote() {
+		if a.Remote() && admin {
 			ts = append(ts, target{"agent " + a.Name, strings.TrimPrefix(a.Endpoint(), "https://")})
 		}
 	}

@@ -33,6 +33,11 @@ type Check struct {
 	// on other hosts, each named after its words in Message (the command
 	// says how: cli.CheckMessage).
 	Pushes []Push `json:"pushes,omitempty"`
+	// Binaries are the stored binaries' problems Message names, each in
+	// its words (Problem.Message), this machine's and the hosts' (the
+	// command names the command that fixes each inside them:
+	// cli.CheckMessage).
+	Binaries []binaries.Problem `json:"binaries,omitempty"`
 }
 
 // Push gives Hosts etcd Version from this machine's store: the hosts lack
@@ -143,10 +148,14 @@ func Preflight(ctx context.Context, c *cluster.Cluster, from, to string) ([]Chec
 	store := binaries.Open(c.Spec.BinaryStoreDir(c.Dir))
 	var binProblems, flagProblems, versions []string
 	var pushes []Push
+	var stored []binaries.Problem
 	for _, h := range hops {
 		versions = append(versions, h.To)
 		if _, err := store.Resolve(h.To); err != nil {
 			binProblems = append(binProblems, err.Error())
+			if p, ok := binaries.ProblemOf(err); ok {
+				stored = append(stored, p)
+			}
 		} else if _, err := store.Verify(ctx, h.To); err != nil && !(errors.Is(err, binaries.ErrNotFound) && h.To == binaries.EmbeddedVersion()) {
 			// The embedded version needs no stored copy; a stored one must verify.
 			binProblems = append(binProblems, err.Error())
@@ -176,6 +185,9 @@ func Preflight(ctx context.Context, c *cluster.Cluster, from, to string) ([]Chec
 			if err != nil {
 				binProblems = append(binProblems, fmt.Sprintf("host %s: %v", a.Name, err))
 				lacking = append(lacking, a.Name)
+				if bc.ProblemKind != "" {
+					stored = append(stored, binaries.Problem{Kind: bc.ProblemKind, Version: bc.Version, Store: bc.Store, Message: bc.Problem})
+				}
 				continue
 			}
 			if there := bc.Files["etcd"]; localSums["etcd"] != "" && there != "" && there != localSums["etcd"] {
@@ -198,15 +210,15 @@ func Preflight(ctx context.Context, c *cluster.Cluster, from, to string) ([]Chec
 	}
 	list := strings.Join(versions, ", ")
 	add(CheckBinaries, false, strings.Join(binProblems, "; "), "etcd "+list+" present and verified")
-	if len(pushes) > 0 {
-		out[len(out)-1].Pushes = pushes
-	}
+	out[len(out)-1].Pushes, out[len(out)-1].Binaries = pushes, stored
 	add(CheckFlags, false, strings.Join(flagProblems, "; "), "extra flags valid for "+list)
 
 	// Before 3.6: etcd's own check that the v2 store holds only membership.
 	fv, tv := semver.New(from), semver.New(to)
 	if fv.Minor < 6 && tv.Minor >= 6 {
-		add(CheckV2Store, false, v2storeProblem(ctx, c, store, from), "v2 store holds membership data only")
+		problem, stored := v2storeProblem(ctx, c, store, from)
+		add(CheckV2Store, false, problem, "v2 store holds membership data only")
+		out[len(out)-1].Binaries = stored
 	}
 	return out, nil
 }
@@ -275,9 +287,9 @@ func when(cond bool, msg string) string {
 // v2storeProblem runs `etcdutl check v2store` (etcd's own check before
 // 3.6) on a copy of one member's data dir: the tool refuses a data dir in
 // use. The copy leaves the member untouched.
-func v2storeProblem(ctx context.Context, c *cluster.Cluster, store *binaries.Store, from string) string {
+func v2storeProblem(ctx context.Context, c *cluster.Cluster, store *binaries.Store, from string) (string, []binaries.Problem) {
 	if v, ok := c.Spec.Etcd.ExtraFlags["enable-v2"]; ok && v != "false" {
-		return "extraFlags set --enable-v2: migrate v2 data and remove the flag before 3.6 (etcd's upgrade guide)"
+		return "extraFlags set --enable-v2: migrate v2 data and remove the flag before 3.6 (etcd's upgrade guide)", nil
 	}
 	m := c.Spec.Members[0]
 	if c.OnOtherHost(m) {
@@ -285,24 +297,28 @@ func v2storeProblem(ctx context.Context, c *cluster.Cluster, store *binaries.Sto
 		// its agent runs the check there.
 		ac, err := c.Runtime(m.Agent)
 		if err != nil {
-			return err.Error()
+			return err.Error(), nil
 		}
 		res, err := ac.CheckV2Store(ctx, m.Name, from)
 		if err != nil {
-			return fmt.Sprintf("v2 store check of %s on host %s: %v", m.Name, m.Agent, err)
+			return fmt.Sprintf("v2 store check of %s on host %s: %v", m.Name, m.Agent, err), nil
 		}
-		return res.Problem
+		return res.Problem, nil
 	}
 	util, err := store.Tool(from, "etcdutl")
 	if err != nil {
-		return fmt.Sprintf("%v, so etcd's v2 store check cannot run: import etcd %s with its etcdutl", err, from)
+		msg := fmt.Sprintf("%v, so etcd's v2 store check cannot run: import etcd %s with its etcdutl", err, from)
+		if p, ok := binaries.ProblemOf(err); ok {
+			return msg, []binaries.Problem{p}
+		}
+		return msg, nil
 	}
 	problem, err := datadir.CheckV2Store(ctx, util, spec.Path(c.Dir, m.DataDir), c.Dir)
 	if err != nil {
-		return err.Error()
+		return err.Error(), nil
 	}
 	if problem != "" {
-		return fmt.Sprintf("etcdutl check v2store on a copy of %s: %s", m.Name, problem)
+		return fmt.Sprintf("etcdutl check v2store on a copy of %s: %s", m.Name, problem), nil
 	}
-	return ""
+	return "", nil
 }

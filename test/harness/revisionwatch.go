@@ -126,6 +126,14 @@ func (w *RevisionWatch) readAt(rev int64) {
 	w.read = max(w.read, rev)
 }
 
+// Seen reports whether the watch delivered (or listed) key.
+func (w *RevisionWatch) Seen(key string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, ok := w.seen[key]
+	return ok
+}
+
 // WaitSeen polls until the watch delivered (or listed) key.
 func (w *RevisionWatch) WaitSeen(t *testing.T, key string) {
 	t.Helper()

@@ -82,10 +82,13 @@ func TestUpgradePlanMissingBinary(t *testing.T) {
 	if exitCodeOf(err) != 1 {
 		t.Errorf("upgrade plan to a version the store lacks: exit code %d, want 1\n%s%s", exitCodeOf(err), so, se)
 	}
-	if !strings.Contains(so, "cluster-version") || !strings.Contains(so, "binaries") || !strings.Contains(so, "3.7.3 is not in the binary store") {
+	// The table and the refusal name the command that imports it (the
+	// command layer's words, after the library's "import it").
+	advice := `is not the embedded version ` + binaries.EmbeddedVersion() + `: import it with "steward binaries import": etcd version not found`
+	if !strings.Contains(so, "cluster-version") || !strings.Contains(so, "binaries") || !strings.Contains(so, "3.7.3 is not in the binary store") || !strings.Contains(so, advice) {
 		t.Errorf("upgrade plan does not show the plan and its failed binaries check:\n%s", so)
 	}
-	if !strings.Contains(se, "would refuse") || !strings.Contains(se, "binaries: etcd 3.7.3 is not in the binary store") {
+	if !strings.Contains(se, "would refuse") || !strings.Contains(se, "binaries: etcd 3.7.3 is not in the binary store") || !strings.Contains(se, advice) {
 		t.Errorf("upgrade plan's error does not name the missing binary:\n%s", se)
 	}
 }

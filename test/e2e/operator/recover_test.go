@@ -1,10 +1,8 @@
 package operator_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -12,35 +10,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/localkube"
-	"github.com/etcd-steward/steward/pkg/operator"
 	"github.com/etcd-steward/steward/test/harness"
 )
-
-// s3Secret makes Secret "s3" in ns from the local Kubernetes' S3
-// credentials file.
-func s3Secret(t *testing.T, c *localkube.Cluster, cs *kubernetes.Clientset, ns string) {
-	t.Helper()
-	creds, err := os.ReadFile(c.S3CredentialsFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s3 := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s3"}, StringData: map[string]string{}}
-	for _, l := range strings.Split(strings.TrimSpace(string(creds)), "\n") {
-		k, v, _ := strings.Cut(l, "=")
-		s3.StringData[k] = v
-	}
-	if _, err := cs.CoreV1().Secrets(ns).Create(t.Context(), s3, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // getRevision reads key through db-client and returns its value and the
 // response's revision.
@@ -136,13 +113,9 @@ func watchSeen(out string) (revs []int64, keys []string, compacted bool, other [
 func TestOperatorQuorumLoss(t *testing.T) { harness.ForEachLocalKube(t, operatorQuorumLoss) }
 
 func operatorQuorumLoss(t *testing.T, c *localkube.Cluster) {
-	if len(c.Nodes) < 3 {
-		t.Skip("needs three nodes")
-	}
+	const ns = "op-recover"
 	image := stewardImage(t, c)
-	cs, cl := clients(t, c)
-	ns := namespace(t, cs, "op-recover")
-	installOperator(t, c, cs, image)
+	cs, cl := setup(t, c, ns, image)
 	s3Secret(t, c, cs, ns)
 	ec := &v1alpha1.EtcdCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: ns},
@@ -154,23 +127,7 @@ func operatorQuorumLoss(t *testing.T, c *localkube.Cluster) {
 			Recovery: v1alpha1.Recovery{Mode: "auto", GracePeriodSeconds: 15},
 		},
 	}
-	if err := cl.Create(t.Context(), ec); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			pods, _ := cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: operator.Selector(ec)})
-			for _, p := range pods.Items {
-				t.Logf("pod %s: %s on %s %v", p.Name, p.Status.Phase, p.Spec.NodeName, p.Status.ContainerStatuses)
-				logs(t, cs, ns, p.Name)
-			}
-			var got v1alpha1.EtcdCluster
-			if err := cl.Get(context.Background(), client.ObjectKeyFromObject(ec), &got); err == nil {
-				t.Logf("status: %+v", got.Status)
-			}
-		}
-		_ = cl.Delete(context.Background(), ec)
-	})
+	createClusters(t, cs, cl, ec)
 	key := types.NamespacedName{Namespace: ns, Name: "db"}
 	healthy := func(what string, timeout time.Duration, extra func(st v1alpha1.EtcdClusterStatus) error) v1alpha1.EtcdClusterStatus {
 		var got v1alpha1.EtcdCluster
@@ -179,10 +136,8 @@ func operatorQuorumLoss(t *testing.T, c *localkube.Cluster) {
 				return err
 			}
 			st := got.Status
-			for _, typ := range []string{v1alpha1.ConditionReady, v1alpha1.ConditionAllMembersReady, v1alpha1.ConditionBackupReady} {
-				if !meta.IsStatusConditionTrue(st.Conditions, typ) {
-					return fmt.Errorf("%s not True: %+v (last operation %+v)", typ, meta.FindStatusCondition(st.Conditions, typ), st.LastOperation)
-				}
+			if err := conditionsTrue(st, v1alpha1.ConditionReady, v1alpha1.ConditionAllMembersReady, v1alpha1.ConditionBackupReady); err != nil {
+				return err
 			}
 			if len(st.Members) != 3 || st.ReadyReplicas != 3 {
 				return fmt.Errorf("members %+v, ready %d", st.Members, st.ReadyReplicas)
@@ -327,18 +282,6 @@ func operatorQuorumLoss(t *testing.T, c *localkube.Cluster) {
 		}
 	}
 
-	evs, err := cs.CoreV1().Events(ns).List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=db"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reasons := map[string]string{}
-	for _, e := range evs.Items {
-		reasons[e.Reason] = e.Message
-	}
-	for _, r := range []string{"QuorumLost", "Recovering", "Recovered"} {
-		if _, ok := reasons[r]; !ok {
-			t.Errorf("no event %s: %v", r, reasons)
-		}
-	}
+	reasons := requireEvents(t, cs, ns, "db", "QuorumLost", "Recovering", "Recovered")
 	t.Logf("event Recovered: %s", reasons["Recovered"])
 }

@@ -1,7 +1,6 @@
 package operator_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -17,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -53,14 +51,10 @@ import (
 func TestOperatorRestore(t *testing.T) { harness.ForEachLocalKube(t, operatorRestore) }
 
 func operatorRestore(t *testing.T, c *localkube.Cluster) {
-	if len(c.Nodes) < 3 {
-		t.Skip("needs three nodes")
-	}
 	version := harness.Versions()[1]
+	const ns = "op-restore"
 	image := stewardImage(t, c)
-	cs, cl := clients(t, c)
-	ns := namespace(t, cs, "op-restore")
-	installOperator(t, c, cs, image)
+	cs, cl := setup(t, c, ns, image)
 	s3Secret(t, c, cs, ns)
 	ctx := t.Context()
 
@@ -140,28 +134,7 @@ func operatorRestore(t *testing.T, c *localkube.Cluster) {
 			}},
 	}
 	created := time.Now()
-	for _, e := range []*v1alpha1.EtcdCluster{bad, forged, ec} {
-		if err := cl.Create(ctx, e); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			pods, _ := cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: operator.Selector(ec)})
-			for _, p := range pods.Items {
-				logs(t, cs, ns, p.Name)
-			}
-			for _, e := range []*v1alpha1.EtcdCluster{bad, forged, ec} {
-				var got v1alpha1.EtcdCluster
-				if err := cl.Get(context.Background(), client.ObjectKeyFromObject(e), &got); err == nil {
-					t.Logf("%s status: %+v", e.Name, got.Status)
-				}
-			}
-		}
-		for _, e := range []*v1alpha1.EtcdCluster{bad, forged, ec} {
-			_ = cl.Delete(context.Background(), e)
-		}
-	})
+	createClusters(t, cs, cl, bad, forged, ec)
 
 	var got v1alpha1.EtcdCluster
 	harness.Eventually(t, 8*time.Minute, 2*time.Second, "EtcdCluster db Ready with 3 members and a backup", func() error {
@@ -169,10 +142,8 @@ func operatorRestore(t *testing.T, c *localkube.Cluster) {
 			return err
 		}
 		st := got.Status
-		for _, typ := range []string{v1alpha1.ConditionReady, v1alpha1.ConditionAllMembersReady, v1alpha1.ConditionBackupReady} {
-			if !meta.IsStatusConditionTrue(st.Conditions, typ) {
-				return fmt.Errorf("%s not True: %+v (last operation %+v)", typ, meta.FindStatusCondition(st.Conditions, typ), st.LastOperation)
-			}
+		if err := conditionsTrue(st, v1alpha1.ConditionReady, v1alpha1.ConditionAllMembersReady, v1alpha1.ConditionBackupReady); err != nil {
+			return err
 		}
 		if st.ReadyReplicas != 3 || st.LastBackupTime == nil {
 			return fmt.Errorf("ready %d, last backup %v", st.ReadyReplicas, st.LastBackupTime)
@@ -191,12 +162,7 @@ func operatorRestore(t *testing.T, c *localkube.Cluster) {
 			t.Errorf("member %s has the hosts' member ID %s", m.Name, m.ID)
 		}
 	}
-	reasons := eventReasons(t, cs, ns, "db")
-	for _, r := range []string{"Restoring", "Restored", "Started"} {
-		if !reasons[r] {
-			t.Errorf("no event %s on db: %v", r, reasons)
-		}
-	}
+	requireEvents(t, cs, ns, "db", "Restoring", "Restored", "Started")
 	gotKeys, podRev := podKeyspace(t, cs, ns, image)
 	if diff := keyspaceDiff(want, gotKeys); diff != "" {
 		t.Fatalf("keyspace restored from the hosts' backup differs: %s", diff)
@@ -223,9 +189,7 @@ func operatorRestore(t *testing.T, c *localkube.Cluster) {
 	if msg := meta.FindStatusCondition(f.Status.Conditions, v1alpha1.ConditionReady).Message; !strings.Contains(msg, "other-backup-key") {
 		t.Errorf("forged: Ready's message names no Secret: %s", msg)
 	}
-	if !eventReasons(t, cs, ns, "forged")["RestoreNotAuthenticated"] {
-		t.Errorf("no event RestoreNotAuthenticated on forged: %v", eventReasons(t, cs, ns, "forged"))
-	}
+	requireEvents(t, cs, ns, "forged", "RestoreNotAuthenticated")
 	if _, err := cs.AppsV1().StatefulSets(ns).Get(ctx, "forged", metav1.GetOptions{}); err == nil {
 		t.Error("forged: a StatefulSet was made for a restore that does not authenticate")
 	}
@@ -340,19 +304,6 @@ func checkSecurity(t *testing.T, cs *kubernetes.Clientset, ns string, hostsKey [
 			t.Errorf("pod %s runs with pod security context %+v, container %+v", p.Name, psc, sc)
 		}
 	}
-}
-
-func eventReasons(t *testing.T, cs *kubernetes.Clientset, ns, name string) map[string]bool {
-	t.Helper()
-	evs, err := cs.CoreV1().Events(ns).List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reasons := map[string]bool{}
-	for _, e := range evs.Items {
-		reasons[e.Reason] = true
-	}
-	return reasons
 }
 
 // keyspace is every key and value of a hosts cluster.

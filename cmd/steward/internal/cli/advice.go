@@ -10,6 +10,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/agent"
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/backup"
+	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/bootstrap"
 	"github.com/etcd-steward/steward/pkg/carotate"
 	"github.com/etcd-steward/steward/pkg/certs"
@@ -157,6 +158,14 @@ func libraryAdvice(err error) error {
 	err = AdviseAfter(err, certs.ErrRotationNotRunning, ": run `steward certs rotate-ca` to finish it")
 	err = AdviseWithin(err, certs.ErrHostCannotSign, "(its renewal loop)", "(its renewal loop or `steward certs renew`)")
 	err = adviseUnreachable(err)
+	// A stored binary's problem (a member's start, a tool, a spec's
+	// version, the agent's refusals).
+	err = adviseEach(err, func(e error) (string, bool) {
+		if pe, ok := e.(*binaries.ProblemError); ok {
+			return BinaryMessage(pe.Problem), true
+		}
+		return "", false
+	})
 	// The agent's errors (the agent command passes LibraryAdvice to it).
 	if de, ok := errors.AsType[*agent.DataDirError](err); ok {
 		err = reword(err, de.Error(), de.Error()+" with `steward member replace "+de.Member+"` (or `steward recover` when a majority is lost)")
@@ -215,12 +224,23 @@ func adviseUnreachable(err error) error {
 	if !errors.Is(err, agentapi.ErrUnreachable) {
 		return err
 	}
+	return adviseEach(err, func(e error) (string, bool) {
+		if ue, ok := e.(*agentapi.UnreachableError); ok {
+			return ue.Error() + "; check that `steward agent` runs there and that this machine reaches that address", true
+		}
+		return "", false
+	})
+}
+
+// adviseEach rewrites, wherever err's text holds it, the message of each
+// error of err's tree that advice advises: with the words it returns.
+func adviseEach(err error, advice func(e error) (with string, ok bool)) error {
 	text, seen := err.Error(), map[string]bool{}
 	var walk func(e error)
 	walk = func(e error) {
-		if ue, ok := e.(*agentapi.UnreachableError); ok && !seen[ue.Error()] {
-			seen[ue.Error()] = true
-			text = strings.ReplaceAll(text, ue.Error(), ue.Error()+"; check that `steward agent` runs there and that this machine reaches that address")
+		if with, ok := advice(e); ok && !seen[e.Error()] {
+			seen[e.Error()] = true
+			text = strings.ReplaceAll(text, e.Error(), with)
 		}
 		switch u := e.(type) {
 		case interface{ Unwrap() error }:
@@ -238,6 +258,22 @@ func adviseUnreachable(err error) error {
 		return err
 	}
 	return reworded{text, err}
+}
+
+// BinaryMessage is a stored binary's problem as the commands show it: the
+// library's words with the command that fixes it, by its kind.
+func BinaryMessage(p binaries.Problem) string {
+	switch p.Kind {
+	case binaries.KindNotInStore:
+		return strings.Replace(p.Message, ": import it: ", `: import it with "steward binaries import": `, 1)
+	case binaries.KindChanged:
+		return strings.Replace(p.Message, "; import the version again or restore the file", "; import the version again (`steward binaries import`) or restore the file", 1)
+	case binaries.KindNotRecorded:
+		words := "import etcd " + p.Version + " again from its release tarball or build directory"
+		return strings.Replace(p.Message, words, words+": `steward binaries import --force --store "+p.Store+" --version "+p.Version+
+			" SOURCE` (--force sets the unrecorded copy aside), or `make etcd-binaries` for the test store", 1)
+	}
+	return p.Message
 }
 
 // conditionAdvice is what follows a condition's message, by its Fix: the
@@ -267,13 +303,17 @@ var checkAdvice = map[string]string{
 }
 
 // CheckMessage is a pre-flight check's message as `steward upgrade plan`
-// shows it: a failed check's followed by its advice, each push that fixes
-// the binaries check named after its words.
+// shows it: a failed check's followed by its advice, each stored binary's
+// problem it names with the command that fixes it (BinaryMessage), each
+// push that fixes the binaries check named after its words.
 func CheckMessage(ch upgrade.Check) string {
 	if ch.OK {
 		return ch.Message
 	}
 	msg := ch.Message
+	for _, p := range ch.Binaries {
+		msg = strings.Replace(msg, p.Message, BinaryMessage(p), 1)
+	}
 	for _, p := range ch.Pushes {
 		cmd := "`steward binaries push " + p.Version + " --host " + strings.Join(p.Hosts, " --host ")
 		if p.Replace {

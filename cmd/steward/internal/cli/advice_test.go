@@ -1,8 +1,11 @@
 package cli
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,6 +17,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/agent"
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/backup"
+	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/bootstrap"
 	"github.com/etcd-steward/steward/pkg/carotate"
 	"github.com/etcd-steward/steward/pkg/certs"
@@ -21,6 +25,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/handover"
 	"github.com/etcd-steward/steward/pkg/kmigrate"
 	"github.com/etcd-steward/steward/pkg/kstorage"
+	"github.com/etcd-steward/steward/pkg/memberrt"
 	"github.com/etcd-steward/steward/pkg/membership"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/plan"
@@ -332,5 +337,97 @@ func TestProgressHints(t *testing.T) {
 		if got.String() != tc.want+"\n" || bare.String() != tc.bare+"\n" {
 			t.Errorf("%q:\n%s%s\nwant\n%s\n%s", tc.format, got.String(), bare.String(), tc.want, tc.bare)
 		}
+	}
+}
+
+// TestBinaryProblemAdvice: a stored binary's problem (binaries.Problem)
+// reads, wherever a command shows it, as the library once wrote it, with
+// the steward command that fixes it: in any command's error and the
+// agent's (a member's start, a tool, the spec's versions: LibraryAdvice),
+// in the upgrade pre-flight's table and refusal, for this machine's store
+// and a host's (CheckMessage, from the agent's BinaryCheck).
+func TestBinaryProblemAdvice(t *testing.T) {
+	store := t.TempDir()
+	const v = "3.5.98"
+	dir := filepath.Join(store, binaries.DirPrefix+v)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	etcd, etcdctl := filepath.Join(dir, "etcd"), filepath.Join(dir, "etcdctl")
+	body := []byte("#!/bin/sh\n")
+	for _, p := range []string{etcd, etcdctl} {
+		if err := os.WriteFile(p, body, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sum := sha256.Sum256(body)
+	got := hex.EncodeToString(sum[:])
+	reimport := "import etcd " + v + " again from its release tarball or build directory: `steward binaries import --force --store " + store +
+		" --version " + v + " SOURCE` (--force sets the unrecorded copy aside), or `make etcd-binaries` for the test store"
+	noManifest := binaries.CheckRecorded(etcd)
+	want := strings.Repeat("0", 64)
+	manifest := `{"version":"` + v + `","files":{"etcd":"` + want + `"}}`
+	if err := os.WriteFile(filepath.Join(dir, binaries.ManifestName), []byte(manifest), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	unlisted, changed := binaries.CheckRecorded(etcdctl), binaries.CheckRecorded(etcd)
+	_, missing := binaries.Open(store).Resolve("3.99.0")
+	notInStore := "etcd 3.99.0 is not in the binary store " + store + " and is not the embedded version " + binaries.EmbeddedVersion() +
+		`: import it with "steward binaries import": etcd version not found`
+	s := &spec.Cluster{Name: "kube", Token: "t", Version: "3.99.0", Members: []spec.Member{{Name: "m1", Version: "3.99.0"}}}
+	_, invalid := s.Validate(spec.ValidateOptions{KnownVersion: func(v string) error { _, err := binaries.Open(store).Resolve(v); return err }})
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"a member's start, no manifest (the agent's last error)", fmt.Errorf("refusing to start etcd %s: %w", v, noManifest),
+			"refusing to start etcd " + v + ": " + etcd + ": stored binary has no SHA-256 recorded at import: " + dir + " has no manifest.json; " + reimport},
+		{"a tool the manifest does not list", unlisted,
+			etcdctl + ": stored binary has no SHA-256 recorded at import: the manifest of " + dir + " lists no SHA-256 for etcdctl (added after the import?); " + reimport},
+		{"a changed binary", changed,
+			etcd + ": stored binary does not match the SHA-256 recorded at import: its SHA-256 is " + got + ", the manifest says " + want +
+				"; import the version again (`steward binaries import`) or restore the file"},
+		{"a version not in the store (an agent's swap)", fmt.Errorf("swap member m1 to etcd 3.99.0: %w", missing), "swap member m1 to etcd 3.99.0: " + notInStore},
+	} {
+		if got := LibraryAdvice(tc.err); got.Error() != tc.want || !errors.Is(got, tc.err) {
+			t.Errorf("%s: %v\nwant %s", tc.name, got, tc.want)
+		}
+		if _, ok := binaries.ProblemOf(tc.err); !ok || strings.Contains(tc.err.Error(), "steward binaries") {
+			t.Errorf("%s: the library's error %q is no problem of its kind, or names a command", tc.name, tc.err)
+		}
+	}
+	// The spec's version and a member's: each line advised.
+	if got := LibraryAdvice(fmt.Errorf("invalid cluster spec:\n%w", invalid)).Error(); !strings.Contains(got, "\nversion 3.99.0: "+notInStore+"\n") ||
+		!strings.Contains(got, "\nmember m1: version 3.99.0: "+notInStore+"\n") {
+		t.Errorf("advised spec problems:\n%s", got)
+	}
+
+	// The pre-flight: this machine's store and a host's, as the agent's
+	// BinaryCheck carries it (kind, version, store, text).
+	mp, _ := binaries.ProblemOf(missing)
+	hostStore := "/var/lib/steward/binaries"
+	host := memberrt.BinaryCheck{Version: "3.99.0", Store: hostStore, ProblemKind: binaries.KindNotInStore,
+		Problem: "etcd 3.99.0 is not in the binary store " + hostStore + " and is not the embedded version 3.6.16: import it: etcd version not found"}
+	hp := binaries.Problem{Kind: host.ProblemKind, Version: host.Version, Store: host.Store, Message: host.Problem}
+	cp, _ := binaries.ProblemOf(unlisted)
+	checks := []upgrade.Check{
+		{Name: upgrade.CheckBinaries, Message: mp.Message + "; host h2: " + host.Problem + "; push etcd 3.99.0 to those hosts from this machine's store",
+			Binaries: []binaries.Problem{mp, hp}, Pushes: []upgrade.Push{{Version: "3.99.0", Hosts: []string{"h2"}, After: "push etcd 3.99.0 to those hosts from this machine's store"}}},
+		{Name: upgrade.CheckV2Store, Message: cp.Message + ", so etcd's v2 store check cannot run: import etcd " + v + " with its etcdutl", Binaries: []binaries.Problem{cp}},
+	}
+	wantChecks := []string{
+		notInStore + "; host h2: etcd 3.99.0 is not in the binary store " + hostStore + ` and is not the embedded version 3.6.16: import it with "steward binaries import": etcd version not found` +
+			"; push etcd 3.99.0 to those hosts from this machine's store with `steward binaries push 3.99.0 --host h2`",
+		LibraryAdvice(unlisted).Error() + ", so etcd's v2 store check cannot run: import etcd " + v + " with its etcdutl",
+	}
+	for i, ch := range checks {
+		if got := CheckMessage(ch); got != wantChecks[i] {
+			t.Errorf("check %s: %s\nwant %s", ch.Name, got, wantChecks[i])
+		}
+	}
+	_, refused := upgrade.Refusal(checks, false)
+	if got, want := LibraryAdvice(refused).Error(), "pre-flight checks failed; nothing was changed:\n  binaries: "+wantChecks[0]+"\n  v2store: "+wantChecks[1]; got != want {
+		t.Errorf("refusal:\n%s\nwant\n%s", got, want)
 	}
 }

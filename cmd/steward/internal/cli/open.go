@@ -40,6 +40,14 @@ func NoSpecHint(err error, dir string) error {
 	return Hint(err, cluster.ErrNoSpec, fmt.Sprintf("run `steward up --dir %s` first", dir))
 }
 
+// Command is what the cluster's openers need of a command (a
+// *cobra.Command): where to warn, its context, its name for refusals.
+type Command interface {
+	ErrOrStderr() io.Writer
+	Context() context.Context
+	CommandPath() string
+}
+
 // ClusterWithAgent is Cluster for commands that work on member processes:
 // it also starts this machine's agent when the spec has one and it is not
 // running while members still run (the agent was killed). A stopped
@@ -48,33 +56,32 @@ func NoSpecHint(err error, dir string) error {
 // last ran, so starting it would start the whole cluster as a side effect
 // of, say, `member add`. An attached cluster, whose members Steward does
 // not run, is refused (ProcessControl).
-func (g *Globals) ClusterWithAgent(cmd interface {
-	ErrOrStderr() io.Writer
-	Context() context.Context
-	CommandPath() string
-}) (*cluster.Cluster, error) {
-	c, err := g.Cluster(cmd)
+func (g *Globals) ClusterWithAgent(cmd Command) (*cluster.Cluster, error) {
+	c, err := g.controlled(cmd)
 	if err != nil {
-		return nil, err
-	}
-	if err := ProcessControl(c, cmd.CommandPath()); err != nil {
 		return nil, err
 	}
 	if err := UpHint(c.RequireRunning(cmd.Context(), "run `"+cmd.CommandPath()+"`"), c.Dir); err != nil {
 		return nil, err
 	}
-	return c, ensureAgent(cmd.Context(), c)
+	return c, EnsureAgent(cmd.Context(), c)
 }
 
 // ClusterStartingAgent is ClusterWithAgent for the commands whose purpose
 // is to bring members back, so a stopped cluster is theirs to start:
 // `steward recover` (a reboot after quorum loss) and `steward plan
 // resume` (a plan cut by a power loss).
-func (g *Globals) ClusterStartingAgent(cmd interface {
-	ErrOrStderr() io.Writer
-	Context() context.Context
-	CommandPath() string
-}) (*cluster.Cluster, error) {
+func (g *Globals) ClusterStartingAgent(cmd Command) (*cluster.Cluster, error) {
+	c, err := g.controlled(cmd)
+	if err != nil {
+		return nil, err
+	}
+	return c, EnsureAgent(cmd.Context(), c)
+}
+
+// controlled is Cluster for a command that acts on the members' processes:
+// an attached cluster is refused (ProcessControl).
+func (g *Globals) controlled(cmd Command) (*cluster.Cluster, error) {
 	c, err := g.Cluster(cmd)
 	if err != nil {
 		return nil, err
@@ -82,10 +89,12 @@ func (g *Globals) ClusterStartingAgent(cmd interface {
 	if err := ProcessControl(c, cmd.CommandPath()); err != nil {
 		return nil, err
 	}
-	return c, ensureAgent(cmd.Context(), c)
+	return c, nil
 }
 
-func ensureAgent(ctx context.Context, c *cluster.Cluster) error {
+// EnsureAgent starts this machine's agent unless it runs; when it cannot,
+// the error says how to see why.
+func EnsureAgent(ctx context.Context, c *cluster.Cluster) error {
 	if _, err := bootstrap.EnsureLocalAgent(ctx, c, ""); err != nil {
 		return fmt.Errorf("this machine's agent is not running and could not be started: %w (run it in the foreground with `steward agent --dir %s` to see why)", err, c.Dir)
 	}

@@ -16,7 +16,6 @@ import (
 	"github.com/etcd-steward/steward/pkg/adopt"
 	"github.com/etcd-steward/steward/pkg/agent"
 	"github.com/etcd-steward/steward/pkg/binaries"
-	"github.com/etcd-steward/steward/pkg/bootstrap"
 	"github.com/etcd-steward/steward/pkg/catalogue"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/plan"
@@ -193,8 +192,8 @@ func adoptHint(err error, name string) error {
 // runPlan starts this machine's agent (the adopted member runs under it),
 // runs the plan made by run and prints the plan as it ended.
 func runPlan(cmd *cobra.Command, g *cli.Globals, c *cluster.Cluster, run func() (*plan.Plan, error)) error {
-	if _, err := bootstrap.EnsureLocalAgent(cmd.Context(), c, ""); err != nil {
-		return fmt.Errorf("this machine's agent is not running and could not be started: %w (run it in the foreground with `steward agent --dir %s` to see why)", err, c.Dir)
+	if err := cli.EnsureAgent(cmd.Context(), c); err != nil {
+		return err
 	}
 	p, err := run()
 	if p != nil {

@@ -3,14 +3,19 @@ package adopt
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
 	adoptpkg "github.com/etcd-steward/steward/pkg/adopt"
+	"github.com/etcd-steward/steward/pkg/binaries"
+	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/refusal"
+	"github.com/etcd-steward/steward/pkg/spec"
 )
 
 const manifest = `kind: Pod
@@ -106,5 +111,28 @@ func TestAdoptHint(t *testing.T) {
 		if got := adoptHint(tc.err, "m2"); got.Error() != tc.want {
 			t.Errorf("adoptHint = %q\nwant %q", got, tc.want)
 		}
+	}
+}
+
+// TestAdoptNoBinaryAdvice: a member whose version the store lacks is
+// refused with the store's problem inside, which reads, once the command
+// and main advised it, as it did when the library named the commands.
+func TestAdoptNoBinaryAdvice(t *testing.T) {
+	dir := t.TempDir()
+	c := &cluster.Cluster{Dir: dir, Spec: &spec.Cluster{Name: "kube", Token: "attached-feed", Version: "3.5.98",
+		External: &spec.External{CAFile: "/ca.crt", CertFile: "/c.crt", KeyFile: "/c.key", ClusterID: "feed"},
+		Agents:   []spec.Agent{{Name: spec.LocalAgent, Address: "unix:///tmp/agent.sock"}},
+		Members:  []spec.Member{{Name: "m1", ClientURL: "https://127.0.0.1:2379", PeerURL: "https://127.0.0.1:2380"}}}}
+	run := adoptpkg.MemberRun{Name: "m1", DataDir: "/var/lib/m1", AdvertiseClientURLs: []string{"https://127.0.0.1:2379"},
+		InitialAdvertisePeerURLs: []string{"https://127.0.0.1:2380"}, Source: adoptpkg.Source{Kind: adoptpkg.KindManifest, Path: "/etc/kubernetes/manifests/etcd.yaml"}}
+	_, err := adoptpkg.NewPlan(t.Context(), c, run, time.Now())
+	if _, ok := binaries.ProblemOf(err); !ok || !errors.Is(err, adoptpkg.ErrNoBinary) {
+		t.Fatalf("NewPlan = %v; want ErrNoBinary with the store's problem", err)
+	}
+	want := "member m1 runs etcd 3.5.98, which its agent would start it with, but etcd 3.5.98 is not in the binary store " +
+		c.Spec.BinaryStoreDir(dir) + " and is not the embedded version " + binaries.EmbeddedVersion() +
+		`: import it with "steward binaries import": etcd version not found; import that version (` + "`steward binaries import`) before adopting"
+	if got := cli.LibraryAdvice(adoptHint(err, "m1")); got.Error() != want {
+		t.Errorf("advised refusal:\n%v\nwant %s", got, want)
 	}
 }

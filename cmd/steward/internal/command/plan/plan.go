@@ -8,7 +8,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
-	"github.com/etcd-steward/steward/pkg/bootstrap"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/upgrade"
@@ -62,8 +61,8 @@ func NewCommand(g *cli.Globals) *cobra.Command {
 				if _, err := cluster.PlanKinds.Resumable(p); err != nil {
 					return err
 				}
-				if _, err := bootstrap.EnsureLocalAgent(cmd.Context(), c, ""); err != nil {
-					return fmt.Errorf("this machine's agent is not running and could not be started: %w (run it in the foreground with `steward agent --dir %s` to see why)", err, c.Dir)
+				if err := cli.EnsureAgent(cmd.Context(), c); err != nil {
+					return err
 				}
 			} else if c, err = g.ClusterStartingAgent(cmd); err != nil {
 				return err
