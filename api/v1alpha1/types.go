@@ -299,13 +299,26 @@ type RestoreFrom struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	Revision int64 `json:"revision,omitempty"`
+
+	// BackupKeySecret names a Secret (key backup-auth.key: 64 hex digits)
+	// holding the cluster backup key of the cluster that took the backup:
+	// on hosts its DIR/pki/backup-auth.key, in Kubernetes its Secret
+	// NAME-backup-key. Every backup manifest is authenticated under it
+	// before anything is restored, and the new cluster keeps it as its own
+	// backup key (the same cluster, moved). Without it, or with backups
+	// that do not authenticate under it, the restore is refused (Ready
+	// False, reason RestoreNotAuthenticated) and nothing is created.
+	//
+	// +optional
+	BackupKeySecret string `json:"backupKeySecret,omitempty"`
 }
 
 // TLS says where the cluster's certificates come from.
 type TLS struct {
 	// CASecret names a Secret (keys tls.crt and tls.key) holding the CA
 	// the operator issues every member's and client's certificate from.
-	// Empty: the operator makes a CA of its own (Secret NAME-ca). Either
+	// Empty: the operator makes a CA of its own (its key kept by the
+	// operator; Secret NAME-ca holds its certificate, ca.crt). Either
 	// way, certificates are renewed before they expire, with no restart.
 	//
 	// +optional

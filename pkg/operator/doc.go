@@ -12,8 +12,9 @@
 //     members NAME-I), the CA and the admin certificate, the join files,
 //     the S3 credentials read from the resource's Secret (secrets/, 0600,
 //     never logged), the status files;
-//   - Secrets NAME-ca, NAME-join (one key per pod, NAME-I.yaml),
-//     NAME-client-tls; Services NAME-peer (headless, publishing pods that
+//   - Secrets NAME-ca (the CA certificate, ca.crt), NAME-join (one key
+//     per pod, NAME-I.yaml), NAME-backup-key (the cluster backup key
+//     alone), NAME-client-tls; Services NAME-peer (headless, publishing pods that
 //     are not ready) and NAME-client; the StatefulSet NAME; the
 //     PodDisruptionBudget NAME; the ServiceAccount NAME-member with a Role
 //     on its cluster's Leases.
@@ -31,4 +32,13 @@
 //     of the operator never bootstraps a cluster twice.
 //   - The S3 credentials are read from the Secret into a file of the state
 //     directory only; they appear in no log, Event or status.
+//   - The CA's key never leaves the state directory: no Secret holds it
+//     (reconcile.go, Secrets). A Secret holds what its readers need and no
+//     more (docs/operator.md, Security).
+//   - The manager caches only the objects the operator made of the kinds
+//     it watches; the users' Secrets and the kinds it does not watch are
+//     read uncached (manager.go, cacheOptions), and the ClusterRole grants
+//     no more than that (reconcile.go's RBAC markers).
+//   - Nothing read from a restore's source store is trusted before it is
+//     authenticated under restoreFrom.backupKeySecret (restore.go).
 package operator

@@ -3,18 +3,18 @@ package operator
 // What a user sees of an EtcdCluster from outside the operator (the kubectl
 // plugin): its status as the operator wrote it, and the backups of the
 // store its spec names, read with the credentials of the Secret the spec
-// names and trusted under the cluster backup key the cluster's join files
-// carry (Secret NAME-join), exactly as `steward backup list` trusts them on
-// hosts. Nothing here writes: the reads need get on the EtcdCluster and on
-// the two Secrets.
+// names and trusted under the cluster backup key its Secret
+// NAME-backup-key holds (that key alone), exactly as `steward backup list`
+// trusts them on hosts. Nothing here writes: the reads need get on
+// the EtcdCluster and on those Secrets.
 
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -25,7 +25,6 @@ import (
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/atomicfile"
 	"github.com/etcd-steward/steward/pkg/backup"
-	"github.com/etcd-steward/steward/pkg/join"
 )
 
 // View is an EtcdCluster as the plugin shows it. JSON field names are
@@ -156,26 +155,35 @@ func Backups(ctx context.Context, cl client.Client, ec *v1alpha1.EtcdCluster) Ba
 	return bv
 }
 
-// clusterBackupKey is the cluster backup key of ec, from any join file of
-// its Secret NAME-join (every one carries it).
+// clusterBackupKey is the cluster backup key of ec, from its Secret
+// NAME-backup-key (that key alone: never the join files, which hold the
+// members' private keys).
 func clusterBackupKey(ctx context.Context, cl client.Client, ec *v1alpha1.EtcdCluster) (*backup.AuthKey, error) {
+	name := BackupKeySecret(ec)
 	var sec corev1.Secret
-	if err := cl.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: joinSecret(ec)}, &sec); err != nil {
-		return nil, fmt.Errorf("the cluster backup key (in the join files of Secret %s): %w", joinSecret(ec), err)
+	if err := cl.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: name}, &sec); err != nil {
+		return nil, fmt.Errorf("the cluster backup key (Secret %s): %w", name, err)
 	}
-	keys := make([]string, 0, len(sec.Data))
-	for k := range sec.Data {
-		keys = append(keys, k)
+	return BackupKeyFromSecret(name, sec.Data)
+}
+
+// ErrBackupKey: a backup key Secret is missing its key, or it is not a
+// cluster backup key.
+var ErrBackupKey = errors.New("no usable cluster backup key")
+
+// BackupKeyFromSecret is the cluster backup key a Secret NAME holds under
+// BackupKeyKey (64 hex digits); an absent or malformed one is refused,
+// naming the Secret and the key, never the content.
+func BackupKeyFromSecret(name string, data map[string][]byte) (*backup.AuthKey, error) {
+	v, ok := data[BackupKeyKey]
+	if !ok {
+		return nil, fmt.Errorf("%w: Secret %s has no key %s (the cluster backup key: 64 hex digits, as DIR/pki/%s holds it on hosts)", ErrBackupKey, name, BackupKeyKey, BackupKeyKey)
 	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		f, err := join.Parse(sec.Data[k])
-		if err != nil || f.BackupAuthKey == "" {
-			continue
-		}
-		return ParseAuthKey(f.BackupAuthKey)
+	k, err := ParseAuthKey(string(v))
+	if err != nil {
+		return nil, fmt.Errorf("%w: Secret %s, key %s: %w", ErrBackupKey, name, BackupKeyKey, err)
 	}
-	return nil, fmt.Errorf("no join file in Secret %s carries the cluster backup key: the backups cannot be authenticated", joinSecret(ec))
+	return k, nil
 }
 
 // ParseAuthKey parses a cluster backup key as its file holds it (64 hex

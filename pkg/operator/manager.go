@@ -6,7 +6,12 @@ import (
 	"fmt"
 	"os"
 
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -117,6 +122,43 @@ func ownImage(ctx context.Context, rc *rest.Config, scheme *runtime.Scheme) (str
 	return "", fmt.Errorf("%w: pod %s/%s has no container", ErrNoMemberImage, ns, name)
 }
 
+// ownedSelector selects what the operator made: every object it makes
+// carries LabelManagedBy=steward (objectLabels).
+var ownedSelector = labels.SelectorFromSet(labels.Set{LabelManagedBy: "steward"})
+
+// cacheOptions are the manager's cache and client options (namespace: the
+// one watched, "" for all). The cache holds the EtcdClusters and, of the
+// kinds the reconciler watches (Owns), only the objects the operator made
+// (ownedSelector): never another application's Secrets, StatefulSets,
+// Services or PodDisruptionBudgets. Reads of the kinds it does not watch
+// (claims, ServiceAccounts, Roles, RoleBindings, Leases: every node's and
+// every application's Leases would be cached otherwise) and of Secrets
+// (the users' credentials Secrets carry no label of the operator's) go to
+// the API server uncached: the ClusterRole grants get, not list or watch,
+// on them (reconcile.go's RBAC markers).
+func cacheOptions(namespace string) (cache.Options, client.Options) {
+	owned := cache.ByObject{Label: ownedSelector}
+	co := cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&corev1.Secret{}:                owned,
+		&appsv1.StatefulSet{}:           owned,
+		&corev1.Service{}:               owned,
+		&policyv1.PodDisruptionBudget{}: owned,
+	}}
+	if namespace != "" {
+		co.DefaultNamespaces = map[string]cache.Config{namespace: {}}
+	}
+	return co, client.Options{Cache: &client.CacheOptions{DisableFor: uncached()}}
+}
+
+// uncached are the kinds the operator's client reads from the API server,
+// never from its cache (cacheOptions).
+func uncached() []client.Object {
+	return []client.Object{
+		&corev1.Secret{}, &corev1.PersistentVolumeClaim{}, &corev1.ServiceAccount{},
+		&rbacv1.Role{}, &rbacv1.RoleBinding{}, &coordinationv1.Lease{},
+	}
+}
+
 // Run runs the operator until ctx ends.
 func Run(ctx context.Context, cfg Config) error {
 	if cfg.StateDir == "" {
@@ -162,11 +204,9 @@ func Run(ctx context.Context, cfg Config) error {
 		// Lease stops at once, so two never write one directory.
 		LeaderElectionReleaseOnCancel: true,
 	}
-	if cfg.Namespace != "" {
-		o.Cache = cache.Options{DefaultNamespaces: map[string]cache.Config{cfg.Namespace: {}}}
-		if o.LeaderElectionNamespace == "" {
-			o.LeaderElectionNamespace = cfg.Namespace
-		}
+	o.Cache, o.Client = cacheOptions(cfg.Namespace)
+	if cfg.Namespace != "" && o.LeaderElectionNamespace == "" {
+		o.LeaderElectionNamespace = cfg.Namespace
 	}
 	mgr, err := ctrl.NewManager(rc, o)
 	if err != nil {

@@ -44,6 +44,16 @@ func peerService(ec *v1alpha1.EtcdCluster) string   { return ec.Name + "-peer" }
 func clientService(ec *v1alpha1.EtcdCluster) string { return ec.Name + "-client" }
 func caSecret(ec *v1alpha1.EtcdCluster) string      { return ec.Name + "-ca" }
 func joinSecret(ec *v1alpha1.EtcdCluster) string    { return ec.Name + "-join" }
+
+// BackupKeySecret is the Secret NAME-backup-key: the cluster backup key
+// only (key BackupKeyKey), which `kubectl steward backups` reads and a
+// restore from this cluster's backups names (spec.restoreFrom.backupKeySecret).
+func BackupKeySecret(ec *v1alpha1.EtcdCluster) string { return ec.Name + "-backup-key" }
+
+// BackupKeyKey is the key of the cluster backup key (64 hex digits, as
+// DIR/pki/backup-auth.key holds it on hosts) in a backup key Secret.
+const BackupKeyKey = "backup-auth.key"
+
 func clientTLSSecret(ec *v1alpha1.EtcdCluster) string {
 	return ec.Name + "-client-tls"
 }

@@ -210,8 +210,10 @@ func StatefulSet(ec *v1alpha1.EtcdCluster, o PodOptions) *appsv1.StatefulSet {
 					PriorityClassName:         ec.Spec.Pod.PriorityClassName,
 					NodeSelector:              ec.Spec.Pod.NodeSelector,
 					Tolerations:               ec.Spec.Pod.Tolerations,
+					SecurityContext:           MemberPodSecurityContext(),
 					Containers: []corev1.Container{{
 						Name:            "member",
+						SecurityContext: MemberSecurityContext(),
 						Image:           o.Image,
 						ImagePullPolicy: pull,
 						Args:            AgentArgs(),
@@ -238,11 +240,17 @@ func StatefulSet(ec *v1alpha1.EtcdCluster, o PodOptions) *appsv1.StatefulSet {
 						VolumeMounts: []corev1.VolumeMount{
 							{Name: DataVolume, MountPath: PodStewardDir},
 							{Name: "join", MountPath: PodJoinDir, ReadOnly: true},
+							{Name: "tmp", MountPath: "/tmp"},
 						},
 					}},
-					Volumes: []corev1.Volume{{Name: "join", VolumeSource: corev1.VolumeSource{
-						Secret: &corev1.SecretVolumeSource{SecretName: joinSecret(ec), DefaultMode: &mode},
-					}}},
+					Volumes: []corev1.Volume{
+						{Name: "join", VolumeSource: corev1.VolumeSource{
+							Secret: &corev1.SecretVolumeSource{SecretName: joinSecret(ec), DefaultMode: &mode},
+						}},
+						// The root file system is read-only: the agent's
+						// and etcd's scratch files (os.TempDir) go here.
+						{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+					},
 				},
 			},
 			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{{
@@ -254,6 +262,34 @@ func StatefulSet(ec *v1alpha1.EtcdCluster, o PodOptions) *appsv1.StatefulSet {
 				},
 			}},
 		},
+	}
+}
+
+// MemberPodSecurityContext is the member pods' security context: the
+// runtime's default seccomp profile. The pods run as root (uid 0) with no
+// capability, not as another user: the agent keeps its directory, the
+// volume's root, 0700 and its own (internal/dirmode refuses one owned by
+// another user or under a directory others can write), and a volume's
+// root is root's (a cloud disk's file system, 0755) or root's and
+// world-writable (the local-path provisioners', 0777); fsGroup would make
+// every key on the volume group-readable and the root group-writable at
+// each mount (docs/operator.md, Security).
+func MemberPodSecurityContext() *corev1.PodSecurityContext {
+	return &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
+}
+
+// MemberSecurityContext is the member container's: no privilege
+// escalation, every capability dropped (root without CAP_DAC_OVERRIDE,
+// CAP_CHOWN, CAP_FOWNER: it reaches only its own files), a read-only root
+// file system (the agent and etcd write only to the data volume and
+// /tmp, an emptyDir).
+func MemberSecurityContext() *corev1.SecurityContext {
+	f := false
+	return &corev1.SecurityContext{
+		AllowPrivilegeEscalation: &f,
+		Privileged:               &f,
+		ReadOnlyRootFilesystem:   func() *bool { t := true; return &t }(),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 	}
 }
 

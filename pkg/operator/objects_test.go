@@ -113,7 +113,7 @@ func TestStatefulSet(t *testing.T) {
 	if mounts["data"] != "/var/lib/steward" || mounts["join"] != "/etc/steward/join" {
 		t.Errorf("mounts %v", mounts)
 	}
-	if len(pod.Volumes) != 1 || pod.Volumes[0].Secret == nil || pod.Volumes[0].Secret.SecretName != "db-join" {
+	if len(pod.Volumes) != 2 || pod.Volumes[0].Secret == nil || pod.Volumes[0].Secret.SecretName != "db-join" {
 		t.Errorf("volumes %+v", pod.Volumes)
 	}
 	if len(ss.Spec.VolumeClaimTemplates) != 1 {

@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -35,18 +37,28 @@ import (
 )
 
 // RBAC of the operator (make generate writes deploy/operator/rbac/role.yaml):
+// what the code uses and nothing more. The kinds the reconciler watches
+// (For, Owns) need list and watch; everything else it reads uncached
+// (manager.go, cacheOptions) with get, and writes with create and update
+// (controllerutil.CreateOrUpdate): it never deletes, patches or lists them
+// (what it makes goes with its EtcdCluster through owner references; the
+// claims are kept). Update on etcdclusters/finalizers is what an owner
+// reference with blockOwnerDeletion needs. Events go through the
+// events.k8s.io API (mgr.GetEventRecorder). Its own pod (the member
+// image) and the leader election Lease are read in its own namespace
+// (rbac/leader_election_role.yaml).
 //
-// +kubebuilder:rbac:groups=steward.etcd.io,resources=etcdclusters,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=steward.etcd.io,resources=etcdclusters/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=steward.etcd.io,resources=etcdclusters,verbs=get;list;watch
+// +kubebuilder:rbac:groups=steward.etcd.io,resources=etcdclusters/status,verbs=update
 // +kubebuilder:rbac:groups=steward.etcd.io,resources=etcdclusters/finalizers,verbs=update
-// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=services;secrets;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=pods;persistentvolumeclaims,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups="",resources=services;secrets,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;create;update
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;create;update
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update
 
 // RequeueAfter is how often a cluster's status is refreshed with nothing
 // else happening.
@@ -93,8 +105,26 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 func (r *Reconciler) event(ec *v1alpha1.EtcdCluster, typ, reason, action, format string, args ...any) {
 	if r.Recorder != nil {
-		r.Recorder.Eventf(ec, nil, typ, reason, action, format, args...)
+		r.Recorder.Eventf(ec, nil, typ, reason, action, "%s", EventMessage(fmt.Sprintf(format, args...)))
 	}
+}
+
+// MaxEventMessage is the longest message the API server accepts in an
+// event (events.k8s.io: 1024 bytes); a longer one is rejected, and the
+// event lost.
+const MaxEventMessage = 1024
+
+// EventMessage is msg cut to MaxEventMessage bytes (on a character
+// boundary, ending in "..."): the status condition keeps the whole text.
+func EventMessage(msg string) string {
+	if len(msg) <= MaxEventMessage {
+		return msg
+	}
+	cut := MaxEventMessage - len("...")
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + "..."
 }
 
 func (r *Reconciler) setOp(ec *v1alpha1.EtcdCluster, typ, state, desc string) {
@@ -146,14 +176,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	c, err := r.ensure(ctx, &ec)
 	if err != nil {
 		log.Error(err, "reconcile")
-		r.event(&ec, corev1.EventTypeWarning, "ReconcileFailed", "Reconcile", "%v", err)
+		reason := "ReconcileFailed"
+		if errors.Is(err, ErrRestoreNotAuthenticated) {
+			reason = "RestoreNotAuthenticated"
+		}
+		r.event(&ec, corev1.EventTypeWarning, reason, "Reconcile", "%v", err)
 		// A creation that fails is reported as such; an upgrade or a
 		// recovery that is running keeps its own operation.
 		if op := r.op(&ec); op == nil || (op.Type == "Create" && op.State == "Running") {
 			r.setOp(&ec, "Create", "Failed", err.Error())
 		}
 		o := Observed{StatusError: err.Error(), Volumes: r.volumes(ctx, &ec), Operation: r.op(&ec)}
-		if errors.Is(err, ErrRestoreFailed) {
+		if errors.Is(err, ErrRestoreNotAuthenticated) {
+			o.StatusReason = "RestoreNotAuthenticated"
+		} else if errors.Is(err, ErrRestoreFailed) {
 			o.StatusReason = "RestoreFailed"
 		}
 		if serr := r.updateStatus(ctx, &ec, o); serr != nil {
@@ -248,10 +284,19 @@ func (r *Reconciler) ensure(ctx context.Context, ec *v1alpha1.EtcdCluster) (*clu
 	if ec.Spec.TLS.CASecret != "" {
 		return nil, fmt.Errorf("spec.tls.caSecret is not supported yet: leave it empty and the operator makes the cluster's CA (Secret %s)", caSecret(ec))
 	}
-	if _, err := os.Stat(filepath.Join(dir, "cluster.yaml")); errors.Is(err, os.ErrNotExist) && ec.Spec.Replicas == 0 {
+	_, err = os.Stat(filepath.Join(dir, "cluster.yaml"))
+	fresh := errors.Is(err, os.ErrNotExist)
+	if fresh && ec.Spec.Replicas == 0 {
 		// Created hibernated: nothing to make until there is a member.
 		r.setOp(ec, "Create", "Running", "spec.replicas is 0: the cluster is created once it is 1 or more")
 		return nil, nil
+	}
+	if fresh && ec.Spec.RestoreFrom != nil {
+		// restore.go: nothing is made before the source authenticates.
+		if err := r.checkRestoreSource(ctx, ec, dir); err != nil {
+			r.setOp(ec, "Restore", "Failed", err.Error())
+			return nil, err
+		}
 	}
 	say := progress.Func(func(format string, args ...any) { logf.FromContext(ctx).Info(fmt.Sprintf(format, args...)) })
 	c, created, err := initDir(ctx, dir, ec, InitOptions(ec, r.Config.ClusterDomain, r.Config.BinaryStore, s3CA), say)
@@ -388,9 +433,18 @@ func (r *Reconciler) apply(ctx context.Context, ec *v1alpha1.EtcdCluster, want c
 	return nil
 }
 
-// secrets are the Secrets of ec: its CA, the join files, the client
-// certificate for applications.
+// secrets are the Secrets of ec (Secrets, built from its Steward
+// directory).
 func (r *Reconciler) secrets(ec *v1alpha1.EtcdCluster, c *cluster.Cluster) ([]*corev1.Secret, error) {
+	return Secrets(ec, c)
+}
+
+// Secrets are the Secrets of ec, from its Steward directory: the CA's
+// certificate (NAME-ca, ca.crt: never its key, which stays in the
+// operator's directory), the join files (NAME-join), the cluster backup
+// key alone (NAME-backup-key), the client certificate for applications
+// (NAME-client-tls). Docs: docs/operator.md, Security.
+func Secrets(ec *v1alpha1.EtcdCluster, c *cluster.Cluster) ([]*corev1.Secret, error) {
 	certDir := c.CertDir()
 	read := func(p string) ([]byte, error) {
 		b, err := os.ReadFile(p)
@@ -403,7 +457,7 @@ func (r *Reconciler) secrets(ec *v1alpha1.EtcdCluster, c *cluster.Cluster) ([]*c
 	if err != nil {
 		return nil, err
 	}
-	caKey, err := read(filepath.Join(certDir, pki.CAKey))
+	backupKey, err := read(c.BackupAuthKeyPath())
 	if err != nil {
 		return nil, err
 	}
@@ -435,8 +489,11 @@ func (r *Reconciler) secrets(ec *v1alpha1.EtcdCluster, c *cluster.Cluster) ([]*c
 		cl[k] = b
 	}
 	return []*corev1.Secret{
-		Secret(ec, caSecret(ec), map[string][]byte{"tls.crt": caCrt, "tls.key": caKey}),
+		// The update replaces the data of a NAME-ca an older operator
+		// wrote with the CA's key in it.
+		Secret(ec, caSecret(ec), map[string][]byte{"ca.crt": caCrt}),
 		Secret(ec, joinSecret(ec), join),
+		Secret(ec, BackupKeySecret(ec), map[string][]byte{BackupKeyKey: bytes.TrimSpace(backupKey)}),
 		Secret(ec, clientTLSSecret(ec), cl),
 	}, nil
 }

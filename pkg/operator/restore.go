@@ -27,9 +27,21 @@ package operator
 //     the first attempt, and the marker is written; the source's backups
 //     are never continuous (no pod writes into the source store);
 //   - a backup that cannot be read or verified is reported in the Ready
-//     condition (reason RestoreFailed) and an event; nothing starts.
+//     condition (reason RestoreFailed) and an event; nothing starts;
+//   - nothing read from the source store is trusted before it is
+//     authenticated: the Secret restoreFrom.backupKeySecret names holds the
+//     cluster backup key of the cluster that took the backup; before the
+//     Steward directory is written (checkRestoreSource) the store is listed
+//     under it, and a missing key or a store without a backup that
+//     authenticates is refused (reason RestoreNotAuthenticated, event of
+//     that reason) with nothing created. The key becomes the new cluster's
+//     own (pki/backup-auth.key, written before bootstrap.Init, which keeps
+//     it), so restore.Run authenticates every manifest and timeline record
+//     as `steward restore` does on hosts, and no manifest without a MAC is
+//     ever trusted (RestoreOptions).
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -43,7 +55,9 @@ import (
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/atomicfile"
+	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/progress"
 	"github.com/etcd-steward/steward/pkg/restore"
 	"github.com/etcd-steward/steward/pkg/spec"
@@ -115,18 +129,101 @@ func RestoreSource(ec *v1alpha1.EtcdCluster, hasCA bool) (*spec.S3, error) {
 // RestoreOptions are pkg/restore's options for spec.restoreFrom: the
 // newest point of the source store (or the newest at or before
 // restoreFrom.revision), data dirs the pods may hold moved aside (a
-// restore the operator runs again after it was killed), manifests
-// authenticated under the source cluster's backup key trusted (this
-// directory has a key of its own; every object is still checked against
-// its manifest's SHA-256), and a backup of another etcd cluster accepted:
-// it is always another cluster's.
+// restore the operator runs again after it was killed), and a backup of
+// another etcd cluster accepted: it is always another cluster's. Manifests
+// are authenticated under the directory's cluster backup key, which is the
+// source cluster's (restoreFrom.backupKeySecret, checkRestoreSource):
+// unauthenticated ones are never trusted.
 func RestoreOptions(ec *v1alpha1.EtcdCluster) restore.Options {
-	o := restore.Options{Backup: "latest", Force: true, BumpRevision: restore.DefaultBumpRevision,
-		AllowUnauthenticated: true, AllowOtherCluster: true}
+	o := restore.Options{Backup: "latest", Force: true, BumpRevision: restore.DefaultBumpRevision, AllowOtherCluster: true}
 	if rf := ec.Spec.RestoreFrom; rf != nil {
 		o.ToRevision = rf.Revision
 	}
 	return o
+}
+
+// ErrRestoreNotAuthenticated refuses a spec.restoreFrom whose backups
+// cannot be authenticated: no restoreFrom.backupKeySecret, a Secret without
+// the key, or a store with no backup that authenticates under it. The
+// status reports it as reason RestoreNotAuthenticated.
+var ErrRestoreNotAuthenticated = errors.New("the backups of spec.restoreFrom are not authenticated")
+
+// restoreKey reads the source cluster's backup key from the Secret
+// restoreFrom.backupKeySecret names.
+func (r *Reconciler) restoreKey(ctx context.Context, ec *v1alpha1.EtcdCluster) (*backup.AuthKey, []byte, error) {
+	name := ec.Spec.RestoreFrom.BackupKeySecret
+	if name == "" {
+		return nil, nil, fmt.Errorf("%w: spec.restoreFrom.backupKeySecret is not set: name a Secret whose key %s holds the cluster backup key of the cluster that took the backup (DIR/pki/%s on its coordinator, or its Secret NAME-backup-key in Kubernetes); restore into a new EtcdCluster with it",
+			ErrRestoreNotAuthenticated, BackupKeyKey, BackupKeyKey)
+	}
+	var sec corev1.Secret
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: name}, &sec); err != nil {
+		return nil, nil, fmt.Errorf("%w: spec.restoreFrom.backupKeySecret %s: %w", ErrRestoreNotAuthenticated, name, err)
+	}
+	k, err := BackupKeyFromSecret(name, sec.Data)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: spec.restoreFrom.backupKeySecret: %w", ErrRestoreNotAuthenticated, err)
+	}
+	return k, append(bytes.TrimSpace(sec.Data[BackupKeyKey]), '\n'), nil
+}
+
+// checkRestoreSource runs before ec's Steward directory is written: it
+// reads the source's backup key, writes the source store's credentials,
+// lists the store under the key and refuses a store where no backup
+// authenticates (ErrRestoreNotAuthenticated, naming what was ignored and
+// why) or where there is none (ErrRestoreFailed). Then it installs the key
+// as the directory's cluster backup key, which bootstrap.Init keeps.
+func (r *Reconciler) checkRestoreSource(ctx context.Context, ec *v1alpha1.EtcdCluster, dir string) error {
+	key, raw, err := r.restoreKey(ctx, ec)
+	if err != nil {
+		return err
+	}
+	hasCA, err := r.restoreFiles(ctx, ec, dir)
+	if err != nil {
+		return err
+	}
+	src, err := RestoreSource(ec, hasCA)
+	if err != nil {
+		return err
+	}
+	cfg := backup.S3Config{Endpoint: src.Endpoint, Bucket: src.Bucket, Prefix: src.Prefix, Region: src.Region,
+		CredentialsFile: filepath.Join(dir, src.CredentialsFile)}
+	if src.CAFile != "" {
+		cfg.CAFile = filepath.Join(dir, src.CAFile)
+	}
+	where := storeName(src.Endpoint, src.Bucket, src.Prefix)
+	store, err := backup.NewS3Store(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrRestoreFailed, where, err)
+	}
+	l, err := backup.List(ctx, store, backup.ListOptions{Key: key})
+	if err != nil {
+		return fmt.Errorf("%w: list %s: %w", ErrRestoreFailed, where, err)
+	}
+	if err := SourceAuthenticated(l, where, ec.Spec.RestoreFrom.BackupKeySecret); err != nil {
+		return err
+	}
+	pkiDir := filepath.Join(dir, "pki")
+	if err := os.MkdirAll(pkiDir, 0o700); err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(filepath.Join(pkiDir, pki.BackupAuthKey), raw, 0o600)
+}
+
+// SourceAuthenticated decides on the listing of the restore's source store
+// under the source's key: some full backup authenticates, or the restore
+// is refused. where names the store, secret the key's Secret.
+func SourceAuthenticated(l backup.Listing, where, secret string) error {
+	for _, m := range l.Backups {
+		if m.Kind == backup.KindFull {
+			return nil
+		}
+	}
+	if len(l.Ignored) > 0 {
+		return fmt.Errorf("%w: no full backup in %s authenticates under the cluster backup key of Secret %s (%d manifests ignored, the first %s): name the Secret with the key of the cluster that took these backups",
+			ErrRestoreNotAuthenticated, where, secret, len(l.Ignored), l.Ignored[0])
+	}
+	return fmt.Errorf("%w: no full backup in %s", ErrRestoreFailed, where)
 }
 
 // restored reports whether the restore of dir committed.
@@ -214,7 +311,9 @@ func (r *Reconciler) restoreFrom(ctx context.Context, ec *v1alpha1.EtcdCluster, 
 		say(format, args...)
 	}
 	m, err := restore.Run(ctx, rc, RestoreOptions(ec))
-	if err != nil {
+	if errors.Is(err, restore.ErrUntrustedManifests) {
+		return nil, fmt.Errorf("%w: %w", ErrRestoreNotAuthenticated, err)
+	} else if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrRestoreFailed, err)
 	}
 	after, err := cluster.Open(c.Dir)

@@ -35,7 +35,7 @@ func TestRestoreSource(t *testing.T) {
 		t.Errorf("source %+v", s)
 	}
 	o := RestoreOptions(ec)
-	if o.ToRevision != 42 || o.Backup != "latest" || !o.Force || !o.AllowOtherCluster || !o.AllowUnauthenticated || o.BumpRevision != restore.DefaultBumpRevision {
+	if o.ToRevision != 42 || o.Backup != "latest" || !o.Force || !o.AllowOtherCluster || o.AllowUnauthenticated || o.BumpRevision != restore.DefaultBumpRevision {
 		t.Errorf("options %+v", o)
 	}
 	ec.Spec.RestoreFrom = &v1alpha1.RestoreFrom{Volume: &v1alpha1.BackupVolume{}}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -37,6 +38,16 @@ import (
 // exactly the pods' keyspace, writes made in the pods included. An
 // EtcdCluster whose restoreFrom names a prefix without backups reports
 // Ready False (reason RestoreFailed) and starts no member.
+//
+// Security (docs/operator.md): the restore authenticates the hosts'
+// backups under the hosts' cluster backup key (the Secret
+// restoreFrom.backupKeySecret names); an EtcdCluster naming another key
+// is refused (reason RestoreNotAuthenticated, an event of that reason) with
+// no object made. The member pods run with their securityContext (read-only
+// root, no capability, no privilege escalation, seccomp RuntimeDefault)
+// and serve, restore and back up; Secret db-ca holds the CA certificate
+// only, db-backup-key the backup key only (the plugin lists the backups
+// with it, and the hosts restore the pods' backups with it, authenticated).
 func TestOperatorRestore(t *testing.T) { harness.ForEachLocalKube(t, operatorRestore) }
 
 func operatorRestore(t *testing.T, c *localkube.Cluster) {
@@ -80,11 +91,33 @@ func operatorRestore(t *testing.T, c *localkube.Cluster) {
 	hst := h.Status()
 	hostsID, hostsMemberID := hst.Cluster.ID, hst.Members[0].ID
 
+	// The hosts' cluster backup key, as a user hands it over; and
+	// another cluster's.
+	hostsKey, err := os.ReadFile(filepath.Join(h.Dir, "pki", operator.BackupKeyKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, key := range map[string][]byte{"hosts-backup-key": hostsKey, "other-backup-key": []byte(strings.Repeat("5a", 32))} {
+		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string][]byte{operator.BackupKeyKey: key}}
+		if _, err := cs.CoreV1().Secrets(ns).Create(ctx, sec, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	// A prefix without backups: reported, nothing starts.
 	bad := &v1alpha1.EtcdCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: "bad", Namespace: ns},
 		Spec: v1alpha1.EtcdClusterSpec{Replicas: 1, Version: version, RestoreFrom: &v1alpha1.RestoreFrom{
-			S3: &v1alpha1.S3{Endpoint: c.S3Endpoint, Bucket: c.S3Bucket, Prefix: "nothing/" + ns, CredentialsSecret: "s3"},
+			S3:              &v1alpha1.S3{Endpoint: c.S3Endpoint, Bucket: c.S3Bucket, Prefix: "nothing/" + ns, CredentialsSecret: "s3"},
+			BackupKeySecret: "hosts-backup-key",
+		}},
+	}
+	// The hosts' backups under another cluster's key: not authenticated.
+	forged := &v1alpha1.EtcdCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "forged", Namespace: ns},
+		Spec: v1alpha1.EtcdClusterSpec{Replicas: 1, Version: version, RestoreFrom: &v1alpha1.RestoreFrom{
+			S3:              &v1alpha1.S3{Endpoint: c.S3Endpoint, Bucket: c.S3Bucket, Prefix: hostsPrefix, CredentialsSecret: "s3"},
+			BackupKeySecret: "other-backup-key",
 		}},
 	}
 	// The cluster moved from the hosts, with backups of its own.
@@ -93,14 +126,15 @@ func operatorRestore(t *testing.T, c *localkube.Cluster) {
 		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: ns},
 		Spec: v1alpha1.EtcdClusterSpec{Replicas: 3, Version: version,
 			RestoreFrom: &v1alpha1.RestoreFrom{
-				S3: &v1alpha1.S3{Endpoint: c.S3Endpoint, Bucket: c.S3Bucket, Prefix: hostsPrefix, CredentialsSecret: "s3"},
+				S3:              &v1alpha1.S3{Endpoint: c.S3Endpoint, Bucket: c.S3Bucket, Prefix: hostsPrefix, CredentialsSecret: "s3"},
+				BackupKeySecret: "hosts-backup-key",
 			},
 			Backup: &v1alpha1.Backup{
 				S3: &v1alpha1.S3{Endpoint: c.S3Endpoint, Bucket: c.S3Bucket, Prefix: podPrefix, CredentialsSecret: "s3"},
 			}},
 	}
 	created := time.Now()
-	createClusters(t, cs, cl, bad, ec)
+	createClusters(t, cs, cl, bad, forged, ec)
 
 	var got v1alpha1.EtcdCluster
 	harness.Eventually(t, 8*time.Minute, 2*time.Second, "EtcdCluster db Ready with 3 members and a backup", func() error {
@@ -138,6 +172,31 @@ func operatorRestore(t *testing.T, c *localkube.Cluster) {
 	}
 
 	checkPlugin(t, c, ns, hostsPrefix)
+	checkSecurity(t, cs, ns, hostsKey)
+
+	// Another cluster's key: refused, nothing made.
+	var f v1alpha1.EtcdCluster
+	harness.Eventually(t, 2*time.Minute, 2*time.Second, "EtcdCluster forged reports RestoreNotAuthenticated", func() error {
+		if err := cl.Get(ctx, types.NamespacedName{Namespace: ns, Name: "forged"}, &f); err != nil {
+			return err
+		}
+		cond := meta.FindStatusCondition(f.Status.Conditions, v1alpha1.ConditionReady)
+		if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != "RestoreNotAuthenticated" {
+			return fmt.Errorf("Ready %+v", cond)
+		}
+		return nil
+	})
+	if msg := meta.FindStatusCondition(f.Status.Conditions, v1alpha1.ConditionReady).Message; !strings.Contains(msg, "other-backup-key") {
+		t.Errorf("forged: Ready's message names no Secret: %s", msg)
+	}
+	requireEvents(t, cs, ns, "forged", "RestoreNotAuthenticated")
+	if _, err := cs.AppsV1().StatefulSets(ns).Get(ctx, "forged", metav1.GetOptions{}); err == nil {
+		t.Error("forged: a StatefulSet was made for a restore that does not authenticate")
+	}
+	if _, err := cs.CoreV1().Secrets(ns).Get(ctx, "forged-join", metav1.GetOptions{}); err == nil {
+		t.Error("forged: a join Secret was made for a restore that does not authenticate")
+	}
+	t.Logf("forged: %s", meta.FindStatusCondition(f.Status.Conditions, v1alpha1.ConditionReady).Message)
 
 	// The prefix without backups: Ready False, RestoreFailed, no member.
 	var b v1alpha1.EtcdCluster
@@ -186,13 +245,64 @@ func operatorRestore(t *testing.T, c *localkube.Cluster) {
 	h2.WriteSpec(1, version, func(s *spec.Cluster) {
 		s.Backup.S3 = &spec.S3{Endpoint: c.S3Endpoint, Bucket: c.S3Bucket, Prefix: podPrefix, CredentialsFile: c.S3CredentialsFile}
 	})
-	// The new directory has a backup key of its own: the pods' manifests
-	// are trusted deliberately (docs/attach.md, docs/operator.md).
-	h2.MustRun("restore", "--allow-unauthenticated")
+	// The pods' cluster backup key, from its Secret db-backup-key (the
+	// hosts' key: the same cluster, moved), authenticates the pods'
+	// manifests: no --allow-unauthenticated.
+	bk, err := cs.CoreV1().Secrets(ns).Get(ctx, "db-backup-key", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(h2.Dir, "pki"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(h2.Dir, "pki", operator.BackupKeyKey), bk.Data[operator.BackupKeyKey], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h2.MustRun("restore")
 	h2.MustRun("up")
 	back := keyspace(t, h2.Client())
 	if diff := keyspaceDiff(want, back); diff != "" {
 		t.Fatalf("keyspace restored on hosts from the pods' backups differs: %s", diff)
+	}
+}
+
+// checkSecurity: the Secrets of db publish no CA key (db-ca holds the CA
+// certificate only) and the backup key alone in db-backup-key (the hosts'
+// key, which the restore authenticated with); db's member pods run with
+// the securityContext the operator gives them.
+func checkSecurity(t *testing.T, cs *kubernetes.Clientset, ns string, hostsKey []byte) {
+	t.Helper()
+	ctx := t.Context()
+	ca, err := cs.CoreV1().Secrets(ns).Get(ctx, "db-ca", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ca.Data) != 1 || len(ca.Data["ca.crt"]) == 0 {
+		t.Errorf("Secret db-ca holds %d keys (want ca.crt only)", len(ca.Data))
+	}
+	for k, v := range ca.Data {
+		if strings.Contains(string(v), "PRIVATE KEY") {
+			t.Errorf("Secret db-ca key %s holds a private key", k)
+		}
+	}
+	bk, err := cs.CoreV1().Secrets(ns).Get(ctx, "db-backup-key", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(bk.Data) != 1 || strings.TrimSpace(string(bk.Data[operator.BackupKeyKey])) != strings.TrimSpace(string(hostsKey)) {
+		t.Errorf("Secret db-backup-key: %d keys, want the hosts' key alone under %s", len(bk.Data), operator.BackupKeyKey)
+	}
+	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=db"})
+	if err != nil || len(pods.Items) != 3 {
+		t.Fatalf("pods of db: %v (%d)", err, len(pods.Items))
+	}
+	for _, p := range pods.Items {
+		psc, sc := p.Spec.SecurityContext, p.Spec.Containers[0].SecurityContext
+		if psc == nil || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault ||
+			sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.AllowPrivilegeEscalation == nil ||
+			*sc.AllowPrivilegeEscalation || sc.Capabilities == nil || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" {
+			t.Errorf("pod %s runs with pod security context %+v, container %+v", p.Name, psc, sc)
+		}
 	}
 }
 

@@ -219,17 +219,27 @@ func TestOperatorAPI(t *testing.T) {
 			allowed                   bool
 		}{
 			{"watch", "etcdclusters.steward.etcd.io", "any", true},
-			{"patch", "etcdclusters.steward.etcd.io/status", "any", true},
+			{"update", "etcdclusters.steward.etcd.io/status", "any", true},
+			{"patch", "etcdclusters.steward.etcd.io/status", "any", false},
+			{"update", "etcdclusters.steward.etcd.io", "any", false}, // only its status
 			{"create", "etcdclusters.steward.etcd.io", "any", false},
 			{"delete", "etcdclusters.steward.etcd.io", "any", false},
 			{"create", "statefulsets.apps", "any", true},
+			{"delete", "statefulsets.apps", "any", false}, // its objects go with the EtcdCluster (owner references)
 			{"get", "persistentvolumeclaims", "any", true},
+			{"list", "persistentvolumeclaims", "any", false},   // read uncached, one by one
 			{"delete", "persistentvolumeclaims", "any", false}, // claims are kept: never deleted by the operator
 			{"update", "leases.coordination.k8s.io", "any", true},
+			{"watch", "leases.coordination.k8s.io", "any", false}, // not every node's and application's Leases
+			{"get", "secrets", "any", true},
+			{"watch", "secrets", "any", true}, // its own (the cache's label selector)
+			{"delete", "secrets", "any", false},
 			{"create", "rolebindings.rbac.authorization.k8s.io", "any", true},
+			{"list", "roles.rbac.authorization.k8s.io", "any", false},
 			{"create", "poddisruptionbudgets.policy", "any", true},
-			{"create", "events", "any", true},
-			{"get", "pods", "any", true},
+			{"create", "events.events.k8s.io", "any", true},
+			{"get", "pods", "any", false},
+			{"get", "pods", "steward-system", true}, // its own pod: the member image
 			{"delete", "pods", "any", false},
 			{"create", "pods", "any", false},
 			{"create", "pods/exec", "any", false},
@@ -239,7 +249,13 @@ func TestOperatorAPI(t *testing.T) {
 			{"create", "deployments.apps", "any", false},
 			{"create", "leases.coordination.k8s.io", "steward-system", true},
 		} {
-			args := []string{"auth", "can-i", c.verb, c.resource, "--as", sa}
+			// RESOURCE/SUB is a subresource (kubectl reads RESOURCE/NAME
+			// as an object's name).
+			res, sub, _ := strings.Cut(c.resource, "/")
+			args := []string{"auth", "can-i", c.verb, res, "--as", sa}
+			if sub != "" {
+				args = append(args, "--subresource", sub)
+			}
 			if c.namespace != "" {
 				args = append(args, "-n", c.namespace)
 			}

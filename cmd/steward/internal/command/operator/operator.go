@@ -27,7 +27,8 @@ func NewCommand(_ *cli.Globals) *cobra.Command {
 		Long: `Run the operator in the foreground (its Deployment in deploy/operator does). For each
 EtcdCluster it keeps a Steward directory under --state-dir (NAMESPACE/NAME), makes the
 member pods (a StatefulSet running 'steward agent' in pod mode), the Services NAME-peer and
-NAME-client, the Secrets NAME-ca, NAME-join and NAME-client-tls and a PodDisruptionBudget,
+NAME-client, the Secrets NAME-ca (the CA certificate), NAME-join, NAME-backup-key and NAME-client-tls
+and a PodDisruptionBudget,
 starts the cluster once every pod's agent answers, and reports its status every 10 s.
 It reaches the Kubernetes API in-cluster or through KUBECONFIG, and the member pods by
 their DNS names: run it inside the cluster (docs/operator.md).`,
