@@ -93,6 +93,9 @@ type lifecycle struct {
 	goroutines atomic.Int64
 }
 
+// stopWait is how long a deletion waits for a cluster's goroutines.
+const stopWait = time.Minute
+
 // ErrShuttingDown refuses a new run once the operator stops.
 var ErrShuttingDown = errors.New("the operator is stopping")
 
@@ -171,7 +174,11 @@ func (cr *clusterRun) stop(ctx context.Context) error {
 // stopRun stops cr and the coordinator of its directory, and logs it.
 func (l *lifecycle) stopRun(ctx context.Context, cr *clusterRun, why string) {
 	cr.gone.Store(true)
-	err := cr.stop(ctx)
+	// A step that does not heed its context must not hold the reconcile
+	// worker for ever: it is reported, and ends by itself.
+	sctx, cancel := context.WithTimeout(ctx, stopWait)
+	defer cancel()
+	err := cr.stop(sctx)
 	pids, cerr := StopCoordinators(ctx, func(dir string) bool { return dir == cr.dir })
 	l.log.Info("stopped what ran for the EtcdCluster", "cluster", cr.key, "uid", cr.uid, "why", why,
 		"coordinatorsStopped", pids, "clusterGoroutines", l.goroutines.Load(), "error", errors.Join(err, cerr))
