@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -197,4 +199,22 @@ func TestControllerOptions(t *testing.T) {
 	if a.reconcileMu.TryLock() {
 		t.Fatal("two reconciles of one resource at once")
 	}
+}
+
+// FuzzCoordinatorDir: any command line read from /proc is parsed without
+// a panic, into "" or a clean path that the command line names.
+func FuzzCoordinatorDir(f *testing.F) {
+	f.Add("steward\x00certs\x00renew\x00--watch\x00--dir\x00/s/ns/db")
+	f.Add("steward\x00certs\x00renew\x00--dir=/s/ns/db\x00--watch")
+	f.Add("renew\x00--dir")
+	f.Fuzz(func(t *testing.T, cmdline string) {
+		args := strings.Split(cmdline, "\x00")
+		d := coordinatorDir(args)
+		if d != "" && d != filepath.Clean(d) {
+			t.Fatalf("%q: %q not clean", args, d)
+		}
+		if d != "" && !strings.Contains(cmdline, "--watch") {
+			t.Fatalf("%q: a directory without --watch", args)
+		}
+	})
 }
