@@ -30,6 +30,16 @@
 //   - `up` runs once per directory, after every pod's agent answered; once
 //     the cluster ID is recorded the reconciler only reports, so a restart
 //     of the operator never bootstraps a cluster twice.
+//   - It never adopts an object it did not make (claims.go: an existing
+//     object without this UID's controller reference is refused, unchanged)
+//     nor starts members over claims a deleted resource of the same name
+//     left (claims.go: StaleClaims).
+//   - What runs per resource beside the reconciles (its coordinator
+//     process, its version plan's goroutine) is keyed by its UID and ends
+//     with it: stopped and waited for when the resource is deleted or
+//     replaced by one of another UID, and when the operator stops
+//     (lifecycle.go). Up to MaxConcurrentReconciles resources are
+//     reconciled at once, one reconcile per resource at a time.
 //   - The S3 credentials are read from the Secret into a file of the state
 //     directory only; they appear in no log, Event or status.
 //   - The CA's key never leaves the state directory: no Secret holds it

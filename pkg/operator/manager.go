@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
@@ -215,6 +216,12 @@ func Run(ctx context.Context, cfg Config) error {
 	r := &Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("steward-operator"), Config: cfg}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return err
+	}
+	// Coordinator processes and per-cluster goroutines (lifecycle.go).
+	for _, c := range r.life.collectors() {
+		if err := metrics.Registry.Register(c); err != nil {
+			return fmt.Errorf("operator metrics: %w", err)
+		}
 	}
 	if cfg.HealthAddress != "" && cfg.HealthAddress != "0" {
 		if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -64,11 +66,19 @@ import (
 // else happening.
 const RequeueAfter = 10 * time.Second
 
+// MaxConcurrentReconciles is how many resources are reconciled at once: a
+// long step of one cluster (up, a restore, a member added: minutes) does
+// not hold up the others (docs/operator.md: Reconciles).
+const MaxConcurrentReconciles = 4
+
 // Reconciler makes and reports the etcd cluster of each EtcdCluster.
 //
-// Controller-runtime runs Reconcile for one resource at a time
-// (MaxConcurrentReconciles 1), so the Steward directory of a resource has
-// one writer. Config and the client never change after SetupWithManager.
+// Up to MaxConcurrentReconciles resources are reconciled at once, each by
+// one worker at a time: controller-runtime's work queue never hands one
+// key (NAMESPACE/NAME) to two workers, and each reconcile also holds its
+// run's reconcileMu (lifecycle.go, keyed by UID), so the Steward directory
+// of a resource has one reconcile writing it. Config and the client never
+// change after SetupWithManager; the fields below say their locks.
 type Reconciler struct {
 	Client   client.Client
 	Recorder events.EventRecorder
@@ -85,13 +95,36 @@ type Reconciler struct {
 	reports recoveryReports
 	// versions runs the version plans (upgrade.go); it has its own lock.
 	versions versionRunner
+	// life keeps what runs per resource beside the reconciles
+	// (lifecycle.go); it has its own lock. initLife sets it up once.
+	life     lifecycle
+	initLife sync.Once
+}
+
+// setupLife gives the lifecycle the state directory and a logger.
+func (r *Reconciler) setupLife(log logr.Logger) {
+	r.initLife.Do(func() {
+		r.life.stateDir = r.Config.StateDir
+		r.life.log = log.WithName("lifecycle")
+	})
+}
+
+// controllerOptions are the EtcdCluster controller's.
+func controllerOptions() controller.Options {
+	return controller.Options{MaxConcurrentReconciles: MaxConcurrentReconciles}
 }
 
 // SetupWithManager registers the reconciler: EtcdClusters and what they
 // own.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.ops = map[string]*v1alpha1.Operation{}
+	r.setupLife(mgr.GetLogger())
+	// Stops every run and coordinator when the manager stops.
+	if err := mgr.Add(lifecycleRunnable{&r.life}); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
+		WithOptions(controllerOptions()).
 		For(&v1alpha1.EtcdCluster{}).
 		Owns(&appsv1.StatefulSet{}).
 		Owns(&corev1.Service{}).
@@ -160,44 +193,65 @@ func (r *Reconciler) op(ec *v1alpha1.EtcdCluster) *v1alpha1.Operation {
 // reports its status.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	log := logf.FromContext(ctx)
+	r.setupLife(log)
 	var ec v1alpha1.EtcdCluster
 	if err := r.Client.Get(ctx, req.NamespacedName, &ec); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.reports.forget(req.String())
+			r.forget(ctx, req.String(), "the EtcdCluster was deleted")
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !ec.DeletionTimestamp.IsZero() {
-		r.reports.forget(req.String())
 		// Everything it owns goes with it (owner references); claims and
-		// backups are kept.
+		// backups are kept. What the operator runs for it stops now.
+		r.forget(ctx, req.String(), "the EtcdCluster is being deleted")
 		return ctrl.Result{}, nil
 	}
+	run, replaced, err := r.life.run(ctx, &ec)
+	if err != nil {
+		return ctrl.Result{}, nil // the operator stops
+	}
+	if replaced {
+		r.forgetState(req.String())
+	}
+	run.reconcileMu.Lock()
+	defer run.reconcileMu.Unlock()
 	c, err := r.ensure(ctx, &ec)
 	if err != nil {
 		log.Error(err, "reconcile")
-		reason := "ReconcileFailed"
-		if errors.Is(err, ErrRestoreNotAuthenticated) {
-			reason = "RestoreNotAuthenticated"
+		evReason := "ReconcileFailed"
+		switch {
+		case errors.Is(err, ErrRestoreNotAuthenticated):
+			evReason = "RestoreNotAuthenticated"
+		case errors.Is(err, ErrNotOwned):
+			evReason = ReasonObjectNotOwned
+		case errors.Is(err, ErrStaleClaims):
+			evReason = ReasonStaleClaims
 		}
-		r.event(&ec, corev1.EventTypeWarning, reason, "Reconcile", "%v", err)
+		r.event(&ec, corev1.EventTypeWarning, evReason, "Reconcile", "%v", err)
 		// A creation that fails is reported as such; an upgrade or a
 		// recovery that is running keeps its own operation.
 		if op := r.op(&ec); op == nil || (op.Type == "Create" && op.State == "Running") {
 			r.setOp(&ec, "Create", "Failed", err.Error())
 		}
-		o := Observed{StatusError: err.Error(), Volumes: r.volumes(ctx, &ec), Operation: r.op(&ec)}
-		if errors.Is(err, ErrRestoreNotAuthenticated) {
+		o := Observed{StatusError: err.Error(), Volumes: r.volumes(ctx, &ec, nil), Operation: r.op(&ec)}
+		switch {
+		case errors.Is(err, ErrRestoreNotAuthenticated):
 			o.StatusReason = "RestoreNotAuthenticated"
-		} else if errors.Is(err, ErrRestoreFailed) {
+		case errors.Is(err, ErrRestoreFailed):
 			o.StatusReason = "RestoreFailed"
+		case errors.Is(err, ErrNotOwned):
+			o.StatusReason = ReasonObjectNotOwned
+		case errors.Is(err, ErrStaleClaims):
+			o.StatusReason = ReasonStaleClaims
+			o.Volumes = metav1.Condition{Type: v1alpha1.ConditionDataVolumesReady, Status: metav1.ConditionFalse, Reason: ReasonStaleClaims, Message: err.Error()}
 		}
 		if serr := r.updateStatus(ctx, &ec, o); serr != nil {
 			log.Error(serr, "status")
 		}
 		return ctrl.Result{RequeueAfter: RequeueAfter}, nil
 	}
-	o := Observed{Volumes: r.volumes(ctx, &ec), Operation: r.op(&ec)}
+	o := Observed{Volumes: r.volumes(ctx, &ec, c), Operation: r.op(&ec)}
 	if c != nil && Hibernated(c.Dir) {
 		// No member runs: nothing to ask (scale.go).
 		sc := r.scale(ctx, &ec, c, nil)
@@ -227,7 +281,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		o.Operation = r.op(&ec)
 		o.Status = st
-		o.Upgrade = r.reconcileVersion(ctx, &ec, c, st)
+		o.Upgrade = r.reconcileVersion(ctx, &ec, c, st, run)
 		if bs, ok := backup.PickLoopStatus(c.LoopStatuses(ctx)); ok {
 			o.LastBackup = bs.LastUpload
 		}
@@ -240,10 +294,40 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return ctrl.Result{RequeueAfter: RequeueAfter}, nil
 }
 
+// forget stops what runs for the resource key (deleted or being deleted)
+// and drops what the reconciler remembers of it.
+func (r *Reconciler) forget(ctx context.Context, key, why string) {
+	r.life.stopKey(ctx, key, why)
+	r.forgetState(key)
+}
+
+// forgetState drops what the reconciler remembers of the resource key
+// (a new resource of that name starts afresh).
+func (r *Reconciler) forgetState(key string) {
+	r.reports.forget(key)
+	r.versions.clearRefusal(key)
+	r.mu.Lock()
+	delete(r.ops, key)
+	r.mu.Unlock()
+}
+
 // ensure makes what ec needs and returns its cluster once it was started
 // (nil while its pods' agents do not all answer yet).
 func (r *Reconciler) ensure(ctx context.Context, ec *v1alpha1.EtcdCluster) (*cluster.Cluster, error) {
 	dir := StateDir(r.Config.StateDir, ec)
+	if owner := dirOwner(dir); owner != "" && owner != string(ec.UID) {
+		// The directory of a deleted resource of this name: its
+		// coordinator (if the operator missed the deletion) stops before
+		// the directory is moved aside, or it would act on the new one.
+		if _, err := StopCoordinators(ctx, func(d string) bool { return d == filepath.Clean(dir) }); err != nil {
+			return nil, err
+		}
+	}
+	// Claims a deleted resource of this name left: refused before
+	// anything is written (claims.go).
+	if err := r.staleClaims(ctx, ec, dir); err != nil {
+		return nil, err
+	}
 	moved, err := claimDir(dir, string(ec.UID))
 	if err != nil {
 		return nil, err
@@ -376,6 +460,11 @@ func (r *Reconciler) ensureObjects(ctx context.Context, ec *v1alpha1.EtcdCluster
 	objs = append(objs, MemberAccount(ec), MemberRole(sized), MemberRoleBinding(ec),
 		PeerService(ec), ClientService(ec), DisruptionBudget(ec),
 		StatefulSet(ec, PodOptions{Image: r.Config.MemberImage, PullPolicy: corev1.PullPolicy(r.Config.PullPolicy), Replicas: &pods}))
+	// None is taken over: one that exists and is not this resource's
+	// refuses the whole set, before anything is written.
+	if err := r.foreign(ctx, ec, objs); err != nil {
+		return err
+	}
 	for _, want := range objs {
 		if err := r.apply(ctx, ec, want); err != nil {
 			return err
@@ -385,12 +474,17 @@ func (r *Reconciler) ensureObjects(ctx context.Context, ec *v1alpha1.EtcdCluster
 }
 
 // apply creates want, or updates the fields the operator owns of the
-// existing object (never a StatefulSet's immutable ones).
+// existing object (never a StatefulSet's immutable ones), and only of an
+// object this resource controls (its UID's controller reference): one it
+// did not make is refused with ErrNotOwned, unchanged.
 func (r *Reconciler) apply(ctx context.Context, ec *v1alpha1.EtcdCluster, want client.Object) error {
 	kind := fmt.Sprintf("%T", want)
 	kind = kind[strings.LastIndex(kind, ".")+1:]
 	cur := want.DeepCopyObject().(client.Object)
 	res, err := controllerutil.CreateOrUpdate(ctx, r.Client, cur, func() error {
+		if cur.GetResourceVersion() != "" && !ControlledBy(cur, ec.UID) {
+			return notOwned(ec, kind, cur)
+		}
 		cur.SetLabels(want.GetLabels())
 		cur.SetOwnerReferences(want.GetOwnerReferences())
 		switch c := cur.(type) {
@@ -496,25 +590,6 @@ func Secrets(ec *v1alpha1.EtcdCluster, c *cluster.Cluster) ([]*corev1.Secret, er
 		Secret(ec, BackupKeySecret(ec), map[string][]byte{BackupKeyKey: bytes.TrimSpace(backupKey)}),
 		Secret(ec, clientTLSSecret(ec), cl),
 	}, nil
-}
-
-// volumes reads the member claims for DataVolumesReady.
-func (r *Reconciler) volumes(ctx context.Context, ec *v1alpha1.EtcdCluster) metav1.Condition {
-	var claims []ClaimState
-	for i := range int(ec.Spec.Replicas) {
-		name := DataVolume + "-" + PodName(ec, i)
-		var pvc corev1.PersistentVolumeClaim
-		err := r.Client.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: name}, &pvc)
-		switch {
-		case apierrors.IsNotFound(err):
-			claims = append(claims, ClaimState{Name: name, Missing: true})
-		case err != nil:
-			return metav1.Condition{Type: v1alpha1.ConditionDataVolumesReady, Status: metav1.ConditionUnknown, Reason: "ClaimsUnreadable", Message: err.Error()}
-		default:
-			claims = append(claims, ClaimState{Name: name, Bound: pvc.Status.Phase == corev1.ClaimBound})
-		}
-	}
-	return VolumesCondition(claims)
 }
 
 func (r *Reconciler) updateStatus(ctx context.Context, ec *v1alpha1.EtcdCluster, o Observed) error {

@@ -200,6 +200,11 @@ func (r *Reconciler) scaleUp(ctx context.Context, ec *v1alpha1.EtcdCluster, c *c
 	if _, ok := c.Spec.Agent(name); !ok {
 		host := spec.Host{Name: name, Address: HostName(ec, i, r.Config.ClusterDomain)}
 		if !growing(c) {
+			// Never over a claim a deleted resource of this name left
+			// (claims.go).
+			if err := r.staleClaimsBelow(ctx, ec, i+1); err != nil {
+				return failed("ScaleUp", err)
+			}
 			// Its join key, then its pod (StatefulSetReplicas counts it).
 			r.setOp(ec, "ScaleUp", "Running", fmt.Sprintf("adding %s (%d -> %d members)", name, len(c.Spec.Members), want))
 			if err := bootstrap.WriteJoin(c, spec.Agent{Name: name, Host: host.Address, Port: AgentPort}, 0); err != nil {

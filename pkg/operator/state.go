@@ -33,6 +33,15 @@ func StateDir(state string, ec *v1alpha1.EtcdCluster) string {
 	return filepath.Join(state, ec.Namespace, ec.Name)
 }
 
+// dirOwner is the UID of the resource dir belongs to ("" when none yet).
+func dirOwner(dir string) string {
+	b, err := os.ReadFile(filepath.Join(dir, uidFile))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
 // claimDir makes dir the directory of the resource of this UID: a
 // directory left by a deleted resource of the same name (another UID) is
 // moved aside to DIR.UID-OLD (its CA, its join files and what its backups

@@ -15,9 +15,12 @@ package operator
 // operator's first reconcile: the plan engine's steps are idempotent.
 //
 // Invariants (enforced here):
-//   - one version plan per resource runs at a time, in a goroutine of this
-//     operator (versionRunner.running), never inside Reconcile, which
-//     keeps reporting status while it runs;
+//   - one version plan per resource runs at a time, in a goroutine of the
+//     resource's run (versionRunner.running, lifecycle.go), never inside
+//     Reconcile, which keeps reporting status while it runs; it honours
+//     the run's context: it stops when the resource is deleted or the
+//     operator stops, and a plan so interrupted is left running on disk
+//     (markInterrupted) for the next leader to resume;
 //   - a plan locked by another process (its store's lock) is never
 //     resumed: only one runner per plan;
 //   - a refusal is kept per resource generation and version and retried
@@ -223,7 +226,7 @@ func refusedCondition(msg string) *metav1.Condition {
 // reconcileVersion starts, resumes or reports the version plan spec.version
 // asks for. It returns the UpgradeInProgress condition to report in place
 // of the cluster status's (nil: the status's, which names the plan).
-func (r *Reconciler) reconcileVersion(ctx context.Context, ec *v1alpha1.EtcdCluster, c *cluster.Cluster, st *status.Status) *metav1.Condition {
+func (r *Reconciler) reconcileVersion(ctx context.Context, ec *v1alpha1.EtcdCluster, c *cluster.Cluster, st *status.Status, run *clusterRun) *metav1.Condition {
 	key := ec.Namespace + "/" + ec.Name
 	if _, ok := r.versions.busy(key); ok {
 		return nil
@@ -252,7 +255,7 @@ func (r *Reconciler) reconcileVersion(ctx context.Context, ec *v1alpha1.EtcdClus
 		}
 		return nil
 	case VersionResume:
-		r.startVersion(ctx, ec, key, d)
+		r.startVersion(ctx, ec, run, key, d)
 		return nil
 	}
 	if st == nil {
@@ -261,7 +264,7 @@ func (r *Reconciler) reconcileVersion(ctx context.Context, ec *v1alpha1.EtcdClus
 	if rf, ok := r.versions.refusal(key); ok && rf.generation == ec.Generation && rf.want == d.To && time.Since(rf.at) < refusalRetry {
 		return refusedCondition(rf.msg)
 	}
-	r.startVersion(ctx, ec, key, d)
+	r.startVersion(ctx, ec, run, key, d)
 	return nil
 }
 
@@ -272,17 +275,19 @@ func (r *Reconciler) refused(ec *v1alpha1.EtcdCluster, key, msg string) *metav1.
 	return refusedCondition(msg)
 }
 
-// startVersion runs d in a goroutine that outlives the reconcile (the
-// plan takes minutes); it ends with the operator's process.
-func (r *Reconciler) startVersion(ctx context.Context, ec *v1alpha1.EtcdCluster, key string, d VersionDecision) {
+// startVersion runs d in a goroutine of the resource's run (lifecycle.go):
+// the plan takes minutes, so it outlives the reconcile, but it ends with
+// the run: when the resource is deleted, or when the operator stops (its
+// context), in which case the plan is left resumable (markInterrupted) for
+// the next leader.
+func (r *Reconciler) startVersion(ctx context.Context, ec *v1alpha1.EtcdCluster, run *clusterRun, key string, d VersionDecision) {
 	if !r.versions.claim(key, d.Action) {
 		return
 	}
 	ec = ec.DeepCopy()
 	dir := StateDir(r.Config.StateDir, ec)
 	log := logf.FromContext(ctx).WithValues("version", d.Action)
-	bg := context.WithoutCancel(ctx)
-	go func() {
+	started := run.Go(&r.life, func(gctx context.Context) {
 		defer r.versions.release(key)
 		c, err := cluster.Open(dir)
 		if err != nil {
@@ -298,13 +303,24 @@ func (r *Reconciler) startVersion(ctx context.Context, ec *v1alpha1.EtcdCluster,
 			typ = opType(p)
 			r.event(ec, corev1.EventTypeNormal, "PlanResumed", typ, "resuming %s plan %s (%s), which no process was carrying out", p.Kind, p.ID, p.State)
 			r.setPlanOp(ec, typ, "Running", fmt.Sprintf("plan %s resumed", p.ID), p.ID)
-			err = cluster.PlanKinds.Resume(bg, c, p)
+			err = cluster.PlanKinds.Resume(gctx, c, p)
 		case VersionUpgrade:
 			r.setOp(ec, typ, "Running", fmt.Sprintf("planning the upgrade to %s", d.To))
-			p, err = upgrade.Apply(bg, c, upgrade.Options{To: d.To})
+			p, err = upgrade.Apply(gctx, c, upgrade.Options{To: d.To})
 		case VersionRollback:
 			r.setOp(ec, typ, "Running", fmt.Sprintf("planning the rollback to %s", d.To))
-			p, err = upgrade.Rollback(bg, c, upgrade.Options{})
+			p, err = upgrade.Rollback(gctx, c, upgrade.Options{})
+		}
+		if err != nil && gctx.Err() != nil {
+			// Stopped, not failed: the resource was deleted, or the
+			// operator stops (then the plan stays resumable).
+			if p != nil && !run.gone.Load() {
+				if merr := markInterrupted(c, p.ID); merr != nil {
+					log.Error(merr, "leave the interrupted plan resumable", "plan", p.ID)
+				}
+			}
+			log.Info("version plan stopped with the operator or the resource", "error", err.Error())
+			return
 		}
 		if p == nil && err != nil {
 			// Refused before the plan was saved: nothing changed.
@@ -325,7 +341,35 @@ func (r *Reconciler) startVersion(ctx context.Context, ec *v1alpha1.EtcdCluster,
 		}
 		r.event(ec, corev1.EventTypeNormal, "PlanDone", typ, "plan %s done: %s", p.ID, what)
 		r.setPlanOp(ec, typ, "Succeeded", fmt.Sprintf("plan %s: %s", p.ID, what), p.ID)
-	}()
+	})
+	if !started {
+		r.versions.release(key)
+	}
+}
+
+// markInterrupted leaves plan id of c as a kill would have left it,
+// running, when the step the operator's stop cut short recorded the plan
+// as failed: the next leader's first reconcile resumes it (DecideVersion:
+// VersionResume), and the step is run again (the plan engine's steps are
+// idempotent).
+func markInterrupted(c *cluster.Cluster, id string) error {
+	st := c.Plans()
+	p, err := st.Get(id)
+	if err != nil {
+		return err
+	}
+	if p.State != plan.Failed {
+		return nil
+	}
+	p.State, p.Error = plan.Running, ""
+	for i := range p.Steps {
+		if s := &p.Steps[i]; s.State == plan.Failed {
+			s.State, s.Error = plan.Running, "interrupted: the operator stopped during this step"
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return st.Save(ctx, p)
 }
 
 // setPlanOp is setOp naming the plan (lastOperation.plan) when known.
