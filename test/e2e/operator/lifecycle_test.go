@@ -260,7 +260,7 @@ func operatorDeleteRecreate(t *testing.T, c *localkube.Cluster) {
 		if vc == nil || vc.Reason != operator.ReasonStaleClaims {
 			return fmt.Errorf("DataVolumesReady %+v", vc)
 		}
-		if !eventReasons(t, cs, ns, "db")[operator.ReasonStaleClaims] {
+		if _, ok := events(t, cs, ns, "db")[operator.ReasonStaleClaims]; !ok {
 			return fmt.Errorf("no event %s yet", operator.ReasonStaleClaims)
 		}
 		return nil
