@@ -212,14 +212,19 @@ func (r *Running) apiServer(host string) (APIServer, bool) {
 	return APIServer{}, false
 }
 
-// othersReady: every API server but host's answers /readyz.
-func (e *Executor) othersReady(ctx context.Context, host string) error {
+// othersReady: every API server but host's answers /readyz: each host
+// with an API server in the plan, and any other seen running. One whose
+// mirror pod (so its address) is missing counts as not ready: it may be
+// down, and two are never down at once.
+func (e *Executor) othersReady(ctx context.Context, pl Payload, host string) error {
 	run, err := e.Env.Running(ctx)
 	if err != nil {
 		return err
 	}
 	var bad []string
+	seen := map[string]bool{}
 	for _, a := range run.APIServers {
+		seen[a.Host] = true
 		if a.Host == host {
 			continue
 		}
@@ -230,6 +235,13 @@ func (e *Executor) othersReady(ctx context.Context, host string) error {
 			}
 			bad = append(bad, fmt.Sprintf("host %s: %s", a.Host, why))
 		}
+	}
+	for _, pc := range pl.Components {
+		if pc.Component != kubeversion.APIServer || pc.Host == host || seen[pc.Host] {
+			continue
+		}
+		seen[pc.Host] = true
+		bad = append(bad, fmt.Sprintf("host %s: no kube-apiserver mirror pod (it may be down)", pc.Host))
 	}
 	if len(bad) > 0 {
 		return fmt.Errorf("another API server is not ready (%s): one is never stopped while another is down", strings.Join(bad, "; "))
@@ -251,7 +263,7 @@ func (e *Executor) component(ctx context.Context, id string, pl Payload, host, c
 	}
 	if comp == kubeversion.APIServer {
 		if err := e.wait(ctx, fmt.Sprintf("host %s: before kube-apiserver stops, the others ready", host), func() error {
-			return e.othersReady(ctx, host)
+			return e.othersReady(ctx, pl, host)
 		}); err != nil {
 			return err
 		}

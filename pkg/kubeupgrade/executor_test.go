@@ -36,6 +36,9 @@ type fakeKube struct {
 	failWrite string
 	// notReady keeps that host's API server unready.
 	notReady string
+	// noMirror hides that host's kube-apiserver mirror pod (and so its
+	// address) from Running.
+	noMirror string
 	hashes   map[string]string
 	migrated []string
 	maxDown  int
@@ -99,9 +102,14 @@ func (f *fakeKube) Running(context.Context) (*Running, error) {
 	f.step()
 	r := &Running{Pods: map[string]PodState{}}
 	for _, h := range hosts {
-		r.APIServers = append(r.APIServers, APIServer{Host: h, URL: "https://" + h + ":6443"})
+		if h != f.noMirror {
+			r.APIServers = append(r.APIServers, APIServer{Host: h, URL: "https://" + h + ":6443"})
+		}
 		for _, c := range kubeversion.ControlPlane {
 			k := h + "/" + c
+			if h == f.noMirror && c == kubeversion.APIServer {
+				continue
+			}
 			ready := f.lag[k] == 0 && !(c == kubeversion.APIServer && f.notReady == h)
 			r.Pods[k] = PodState{Image: f.running[k], Ready: ready}
 		}
@@ -297,6 +305,22 @@ func TestExecutorWaitsForOtherAPIServers(t *testing.T) {
 	ex := &Executor{Env: f, Poll: time.Millisecond, Timeout: 50 * time.Millisecond}
 	err := plan.Run(t.Context(), st, p.ID, ex, nil)
 	if err == nil || !strings.Contains(err.Error(), "host node-c") || !strings.Contains(err.Error(), "never stopped while another is down") {
+		t.Fatalf("run: %v", err)
+	}
+	if len(f.writes) != 0 {
+		t.Errorf("writes %v", f.writes)
+	}
+}
+
+// TestExecutorMissingMirrorPodNotReady: a planned API server whose
+// mirror pod is missing counts as not ready: no other is stopped.
+func TestExecutorMissingMirrorPodNotReady(t *testing.T) {
+	f := newFakeKube(t)
+	f.noMirror = "node-c"
+	st, p := newKubePlan(t, f)
+	ex := &Executor{Env: f, Poll: time.Millisecond, Timeout: 50 * time.Millisecond}
+	err := plan.Run(t.Context(), st, p.ID, ex, nil)
+	if err == nil || !strings.Contains(err.Error(), "host node-c: no kube-apiserver mirror pod") || !strings.Contains(err.Error(), "never stopped while another is down") {
 		t.Fatalf("run: %v", err)
 	}
 	if len(f.writes) != 0 {
