@@ -103,8 +103,16 @@ func agentOf(s *spec.Cluster, host string) (string, bool) {
 	return "", false
 }
 
+// ErrManifest: a host's static pod manifest of a planned component
+// cannot be read or rewritten (the upgrade would stop at that host's step
+// after others were upgraded).
+var ErrManifest = errors.New("a planned static pod manifest cannot be rewritten")
+
 // checkAgents refuses hosts whose agent is not in the spec, does not
-// answer, or knows no manifests directory.
+// answer, or knows no manifests directory; then reads every planned
+// component's manifest through its host's agent and rewrites it in
+// memory (Rewrite), refusing the first that cannot be, so a bad host is
+// found before any other is upgraded.
 func checkAgents(ctx context.Context, c *cluster.Cluster, comps []PlannedComponent) error {
 	var hosts []string
 	for _, pc := range comps {
@@ -127,6 +135,18 @@ func checkAgents(ctx context.Context, c *cluster.Cluster, comps []PlannedCompone
 		}
 		if !slices.Contains(info.Capabilities, capKubeManifests) {
 			return refusal.New(ErrNoManifestsDir, "host %s: its Steward agent %s does not know the host's static pod manifests directory, through which the upgrade rewrites the control plane's manifests", h, name)
+		}
+		for _, pc := range comps {
+			if pc.Host != h || pc.Component == kubeversion.Kubelet {
+				continue
+			}
+			m, err := ac.KubeManifest(ctx, pc.Component)
+			if err != nil {
+				return refusal.New(ErrManifest, "host %s: read its %s manifest through agent %s: %v: make the manifest readable there, then apply again", h, pc.Component, name, err)
+			}
+			if _, err := Rewrite(m.Content, pc); err != nil {
+				return refusal.New(ErrManifest, "host %s: %s (%s): %v: fix that manifest, then apply again", h, m.Path, pc.Component, err)
+			}
 		}
 	}
 	return nil

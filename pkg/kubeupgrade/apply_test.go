@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -36,7 +37,9 @@ func serveAgent(t *testing.T, o agent.Options) string {
 // agent in the spec, each naming the host; an agent with the directory
 // passes.
 func TestCheckAgents(t *testing.T) {
-	with := serveAgent(t, agent.Options{Dir: t.TempDir(), KubeManifests: t.TempDir()})
+	good := t.TempDir()
+	writeManifest(t, good, "kube-apiserver", goodManifest)
+	with := serveAgent(t, agent.Options{Dir: t.TempDir(), KubeManifests: good})
 	without := serveAgent(t, agent.Options{Dir: t.TempDir()})
 	c := &cluster.Cluster{Dir: t.TempDir(), Spec: &spec.Cluster{Agents: []spec.Agent{
 		{Name: "node-a", Address: with}, {Name: "node-c", Address: with}, {Name: "node-b", Address: without},
@@ -44,7 +47,7 @@ func TestCheckAgents(t *testing.T) {
 	comps := func(hosts ...string) []PlannedComponent {
 		var out []PlannedComponent
 		for _, h := range hosts {
-			out = append(out, PlannedComponent{Host: h, Component: "kube-apiserver"})
+			out = append(out, PlannedComponent{Host: h, Component: "kube-apiserver", ToImage: "registry.k8s.io/kube-apiserver:v1.36.3"})
 		}
 		return out
 	}
@@ -58,5 +61,60 @@ func TestCheckAgents(t *testing.T) {
 	err = checkAgents(t.Context(), c, comps("node-x"))
 	if !errors.Is(err, ErrNoManifestsDir) || !strings.Contains(err.Error(), "host node-x: no Steward agent") {
 		t.Errorf("a host with no agent: %v", err)
+	}
+}
+
+const goodManifest = `apiVersion: v1
+kind: Pod
+metadata:
+  name: kube-apiserver
+  namespace: kube-system
+spec:
+  containers:
+  - command:
+    - kube-apiserver
+    - --secure-port=6443
+    image: registry.k8s.io/kube-apiserver:v1.35.4
+    name: kube-apiserver
+`
+
+func writeManifest(t *testing.T, dir, name, content string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, name+".yaml"), []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCheckAgentsReadsManifests: apply reads and rewrites every planned
+// manifest before anything is recorded: a host whose manifest is
+// missing, or has a field the pod type does not know, is refused naming
+// the host and what to do; nothing is written on any host.
+func TestCheckAgentsReadsManifests(t *testing.T) {
+	good, missing, bad := t.TempDir(), t.TempDir(), t.TempDir()
+	writeManifest(t, good, "kube-apiserver", goodManifest)
+	writeManifest(t, bad, "kube-apiserver", strings.Replace(goodManifest, "  containers:", "  notAField: 1\n  containers:", 1))
+	c := &cluster.Cluster{Dir: t.TempDir(), Spec: &spec.Cluster{Agents: []spec.Agent{
+		{Name: "node-a", Address: serveAgent(t, agent.Options{Dir: t.TempDir(), KubeManifests: good})},
+		{Name: "node-b", Address: serveAgent(t, agent.Options{Dir: t.TempDir(), KubeManifests: missing})},
+		{Name: "node-c", Address: serveAgent(t, agent.Options{Dir: t.TempDir(), KubeManifests: bad})},
+	}}}
+	pc := func(h string) PlannedComponent {
+		return PlannedComponent{Host: h, Component: "kube-apiserver", ToImage: "registry.k8s.io/kube-apiserver:v1.36.3"}
+	}
+	if err := checkAgents(t.Context(), c, []PlannedComponent{pc("node-a")}); err != nil {
+		t.Fatalf("a good manifest: %v", err)
+	}
+	err := checkAgents(t.Context(), c, []PlannedComponent{pc("node-a"), pc("node-b")})
+	if !errors.Is(err, ErrManifest) || !strings.Contains(err.Error(), "host node-b: read its kube-apiserver manifest") || !strings.Contains(err.Error(), "then apply again") {
+		t.Errorf("a missing manifest: %v", err)
+	}
+	err = checkAgents(t.Context(), c, []PlannedComponent{pc("node-a"), pc("node-c")})
+	if !errors.Is(err, ErrManifest) || !strings.Contains(err.Error(), "host node-c:") || !strings.Contains(err.Error(), "notAField") || !strings.Contains(err.Error(), "fix that manifest") {
+		t.Errorf("a manifest with an unknown field: %v", err)
+	}
+	for _, d := range []string{good, bad} {
+		if b, _ := os.ReadFile(filepath.Join(d, "kube-apiserver.yaml")); !strings.Contains(string(b), "v1.35.4") {
+			t.Errorf("%s changed: %s", d, b)
+		}
 	}
 }
