@@ -202,8 +202,22 @@ func storageHashes(cfg *rest.Config) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	lists, err := dc.ServerPreferredResources()
-	if err != nil && len(lists) == 0 {
+	return hashesOf(dc.ServerPreferredResources())
+}
+
+// ErrPartialDiscovery: discovery failed for some API groups, so their
+// resources' storage version hashes are unknown and they would never be
+// migrated.
+var ErrPartialDiscovery = errors.New("discovery failed for some API groups")
+
+// hashesOf are the storage version hashes of discovery's lists; any
+// error, a partial one too (an aggregated API not answering), fails: a
+// resource whose hash is missing would never be migrated.
+func hashesOf(lists []*metav1.APIResourceList, err error) (map[string]string, error) {
+	if discovery.IsGroupDiscoveryFailedError(err) {
+		return nil, refusal.New(ErrPartialDiscovery, "%v: their resources' storage versions are unknown and would not be migrated; make every API group's discovery answer (an APIService whose backend is down: fix or remove it), then try again", err)
+	}
+	if err != nil {
 		return nil, err
 	}
 	sel, _ := kmigrate.SelectAll(kmigrate.ResourcesFrom(lists))

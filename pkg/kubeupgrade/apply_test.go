@@ -10,6 +10,10 @@ import (
 	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+
 	"github.com/etcd-steward/steward/pkg/agent"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/spec"
@@ -116,5 +120,25 @@ func TestCheckAgentsReadsManifests(t *testing.T) {
 		if b, _ := os.ReadFile(filepath.Join(d, "kube-apiserver.yaml")); !strings.Contains(string(b), "v1.35.4") {
 			t.Errorf("%s changed: %s", d, b)
 		}
+	}
+}
+
+// TestHashesOfPartialDiscovery: a partial discovery failure (an
+// aggregated API not answering) fails, naming the group: a resource
+// whose hash is not recorded would never be migrated.
+func TestHashesOfPartialDiscovery(t *testing.T) {
+	lists := []*metav1.APIResourceList{{GroupVersion: "v1", APIResources: []metav1.APIResource{
+		{Name: "configmaps", Namespaced: true, Verbs: []string{"get", "list", "update"}, StorageVersionHash: "h1"},
+	}}}
+	got, err := hashesOf(lists, nil)
+	if err != nil || got["configmaps"] != "h1" {
+		t.Fatalf("whole discovery: %v %v", got, err)
+	}
+	partial := &discovery.ErrGroupDiscoveryFailed{Groups: map[schema.GroupVersion]error{
+		{Group: "metrics.k8s.io", Version: "v1beta1"}: errors.New("the server is currently unable to handle the request"),
+	}}
+	got, err = hashesOf(lists, partial)
+	if !errors.Is(err, ErrPartialDiscovery) || !strings.Contains(err.Error(), "metrics.k8s.io/v1beta1") || !strings.Contains(err.Error(), "then try again") || got != nil {
+		t.Errorf("partial discovery: %v %v", got, err)
 	}
 }
