@@ -320,15 +320,15 @@ func Rewrite(manifest []byte, pc PlannedComponent) ([]byte, error) {
 	}
 	ctr.Image = pc.ToImage
 	for _, fc := range pc.FlagChanges {
-		ctr.Command = setFlag(ctr.Command, fc.Flag, fc.To, fc.To == "")
+		containerFlag(ctr, fc.Flag, fc.To, fc.To == "")
 	}
 	if pc.Component == kubeversion.APIServer {
-		flags := Flags(ctr.Command)
+		flags := Flags(append(append([]string{}, ctr.Command...), ctr.Args...))
 		if _, ok := flags["shutdown-delay-duration"]; !ok {
-			ctr.Command = setFlag(ctr.Command, "shutdown-delay-duration", ShutdownDelay, false)
+			containerFlag(ctr, "shutdown-delay-duration", ShutdownDelay, false)
 		}
 		if _, ok := flags["shutdown-send-retry-after"]; !ok {
-			ctr.Command = setFlag(ctr.Command, "shutdown-send-retry-after", "true", false)
+			containerFlag(ctr, "shutdown-send-retry-after", "true", false)
 		}
 	}
 	out, err := yaml.Marshal(&pod)
@@ -344,6 +344,28 @@ func Rewrite(manifest []byte, pc PlannedComponent) ([]byte, error) {
 		}
 	}
 	return out, nil
+}
+
+// containerFlag sets (or removes) --name in a container where it is:
+// in its command, its args, or both (observe reads flags from both); a
+// flag in neither is appended to the command.
+func containerFlag(ctr *corev1.Container, name, value string, remove bool) {
+	inCmd, inArgs := hasFlag(ctr.Command, name), hasFlag(ctr.Args, name)
+	if inCmd || remove || !inArgs {
+		ctr.Command = setFlag(ctr.Command, name, value, remove)
+	}
+	if inArgs || remove && len(ctr.Args) > 0 {
+		ctr.Args = setFlag(ctr.Args, name, value, remove)
+	}
+}
+
+func hasFlag(cmd []string, name string) bool {
+	for _, a := range cmd {
+		if a == "--"+name || strings.HasPrefix(a, "--"+name+"=") {
+			return true
+		}
+	}
+	return false
 }
 
 // setFlag sets --name=value in a command (replacing --name=... or

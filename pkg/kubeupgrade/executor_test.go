@@ -328,6 +328,41 @@ func TestExecutorMissingMirrorPodNotReady(t *testing.T) {
 	}
 }
 
+// TestRewriteArgs: a flag in the container's args is changed there (the
+// observer reads command and args), not added again to the command; a
+// drain flag already in the args is not added again.
+func TestRewriteArgs(t *testing.T) {
+	pod := corev1.Pod{TypeMeta: metavPod(), Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: kubeversion.APIServer,
+		Image: "registry.k8s.io/kube-apiserver:v1.35.4", Command: []string{"kube-apiserver"},
+		Args: []string{"--secure-port=6443", "--old-flag=y", "--shutdown-delay-duration=9s"}}}}}
+	pod.Name, pod.Namespace = kubeversion.APIServer, "kube-system"
+	in, err := yaml.Marshal(&pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := PlannedComponent{Host: "node-a", Component: kubeversion.APIServer, ToVersion: "v1.36.3", ToImage: "registry.k8s.io/kube-apiserver:v1.36.3",
+		FlagChanges: []kubeversion.FlagChange{{Component: kubeversion.APIServer, Flag: "secure-port", From: "6443", To: "6444"}, {Component: kubeversion.APIServer, Flag: "old-flag", From: "y"}}}
+	out, err := Rewrite(in, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got corev1.Pod
+	if err := yaml.Unmarshal(out, &got); err != nil {
+		t.Fatal(err)
+	}
+	ctr := got.Spec.Containers[0]
+	all := append(append([]string{}, ctr.Command...), ctr.Args...)
+	if f := Flags(all); f["secure-port"] != "6444" || f["shutdown-delay-duration"] != "9s" || f["shutdown-send-retry-after"] != "true" {
+		t.Errorf("flags %v", f)
+	}
+	if _, ok := Flags(all)["old-flag"]; ok {
+		t.Errorf("old-flag kept: %v", all)
+	}
+	if slices.Contains(ctr.Command, "--secure-port=6444") || !slices.Contains(ctr.Args, "--secure-port=6444") || strings.Contains(strings.Join(all, " "), "6443") {
+		t.Errorf("command %v args %v", ctr.Command, ctr.Args)
+	}
+}
+
 // TestRewrite: the image and flag changes set, the drain flags added to
 // an API server's once, a manifest already rewritten returned byte for
 // byte; a manifest with a field the pod type does not know is refused.
