@@ -12,8 +12,8 @@ package agent
 //   - before a plan's first write of a manifest, the manifest as it was is
 //     copied into DIR/kube-manifests-kept/PLAN/NAME.yaml (atomically,
 //     0600, the directories 0700 and synced into their parents) and kept
-//     there, whatever the plan writes
-//     after, until the plan asks for its removal once it is done
+//     there, whatever the plan writes after, until the plan asks for its
+//     removal once it is done
 //     (DeleteKubeManifestsKept): the only way back to the manifest before
 //     the plan is never deleted before the plan succeeded;
 //   - names are a manifest's base name (lower-case letters, digits and

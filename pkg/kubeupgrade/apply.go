@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -253,6 +254,10 @@ func (e *env) Running(ctx context.Context) (*Running, error) {
 	return Observe(ctx, e.cs)
 }
 
+// maxAPIServerBody bounds what is read of an API server's /version or
+// /readyz (each a few hundred bytes).
+const maxAPIServerBody = 64 << 10
+
 func (e *env) APIServer(ctx context.Context, a APIServer) (string, bool, error) {
 	c := rest.CopyConfig(e.cfg)
 	c.Host = a.URL
@@ -271,9 +276,11 @@ func (e *env) APIServer(ctx context.Context, a APIServer) (string, bool, error) 
 			return 0, nil, err
 		}
 		defer resp.Body.Close()
-		var b [4096]byte
-		n, _ := resp.Body.Read(b[:])
-		return resp.StatusCode, b[:n], nil
+		b, err := io.ReadAll(io.LimitReader(resp.Body, maxAPIServerBody))
+		if err != nil {
+			return 0, nil, fmt.Errorf("%s: %w", path, err)
+		}
+		return resp.StatusCode, b, nil
 	}
 	code, body, err := get("/version")
 	if err != nil {

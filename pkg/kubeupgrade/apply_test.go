@@ -4,15 +4,19 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
 
 	"github.com/etcd-steward/steward/pkg/agent"
 	"github.com/etcd-steward/steward/pkg/cluster"
@@ -140,5 +144,26 @@ func TestHashesOfPartialDiscovery(t *testing.T) {
 	got, err = hashesOf(lists, partial)
 	if !errors.Is(err, ErrPartialDiscovery) || !strings.Contains(err.Error(), "metrics.k8s.io/v1beta1") || !strings.Contains(err.Error(), "then try again") || got != nil {
 		t.Errorf("partial discovery: %v %v", got, err)
+	}
+}
+
+// TestAPIServerVersionInPieces: /version is read whole, however the body
+// arrives (here in two flushed pieces, which one Read would cut).
+func TestAPIServerVersionInPieces(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/readyz" {
+			_, _ = io.WriteString(w, "ok")
+			return
+		}
+		_, _ = io.WriteString(w, `{"major": "1", "minor": "36", `)
+		w.(http.Flusher).Flush()
+		time.Sleep(20 * time.Millisecond) // the second piece after the first was read
+		_, _ = io.WriteString(w, `"gitVersion": "v1.36.3"}`)
+	}))
+	t.Cleanup(srv.Close)
+	e := &env{cfg: &rest.Config{Host: srv.URL}}
+	v, ready, err := e.APIServer(t.Context(), APIServer{Host: "node-a", URL: srv.URL})
+	if err != nil || v != "v1.36.3" || !ready {
+		t.Errorf("got %q %v %v", v, ready, err)
 	}
 }
