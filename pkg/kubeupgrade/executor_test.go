@@ -39,6 +39,9 @@ type fakeKube struct {
 	// noMirror hides that host's kube-apiserver mirror pod (and so its
 	// address) from Running.
 	noMirror string
+	// stuck is a HOST/COMPONENT whose kubelet never runs a rewritten
+	// manifest.
+	stuck string
 	hashes   map[string]string
 	migrated []string
 	maxDown  int
@@ -82,6 +85,9 @@ func (f *fakeKube) step() {
 	for k, b := range f.man {
 		img := imageOf(f.t, b)
 		if f.running[k] == img {
+			continue
+		}
+		if k == f.stuck {
 			continue
 		}
 		if f.lag[k] > 0 {
@@ -360,6 +366,48 @@ func TestRewriteArgs(t *testing.T) {
 	}
 	if slices.Contains(ctr.Command, "--secure-port=6444") || !slices.Contains(ctr.Args, "--secure-port=6444") || strings.Contains(strings.Join(all, " "), "6443") {
 		t.Errorf("command %v args %v", ctr.Command, ctr.Args)
+	}
+}
+
+// TestKeptUntilSuccess: a component that never runs the target fails
+// its step and the plan, and nothing kept is pruned; the complete step,
+// reached with that component still not at the target, fails too and
+// prunes nothing: the kept manifests are removed only after success.
+func TestKeptUntilSuccess(t *testing.T) {
+	f := newFakeKube(t)
+	f.stuck = "node-b/kube-scheduler"
+	st, p := newKubePlan(t, f)
+	ex := &Executor{Env: f, Poll: time.Millisecond, Timeout: 100 * time.Millisecond}
+	err := plan.Run(t.Context(), st, p.ID, ex, nil)
+	if err == nil || !strings.Contains(err.Error(), "host node-b: kube-scheduler") {
+		t.Fatalf("run: %v", err)
+	}
+	got, err := st.Get(p.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != plan.Failed || len(f.pruned) != 0 {
+		t.Fatalf("plan %s, pruned %v", got.State, f.pruned)
+	}
+	// Past the failed step (as if it had been skipped), the complete
+	// step still finds the scheduler not at the target.
+	last := len(got.Steps) - 1
+	if got.Steps[last].Kind != kubeversion.StepComplete {
+		t.Fatalf("last step %s", got.Steps[last].Kind)
+	}
+	for i := range got.Steps[:last] {
+		got.Steps[i].State = plan.Done
+	}
+	got.Steps[last].State, got.State, got.Error = plan.Pending, plan.Running, ""
+	if err := st.Save(t.Context(), got); err != nil {
+		t.Fatal(err)
+	}
+	err = plan.Run(t.Context(), st, p.ID, ex, nil)
+	if err == nil || !strings.Contains(err.Error(), "not every component runs") || !strings.Contains(err.Error(), "host node-b: kube-scheduler") {
+		t.Fatalf("complete: %v", err)
+	}
+	if got, _ := st.Get(p.ID); got.State != plan.Failed || len(f.pruned) != 0 {
+		t.Errorf("plan %s, pruned %v", got.State, f.pruned)
 	}
 }
 
