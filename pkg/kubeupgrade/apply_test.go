@@ -2,9 +2,9 @@ package kubeupgrade
 
 import (
 	"errors"
+	"io"
 	"log/slog"
 	"net"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"

@@ -41,7 +41,7 @@ type fakeKube struct {
 	noMirror string
 	// stuck is a HOST/COMPONENT whose kubelet never runs a rewritten
 	// manifest.
-	stuck string
+	stuck    string
 	hashes   map[string]string
 	migrated []string
 	maxDown  int
