@@ -94,3 +94,35 @@ func SyncDir(dir string) error {
 	}
 	return nil
 }
+
+// syncDir is SyncDir; MkdirAll's test records its calls.
+var syncDir = SyncDir
+
+// MkdirAll is os.MkdirAll whose new directories are durable: each one it
+// creates is synced into its parent (the parent of each is synced), so a
+// crash after it returns cannot lose a directory a file was then written
+// into.
+func MkdirAll(dir string, perm os.FileMode) error {
+	dir = filepath.Clean(dir)
+	var created []string
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); err == nil {
+			break
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("mkdir %s: %w", dir, err)
+		}
+		created = append(created, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if err := os.MkdirAll(dir, perm); err != nil {
+		return err
+	}
+	for _, d := range created {
+		if err := syncDir(filepath.Dir(d)); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -69,5 +70,29 @@ func TestCreate(t *testing.T) {
 	ents, _ := os.ReadDir(dir)
 	if len(ents) != 1 {
 		t.Errorf("temporary files left behind: %v", ents)
+	}
+}
+
+// TestMkdirAll: the directories are made with perm, and the parent of
+// each one made is synced (none when all exist).
+func TestMkdirAll(t *testing.T) {
+	var synced []string
+	syncDir = func(d string) error { synced = append(synced, d); return SyncDir(d) }
+	t.Cleanup(func() { syncDir = SyncDir })
+	root := t.TempDir()
+	dir := filepath.Join(root, "a", "b", "c")
+	if err := MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("%v %v", fi, err)
+	}
+	want := []string{filepath.Join(root, "a", "b"), filepath.Join(root, "a"), root}
+	if strings.Join(synced, ",") != strings.Join(want, ",") {
+		t.Errorf("synced %v, want %v", synced, want)
+	}
+	synced = nil
+	if err := MkdirAll(dir, 0o700); err != nil || len(synced) != 0 {
+		t.Errorf("again: %v, synced %v", err, synced)
 	}
 }

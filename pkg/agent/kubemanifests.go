@@ -11,8 +11,9 @@ package agent
 //     renamed over it), 0600;
 //   - before a plan's first write of a manifest, the manifest as it was is
 //     copied into DIR/kube-manifests-kept/PLAN/NAME.yaml (atomically,
-//     0600, the directories 0700) and kept there, whatever the plan writes
-//     after, until the plan asks for its removal once it is done
+//     0600, the directories 0700 and synced into their parents) and kept
+//     there, whatever the plan writes after, until the plan asks for its
+//     removal once it is done
 //     (DeleteKubeManifestsKept): the only way back to the manifest before
 //     the plan is never deleted before the plan succeeded;
 //   - names are a manifest's base name (lower-case letters, digits and
@@ -112,7 +113,9 @@ func (a *Agent) PutKubeManifest(name, planID string, content []byte) (agentapi.K
 		dir := filepath.Join(a.opts.Dir, KeptManifestsDir, planID)
 		kept := filepath.Join(dir, name+".yaml")
 		if _, statErr := os.Stat(kept); errors.Is(statErr, os.ErrNotExist) {
-			if err := os.MkdirAll(dir, 0o700); err != nil {
+			// Each directory made synced into its parent: the kept
+			// copy must survive a crash as the manifest it keeps.
+			if err := atomicfile.MkdirAll(dir, 0o700); err != nil {
 				return out, err
 			}
 			if err := atomicfile.WriteFile(kept, cur, 0o600); err != nil {

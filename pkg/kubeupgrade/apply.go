@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -103,8 +104,16 @@ func agentOf(s *spec.Cluster, host string) (string, bool) {
 	return "", false
 }
 
+// ErrManifest: a host's static pod manifest of a planned component
+// cannot be read or rewritten (the upgrade would stop at that host's step
+// after others were upgraded).
+var ErrManifest = errors.New("a planned static pod manifest cannot be rewritten")
+
 // checkAgents refuses hosts whose agent is not in the spec, does not
-// answer, or knows no manifests directory.
+// answer, or knows no manifests directory; then reads every planned
+// component's manifest through its host's agent and rewrites it in
+// memory (Rewrite), refusing the first that cannot be, so a bad host is
+// found before any other is upgraded.
 func checkAgents(ctx context.Context, c *cluster.Cluster, comps []PlannedComponent) error {
 	var hosts []string
 	for _, pc := range comps {
@@ -127,6 +136,18 @@ func checkAgents(ctx context.Context, c *cluster.Cluster, comps []PlannedCompone
 		}
 		if !slices.Contains(info.Capabilities, capKubeManifests) {
 			return refusal.New(ErrNoManifestsDir, "host %s: its Steward agent %s does not know the host's static pod manifests directory, through which the upgrade rewrites the control plane's manifests", h, name)
+		}
+		for _, pc := range comps {
+			if pc.Host != h || pc.Component == kubeversion.Kubelet {
+				continue
+			}
+			m, err := ac.KubeManifest(ctx, pc.Component)
+			if err != nil {
+				return refusal.New(ErrManifest, "host %s: read its %s manifest through agent %s: %v: make the manifest readable there, then apply again", h, pc.Component, name, err)
+			}
+			if _, err := Rewrite(m.Content, pc); err != nil {
+				return refusal.New(ErrManifest, "host %s: %s (%s): %v: fix that manifest, then apply again", h, m.Path, pc.Component, err)
+			}
 		}
 	}
 	return nil
@@ -182,8 +203,22 @@ func storageHashes(cfg *rest.Config) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	lists, err := dc.ServerPreferredResources()
-	if err != nil && len(lists) == 0 {
+	return hashesOf(dc.ServerPreferredResources())
+}
+
+// ErrPartialDiscovery: discovery failed for some API groups, so their
+// resources' storage version hashes are unknown and they would never be
+// migrated.
+var ErrPartialDiscovery = errors.New("discovery failed for some API groups")
+
+// hashesOf are the storage version hashes of discovery's lists; any
+// error, a partial one too (an aggregated API not answering), fails: a
+// resource whose hash is missing would never be migrated.
+func hashesOf(lists []*metav1.APIResourceList, err error) (map[string]string, error) {
+	if discovery.IsGroupDiscoveryFailedError(err) {
+		return nil, refusal.New(ErrPartialDiscovery, "%v: their resources' storage versions are unknown and would not be migrated; make every API group's discovery answer (an APIService whose backend is down: fix or remove it), then try again", err)
+	}
+	if err != nil {
 		return nil, err
 	}
 	sel, _ := kmigrate.SelectAll(kmigrate.ResourcesFrom(lists))
@@ -219,6 +254,10 @@ func (e *env) Running(ctx context.Context) (*Running, error) {
 	return Observe(ctx, e.cs)
 }
 
+// maxAPIServerBody bounds what is read of an API server's /version or
+// /readyz (each a few hundred bytes).
+const maxAPIServerBody = 64 << 10
+
 func (e *env) APIServer(ctx context.Context, a APIServer) (string, bool, error) {
 	c := rest.CopyConfig(e.cfg)
 	c.Host = a.URL
@@ -237,9 +276,11 @@ func (e *env) APIServer(ctx context.Context, a APIServer) (string, bool, error) 
 			return 0, nil, err
 		}
 		defer resp.Body.Close()
-		var b [4096]byte
-		n, _ := resp.Body.Read(b[:])
-		return resp.StatusCode, b[:n], nil
+		b, err := io.ReadAll(io.LimitReader(resp.Body, maxAPIServerBody))
+		if err != nil {
+			return 0, nil, fmt.Errorf("%s: %w", path, err)
+		}
+		return resp.StatusCode, b, nil
 	}
 	code, body, err := get("/version")
 	if err != nil {

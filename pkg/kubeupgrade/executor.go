@@ -212,14 +212,19 @@ func (r *Running) apiServer(host string) (APIServer, bool) {
 	return APIServer{}, false
 }
 
-// othersReady: every API server but host's answers /readyz.
-func (e *Executor) othersReady(ctx context.Context, host string) error {
+// othersReady: every API server but host's answers /readyz: each host
+// with an API server in the plan, and any other seen running. One whose
+// mirror pod (so its address) is missing counts as not ready: it may be
+// down, and two are never down at once.
+func (e *Executor) othersReady(ctx context.Context, pl Payload, host string) error {
 	run, err := e.Env.Running(ctx)
 	if err != nil {
 		return err
 	}
 	var bad []string
+	seen := map[string]bool{}
 	for _, a := range run.APIServers {
+		seen[a.Host] = true
 		if a.Host == host {
 			continue
 		}
@@ -230,6 +235,13 @@ func (e *Executor) othersReady(ctx context.Context, host string) error {
 			}
 			bad = append(bad, fmt.Sprintf("host %s: %s", a.Host, why))
 		}
+	}
+	for _, pc := range pl.Components {
+		if pc.Component != kubeversion.APIServer || pc.Host == host || seen[pc.Host] {
+			continue
+		}
+		seen[pc.Host] = true
+		bad = append(bad, fmt.Sprintf("host %s: no kube-apiserver mirror pod (it may be down)", pc.Host))
 	}
 	if len(bad) > 0 {
 		return fmt.Errorf("another API server is not ready (%s): one is never stopped while another is down", strings.Join(bad, "; "))
@@ -251,7 +263,7 @@ func (e *Executor) component(ctx context.Context, id string, pl Payload, host, c
 	}
 	if comp == kubeversion.APIServer {
 		if err := e.wait(ctx, fmt.Sprintf("host %s: before kube-apiserver stops, the others ready", host), func() error {
-			return e.othersReady(ctx, host)
+			return e.othersReady(ctx, pl, host)
 		}); err != nil {
 			return err
 		}
@@ -308,15 +320,15 @@ func Rewrite(manifest []byte, pc PlannedComponent) ([]byte, error) {
 	}
 	ctr.Image = pc.ToImage
 	for _, fc := range pc.FlagChanges {
-		ctr.Command = setFlag(ctr.Command, fc.Flag, fc.To, fc.To == "")
+		containerFlag(ctr, fc.Flag, fc.To, fc.To == "")
 	}
 	if pc.Component == kubeversion.APIServer {
-		flags := Flags(ctr.Command)
+		flags := Flags(append(append([]string{}, ctr.Command...), ctr.Args...))
 		if _, ok := flags["shutdown-delay-duration"]; !ok {
-			ctr.Command = setFlag(ctr.Command, "shutdown-delay-duration", ShutdownDelay, false)
+			containerFlag(ctr, "shutdown-delay-duration", ShutdownDelay, false)
 		}
 		if _, ok := flags["shutdown-send-retry-after"]; !ok {
-			ctr.Command = setFlag(ctr.Command, "shutdown-send-retry-after", "true", false)
+			containerFlag(ctr, "shutdown-send-retry-after", "true", false)
 		}
 	}
 	out, err := yaml.Marshal(&pod)
@@ -332,6 +344,28 @@ func Rewrite(manifest []byte, pc PlannedComponent) ([]byte, error) {
 		}
 	}
 	return out, nil
+}
+
+// containerFlag sets (or removes) --name in a container where it is:
+// in its command, its args, or both (observe reads flags from both); a
+// flag in neither is appended to the command.
+func containerFlag(ctr *corev1.Container, name, value string, remove bool) {
+	inCmd, inArgs := hasFlag(ctr.Command, name), hasFlag(ctr.Args, name)
+	if inCmd || remove || !inArgs {
+		ctr.Command = setFlag(ctr.Command, name, value, remove)
+	}
+	if inArgs || remove && len(ctr.Args) > 0 {
+		ctr.Args = setFlag(ctr.Args, name, value, remove)
+	}
+}
+
+func hasFlag(cmd []string, name string) bool {
+	for _, a := range cmd {
+		if a == "--"+name || strings.HasPrefix(a, "--"+name+"=") {
+			return true
+		}
+	}
+	return false
 }
 
 // setFlag sets --name=value in a command (replacing --name=... or

@@ -36,6 +36,12 @@ type fakeKube struct {
 	failWrite string
 	// notReady keeps that host's API server unready.
 	notReady string
+	// noMirror hides that host's kube-apiserver mirror pod (and so its
+	// address) from Running.
+	noMirror string
+	// stuck is a HOST/COMPONENT whose kubelet never runs a rewritten
+	// manifest.
+	stuck    string
 	hashes   map[string]string
 	migrated []string
 	maxDown  int
@@ -81,6 +87,9 @@ func (f *fakeKube) step() {
 		if f.running[k] == img {
 			continue
 		}
+		if k == f.stuck {
+			continue
+		}
 		if f.lag[k] > 0 {
 			f.lag[k]--
 			if strings.HasSuffix(k, "/"+kubeversion.APIServer) {
@@ -99,9 +108,14 @@ func (f *fakeKube) Running(context.Context) (*Running, error) {
 	f.step()
 	r := &Running{Pods: map[string]PodState{}}
 	for _, h := range hosts {
-		r.APIServers = append(r.APIServers, APIServer{Host: h, URL: "https://" + h + ":6443"})
+		if h != f.noMirror {
+			r.APIServers = append(r.APIServers, APIServer{Host: h, URL: "https://" + h + ":6443"})
+		}
 		for _, c := range kubeversion.ControlPlane {
 			k := h + "/" + c
+			if h == f.noMirror && c == kubeversion.APIServer {
+				continue
+			}
 			ready := f.lag[k] == 0 && !(c == kubeversion.APIServer && f.notReady == h)
 			r.Pods[k] = PodState{Image: f.running[k], Ready: ready}
 		}
@@ -301,6 +315,99 @@ func TestExecutorWaitsForOtherAPIServers(t *testing.T) {
 	}
 	if len(f.writes) != 0 {
 		t.Errorf("writes %v", f.writes)
+	}
+}
+
+// TestExecutorMissingMirrorPodNotReady: a planned API server whose
+// mirror pod is missing counts as not ready: no other is stopped.
+func TestExecutorMissingMirrorPodNotReady(t *testing.T) {
+	f := newFakeKube(t)
+	f.noMirror = "node-c"
+	st, p := newKubePlan(t, f)
+	ex := &Executor{Env: f, Poll: time.Millisecond, Timeout: 50 * time.Millisecond}
+	err := plan.Run(t.Context(), st, p.ID, ex, nil)
+	if err == nil || !strings.Contains(err.Error(), "host node-c: no kube-apiserver mirror pod") || !strings.Contains(err.Error(), "never stopped while another is down") {
+		t.Fatalf("run: %v", err)
+	}
+	if len(f.writes) != 0 {
+		t.Errorf("writes %v", f.writes)
+	}
+}
+
+// TestRewriteArgs: a flag in the container's args is changed there (the
+// observer reads command and args), not added again to the command; a
+// drain flag already in the args is not added again.
+func TestRewriteArgs(t *testing.T) {
+	pod := corev1.Pod{TypeMeta: metavPod(), Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: kubeversion.APIServer,
+		Image: "registry.k8s.io/kube-apiserver:v1.35.4", Command: []string{"kube-apiserver"},
+		Args: []string{"--secure-port=6443", "--old-flag=y", "--shutdown-delay-duration=9s"}}}}}
+	pod.Name, pod.Namespace = kubeversion.APIServer, "kube-system"
+	in, err := yaml.Marshal(&pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := PlannedComponent{Host: "node-a", Component: kubeversion.APIServer, ToVersion: "v1.36.3", ToImage: "registry.k8s.io/kube-apiserver:v1.36.3",
+		FlagChanges: []kubeversion.FlagChange{{Component: kubeversion.APIServer, Flag: "secure-port", From: "6443", To: "6444"}, {Component: kubeversion.APIServer, Flag: "old-flag", From: "y"}}}
+	out, err := Rewrite(in, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got corev1.Pod
+	if err := yaml.Unmarshal(out, &got); err != nil {
+		t.Fatal(err)
+	}
+	ctr := got.Spec.Containers[0]
+	all := append(append([]string{}, ctr.Command...), ctr.Args...)
+	if f := Flags(all); f["secure-port"] != "6444" || f["shutdown-delay-duration"] != "9s" || f["shutdown-send-retry-after"] != "true" {
+		t.Errorf("flags %v", f)
+	}
+	if _, ok := Flags(all)["old-flag"]; ok {
+		t.Errorf("old-flag kept: %v", all)
+	}
+	if slices.Contains(ctr.Command, "--secure-port=6444") || !slices.Contains(ctr.Args, "--secure-port=6444") || strings.Contains(strings.Join(all, " "), "6443") {
+		t.Errorf("command %v args %v", ctr.Command, ctr.Args)
+	}
+}
+
+// TestKeptUntilSuccess: a component that never runs the target fails
+// its step and the plan, and nothing kept is pruned; the complete step,
+// reached with that component still not at the target, fails too and
+// prunes nothing: the kept manifests are removed only after success.
+func TestKeptUntilSuccess(t *testing.T) {
+	f := newFakeKube(t)
+	f.stuck = "node-b/kube-scheduler"
+	st, p := newKubePlan(t, f)
+	ex := &Executor{Env: f, Poll: time.Millisecond, Timeout: 100 * time.Millisecond}
+	err := plan.Run(t.Context(), st, p.ID, ex, nil)
+	if err == nil || !strings.Contains(err.Error(), "host node-b: kube-scheduler") {
+		t.Fatalf("run: %v", err)
+	}
+	got, err := st.Get(p.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != plan.Failed || len(f.pruned) != 0 {
+		t.Fatalf("plan %s, pruned %v", got.State, f.pruned)
+	}
+	// Past the failed step (as if it had been skipped), the complete
+	// step still finds the scheduler not at the target.
+	last := len(got.Steps) - 1
+	if got.Steps[last].Kind != kubeversion.StepComplete {
+		t.Fatalf("last step %s", got.Steps[last].Kind)
+	}
+	for i := range got.Steps[:last] {
+		got.Steps[i].State = plan.Done
+	}
+	got.Steps[last].State, got.State, got.Error = plan.Pending, plan.Running, ""
+	if err := st.Save(t.Context(), got); err != nil {
+		t.Fatal(err)
+	}
+	err = plan.Run(t.Context(), st, p.ID, ex, nil)
+	if err == nil || !strings.Contains(err.Error(), "not every component runs") || !strings.Contains(err.Error(), "host node-b: kube-scheduler") {
+		t.Fatalf("complete: %v", err)
+	}
+	if got, _ := st.Get(p.ID); got.State != plan.Failed || len(f.pruned) != 0 {
+		t.Errorf("plan %s, pruned %v", got.State, f.pruned)
 	}
 }
 

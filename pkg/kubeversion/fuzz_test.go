@@ -31,3 +31,25 @@ func FuzzParse(f *testing.F) {
 		_ = CheckTarget(insts, Semver{1, 36, 3})
 	})
 }
+
+// FuzzKeepRepository: an image reference as a static pod names it (read
+// from the cluster). Never panics; with a running image, the result is
+// running's repository (no tag, no digest) and target's tag.
+func FuzzKeepRepository(f *testing.F) {
+	for _, s := range []string{"registry.k8s.io/kube-apiserver:v1.35.4", "mirror.local:5000/k8s/kube-apiserver:v1.35.4", "reg:5000/x@sha256:ab", "x", "", ":", "a/:b", "@", "a:b:c/d"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, running string) {
+		const target = "registry.k8s.io/kube-apiserver:v1.36.3"
+		got := KeepRepository(running, target)
+		if imageRepository(running) == "" {
+			if got != target {
+				t.Fatalf("%q: %q", running, got)
+			}
+			return
+		}
+		if got != imageRepository(running)+":v1.36.3" || imageTag(got) != "v1.36.3" || strings.Contains(got, "@") {
+			t.Fatalf("%q: %q", running, got)
+		}
+	})
+}

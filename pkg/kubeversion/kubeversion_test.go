@@ -312,6 +312,57 @@ func TestBuildPlan(t *testing.T) {
 	}
 }
 
+// TestBuildPlanKeepsRepository: a cluster running images from another
+// repository (kubeadm imageRepository, a mirror) is given the target tag
+// in that repository, and the repository alone is no change.
+func TestBuildPlanKeepsRepository(t *testing.T) {
+	in := inputs("v1.36.3", cluster("v1.35.4", "v1.35.4"))
+	for i := range in.Instances {
+		if in.Instances[i].Component != Kubelet {
+			in.Instances[i].Image = "mirror.local:5000/k8s/" + in.Instances[i].Component + ":v1.35.4"
+		}
+	}
+	p, err := BuildPlan(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range p.Hosts {
+		for _, c := range h.Components {
+			if c.Component != Kubelet && c.ToImage != "mirror.local:5000/k8s/"+c.Component+":v1.36.3" {
+				t.Errorf("%s %s: to %s", h.Host, c.Component, c.ToImage)
+			}
+		}
+	}
+	// Already at the target, from the mirror: nothing changes.
+	in = inputs("v1.36.3", cluster("v1.36.3", "v1.36.3"))
+	for i := range in.Instances {
+		if in.Instances[i].Component != Kubelet {
+			in.Instances[i].Image = "mirror.local:5000/k8s/" + in.Instances[i].Component + ":v1.36.3"
+		}
+	}
+	p, err = BuildPlan(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range p.Hosts {
+		for _, c := range h.Components {
+			if c.Changes {
+				t.Errorf("%s %s: a repository alone counted as a change: %s -> %s", h.Host, c.Component, c.FromImage, c.ToImage)
+			}
+		}
+	}
+	for _, tc := range []struct{ running, target, want string }{
+		{"", "registry.k8s.io/kube-apiserver:v1.36.3", "registry.k8s.io/kube-apiserver:v1.36.3"},
+		{"reg:5000/kube-apiserver@sha256:abc", "registry.k8s.io/kube-apiserver:v1.36.3", "reg:5000/kube-apiserver:v1.36.3"},
+		{"reg:5000/kube-apiserver:v1.35.4@sha256:abc", "registry.k8s.io/kube-apiserver:v1.36.3", "reg:5000/kube-apiserver:v1.36.3"},
+		{"kube-apiserver:v1.35.4", "registry.k8s.io/kube-apiserver:v1.36.3", "kube-apiserver:v1.36.3"},
+	} {
+		if got := KeepRepository(tc.running, tc.target); got != tc.want {
+			t.Errorf("KeepRepository(%q, %q) = %q, want %q", tc.running, tc.target, got, tc.want)
+		}
+	}
+}
+
 // TestBuildPlanRefusals: each bad input is refused with one message
 // naming it and what to do.
 func TestBuildPlanRefusals(t *testing.T) {

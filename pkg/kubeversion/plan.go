@@ -173,7 +173,7 @@ func BuildPlan(in Inputs) (*Plan, error) {
 		}
 		cp := ComponentPlan{Component: x.Component, FromVersion: x.Version, ToVersion: k.Version, FromImage: x.Image, FlagChanges: []FlagChange{}, FlagsKnown: true}
 		if x.Component != Kubelet {
-			cp.ToImage = k.Images[x.Component]
+			cp.ToImage = KeepRepository(x.Image, k.Images[x.Component])
 		}
 		v, err := Parse(x.Version)
 		cp.Changes = err != nil || v.Compare(tv) != 0 || cp.FromImage != cp.ToImage

@@ -103,6 +103,42 @@ func Parse(v string) (Semver, error) {
 	return Semver{n[0], n[1], n[2]}, nil
 }
 
+// KeepRepository is target with running's repository: a cluster pulling
+// from another repository (kubeadm's imageRepository, an air-gapped
+// mirror) keeps pulling from it and only the tag changes. A running
+// image without a repository, or an empty one, gives target unchanged.
+// A digest on running is dropped (it names the old image).
+func KeepRepository(running, target string) string {
+	repo := imageRepository(running)
+	tag := imageTag(target)
+	if repo == "" || tag == "" {
+		return target
+	}
+	return repo + ":" + tag
+}
+
+// imageRepository is ref without its tag and digest ("" for "").
+func imageRepository(ref string) string {
+	if i := strings.IndexByte(ref, '@'); i >= 0 {
+		ref = ref[:i]
+	}
+	if i := strings.LastIndexByte(ref, ':'); i > strings.LastIndexByte(ref, '/') {
+		ref = ref[:i]
+	}
+	return ref
+}
+
+// imageTag is ref's tag, "" when it has none.
+func imageTag(ref string) string {
+	if i := strings.IndexByte(ref, '@'); i >= 0 {
+		ref = ref[:i]
+	}
+	if i := strings.LastIndexByte(ref, ':'); i > strings.LastIndexByte(ref, '/') {
+		return ref[i+1:]
+	}
+	return ""
+}
+
 // images are kubeadm's names for a release's images (kubeadm's
 // images.GetControlPlaneImage and constants: "registry.k8s.io/NAME:TAG").
 func images(version, pause, etcd, coredns string) map[string]string {
