@@ -148,11 +148,22 @@ func (r *Reconciler) staleClaimsBelow(ctx context.Context, ec *v1alpha1.EtcdClus
 	if n <= 0 || ec.CreationTimestamp.IsZero() {
 		return nil
 	}
-	var list corev1.PersistentVolumeClaimList
-	if err := r.Client.List(ctx, &list, client.InNamespace(ec.Namespace)); err != nil {
-		return fmt.Errorf("read the member claims: %w", err)
+	// Each claim is read by name (data-NAME-I, I < n): the operator's role
+	// may get claims, not list them (least privilege: it never needs the
+	// namespace's other claims).
+	var claims []corev1.PersistentVolumeClaim
+	for i := range n {
+		var pvc corev1.PersistentVolumeClaim
+		err := r.Client.Get(ctx, client.ObjectKey{Namespace: ec.Namespace, Name: claimName(ec, i)}, &pvc)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("read the member claims: %w", err)
+		}
+		claims = append(claims, pvc)
 	}
-	stale := StaleClaims(ec, list.Items, n)
+	stale := StaleClaims(ec, claims, n)
 	if len(stale) == 0 {
 		return nil
 	}
