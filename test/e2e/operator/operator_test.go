@@ -2,6 +2,7 @@ package operator_test
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -57,7 +58,9 @@ func operatorCreate(t *testing.T, c *localkube.Cluster) {
 	st := got.Status
 	leaders := 0
 	for _, m := range st.Members {
-		if len(m.ID) != 16 || !m.Ready || m.Version == "" || (m.Role != "Leader" && m.Role != "Member") {
+		// An ID is etcd's, in hex without leading zeros as etcdctl
+		// prints it (15 digits one time in 16).
+		if id, err := strconv.ParseUint(m.ID, 16, 64); err != nil || id == 0 || !m.Ready || m.Version == "" || (m.Role != "Leader" && m.Role != "Member") {
 			t.Errorf("member %+v", m)
 		}
 		if m.Role == "Leader" {
