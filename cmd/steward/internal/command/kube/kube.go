@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
 
 	"github.com/etcd-steward/steward/cmd/steward/internal/cli"
 	"github.com/etcd-steward/steward/pkg/kstorage"
@@ -195,17 +196,7 @@ the hosts are; 'steward plan abort' stops it after its current step.`,
 }
 
 func runApply(cmd *cobra.Command, g *cli.Globals, o kubeOptions, to, prefix string) error {
-	if err := g.CheckOutput(); err != nil {
-		return err
-	}
-	if _, _, err := kubeversion.TargetOf(to); err != nil {
-		return err
-	}
-	kc, err := o.resolve(cmd, g)
-	if err != nil {
-		return err
-	}
-	cfg, err := kubeupgrade.RESTConfig(kc.Path)
+	kc, cfg, err := o.target(cmd, g, to)
 	if err != nil {
 		return err
 	}
@@ -227,6 +218,24 @@ func runApply(cmd *cobra.Command, g *cli.Globals, o kubeOptions, to, prefix stri
 		}
 	}
 	return err
+}
+
+// target is what `kube upgrade plan` and `apply` check and read first:
+// the output format, the target (one outside the catalogue is refused
+// before anything is read), the kubeconfig and its REST config.
+func (o kubeOptions) target(cmd *cobra.Command, g *cli.Globals, to string) (kubeupgrade.Kubeconfig, *rest.Config, error) {
+	if err := g.CheckOutput(); err != nil {
+		return kubeupgrade.Kubeconfig{}, nil, err
+	}
+	if _, _, err := kubeversion.TargetOf(to); err != nil {
+		return kubeupgrade.Kubeconfig{}, nil, err
+	}
+	kc, err := o.resolve(cmd, g)
+	if err != nil {
+		return kc, nil, err
+	}
+	cfg, err := kubeupgrade.RESTConfig(kc.Path)
+	return kc, cfg, err
 }
 
 // applyHint adds the dry run's advice, the agent flag a host lacks, and
@@ -277,18 +286,7 @@ check refuses the upgrade: the plan is printed and the command exits 1.`,
 }
 
 func runPlan(cmd *cobra.Command, g *cli.Globals, o kubeOptions, to, prefix string) error {
-	if err := g.CheckOutput(); err != nil {
-		return err
-	}
-	// A target outside the catalogue is refused before anything is read.
-	if _, _, err := kubeversion.TargetOf(to); err != nil {
-		return err
-	}
-	kc, err := o.resolve(cmd, g)
-	if err != nil {
-		return err
-	}
-	cfg, err := kubeupgrade.RESTConfig(kc.Path)
+	kc, cfg, err := o.target(cmd, g, to)
 	if err != nil {
 		return err
 	}
