@@ -27,12 +27,14 @@ type Digest struct {
 	Rev    int64  // the revision it covers
 	Head   int64  // the cluster's revision when it was read (Rev or newer)
 	Keys   int    // the keys it covers
+	Except int    // how many keys the caller named to leave out (found or not)
 	Sum    string // hex SHA-256
 }
 
 // ReadDigest reads the digest of the keys under prefix ("" for the whole
-// keyspace) at revision rev (0: the current one).
-func ReadDigest(ctx context.Context, kv clientv3.KV, prefix string, rev int64) (Digest, error) {
+// keyspace) at revision rev (0: the current one), leaving out the keys
+// named in except: those whose final state is unknown (Result.Unsettled).
+func ReadDigest(ctx context.Context, kv clientv3.KV, prefix string, rev int64, except ...string) (Digest, error) {
 	var opts []clientv3.OpOption
 	if prefix == "" {
 		opts = append(opts, clientv3.WithFromKey())
@@ -47,12 +49,16 @@ func ReadDigest(ctx context.Context, kv clientv3.KV, prefix string, rev int64) (
 		return Digest{}, fmt.Errorf("read the keyspace under %q at revision %d: %w", prefix, rev, err)
 	}
 	h := sha256.New()
-	d := Digest{Prefix: prefix, Rev: rev, Head: resp.Header.Revision}
+	skip := make(map[string]bool, len(except))
+	for _, k := range except {
+		skip[k] = true
+	}
+	d := Digest{Prefix: prefix, Rev: rev, Head: resp.Header.Revision, Except: len(skip)}
 	if rev <= 0 {
 		d.Rev = d.Head
 	}
 	for _, kv := range resp.Kvs {
-		if prefix == "" && bytes.HasPrefix(kv.Key, []byte(StewardPrefix)) {
+		if prefix == "" && bytes.HasPrefix(kv.Key, []byte(StewardPrefix)) || skip[string(kv.Key)] {
 			continue
 		}
 		d.Keys++
@@ -63,11 +69,11 @@ func ReadDigest(ctx context.Context, kv clientv3.KV, prefix string, rev int64) (
 }
 
 // TakeDigest is ReadDigest for a test (within 30 s); an error fails it.
-func TakeDigest(tb testing.TB, kv clientv3.KV, prefix string, rev int64) Digest {
+func TakeDigest(tb testing.TB, kv clientv3.KV, prefix string, rev int64, except ...string) Digest {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(tb.Context(), 30*time.Second)
 	defer cancel()
-	d, err := ReadDigest(ctx, kv, prefix, rev)
+	d, err := ReadDigest(ctx, kv, prefix, rev, except...)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -77,7 +83,7 @@ func TakeDigest(tb testing.TB, kv clientv3.KV, prefix string, rev int64) Digest 
 // Equal reports whether d and o cover the same keys with the same content
 // (the revisions they were read at may differ).
 func (d Digest) Equal(o Digest) bool {
-	return d.Prefix == o.Prefix && d.Keys == o.Keys && d.Sum == o.Sum
+	return d.Prefix == o.Prefix && d.Keys == o.Keys && d.Except == o.Except && d.Sum == o.Sum
 }
 
 func (d Digest) String() string {
@@ -85,7 +91,11 @@ func (d Digest) String() string {
 	if d.Prefix != "" {
 		what = fmt.Sprintf("%q", d.Prefix)
 	}
-	return fmt.Sprintf("%s at revision %d: %d keys, sha256 %.16s", what, d.Rev, d.Keys, d.Sum)
+	s := fmt.Sprintf("%s at revision %d: %d keys, sha256 %.16s", what, d.Rev, d.Keys, d.Sum)
+	if d.Except > 0 {
+		s += fmt.Sprintf(" (%d keys of unknown outcome left out)", d.Except)
+	}
+	return s
 }
 
 // RequireEqual fails the test unless got equals want, saying what was

@@ -1,6 +1,7 @@
 package workload_test
 
 import (
+	"strings"
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -71,5 +72,43 @@ func TestDigest(t *testing.T) {
 				t.Fatalf("digest at revision %d after the change: %s (read at %d); want %s", before, old, old.Head, da)
 			}
 		})
+	}
+}
+
+// TestDigestExcept: keys named as of unknown outcome are left out on both
+// sides, whether one side has them or not, and only digests that left out
+// the same number of keys compare equal.
+func TestDigestExcept(t *testing.T) {
+	a, b := newFakeKV(), newFakeKV()
+	load(t, a)
+	load(t, b)
+	// A late commit on b: app/a written again, and a key a failed
+	// write meant to create.
+	for _, k := range []string{"app/a", "app/late"} {
+		if _, err := b.apply([]string{k}, "9", 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if da, db := workload.TakeDigest(t, a, "", 0), workload.TakeDigest(t, b, "", 0); da.Equal(db) {
+		t.Fatalf("the late writes must show without except: %s and %s", da, db)
+	}
+	unsettled := []string{"app/a", "app/late"}
+	da, db := workload.TakeDigest(t, a, "", 0, unsettled...), workload.TakeDigest(t, b, "", 0, unsettled...)
+	if !da.Equal(db) || da.Keys != 2 || da.Except != 2 {
+		t.Fatalf("with the unsettled keys left out: %s and %s; want equal, 2 keys", da, db)
+	}
+	if !strings.Contains(da.String(), "2 keys of unknown outcome left out") {
+		t.Errorf("String does not say keys were left out: %s", da)
+	}
+	// A settled key that differs still shows.
+	if _, err := b.apply([]string{"app/b"}, "changed", 0); err != nil {
+		t.Fatal(err)
+	}
+	if db := workload.TakeDigest(t, b, "", 0, unsettled...); db.Equal(da) {
+		t.Fatalf("a settled key changed, the digest did not: %s", db)
+	}
+	// Left out differently: not comparable.
+	if d1, d2 := workload.TakeDigest(t, a, "other/", 0, "x"), workload.TakeDigest(t, a, "other/", 0); d1.Equal(d2) {
+		t.Fatalf("digests leaving out different key sets compare equal: %s and %s", d1, d2)
 	}
 }

@@ -376,6 +376,26 @@ func (r *Result) Keys() []string {
 	return keys
 }
 
+// Unsettled returns the keys whose final state the writer cannot know:
+// those of every write with a failed attempt. A timed-out attempt may
+// still be applied later (its proposal was in the leader's log when the
+// client gave up), after a retry's acknowledgement or after Stop, changing
+// the key's version and mod revision, or creating the key of a failed
+// write. Leave them out of a digest compared across such a window
+// (TakeDigest's except); RequireKeys still checks the acknowledged ones.
+func (r *Result) Unsettled() []string {
+	var keys []string
+	for _, wr := range r.Acked {
+		if wr.Attempts > 1 {
+			keys = append(keys, wr.Keys...)
+		}
+	}
+	for _, wr := range r.Failed {
+		keys = append(keys, wr.Keys...)
+	}
+	return keys
+}
+
 // Latencies returns the time each acknowledged write took, from its first
 // attempt to its acknowledgement, in ascending order.
 func (r *Result) Latencies() []time.Duration {

@@ -233,6 +233,21 @@ func TestWriterWrap(t *testing.T) {
 	workload.RequireKeys(t, f, r)
 }
 
+// TestUnsettled: the keys of writes with a failed attempt, acknowledged by
+// a retry or failed, are unsettled; those acknowledged at once are not.
+func TestUnsettled(t *testing.T) {
+	r := &workload.Result{
+		Acked: []workload.Write{
+			{Index: 0, Keys: []string{"w/0"}, Attempts: 1},
+			{Index: 1, Keys: []string{"w/1/0", "w/1/1"}, Attempts: 3},
+		},
+		Failed: []workload.Write{{Index: 2, Keys: []string{"w/2"}, Attempts: 20}},
+	}
+	if got, want := r.Unsettled(), []string{"w/1/0", "w/1/1", "w/2"}; !slices.Equal(got, want) {
+		t.Fatalf("Unsettled %v, want %v", got, want)
+	}
+}
+
 // TestResultTimes: Latencies and LongestGap from the record's times.
 func TestResultTimes(t *testing.T) {
 	t0 := time.Now()

@@ -186,7 +186,10 @@ func TestHostsPartitions(t *testing.T) {
 
 	t.Run("every host loses its data: recover restores from S3", func(t *testing.T) {
 		e := hs.Env.For(t)
-		want := workload.TakeDigest(t, cli, "", 0)
+		// The writer's keys of unknown outcome are left out: a timed-out
+		// attempt of the partitions may still be applied after this read
+		// (it failed CI once: the restored keyspace held such a write).
+		want := workload.TakeDigest(t, cli, "", 0, res.Unsettled()...)
 		harness.WaitBackedUp(t, e, want.Rev)
 		for _, m := range e.Spec().Members {
 			e.MustRun("member", "stop", "--force", m.Name)
@@ -203,7 +206,7 @@ func TestHostsPartitions(t *testing.T) {
 		})
 		after := hs.Client()
 		defer after.Close()
-		workload.RequireEqual(t, "keyspace restored from S3 across hosts", workload.TakeDigest(t, after, "", 0), want)
+		workload.RequireEqual(t, "keyspace restored from S3 across hosts", workload.TakeDigest(t, after, "", 0, res.Unsettled()...), want)
 		workload.RequireKeys(t, after, res)
 	})
 }
@@ -666,7 +669,7 @@ func TestHostsMembership(t *testing.T) {
 	}
 	t.Run("two hosts lost their data: recover reseeds from the third", func(t *testing.T) {
 		e := hs.Env.For(t)
-		want := workload.TakeDigest(t, cli, "", 0)
+		want := workload.TakeDigest(t, cli, "", 0, res.Unsettled()...)
 		e.MustRun("member", "stop", "--force", "etcd-1")
 		e.MustRun("member", "stop", "--force", "etcd-2")
 		for _, n := range []string{"1", "2"} {
@@ -692,7 +695,7 @@ func TestHostsMembership(t *testing.T) {
 		// At the newest revision: the reseed resumed above every revision
 		// served (the seed's database fetched from its host, rebuilt and
 		// staged there), and marked the older ones compacted.
-		got := workload.TakeDigest(t, after, "", 0)
+		got := workload.TakeDigest(t, after, "", 0, res.Unsettled()...)
 		if got.Rev <= want.Rev {
 			t.Errorf("after the reseed the cluster serves revision %d, not above %d", got.Rev, want.Rev)
 		}
