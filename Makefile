@@ -11,12 +11,15 @@ TEST_TIMEOUT  ?= 60m
 # E2E_TIMEOUT bounds each end-to-end test binary (one per area under
 # test/e2e/).
 E2E_TIMEOUT   ?= 45m
-# The end-to-end tests run side by side: E2E_P test binaries at once (go
-# test -p), each running up to E2E_PARALLEL of its t.Parallel tests at once;
-# every test has its own loopback address and directories (docs/testing.md,
+# The end-to-end tests run side by side: E2E_P test binaries at once (one of
+# them the local-Kubernetes packages, one after the other: hack/e2e.sh),
+# each running up to E2E_PARALLEL of its t.Parallel tests at once; every
+# test has its own loopback address and directories (docs/testing.md,
 # Running side by side, says how the degrees were measured).
 E2E_P         ?= 3
 E2E_PARALLEL  ?= 2
+# E2E_PKGS are the end-to-end packages make test-e2e-run runs.
+E2E_PKGS      ?= ./test/...
 # TEST_BIN is the steward binary every end-to-end package runs, built once.
 TEST_BIN      := $(CURDIR)/bin/steward-test
 # RACE is the unit tests' race detector flag; the end-to-end tests run a
@@ -155,14 +158,15 @@ test: etcd-binaries s3-server kube-apiserver containerd kube-node kube-binaries 
 	$(MAKE) --no-print-directory test-e2e-run
 
 ## test-e2e-run: the end-to-end tests alone, side by side, with their
-## prerequisites already built; the slowest tests are summarized at the end
-## and every event is kept in $(ARTIFACTS)/e2e.json. test/e2e/localkube
+## prerequisites already built (hack/e2e.sh: the local-Kubernetes packages
+## one after the other beside the others); the slowest tests are summarized
+## at the end and every event is kept in $(ARTIFACTS)/e2e.json. test/e2e/localkube
 ## brings up a cluster of each of $(KUBE_VERSIONS) and runs its smoke tests
 ## on each, as subtests named by the version (docs/kubernetes-local.md).
 test-e2e-run:
 	mkdir -p $(ARTIFACTS) bin
 	$(GO) build $(RACE) -o $(TEST_BIN) ./cmd/steward
-	STEWARD_KUBE_CACHE=$(KUBE_CACHE) STEWARD_IMAGES=$(IMAGES) STEWARD_TEST_KUBE_VERSIONS="$(KUBE_VERSIONS)" STEWARD_TEST_BINARY=$(TEST_BIN) STEWARD_TEST_STORE=$(STORE) STEWARD_TEST_RACE=$(if $(RACE),1,0) $(GO) test -json -count=1 -p $(E2E_P) -parallel $(E2E_PARALLEL) -timeout $(E2E_TIMEOUT) -artifacts -outputdir $(ARTIFACTS) ./test/... | $(GO) run ./hack/testtimes -save $(ARTIFACTS)/e2e.json
+	STEWARD_KUBE_CACHE=$(KUBE_CACHE) STEWARD_IMAGES=$(IMAGES) STEWARD_TEST_KUBE_VERSIONS="$(KUBE_VERSIONS)" STEWARD_TEST_BINARY=$(TEST_BIN) STEWARD_TEST_STORE=$(STORE) STEWARD_TEST_RACE=$(if $(RACE),1,0) GO=$(GO) E2E_P=$(E2E_P) E2E_PARALLEL=$(E2E_PARALLEL) E2E_TIMEOUT=$(E2E_TIMEOUT) ARTIFACTS=$(ARTIFACTS) E2E_PKGS="$(E2E_PKGS)" ./hack/e2e.sh
 
 test-unit:
 	$(GO) test $(RACE) -count=1 -short $(UNIT_PKGS)

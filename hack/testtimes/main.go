@@ -12,6 +12,10 @@
 //	go test -json ./test/... | go run ./hack/testtimes -save e2e.json
 //	go run ./hack/testtimes -quiet -n 20 < e2e.json
 //
+// -progress-only prints the progress and no tables: hack/e2e.sh runs two
+// go test processes side by side, each through its own testtimes, and
+// summarizes the events of both once at the end.
+//
 // Its exit code is 0 when it could read its input: the caller takes the
 // suite's result from go test (pipefail), so no failure is hidden here.
 package main
@@ -45,6 +49,7 @@ func main() {
 	n := flag.Int("n", 20, "how many of the slowest tests to list")
 	save := flag.String("save", "", "also write the events read to this file")
 	quiet := flag.Bool("quiet", false, "print the tables only")
+	progressOnly := flag.Bool("progress-only", false, "print the progress only, not the tables (hack/e2e.sh: one summary of several runs)")
 	flag.Parse()
 	in := io.Reader(os.Stdin)
 	if *save != "" {
@@ -60,7 +65,11 @@ func main() {
 	if *quiet {
 		progress = io.Discard
 	}
-	if err := run(in, progress, os.Stdout, *n); err != nil {
+	tables := io.Writer(os.Stdout)
+	if *progressOnly {
+		tables = io.Discard
+	}
+	if err := run(in, progress, tables, *n); err != nil {
 		fmt.Fprintln(os.Stderr, "testtimes:", err)
 		os.Exit(1)
 	}
