@@ -122,7 +122,11 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 	if !c.Spec.Backup.Continuous {
 		return errBackupsOff
 	}
-	seen, err := status.Get(ctx, c)
+	// The live members only (etcd and the agents), not a whole status:
+	// every standby agent asks every 2 s, and the conditions (the backup
+	// store's listing, a handshake with every member for its certificate)
+	// are nothing a round reads.
+	seen, err := status.LiveMembers(ctx, c)
 	if err != nil {
 		return err
 	}
@@ -541,7 +545,7 @@ func handOver(ctx context.Context, c *cluster.Cluster, cli *clientv3.Client, lea
 			return false
 		}
 	}
-	s, err := status.Get(ctx, c)
+	s, err := status.LiveMembers(ctx, c)
 	if err != nil || s.Cluster.Leader == "" || s.Cluster.Leader == leader.Name {
 		return false
 	}

@@ -204,7 +204,7 @@ func (a *autoLoop) round(ctx context.Context) {
 			// A stale journal (Reseeding while quorate): logged and left
 			// for the operator, never resumed (staleReseed).
 			if j.Reseeding {
-				if st, err := status.Get(ctx, c); err == nil {
+				if st, err := status.LiveMembers(ctx, c); err == nil {
 					if err := staleReseed(c, j, st.Cluster.Quorate); err != nil {
 						a.log.Error("not resuming the recorded recovery", "err", err)
 						a.record("wait", err.Error())
@@ -218,7 +218,11 @@ func (a *autoLoop) round(ctx context.Context) {
 		a.reset()
 		return
 	}
-	st, err := status.Get(ctx, c)
+	// The live members only: quorum, the members' processes and health,
+	// the agents' reachability are all Observe reads; the conditions
+	// (the backup store's listing, certificate handshakes) every 5 s
+	// would be work for nothing.
+	st, err := status.LiveMembers(ctx, c)
 	if err != nil {
 		a.reset()
 		return
