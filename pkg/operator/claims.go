@@ -85,12 +85,20 @@ func notOwned(ec *v1alpha1.EtcdCluster, kind string, o client.Object) error {
 	return notOwnedError(ec, []string{fmt.Sprintf("%s %s exists and %s", kind, o.GetName(), ownerText(ec, o))})
 }
 
-// foreign refuses objs when any of them exists and is not ec's.
+// foreign refuses objs when any of them exists and is not ec's. It reads
+// from the API server (APIReader): the cache would not show another
+// application's StatefulSet, Service or PodDisruptionBudget (it holds the
+// operator's own only), and the refusal must come before anything is
+// written.
 func (r *Reconciler) foreign(ctx context.Context, ec *v1alpha1.EtcdCluster, objs []client.Object) error {
+	var read client.Reader = r.Client
+	if r.APIReader != nil {
+		read = r.APIReader
+	}
 	var found []string
 	for _, want := range objs {
 		cur := want.DeepCopyObject().(client.Object)
-		err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), cur)
+		err := read.Get(ctx, client.ObjectKeyFromObject(want), cur)
 		if apierrors.IsNotFound(err) {
 			continue
 		} else if err != nil {

@@ -184,3 +184,23 @@ func TestVolumesFromMembers(t *testing.T) {
 		t.Errorf("not started: %+v", v)
 	}
 }
+
+// TestForeignAsksTheAPIServer: the operator's cache holds only its own
+// objects of the kinds it watches, so another application's Service is
+// invisible there; foreign reads through APIReader and refuses it before
+// anything is written.
+func TestForeignAsksTheAPIServer(t *testing.T) {
+	ec := testCluster()
+	theirs := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "db-client", Namespace: "prod"}}
+	cache, _ := newReconciler(t, ec)             // what the filtered cache shows: not theirs
+	_, apiServer := newReconciler(t, ec, theirs) // what the API server has
+	r := &Reconciler{Client: cache.Client}
+	if err := r.foreign(t.Context(), ec, []client.Object{ClientService(ec)}); err != nil {
+		t.Fatalf("the cache alone cannot see it (the defect this guards): %v", err)
+	}
+	r.APIReader = apiServer
+	err := r.foreign(t.Context(), ec, []client.Object{ClientService(ec)})
+	if !errors.Is(err, ErrNotOwned) || !strings.Contains(err.Error(), "Service db-client exists and it has no controller") {
+		t.Fatalf("want the Service refused through the API server: %v", err)
+	}
+}

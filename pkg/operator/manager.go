@@ -213,7 +213,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	r := &Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("steward-operator"), Config: cfg}
+	r := &Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("steward-operator"), Config: cfg}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return err
 	}

@@ -80,9 +80,14 @@ const MaxConcurrentReconciles = 4
 // of a resource has one reconcile writing it. Config and the client never
 // change after SetupWithManager; the fields below say their locks.
 type Reconciler struct {
-	Client   client.Client
-	Recorder events.EventRecorder
-	Config   Config
+	Client client.Client
+	// APIReader reads from the API server, never the cache (nil: Client):
+	// the cache holds only the operator's own objects of the kinds it
+	// watches (cacheOptions), so a check for someone else's object of
+	// those kinds (foreign) must ask the API server.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	Config    Config
 
 	// mu guards ops.
 	mu sync.Mutex
@@ -273,6 +278,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			if rerr != nil {
 				log.Error(rerr, "recovery lock")
 			}
+		} else if what, busy := r.versionPlanBusy(ec.Namespace+"/"+ec.Name, c); busy {
+			// A version plan moves the members one by one and saves the
+			// spec as it goes: replacing or scaling beside it would save
+			// another copy of the spec over its records (one writer of a
+			// Steward directory at a time). spec.replicas waits for it.
+			sc := metav1.Condition{Type: ConditionScaled, Status: metav1.ConditionFalse, Reason: "UpgradeInProgress",
+				Message: what + " runs: members are replaced and spec.replicas acted on once it ends"}
+			o.Scaled = &sc
 		} else if did, err := r.replaceLost(ctx, &ec, c, st); err != nil {
 			log.Error(err, "replace")
 		} else if !did {

@@ -146,6 +146,17 @@ func runningVersion(st *status.Status) string {
 	return v
 }
 
+// versionUnknown reports whether a member's version is unknown (it did not
+// answer the status).
+func versionUnknown(st *status.Status) bool {
+	for _, m := range st.Members {
+		if m.Version == "" {
+			return true
+		}
+	}
+	return false
+}
+
 // versionRunner runs the version plans of the resources, one at a time
 // per resource, in goroutines of the operator.
 type versionRunner struct {
@@ -197,6 +208,35 @@ func (v *versionRunner) refusal(key string) (versionRefusal, bool) {
 	defer v.mu.Unlock()
 	r, ok := v.refused[key]
 	return r, ok
+}
+
+// versionPlanBusy reports whether a version plan of the resource key runs
+// or must be resumed first, and which: its goroutine runs (busy), a
+// process holds the plan store's lock, or the latest plan is an upgrade
+// or rollback still Pending or Running (an operator restarted mid-plan:
+// reconcileVersion resumes it). A Failed plan does not hold membership
+// back: it waits for the user, who may need to scale to fix it.
+func (r *Reconciler) versionPlanBusy(key string, c *cluster.Cluster) (string, bool) {
+	what, running := r.versions.busy(key)
+	store := c.Plans()
+	latest, err := store.Latest()
+	if err != nil {
+		latest = nil // none, or unreadable: reconcileVersion reports it
+	}
+	return versionPlanHolds(what, running, store.Locked(), latest)
+}
+
+// versionPlanHolds is versionPlanBusy's decision, pure.
+func versionPlanHolds(what string, running, locked bool, latest *plan.Plan) (string, bool) {
+	switch {
+	case running:
+		return "the version plan (" + what + ")", true
+	case isVersionPlan(latest) && (latest.State == plan.Pending || latest.State == plan.Running):
+		return fmt.Sprintf("%s plan %s", latest.Kind, latest.ID), true
+	case locked:
+		return "a plan (its store is locked)", true
+	}
+	return "", false
 }
 
 // refuse records a refusal; it reports whether its message is new.
@@ -258,8 +298,12 @@ func (r *Reconciler) reconcileVersion(ctx context.Context, ec *v1alpha1.EtcdClus
 		r.startVersion(ctx, ec, run, key, d)
 		return nil
 	}
-	if st == nil {
-		return nil // the status is unknown: wait for it
+	if st == nil || versionUnknown(st) {
+		// The status is unknown, or a member's version is (its pod
+		// restarting, its node drained): running is "" then, and an
+		// upgrade to what already runs would be planned and refused.
+		// Decide once every member answers.
+		return nil
 	}
 	if rf, ok := r.versions.refusal(key); ok && rf.generation == ec.Generation && rf.want == d.To && time.Since(rf.at) < refusalRetry {
 		return refusedCondition(rf.msg)

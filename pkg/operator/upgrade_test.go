@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -131,5 +132,56 @@ func TestStatusVersionMixed(t *testing.T) {
 				t.Errorf("%s: members[%d].version %q, want %q", tc.name, i, m.Version, tc.versions[i])
 			}
 		}
+	}
+}
+
+// TestVersionPlanHolds: membership waits while a version plan runs or
+// must be resumed (its goroutine, a Pending or Running upgrade or rollback
+// record, the store's lock), and not for a failed or done plan, nor for a
+// plan of another kind.
+func TestVersionPlanHolds(t *testing.T) {
+	p := func(k plan.Kind, s plan.State) *plan.Plan { return &plan.Plan{ID: "p1", Kind: k, State: s} }
+	for _, tc := range []struct {
+		name          string
+		running       bool
+		locked        bool
+		latest        *plan.Plan
+		want          bool
+		wantSubstring string
+	}{
+		{name: "nothing", want: false},
+		{name: "goroutine", running: true, want: true, wantSubstring: "the version plan (upgrade)"},
+		{name: "upgrade running after a restart", latest: p(plan.KindUpgrade, plan.Running), want: true, wantSubstring: "upgrade plan p1"},
+		{name: "rollback pending", latest: p(plan.KindRollback, plan.Pending), want: true, wantSubstring: "rollback plan p1"},
+		{name: "store locked", locked: true, want: true, wantSubstring: "locked"},
+		{name: "upgrade failed", latest: p(plan.KindUpgrade, plan.Failed), want: false},
+		{name: "upgrade done", latest: p(plan.KindUpgrade, plan.Done), want: false},
+		{name: "other kind running", latest: p(plan.KindAdopt, plan.Running), want: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			what, got := versionPlanHolds("upgrade", tc.running, tc.locked, tc.latest)
+			if got != tc.want || !strings.Contains(what, tc.wantSubstring) {
+				t.Fatalf("versionPlanHolds = %q, %v; want %v naming %q", what, got, tc.want, tc.wantSubstring)
+			}
+		})
+	}
+}
+
+// TestVersionUnknown: a member that did not answer (no version) holds a
+// version decision back; members that all answered, even with differing
+// versions (a plan stopped half-way), do not.
+func TestVersionUnknown(t *testing.T) {
+	st := func(vs ...string) *status.Status {
+		s := &status.Status{}
+		for i, v := range vs {
+			s.Members = append(s.Members, status.MemberStatus{Name: fmt.Sprint("db-", i), Version: v})
+		}
+		return s
+	}
+	if !versionUnknown(st("3.6.16", "", "3.6.16")) {
+		t.Error("a member without a version: want unknown")
+	}
+	if versionUnknown(st("3.6.16", "3.7.3", "3.6.16")) || versionUnknown(st("3.6.16", "3.6.16", "3.6.16")) {
+		t.Error("every member answered: want known")
 	}
 }

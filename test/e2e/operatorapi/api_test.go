@@ -248,6 +248,9 @@ func TestOperatorAPI(t *testing.T) {
 			{"delete", "namespaces", "", false},
 			{"create", "deployments.apps", "any", false},
 			{"create", "leases.coordination.k8s.io", "steward-system", true},
+			// Leader election's Lease lock gets, creates and updates only.
+			{"delete", "leases.coordination.k8s.io", "steward-system", false},
+			{"list", "leases.coordination.k8s.io", "steward-system", false},
 		} {
 			// RESOURCE/SUB is a subresource (kubectl reads RESOURCE/NAME
 			// as an object's name).
