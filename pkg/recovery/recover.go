@@ -322,6 +322,12 @@ func run(ctx context.Context, c *cluster.Cluster, d runDeps) (Report, error) {
 		if err != nil {
 			return rep, err
 		}
+		if stale, why := earlierTimeline(f, c.Spec.Timeline); stale {
+			// Not this timeline's data: counted as lost, so that it is
+			// never started beside the timeline's members (a restore into
+			// the seed whose run was interrupted leaves exactly that mix).
+			f.State, f.Problem = datadir.Invalid, why
+		}
 		note := ""
 		if f.State == datadir.Valid && f.Revision < rep.NewestBackupRevision {
 			// Not disqualifying: the member replays its WAL on start, and
@@ -386,6 +392,22 @@ func run(ctx context.Context, c *cluster.Cluster, d runDeps) (Report, error) {
 	}
 	c.Progress.Say("only %d of %d members have valid data (quorum %d), none of them as new as the newest backup: restoring from backup into one member, then adding the others", valid, len(c.Spec.Members), quorum)
 	return rep, recoverFromSeed(ctx, c, &rep, c.Spec.Members[0], true)
+}
+
+// earlierTimeline reports whether a valid data dir holds an earlier
+// timeline's data: a restore began the spec's timeline at tl.StartRevision
+// (the revision etcd resumed above), and every member of this timeline was
+// restored there or joined since, so a database below it was never part of
+// this timeline. Started beside a restored member (same member and cluster
+// IDs, a longer raft log), its old history would win the election and
+// overwrite the restored one: the revisions served would go backwards and
+// the writes of the backup would be lost.
+func earlierTimeline(f datadir.Finding, tl *spec.Timeline) (bool, string) {
+	if f.State != datadir.Valid || tl == nil || tl.StartRevision <= 0 || f.Revision >= tl.StartRevision {
+		return false, ""
+	}
+	return true, fmt.Sprintf("its database (revision %d) is of an earlier timeline than the cluster's timeline %d, which began at revision %d: not started beside it (it would be replaced)",
+		f.Revision, tl.ID, tl.StartRevision)
 }
 
 // recoverFromSeed is DEP-01's recovery of a cluster whose majority lost

@@ -10,6 +10,7 @@ import (
 
 	"github.com/etcd-steward/steward/internal/filelock"
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/pkg/datadir"
 	"github.com/etcd-steward/steward/pkg/handover"
 	"github.com/etcd-steward/steward/pkg/spec"
 	"github.com/etcd-steward/steward/pkg/status"
@@ -255,5 +256,36 @@ func TestAutoResumeRechecksDecide(t *testing.T) {
 	f = &fakeViews{t: t, views: []fakeView{{st: unseen}}}
 	if err := (runDeps{view: f.view}).proven(t.Context(), c, "x"); err != nil {
 		t.Fatalf("proven for a manual recovery: %v, want no check", err)
+	}
+}
+
+// TestEarlierTimeline: a valid data dir below the revision the spec's
+// timeline began at is of an earlier timeline (a restore into the seed
+// interrupted before the seed ran alone leaves the old members' data
+// beside it) and is not counted; one at or above it is; without a
+// timeline (never restored) every valid data dir counts.
+func TestEarlierTimeline(t *testing.T) {
+	tl := &spec.Timeline{ID: 2, Parent: 1, BranchRevision: 355, StartRevision: 1_000_000_355}
+	for _, tc := range []struct {
+		name string
+		f    datadir.Finding
+		tl   *spec.Timeline
+		want bool
+	}{
+		{"old member beside a restored seed", datadir.Finding{State: datadir.Valid, Revision: 420}, tl, true},
+		{"the restored seed", datadir.Finding{State: datadir.Valid, Revision: 1_000_000_355}, tl, false},
+		{"a member of this timeline", datadir.Finding{State: datadir.Valid, Revision: 1_000_000_900}, tl, false},
+		{"never restored", datadir.Finding{State: datadir.Valid, Revision: 420}, nil, false},
+		{"empty", datadir.Finding{State: datadir.Empty}, tl, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, why := earlierTimeline(tc.f, tc.tl)
+			if got != tc.want || got != (why != "") {
+				t.Fatalf("earlierTimeline = %v %q, want %v", got, why, tc.want)
+			}
+			if got && !strings.Contains(why, "earlier timeline than the cluster's timeline 2, which began at revision 1000000355") {
+				t.Errorf("reason %q", why)
+			}
+		})
 	}
 }
