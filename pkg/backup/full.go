@@ -843,11 +843,35 @@ func putWithManifestHook(ctx context.Context, s Store, auth *AuthKey, m *Manifes
 		between()
 	}
 	b, _ := json.MarshalIndent(m, "", "  ")
-	if err := s.Put(ctx, manifestName(m.Kind, m.ID), bytes.NewReader(b)); err != nil {
-		_ = s.Delete(ctx, m.Object)
+	name := manifestName(m.Kind, m.ID)
+	if err := s.Put(ctx, name, bytes.NewReader(b)); err != nil {
+		// The manifest may be stored all the same (a retried PUT whose
+		// first attempt landed answers "already exists"; a local store's
+		// directory sync failing after the link): then the backup is
+		// committed, and deleting its object would leave a trusted
+		// manifest without it, breaking every restore past it. Read it
+		// back: the same bytes are a success; the object is deleted only
+		// when the manifest is surely absent.
+		switch got, gerr := readAll(ctx, s, name); {
+		case gerr == nil && bytes.Equal(got, b):
+			return nil
+		case errors.Is(gerr, ErrNotExist):
+			_ = s.Delete(ctx, m.Object)
+		}
 		return fmt.Errorf("upload manifest of %s: %w", m.ID, err)
 	}
 	return nil
+}
+
+// readAll reads a stored object whole (at most maxManifestBytes: a
+// manifest).
+func readAll(ctx context.Context, s Store, name string) ([]byte, error) {
+	rc, err := s.Get(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	return io.ReadAll(io.LimitReader(rc, maxManifestBytes))
 }
 
 type countWriter struct {

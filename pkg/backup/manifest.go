@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"sort"
 	"strings"
 	"time"
@@ -228,13 +227,11 @@ func Find(ctx context.Context, s Store, o ListOptions, id string) (Manifest, err
 	return l.Find(id, s.String())
 }
 
+// maxManifestBytes bounds what is read of a manifest object.
+const maxManifestBytes = 1 << 20
+
 func readManifest(ctx context.Context, s Store, name string, key *AuthKey) (Manifest, error) {
-	rc, err := s.Get(ctx, name)
-	if err != nil {
-		return Manifest{}, err
-	}
-	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, 1<<20))
+	b, err := readAll(ctx, s, name)
 	if err != nil {
 		return Manifest{}, err
 	}

@@ -2,6 +2,10 @@ package backup
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -215,5 +219,60 @@ func TestLocalStorePutRace(t *testing.T) {
 	names, err := s.List(t.Context(), "timelines/")
 	if err != nil || len(names) != 1 {
 		t.Fatalf("List = %v, %v; want the one object (no temporary left listed)", names, err)
+	}
+}
+
+// manifestPutFails is a store whose Put of a manifest fails: after storing
+// it (landed, its reply lost) or before (not stored).
+type manifestPutFails struct {
+	*LocalStore
+	landed bool
+}
+
+func (s manifestPutFails) Put(ctx context.Context, name string, r io.Reader) error {
+	if !strings.HasSuffix(name, ".json") { // an object, not a manifest (manifestName)
+		return s.LocalStore.Put(ctx, name, r)
+	}
+	if s.landed {
+		if err := s.LocalStore.Put(ctx, name, r); err != nil {
+			return err
+		}
+	}
+	return errors.New("connection reset by peer")
+}
+
+// TestManifestPutFailure: a manifest whose upload failed but that landed
+// (the same bytes read back) commits the backup, its object kept; one that
+// did not land fails the backup and its object is deleted; either way no
+// manifest is ever left without its object.
+func TestManifestPutFailure(t *testing.T) {
+	for _, landed := range []bool{true, false} {
+		t.Run(fmt.Sprint("landed=", landed), func(t *testing.T) {
+			ls, err := NewLocalStore(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := manifestPutFails{LocalStore: ls, landed: landed}
+			auth := NewAuthKey([32]byte{1})
+			var obj bytes.Buffer
+			size, sum, err := packStream(&obj, bytes.NewReader(bytes.Repeat([]byte("snapshot"), 1000)), nil, zstd.SpeedFastest)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := Manifest{ID: NewID(KindFull, time.Now(), 7), Kind: KindFull, StartRevision: 1, EndRevision: 7,
+				RawSize: 8000, Size: size, SHA256: sum, Compression: "zstd", CreatedAt: time.Now().UTC()}
+			err = putWithManifest(t.Context(), s, auth, &m, &obj)
+			_, objErr := ls.Get(t.Context(), m.Object)
+			_, manErr := ls.Get(t.Context(), manifestName(m.Kind, m.ID))
+			if landed {
+				if err != nil || objErr != nil || manErr != nil {
+					t.Fatalf("a manifest that landed: err %v, object %v, manifest %v; want success with both stored", err, objErr, manErr)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), "connection reset") || !errors.Is(objErr, ErrNotExist) || !errors.Is(manErr, ErrNotExist) {
+				t.Fatalf("a manifest that did not land: err %v, object %v, manifest %v; want the error, neither stored", err, objErr, manErr)
+			}
+		})
 	}
 }
