@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path"
 	"strings"
+	"time"
 
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/cluster"
@@ -203,6 +204,16 @@ func (s *storeSource) fetch(ctx context.Context, dst string) (prepared, error) {
 		if msg := replayed(m, p.revision, o); msg != "" {
 			s.c.Progress.Say("%s", msg)
 		}
+	}
+	// A time with a gap after the chain: the replay stopping before the
+	// chain's end proves every later revision, the gap's included, was
+	// recorded after the time (the events' times follow their revisions);
+	// one that reached the end cannot tell whether revisions missing in the
+	// gap were written before it, and a restore "as of" that time could
+	// silently lack them.
+	if !o.ToTime.IsZero() && o.ToRevision == 0 && len(s.chain.GapAfter) > 0 && p.revision >= s.chain.End {
+		return p, &GapError{Refusal: refusal.Refusal{Kind: ErrChainGap, Msg: fmt.Sprintf("the delta chain after %s has a gap after revision %d (revisions %d to %d are missing), and %s is after the chain's last recorded change: the missing revisions may have been written before it",
+			m.ID, s.chain.End, s.chain.End+1, s.chain.GapAfter[0].StartRevision-1, o.ToTime.UTC().Format(time.RFC3339Nano))}, End: s.chain.End}
 	}
 	if o.ToRevision > 0 && o.ToTime.IsZero() && p.revision != o.ToRevision {
 		return p, fmt.Errorf("revision %d is outside the backed-up range: the chain from %s reaches revision %d", o.ToRevision, m.ID, p.revision)

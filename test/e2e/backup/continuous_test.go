@@ -294,6 +294,12 @@ func TestDeltaBadInput(t *testing.T) {
 	if !strings.Contains(out, "outside the backed-up range") {
 		t.Errorf("restore beyond the range: %s", out)
 	}
+	// A time after the gap: the revisions missing may have been written
+	// before it (it restored up to the gap silently before).
+	out = e.MustFail("restore", "--force", "--to-time", time.Now().UTC().Format(time.RFC3339Nano))
+	if !strings.Contains(out, "has a gap") || !strings.Contains(out, "may have been written before it") || !strings.Contains(out, fmt.Sprintf("--to-revision %d", mid.StartRevision-1)) {
+		t.Errorf("restore --to-time after a gap: %s", out)
+	}
 	if aside, _ := filepath.Glob(dataDir + ".pre-restore-*"); len(aside) > 0 {
 		t.Errorf("refused restores moved data aside: %v", aside)
 	}
