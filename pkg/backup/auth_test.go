@@ -296,6 +296,45 @@ func TestApplyChecksDeltaRange(t *testing.T) {
 	}
 }
 
+// TestVerifyDeltaChecksContinuity: a segment whose range matches its
+// manifest but that skips a revision inside (5 to 9 without 7) fails
+// verification, as it would fail a restore (the delta reader checks that
+// each event follows the one before).
+func TestVerifyDeltaChecksContinuity(t *testing.T) {
+	ctx := t.Context()
+	s, err := NewLocalStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	w := NewDeltaWriter(&buf)
+	for _, rev := range []int64{5, 6, 8, 9} {
+		kv := mvccpb.KeyValue{Key: []byte(fmt.Sprintf("k%d", rev)), Value: []byte("v"), CreateRevision: rev, ModRevision: rev, Version: 1}
+		if err := w.Event('P', 0, &kv); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	seg := buf.Bytes()
+	m, err := PutDelta(ctx, s, nil, testAuthKey(1), DeltaInfo{ClusterID: "abc", Start: 5, End: 9, Events: 4, Now: time.Now()}, seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = VerifyDelta(ctx, s, m, nil, t.TempDir())
+	if err == nil || !strings.Contains(err.Error(), "event at revision 8.0 follows 6.0") {
+		t.Fatalf("VerifyDelta of a segment without revision 7: %v", err)
+	}
+	whole, err := PutDelta(ctx, s, nil, testAuthKey(1), DeltaInfo{ClusterID: "abc", Start: 5, End: 9, Events: 5, Now: time.Now().Add(time.Second)}, testSegment(t, 5, 9))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := VerifyDelta(ctx, s, whole, nil, t.TempDir()); err != nil {
+		t.Fatalf("VerifyDelta of a whole segment: %v", err)
+	}
+}
+
 // TestDeltaReaderErrors: a truncated event length says so, with its cause.
 func TestDeltaReaderErrors(t *testing.T) {
 	for name, tc := range map[string]struct {
