@@ -148,7 +148,7 @@ func Compact(ctx context.Context, s Store, o CompactOptions) (CompactResult, err
 	if last != end {
 		return CompactResult{}, fmt.Errorf("compact %s: its deltas end at revision %d, the replay at %d", ch.Full.ID, end, last)
 	}
-	want, err := KeyspaceDigest(db)
+	want, err := KeyspaceDigest(ctx, db)
 	if err != nil {
 		return CompactResult{}, fmt.Errorf("compact %s: %w", ch.Full.ID, err)
 	}
@@ -156,13 +156,13 @@ func Compact(ctx context.Context, s Store, o CompactOptions) (CompactResult, err
 	// chain's end into a new file.
 	replayed := db
 	db = filepath.Join(tmp, "compacted.db")
-	if err := compactDatabase(replayed, db, end); err != nil {
+	if err := compactDatabase(ctx, replayed, db, end); err != nil {
 		return CompactResult{}, fmt.Errorf("compact %s: %w", ch.Full.ID, err)
 	}
 	if err := os.Remove(replayed); err != nil {
 		return CompactResult{}, err
 	}
-	rawSize, err := appendChecksum(db)
+	rawSize, err := appendChecksum(ctx, db)
 	if err != nil {
 		return CompactResult{}, fmt.Errorf("compact %s: %w", ch.Full.ID, err)
 	}
@@ -179,7 +179,7 @@ func Compact(ctx context.Context, s Store, o CompactOptions) (CompactResult, err
 	if err != nil {
 		return CompactResult{}, err
 	}
-	size, sum, err := packFile(packed, db, o.Key, level)
+	size, sum, err := packFile(ctx, packed, db, o.Key, level)
 	if err != nil {
 		return CompactResult{}, fmt.Errorf("compact %s: %w", ch.Full.ID, err)
 	}
@@ -251,7 +251,7 @@ func checkFolded(ctx context.Context, dir, packed string, m Manifest, key *Key, 
 		return fmt.Errorf("the folded backup fails its checks: %w", err)
 	}
 	defer os.Remove(back)
-	got, err := KeyspaceDigest(back)
+	got, err := KeyspaceDigest(ctx, back)
 	if err != nil {
 		return err
 	}
@@ -263,14 +263,14 @@ func checkFolded(ctx context.Context, dir, packed string, m Manifest, key *Key, 
 
 // appendChecksum appends the SHA-256 of a database file to it, as etcd does
 // to a snapshot, and returns the new size.
-func appendChecksum(path string) (int64, error) {
+func appendChecksum(ctx context.Context, path string) (int64, error) {
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		return 0, err
 	}
 	defer f.Close()
 	h := sha256.New()
-	n, err := io.Copy(h, f)
+	n, err := io.Copy(h, ctxReader{ctx, f})
 	if err != nil {
 		return 0, err
 	}
@@ -284,7 +284,7 @@ func appendChecksum(path string) (int64, error) {
 }
 
 // packFile packs (zstd, optionally encrypted) src into a new file dst.
-func packFile(dst, src string, key *Key, level zstd.EncoderLevel) (int64, string, error) {
+func packFile(ctx context.Context, dst, src string, key *Key, level zstd.EncoderLevel) (int64, string, error) {
 	in, err := os.Open(src)
 	if err != nil {
 		return 0, "", err
@@ -295,7 +295,7 @@ func packFile(dst, src string, key *Key, level zstd.EncoderLevel) (int64, string
 		return 0, "", err
 	}
 	defer out.Close()
-	size, sum, err := packStream(out, in, key, level)
+	size, sum, err := packStream(out, ctxReader{ctx, in}, key, level)
 	if err != nil {
 		return 0, "", err
 	}
@@ -312,7 +312,7 @@ func packFile(dst, src string, key *Key, level zstd.EncoderLevel) (int64, string
 // starts), newest first, each with its revision; then every record of the
 // lease and auth buckets in key order. Each part is length-prefixed.
 // Membership and meta records (which a restore rewrites) are not covered.
-func KeyspaceDigest(path string) (string, error) {
+func KeyspaceDigest(ctx context.Context, path string) (string, error) {
 	db, err := bolt.Open(path, 0o400, &bolt.Options{ReadOnly: true, Timeout: 2 * time.Second})
 	if err != nil {
 		return "", fmt.Errorf("open database %s: %w", path, err)
@@ -331,7 +331,7 @@ func KeyspaceDigest(path string) (string, error) {
 			return fmt.Errorf("%s has no key bucket: not an etcd v3 database", path)
 		}
 		put([]byte("key"))
-		if err := liveRecords(kb, func(k, v []byte) error { put(k); put(v); return nil }); err != nil {
+		if err := liveRecords(ctx, kb, func(k, v []byte) error { put(k); put(v); return nil }); err != nil {
 			return err
 		}
 		for _, name := range keyspaceBuckets[1:] {
@@ -356,11 +356,15 @@ func KeyspaceDigest(path string) (string, error) {
 // bucket that is the newest of its key and not a deletion: what etcd keeps
 // of the bucket when it compacts at its newest revision. Records without a
 // value (a restore's revision marker) are not any key's.
-func liveRecords(kb *bolt.Bucket, fn func(rev, v []byte) error) error {
+func liveRecords(ctx context.Context, kb *bolt.Bucket, fn func(rev, v []byte) error) error {
 	seen := map[string]struct{}{}
 	var kv mvccpb.KeyValue
 	c := kb.Cursor()
+	n := 0
 	for k, v := c.Last(); k != nil; k, v = c.Prev() {
+		if n++; n%4096 == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
 		if len(v) == 0 {
 			continue
 		}
@@ -387,7 +391,7 @@ func liveRecords(kb *bolt.Bucket, fn func(rev, v []byte) error) error {
 // other bucket as it is, and the compaction marks set to rev. The history
 // a delta chain accumulates goes, so the folded backup's size follows the
 // live keyspace, not the cluster's age.
-func compactDatabase(src, dst string, rev int64) error {
+func compactDatabase(ctx context.Context, src, dst string, rev int64) error {
 	sdb, err := bolt.Open(src, 0o400, &bolt.Options{ReadOnly: true, Timeout: 2 * time.Second})
 	if err != nil {
 		return fmt.Errorf("open database %s: %w", src, err)
@@ -408,13 +412,16 @@ func compactDatabase(src, dst string, rev int64) error {
 		return fmt.Errorf("%s has no key bucket: not an etcd v3 database", src)
 	}
 	live := map[string]struct{}{}
-	if err := liveRecords(kb, func(k, _ []byte) error { live[string(k)] = struct{}{}; return nil }); err != nil {
+	if err := liveRecords(ctx, kb, func(k, _ []byte) error { live[string(k)] = struct{}{}; return nil }); err != nil {
 		return err
 	}
 	err = stx.ForEach(func(name []byte, b *bolt.Bucket) error {
 		keep := func([]byte) bool { return true }
 		if string(name) == "key" {
 			keep = func(k []byte) bool { _, ok := live[string(k)]; return ok }
+		}
+		if err := ctx.Err(); err != nil {
+			return err
 		}
 		return copyBucket(ddb, string(name), b, keep)
 	})

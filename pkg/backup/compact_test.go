@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"github.com/klauspost/compress/zstd"
 	"os"
@@ -168,7 +169,7 @@ func replayDigest(t *testing.T, s Store, key *Key, c Chain) string {
 			t.Fatal(err)
 		}
 	}
-	d, err := KeyspaceDigest(db)
+	d, err := KeyspaceDigest(t.Context(), db)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,5 +334,28 @@ func writeObject(t *testing.T, s *LocalStore, name string, b []byte) {
 	}
 	if err := os.WriteFile(p, b, 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCompactStopsWhenCanceled: the folding steps honour their context (a
+// backup leader that loses its leadership waits for its compaction before
+// it resigns, and the next leader's campaign waits for that): a canceled
+// one stops the database compaction and the digest at once.
+func TestCompactStopsWhenCanceled(t *testing.T) {
+	s, chain := compactStore(t, nil, testAuthKey(3))
+	db := filepath.Join(t.TempDir(), "replay.db")
+	if err := FetchDatabase(t.Context(), s, chain.Full, nil, db); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := compactDatabase(ctx, db, filepath.Join(t.TempDir(), "compacted.db"), chain.Full.EndRevision); !errors.Is(err, context.Canceled) {
+		t.Errorf("compactDatabase canceled: %v", err)
+	}
+	if _, _, err := packFile(ctx, filepath.Join(t.TempDir(), "packed"), db, nil, zstd.SpeedFastest); !errors.Is(err, context.Canceled) {
+		t.Errorf("packFile canceled: %v", err)
+	}
+	if _, err := appendChecksum(ctx, db); !errors.Is(err, context.Canceled) {
+		t.Errorf("appendChecksum canceled: %v", err)
 	}
 }
