@@ -204,10 +204,20 @@ func (c *Coordinator) CurrentOwner(ctx context.Context) (Owner, error) {
 		if err := c.read(ctx, n, "owner", &o); err != nil {
 			continue // unsigned or forged: never trusted
 		}
+		// The signature covers the record, not its name: a signed
+		// record copied under a higher generation's name would make an
+		// old owner current again (and a superseded coordinator pass
+		// Check). Only a record under its own generation's name counts.
+		if n != ownerName(o.Generation) {
+			continue
+		}
 		return o, nil
 	}
 	return Owner{}, nil
 }
+
+// ownerName is the store object of generation g's owner record.
+func ownerName(g int64) string { return fmt.Sprintf("%sowner/%010d", prefix, g) }
 
 // generation returns this coordinator's generation, claiming generation 1
 // when neither it nor the store has one, and fails with ErrSuperseded
@@ -249,7 +259,7 @@ func (c *Coordinator) Check(ctx context.Context) error {
 func (c *Coordinator) claim(ctx context.Context, g int64) error {
 	host, _ := os.Hostname()
 	o := Owner{Generation: g, Host: host, Dir: c.Dir, Since: time.Now().UTC()}
-	if err := c.write(ctx, fmt.Sprintf("%sowner/%010d", prefix, g), "owner", o); err != nil {
+	if err := c.write(ctx, ownerName(g), "owner", o); err != nil {
 		return err
 	}
 	return c.setLocalGeneration(g)

@@ -1,7 +1,9 @@
 package handover
 
 import (
+	"bytes"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -191,5 +193,45 @@ func TestRecoveryJournalHandedOver(t *testing.T) {
 	third := &Coordinator{Store: store, Signer: s, Dir: t.TempDir()}
 	if got, err := third.Take(ctx, nil); err != nil || got.RecoveryJournal != nil {
 		t.Fatalf("after the recovery finished: %q %v", got.RecoveryJournal, err)
+	}
+}
+
+// TestOwnerCopiedUnderAnotherName: a signed owner record copied by someone
+// who can write the store under a higher generation's name does not make
+// its owner current again (the signature covers the record, not the name):
+// the superseded coordinator stays fenced.
+func TestOwnerCopiedUnderAnotherName(t *testing.T) {
+	ctx := t.Context()
+	store, err := backup.NewLocalStore(filepath.Join(t.TempDir(), "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := signer(t, "c1")
+	old := &Coordinator{Store: store, Signer: s, Dir: t.TempDir()}
+	if err := old.SaveSpec(ctx, []byte("name: c1\n")); err != nil {
+		t.Fatal(err)
+	}
+	next := &Coordinator{Store: store, Signer: s, Dir: t.TempDir()}
+	if _, err := next.Take(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	// Generation 1's signed record, copied as generation 9's.
+	rc, err := store.Get(ctx, ownerName(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Put(ctx, prefix+"owner/0000000009", bytes.NewReader(b)); err != nil {
+		t.Fatal(err)
+	}
+	if o, err := next.CurrentOwner(ctx); err != nil || o.Generation != 2 {
+		t.Fatalf("current owner %+v (%v), want generation 2: the copy under 9's name counted", o, err)
+	}
+	if err := old.SaveSpec(ctx, []byte("name: c1\n")); !errors.Is(err, ErrSuperseded) {
+		t.Fatalf("the superseded coordinator's save: %v, want ErrSuperseded", err)
 	}
 }
