@@ -33,8 +33,9 @@ type fakeKube struct {
 	emu     map[string]string
 	lag     map[string]int
 	// writes are the manifests written: HOST/COMPONENT, with "~emulation"
-	// when only the emulated version changed and "~restore" when the
-	// kept manifest came back.
+	// when only the emulated version changed, "~restore" when the kept
+	// manifest came back, "~unchanged" when the write held what the
+	// manifest held (the agent changes nothing; the executors never ask).
 	writes []string
 	pruned []string
 	// kept are the manifests kept before each plan's first write of
@@ -166,7 +167,8 @@ func (f *fakeKube) WriteManifest(_ context.Context, host, comp, id string, b []b
 	}
 	cur := f.man[k]
 	if string(cur) == string(b) {
-		return nil // the agent changes nothing
+		f.writes = append(f.writes, k+"~unchanged") // the agent changes nothing
+		return nil
 	}
 	what := k
 	oldImg, _ := runsOf(f.t, cur)
