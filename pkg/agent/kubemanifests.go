@@ -132,6 +132,33 @@ func (a *Agent) PutKubeManifest(name, planID string, content []byte) (agentapi.K
 	return out, nil
 }
 
+// ErrNoKeptManifest: nothing was kept of that manifest for that plan (the
+// plan never wrote it, or its kept copies were removed).
+var ErrNoKeptManifest = errors.New("no manifest kept")
+
+// KubeManifestKept returns the manifest NAME.yaml as it was before plan
+// planID first wrote it (what kube rollback brings back); notFound
+// (404) when nothing of it was kept for the plan.
+func (a *Agent) KubeManifestKept(planID, name string) (agentapi.KubeManifest, error) {
+	if _, err := a.manifestPath(name); err != nil {
+		return agentapi.KubeManifest{}, err
+	}
+	if err := checkKeptPlan(planID); err != nil {
+		return agentapi.KubeManifest{}, err
+	}
+	a.kubeMu.Lock()
+	defer a.kubeMu.Unlock()
+	kept := filepath.Join(a.opts.Dir, KeptManifestsDir, planID, name+".yaml")
+	b, err := os.ReadFile(kept)
+	if errors.Is(err, os.ErrNotExist) {
+		return agentapi.KubeManifest{}, notFound{fmt.Errorf("%w: %s was not kept for plan %s on this host", ErrNoKeptManifest, name, planID)}
+	}
+	if err != nil {
+		return agentapi.KubeManifest{}, err
+	}
+	return agentapi.KubeManifest{Name: name, Path: kept, Content: b}, nil
+}
+
 // DeleteKubeManifestsKept removes what was kept for plan planID.
 func (a *Agent) DeleteKubeManifestsKept(planID string) error {
 	if err := checkKeptPlan(planID); err != nil {

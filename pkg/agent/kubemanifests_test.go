@@ -69,6 +69,15 @@ func TestKubeManifests(t *testing.T) {
 	if fi, err := os.Stat(filepath.Dir(kept)); err != nil || fi.Mode().Perm() != 0o700 {
 		t.Errorf("kept dir %v, %v", fi, err)
 	}
+	if k, ok, err := c.KubeManifestKept(ctx, plan, "kube-apiserver"); err != nil || !ok || string(k.Content) != string(old) || k.Path != kept {
+		t.Errorf("GET kept: %+v, %v, %v: want the manifest before the plan", k, ok, err)
+	}
+	if _, ok, err := c.KubeManifestKept(ctx, plan, "kube-scheduler"); err != nil || ok {
+		t.Errorf("GET kept of a manifest the plan never wrote: %v, %v: want none", ok, err)
+	}
+	if _, ok, err := c.KubeManifestKept(ctx, "other-plan", "kube-apiserver"); err != nil || ok {
+		t.Errorf("GET kept of another plan: %v, %v: want none", ok, err)
+	}
 	ents, _ := os.ReadDir(man)
 	if len(ents) != 1 {
 		t.Errorf("manifests dir holds %v: no temporary file may stay", ents)
@@ -82,6 +91,8 @@ func TestKubeManifests(t *testing.T) {
 		// Escaped: a literal /.. is cleaned by the router (404 here)
 		// before the handler sees it.
 		{http.MethodDelete, "/v1/kube/kept/%2E%2E", ""},
+		{http.MethodGet, "/v1/kube/kept/%2E%2E/kube-apiserver", ""},
+		{http.MethodGet, "/v1/kube/kept/" + plan + "/..%2Fx", ""},
 	} {
 		req, _ := http.NewRequestWithContext(ctx, bad.method, srv.URL+bad.path, strings.NewReader(bad.body))
 		resp, err := srv.Client().Do(req)
@@ -101,6 +112,9 @@ func TestKubeManifests(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Dir(kept)); !os.IsNotExist(err) {
 		t.Errorf("kept dir after delete: %v", err)
+	}
+	if _, ok, err := c.KubeManifestKept(ctx, plan, "kube-apiserver"); err != nil || ok {
+		t.Errorf("GET kept after delete: %v, %v", ok, err)
 	}
 
 	none := New(Options{Dir: filepath.Join(root, "steward2"), Log: slog.New(slog.DiscardHandler)})

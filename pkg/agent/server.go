@@ -277,6 +277,10 @@ func (a *Agent) Handler() http.Handler {
 		res, err := a.PutKubeManifest(r.PathValue("name"), r.URL.Query().Get("plan"), b)
 		reply(w, res, err)
 	})
+	mux.HandleFunc("GET /v1/kube/kept/{plan}/{name}", func(w http.ResponseWriter, r *http.Request) {
+		m, err := a.KubeManifestKept(r.PathValue("plan"), r.PathValue("name"))
+		reply(w, m, err)
+	})
 	mux.HandleFunc("DELETE /v1/kube/kept/{plan}", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, nil, a.DeleteKubeManifestsKept(r.PathValue("plan")))
 	})
@@ -326,14 +330,20 @@ type badRequest struct{ error }
 
 func (b badRequest) Unwrap() error { return b.error }
 
+// notFound answers 404 with its error (what was asked for is not there).
+type notFound struct{ error }
+
+func (n notFound) Unwrap() error { return n.error }
+
 func writeReply(w http.ResponseWriter, v any, err error) {
 	w.Header().Set("Content-Type", "application/json")
 	if err != nil {
 		code := http.StatusInternalServerError
 		var nf notFoundError
 		var br badRequest
+		var nf2 notFound
 		switch {
-		case errors.As(err, &nf):
+		case errors.As(err, &nf), errors.As(err, &nf2):
 			code = http.StatusNotFound
 		case errors.As(err, &br):
 			code = http.StatusBadRequest

@@ -549,6 +549,17 @@ func (c *Client) PutKubeManifest(ctx context.Context, name, plan string, content
 	return out, c.send(ctx, http.MethodPut, "/v1/kube/manifests/"+name+"?plan="+url.QueryEscape(plan), "application/yaml", bytes.NewReader(content), &out)
 }
 
+// KubeManifestKept returns the host's static pod manifest name as it was
+// before plan first wrote it; ok is false when nothing of it was kept for
+// the plan (the agent answers 404).
+func (c *Client) KubeManifestKept(ctx context.Context, plan, name string) (m KubeManifest, ok bool, err error) {
+	err = c.do(ctx, http.MethodGet, "/v1/kube/kept/"+url.PathEscape(plan)+"/"+url.PathEscape(name), nil, &m)
+	if ae, isAPI := errors.AsType[*APIError](err); isAPI && ae.Status == http.StatusNotFound {
+		return KubeManifest{}, false, nil
+	}
+	return m, err == nil, err
+}
+
 // DeleteKubeManifestsKept removes the manifests kept for plan (once the
 // plan is done).
 func (c *Client) DeleteKubeManifestsKept(ctx context.Context, plan string) error {

@@ -336,6 +336,36 @@ func (e *env) WriteManifest(ctx context.Context, host, component, id string, con
 	return err
 }
 
+func (e *env) Kept(ctx context.Context, host, component, id string) ([]byte, bool, error) {
+	name, err := e.agentName(host)
+	if err != nil {
+		return nil, false, err
+	}
+	ac, err := e.c.Agent(name)
+	if err != nil {
+		return nil, false, err
+	}
+	m, ok, err := ac.KubeManifestKept(ctx, id, component)
+	return m.Content, ok, err
+}
+
+func (e *env) EtcdHealth(ctx context.Context) error {
+	st, err := status.Get(ctx, e.c)
+	if err != nil {
+		return err
+	}
+	var bad []string
+	for _, ck := range []kubeversion.Check{etcdHealth(st), alarms(st)} {
+		if ck.Result != kubeversion.Pass {
+			bad = append(bad, ck.Message)
+		}
+	}
+	if len(bad) > 0 {
+		return errors.New(strings.Join(bad, "; "))
+	}
+	return nil
+}
+
 func (e *env) PruneKept(ctx context.Context, host, id string) error {
 	name, err := e.agentName(host)
 	if err != nil {

@@ -16,7 +16,14 @@ package kubeupgrade
 //     address: only then does the next step start;
 //   - a manifest is changed only through the host's agent, which keeps
 //     the manifest before the plan until the plan is done (the complete
-//     step prunes the kept copies).
+//     step prunes the kept copies);
+//   - a component moved to a new minor runs with --emulated-version of
+//     the old minor (KEP-4330) until the switching-emulated-version step,
+//     which removes it from every manifest, API servers one at a time
+//     under the same never-two-down rule, then the controller-managers
+//     and schedulers: until that step starts nothing the old binaries
+//     cannot read is written, so kube rollback (rollback.go) may bring
+//     every kept manifest back; from its start on it refuses.
 
 import (
 	"context"
@@ -41,7 +48,13 @@ import (
 //   - kube-manifest-written:HOST/COMPONENT  after a host's manifest of a
 //     component was written with the target image, before the executor
 //     waits for the component to run it.
-const PointManifestWritten = "kube-manifest-written"
+//   - kube-emulation-switched:HOST/COMPONENT  after a manifest lost its
+//     --emulated-version (the switching-emulated-version step), before
+//     the executor waits for the component to run without it.
+const (
+	PointManifestWritten   = "kube-manifest-written"
+	PointEmulationSwitched = "kube-emulation-switched"
+)
 
 // Drain flags the executor gives an API server's manifest when it has
 // none (kube-apiserver's graceful shutdown): on SIGTERM its /readyz fails
@@ -76,6 +89,12 @@ type Env interface {
 	StorageHashes(ctx context.Context) (map[string]string, error)
 	// MigrateStorage rewrites every object of the resources.
 	MigrateStorage(ctx context.Context, resources []string) error
+	// Kept is a host's manifest of a component as its agent kept it
+	// before plan id first wrote it; ok false when nothing was kept.
+	Kept(ctx context.Context, host, component, id string) (content []byte, ok bool, err error)
+	// EtcdHealth is nil when every etcd member is healthy, with quorum
+	// and no alarm, else what is wrong.
+	EtcdHealth(ctx context.Context) error
 }
 
 // Executor runs the steps of a kube-upgrade plan.
@@ -115,6 +134,8 @@ func (e *Executor) Execute(ctx context.Context, p *plan.Plan, s *plan.Step) erro
 			}
 		}
 		return nil
+	case s.Kind == kubeversion.StepSwitchEmulation:
+		return e.switchEmulation(ctx, p.ID, pl)
 	case s.Kind == kubeversion.StepStorageMigrate:
 		return e.migrate(ctx, pl)
 	case s.Kind == kubeversion.StepComplete:
@@ -135,6 +156,17 @@ func (pl *Payload) component(host, comp string) (PlannedComponent, bool) {
 		}
 	}
 	return PlannedComponent{}, false
+}
+
+// apiHosts are the hosts whose API server the plan moves.
+func (pl *Payload) apiHosts() []string {
+	var out []string
+	for _, c := range pl.Components {
+		if c.Component == kubeversion.APIServer {
+			out = append(out, c.Host)
+		}
+	}
+	return out
 }
 
 func (e *Executor) timeout() time.Duration {
@@ -216,7 +248,7 @@ func (r *Running) apiServer(host string) (APIServer, bool) {
 // with an API server in the plan, and any other seen running. One whose
 // mirror pod (so its address) is missing counts as not ready: it may be
 // down, and two are never down at once.
-func (e *Executor) othersReady(ctx context.Context, pl Payload, host string) error {
+func (e *Executor) othersReady(ctx context.Context, apiHosts []string, host string) error {
 	run, err := e.Env.Running(ctx)
 	if err != nil {
 		return err
@@ -236,12 +268,12 @@ func (e *Executor) othersReady(ctx context.Context, pl Payload, host string) err
 			bad = append(bad, fmt.Sprintf("host %s: %s", a.Host, why))
 		}
 	}
-	for _, pc := range pl.Components {
-		if pc.Component != kubeversion.APIServer || pc.Host == host || seen[pc.Host] {
+	for _, h := range apiHosts {
+		if h == host || seen[h] {
 			continue
 		}
-		seen[pc.Host] = true
-		bad = append(bad, fmt.Sprintf("host %s: no kube-apiserver mirror pod (it may be down)", pc.Host))
+		seen[h] = true
+		bad = append(bad, fmt.Sprintf("host %s: no kube-apiserver mirror pod (it may be down)", h))
 	}
 	if len(bad) > 0 {
 		return fmt.Errorf("another API server is not ready (%s): one is never stopped while another is down", strings.Join(bad, "; "))
@@ -263,7 +295,7 @@ func (e *Executor) component(ctx context.Context, id string, pl Payload, host, c
 	}
 	if comp == kubeversion.APIServer {
 		if err := e.wait(ctx, fmt.Sprintf("host %s: before kube-apiserver stops, the others ready", host), func() error {
-			return e.othersReady(ctx, pl, host)
+			return e.othersReady(ctx, pl.apiHosts(), host)
 		}); err != nil {
 			return err
 		}
@@ -300,43 +332,60 @@ func (e *Executor) component(ctx context.Context, id string, pl Payload, host, c
 // retry-after). A manifest already so is returned unchanged, byte for
 // byte.
 func Rewrite(manifest []byte, pc PlannedComponent) ([]byte, error) {
+	if pc.ToImage == "" {
+		return nil, fmt.Errorf("%s: no target image planned", pc.Component)
+	}
+	return editManifest(manifest, pc.Component, func(ctr *corev1.Container) {
+		ctr.Image = pc.ToImage
+		for _, fc := range pc.FlagChanges {
+			containerFlag(ctr, fc.Flag, fc.To, fc.To == "")
+		}
+		if pc.Component == kubeversion.APIServer {
+			flags := Flags(append(append([]string{}, ctr.Command...), ctr.Args...))
+			if _, ok := flags["shutdown-delay-duration"]; !ok {
+				containerFlag(ctr, "shutdown-delay-duration", ShutdownDelay, false)
+			}
+			if _, ok := flags["shutdown-send-retry-after"]; !ok {
+				containerFlag(ctr, "shutdown-send-retry-after", "true", false)
+			}
+		}
+	})
+}
+
+// WithoutFlag returns a component's manifest without --flag (in its
+// command and its args); a manifest without it is returned unchanged,
+// byte for byte.
+func WithoutFlag(manifest []byte, component, flag string) ([]byte, error) {
+	return editManifest(manifest, component, func(ctr *corev1.Container) {
+		containerFlag(ctr, flag, "", true)
+	})
+}
+
+// editManifest applies edit to the container named after the component
+// (else the first) of a static pod manifest; a manifest edit leaves the
+// same pod is returned as it was, byte for byte (a re-encoding alone
+// must not restart a component).
+func editManifest(manifest []byte, component string, edit func(*corev1.Container)) ([]byte, error) {
 	var pod corev1.Pod
 	if err := yaml.UnmarshalStrict(manifest, &pod); err != nil {
 		// Fields this client-go does not know are kept by a
 		// non-strict read and a re-encode would drop them: refuse.
-		return nil, fmt.Errorf("%s manifest: %w", pc.Component, err)
+		return nil, fmt.Errorf("%s manifest: %w", component, err)
 	}
 	if len(pod.Spec.Containers) == 0 {
-		return nil, fmt.Errorf("%s manifest: no container", pc.Component)
+		return nil, fmt.Errorf("%s manifest: no container", component)
 	}
 	ctr := &pod.Spec.Containers[0]
 	for i := range pod.Spec.Containers {
-		if pod.Spec.Containers[i].Name == pc.Component {
+		if pod.Spec.Containers[i].Name == component {
 			ctr = &pod.Spec.Containers[i]
 		}
 	}
-	if pc.ToImage == "" {
-		return nil, fmt.Errorf("%s: no target image planned", pc.Component)
-	}
-	ctr.Image = pc.ToImage
-	for _, fc := range pc.FlagChanges {
-		containerFlag(ctr, fc.Flag, fc.To, fc.To == "")
-	}
-	if pc.Component == kubeversion.APIServer {
-		flags := Flags(append(append([]string{}, ctr.Command...), ctr.Args...))
-		if _, ok := flags["shutdown-delay-duration"]; !ok {
-			containerFlag(ctr, "shutdown-delay-duration", ShutdownDelay, false)
-		}
-		if _, ok := flags["shutdown-send-retry-after"]; !ok {
-			containerFlag(ctr, "shutdown-send-retry-after", "true", false)
-		}
-	}
+	edit(ctr)
 	out, err := yaml.Marshal(&pod)
 	if err != nil {
 		return nil, err
 	}
-	// The same pod: the bytes as they were (a re-encoding alone must not
-	// restart a component).
 	var before corev1.Pod
 	if err := yaml.Unmarshal(manifest, &before); err == nil {
 		if b, err := yaml.Marshal(&before); err == nil && string(b) == string(out) {
@@ -423,7 +472,11 @@ func (e *Executor) complete(ctx context.Context, id string, pl Payload) error {
 		if pc.Component == kubeversion.Kubelet {
 			continue
 		}
-		if err := e.upgraded(ctx, pc); err != nil {
+		check := e.upgraded
+		if pl.EmulatedVersion != "" {
+			check = e.switched
+		}
+		if err := check(ctx, pc); err != nil {
 			bad = append(bad, err)
 		}
 	}
@@ -441,5 +494,77 @@ func (e *Executor) complete(ctx context.Context, id string, pl Payload) error {
 			return fmt.Errorf("host %s: remove the manifests kept for the plan: %w", h, err)
 		}
 	}
+	return nil
+}
+
+// switched says whether comp runs the target without --emulated-version:
+// nil when it does, else what it lacks.
+func (e *Executor) switched(ctx context.Context, pc PlannedComponent) error {
+	run, err := e.Env.Running(ctx)
+	if err != nil {
+		return err
+	}
+	if pod, ok := run.Pods[pc.Host+"/"+pc.Component]; ok && pod.Emulated != "" {
+		return fmt.Errorf("host %s: %s still runs with --%s=%s", pc.Host, pc.Component, kubeversion.EmulatedVersionFlag, pod.Emulated)
+	}
+	return e.upgraded(ctx, pc)
+}
+
+// switchEmulation is the switching-emulated-version step, the plan's
+// point of no return: --emulated-version removed from every planned
+// component's manifest, each API server in host order (one at a time,
+// the others ready before it stops, ready at its own address before the
+// next), then each host's controller-manager and scheduler (never ahead
+// of an API server in what they emulate). A manifest already without the
+// flag is not written again, only waited for.
+func (e *Executor) switchEmulation(ctx context.Context, id string, pl Payload) error {
+	for _, comp := range []string{kubeversion.APIServer, kubeversion.ControllerManager, kubeversion.Scheduler} {
+		for _, pc := range pl.Components {
+			if pc.Component != comp {
+				continue
+			}
+			if err := e.switchOne(ctx, id, pl, pc); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (e *Executor) switchOne(ctx context.Context, id string, pl Payload, pc PlannedComponent) error {
+	host, comp := pc.Host, pc.Component
+	cur, err := e.Env.Manifest(ctx, host, comp)
+	if err != nil {
+		return fmt.Errorf("host %s: read the %s manifest: %w", host, comp, err)
+	}
+	next, err := WithoutFlag(cur, comp, kubeversion.EmulatedVersionFlag)
+	if err != nil {
+		return fmt.Errorf("host %s: %w", host, err)
+	}
+	if string(next) == string(cur) && e.switched(ctx, pc) == nil {
+		e.Progress.Say("host %s: %s already runs %s without --%s", host, comp, pc.ToVersion, kubeversion.EmulatedVersionFlag)
+		return nil
+	}
+	if string(next) != string(cur) {
+		if comp == kubeversion.APIServer {
+			if err := e.wait(ctx, fmt.Sprintf("host %s: before kube-apiserver stops, the others ready", host), func() error {
+				return e.othersReady(ctx, pl.apiHosts(), host)
+			}); err != nil {
+				return err
+			}
+		}
+		if err := e.Env.WriteManifest(ctx, host, comp, id, next); err != nil {
+			return fmt.Errorf("host %s: write the %s manifest: %w", host, comp, err)
+		}
+		e.Progress.Say("host %s: %s manifest without --%s=%s", host, comp, kubeversion.EmulatedVersionFlag, pl.EmulatedVersion)
+	}
+	crashpoint.Hit(PointEmulationSwitched + ":" + host + "/" + comp)
+	start := time.Now()
+	if err := e.wait(ctx, fmt.Sprintf("host %s: %s running %s without --%s", host, comp, pc.ToVersion, kubeversion.EmulatedVersionFlag), func() error {
+		return e.switched(ctx, pc)
+	}); err != nil {
+		return err
+	}
+	e.Progress.Say("host %s: %s runs %s with its APIs and features, ready (%.1fs after its manifest)", host, comp, pc.ToVersion, time.Since(start).Seconds())
 	return nil
 }

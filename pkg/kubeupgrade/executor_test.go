@@ -26,12 +26,23 @@ type fakeKube struct {
 	t   *testing.T
 	mu  sync.Mutex // owns every field below
 	man map[string][]byte
-	// running is the image each HOST/COMPONENT runs; lag counts the
-	// looks left before a rewritten manifest runs.
+	// running is the image each HOST/COMPONENT runs, emu its
+	// --emulated-version; lag counts the looks left before a rewritten
+	// manifest runs.
 	running map[string]string
+	emu     map[string]string
 	lag     map[string]int
-	writes  []string
-	pruned  []string
+	// writes are the manifests written: HOST/COMPONENT, with "~emulation"
+	// when only the emulated version changed, "~restore" when the kept
+	// manifest came back, "~unchanged" when the write held what the
+	// manifest held (the agent changes nothing; the executors never ask).
+	writes []string
+	pruned []string
+	// kept are the manifests kept before each plan's first write of
+	// them, by plan and HOST/COMPONENT.
+	kept map[string]map[string][]byte
+	// etcdBad makes EtcdHealth fail with it.
+	etcdBad string
 	// failWrite fails the next write of that HOST/COMPONENT once.
 	failWrite string
 	// notReady keeps that host's API server unready.
@@ -50,7 +61,7 @@ type fakeKube struct {
 var hosts = []string{"node-a", "node-b", "node-c"}
 
 func newFakeKube(t *testing.T) *fakeKube {
-	f := &fakeKube{t: t, man: map[string][]byte{}, running: map[string]string{}, lag: map[string]int{},
+	f := &fakeKube{t: t, man: map[string][]byte{}, running: map[string]string{}, emu: map[string]string{}, lag: map[string]int{}, kept: map[string]map[string][]byte{},
 		hashes: map[string]string{"configmaps": "h1", "deployments.apps": "h2"}}
 	for _, h := range hosts {
 		for _, c := range kubeversion.ControlPlane {
@@ -71,11 +82,18 @@ func newFakeKube(t *testing.T) *fakeKube {
 func metavPod() metav1.TypeMeta { return metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"} }
 
 func imageOf(t *testing.T, b []byte) string {
+	img, _ := runsOf(t, b)
+	return img
+}
+
+// runsOf is what a manifest runs: its image and --emulated-version.
+func runsOf(t *testing.T, b []byte) (image, emulated string) {
 	var p corev1.Pod
 	if err := yaml.Unmarshal(b, &p); err != nil {
 		t.Fatal(err)
 	}
-	return p.Spec.Containers[0].Image
+	c := p.Spec.Containers[0]
+	return c.Image, Flags(append(append([]string{}, c.Command...), c.Args...))[kubeversion.EmulatedVersionFlag]
 }
 
 // step moves the kubelets on: a rewritten manifest runs once its lag is
@@ -83,8 +101,8 @@ func imageOf(t *testing.T, b []byte) string {
 func (f *fakeKube) step() {
 	down := 0
 	for k, b := range f.man {
-		img := imageOf(f.t, b)
-		if f.running[k] == img {
+		img, emu := runsOf(f.t, b)
+		if f.running[k] == img && f.emu[k] == emu {
 			continue
 		}
 		if k == f.stuck {
@@ -97,7 +115,7 @@ func (f *fakeKube) step() {
 			}
 			continue
 		}
-		f.running[k] = img
+		f.running[k], f.emu[k] = img, emu
 	}
 	f.maxDown = max(f.maxDown, down)
 }
@@ -117,7 +135,7 @@ func (f *fakeKube) Running(context.Context) (*Running, error) {
 				continue
 			}
 			ready := f.lag[k] == 0 && !(c == kubeversion.APIServer && f.notReady == h)
-			r.Pods[k] = PodState{Image: f.running[k], Ready: ready}
+			r.Pods[k] = PodState{Image: f.running[k], Emulated: f.emu[k], Ready: ready}
 		}
 	}
 	return r, nil
@@ -139,7 +157,7 @@ func (f *fakeKube) Manifest(_ context.Context, host, comp string) ([]byte, error
 	return f.man[host+"/"+comp], nil
 }
 
-func (f *fakeKube) WriteManifest(_ context.Context, host, comp, _ string, b []byte) error {
+func (f *fakeKube) WriteManifest(_ context.Context, host, comp, id string, b []byte) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	k := host + "/" + comp
@@ -147,16 +165,57 @@ func (f *fakeKube) WriteManifest(_ context.Context, host, comp, _ string, b []by
 		f.failWrite = ""
 		return errors.New("agent unreachable")
 	}
-	f.writes = append(f.writes, k)
+	cur := f.man[k]
+	if string(cur) == string(b) {
+		f.writes = append(f.writes, k+"~unchanged") // the agent changes nothing
+		return nil
+	}
+	what := k
+	oldImg, _ := runsOf(f.t, cur)
+	newImg, _ := runsOf(f.t, b)
+	switch kept, ok := f.kept[id][k]; {
+	case ok && string(kept) == string(b):
+		what += "~restore"
+	case oldImg == newImg:
+		what += "~emulation"
+	}
+	if f.kept[id] == nil {
+		f.kept[id] = map[string][]byte{}
+	}
+	if _, ok := f.kept[id][k]; !ok {
+		f.kept[id][k] = cur
+	}
+	f.writes = append(f.writes, what)
 	f.man[k] = b
 	f.lag[k] = 2
 	return nil
 }
 
-func (f *fakeKube) PruneKept(_ context.Context, host, _ string) error {
+func (f *fakeKube) PruneKept(_ context.Context, host, id string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.pruned = append(f.pruned, host)
+	for k := range f.kept[id] {
+		if strings.HasPrefix(k, host+"/") {
+			delete(f.kept[id], k)
+		}
+	}
+	return nil
+}
+
+func (f *fakeKube) Kept(_ context.Context, host, comp, id string) ([]byte, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b, ok := f.kept[id][host+"/"+comp]
+	return b, ok, nil
+}
+
+func (f *fakeKube) EtcdHealth(context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.etcdBad != "" {
+		return errors.New(f.etcdBad)
+	}
 	return nil
 }
 
@@ -209,9 +268,19 @@ func TestExecutorUpgrades(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := "node-a/kube-apiserver,node-b/kube-apiserver,node-c/kube-apiserver," +
-		"node-a/kube-controller-manager,node-a/kube-scheduler,node-b/kube-controller-manager,node-b/kube-scheduler,node-c/kube-controller-manager,node-c/kube-scheduler"
+		"node-a/kube-controller-manager,node-a/kube-scheduler,node-b/kube-controller-manager,node-b/kube-scheduler,node-c/kube-controller-manager,node-c/kube-scheduler," +
+		// switching-emulated-version: the API servers first, then the
+		// controller-managers and the schedulers.
+		"node-a/kube-apiserver~emulation,node-b/kube-apiserver~emulation,node-c/kube-apiserver~emulation," +
+		"node-a/kube-controller-manager~emulation,node-b/kube-controller-manager~emulation,node-c/kube-controller-manager~emulation," +
+		"node-a/kube-scheduler~emulation,node-b/kube-scheduler~emulation,node-c/kube-scheduler~emulation"
 	if got := strings.Join(f.writes, ","); got != want {
 		t.Errorf("writes %s\nwant   %s", got, want)
+	}
+	for k, b := range f.man {
+		if _, emu := runsOf(t, b); emu != "" || strings.Contains(string(b), "emulated-version") {
+			t.Errorf("%s: --emulated-version left after the plan:\n%s", k, b)
+		}
 	}
 	if f.maxDown > 1 {
 		t.Errorf("%d API servers down at once", f.maxDown)
@@ -377,7 +446,7 @@ func TestKeptUntilSuccess(t *testing.T) {
 	f := newFakeKube(t)
 	f.stuck = "node-b/kube-scheduler"
 	st, p := newKubePlan(t, f)
-	ex := &Executor{Env: f, Poll: time.Millisecond, Timeout: 100 * time.Millisecond}
+	ex := &Executor{Env: f, Poll: time.Millisecond, Timeout: time.Second}
 	err := plan.Run(t.Context(), st, p.ID, ex, nil)
 	if err == nil || !strings.Contains(err.Error(), "host node-b: kube-scheduler") {
 		t.Fatalf("run: %v", err)
@@ -488,8 +557,10 @@ func TestKillAtEveryStep(t *testing.T) {
 				for _, w := range f.writes {
 					count[w]++
 				}
-				if len(count) != 9 {
-					t.Errorf("%d manifests written, want 9: %v", len(count), f.writes)
+				// Each of the 9 components once to the target image
+				// (with --emulated-version), once without the flag.
+				if len(count) != 18 {
+					t.Errorf("%d writes, want 18: %v", len(count), f.writes)
 				}
 				for k, c := range count {
 					if c != 1 {

@@ -47,3 +47,33 @@ func FuzzRewrite(f *testing.F) {
 		}
 	})
 }
+
+// FuzzKeptManifest: a manifest kept before an upgrade as a host's agent
+// returns it to kube rollback, and the switching step's removal of
+// --emulated-version. Never panics; a kept manifest accepted is carried
+// byte for byte with a version that is its image's tag; a manifest
+// without the flag comes back with none, and removing it again changes
+// nothing.
+func FuzzKeptManifest(f *testing.F) {
+	f.Add([]byte("apiVersion: v1\nkind: Pod\nmetadata:\n  name: kube-apiserver\nspec:\n  containers:\n  - name: kube-apiserver\n    image: registry.k8s.io/kube-apiserver:v1.35.4\n    command: [kube-apiserver, --secure-port=6443, --emulated-version=1.35]\n"))
+	f.Add([]byte("spec:\n  containers:\n  - name: x\n    args: [--emulated-version, \"1.35\"]\n"))
+	f.Add([]byte("{}"))
+	f.Fuzz(func(t *testing.T, manifest []byte) {
+		if rc, err := restoredFrom("node-a", "kube-apiserver", manifest); err == nil {
+			if string(rc.Kept) != string(manifest) || rc.ToVersion != ImageTag(rc.ToImage) {
+				t.Fatalf("kept %q: %+v", manifest, rc)
+			}
+		}
+		out, err := WithoutFlag(manifest, "kube-apiserver", "emulated-version")
+		if err != nil {
+			return
+		}
+		if rc, err := restoredFrom("node-a", "kube-apiserver", out); err != nil || rc.ToEmulated != "" {
+			t.Fatalf("without the flag: %+v, %v\n%s", rc, err, out)
+		}
+		again, err := WithoutFlag(out, "kube-apiserver", "emulated-version")
+		if err != nil || string(again) != string(out) {
+			t.Fatalf("removing again: %v\n%s\nthen\n%s", err, out, again)
+		}
+	})
+}

@@ -15,7 +15,10 @@ import (
 // spirit, its states per host and component, its condition; the
 // executor is executor.go, apply and resume apply.go.
 
-func init() { cluster.PlanKinds.Register(Spec()) }
+func init() {
+	cluster.PlanKinds.Register(Spec())
+	cluster.PlanKinds.Register(RollbackSpec())
+}
 
 // KindKubeUpgrade is the plan kind of a Kubernetes upgrade.
 const KindKubeUpgrade plan.Kind = "kube-upgrade"
@@ -40,6 +43,10 @@ type Payload struct {
 	// when the plan was recorded: the migrating-storage step migrates
 	// those whose hash changed.
 	StorageHashes map[string]string `json:"storageHashes,omitempty"`
+	// EmulatedVersion is the minor the moved components emulate until
+	// the switching-emulated-version step, the plan's point of no return
+	// ("" for a patch upgrade: no emulation, no such step).
+	EmulatedVersion string `json:"emulatedVersion,omitempty"`
 }
 
 // PlannedComponent is one component on one host in the payload.
@@ -76,7 +83,7 @@ func NewPlan(dry *kubeversion.Plan, now time.Time) (*plan.Plan, error) {
 		return nil, err
 	}
 	p := &plan.Plan{ID: plan.NewID(KindKubeUpgrade, now), Kind: KindKubeUpgrade, State: plan.Pending, CreatedAt: now.UTC(), UpdatedAt: now.UTC()}
-	pl := Payload{From: dry.From, To: dry.To, Path: dry.Path, Components: []PlannedComponent{}}
+	pl := Payload{From: dry.From, To: dry.To, Path: dry.Path, Components: []PlannedComponent{}, EmulatedVersion: dry.EmulatedVersion}
 	if dry.Etcd.Needed {
 		pl.EtcdUpgradeTo = dry.Etcd.UpgradeTo
 	}
@@ -99,11 +106,23 @@ func NewPlan(dry *kubeversion.Plan, now time.Time) (*plan.Plan, error) {
 
 // State is the plan's state in StarlingX's words: the kind of its first
 // step not done (started, upgrading-etcd, upgrading-first-control-plane,
-// ..., upgrading-controllers, migrating-storage), its failed form when
+// ..., upgrading-controllers, switching-emulated-version,
+// migrating-storage), its failed form when
 // the plan failed there, aborted when aborted there, complete when done.
 func State(p *plan.Plan) string {
+	if p.State == plan.RolledBack {
+		return StateRolledBack
+	}
+	return stateOf(p, kubeversion.StepComplete)
+}
+
+// StateRolledBack is a kube-upgrade plan's state once a kube-rollback
+// plan undid it.
+const StateRolledBack = "rolled-back"
+
+func stateOf(p *plan.Plan, complete string) string {
 	if p.State == plan.Done {
-		return kubeversion.StepComplete
+		return complete
 	}
 	for _, s := range p.Steps {
 		if s.State == plan.Done {
@@ -117,7 +136,7 @@ func State(p *plan.Plan) string {
 		}
 		return s.Kind
 	}
-	return kubeversion.StepComplete
+	return complete
 }
 
 // Components are the per host and component states, read from the
@@ -143,6 +162,9 @@ func Components(p *plan.Plan) ([]ComponentState, error) {
 			case plan.Failed:
 				cs.State = kubeversion.FailedState(ComponentUpgrading)
 			}
+		}
+		if p.State == plan.RolledBack && cs.State != ComponentPending {
+			cs.State = ComponentRolledBack
 		}
 		out = append(out, cs)
 	}

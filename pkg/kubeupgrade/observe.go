@@ -101,6 +101,8 @@ type PodState struct {
 	Image string
 	// Ready: that container runs and is ready.
 	Ready bool
+	// Emulated is its --emulated-version ("" without one).
+	Emulated string
 }
 
 // Observe reads what runs: the kube-system pods labelled component=
@@ -125,7 +127,7 @@ func Observe(ctx context.Context, cs kubernetes.Interface) (*Running, error) {
 		if err != nil {
 			return nil, err
 		}
-		ps := PodState{Image: in.Image}
+		ps := PodState{Image: in.Image, Emulated: in.Flags[kubeversion.EmulatedVersionFlag]}
 		for _, st := range p.Status.ContainerStatuses {
 			if st.Name == in.Component || len(p.Status.ContainerStatuses) == 1 {
 				ps.Ready = st.Ready && st.State.Running != nil

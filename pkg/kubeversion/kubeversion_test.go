@@ -2,6 +2,7 @@ package kubeversion
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -258,11 +259,43 @@ func TestBuildPlan(t *testing.T) {
 			t.Fatalf("%s: %+v", h.Host, h.Components)
 		}
 		for i, c := range h.Components {
-			if c.Component != Components[i] || !c.Changes || c.ToVersion != "v1.36.3" || c.FromVersion != "v1.35.4" || !c.FlagsKnown || len(c.FlagChanges) != 0 {
+			if c.Component != Components[i] || !c.Changes || c.ToVersion != "v1.36.3" || c.FromVersion != "v1.35.4" || !c.FlagsKnown {
 				t.Errorf("%s: %+v", h.Host, c)
+			}
+			// The new minor first emulates the old one (KEP-4330);
+			// kubelets have no such flag.
+			wantFlags := []FlagChange{{Component: c.Component, Flag: EmulatedVersionFlag, To: "1.35"}}
+			if c.Component == Kubelet {
+				wantFlags = []FlagChange{}
+			}
+			if !slices.Equal(c.FlagChanges, wantFlags) {
+				t.Errorf("%s %s: flag changes %+v, want %+v", h.Host, c.Component, c.FlagChanges, wantFlags)
 			}
 			if c.Component != Kubelet && (c.FromImage != "registry.k8s.io/"+c.Component+":v1.35.4" || c.ToImage != "registry.k8s.io/"+c.Component+":v1.36.3") {
 				t.Errorf("%s: images %s -> %s", h.Host, c.FromImage, c.ToImage)
+			}
+		}
+	}
+	if p.EmulatedVersion != "1.35" {
+		t.Errorf("emulated version %q, want 1.35", p.EmulatedVersion)
+	}
+	// A patch upgrade emulates nothing and has no switching step.
+	patch, err := BuildPlan(inputs("v1.36.3", cluster("v1.36.0", "v1.36.0")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if patch.EmulatedVersion != "" {
+		t.Errorf("patch upgrade: emulated version %q", patch.EmulatedVersion)
+	}
+	for _, s := range patch.Steps {
+		if s.State == StepSwitchEmulation {
+			t.Errorf("patch upgrade: a %s step", s.State)
+		}
+	}
+	for _, h := range patch.Hosts {
+		for _, c := range h.Components {
+			if len(c.FlagChanges) != 0 {
+				t.Errorf("patch upgrade: %s %s flag changes %+v", h.Host, c.Component, c.FlagChanges)
 			}
 		}
 	}
@@ -273,7 +306,7 @@ func TestBuildPlan(t *testing.T) {
 	for _, s := range p.Steps {
 		states = append(states, s.State)
 	}
-	if want := "started,upgrading-first-control-plane,upgrading-second-control-plane,upgrading-third-control-plane,upgrading-controllers,upgrading-controllers,upgrading-controllers,migrating-storage,complete"; strings.Join(states, ",") != want {
+	if want := "started,upgrading-first-control-plane,upgrading-second-control-plane,upgrading-third-control-plane,upgrading-controllers,upgrading-controllers,upgrading-controllers,switching-emulated-version,migrating-storage,complete"; strings.Join(states, ",") != want {
 		t.Errorf("steps %s\nwant %s", strings.Join(states, ","), want)
 	}
 	// API servers first, one host each; then the controllers, the

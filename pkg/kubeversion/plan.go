@@ -113,6 +113,13 @@ type Plan struct {
 	UncheckedObjects int64                 `json:"uncheckedObjects"`
 	Preflight        []Check               `json:"preflight"`
 	Steps            []Step                `json:"steps"`
+	// EmulatedVersion is the minor (1.35) every control-plane component
+	// that moves to a new minor emulates until the switching-emulated-
+	// version step (KEP-4330's --emulated-version): the old minor's APIs,
+	// features and storage versions on the new binaries, so that the old
+	// binaries read everything written meanwhile. Empty when no component
+	// changes minor (a patch upgrade).
+	EmulatedVersion string `json:"emulatedVersion,omitempty"`
 }
 
 // TargetOf checks a target against the catalogue: a parseable version
@@ -184,6 +191,10 @@ func BuildPlan(in Inputs) (*Plan, error) {
 					cp.FlagChanges = append(cp.FlagChanges, c)
 				}
 			}
+			// The new minor's binary first emulates the old minor.
+			emu := EmulatedMinor(tv)
+			cp.FlagChanges = append(cp.FlagChanges, FlagChange{Component: x.Component, Flag: EmulatedVersionFlag, From: x.Flags[EmulatedVersionFlag], To: emu})
+			p.EmulatedVersion = emu
 		}
 		h.Components = append(h.Components, cp)
 	}
@@ -321,7 +332,31 @@ const (
 	StepControllers    = "upgrading-controllers"
 	StepStorageMigrate = "migrating-storage"
 	StepComplete       = "complete"
+	// StepSwitchEmulation removes --emulated-version from every
+	// component's manifest: the new minor's APIs and features switched
+	// on. It is the plan's point of no return: from its start on, the new
+	// API servers may write what the old minor cannot read (objects of
+	// APIs and fields it does not know), so kube rollback refuses.
+	StepSwitchEmulation = "switching-emulated-version"
 )
+
+// EmulatedVersionFlag is the control-plane components' flag of KEP-4330
+// (kube-apiserver, kube-controller-manager and kube-scheduler accept it
+// from 1.31 on; v1.36.3 accepts kube=1.33..1.36).
+const EmulatedVersionFlag = "emulated-version"
+
+func minorOf(v string) string {
+	if s, err := Parse(v); err == nil {
+		return s.MinorString()
+	}
+	return v
+}
+
+// EmulatedMinor is the minor a component moving to target emulates
+// first: the one before it ("1.35" for v1.36.3).
+func EmulatedMinor(target Semver) string {
+	return fmt.Sprintf("%d.%d", target.Major, target.Minor-1)
+}
 
 // ordinals name the control-plane steps: upgrading-first-control-plane...
 var ordinals = []string{"first", "second", "third", "fourth", "fifth", "sixth", "seventh"}
@@ -394,6 +429,11 @@ func steps(p *Plan, leaders []string) []Step {
 		}
 		out = append(out, Step{State: StepControllers, Host: h.Host, Components: comps,
 			Description: fmt.Sprintf("host %s: %s to %s, each running the new image before the next%s", h.Host, strings.Join(comps, ", "), p.To, lead)})
+	}
+	if p.EmulatedVersion != "" {
+		out = append(out, Step{State: StepSwitchEmulation, Components: append([]string(nil), ControlPlane...),
+			Description: fmt.Sprintf("the point of no return: --%s=%s removed from every component, each API server one at a time (never two down), then the controller-managers and schedulers: %s's APIs and features on; no rollback after this step starts",
+				EmulatedVersionFlag, p.EmulatedVersion, minorOf(p.To))})
 	}
 	out = append(out, Step{State: StepStorageMigrate, Description: "storage migration of every resource whose storage version changed"},
 		Step{State: StepComplete, Description: "every control-plane component on every host runs " + p.To})

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -99,9 +101,36 @@ type clients struct {
 	backwards atomic.Int64
 	rewatches atomic.Int64
 	relists   atomic.Int64
-	mu        sync.Mutex // owns longest, errs
+	mu        sync.Mutex // owns longest, phaseLongest, errs, created, last
 	longest   time.Duration
-	errs      []string
+	// phaseLongest is the longest request since the last phase call.
+	phaseLongest time.Duration
+	errs         []string
+	// created are the objects a create succeeded for; last the value of
+	// each w-N the latest acknowledged write gave it.
+	created []string
+	last    map[string]int
+}
+
+// phaseMark is the counters at a phase's start.
+type phaseMark struct {
+	requests, failed int64
+	start            time.Time
+}
+
+// phase starts a phase: the counters now, the phase's longest reset.
+func (cl *clients) phase() phaseMark {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	cl.phaseLongest = 0
+	return phaseMark{cl.requests.Load(), cl.failed.Load(), time.Now()}
+}
+
+// since is what the clients saw since m: requests, failed, the longest.
+func (cl *clients) since(m phaseMark) (requests, failed int64, longest time.Duration) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return cl.requests.Load() - m.requests, cl.failed.Load() - m.failed, cl.phaseLongest
 }
 
 func (cl *clients) record(op string, start time.Time, err error) {
@@ -112,6 +141,9 @@ func (cl *clients) record(op string, start time.Time, err error) {
 	if d > cl.longest {
 		cl.longest = d
 	}
+	if d > cl.phaseLongest {
+		cl.phaseLongest = d
+	}
 	if err != nil {
 		cl.failed.Add(1)
 		if len(cl.errs) < 20 {
@@ -121,13 +153,17 @@ func (cl *clients) record(op string, start time.Time, err error) {
 }
 
 func (cl *clients) run(ctx context.Context, cs kubernetes.Interface, ns string, wg *sync.WaitGroup) {
-	wg.Go(func() { // writer
+	wg.Go(func() { // writer: updates w-0..w-19, and creates c-N every 10th write
 		for i := 0; ctx.Err() == nil; i++ {
 			name := fmt.Sprintf("w-%d", i%20)
+			create := i < 20
+			if i >= 20 && i%10 == 0 {
+				name, create = fmt.Sprintf("c-%d", i), true
+			}
 			start := time.Now()
 			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"i": strconv.Itoa(i)}}
 			var err error
-			if i < 20 {
+			if create {
 				_, err = cs.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{})
 			} else {
 				_, err = cs.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{})
@@ -136,6 +172,16 @@ func (cl *clients) run(ctx context.Context, cs kubernetes.Interface, ns string, 
 				return
 			}
 			cl.record("write "+name, start, err)
+			if err == nil {
+				cl.mu.Lock()
+				if create {
+					cl.created = append(cl.created, name)
+				}
+				if strings.HasPrefix(name, "w-") {
+					cl.last[name] = i
+				}
+				cl.mu.Unlock()
+			}
 			sleep(ctx, 100*time.Millisecond)
 		}
 	})
@@ -214,15 +260,23 @@ func sleep(ctx context.Context, d time.Duration) {
 
 // TestKubeUpgradeApply: `steward kube upgrade apply` moves the control
 // plane of three nodes from the older version to the next minor while
-// clients list, watch and write through the balancer: no failed request,
-// no watch going backwards; the pods scheduled before keep running
-// without a restart; killed right after it rewrote the second API
-// server's manifest (STEWARD_CRASHPOINT), the plan shows where it
-// stopped, another apply is refused, and `steward plan resume` finishes
-// it from where the hosts are; every control-plane component runs the
-// target at the end (kube versions), the plan is complete with every
-// component upgraded, and the manifests the agents kept are gone. A
-// target outside the catalogue is refused before anything changes.
+// clients list, watch and write (updates and creations) through the
+// balancer. Killed right after it rewrote the second API server's
+// manifest (STEWARD_CRASHPOINT), the plan shows where it stopped and
+// another apply is refused; `steward kube rollback` (its --dry-run first,
+// changing nothing) then brings the two API servers the upgrade wrote
+// back to their kept manifests, the restarting one first, every
+// component back at the older version, the kept manifests gone, a second
+// rollback refused. Apply again runs to completion: every component
+// first with --emulated-version of the older minor, then the switch to
+// the new minor's APIs and features (the point of no return, after which
+// a rollback is refused). Through all of it: no failed request, no watch
+// going backwards, every object created there and every update's last
+// acknowledged value kept; the pods scheduled before keep running
+// without a restart; at the end every control-plane component runs the
+// target, the plan is complete with every component upgraded, and the
+// kept manifests are gone. A target outside the catalogue is refused
+// before anything changes.
 func TestKubeUpgradeApply(t *testing.T) {
 	c := harness.LocalKube(t)
 	if c.Version != from {
@@ -307,7 +361,7 @@ func TestKubeUpgradeApply(t *testing.T) {
 
 	cctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	cl := &clients{}
+	cl := &clients{last: map[string]int{}}
 	cl.run(cctx, cs, ns, &wg)
 	stopClients := func() {
 		stop()
@@ -367,11 +421,89 @@ func TestKubeUpgradeApply(t *testing.T) {
 	if !condOK {
 		t.Errorf("status: no %s True at upgrading-second-control-plane:\n%s", kubeupgrade.CondKubeUpgradeInProgress, statusOut)
 	}
-	out, stderr, err = steward(t, c, nil, "plan", "resume")
+	t.Logf("the upgrade until the kill: %.1fs", time.Since(start).Seconds())
+
+	// Rolled back from there, under the clients: the dry run first
+	// (nothing changed), then the rollback: node-b's API server (which
+	// the kill left restarting) first, then node-a's; node-c's and every
+	// controller, never written, left alone.
+	out, stderr, err = steward(t, c, nil, "kube", "rollback", "--dry-run", "-o", "json")
 	if err != nil {
-		t.Fatalf("plan resume: %v: %s%s", err, out, stderr)
+		t.Fatalf("kube rollback --dry-run: %v: %s%s", err, out, stderr)
 	}
-	t.Logf("upgrade done in %.1fs (kill and resume included); resume said:\n%s", time.Since(start).Seconds(), stderr)
+	var rbShown struct {
+		Kind       plan.Kind                   `json:"kind"`
+		State      plan.State                  `json:"state"`
+		KubeState  string                      `json:"kubeState"`
+		Steps      []plan.Step                 `json:"steps"`
+		Components []kubeupgrade.RestoredState `json:"components"`
+	}
+	if err := json.Unmarshal([]byte(out), &rbShown); err != nil {
+		t.Fatalf("kube rollback --dry-run: %v: %s", err, out)
+	}
+	var rbSteps []string
+	for _, s := range rbShown.Steps {
+		rbSteps = append(rbSteps, s.Kind+"("+s.Member+")")
+	}
+	wantSteps := "rollback-started(),rolling-back-first-control-plane(" + second + "),rolling-back-second-control-plane(" + c.Nodes[0].Name + "),rollback-complete()"
+	if rbShown.Kind != kubeupgrade.KindKubeRollback || strings.Join(rbSteps, ",") != wantSteps || len(rbShown.Components) != 2 {
+		t.Errorf("rollback dry run: %s, steps %s (want %s), %d components", rbShown.Kind, strings.Join(rbSteps, ","), wantSteps, len(rbShown.Components))
+	}
+	if out, _, _ := steward(t, c, nil, "plan", "show", "-o", "json"); !strings.Contains(out, `"kind": "kube-upgrade"`) && !strings.Contains(out, `"kind":"kube-upgrade"`) {
+		t.Errorf("the dry run changed the latest plan: %s", out)
+	}
+	rbMark := cl.phase()
+	out, stderr, err = steward(t, c, nil, "kube", "rollback")
+	if err != nil {
+		t.Fatalf("kube rollback: %v: %s%s", err, out, stderr)
+	}
+	rbDur := time.Since(rbMark.start)
+	reqs, failed, longest := cl.since(rbMark)
+	t.Logf("rollback done in %.1fs; clients meanwhile: %d requests, %d failed, longest %s; it said:\n%s", rbDur.Seconds(), reqs, failed, longest, stderr)
+	if failed != 0 {
+		t.Errorf("%d requests failed through the rollback", failed)
+	}
+	if err := controlPlaneAt(versions(t, c), from); err != nil {
+		t.Errorf("after the rollback: %v", err)
+	}
+	out, _, err = steward(t, c, nil, "plan", "show", "-o", "json")
+	if err != nil || json.Unmarshal([]byte(out), &rbShown) != nil {
+		t.Fatalf("plan show after the rollback: %v: %s", err, out)
+	}
+	if rbShown.Kind != kubeupgrade.KindKubeRollback || rbShown.KubeState != kubeupgrade.StepRollbackComplete {
+		t.Errorf("after the rollback: %s %s (%s)", rbShown.Kind, rbShown.KubeState, rbShown.State)
+	}
+	for _, rc := range rbShown.Components {
+		if rc.State != kubeupgrade.ComponentRolledBack || rc.ToVersion != from {
+			t.Errorf("rolled back: %s %s %s to %s", rc.Host, rc.Component, rc.State, rc.ToVersion)
+		}
+	}
+	for _, n := range c.Nodes {
+		kept, _ := filepath.Glob(filepath.Join(n.Dir, "steward", "kube-manifests-kept", "*", "*"))
+		if len(kept) > 0 {
+			t.Errorf("node %s: kept manifests after the rollback: %v", n.Name, kept)
+		}
+	}
+	if out, stderr, err := steward(t, c, nil, "kube", "rollback"); err == nil || !strings.Contains(stderr, "no kube-upgrade plan to roll back") {
+		t.Errorf("a second rollback: %v: %s%s", err, out, stderr)
+	}
+
+	// Then the upgrade again, to the end: with --emulated-version first,
+	// the switch to the new minor's APIs and features, the migration.
+	applyMark := cl.phase()
+	out, stderr, err = steward(t, c, nil, "kube", "upgrade", "apply", "--to", to)
+	if err != nil {
+		t.Fatalf("apply after the rollback: %v: %s%s", err, out, stderr)
+	}
+	reqs, failed, longest = cl.since(applyMark)
+	t.Logf("upgrade done in %.1fs; clients meanwhile: %d requests, %d failed, longest %s; apply said:\n%s", time.Since(applyMark.start).Seconds(), reqs, failed, longest, stderr)
+	if !strings.Contains(stderr, "--"+kubeversion.EmulatedVersionFlag) {
+		t.Errorf("apply did not switch the emulated version off:\n%s", stderr)
+	}
+	// Past the point of no return: refused, nothing changed.
+	if out, stderr, err := steward(t, c, nil, "kube", "rollback"); err == nil || !strings.Contains(stderr, "point of no return") {
+		t.Errorf("a rollback of a complete upgrade: %v: %s%s", err, out, stderr)
+	}
 	// The clients a little after the last component.
 	sleep(ctx, 5*time.Second)
 	stopClients()
@@ -379,6 +511,7 @@ func TestKubeUpgradeApply(t *testing.T) {
 	cl.mu.Lock()
 	t.Logf("clients: %d requests, %d failed, longest %s, %d watches re-established, %d relists after 410, %d events backwards; errors: %v",
 		cl.requests.Load(), cl.failed.Load(), cl.longest, cl.rewatches.Load(), cl.relists.Load(), cl.backwards.Load(), cl.errs)
+	created, last := slices.Clone(cl.created), maps.Clone(cl.last)
 	cl.mu.Unlock()
 	if cl.failed.Load() != 0 {
 		t.Errorf("%d requests failed through the upgrade", cl.failed.Load())
@@ -386,6 +519,29 @@ func TestKubeUpgradeApply(t *testing.T) {
 	if cl.backwards.Load() != 0 {
 		t.Errorf("%d watch events went backwards", cl.backwards.Load())
 	}
+	// Every object written through the upgrade, the rollback and the
+	// upgrade again is there, with its last acknowledged write.
+	cms, err := cs.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]int{}
+	for _, cm := range cms.Items {
+		if i, err := strconv.Atoi(cm.Data["i"]); err == nil {
+			have[cm.Name] = i
+		}
+	}
+	for _, name := range created {
+		if _, ok := have[name]; !ok {
+			t.Errorf("object %s, created, is gone", name)
+		}
+	}
+	for name, i := range last {
+		if have[name] < i {
+			t.Errorf("object %s holds write %d, older than the last acknowledged %d", name, have[name], i)
+		}
+	}
+	t.Logf("%d objects created and %d updated all there", len(created), len(last))
 
 	if err := controlPlaneAt(versions(t, c), to); err != nil {
 		t.Errorf("after the upgrade: %v", err)

@@ -8,6 +8,6 @@ package cli
 import (
 	_ "github.com/etcd-steward/steward/pkg/adopt"       // adopt, adopt-undo, certs-take-over
 	_ "github.com/etcd-steward/steward/pkg/carotate"    // ca-rotation, ca-rotation-rollback
-	_ "github.com/etcd-steward/steward/pkg/kubeupgrade" // kube-upgrade
+	_ "github.com/etcd-steward/steward/pkg/kubeupgrade" // kube-upgrade, kube-rollback
 	_ "github.com/etcd-steward/steward/pkg/upgrade"     // upgrade, rollback
 )

@@ -20,7 +20,7 @@ import (
 
 // allKinds is every plan kind Steward runs.
 var allKinds = []plan.Kind{plan.KindUpgrade, plan.KindRollback, plan.KindCARotation, plan.KindCARotationRollback,
-	plan.KindAdopt, plan.KindAdoptUndo, plan.KindCertsTakeOver, kubeupgrade.KindKubeUpgrade}
+	plan.KindAdopt, plan.KindAdoptUndo, plan.KindCertsTakeOver, kubeupgrade.KindKubeUpgrade, kubeupgrade.KindKubeRollback}
 
 // TestPlanKindsRegistered: with the packages plankinds.go links, every
 // kind is registered, and only these (Register panics on a second
@@ -76,6 +76,7 @@ func TestPlanKindConditions(t *testing.T) {
 		{&plan.Plan{ID: "P", Kind: plan.KindAdopt, Steps: []plan.Step{{Member: "etcd-2"}}}, "adopt plan P (member etcd-2)", plan.CondAdoptionInProgress},
 		{withPayload(t, p(plan.KindAdoptUndo), adopt.Payload{Member: "etcd-1"}), "adopt-undo plan P (member etcd-1)", plan.CondAdoptionInProgress},
 		{withPayload(t, p(kubeupgrade.KindKubeUpgrade), kubeupgrade.Payload{To: "v1.36.3"}), "kube-upgrade plan P (Kubernetes to v1.36.3, complete)", kubeupgrade.CondKubeUpgradeInProgress},
+		{withPayload(t, p(kubeupgrade.KindKubeRollback), kubeupgrade.RollbackPayload{Of: "U", From: "v1.36.3", To: []string{"v1.35.4"}}), "kube-rollback plan P (Kubernetes v1.36.3 back to v1.35.4, rollback-complete, 0/0 components rolled back)", kubeupgrade.CondKubeUpgradeInProgress},
 	} {
 		what, typ, ok := cluster.PlanKinds.Describe(tc.p)
 		if !ok || typ != tc.typ || what != tc.what {
@@ -202,6 +203,7 @@ func TestPrintPlanKinds(t *testing.T) {
 		{failed(plan.KindCertsTakeOver), "certs-take-over, failed"},
 		{withPayload(t, failed(plan.KindAdopt), adopt.Payload{Member: "etcd-1"}), "adopt of member etcd-1, failed"},
 		{withPayload(t, failed(plan.KindAdoptUndo), adopt.Payload{Member: "etcd-1"}), "adopt-undo of member etcd-1, failed"},
+		{withPayload(t, failed(kubeupgrade.KindKubeRollback), kubeupgrade.RollbackPayload{Of: "U", From: "v1.36.3", To: []string{"v1.35.4"}}), "kube-rollback of U: v1.36.3 back to v1.35.4, rollback-complete"},
 	} {
 		var b bytes.Buffer
 		g := &Globals{Output: "table"}

@@ -1,6 +1,7 @@
 // Package kube is the `steward kube` command: the Kubernetes above the
-// etcd cluster: which versions run where (`kube versions`) and the dry
-// run of an upgrade (`kube upgrade plan`), over pkg/kubeupgrade.
+// etcd cluster: which versions run where (`kube versions`), the dry run
+// of an upgrade (`kube upgrade plan`), the upgrade (`kube upgrade
+// apply`) and its rollback (`kube rollback`), over pkg/kubeupgrade.
 package kube
 
 import (
@@ -21,8 +22,8 @@ import (
 
 // NewCommand returns the kube command.
 func NewCommand(g *cli.Globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "kube", Short: "The Kubernetes above the cluster: versions running, upgrade plans"}
-	cmd.AddCommand(versionsCommand(g), upgradeCommand(g))
+	cmd := &cobra.Command{Use: "kube", Short: "The Kubernetes above the cluster: versions running, upgrade plans, rollback"}
+	cmd.AddCommand(versionsCommand(g), upgradeCommand(g), rollbackCommand(g))
 	return cmd
 }
 
@@ -177,6 +178,12 @@ flags, and ready at its own address (/version the target, /readyz 200) before
 the next; then each host's controller-manager and scheduler (the leaders'
 host last); then the storage migration of every resource whose storage version
 hash changed. Kubelets are left as they are (within the skew policy).
+
+A component moved to a new minor first runs with --emulated-version of the old
+minor (the old minor's APIs and features on the new binary); the step
+switching-emulated-version, after every component runs the target, removes it,
+one API server at a time: that step is the point of no return, before which
+'steward kube rollback' brings everything back without losing an object.
 
 A failed or interrupted plan continues with 'steward plan resume' from where
 the hosts are; 'steward plan abort' stops it after its current step.`,
@@ -364,4 +371,70 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+func rollbackCommand(g *cli.Globals) *cobra.Command {
+	var o kubeOptions
+	var dryRun bool
+	cmd := &cobra.Command{
+		Use:   "rollback [--dry-run]",
+		Short: "Roll the latest Kubernetes upgrade back, before its point of no return, keeping every object written",
+		Long: `Bring every control-plane component the latest kube-upgrade plan moved back to
+the static pod manifest its host's Steward agent kept before the plan, as a
+persisted, resumable kube-rollback plan: the upgrade plan is stopped (aborted)
+first; then each host's kube-scheduler and kube-controller-manager (never newer
+than an API server), then each kube-apiserver one at a time (never two down:
+the others ready first; a down one first), each waited for (mirror pod with the
+old image, ready, /readyz at its own address); at the end the kept manifests are
+removed and the upgrade plan is marked rolled back. Components the upgrade never
+wrote are left alone. Nothing written is lost: until the upgrade's point of no
+return (its switching-emulated-version step) the new binaries ran with
+--emulated-version of the old minor.
+
+Refused, nothing changed: no kube-upgrade plan, a plan of another kind open, the
+upgrade past its point of no return, etcd unhealthy, more than one API server
+down. etcd, when the upgrade moved it, stays where it is ('steward rollback'
+rolls an etcd upgrade back). --dry-run prints the rollback plan, changing
+nothing. A failed or interrupted rollback continues with 'steward plan resume'.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := runRollback(cmd, g, o, dryRun); err != nil {
+				return rollbackHint(fmt.Errorf("kube rollback: %w", err))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the Kubernetes (default: the one the upgrade plan recorded)")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the rollback plan and change nothing")
+	return cmd
+}
+
+func runRollback(cmd *cobra.Command, g *cli.Globals, o kubeOptions, dryRun bool) error {
+	if err := g.CheckOutput(); err != nil {
+		return err
+	}
+	c, err := g.ClusterWithAgent(cmd)
+	if err != nil {
+		return err
+	}
+	p, err := kubeupgrade.Rollback(cmd.Context(), c, kubeupgrade.RollbackOptions{Kubeconfig: o.kubeconfig, DryRun: dryRun})
+	if p != nil {
+		if latest, gerr := c.Plans().Get(p.ID); gerr == nil {
+			p = latest
+		}
+		if perr := g.PrintPlan(cmd.OutOrStdout(), p); perr != nil && err == nil {
+			err = perr
+		}
+	}
+	return err
+}
+
+// rollbackHint adds what to do after each refusal of kube rollback.
+func rollbackHint(err error) error {
+	err = cli.Advise(err, kubeupgrade.ErrNoUpgradeToRollBack, "; `steward plan show` shows the latest plan")
+	err = cli.Advise(err, kubeupgrade.ErrPointOfNoReturn, " (`steward plan resume` finishes the upgrade)")
+	err = cli.Advise(err, kubeupgrade.ErrRollbackOpen, ": `steward plan resume` finishes it")
+	err = cli.Advise(err, kubeupgrade.ErrPlanOpen, "; `steward plan resume` finishes it, `steward plan abort` stops it")
+	err = cli.Advise(err, kubeupgrade.ErrPlanRunning, " (`steward plan abort` stops it after its current step)")
+	return cli.PlanHint(err)
 }
