@@ -47,6 +47,9 @@ type EtcdClusterList struct {
 //
 // +kubebuilder:validation:XValidation:rule="has(oldSelf.restoreFrom) == has(self.restoreFrom)",message="restoreFrom is read once, when the cluster is created: it cannot be added or removed later; restore into a new EtcdCluster",fieldPath=.restoreFrom
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.version) || has(self.version)",message="version cannot be removed once set (the members run it): name the version to run",fieldPath=.version
+// +kubebuilder:validation:XValidation:rule="(has(self.backup) && has(self.backup.volume)) == (has(oldSelf.backup) && has(oldSelf.backup.volume)) && (!has(self.backup) || !has(self.backup.volume) || self.backup.volume == oldSelf.backup.volume)",message="backup.volume is read when the cluster is created (every member pod mounts the claim): it cannot be added, changed or removed later; restore into a new EtcdCluster to move the backups",fieldPath=.backup
+// +kubebuilder:validation:XValidation:rule="has(self.tls) && has(self.tls.caSecret) ? (has(oldSelf.tls) && has(oldSelf.tls.caSecret) && self.tls.caSecret == oldSelf.tls.caSecret) : !(has(oldSelf.tls) && has(oldSelf.tls.caSecret))",message="tls.caSecret is read when the cluster is created and cannot be added, changed or removed: every member's certificate is issued by that CA, and replacing the CA of running pods is not done yet; fix a refused Secret's content under the same name, or create a new EtcdCluster",fieldPath=.tls
+// +kubebuilder:validation:XValidation:rule="!has(self.backup) || !has(self.backup.volume) || has(self.backup.s3) || (has(self.recovery) && has(self.recovery.mode) && self.recovery.mode == 'manual')",message="backup.volume needs recovery.mode: manual: the operator cannot mount the claim, so an automatic recovery would not see the newest backups; set recovery.mode: manual, or keep the backups in backup.s3",fieldPath=.recovery
 type EtcdClusterSpec struct {
 	// Replicas is the number of voting members: 0 (hibernated: no pod
 	// runs, volumes and backups are kept), 1, 3, 5 or 7. An even count
@@ -147,8 +150,9 @@ type Backup struct {
 	// +optional
 	S3 *S3 `json:"s3,omitempty"`
 
-	// Volume keeps backups on a PersistentVolumeClaim the member pods
-	// mount (ReadWriteMany, or one node only).
+	// Volume keeps backups on an existing PersistentVolumeClaim every
+	// member pod mounts (ReadWriteMany, or ReadWriteOnce for one member).
+	// It needs recovery.mode manual: the operator cannot read the claim.
 	//
 	// +optional
 	Volume *BackupVolume `json:"volume,omitempty"`
@@ -220,11 +224,20 @@ type S3 struct {
 	CASecret string `json:"caSecret,omitempty"`
 }
 
-// BackupVolume is a claim the backups are written to.
+// BackupVolume is an existing PersistentVolumeClaim the backups are
+// written to, in Steward's local directory layout (the hosts'
+// backup.store). Every member pod mounts it at /var/lib/steward/backups,
+// and the member whose etcd leads records there (one at a time, by the
+// backup election), so the claim must reach every member pod: a
+// ReadWriteMany claim, or a ReadWriteOnce one for a cluster of one member
+// (a ReadWriteOnce volume attaches to one node; the operator refuses it
+// for more members). The operator never creates, resizes nor deletes it:
+// the backups outlive the EtcdCluster.
 type BackupVolume struct {
 	// ClaimName of a PersistentVolumeClaim in the cluster's namespace.
 	//
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
 	ClaimName string `json:"claimName"`
 }
 
@@ -315,11 +328,17 @@ type RestoreFrom struct {
 
 // TLS says where the cluster's certificates come from.
 type TLS struct {
-	// CASecret names a Secret (keys tls.crt and tls.key) holding the CA
-	// the operator issues every member's and client's certificate from.
-	// Empty: the operator makes a CA of its own (its key kept by the
-	// operator; Secret NAME-ca holds its certificate, ca.crt). Either
-	// way, certificates are renewed before they expire, with no restart.
+	// CASecret names a Secret in the cluster's namespace holding the CA
+	// the operator issues every member's and client's certificate from:
+	// tls.crt (or ca.crt) the CA certificate, one PEM certificate, and
+	// tls.key (or ca.key) its ECDSA key. It must be a CA that may sign
+	// certificates and be valid now; otherwise the cluster is not created
+	// (Ready False, reason CARefused). Read once, when the cluster is
+	// created; it cannot be added, changed or removed later. Empty: the
+	// operator makes a CA of its own. Either way the CA key stays in the
+	// operator's state (never in a Secret it makes), Secret NAME-ca holds
+	// the certificate (ca.crt), and certificates are renewed before they
+	// expire, with no restart.
 	//
 	// +optional
 	CASecret string `json:"caSecret,omitempty"`

@@ -51,4 +51,9 @@
 //     no more than that (reconcile.go's RBAC markers).
 //   - Nothing read from a restore's source store is trusted before it is
 //     authenticated under restoreFrom.backupKeySecret (restore.go).
+//   - A backup claim (spec.backup.volume) is the user's: mounted by every
+//     member pod, never created, resized or deleted, and refused when the
+//     members cannot all mount it (backupvolume.go). The user's CA
+//     (spec.tls.caSecret) is checked before anything is written and never
+//     replaced under a running cluster (usertls.go).
 package operator

@@ -86,6 +86,10 @@ func Inspect(ctx context.Context, cl client.Client, namespace, name string, with
 	if withBackups && ec.Spec.Backup != nil && ec.Spec.Backup.S3 != nil {
 		bv := Backups(ctx, cl, &ec)
 		v.Backups = &bv
+	} else if withBackups && ec.Spec.Backup != nil && ec.Spec.Backup.Volume != nil {
+		// Only the member pods mount the claim (backupvolume.go).
+		v.Backups = &BackupsView{Store: backupStoreName(&ec), Backups: []backup.Manifest{},
+			Error: "the backups are on a PersistentVolumeClaim only the member pods mount: they cannot be listed from outside; the BackupReady condition and status.lastBackupTime say what the member that leads recorded"}
 	}
 	return v, nil
 }

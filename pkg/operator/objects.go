@@ -191,6 +191,27 @@ func StatefulSet(ec *v1alpha1.EtcdCluster, o PodOptions) *appsv1.StatefulSet {
 		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
 	}
 	mode := int32(0o400)
+	mounts := []corev1.VolumeMount{
+		{Name: DataVolume, MountPath: PodStewardDir},
+		{Name: "join", MountPath: PodJoinDir, ReadOnly: true},
+		{Name: "tmp", MountPath: "/tmp"},
+	}
+	volumes := []corev1.Volume{
+		{Name: "join", VolumeSource: corev1.VolumeSource{
+			Secret: &corev1.SecretVolumeSource{SecretName: joinSecret(ec), DefaultMode: &mode},
+		}},
+		// The root file system is read-only: the agent's and etcd's
+		// scratch files (os.TempDir) go here.
+		{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+	}
+	if b := ec.Spec.Backup; b != nil && b.Volume != nil {
+		// The backup store on a claim (backupvolume.go): inside the data
+		// volume's mount, where the spec's default store is.
+		mounts = append(mounts, corev1.VolumeMount{Name: BackupVolumeName, MountPath: PodBackupDir})
+		volumes = append(volumes, corev1.Volume{Name: BackupVolumeName, VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: b.Volume.ClaimName},
+		}})
+	}
 	return &appsv1.StatefulSet{
 		ObjectMeta: owned(ec, ec.Name),
 		Spec: appsv1.StatefulSetSpec{
@@ -237,20 +258,9 @@ func StatefulSet(ec *v1alpha1.EtcdCluster, o PodOptions) *appsv1.StatefulSet {
 							ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/livez", Port: intstr.FromInt32(ProbePort)}},
 							PeriodSeconds: 10, FailureThreshold: 6, TimeoutSeconds: 4,
 						},
-						VolumeMounts: []corev1.VolumeMount{
-							{Name: DataVolume, MountPath: PodStewardDir},
-							{Name: "join", MountPath: PodJoinDir, ReadOnly: true},
-							{Name: "tmp", MountPath: "/tmp"},
-						},
+						VolumeMounts: mounts,
 					}},
-					Volumes: []corev1.Volume{
-						{Name: "join", VolumeSource: corev1.VolumeSource{
-							Secret: &corev1.SecretVolumeSource{SecretName: joinSecret(ec), DefaultMode: &mode},
-						}},
-						// The root file system is read-only: the agent's
-						// and etcd's scratch files (os.TempDir) go here.
-						{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-					},
+					Volumes: volumes,
 				},
 			},
 			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{{

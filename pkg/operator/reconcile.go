@@ -232,6 +232,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			evReason = ReasonObjectNotOwned
 		case errors.Is(err, ErrStaleClaims):
 			evReason = ReasonStaleClaims
+		case errors.Is(err, ErrBackupVolume):
+			evReason = ReasonBackupVolumeRefused
+		case errors.Is(err, ErrCARefused):
+			evReason = ReasonCARefused
 		}
 		r.event(&ec, corev1.EventTypeWarning, evReason, "Reconcile", "%v", err)
 		// A creation that fails is reported as such; an upgrade or a
@@ -250,6 +254,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		case errors.Is(err, ErrStaleClaims):
 			o.StatusReason = ReasonStaleClaims
 			o.Volumes = metav1.Condition{Type: v1alpha1.ConditionDataVolumesReady, Status: metav1.ConditionFalse, Reason: ReasonStaleClaims, Message: err.Error()}
+		case errors.Is(err, ErrBackupVolume):
+			o.StatusReason = ReasonBackupVolumeRefused
+		case errors.Is(err, ErrCARefused):
+			o.StatusReason = ReasonCARefused
 		}
 		if serr := r.updateStatus(ctx, &ec, o); serr != nil {
 			log.Error(serr, "status")
@@ -263,7 +271,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		o.Scaled, o.Hibernated, o.Operation = &sc, Hibernated(c.Dir), r.op(&ec)
 	} else if c != nil {
 		r.recovery(ctx, &ec, c)
-		if c.Spec.Recovery.Mode != "auto" {
+		if b := ec.Spec.Backup; b != nil && b.Volume != nil {
+			o.QuorumLostAdvice = VolumeRecoveryAdvice(b.Volume.ClaimName)
+		} else if c.Spec.Recovery.Mode != "auto" {
 			o.QuorumLostAdvice = ManualRecoveryAdvice(c.Dir)
 		}
 		sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
@@ -349,7 +359,10 @@ func (r *Reconciler) ensure(ctx context.Context, ec *v1alpha1.EtcdCluster) (*clu
 		r.event(ec, corev1.EventTypeNormal, "StateMovedAside", "Create", "moved the Steward directory of a deleted EtcdCluster of this name to %s", moved)
 	}
 	if ec.Spec.Backup != nil && ec.Spec.Backup.Volume != nil {
-		return nil, fmt.Errorf("spec.backup.volume is not supported yet: give spec.backup.s3")
+		// backupvolume.go: a claim every member pod can mount.
+		if err := r.checkBackupVolume(ctx, ec); err != nil {
+			return nil, err
+		}
 	}
 	s3CA := false
 	if b := ec.Spec.Backup; b != nil && b.S3 != nil {
@@ -378,11 +391,15 @@ func (r *Reconciler) ensure(ctx context.Context, ec *v1alpha1.EtcdCluster) (*clu
 			s3CA = true
 		}
 	}
-	if ec.Spec.TLS.CASecret != "" {
-		return nil, fmt.Errorf("spec.tls.caSecret is not supported yet: leave it empty and the operator makes the cluster's CA (Secret %s)", caSecret(ec))
-	}
 	_, err = os.Stat(filepath.Join(dir, "cluster.yaml"))
 	fresh := errors.Is(err, os.ErrNotExist)
+	var userCA *pki.CA
+	if ec.Spec.TLS.CASecret != "" {
+		// usertls.go: checked before anything is made; installed below.
+		if userCA, err = r.userCA(ctx, ec, dir, fresh); err != nil {
+			return nil, err
+		}
+	}
 	if fresh && ec.Spec.Replicas == 0 {
 		// Created hibernated: nothing to make until there is a member.
 		r.setOp(ec, "Create", "Running", "spec.replicas is 0: the cluster is created once it is 1 or more")
@@ -393,6 +410,14 @@ func (r *Reconciler) ensure(ctx context.Context, ec *v1alpha1.EtcdCluster) (*clu
 		if err := r.checkRestoreSource(ctx, ec, dir); err != nil {
 			r.setOp(ec, "Restore", "Failed", err.Error())
 			return nil, err
+		}
+	}
+	if userCA != nil {
+		if err := installCA(dir, userCA); err != nil {
+			return nil, err
+		}
+		if w := CAExpiryWarning(userCA.Cert, time.Now()); w != "" {
+			r.event(ec, corev1.EventTypeWarning, "CAExpiresSoon", "Create", "%s", w)
 		}
 	}
 	say := progress.Func(func(format string, args ...any) { logf.FromContext(ctx).Info(fmt.Sprintf(format, args...)) })
@@ -445,7 +470,7 @@ func (r *Reconciler) ensure(ctx context.Context, ec *v1alpha1.EtcdCluster) (*clu
 	r.event(ec, corev1.EventTypeNormal, "Started", "Create", "cluster is healthy: %d members, etcd %s", len(c.Spec.Members), c.Spec.Version)
 	r.setOp(ec, "Create", "Succeeded", fmt.Sprintf("%d members started, etcd %s", len(c.Spec.Members), c.Spec.Version))
 	if c.Spec.Backup.Continuous {
-		r.event(ec, corev1.EventTypeNormal, "BackupsOn", "Create", "continuous backups on to %s/%s", c.Spec.Backup.S3.Endpoint, c.Spec.Backup.S3.Bucket)
+		r.event(ec, corev1.EventTypeNormal, "BackupsOn", "Create", "continuous backups on to %s", backupStoreName(ec))
 	}
 	return c, nil
 }
@@ -583,7 +608,7 @@ func Secrets(ec *v1alpha1.EtcdCluster, c *cluster.Cluster) ([]*corev1.Secret, er
 	clientDir := filepath.Join(c.Dir, "clients-out")
 	name := ec.Name + "-client"
 	if _, err := os.Stat(filepath.Join(clientDir, name+".crt")); errors.Is(err, os.ErrNotExist) {
-		if _, err := pki.IssueClient(certDir, c.Spec.Name, name, 0, clientDir, c.Validity()); err != nil {
+		if _, err := pki.IssueClient(certDir, c.Spec.Name, name, clientLifetime(caCrt, c.Validity(), time.Now()), clientDir, c.Validity()); err != nil {
 			return nil, fmt.Errorf("client certificate for applications: %w", err)
 		}
 	}
@@ -603,6 +628,21 @@ func Secrets(ec *v1alpha1.EtcdCluster, c *cluster.Cluster) ([]*corev1.Secret, er
 		Secret(ec, BackupKeySecret(ec), map[string][]byte{BackupKeyKey: bytes.TrimSpace(backupKey)}),
 		Secret(ec, clientTLSSecret(ec), cl),
 	}, nil
+}
+
+// clientLifetime is the lifetime of NAME-client-tls's certificate: the
+// default leaf lifetime (0), or up to a minute before the CA expires when
+// that is sooner (a user's CA: spec.tls.caSecret), as pki cuts the other
+// leaves; pki.IssueClient refuses a certificate outliving its CA.
+func clientLifetime(caPEM []byte, v pki.Validity, now time.Time) time.Duration {
+	ca, err := pki.ParseCertPEM(caPEM)
+	if err != nil {
+		return 0 // IssueClient reads the CA itself and says what is wrong
+	}
+	if left := ca.NotAfter.Sub(now) - time.Minute; left < v.WithDefaults().Leaf {
+		return max(left, time.Second)
+	}
+	return 0
 }
 
 func (r *Reconciler) updateStatus(ctx context.Context, ec *v1alpha1.EtcdCluster, o Observed) error {

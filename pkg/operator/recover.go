@@ -165,3 +165,11 @@ func (r *Reconciler) recovery(ctx context.Context, ec *v1alpha1.EtcdCluster, c *
 func ManualRecoveryAdvice(dir string) string {
 	return fmt.Sprintf("; spec.recovery.mode is manual, so the operator does not recover: run the recovery in the operator's pod (kubectl exec: its steward binary's recover --dir %s), or set spec.recovery.mode to auto", dir)
 }
+
+// VolumeRecoveryAdvice is ManualRecoveryAdvice for a cluster whose
+// backups are on the claim spec.backup.volume names, which the operator
+// cannot read (backupvolume.go): a recovery run by the operator would not
+// see the newest backups.
+func VolumeRecoveryAdvice(claim string) string {
+	return fmt.Sprintf("; the backups are on PersistentVolumeClaim %s, which the operator cannot read, so it does not recover: members whose pods come back with their volumes re-form the cluster by themselves; otherwise copy the backup directory of the claim into an S3 bucket and restore it into a new EtcdCluster (spec.restoreFrom.s3)", claim)
+}

@@ -112,7 +112,7 @@ func RestoreSource(ec *v1alpha1.EtcdCluster, hasCA bool) (*spec.S3, error) {
 		return nil, nil
 	}
 	if rf.S3 == nil {
-		return nil, fmt.Errorf("%w: spec.restoreFrom.volume is not supported yet: give spec.restoreFrom.s3", ErrRestoreFailed)
+		return nil, fmt.Errorf("%w: spec.restoreFrom.volume is not supported yet (the restore is prepared in the operator's pod, which cannot mount the claim): copy the claim's backup directory into an S3 bucket and give spec.restoreFrom.s3", ErrRestoreFailed)
 	}
 	prefix := rf.S3.Prefix
 	if prefix == "" {
@@ -174,6 +174,9 @@ func (r *Reconciler) restoreKey(ctx context.Context, ec *v1alpha1.EtcdCluster) (
 // why) or where there is none (ErrRestoreFailed). Then it installs the key
 // as the directory's cluster backup key, which bootstrap.Init keeps.
 func (r *Reconciler) checkRestoreSource(ctx context.Context, ec *v1alpha1.EtcdCluster, dir string) error {
+	if _, err := RestoreSource(ec, false); err != nil {
+		return err // a store kind not supported: said before the key
+	}
 	key, raw, err := r.restoreKey(ctx, ec)
 	if err != nil {
 		return err

@@ -116,7 +116,12 @@ func Shape(s *spec.Cluster, ec *v1alpha1.EtcdCluster) {
 	s.Etcd.AutoCompactionMode, s.Etcd.AutoCompactionRetention = e.AutoCompactionMode, e.AutoCompactionRetention
 	s.Etcd.SnapshotCount = uint64(max(e.SnapshotCount, 0))
 	s.Etcd.HeartbeatIntervalMs, s.Etcd.ElectionTimeoutMs = int(e.HeartbeatIntervalMs), int(e.ElectionTimeoutMs)
-	if b := ec.Spec.Backup; b != nil && s.Backup.S3 != nil {
+	if b := ec.Spec.Backup; b != nil && b.Volume != nil {
+		// backupvolume.go: the claim is mounted at DIR/backups of every
+		// member pod, the spec's default store, shared by them.
+		s.Backup.S3, s.Backup.Store, s.Backup.StoreShared, s.Backup.Continuous = nil, "", true, true
+	}
+	if b := ec.Spec.Backup; b != nil && (s.Backup.S3 != nil || b.Volume != nil) {
 		if b.FullSchedule != "" {
 			s.Backup.FullSchedule = b.FullSchedule
 		}
@@ -145,6 +150,11 @@ func Shape(s *spec.Cluster, ec *v1alpha1.EtcdCluster) {
 	}
 	if ec.Spec.Recovery.GracePeriodSeconds != 0 {
 		s.Recovery.GracePeriodSeconds = int(ec.Spec.Recovery.GracePeriodSeconds)
+	}
+	if b := ec.Spec.Backup; b != nil && b.Volume != nil {
+		// The API refuses auto with a volume store (the operator cannot
+		// read the claim: backupvolume.go); never auto here either.
+		s.Recovery.Mode = "manual"
 	}
 }
 

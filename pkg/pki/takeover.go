@@ -9,7 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
+
+	"github.com/etcd-steward/steward/internal/atomicfile"
 )
 
 // Refusals of a certificate take-over's CA (LoadCA).
@@ -44,6 +47,12 @@ func LoadCA(certFile, keyFile string) (*CA, error) {
 	if err != nil {
 		return nil, fmt.Errorf("CA key: %w", err)
 	}
+	return ParseCA(cb, kb, certFile, keyFile)
+}
+
+// ParseCA is LoadCA on the contents: certPEM (exactly one certificate)
+// and keyPEM, named certName and keyName in its errors.
+func ParseCA(cb, kb []byte, certName, keyName string) (*CA, error) {
 	var certs []*pem.Block
 	for rest := cb; ; {
 		var b *pem.Block
@@ -55,25 +64,42 @@ func LoadCA(certFile, keyFile string) (*CA, error) {
 		}
 	}
 	if len(certs) != 1 {
-		return nil, fmt.Errorf("%s: %w: it holds %d certificates, want the one CA whose key is given", certFile, ErrNotCA, len(certs))
+		return nil, fmt.Errorf("%s: %w: it holds %d certificates, want the one CA whose key is given", certName, ErrNotCA, len(certs))
 	}
 	cert, err := x509.ParseCertificate(certs[0].Bytes)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w: %v", certFile, ErrUnparsable, err)
+		return nil, fmt.Errorf("%s: %w: %v", certName, ErrUnparsable, err)
 	}
 	if !cert.IsCA || (cert.KeyUsage != 0 && cert.KeyUsage&x509.KeyUsageCertSign == 0) {
-		return nil, fmt.Errorf("%s (%s): %w: it may not sign certificates", certFile, cert.Subject.CommonName, ErrNotCA)
+		return nil, fmt.Errorf("%s (%s): %w: it may not sign certificates", certName, cert.Subject.CommonName, ErrNotCA)
 	}
 	pemCert := pem.EncodeToMemory(certs[0])
 	pair, err := tls.X509KeyPair(pemCert, kb)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w in %s (%v)", keyFile, ErrKeyMismatch, certFile, err)
+		return nil, fmt.Errorf("%s: %w in %s (%v)", keyName, ErrKeyMismatch, certName, err)
 	}
 	key, ok := pair.PrivateKey.(*ecdsa.PrivateKey)
 	if !ok {
-		return nil, fmt.Errorf("%s: %w (it is %T): Steward issues and renews with ECDSA keys only", keyFile, ErrKeyType, pair.PrivateKey)
+		return nil, fmt.Errorf("%s: %w (it is %T): Steward issues and renews with ECDSA keys only", keyName, ErrKeyType, pair.PrivateKey)
 	}
 	return &CA{Cert: cert, Key: key, PEM: pemCert}, nil
+}
+
+// WriteCA installs ca as the CA of the certificate directory dir: ca.key
+// (0600, SEC 1 PEM) first, then ca.crt, each written atomically. The
+// leaves are issued from it by EnsureWith.
+func WriteCA(dir string, ca *CA) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	kb, err := x509.MarshalECPrivateKey(ca.Key)
+	if err != nil {
+		return err
+	}
+	if err := atomicfile.WriteFile(filepath.Join(dir, CAKey), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(filepath.Join(dir, CACert), ca.PEM, 0o644)
 }
 
 // Signed reports whether the CA signed the first certificate of a PEM

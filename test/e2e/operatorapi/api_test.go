@@ -340,6 +340,7 @@ func TestOperatorAPI(t *testing.T) {
 	t.Run("refused", func(t *testing.T) {
 		k := k.with(t)
 		full := "  replicas: 3\n  version: 3.6.16\n  storage:\n    size: 10Gi\n    storageClassName: fast\n  restoreFrom:" + s3Store + "\n    revision: 5\n"
+		volume := "  replicas: 1\n  recovery:\n    mode: manual\n  backup:\n    volume:\n      claimName: backups\n"
 		for i, c := range []struct {
 			name         string
 			before, spec string // before "": the bad spec is a creation
@@ -363,6 +364,13 @@ func TestOperatorAPI(t *testing.T) {
 			{"restoreFrom changed", full, strings.Replace(full, "revision: 5", "revision: 6", 1), "spec.restoreFrom", "restoreFrom is read once, when the cluster is created, and cannot change"},
 			{"restoreFrom removed", full, full[:strings.Index(full, "  restoreFrom:")], "spec.restoreFrom", "restoreFrom is read once, when the cluster is created: it cannot be added or removed later"},
 			{"restoreFrom two stores", "", "  replicas: 3\n  restoreFrom:" + s3Store + "\n    volume:\n      claimName: backups\n", "spec.restoreFrom", "restoreFrom needs exactly one store"},
+			{"volume with automatic recovery", "", "  replicas: 1\n  backup:\n    volume:\n      claimName: backups\n", "spec.recovery", "backup.volume needs recovery.mode: manual: the operator cannot mount the claim"},
+			{"volume added", "  replicas: 1\n  recovery:\n    mode: manual\n", "  replicas: 1\n  recovery:\n    mode: manual\n  backup:\n    volume:\n      claimName: backups\n", "spec.backup", "backup.volume is read when the cluster is created (every member pod mounts the claim): it cannot be added, changed or removed later"},
+			{"volume changed", volume, strings.Replace(volume, "claimName: backups", "claimName: others", 1), "spec.backup", "backup.volume is read when the cluster is created"},
+			{"volume removed", volume, "  replicas: 1\n  recovery:\n    mode: manual\n", "spec.backup", "backup.volume is read when the cluster is created"},
+			{"caSecret added", "  replicas: 1\n", "  replicas: 1\n  tls:\n    caSecret: users-ca\n", "spec.tls", "tls.caSecret is read when the cluster is created and cannot be added, changed or removed"},
+			{"caSecret changed", "  replicas: 1\n  tls:\n    caSecret: users-ca\n", "  replicas: 1\n  tls:\n    caSecret: next-ca\n", "spec.tls", "tls.caSecret is read when the cluster is created and cannot be added, changed or removed"},
+			{"caSecret removed", "  replicas: 1\n  tls:\n    caSecret: users-ca\n", "  replicas: 1\n", "spec.tls", "tls.caSecret is read when the cluster is created"},
 			{"election timeout", "", "  replicas: 3\n  etcd:\n    heartbeatIntervalMs: 100\n    electionTimeoutMs: 400\n", "spec.etcd.electionTimeoutMs", "electionTimeoutMs must be at least 5 times heartbeatIntervalMs"},
 			{"endpoint with a path", "", "  replicas: 3\n  backup:\n    s3:\n      endpoint: https://s3.example.com/etcd-backups\n      bucket: etcd-backups\n      credentialsSecret: s3-credentials\n", "spec.backup.s3.endpoint", "endpoint must be the server's URL, https://HOST[:PORT]"},
 			{"cron", "", "  replicas: 3\n  backup:" + s3Store + "\n    fullSchedule: hourly\n", "spec.backup.fullSchedule", "fullSchedule must be a cron expression of 5 fields"},
