@@ -182,7 +182,9 @@ func storeVersions(t *testing.T) (store string, newest []string) {
 
 // setup is the start of every test of the package: three nodes (else
 // skipped), the image, the clients, the test's namespace ns, and the
-// operator installed with that image.
+// operator installed with that image for the test alone (removed when it
+// ends): a test that kills the operator, drains nodes or reads the
+// operator's metrics as its own runs with it, one at a time.
 func setup(t *testing.T, c *localkube.Cluster, ns, image string) (*kubernetes.Clientset, client.Client) {
 	t.Helper()
 	if len(c.Nodes) < 3 {
@@ -192,6 +194,54 @@ func setup(t *testing.T, c *localkube.Cluster, ns, image string) (*kubernetes.Cl
 	namespace(t, cs, ns)
 	installOperator(t, c, cs, image)
 	return cs, cl
+}
+
+// setupShared is setup for a test that runs beside others (t.Parallel):
+// one installation of the operator serves every such test running at
+// once, made by the first and removed when the last ends. Go starts the
+// parallel tests after every sequential one has ended, so the sequential
+// tests' installations (setup) never meet a shared one. The test must
+// leave the operator alone (no kill, no drain, no metric read as the
+// operator's total) and work only in its namespace ns.
+func setupShared(t *testing.T, c *localkube.Cluster, ns, image string) (*kubernetes.Clientset, client.Client) {
+	t.Helper()
+	if len(c.Nodes) < 3 {
+		t.Skip("needs three nodes")
+	}
+	cs, cl := clients(t, c)
+	namespace(t, cs, ns)
+	sharedOperator.Lock()
+	defer sharedOperator.Unlock()
+	switch {
+	case sharedOperator.users == 0:
+		sharedOperator.image, sharedOperator.remove = applyOperator(t, c, image)
+	case sharedOperator.image != image:
+		t.Fatalf("the shared operator runs %s, this test wants %s: tests that share it use one image", sharedOperator.image, image)
+	}
+	sharedOperator.users++
+	t.Cleanup(func() {
+		if t.Failed() {
+			pods, _ := cs.CoreV1().Pods(operatorNS).List(context.Background(), metav1.ListOptions{LabelSelector: operatorPods})
+			for _, p := range pods.Items {
+				logs(t, cs, operatorNS, p.Name)
+			}
+		}
+		sharedOperator.Lock()
+		defer sharedOperator.Unlock()
+		if sharedOperator.users--; sharedOperator.users == 0 {
+			sharedOperator.remove(t)
+		}
+	})
+	return cs, cl
+}
+
+// sharedOperator is the installation setupShared's tests share; its mutex
+// guards the fields (the tests run in parallel).
+var sharedOperator struct {
+	sync.Mutex
+	users  int                 // tests using it
+	image  string              // its image
+	remove func(tb testing.TB) // deletes it (set with users going 0 -> 1)
 }
 
 // clients returns a clientset and a controller-runtime client (with the
@@ -240,17 +290,7 @@ const (
 // tests' image in place of the base's, and removes it when the test ends.
 func installOperator(t *testing.T, c *localkube.Cluster, cs *kubernetes.Clientset, image string) {
 	t.Helper()
-	base := filepath.Join(harness.RepoRoot(t), "deploy", "operator")
-	out := kubectl(t, c, "kustomize", base)
-	const baseImage = kubeimages.StewardImage + ":latest"
-	if !strings.Contains(out, "image: "+baseImage) {
-		t.Fatalf("kustomize %s names no image %s:\n%s", base, baseImage, out)
-	}
-	manifest := filepath.Join(t.TempDir(), "operator.yaml")
-	if err := os.WriteFile(manifest, []byte(strings.ReplaceAll(out, baseImage, image)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	kubectl(t, c, "apply", "-f", manifest)
+	_, remove := applyOperator(t, c, image)
 	t.Cleanup(func() {
 		if t.Failed() {
 			pods, _ := cs.CoreV1().Pods(operatorNS).List(context.Background(), metav1.ListOptions{LabelSelector: operatorPods})
@@ -258,12 +298,49 @@ func installOperator(t *testing.T, c *localkube.Cluster, cs *kubernetes.Clientse
 				logs(t, cs, operatorNS, p.Name)
 			}
 		}
+		remove(t)
+	})
+}
+
+// applyOperator applies deploy/operator with image and waits for the CRD
+// and the Deployment; it returns the image and what removes it all.
+func applyOperator(t *testing.T, c *localkube.Cluster, image string) (string, func(tb testing.TB)) {
+	t.Helper()
+	base := filepath.Join(harness.RepoRoot(t), "deploy", "operator")
+	out := kubectl(t, c, "kustomize", base)
+	const baseImage = kubeimages.StewardImage + ":latest"
+	if !strings.Contains(out, "image: "+baseImage) {
+		t.Fatalf("kustomize %s names no image %s:\n%s", base, baseImage, out)
+	}
+	// Not the test's TempDir: a shared installation outlives the test
+	// that made it; removed with it.
+	dir, err := os.MkdirTemp("", "steward-operator-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifest := filepath.Join(dir, "operator.yaml")
+	if err := os.WriteFile(manifest, []byte(strings.ReplaceAll(out, baseImage, image)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	remove := func(tb testing.TB) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		_ = c.Kubectl(ctx, "delete", "--ignore-not-found", "-f", manifest).Run()
-	})
+		_ = os.RemoveAll(dir)
+	}
+	// What was applied is removed if the test fails here (t.Fatal ends
+	// the goroutine, running the deferred call): no caller holds remove.
+	applied := false
+	defer func() {
+		if !applied {
+			remove(t)
+		}
+	}()
+	kubectl(t, c, "apply", "-f", manifest)
 	kubectl(t, c, "wait", "--for=condition=Established", "--timeout=60s", "crd/etcdclusters.steward.etcd.io")
 	kubectl(t, c, "-n", operatorNS, "rollout", "status", "deployment/steward-operator", "--timeout=3m")
+	applied = true
+	return image, remove
 }
 
 // operatorPod is the operator's one pod that is not being deleted.

@@ -23,12 +23,15 @@ import (
 // time; a client pod writes and reads through NAME-client with
 // NAME-client-tls; deleting the EtcdCluster removes its pods and keeps
 // their claims.
-func TestOperatorCreate(t *testing.T) { harness.ForEachLocalKube(t, operatorCreate) }
+func TestOperatorCreate(t *testing.T) {
+	t.Parallel() // beside the other tests of setupShared
+	harness.ForEachLocalKube(t, operatorCreate)
+}
 
 func operatorCreate(t *testing.T, c *localkube.Cluster) {
 	const ns = "op-create"
 	image := stewardImage(t, c)
-	cs, cl := setup(t, c, ns, image)
+	cs, cl := setupShared(t, c, ns, image)
 	s3Secret(t, c, cs, ns)
 	ec := &v1alpha1.EtcdCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: ns},

@@ -110,12 +110,15 @@ func watchSeen(out string) (revs []int64, keys []string, compacted bool, other [
 // one started after it from an old revision is told of the compaction or
 // sees only newer ones), the recovery in status.lastOperation and in Events
 // (QuorumLost, Recovering, Recovered).
-func TestOperatorQuorumLoss(t *testing.T) { harness.ForEachLocalKube(t, operatorQuorumLoss) }
+func TestOperatorQuorumLoss(t *testing.T) {
+	t.Parallel() // beside the other tests of setupShared
+	harness.ForEachLocalKube(t, operatorQuorumLoss)
+}
 
 func operatorQuorumLoss(t *testing.T, c *localkube.Cluster) {
 	const ns = "op-recover"
 	image := stewardImage(t, c)
-	cs, cl := setup(t, c, ns, image)
+	cs, cl := setupShared(t, c, ns, image)
 	s3Secret(t, c, cs, ns)
 	ec := &v1alpha1.EtcdCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: ns},

@@ -48,13 +48,16 @@ import (
 // and serve, restore and back up; Secret db-ca holds the CA certificate
 // only, db-backup-key the backup key only (the plugin lists the backups
 // with it, and the hosts restore the pods' backups with it, authenticated).
-func TestOperatorRestore(t *testing.T) { harness.ForEachLocalKube(t, operatorRestore) }
+func TestOperatorRestore(t *testing.T) {
+	t.Parallel() // beside the other tests of setupShared
+	harness.ForEachLocalKube(t, operatorRestore)
+}
 
 func operatorRestore(t *testing.T, c *localkube.Cluster) {
 	version := harness.Versions()[1]
 	const ns = "op-restore"
 	image := stewardImage(t, c)
-	cs, cl := setup(t, c, ns, image)
+	cs, cl := setupShared(t, c, ns, image)
 	s3Secret(t, c, cs, ns)
 	ctx := t.Context()
 

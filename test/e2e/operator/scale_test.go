@@ -82,11 +82,14 @@ func operatorScale(t *testing.T, c *localkube.Cluster) {
 // are deleted comes back empty and is rebuilt as a new member (a new ID);
 // hibernation (replicas 0) stops every member and keeps the claims, and a
 // wake brings back the same member IDs and every acknowledged write.
-func TestOperatorMemberLoss(t *testing.T) { harness.ForEachLocalKube(t, operatorMemberLoss) }
+func TestOperatorMemberLoss(t *testing.T) {
+	t.Parallel() // beside the other tests of setupShared
+	harness.ForEachLocalKube(t, operatorMemberLoss)
+}
 
 func operatorMemberLoss(t *testing.T, c *localkube.Cluster) {
 	const ns = "op-loss"
-	cs, cl := setup(t, c, ns, stewardImage(t, c))
+	cs, cl := setupShared(t, c, ns, stewardImage(t, c))
 	ec := scaleCluster(t, cs, cl, ns, 3)
 	st := waitMembers(t, cl, ec, 3, time.Minute)
 	ids := memberIDs(st)

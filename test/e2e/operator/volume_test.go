@@ -43,13 +43,14 @@ import (
 // Secret whose certificate is not a CA is refused (Ready False, reason
 // CARefused) with no StatefulSet made.
 func TestOperatorVolumeBackupsOwnCA(t *testing.T) {
+	t.Parallel() // beside the other tests of setupShared
 	harness.ForEachLocalKube(t, operatorVolumeBackupsOwnCA)
 }
 
 func operatorVolumeBackupsOwnCA(t *testing.T, c *localkube.Cluster) {
 	const ns = "op-volume"
 	image := stewardImage(t, c)
-	cs, cl := setup(t, c, ns, image)
+	cs, cl := setupShared(t, c, ns, image)
 	ctx := t.Context()
 
 	// The user's CA, and a Secret whose certificate is a leaf.
