@@ -131,16 +131,19 @@ var admitUpgrade = plan.Admission{Refuse: func(p *plan.Plan) error {
 	return &plan.ActiveError{Plan: p, At: where, Abort: true, Undo: true}
 }}
 
-// admitRollback admits a rollback plan: there is a plan, and no CA
-// rotation, certificate take-over or rollback is open. An open upgrade is
-// superseded by the rollback; the adoptions are not waited for (as before
-// the registry; NewRollback judges what there is to roll back).
+// admitRollback admits a rollback plan: there is a plan, and no plan is
+// open but an upgrade (which the rollback supersedes) or an adoption (not
+// waited for, as before the registry; NewRollback judges what there is to
+// roll back). A CA rotation, a certificate take-over, a rollback, or a
+// plan of a kind that does not expect etcd to move beneath it (a
+// Kubernetes upgrade stopped half-way: its API servers may need the etcd
+// it found) refuses.
 var admitRollback = plan.Admission{NeedPlan: true, Refuse: func(p *plan.Plan) error {
 	switch p.Kind {
-	case plan.KindCARotation, plan.KindCertsTakeOver:
-		return plan.RefuseActive(p)
+	case plan.KindUpgrade, plan.KindAdopt, plan.KindAdoptUndo:
+		return nil
 	case plan.KindRollback:
 		return &plan.ActiveError{Plan: p, Name: "rollback " + p.ID}
 	}
-	return nil
+	return plan.RefuseActive(p)
 }}
