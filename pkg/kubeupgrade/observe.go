@@ -51,13 +51,17 @@ var ErrNoKubeconfig = errors.New("no kubeconfig")
 // directory stewardDir (localkube's DIR/steward and DIR/kubeconfig). It
 // returns the path and where it came from (FromFlag, FromEnv,
 // FromLocalKube).
+//
+// The path is absolute: a plan records it, and `plan resume` may run from
+// another working directory.
 func ResolveKubeconfig(explicit, env, stewardDir string) (path, source string, err error) {
 	switch {
 	case explicit != "":
-		return explicit, FromFlag, nil
+		p, err := filepath.Abs(explicit)
+		return p, FromFlag, err
 	case env != "":
-		first := strings.Split(env, string(os.PathListSeparator))[0]
-		return first, FromEnv, nil
+		p, err := filepath.Abs(strings.Split(env, string(os.PathListSeparator))[0])
+		return p, FromEnv, err
 	}
 	if stewardDir != "" {
 		p := filepath.Join(filepath.Dir(stewardDir), kubeconfigName)
@@ -105,7 +109,11 @@ type PodState struct {
 	Emulated string
 }
 
-// Observe reads what runs: the kube-system pods labelled component=
+// MirrorAnnotation marks the mirror pod the kubelet makes of a static pod
+// (its value the static pod's hash): only those are the control plane.
+const MirrorAnnotation = "kubernetes.io/config.mirror"
+
+// Observe reads what runs: the kube-system mirror pods labelled component=
 // kube-apiserver, kube-controller-manager or kube-scheduler (their image
 // tag is the version; a pod without a node is an error), and each node's
 // status.nodeInfo.kubeletVersion. A control-plane host missing one of
@@ -123,6 +131,13 @@ func Observe(ctx context.Context, cs kubernetes.Interface) (*Running, error) {
 	r := &Running{Pods: map[string]PodState{}}
 	for i := range pods.Items {
 		p := &pods.Items[i]
+		if p.Annotations[MirrorAnnotation] == "" {
+			// Not a static pod's mirror: an ordinary pod that carries
+			// the label is no control-plane component (a pending one
+			// would fail every step, a running one be sent the
+			// kubeconfig's credentials at its address).
+			continue
+		}
 		in, api, err := fromPod(p)
 		if err != nil {
 			return nil, err

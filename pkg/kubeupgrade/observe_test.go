@@ -25,6 +25,18 @@ func TestResolveKubeconfig(t *testing.T) {
 	if p, s, err := ResolveKubeconfig("", "/y/kc:/z/kc", sd); err != nil || p != "/y/kc" || s != FromEnv {
 		t.Errorf("env: %s %s %v", p, s, err)
 	}
+	// Relative paths are made absolute: the plan records the path and a
+	// resume may run elsewhere.
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, _, err := ResolveKubeconfig("admin.conf", "", sd); err != nil || p != filepath.Join(wd, "admin.conf") {
+		t.Errorf("relative flag: %s %v", p, err)
+	}
+	if p, _, err := ResolveKubeconfig("", "kc/a:/z/kc", sd); err != nil || p != filepath.Join(wd, "kc/a") {
+		t.Errorf("relative KUBECONFIG: %s %v", p, err)
+	}
 	if _, _, err := ResolveKubeconfig("", "", sd); !errors.Is(err, ErrNoKubeconfig) || !strings.Contains(err.Error(), sd) {
 		t.Errorf("none: %v", err)
 	}
@@ -55,7 +67,8 @@ func TestImageTagAndFlags(t *testing.T) {
 
 func staticPod(comp, node, version string, cmd ...string) *corev1.Pod {
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: comp + "-" + node, Namespace: "kube-system", Labels: map[string]string{"component": comp, "tier": "control-plane"}},
+		ObjectMeta: metav1.ObjectMeta{Name: comp + "-" + node, Namespace: "kube-system", Labels: map[string]string{"component": comp, "tier": "control-plane"},
+			Annotations: map[string]string{MirrorAnnotation: "a1b2c3"}},
 		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: comp,
 			Image: "registry.k8s.io/" + comp + ":" + version, Command: append([]string{comp}, cmd...)}}},
 	}
@@ -73,7 +86,11 @@ func TestObserve(t *testing.T) {
 			staticPod(kubeversion.Scheduler, n, "v1.36.3"),
 			&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}, Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{KubeletVersion: "v1.35.4"}}})
 	}
-	// Another kube-system pod is not a component.
+	// Another kube-system pod is not a component, nor is an ordinary pod
+	// carrying a component's label (not a static pod's mirror).
+	impostor := staticPod(kubeversion.APIServer, "node-a", "v1.30.0", "--advertise-address=10.9.9.9")
+	impostor.Name, impostor.Annotations = "impostor", nil
+	objs = append(objs, impostor)
 	objs = append(objs, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "coredns", Namespace: "kube-system", Labels: map[string]string{"k8s-app": "kube-dns"}},
 		Spec: corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "coredns", Image: "registry.k8s.io/coredns/coredns:v1.14.2"}}}})
 	cs := fake.NewClientset()
