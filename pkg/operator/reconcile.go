@@ -364,40 +364,30 @@ func (r *Reconciler) ensure(ctx context.Context, ec *v1alpha1.EtcdCluster) (*clu
 			return nil, err
 		}
 	}
-	s3CA := false
-	if b := ec.Spec.Backup; b != nil && b.S3 != nil {
-		var sec corev1.Secret
-		if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: b.S3.CredentialsSecret}, &sec); err != nil {
-			return nil, fmt.Errorf("spec.backup.s3.credentialsSecret %s: %w", b.S3.CredentialsSecret, err)
-		}
-		creds, err := S3Credentials(b.S3.CredentialsSecret, sec.Data)
-		if err != nil {
-			return nil, err
-		}
-		if err := writeSecretFile(dir, s3CredentialsFile, creds); err != nil {
-			return nil, err
-		}
-		if b.S3.CASecret != "" {
-			var ca corev1.Secret
-			if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: b.S3.CASecret}, &ca); err != nil {
-				return nil, fmt.Errorf("spec.backup.s3.caSecret %s: %w", b.S3.CASecret, err)
-			}
-			if len(ca.Data["ca.crt"]) == 0 {
-				return nil, fmt.Errorf("%w: Secret %s needs the key ca.crt", ErrBadSecret, b.S3.CASecret)
-			}
-			if err := writeSecretFile(dir, s3CAFile, ca.Data["ca.crt"]); err != nil {
-				return nil, err
-			}
-			s3CA = true
-		}
-	}
 	_, err = os.Stat(filepath.Join(dir, "cluster.yaml"))
 	fresh := errors.Is(err, os.ErrNotExist)
+	s3CA, err := r.s3Files(ctx, ec, dir)
+	if err != nil {
+		if fresh {
+			return nil, err
+		}
+		// A running cluster keeps the copies written before: a Secret
+		// deleted or broken later stops no reconcile (status, members,
+		// recovery, plans); the event says what to fix.
+		r.event(ec, corev1.EventTypeWarning, "BackupSecretUnusable", "Reconcile", "%v; the copies written before are used", err)
+		s3CA = ec.Spec.Backup != nil && ec.Spec.Backup.S3 != nil && ec.Spec.Backup.S3.CASecret != ""
+	}
 	var userCA *pki.CA
 	if ec.Spec.TLS.CASecret != "" {
 		// usertls.go: checked before anything is made; installed below.
-		if userCA, err = r.userCA(ctx, ec, dir, fresh); err != nil {
+		// A running cluster issues from its copy whatever the Secret
+		// holds now: a refusal there is reported, and the reconcile goes
+		// on (nothing of the CA changes).
+		if userCA, err = r.userCA(ctx, ec, dir, fresh); err != nil && fresh {
 			return nil, err
+		} else if err != nil {
+			r.event(ec, corev1.EventTypeWarning, "CARefused", "Reconcile", "%v", err)
+			userCA = nil
 		}
 	}
 	if fresh && ec.Spec.Replicas == 0 {
@@ -473,6 +463,41 @@ func (r *Reconciler) ensure(ctx context.Context, ec *v1alpha1.EtcdCluster) (*clu
 		r.event(ec, corev1.EventTypeNormal, "BackupsOn", "Create", "continuous backups on to %s", backupStoreName(ec))
 	}
 	return c, nil
+}
+
+// s3Files writes the credentials (and CA) of spec.backup.s3 from their
+// Secrets into the Steward directory dir; it reports whether a CA was
+// written.
+func (r *Reconciler) s3Files(ctx context.Context, ec *v1alpha1.EtcdCluster, dir string) (bool, error) {
+	b := ec.Spec.Backup
+	if b == nil || b.S3 == nil {
+		return false, nil
+	}
+	var sec corev1.Secret
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: b.S3.CredentialsSecret}, &sec); err != nil {
+		return false, fmt.Errorf("spec.backup.s3.credentialsSecret %s: %w", b.S3.CredentialsSecret, err)
+	}
+	creds, err := S3Credentials(b.S3.CredentialsSecret, sec.Data)
+	if err != nil {
+		return false, err
+	}
+	if err := writeSecretFile(dir, s3CredentialsFile, creds); err != nil {
+		return false, err
+	}
+	if b.S3.CASecret == "" {
+		return false, nil
+	}
+	var ca corev1.Secret
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: b.S3.CASecret}, &ca); err != nil {
+		return false, fmt.Errorf("spec.backup.s3.caSecret %s: %w", b.S3.CASecret, err)
+	}
+	if len(ca.Data["ca.crt"]) == 0 {
+		return false, fmt.Errorf("%w: Secret %s needs the key ca.crt", ErrBadSecret, b.S3.CASecret)
+	}
+	if err := writeSecretFile(dir, s3CAFile, ca.Data["ca.crt"]); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // ensureObjects creates or updates the Kubernetes objects of ec.

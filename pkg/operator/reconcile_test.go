@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -210,5 +211,62 @@ func TestReconcileZeroReplicas(t *testing.T) {
 	var ss appsv1.StatefulSet
 	if err := cl.Get(t.Context(), req.NamespacedName, &ss); err == nil {
 		t.Error("a StatefulSet for no member")
+	}
+}
+
+// TestReconcileKeepsGoingWithoutCredentials: once the cluster exists, its
+// S3 credentials Secret deleted stops no reconcile (the status, the
+// members, the recovery and the plans go on with the copy written before);
+// a Warning event says what to fix. Before the cluster exists, the same
+// Secret missing refuses the creation.
+func TestReconcileKeepsGoingWithoutCredentials(t *testing.T) {
+	ec := testCluster()
+	creds := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s3", Namespace: "prod"},
+		Data: map[string][]byte{"AWS_ACCESS_KEY_ID": []byte("AK"), "AWS_SECRET_ACCESS_KEY": []byte("SK")}}
+	ec.Spec.Backup = &v1alpha1.Backup{S3: &v1alpha1.S3{Endpoint: "http://s3.example:7070", Bucket: "etcd", CredentialsSecret: "s3"}}
+	r, cl := newReconciler(t, ec, creds)
+	ctx := t.Context()
+	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "prod", Name: "db"}}
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Delete(ctx, creds); err != nil {
+		t.Fatal(err)
+	}
+	rec := events.NewFakeRecorder(10)
+	r.Recorder = rec
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	var got v1alpha1.EtcdCluster
+	_ = cl.Get(ctx, req.NamespacedName, &got)
+	if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady); c == nil || strings.Contains(c.Message, "credentialsSecret") {
+		t.Errorf("Ready %+v: the reconcile stopped at the Secret", c)
+	}
+	warned := false
+	for len(rec.Events) > 0 {
+		if e := <-rec.Events; strings.Contains(e, "Warning BackupSecretUnusable") && strings.Contains(e, "spec.backup.s3.credentialsSecret s3") {
+			warned = true
+		}
+	}
+	if !warned {
+		t.Error("no Warning event for the deleted credentials Secret")
+	}
+	if b, err := os.ReadFile(filepath.Join(StateDir(r.Config.StateDir, &got), s3CredentialsFile)); err != nil || !strings.Contains(string(b), "AK") {
+		t.Errorf("the copy written before: %q %v", b, err)
+	}
+
+	// A new cluster without its Secret: refused.
+	fresh := testCluster()
+	fresh.Name, fresh.UID = "db2", "uid-db2"
+	fresh.Spec.Backup = ec.Spec.Backup
+	r2, cl2 := newReconciler(t, fresh)
+	if _, err := r2.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "prod", Name: "db2"}}); err != nil {
+		t.Fatal(err)
+	}
+	var got2 v1alpha1.EtcdCluster
+	_ = cl2.Get(ctx, types.NamespacedName{Namespace: "prod", Name: "db2"}, &got2)
+	if c := meta.FindStatusCondition(got2.Status.Conditions, v1alpha1.ConditionReady); c == nil || c.Status == metav1.ConditionTrue || !strings.Contains(c.Message, "credentialsSecret s3: secrets \"s3\" not found") {
+		t.Errorf("a new cluster without its Secret: Ready %+v", c)
 	}
 }
