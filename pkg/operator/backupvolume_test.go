@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -81,6 +82,13 @@ func TestStatefulSetBackupVolume(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("volumes %+v", pod.Volumes)
+	}
+	// The init container makes the claim the members' user's: mounted
+	// there too and named (a file system of its own is not walked into).
+	prep := pod.InitContainers[0]
+	im := prep.VolumeMounts[len(prep.VolumeMounts)-1]
+	if im.Name != BackupVolumeName || im.MountPath != PodBackupDir || !slices.Contains(prep.Args, PodBackupDir) || !slices.Contains(prep.Args, PodStewardDir) {
+		t.Errorf("init container mounts %+v, args %q", prep.VolumeMounts, prep.Args)
 	}
 	ec.Spec.Backup = &v1alpha1.Backup{S3: &v1alpha1.S3{Endpoint: "http://s3:1", Bucket: "b", CredentialsSecret: "s"}}
 	for _, m := range StatefulSet(ec, PodOptions{Image: "i"}).Spec.Template.Spec.Containers[0].VolumeMounts {

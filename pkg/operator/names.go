@@ -22,8 +22,14 @@ const (
 const (
 	// PodStewardDir is the agent's directory, on the member's volume.
 	PodStewardDir = "/var/lib/steward"
-	// PodJoinDir holds the join Secret's files.
+	// PodJoinDir holds the pod's own join file (NAME-I.yaml), copied by
+	// the init container out of the join Secret into an emptyDir in
+	// memory: the member container mounts neither the Secret nor the
+	// other pods' keys.
 	PodJoinDir = "/etc/steward/join"
+	// PodJoinSecretDir is where the init container mounts the join
+	// Secret (every pod's file).
+	PodJoinSecretDir = "/etc/steward/join-secret"
 	// PodBinaryStore holds the etcd versions of the image.
 	PodBinaryStore = "/opt/steward/binaries"
 	// DataVolume is the name of the StatefulSet's claim template: the

@@ -164,7 +164,10 @@ func AgentArgs() []string {
 
 // StatefulSet is the member pods' StatefulSet NAME: pods NAME-0..N-1
 // created in parallel, each with its claim data-NAME-I mounted at
-// /var/lib/steward, running `steward agent` in pod mode.
+// /var/lib/steward, running `steward agent` in pod mode as MemberUID (not
+// root) after the init container "prepare" made the volume that user's
+// and copied the pod's own join file (PrepareArgs; docs/operator.md,
+// Security).
 //
 // The readiness probe is the agent's /readyz: a pod is in NAME-client only
 // while its member is a started voting member, caught up, not stopped or
@@ -191,14 +194,27 @@ func StatefulSet(ec *v1alpha1.EtcdCluster, o PodOptions) *appsv1.StatefulSet {
 		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
 	}
 	mode := int32(0o400)
+	joinSize := resource.MustParse("1Mi")
+	prepare := PrepareArgs()
 	mounts := []corev1.VolumeMount{
 		{Name: DataVolume, MountPath: PodStewardDir},
 		{Name: "join", MountPath: PodJoinDir, ReadOnly: true},
 		{Name: "tmp", MountPath: "/tmp"},
 	}
+	initMounts := []corev1.VolumeMount{
+		{Name: DataVolume, MountPath: PodStewardDir},
+		{Name: "join-secret", MountPath: PodJoinSecretDir, ReadOnly: true},
+		{Name: "join", MountPath: PodJoinDir},
+	}
 	volumes := []corev1.Volume{
-		{Name: "join", VolumeSource: corev1.VolumeSource{
+		// Every pod's join file: the init container's only (root's,
+		// 0400).
+		{Name: "join-secret", VolumeSource: corev1.VolumeSource{
 			Secret: &corev1.SecretVolumeSource{SecretName: joinSecret(ec), DefaultMode: &mode},
+		}},
+		// This pod's join file alone, in memory.
+		{Name: "join", VolumeSource: corev1.VolumeSource{
+			EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: &joinSize},
 		}},
 		// The root file system is read-only: the agent's and etcd's
 		// scratch files (os.TempDir) go here.
@@ -206,8 +222,11 @@ func StatefulSet(ec *v1alpha1.EtcdCluster, o PodOptions) *appsv1.StatefulSet {
 	}
 	if b := ec.Spec.Backup; b != nil && b.Volume != nil {
 		// The backup store on a claim (backupvolume.go): inside the data
-		// volume's mount, where the spec's default store is.
-		mounts = append(mounts, corev1.VolumeMount{Name: BackupVolumeName, MountPath: PodBackupDir})
+		// volume's mount, where the spec's default store is; mounted in
+		// the init container too, which makes it the member's user's.
+		bm := corev1.VolumeMount{Name: BackupVolumeName, MountPath: PodBackupDir}
+		mounts, initMounts = append(mounts, bm), append(initMounts, bm)
+		prepare = append(prepare, PodBackupDir) // a file system of its own: named, not walked into
 		volumes = append(volumes, corev1.Volume{Name: BackupVolumeName, VolumeSource: corev1.VolumeSource{
 			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: b.Volume.ClaimName},
 		}})
@@ -232,6 +251,21 @@ func StatefulSet(ec *v1alpha1.EtcdCluster, o PodOptions) *appsv1.StatefulSet {
 					NodeSelector:              ec.Spec.Pod.NodeSelector,
 					Tolerations:               ec.Spec.Pod.Tolerations,
 					SecurityContext:           MemberPodSecurityContext(),
+					// Before the member: the volume made the member's
+					// user, its join file copied (PrepareArgs).
+					InitContainers: []corev1.Container{{
+						Name:            "prepare",
+						SecurityContext: PrepareSecurityContext(),
+						Image:           o.Image,
+						ImagePullPolicy: pull,
+						Args:            prepare,
+						Env:             []corev1.EnvVar{fieldEnv("POD_NAME", "metadata.name")},
+						// The member's resources: the pod's requests and
+						// limits stay the member's, and a namespace that
+						// asks for limits gets them here too.
+						Resources:    ec.Spec.Pod.Resources,
+						VolumeMounts: initMounts,
+					}},
 					Containers: []corev1.Container{{
 						Name:            "member",
 						SecurityContext: MemberSecurityContext(),
@@ -275,31 +309,88 @@ func StatefulSet(ec *v1alpha1.EtcdCluster, o PodOptions) *appsv1.StatefulSet {
 	}
 }
 
-// MemberPodSecurityContext is the member pods' security context: the
-// runtime's default seccomp profile. The pods run as root (uid 0) with no
-// capability, not as another user: the agent keeps its directory, the
-// volume's root, 0700 and its own (internal/dirmode refuses one owned by
-// another user or under a directory others can write), and a volume's
-// root is root's (a cloud disk's file system, 0755) or root's and
-// world-writable (the local-path provisioners', 0777); fsGroup would make
-// every key on the volume group-readable and the root group-writable at
-// each mount (docs/operator.md, Security).
+// MemberUID and MemberGID are the user and group Steward and etcd run as in
+// the member pods (and the operator in its own pod, deploy/operator):
+// 65532, the "nonroot" user of distroless images and of kubebuilder's
+// scaffolds, so a policy that knows that convention knows Steward's. It is
+// no login or system user of a node (those sit far below), so a file a
+// member leaves on a node's disk (a local volume) is no one's there; it is
+// below 65534 (nobody) and fits a 16-bit ID, which every file system and
+// user-namespace mapping holds. It is fixed, not configurable: a volume
+// moved from one pod to another keeps its one owner.
+const (
+	MemberUID = 65532
+	MemberGID = 65532
+)
+
+// MemberOwner is "MemberUID:MemberGID", the --owner of the init step.
+var MemberOwner = fmt.Sprintf("%d:%d", MemberUID, MemberGID)
+
+// MemberPodSecurityContext is the member pods' security context: every
+// container runs as MemberUID:MemberGID and must not be root
+// (runAsNonRoot), under the runtime's default seccomp profile; the init
+// container alone overrides the user (PrepareSecurityContext).
+//
+// No fsGroup: the agent keeps its Steward directory, the data volume's
+// root, owned by the user running it and 0700 (internal/dirmode), and
+// its keys 0600. fsGroup gives the group, not the owner, and the kubelet
+// then makes the volume's root group-writable (setgid) and, whenever the
+// root does not match at a mount (fsGroupChangePolicy: OnRootMismatch)
+// or at every mount (Always), every file group-readable and -writable:
+// 0660 keys, and a root the agent makes 0700 again, so the next mount
+// does it all over. The local `local` volumes of internal/localkube (and
+// any `local` PersistentVolume) do honour fsGroup; hostPath volumes do
+// not. The init container makes the volume the user's instead.
 func MemberPodSecurityContext() *corev1.PodSecurityContext {
-	return &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
+	uid, gid, t := int64(MemberUID), int64(MemberGID), true
+	return &corev1.PodSecurityContext{
+		RunAsUser: &uid, RunAsGroup: &gid, RunAsNonRoot: &t,
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
 }
 
-// MemberSecurityContext is the member container's: no privilege
-// escalation, every capability dropped (root without CAP_DAC_OVERRIDE,
-// CAP_CHOWN, CAP_FOWNER: it reaches only its own files), a read-only root
-// file system (the agent and etcd write only to the data volume and
-// /tmp, an emptyDir).
+// MemberSecurityContext is the member container's: the pod's user (not
+// root), no privilege escalation, every capability dropped, a read-only
+// root file system (the agent and etcd write only to the data volume and
+// /tmp, an emptyDir). It meets the Pod Security Standard "restricted".
 func MemberSecurityContext() *corev1.SecurityContext {
-	f := false
+	f, t := false, true
 	return &corev1.SecurityContext{
+		RunAsNonRoot:             &t,
 		AllowPrivilegeEscalation: &f,
 		Privileged:               &f,
-		ReadOnlyRootFilesystem:   func() *bool { t := true; return &t }(),
+		ReadOnlyRootFilesystem:   &t,
 		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+	}
+}
+
+// PrepareSecurityContext is the init container's (PrepareArgs): root, as
+// making a volume another user's takes, but with CAP_CHOWN as its only
+// capability (no CAP_DAC_OVERRIDE, CAP_FOWNER: it reads only what root
+// owns, changes no mode), no privilege escalation, a read-only root file
+// system. It runs for a moment at each pod start, before the member
+// container; it is why the pods meet the Pod Security Standard "baseline"
+// (which allows CAP_CHOWN), not "restricted".
+func PrepareSecurityContext() *corev1.SecurityContext {
+	root, f, t := int64(0), false, true
+	return &corev1.SecurityContext{
+		RunAsUser: &root, RunAsGroup: &root, RunAsNonRoot: &f,
+		AllowPrivilegeEscalation: &f,
+		Privileged:               &f,
+		ReadOnlyRootFilesystem:   &t,
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"CHOWN"}},
+	}
+}
+
+// PrepareArgs are the init container's arguments: the data volume made
+// MemberUID's (at once on a new volume: its root; once, recursively, on
+// a volume a root pod of an older operator wrote), and the pod's own join
+// file copied out of the join Secret, 0600 and MemberUID's, into the
+// in-memory emptyDir the member container reads it from.
+func PrepareArgs() []string {
+	return []string{
+		"agent", "prepare-volume", "--owner", MemberOwner, PodStewardDir,
+		"--copy", PodJoinSecretDir + "/$(POD_NAME).yaml=" + PodJoinDir + "/$(POD_NAME).yaml",
 	}
 }
 

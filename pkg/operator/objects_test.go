@@ -113,8 +113,13 @@ func TestStatefulSet(t *testing.T) {
 	if mounts["data"] != "/var/lib/steward" || mounts["join"] != "/etc/steward/join" {
 		t.Errorf("mounts %v", mounts)
 	}
-	if len(pod.Volumes) != 2 || pod.Volumes[0].Secret == nil || pod.Volumes[0].Secret.SecretName != "db-join" {
+	if len(pod.Volumes) != 3 || pod.Volumes[0].Secret == nil || pod.Volumes[0].Secret.SecretName != "db-join" || pod.Volumes[1].EmptyDir == nil {
 		t.Errorf("volumes %+v", pod.Volumes)
+	}
+	// The init container: the same image and pull policy (the resource's
+	// pull policy below too).
+	if len(pod.InitContainers) != 1 || pod.InitContainers[0].Image != ct.Image || pod.InitContainers[0].ImagePullPolicy != ct.ImagePullPolicy {
+		t.Errorf("init containers %+v", pod.InitContainers)
 	}
 	if len(ss.Spec.VolumeClaimTemplates) != 1 {
 		t.Fatal("no claim template")
@@ -147,7 +152,7 @@ func TestStatefulSet(t *testing.T) {
 	if c := ss.Spec.Template.Spec.TopologySpreadConstraints; len(c) != 1 || c[0].TopologyKey != "rack" {
 		t.Errorf("spread %v", c)
 	}
-	if ss.Spec.Template.Spec.Containers[0].ImagePullPolicy != corev1.PullNever {
+	if ss.Spec.Template.Spec.Containers[0].ImagePullPolicy != corev1.PullNever || ss.Spec.Template.Spec.InitContainers[0].ImagePullPolicy != corev1.PullNever {
 		t.Error("pull policy not taken")
 	}
 }

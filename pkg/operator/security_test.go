@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -286,32 +287,169 @@ func TestSourceAuthenticated(t *testing.T) {
 	}
 }
 
-// The member pods run with the least that works: the runtime's seccomp
-// profile, no privilege escalation, no capability, a read-only root file
-// system with /tmp an emptyDir (TestOperatorRestore shows such pods serve,
-// restore and back up).
+// The member pods run with the least that works: every container as
+// MemberUID:MemberGID, not root (runAsNonRoot), under the runtime's
+// seccomp profile, no privilege escalation, no capability, a read-only
+// root file system with /tmp an emptyDir, no fsGroup (it would make the
+// keys on the volume group-readable); the init container alone is root,
+// with CAP_CHOWN and nothing else, and runs the prepare step on the data
+// volume and the pod's own join file. The member container mounts only
+// that file (an in-memory emptyDir), not the join Secret with every pod's
+// keys. TestOperatorCreate reads the UIDs of the running processes.
 func TestMemberSecurityContext(t *testing.T) {
-	ss := StatefulSet(testCluster(), PodOptions{Image: "steward:x"})
+	ec := testCluster()
+	ec.Spec.Pod.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}
+	ss := StatefulSet(ec, PodOptions{Image: "steward:x"})
 	ps := ss.Spec.Template.Spec
-	if ps.SecurityContext == nil || ps.SecurityContext.SeccompProfile == nil || ps.SecurityContext.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
-		t.Errorf("pod security context %+v: want seccomp RuntimeDefault", ps.SecurityContext)
+	psc := ps.SecurityContext
+	if psc == nil || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("pod security context %+v: want seccomp RuntimeDefault", psc)
 	}
-	sc := ps.Containers[0].SecurityContext
-	if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.Privileged == nil || *sc.Privileged ||
-		sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) ||
-		len(sc.Capabilities.Add) != 0 {
-		t.Fatalf("container security context %+v", sc)
+	if psc == nil || psc.RunAsUser == nil || *psc.RunAsUser != MemberUID || psc.RunAsGroup == nil || *psc.RunAsGroup != MemberGID ||
+		psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot {
+		t.Errorf("pod security context %+v: want runAsUser %d, runAsGroup %d, runAsNonRoot", psc, MemberUID, MemberGID)
 	}
-	tmp := false
-	for _, m := range ps.Containers[0].VolumeMounts {
-		if m.MountPath == "/tmp" {
-			for _, v := range ps.Volumes {
-				tmp = tmp || v.Name == m.Name && v.EmptyDir != nil
+	if psc != nil && (psc.FSGroup != nil || psc.FSGroupChangePolicy != nil || len(psc.SupplementalGroups) != 0) {
+		t.Errorf("pod security context %+v: fsGroup or supplemental groups set", psc)
+	}
+	if MemberUID == 0 || MemberGID == 0 {
+		t.Fatal("the member user is root")
+	}
+	// The effective user of a container: its own, else the pod's.
+	user := func(c corev1.Container) (uid, gid int64, nonRoot bool) {
+		uid, gid = -1, -1
+		if psc != nil && psc.RunAsUser != nil {
+			uid = *psc.RunAsUser
+		}
+		if psc != nil && psc.RunAsGroup != nil {
+			gid = *psc.RunAsGroup
+		}
+		if psc != nil && psc.RunAsNonRoot != nil {
+			nonRoot = *psc.RunAsNonRoot
+		}
+		if sc := c.SecurityContext; sc != nil {
+			if sc.RunAsUser != nil {
+				uid = *sc.RunAsUser
+			}
+			if sc.RunAsGroup != nil {
+				gid = *sc.RunAsGroup
+			}
+			if sc.RunAsNonRoot != nil {
+				nonRoot = *sc.RunAsNonRoot
+			}
+		}
+		return uid, gid, nonRoot
+	}
+	locked := func(what string, sc *corev1.SecurityContext, add ...corev1.Capability) {
+		if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.Privileged == nil || *sc.Privileged ||
+			sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.Capabilities == nil ||
+			!slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || !slices.Equal(sc.Capabilities.Add, add) ||
+			sc.SeccompProfile != nil && sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault || sc.ProcMount != nil {
+			t.Errorf("%s security context %+v: want no privilege escalation, not privileged, read-only root, capabilities drop ALL add %v", what, sc, add)
+		}
+	}
+	if len(ps.Containers) != 1 || len(ps.InitContainers) != 1 {
+		t.Fatalf("%d containers, %d init containers: want the member and the prepare step", len(ps.Containers), len(ps.InitContainers))
+	}
+	member, prep := ps.Containers[0], ps.InitContainers[0]
+	locked("member container", member.SecurityContext)
+	if uid, gid, nonRoot := user(member); uid != MemberUID || gid != MemberGID || !nonRoot {
+		t.Errorf("member container runs as %d:%d, runAsNonRoot %v", uid, gid, nonRoot)
+	}
+	locked("init container", prep.SecurityContext, "CHOWN")
+	if uid, _, nonRoot := user(prep); uid != 0 || nonRoot {
+		t.Errorf("init container runs as %d, runAsNonRoot %v: want root (chown)", uid, nonRoot)
+	}
+	if !slices.Equal(prep.Args, PrepareArgs()) || !slices.Contains(prep.Args, MemberOwner) || prep.Image != member.Image ||
+		!reflect.DeepEqual(prep.Resources, member.Resources) {
+		t.Errorf("init container %+v", prep)
+	}
+	if want := []string{"agent", "prepare-volume", "--owner", "65532:65532", PodStewardDir,
+		"--copy", PodJoinSecretDir + "/$(POD_NAME).yaml=" + PodJoinDir + "/$(POD_NAME).yaml"}; !slices.Equal(PrepareArgs(), want) {
+		t.Errorf("prepare args %q, want %q", PrepareArgs(), want)
+	}
+
+	vols := map[string]corev1.Volume{}
+	for _, v := range ps.Volumes {
+		vols[v.Name] = v
+	}
+	mounts := func(c corev1.Container) map[string]corev1.VolumeMount {
+		m := map[string]corev1.VolumeMount{}
+		for _, vm := range c.VolumeMounts {
+			m[vm.MountPath] = vm
+		}
+		return m
+	}
+	mm, pm := mounts(member), mounts(prep)
+	if m, ok := mm["/tmp"]; !ok || vols[m.Name].EmptyDir == nil {
+		t.Error("no writable /tmp (an emptyDir) under the read-only root file system")
+	}
+	if mm[PodStewardDir].Name != DataVolume || pm[PodStewardDir].Name != DataVolume || pm[PodStewardDir].ReadOnly {
+		t.Errorf("the data volume is not mounted at %s in both containers (writable in the init one): %v, %v", PodStewardDir, mm, pm)
+	}
+	for _, c := range []corev1.Container{member, prep} {
+		for _, m := range c.VolumeMounts {
+			if vols[m.Name].Secret != nil && c.Name == "member" {
+				t.Errorf("the member container mounts Secret %s (%s): want only its own join file", vols[m.Name].Secret.SecretName, m.MountPath)
 			}
 		}
 	}
-	if !tmp {
-		t.Error("no writable /tmp (an emptyDir) under the read-only root file system")
+	if j := mm[PodJoinDir]; !j.ReadOnly || vols[j.Name].EmptyDir == nil || vols[j.Name].EmptyDir.Medium != corev1.StorageMediumMemory {
+		t.Errorf("the member's %s is %+v (%+v): want a read-only in-memory emptyDir", PodJoinDir, j, vols[j.Name])
+	}
+	if j := pm[PodJoinDir]; j.Name != mm[PodJoinDir].Name || j.ReadOnly {
+		t.Errorf("the init container's %s is %+v: want the member's emptyDir, writable", PodJoinDir, j)
+	}
+	if s := pm[PodJoinSecretDir]; !s.ReadOnly || vols[s.Name].Secret == nil || vols[s.Name].Secret.SecretName != joinSecret(ec) ||
+		vols[s.Name].Secret.DefaultMode == nil || *vols[s.Name].Secret.DefaultMode != 0o400 {
+		t.Errorf("the init container's %s is %+v (%+v): want the join Secret, read-only, 0400", PodJoinSecretDir, s, vols[s.Name])
+	}
+	if !slices.Contains(AgentArgs(), PodJoinDir+"/$(POD_NAME).yaml") {
+		t.Errorf("the agent does not read its join file from %s: %q", PodJoinDir, AgentArgs())
+	}
+}
+
+// The operator's Deployment (deploy/operator) runs as the member pods do:
+// the operator container as 65532, not root, no capability, no privilege
+// escalation, a read-only root file system, seccomp RuntimeDefault, no
+// fsGroup; its init container root with CAP_CHOWN alone, making the state
+// volume 65532's.
+func TestOperatorDeploymentLeastPrivilege(t *testing.T) {
+	_, file, _, _ := runtime.Caller(0)
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "deploy", "operator", "manager", "deployment.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d appsv1.Deployment
+	if err := yaml.UnmarshalStrict(b, &d); err != nil {
+		t.Fatal(err)
+	}
+	ps := d.Spec.Template.Spec
+	psc := ps.SecurityContext
+	if psc == nil || psc.RunAsUser == nil || *psc.RunAsUser != MemberUID || psc.RunAsGroup == nil || *psc.RunAsGroup != MemberGID ||
+		psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault ||
+		psc.FSGroup != nil {
+		t.Errorf("pod security context %+v", psc)
+	}
+	if len(ps.Containers) != 1 || len(ps.InitContainers) != 1 {
+		t.Fatalf("%d containers, %d init containers", len(ps.Containers), len(ps.InitContainers))
+	}
+	op, prep := ps.Containers[0], ps.InitContainers[0]
+	if sc := op.SecurityContext; sc == nil || sc.RunAsUser != nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot ||
+		!reflect.DeepEqual(*sc, *MemberSecurityContext()) {
+		t.Errorf("operator container security context %+v, want the member container's %+v", sc, MemberSecurityContext())
+	}
+	if sc := prep.SecurityContext; sc == nil || !reflect.DeepEqual(*sc, *PrepareSecurityContext()) {
+		t.Errorf("init container security context %+v, want the member pods' %+v", sc, PrepareSecurityContext())
+	}
+	if want := []string{"agent", "prepare-volume", "--owner", MemberOwner, "/var/lib/steward-operator"}; !slices.Equal(prep.Args, want) || prep.Image != op.Image {
+		t.Errorf("init container %s args %q, want %s %q", prep.Image, prep.Args, op.Image, want)
+	}
+	if len(prep.VolumeMounts) != 1 || prep.VolumeMounts[0].Name != "state" || prep.VolumeMounts[0].MountPath != "/var/lib/steward-operator" {
+		t.Errorf("init container mounts %+v, want the state volume alone", prep.VolumeMounts)
+	}
+	if !reflect.DeepEqual(prep.Resources, op.Resources) {
+		t.Errorf("init container resources %+v, operator's %+v", prep.Resources, op.Resources)
 	}
 }
 

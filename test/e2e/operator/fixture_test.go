@@ -406,8 +406,8 @@ func killOperator(t *testing.T, cs *kubernetes.Clientset) *corev1.Pod {
 }
 
 // podProcesses are the PIDs (as this machine sees them) of the processes
-// of the pod uid whose command is name: those of its cgroup (v1, the
-// kubelet's cgroupfs layout under the node's cgroup) and below.
+// of the pod uid whose command is name (any, for ""): those of its cgroup
+// (v1, the kubelet's cgroupfs layout under the node's cgroup) and below.
 func podProcesses(uid types.UID, name string) ([]int, error) {
 	var dirs []string
 	for _, pat := range []string{"/sys/fs/cgroup/pids/*/kubepods/*/pod%s", "/sys/fs/cgroup/pids/*/kubepods/pod%s"} {
@@ -431,7 +431,9 @@ func podProcesses(uid types.UID, name string) ([]int, error) {
 			if err != nil {
 				return err
 			}
-			if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && strings.TrimSpace(string(comm)) == name {
+			if name == "" {
+				pids = append(pids, pid)
+			} else if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && strings.TrimSpace(string(comm)) == name {
 				pids = append(pids, pid)
 			}
 		}

@@ -20,8 +20,9 @@ import (
 // 3-member EtcdCluster with continuous backups to the cluster's S3 server,
 // spread over the three zones; it becomes Ready with AllMembersReady and
 // three members with IDs and roles, and BackupReady with a last backup
-// time; a client pod writes and reads through NAME-client with
-// NAME-client-tls; deleting the EtcdCluster removes its pods and keeps
+// time; its pods' processes (and the operator's) run as 65532, not root,
+// with no capability, and the member volumes are 65532's; a client pod
+// writes and reads through NAME-client with NAME-client-tls; deleting the EtcdCluster removes its pods and keeps
 // their claims.
 func TestOperatorCreate(t *testing.T) {
 	t.Parallel() // beside the other tests of setupShared
@@ -93,6 +94,19 @@ func operatorCreate(t *testing.T, c *localkube.Cluster) {
 	}
 	if len(pods.Items) != 3 || len(zones) != 3 {
 		t.Errorf("%d member pods in zones %v", len(pods.Items), zones)
+	}
+
+	// Least privilege on the nodes: each member pod's agent and etcd, and
+	// the operator, run as 65532 (not root) with no capability, after
+	// their init containers made the volumes theirs; the volumes hold
+	// nothing of another owner.
+	requireNonRoot(t, cs, ns, operator.Selector(ec), 2)
+	requireNonRoot(t, cs, operatorNS, operatorPods, 1)
+	member := fmt.Sprintf("%d:%d", operator.MemberUID, operator.MemberGID)
+	for i := range 3 {
+		if got := owners(t, volumeDir(t, cs, ns, fmt.Sprintf("data-db-%d", i))); len(got) != 1 || got[member] == 0 {
+			t.Errorf("the volume of db-%d holds entries of owners %v, want %s alone", i, got, member)
+		}
 	}
 
 	// A Lease per member, for its agent to renew.

@@ -81,7 +81,10 @@ func operatorScale(t *testing.T, c *localkube.Cluster) {
 // back with its data and the same member ID; a member whose claim and pod
 // are deleted comes back empty and is rebuilt as a new member (a new ID);
 // hibernation (replicas 0) stops every member and keeps the claims, and a
-// wake brings back the same member IDs and every acknowledged write.
+// wake brings back the same member IDs and every acknowledged write, also
+// when every file of the volumes was made root's meanwhile (as root pods of
+// an operator from before the non-root pods left them): the init
+// containers make them the members' again.
 func TestOperatorMemberLoss(t *testing.T) {
 	t.Parallel() // beside the other tests of setupShared
 	harness.ForEachLocalKube(t, operatorMemberLoss)
@@ -179,12 +182,27 @@ func operatorMemberLoss(t *testing.T, c *localkube.Cluster) {
 		}
 	}
 
+	// The volumes as an operator from before the non-root member pods
+	// left them: every file root's (its pods ran as root). The wake's init
+	// containers make them the members' user again, once.
+	member := fmt.Sprintf("%d:%d", operator.MemberUID, operator.MemberGID)
+	for i := range 3 {
+		dir := volumeDir(t, cs, ns, fmt.Sprintf("data-db-%d", i))
+		t.Logf("volume of db-%d: %d entries made root's (%s)", i, chownTree(t, dir, 0, 0), dir)
+	}
+
 	// Wake: the same members, every acknowledged write.
 	setReplicas(t, c, cl, ec, 3, false)
 	st = waitMembers(t, cl, ec, 3, 5*time.Minute)
 	if got := memberIDs(st); fmt.Sprint(got) != fmt.Sprint(ids) {
 		t.Errorf("member IDs after the wake: %v, want %v", got, ids)
 	}
+	for i := range 3 {
+		if got := owners(t, volumeDir(t, cs, ns, fmt.Sprintf("data-db-%d", i))); len(got) != 1 || got[member] == 0 {
+			t.Errorf("after the wake the volume of db-%d holds entries of owners %v, want %s alone", i, got, member)
+		}
+	}
+	requireNonRoot(t, cs, ns, operator.Selector(ec), 2)
 	harness.Eventually(t, time.Minute, time.Second, "the writes after the wake", func() error {
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 		defer cancel()

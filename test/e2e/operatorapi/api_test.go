@@ -153,6 +153,15 @@ func TestOperatorAPI(t *testing.T) {
 			"spec.template.spec.securityContext.seccompProfile.type": "RuntimeDefault",
 			"spec.template.spec.containers.0.securityContext.allowPrivilegeEscalation": false,
 			"spec.template.spec.containers.0.securityContext.readOnlyRootFilesystem":   true,
+			// Not root: 65532, after the init step made the state volume
+			// that user's (docs/operator.md, Security).
+			"spec.template.spec.securityContext.runAsUser":                           65532.0,
+			"spec.template.spec.securityContext.runAsNonRoot":                        true,
+			"spec.template.spec.containers.0.securityContext.runAsNonRoot":           true,
+			"spec.template.spec.initContainers.0.name":                               "prepare",
+			"spec.template.spec.initContainers.0.image":                              "steward.etcd.io/steward:latest",
+			"spec.template.spec.initContainers.0.securityContext.runAsUser":          0.0,
+			"spec.template.spec.initContainers.0.securityContext.capabilities.add.0": "CHOWN",
 		} {
 			if got := field(d, path); got != want {
 				t.Errorf("deployment %s = %v, want %v", path, got, want)

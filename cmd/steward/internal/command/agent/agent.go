@@ -177,7 +177,7 @@ Later runs need only --dir.`,
 	cmd.Flags().StringVar(&listenAddr, "listen-address", "", "pod mode: the agent API and the members listen on this IP address (the pod's, or 0.0.0.0) and advertise the join file's host name; a directory that already joined keeps its identity and ignores --join")
 	// A member pod's flags (pod.go).
 	pod.register(cmd.Flags())
-	cmd.AddCommand(newInstallCommand(g))
+	cmd.AddCommand(newInstallCommand(g), newPrepareVolumeCommand())
 	return cmd
 }
 
