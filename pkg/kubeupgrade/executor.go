@@ -203,34 +203,53 @@ func (e *Executor) wait(ctx context.Context, what string, f func() error) error 
 // upgraded says whether comp on host runs the target: nil when it does,
 // else what it lacks.
 func (e *Executor) upgraded(ctx context.Context, pc PlannedComponent) error {
-	run, err := e.Env.Running(ctx)
+	return runsTarget(ctx, e.Env, target{Host: pc.Host, Component: pc.Component, Image: pc.ToImage, Version: pc.ToVersion})
+}
+
+// target is what a component must run for a step to be done.
+type target struct {
+	Host, Component string
+	Image           string  // its mirror pod's image
+	Version         string  // an API server's /version
+	Emulated        *string // its --emulated-version (nil: not checked)
+}
+
+// runsTarget says whether t.Component on t.Host runs t: nil when its
+// mirror pod names the image (and emulation, when checked) and is ready,
+// and an API server answers /version with the version and /readyz 200 at
+// its own address; else what it lacks. The upgrade and the rollback wait
+// on it.
+func runsTarget(ctx context.Context, env Env, t target) error {
+	run, err := env.Running(ctx)
 	if err != nil {
 		return err
 	}
-	pod, ok := run.Pods[pc.Host+"/"+pc.Component]
+	pod, ok := run.Pods[t.Host+"/"+t.Component]
 	switch {
 	case !ok:
-		return fmt.Errorf("host %s: no %s mirror pod", pc.Host, pc.Component)
-	case pod.Image != pc.ToImage:
-		return fmt.Errorf("host %s: %s's mirror pod names %s, not yet %s", pc.Host, pc.Component, pod.Image, pc.ToImage)
+		return fmt.Errorf("host %s: no %s mirror pod", t.Host, t.Component)
+	case pod.Image != t.Image:
+		return fmt.Errorf("host %s: %s's mirror pod names %s, not yet %s", t.Host, t.Component, pod.Image, t.Image)
+	case t.Emulated != nil && pod.Emulated != *t.Emulated:
+		return fmt.Errorf("host %s: %s runs with --%s=%q, not yet %q", t.Host, t.Component, kubeversion.EmulatedVersionFlag, pod.Emulated, *t.Emulated)
 	case !pod.Ready:
-		return fmt.Errorf("host %s: %s runs %s but is not ready", pc.Host, pc.Component, pod.Image)
+		return fmt.Errorf("host %s: %s runs %s but is not ready", t.Host, t.Component, pod.Image)
 	}
-	if pc.Component != kubeversion.APIServer {
+	if t.Component != kubeversion.APIServer {
 		return nil
 	}
-	a, ok := run.apiServer(pc.Host)
+	a, ok := run.apiServer(t.Host)
 	if !ok {
-		return fmt.Errorf("host %s: kube-apiserver's address unknown", pc.Host)
+		return fmt.Errorf("host %s: kube-apiserver's address unknown", t.Host)
 	}
-	v, ready, err := e.Env.APIServer(ctx, a)
+	v, ready, err := env.APIServer(ctx, a)
 	switch {
 	case err != nil:
-		return fmt.Errorf("host %s: kube-apiserver %s: %w", pc.Host, a.URL, err)
-	case v != pc.ToVersion:
-		return fmt.Errorf("host %s: kube-apiserver %s answers /version %s, not yet %s", pc.Host, a.URL, v, pc.ToVersion)
+		return fmt.Errorf("host %s: kube-apiserver %s: %w", t.Host, a.URL, err)
+	case v != t.Version:
+		return fmt.Errorf("host %s: kube-apiserver %s answers /version %s, not yet %s", t.Host, a.URL, v, t.Version)
 	case !ready:
-		return fmt.Errorf("host %s: kube-apiserver %s/readyz is not 200", pc.Host, a.URL)
+		return fmt.Errorf("host %s: kube-apiserver %s/readyz is not 200", t.Host, a.URL)
 	}
 	return nil
 }

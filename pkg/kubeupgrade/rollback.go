@@ -516,38 +516,7 @@ func (e *RollbackExecutor) Execute(ctx context.Context, p *plan.Plan, s *plan.St
 // answering /version with the kept version and /readyz 200 at its own
 // address), else what it lacks.
 func (e *RollbackExecutor) restoredNow(ctx context.Context, rc RestoredComponent) error {
-	run, err := e.Env.Running(ctx)
-	if err != nil {
-		return err
-	}
-	pod, ok := run.Pods[rc.Host+"/"+rc.Component]
-	switch {
-	case !ok:
-		return fmt.Errorf("host %s: no %s mirror pod", rc.Host, rc.Component)
-	case pod.Image != rc.ToImage:
-		return fmt.Errorf("host %s: %s's mirror pod names %s, not yet %s", rc.Host, rc.Component, pod.Image, rc.ToImage)
-	case pod.Emulated != rc.ToEmulated:
-		return fmt.Errorf("host %s: %s runs with --%s=%q, not yet %q", rc.Host, rc.Component, kubeversion.EmulatedVersionFlag, pod.Emulated, rc.ToEmulated)
-	case !pod.Ready:
-		return fmt.Errorf("host %s: %s runs %s but is not ready", rc.Host, rc.Component, pod.Image)
-	}
-	if rc.Component != kubeversion.APIServer {
-		return nil
-	}
-	a, ok := run.apiServer(rc.Host)
-	if !ok {
-		return fmt.Errorf("host %s: kube-apiserver's address unknown", rc.Host)
-	}
-	v, ready, err := e.Env.APIServer(ctx, a)
-	switch {
-	case err != nil:
-		return fmt.Errorf("host %s: kube-apiserver %s: %w", rc.Host, a.URL, err)
-	case v != rc.ToVersion:
-		return fmt.Errorf("host %s: kube-apiserver %s answers /version %s, not yet %s", rc.Host, a.URL, v, rc.ToVersion)
-	case !ready:
-		return fmt.Errorf("host %s: kube-apiserver %s/readyz is not 200", rc.Host, a.URL)
-	}
-	return nil
+	return runsTarget(ctx, e.Env, target{Host: rc.Host, Component: rc.Component, Image: rc.ToImage, Version: rc.ToVersion, Emulated: &rc.ToEmulated})
 }
 
 // restore gives rc its kept manifest (through the host's agent, for the
