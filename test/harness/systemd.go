@@ -167,6 +167,22 @@ func cgroup2Dirs() ([]string, error) {
 	return strings.Fields(string(out)), nil
 }
 
+// systemdGroups are the control groups of now that systemd made: new since
+// before, under a top-level group of a systemd unit (a .slice or .scope:
+// init.scope, system.slice, ...). Other new groups are other processes'
+// running beside the test (a local Kubernetes node's lkPID...-node-x and
+// its pods' groups, made while this systemd ran): never removed here.
+func systemdGroups(before, now []string) []string {
+	var left []string
+	for _, d := range now {
+		top, _, _ := strings.Cut(strings.TrimPrefix(d, "./"), "/")
+		if !slices.Contains(before, d) && (strings.HasSuffix(top, ".slice") || strings.HasSuffix(top, ".scope")) {
+			left = append(left, d)
+		}
+	}
+	return left
+}
+
 // stop kills systemd and with it its namespace, then removes the control
 // groups it created in the cgroup2 hierarchy (those not there before it
 // started: the kernel keeps them after their processes are gone).
@@ -182,12 +198,7 @@ func (s *Systemd) stop(t testing.TB, cmd *exec.Cmd, before []string) {
 		if err != nil {
 			return err
 		}
-		left = left[:0]
-		for _, d := range now {
-			if !slices.Contains(before, d) {
-				left = append(left, d)
-			}
-		}
+		left = systemdGroups(before, now)
 		if len(left) == 0 {
 			return nil
 		}
