@@ -59,6 +59,7 @@ const (
 	ReasonNoLeader    = "NoLeader"    // the member knows no leader
 	ReasonErrors      = "Errors"      // etcd reports errors (alarms)
 	ReasonBehind      = "Behind"      // more than MaxProbeLag behind the leader
+	ReasonPrivateURL  = "PrivateURL"  // on a private client URL (a learner being added): no client is sent there
 )
 
 // MemberReadiness is one member's readiness as its agent sees it, as
@@ -135,6 +136,11 @@ func (a *Agent) memberReadiness(ctx context.Context, name string, caughtUp bool)
 			return ReasonStopped, fmt.Sprintf("member %s is stopped (state %s)", name, m.state), nil, cfg
 		case m.state != agentapi.StateRunning:
 			return ReasonNotStarted, fmt.Sprintf("member %s is %s", name, m.state), nil, cfg
+		case cfg.PrivateClientURL:
+			// Promoted or not, it serves clients only once restarted on
+			// its own URL: ready before that, a pod's Service would send
+			// clients where nothing listens.
+			return ReasonPrivateURL, fmt.Sprintf("member %s runs on the private client URL %s, not yet on its own", name, cfg.ClientURL), nil, cfg
 		}
 		return "", "", m.proc, cfg
 	}

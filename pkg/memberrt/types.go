@@ -33,6 +33,10 @@ type MemberConfig struct {
 	// member and cluster IDs. Recovery uses it once, on a private client
 	// port, to make one restored member a cluster of its own.
 	ForceNewCluster bool `json:"forceNewCluster,omitempty"`
+	// PrivateClientURL says ClientURL is a private one: no client is
+	// sent there (a learner being added, until it votes and is restarted
+	// on its own URL), so the member is never reported ready for clients.
+	PrivateClientURL bool `json:"privateClientURL,omitempty"`
 }
 
 // TLSFiles are the certificate paths a member uses, where it runs (the

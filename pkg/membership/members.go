@@ -276,7 +276,7 @@ func startLearner(ctx context.Context, c *cluster.Cluster, ac memberrt.Runtime, 
 		if err != nil {
 			return "", err
 		}
-		cfg.ClientURL = u
+		cfg.ClientURL, cfg.PrivateClientURL = u, true
 		if _, err := ac.PutMember(ctx, cfg); err != nil {
 			return "", fmt.Errorf("configure member %s on a private client port: %w", m.Name, err)
 		}
