@@ -207,13 +207,7 @@ func TestReconcileUserCA(t *testing.T) {
 	if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady); c == nil || c.Reason == ReasonCARefused {
 		t.Errorf("Ready %+v: the reconcile stopped at the CA", c)
 	}
-	warned := false
-	for len(rec.Events) > 0 {
-		if e := <-rec.Events; strings.Contains(e, "Warning CARefused") && strings.Contains(e, "no longer holds the CA the cluster was created with") {
-			warned = true
-		}
-	}
-	if !warned {
+	if !sawEvent(rec, "Warning CARefused", "no longer holds the CA the cluster was created with") {
 		t.Error("no Warning event CARefused for the changed CA")
 	}
 	if now, _ := os.ReadFile(filepath.Join(dir, "pki", pki.CACert)); !bytes.Equal(now, installed) {
