@@ -351,18 +351,19 @@ func (r *Reconciler) ensure(ctx context.Context, ec *v1alpha1.EtcdCluster) (*clu
 	if err := r.staleClaims(ctx, ec, dir); err != nil {
 		return nil, err
 	}
+	if ec.Spec.Backup != nil && ec.Spec.Backup.Volume != nil {
+		// backupvolume.go: a claim every member pod can mount. Before
+		// claimDir: a refused resource moves nothing aside.
+		if err := r.checkBackupVolume(ctx, ec); err != nil {
+			return nil, err
+		}
+	}
 	moved, err := claimDir(dir, string(ec.UID))
 	if err != nil {
 		return nil, err
 	}
 	if moved != "" {
 		r.event(ec, corev1.EventTypeNormal, "StateMovedAside", "Create", "moved the Steward directory of a deleted EtcdCluster of this name to %s", moved)
-	}
-	if ec.Spec.Backup != nil && ec.Spec.Backup.Volume != nil {
-		// backupvolume.go: a claim every member pod can mount.
-		if err := r.checkBackupVolume(ctx, ec); err != nil {
-			return nil, err
-		}
 	}
 	_, err = os.Stat(filepath.Join(dir, "cluster.yaml"))
 	fresh := errors.Is(err, os.ErrNotExist)
@@ -473,31 +474,36 @@ func (r *Reconciler) s3Files(ctx context.Context, ec *v1alpha1.EtcdCluster, dir 
 	if b == nil || b.S3 == nil {
 		return false, nil
 	}
+	return r.writeS3Secrets(ctx, ec.Namespace, "spec.backup.s3", b.S3, dir, s3CredentialsFile, s3CAFile)
+}
+
+// writeS3Secrets writes the credentials (credFile) and, when the resource
+// names one, the CA (caFile) of the S3 store at field (spec.backup.s3,
+// spec.restoreFrom.s3) from their Secrets in namespace ns into dir; it
+// returns whether there is a CA. Errors name the field and the Secret.
+func (r *Reconciler) writeS3Secrets(ctx context.Context, ns, field string, s3 *v1alpha1.S3, dir, credFile, caFile string) (bool, error) {
 	var sec corev1.Secret
-	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: b.S3.CredentialsSecret}, &sec); err != nil {
-		return false, fmt.Errorf("spec.backup.s3.credentialsSecret %s: %w", b.S3.CredentialsSecret, err)
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: s3.CredentialsSecret}, &sec); err != nil {
+		return false, fmt.Errorf("%s.credentialsSecret %s: %w", field, s3.CredentialsSecret, err)
 	}
-	creds, err := S3Credentials(b.S3.CredentialsSecret, sec.Data)
+	creds, err := S3Credentials(s3.CredentialsSecret, sec.Data)
 	if err != nil {
+		return false, fmt.Errorf("%s: %w", field, err)
+	}
+	if err := writeSecretFile(dir, credFile, creds); err != nil {
 		return false, err
 	}
-	if err := writeSecretFile(dir, s3CredentialsFile, creds); err != nil {
-		return false, err
-	}
-	if b.S3.CASecret == "" {
+	if s3.CASecret == "" {
 		return false, nil
 	}
 	var ca corev1.Secret
-	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: b.S3.CASecret}, &ca); err != nil {
-		return false, fmt.Errorf("spec.backup.s3.caSecret %s: %w", b.S3.CASecret, err)
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: s3.CASecret}, &ca); err != nil {
+		return false, fmt.Errorf("%s.caSecret %s: %w", field, s3.CASecret, err)
 	}
 	if len(ca.Data["ca.crt"]) == 0 {
-		return false, fmt.Errorf("%w: Secret %s needs the key ca.crt", ErrBadSecret, b.S3.CASecret)
+		return false, fmt.Errorf("%s.caSecret: %w: Secret %s needs the key ca.crt", field, ErrBadSecret, s3.CASecret)
 	}
-	if err := writeSecretFile(dir, s3CAFile, ca.Data["ca.crt"]); err != nil {
-		return false, err
-	}
-	return true, nil
+	return true, writeSecretFile(dir, caFile, ca.Data["ca.crt"])
 }
 
 // ensureObjects creates or updates the Kubernetes objects of ec.

@@ -242,28 +242,11 @@ func (r *Reconciler) restoreFiles(ctx context.Context, ec *v1alpha1.EtcdCluster,
 	if s3 == nil {
 		return false, nil
 	}
-	var sec corev1.Secret
-	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: s3.CredentialsSecret}, &sec); err != nil {
-		return false, fmt.Errorf("%w: spec.restoreFrom.s3.credentialsSecret %s: %w", ErrRestoreFailed, s3.CredentialsSecret, err)
-	}
-	creds, err := S3Credentials(s3.CredentialsSecret, sec.Data)
+	hasCA, err := r.writeS3Secrets(ctx, ec.Namespace, "spec.restoreFrom.s3", s3, dir, restoreCredentialsFile, restoreCAFile)
 	if err != nil {
-		return false, fmt.Errorf("%w: spec.restoreFrom.s3: %w", ErrRestoreFailed, err)
+		return false, fmt.Errorf("%w: %w", ErrRestoreFailed, err)
 	}
-	if err := writeSecretFile(dir, restoreCredentialsFile, creds); err != nil {
-		return false, err
-	}
-	if s3.CASecret == "" {
-		return false, nil
-	}
-	var ca corev1.Secret
-	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ec.Namespace, Name: s3.CASecret}, &ca); err != nil {
-		return false, fmt.Errorf("%w: spec.restoreFrom.s3.caSecret %s: %w", ErrRestoreFailed, s3.CASecret, err)
-	}
-	if len(ca.Data["ca.crt"]) == 0 {
-		return false, fmt.Errorf("%w: %w: Secret %s needs the key ca.crt", ErrRestoreFailed, ErrBadSecret, s3.CASecret)
-	}
-	return true, writeSecretFile(dir, restoreCAFile, ca.Data["ca.crt"])
+	return hasCA, nil
 }
 
 // restoreFrom restores c's members from spec.restoreFrom before they first
