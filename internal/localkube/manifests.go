@@ -2,10 +2,11 @@ package localkube
 
 // The control plane's static pods, as kubeadm's `init phase control-plane`
 // writes them for an external etcd (kubeadm v1.36's flags, labels, probes,
-// volumes and priority), with two differences: images are never pulled
-// (imagePullPolicy Never: they were imported), and the host paths kubeadm
+// volumes and priority), with three differences: images are never pulled
+// (imagePullPolicy Never: they were imported); the host paths kubeadm
 // mounts that this machine does not have are left out (a DirectoryOrCreate
-// volume would create them on the machine).
+// volume would create them on the machine); and the startup probe looks
+// every second instead of every 10 s (startupProbe below).
 
 import (
 	"fmt"
@@ -125,7 +126,7 @@ func (c *Cluster) staticPod(component string, flags map[string]string, cpu, prob
 		Name: component, Image: c.imageRef(component), ImagePullPolicy: corev1.PullNever, Command: cmd,
 		Resources:     corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}},
 		LivenessProbe: probe(live, 8),
-		StartupProbe:  probe(live, 24),
+		StartupProbe:  startupProbe(probe(live, 24)),
 	}
 	if ready != "" {
 		ctr.ReadinessProbe = probe(ready, 3)
@@ -153,4 +154,21 @@ func (c *Cluster) staticPod(component string, flags map[string]string, cpu, prob
 			Volumes:           volumes,
 		},
 	}
+}
+
+// startupProbe is kubeadm's startup probe p (first look after 10 s, then
+// every 10 s, 24 failures: 4 minutes) looking every second from the
+// start, with the same 4 minutes before the kubelet gives up. A container
+// counts as started, and then ready, only once its startup probe passed:
+// with kubeadm's timing a component that answers within 3 s of starting
+// is ready only 20 s later (the probe's first tick comes before its
+// initial delay has passed, the next one 10 s after), and a local
+// Kubernetes restarts components dozens of times in the tests
+// (test/e2e/kubeupgrade: every static pod twice or more). What Steward
+// waits for (a mirror pod ready) is the same with either timing.
+func startupProbe(p *corev1.Probe) *corev1.Probe {
+	budget := p.InitialDelaySeconds + p.PeriodSeconds*p.FailureThreshold
+	p.InitialDelaySeconds, p.PeriodSeconds = 0, 1
+	p.FailureThreshold = budget
+	return p
 }
