@@ -42,6 +42,10 @@
 //     reconciled at once, one reconcile per resource at a time.
 //   - The S3 credentials are read from the Secret into a file of the state
 //     directory only; they appear in no log, Event or status.
+//   - NAME-client-tls is renewed, with a new key, at the renewal point
+//     every leaf follows, and issued again when it expired or cannot be
+//     used; the pair it replaces stays on disk until the Secret holds the
+//     new one (clienttls.go).
 //   - The CA's key never leaves the state directory: no Secret holds it
 //     (reconcile.go, Secrets). A Secret holds what its readers need and no
 //     more (docs/operator.md, Security).

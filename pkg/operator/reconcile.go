@@ -304,6 +304,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		o.Operation = r.op(&ec)
 		o.Status = st
+		o.ClientCert = clientCertNote(&ec, c, time.Now())
 		o.Upgrade = r.reconcileVersion(ctx, &ec, c, st, run)
 		if bs, ok := backup.PickLoopStatus(c.LoopStatuses(ctx)); ok {
 			o.LastBackup = bs.LastUpload
@@ -508,6 +509,9 @@ func (r *Reconciler) writeS3Secrets(ctx context.Context, ns, field string, s3 *v
 
 // ensureObjects creates or updates the Kubernetes objects of ec.
 func (r *Reconciler) ensureObjects(ctx context.Context, ec *v1alpha1.EtcdCluster, c *cluster.Cluster) error {
+	if err := r.ensureClientCert(ctx, ec, c); err != nil {
+		return err
+	}
 	secrets, err := r.secrets(ec, c)
 	if err != nil {
 		return err
@@ -539,7 +543,9 @@ func (r *Reconciler) ensureObjects(ctx context.Context, ec *v1alpha1.EtcdCluster
 			return err
 		}
 	}
-	return nil
+	// The Secret holds the client certificate renewed: the pair it
+	// replaced goes now (clienttls.go).
+	return r.publishedClientCert(ec, c)
 }
 
 // apply creates want, or updates the fields the operator owns of the
@@ -606,7 +612,8 @@ func (r *Reconciler) secrets(ec *v1alpha1.EtcdCluster, c *cluster.Cluster) ([]*c
 // certificate (NAME-ca, ca.crt: never its key, which stays in the
 // operator's directory), the join files (NAME-join), the cluster backup
 // key alone (NAME-backup-key), the client certificate for applications
-// (NAME-client-tls). Docs: docs/operator.md, Security.
+// (NAME-client-tls: its certificate and key must have been issued,
+// ensureClientCert). Docs: docs/operator.md, Security.
 func Secrets(ec *v1alpha1.EtcdCluster, c *cluster.Cluster) ([]*corev1.Secret, error) {
 	certDir := c.CertDir()
 	read := func(p string) ([]byte, error) {
@@ -636,18 +643,15 @@ func Secrets(ec *v1alpha1.EtcdCluster, c *cluster.Cluster) ([]*corev1.Secret, er
 		}
 		join[JoinKey(ec, i)] = b
 	}
-	clientDir := filepath.Join(c.Dir, "clients-out")
-	name := ec.Name + "-client"
-	if _, err := os.Stat(filepath.Join(clientDir, name+".crt")); errors.Is(err, os.ErrNotExist) {
-		if _, err := pki.IssueClient(certDir, c.Spec.Name, name, clientLifetime(caCrt, c.Validity(), time.Now()), clientDir, c.Validity()); err != nil {
-			return nil, fmt.Errorf("client certificate for applications: %w", err)
-		}
-	}
-	cl := map[string][]byte{}
-	for k, f := range map[string]string{"ca.crt": "ca.crt", "tls.crt": name + ".crt", "tls.key": name + ".key"} {
-		b, err := read(filepath.Join(clientDir, f))
+	// NAME-client-tls: the issued client of the certificate directory
+	// (clienttls.go issues and renews it), with the cluster's ca.crt (the
+	// bundle of both CAs while a rotation trusts both).
+	crt, key := filepath.Join(certDir, pki.ClientsDir, clientCertName(ec)+".crt"), filepath.Join(certDir, pki.ClientsDir, clientCertName(ec)+".key")
+	cl := map[string][]byte{"ca.crt": caCrt}
+	for k, f := range map[string]string{"tls.crt": crt, "tls.key": key} {
+		b, err := read(f)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("client certificate for applications: %w", err)
 		}
 		cl[k] = b
 	}
@@ -659,21 +663,6 @@ func Secrets(ec *v1alpha1.EtcdCluster, c *cluster.Cluster) ([]*corev1.Secret, er
 		Secret(ec, BackupKeySecret(ec), map[string][]byte{BackupKeyKey: bytes.TrimSpace(backupKey)}),
 		Secret(ec, clientTLSSecret(ec), cl),
 	}, nil
-}
-
-// clientLifetime is the lifetime of NAME-client-tls's certificate: the
-// default leaf lifetime (0), or up to a minute before the CA expires when
-// that is sooner (a user's CA: spec.tls.caSecret), as pki cuts the other
-// leaves; pki.IssueClient refuses a certificate outliving its CA.
-func clientLifetime(caPEM []byte, v pki.Validity, now time.Time) time.Duration {
-	ca, err := pki.ParseCertPEM(caPEM)
-	if err != nil {
-		return 0 // IssueClient reads the CA itself and says what is wrong
-	}
-	if left := ca.NotAfter.Sub(now) - time.Minute; left < v.WithDefaults().Leaf {
-		return max(left, time.Second)
-	}
-	return 0
 }
 
 func (r *Reconciler) updateStatus(ctx context.Context, ec *v1alpha1.EtcdCluster, o Observed) error {

@@ -135,6 +135,9 @@ func TestSecretsPublishNoCAKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := IssueClientCert(t.Context(), ec, c, ClientCertDecision{Action: ClientCertIssue}); err != nil {
+		t.Fatal(err)
+	}
 	secrets, err := Secrets(ec, c)
 	if err != nil {
 		t.Fatal(err)

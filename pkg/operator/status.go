@@ -45,6 +45,9 @@ type Observed struct {
 	Upgrade *metav1.Condition
 	// Scaled is the Scaled condition (scale.go), nil: not reported.
 	Scaled *metav1.Condition
+	// ClientCert is what CertificatesReady adds about NAME-client-tls
+	// (clientCertNote: when it expires and is renewed), "" for nothing.
+	ClientCert string
 	// Hibernated: no member runs (spec.replicas 0, scale.go); the
 	// conditions say Hibernated and the members are those of before.
 	Hibernated bool
@@ -118,6 +121,9 @@ func StatusFrom(ec *v1alpha1.EtcdCluster, prev v1alpha1.EtcdClusterStatus, o Obs
 		msg := c.Message
 		if t == v1alpha1.ConditionReady && c.Reason == "QuorumLost" {
 			msg += o.QuorumLostAdvice
+		}
+		if t == v1alpha1.ConditionCertificatesReady && o.ClientCert != "" {
+			msg += "; " + o.ClientCert
 		}
 		set(metav1.Condition{Type: t, Status: metav1.ConditionStatus(c.Status), Reason: reason(c.Reason), Message: msg})
 	}
