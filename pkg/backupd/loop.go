@@ -22,7 +22,6 @@ import (
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/metrics"
-	"github.com/etcd-steward/steward/pkg/restore"
 	"github.com/etcd-steward/steward/pkg/status"
 )
 
@@ -241,40 +240,57 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 	if lastSnapshot == nil {
 		lastSnapshot = lastFull
 	}
-	fullDue := lastFull == nil || deltasSinceFull >= c.Spec.Backup.MaxDeltasPerFull ||
-		!sched.Next(lastSnapshot.CreatedAt).After(time.Now())
-	if fullDue {
-		m, err := Now(ctx, c, Options{Member: leader.Name})
-		if err != nil {
-			return fmt.Errorf("full snapshot: %w", err)
-		}
-		log.Info("full snapshot", "id", m.ID, "revision", m.EndRevision)
-		metrics.BackupUploaded(metrics.KindFull, m.Size)
-		if res, err := restore.Collect(ctx, c, false); err != nil {
-			log.Warn("backup garbage collection", "err", err)
-		} else if len(res.Deleted) > 0 {
-			log.Info("backup garbage collection", "deleted", len(res.Deleted), "kept", len(res.Kept))
-		}
-		r.update(true, func(st *backup.LoopStatus) {
-			st.LastFull, st.LastUpload, st.NextRevision = m.CreatedAt, m.CreatedAt, m.EndRevision+1
-		})
-		lastFull, lastSnapshot, next, deltasSinceFull, chainBytes = &m, &m, m.EndRevision+1, 0, 0
+	// Invariant: the recorder starts first and a full snapshot is taken
+	// beside it (fuller), as a compaction is: a full streams for minutes
+	// on a large database, and one that keeps failing must not stop the
+	// deltas (before, a due full ran first, and every write during it, or
+	// for as long as it kept failing, was recorded by nobody). With a
+	// chain to continue, the recorder continues it at its end; without one
+	// (no full yet, or a gap after the last), it starts at the cluster's
+	// revision read above, which the full taken beside is at or past, so
+	// the new chain has no gap (a delta that overlaps the full is trimmed
+	// on restore).
+	from := next
+	if lastFull == nil {
+		from = max(next, live+1)
 	}
-
-	// Watch until leadership moves, the next full is due, or the chain is long.
-	rctx, cancel := context.WithDeadline(ctx, sched.Next(lastSnapshot.CreatedAt))
+	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	monitorDone := make(chan struct{})
 	// The chain's compaction runs beside the recorder, from the store alone.
-	comp := &compactor{c: c, log: log, r: r, fence: lease.fence, full: lastFull.ID, bounds: Bounds(c),
-		folded: func(deltas int, bytes int64) { deltasSinceFull -= deltas; chainBytes -= bytes }}
+	comp := &compactor{c: c, log: log, r: r, fence: lease.fence, bounds: Bounds(c),
+		folded: func(deltas int, bytes int64) {
+			deltasSinceFull, chainBytes = max(deltasSinceFull-deltas, 0), max(chainBytes-bytes, 0)
+		}}
+	if lastFull != nil {
+		comp.full = lastFull.ID
+	}
+	sinceSnapshot := time.Time{} // when the schedule counts from; guarded by r.mu like deltasSinceFull
+	if lastSnapshot != nil {
+		sinceSnapshot = lastSnapshot.CreatedAt
+	}
+	full := &fuller{c: c, log: log, r: r, member: leader.Name, took: func(m backup.Manifest) {
+		// Under r.mu: the new chain starts at m.
+		deltasSinceFull, chainBytes, sinceSnapshot = 0, 0, m.CreatedAt
+		comp.rebase(m.ID)
+	}}
+	// fullDue reports whether a full snapshot is due; under r.mu.
+	fullDue := func() bool {
+		return sinceSnapshot.IsZero() || deltasSinceFull >= c.Spec.Backup.MaxDeltasPerFull ||
+			!sched.Next(sinceSnapshot).After(time.Now())
+	}
 	// Runs before cli.Close and lease.release.
-	defer func() { cancel(); <-monitorDone; comp.wait() }()
+	defer func() { cancel(); <-monitorDone; comp.wait(); full.wait() }()
 	go func() {
 		defer close(monitorDone)
 		lastReport := time.Now()
 		var samples []revSample
 		for rctx.Err() == nil {
+			var due bool
+			r.update(false, func(*backup.LoopStatus) { due = fullDue() })
+			if due {
+				full.start(rctx)
+			}
 			select {
 			case <-rctx.Done():
 				return
@@ -295,7 +311,9 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 			}
 		}
 	}()
-	if comp.bounds.Reached(deltasSinceFull, chainBytes) {
+	var compactDue bool
+	r.update(false, func(*backup.LoopStatus) { compactDue = comp.bounds.Reached(deltasSinceFull, chainBytes) })
+	if compactDue {
 		comp.start(rctx)
 	}
 	rec := backup.NewRecorder(backup.RecorderOptions{
@@ -315,13 +333,13 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 				compactDue = comp.bounds.Reached(deltasSinceFull, chainBytes)
 			})
 			if chainFull {
-				cancel()
+				full.start(rctx) // beside the recorder, which goes on
 			} else if compactDue {
 				comp.start(rctx)
 			}
 		},
-	}, next)
-	r.update(true, func(st *backup.LoopStatus) { st.NextRevision, st.Recording, st.LastError = next, true, "" })
+	}, from)
+	r.update(true, func(st *backup.LoopStatus) { st.NextRevision, st.Recording, st.LastError = from, true, "" })
 	err = rec.Run(rctx, cli)
 	r.update(false, func(st *backup.LoopStatus) { st.Recording = false })
 	if errors.Is(err, backup.ErrCompacted) {
@@ -335,7 +353,7 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 		return nil
 	}
 	if rctx.Err() != nil && ctx.Err() == nil {
-		return nil // handover, schedule or chain limit: next round
+		return nil // handover or a lost lease: next round
 	}
 	return err
 }
