@@ -93,6 +93,9 @@ func Run(ctx context.Context, dir, agentName string, log *slog.Logger) {
 }
 
 var (
+	// errStaleSpec: the spec this agent runs from names an older timeline
+	// than the cluster's (staleTimeline).
+	errStaleSpec       = errors.New("the spec's timeline is not the cluster's")
 	errNotBackupLeader = errors.New("not the backup leader")
 	errBackupsOff      = errors.New("continuous backups are off")
 )
@@ -201,6 +204,14 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 	// Only the current timeline's backups continue a chain: a restore
 	// began a new timeline, whose first backup is a full snapshot.
 	timeline := c.Lineage()
+	records, _, err := backup.ListTimelines(ctx, store, auth)
+	if err != nil {
+		return err
+	}
+	if newer, stale := staleTimeline(records, seen.Cluster.ID, timeline.TimelineID(), live); stale {
+		return fmt.Errorf("%w: this agent's spec names timeline %d, but the cluster is on timeline %d (begun by a restore at revision %d, the cluster is at %d): not recording until this agent receives the coordinator's spec",
+			errStaleSpec, timeline.TimelineID(), newer.Timeline, newer.StartRevision, live)
+	}
 	mine := ownChains(all, seen.Cluster.ID, timeline.TimelineID())
 	var lastFull, lastSnapshot *backup.Manifest
 	next := int64(0)
@@ -407,6 +418,39 @@ func liveRevision(st *status.Status) int64 {
 		}
 	}
 	return rev
+}
+
+// staleTimeline reports whether the spec the loop runs from is behind the
+// cluster's timeline, and the newer timeline's record: a trusted record in
+// the store of this cluster (clusterID) numbered above the spec's timeline
+// whose start revision the live cluster (at revision live) has reached.
+//
+// Invariant: the loop records only on the cluster's own timeline. A
+// restore records its new timeline in the store before any data dir
+// changes, then saves the spec, which the coordinator hands to each
+// host's agent; a host that missed that hand-over still runs from the old
+// spec. Were it the backup leader, it would store the restored cluster's
+// backups under the old timeline's number (a full snapshot once its watch
+// finds the old chain's revisions compacted), beside that timeline's own
+// history, and the new timeline would have none. Every revision a
+// timeline serves is above its start revision, and a restore starts its
+// timeline above every revision served before (restore's bump), so a
+// cluster at or past a newer timeline's start revision is on it (or one
+// after it); an abandoned timeline (its restore stopped before its
+// commit) starts above every revision the cluster serves, so it never
+// matches. Such a loop records nothing until its agent receives the spec.
+func staleTimeline(records []backup.TimelineRecord, clusterID string, timeline, live int64) (backup.TimelineRecord, bool) {
+	var newer backup.TimelineRecord
+	found := false
+	for _, r := range records {
+		if r.Timeline <= timeline || (clusterID != "" && r.ClusterID != "" && r.ClusterID != clusterID) {
+			continue
+		}
+		if live > 0 && r.StartRevision > 0 && r.StartRevision <= live && (!found || r.Timeline > newer.Timeline) {
+			newer, found = r, true
+		}
+	}
+	return newer, found
 }
 
 // ownChains keeps the backups the loop may continue: of this cluster, on
