@@ -21,8 +21,11 @@ type fuller struct {
 	log    *slog.Logger
 	r      *report
 	member string
-	// took is called under r.mu after a full snapshot was stored.
+	// took is called under r.mu after a full snapshot was stored; then
+	// comp folds the new chain from it (rebase, outside r.mu: the
+	// compactor takes its lock before r.mu).
 	took func(backup.Manifest)
+	comp *compactor
 
 	wg sync.WaitGroup
 
@@ -73,6 +76,7 @@ func (f *fuller) start(ctx context.Context) {
 			st.LastFull, st.LastFullError, st.LastFullErrorAt = m.CreatedAt, "", time.Time{}
 			f.took(m)
 		})
+		f.comp.rebase(m.ID)
 		if res, err := restore.Collect(ctx, f.c, false); err != nil {
 			f.log.Warn("backup garbage collection", "err", err)
 		} else if len(res.Deleted) > 0 {

@@ -280,14 +280,14 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 	if lastSnapshot != nil {
 		sinceSnapshot = lastSnapshot.CreatedAt
 	}
-	full := &fuller{c: c, log: log, r: r, member: leader.Name, took: func(m backup.Manifest) {
+	noChain := lastFull == nil // guarded by r.mu like deltasSinceFull
+	full := &fuller{c: c, log: log, r: r, comp: comp, member: leader.Name, took: func(m backup.Manifest) {
 		// Under r.mu: the new chain starts at m.
-		deltasSinceFull, chainBytes, sinceSnapshot = 0, 0, m.CreatedAt
-		comp.rebase(m.ID)
+		deltasSinceFull, chainBytes, sinceSnapshot, noChain = 0, 0, m.CreatedAt, false
 	}}
 	// fullDue reports whether a full snapshot is due; under r.mu.
 	fullDue := func() bool {
-		return sinceSnapshot.IsZero() || deltasSinceFull >= c.Spec.Backup.MaxDeltasPerFull ||
+		return noChain || sinceSnapshot.IsZero() || deltasSinceFull >= c.Spec.Backup.MaxDeltasPerFull ||
 			!sched.Next(sinceSnapshot).After(time.Now())
 	}
 	// Runs before cli.Close and lease.release.
