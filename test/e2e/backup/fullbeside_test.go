@@ -36,14 +36,15 @@ func TestDeltasWhileFullFails(t *testing.T) {
 
 	harness.WaitBackedUp(t, e, putOne(t, cli, "before"))
 	var first backup.Manifest
-	for _, m := range harness.ListBackups(t, e) {
-		if m.Kind == backup.KindFull {
-			first = m
+	harness.Eventually(t, 60*time.Second, 100*time.Millisecond, "the first full backup", func() error {
+		for _, m := range harness.ListBackups(t, e) {
+			if m.Kind == backup.KindFull {
+				first = m
+				return nil
+			}
 		}
-	}
-	if first.ID == "" {
-		t.Fatal("no full backup after the first write")
-	}
+		return fmt.Errorf("no full backup yet")
+	})
 
 	// Every full snapshot fails from now on: its scratch directory is a file.
 	tmp := filepath.Join(e.Dir, "tmp")
