@@ -85,3 +85,36 @@ func TestOwnChains(t *testing.T) {
 		}
 	}
 }
+
+// TestStaleTimeline: a loop whose spec names an older timeline than the
+// cluster's (its agent missed the coordinator's spec after a restore)
+// records nothing: the store holds timeline 3's record, begun at revision
+// 3,000,000,200, and the cluster is at or past it. An abandoned timeline
+// (its start above the cluster's revision), another cluster's and the
+// spec's own or older ones do not count.
+func TestStaleTimeline(t *testing.T) {
+	rec := func(n, start int64, cid string) backup.TimelineRecord {
+		return backup.TimelineRecord{Lineage: backup.Lineage{Timeline: n}, StartRevision: start, ClusterID: cid}
+	}
+	records := []backup.TimelineRecord{rec(2, 2_000_000_100, "c1"), rec(3, 3_000_000_200, "c1"), rec(4, 4_000_000_300, "c1"), rec(5, 10, "c2")}
+	for _, tc := range []struct {
+		name     string
+		timeline int64
+		live     int64
+		want     int64 // 0: not stale
+	}{
+		{"spec on timeline 2, cluster restored to 3", 2, 3_000_000_250, 3},
+		{"right after the restore (at its start revision)", 2, 3_000_000_200, 3},
+		{"spec on timeline 1, cluster two restores on", 1, 3_000_000_250, 3},
+		{"spec current; 4 abandoned above the cluster's revision", 3, 3_000_000_250, 0},
+		{"spec current, still on 2", 2, 2_000_000_500, 0},
+		{"no live revision known", 2, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			newer, stale := staleTimeline(records, "c1", tc.timeline, tc.live)
+			if stale != (tc.want != 0) || (stale && newer.Timeline != tc.want) {
+				t.Errorf("staleTimeline(spec %d, live %d) = %d, %v; want %d", tc.timeline, tc.live, newer.Timeline, stale, tc.want)
+			}
+		})
+	}
+}

@@ -13,8 +13,10 @@
 //	coordinator/recovery/GGGGGGGGGG-SSSSSSSSSSSSSSSSSSS  the recovery journal ("" once finished)
 //
 // S is the nanosecond time of the write: the newest copy of the highest
-// generation wins. Every object is an envelope: the payload and an ECDSA
-// signature by the admin client key (DIR/pki/client.key); a reader checks
+// generation wins. Every object is an envelope: the payload, the name it
+// was written as and an ECDSA signature over both by the admin client key
+// (DIR/pki/client.key; only a copy read under its own name counts, see
+// newest and CurrentOwner); a reader checks
 // it against the cluster CA it holds. The envelope carries the signer's certificate, so copies signed
 // before the admin certificate was renewed still verify; a reader accepts
 // any admin certificate (CN "steward") its CA signed and that has not
@@ -81,7 +83,10 @@ type Owner struct {
 
 // envelope is what every object holds.
 type envelope struct {
-	Kind    string `json:"kind"`
+	Kind string `json:"kind"`
+	// Name is the store object the copy was written as, covered by the
+	// signature (empty in copies written before it was: legacy).
+	Name    string `json:"name,omitempty"`
 	Payload []byte `json:"payload"`
 	Sig     []byte `json:"sig"`
 	// Cert is the signer's certificate (DER): an admin certificate of the
@@ -126,37 +131,60 @@ func NewSigner(pkiDir string) (*Signer, error) {
 	return &Signer{key: key, cert: cert, cas: pool}, nil
 }
 
-func (s *Signer) seal(kind string, payload []byte) ([]byte, error) {
-	sum := sha256.Sum256(append([]byte(kind+"\x00"), payload...))
+// digest is what an envelope's signature covers: its kind, payload and,
+// when it has one, the name it was written as. A bound digest begins with
+// a prefix no kind has, so a legacy signature never verifies as a bound
+// one's or the other way round.
+func digest(kind, name string, payload []byte) [32]byte {
+	if name == "" {
+		return sha256.Sum256(append([]byte(kind+"\x00"), payload...))
+	}
+	return sha256.Sum256(append([]byte("steward-handover-v2\x00"+kind+"\x00"+name+"\x00"), payload...))
+}
+
+// seal signs payload as an object of kind written under name.
+func (s *Signer) seal(kind, name string, payload []byte) ([]byte, error) {
+	sum := digest(kind, name, payload)
 	sig, err := ecdsa.SignASN1(rand.Reader, s.key, sum[:])
 	if err != nil {
 		return nil, err
 	}
-	return json.Marshal(envelope{Kind: kind, Payload: payload, Sig: sig, Cert: s.cert.Raw})
+	return json.Marshal(envelope{Kind: kind, Name: name, Payload: payload, Sig: sig, Cert: s.cert.Raw})
 }
 
-func (s *Signer) open(kind string, b []byte) ([]byte, error) {
+// ErrOtherName: a signed copy read under another name than the one it
+// was written as (copied by someone who can write the store).
+var ErrOtherName = errors.New("copied under another name")
+
+// open verifies an object of kind read under name and returns its payload
+// and whether the signature covers that name (bound); a legacy copy
+// (written before names were signed) verifies unbound. A copy whose
+// signed name is not name is refused (ErrOtherName).
+func (s *Signer) open(kind, name string, b []byte) (payload []byte, bound bool, err error) {
 	var e envelope
 	if err := json.Unmarshal(b, &e); err != nil {
-		return nil, fmt.Errorf("%w: does not parse", ErrBadSignature)
+		return nil, false, fmt.Errorf("%w: does not parse", ErrBadSignature)
 	}
 	if e.Kind != kind {
-		return nil, fmt.Errorf("%w: a %q object where a %q was expected", ErrBadSignature, e.Kind, kind)
+		return nil, false, fmt.Errorf("%w: a %q object where a %q was expected", ErrBadSignature, e.Kind, kind)
 	}
 	// The signer: an admin certificate of this cluster's CA.
 	signer, err := x509.ParseCertificate(e.Cert)
 	if err != nil {
-		return nil, fmt.Errorf("%w: no signer certificate", ErrBadSignature)
+		return nil, false, fmt.Errorf("%w: no signer certificate", ErrBadSignature)
 	}
 	if _, err := signer.Verify(x509.VerifyOptions{Roots: s.cas, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil || signer.Subject.CommonName != pki.AdminCN {
-		return nil, fmt.Errorf("%w: signed by %q, not an admin certificate of this cluster's CA", ErrBadSignature, signer.Subject.CommonName)
+		return nil, false, fmt.Errorf("%w: signed by %q, not an admin certificate of this cluster's CA", ErrBadSignature, signer.Subject.CommonName)
 	}
-	sum := sha256.Sum256(append([]byte(kind+"\x00"), e.Payload...))
+	sum := digest(kind, e.Name, e.Payload)
 	pub, ok := signer.PublicKey.(*ecdsa.PublicKey)
 	if !ok || !ecdsa.VerifyASN1(pub, sum[:], e.Sig) {
-		return nil, ErrBadSignature
+		return nil, false, ErrBadSignature
 	}
-	return e.Payload, nil
+	if e.Name != "" && e.Name != name {
+		return nil, false, fmt.Errorf("%w: written as %s", ErrOtherName, e.Name)
+	}
+	return e.Payload, e.Name != "", nil
 }
 
 // Coordinator writes and reads the copies of one coordinator.
@@ -270,7 +298,7 @@ func (c *Coordinator) write(ctx context.Context, name, kind string, v any) error
 	if err != nil {
 		return err
 	}
-	b, err := c.Signer.seal(kind, payload)
+	b, err := c.Signer.seal(kind, name, payload)
 	if err != nil {
 		return err
 	}
@@ -281,20 +309,30 @@ func (c *Coordinator) write(ctx context.Context, name, kind string, v any) error
 }
 
 func (c *Coordinator) read(ctx context.Context, name, kind string, v any) error {
-	rc, err := c.Store.Get(ctx, name)
+	payload, _, err := c.readRaw(ctx, name, kind)
 	if err != nil {
 		return err
+	}
+	return json.Unmarshal(payload, v)
+}
+
+// readRaw returns the verified payload of object name and whether its
+// signature covers the name (Signer.open).
+func (c *Coordinator) readRaw(ctx context.Context, name, kind string) ([]byte, bool, error) {
+	rc, err := c.Store.Get(ctx, name)
+	if err != nil {
+		return nil, false, err
 	}
 	defer rc.Close()
 	b, err := io.ReadAll(io.LimitReader(rc, 16<<20))
 	if err != nil {
-		return err
+		return nil, false, err
 	}
-	payload, err := c.Signer.open(kind, b)
+	payload, bound, err := c.Signer.open(kind, name, b)
 	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
+		return nil, false, fmt.Errorf("%s: %w", name, err)
 	}
-	return json.Unmarshal(payload, v)
+	return payload, bound, nil
 }
 
 func stamp(g int64) string { return fmt.Sprintf("%010d-%019d", g, time.Now().UnixNano()) }
@@ -358,6 +396,17 @@ func (c *Coordinator) prune(ctx context.Context, dir string, keep int) error {
 }
 
 // newest returns the newest object under dir that verifies, decoded into v.
+//
+// Invariant: a copy counts only under the name it was written as. Names
+// order the copies (generation, then time), and the signature covers the
+// payload; were the name not covered too, anyone who can write the store
+// could copy an old signed spec, plan state or recovery journal under a
+// higher name and have a takeover resume from it (as with owner records,
+// CurrentOwner). So the signature covers the name (Signer.seal), a copy
+// read under another name is refused, and a legacy copy (written by a
+// Steward before names were signed; its name cannot be checked) counts
+// only when no copy in dir is bound to its name: once this coordinator
+// wrote one, an old copy under any name is ignored.
 func (c *Coordinator) newest(ctx context.Context, dir, kind string, v any) (string, error) {
 	names, err := c.Store.List(ctx, dir)
 	if err != nil {
@@ -365,12 +414,30 @@ func (c *Coordinator) newest(ctx context.Context, dir, kind string, v any) (stri
 	}
 	sort.Sort(sort.Reverse(sort.StringSlice(names)))
 	var bad []string
+	legacy, legacyName := []byte(nil), ""
 	for _, n := range names {
-		if err := c.read(ctx, n, kind, v); err != nil {
+		payload, bound, err := c.readRaw(ctx, n, kind)
+		if err != nil {
 			bad = append(bad, err.Error())
 			continue
 		}
+		if !bound {
+			if legacyName == "" {
+				legacy, legacyName = payload, n
+			}
+			continue
+		}
+		if err := json.Unmarshal(payload, v); err != nil {
+			bad = append(bad, fmt.Sprintf("%s: %v", n, err))
+			continue
+		}
 		return n, nil
+	}
+	if legacyName != "" {
+		if err := json.Unmarshal(legacy, v); err != nil {
+			return "", fmt.Errorf("%s: %w", legacyName, err)
+		}
+		return legacyName, nil
 	}
 	if len(bad) > 0 {
 		return "", fmt.Errorf("no copy under %s verifies: %s", dir, strings.Join(bad, "; "))

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -233,5 +234,108 @@ func TestOwnerCopiedUnderAnotherName(t *testing.T) {
 	}
 	if err := old.SaveSpec(ctx, []byte("name: c1\n")); !errors.Is(err, ErrSuperseded) {
 		t.Fatalf("the superseded coordinator's save: %v, want ErrSuperseded", err)
+	}
+}
+
+// copyObject copies store object from to name to, as someone who can
+// write the store (not sign) could.
+func copyObject(t *testing.T, store backup.Store, from, to string) {
+	t.Helper()
+	rc, err := store.Get(t.Context(), from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Put(t.Context(), to, bytes.NewReader(b)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// oldest is the first (oldest) object under dir.
+func oldest(t *testing.T, store backup.Store, dir string) string {
+	t.Helper()
+	names, err := store.List(t.Context(), dir)
+	if err != nil || len(names) == 0 {
+		t.Fatalf("objects under %s: %v, %v", dir, names, err)
+	}
+	slices.Sort(names)
+	return names[0]
+}
+
+// TestCopiesUnderAnotherName: spec and plan copies are ordered by their
+// names, which the signature now covers: an old signed copy copied under
+// a higher generation's name (by someone who can write the store, not
+// sign) is not taken as current by a takeover; the newest copy written
+// under its own name is. A legacy copy (signed before names were) counts
+// only where no copy is bound to its name. Before the fix the takeover
+// read the old spec and the old plan state.
+func TestCopiesUnderAnotherName(t *testing.T) {
+	ctx := t.Context()
+	store, err := backup.NewLocalStore(filepath.Join(t.TempDir(), "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := signer(t, "c1")
+	old := &Coordinator{Store: store, Signer: s, Dir: t.TempDir()}
+	if err := old.SaveSpec(ctx, []byte("name: c1\nversion: old\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.SavePlan(ctx, &plan.Plan{ID: "upgrade-1", State: plan.Running}); err != nil {
+		t.Fatal(err)
+	}
+	oldSpec, oldPlan := oldest(t, store, prefix+"spec/"), oldest(t, store, prefix+"plans/upgrade-1/")
+	if err := old.SaveSpec(ctx, []byte("name: c1\nversion: new\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.SavePlan(ctx, &plan.Plan{ID: "upgrade-1", State: plan.Done}); err != nil {
+		t.Fatal(err)
+	}
+	// The old copies, under generation 9's names.
+	copyObject(t, store, oldSpec, prefix+"spec/"+stamp(9))
+	copyObject(t, store, oldPlan, prefix+"plans/upgrade-1/"+stamp(9))
+	// A legacy copy (its name not signed) under a higher name still: it
+	// does not count beside copies bound to their names.
+	legacy, err := s.seal("spec", "", []byte(`"name: c1\nversion: legacy\n"`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Put(ctx, prefix+"spec/"+stamp(10), bytes.NewReader(legacy)); err != nil {
+		t.Fatal(err)
+	}
+
+	next := &Coordinator{Store: store, Signer: s, Dir: t.TempDir()}
+	to, err := next.Take(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(to.Spec), "version: new") {
+		t.Errorf("spec taken over: %q, want the newest copy written under its own name (version: new)", to.Spec)
+	}
+	if len(to.Plans) != 1 || to.Plans[0].State != plan.Done {
+		t.Errorf("plans taken over: %+v, want upgrade-1 Done (its newest copy under its own name)", to.Plans)
+	}
+
+	// A store holding legacy copies only (written by an older Steward):
+	// the newest of them is read, as before.
+	store2, err := backup.NewLocalStore(filepath.Join(t.TempDir(), "store2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range []string{"a", "b"} {
+		b, err := s.seal("spec", "", []byte(`"name: c1\nversion: `+v+`\n"`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := store2.Put(ctx, prefix+"spec/"+stamp(int64(i+1)), bytes.NewReader(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var spec string
+	if _, err := (&Coordinator{Store: store2, Signer: s, Dir: t.TempDir()}).newest(ctx, prefix+"spec/", "spec", &spec); err != nil || !strings.Contains(spec, "version: b") {
+		t.Errorf("legacy copies only: %q, %v; want the newest (version: b)", spec, err)
 	}
 }

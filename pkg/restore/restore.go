@@ -114,6 +114,11 @@ var (
 	// ErrMembersRunning: a member still runs; the cluster must be stopped
 	// first (no option overrides it).
 	ErrMembersRunning = errors.New("members still run")
+	// ErrStoreUnreadable: a restore from a snapshot file or a member's own
+	// database could not read the backup store's timelines, so the number
+	// of the timeline it begins could reuse one there (no option
+	// overrides it).
+	ErrStoreUnreadable = errors.New("backup store unreadable")
 )
 
 // GapError refuses a restore past a gap in the delta chain; End is the
@@ -238,7 +243,9 @@ func prepare(ctx context.Context, c *cluster.Cluster, o Options, targets []spec.
 			return prepared{}, err
 		}
 		src = m
-		hist, highest, store = fileHistory(ctx, c)
+		if hist, highest, store, err = fileHistory(ctx, c); err != nil {
+			return prepared{}, err
+		}
 		parent = memberTimeline(c, hist)
 	case o.FromSnapshot != "":
 		f, err := openFile(c, o)
@@ -246,7 +253,9 @@ func prepare(ctx context.Context, c *cluster.Cluster, o Options, targets []spec.
 			return prepared{}, err
 		}
 		src = f
-		hist, highest, store = fileHistory(ctx, c)
+		if hist, highest, store, err = fileHistory(ctx, c); err != nil {
+			return prepared{}, err
+		}
 	default:
 		s, err := openStore(ctx, c, o, "restore")
 		if err != nil {

@@ -41,32 +41,39 @@ func checkTarget(o Options) error {
 }
 
 // fileHistory is what the backup store knows of the timelines, for a
-// restore from a snapshot file: its history and highest revision, and the
-// store to record the new timeline in. An unreachable store is reported
-// and left out (the data dirs' revisions and the margin still count).
-func fileHistory(ctx context.Context, c *cluster.Cluster) (backup.History, int64, backup.Store) {
+// restore from a snapshot file or from a member's own database (recovery's
+// reseed): its history and highest revision, and the store to record the
+// new timeline in.
+//
+// Invariant: a restore never begins a timeline whose number may exist in
+// the store. Numbers are taken in the store (newTimelineID: above every
+// record name there, abandoned and untrusted ones too), and neither the
+// spec nor anything else local knows them all: a restore that stopped
+// before its commit, or another Steward directory on the same store, took
+// numbers this spec never saw. A number reused would put this timeline's
+// backups beside another's under one number, and a backup loop could
+// continue the other's chain. So when the store cannot be read the
+// restore is refused (ErrStoreUnreadable) before anything changes, rather
+// than numbered from the spec alone.
+func fileHistory(ctx context.Context, c *cluster.Cluster) (backup.History, int64, backup.Store, error) {
 	store, err := c.BackupStore(ctx)
 	if err == nil {
 		var l backup.Listing
 		if l, err = c.Backups(ctx, store, false); err == nil {
 			var h backup.History
 			if h, err = loadHistory(ctx, c, store, l.Backups); err == nil {
-				return h, backup.HighestRevision(l.Backups, h), store
+				return h, backup.HighestRevision(l.Backups, h), store, nil
 			}
 		}
 	}
-	c.Progress.Say("warning: the backup store's timelines are not known (%v): the new timeline is not recorded there", err)
-	h := backup.BuildHistory(nil, nil)
-	if t := c.Spec.Timeline; t != nil {
-		return h, t.StartRevision, nil
-	}
-	return h, 0, nil
+	return backup.History{}, 0, nil, refusal.New(ErrStoreUnreadable, "refusing to restore: the backup store's timelines cannot be read (%v), and the timeline this restore begins must be numbered above every one the store holds (a number reused would mix its backups with another timeline's); nothing was changed: make the backup store readable, then run it again", err)
 }
 
 // newTimelineID is the number of the timeline a restore begins: above
 // every timeline known (hist, abandoned ones too), the spec's, and every
-// history object name in store (nil: none known), trusted or not, since
-// PutTimeline never replaces one.
+// history object name in store, trusted or not, since PutTimeline never
+// replaces one. Every restore reads its store first (fileHistory refuses
+// one it cannot read); store is nil only in tests.
 func newTimelineID(ctx context.Context, c *cluster.Cluster, store backup.Store, hist backup.History) (int64, error) {
 	n := max(hist.Newest(), c.Spec.TimelineID())
 	if store != nil {

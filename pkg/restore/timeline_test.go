@@ -3,6 +3,8 @@ package restore
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -236,5 +238,38 @@ func TestMemberTimelineIsCurrent(t *testing.T) {
 	c.Spec.Timeline = &spec.Timeline{ID: 4, Parent: 2, BranchRevision: 90, StartRevision: 4_000_000_520}
 	if got := memberTimeline(c, h); got != 4 {
 		t.Fatalf("timeline a reseed branches off, the spec recording 4: %d, want 4", got)
+	}
+}
+
+// TestFileHistoryRefusesUnreadableStore: a restore from a snapshot file or
+// a member's own database (recovery's reseed) whose store cannot be read
+// is refused, never numbered from the spec alone: the store holds
+// timeline 3 (a restore from another Steward directory on the same store,
+// committed there) that the spec (on timeline 2) never saw, and a
+// timeline numbered from the spec would be 3 again. Before the fix the
+// store was left out with a warning and the number came from the spec.
+func TestFileHistoryRefusesUnreadableStore(t *testing.T) {
+	ctx := t.Context()
+	c, store, auth, _ := testCluster(t)
+	c.Spec.Timeline = &spec.Timeline{ID: 2, Parent: 1, BranchRevision: 60, StartRevision: 1_000_000_130}
+	c.Spec.Backup.Store = store.Dir
+	abandon(t, store, auth, 2, 60)
+	abandon(t, store, auth, 3, 130)
+	h, _, s, err := fileHistory(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, err := newTimelineID(ctx, c, s, h); err != nil || id != 4 {
+		t.Fatalf("new timeline with the store readable: %d, %v; want 4", id, err)
+	}
+
+	// The store unreadable: its directory is a file.
+	c.Spec.Backup.Store = filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(c.Spec.Backup.Store, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, _, _, err = fileHistory(ctx, c)
+	if !errors.Is(err, ErrStoreUnreadable) || !strings.Contains(err.Error(), "timelines cannot be read") || !strings.Contains(err.Error(), "nothing was changed") {
+		t.Fatalf("fileHistory with an unreadable store: %v; want ErrStoreUnreadable", err)
 	}
 }

@@ -48,6 +48,9 @@ func backupCondition(ctx context.Context, c *cluster.Cluster, now time.Time, liv
 		case bs.LastError != "":
 			cond.Status, cond.Reason = "False", "IncrementalBackupFailed"
 			cond.Message = bs.LastError
+		case bs.LastFullError != "":
+			cond.Status, cond.Reason = "False", "FullBackupFailed"
+			cond.Message = fmt.Sprintf("the last full snapshot failed at %s (agent %s; the deltas are still recorded, retried): %s", bs.LastFullErrorAt.Format(time.RFC3339), bs.Agent, bs.LastFullError)
 		case liveRevision > 0 && bs.NextRevision-1 > liveRevision:
 			cond.Status, cond.Reason = "False", "BackupAheadOfCluster"
 			cond.Message = fmt.Sprintf("agent %s claims revisions up to %d stored, but the cluster is at revision %d: new writes are not being backed up", bs.Agent, bs.NextRevision-1, liveRevision)
