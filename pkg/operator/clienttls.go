@@ -22,7 +22,8 @@ package operator
 //     rotation runs (the rotation reissues it).
 //   - A certificate never outlives its CA (clientLifetime): under a CA
 //     that expires before a renewal could give a later expiry, it is kept
-//     as it is instead of being reissued at every reconcile.
+//     as it is instead of being reissued at every reconcile (pki.AtCALimit,
+//     the rule of the member leaves too).
 
 import (
 	"context"
@@ -116,10 +117,10 @@ func DecideClientCert(cur *x509.Certificate, readErr error, caPEM []byte, v pki.
 			cur.NotAfter.Add(-v.RenewBefore).UTC().Format(time.RFC3339))
 		return d
 	}
-	// Due. A renewal is cut at the CA's expiry (clientLifetime): when
-	// that gives no later expiry than the current one, renewing would
-	// only churn the Secret at every reconcile.
-	if latest := now.Add(clientLifetimeAt(ca, v, now)); !latest.After(cur.NotAfter.Add(time.Minute)) {
+	// Due. A renewal is cut at the CA's expiry: when that gives no later
+	// expiry than the current one, renewing would only churn the Secret
+	// at every reconcile (pki.AtCALimit, the rule of every leaf).
+	if pki.AtCALimit(cur, ca, v.Leaf, now) {
 		d.Action, d.Why = ClientCertKeep, fmt.Sprintf("due for renewal, but the CA %q expires at %s: no later certificate can be issued from it; replace the CA",
 			ca.Subject.CommonName, ca.NotAfter.UTC().Format(time.RFC3339))
 		return d
@@ -196,13 +197,10 @@ func clientLifetime(caPEM []byte, v pki.Validity, now time.Time) time.Duration {
 }
 
 // clientLifetimeAt is the lifetime a client certificate issued at now by
-// ca gets: the leaf lifetime, cut a minute before the CA expires.
+// ca gets: the leaf lifetime, cut pki.CACut before the CA expires
+// (pki.LeafNotAfter).
 func clientLifetimeAt(ca *x509.Certificate, v pki.Validity, now time.Time) time.Duration {
-	l := v.WithDefaults().Leaf
-	if left := ca.NotAfter.Sub(now) - time.Minute; left < l {
-		return max(left, time.Second)
-	}
-	return l
+	return max(pki.LeafNotAfter(ca, v.WithDefaults().Leaf, now).Sub(now), time.Second)
 }
 
 // clientCertNote is what CertificatesReady says of NAME-client-tls: when

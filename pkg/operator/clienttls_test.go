@@ -112,6 +112,7 @@ func TestDecideClientCert(t *testing.T) {
 		{name: "in the bundle of a rotation", cur: leaf(otherPEM, otherKey, now.Add(20*day)), ca: append(append([]byte{}, caPEM...), otherPEM...), rotating: true, want: ClientCertKeep, why: "rotation"},
 		{name: "signed by the second CA of a bundle", cur: leaf(otherPEM, otherKey, now.Add(80*day)), ca: append(append([]byte{}, caPEM...), otherPEM...), want: ClientCertFresh},
 		{name: "CA expiring soon, as long as the CA", cur: leaf(soonPEM, soonKey, now.Add(10*day-time.Minute)), ca: soonPEM, want: ClientCertKeep, why: `the CA "users-ca" expires at 2026-12-08T12:00:00Z`},
+		{name: "CA expiring soon, cut at the CA itself", cur: leaf(soonPEM, soonKey, now.Add(10*day)), ca: soonPEM, want: ClientCertKeep, why: "replace the CA"},
 		{name: "CA expiring soon, shorter than the CA", cur: leaf(soonPEM, soonKey, now.Add(5*day)), ca: soonPEM, want: ClientCertRenew},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
