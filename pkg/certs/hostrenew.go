@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -77,8 +78,14 @@ func RenewHosts(ctx context.Context, c *cluster.Cluster, names []string, force b
 	}
 	v := c.Validity()
 	dir := c.CertDir()
+	ca, err := pki.ParseCertFile(filepath.Join(dir, pki.CACert))
+	if err != nil {
+		return nil, fmt.Errorf("renew host certificates: CA: %w", err)
+	}
 	renew := func(cur *x509.Certificate, _ []*x509.Certificate, now time.Time) ([]byte, bool, error) {
-		if !force && !v.WithDefaults().Due(cur, now) {
+		// Not due, or ending as late as the CA allows (pki.AtCALimit:
+		// the round reports that instead, CALimited).
+		if !force && (!v.WithDefaults().Due(cur, now) || pki.AtCALimit(cur, ca, v.WithDefaults().Leaf, now)) {
 			return nil, true, nil
 		}
 		certPEM, _, err := Reissue(dir, v, cur, now)

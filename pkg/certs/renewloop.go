@@ -117,6 +117,12 @@ func renewDue(ctx context.Context, dir string) (time.Duration, []pki.Renewal, er
 		rs = append(rs, hrs...)
 		err = errors.Join(err, herr)
 	}
+	// Leaves left alone because they end with the CA: said once a round
+	// instead of a reissue (the hosts' leaves, issued with the same
+	// lifetime by the same CA, end with it too).
+	if lerr := CALimited(c.CertDir(), v, names, time.Now()); lerr != nil && !errors.Is(err, ErrRenewalRunning) {
+		err = errors.Join(err, lerr)
+	}
 	if errors.Is(err, pki.ErrRotationInProgress) {
 		// A CA rotation whose plan reissues every leaf: wait for it, but
 		// say so when no plan is running it (aborted): renewals would

@@ -177,7 +177,11 @@ func renewal(dir, what string, v pki.Validity, force bool, now time.Time) (selec
 	return selection{
 		what:   what,
 		loadCA: ca,
-		skip:   func(c *x509.Certificate) bool { return !force && !v.Due(c, now) },
+		// A leaf that ends as late as the CA allows is not due either
+		// (pki.AtCALimit): renewing it would give no later expiry.
+		skip: func(c *x509.Certificate) bool {
+			return !force && (!v.Due(c, now) || pki.AtCALimit(c, ca, v.Leaf, now))
+		},
 		refuse: func(c *x509.Certificate, host bool) error {
 			// A directory's leaves were checked against ca as they were
 			// read (loadCA).

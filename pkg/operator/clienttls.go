@@ -12,6 +12,9 @@ package operator
 //     lifetime by default), with a new key; one that expired, cannot be
 //     read, does not match its key or was not signed by the cluster's CA
 //     is issued again (a Warning event first).
+//   - No stale copy of its key stays on disk: an older operator's
+//     clients-out/NAME-client.{crt,key} is removed once the Secret holds
+//     the current pair (forgetStaleClientCopy), never before.
 //   - Nothing is lost when a write fails: the pair it replaces is kept
 //     beside it (pki.PrevSuffix) until the Secret holds the new one, and
 //     only then removed (certs.ForgetPreviousClient, after the Secret's
@@ -22,7 +25,8 @@ package operator
 //     rotation runs (the rotation reissues it).
 //   - A certificate never outlives its CA (clientLifetime): under a CA
 //     that expires before a renewal could give a later expiry, it is kept
-//     as it is instead of being reissued at every reconcile.
+//     as it is instead of being reissued at every reconcile (pki.AtCALimit,
+//     the rule of the member leaves too).
 
 import (
 	"context"
@@ -116,10 +120,10 @@ func DecideClientCert(cur *x509.Certificate, readErr error, caPEM []byte, v pki.
 			cur.NotAfter.Add(-v.RenewBefore).UTC().Format(time.RFC3339))
 		return d
 	}
-	// Due. A renewal is cut at the CA's expiry (clientLifetime): when
-	// that gives no later expiry than the current one, renewing would
-	// only churn the Secret at every reconcile.
-	if latest := now.Add(clientLifetimeAt(ca, v, now)); !latest.After(cur.NotAfter.Add(time.Minute)) {
+	// Due. A renewal is cut at the CA's expiry: when that gives no later
+	// expiry than the current one, renewing would only churn the Secret
+	// at every reconcile (pki.AtCALimit, the rule of every leaf).
+	if pki.AtCALimit(cur, ca, v.Leaf, now) {
 		d.Action, d.Why = ClientCertKeep, fmt.Sprintf("due for renewal, but the CA %q expires at %s: no later certificate can be issued from it; replace the CA",
 			ca.Subject.CommonName, ca.NotAfter.UTC().Format(time.RFC3339))
 		return d
@@ -196,13 +200,10 @@ func clientLifetime(caPEM []byte, v pki.Validity, now time.Time) time.Duration {
 }
 
 // clientLifetimeAt is the lifetime a client certificate issued at now by
-// ca gets: the leaf lifetime, cut a minute before the CA expires.
+// ca gets: the leaf lifetime, cut pki.CACut before the CA expires
+// (pki.LeafNotAfter).
 func clientLifetimeAt(ca *x509.Certificate, v pki.Validity, now time.Time) time.Duration {
-	l := v.WithDefaults().Leaf
-	if left := ca.NotAfter.Sub(now) - time.Minute; left < l {
-		return max(left, time.Second)
-	}
-	return l
+	return max(pki.LeafNotAfter(ca, v.WithDefaults().Leaf, now).Sub(now), time.Second)
 }
 
 // clientCertNote is what CertificatesReady says of NAME-client-tls: when
@@ -251,11 +252,42 @@ func (r *Reconciler) ensureClientCert(ctx context.Context, ec *v1alpha1.EtcdClus
 	return nil
 }
 
+// staleClientCopyDir is where operators before NAME-client-tls's renewal
+// copied its certificate and key (clients-out/NAME-client.{crt,key} and
+// ca.crt, the key 0600): nothing reads it since the Secret is built from
+// pki/clients/, so it is only a stale copy of a private key.
+const staleClientCopyDir = "clients-out"
+
+// forgetStaleClientCopy removes the stale copy of NAME-client-tls's pair
+// (staleClientCopyDir) from c's directory, and the directory once empty.
+// It runs only after the Secret was written with the current pair
+// (publishedClientCert): never before, so a copy is never the only one.
+func forgetStaleClientCopy(ec *v1alpha1.EtcdCluster, c *cluster.Cluster) error {
+	dir := filepath.Join(c.Dir, staleClientCopyDir)
+	name := clientCertName(ec)
+	for _, f := range []string{name + ".key", name + ".crt", pki.CACert} {
+		if err := os.Remove(filepath.Join(dir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("client certificate for applications: remove the stale copy: %w", err)
+		}
+	}
+	if left, err := os.ReadDir(dir); err == nil && len(left) == 0 {
+		if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("client certificate for applications: remove the stale copy: %w", err)
+		}
+	}
+	return nil
+}
+
 // publishedClientCert runs once the Secret NAME-client-tls was written:
-// a pair kept by a renewal is removed, and the renewal reported (event
+// the stale copy of its pair an older operator kept is removed
+// (forgetStaleClientCopy), a pair kept by a renewal is removed, and the
+// renewal reported (event
 // ClientCertificateRenewed with the new expiry; lastOperation
 // RenewCertificates).
 func (r *Reconciler) publishedClientCert(ec *v1alpha1.EtcdCluster, c *cluster.Cluster) error {
+	if err := forgetStaleClientCopy(ec, c); err != nil {
+		return err
+	}
 	certDir := c.CertDir()
 	if !certs.PreviousClient(certDir, clientCertName(ec)) {
 		return nil

@@ -112,6 +112,7 @@ func TestDecideClientCert(t *testing.T) {
 		{name: "in the bundle of a rotation", cur: leaf(otherPEM, otherKey, now.Add(20*day)), ca: append(append([]byte{}, caPEM...), otherPEM...), rotating: true, want: ClientCertKeep, why: "rotation"},
 		{name: "signed by the second CA of a bundle", cur: leaf(otherPEM, otherKey, now.Add(80*day)), ca: append(append([]byte{}, caPEM...), otherPEM...), want: ClientCertFresh},
 		{name: "CA expiring soon, as long as the CA", cur: leaf(soonPEM, soonKey, now.Add(10*day-time.Minute)), ca: soonPEM, want: ClientCertKeep, why: `the CA "users-ca" expires at 2026-12-08T12:00:00Z`},
+		{name: "CA expiring soon, cut at the CA itself", cur: leaf(soonPEM, soonKey, now.Add(10*day)), ca: soonPEM, want: ClientCertKeep, why: "replace the CA"},
 		{name: "CA expiring soon, shorter than the CA", cur: leaf(soonPEM, soonKey, now.Add(5*day)), ca: soonPEM, want: ClientCertRenew},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -398,4 +399,64 @@ func FuzzDecideClientCert(f *testing.F) {
 			t.Fatalf("action %q", d.Action)
 		}
 	})
+}
+
+// The copy of NAME-client-tls's pair an older operator kept
+// (clients-out/NAME-client.{crt,key}, ca.crt), which nothing reads, is
+// removed once the Secret holds the current pair, never before: while
+// the Secret's update fails it stays.
+func TestStaleClientCopyRemoved(t *testing.T) {
+	ec := testCluster()
+	scheme, err := Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	failUpdates := false
+	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(ec).WithStatusSubresource(&v1alpha1.EtcdCluster{}).
+		WithInterceptorFuncs(interceptor.Funcs{Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			if _, ok := obj.(*corev1.Secret); ok && failUpdates && obj.GetName() == "db-client-tls" {
+				return errors.New("the API server is away")
+			}
+			return c.Update(ctx, obj, opts...)
+		}}).Build()
+	r := &Reconciler{Client: cl, Recorder: events.NewFakeRecorder(100), Config: Config{StateDir: t.TempDir(), MemberImage: "steward.etcd.io/steward:t", ClusterDomain: "cluster.local"},
+		ops: map[string]*v1alpha1.Operation{}}
+	reconcile := func() {
+		t.Helper()
+		if _, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "prod", Name: "db"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reconcile()
+	dir := StateDir(r.Config.StateDir, ec)
+	certDir := filepath.Join(dir, "pki")
+	// What an older operator left: a 0600 copy of the key.
+	out := filepath.Join(dir, "clients-out")
+	if err := os.MkdirAll(out, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for f, mode := range map[string]os.FileMode{"db-client.key": 0o600, "db-client.crt": 0o644, "ca.crt": 0o644} {
+		if err := os.WriteFile(filepath.Join(out, f), []byte("old "+f), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A renewal whose Secret update fails: the copy stays.
+	writeClientPair(t, certDir, time.Now().Add(10*24*time.Hour))
+	failUpdates = true
+	reconcile()
+	if _, err := os.Stat(filepath.Join(out, "db-client.key")); err != nil {
+		t.Fatalf("the copy was removed before the Secret held the current pair: %v", err)
+	}
+	failUpdates = false
+	reconcile()
+	s := clientTLS(t, cl)
+	onDisk, _ := os.ReadFile(filepath.Join(certDir, pki.ClientsDir, "db-client.key"))
+	if !bytes.Equal(s.Data["tls.key"], onDisk) {
+		t.Fatal("the Secret does not hold the current key")
+	}
+	if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the stale copy is still there once the Secret holds the current pair: %v", err)
+	}
+	// Nothing to remove: a reconcile goes on as usual.
+	reconcile()
 }

@@ -159,14 +159,15 @@ func sameCertificate(a, b []byte) bool {
 }
 
 // CAExpiryWarning says (non-empty) when the CA expires within the leaves'
-// renewal margin (a third of their lifetime, pki's defaults): leaves are
-// cut at the CA's expiry, so each one is due for renewal as soon as it is
-// issued and is renewed at every round until the CA is replaced, which is
-// not done for pods yet.
+// renewal margin (a third of their lifetime, pki's defaults:
+// pki.Validity.CAHoldsRenewal): leaves are cut at the CA's expiry, so each
+// one is due for renewal as soon as it is issued and can no longer be
+// renewed to a later expiry (pki.AtCALimit: the renewal leaves it alone and
+// says so) until the CA is replaced, which is not done for pods yet.
 func CAExpiryWarning(ca *x509.Certificate, now time.Time) string {
-	margin := pki.Validity{}.WithDefaults().RenewBefore
-	if left := ca.NotAfter.Sub(now); left < margin {
-		return fmt.Sprintf("the CA %s expires at %s, within the certificates' renewal margin of %s: every certificate it issues ends then and is renewed at every round; the cluster stops working when the CA expires, and replacing the CA of running pods is not done yet", ca.Subject.CommonName, ca.NotAfter.UTC().Format(time.RFC3339), margin)
+	v := pki.Validity{}.WithDefaults()
+	if v.CAHoldsRenewal(ca.NotAfter, now) {
+		return fmt.Sprintf("the CA %s expires at %s, within the certificates' renewal margin of %s: every certificate it issues ends then and cannot be renewed past it; the cluster stops working when the CA expires, and replacing the CA of running pods is not done yet", ca.Subject.CommonName, ca.NotAfter.UTC().Format(time.RFC3339), v.RenewBefore)
 	}
 	return ""
 }

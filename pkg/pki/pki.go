@@ -233,7 +233,7 @@ func EnsureWith(dir, clusterName string, hosts []string, v Validity) error {
 			issue = append(issue, todo{i, nil, nil})
 		case err != nil:
 			return fmt.Errorf("certificates: %w", err)
-		case !covers(cert, l.hosts) || v.Due(cert, time.Now()):
+		case !covers(cert, l.hosts) || (v.Due(cert, time.Now()) && !AtCALimit(cert, caCert, v.Leaf, time.Now())):
 			issue = append(issue, todo{i, key, cert})
 		}
 	}
@@ -677,10 +677,7 @@ func sign(ca *x509.Certificate, caKey, key *ecdsa.PrivateKey, cn string, usage [
 		}
 	}
 	now := time.Now()
-	notAfter := now.Add(lifetime)
-	if notAfter.After(ca.NotAfter) {
-		notAfter = ca.NotAfter
-	}
+	notAfter := LeafNotAfter(ca, lifetime, now)
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
 		Subject:      pkix.Name{CommonName: cn, Organization: []string{"steward"}},

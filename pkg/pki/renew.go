@@ -65,10 +65,7 @@ func ForgetPrevious(r Renewal) error {
 // reissue signs a copy of old (subject, names, usages) for the public key
 // pub with a new serial and lifetime, cut at the CA's expiry.
 func reissue(old *x509.Certificate, pub *ecdsa.PublicKey, ca *x509.Certificate, caKey *ecdsa.PrivateKey, lifetime time.Duration, now time.Time) ([]byte, error) {
-	notAfter := now.Add(lifetime)
-	if notAfter.After(ca.NotAfter) {
-		notAfter = ca.NotAfter
-	}
+	notAfter := LeafNotAfter(ca, lifetime, now)
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
 		Subject:      old.Subject,

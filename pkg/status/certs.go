@@ -125,10 +125,15 @@ func CertificatesCondition(c *cluster.Cluster, inv []pki.CertInfo, now time.Time
 		return cond
 	}
 	v, _ := c.Spec.TLS.Validity()
-	var expired, soon, unreadable, untrusted []string
+	var expired, soon, unreadable, untrusted, caHolds []string
 	var next *pki.CertInfo
 	for i := range inv {
 		ci := &inv[i]
+		if ci.IsCA && ci.File != "" && ci.Error == "" && ci.NotAfter.After(now) &&
+			(pki.Validity{Leaf: v.Leaf, RenewBefore: v.RenewBefore}).CAHoldsRenewal(ci.NotAfter, now) {
+			// pki.AtCALimit: its leaves end with it and are no longer renewed.
+			caHolds = append(caHolds, fmt.Sprintf("%s %q (in %s)", ci.Name, ci.Subject, ci.NotAfter.Sub(now).Round(time.Second)))
+		}
 		switch {
 		case ci.Error != "" && ci.File != "":
 			unreadable = append(unreadable, fmt.Sprintf("%s (%s)", ci.Name, ci.Error))
@@ -162,6 +167,9 @@ func CertificatesCondition(c *cluster.Cluster, inv []pki.CertInfo, now time.Time
 	add(fmt.Sprintf("expires within %s", v.ExpiryWarning), soon)
 	add("cannot be read", unreadable)
 	add("served but not trusted by the cluster CA", untrusted)
+	if len(caHolds) > 0 {
+		parts = append(parts, fmt.Sprintf("the CA expires within the renewal margin of %s: %s; the certificates it issues end with it and can no longer be renewed: rotate the CA", v.RenewBefore, strings.Join(caHolds, ", ")))
+	}
 	switch {
 	case len(expired) > 0:
 		cond.Status, cond.Reason = "False", "CertificateExpired"
@@ -171,6 +179,8 @@ func CertificatesCondition(c *cluster.Cluster, inv []pki.CertInfo, now time.Time
 		cond.Status, cond.Reason = "False", "CertificateNotTrusted"
 	case len(soon) > 0:
 		cond.Status, cond.Reason = "False", "CertificateExpiringSoon"
+	case len(caHolds) > 0:
+		cond.Status, cond.Reason = "False", "CAExpiresSoon"
 	}
 	if len(parts) > 0 {
 		cond.Message = strings.Join(parts, "; ")

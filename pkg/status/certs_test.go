@@ -19,6 +19,11 @@ func TestCertificatesCondition(t *testing.T) {
 	ok := func(name string, left time.Duration) pki.CertInfo {
 		return pki.CertInfo{Name: name, File: "/p/" + name + ".crt", Serial: "1", NotAfter: now.Add(left)}
 	}
+	caInfo := func(left time.Duration) pki.CertInfo {
+		ci := ok("ca", left)
+		ci.IsCA, ci.Subject = true, "c1-ca"
+		return ci
+	}
 	for _, tt := range []struct {
 		name   string
 		tls    spec.TLS
@@ -35,6 +40,14 @@ func TestCertificatesCondition(t *testing.T) {
 		{"served by another CA", spec.TLS{}, []pki.CertInfo{{Name: "member etcd-1 client", Endpoint: "a:1", Serial: "2", NotAfter: now.Add(9000 * time.Hour), Error: "unknown authority"}}, "False", "CertificateNotTrusted", "member etcd-1 client (unknown authority)"},
 		{"served expired", spec.TLS{}, []pki.CertInfo{{Name: "member etcd-1 peer", Endpoint: "a:2", Serial: "3", NotAfter: now.Add(-time.Minute), Error: "certificate has expired"}}, "False", "CertificateExpired", "expired: member etcd-1 peer (1m0s ago)"},
 		{"member down ignored", spec.TLS{}, []pki.CertInfo{ok("server", 9000*time.Hour), {Name: "member etcd-1 client", Endpoint: "a:1", Error: "connection refused"}}, "True", "CertificatesValid", ""},
+		// A CA that expires within the renewal margin (a third of a year
+		// by default): the leaves end with it and are no longer renewed
+		// (pki.AtCALimit), so the condition says to rotate it.
+		{"CA within the renewal margin", spec.TLS{}, []pki.CertInfo{caInfo(100 * 24 * time.Hour), ok("server", 100*24*time.Hour-time.Minute)}, "False", "CAExpiresSoon",
+			`the CA expires within the renewal margin of 2920h0m0s: ca "c1-ca" (in 2400h0m0s); the certificates it issues end with it and can no longer be renewed: rotate the CA`},
+		{"CA within the renewal margin and the window", spec.TLS{}, []pki.CertInfo{caInfo(10 * 24 * time.Hour), ok("server", 10*24*time.Hour-time.Minute)}, "False", "CertificateExpiringSoon",
+			`expires within 720h0m0s: ca (in 240h0m0s), server (in 239h59m0s); the CA expires within the renewal margin`},
+		{"CA beyond the renewal margin", spec.TLS{}, []pki.CertInfo{caInfo(200 * 24 * time.Hour), ok("server", 200*24*time.Hour-time.Minute)}, "True", "CertificatesValid", ""},
 		{"TLS off", spec.TLS{Disabled: true}, nil, "True", "TLSDisabled", ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

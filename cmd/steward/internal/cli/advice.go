@@ -157,6 +157,7 @@ func libraryAdvice(err error) error {
 	// LibraryAdvice to it: status shows what it records).
 	err = AdviseAfter(err, certs.ErrRotationNotRunning, ": run `steward certs rotate-ca` to finish it")
 	err = AdviseWithin(err, certs.ErrHostCannotSign, "(its renewal loop)", "(its renewal loop or `steward certs renew`)")
+	err = AdviseAfter(err, certs.ErrCALimit, " with `steward certs rotate-ca`")
 	err = adviseUnreachable(err)
 	// A stored binary's problem (a member's start, a tool, a spec's
 	// version, the agent's refusals).

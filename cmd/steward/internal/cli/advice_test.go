@@ -209,6 +209,8 @@ func TestLibraryAdvice(t *testing.T) {
 			"renewals wait for a CA rotation that is not running (plan ca-rotation-1 is aborted; ca-next.crt is still there): run `steward certs rotate-ca` to finish it"},
 		{"a host cannot sign", certs.ErrHostCannotSign,
 			"this host's certificates are due for renewal and its directory holds no CA key: the coordinator renews them through this agent's API (its renewal loop or `steward certs renew`); check that it reaches this host (docs/certificates.md)"},
+		{"leaves at the CA's expiry", refusal.New(certs.ErrCALimit, `the CA "c1-ca" expires at 2026-12-08T14:47:55Z: [server peer client] end with it and cannot be renewed to a later expiry, so they are not reissued; rotate the CA before it expires`),
+			`the CA "c1-ca" expires at 2026-12-08T14:47:55Z: [server peer client] end with it and cannot be renewed to a later expiry, so they are not reissued; rotate the CA before it expires with ` + "`steward certs rotate-ca`"},
 		// The agent's, advised in the agent process (agent.Options.Advise).
 		{"invalid data dir", fmt.Errorf("start member etcd-1: %w", &agent.DataDirError{Member: "etcd-1", Msg: "refusing to start: data dir /d/members/etcd-1/data is empty, but etcd 3.6.16 was started on it (last at 2026-11-27T21:00:00Z, by its version record): its data was lost; rebuild it"}),
 			"start member etcd-1: refusing to start: data dir /d/members/etcd-1/data is empty, but etcd 3.6.16 was started on it (last at 2026-11-27T21:00:00Z, by its version record): its data was lost; rebuild it with `steward member replace etcd-1` (or `steward recover` when a majority is lost)"},
