@@ -7,9 +7,12 @@ package backupd
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -22,6 +25,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/metrics"
+	"github.com/etcd-steward/steward/pkg/spec"
 	"github.com/etcd-steward/steward/pkg/status"
 )
 
@@ -113,6 +117,9 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 // full snapshot is due, or something fails. Every goroutine it starts has
 // ended when it returns.
 func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logger) error {
+	// Read before the spec: a spec saved between the two ends the round
+	// once more, never lets it run on settings it did not read.
+	fp := specFingerprint(dir)
 	c, err := cluster.Open(dir)
 	if errors.Is(err, cluster.ErrNoSpec) {
 		// A host whose coordinator has not handed the spec over yet.
@@ -315,6 +322,16 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 				return
 			}
 			if time.Since(lastReport) >= 2*time.Second {
+				if specFingerprint(dir) != fp {
+					// Invariant: a round records with the settings it read
+					// (store, key, timeline, schedule, bounds). Fulls run
+					// beside the recorder, so no full ends a round any more:
+					// a changed spec (a restore's new timeline, another
+					// store or key, backups turned off) does.
+					log.Info("the spec changed: starting a new round with it")
+					cancel()
+					return
+				}
 				samples = sampleRevision(rctx, cli, leader, samples)
 				behind := behindRevision(samples, time.Now())
 				r.update(true, func(st *backup.LoopStatus) { st.BehindRevision = behind })
@@ -613,4 +630,15 @@ func handOver(ctx context.Context, c *cluster.Cluster, cli *clientv3.Client, lea
 	}
 	m, ok := s.Member(s.Cluster.Leader)
 	return ok && m.Agent != agentName
+}
+
+// specFingerprint is a digest of dir's spec file as it is now ("" when it
+// does not read): round compares it to end a round whose spec changed.
+func specFingerprint(dir string) string {
+	b, err := os.ReadFile(filepath.Join(dir, spec.FileName))
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }

@@ -102,3 +102,39 @@ func TestDeltasWhileFullFails(t *testing.T) {
 		t.Fatalf("restored from %s to revision %d: keys %v, want %v", first.ID, rev, have, keys)
 	}
 }
+
+// TestSpecChangeStartsRound: a backup round lasts while leadership does
+// (fulls are taken beside the recorder, so none ends it), and reads its
+// settings once: a spec saved meanwhile (here another backup directory)
+// ends the round, and the next records with the new settings. Before the
+// fix the round went on writing to the old directory for as long as its
+// member led.
+func TestSpecChangeStartsRound(t *testing.T) {
+	t.Parallel()
+	e := harness.New(t)
+	e.WriteSpec(1, harness.Versions()[1], func(s *spec.Cluster) {
+		s.Backup.Continuous = true
+		s.Backup.Retention = spec.Retention{KeepLast: 1000}
+	})
+	e.MustRun("up")
+	cli := e.Client()
+	defer cli.Close()
+	harness.WaitBackedUp(t, e, putOne(t, cli, "before"))
+
+	s := e.Spec()
+	moved := filepath.Join(e.Dir, "backups-moved")
+	s.Backup.Store = moved
+	if err := s.Save(filepath.Join(e.Dir, spec.FileName)); err != nil {
+		t.Fatal(err)
+	}
+	rev := putOne(t, cli, "after")
+	// backup list reads the store the spec names now: the new directory.
+	harness.WaitBackedUpWithin(t, e, rev, 60*time.Second, 250*time.Millisecond)
+	var full bool
+	for _, m := range harness.ListBackups(t, e) {
+		full = full || m.Kind == backup.KindFull
+	}
+	if !full {
+		t.Fatalf("no full backup in %s: the new store's chain has no base", moved)
+	}
+}
