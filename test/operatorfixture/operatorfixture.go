@@ -58,6 +58,7 @@ import (
 	"github.com/etcd-steward/steward/internal/kubeimages"
 	"github.com/etcd-steward/steward/internal/localkube"
 	"github.com/etcd-steward/steward/internal/ociimage"
+	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/operator"
 	"github.com/etcd-steward/steward/test/harness"
 	"github.com/etcd-steward/steward/test/workload"
@@ -637,6 +638,34 @@ func WaitVersion(tb testing.TB, cl client.Client, ec *v1alpha1.EtcdCluster, n in
 		return nil
 	})
 	return &got
+}
+
+// WaitBackedUp waits until the backups under prefix in the local
+// Kubernetes' S3 bucket (an EtcdCluster's spec.backup.s3.prefix) hold
+// revision rev, read from the bucket as `steward backup list` does
+// (manifests without the cluster's key trusted: the test has none),
+// polling every second.
+func WaitBackedUp(tb testing.TB, c *localkube.Cluster, prefix string, rev int64, timeout time.Duration) {
+	tb.Helper()
+	ctx := tb.Context()
+	store, err := backup.NewS3Store(ctx, backup.S3Config{Endpoint: c.S3Endpoint, Bucket: c.S3Bucket, Prefix: prefix, CredentialsFile: c.S3CredentialsFile})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	harness.Eventually(tb, timeout, time.Second, fmt.Sprintf("the backups under %s to reach revision %d", prefix, rev), func() error {
+		l, err := backup.List(ctx, store, backup.ListOptions{AllowUnauthenticated: true})
+		if err != nil {
+			return err
+		}
+		var end int64
+		for _, m := range l.Backups {
+			end = max(end, m.EndRevision)
+		}
+		if end < rev {
+			return fmt.Errorf("%d backups, newest revision %d", len(l.Backups), end)
+		}
+		return nil
+	})
 }
 
 // DeletePod deletes ec's member pod name (default grace period) and waits

@@ -21,7 +21,6 @@ import (
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/localkube"
-	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/operator"
 	"github.com/etcd-steward/steward/pkg/spec"
 	"github.com/etcd-steward/steward/test/harness"
@@ -227,24 +226,7 @@ func operatorRestore(t *testing.T, c *localkube.Cluster) {
 		operatorfixture.ClientPod(t, cs, ns, image, "put", fmt.Sprintf("/pods/k%02d", i), fmt.Sprintf("p%d", i))
 	}
 	want, lastRev := podKeyspace(t, cs, ns, image)
-	store, err := backup.NewS3Store(ctx, backup.S3Config{Endpoint: c.S3Endpoint, Bucket: c.S3Bucket, Prefix: podPrefix, CredentialsFile: c.S3CredentialsFile})
-	if err != nil {
-		t.Fatal(err)
-	}
-	harness.Eventually(t, 2*time.Minute, time.Second, fmt.Sprintf("the pods' backups to reach revision %d", lastRev), func() error {
-		l, err := backup.List(ctx, store, backup.ListOptions{AllowUnauthenticated: true})
-		if err != nil {
-			return err
-		}
-		var end int64
-		for _, m := range l.Backups {
-			end = max(end, m.EndRevision)
-		}
-		if end < lastRev {
-			return fmt.Errorf("%d backups, newest revision %d", len(l.Backups), end)
-		}
-		return nil
-	})
+	operatorfixture.WaitBackedUp(t, c, podPrefix, lastRev, 2*time.Minute)
 	h2 := harness.New(t)
 	h2.WriteSpec(1, version, func(s *spec.Cluster) {
 		s.Backup.S3 = &spec.S3{Endpoint: c.S3Endpoint, Bucket: c.S3Bucket, Prefix: podPrefix, CredentialsFile: c.S3CredentialsFile}
