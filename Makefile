@@ -183,8 +183,12 @@ fuzz:
 
 ## bench: the benchmarks recorded in docs/benchmarks.md (steward built
 ## without the race detector: test/bench's TestMain).
-bench: etcd-binaries s3-server kube-apiserver prometheus nftables
-	STEWARD_TEST_STORE=$(STORE) $(GO) test -count=1 -v -timeout 150m -run '^$$' -bench '$(BENCH)' -benchtime 1x ./test/bench/...
+## The operator's (test/bench/operator) run in a local Kubernetes of
+## $(KUBE_VERSION), brought up only when BENCH selects one of them. -p 1:
+## one benchmark package at a time, so the hosts' figures never share the
+## machine with the operator package's cluster.
+bench: etcd-binaries s3-server kube-apiserver prometheus nftables containerd kube-node kube-binaries coredns images
+	STEWARD_KUBE_CACHE=$(KUBE_CACHE) STEWARD_IMAGES=$(IMAGES) STEWARD_TEST_KUBE_VERSION=$(KUBE_VERSION) STEWARD_TEST_STORE=$(STORE) $(GO) test -p 1 -count=1 -v -timeout 150m -run '^$$' -bench '$(BENCH)' -benchtime 1x ./test/bench/...
 
 ## demo: build Steward and start a local three-member cluster on the
 ## embedded etcd version. `make demo-down` stops it. A new demo cluster

@@ -6,11 +6,9 @@ package bench
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,8 +29,8 @@ import (
 	"github.com/etcd-steward/steward/pkg/maintenance"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/test/bench/hostsbench"
 	"github.com/etcd-steward/steward/test/harness"
-	"github.com/etcd-steward/steward/test/workload"
 )
 
 // BenchmarkUp: time from `steward up` to a healthy three-member cluster
@@ -115,78 +113,6 @@ func bareEtcdUp(b *testing.B, store, v string) time.Duration {
 	return time.Since(start)
 }
 
-// fill writes about mb megabytes in 10 KB values, 10 per transaction.
-func fill(b *testing.B, cli *clientv3.Client, mb int) {
-	val := strings.Repeat("v", 10<<10)
-	fillWith(b, cli, mb, func(int) string { return val })
-}
-
-// fillRandomParallel is fill with values of random bytes in base64 (10,000
-// characters; seeded by the key, so the same keyspace every time), which
-// zstd does not shrink to nothing as it does fill's: what a backup of the
-// data costs is then that of real data.
-func fillRandomParallel(b *testing.B, cli *clientv3.Client, mb int) {
-	fillWith(b, cli, mb, func(i int) string {
-		raw := make([]byte, 7500)
-		rand.New(rand.NewSource(int64(i))).Read(raw)
-		return base64.StdEncoding.EncodeToString(raw)
-	})
-}
-
-// fillWith writes about mb megabytes as keys data/NNNNNN, value(i) for key
-// i, 10 per transaction, from eight concurrent clients.
-func fillWith(b *testing.B, cli *clientv3.Client, mb int, value func(i int) string) {
-	n := mb * 100 / 10 // transactions of 10 puts of 10 KB
-	var wg sync.WaitGroup
-	work := make(chan int)
-	var mu sync.Mutex
-	var firstErr error
-	for w := 0; w < 8; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for t := range work {
-				ops := make([]clientv3.Op, 10)
-				for j := range ops {
-					ops[j] = clientv3.OpPut(fmt.Sprintf("data/%06d", t*10+j), value(t*10+j))
-				}
-				if _, err := cli.Txn(b.Context()).Then(ops...).Commit(); err != nil {
-					mu.Lock()
-					firstErr = err
-					mu.Unlock()
-				}
-			}
-		}()
-	}
-	for t := 0; t < n; t++ {
-		work <- t
-	}
-	close(work)
-	wg.Wait()
-	if firstErr != nil {
-		b.Fatal(firstErr)
-	}
-}
-
-// measureWrites starts a client writing 1 KB values one after the other
-// (over a thousand keys, so the database does not grow) until the writer
-// is stopped; writeLatencies summarises what it recorded.
-func measureWrites(b *testing.B, cli *clientv3.Client) *workload.Writer {
-	return workload.Start(b, cli, workload.Options{Prefix: "lat", Wrap: 1000, Value: strings.Repeat("w", 1024), Timeout: 10 * time.Second})
-}
-
-// writeLatencies stops w and returns the latency quantiles of its
-// acknowledged writes, how many there were and how many failed.
-func writeLatencies(w *workload.Writer) (p50, p99, max time.Duration, n, errs int) {
-	r := w.Stop()
-	d := r.Latencies()
-	if len(d) == 0 {
-		return 0, 0, 0, 0, len(r.Failed)
-	}
-	q := func(p float64) time.Duration { return d[int(float64(len(d)-1)*p)] }
-	return q(0.5), q(0.99), d[len(d)-1], len(d), len(r.Failed)
-}
-
 // saveSnapshot streams a snapshot over the client API into path (0600),
 // like `etcdctl snapshot save`.
 func saveSnapshot(b *testing.B, cli *clientv3.Client, path string) {
@@ -207,8 +133,6 @@ func saveSnapshot(b *testing.B, cli *clientv3.Client, path string) {
 	}
 }
 
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
 // BenchmarkLearnerAndDefrag: on a three-member cluster holding 100 MB,
 //   - the time of `steward member add` (learner, catch-up, promote),
 //     against adding a voting member directly (etcd MemberAdd + start) in
@@ -223,7 +147,7 @@ func BenchmarkLearnerAndDefrag(b *testing.B) {
 		e.Up(3, v)
 		cli := e.Client()
 		fillStart := time.Now()
-		fill(b, cli, 100)
+		hostsbench.Fill(b, cli, 100)
 		b.Logf("wrote 100 MB in %s", time.Since(fillStart).Round(time.Millisecond))
 
 		start := time.Now()
@@ -240,7 +164,7 @@ func BenchmarkLearnerAndDefrag(b *testing.B) {
 			b.Fatal(err)
 		}
 		// Overwrite the data once so defragmentation has pages to free.
-		fill(b, cli, 100)
+		hostsbench.Fill(b, cli, 100)
 		resp, err := cli.Get(b.Context(), "health")
 		if err != nil {
 			b.Fatal(err)
@@ -250,25 +174,25 @@ func BenchmarkLearnerAndDefrag(b *testing.B) {
 		}
 
 		// Idle baseline.
-		l := measureWrites(b, cli)
+		l := hostsbench.MeasureWrites(b, cli)
 		time.Sleep(5 * time.Second) // a fixed measurement window, not synchronisation
-		ip50, ip99, imax, in, ierr := writeLatencies(l)
+		ip50, ip99, imax, in, ierr := hostsbench.WriteLatencies(l)
 
-		l = measureWrites(b, cli)
+		l = hostsbench.MeasureWrites(b, cli)
 		dstart := time.Now()
 		if _, err := maintenance.Defrag(b.Context(), c, maintenance.DefragOptions{}); err != nil {
 			b.Fatal(err)
 		}
 		rollingDur := time.Since(dstart)
-		rp50, rp99, rmax, rn, rerr := writeLatencies(l)
+		rp50, rp99, rmax, rn, rerr := hostsbench.WriteLatencies(l)
 
 		// Refill and compact again so the naive run frees as much.
-		fill(b, cli, 100)
+		hostsbench.Fill(b, cli, 100)
 		resp, _ = cli.Get(b.Context(), "health")
 		if _, err := cli.Compact(b.Context(), resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
 			b.Fatal(err)
 		}
-		l = measureWrites(b, cli)
+		l = hostsbench.MeasureWrites(b, cli)
 		nstart := time.Now()
 		var wg sync.WaitGroup
 		for _, m := range e.Spec().Members {
@@ -284,25 +208,25 @@ func BenchmarkLearnerAndDefrag(b *testing.B) {
 		}
 		wg.Wait()
 		naiveDur := time.Since(nstart)
-		np50, np99, nmax, nn, nerr := writeLatencies(l)
+		np50, np99, nmax, nn, nerr := hostsbench.WriteLatencies(l)
 
 		b.ReportMetric(add.Seconds(), "learner-add-s")
 		b.ReportMetric(base.Seconds(), "direct-voting-add-s")
-		b.ReportMetric(ms(ip50), "idle-p50-ms")
-		b.ReportMetric(ms(ip99), "idle-p99-ms")
-		b.ReportMetric(ms(rp50), "rolling-defrag-p50-ms")
-		b.ReportMetric(ms(rp99), "rolling-defrag-p99-ms")
-		b.ReportMetric(ms(rmax), "rolling-defrag-max-ms")
+		b.ReportMetric(hostsbench.MS(ip50), "idle-p50-ms")
+		b.ReportMetric(hostsbench.MS(ip99), "idle-p99-ms")
+		b.ReportMetric(hostsbench.MS(rp50), "rolling-defrag-p50-ms")
+		b.ReportMetric(hostsbench.MS(rp99), "rolling-defrag-p99-ms")
+		b.ReportMetric(hostsbench.MS(rmax), "rolling-defrag-max-ms")
 		b.ReportMetric(float64(rerr), "rolling-defrag-errors")
 		b.ReportMetric(rollingDur.Seconds(), "rolling-defrag-s")
-		b.ReportMetric(ms(np50), "naive-defrag-p50-ms")
-		b.ReportMetric(ms(np99), "naive-defrag-p99-ms")
-		b.ReportMetric(ms(nmax), "naive-defrag-max-ms")
+		b.ReportMetric(hostsbench.MS(np50), "naive-defrag-p50-ms")
+		b.ReportMetric(hostsbench.MS(np99), "naive-defrag-p99-ms")
+		b.ReportMetric(hostsbench.MS(nmax), "naive-defrag-max-ms")
 		b.ReportMetric(float64(nerr), "naive-defrag-errors")
 		b.ReportMetric(naiveDur.Seconds(), "naive-defrag-s")
-		b.Logf("idle: %d writes p50 %.2fms p99 %.2fms max %.2fms errors %d", in, ms(ip50), ms(ip99), ms(imax), ierr)
-		b.Logf("rolling defrag (%s): %d writes p50 %.2fms p99 %.2fms max %.2fms errors %d", rollingDur.Round(time.Millisecond), rn, ms(rp50), ms(rp99), ms(rmax), rerr)
-		b.Logf("naive defrag (%s): %d writes p50 %.2fms p99 %.2fms max %.2fms errors %d", naiveDur.Round(time.Millisecond), nn, ms(np50), ms(np99), ms(nmax), nerr)
+		b.Logf("idle: %d writes p50 %.2fms p99 %.2fms max %.2fms errors %d", in, hostsbench.MS(ip50), hostsbench.MS(ip99), hostsbench.MS(imax), ierr)
+		b.Logf("rolling defrag (%s): %d writes p50 %.2fms p99 %.2fms max %.2fms errors %d", rollingDur.Round(time.Millisecond), rn, hostsbench.MS(rp50), hostsbench.MS(rp99), hostsbench.MS(rmax), rerr)
+		b.Logf("naive defrag (%s): %d writes p50 %.2fms p99 %.2fms max %.2fms errors %d", naiveDur.Round(time.Millisecond), nn, hostsbench.MS(np50), hostsbench.MS(np99), hostsbench.MS(nmax), nerr)
 	}
 }
 

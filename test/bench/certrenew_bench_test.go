@@ -14,6 +14,7 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/plan"
+	"github.com/etcd-steward/steward/test/bench/hostsbench"
 	"github.com/etcd-steward/steward/test/harness"
 	"github.com/etcd-steward/steward/test/workload"
 )
@@ -66,15 +67,15 @@ func (s stallRun) report(b *testing.B, name, op, what string) {
 	p50, p99, largest := quantiles(s.r)
 	b.ReportMetric(float64(s.r.FailedAttempts), name+"-errors")
 	line := fmt.Sprintf("%s: %s; p50 %.1f ms, p99 %.1f ms, max %.1f ms, longest gap %.1f ms",
-		what, s.r, ms(p50), ms(p99), ms(largest), ms(s.r.LongestGap()))
+		what, s.r, hostsbench.MS(p50), hostsbench.MS(p99), hostsbench.MS(largest), hostsbench.MS(s.r.LongestGap()))
 	if s.during != nil {
 		in := gapDuring(s.r, s.during)
-		b.ReportMetric(ms(in), name+"-stall-during-"+op+"-ms")
-		line += fmt.Sprintf(" (%.1f ms while %s ran)", ms(in), op)
+		b.ReportMetric(hostsbench.MS(in), name+"-stall-during-"+op+"-ms")
+		line += fmt.Sprintf(" (%.1f ms while %s ran)", hostsbench.MS(in), op)
 	}
-	b.ReportMetric(ms(s.r.LongestGap()), name+"-max-stall-ms")
-	b.ReportMetric(ms(largest), name+"-max-latency-ms")
-	b.Logf("%s; load %s", line, loadavg())
+	b.ReportMetric(hostsbench.MS(s.r.LongestGap()), name+"-max-stall-ms")
+	b.ReportMetric(hostsbench.MS(largest), name+"-max-latency-ms")
+	b.Logf("%s; load %s", line, hostsbench.Loadavg())
 }
 
 // BenchmarkCertRenewal: client errors and the longest write stall while
@@ -169,7 +170,7 @@ func BenchmarkCARotation(b *testing.B) {
 				continue
 			}
 			gap := gapDuring(rr.r, [][2]time.Time{{*st.StartedAt, *st.EndedAt}})
-			b.Logf("  step %d %s %s: %s, longest gap %.1f ms", st.Index, st.Kind, st.Member, st.EndedAt.Sub(*st.StartedAt).Round(time.Millisecond), ms(gap))
+			b.Logf("  step %d %s %s: %s, longest gap %.1f ms", st.Index, st.Kind, st.Member, st.EndedAt.Sub(*st.StartedAt).Round(time.Millisecond), hostsbench.MS(gap))
 		}
 		b.ReportMetric(took.Seconds(), "rotation-s")
 		rr.report(b, "rotation", "rotate", fmt.Sprintf("CA rotation (certs rotate-ca, took %v)", took.Round(10*time.Millisecond)))

@@ -3,15 +3,13 @@ package bench
 import (
 	"encoding/json"
 	"fmt"
-	"maps"
-	"os"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/etcd-steward/steward/pkg/spec"
 	"github.com/etcd-steward/steward/pkg/status"
+	"github.com/etcd-steward/steward/test/bench/hostsbench"
 	"github.com/etcd-steward/steward/test/harness"
 )
 
@@ -32,137 +30,34 @@ func BenchmarkHostsRollingUpgrade(b *testing.B) {
 	vs := harness.Versions()
 	from, to := vs[0], vs[2]
 	for range b.N {
-		b.Logf("load average at the start: %s", loadavg())
+		b.Logf("load average at the start: %s", hostsbench.Loadavg())
 
 		// One host, first, and stopped before the three hosts start, so
 		// neither run shares the machine with the other's cluster.
 		e := harness.New(b)
 		e.WriteSpec(3, from, func(s *spec.Cluster) { s.Backup.Continuous = false })
 		e.MustRun("up")
-		one := timedUpgrade(b, e, to)
+		one := hostsbench.TimedUpgrade(b, e, to)
 		e.MustRun("down")
-		b.Logf("load average after the one-host run: %s", loadavg())
+		b.Logf("load average after the one-host run: %s", hostsbench.Loadavg())
 
 		hs := harness.NewHosts(b, 3)
 		hs.Init(from)
 		hs.StartAgents()
 		hs.MustRun("up")
 		hs.WaitStatus(time.Minute, "three healthy members on three hosts", harness.Healthy)
-		three := timedUpgrade(b, hs.Env, to)
-		b.Logf("load average after the three-host upgrade: %s", loadavg())
+		three := hostsbench.TimedUpgrade(b, hs.Env, to)
+		b.Logf("load average after the three-host upgrade: %s", hostsbench.Loadavg())
 
 		link := detectCut(b, hs, "link down (Cut)", (*harness.Host).Cut)
 		silent := detectCut(b, hs, "frames dropped (CutSilently)", (*harness.Host).CutSilently)
-		b.Logf("load average at the end: %s", loadavg())
+		b.Logf("load average at the end: %s", hostsbench.Loadavg())
 
-		one.report(b, "one-host")
-		three.report(b, "three-hosts")
+		one.Report(b, "one-host")
+		three.Report(b, "three-hosts")
 		link.report(b, "cut-link")
 		silent.report(b, "cut-silent")
 	}
-}
-
-// upgradeRun is what one client saw during `steward upgrade apply`.
-type upgradeRun struct {
-	took          time.Duration
-	writes        int
-	p50, p99, max time.Duration // latencies of acknowledged writes
-	gap           time.Duration // longest time between two acknowledgements
-	errs          int           // writes that failed
-	kinds         map[string]int
-	messages      map[string]int // failed attempts by error message
-}
-
-// timedUpgrade upgrades e's cluster to `to` while measureWrites writes
-// through every member (the plan's progress lines are printed with their
-// times, timedRun), and checks that every member ends healthy on `to`.
-func timedUpgrade(b *testing.B, e *harness.Env, to string) upgradeRun {
-	cli := e.Client()
-	defer cli.Close()
-	l := measureWrites(b, cli)
-	start := time.Now()
-	lines := timedRun(b, e, "upgrade", "apply", "--to", to)
-	took := time.Since(start)
-	p50, p99, stall, n, errs := writeLatencies(l)
-	res := l.Stop() // the record writeLatencies summarised
-	// Where in the plan each failed write began: the last progress line
-	// before it.
-	for _, w := range res.Failed {
-		step := "(before the first progress line)"
-		for _, pl := range lines {
-			if pl.at.After(w.Start) {
-				break
-			}
-			step = pl.text
-		}
-		b.Logf("failed write %d: began %.2f s into the upgrade, failed after %.2f s: %v; last progress line: %s",
-			w.Index, w.Start.Sub(start).Seconds(), w.End.Sub(w.Start).Seconds(), w.Err, step)
-	}
-	e.WaitStatus(time.Minute, "every member healthy on "+to, func(st *status.Status) bool {
-		for _, m := range st.Members {
-			if m.Version != to {
-				return false
-			}
-		}
-		return harness.Healthy(st)
-	})
-	r := upgradeRun{took: took, writes: n, p50: p50, p99: p99, max: stall, gap: res.LongestGap(),
-		errs: errs, kinds: map[string]int{}, messages: res.AttemptErrors}
-	for _, w := range res.Failed {
-		r.kinds[errorKind(w.Err)]++
-	}
-	return r
-}
-
-func (r upgradeRun) report(b *testing.B, side string) {
-	b.ReportMetric(r.took.Seconds(), side+"-upgrade-s")
-	b.ReportMetric(float64(r.writes), side+"-writes")
-	b.ReportMetric(float64(r.errs), side+"-errors")
-	for _, k := range errorKinds {
-		b.ReportMetric(float64(r.kinds[k.kind]), side+"-errors-"+k.kind)
-	}
-	b.ReportMetric(float64(r.kinds["other"]), side+"-errors-other")
-	b.ReportMetric(ms(r.p50), side+"-p50-ms")
-	b.ReportMetric(ms(r.p99), side+"-p99-ms")
-	b.ReportMetric(ms(r.max), side+"-max-stall-ms")
-	b.ReportMetric(ms(r.gap), side+"-longest-gap-ms")
-	b.Logf("%s: upgrade in %s: %d writes, %d errors %v, p50 %.1f ms, p99 %.1f ms, longest write %.0f ms, longest gap between acknowledgements %.0f ms",
-		side, r.took.Round(100*time.Millisecond), r.writes, r.errs, r.kinds, ms(r.p50), ms(r.p99), ms(r.max), ms(r.gap))
-	for _, m := range slices.Sorted(maps.Keys(r.messages)) {
-		b.Logf("%s:   %d x %q", side, r.messages[m], m)
-	}
-}
-
-// errorKinds sorts a client's errors by what their message says; the
-// first kind whose pattern the message contains wins, "other" takes the
-// rest.
-var errorKinds = []struct {
-	kind     string
-	patterns []string
-}{
-	{"proposal-dropped", []string{"raft proposal dropped"}},
-	{"leader-changed", []string{"leader changed"}},
-	{"no-leader", []string{"no leader"}},
-	// etcd's own timeouts ("etcdserver: request timed out, possibly due
-	// to ..."), within the client's deadline.
-	{"server-timeout", []string{"request timed out"}},
-	// The client's 10 s per write.
-	{"deadline-exceeded", []string{"deadline exceeded", "DeadlineExceeded"}},
-	// The rest of gRPC's Unavailable: a connection refused or closing, a
-	// member stopping.
-	{"unavailable", []string{"Unavailable", "server stopped", "connection refused", "connection closed", "transport is closing"}},
-}
-
-func errorKind(err error) string {
-	s := err.Error()
-	for _, k := range errorKinds {
-		for _, p := range k.patterns {
-			if strings.Contains(s, p) {
-				return k.kind
-			}
-		}
-	}
-	return "other"
 }
 
 // cutWindow is how long detectCut keeps polling status after a cut: long
@@ -287,18 +182,4 @@ func (d detection) report(b *testing.B, prefix string) {
 	}
 	b.Logf("%s: %d status calls in %s; the last took %s (%q); one on the healthy cluster took %s",
 		d.how, d.polls, cutWindow, d.last.Round(time.Millisecond), d.lastMsg, d.healthy.Round(time.Millisecond))
-}
-
-// loadavg is the machine's load average (1, 5, 15 minutes), for the log:
-// other work may share the two cores.
-func loadavg() string {
-	s, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return err.Error()
-	}
-	f := strings.Fields(string(s))
-	if len(f) < 3 {
-		return strings.TrimSpace(string(s))
-	}
-	return strings.Join(f[:3], " ")
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/spec"
 	"github.com/etcd-steward/steward/pkg/status"
+	"github.com/etcd-steward/steward/test/bench/hostsbench"
 	"github.com/etcd-steward/steward/test/harness"
 	"github.com/etcd-steward/steward/test/workload"
 )
@@ -20,7 +21,7 @@ import (
 // holding STEWARD_BENCH_HOSTS_RESTORE_MB (default 1024) MB go 3.5 -> 3.6
 // with `upgrade apply --strategy restore`, against the rolling strategy on
 // the same data in the same run (a second cluster filled the same way:
-// the same keys and random values, written by fillRandomParallel's eight
+// the same keys and random values, written by hostsbench.FillRandom's eight
 // concurrent clients; the fill's time is reported). Continuous backups are off (the plan's
 // own full backup goes to the coordinator's local store, as in
 // TestHostsUpgradeByRestore); the quota is 8 GiB.
@@ -47,9 +48,9 @@ func BenchmarkHostsUpgradeByRestore(b *testing.B) {
 	for range b.N {
 		for _, strategy := range []string{"rolling", "restore"} {
 			b.Run(strategy, func(b *testing.B) {
-				b.Logf("load average at the start: %s", loadavg())
+				b.Logf("load average at the start: %s", hostsbench.Loadavg())
 				r := hostsUpgradeRun(b, strategy, from, to, mb)
-				b.Logf("load average at the end: %s", loadavg())
+				b.Logf("load average at the end: %s", hostsbench.Loadavg())
 				r.report(b)
 			})
 		}
@@ -116,7 +117,7 @@ func hostsUpgradeRun(b *testing.B, strategy, from, to string, mb int) hostsUpgra
 	cli := hs.Client()
 	defer cli.Close()
 	start := time.Now()
-	fillRandomParallel(b, cli, mb)
+	hostsbench.FillRandom(b, cli, mb)
 	r.fill = time.Since(start)
 	for _, m := range hs.Status().Members {
 		r.dbMB = max(r.dbMB, float64(m.DBSize)/(1<<20))
@@ -134,7 +135,7 @@ func hostsUpgradeRun(b *testing.B, strategy, from, to string, mb int) hostsUpgra
 	if strategy != "rolling" {
 		args = append(args, "--strategy", strategy)
 	}
-	lines := timedRun(b, hs.Env, args...)
+	lines := hostsbench.TimedRun(b, hs.Env, args...)
 	r.took = time.Since(start)
 	sent1, recv1 := vethBytes(b, hs)
 	r.sent, r.received = sent1-sent0, recv1-recv0
@@ -183,7 +184,7 @@ func gapsOver(res *workload.Result, d time.Duration) time.Duration {
 // phase, which starts where the previous phase ended (the first at the
 // command's start: plan, status and agents' capabilities checked, up to
 // step 1).
-func planPhases(lines []timedLine, start time.Time, strategy string) []phase {
+func planPhases(lines []hostsbench.TimedLine, start time.Time, strategy string) []phase {
 	marks := []struct{ name, text string }{
 		{"plan", "step 1/"},
 		{"preflight", "step 2/"},
@@ -209,14 +210,14 @@ func planPhases(lines []timedLine, start time.Time, strategy string) []phase {
 	for _, m := range marks {
 		if m.text == "" {
 			if len(lines) > 0 {
-				out = append(out, phase{m.name, lines[len(lines)-1].at.Sub(prev)})
+				out = append(out, phase{m.name, lines[len(lines)-1].At.Sub(prev)})
 			}
 			break
 		}
 		for i := next; i < len(lines); i++ {
-			if strings.Contains(lines[i].text, m.text) {
-				out = append(out, phase{m.name, lines[i].at.Sub(prev)})
-				prev, next = lines[i].at, i+1
+			if strings.Contains(lines[i].Text, m.text) {
+				out = append(out, phase{m.name, lines[i].At.Sub(prev)})
+				prev, next = lines[i].At, i+1
 				break
 			}
 		}

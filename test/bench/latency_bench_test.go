@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/test/bench/hostsbench"
 	"github.com/etcd-steward/steward/test/harness"
 )
 
@@ -39,15 +40,15 @@ func BenchmarkHostsLatencyUpgrade(b *testing.B) {
 	vs := harness.Versions()
 	from, to := vs[0], vs[2]
 	for range b.N {
-		b.Logf("load average at the start: %s", loadavg())
+		b.Logf("load average at the start: %s", hostsbench.Loadavg())
 		e := harness.New(b)
 		e.WriteSpec(3, from, func(s *spec.Cluster) { s.Backup.Continuous = false })
 		e.MustRun("up")
-		one := timedUpgrade(b, e, to)
+		one := hostsbench.TimedUpgrade(b, e, to)
 		oneVia := writesVia(b, e)
 		e.MustRun("down")
-		b.Logf("load average after the one-host run: %s", loadavg())
-		one.report(b, "one-host")
+		b.Logf("load average after the one-host run: %s", hostsbench.Loadavg())
+		one.Report(b, "one-host")
 		oneVia.report(b, "one-host")
 
 		for _, d := range peerDelays {
@@ -59,7 +60,7 @@ func BenchmarkHostsLatencyUpgrade(b *testing.B) {
 			hs.StartAgents()
 			hs.MustRun("up")
 			hs.WaitStatus(time.Minute, "three healthy members on three hosts", harness.Healthy)
-			r := timedUpgrade(b, hs.Env, to)
+			r := hostsbench.TimedUpgrade(b, hs.Env, to)
 			via := writesVia(b, hs.Env)
 			var conns, bytes, full int64
 			for _, l := range links {
@@ -71,10 +72,10 @@ func BenchmarkHostsLatencyUpgrade(b *testing.B) {
 				conns, bytes, full = conns+s.Conns, bytes+s.Bytes, full+s.QueueFull
 			}
 			hs.MustRun("down")
-			b.Logf("load average after the %s run: %s", side, loadavg())
-			r.report(b, side)
+			b.Logf("load average after the %s run: %s", side, hostsbench.Loadavg())
+			r.Report(b, side)
 			via.report(b, side)
-			b.ReportMetric(ms(rtt), side+"-peer-rtt-ms")
+			b.ReportMetric(hostsbench.MS(rtt), side+"-peer-rtt-ms")
 			b.ReportMetric(float64(conns), side+"-proxied-conns")
 			b.ReportMetric(float64(bytes)/(1<<20), side+"-proxied-MiB")
 			b.ReportMetric(float64(full), side+"-proxy-queue-full")
@@ -170,8 +171,8 @@ func writesVia(b *testing.B, e *harness.Env) viaWrites {
 }
 
 func (v viaWrites) report(b *testing.B, side string) {
-	b.ReportMetric(ms(v.leader), side+"-via-leader-p50-ms")
-	b.ReportMetric(ms(v.follower), side+"-via-follower-p50-ms")
+	b.ReportMetric(hostsbench.MS(v.leader), side+"-via-leader-p50-ms")
+	b.ReportMetric(hostsbench.MS(v.follower), side+"-via-follower-p50-ms")
 	b.Logf("%s: %d sequential writes through the leader alone: median %.1f ms; through a follower alone: median %.1f ms",
-		side, viaWriteCount, ms(v.leader), ms(v.follower))
+		side, viaWriteCount, hostsbench.MS(v.leader), hostsbench.MS(v.follower))
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/status"
+	"github.com/etcd-steward/steward/test/bench/hostsbench"
 	"github.com/etcd-steward/steward/test/harness"
 	"github.com/etcd-steward/steward/test/workload"
 )
@@ -79,9 +80,9 @@ func BenchmarkUpgradeClientErrors(b *testing.B) {
 			workload.RequireLinearizable(b, reports[2*i+1].Name, retry[i])
 		}
 		b.ReportMetric(float64(rawFailed), "raw-failed-writes")
-		b.ReportMetric(ms(rawStall), "raw-max-stall-ms")
+		b.ReportMetric(hostsbench.MS(rawStall), "raw-max-stall-ms")
 		b.ReportMetric(float64(retryFailed), "retry-failed-writes")
-		b.ReportMetric(ms(retryStall), "retry-max-stall-ms")
+		b.ReportMetric(hostsbench.MS(retryStall), "retry-max-stall-ms")
 	}
 }
 

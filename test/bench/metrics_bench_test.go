@@ -12,6 +12,7 @@ import (
 	"github.com/etcd-steward/steward/internal/proc"
 	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/test/bench/hostsbench"
 	"github.com/etcd-steward/steward/test/harness"
 )
 
@@ -82,8 +83,8 @@ func BenchmarkMetricsScrape(b *testing.B) {
 		b.ReportMetric(idleRSS/1024, "agent-rss-idle-MB")
 		b.ReportMetric(scrapedRSS/1024, "agent-rss-scraped-MB")
 		b.ReportMetric(peak/1024, "agent-rss-peak-MB")
-		b.ReportMetric(ms(lat[len(lat)/2]), "scrape-p50-ms")
-		b.ReportMetric(ms(lat[len(lat)-1]), "scrape-max-ms")
+		b.ReportMetric(hostsbench.MS(lat[len(lat)/2]), "scrape-p50-ms")
+		b.ReportMetric(hostsbench.MS(lat[len(lat)-1]), "scrape-max-ms")
 	}
 }
 

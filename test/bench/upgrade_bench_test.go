@@ -1,13 +1,10 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +12,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/catalogue"
 	"github.com/etcd-steward/steward/pkg/cluster"
+	"github.com/etcd-steward/steward/test/bench/hostsbench"
 	"github.com/etcd-steward/steward/test/harness"
 	"github.com/etcd-steward/steward/test/workload"
 )
@@ -30,17 +28,17 @@ func BenchmarkRollingUpgrade(b *testing.B) {
 		e := harness.New(b)
 		e.Up(3, vs[0])
 		cli := e.Client()
-		l := measureWrites(b, cli)
+		l := hostsbench.MeasureWrites(b, cli)
 		start := time.Now()
 		e.MustRun("upgrade", "apply", "--to", vs[2])
 		took := time.Since(start)
-		p50, p99, stall, n, errs := writeLatencies(l)
+		p50, p99, stall, n, errs := hostsbench.WriteLatencies(l)
 		cli.Close()
 
 		ne := harness.New(b)
 		ne.Up(3, vs[0])
 		ncli := ne.Client()
-		nl := measureWrites(b, ncli)
+		nl := hostsbench.MeasureWrites(b, ncli)
 		nstart := time.Now()
 		for range 2 {
 			for _, name := range ne.Spec().MemberNames() {
@@ -50,17 +48,17 @@ func BenchmarkRollingUpgrade(b *testing.B) {
 			}
 		}
 		ntook := time.Since(nstart)
-		np50, np99, nstall, nn, nerrs := writeLatencies(nl)
+		np50, np99, nstall, nn, nerrs := hostsbench.WriteLatencies(nl)
 		ncli.Close()
 
 		b.ReportMetric(float64(errs), "steward-errors")
-		b.ReportMetric(ms(stall), "steward-max-stall-ms")
+		b.ReportMetric(hostsbench.MS(stall), "steward-max-stall-ms")
 		b.ReportMetric(float64(nerrs), "naive-errors")
-		b.ReportMetric(ms(nstall), "naive-max-stall-ms")
+		b.ReportMetric(hostsbench.MS(nstall), "naive-max-stall-ms")
 		b.Logf("steward rolling upgrade %s -> %s in %s: %d writes, %d errors, p50 %.1f ms, p99 %.1f ms, longest stall %.0f ms",
-			vs[0], vs[2], took.Round(time.Second), n, errs, ms(p50), ms(p99), ms(stall))
+			vs[0], vs[2], took.Round(time.Second), n, errs, hostsbench.MS(p50), hostsbench.MS(p99), hostsbench.MS(stall))
 		b.Logf("naive restarts (2 rounds, leader not moved) in %s: %d writes, %d errors, p50 %.1f ms, p99 %.1f ms, longest stall %.0f ms",
-			ntook.Round(time.Second), nn, nerrs, ms(np50), ms(np99), ms(nstall))
+			ntook.Round(time.Second), nn, nerrs, hostsbench.MS(np50), hostsbench.MS(np99), hostsbench.MS(nstall))
 	}
 }
 
@@ -80,7 +78,7 @@ func BenchmarkReplaceUpgrade(b *testing.B) {
 		e := harness.New(b)
 		e.Up(1, from)
 		cli := e.Client()
-		fill(b, cli, mb)
+		hostsbench.Fill(b, cli, mb)
 		st := e.Status()
 		dbMB := st.Members[0].DBSize >> 20
 		// One client writing one key after the other, each attempt bounded
@@ -88,11 +86,11 @@ func BenchmarkReplaceUpgrade(b *testing.B) {
 		// downtime a client sees.
 		g := workload.Start(b, cli, workload.Options{Prefix: "gap", Wrap: 1000, Value: "w", Timeout: time.Second})
 		start := time.Now()
-		lines := timedRun(b, e, "upgrade", "apply", "--to", to, "--strategy", "restore")
+		lines := hostsbench.TimedRun(b, e, "upgrade", "apply", "--to", to, "--strategy", "restore")
 		took := time.Since(start)
 		// Server side: from the members' stop to every member healthy on
 		// the target (clients add their reconnection back-off to this).
-		down := lineAt(b, lines, "every member healthy on").Sub(lineAt(b, lines, "members; "))
+		down := hostsbench.LineAt(b, lines, "every member healthy on").Sub(hostsbench.LineAt(b, lines, "members; "))
 		harness.Eventually(b, time.Minute, 10*time.Millisecond, "a write after the upgrade", func() error {
 			if g.AckedSince(start.Add(took)) == 0 {
 				return fmt.Errorf("no write acknowledged since the plan ended (%d in all)", g.Acked())
@@ -123,7 +121,7 @@ func manualRestoreUpgrade(b *testing.B, mb int, from, to string) time.Duration {
 	e := harness.New(b)
 	e.Up(1, from)
 	cli := e.Client()
-	fill(b, cli, mb)
+	hostsbench.Fill(b, cli, mb)
 	m := e.Spec().Members[0]
 	work := b.TempDir()
 	snap := filepath.Join(work, "snapshot.db")
@@ -177,49 +175,4 @@ func manualRestoreUpgrade(b *testing.B, mb int, from, to string) time.Duration {
 		return err
 	})
 	return time.Since(start)
-}
-
-// timedLine is a line of progress and when it came.
-type timedLine struct {
-	at   time.Time
-	text string
-}
-
-// lineAt returns when the first line containing s came.
-func lineAt(b *testing.B, lines []timedLine, s string) time.Time {
-	for _, l := range lines {
-		if strings.Contains(l.text, s) {
-			return l.at
-		}
-	}
-	b.Fatalf("no progress line says %q", s)
-	return time.Time{}
-}
-
-// timedRun runs steward and logs each line of its progress (stderr) with
-// the time since the command started, to see where a plan spends its time.
-func timedRun(b *testing.B, e *harness.Env, args ...string) []timedLine {
-	cmd := exec.Command(e.Bin, append(args, "--dir", e.Dir)...)
-	cmd.Env = append(os.Environ(), "STEWARD_DIR=")
-	out, err := cmd.StderrPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	var lines []timedLine
-	sc := bufio.NewScanner(out)
-	for sc.Scan() {
-		lines = append(lines, timedLine{time.Now(), sc.Text()})
-	}
-	err = cmd.Wait()
-	for _, l := range lines {
-		fmt.Fprintf(os.Stderr, "  %6.2f s  %s\n", l.at.Sub(start).Seconds(), l.text)
-	}
-	if err != nil {
-		b.Fatalf("steward %v: %v (its output is above)", args, err)
-	}
-	return lines
 }

@@ -14,12 +14,14 @@ package harness
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"github.com/etcd-steward/steward/internal/filelock"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -368,4 +370,92 @@ func waitFileLock(ctx context.Context, path string) (*filelock.Lock, error) {
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// LocalKubeBenchMain is the TestMain of a benchmark package whose
+// benchmarks run in a local Kubernetes (test/bench/operator): it brings
+// up one cluster of nodes nodes (LocalKubeMainOneVersion) only when the
+// -test.bench pattern selects one of benchmarks (the package's benchmark
+// names), so a `make bench BENCH=...` of other benchmarks, or a run of
+// the package's tests alone, neither pays the bring-up nor waits for the
+// machine's local-Kubernetes lock; it then runs the package without a
+// cluster. Either way it removes the steward build of Binary afterwards,
+// as Main does.
+func LocalKubeBenchMain(m *testing.M, nodes int, benchmarks ...string) int {
+	flag.Parse()
+	pattern := ""
+	if f := flag.Lookup("test.bench"); f != nil {
+		pattern = f.Value.String()
+	}
+	var code int
+	if BenchSelects(pattern, benchmarks...) {
+		code = LocalKubeMainOneVersion(m, nodes)
+	} else {
+		code = m.Run()
+	}
+	if buildPath != "" {
+		_ = os.RemoveAll(filepath.Dir(buildPath))
+	}
+	return code
+}
+
+// BenchSelects says whether go test's -bench pattern selects one of the
+// top-level benchmarks names: as go test splits a pattern, into
+// alternatives at each '|' and levels at each '/' outside brackets and
+// parentheses, the first level of an alternative matches a name. An
+// empty pattern selects none; one that does not compile selects them all
+// (go test refuses it anyway).
+func BenchSelects(pattern string, names ...string) bool {
+	if pattern == "" {
+		return false
+	}
+	var firsts []string
+	brackets, parens, start, first := 0, 0, 0, true
+	for i := 0; i < len(pattern); i++ {
+		switch pattern[i] {
+		case '[':
+			brackets++
+		case ']':
+			if brackets--; brackets < 0 {
+				brackets = 0
+			}
+		case '(':
+			if brackets == 0 {
+				parens++
+			}
+		case ')':
+			if brackets == 0 {
+				parens--
+			}
+		case '\\':
+			i++
+		case '/':
+			if brackets == 0 && parens == 0 && first {
+				firsts = append(firsts, pattern[start:i])
+				first = false
+			}
+		case '|':
+			if brackets == 0 && parens == 0 {
+				if first {
+					firsts = append(firsts, pattern[start:i])
+				}
+				start, first = i+1, true
+			}
+		}
+	}
+	if first {
+		firsts = append(firsts, pattern[start:])
+	}
+	for _, f := range firsts {
+		re, err := regexp.Compile(f)
+		if err != nil {
+			return true
+		}
+		for _, n := range names {
+			if re.MatchString(n) {
+				return true
+			}
+		}
+	}
+	return false
 }

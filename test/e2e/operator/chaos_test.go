@@ -15,6 +15,7 @@ import (
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/localkube"
 	"github.com/etcd-steward/steward/test/harness"
+	"github.com/etcd-steward/steward/test/operatorfixture"
 )
 
 // milestone is a point inside an operation in flight, seen from outside
@@ -54,14 +55,14 @@ func operatorChaos(t *testing.T, c *localkube.Cluster) {
 	rng := rand.New(rand.NewPCG(seed, seed>>1))
 
 	image, from, to := "", "", ""
-	if _, vs := storeVersions(t); len(vs) >= 2 {
-		image, from, to = upgradeImage(t, c), vs[len(vs)-2], vs[len(vs)-1]
+	if _, vs := operatorfixture.StoreVersions(t); len(vs) >= 2 {
+		image, from, to = operatorfixture.UpgradeImage(t, c), vs[len(vs)-2], vs[len(vs)-1]
 	} else {
-		image = stewardImage(t, c)
+		image = operatorfixture.StewardImage(t, c)
 		t.Logf("no upgrade: the store has %v", vs)
 	}
 	const ns = "op-chaos"
-	cs, cl := setup(t, c, ns, image)
+	cs, cl := operatorfixture.Setup(t, c, ns, image)
 	ec := &v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: ns},
 		Spec: v1alpha1.EtcdClusterSpec{Replicas: 3, Version: from}}
 
@@ -75,7 +76,7 @@ func operatorChaos(t *testing.T, c *localkube.Cluster) {
 			if err != nil {
 				return false, err
 			}
-			_, ok := memberIDs(got.Status)[name]
+			_, ok := operatorfixture.MemberIDs(got.Status)[name]
 			return ok, nil
 		}
 	}
@@ -88,7 +89,7 @@ func operatorChaos(t *testing.T, c *localkube.Cluster) {
 			if err != nil {
 				return false, nil
 			}
-			return !ready || podReady(p), nil
+			return !ready || operatorfixture.PodReady(p), nil
 		}
 	}
 	now := milestone{"at once", func() (bool, error) { return true, nil }}
@@ -115,7 +116,7 @@ func operatorChaos(t *testing.T, c *localkube.Cluster) {
 			op = got.Status.LastOperation
 		}
 		into := time.Since(start)
-		old := killOperator(t, cs)
+		old := operatorfixture.KillOperator(t, cs)
 		kills++
 		t.Logf("%s: killed the operator's pod %s at %q, %s into the step (last operation then: %+v); its next pod Ready %s later", step, old.Name, m.name,
 			into.Round(100*time.Millisecond), op, (time.Since(start) - into).Round(100*time.Millisecond))
@@ -124,7 +125,7 @@ func operatorChaos(t *testing.T, c *localkube.Cluster) {
 	}
 
 	// Create 3.
-	createClusters(t, cs, cl, ec)
+	operatorfixture.CreateClusters(t, cs, cl, ec)
 	chaos("create 3", []milestone{now, {"three pods", func() (bool, error) {
 		for i := range 3 {
 			if ok, _ := pod(fmt.Sprintf("db-%d", i), false)(); !ok {
@@ -139,18 +140,18 @@ func operatorChaos(t *testing.T, c *localkube.Cluster) {
 			}
 		}
 		return false, nil
-	}}}, func() { waitMembers(t, cl, ec, 3, 8*time.Minute) })
-	st := waitMembers(t, cl, ec, 3, time.Minute)
-	ids := memberIDs(st)
-	l := startLoad(t, "chaos", serviceClient(t, c, cs, ec))
+	}}}, func() { operatorfixture.WaitMembers(t, cl, ec, 3, 8*time.Minute) })
+	st := operatorfixture.WaitMembers(t, cl, ec, 3, time.Minute)
+	ids := operatorfixture.MemberIDs(st)
+	l := operatorfixture.StartLoad(t, "chaos", operatorfixture.ServiceClient(t, c, cs, ec))
 
 	// Scale 3 -> 5 -> 3.
-	setReplicas(t, c, cl, ec, 5, false)
+	operatorfixture.SetReplicas(t, c, cl, ec, 5, false)
 	chaos("scale 3 -> 5", []milestone{now, {"pod db-3", pod("db-3", false)}, {"member db-3", member("db-3")},
-		{"pod db-4", pod("db-4", false)}}, func() { waitMembers(t, cl, ec, 5, 10*time.Minute) })
-	setReplicas(t, c, cl, ec, 3, false)
+		{"pod db-4", pod("db-4", false)}}, func() { operatorfixture.WaitMembers(t, cl, ec, 5, 10*time.Minute) })
+	operatorfixture.SetReplicas(t, c, cl, ec, 3, false)
 	chaos("scale 5 -> 3", []milestone{now, {"member db-4 gone", not(member("db-4"))}, {"pod db-4 gone", not(pod("db-4", false))}},
-		func() { waitMembers(t, cl, ec, 3, 10*time.Minute) })
+		func() { operatorfixture.WaitMembers(t, cl, ec, 3, 10*time.Minute) })
 
 	// A member's pod deleted: back with its data.
 	victim := fmt.Sprintf("db-%d", rng.IntN(3))
@@ -176,12 +177,12 @@ func operatorChaos(t *testing.T, c *localkube.Cluster) {
 			}
 			return nil
 		})
-		waitMembers(t, cl, ec, 3, 5*time.Minute)
+		operatorfixture.WaitMembers(t, cl, ec, 3, 5*time.Minute)
 	})
 
 	// The upgrade of one minor version.
 	if to != "" {
-		setVersion(t, cl, ec, to)
+		operatorfixture.SetVersion(t, cl, ec, to)
 		onTo := func(n int) func() (bool, error) {
 			return func() (bool, error) {
 				got, err := get()
@@ -215,8 +216,8 @@ func operatorChaos(t *testing.T, c *localkube.Cluster) {
 	}
 
 	// The final status is the spec's.
-	st = waitMembers(t, cl, ec, 3, 5*time.Minute)
-	if got := memberIDs(st); fmt.Sprint(got) != fmt.Sprint(ids) {
+	st = operatorfixture.WaitMembers(t, cl, ec, 3, 5*time.Minute)
+	if got := operatorfixture.MemberIDs(st); fmt.Sprint(got) != fmt.Sprint(ids) {
 		t.Errorf("member IDs at the end: %v, want those of the start %v", got, ids)
 	}
 	if to != "" && st.Version != to {
@@ -230,7 +231,7 @@ func operatorChaos(t *testing.T, c *localkube.Cluster) {
 			t.Errorf("member at the end: %+v", m)
 		}
 	}
-	l.goesOn(t, "after the last kill")
-	l.stop(t, "operator killed in every operation")
+	l.GoesOn(t, "after the last kill")
+	l.Stop(t, "operator killed in every operation")
 	t.Logf("TestOperatorChaos: %d kills, took %s (seed %d)", kills, time.Since(began).Round(time.Second), seed)
 }

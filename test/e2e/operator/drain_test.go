@@ -16,6 +16,7 @@ import (
 	"github.com/etcd-steward/steward/internal/localkube"
 	"github.com/etcd-steward/steward/pkg/operator"
 	"github.com/etcd-steward/steward/test/harness"
+	"github.com/etcd-steward/steward/test/operatorfixture"
 )
 
 // TestOperatorDrain: the PodDisruptionBudget holds quorum through node
@@ -35,13 +36,13 @@ func TestOperatorDrain(t *testing.T) { harness.ForEachLocalKube(t, operatorDrain
 func operatorDrain(t *testing.T, c *localkube.Cluster) {
 	began := time.Now()
 	const ns = "op-drain"
-	cs, cl := setup(t, c, ns, stewardImage(t, c))
-	ec := scaleCluster(t, cs, cl, ns, 3)
-	ids := memberIDs(waitMembers(t, cl, ec, 3, time.Minute))
-	l := startLoad(t, "drain", serviceClient(t, c, cs, ec))
+	cs, cl := operatorfixture.Setup(t, c, ns, operatorfixture.StewardImage(t, c))
+	ec := operatorfixture.ScaleCluster(t, cs, cl, ns, 3)
+	ids := operatorfixture.MemberIDs(operatorfixture.WaitMembers(t, cl, ec, 3, time.Minute))
+	l := operatorfixture.StartLoad(t, "drain", operatorfixture.ServiceClient(t, c, cs, ec))
 
 	// Two members on nodes other than the operator's.
-	op, err := operatorPod(t, cs)
+	op, err := operatorfixture.OperatorPod(t, cs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +88,7 @@ func operatorDrain(t *testing.T, c *localkube.Cluster) {
 		if p.UID == first.UID {
 			return fmt.Errorf("pod %s not evicted", first.Name)
 		}
-		if podReady(p) {
+		if operatorfixture.PodReady(p) {
 			return fmt.Errorf("pod %s Ready on %s while %s is cordoned", p.Name, p.Spec.NodeName, first.Spec.NodeName)
 		}
 		return nil
@@ -103,30 +104,30 @@ func operatorDrain(t *testing.T, c *localkube.Cluster) {
 	if !strings.Contains(out, "disruption budget") {
 		t.Errorf("drain %s failed, but not for the disruption budget: %v\n%s", second.Spec.NodeName, err, out)
 	}
-	t.Logf("drain %s refused after %s: %s", second.Spec.NodeName, time.Since(refusedAt).Round(100*time.Millisecond), tail(strings.TrimSpace(out), 2))
+	t.Logf("drain %s refused after %s: %s", second.Spec.NodeName, time.Since(refusedAt).Round(100*time.Millisecond), operatorfixture.Tail(strings.TrimSpace(out), 2))
 	if err := down(); err != nil {
 		t.Fatalf("the second drain was not tried while %s was down: %v", first.Name, err)
 	}
 	if p, err := cs.CoreV1().Pods(ns).Get(t.Context(), second.Name, metav1.GetOptions{}); err != nil || p.UID != second.UID || p.DeletionTimestamp != nil {
 		t.Fatalf("%s after the refused drain: %v (deleting %v)", second.Name, err, p.DeletionTimestamp)
 	}
-	l.goesOn(t, "with one member drained and the second drain refused")
+	l.GoesOn(t, "with one member drained and the second drain refused")
 
 	// Uncordoned: every member back, with its data.
-	kubectl(t, c, "uncordon", second.Spec.NodeName)
-	kubectl(t, c, "uncordon", first.Spec.NodeName)
+	operatorfixture.Kubectl(t, c, "uncordon", second.Spec.NodeName)
+	operatorfixture.Kubectl(t, c, "uncordon", first.Spec.NodeName)
 	back := time.Now()
-	st := waitMembers(t, cl, ec, 3, 5*time.Minute)
+	st := operatorfixture.WaitMembers(t, cl, ec, 3, 5*time.Minute)
 	t.Logf("benchmark: uncordoned -> AllMembersReady: %s (drained %s before)", time.Since(back).Round(100*time.Millisecond), back.Sub(drained).Round(time.Second))
-	if got := memberIDs(st); fmt.Sprint(got) != fmt.Sprint(ids) {
+	if got := operatorfixture.MemberIDs(st); fmt.Sprint(got) != fmt.Sprint(ids) {
 		t.Errorf("member IDs after the drain: %v, want %v", got, ids)
 	}
 	// Now the budget lets one member go.
 	harness.Eventually(t, time.Minute, time.Second, "an eviction of "+second.Name+" allowed (dry run)", func() error {
 		return evictDryRun(t, cs, ns, second.Name)
 	})
-	l.goesOn(t, "after the drain")
-	l.stop(t, "drain")
+	l.GoesOn(t, "after the drain")
+	l.Stop(t, "drain")
 	t.Logf("TestOperatorDrain took %s", time.Since(began).Round(time.Second))
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/etcd-steward/steward/internal/localkube"
 	"github.com/etcd-steward/steward/pkg/operator"
 	"github.com/etcd-steward/steward/test/harness"
+	"github.com/etcd-steward/steward/test/operatorfixture"
 )
 
 // lifecycleOperator runs the operator as a pod "steward-operator" of ns,
@@ -33,9 +34,9 @@ import (
 func lifecycleOperator(t *testing.T, c *localkube.Cluster, cs *kubernetes.Clientset, ns, image string) func() (map[string]float64, error) {
 	t.Helper()
 	root := harness.RepoRoot(t)
-	kubectl(t, c, "apply", "-f", filepath.Join(root, "deploy", "operator", "crd"))
-	kubectl(t, c, "wait", "--for=condition=Established", "--timeout=60s", "crd/etcdclusters.steward.etcd.io")
-	kubectl(t, c, "apply", "-f", filepath.Join(root, "deploy", "operator", "rbac", "role.yaml"))
+	operatorfixture.Kubectl(t, c, "apply", "-f", filepath.Join(root, "deploy", "operator", "crd"))
+	operatorfixture.Kubectl(t, c, "wait", "--for=condition=Established", "--timeout=60s", "crd/etcdclusters.steward.etcd.io")
+	operatorfixture.Kubectl(t, c, "apply", "-f", filepath.Join(root, "deploy", "operator", "rbac", "role.yaml"))
 	ctx := t.Context()
 	if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "steward-operator"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -70,7 +71,7 @@ func lifecycleOperator(t *testing.T, c *localkube.Cluster, cs *kubernetes.Client
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			logs(t, cs, ns, "steward-operator")
+			operatorfixture.Logs(t, cs, ns, "steward-operator")
 		}
 	})
 	var ip string
@@ -87,7 +88,9 @@ func lifecycleOperator(t *testing.T, c *localkube.Cluster, cs *kubernetes.Client
 	})
 	netns := filepath.Join("/run/netns", c.Nodes[0].Netns)
 	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) { return dialInNetns(ctx, netns, addr) },
+		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			return operatorfixture.DialInNetns(ctx, netns, addr)
+		},
 	}}
 	t.Cleanup(hc.CloseIdleConnections)
 	return func() (map[string]float64, error) {
@@ -130,14 +133,14 @@ func operatorDeleteRecreate(t *testing.T, c *localkube.Cluster) {
 	if len(c.Nodes) < 1 {
 		t.Skip("needs a node")
 	}
-	_, vs := storeVersions(t)
+	_, vs := operatorfixture.StoreVersions(t)
 	if len(vs) < 2 {
 		t.Skipf("needs two minor lines in the store, has %v", vs)
 	}
 	from, to := vs[0], vs[1]
-	image := upgradeImage(t, c)
-	cs, cl := clients(t, c)
-	ns := namespace(t, cs, "op-lifecycle")
+	image := operatorfixture.UpgradeImage(t, c)
+	cs, cl := operatorfixture.Clients(t, c)
+	ns := operatorfixture.Namespace(t, cs, "op-lifecycle")
 	metrics := lifecycleOperator(t, c, cs, ns, image)
 	ctx := t.Context()
 	key := types.NamespacedName{Namespace: ns, Name: "db"}
@@ -260,7 +263,7 @@ func operatorDeleteRecreate(t *testing.T, c *localkube.Cluster) {
 		if vc == nil || vc.Reason != operator.ReasonStaleClaims {
 			return fmt.Errorf("DataVolumesReady %+v", vc)
 		}
-		if _, ok := events(t, cs, ns, "db")[operator.ReasonStaleClaims]; !ok {
+		if _, ok := operatorfixture.Events(t, cs, ns, "db")[operator.ReasonStaleClaims]; !ok {
 			return fmt.Errorf("no event %s yet", operator.ReasonStaleClaims)
 		}
 		return nil

@@ -6,9 +6,12 @@
 //
 // The operator runs as a pod of that cluster, installed from
 // deploy/operator with a Steward image the tests build from this checkout
-// (stewardImage), not as a process of the test: it reaches the member pods by their DNS names
+// (operatorfixture.StewardImage), not as a process of the test: it reaches the member pods by their DNS names
 // (NAME-I.NAME-peer.NAMESPACE.svc.cluster.local), which only the cluster's
-// DNS resolves, at pod IPs only the nodes route to.
+// DNS resolves, at pod IPs only the nodes route to. The fixtures (images,
+// the operator's installation, EtcdClusters, clients, the writer and the
+// checker, the operator's resource use) are test/operatorfixture's, which
+// the operator's benchmarks (test/bench/operator) share.
 package operator_test
 
 import (

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/etcd-steward/steward/pkg/operator"
+	"github.com/etcd-steward/steward/test/operatorfixture"
 )
 
 // procStatus is what /proc/PID/status says of one process.
@@ -87,7 +88,7 @@ func requireNonRoot(t *testing.T, cs *kubernetes.Clientset, ns, selector string,
 		if !prepared {
 			t.Errorf("pod %s/%s: init container prepare did not complete: %+v", ns, p.Name, p.Status.InitContainerStatuses)
 		}
-		pids, err := podProcesses(p.UID, "")
+		pids, err := operatorfixture.PodProcesses(p.UID, "")
 		if err != nil {
 			t.Errorf("pod %s/%s: %v", ns, p.Name, err)
 			continue

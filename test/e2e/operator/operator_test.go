@@ -14,6 +14,7 @@ import (
 	"github.com/etcd-steward/steward/internal/localkube"
 	"github.com/etcd-steward/steward/pkg/operator"
 	"github.com/etcd-steward/steward/test/harness"
+	"github.com/etcd-steward/steward/test/operatorfixture"
 )
 
 // TestOperatorCreate: the operator, a pod of the cluster, makes a
@@ -31,16 +32,16 @@ func TestOperatorCreate(t *testing.T) {
 
 func operatorCreate(t *testing.T, c *localkube.Cluster) {
 	const ns = "op-create"
-	image := stewardImage(t, c)
-	cs, cl := setupShared(t, c, ns, image)
-	s3Secret(t, c, cs, ns)
+	image := operatorfixture.StewardImage(t, c)
+	cs, cl := operatorfixture.SetupShared(t, c, ns, image)
+	operatorfixture.S3Secret(t, c, cs, ns)
 	ec := &v1alpha1.EtcdCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: ns},
 		Spec: v1alpha1.EtcdClusterSpec{Replicas: 3, Backup: &v1alpha1.Backup{
 			S3: &v1alpha1.S3{Endpoint: c.S3Endpoint, Bucket: c.S3Bucket, CredentialsSecret: "s3"},
 		}},
 	}
-	createClusters(t, cs, cl, ec)
+	operatorfixture.CreateClusters(t, cs, cl, ec)
 	key := types.NamespacedName{Namespace: ns, Name: "db"}
 	var got v1alpha1.EtcdCluster
 	harness.Eventually(t, 8*time.Minute, 2*time.Second, "EtcdCluster db Ready with AllMembersReady and 3 members", func() error {
@@ -48,7 +49,7 @@ func operatorCreate(t *testing.T, c *localkube.Cluster) {
 			return err
 		}
 		st := got.Status
-		if err := conditionsTrue(st, v1alpha1.ConditionReady, v1alpha1.ConditionAllMembersReady, v1alpha1.ConditionDataVolumesReady, v1alpha1.ConditionBackupReady); err != nil {
+		if err := operatorfixture.ConditionsTrue(st, v1alpha1.ConditionReady, v1alpha1.ConditionAllMembersReady, v1alpha1.ConditionDataVolumesReady, v1alpha1.ConditionBackupReady); err != nil {
 			return err
 		}
 		if len(st.Members) != 3 || st.ReadyReplicas != 3 || st.Replicas != 3 {
@@ -101,7 +102,7 @@ func operatorCreate(t *testing.T, c *localkube.Cluster) {
 	// their init containers made the volumes theirs; the volumes hold
 	// nothing of another owner.
 	requireNonRoot(t, cs, ns, operator.Selector(ec), 2)
-	requireNonRoot(t, cs, operatorNS, operatorPods, 1)
+	requireNonRoot(t, cs, operatorfixture.OperatorNS, operatorfixture.OperatorPods, 1)
 	member := fmt.Sprintf("%d:%d", operator.MemberUID, operator.MemberGID)
 	for i := range 3 {
 		if got := owners(t, volumeDir(t, cs, ns, fmt.Sprintf("data-db-%d", i))); len(got) != 1 || got[member] == 0 {
@@ -118,13 +119,13 @@ func operatorCreate(t *testing.T, c *localkube.Cluster) {
 	}
 
 	// A client writes and reads through the client Service.
-	clientPod(t, cs, ns, image, "put", "/operator/e2e", "hello")
-	if out := clientPod(t, cs, ns, image, "get", "/operator/e2e", "--print-value-only"); strings.TrimSpace(out) != "hello" {
+	operatorfixture.ClientPod(t, cs, ns, image, "put", "/operator/e2e", "hello")
+	if out := operatorfixture.ClientPod(t, cs, ns, image, "get", "/operator/e2e", "--print-value-only"); strings.TrimSpace(out) != "hello" {
 		t.Errorf("read through db-client: %q", out)
 	}
 
 	// An Event for the actions.
-	requireEvents(t, cs, ns, "db", "Initialized", "Started", "BackupsOn")
+	operatorfixture.RequireEvents(t, cs, ns, "db", "Initialized", "Started", "BackupsOn")
 
 	// Deleting the EtcdCluster removes its pods (owner references).
 	if err := cl.Delete(t.Context(), &got); err != nil {

@@ -9,21 +9,20 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/localkube"
 	"github.com/etcd-steward/steward/test/harness"
+	"github.com/etcd-steward/steward/test/operatorfixture"
 )
 
 // getRevision reads key through db-client and returns its value and the
 // response's revision.
 func getRevision(t *testing.T, cs *kubernetes.Clientset, ns, image, key string) (string, int64) {
 	t.Helper()
-	out := clientPod(t, cs, ns, image, "get", key, "-w", "json")
+	out := operatorfixture.ClientPod(t, cs, ns, image, "get", key, "-w", "json")
 	var resp struct {
 		Header struct {
 			Revision int64 `json:"revision"`
@@ -47,7 +46,7 @@ func getRevision(t *testing.T, cs *kubernetes.Clientset, ns, image, key string) 
 // ends (NAME).
 func watchPod(t *testing.T, cs *kubernetes.Clientset, ns, image, name, prefix string, rev int64) string {
 	t.Helper()
-	pod := etcdctlPod(name, ns, image, []string{"watch", "--prefix", prefix, fmt.Sprintf("--rev=%d", rev), "-w", "json"})
+	pod := operatorfixture.EtcdctlPod(name, ns, image, []string{"watch", "--prefix", prefix, fmt.Sprintf("--rev=%d", rev), "-w", "json"})
 	if _, err := cs.CoreV1().Pods(ns).Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -117,9 +116,9 @@ func TestOperatorQuorumLoss(t *testing.T) {
 
 func operatorQuorumLoss(t *testing.T, c *localkube.Cluster) {
 	const ns = "op-recover"
-	image := stewardImage(t, c)
-	cs, cl := setupShared(t, c, ns, image)
-	s3Secret(t, c, cs, ns)
+	image := operatorfixture.StewardImage(t, c)
+	cs, cl := operatorfixture.SetupShared(t, c, ns, image)
+	operatorfixture.S3Secret(t, c, cs, ns)
 	ec := &v1alpha1.EtcdCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: ns},
 		Spec: v1alpha1.EtcdClusterSpec{Replicas: 3,
@@ -130,27 +129,9 @@ func operatorQuorumLoss(t *testing.T, c *localkube.Cluster) {
 			Recovery: v1alpha1.Recovery{Mode: "auto", GracePeriodSeconds: 15},
 		},
 	}
-	createClusters(t, cs, cl, ec)
-	key := types.NamespacedName{Namespace: ns, Name: "db"}
+	operatorfixture.CreateClusters(t, cs, cl, ec)
 	healthy := func(what string, timeout time.Duration, extra func(st v1alpha1.EtcdClusterStatus) error) v1alpha1.EtcdClusterStatus {
-		var got v1alpha1.EtcdCluster
-		harness.Eventually(t, timeout, 2*time.Second, what, func() error {
-			if err := cl.Get(t.Context(), key, &got); err != nil {
-				return err
-			}
-			st := got.Status
-			if err := conditionsTrue(st, v1alpha1.ConditionReady, v1alpha1.ConditionAllMembersReady, v1alpha1.ConditionBackupReady); err != nil {
-				return err
-			}
-			if len(st.Members) != 3 || st.ReadyReplicas != 3 {
-				return fmt.Errorf("members %+v, ready %d", st.Members, st.ReadyReplicas)
-			}
-			if extra != nil {
-				return extra(st)
-			}
-			return nil
-		})
-		return got.Status
+		return operatorfixture.WaitHealthy(t, cl, ec, 3, what, timeout, extra)
 	}
 	healthy("EtcdCluster db Ready and backed up", 8*time.Minute, func(st v1alpha1.EtcdClusterStatus) error {
 		if st.LastBackupTime == nil {
@@ -165,7 +146,7 @@ func operatorQuorumLoss(t *testing.T, c *localkube.Cluster) {
 	for i := range writes {
 		// lastBackupTime has whole seconds.
 		wrote = time.Now().Truncate(time.Second)
-		clientPod(t, cs, ns, image, "put", fmt.Sprintf("/recover/k%d", i), fmt.Sprintf("v%d", i))
+		operatorfixture.ClientPod(t, cs, ns, image, "put", fmt.Sprintf("/recover/k%d", i), fmt.Sprintf("v%d", i))
 	}
 	_, revBefore := getRevision(t, cs, ns, image, "/recover/k0")
 	healthy("a backup after the writes", 2*time.Minute, func(st v1alpha1.EtcdClusterStatus) error {
@@ -179,43 +160,7 @@ func operatorQuorumLoss(t *testing.T, c *localkube.Cluster) {
 
 	// Quorum loss: the volumes and pods of db-1 and db-2 deleted.
 	lost := time.Now()
-	oldClaims := map[string]types.UID{}
-	for _, i := range []int{1, 2} {
-		claim := fmt.Sprintf("data-db-%d", i)
-		pvc, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(t.Context(), claim, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		oldClaims[claim] = pvc.UID
-		if err := cs.CoreV1().PersistentVolumeClaims(ns).Delete(t.Context(), claim, metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	zero := int64(0)
-	for _, i := range []int{1, 2} {
-		if err := cs.CoreV1().Pods(ns).Delete(t.Context(), fmt.Sprintf("db-%d", i), metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// A pod the StatefulSet recreated before its old claim was gone waits
-	// for that claim forever: deleted again until it has a new one.
-	harness.Eventually(t, 3*time.Minute, 2*time.Second, "db-1 and db-2 back with new volumes", func() error {
-		for _, i := range []int{1, 2} {
-			claim := fmt.Sprintf("data-db-%d", i)
-			pvc, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(t.Context(), claim, metav1.GetOptions{})
-			if err != nil && !apierrors.IsNotFound(err) {
-				return err
-			}
-			if err != nil || pvc.UID == oldClaims[claim] {
-				p, perr := cs.CoreV1().Pods(ns).Get(t.Context(), fmt.Sprintf("db-%d", i), metav1.GetOptions{})
-				if perr == nil && p.Status.Phase == corev1.PodPending && apierrors.IsNotFound(err) {
-					_ = cs.CoreV1().Pods(ns).Delete(t.Context(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
-				}
-				return fmt.Errorf("claim %s not new yet", claim)
-			}
-		}
-		return nil
-	})
+	operatorfixture.DeleteVolumesAndPods(t, cs, ns, "db-1", "db-2")
 
 	st := healthy("EtcdCluster db Ready again after the quorum loss", 10*time.Minute, func(st v1alpha1.EtcdClusterStatus) error {
 		if op := st.LastOperation; op == nil || op.Type != "Recover" || op.State != "Succeeded" {
@@ -237,7 +182,7 @@ func operatorQuorumLoss(t *testing.T, c *localkube.Cluster) {
 	}
 
 	// The watch from before: never an older revision.
-	clientPod(t, cs, ns, image, "put", "/recover/after", "x")
+	operatorfixture.ClientPod(t, cs, ns, image, "put", "/recover/after", "x")
 	var wout string
 	harness.Eventually(t, time.Minute, time.Second, "the watch from before the loss sees the write after it or ends", func() error {
 		b, err := cs.CoreV1().Pods(ns).GetLogs(watch, &corev1.PodLogOptions{}).DoRaw(t.Context())
@@ -252,7 +197,7 @@ func operatorQuorumLoss(t *testing.T, c *localkube.Cluster) {
 		if _, keys, _, _ := watchSeen(wout); slices.Contains(keys, "/recover/after") || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			return nil
 		}
-		return fmt.Errorf("watch pod %s; output %q", p.Status.Phase, tail(wout, 5))
+		return fmt.Errorf("watch pod %s; output %q", p.Status.Phase, operatorfixture.Tail(wout, 5))
 	})
 	revs, keys, compacted, other := watchSeen(wout)
 	t.Logf("watch from revision %d through the recovery: revisions %v keys %v compacted %v, other output %q", revBefore+1, revs, keys, compacted, other)
@@ -273,7 +218,7 @@ func operatorQuorumLoss(t *testing.T, c *localkube.Cluster) {
 		if revs, _, compacted, _ := watchSeen(wout); compacted || len(revs) > 0 {
 			return nil
 		}
-		return fmt.Errorf("output %q", tail(wout, 5))
+		return fmt.Errorf("output %q", operatorfixture.Tail(wout, 5))
 	})
 	revs, keys, compacted, other = watchSeen(wout)
 	t.Logf("watch from revision %d after the recovery: revisions %v keys %v compacted %v, other output %q", revBefore, revs, keys, compacted, other)
@@ -285,6 +230,6 @@ func operatorQuorumLoss(t *testing.T, c *localkube.Cluster) {
 		}
 	}
 
-	reasons := requireEvents(t, cs, ns, "db", "QuorumLost", "Recovering", "Recovered")
+	reasons := operatorfixture.RequireEvents(t, cs, ns, "db", "QuorumLost", "Recovering", "Recovered")
 	t.Logf("event Recovered: %s", reasons["Recovered"])
 }

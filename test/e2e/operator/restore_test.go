@@ -21,10 +21,10 @@ import (
 
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/localkube"
-	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/operator"
 	"github.com/etcd-steward/steward/pkg/spec"
 	"github.com/etcd-steward/steward/test/harness"
+	"github.com/etcd-steward/steward/test/operatorfixture"
 )
 
 // TestOperatorRestore: a cluster moves from hosts into Kubernetes and back
@@ -56,9 +56,9 @@ func TestOperatorRestore(t *testing.T) {
 func operatorRestore(t *testing.T, c *localkube.Cluster) {
 	version := harness.Versions()[1]
 	const ns = "op-restore"
-	image := stewardImage(t, c)
-	cs, cl := setupShared(t, c, ns, image)
-	s3Secret(t, c, cs, ns)
+	image := operatorfixture.StewardImage(t, c)
+	cs, cl := operatorfixture.SetupShared(t, c, ns, image)
+	operatorfixture.S3Secret(t, c, cs, ns)
 	ctx := t.Context()
 
 	// Hosts: one member, continuous backups to the cluster's S3 server.
@@ -137,7 +137,7 @@ func operatorRestore(t *testing.T, c *localkube.Cluster) {
 			}},
 	}
 	created := time.Now()
-	createClusters(t, cs, cl, bad, forged, ec)
+	operatorfixture.CreateClusters(t, cs, cl, bad, forged, ec)
 
 	var got v1alpha1.EtcdCluster
 	harness.Eventually(t, 8*time.Minute, 2*time.Second, "EtcdCluster db Ready with 3 members and a backup", func() error {
@@ -145,7 +145,7 @@ func operatorRestore(t *testing.T, c *localkube.Cluster) {
 			return err
 		}
 		st := got.Status
-		if err := conditionsTrue(st, v1alpha1.ConditionReady, v1alpha1.ConditionAllMembersReady, v1alpha1.ConditionBackupReady); err != nil {
+		if err := operatorfixture.ConditionsTrue(st, v1alpha1.ConditionReady, v1alpha1.ConditionAllMembersReady, v1alpha1.ConditionBackupReady); err != nil {
 			return err
 		}
 		if st.ReadyReplicas != 3 || st.LastBackupTime == nil {
@@ -165,7 +165,7 @@ func operatorRestore(t *testing.T, c *localkube.Cluster) {
 			t.Errorf("member %s has the hosts' member ID %s", m.Name, m.ID)
 		}
 	}
-	requireEvents(t, cs, ns, "db", "Restoring", "Restored", "Started")
+	operatorfixture.RequireEvents(t, cs, ns, "db", "Restoring", "Restored", "Started")
 	gotKeys, podRev := podKeyspace(t, cs, ns, image)
 	if diff := keyspaceDiff(want, gotKeys); diff != "" {
 		t.Fatalf("keyspace restored from the hosts' backup differs: %s", diff)
@@ -192,7 +192,7 @@ func operatorRestore(t *testing.T, c *localkube.Cluster) {
 	if msg := meta.FindStatusCondition(f.Status.Conditions, v1alpha1.ConditionReady).Message; !strings.Contains(msg, "other-backup-key") {
 		t.Errorf("forged: Ready's message names no Secret: %s", msg)
 	}
-	requireEvents(t, cs, ns, "forged", "RestoreNotAuthenticated")
+	operatorfixture.RequireEvents(t, cs, ns, "forged", "RestoreNotAuthenticated")
 	if _, err := cs.AppsV1().StatefulSets(ns).Get(ctx, "forged", metav1.GetOptions{}); err == nil {
 		t.Error("forged: a StatefulSet was made for a restore that does not authenticate")
 	}
@@ -223,27 +223,10 @@ func operatorRestore(t *testing.T, c *localkube.Cluster) {
 	// The other direction: writes in the pods, backed up to the pods'
 	// prefix, restored by `steward restore` on hosts.
 	for i := range 3 {
-		clientPod(t, cs, ns, image, "put", fmt.Sprintf("/pods/k%02d", i), fmt.Sprintf("p%d", i))
+		operatorfixture.ClientPod(t, cs, ns, image, "put", fmt.Sprintf("/pods/k%02d", i), fmt.Sprintf("p%d", i))
 	}
 	want, lastRev := podKeyspace(t, cs, ns, image)
-	store, err := backup.NewS3Store(ctx, backup.S3Config{Endpoint: c.S3Endpoint, Bucket: c.S3Bucket, Prefix: podPrefix, CredentialsFile: c.S3CredentialsFile})
-	if err != nil {
-		t.Fatal(err)
-	}
-	harness.Eventually(t, 2*time.Minute, time.Second, fmt.Sprintf("the pods' backups to reach revision %d", lastRev), func() error {
-		l, err := backup.List(ctx, store, backup.ListOptions{AllowUnauthenticated: true})
-		if err != nil {
-			return err
-		}
-		var end int64
-		for _, m := range l.Backups {
-			end = max(end, m.EndRevision)
-		}
-		if end < lastRev {
-			return fmt.Errorf("%d backups, newest revision %d", len(l.Backups), end)
-		}
-		return nil
-	})
+	operatorfixture.WaitBackedUp(t, c, podPrefix, lastRev, 2*time.Minute)
 	h2 := harness.New(t)
 	h2.WriteSpec(1, version, func(s *spec.Cluster) {
 		s.Backup.S3 = &spec.S3{Endpoint: c.S3Endpoint, Bucket: c.S3Bucket, Prefix: podPrefix, CredentialsFile: c.S3CredentialsFile}
@@ -327,7 +310,7 @@ func keyspace(t *testing.T, c *clientv3.Client) map[string]string {
 // db-client from a pod, and the revision of the read.
 func podKeyspace(t *testing.T, cs *kubernetes.Clientset, ns, image string) (map[string]string, int64) {
 	t.Helper()
-	out := clientPod(t, cs, ns, image, "get", "", "--from-key", "-w", "json")
+	out := operatorfixture.ClientPod(t, cs, ns, image, "get", "", "--from-key", "-w", "json")
 	var r struct {
 		Header struct {
 			Revision int64 `json:"revision"`

@@ -14,6 +14,7 @@ import (
 	"github.com/etcd-steward/steward/internal/localkube"
 	"github.com/etcd-steward/steward/pkg/operator"
 	"github.com/etcd-steward/steward/test/harness"
+	"github.com/etcd-steward/steward/test/operatorfixture"
 	"github.com/etcd-steward/steward/test/workload"
 )
 
@@ -26,46 +27,46 @@ func TestOperatorScale(t *testing.T) { harness.ForEachLocalKube(t, operatorScale
 
 func operatorScale(t *testing.T, c *localkube.Cluster) {
 	const ns = "op-scale"
-	cs, cl := setup(t, c, ns, stewardImage(t, c))
-	ec := scaleCluster(t, cs, cl, ns, 3)
-	l := startLoad(t, "scale", serviceClient(t, c, cs, ec))
+	cs, cl := operatorfixture.Setup(t, c, ns, operatorfixture.StewardImage(t, c))
+	ec := operatorfixture.ScaleCluster(t, cs, cl, ns, 3)
+	l := operatorfixture.StartLoad(t, "scale", operatorfixture.ServiceClient(t, c, cs, ec))
 
 	// The operator's usage at rest: 30 s of one ready cluster (a window
 	// measured, not a wait for a state), then under the scaling below.
-	use := watchUsage(t, cs)
+	use := operatorfixture.WatchUsage(t, cs)
 	rest := time.Now()
 	select {
 	case <-t.Context().Done():
 	case <-time.After(30 * time.Second):
 	}
-	t.Logf("benchmark: operator at rest (one 3-member cluster): %s", use.between(rest, time.Now()))
+	t.Logf("benchmark: operator at rest (one 3-member cluster): %s", use.Between(rest, time.Now()))
 
 	start := time.Now()
-	setReplicas(t, c, cl, ec, 5, false)
-	st := waitMembers(t, cl, ec, 5, 10*time.Minute)
+	operatorfixture.SetReplicas(t, c, cl, ec, 5, false)
+	st := operatorfixture.WaitMembers(t, cl, ec, 5, 10*time.Minute)
 	t.Logf("benchmark: scale 3 -> 5: %s", time.Since(start).Round(100*time.Millisecond))
 	if op := st.LastOperation; op == nil || op.Type != "ScaleUp" || op.State != "Succeeded" {
 		t.Errorf("last operation %+v", op)
 	}
-	before := memberIDs(st)
+	before := operatorfixture.MemberIDs(st)
 
-	setReplicas(t, c, cl, ec, 3, false)
-	st = waitMembers(t, cl, ec, 3, 5*time.Minute)
+	operatorfixture.SetReplicas(t, c, cl, ec, 3, false)
+	st = operatorfixture.WaitMembers(t, cl, ec, 3, 5*time.Minute)
 	for _, m := range st.Members {
 		if m.Name == "db-3" || m.Name == "db-4" || before[m.Name] != m.ID {
 			t.Errorf("after 5 -> 3: member %+v (before: %v)", m, before)
 		}
 	}
-	setReplicas(t, c, cl, ec, 1, true)
-	st = waitMembers(t, cl, ec, 1, 5*time.Minute)
+	operatorfixture.SetReplicas(t, c, cl, ec, 1, true)
+	st = operatorfixture.WaitMembers(t, cl, ec, 1, 5*time.Minute)
 	if st.Members[0].Name != "db-0" || st.Members[0].ID != before["db-0"] {
 		t.Errorf("after 3 -> 1: %+v", st.Members)
 	}
-	setReplicas(t, c, cl, ec, 3, true)
-	waitMembers(t, cl, ec, 3, 10*time.Minute)
-	t.Logf("benchmark: operator under churn (3 -> 5 -> 3 -> 1 -> 3): %s", use.between(start, time.Now()))
-	l.goesOn(t, "after 1 -> 3")
-	l.stop(t, "scale 3 -> 5 -> 3 -> 1 -> 3")
+	operatorfixture.SetReplicas(t, c, cl, ec, 3, true)
+	operatorfixture.WaitMembers(t, cl, ec, 3, 10*time.Minute)
+	t.Logf("benchmark: operator under churn (3 -> 5 -> 3 -> 1 -> 3): %s", use.Between(start, time.Now()))
+	l.GoesOn(t, "after 1 -> 3")
+	l.Stop(t, "scale 3 -> 5 -> 3 -> 1 -> 3")
 
 	// The claims of the members that left are kept.
 	for i := range 5 {
@@ -74,7 +75,7 @@ func operatorScale(t *testing.T, c *localkube.Cluster) {
 			t.Errorf("claim %s: %v", claim, err)
 		}
 	}
-	requireEvents(t, cs, ns, "db", "HostAdded", "MemberAdded", "MemberRemoved", "PodRemoved")
+	operatorfixture.RequireEvents(t, cs, ns, "db", "HostAdded", "MemberAdded", "MemberRemoved", "PodRemoved")
 }
 
 // TestOperatorMemberLoss: under a writer, the leader's pod deleted comes
@@ -92,36 +93,20 @@ func TestOperatorMemberLoss(t *testing.T) {
 
 func operatorMemberLoss(t *testing.T, c *localkube.Cluster) {
 	const ns = "op-loss"
-	cs, cl := setupShared(t, c, ns, stewardImage(t, c))
-	ec := scaleCluster(t, cs, cl, ns, 3)
-	st := waitMembers(t, cl, ec, 3, time.Minute)
-	ids := memberIDs(st)
-	cli := serviceClient(t, c, cs, ec)
-	l := startLoad(t, "loss", cli)
+	cs, cl := operatorfixture.SetupShared(t, c, ns, operatorfixture.StewardImage(t, c))
+	ec := operatorfixture.ScaleCluster(t, cs, cl, ns, 3)
+	st := operatorfixture.WaitMembers(t, cl, ec, 3, time.Minute)
+	ids := operatorfixture.MemberIDs(st)
+	cli := operatorfixture.ServiceClient(t, c, cs, ec)
+	l := operatorfixture.StartLoad(t, "loss", cli)
 
 	// The leader's pod.
 	leader := st.Leader
-	pod, err := cs.CoreV1().Pods(ns).Get(t.Context(), leader, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	start := time.Now()
-	if err := cs.CoreV1().Pods(ns).Delete(t.Context(), leader, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	harness.Eventually(t, 3*time.Minute, time.Second, "pod "+leader+" recreated", func() error {
-		p, err := cs.CoreV1().Pods(ns).Get(t.Context(), leader, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if p.UID == pod.UID {
-			return fmt.Errorf("not deleted yet")
-		}
-		return nil
-	})
-	st = waitMembers(t, cl, ec, 3, 5*time.Minute)
+	operatorfixture.DeletePod(t, cs, ns, leader)
+	st = operatorfixture.WaitMembers(t, cl, ec, 3, 5*time.Minute)
 	t.Logf("benchmark: a member pod deleted -> AllMembersReady: %s", time.Since(start).Round(100*time.Millisecond))
-	if got := memberIDs(st); fmt.Sprint(got) != fmt.Sprint(ids) {
+	if got := operatorfixture.MemberIDs(st); fmt.Sprint(got) != fmt.Sprint(ids) {
 		t.Errorf("member IDs after the leader's pod came back: %v, want %v", got, ids)
 	}
 
@@ -139,7 +124,7 @@ func operatorMemberLoss(t *testing.T, c *localkube.Cluster) {
 		if err := cl.Get(t.Context(), client.ObjectKeyFromObject(ec), &got); err != nil {
 			return err
 		}
-		now := memberIDs(got.Status)
+		now := operatorfixture.MemberIDs(got.Status)
 		if now[lost] == "" || now[lost] == ids[lost] || got.Status.ReadyReplicas != 3 ||
 			!meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.ConditionAllMembersReady) {
 			return fmt.Errorf("members %+v (last operation %+v)", got.Status.Members, got.Status.LastOperation)
@@ -149,13 +134,13 @@ func operatorMemberLoss(t *testing.T, c *localkube.Cluster) {
 		}
 		return nil
 	})
-	l.goesOn(t, "after the rebuild")
-	res := l.stop(t, "leader pod deleted, member volume lost")
-	st = waitMembers(t, cl, ec, 3, time.Minute)
-	ids = memberIDs(st)
+	l.GoesOn(t, "after the rebuild")
+	res := l.Stop(t, "leader pod deleted, member volume lost")
+	st = operatorfixture.WaitMembers(t, cl, ec, 3, time.Minute)
+	ids = operatorfixture.MemberIDs(st)
 
 	// Hibernate: no pod, the claims kept, status Hibernated.
-	setReplicas(t, c, cl, ec, 0, false)
+	operatorfixture.SetReplicas(t, c, cl, ec, 0, false)
 	harness.Eventually(t, 3*time.Minute, time.Second, "hibernated", func() error {
 		pods, err := cs.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: operator.Selector(ec)})
 		if err != nil {
@@ -192,9 +177,9 @@ func operatorMemberLoss(t *testing.T, c *localkube.Cluster) {
 	}
 
 	// Wake: the same members, every acknowledged write.
-	setReplicas(t, c, cl, ec, 3, false)
-	st = waitMembers(t, cl, ec, 3, 5*time.Minute)
-	if got := memberIDs(st); fmt.Sprint(got) != fmt.Sprint(ids) {
+	operatorfixture.SetReplicas(t, c, cl, ec, 3, false)
+	st = operatorfixture.WaitMembers(t, cl, ec, 3, 5*time.Minute)
+	if got := operatorfixture.MemberIDs(st); fmt.Sprint(got) != fmt.Sprint(ids) {
 		t.Errorf("member IDs after the wake: %v, want %v", got, ids)
 	}
 	for i := range 3 {

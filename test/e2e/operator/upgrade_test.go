@@ -14,6 +14,7 @@ import (
 	"github.com/etcd-steward/steward/api/v1alpha1"
 	"github.com/etcd-steward/steward/internal/localkube"
 	"github.com/etcd-steward/steward/test/harness"
+	"github.com/etcd-steward/steward/test/operatorfixture"
 	"github.com/etcd-steward/steward/test/workload"
 )
 
@@ -30,28 +31,24 @@ import (
 func TestOperatorUpgradeRollback(t *testing.T) { harness.ForEachLocalKube(t, operatorUpgradeRollback) }
 
 func operatorUpgradeRollback(t *testing.T, c *localkube.Cluster) {
-	_, vs := storeVersions(t)
+	_, vs := operatorfixture.StoreVersions(t)
 	if len(vs) < 3 {
 		t.Skipf("needs three minor lines in the store, has %v", vs)
 	}
 	from, via, to := vs[0], vs[1], vs[2]
 	const ns = "op-upgrade"
-	cs, cl := setup(t, c, ns, upgradeImage(t, c))
+	cs, cl := operatorfixture.Setup(t, c, ns, operatorfixture.UpgradeImage(t, c))
 
 	ec := &v1alpha1.EtcdCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: ns},
 		Spec:       v1alpha1.EtcdClusterSpec{Replicas: 3, Version: from},
 	}
-	createClusters(t, cs, cl, ec)
+	operatorfixture.CreateClusters(t, cs, cl, ec)
 	key := types.NamespacedName{Namespace: ns, Name: "db"}
-	// get reads the resource; whenever its members run different
-	// versions, status.version must be empty.
+	// checkMixed: whenever the members run different versions,
+	// status.version must be empty. get reads the resource and checks it.
 	mixedSeen := 0
-	get := func() (*v1alpha1.EtcdCluster, error) {
-		var got v1alpha1.EtcdCluster
-		if err := cl.Get(t.Context(), key, &got); err != nil {
-			return nil, err
-		}
+	checkMixed := func(got *v1alpha1.EtcdCluster) {
 		versions := map[string]bool{}
 		for _, m := range got.Status.Members {
 			versions[m.Version] = true
@@ -62,39 +59,23 @@ func operatorUpgradeRollback(t *testing.T, c *localkube.Cluster) {
 				t.Errorf("status.version %q while the members run %v", got.Status.Version, got.Status.Members)
 			}
 		}
+	}
+	get := func() (*v1alpha1.EtcdCluster, error) {
+		var got v1alpha1.EtcdCluster
+		if err := cl.Get(t.Context(), key, &got); err != nil {
+			return nil, err
+		}
+		checkMixed(&got)
 		return &got, nil
 	}
 	// settled waits for every member Ready on version v, no plan left.
 	settled := func(timeout time.Duration, v string) *v1alpha1.EtcdCluster {
-		var got *v1alpha1.EtcdCluster
-		harness.Eventually(t, timeout, 2*time.Second, "every member ready on "+v, func() error {
-			var err error
-			if got, err = get(); err != nil {
-				return err
-			}
-			st := got.Status
-			if !meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionAllMembersReady) {
-				return fmt.Errorf("AllMembersReady not True: %+v (last operation %+v)", meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionAllMembersReady), st.LastOperation)
-			}
-			if up := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionUpgradeInProgress); up == nil || up.Status != metav1.ConditionFalse {
-				return fmt.Errorf("UpgradeInProgress %+v", up)
-			}
-			if st.Version != v || len(st.Members) != 3 {
-				return fmt.Errorf("version %q, members %+v", st.Version, st.Members)
-			}
-			for _, m := range st.Members {
-				if m.Version != v {
-					return fmt.Errorf("member %s on %s", m.Name, m.Version)
-				}
-			}
-			return nil
-		})
-		return got
+		return operatorfixture.WaitVersion(t, cl, ec, 3, v, timeout, checkMixed)
 	}
 	settled(8*time.Minute, from)
 
 	// A version the catalogue does not know: refused, nothing changed.
-	setVersion(t, cl, ec, "3.99.0")
+	operatorfixture.SetVersion(t, cl, ec, "3.99.0")
 	harness.Eventually(t, time.Minute, time.Second, "3.99.0 refused", func() error {
 		got, err := get()
 		if err != nil {
@@ -113,7 +94,7 @@ func operatorUpgradeRollback(t *testing.T, c *localkube.Cluster) {
 		t.Fatalf("version changed by a refused spec.version: %+v", got.Status)
 	}
 
-	clis := serviceClients(t, c, cs, ec, 5)
+	clis := operatorfixture.ServiceClients(t, c, cs, ec, 5)
 	w := workload.Start(t, clis[0], workload.Options{Prefix: "/e2e/upgrade-writer", Interval: 10 * time.Millisecond})
 	kvs := []clientv3.KV{clis[1], clis[2], clis[3], clis[4]}
 	var reports []workload.PhaseReport
@@ -141,7 +122,7 @@ func operatorUpgradeRollback(t *testing.T, c *localkube.Cluster) {
 	}
 
 	phase("upgrade "+from+" to "+to, func() {
-		setVersion(t, cl, ec, to)
+		operatorfixture.SetVersion(t, cl, ec, to)
 		// Mid-upgrade (the plan saved and running), the operator's pod
 		// is deleted and made again.
 		harness.Eventually(t, 5*time.Minute, 500*time.Millisecond, "the upgrade plan running", func() error {
@@ -155,14 +136,14 @@ func operatorUpgradeRollback(t *testing.T, c *localkube.Cluster) {
 			return nil
 		})
 		t.Logf("killing the operator's pod mid-upgrade")
-		killOperator(t, cs)
+		operatorfixture.KillOperator(t, cs)
 		got := settled(12*time.Minute, to)
 		if op := got.Status.LastOperation; op == nil || op.Type != "Upgrade" || op.State != "Succeeded" || !strings.HasPrefix(op.Plan, "upgrade-") || !strings.Contains(op.Description, op.Plan) {
 			t.Errorf("last operation after the upgrade: %+v", op)
 		}
 	})
 	phase("rollback to "+from, func() {
-		setVersion(t, cl, ec, from)
+		operatorfixture.SetVersion(t, cl, ec, from)
 		got := settled(12*time.Minute, from)
 		if op := got.Status.LastOperation; op == nil || op.Type != "Rollback" || op.State != "Succeeded" || !strings.HasPrefix(op.Plan, "rollback-") || !strings.Contains(op.Description, op.Plan) {
 			t.Errorf("last operation after the rollback: %+v", op)
@@ -181,5 +162,5 @@ func operatorUpgradeRollback(t *testing.T, c *localkube.Cluster) {
 		from, via, to, len(res.Acked), len(res.Failed), res.FailedAttempts, res.AttemptErrors, longestAck, res.LongestGap())
 	t.Logf("linearizability clients by phase:\n%s", workload.FormatReports(reports))
 
-	requireEvents(t, cs, ns, "db", "UpgradeRefused", "PlanStep", "PlanResumed", "PlanDone")
+	operatorfixture.RequireEvents(t, cs, ns, "db", "UpgradeRefused", "PlanStep", "PlanResumed", "PlanDone")
 }

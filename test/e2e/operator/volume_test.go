@@ -28,6 +28,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/operator"
 	"github.com/etcd-steward/steward/test/harness"
+	"github.com/etcd-steward/steward/test/operatorfixture"
 )
 
 // TestOperatorVolumeBackupsOwnCA: a one-member EtcdCluster keeps its
@@ -49,8 +50,8 @@ func TestOperatorVolumeBackupsOwnCA(t *testing.T) {
 
 func operatorVolumeBackupsOwnCA(t *testing.T, c *localkube.Cluster) {
 	const ns = "op-volume"
-	image := stewardImage(t, c)
-	cs, cl := setupShared(t, c, ns, image)
+	image := operatorfixture.StewardImage(t, c)
+	cs, cl := operatorfixture.SetupShared(t, c, ns, image)
 	ctx := t.Context()
 
 	// The user's CA, and a Secret whose certificate is a leaf.
@@ -82,14 +83,14 @@ func operatorVolumeBackupsOwnCA(t *testing.T, c *localkube.Cluster) {
 		ObjectMeta: metav1.ObjectMeta{Name: "leaf", Namespace: ns},
 		Spec:       v1alpha1.EtcdClusterSpec{Replicas: 1, TLS: v1alpha1.TLS{CASecret: "not-a-ca"}},
 	}
-	createClusters(t, cs, cl, ec, refused)
+	operatorfixture.CreateClusters(t, cs, cl, ec, refused)
 
 	var got v1alpha1.EtcdCluster
 	harness.Eventually(t, 6*time.Minute, 2*time.Second, "EtcdCluster db Ready with BackupReady and a last backup", func() error {
 		if err := cl.Get(ctx, types.NamespacedName{Namespace: ns, Name: "db"}, &got); err != nil {
 			return err
 		}
-		if err := conditionsTrue(got.Status, v1alpha1.ConditionReady, v1alpha1.ConditionAllMembersReady, v1alpha1.ConditionBackupReady); err != nil {
+		if err := operatorfixture.ConditionsTrue(got.Status, v1alpha1.ConditionReady, v1alpha1.ConditionAllMembersReady, v1alpha1.ConditionBackupReady); err != nil {
 			return err
 		}
 		if got.Status.LastBackupTime == nil {
@@ -99,7 +100,7 @@ func operatorVolumeBackupsOwnCA(t *testing.T, c *localkube.Cluster) {
 	})
 
 	// Writes through the client Service.
-	cli := serviceClient(t, c, cs, ec)
+	cli := operatorfixture.ServiceClient(t, c, cs, ec)
 	var rev int64
 	for i := range 20 {
 		r, err := cli.Put(ctx, fmt.Sprintf("/volume/k%02d", i), strconv.Itoa(i))
@@ -176,7 +177,7 @@ func operatorVolumeBackupsOwnCA(t *testing.T, c *localkube.Cluster) {
 	}
 	hctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	conn, err := dialInNetns(hctx, filepath.Join("/run/netns", c.Nodes[0].Netns), net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(operator.ClientPort)))
+	conn, err := operatorfixture.DialInNetns(hctx, filepath.Join("/run/netns", c.Nodes[0].Netns), net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(operator.ClientPort)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +191,7 @@ func operatorVolumeBackupsOwnCA(t *testing.T, c *localkube.Cluster) {
 		t.Errorf("served certificate %s: %v", served.Subject, err)
 	}
 	t.Logf("db-0 serves %s, issued by %s", served.Subject.CommonName, served.Issuer.CommonName)
-	requireEvents(t, cs, ns, "db", "Initialized", "Started", "BackupsOn")
+	operatorfixture.RequireEvents(t, cs, ns, "db", "Initialized", "Started", "BackupsOn")
 
 	// A Secret whose certificate is not a CA: refused, nothing made.
 	harness.Eventually(t, time.Minute, time.Second, "EtcdCluster leaf refused with reason CARefused", func() error {
