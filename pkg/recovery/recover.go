@@ -368,32 +368,16 @@ func run(ctx context.Context, c *cluster.Cluster, d runDeps) (Report, error) {
 		return rep, err
 	}
 
-	// A surviving member that holds, once started, every write the
-	// newest backup holds seeds the cluster instead of the backup, which
-	// would lose its later ones (chooseSeed: its committed position,
-	// never its database alone, is compared).
-	cands := seedCandidates(ctx, c, rep.DataDirs)
-	choice := chooseSeed(cands, rep.NewestBackupRevision)
-	if len(choice.Replay) > 0 {
-		c.Progress.Say("the WAL of %s committed entries the database has not applied: running each alone with --force-new-cluster on a private client port until a write commits, so its database applies them, before choosing the seed", replayNames(cands, choice.Replay))
-		for _, i := range choice.Replay {
-			m := c.Spec.Members[i]
-			if err := isolated.Run(ctx, c, []string{m.Name}, c.Spec.VersionOf(m), isolated.Options{ForceNewCluster: true, Timeout: 2 * time.Minute}); err != nil {
-				return rep, fmt.Errorf("replay the WAL of %s: %w (its data is kept: re-run the recovery)", m.Name, err)
-			}
-			f, err := c.CheckDataDir(ctx, m)
-			if err != nil {
-				return rep, err
-			}
-			c.Progress.Say("  %s: %s (WAL replayed)", m.Name, f)
-			rep.DataDirs[i] = f
-		}
-		cands = seedCandidates(ctx, c, rep.DataDirs)
-		if choice = chooseSeed(cands, rep.NewestBackupRevision); len(choice.Replay) > 0 {
-			return rep, fmt.Errorf("after running alone, the WAL of %s is still ahead of its database: nothing more was changed; re-run the recovery", replayNames(cands, choice.Replay))
+	// A surviving member whose database is at or past the newest backup
+	// holds every write the backup holds (a member applies only committed
+	// entries, in the one order raft gives), and maybe later ones: it seeds
+	// the cluster instead of the backup, which would lose those.
+	best := -1
+	for i, f := range rep.DataDirs {
+		if f.State == datadir.Valid && f.Revision >= rep.NewestBackupRevision && (best < 0 || f.Revision > rep.DataDirs[best].Revision) {
+			best = i
 		}
 	}
-	best := choice.Seed
 	if best >= 0 {
 		survivor := c.Spec.Members[best]
 		rep.Action = "reseed"
