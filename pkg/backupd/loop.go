@@ -371,8 +371,13 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 	err = rec.Run(rctx, cli)
 	r.update(false, func(st *backup.LoopStatus) { st.Recording = false })
 	if errors.Is(err, backup.ErrCompacted) {
-		// The next round finds no usable chain end and takes a full snapshot.
+		// The chain cannot continue: a full snapshot starts the next
+		// round's chain (its recorder continues after it). One full at a
+		// time: this round's fuller, which may be streaming one, is
+		// stopped and waited for first.
 		log.Warn("watch compacted; taking a full snapshot", "err", err)
+		cancel()
+		full.wait()
 		m, ferr := Now(ctx, c, Options{Member: leader.Name})
 		if ferr != nil {
 			return fmt.Errorf("full snapshot after compaction: %w", ferr)
