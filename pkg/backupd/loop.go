@@ -459,13 +459,15 @@ func liveRevision(st *status.Status) int64 {
 // timeline above every revision served before (restore's bump), so a
 // cluster at or past a newer timeline's start revision is on it (or one
 // after it); an abandoned timeline (its restore stopped before its
-// commit) starts above every revision the cluster serves, so it never
-// matches. Such a loop records nothing until its agent receives the spec.
+// commit) is not counted: it starts above every revision served when it
+// was made, but with a small bump the cluster may reach its start on the
+// old timeline, and backups would stop for good. Such a loop records
+// nothing until its agent receives the spec.
 func staleTimeline(records []backup.TimelineRecord, clusterID string, timeline, live int64) (backup.TimelineRecord, bool) {
 	var newer backup.TimelineRecord
 	found := false
 	for _, r := range records {
-		if r.Timeline <= timeline || (clusterID != "" && r.ClusterID != "" && r.ClusterID != clusterID) {
+		if r.Timeline <= timeline || !r.Committed || (clusterID != "" && r.ClusterID != "" && r.ClusterID != clusterID) {
 			continue
 		}
 		if live > 0 && r.StartRevision > 0 && r.StartRevision <= live && (!found || r.Timeline > newer.Timeline) {

@@ -94,9 +94,13 @@ func TestOwnChains(t *testing.T) {
 // spec's own or older ones do not count.
 func TestStaleTimeline(t *testing.T) {
 	rec := func(n, start int64, cid string) backup.TimelineRecord {
-		return backup.TimelineRecord{Lineage: backup.Lineage{Timeline: n}, StartRevision: start, ClusterID: cid}
+		return backup.TimelineRecord{Lineage: backup.Lineage{Timeline: n}, StartRevision: start, ClusterID: cid, Committed: true}
 	}
-	records := []backup.TimelineRecord{rec(2, 2_000_000_100, "c1"), rec(3, 3_000_000_200, "c1"), rec(4, 4_000_000_300, "c1"), rec(5, 10, "c2")}
+	// 6: a restore abandoned before its commit, with a start the cluster
+	// reached on timeline 3 anyway (a small bump): never a reason to stop.
+	abandoned := rec(6, 3_000_000_300, "c1")
+	abandoned.Committed = false
+	records := []backup.TimelineRecord{rec(2, 2_000_000_100, "c1"), rec(3, 3_000_000_200, "c1"), rec(4, 4_000_000_300, "c1"), rec(5, 10, "c2"), abandoned}
 	for _, tc := range []struct {
 		name     string
 		timeline int64
@@ -109,6 +113,7 @@ func TestStaleTimeline(t *testing.T) {
 		{"spec current; 4 abandoned above the cluster's revision", 3, 3_000_000_250, 0},
 		{"spec current, still on 2", 2, 2_000_000_500, 0},
 		{"no live revision known", 2, 0, 0},
+		{"spec current on 3, past the start of abandoned 6", 3, 3_000_000_400, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			newer, stale := staleTimeline(records, "c1", tc.timeline, tc.live)
