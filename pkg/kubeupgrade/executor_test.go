@@ -56,13 +56,23 @@ type fakeKube struct {
 	hashes   map[string]string
 	migrated []string
 	maxDown  int
+	// nodes are the kubelets and Nodes (kubelets_test.go).
+	nodes map[string]*fakeNode
+	// events are the kubelet steps' actions in order ("node-a cordon",
+	// "node-a evict ns/pod", "node-a switch v1.36.3", "node-a uncordon"),
+	// writesBefore the manifest writes done at the first of them.
+	events       []string
+	writesBefore int
 }
 
 var hosts = []string{"node-a", "node-b", "node-c"}
 
 func newFakeKube(t *testing.T) *fakeKube {
 	f := &fakeKube{t: t, man: map[string][]byte{}, running: map[string]string{}, emu: map[string]string{}, lag: map[string]int{}, kept: map[string]map[string][]byte{},
-		hashes: map[string]string{"configmaps": "h1", "deployments.apps": "h2"}}
+		hashes: map[string]string{"configmaps": "h1", "deployments.apps": "h2"}, nodes: map[string]*fakeNode{}, writesBefore: -1}
+	for _, h := range hosts {
+		f.nodes[h] = newFakeNode()
+	}
 	for _, h := range hosts {
 		for _, c := range kubeversion.ControlPlane {
 			img := "registry.k8s.io/" + c + ":v1.35.4"
