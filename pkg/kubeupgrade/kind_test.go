@@ -47,7 +47,7 @@ func TestKubeUpgradeKind(t *testing.T) {
 	for _, s := range p.Steps {
 		kinds = append(kinds, s.Kind)
 	}
-	if want := "started,upgrading-first-control-plane,upgrading-second-control-plane,upgrading-third-control-plane,upgrading-controllers,upgrading-controllers,upgrading-controllers,switching-emulated-version,migrating-storage,complete"; strings.Join(kinds, ",") != want {
+	if want := "started,upgrading-first-control-plane,upgrading-second-control-plane,upgrading-third-control-plane,upgrading-controllers,upgrading-controllers,upgrading-controllers,switching-emulated-version,upgrading-kubelets,upgrading-kubelets,upgrading-kubelets,migrating-storage,complete"; strings.Join(kinds, ",") != want {
 		t.Errorf("steps %s", strings.Join(kinds, ","))
 	}
 	r := plan.NewRegistry[*cluster.Cluster]("")
