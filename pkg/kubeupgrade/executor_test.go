@@ -527,7 +527,8 @@ func TestRewrite(t *testing.T) {
 // recorded running, its action not run; plan-step-after:N: the same with
 // N's action run), then resumed with plan.Run: it completes, every
 // manifest is written once (a step whose action ran writes nothing
-// again), and two API servers are never down at once.
+// again), two API servers are never down at once, and every kubelet is
+// switched once, one node at a time.
 func TestKillAtEveryStep(t *testing.T) {
 	steps := len(newPlanSteps(t))
 	for n := range steps {
@@ -580,6 +581,22 @@ func TestKillAtEveryStep(t *testing.T) {
 				if f.maxDown > 1 {
 					t.Errorf("%d API servers down at once", f.maxDown)
 				}
+				// Each kubelet switched once, one node at a time.
+				switched := map[string]int{}
+				for _, e := range f.events {
+					if strings.Contains(e, " switch v") {
+						switched[e]++
+					}
+				}
+				if len(switched) != 3 {
+					t.Errorf("kubelets switched: %v", f.events)
+				}
+				for e, c := range switched {
+					if c != 1 {
+						t.Errorf("%s %d times", e, c)
+					}
+				}
+				checkOneAtATime(t, f.events)
 			})
 		}
 	}
