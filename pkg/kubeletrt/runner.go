@@ -269,6 +269,7 @@ func (r *Runner) start(cfg Config, ver string) (*exec.Cmd, chan struct{}, error)
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
+	_ = os.MkdirAll(filepath.Dir(r.PIDFile), 0o700)
 	if err := atomicfile.WriteFile(r.PIDFile, []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o600); err != nil {
 		r.logger().Warn("kubelet: pid file", "err", err)
 	}
@@ -361,7 +362,11 @@ func (r *Runner) SwitchKubelet(ctx context.Context, version string) (Status, err
 		return r.Kubelet(ctx)
 	}
 	b, _ := json.Marshal(stateFile{Version: version})
-	if err := atomicfile.WriteFile(r.StateFile, b, 0o600); err != nil {
+	err := os.MkdirAll(filepath.Dir(r.StateFile), 0o700)
+	if err == nil {
+		err = atomicfile.WriteFile(r.StateFile, b, 0o600)
+	}
+	if err != nil {
 		r.mu.Unlock()
 		return Status{}, fmt.Errorf("record the kubelet version to run: %w", err)
 	}
