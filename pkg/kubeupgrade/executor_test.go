@@ -63,13 +63,16 @@ type fakeKube struct {
 	// writesBefore the manifest writes done at the first of them.
 	events       []string
 	writesBefore int
+	// unready counts the looks a HOST/COMPONENT's mirror pod stays
+	// unready after its kubelet was switched (its probes run again).
+	unready map[string]int
 }
 
 var hosts = []string{"node-a", "node-b", "node-c"}
 
 func newFakeKube(t *testing.T) *fakeKube {
 	f := &fakeKube{t: t, man: map[string][]byte{}, running: map[string]string{}, emu: map[string]string{}, lag: map[string]int{}, kept: map[string]map[string][]byte{},
-		hashes: map[string]string{"configmaps": "h1", "deployments.apps": "h2"}, nodes: map[string]*fakeNode{}, writesBefore: -1}
+		hashes: map[string]string{"configmaps": "h1", "deployments.apps": "h2"}, nodes: map[string]*fakeNode{}, writesBefore: -1, unready: map[string]int{}}
 	for _, h := range hosts {
 		f.nodes[h] = newFakeNode()
 	}
@@ -144,7 +147,10 @@ func (f *fakeKube) Running(context.Context) (*Running, error) {
 			if h == f.noMirror && c == kubeversion.APIServer {
 				continue
 			}
-			ready := f.lag[k] == 0 && !(c == kubeversion.APIServer && f.notReady == h)
+			ready := f.lag[k] == 0 && !(c == kubeversion.APIServer && f.notReady == h) && f.unready[k] == 0
+			if f.unready[k] > 0 {
+				f.unready[k]--
+			}
 			r.Pods[k] = PodState{Image: f.running[k], Emulated: f.emu[k], Ready: ready}
 		}
 	}

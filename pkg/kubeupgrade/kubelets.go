@@ -12,8 +12,10 @@ package kubeupgrade
 //
 // Invariants, enforced here:
 //   - one node at a time: a step returns only once its node's kubelet
-//     runs the target (Node status.nodeInfo.kubeletVersion) and the Node
-//     is Ready, and is uncordoned;
+//     runs the target (Node status.nodeInfo.kubeletVersion), the Node is
+//     Ready, the node's planned control-plane components are ready again
+//     (a restarted kubelet reports its static pods unready until their
+//     probes pass), and the node is uncordoned;
 //   - a node is drained before its kubelet moves across a minor
 //     (kubeversion.KubeletDrain, the skew policy's "In-place minor
 //     version kubelet upgrades are not supported"), through the eviction
@@ -183,7 +185,27 @@ func (e *Executor) kubeletStep(ctx context.Context, id string, pl Payload, host 
 	}); err != nil {
 		return err
 	}
-	e.Progress.Say("host %s: kubelet %s, Node Ready (%.1fs after the switch)", host, pk.ToVersion, time.Since(start).Seconds())
+	// The new kubelet reports its static pods not ready until their
+	// probes pass again: the node's control plane ready before the next
+	// node's kubelet restarts (never two at once).
+	if err := e.wait(ctx, fmt.Sprintf("host %s: its control plane ready under kubelet %s", host, pk.ToVersion), func() error {
+		for _, pc := range pl.Components {
+			if pc.Host != host {
+				continue
+			}
+			check := e.upgraded
+			if pl.EmulatedVersion != "" {
+				check = e.switched
+			}
+			if err := check(ctx, pc); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	e.Progress.Say("host %s: kubelet %s, Node Ready, its static pods ready (%.1fs after the switch)", host, pk.ToVersion, time.Since(start).Seconds())
 	return e.uncordon(ctx, id, host)
 }
 

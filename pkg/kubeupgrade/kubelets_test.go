@@ -124,6 +124,9 @@ func (f *fakeKube) SwitchKubelet(_ context.Context, host, version string) error 
 	}
 	f.event(host + " switch " + version)
 	n.agent, n.lag = version, 2
+	for _, c := range kubeversion.ControlPlane {
+		f.unready[host+"/"+c] = 4
+	}
 	return nil
 }
 
@@ -156,7 +159,9 @@ func (f *fakeKube) podNames(host string) []string {
 // migrating-storage, one node at a time in host order: cordoned, drained
 // (a minor upgrade: the skew policy's rule) of its ReplicaSet pod only
 // (the DaemonSet's and the mirror pod stay), switched through its agent,
-// waited for until its Node reports the target and Ready, uncordoned.
+// waited for until its Node reports the target and Ready and its static
+// pods are ready again (the new kubelet reports them unready until their
+// probes pass), uncordoned.
 func TestKubeletsAfterTheSwitch(t *testing.T) {
 	f := newFakeKube(t)
 	f.nodes["node-b"].pods[2].pdb = 3 // evicted on the fourth try
