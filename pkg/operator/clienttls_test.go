@@ -177,21 +177,7 @@ func writeClientPair(t *testing.T, certDir string, notAfter time.Time) {
 // succeeds.
 func TestReconcileRenewsClientCert(t *testing.T) {
 	ec := testCluster()
-	scheme, err := Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	failUpdates := false
-	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(ec).WithStatusSubresource(&v1alpha1.EtcdCluster{}).
-		WithInterceptorFuncs(interceptor.Funcs{Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
-			if _, ok := obj.(*corev1.Secret); ok && failUpdates && obj.GetName() == "db-client-tls" {
-				return errors.New("the API server is away")
-			}
-			return c.Update(ctx, obj, opts...)
-		}}).Build()
-	rec := events.NewFakeRecorder(100)
-	r := &Reconciler{Client: cl, Recorder: rec, Config: Config{StateDir: t.TempDir(), MemberImage: "steward.etcd.io/steward:t", ClusterDomain: "cluster.local"},
-		ops: map[string]*v1alpha1.Operation{}}
+	r, cl, rec, failUpdates := clientTLSReconciler(t, ec)
 	ctx := t.Context()
 	reconcile := func() {
 		t.Helper()
@@ -287,7 +273,7 @@ func TestReconcileRenewsClientCert(t *testing.T) {
 	if err := cl.Update(ctx, published); err != nil {
 		t.Fatal(err)
 	}
-	failUpdates = true
+	*failUpdates = true
 	reconcile()
 	held := clientTLS(t, cl)
 	if !bytes.Equal(held.Data["tls.crt"], published.Data["tls.crt"]) {
@@ -314,7 +300,7 @@ func TestReconcileRenewsClientCert(t *testing.T) {
 	for len(rec.Events) > 0 {
 		<-rec.Events
 	}
-	failUpdates = false
+	*failUpdates = false
 	reconcile()
 	s = checkRenewed(held, "")
 
@@ -407,20 +393,7 @@ func FuzzDecideClientCert(f *testing.F) {
 // the Secret's update fails it stays.
 func TestStaleClientCopyRemoved(t *testing.T) {
 	ec := testCluster()
-	scheme, err := Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	failUpdates := false
-	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(ec).WithStatusSubresource(&v1alpha1.EtcdCluster{}).
-		WithInterceptorFuncs(interceptor.Funcs{Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
-			if _, ok := obj.(*corev1.Secret); ok && failUpdates && obj.GetName() == "db-client-tls" {
-				return errors.New("the API server is away")
-			}
-			return c.Update(ctx, obj, opts...)
-		}}).Build()
-	r := &Reconciler{Client: cl, Recorder: events.NewFakeRecorder(100), Config: Config{StateDir: t.TempDir(), MemberImage: "steward.etcd.io/steward:t", ClusterDomain: "cluster.local"},
-		ops: map[string]*v1alpha1.Operation{}}
+	r, cl, _, failUpdates := clientTLSReconciler(t, ec)
 	reconcile := func() {
 		t.Helper()
 		if _, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "prod", Name: "db"}}); err != nil {
@@ -442,12 +415,12 @@ func TestStaleClientCopyRemoved(t *testing.T) {
 	}
 	// A renewal whose Secret update fails: the copy stays.
 	writeClientPair(t, certDir, time.Now().Add(10*24*time.Hour))
-	failUpdates = true
+	*failUpdates = true
 	reconcile()
 	if _, err := os.Stat(filepath.Join(out, "db-client.key")); err != nil {
 		t.Fatalf("the copy was removed before the Secret held the current pair: %v", err)
 	}
-	failUpdates = false
+	*failUpdates = false
 	reconcile()
 	s := clientTLS(t, cl)
 	onDisk, _ := os.ReadFile(filepath.Join(certDir, pki.ClientsDir, "db-client.key"))
@@ -459,4 +432,26 @@ func TestStaleClientCopyRemoved(t *testing.T) {
 	}
 	// Nothing to remove: a reconcile goes on as usual.
 	reconcile()
+}
+
+// clientTLSReconciler is a reconciler of ec on a fake API whose updates of
+// the Secret db-client-tls fail while *failUpdates is true.
+func clientTLSReconciler(t *testing.T, ec *v1alpha1.EtcdCluster) (*Reconciler, client.WithWatch, *events.FakeRecorder, *bool) {
+	t.Helper()
+	scheme, err := Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	failUpdates := new(bool)
+	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(ec).WithStatusSubresource(&v1alpha1.EtcdCluster{}).
+		WithInterceptorFuncs(interceptor.Funcs{Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			if _, ok := obj.(*corev1.Secret); ok && *failUpdates && obj.GetName() == "db-client-tls" {
+				return errors.New("the API server is away")
+			}
+			return c.Update(ctx, obj, opts...)
+		}}).Build()
+	rec := events.NewFakeRecorder(100)
+	r := &Reconciler{Client: cl, Recorder: rec, Config: Config{StateDir: t.TempDir(), MemberImage: "steward.etcd.io/steward:t", ClusterDomain: "cluster.local"},
+		ops: map[string]*v1alpha1.Operation{}}
+	return r, cl, rec, failUpdates
 }
