@@ -77,6 +77,19 @@ func Plan(ctx context.Context, c *cluster.Cluster, cfg *rest.Config, o PlanOptio
 	if err != nil {
 		return nil, err
 	}
+	// A member slow to answer once (each has 2 s: a loaded machine) is
+	// looked at again before the upgrade is refused: three looks, 2 s
+	// apart; a member really down is down at each.
+	for look := 1; look < 3 && etcdHealth(st).Result == kubeversion.Fail; look++ {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+		if st, err = status.Get(ctx, c); err != nil {
+			return nil, err
+		}
+	}
 	for _, m := range st.Members {
 		if m.Version != "" {
 			in.EtcdVersions[m.Name] = m.Version
