@@ -66,9 +66,6 @@ type fakeKube struct {
 	// unready counts the looks a HOST/COMPONENT's mirror pod stays
 	// unready after its kubelet was switched (its probes run again).
 	unready map[string]int
-	// apiFlaky fails that many of the next calls of each of Node, Cordon
-	// and Uncordon with an EOF (an API server stopping mid-request).
-	apiFlaky map[string]int
 }
 
 var hosts = []string{"node-a", "node-b", "node-c"}

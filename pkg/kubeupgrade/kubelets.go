@@ -120,18 +120,9 @@ func (e *Executor) kubeletStep(ctx context.Context, id string, pl Payload, host 
 	if !ok {
 		return nil
 	}
-	// Invariant: every call to the API server in this step is retried
-	// (e.wait) until the step's timeout, never failed on its first error:
-	// the API servers behind the balancer restart during the plan (a
-	// kubelet switch restarts its node's static pods), and a request sent
-	// to one as it stops ends in EOF. Each call is idempotent (the node
-	// read, a cordon and an uncordon that check the plan's annotation).
-	var n NodeState
-	if err := e.wait(ctx, fmt.Sprintf("host %s: read its Node", host), func() (err error) {
-		n, err = e.Env.Node(ctx, host)
-		return err
-	}); err != nil {
-		return err
+	n, err := e.Env.Node(ctx, host)
+	if err != nil {
+		return fmt.Errorf("host %s: read its Node: %w", host, err)
 	}
 	if n.KubeletVersion == pk.ToVersion && n.Ready {
 		e.Progress.Say("host %s: kubelet already runs %s", host, pk.ToVersion)
@@ -139,10 +130,8 @@ func (e *Executor) kubeletStep(ctx context.Context, id string, pl Payload, host 
 	}
 	switch {
 	case !n.Unschedulable:
-		if err := e.wait(ctx, fmt.Sprintf("host %s: cordon its node", host), func() error {
-			return e.Env.Cordon(ctx, host, id)
-		}); err != nil {
-			return err
+		if err := e.Env.Cordon(ctx, host, id); err != nil {
+			return fmt.Errorf("host %s: cordon its node: %w", host, err)
 		}
 		e.Progress.Say("host %s: node cordoned", host)
 	case n.CordonedBy == id:
@@ -222,26 +211,17 @@ func (e *Executor) kubeletStep(ctx context.Context, id string, pl Payload, host 
 
 // uncordon makes host's node schedulable again when plan id cordoned it.
 func (e *Executor) uncordon(ctx context.Context, id, host string) error {
-	done := false
-	if err := e.wait(ctx, fmt.Sprintf("host %s: uncordon its node", host), func() error {
-		n, err := e.Env.Node(ctx, host)
-		if err != nil {
-			return err
-		}
-		if n.CordonedBy != id {
-			return nil // not the plan's cordon, or already undone
-		}
-		if err := e.Env.Uncordon(ctx, host, id); err != nil {
-			return err
-		}
-		done = true
+	n, err := e.Env.Node(ctx, host)
+	if err != nil {
+		return fmt.Errorf("host %s: read its Node: %w", host, err)
+	}
+	if n.CordonedBy != id {
 		return nil
-	}); err != nil {
-		return err
 	}
-	if done {
-		e.Progress.Say("host %s: node uncordoned", host)
+	if err := e.Env.Uncordon(ctx, host, id); err != nil {
+		return fmt.Errorf("host %s: uncordon its node: %w", host, err)
 	}
+	e.Progress.Say("host %s: node uncordoned", host)
 	return nil
 }
 

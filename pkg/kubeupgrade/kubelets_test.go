@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -53,21 +52,9 @@ func (f *fakeKube) event(e string) {
 	f.events = append(f.events, e)
 }
 
-// flaky reports the EOF of a call f.apiFlaky still fails; under f.mu.
-func (f *fakeKube) flaky(call string) error {
-	if f.apiFlaky[call] > 0 {
-		f.apiFlaky[call]--
-		return fmt.Errorf("%s: %w", call, io.ErrUnexpectedEOF)
-	}
-	return nil
-}
-
 func (f *fakeKube) Node(_ context.Context, host string) (NodeState, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := f.flaky("node"); err != nil {
-		return NodeState{}, err
-	}
 	n := f.nodes[host]
 	if n.reported != n.agent {
 		if n.lag > 0 {
@@ -82,9 +69,6 @@ func (f *fakeKube) Node(_ context.Context, host string) (NodeState, error) {
 func (f *fakeKube) Cordon(_ context.Context, host, id string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := f.flaky("cordon"); err != nil {
-		return err
-	}
 	f.event(host + " cordon")
 	n := f.nodes[host]
 	n.unsched, n.cordonedBy = true, id
@@ -94,9 +78,6 @@ func (f *fakeKube) Cordon(_ context.Context, host, id string) error {
 func (f *fakeKube) Uncordon(_ context.Context, host, id string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := f.flaky("uncordon"); err != nil {
-		return err
-	}
 	n := f.nodes[host]
 	if n.cordonedBy == id {
 		f.event(host + " uncordon")
@@ -474,33 +455,5 @@ func TestCheckKubelets(t *testing.T) {
 	err = checkKubelets(t.Context(), agents(map[string][]string{"node-a": {capKubelet}}, ok), kubelets)
 	if !errors.Is(err, ErrNoKubelet) || !strings.Contains(err.Error(), "host node-b: its Steward agent node-b does not run the host's kubelet") {
 		t.Errorf("no kubelet capability: %v", err)
-	}
-}
-
-// The kubelet step retries its calls to the API server: a request that
-// ends in EOF (an API server behind the balancer stopping as a kubelet
-// switch restarts it) is tried again, not the step failed. Seen in a
-// full run: the uncordon after node-a's switch failed the whole plan.
-func TestKubeletsRetryTheAPI(t *testing.T) {
-	f := newFakeKube(t)
-	st, p := newKubePlan(t, f)
-	// Enough to reach every call of the kubelet steps: the control-plane
-	// steps read no Node.
-	f.apiFlaky = map[string]int{"cordon": 2, "uncordon": 2}
-	ex := &Executor{Env: f, Poll: time.Millisecond, Timeout: 5 * time.Second}
-	if err := plan.Run(t.Context(), st, p.ID, ex, nil); err != nil {
-		t.Fatal(err)
-	}
-	for _, h := range hosts {
-		if n := f.nodes[h]; n.reported != "v1.36.3" || n.unsched || n.cordonedBy != "" {
-			t.Errorf("%s: %+v", h, n)
-		}
-	}
-	// And a Node read failing at each step's start.
-	f2 := newFakeKube(t)
-	st2, p2 := newKubePlan(t, f2)
-	f2.apiFlaky = map[string]int{"node": 3}
-	if err := plan.Run(t.Context(), st2, p2.ID, &Executor{Env: f2, Poll: time.Millisecond, Timeout: 5 * time.Second}, nil); err != nil {
-		t.Fatal(err)
 	}
 }
