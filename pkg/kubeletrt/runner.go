@@ -54,8 +54,7 @@ type Runner struct {
 	ConfigPath string
 	// StateFile records the version switched to ({"version": "vX.Y.Z"}).
 	StateFile string
-	// PIDFile records the running kubelet's PID and its start time
-	// (procStart): "PID START".
+	// PIDFile records the running kubelet's PID.
 	PIDFile    string
 	DefaultLog string
 	Log        *slog.Logger
@@ -278,11 +277,7 @@ func (r *Runner) start(cfg Config, ver string) (*exec.Cmd, chan struct{}, error)
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
 	_ = os.MkdirAll(filepath.Dir(r.PIDFile), 0o700)
-	rec := strconv.Itoa(cmd.Process.Pid)
-	if start, err := procStart(cmd.Process.Pid); err == nil {
-		rec += " " + start
-	}
-	if err := atomicfile.WriteFile(r.PIDFile, []byte(rec+"\n"), 0o600); err != nil {
+	if err := atomicfile.WriteFile(r.PIDFile, []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o600); err != nil {
 		r.logger().Warn("kubelet: pid file", "err", err)
 	}
 	r.mu.Lock()
@@ -313,28 +308,13 @@ func (r *Runner) stopStale(cfg Config) {
 	if err != nil {
 		return
 	}
-	// Invariant: only the process the file names is signalled, never one
-	// that took its PID since (after a reboot, or a long time): the PID
-	// and its start time must both match; a file of an agent before start
-	// times were recorded (one field) is judged by the command line. Never
-	// this process.
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 1 {
 		return
 	}
-	pid, err := strconv.Atoi(f[0])
-	if err != nil || pid <= 1 || pid == os.Getpid() {
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil || !strings.Contains(string(cmdline), "kubelet") {
 		return
-	}
-	if len(f) > 1 {
-		if start, err := procStart(pid); err != nil || start != f[1] {
-			return
-		}
-	} else {
-		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if err != nil || !strings.Contains(string(cmdline), "kubelet") {
-			return
-		}
 	}
 	r.logger().Warn("kubelet: stopping the one a previous agent left", "pid", pid)
 	_ = syscall.Kill(pid, syscall.SIGTERM)
@@ -425,22 +405,3 @@ func (r *Runner) SwitchKubelet(ctx context.Context, version string) (Status, err
 }
 
 var _ Runtime = (*Runner)(nil)
-
-// procStart is process pid's start time (field 22 of /proc/PID/stat, in
-// clock ticks since boot): with the PID, it names one process.
-func procStart(pid int) (string, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return "", err
-	}
-	// The command name (field 2) is in parentheses and may hold spaces.
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return "", fmt.Errorf("/proc/%d/stat: no command name", pid)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 20 {
-		return "", fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f)+2)
-	}
-	return f[19], nil
-}
