@@ -21,16 +21,13 @@ var base = []string{
 	"GOMAXPROCS", "GOMEMLIMIT", "GOTRACEBACK", "GORACE", "GOCOVERDIR",
 }
 
-// network are how a child reaches servers beyond the machine: the system
-// CA bundle and proxies.
-var network = []string{
+// agentOnly are what the agent keeps besides base: how it reaches an S3
+// store (system CA bundle, proxies) and Steward's test crash points.
+var agentOnly = []string{
 	"SSL_CERT_FILE", "SSL_CERT_DIR",
 	"HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy",
+	"STEWARD_CRASHPOINT",
 }
-
-// agentOnly are what the agent keeps besides base: how it reaches an S3
-// store (network) and Steward's test crash points.
-var agentOnly = append(slices.Clone(network), "STEWARD_CRASHPOINT")
 
 // Etcd is the environment of an etcd member or an etcd tool (etcd
 // --version, etcdutl): base only, never an ETCD_* variable.
@@ -43,11 +40,6 @@ func Etcd() []string { return pick(base) }
 func Agent(pass ...string) []string {
 	return pick(slices.Concat(base, agentOnly, pass))
 }
-
-// Kubelet is the environment of a host's kubelet the agent runs
-// (pkg/kubeletrt): base and how it reaches the API server through a proxy
-// (network), never the agent's secrets or crash points.
-func Kubelet() []string { return pick(slices.Concat(base, network)) }
 
 // With is Etcd plus the KEY=VALUE pairs given.
 func With(kv ...string) []string { return append(Etcd(), kv...) }

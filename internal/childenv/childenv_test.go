@@ -26,8 +26,6 @@ func TestEnvironments(t *testing.T) {
 		{name: "with", env: With("A=b"), want: []string{"PATH=/usr/bin:/bin", "A=b"}, deny: []string{"ETCD_", "AWS_"}},
 		{name: "agent", env: Agent(), want: []string{"PATH=/usr/bin:/bin", "SSL_CERT_FILE=/ca.pem", "STEWARD_CRASHPOINT=x"},
 			deny: []string{"ETCD_", "AWS_"}},
-		{name: "kubelet", env: Kubelet(), want: []string{"PATH=/usr/bin:/bin", "SSL_CERT_FILE=/ca.pem"},
-			deny: []string{"ETCD_", "AWS_", "STEWARD_CRASHPOINT"}},
 		{name: "agent with S3 credentials", env: Agent("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"),
 			want: []string{"AWS_ACCESS_KEY_ID=ak", "AWS_SECRET_ACCESS_KEY=s3cr3t"}, deny: []string{"ETCD_"}},
 	}

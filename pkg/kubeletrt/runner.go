@@ -33,7 +33,6 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/internal/atomicfile"
-	"github.com/etcd-steward/steward/internal/childenv"
 )
 
 // ErrNotReady: the runner has not read its config yet.
@@ -244,10 +243,7 @@ func (r *Runner) pause(ctx context.Context, d time.Duration) bool {
 func (r *Runner) start(cfg Config, ver string) (*exec.Cmd, chan struct{}, error) {
 	r.mu.Lock()
 	r.attempts++
-	// Not running until this start succeeds: a switch waiting for the new
-	// version must never read the stopped kubelet's state as the new one's.
 	r.st.Version, r.st.Binary = ver, cfg.Binary(ver)
-	r.st.State, r.st.PID = StateRestarting, 0
 	r.mu.Unlock()
 	if err := cfg.HasBinary(ver); err != nil {
 		return nil, nil, err
@@ -266,9 +262,6 @@ func (r *Runner) start(cfg Config, ver string) (*exec.Cmd, chan struct{}, error)
 	defer f.Close() // the child has its own copy
 	argv := append(append(append([]string{}, cfg.Prefix...), cfg.Binary(ver)), cfg.Args...)
 	cmd := exec.Command(argv[0], argv[1:]...)
-	// Never the agent's own environment: it may hold the S3 credentials
-	// and Steward's crash points (childenv).
-	cmd.Env = childenv.Kubelet()
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {

@@ -28,7 +28,6 @@ func fakeKubelet(t *testing.T, cache, version, record string) {
 	}
 	script := fmt.Sprintf(`#!/bin/sh
 trap 'echo "%[1]s $$ term" >> %[2]q/stops; exit 0' TERM
-env > %[2]q/env.$$
 echo "%[1]s $$ $*" >> %[2]q/starts
 while :; do sleep 0.05; done
 `, version, record)
@@ -301,53 +300,4 @@ func FuzzParseConfig(f *testing.F) {
 			}
 		}
 	})
-}
-
-// The kubelet gets the short environment of childenv.Kubelet, never the
-// agent's secrets (an S3 key the agent took from its environment) or
-// Steward's crash points.
-func TestRunnerEnvironment(t *testing.T) {
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "secret-of-the-agent")
-	t.Setenv("STEWARD_CRASHPOINT", "somewhere")
-	t.Setenv("HTTPS_PROXY", "http://proxy.example:3128")
-	g := newRig(t, "v1.35.4")
-	g.writeConfig(t, "v1.35.4")
-	g.run(t)
-	st := g.running(t, "v1.35.4")
-	var env string
-	waitFor(t, "the kubelet's environment", func() error {
-		b, err := os.ReadFile(filepath.Join(g.dir, "env."+strconv.Itoa(st.PID)))
-		env = string(b)
-		if err != nil || !strings.Contains(env, "PATH=") {
-			return fmt.Errorf("env file: %v", err)
-		}
-		return nil
-	})
-	for _, bad := range []string{"AWS_SECRET_ACCESS_KEY", "STEWARD_CRASHPOINT"} {
-		if strings.Contains(env, bad+"=") {
-			t.Errorf("the kubelet was given %s", bad)
-		}
-	}
-	if !strings.Contains(env, "HTTPS_PROXY=http://proxy.example:3128") {
-		t.Errorf("the kubelet lost the proxy it may need to reach the API server:\n%s", env)
-	}
-}
-
-// A switch to a kubelet binary that does not start (not executable) is
-// reported failed, never as the old kubelet's PID running the new version.
-func TestRunnerSwitchToBinaryThatDoesNotStart(t *testing.T) {
-	g := newRig(t, "v1.35.4", "v1.36.3")
-	if err := os.Chmod(filepath.Join(g.cache, "v1.36.3", "bin", "kubelet"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	g.writeConfig(t, "v1.35.4")
-	g.run(t)
-	old := g.running(t, "v1.35.4")
-	st, err := g.r.SwitchKubelet(t.Context(), "v1.36.3")
-	if !errors.Is(err, ErrStart) {
-		t.Fatalf("switch to a binary that cannot run: %+v, %v; want ErrStart", st, err)
-	}
-	if st.PID == old.PID && st.State == StateRunning {
-		t.Errorf("reported the stopped kubelet %d as running %s", old.PID, st.Version)
-	}
 }
