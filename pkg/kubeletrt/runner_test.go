@@ -17,9 +17,8 @@ import (
 
 // fakeKubelet is a shell script standing in for a kubelet binary (the
 // runner's own start, stop and switch logic, not Kubernetes behaviour):
-// once its SIGTERM trap is set, it appends "VERSION PID ARGS" to
-// $dir/starts, and on SIGTERM appends "VERSION PID term" to $dir/stops
-// and exits.
+// it appends "VERSION PID ARGS" to $dir/starts, and on SIGTERM appends
+// "VERSION PID term" to $dir/stops and exits.
 func fakeKubelet(t *testing.T, cache, version, record string) {
 	t.Helper()
 	bin := filepath.Join(cache, version, "bin")
@@ -27,8 +26,8 @@ func fakeKubelet(t *testing.T, cache, version, record string) {
 		t.Fatal(err)
 	}
 	script := fmt.Sprintf(`#!/bin/sh
-trap 'echo "%[1]s $$ term" >> %[2]q/stops; exit 0' TERM
 echo "%[1]s $$ $*" >> %[2]q/starts
+trap 'echo "%[1]s $$ term" >> %[2]q/stops; exit 0' TERM
 while :; do sleep 0.05; done
 `, version, record)
 	if err := os.WriteFile(filepath.Join(bin, "kubelet"), []byte(script), 0o755); err != nil {
@@ -238,15 +237,6 @@ func TestRunnerStopsStaleKubelet(t *testing.T) {
 	if err := os.WriteFile(g.r.PIDFile, []byte(strconv.Itoa(stale.Process.Pid)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	// A SIGTERM before the script set its trap would end it unrecorded.
-	waitFor(t, "the stale kubelet's trap", func() error {
-		for _, l := range g.lines("starts") {
-			if strings.Contains(l, strconv.Itoa(stale.Process.Pid)) {
-				return nil
-			}
-		}
-		return fmt.Errorf("no start line of %d yet", stale.Process.Pid)
-	})
 	g.run(t)
 	st := g.running(t, "v1.35.4")
 	if st.PID == stale.Process.Pid {
