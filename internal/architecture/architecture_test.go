@@ -22,7 +22,7 @@ var (
 		"pkg/refusal", "api/v1alpha1"}
 	// foundation: formats, stores and protocols; they know no cluster.
 	foundation = []string{"pkg/progress", "pkg/spec", "pkg/pki", "pkg/catalogue", "pkg/binaries", "pkg/datadir",
-		"pkg/backup", "pkg/plan", "pkg/memberrt", "pkg/memberrt/memberrttest", "pkg/kubeletrt", "pkg/agentapi", "pkg/kstorage", "pkg/kubeversion", "pkg/kmigrate", "pkg/join", "pkg/handover", "pkg/hostset", "pkg/daemon", "pkg/recoverycount",
+		"pkg/backup", "pkg/plan", "pkg/memberrt", "pkg/memberrt/memberrttest", "pkg/agentapi", "pkg/kstorage", "pkg/kubeversion", "pkg/kmigrate", "pkg/join", "pkg/handover", "pkg/hostset", "pkg/daemon", "pkg/recoverycount",
 		"pkg/memberlease", "pkg/binpush",
 		"internal/localkube", "internal/ociimage", "internal/kubeimages"}
 	// status: what a cluster reports (its Status, conditions and status/

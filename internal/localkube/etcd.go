@@ -43,7 +43,7 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 			return err
 		}
 		if _, _, err := c.start(n.Cgroup+"/system", n.Netns, 0, filepath.Join(n.Dir, "logs", "steward-agent.log"),
-			c.Steward, "agent", "--dir", dir, "--join", join, "--kube-manifests", n.KubeManifestsLink(), "--kubelet-config", n.KubeletConfig()); err != nil {
+			c.Steward, "agent", "--dir", dir, "--join", join, "--kube-manifests", n.KubeManifestsLink()); err != nil {
 			return fmt.Errorf("node %s: %w", n.Name, err)
 		}
 	}

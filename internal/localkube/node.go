@@ -5,7 +5,6 @@ package localkube
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -15,9 +14,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/etcd-steward/steward/internal/atomicfile"
-	"github.com/etcd-steward/steward/pkg/kubeletrt"
 )
 
 // kubeletSysctls are the sysctls the kubelet sets at start
@@ -322,15 +318,18 @@ iptables:
 		if err := os.WriteFile(filepath.Join(varLib, "kube-proxy", "config.conf"), []byte(pconf), 0o600); err != nil {
 			return err
 		}
-		// The node's Steward agent runs the kubelet (its --kubelet-config,
-		// waited for since the agent started): in the agent's network
-		// namespace and cgroup, which are the node's, and in the node's
-		// mount namespace through the prefix. A kube upgrade switches its
-		// version through the agent.
-		if err := c.writeKubeletConfig(n); err != nil {
+		group := n.Cgroup + "/system"
+		if _, _, err := c.start(group, n.Netns, n.holder, filepath.Join(n.Dir, "logs", "kubelet.log"),
+			filepath.Join(c.KubeBin, "kubelet"),
+			"--config=/var/lib/kubelet/config.yaml",
+			"--kubeconfig=/etc/kubernetes/kubelet.conf",
+			"--root-dir=/var/lib/kubelet",
+			"--hostname-override="+n.Name,
+			"--node-ip="+n.Addr,
+			"--node-labels=topology.kubernetes.io/zone="+n.Zone,
+		); err != nil {
 			return fmt.Errorf("node %s: kubelet: %w", n.Name, err)
 		}
-		group := n.Cgroup + "/system"
 		if _, _, err := c.start(group, n.Netns, n.holder, filepath.Join(n.Dir, "logs", "kube-proxy.log"),
 			filepath.Join(c.KubeBin, "kube-proxy"), "--config=/var/lib/kube-proxy/config.conf"); err != nil {
 			return fmt.Errorf("node %s: kube-proxy: %w", n.Name, err)
@@ -345,46 +344,6 @@ func (c *Cluster) imageRef(component string) string {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
-
-// KubeletConfig is the node's kubelet config (kubeletrt.Config), given
-// to the node's agent as --kubelet-config and written by startKubelets
-// once the node's containerd runs.
-func (n *Node) KubeletConfig() string { return filepath.Join(n.Dir, "kubelet.json") }
-
-// writeKubeletConfig writes the node's kubelet config: the cluster's
-// version, its binary, the kube cache holding the other versions
-// (KUBECACHE/VERSION/bin/kubelet, when KubeBin is laid out so), the
-// kubelet's flags and the prefix entering the node's mount namespace.
-func (c *Cluster) writeKubeletConfig(n *Node) error {
-	cfg := kubeletrt.Config{
-		Version:  c.Version,
-		Binaries: map[string]string{c.Version: filepath.Join(c.KubeBin, "kubelet")},
-		Prefix:   []string{"nsenter", fmt.Sprintf("--mount=/proc/%d/ns/mnt", n.holder), "--"},
-		Args: []string{
-			"--config=/var/lib/kubelet/config.yaml",
-			"--kubeconfig=/etc/kubernetes/kubelet.conf",
-			"--root-dir=/var/lib/kubelet",
-			"--hostname-override=" + n.Name,
-			"--node-ip=" + n.Addr,
-			"--node-labels=topology.kubernetes.io/zone=" + n.Zone,
-		},
-		Log: filepath.Join(n.Dir, "logs", "kubelet.log"),
-		// The cluster keeps nothing across down; a kubelet stops in a
-		// second or two.
-		StopTimeoutSeconds: 20,
-	}
-	if bin := filepath.Clean(c.KubeBin); filepath.Base(bin) == "bin" && filepath.Base(filepath.Dir(bin)) == c.Version {
-		cfg.KubeCache = filepath.Dir(filepath.Dir(bin))
-	}
-	b, err := json.MarshalIndent(cfg, "", "  ")
-	if err != nil {
-		return err
-	}
-	if _, err := kubeletrt.ParseConfig(b); err != nil {
-		return err
-	}
-	return atomicfile.WriteFile(n.KubeletConfig(), append(b, '\n'), 0o600)
-}
 
 // KubeManifestsLink is the node's static pod manifests directory as
 // processes outside the node's mount namespace reach it (a symbolic link

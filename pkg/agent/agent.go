@@ -31,7 +31,6 @@ import (
 	"github.com/etcd-steward/steward/pkg/agentapi"
 	"github.com/etcd-steward/steward/pkg/binaries"
 	"github.com/etcd-steward/steward/pkg/datadir"
-	"github.com/etcd-steward/steward/pkg/kubeletrt"
 )
 
 // Options configure an agent.
@@ -83,11 +82,6 @@ type Options struct {
 	// reaches it): the agent serves /v1/kube/manifests
 	// (kubemanifests.go).
 	KubeManifests string
-	// KubeletConfig, when set, is the host's kubelet config
-	// (kubeletrt.Config, JSON): the agent runs the host's kubelet as its
-	// child and serves /v1/kubelet (kubelet.go). A missing file is waited
-	// for (the host is still being provisioned).
-	KubeletConfig string
 }
 
 // Agent supervises the members on one host.
@@ -120,10 +114,6 @@ type Agent struct {
 	// kubeMu serializes the writes of static pod manifests and their
 	// kept copies (kubemanifests.go). It guards no field.
 	kubeMu sync.Mutex
-
-	// kubelet runs the host's kubelet (nil without Options.KubeletConfig);
-	// set by New, never changed (the runner has its own lock).
-	kubelet *kubeletrt.Runner
 
 	shutdownOnce sync.Once
 	shutdownCh   chan struct{} // closed once by Shutdown; Run waits on it
@@ -168,9 +158,7 @@ func New(o Options) *Agent {
 	if o.BinaryStore == "" {
 		o.BinaryStore = filepath.Join(o.Dir, "binaries")
 	}
-	a := &Agent{opts: o, log: o.Log.With("agent", o.Name), members: map[string]*member{}, shutdownCh: make(chan struct{})}
-	a.kubelet = newKubeletRunner(a)
-	return a
+	return &Agent{opts: o, log: o.Log.With("agent", o.Name), members: map[string]*member{}, shutdownCh: make(chan struct{})}
 }
 
 // advise is err with the command layer's advice (Options.Advise).
@@ -255,21 +243,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		}()
 	}
 	a.log.Info("agent running", "dir", a.opts.Dir, "socket", a.opts.Socket, "listen", a.opts.Listen, "pid", os.Getpid())
-	kubeletDone := make(chan struct{})
-	kubeletCtx, stopKubelet := context.WithCancel(context.Background())
-	defer stopKubelet()
-	if a.kubelet != nil {
-		go func() { defer close(kubeletDone); a.kubelet.Run(kubeletCtx) }()
-	} else {
-		close(kubeletDone)
-	}
 
 	select {
 	case <-ctx.Done():
 	case <-a.shutdownCh:
 	}
-	stopKubelet()
-	<-kubeletDone
 	if a.opts.BeforeStop != nil {
 		a.opts.BeforeStop()
 	}
@@ -385,9 +363,6 @@ func (a *Agent) capabilities() []string {
 	caps := []string{agentapi.CapRebuildDataDirs, agentapi.CapRecoveryCoordinated}
 	if a.opts.KubeManifests != "" {
 		caps = append(caps, agentapi.CapKubeManifests)
-	}
-	if a.kubelet != nil {
-		caps = append(caps, agentapi.CapKubelet)
 	}
 	return caps
 }

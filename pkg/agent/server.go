@@ -284,19 +284,6 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("DELETE /v1/kube/kept/{plan}", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, nil, a.DeleteKubeManifestsKept(r.PathValue("plan")))
 	})
-	mux.HandleFunc("GET /v1/kubelet", func(w http.ResponseWriter, r *http.Request) {
-		st, err := a.Kubelet(r.Context())
-		reply(w, st, err)
-	})
-	mux.HandleFunc("PUT /v1/kubelet/version", func(w http.ResponseWriter, r *http.Request) {
-		var req agentapi.KubeletVersionRequest
-		if err := decodeBody(w, r, 1<<12, &req); err != nil {
-			reply(w, nil, badRequest{fmt.Errorf("decode the kubelet version request: %w", err)})
-			return
-		}
-		st, err := a.SwitchKubelet(r.Context(), req.Version)
-		reply(w, st, err)
-	})
 	mux.HandleFunc("POST /v1/shutdown", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, map[string]string{"status": "shutting down"}, nil)
 		a.Shutdown()

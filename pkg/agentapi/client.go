@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/etcd-steward/steward/pkg/binaries"
-	"github.com/etcd-steward/steward/pkg/kubeletrt"
 	"github.com/etcd-steward/steward/pkg/memberrt"
 	"github.com/etcd-steward/steward/pkg/recoverycount"
 )
@@ -566,18 +565,3 @@ func (c *Client) KubeManifestKept(ctx context.Context, plan, name string) (m Kub
 func (c *Client) DeleteKubeManifestsKept(ctx context.Context, plan string) error {
 	return c.do(ctx, http.MethodDelete, "/v1/kube/kept/"+url.PathEscape(plan), nil, nil)
 }
-
-// Kubelet is what runs of the host's kubelet (kubeletrt.Runtime).
-func (c *Client) Kubelet(ctx context.Context) (kubeletrt.Status, error) {
-	var out kubeletrt.Status
-	return out, c.do(ctx, http.MethodGet, "/v1/kubelet", nil, &out)
-}
-
-// SwitchKubelet has the agent run version's kubelet instead of the
-// running one; it returns once the new one runs (kubeletrt.Runtime).
-func (c *Client) SwitchKubelet(ctx context.Context, version string) (kubeletrt.Status, error) {
-	var out kubeletrt.Status
-	return out, c.do(ctx, http.MethodPut, "/v1/kubelet/version", KubeletVersionRequest{Version: version}, &out)
-}
-
-var _ kubeletrt.Runtime = (*Client)(nil)

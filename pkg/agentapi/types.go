@@ -257,16 +257,6 @@ type TrustBundle struct {
 // manifests through it.
 const CapKubeManifests = "kube-manifests"
 
-// CapKubelet: the agent runs its host's kubelet (`steward agent
-// --kubelet-config FILE`) and serves /v1/kubelet: a Kubernetes upgrade
-// switches the kubelet's version through it.
-const CapKubelet = "kubelet"
-
-// KubeletVersionRequest is the body of PUT /v1/kubelet/version.
-type KubeletVersionRequest struct {
-	Version string `json:"version"`
-}
-
 // KubeManifest is one static pod manifest of the host
 // (GET /v1/kube/manifests/{name}: name is the file's name without .yaml).
 type KubeManifest struct {

@@ -22,7 +22,6 @@ import (
 	"github.com/etcd-steward/steward/internal/atomicfile"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/kmigrate"
-	"github.com/etcd-steward/steward/pkg/kubeletrt"
 	"github.com/etcd-steward/steward/pkg/kubeversion"
 	"github.com/etcd-steward/steward/pkg/plan"
 	"github.com/etcd-steward/steward/pkg/refusal"
@@ -76,23 +75,6 @@ func Apply(ctx context.Context, c *cluster.Cluster, cfg *rest.Config, o ApplyOpt
 		return dry, nil, err
 	}
 	if err := checkAgents(ctx, c, pl.Components); err != nil {
-		return dry, nil, err
-	}
-	if err := checkKubelets(ctx, func(host string) (string, kubeletrt.Runtime, []string, error) {
-		name, ok := agentOf(c.Spec, host)
-		if !ok {
-			return "", nil, nil, refusal.New(ErrNoKubelet, "host %s: no Steward agent of that name or host in the cluster spec: the upgrade switches each host's kubelet through its agent", host)
-		}
-		ac, err := c.Agent(name)
-		if err != nil {
-			return "", nil, nil, err
-		}
-		info, err := ac.Info(ctx)
-		if err != nil {
-			return "", nil, nil, fmt.Errorf("host %s: %w", host, err)
-		}
-		return name, ac, info.Capabilities, nil
-	}, pl.Kubelets); err != nil {
 		return dry, nil, err
 	}
 	if pl.StorageHashes, err = storageHashes(cfg); err != nil {

@@ -95,19 +95,6 @@ type Env interface {
 	// EtcdHealth is nil when every etcd member is healthy, with quorum
 	// and no alarm, else what is wrong.
 	EtcdHealth(ctx context.Context) error
-	// Node is what the kubelet steps read of a host's Node.
-	Node(ctx context.Context, host string) (NodeState, error)
-	// Cordon marks a host's node unschedulable, recording plan id as
-	// the one that cordoned it, in one write.
-	Cordon(ctx context.Context, host, id string) error
-	// Uncordon makes it schedulable again, only when plan id cordoned it.
-	Uncordon(ctx context.Context, host, id string) error
-	// Evict evicts the pods a drain moves off host (Drained) through
-	// the eviction API and returns those still there; ErrUnmanagedPod
-	// for a pod no controller manages.
-	Evict(ctx context.Context, host string) ([]string, error)
-	// SwitchKubelet has the host's agent run version's kubelet.
-	SwitchKubelet(ctx context.Context, host, version string) error
 }
 
 // Executor runs the steps of a kube-upgrade plan.
@@ -149,8 +136,6 @@ func (e *Executor) Execute(ctx context.Context, p *plan.Plan, s *plan.Step) erro
 		return nil
 	case s.Kind == kubeversion.StepSwitchEmulation:
 		return e.switchEmulation(ctx, p.ID, pl)
-	case s.Kind == kubeversion.StepKubelets:
-		return e.kubeletStep(ctx, p.ID, pl, s.Member)
 	case s.Kind == kubeversion.StepStorageMigrate:
 		return e.migrate(ctx, pl)
 	case s.Kind == kubeversion.StepComplete:
@@ -514,7 +499,6 @@ func (e *Executor) complete(ctx context.Context, id string, pl Payload) error {
 			bad = append(bad, err)
 		}
 	}
-	bad = append(bad, e.kubeletsAt(ctx, pl)...)
 	if len(bad) > 0 {
 		return fmt.Errorf("not every component runs %s: %w", pl.To, errors.Join(bad...))
 	}

@@ -34,12 +34,9 @@ type Payload struct {
 	// EtcdUpgradeTo is the etcd version upgraded to first ("" for none).
 	EtcdUpgradeTo string `json:"etcdUpgradeTo,omitempty"`
 	// Components are the host and component pairs the plan moves, with
-	// their versions before and after (the control plane's static pods).
+	// their versions before and after (the control plane's static pods:
+	// apply leaves kubelets where they are).
 	Components []PlannedComponent `json:"components"`
-	// Kubelets are the nodes' kubelets the plan moves (the
-	// upgrading-kubelets steps, through each host's agent), with Drain
-	// set where the node is drained first.
-	Kubelets []PlannedComponent `json:"kubelets,omitempty"`
 	// Kubeconfig is the kubeconfig apply used; resume uses it again.
 	Kubeconfig string `json:"kubeconfig,omitempty"`
 	// StorageHashes are discovery's storage version hash per resource
@@ -62,9 +59,6 @@ type PlannedComponent struct {
 	// changed with it (the dry run's).
 	ToImage     string                   `json:"toImage,omitempty"`
 	FlagChanges []kubeversion.FlagChange `json:"flagChanges,omitempty"`
-	// Drain, for a kubelet: its node is drained before the switch
-	// (kubeversion.KubeletDrain); else cordoned with its pods kept.
-	Drain bool `json:"drain,omitempty"`
 }
 
 // Component states, per host and component.
@@ -95,10 +89,7 @@ func NewPlan(dry *kubeversion.Plan, now time.Time) (*plan.Plan, error) {
 	}
 	for _, h := range dry.Hosts {
 		for _, c := range h.Components {
-			switch {
-			case c.Changes && c.Component == kubeversion.Kubelet:
-				pl.Kubelets = append(pl.Kubelets, PlannedComponent{Host: h.Host, Component: c.Component, FromVersion: c.FromVersion, ToVersion: c.ToVersion, Drain: c.Drain})
-			case c.Changes:
+			if c.Changes && c.Component != kubeversion.Kubelet {
 				pl.Components = append(pl.Components, PlannedComponent{Host: h.Host, Component: c.Component, FromVersion: c.FromVersion, ToVersion: c.ToVersion,
 					ToImage: c.ToImage, FlagChanges: c.FlagChanges})
 			}
@@ -116,7 +107,7 @@ func NewPlan(dry *kubeversion.Plan, now time.Time) (*plan.Plan, error) {
 // State is the plan's state in StarlingX's words: the kind of its first
 // step not done (started, upgrading-etcd, upgrading-first-control-plane,
 // ..., upgrading-controllers, switching-emulated-version,
-// upgrading-kubelets, migrating-storage), its failed form when
+// migrating-storage), its failed form when
 // the plan failed there, aborted when aborted there, complete when done.
 func State(p *plan.Plan) string {
 	if p.State == plan.RolledBack {
@@ -157,7 +148,7 @@ func Components(p *plan.Plan) ([]ComponentState, error) {
 		return nil, err
 	}
 	var out []ComponentState
-	for _, c := range append(append([]PlannedComponent(nil), pl.Components...), pl.Kubelets...) {
+	for _, c := range pl.Components {
 		cs := ComponentState{PlannedComponent: c, State: ComponentPending}
 		for _, s := range p.Steps {
 			if s.Member != c.Host || !movesComponent(s, c.Component) {

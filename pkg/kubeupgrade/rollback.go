@@ -144,16 +144,14 @@ func (pl *RollbackPayload) restored(host, comp string) (RestoredComponent, bool)
 // PointOfNoReturn is the upgrade's step from whose start on a rollback is
 // refused (nil when none started): switching-emulated-version (the new
 // minor's APIs and features on: objects the old minor cannot read may be
-// written), else upgrading-kubelets (a kubelet at the target: the
-// rollback would leave it newer than the API servers, and a kubelet is
-// never moved back), else migrating-storage (objects rewritten), else
-// complete (the kept manifests pruned). A step counts as started once it left
+// written), else migrating-storage (objects rewritten), else complete
+// (the kept manifests pruned). A step counts as started once it left
 // pending (running, failed or done).
 func PointOfNoReturn(up *plan.Plan) *plan.Step {
 	for i := range up.Steps {
 		s := &up.Steps[i]
 		switch s.Kind {
-		case kubeversion.StepSwitchEmulation, kubeversion.StepKubelets, kubeversion.StepStorageMigrate, kubeversion.StepComplete:
+		case kubeversion.StepSwitchEmulation, kubeversion.StepStorageMigrate, kubeversion.StepComplete:
 			if s.State != plan.Pending {
 				return s
 			}
@@ -188,11 +186,8 @@ func RollbackOf(latest *plan.Plan) (*plan.Plan, error) {
 	}
 	if s := PointOfNoReturn(latest); s != nil {
 		why := "objects may have been written that the older minor cannot read"
-		switch s.Kind {
-		case kubeversion.StepSwitchEmulation:
+		if s.Kind == kubeversion.StepSwitchEmulation {
 			why = fmt.Sprintf("the API servers may run without --%s=%s and %s", kubeversion.EmulatedVersionFlag, pl.EmulatedVersion, why)
-		case kubeversion.StepKubelets:
-			why = fmt.Sprintf("kubelets may run %s: the API servers rolled back would be older than them, and a kubelet is never moved back", pl.To)
 		}
 		return nil, refusal.New(ErrPointOfNoReturn, "kube-upgrade plan %s passed its point of no return: step %d (%s) is %s: %s; finishing the upgrade is the way on", latest.ID, s.Number(), s.Kind, s.State, why)
 	}

@@ -292,27 +292,6 @@ func TestBuildPlan(t *testing.T) {
 			t.Errorf("patch upgrade: a %s step", s.State)
 		}
 	}
-	// The kubelets: drained across a minor, kept for a patch (the skew
-	// policy: in-place minor kubelet upgrades are unsupported).
-	for _, h := range p.Hosts {
-		for _, c := range h.Components {
-			if c.Drain != (c.Component == Kubelet) {
-				t.Errorf("minor upgrade: %s %s drain %v", h.Host, c.Component, c.Drain)
-			}
-		}
-	}
-	for _, h := range patch.Hosts {
-		for _, c := range h.Components {
-			if c.Drain {
-				t.Errorf("patch upgrade: %s %s drained", h.Host, c.Component)
-			}
-		}
-	}
-	for _, s := range patch.Steps {
-		if s.State == StepKubelets && !strings.Contains(s.Description, "pods kept") {
-			t.Errorf("patch upgrade: kubelet step %q does not keep the pods", s.Description)
-		}
-	}
 	for _, h := range patch.Hosts {
 		for _, c := range h.Components {
 			if len(c.FlagChanges) != 0 {
@@ -327,7 +306,7 @@ func TestBuildPlan(t *testing.T) {
 	for _, s := range p.Steps {
 		states = append(states, s.State)
 	}
-	if want := "started,upgrading-first-control-plane,upgrading-second-control-plane,upgrading-third-control-plane,upgrading-controllers,upgrading-controllers,upgrading-controllers,switching-emulated-version,upgrading-kubelets,upgrading-kubelets,upgrading-kubelets,migrating-storage,complete"; strings.Join(states, ",") != want {
+	if want := "started,upgrading-first-control-plane,upgrading-second-control-plane,upgrading-third-control-plane,upgrading-controllers,upgrading-controllers,upgrading-controllers,switching-emulated-version,migrating-storage,complete"; strings.Join(states, ",") != want {
 		t.Errorf("steps %s\nwant %s", strings.Join(states, ","), want)
 	}
 	// API servers first, one host each; then the controllers, the
@@ -344,7 +323,7 @@ func TestBuildPlan(t *testing.T) {
 			order = append(order, s.Host+":"+strings.Join(s.Components, "+"))
 		}
 	}
-	if want := "node-a:kube-apiserver,node-b:kube-apiserver,node-c:kube-apiserver,node-b:kube-controller-manager+kube-scheduler,node-c:kube-controller-manager+kube-scheduler,node-a:kube-controller-manager+kube-scheduler,node-a:kubelet,node-b:kubelet,node-c:kubelet"; strings.Join(order, ",") != want {
+	if want := "node-a:kube-apiserver,node-b:kube-apiserver,node-c:kube-apiserver,node-b:kube-controller-manager+kube-scheduler,node-c:kube-controller-manager+kube-scheduler,node-a:kube-controller-manager+kube-scheduler"; strings.Join(order, ",") != want {
 		t.Errorf("order %s\nwant %s", strings.Join(order, ","), want)
 	}
 	if check(t, p, "etcd-health").Result != Pass {
@@ -485,23 +464,6 @@ func TestRemovedBetween(t *testing.T) {
 	for _, r := range Removed() {
 		if r.Resource == "" || r.Kind == "" || r.Replacement == "" {
 			t.Errorf("incomplete entry %+v", r)
-		}
-	}
-}
-
-func TestKubeletDrain(t *testing.T) {
-	for _, tc := range []struct {
-		from, to string
-		want     bool
-	}{
-		{"v1.35.4", "v1.36.3", true},
-		{"v1.36.0", "v1.36.3", false},
-		{"v1.36.3", "v1.36.3", false},
-		{"v1.33.1", "v1.36.3", true},
-		{"unknown", "v1.36.3", true},
-	} {
-		if got := KubeletDrain(tc.from, tc.to); got != tc.want {
-			t.Errorf("KubeletDrain(%s, %s) = %v, want %v", tc.from, tc.to, got, tc.want)
 		}
 	}
 }

@@ -68,10 +68,6 @@ type ComponentPlan struct {
 	FlagsKnown  bool         `json:"flagsKnown"`
 	// Changes is false when the component already runs the target.
 	Changes bool `json:"changes"`
-	// Drain, for a kubelet that changes: its node is drained before the
-	// switch (KubeletDrain: a minor upgrade in place is unsupported);
-	// false: the node is cordoned and its pods kept.
-	Drain bool `json:"drain,omitempty"`
 }
 
 // HostPlan is one host's components.
@@ -188,9 +184,6 @@ func BuildPlan(in Inputs) (*Plan, error) {
 		}
 		v, err := Parse(x.Version)
 		cp.Changes = err != nil || v.Compare(tv) != 0 || cp.FromImage != cp.ToImage
-		if x.Component == Kubelet && cp.Changes {
-			cp.Drain = KubeletDrain(x.Version, k.Version)
-		}
 		if cp.Changes && x.Component != Kubelet && (err != nil || v.Minor != tv.Minor) {
 			cp.FlagsKnown = flagsKnown
 			for _, c := range changes {
@@ -380,29 +373,14 @@ func ControlPlaneState(i int) string {
 // FailedState is the failed form of a state.
 func FailedState(state string) string { return state + "-failed" }
 
-// KubeletDrain says whether a node is drained before its kubelet moves
-// from one version to another: across a minor (or when either version
-// does not parse), as Kubernetes' version skew policy requires ("Before
-// performing a minor version kubelet upgrade, drain pods from that node.
-// In-place minor version kubelet upgrades are not supported",
-// kubernetes.io/releases/version-skew-policy/, "Supported component
-// upgrade order"); within a minor (a patch) the pods are kept.
-func KubeletDrain(from, to string) bool {
-	a, errA := Parse(from)
-	b, errB := Parse(to)
-	return errA != nil || errB != nil || a.Major != b.Major || a.Minor != b.Minor
-}
-
 // steps is what apply does, in the order that keeps clients working:
 // etcd when needed; each host's API server, one at a time (never two
 // down), the API servers first so that no controller-manager or
 // scheduler is ever newer than an API server; then each host's
 // controller-manager and scheduler, the hosts of leaders last (one
-// leader change each, not one per host); then the switch of the emulated
-// version (the point of no return); then each node's kubelet, one node
-// at a time (after the point of no return, so a rollback never moves a
-// kubelet back: a kubelet may be older than the API servers, never
-// newer); then the storage migration.
+// leader change each, not one per host); then the storage migration.
+// Kubelets stay where they are (apply does not move them yet: within the
+// skew policy, up to three minors older than the API servers).
 func steps(p *Plan, leaders []string) []Step {
 	out := []Step{{State: StepStarted, Description: "pre-flight checks passed; plan recorded"}}
 	if p.Etcd.Needed {
@@ -457,21 +435,8 @@ func steps(p *Plan, leaders []string) []Step {
 			Description: fmt.Sprintf("the point of no return: --%s=%s removed from every component, each API server one at a time (never two down), then the controller-managers and schedulers: %s's APIs and features on; no rollback after this step starts",
 				EmulatedVersionFlag, p.EmulatedVersion, minorOf(p.To))})
 	}
-	for _, h := range p.Hosts {
-		for _, c := range h.Components {
-			if c.Component != Kubelet || !c.Changes {
-				continue
-			}
-			how := "cordoned, its pods kept (a patch upgrade in place)"
-			if c.Drain {
-				how = "cordoned and drained (evictions honour PodDisruptionBudgets; DaemonSet and mirror pods stay): a minor kubelet upgrade in place is unsupported"
-			}
-			out = append(out, Step{State: StepKubelets, Host: h.Host, Components: []string{Kubelet},
-				Description: fmt.Sprintf("host %s: kubelet %s to %s: %s, switched through its Steward agent, its Node Ready at %s, uncordoned; one node at a time", h.Host, c.FromVersion, p.To, how, p.To)})
-		}
-	}
 	out = append(out, Step{State: StepStorageMigrate, Description: "storage migration of every resource whose storage version changed"},
-		Step{State: StepComplete, Description: "every control-plane component and every kubelet on every host runs " + p.To})
+		Step{State: StepComplete, Description: "every control-plane component on every host runs " + p.To})
 	return out
 }
 

@@ -18,7 +18,6 @@ import (
 	"github.com/etcd-steward/steward/pkg/handover"
 	"github.com/etcd-steward/steward/pkg/kmigrate"
 	"github.com/etcd-steward/steward/pkg/kstorage"
-	"github.com/etcd-steward/steward/pkg/kubeletrt"
 	"github.com/etcd-steward/steward/pkg/membership"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/progress"
@@ -175,8 +174,6 @@ func libraryAdvice(err error) error {
 	err = AdviseWithin(err, agent.ErrNoHostCerts, "renew there)", "use `steward certs renew` there)")
 	err = AdviseWithin(err, agent.ErrNotJoined, "joined a cluster keeps", "joined a cluster (steward agent --join) keeps")
 	err = Advise(err, agent.ErrNoKubeManifests, " (start it with --kube-manifests DIR, kubeadm's /etc/kubernetes/manifests)")
-	err = Advise(err, agent.ErrNoKubelet, " (start it with --kubelet-config FILE to have it run the host's kubelet)")
-	err = Advise(err, kubeletrt.ErrNoBinary, ": build that version's binaries with `make kube-binaries KUBE_VERSIONS=<the version>` (or put the release's kubelet there)")
 	if ce, ok := errors.AsType[*upgrade.ChecksError](err); ok {
 		msg := ce.Error()
 		for _, ch := range ce.Failed {

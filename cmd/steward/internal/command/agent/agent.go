@@ -28,7 +28,6 @@ import (
 	"github.com/etcd-steward/steward/pkg/certs"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/join"
-	"github.com/etcd-steward/steward/pkg/kubeletrt"
 	"github.com/etcd-steward/steward/pkg/metrics"
 	"github.com/etcd-steward/steward/pkg/pki"
 	"github.com/etcd-steward/steward/pkg/recovery"
@@ -36,7 +35,7 @@ import (
 
 // NewCommand returns the agent command.
 func NewCommand(g *cli.Globals) *cobra.Command {
-	var name, socket, joinFile, store, listenAddr, kubeManifests, kubeletConfig string
+	var name, socket, joinFile, store, listenAddr, kubeManifests string
 	var pod podFlags
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -66,16 +65,6 @@ Later runs need only --dir.`,
 			if kubeManifests != "" {
 				if o.KubeManifests, err = filepath.Abs(kubeManifests); err != nil {
 					return err
-				}
-			}
-			if kubeletConfig != "" {
-				if o.KubeletConfig, err = filepath.Abs(kubeletConfig); err != nil {
-					return err
-				}
-				// A file that is there must be valid now; a missing one
-				// is waited for (a host still being provisioned).
-				if _, err := kubeletrt.ReadConfig(o.KubeletConfig); err != nil && !errors.Is(err, os.ErrNotExist) {
-					return fmt.Errorf("--kubelet-config: %w: fix the file (docs/agent.md, The host's kubelet), then start the agent again", err)
 				}
 			}
 			if listenAddr != "" && net.ParseIP(listenAddr) == nil {
@@ -185,7 +174,6 @@ Later runs need only --dir.`,
 	cmd.Flags().StringVar(&joinFile, "join", "", "join a multi-host cluster with this host's join `FILE` (written by steward init or steward host add)")
 	cmd.Flags().StringVar(&store, "binary-store", "", "binary store of members configured from another host (default DIR/binaries)")
 	cmd.Flags().StringVar(&kubeManifests, "kube-manifests", "", "this host's static pod `DIR` of manifests (kubeadm's /etc/kubernetes/manifests): steward kube upgrade apply rewrites the control plane's manifests through the agent")
-	cmd.Flags().StringVar(&kubeletConfig, "kubelet-config", "", "run this host's kubelet as the agent's child from this JSON `FILE` (its binary per version, args, namespace prefix; waited for when missing): steward kube upgrade apply switches its version through the agent")
 	cmd.Flags().StringVar(&listenAddr, "listen-address", "", "pod mode: the agent API and the members listen on this IP address (the pod's, or 0.0.0.0) and advertise the join file's host name; a directory that already joined keeps its identity and ignores --join")
 	// A member pod's flags (pod.go).
 	pod.register(cmd.Flags())

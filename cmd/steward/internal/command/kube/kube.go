@@ -5,7 +5,6 @@
 package kube
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -251,10 +250,6 @@ func (o kubeOptions) target(cmd *cobra.Command, g *cli.Globals, to string) (kube
 func applyHint(err error) error {
 	err = advise(err)
 	err = cli.Advise(err, kubeupgrade.ErrNoManifestsDir, "; restart that host's agent with --kube-manifests DIR (kubeadm's /etc/kubernetes/manifests)")
-	err = cli.Advise(err, kubeupgrade.ErrNoKubelet, ": restart that host's agent with --kubelet-config FILE (docs/agent.md) so that it runs the kubelet")
-	if me, ok := errors.AsType[*kubeupgrade.MissingKubeletError](err); ok {
-		err = fmt.Errorf("%w (on this machine `make kube-binaries KUBE_VERSIONS=%s` builds it into the kube cache)", err, me.Version)
-	}
 	return cli.PlanHint(err)
 }
 
@@ -337,10 +332,6 @@ func planTable(w io.Writer, p *kubeversion.Plan) {
 			}
 			flags := "no change"
 			switch {
-			case c.Component == kubeversion.Kubelet && c.Changes && c.Drain:
-				flags = "node drained first (a minor upgrade in place is unsupported)"
-			case c.Component == kubeversion.Kubelet && c.Changes:
-				flags = "node cordoned, pods kept"
 			case c.Component == kubeversion.Kubelet:
 				flags = "-"
 			case !c.FlagsKnown:
