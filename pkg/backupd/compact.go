@@ -151,7 +151,7 @@ type compactor struct {
 func (k *compactor) start(ctx context.Context) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.running || k.full == "" || time.Now().Before(k.retryAt) {
+	if k.running || time.Now().Before(k.retryAt) {
 		return
 	}
 	k.running = true
@@ -173,12 +173,7 @@ func (k *compactor) start(ctx context.Context) {
 			k.log.Warn("delta compaction", "full", full, "err", err)
 			k.r.update(true, func(st *backup.LoopStatus) { st.LastCompactionError = err.Error() })
 		case res.Compacted:
-			k.failures, k.retryAt = 0, time.Time{}
-			if k.full == full {
-				// Not when a full snapshot started a newer chain meanwhile
-				// (rebase): the next compaction folds that one.
-				k.full = res.Backup.ID
-			}
+			k.failures, k.retryAt, k.full = 0, time.Time{}, res.Backup.ID
 			metrics.BackupUploaded(metrics.KindFull, res.Backup.Size)
 			k.log.Info("delta compaction", "from", res.From, "deltas", res.Deltas, "id", res.Backup.ID,
 				"revision", res.Backup.EndRevision, "digest", res.Digest, "collected", len(res.Collected))
@@ -188,14 +183,6 @@ func (k *compactor) start(ctx context.Context) {
 			})
 		}
 	}()
-}
-
-// rebase makes full (a full snapshot the round just took) the chain the
-// next compaction folds.
-func (k *compactor) rebase(full string) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.full = full
 }
 
 // wait returns once no compaction runs.

@@ -7,12 +7,9 @@ package backupd
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -25,7 +22,7 @@ import (
 	"github.com/etcd-steward/steward/pkg/backup"
 	"github.com/etcd-steward/steward/pkg/cluster"
 	"github.com/etcd-steward/steward/pkg/metrics"
-	"github.com/etcd-steward/steward/pkg/spec"
+	"github.com/etcd-steward/steward/pkg/restore"
 	"github.com/etcd-steward/steward/pkg/status"
 )
 
@@ -97,9 +94,6 @@ func Run(ctx context.Context, dir, agentName string, log *slog.Logger) {
 }
 
 var (
-	// errStaleSpec: the spec this agent runs from names an older timeline
-	// than the cluster's (staleTimeline).
-	errStaleSpec       = errors.New("the spec's timeline is not the cluster's")
 	errNotBackupLeader = errors.New("not the backup leader")
 	errBackupsOff      = errors.New("continuous backups are off")
 )
@@ -117,9 +111,6 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 // full snapshot is due, or something fails. Every goroutine it starts has
 // ended when it returns.
 func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logger) error {
-	// Read before the spec: a spec saved between the two ends the round
-	// once more, never lets it run on settings it did not read.
-	fp := specFingerprint(dir)
 	c, err := cluster.Open(dir)
 	if errors.Is(err, cluster.ErrNoSpec) {
 		// A host whose coordinator has not handed the spec over yet.
@@ -211,14 +202,6 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 	// Only the current timeline's backups continue a chain: a restore
 	// began a new timeline, whose first backup is a full snapshot.
 	timeline := c.Lineage()
-	records, _, err := backup.ListTimelines(ctx, store, auth)
-	if err != nil {
-		return err
-	}
-	if newer, stale := staleTimeline(records, seen.Cluster.ID, timeline.TimelineID(), live); stale {
-		return fmt.Errorf("%w: this agent's spec names timeline %d, but the cluster is on timeline %d (begun by a restore at revision %d, the cluster is at %d): not recording until this agent receives the coordinator's spec",
-			errStaleSpec, timeline.TimelineID(), newer.Timeline, newer.StartRevision, live)
-	}
 	mine := ownChains(all, seen.Cluster.ID, timeline.TimelineID())
 	var lastFull, lastSnapshot *backup.Manifest
 	next := int64(0)
@@ -258,57 +241,40 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 	if lastSnapshot == nil {
 		lastSnapshot = lastFull
 	}
-	// Invariant: the recorder starts first and a full snapshot is taken
-	// beside it (fuller), as a compaction is: a full streams for minutes
-	// on a large database, and one that keeps failing must not stop the
-	// deltas (before, a due full ran first, and every write during it, or
-	// for as long as it kept failing, was recorded by nobody). With a
-	// chain to continue, the recorder continues it at its end; without one
-	// (no full yet, or a gap after the last), it starts at the cluster's
-	// revision read above, which the full taken beside is at or past, so
-	// the new chain has no gap (a delta that overlaps the full is trimmed
-	// on restore).
-	from := next
-	if lastFull == nil {
-		from = max(next, live+1)
+	fullDue := lastFull == nil || deltasSinceFull >= c.Spec.Backup.MaxDeltasPerFull ||
+		!sched.Next(lastSnapshot.CreatedAt).After(time.Now())
+	if fullDue {
+		m, err := Now(ctx, c, Options{Member: leader.Name})
+		if err != nil {
+			return fmt.Errorf("full snapshot: %w", err)
+		}
+		log.Info("full snapshot", "id", m.ID, "revision", m.EndRevision)
+		metrics.BackupUploaded(metrics.KindFull, m.Size)
+		if res, err := restore.Collect(ctx, c, false); err != nil {
+			log.Warn("backup garbage collection", "err", err)
+		} else if len(res.Deleted) > 0 {
+			log.Info("backup garbage collection", "deleted", len(res.Deleted), "kept", len(res.Kept))
+		}
+		r.update(true, func(st *backup.LoopStatus) {
+			st.LastFull, st.LastUpload, st.NextRevision = m.CreatedAt, m.CreatedAt, m.EndRevision+1
+		})
+		lastFull, lastSnapshot, next, deltasSinceFull, chainBytes = &m, &m, m.EndRevision+1, 0, 0
 	}
-	rctx, cancel := context.WithCancel(ctx)
+
+	// Watch until leadership moves, the next full is due, or the chain is long.
+	rctx, cancel := context.WithDeadline(ctx, sched.Next(lastSnapshot.CreatedAt))
 	defer cancel()
 	monitorDone := make(chan struct{})
 	// The chain's compaction runs beside the recorder, from the store alone.
-	comp := &compactor{c: c, log: log, r: r, fence: lease.fence, bounds: Bounds(c),
-		folded: func(deltas int, bytes int64) {
-			deltasSinceFull, chainBytes = max(deltasSinceFull-deltas, 0), max(chainBytes-bytes, 0)
-		}}
-	if lastFull != nil {
-		comp.full = lastFull.ID
-	}
-	sinceSnapshot := time.Time{} // when the schedule counts from; guarded by r.mu like deltasSinceFull
-	if lastSnapshot != nil {
-		sinceSnapshot = lastSnapshot.CreatedAt
-	}
-	noChain := lastFull == nil // guarded by r.mu like deltasSinceFull
-	full := &fuller{c: c, log: log, r: r, comp: comp, member: leader.Name, took: func(m backup.Manifest) {
-		// Under r.mu: the new chain starts at m.
-		deltasSinceFull, chainBytes, sinceSnapshot, noChain = 0, 0, m.CreatedAt, false
-	}}
-	// fullDue reports whether a full snapshot is due; under r.mu.
-	fullDue := func() bool {
-		return noChain || sinceSnapshot.IsZero() || deltasSinceFull >= c.Spec.Backup.MaxDeltasPerFull ||
-			!sched.Next(sinceSnapshot).After(time.Now())
-	}
+	comp := &compactor{c: c, log: log, r: r, fence: lease.fence, full: lastFull.ID, bounds: Bounds(c),
+		folded: func(deltas int, bytes int64) { deltasSinceFull -= deltas; chainBytes -= bytes }}
 	// Runs before cli.Close and lease.release.
-	defer func() { cancel(); <-monitorDone; comp.wait(); full.wait() }()
+	defer func() { cancel(); <-monitorDone; comp.wait() }()
 	go func() {
 		defer close(monitorDone)
 		lastReport := time.Now()
 		var samples []revSample
 		for rctx.Err() == nil {
-			var due bool
-			r.update(false, func(*backup.LoopStatus) { due = fullDue() })
-			if due {
-				full.start(rctx)
-			}
 			select {
 			case <-rctx.Done():
 				return
@@ -322,16 +288,6 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 				return
 			}
 			if time.Since(lastReport) >= 2*time.Second {
-				if specFingerprint(dir) != fp {
-					// Invariant: a round records with the settings it read
-					// (store, key, timeline, schedule, bounds). Fulls run
-					// beside the recorder, so no full ends a round any more:
-					// a changed spec (a restore's new timeline, another
-					// store or key, backups turned off) does.
-					log.Info("the spec changed: starting a new round with it")
-					cancel()
-					return
-				}
 				samples = sampleRevision(rctx, cli, leader, samples)
 				behind := behindRevision(samples, time.Now())
 				r.update(true, func(st *backup.LoopStatus) { st.BehindRevision = behind })
@@ -339,9 +295,7 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 			}
 		}
 	}()
-	var compactDue bool
-	r.update(false, func(*backup.LoopStatus) { compactDue = comp.bounds.Reached(deltasSinceFull, chainBytes) })
-	if compactDue {
+	if comp.bounds.Reached(deltasSinceFull, chainBytes) {
 		comp.start(rctx)
 	}
 	rec := backup.NewRecorder(backup.RecorderOptions{
@@ -361,23 +315,18 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 				compactDue = comp.bounds.Reached(deltasSinceFull, chainBytes)
 			})
 			if chainFull {
-				full.start(rctx) // beside the recorder, which goes on
+				cancel()
 			} else if compactDue {
 				comp.start(rctx)
 			}
 		},
-	}, from)
-	r.update(true, func(st *backup.LoopStatus) { st.NextRevision, st.Recording, st.LastError = from, true, "" })
+	}, next)
+	r.update(true, func(st *backup.LoopStatus) { st.NextRevision, st.Recording, st.LastError = next, true, "" })
 	err = rec.Run(rctx, cli)
 	r.update(false, func(st *backup.LoopStatus) { st.Recording = false })
 	if errors.Is(err, backup.ErrCompacted) {
-		// The chain cannot continue: a full snapshot starts the next
-		// round's chain (its recorder continues after it). One full at a
-		// time: this round's fuller, which may be streaming one, is
-		// stopped and waited for first.
+		// The next round finds no usable chain end and takes a full snapshot.
 		log.Warn("watch compacted; taking a full snapshot", "err", err)
-		cancel()
-		full.wait()
 		m, ferr := Now(ctx, c, Options{Member: leader.Name})
 		if ferr != nil {
 			return fmt.Errorf("full snapshot after compaction: %w", ferr)
@@ -386,7 +335,7 @@ func round(ctx context.Context, dir, agentName string, r *report, log *slog.Logg
 		return nil
 	}
 	if rctx.Err() != nil && ctx.Err() == nil {
-		return nil // handover or a lost lease: next round
+		return nil // handover, schedule or chain limit: next round
 	}
 	return err
 }
@@ -440,41 +389,6 @@ func liveRevision(st *status.Status) int64 {
 		}
 	}
 	return rev
-}
-
-// staleTimeline reports whether the spec the loop runs from is behind the
-// cluster's timeline, and the newer timeline's record: a trusted record in
-// the store of this cluster (clusterID) numbered above the spec's timeline
-// whose start revision the live cluster (at revision live) has reached.
-//
-// Invariant: the loop records only on the cluster's own timeline. A
-// restore records its new timeline in the store before any data dir
-// changes, then saves the spec, which the coordinator hands to each
-// host's agent; a host that missed that hand-over still runs from the old
-// spec. Were it the backup leader, it would store the restored cluster's
-// backups under the old timeline's number (a full snapshot once its watch
-// finds the old chain's revisions compacted), beside that timeline's own
-// history, and the new timeline would have none. Every revision a
-// timeline serves is above its start revision, and a restore starts its
-// timeline above every revision served before (restore's bump), so a
-// cluster at or past a newer timeline's start revision is on it (or one
-// after it); an abandoned timeline (its restore stopped before its
-// commit) is not counted: it starts above every revision served when it
-// was made, but with a small bump the cluster may reach its start on the
-// old timeline, and backups would stop for good. Such a loop records
-// nothing until its agent receives the spec.
-func staleTimeline(records []backup.TimelineRecord, clusterID string, timeline, live int64) (backup.TimelineRecord, bool) {
-	var newer backup.TimelineRecord
-	found := false
-	for _, r := range records {
-		if r.Timeline <= timeline || !r.Committed || (clusterID != "" && r.ClusterID != "" && r.ClusterID != clusterID) {
-			continue
-		}
-		if live > 0 && r.StartRevision > 0 && r.StartRevision <= live && (!found || r.Timeline > newer.Timeline) {
-			newer, found = r, true
-		}
-	}
-	return newer, found
 }
 
 // ownChains keeps the backups the loop may continue: of this cluster, on
@@ -637,15 +551,4 @@ func handOver(ctx context.Context, c *cluster.Cluster, cli *clientv3.Client, lea
 	}
 	m, ok := s.Member(s.Cluster.Leader)
 	return ok && m.Agent != agentName
-}
-
-// specFingerprint is a digest of dir's spec file as it is now ("" when it
-// does not read): round compares it to end a round whose spec changed.
-func specFingerprint(dir string) string {
-	b, err := os.ReadFile(filepath.Join(dir, spec.FileName))
-	if err != nil {
-		return ""
-	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
 }
