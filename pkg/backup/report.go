@@ -39,11 +39,6 @@ type LoopStatus struct {
 	// attempt failed ("" after a success).
 	LastCompaction      time.Time `json:"lastCompaction,omitzero"`
 	LastCompactionError string    `json:"lastCompactionError,omitempty"`
-	// LastFullError is why the last scheduled full snapshot failed (""
-	// after a success), at LastFullErrorAt: the leader takes it beside
-	// the recorder, which goes on recording meanwhile.
-	LastFullError   string    `json:"lastFullError,omitempty"`
-	LastFullErrorAt time.Time `json:"lastFullErrorAt,omitzero"`
 }
 
 // loopStatusPath is per agent: agents sharing a directory each report.

@@ -54,11 +54,6 @@ func backupCondition(ctx context.Context, c *cluster.Cluster, now time.Time, liv
 		case bs.Recording && bs.BehindRevision > bs.NextRevision-1:
 			cond.Status, cond.Reason = "False", "IncrementalBackupLagging"
 			cond.Message = fmt.Sprintf("agent %s has stored revisions up to %d, but the cluster reached revision %d more than 6 s before: writes are not being backed up in time", bs.Agent, bs.NextRevision-1, bs.BehindRevision)
-		case bs.LastFullError != "":
-			// After the worse alarms above: a failing full with deltas
-			// lagging or ahead reports those.
-			cond.Status, cond.Reason = "False", "FullBackupFailed"
-			cond.Message = fmt.Sprintf("the last full snapshot failed at %s (agent %s; retried): %s; deltas are recorded on the last full's chain, but with no chain to continue (no full yet, or a gap after the last) nothing recorded since is restorable until a full succeeds", bs.LastFullErrorAt.Format(time.RFC3339), bs.Agent, bs.LastFullError)
 		case fullOverdue(c.Spec.Backup.FullSchedule, bs.LastFull, now):
 			cond.Status, cond.Reason = "False", "FullBackupOverdue"
 			cond.Message = fmt.Sprintf("the last full snapshot is %s old: two scheduled ones (%q) were missed", now.Sub(bs.LastFull).Round(time.Second), c.Spec.Backup.FullSchedule)
