@@ -28,14 +28,21 @@ func signer(t *testing.T, cluster string) (*Signer, string) {
 	return s, dir
 }
 
-func TestTakeOverFencesTheOldCoordinator(t *testing.T) {
-	ctx := t.Context()
+// firstCoordinator is a coordinator of cluster c1 (signer s) on a new
+// local store.
+func firstCoordinator(t *testing.T) (*backup.LocalStore, *Signer, *Coordinator) {
+	t.Helper()
 	store, err := backup.NewLocalStore(filepath.Join(t.TempDir(), "store"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	s, _ := signer(t, "c1")
-	old := &Coordinator{Store: store, Signer: s, Dir: t.TempDir()}
+	return store, s, &Coordinator{Store: store, Signer: s, Dir: t.TempDir()}
+}
+
+func TestTakeOverFencesTheOldCoordinator(t *testing.T) {
+	ctx := t.Context()
+	store, s, old := firstCoordinator(t)
 	if err := old.SaveSpec(ctx, []byte("name: c1\n")); err != nil {
 		t.Fatal(err)
 	}
@@ -158,12 +165,7 @@ func TestCopiesSurviveAdminRenewal(t *testing.T) {
 // write one.
 func TestRecoveryJournalHandedOver(t *testing.T) {
 	ctx := t.Context()
-	store, err := backup.NewLocalStore(filepath.Join(t.TempDir(), "store"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, _ := signer(t, "c1")
-	old := &Coordinator{Store: store, Signer: s, Dir: t.TempDir()}
+	store, s, old := firstCoordinator(t)
 	if err := old.SaveSpec(ctx, []byte("name: c1\n")); err != nil {
 		t.Fatal(err)
 	}
@@ -203,12 +205,7 @@ func TestRecoveryJournalHandedOver(t *testing.T) {
 // the superseded coordinator stays fenced.
 func TestOwnerCopiedUnderAnotherName(t *testing.T) {
 	ctx := t.Context()
-	store, err := backup.NewLocalStore(filepath.Join(t.TempDir(), "store"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, _ := signer(t, "c1")
-	old := &Coordinator{Store: store, Signer: s, Dir: t.TempDir()}
+	store, s, old := firstCoordinator(t)
 	if err := old.SaveSpec(ctx, []byte("name: c1\n")); err != nil {
 		t.Fatal(err)
 	}
@@ -275,12 +272,7 @@ func oldest(t *testing.T, store backup.Store, dir string) string {
 // read the old spec and the old plan state.
 func TestCopiesUnderAnotherName(t *testing.T) {
 	ctx := t.Context()
-	store, err := backup.NewLocalStore(filepath.Join(t.TempDir(), "store"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, _ := signer(t, "c1")
-	old := &Coordinator{Store: store, Signer: s, Dir: t.TempDir()}
+	store, s, old := firstCoordinator(t)
 	if err := old.SaveSpec(ctx, []byte("name: c1\nversion: old\n")); err != nil {
 		t.Fatal(err)
 	}
